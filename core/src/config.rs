@@ -1,0 +1,144 @@
+//! Capacities and server settings, checked once at start.
+//!
+//! Every limit is named `*_max` and the defaults are the reference's (§1.3 of
+//! `shared/reference/dlock-reference.md`). Nothing is resized later: a full table is an
+//! operating error reported to the client, never a panic and never a reallocation.
+
+use crate::ids::SLOT_INDEX_LIMIT;
+use crate::status::Status;
+
+/// Commands in one data message, keys in one control batch (`MAX_LOCK_BATCH_SIZE`).
+pub const BATCH_MAX: usize = 31;
+/// Longest lock or object name in bytes (`MAX_LOCK_DESC_LEN`). Names are never truncated.
+pub const NAME_LEN_MAX: usize = 512;
+/// Most servers one process may run (`MAX_NUM_SERVER`).
+pub const SERVERS_MAX: usize = 32;
+/// Default TCP port (`CONTROL_PORT_CLIENT`).
+pub const DEFAULT_PORT: u16 = 21616;
+/// Readers a fair lock admits at once (`rcnt` is 6 bits).
+pub const FAIR_READERS_MAX: u8 = 63;
+
+/// Server capacities and settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Lock slots (reference: 51,200).
+    pub locks_max: u32,
+    /// Registered clients (reference: 1,000).
+    pub clients_max: u32,
+    /// `umo_atomic64` objects (reference: 102,400).
+    pub objects_max: u32,
+    /// A client not heard from for this long (heartbeat or any request) is declared dead and
+    /// everything it held is released. The reference relies on ~114 s of TCP keepalive.
+    pub client_lease_ms: u32,
+    /// Clients expected to re-sync after a failover; while they have not all reported
+    /// `reinit_done`, every other request gets `NotReady`. 0 starts ready.
+    pub recovery_clients: u32,
+    /// Server incarnation, the high 16 bits of every fencing token. A server that replaces a
+    /// failed one must be started with a larger epoch so it never issues a lower token.
+    pub epoch: u16,
+    /// Seed for the client-id generator (the caller supplies entropy; the core reads none).
+    pub id_seed: u64,
+}
+
+impl Config {
+    /// The reference's capacities with a 5-second client lease, epoch 1.
+    pub const DEFAULT: Config = Config {
+        locks_max: 51_200,
+        clients_max: 1_000,
+        objects_max: 102_400,
+        client_lease_ms: 5_000,
+        recovery_clients: 0,
+        epoch: 1,
+        id_seed: 0x9E37_79B9_7F4A_7C15,
+    };
+
+    /// Shortest lease accepted: a client must be able to heartbeat within it.
+    pub const CLIENT_LEASE_MIN_MS: u32 = 100;
+    /// Most clients a server can register (bounds the per-client bitmaps).
+    pub const CLIENTS_LIMIT: u32 = 65_536;
+
+    /// Checks every field; `Err(Status::Einval)` names nothing, so the transport logs which field
+    /// via [`Config::invalid_field`].
+    pub fn validate(&self) -> Result<(), Status> {
+        match self.invalid_field() {
+            None => Ok(()),
+            Some(_) => Err(Status::Einval),
+        }
+    }
+
+    /// The first field that is out of range, with the rule it breaks.
+    pub fn invalid_field(&self) -> Option<&'static str> {
+        if self.locks_max == 0 || self.locks_max > SLOT_INDEX_LIMIT {
+            return Some("locks_max must be in 1..=1048576");
+        }
+        if self.objects_max == 0 || self.objects_max > SLOT_INDEX_LIMIT {
+            return Some("objects_max must be in 1..=1048576");
+        }
+        if self.clients_max == 0 || self.clients_max > Self::CLIENTS_LIMIT {
+            return Some("clients_max must be in 1..=65536");
+        }
+        if self.client_lease_ms < Self::CLIENT_LEASE_MIN_MS {
+            return Some("client_lease_ms must be at least 100");
+        }
+        if self.recovery_clients > self.clients_max {
+            return Some("recovery_clients must not exceed clients_max");
+        }
+        if self.epoch == 0 {
+            return Some("epoch must be at least 1");
+        }
+        None
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_reference_limits_and_valid() {
+        let c = Config::default();
+        assert_eq!(
+            (c.locks_max, c.clients_max, c.objects_max),
+            (51_200, 1_000, 102_400)
+        );
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn out_of_range_fields_are_rejected() {
+        let d = Config::default();
+        for bad in [
+            Config { locks_max: 0, ..d },
+            Config {
+                locks_max: SLOT_INDEX_LIMIT + 1,
+                ..d
+            },
+            Config {
+                clients_max: 0,
+                ..d
+            },
+            Config {
+                objects_max: 0,
+                ..d
+            },
+            Config {
+                client_lease_ms: 99,
+                ..d
+            },
+            Config {
+                recovery_clients: d.clients_max + 1,
+                ..d
+            },
+            Config { epoch: 0, ..d },
+        ] {
+            assert_eq!(bad.validate(), Err(Status::Einval), "{bad:?}");
+            assert!(bad.invalid_field().is_some());
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! Identifier newtypes and the small enums every layer shares.
+//!
+//! Ids handed to clients are 31-bit positive integers so they fit the C ABI's `int` and a
+//! failed batch entry can still be reported as `<= 0`, as the reference does. Lock and object ids
+//! pack a slot index and the slot's generation: when a slot is freed and reused the generation
+//! moves on, so a client holding a stale id is refused instead of touching someone else's lock.
+
+use core::num::NonZeroU32;
+
+/// Bits of a lock or object id that hold the slot index (so `*_max` ≤ 2^20).
+pub const SLOT_INDEX_BITS: u32 = 20;
+/// Bits of a lock or object id that hold the slot generation.
+pub const GENERATION_BITS: u32 = 11;
+/// The largest slot index an id can carry, plus one.
+pub const SLOT_INDEX_LIMIT: u32 = 1 << SLOT_INDEX_BITS;
+/// Generations run `1..=GENERATION_MAX` and wrap to 1; 0 never appears, so no id is 0.
+pub const GENERATION_MAX: u32 = (1 << GENERATION_BITS) - 1;
+
+static_assertions::const_assert_eq!(SLOT_INDEX_BITS + GENERATION_BITS, 31);
+
+/// The generation that follows `g` (wrapping past [`GENERATION_MAX`] to 1).
+#[inline]
+pub const fn next_generation(g: u32) -> u32 {
+    if g >= GENERATION_MAX { 1 } else { g + 1 }
+}
+
+macro_rules! slot_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(transparent)]
+        pub struct $name(u32);
+
+        impl $name {
+            /// The id of slot `index` at `generation`. Panics (a bug, not bad input) when either
+            /// is out of range: only the server makes ids.
+            #[inline]
+            pub const fn new(index: u32, generation: u32) -> Self {
+                assert!(index < SLOT_INDEX_LIMIT);
+                assert!(generation >= 1 && generation <= GENERATION_MAX);
+                Self(generation << SLOT_INDEX_BITS | index)
+            }
+
+            /// Reads an id off the wire or the C ABI; `None` if it cannot be a valid id (zero,
+            /// negative as an `int`, or generation 0). Whether the slot exists is the tables' call.
+            #[inline]
+            pub const fn from_raw(raw: u32) -> Option<Self> {
+                let generation = (raw >> SLOT_INDEX_BITS) & GENERATION_MAX;
+                if raw >> 31 != 0 || generation == 0 { None } else { Some(Self(raw)) }
+            }
+
+            /// The raw 31-bit value (what the wire and the C ABI carry).
+            #[inline]
+            pub const fn raw(self) -> u32 {
+                self.0
+            }
+
+            /// The slot index.
+            #[inline]
+            pub const fn index(self) -> u32 {
+                self.0 & (SLOT_INDEX_LIMIT - 1)
+            }
+
+            /// The slot generation this id was issued at.
+            #[inline]
+            pub const fn generation(self) -> u32 {
+                self.0 >> SLOT_INDEX_BITS
+            }
+        }
+
+        impl core::fmt::Display for $name {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                write!(f, "{}#{}.{}", stringify!($name), self.index(), self.generation())
+            }
+        }
+    };
+}
+
+slot_id!(
+    /// A named lock, as returned by `get_lock`.
+    LockId
+);
+slot_id!(
+    /// A `umo_atomic64` object, as returned by object create/get.
+    ObjectId
+);
+
+/// A registered client instance: a random non-zero 31-bit number chosen by the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(transparent)]
+pub struct ClientId(NonZeroU32);
+
+impl ClientId {
+    /// Client ids are below this bound (31 bits, positive as a C `int`).
+    pub const LIMIT: u32 = 1 << 31;
+
+    /// `None` for 0 and for values that do not fit 31 bits.
+    #[inline]
+    pub const fn new(raw: u32) -> Option<Self> {
+        if raw >= Self::LIMIT {
+            return None;
+        }
+        match NonZeroU32::new(raw) {
+            Some(v) => Some(Self(v)),
+            None => None,
+        }
+    }
+
+    /// The raw value.
+    #[inline]
+    pub const fn get(self) -> u32 {
+        self.0.get()
+    }
+}
+
+impl core::fmt::Display for ClientId {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "client {}", self.get())
+    }
+}
+
+/// A fencing token: strictly greater than every token issued before it for the same lock, also
+/// across a server failover (the server epoch is in the high bits). Storage that remembers the
+/// largest token it has seen for a resource can reject a write from a paused ex-holder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[repr(transparent)]
+pub struct FencingToken(pub u64);
+
+impl FencingToken {
+    /// Bits below the epoch.
+    pub const COUNTER_BITS: u32 = 48;
+
+    /// The server epoch this token was issued in (see [`crate::Config::epoch`]).
+    #[inline]
+    pub const fn epoch(self) -> u16 {
+        (self.0 >> Self::COUNTER_BITS) as u16
+    }
+}
+
+/// The three lock kinds. The discriminants are the reference's `dlock_type` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum LockKind {
+    /// Exclusive with expiry.
+    Atomic = 0,
+    /// Reader-writer, no expiry.
+    Rw = 1,
+    /// Fair (FIFO tickets), exclusive or shared, with expiry.
+    Fair = 2,
+}
+
+impl LockKind {
+    /// The kind with this wire value.
+    #[inline]
+    pub const fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(LockKind::Atomic),
+            1 => Some(LockKind::Rw),
+            2 => Some(LockKind::Fair),
+            _ => None,
+        }
+    }
+}
+
+/// Exclusive or shared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// One holder.
+    Exclusive,
+    /// Many holders.
+    Shared,
+}
+
+/// A fair-lock ticket: the exclusive and shared "next ticket" counters at the time the request
+/// was queued. Counters compare modulo 2^16 (see [`crate::word::fair::ticket_before`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Ticket {
+    /// The exclusive counter (`tx`).
+    pub exclusive: u16,
+    /// The shared counter (`ts`).
+    pub shared: u16,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_ids_round_trip_and_are_positive() {
+        let id = LockId::new(51_199, GENERATION_MAX);
+        assert_eq!(id.index(), 51_199);
+        assert_eq!(id.generation(), GENERATION_MAX);
+        assert!((id.raw() as i32) > 0);
+        assert_eq!(LockId::from_raw(id.raw()), Some(id));
+    }
+
+    #[test]
+    fn raw_ids_that_cannot_be_issued_are_refused() {
+        assert_eq!(LockId::from_raw(0), None);
+        assert_eq!(LockId::from_raw(5), None, "generation 0");
+        assert_eq!(LockId::from_raw(u32::MAX), None, "negative as int");
+        assert_eq!(ObjectId::from_raw(1 << 31 | 1 << 20), None);
+    }
+
+    #[test]
+    fn generations_wrap_past_max_to_one() {
+        assert_eq!(next_generation(1), 2);
+        assert_eq!(next_generation(GENERATION_MAX), 1);
+    }
+
+    #[test]
+    fn client_ids_are_31_bit_non_zero() {
+        assert!(ClientId::new(0).is_none());
+        assert!(ClientId::new(1 << 31).is_none());
+        assert_eq!(
+            ClientId::new(0x7FFF_FFFF).map(ClientId::get),
+            Some(0x7FFF_FFFF)
+        );
+    }
+}

@@ -1,0 +1,1 @@
+//! What a storage engine links (filled by the engine-glue issue).

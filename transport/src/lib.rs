@@ -1,0 +1,1 @@
+//! The transport layer of dlock (filled by the runtime issue).
