@@ -11,6 +11,7 @@
 //! Times are a monotonic server tick in milliseconds; expiries are absolute ticks.
 
 pub mod atomic;
+pub mod fair;
 pub mod rw;
 
 use crate::ids::{Mode, Ticket};
