@@ -19,6 +19,7 @@
 
 pub mod config;
 pub mod ids;
+pub mod proto;
 pub mod status;
 pub mod word;
 

@@ -1,0 +1,545 @@
+//! Data messages: lock and object commands, up to [`BATCH_MAX`] per message, one message per
+//! mailbox slot. This is the hot path: decoding validates the whole message once, after which
+//! reading a command is a few loads and cannot fail.
+//!
+//! # Header (16 bytes, same for requests and responses)
+//!
+//! | off | type | field                                                     |
+//! |-----|------|-----------------------------------------------------------|
+//! | 0   | u32  | magic, [`DATA_MAGIC`]                                     |
+//! | 4   | u8   | version                                                   |
+//! | 5   | u8   | `count`, 1..=31; exactly `count` commands follow          |
+//! | 6   | u16  | `message_id`, copied from request to response             |
+//! | 8   | u32  | client id                                                 |
+//! | 12  | u32  | flags: [`FLAG_ALL_OR_NOTHING`](super::FLAG_ALL_OR_NOTHING); other bits must be zero   |
+//!
+//! # Command (32 bytes)
+//!
+//! | off | type | field                                                          |
+//! |-----|------|----------------------------------------------------------------|
+//! | 0   | u8   | kind: 0/1/2 = [`LockKind`], 3 = object ([`OBJECT_KIND`])       |
+//! | 1   | u8   | op: a [`LockOp`] or an [`ObjectOp`]                            |
+//! | 2   | u16  | status: zero in requests, the outcome in responses             |
+//! | 4   | u32  | lock or object id                                              |
+//! | 8   | 24 B | payload                                                        |
+//!
+//! Payloads:
+//!
+//! | message  | kind   | payload                                                       |
+//! |----------|--------|---------------------------------------------------------------|
+//! | request  | lock   | `8 u32 expire_ms \| 12 u16 tx \| 14 u16 ts \| 16 16 reserved`  |
+//! | request  | object | `8 u64 a \| 16 u64 b \| 24 8 reserved`                        |
+//! | response | any    | `8 u128 word \| 24 u64 aux`                                   |
+//!
+//! Reserved bytes must be zero. A response echoes the request's header and each command's
+//! kind, op and id, so the client can match every result to what it asked.
+
+use super::{
+    COMMAND_LEN, DATA_HEADER_LEN, DATA_MAGIC, DecodeError, EncodeError, FLAGS_KNOWN, get_u8,
+    get_u16, get_u32, get_u64, get_u128, put_u8, put_u16, put_u32, put_u64, put_u128, put_zero,
+};
+use crate::config::BATCH_MAX;
+use crate::ids::{LockKind, Mode, Ticket};
+use crate::status::Status;
+
+/// The command kind byte of an object command (lock kinds are 0..=2).
+pub const OBJECT_KIND: u8 = 3;
+
+/// One command's bytes, as a fixed-size array so field reads need no length checks.
+type RawCommand = [u8; COMMAND_LEN];
+
+/// Lock operations, with the reference's op codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum LockOp {
+    /// Take exclusively (fair lock: first attempt, may queue).
+    TryExclusive = 0,
+    /// Release an exclusive grant.
+    UnlockExclusive = 1,
+    /// Extend an exclusive grant.
+    ExtendExclusive = 2,
+    /// Fair lock: retry an exclusive request with the ticket held.
+    TicketExclusive = 3,
+    /// Take shared (fair lock: first attempt, may queue).
+    TryShared = 4,
+    /// Release a shared grant.
+    UnlockShared = 5,
+    /// Extend a shared grant.
+    ExtendShared = 6,
+    /// Fair lock: retry a shared request with the ticket held.
+    TicketShared = 7,
+}
+
+impl LockOp {
+    /// The op with this code.
+    #[inline]
+    pub const fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => LockOp::TryExclusive,
+            1 => LockOp::UnlockExclusive,
+            2 => LockOp::ExtendExclusive,
+            3 => LockOp::TicketExclusive,
+            4 => LockOp::TryShared,
+            5 => LockOp::UnlockShared,
+            6 => LockOp::ExtendShared,
+            7 => LockOp::TicketShared,
+            _ => return None,
+        })
+    }
+
+    /// The mode the op acts in: codes 0..=3 are exclusive, 4..=7 shared.
+    #[inline]
+    pub const fn mode(self) -> Mode {
+        if (self as u8) < 4 {
+            Mode::Exclusive
+        } else {
+            Mode::Shared
+        }
+    }
+}
+
+/// Object operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ObjectOp {
+    /// Fetch-and-add `a`.
+    Faa = 0,
+    /// Compare-and-swap: if the value is `a`, make it `b`.
+    Cas = 1,
+    /// Read the value.
+    Snapshot = 2,
+}
+
+impl ObjectOp {
+    /// The op with this code.
+    #[inline]
+    pub const fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => ObjectOp::Faa,
+            1 => ObjectOp::Cas,
+            2 => ObjectOp::Snapshot,
+            _ => return None,
+        })
+    }
+}
+
+/// A lock command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockCommand {
+    /// The kind the client believes the lock has (the server checks it).
+    pub kind: LockKind,
+    /// The operation.
+    pub op: LockOp,
+    /// The lock id.
+    pub lock: u32,
+    /// Lease asked for, relative (trylock and extend).
+    pub expire_ms: u32,
+    /// Fair lock: the ticket held (ticket retries) or the counters cached (unlock, extend).
+    pub ticket: Ticket,
+}
+
+/// An object command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectCommand {
+    /// The operation.
+    pub op: ObjectOp,
+    /// The object id.
+    pub object: u32,
+    /// FAA: the addend. CAS: the expected value. Snapshot: unused.
+    pub a: u64,
+    /// CAS: the new value. Otherwise unused.
+    pub b: u64,
+}
+
+/// One command of a data request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// On a lock.
+    Lock(LockCommand),
+    /// On an object.
+    Object(ObjectCommand),
+}
+
+impl Command {
+    /// The kind byte on the wire (what a response echoes).
+    #[inline]
+    pub const fn kind_code(self) -> u8 {
+        match self {
+            Command::Lock(c) => c.kind as u8,
+            Command::Object(_) => OBJECT_KIND,
+        }
+    }
+
+    /// The op byte on the wire.
+    #[inline]
+    pub const fn op_code(self) -> u8 {
+        match self {
+            Command::Lock(c) => c.op as u8,
+            Command::Object(c) => c.op as u8,
+        }
+    }
+
+    /// The lock or object id.
+    #[inline]
+    pub const fn id(self) -> u32 {
+        match self {
+            Command::Lock(c) => c.lock,
+            Command::Object(c) => c.object,
+        }
+    }
+}
+
+/// The header of a data request or response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataHeader {
+    /// The negotiated version (checked by the server, not the codec).
+    pub version: u8,
+    /// Commands in the message. Encoders take it from the commands they are given.
+    pub count: u8,
+    /// Chosen by the client, copied into the response.
+    pub message_id: u16,
+    /// The sending client's id.
+    pub client: u32,
+    /// Flag bits, see [`FLAG_ALL_OR_NOTHING`](super::FLAG_ALL_OR_NOTHING).
+    pub flags: u32,
+}
+
+/// The outcome of one command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommandResult {
+    /// The outcome.
+    pub status: Status,
+    /// Locks: the lock word after the operation (also on failure, as in the reference).
+    /// Objects: zero.
+    pub word: u128,
+    /// Locks: the fencing token on a grant, the ticket `tx | ts << 16` on a fair-lock `Eagain`,
+    /// otherwise zero. Objects: the value before the operation (FAA, CAS) or the value read
+    /// (Snapshot); a failed CAS reports the value it found.
+    pub aux: u64,
+}
+
+/// One entry of a data response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataResult {
+    /// The kind byte echoed from the request (validated: 0..=3).
+    pub kind: u8,
+    /// The op byte echoed from the request (validated for the kind).
+    pub op: u8,
+    /// The lock or object id echoed from the request.
+    pub id: u32,
+    /// The outcome.
+    pub result: CommandResult,
+}
+
+/// A validated data request, borrowing the message bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataRequest<'a> {
+    header: DataHeader,
+    /// Every command validated by [`decode_data_request`].
+    commands: &'a [RawCommand],
+}
+
+impl<'a> DataRequest<'a> {
+    /// The header.
+    #[inline]
+    pub const fn header(&self) -> DataHeader {
+        self.header
+    }
+
+    /// Number of commands (1..=31).
+    #[inline]
+    pub const fn len(&self) -> usize {
+        self.commands.len()
+    }
+
+    /// Always false: a decoded request holds at least one command.
+    #[inline]
+    pub const fn is_empty(&self) -> bool {
+        self.commands.is_empty()
+    }
+
+    /// Command `i`.
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()` (a caller bug, like slice indexing).
+    #[inline]
+    pub fn command(&self, i: usize) -> Command {
+        read_command(&self.commands[i])
+    }
+
+    /// The commands in order.
+    #[inline]
+    pub fn commands(&self) -> impl ExactSizeIterator<Item = Command> + 'a {
+        self.commands.iter().map(read_command)
+    }
+}
+
+/// A validated data response, borrowing the message bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataResponse<'a> {
+    header: DataHeader,
+    /// Every result validated by [`decode_data_response`].
+    results: &'a [RawCommand],
+}
+
+impl<'a> DataResponse<'a> {
+    /// The header (echoed from the request).
+    #[inline]
+    pub const fn header(&self) -> DataHeader {
+        self.header
+    }
+
+    /// Number of results (1..=31).
+    #[inline]
+    pub const fn len(&self) -> usize {
+        self.results.len()
+    }
+
+    /// Always false: a decoded response holds at least one result.
+    #[inline]
+    pub const fn is_empty(&self) -> bool {
+        self.results.is_empty()
+    }
+
+    /// Result `i`.
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`.
+    #[inline]
+    pub fn result(&self, i: usize) -> DataResult {
+        read_result(&self.results[i])
+    }
+
+    /// The results in order.
+    #[inline]
+    pub fn results(&self) -> impl ExactSizeIterator<Item = DataResult> + 'a {
+        self.results.iter().map(read_result)
+    }
+}
+
+/// Checks the header and the total length; returns the header and the commands.
+#[inline]
+fn decode_message(buf: &[u8]) -> Result<(DataHeader, &[RawCommand]), DecodeError> {
+    if buf.len() < DATA_HEADER_LEN {
+        return Err(DecodeError::Truncated);
+    }
+    if get_u32(buf, 0)? != DATA_MAGIC {
+        return Err(DecodeError::BadMagic);
+    }
+    let header = DataHeader {
+        version: get_u8(buf, 4)?,
+        count: get_u8(buf, 5)?,
+        message_id: get_u16(buf, 6)?,
+        client: get_u32(buf, 8)?,
+        flags: get_u32(buf, 12)?,
+    };
+    let count = usize::from(header.count);
+    if !(1..=BATCH_MAX).contains(&count) {
+        return Err(DecodeError::BadCount);
+    }
+    if header.flags & !FLAGS_KNOWN != 0 {
+        return Err(DecodeError::BadFlags);
+    }
+    let body = buf.get(DATA_HEADER_LEN..).ok_or(DecodeError::Truncated)?;
+    let (commands, rest) = body.as_chunks::<COMMAND_LEN>();
+    if commands.len() != count || !rest.is_empty() {
+        return Err(DecodeError::BadLength);
+    }
+    Ok((header, commands))
+}
+
+/// Decodes a data request, validating every command so [`DataRequest::command`] cannot fail.
+pub fn decode_data_request(buf: &[u8]) -> Result<DataRequest<'_>, DecodeError> {
+    let (header, commands) = decode_message(buf)?;
+    for c in commands {
+        parse_command(c)?;
+    }
+    Ok(DataRequest { header, commands })
+}
+
+/// Decodes a data response, validating every result so [`DataResponse::result`] cannot fail.
+pub fn decode_data_response(buf: &[u8]) -> Result<DataResponse<'_>, DecodeError> {
+    let (header, results) = decode_message(buf)?;
+    for c in results {
+        parse_result(c)?;
+    }
+    Ok(DataResponse { header, results })
+}
+
+#[inline]
+fn parse_command(c: &RawCommand) -> Result<Command, DecodeError> {
+    let (kind, op, id) = kind_op_id(c);
+    if get_u16(c, 2)? != 0 {
+        // The status field belongs to the response; a request carrying one is malformed.
+        return Err(DecodeError::BadField);
+    }
+    if kind == OBJECT_KIND {
+        let op = ObjectOp::from_u8(op).ok_or(DecodeError::BadOp)?;
+        if get_u64(c, 24)? != 0 {
+            return Err(DecodeError::BadField);
+        }
+        return Ok(Command::Object(ObjectCommand {
+            op,
+            object: id,
+            a: get_u64(c, 8)?,
+            b: get_u64(c, 16)?,
+        }));
+    }
+    let kind = LockKind::from_u8(kind).ok_or(DecodeError::BadKind)?;
+    let op = LockOp::from_u8(op).ok_or(DecodeError::BadOp)?;
+    if get_u128(c, 16)? != 0 {
+        return Err(DecodeError::BadField);
+    }
+    Ok(Command::Lock(LockCommand {
+        kind,
+        op,
+        lock: id,
+        expire_ms: get_u32(c, 8)?,
+        ticket: Ticket {
+            exclusive: get_u16(c, 12)?,
+            shared: get_u16(c, 14)?,
+        },
+    }))
+}
+
+/// Re-reads a command [`decode_data_request`] has validated.
+#[inline]
+fn read_command(c: &RawCommand) -> Command {
+    match parse_command(c) {
+        Ok(command) => command,
+        // A `DataRequest` is only built from validated commands, so this is a bug, not input.
+        Err(e) => unreachable!("data command validated at decode failed to parse: {e}"),
+    }
+}
+
+#[inline]
+fn parse_result(c: &RawCommand) -> Result<DataResult, DecodeError> {
+    let (kind, op, id) = kind_op_id(c);
+    if kind == OBJECT_KIND {
+        ObjectOp::from_u8(op).ok_or(DecodeError::BadOp)?;
+    } else {
+        LockKind::from_u8(kind).ok_or(DecodeError::BadKind)?;
+        LockOp::from_u8(op).ok_or(DecodeError::BadOp)?;
+    }
+    let status = Status::from_code(get_u16(c, 2)?).ok_or(DecodeError::BadField)?;
+    Ok(DataResult {
+        kind,
+        op,
+        id,
+        result: CommandResult {
+            status,
+            word: get_u128(c, 8)?,
+            aux: get_u64(c, 24)?,
+        },
+    })
+}
+
+/// Re-reads a result [`decode_data_response`] has validated.
+#[inline]
+fn read_result(c: &RawCommand) -> DataResult {
+    match parse_result(c) {
+        Ok(result) => result,
+        Err(e) => unreachable!("data result validated at decode failed to parse: {e}"),
+    }
+}
+
+/// The kind, op and id of a command (bytes 0, 1 and 4..8), read by pattern so no index can
+/// be out of range.
+#[inline]
+fn kind_op_id(c: &RawCommand) -> (u8, u8, u32) {
+    let [kind, op, _, _, i0, i1, i2, i3, ..] = *c;
+    (kind, op, u32::from_le_bytes([i0, i1, i2, i3]))
+}
+
+/// Writes the header for `count` commands and returns the message length.
+#[inline]
+fn put_message_header(
+    out: &mut [u8],
+    header: &DataHeader,
+    count: usize,
+) -> Result<usize, EncodeError> {
+    if !(1..=BATCH_MAX).contains(&count) || header.flags & !FLAGS_KNOWN != 0 {
+        return Err(EncodeError::Invalid);
+    }
+    let total_len = DATA_HEADER_LEN + count * COMMAND_LEN;
+    if out.len() < total_len {
+        return Err(EncodeError::BufferTooSmall);
+    }
+    put_u32(out, 0, DATA_MAGIC)?;
+    put_u8(out, 4, header.version)?;
+    put_u8(
+        out,
+        5,
+        u8::try_from(count).map_err(|_| EncodeError::Invalid)?,
+    )?;
+    put_u16(out, 6, header.message_id)?;
+    put_u32(out, 8, header.client)?;
+    put_u32(out, 12, header.flags)?;
+    Ok(total_len)
+}
+
+/// The `i`-th command slot of a message being written.
+#[inline]
+fn command_slot(out: &mut [u8], i: usize) -> Result<&mut [u8], EncodeError> {
+    let off = DATA_HEADER_LEN + i * COMMAND_LEN;
+    out.get_mut(off..off + COMMAND_LEN)
+        .ok_or(EncodeError::BufferTooSmall)
+}
+
+/// Encodes a data request; the count is `commands.len()` (1..=31, else `Invalid`) and
+/// `header.count` is ignored.
+pub fn encode_data_request(
+    header: &DataHeader,
+    commands: &[Command],
+    out: &mut [u8],
+) -> Result<usize, EncodeError> {
+    let total_len = put_message_header(out, header, commands.len())?;
+    for (i, command) in commands.iter().enumerate() {
+        let c = command_slot(out, i)?;
+        put_u8(c, 0, command.kind_code())?;
+        put_u8(c, 1, command.op_code())?;
+        put_u16(c, 2, 0)?;
+        put_u32(c, 4, command.id())?;
+        match *command {
+            Command::Lock(l) => {
+                put_u32(c, 8, l.expire_ms)?;
+                put_u16(c, 12, l.ticket.exclusive)?;
+                put_u16(c, 14, l.ticket.shared)?;
+                put_zero(c, 16, 16)?;
+            }
+            Command::Object(o) => {
+                put_u64(c, 8, o.a)?;
+                put_u64(c, 16, o.b)?;
+                put_zero(c, 24, 8)?;
+            }
+        }
+    }
+    Ok(total_len)
+}
+
+/// Encodes the response to `req`: its header and each command's kind, op and id echoed, with
+/// `results[i]` as the outcome of command `i`. `Invalid` unless there is one result per
+/// command.
+pub fn encode_data_response(
+    req: &DataRequest<'_>,
+    results: &[CommandResult],
+    out: &mut [u8],
+) -> Result<usize, EncodeError> {
+    if results.len() != req.len() {
+        return Err(EncodeError::Invalid);
+    }
+    let total_len = put_message_header(out, &req.header, results.len())?;
+    for (i, (raw, result)) in req.commands.iter().zip(results).enumerate() {
+        let (kind, op, id) = kind_op_id(raw);
+        let c = command_slot(out, i)?;
+        put_u8(c, 0, kind)?;
+        put_u8(c, 1, op)?;
+        put_u16(c, 2, result.status as u16)?;
+        put_u32(c, 4, id)?;
+        put_u128(c, 8, result.word)?;
+        put_u64(c, 24, result.aux)?;
+    }
+    Ok(total_len)
+}
