@@ -6,6 +6,7 @@
 
 use crate::ids::SLOT_INDEX_LIMIT;
 use crate::status::Status;
+use crate::table::Layout;
 
 /// Commands in one data message, keys in one control batch (`MAX_LOCK_BATCH_SIZE`).
 pub const BATCH_MAX: usize = 31;
@@ -88,6 +89,12 @@ impl Config {
         }
         None
     }
+
+    /// The exact number of bytes the region must have for these capacities.
+    pub fn region_size(&self) -> Result<usize, Status> {
+        self.validate()?;
+        Ok(Layout::new(self).total)
+    }
 }
 
 impl Default for Config {
@@ -139,6 +146,7 @@ mod tests {
         ] {
             assert_eq!(bad.validate(), Err(Status::Einval), "{bad:?}");
             assert!(bad.invalid_field().is_some());
+            assert_eq!(bad.region_size(), Err(Status::Einval));
         }
     }
 }

@@ -20,7 +20,9 @@
 pub mod config;
 pub mod ids;
 pub mod proto;
+pub mod server;
 pub mod status;
+pub mod table;
 pub mod word;
 
 pub use config::Config;

@@ -1,1 +1,9 @@
-//! The transport layer of dlock (filled by the runtime issue).
+//! `dlock-transport`: everything of dlock that does I/O.
+//!
+//! Today it owns the region — the one memory mapping that holds a server's tables. The runtime
+//! (poll-loop threads), the shared-memory, TCP and RDMA transports, the thin client and the
+//! `dlock` binary build on it.
+
+pub mod region;
+
+pub use region::Region;

@@ -66,7 +66,7 @@
 //! # Weaknesses kept from the reference
 //!
 //! The word behaves exactly as the reference's, including these; the server, which knows which
-//! client holds which ticket, is the place to guard them.
+//! client holds which ticket, guards them (`server/data.rs` says how).
 //! - A ticket that was never issued (`tx` after `mx`) is not refused. A late retry with one
 //!   moves `nx` past `mx`, after which every first attempt fails as "queue full". The server
 //!   should accept only tickets it handed to that client.

@@ -1,0 +1,283 @@
+//! Client registration, liveness and cleanup (control path).
+//!
+//! A client is registered with a random non-zero 31-bit id and a lease. Any request renews the
+//! lease; a client silent for longer is declared dead by [`Server::tick`] and everything it held
+//! — lock grants of every kind (RW too, unlike the reference), tickets, lock references, object
+//! references and object ownership — is released, exactly as a graceful `client_deinit` does. A
+//! client whose connection the transport reports lost is marked abnormal: it keeps its locks
+//! until its lease ends or it re-registers, and it is the first evicted when the table is full
+//! (the reference's eviction rule).
+
+use super::{Counter, Server, client_tag, past, splitmix64};
+use crate::config::Config;
+use crate::ids::{ClientId, LockId, LockKind, Mode, Ticket};
+use crate::status::Status;
+use crate::table::{ClientEntry, ClientState, Hold};
+use crate::word::{atomic, fair, rw};
+
+/// How often a fresh random id may collide before registration gives up (the chance of even
+/// one collision among 2^31 ids is below 1 in 2 million per attempt at 1,000 clients).
+const ID_ATTEMPTS_MAX: u32 = 16;
+
+impl<'r> Server<'r> {
+    /// Registers a new client (`client_init`) that speaks protocol `version` and asked for
+    /// `lease_ms` (0 = the server's default). Evicts an abnormal client if the table is full.
+    pub fn client_init(
+        &mut self,
+        version: u8,
+        lease_ms: u32,
+        now_ms: u64,
+    ) -> Result<ClientId, Status> {
+        self.stats.bump(Counter::ControlRequests);
+        if self.recovering > 0 {
+            return Err(self.refuse(Status::NotReady));
+        }
+        let id = self.fresh_client_id().ok_or(Status::ServerNoResource)?;
+        self.register(id, ClientState::Active, version, lease_ms, now_ms)?;
+        Ok(id)
+    }
+
+    /// Re-registers client `raw` after a lost connection or a server failover (`client_reinit`).
+    ///
+    /// On a serving server the entry must still exist (else `ClientRemovedByServer`: the lease
+    /// ran out and its locks are gone); its abnormal mark is cleared. On a recovering server the
+    /// entry is created with the old id in the recovering state, ready for `update_lock` claims.
+    pub fn client_reinit(
+        &mut self,
+        raw: u32,
+        version: u8,
+        lease_ms: u32,
+        now_ms: u64,
+    ) -> Result<ClientId, Status> {
+        self.stats.bump(Counter::ControlRequests);
+        let id = ClientId::new(raw).ok_or_else(|| self.refuse(Status::Einval))?;
+        if let Some(slot) = self.client_slot(raw) {
+            let c = &mut self.t.clients[slot as usize];
+            c.last_seen_ms = now_ms;
+            c.version = version;
+            if c.client_state() == ClientState::Abnormal {
+                c.state = ClientState::Active as u8;
+            }
+            return Ok(id);
+        }
+        if self.recovering == 0 {
+            return Err(self.refuse(Status::ClientRemovedByServer));
+        }
+        self.register(id, ClientState::Recovering, version, lease_ms, now_ms)?;
+        Ok(id)
+    }
+
+    /// The client finished re-syncing (`client_reinit_done`). When the last expected client is
+    /// done, the server starts serving.
+    pub fn reinit_done(&mut self, raw: u32, now_ms: u64) -> Result<(), Status> {
+        self.stats.bump(Counter::ControlRequests);
+        let slot = self
+            .client_slot(raw)
+            .ok_or_else(|| self.refuse(Status::ClientNotInit))?;
+        let c = &mut self.t.clients[slot as usize];
+        c.last_seen_ms = now_ms;
+        if c.client_state() == ClientState::Recovering {
+            c.state = ClientState::Active as u8;
+            self.recovering = self.recovering.saturating_sub(1);
+        }
+        Ok(())
+    }
+
+    /// Graceful exit (`client_deinit`): releases everything the client held and frees its entry
+    /// (the reference leaks the client's references until restart).
+    pub fn client_deinit(&mut self, raw: u32, now_ms: u64) -> Result<(), Status> {
+        self.stats.bump(Counter::ControlRequests);
+        let slot = self
+            .client_slot(raw)
+            .ok_or_else(|| self.refuse(Status::ClientNotInit))?;
+        self.remove_client(slot, now_ms);
+        self.stats.bump(Counter::ClientsDeinit);
+        Ok(())
+    }
+
+    /// A heartbeat: renews the lease.
+    pub fn heartbeat(&mut self, raw: u32, now_ms: u64) -> Result<(), Status> {
+        self.stats.bump(Counter::ControlRequests);
+        self.serving_client(raw, now_ms)
+            .map(drop)
+            .map_err(|s| self.refuse(s))
+    }
+
+    /// The transport lost the client's connection: mark it abnormal (its locks stay held until
+    /// its lease ends or it re-registers).
+    pub fn client_disconnected(&mut self, raw: u32) {
+        if let Some(slot) = self.client_slot(raw) {
+            let c = &mut self.t.clients[slot as usize];
+            if c.client_state() == ClientState::Active {
+                c.state = ClientState::Abnormal as u8;
+            }
+        }
+    }
+
+    /// Declares dead every client whose lease has run out and releases what it held. Call it
+    /// periodically (every few hundred milliseconds is plenty); returns how many died.
+    pub fn tick(&mut self, now_ms: u64) -> u32 {
+        let mut died = 0;
+        for slot in 0..self.t.client_free.high_water() {
+            let c = self.t.clients[slot as usize];
+            if c.client_state() == ClientState::Free {
+                continue;
+            }
+            if past(now_ms, c.last_seen_ms.saturating_add(c.lease_ms as u64)) {
+                if c.client_state() == ClientState::Recovering {
+                    // It will not finish recovery: stop waiting for it (the reference waits
+                    // forever).
+                    self.recovering = self.recovering.saturating_sub(1);
+                }
+                self.remove_client(slot, now_ms);
+                self.stats.bump(Counter::ClientsExpired);
+                died += 1;
+            }
+        }
+        died
+    }
+
+    /// Whether client `raw` is registered (in any state).
+    pub fn is_registered(&self, raw: u32) -> bool {
+        self.client_slot(raw).is_some()
+    }
+
+    /// Counts a refusal and hands the status back.
+    #[inline]
+    pub(super) fn refuse(&mut self, s: Status) -> Status {
+        self.stats.count_status(s);
+        s
+    }
+
+    fn register(
+        &mut self,
+        id: ClientId,
+        state: ClientState,
+        version: u8,
+        lease_ms: u32,
+        now_ms: u64,
+    ) -> Result<u32, Status> {
+        let slot = match self.t.client_free.pop() {
+            Some(s) => s,
+            None => self
+                .evict_abnormal(now_ms)
+                .ok_or_else(|| self.refuse(Status::ServerNoResource))?,
+        };
+        let lease_ms = match lease_ms {
+            0 => self.cfg.client_lease_ms,
+            l => l.max(Config::CLIENT_LEASE_MIN_MS),
+        };
+        self.t.clients[slot as usize] = ClientEntry {
+            id: id.get(),
+            state: state as u8,
+            version,
+            lease_ms,
+            last_seen_ms: now_ms,
+            ..ClientEntry::default()
+        };
+        self.t.client_index.insert(client_tag(id), slot);
+        self.stats.bump(Counter::ClientsRegistered);
+        Ok(slot)
+    }
+
+    /// Frees the first abnormal client's entry (releasing what it held) and returns its slot.
+    fn evict_abnormal(&mut self, now_ms: u64) -> Option<u32> {
+        let slot = (0..self.t.client_free.high_water())
+            .find(|&s| self.t.clients[s as usize].client_state() == ClientState::Abnormal)?;
+        self.remove_client(slot, now_ms);
+        self.stats.bump(Counter::ClientsEvicted);
+        self.t.client_free.pop()
+    }
+
+    fn fresh_client_id(&mut self) -> Option<ClientId> {
+        for _ in 0..ID_ATTEMPTS_MAX {
+            let raw = (splitmix64(&mut self.rng) >> 33) as u32; // 31 bits
+            if let Some(id) = ClientId::new(raw)
+                && self.client_slot(raw).is_none()
+            {
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    /// Releases everything client `slot` held and frees its entry.
+    pub(super) fn remove_client(&mut self, slot: u32, now_ms: u64) {
+        let entry = self.t.clients[slot as usize];
+        let Some(me) = ClientId::new(entry.id) else {
+            return;
+        };
+        self.release_all_holds(slot, me, now_ms);
+        self.release_all_lock_refs(slot);
+        self.release_all_objects(slot, me, now_ms);
+        self.t.client_index.remove(client_tag(me), slot);
+        self.t.clients[slot as usize] = ClientEntry::default();
+        self.t.client_free.push(slot);
+    }
+
+    /// Gives up every grant and ticket of client `slot`, as the client itself would by
+    /// unlocking.
+    fn release_all_holds(&mut self, slot: u32, me: ClientId, now_ms: u64) {
+        let mut from = 0;
+        while let Some((lock, bits)) = self.t.lock_holds.next_in_row(slot, from) {
+            from = lock + 1;
+            self.t.lock_holds.set(slot, lock, Hold::None as u8);
+            let kind = crate::table::SlotState(self.t.lock_meta[lock as usize].state).kind();
+            let cell = &mut self.t.lock_cells[lock as usize];
+            match (kind, Hold::from_bits(bits)) {
+                (_, Hold::None | Hold::Ticketed) => {}
+                (LockKind::Atomic, _) => {
+                    let o = atomic::unlock(atomic::AtomicWord::from_bits(cell.word), me);
+                    cell.word = o.state.into_bits();
+                }
+                (LockKind::Rw, Hold::Exclusive) => {
+                    let o = rw::unlock_exclusive(rw::RwWord::from_bits(cell.word), me);
+                    cell.word = o.state.into_bits();
+                }
+                (LockKind::Rw, Hold::Shared) => {
+                    let o = rw::unlock_shared(rw::RwWord::from_bits(cell.word), true);
+                    cell.word = o.state.into_bits();
+                }
+                (LockKind::Fair, hold) => {
+                    let s = fair::FairLock {
+                        word: fair::FairWord::from_bits(cell.word),
+                        owner: cell.ext,
+                    };
+                    // A live grant is always at the serving ticket: exclusive at (nx, ns), shared
+                    // at nx with a shared ticket that was not voided (preemptions clear the holds
+                    // they void, so `rms` is a ticket that is never "passed").
+                    let (mode, ticket) = match hold {
+                        Hold::Exclusive => (
+                            Mode::Exclusive,
+                            Ticket {
+                                exclusive: s.word.nx(),
+                                shared: s.word.ns(),
+                            },
+                        ),
+                        _ => (
+                            Mode::Shared,
+                            Ticket {
+                                exclusive: s.word.nx(),
+                                shared: s.word.rms(),
+                            },
+                        ),
+                    };
+                    let o = fair::unlock(s, me, mode, ticket, now_ms);
+                    cell.word = o.state.word.into_bits();
+                    cell.ext = o.state.owner;
+                }
+            }
+        }
+    }
+
+    /// Drops every lock reference of client `slot`, freeing locks nobody references any more.
+    fn release_all_lock_refs(&mut self, slot: u32) {
+        let mut from = 0;
+        while let Some((lock, _)) = self.t.lock_refs.next_in_row(slot, from) {
+            from = lock + 1;
+            let meta = self.t.lock_meta[lock as usize];
+            let id = LockId::new(lock, crate::table::SlotState(meta.state).generation());
+            self.drop_lock_ref(slot, id);
+        }
+    }
+}

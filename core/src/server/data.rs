@@ -1,0 +1,492 @@
+//! Lock and object commands (the data path): the hot loop of the server.
+//!
+//! A data message carries 1–31 commands from one client. The client is resolved once per
+//! message; each command is then checked against the slot it names — live, same generation,
+//! referenced by this client, of the kind the command says — before its lock word is loaded, the
+//! pure transition of `crate::word` applied, and the word stored back. Nothing here allocates,
+//! loops over more than the message, or trusts an offset from the client.
+//!
+//! The fair lock keeps the reference's word exactly (see `crate::word::fair`); the weaknesses
+//! its module doc lists are guarded here, where the server knows what each client holds: a
+//! ticket retry needs a ticket this client was given (the holds record) that the lock really
+//! issued; a writer is never granted while `rcnt` counts readers; and after a timeout
+//! preemption every other client's grant record on that lock is forgotten, so a displaced reader
+//! cannot unlock (and count down) the preemptor's grant.
+//!
+//! With `FLAG_ALL_OR_NOTHING` a message is a unit: if any command does not end holding what it
+//! asked for, every lock command of the message is undone (words, holds and fences restored
+//! from a copy taken before each command) so nothing stays held. The data path runs one message
+//! at a time, so nobody can observe the intermediate state and the undo is exact. The failing
+//! commands keep their own status; the undone ones report `Eagain` ("nothing held, try again").
+
+use core::sync::atomic::Ordering;
+
+use super::{Counter, Server};
+use crate::config::BATCH_MAX;
+use crate::ids::{ClientId, LockKind, Mode, ObjectId, Ticket};
+use crate::proto::{
+    Command, CommandResult, FLAG_ALL_OR_NOTHING, LockCommand, LockOp, ObjectCommand, ObjectOp,
+};
+use crate::status::Status;
+use crate::table::{Hold, LockCell, SlotState};
+use crate::word::{Effect, Outcome, atomic, fair, rw};
+
+/// A transition's result in the slot's own terms (word and fair-lock owner).
+struct Step {
+    word: u128,
+    ext: u32,
+    status: Status,
+    effect: Effect,
+    /// The fair-lock ticket this request was served under, reported back in the word.
+    ticket: Option<Ticket>,
+}
+
+impl Step {
+    fn from_word<W: Into<u128>>(o: Outcome<W>) -> impl FnOnce(u32) -> Step {
+        move |ext| Step {
+            word: o.state.into(),
+            ext,
+            status: o.status,
+            effect: o.effect,
+            ticket: None,
+        }
+    }
+
+    fn refused(cell: &LockCell, status: Status) -> Step {
+        Step {
+            word: cell.word,
+            ext: cell.ext,
+            status,
+            effect: Effect::None,
+            ticket: None,
+        }
+    }
+}
+
+/// A copy of one lock slot's state for this client, taken before a command of an
+/// all-or-nothing message touched it.
+#[derive(Clone, Copy, Default)]
+struct Undo {
+    lock: u32,
+    cell: LockCell,
+    hold: u8,
+}
+
+/// Per-message scratch: undo records and fair locks whose other holders were preempted.
+struct Scratch {
+    undo: [Undo; BATCH_MAX],
+    undo_len: usize,
+    preempted: [u32; BATCH_MAX],
+    preempted_len: usize,
+}
+
+#[inline]
+const fn result(status: Status) -> CommandResult {
+    CommandResult {
+        status,
+        word: 0,
+        aux: 0,
+    }
+}
+
+/// Whether a command of an all-or-nothing message ended holding what it asked for.
+#[inline]
+fn holds_what_it_asked(r: &CommandResult) -> bool {
+    matches!(r.status, Status::Success | Status::AlreadyLocked)
+}
+
+impl<'r> Server<'r> {
+    /// Executes one data message from client `raw_client`: `commands` in order, results into
+    /// `results[..commands.len()]`. A message from an unknown client or during recovery gets the
+    /// same status for every command. `Err(Einval)` (and nothing executed) for an empty message,
+    /// more than 31 commands, or a `results` slice too short.
+    pub fn execute_message(
+        &mut self,
+        raw_client: u32,
+        flags: u32,
+        commands: &[Command],
+        results: &mut [CommandResult],
+        now_ms: u64,
+    ) -> Result<(), Status> {
+        let n = commands.len();
+        if n == 0 || n > BATCH_MAX || results.len() < n {
+            return Err(self.refuse(Status::Einval));
+        }
+        self.stats.bump(Counter::DataMessages);
+        self.stats.add(Counter::DataCommands, n as u64);
+        let all_or_nothing = flags & FLAG_ALL_OR_NOTHING != 0;
+        let slot = match self.serving_client(raw_client, now_ms) {
+            // Object commands cannot be undone (clients change cells one-sided), so they have
+            // no place in an all-or-nothing message.
+            Ok(_) if all_or_nothing && commands.iter().any(|c| matches!(c, Command::Object(_))) => {
+                Err(Status::Einval)
+            }
+            other => other,
+        };
+        let slot = match slot {
+            Ok(slot) => slot,
+            Err(s) => {
+                for r in &mut results[..n] {
+                    *r = result(self.refuse(s));
+                }
+                return Ok(());
+            }
+        };
+        // `serving_client` found the id registered, so it is a valid id.
+        let Some(me) = ClientId::new(raw_client) else {
+            return Err(Status::ClientNotInit);
+        };
+        if all_or_nothing {
+            self.execute_all_or_nothing(slot, me, commands, &mut results[..n], now_ms);
+            return Ok(());
+        }
+        for (cmd, r) in commands.iter().zip(results.iter_mut()) {
+            *r = match cmd {
+                Command::Lock(c) => {
+                    let (r, preempted) = self.lock_command(slot, me, c, now_ms);
+                    if preempted {
+                        self.forget_preempted_holders(c.lock, slot);
+                    }
+                    r
+                }
+                Command::Object(o) => self.object_command(slot, o),
+            };
+        }
+        Ok(())
+    }
+
+    /// The all-or-nothing variant: every lock command's slot is copied before it runs, and if
+    /// any command does not end holding what it asked for, the copies are written back.
+    #[cold]
+    fn execute_all_or_nothing(
+        &mut self,
+        slot: u32,
+        me: ClientId,
+        commands: &[Command],
+        results: &mut [CommandResult],
+        now_ms: u64,
+    ) {
+        let mut s = Scratch {
+            undo: [Undo::default(); BATCH_MAX],
+            undo_len: 0,
+            preempted: [0; BATCH_MAX],
+            preempted_len: 0,
+        };
+        for (cmd, r) in commands.iter().zip(results.iter_mut()) {
+            // Object commands were refused before we got here.
+            let Command::Lock(c) = cmd else { continue };
+            self.record_undo(slot, c.lock, &mut s);
+            let (out, preempted) = self.lock_command(slot, me, c, now_ms);
+            if preempted {
+                s.preempted[s.preempted_len] = c.lock;
+                s.preempted_len += 1;
+            }
+            *r = out;
+        }
+        if !results.iter().all(holds_what_it_asked) {
+            self.roll_back(slot, &mut s, results);
+        }
+        for &lock in &s.preempted[..s.preempted_len] {
+            self.forget_preempted_holders(lock, slot);
+        }
+    }
+
+    fn record_undo(&self, slot: u32, raw_lock: u32, s: &mut Scratch) {
+        if let Ok(id) = self.referenced_lock(slot, raw_lock) {
+            let lock = id.index();
+            s.undo[s.undo_len] = Undo {
+                lock,
+                cell: self.t.lock_cells[lock as usize],
+                hold: self.t.lock_holds.get(slot, lock),
+            };
+            s.undo_len += 1;
+        }
+    }
+
+    /// Restores every slot the message changed, newest first, and reports the undone commands.
+    fn roll_back(&mut self, slot: u32, s: &mut Scratch, results: &mut [CommandResult]) {
+        for u in s.undo[..s.undo_len].iter().rev() {
+            self.t.lock_cells[u.lock as usize] = u.cell;
+            self.t.lock_holds.set(slot, u.lock, u.hold);
+        }
+        // Nobody was displaced after all.
+        s.preempted_len = 0;
+        for r in results {
+            if holds_what_it_asked(r) {
+                *r = result(Status::Eagain);
+            }
+        }
+    }
+
+    /// One lock command; the flag says a fair-lock grant preempted other holders, whose
+    /// records the caller must forget (see `forget_preempted_holders`).
+    ///
+    /// Deliberately not `#[inline]`: compiled here, it inlines the lock-word accessors that
+    /// `bitfield-struct` generates without `#[inline]`, which a caller in another crate could not.
+    fn lock_command(
+        &mut self,
+        slot: u32,
+        me: ClientId,
+        c: &LockCommand,
+        now_ms: u64,
+    ) -> (CommandResult, bool) {
+        let (id, state) = match self.referenced_lock_state(slot, c.lock) {
+            Ok(found) => found,
+            Err(s) => return (result(self.refuse(s)), false),
+        };
+        let lock = id.index();
+        if state.kind() != c.kind {
+            return (result(self.refuse(Status::Einval)), false);
+        }
+        let hold = self.current_hold(slot, me, lock);
+        let cell = self.t.lock_cells[lock as usize];
+        let step = match c.kind {
+            LockKind::Atomic => atomic_step(&cell, me, c, now_ms),
+            LockKind::Rw => rw_step(&cell, me, c, hold, now_ms),
+            LockKind::Fair => fair_step(&cell, me, c, hold, now_ms),
+        };
+        let cell = &mut self.t.lock_cells[lock as usize];
+        cell.word = step.word;
+        cell.ext = step.ext;
+        let mut word = step.word;
+        if let Some(t) = step.ticket {
+            // The caller learns its ticket from the reply word, as the reference patches it.
+            word = fair::FairWord::from_bits(word)
+                .with_mx(t.exclusive)
+                .with_ms(t.shared)
+                .into_bits();
+        }
+        let mut fair_preempted = false;
+        let aux = match step.effect {
+            Effect::Granted { mode, preempted } => {
+                let token = self.issue_token();
+                self.t.lock_cells[lock as usize].fence = token.0;
+                let h = if mode == Mode::Exclusive {
+                    Hold::Exclusive
+                } else {
+                    Hold::Shared
+                };
+                self.t.lock_holds.set(slot, lock, h as u8);
+                self.stats.bump(Counter::Grants);
+                if preempted {
+                    self.stats.bump(Counter::Preemptions);
+                    fair_preempted = c.kind == LockKind::Fair;
+                }
+                token.0
+            }
+            Effect::Queued(t) => {
+                self.t.lock_holds.set(slot, lock, Hold::Ticketed as u8);
+                t.exclusive as u64 | (t.shared as u64) << 16
+            }
+            Effect::Released(_) => {
+                self.t.lock_holds.set(slot, lock, Hold::None as u8);
+                cell.fence
+            }
+            Effect::Extended => cell.fence,
+            Effect::None => {
+                // A refused ticket retry means the ticket was passed: it is void.
+                if matches!(c.op, LockOp::TicketExclusive | LockOp::TicketShared)
+                    && step.status == Status::Fail
+                {
+                    self.t.lock_holds.set(slot, lock, Hold::None as u8);
+                }
+                0
+            }
+        };
+        let status = self.refuse(step.status);
+        (CommandResult { status, word, aux }, fair_preempted)
+    }
+
+    /// After a fair-lock timeout preemption by client `slot`, no other client holds a grant on
+    /// `raw_lock` any more; forget their records so cleanup and `release_lock` see the truth.
+    #[cold]
+    fn forget_preempted_holders(&mut self, raw_lock: u32, slot: u32) {
+        let Some(id) = crate::ids::LockId::from_raw(raw_lock) else {
+            return;
+        };
+        let lock = id.index();
+        for other in 0..self.t.client_free.high_water() {
+            if other != slot
+                && matches!(
+                    Hold::from_bits(self.t.lock_holds.get(other, lock)),
+                    Hold::Exclusive | Hold::Shared
+                )
+            {
+                self.t.lock_holds.set(other, lock, Hold::None as u8);
+            }
+        }
+    }
+
+    /// One object command: FAA, CAS or snapshot on a cell the client has a reference to.
+    fn object_command(&mut self, slot: u32, o: &ObjectCommand) -> CommandResult {
+        let Some(index) = self.referenced_object(slot, o.object) else {
+            return result(self.refuse(Status::ObjectNotGet));
+        };
+        let cell = &self.t.object_cells[index as usize];
+        // Orderings: a cell is a self-contained counter, and single-location read-modify-writes
+        // are totally ordered whatever the ordering, which is all XID/CSN uniqueness needs.
+        // AcqRel/Acquire (free on x86) additionally let a shared-memory client use a cell to
+        // publish other memory of its own, as it could with a local atomic.
+        let (status, aux) = match o.op {
+            ObjectOp::Faa => (Status::Success, cell.fetch_add(o.a, Ordering::AcqRel)),
+            ObjectOp::Cas => {
+                match cell.compare_exchange(o.a, o.b, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(old) => (Status::Success, old),
+                    Err(seen) => (self.refuse(Status::ObjectCasFailed), seen),
+                }
+            }
+            ObjectOp::Snapshot => (Status::Success, cell.load(Ordering::Acquire)),
+        };
+        CommandResult {
+            status,
+            word: 0,
+            aux,
+        }
+    }
+
+    /// The cell index of object `raw` if it is live at the id's generation and client `slot`
+    /// holds a reference to it.
+    #[inline]
+    pub(super) fn referenced_object(&self, slot: u32, raw: u32) -> Option<u32> {
+        let id = ObjectId::from_raw(raw)?;
+        let index = id.index();
+        if index >= self.cfg.objects_max {
+            return None;
+        }
+        let state = SlotState(self.t.object_meta[index as usize].state);
+        (state.is_live()
+            && state.generation() == id.generation()
+            && self.t.object_refs.get(slot, index) != 0)
+            .then_some(index)
+    }
+}
+
+#[inline]
+fn atomic_step(cell: &LockCell, me: ClientId, c: &LockCommand, now_ms: u64) -> Step {
+    let w = atomic::AtomicWord::from_bits(cell.word);
+    let o = match c.op {
+        // A lock that expires the moment it is taken is a client bug, not a request.
+        LockOp::TryExclusive if c.expire_ms == 0 => return Step::refused(cell, Status::Einval),
+        LockOp::TryExclusive => atomic::try_lock(w, me, c.expire_ms, now_ms),
+        LockOp::UnlockExclusive => atomic::unlock(w, me),
+        LockOp::ExtendExclusive => atomic::extend(w, me, c.expire_ms, now_ms),
+        _ => return Step::refused(cell, Status::Einval),
+    };
+    Step::from_word(o)(0)
+}
+
+#[inline]
+fn rw_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms: u64) -> Step {
+    let w = rw::RwWord::from_bits(cell.word);
+    let reader = hold == Hold::Shared;
+    let o = match c.op {
+        LockOp::TryExclusive => rw::try_exclusive(w, me, now_ms),
+        LockOp::UnlockExclusive => rw::unlock_exclusive(w, me),
+        LockOp::TryShared => rw::try_shared(w, reader, now_ms),
+        LockOp::UnlockShared => rw::unlock_shared(w, reader),
+        LockOp::ExtendExclusive | LockOp::ExtendShared => rw::extend(w),
+        LockOp::TicketExclusive | LockOp::TicketShared => {
+            return Step::refused(cell, Status::Einval);
+        }
+    };
+    Step::from_word(o)(0)
+}
+
+#[inline]
+fn fair_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms: u64) -> Step {
+    let s = fair::FairLock {
+        word: fair::FairWord::from_bits(cell.word),
+        owner: cell.ext,
+    };
+    let mode = c.op.mode();
+    let holds_mode = matches!(
+        (hold, mode),
+        (Hold::Exclusive, Mode::Exclusive) | (Hold::Shared, Mode::Shared)
+    );
+    let (o, ticket) = match c.op {
+        LockOp::TryExclusive | LockOp::TryShared => match hold {
+            Hold::None if c.expire_ms == 0 => return Step::refused(cell, Status::Einval),
+            Hold::None => {
+                let first = Ticket {
+                    exclusive: s.word.mx(),
+                    shared: s.word.ms(),
+                };
+                (
+                    fair::try_lock(s, me, mode, c.expire_ms, now_ms),
+                    Some(first),
+                )
+            }
+            // Queued already: the client must retry with its ticket.
+            Hold::Ticketed => return Step::refused(cell, Status::Eticket),
+            // Holds it already (re-entry is counted by the client, which sends an extend).
+            Hold::Exclusive | Hold::Shared => return Step::refused(cell, Status::AlreadyLocked),
+        },
+        LockOp::TicketExclusive | LockOp::TicketShared if hold != Hold::Ticketed => {
+            return Step::refused(cell, Status::Einval);
+        }
+        LockOp::TicketExclusive | LockOp::TicketShared => {
+            // Guard 1: a ticket the lock never issued (beyond `mx`/`ms`) would move `nx` past
+            // `mx` on a late retry and wedge the queue; it is void.
+            let issued = match mode {
+                Mode::Exclusive => fair::ticket_before(c.ticket.exclusive, s.word.mx()),
+                Mode::Shared => fair::ticket_before(c.ticket.shared, s.word.ms()),
+            };
+            if !issued {
+                return Step::refused(cell, Status::Fail);
+            }
+            (
+                fair::try_ticket(s, me, mode, c.ticket, c.expire_ms, now_ms),
+                Some(c.ticket),
+            )
+        }
+        // Unlocking while queued abandons the ticket (the reference only forgets it locally).
+        LockOp::UnlockExclusive | LockOp::UnlockShared if hold == Hold::Ticketed => {
+            (Outcome::ok(s, Effect::Released(mode)), None)
+        }
+        LockOp::UnlockExclusive | LockOp::UnlockShared if holds_mode => {
+            (fair::unlock(s, me, mode, c.ticket, now_ms), None)
+        }
+        LockOp::ExtendExclusive | LockOp::ExtendShared if holds_mode => (
+            fair::extend(s, me, mode, c.ticket, c.expire_ms, now_ms),
+            None,
+        ),
+        LockOp::UnlockExclusive
+        | LockOp::UnlockShared
+        | LockOp::ExtendExclusive
+        | LockOp::ExtendShared => {
+            return Step::refused(cell, Status::Fail);
+        }
+    };
+    // Guard 2: never grant a writer while readers hold. The reference's exclusive grant checks
+    // the shared counters, not `rcnt`, and a voided shared ticket revived after `rflag` resets
+    // can make them agree while a reader still holds; the writer waits its turn instead.
+    let o = match o.effect {
+        Effect::Granted {
+            mode: Mode::Exclusive,
+            preempted: false,
+        } if s.word.rcnt() != 0 => {
+            let state = match c.op {
+                // A first attempt still takes its ticket, as a queued one would.
+                LockOp::TryExclusive => fair::FairLock {
+                    word: s.word.with_mx(s.word.mx().wrapping_add(1)),
+                    ..s
+                },
+                _ => s,
+            };
+            let ticket = ticket.unwrap_or(c.ticket);
+            Outcome {
+                state,
+                status: Status::Eagain,
+                effect: Effect::Queued(ticket),
+            }
+        }
+        _ => o,
+    };
+    Step {
+        word: o.state.word.into_bits(),
+        ext: o.state.owner,
+        status: o.status,
+        effect: o.effect,
+        ticket,
+    }
+}

@@ -1,0 +1,299 @@
+//! Frame-level entry points: bytes in, bytes out.
+//!
+//! A transport hands the server a whole frame (it knows the length from the header) and a reply
+//! buffer; the server decodes, checks the protocol version, runs the request through the typed
+//! methods and encodes the reply. A frame whose header cannot be read gets no reply: the
+//! function returns the decode error and the transport closes the connection. A frame with a
+//! readable header but a bad body gets an error reply (`Einval`) that echoes its message id.
+//!
+//! Binding a connection to a client id is the transport's job: after `ClientInit` it checks
+//! that every later control frame on that connection carries the id it was given (the
+//! reference drops a connection that lies), then calls in here.
+
+use super::{Counter, Server};
+use crate::config::BATCH_MAX;
+use crate::proto::{
+    BatchEntries, BatchEntry, Command, CommandResult, ControlHeader, ControlRequest,
+    ControlResponse, DecodeError, EncodeError, InitReply, SERVER_VERSIONS, VersionRange,
+    decode_control_request, decode_data_request, encode_control_response, encode_data_response,
+    negotiate, peek_control_header,
+};
+use crate::status::Status;
+
+/// Why a frame got no reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameError {
+    /// The frame could not be read far enough to answer it; close the connection.
+    Malformed(DecodeError),
+    /// The reply buffer is too small (transports size it with `CONTROL_FRAME_MAX` and
+    /// `DATA_MESSAGE_MAX`, so this is a transport bug).
+    Reply(EncodeError),
+}
+
+impl From<EncodeError> for FrameError {
+    fn from(e: EncodeError) -> Self {
+        FrameError::Reply(e)
+    }
+}
+
+const BLANK: CommandResult = CommandResult {
+    status: Status::Success,
+    word: 0,
+    aux: 0,
+};
+
+/// Whether a non-init frame's version is one this server speaks.
+#[inline]
+fn version_spoken(v: u8) -> bool {
+    (SERVER_VERSIONS.min..=SERVER_VERSIONS.max).contains(&v)
+}
+
+impl<'r> Server<'r> {
+    /// Handles one control frame `req` and writes the reply into `out`; returns its length.
+    pub fn handle_control(
+        &mut self,
+        req: &[u8],
+        out: &mut [u8],
+        now_ms: u64,
+    ) -> Result<usize, FrameError> {
+        let (header, is_response) = peek_control_header(req).map_err(FrameError::Malformed)?;
+        if is_response {
+            return Err(FrameError::Malformed(DecodeError::UnknownType(
+                header.msg.response_code(),
+            )));
+        }
+        let reply = |status: Status| ControlHeader {
+            word: status as u16 as u32,
+            ..header
+        };
+        let frame = match decode_control_request(req) {
+            Ok(f) => f,
+            Err(e) => {
+                self.stats.bump(Counter::ControlRequests);
+                let status = self.refuse(e.status());
+                return Ok(encode_control_response(
+                    &reply(status),
+                    &ControlResponse::Empty,
+                    out,
+                )?);
+            }
+        };
+        let client = header.word;
+        let is_init = matches!(
+            frame.body,
+            ControlRequest::ClientInit { .. } | ControlRequest::ClientReinit { .. }
+        );
+        if !is_init && !version_spoken(header.version) {
+            self.stats.bump(Counter::ControlRequests);
+            let status = self.refuse(Status::ProtoVersionNegotiationFail);
+            return Ok(encode_control_response(
+                &reply(status),
+                &ControlResponse::Empty,
+                out,
+            )?);
+        }
+        let mut entries = [BatchEntry {
+            id: 0,
+            status: Status::Success,
+        }; BATCH_MAX];
+        let counters = self.stats.0;
+        let result: Result<ControlResponse<'_>, Status> = match frame.body {
+            ControlRequest::ClientInit {
+                min_version,
+                lease_ms,
+            } => {
+                let client_range = VersionRange {
+                    min: min_version,
+                    max: header.version,
+                };
+                match negotiate(client_range, SERVER_VERSIONS) {
+                    Ok(v) => self
+                        .client_init(v, lease_ms, now_ms)
+                        .map(|id| self.init_reply(id.get(), v)),
+                    Err(s) => Err(self.refuse(s)),
+                }
+            }
+            ControlRequest::ClientReinit {
+                min_version,
+                lease_ms,
+            } => {
+                let client_range = VersionRange {
+                    min: min_version,
+                    max: header.version,
+                };
+                match negotiate(client_range, SERVER_VERSIONS) {
+                    Ok(v) => self
+                        .client_reinit(client, v, lease_ms, now_ms)
+                        .map(|id| self.init_reply(id.get(), v)),
+                    Err(s) => Err(self.refuse(s)),
+                }
+            }
+            ControlRequest::ClientDeinit => self
+                .client_deinit(client, now_ms)
+                .map(|()| ControlResponse::Empty),
+            ControlRequest::Heartbeat => self
+                .heartbeat(client, now_ms)
+                .map(|()| ControlResponse::Empty),
+            ControlRequest::ReinitDone => self
+                .reinit_done(client, now_ms)
+                .map(|()| ControlResponse::Empty),
+            ControlRequest::Stats => {
+                self.stats.bump(Counter::ControlRequests);
+                Ok(ControlResponse::Counters(
+                    crate::proto::Counters::from_slice(&counters),
+                ))
+            }
+            ControlRequest::GetLock { kind, name } => self
+                .get_lock(client, kind, name, now_ms)
+                .map(|id| ControlResponse::Lock { lock: id.raw() }),
+            ControlRequest::ReleaseLock { lock } => self
+                .release_lock(client, lock, now_ms)
+                .map(|()| ControlResponse::Empty),
+            ControlRequest::ObjectCreate {
+                name,
+                init,
+                lease_s,
+            } => self
+                .object_create(client, name, init, lease_s, now_ms)
+                .map(|id| ControlResponse::Object { object: id.raw() }),
+            ControlRequest::ObjectGet { name, lease_s } => self
+                .object_get(client, name, lease_s, now_ms)
+                .map(|(id, cell)| ControlResponse::ObjectRef {
+                    object: id.raw(),
+                    cell,
+                }),
+            ControlRequest::ObjectRelease { object } => self
+                .object_release(client, object, now_ms)
+                .map(|()| ControlResponse::Empty),
+            ControlRequest::ObjectDestroy { object } => self
+                .object_destroy(client, object, now_ms)
+                .map(|()| ControlResponse::Empty),
+            ControlRequest::BatchGetLock(batch) => {
+                self.batch(client, now_ms, &mut entries, batch.len(), |s, slot, i| {
+                    let (kind, name) = batch.get(i).unwrap_or((crate::LockKind::Atomic, &[]));
+                    s.get_lock_for(slot, kind, name).map(|id| id.raw())
+                })
+            }
+            ControlRequest::BatchReleaseLock(ids) => {
+                self.batch(client, now_ms, &mut entries, ids.len(), |s, slot, i| {
+                    let id = ids.get(i).unwrap_or(0);
+                    s.release_lock_for(slot, id).map(|()| id)
+                })
+            }
+            ControlRequest::BatchUpdateLocks(claims) => {
+                self.stats.bump(Counter::ControlRequests);
+                for (e, claim) in entries.iter_mut().zip(claims.iter()) {
+                    *e = match self.update_lock(client, &claim, now_ms) {
+                        Ok(id) => BatchEntry {
+                            id: id.raw(),
+                            status: Status::Success,
+                        },
+                        Err(status) => BatchEntry { id: 0, status },
+                    };
+                }
+                Ok(ControlResponse::Entries(BatchEntries::from_slice(
+                    &entries[..claims.len()],
+                )))
+            }
+        };
+        let written = match result {
+            Ok(body) => encode_control_response(&reply(Status::Success), &body, out)?,
+            Err(status) => encode_control_response(&reply(status), &ControlResponse::Empty, out)?,
+        };
+        Ok(written)
+    }
+
+    fn init_reply(&self, client: u32, version: u8) -> ControlResponse<'static> {
+        ControlResponse::Init(InitReply {
+            client,
+            version,
+            recovering: self.recovering > 0,
+            epoch: self.cfg.epoch,
+            lease_ms: self
+                .client_slot(client)
+                .map_or(self.cfg.client_lease_ms, |s| {
+                    self.t.clients[s as usize].lease_ms
+                }),
+            objects_max: self.cfg.objects_max,
+        })
+    }
+
+    /// Runs a control batch of `n` entries for a serving client: each entry's outcome is
+    /// recorded on its own (the reference's batches are per item).
+    fn batch<'e>(
+        &mut self,
+        client: u32,
+        now_ms: u64,
+        entries: &'e mut [BatchEntry; BATCH_MAX],
+        n: usize,
+        mut one: impl FnMut(&mut Self, u32, usize) -> Result<u32, Status>,
+    ) -> Result<ControlResponse<'e>, Status> {
+        self.stats.bump(Counter::ControlRequests);
+        let slot = self
+            .serving_client(client, now_ms)
+            .map_err(|s| self.refuse(s))?;
+        for (i, e) in entries.iter_mut().enumerate().take(n) {
+            *e = match one(self, slot, i) {
+                Ok(id) => BatchEntry {
+                    id,
+                    status: Status::Success,
+                },
+                Err(status) => BatchEntry {
+                    id: 0,
+                    status: self.refuse(status),
+                },
+            };
+        }
+        Ok(ControlResponse::Entries(BatchEntries::from_slice(
+            &entries[..n],
+        )))
+    }
+
+    /// Handles one data message `req` and writes the reply into `out`; returns its length.
+    pub fn handle_data(
+        &mut self,
+        req: &[u8],
+        out: &mut [u8],
+        now_ms: u64,
+    ) -> Result<usize, FrameError> {
+        let msg = decode_data_request(req).map_err(|e| {
+            self.stats.bump(Counter::Einval);
+            FrameError::Malformed(e)
+        })?;
+        let header = msg.header();
+        let n = msg.len();
+        let mut commands = [Command::Lock(crate::proto::LockCommand {
+            kind: crate::LockKind::Atomic,
+            op: crate::proto::LockOp::TryExclusive,
+            lock: 0,
+            expire_ms: 0,
+            ticket: crate::Ticket {
+                exclusive: 0,
+                shared: 0,
+            },
+        }); BATCH_MAX];
+        for (slot, cmd) in commands.iter_mut().zip(msg.commands()) {
+            *slot = cmd;
+        }
+        let mut results = [BLANK; BATCH_MAX];
+        if version_spoken(header.version) {
+            // The decoder bounds the count to 1..=31, so the message is never refused whole.
+            let executed = self.execute_message(
+                header.client,
+                header.flags,
+                &commands[..n],
+                &mut results,
+                now_ms,
+            );
+            debug_assert!(executed.is_ok());
+        } else {
+            let status = self.refuse(Status::ProtoVersionNegotiationFail);
+            results[..n].fill(CommandResult {
+                status,
+                word: 0,
+                aux: 0,
+            });
+        }
+        Ok(encode_data_response(&msg, &results[..n], out)?)
+    }
+}

@@ -1,0 +1,203 @@
+//! The server state machine: every operation of the reference's client API, executed against
+//! the tables.
+//!
+//! A [`Server`] owns its [`Tables`] and is driven by the transport's threads: control requests
+//! (registration, named-lock and object lifecycle, heartbeat, recovery) through the
+//! `client_*`/`get_lock`/`object_*`/`update_lock` methods or [`Server::handle_control`], lock
+//! and object commands through [`Server::handle_data`], and the passage of time through
+//! [`Server::tick`], which declares silent clients dead. Every method takes the current monotonic
+//! tick (`now_ms`, below 2^40) and none reads a clock, allocates or blocks, so a run is a pure
+//! function of its inputs and can be replayed.
+//!
+//! The methods take `&mut self`: one thread at a time runs the state machine. Within it the
+//! ownership of ARCHITECTURE.md still holds — lock words and holds change only in [`data`],
+//! names, references and the client table only in the control modules — so the runtime can put
+//! the two halves on two threads without changing any semantics.
+
+mod clients;
+mod data;
+mod frames;
+mod locks;
+mod objects;
+mod recovery;
+pub mod stats;
+
+use crate::config::Config;
+use crate::ids::{ClientId, FencingToken};
+use crate::status::Status;
+use crate::table::{ClientState, Tables};
+pub use frames::FrameError;
+pub use stats::{Counter, Stats};
+
+/// Whether the server is serving or waiting for clients to re-sync after a failover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerState {
+    /// Serving every request.
+    Ready,
+    /// Waiting for this many clients to finish `client_reinit` … `reinit_done`; every other
+    /// request gets `NotReady`.
+    Recovering {
+        /// Clients still expected.
+        remaining: u32,
+    },
+}
+
+/// One dlock server's state machine.
+#[derive(Debug)]
+pub struct Server<'r> {
+    t: Tables<'r>,
+    cfg: Config,
+    /// Clients still expected to finish recovery; 0 = ready.
+    recovering: u32,
+    /// The next fencing token: the epoch in the high bits, a counter below. One counter for the
+    /// whole server makes tokens grow per lock even when a name is released and re-created in
+    /// another slot.
+    next_token: u64,
+    /// Client-id generator state (SplitMix64).
+    rng: u64,
+    /// Key of the name hash.
+    name_key: u64,
+    stats: Stats,
+}
+
+/// Whether `now` is past `deadline` (strictly, as the reference compares).
+#[inline]
+const fn past(now_ms: u64, deadline_ms: u64) -> bool {
+    now_ms > deadline_ms
+}
+
+impl<'r> Server<'r> {
+    /// A server over freshly formatted tables. `cfg` must be the config the tables were carved
+    /// with.
+    pub fn new(tables: Tables<'r>, cfg: &Config) -> Self {
+        assert_eq!(
+            tables.layout,
+            crate::table::Layout::new(cfg),
+            "tables carved with another config"
+        );
+        let mut rng = cfg.id_seed;
+        let name_key = splitmix64(&mut rng);
+        Self {
+            t: tables,
+            cfg: *cfg,
+            recovering: cfg.recovery_clients,
+            next_token: ((cfg.epoch as u64) << FencingToken::COUNTER_BITS) + 1,
+            rng,
+            name_key,
+            stats: Stats::default(),
+        }
+    }
+
+    /// The configuration the server runs with.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Serving or recovering.
+    pub fn state(&self) -> ServerState {
+        match self.recovering {
+            0 => ServerState::Ready,
+            remaining => ServerState::Recovering { remaining },
+        }
+    }
+
+    /// A copy of the counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Zeroes the counters.
+    pub fn clear_stats(&mut self) {
+        self.stats = Stats::default();
+    }
+
+    /// Read access to the tables (for the runtime's diagnostics and for tests that check a
+    /// failure left them unchanged).
+    pub fn tables(&self) -> &Tables<'r> {
+        &self.t
+    }
+
+    /// Locks, objects and clients in use.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            locks: self.t.lock_free.used(),
+            objects: self.t.object_free.used(),
+            clients: self.t.client_free.used(),
+        }
+    }
+
+    /// The object cells, for a transport that lets clients change them one-sided.
+    pub fn object_cells(&self) -> &'r [core::sync::atomic::AtomicU64] {
+        self.t.object_cells
+    }
+
+    /// Issues the next fencing token.
+    #[inline]
+    fn issue_token(&mut self) -> FencingToken {
+        let t = self.next_token;
+        // Carrying into the epoch bits after 2^48 grants keeps tokens increasing; a successor
+        // server must then start above the epoch `tick`-level stats report (see README).
+        self.next_token += 1;
+        FencingToken(t)
+    }
+
+    /// The client slot of a registered client that may send ordinary requests now.
+    #[inline]
+    fn serving_client(&mut self, raw: u32, now_ms: u64) -> Result<u32, Status> {
+        if self.recovering > 0 {
+            return Err(Status::NotReady);
+        }
+        let slot = self.client_slot(raw).ok_or(Status::ClientNotInit)?;
+        let c = &mut self.t.clients[slot as usize];
+        match c.client_state() {
+            ClientState::Active | ClientState::Abnormal => {
+                // Any request proves the client alive and clears an abnormal mark.
+                c.last_seen_ms = now_ms;
+                c.state = ClientState::Active as u8;
+                Ok(slot)
+            }
+            ClientState::Recovering => Err(Status::NotReady),
+            ClientState::Free => Err(Status::ClientNotInit),
+        }
+    }
+
+    /// The table slot of client `raw`, if registered.
+    #[inline]
+    fn client_slot(&self, raw: u32) -> Option<u32> {
+        let id = ClientId::new(raw)?;
+        let clients = &*self.t.clients;
+        self.t
+            .client_index
+            .find(client_tag(id), |s| clients[s as usize].id == id.get())
+    }
+}
+
+/// Locks, objects and clients in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Usage {
+    /// Lock slots in use.
+    pub locks: u32,
+    /// Object slots in use.
+    pub objects: u32,
+    /// Registered clients.
+    pub clients: u32,
+}
+
+/// The index tag of a client id.
+#[inline]
+fn client_tag(id: ClientId) -> u32 {
+    crate::table::index::mix32(id.get())
+}
+
+/// SplitMix64: a tiny, well-mixed generator for client ids (unpredictability comes from the seed
+/// the runtime draws from the OS).
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,196 @@
+//! Failover recovery: rebuilding lock state from the clients (`update_all_locks`).
+//!
+//! A replacement server starts with `recovery_clients = N` and answers `NotReady` to everything
+//! but re-registration until N clients have re-registered (`client_reinit` with their old ids),
+//! re-claimed the locks they hold (`update_lock`, one claim per lock, in batches of ≤ 31) and
+//! said `reinit_done`. The merge rules are the reference's, restated for a monotonic clock: a
+//! claim carries the time left on its grant and the time since it was acquired, instead of
+//! absolute wall-clock times that would need the two servers' clocks in sync.
+//!
+//! | kind   | claim           | merged when                                  | otherwise |
+//! |--------|-----------------|----------------------------------------------|-----------|
+//! | atomic | exclusive       | free, or the current claim expires earlier   | Fail      |
+//! | RW     | exclusive       | free, or held by an earlier acquisition      | Fail      |
+//! | RW     | shared          | no exclusive holder                          | Fail      |
+//! | fair   | exclusive       | no holder, ticket not behind the counters    | Fail      |
+//! | fair   | shared          | no exclusive holder, ticket at the serving position, < 63 readers | Fail |
+//! | fair   | ticketed        | always: next-ticket counters move past it    | —         |
+//!
+//! A refused claim tells the client its grant is lost (it resets its local state). Every claim
+//! raises the server's token counter above the claim's fencing token, so tokens keep growing
+//! across the failover even if the new server was started with the same epoch.
+
+use super::{Counter, Server};
+use crate::config::FAIR_READERS_MAX;
+use crate::ids::{ClientId, LockId, LockKind, Mode};
+use crate::proto::{Held, LockClaim};
+use crate::status::Status;
+use crate::table::{ClientState, Hold};
+use crate::word::{atomic, deadline, fair, rw};
+
+impl<'r> Server<'r> {
+    /// Re-claims one lock for recovering client `raw`: creates or joins the lock by name, then
+    /// merges the claimed grant or ticket. Returns the lock's (new) id.
+    pub fn update_lock(
+        &mut self,
+        raw: u32,
+        claim: &LockClaim<'_>,
+        now_ms: u64,
+    ) -> Result<LockId, Status> {
+        self.stats.bump(Counter::ControlRequests);
+        let slot = self
+            .client_slot(raw)
+            .ok_or_else(|| self.refuse(Status::ClientNotInit))?;
+        if self.t.clients[slot as usize].client_state() != ClientState::Recovering {
+            return Err(self.refuse(Status::Einval));
+        }
+        self.t.clients[slot as usize].last_seen_ms = now_ms;
+        let me = ClientId::new(raw).ok_or(Status::Einval)?;
+        let id = self
+            .get_lock_for(slot, claim.kind, claim.name)
+            .map_err(|s| self.refuse(s))?;
+        // Tokens never go backwards, whatever the claim's fate.
+        self.next_token = self.next_token.max(claim.token.saturating_add(1));
+        let lock = id.index();
+        let hold = self
+            .merge_claim(lock, me, claim, now_ms)
+            .map_err(|s| self.refuse(s))?;
+        if hold != Hold::None {
+            self.t.lock_holds.set(slot, lock, hold as u8);
+            let cell = &mut self.t.lock_cells[lock as usize];
+            cell.fence = cell.fence.max(claim.token);
+        }
+        Ok(id)
+    }
+
+    /// Applies the merge table above to lock slot `lock`; returns what the client now holds.
+    fn merge_claim(
+        &mut self,
+        lock: u32,
+        me: ClientId,
+        c: &LockClaim<'_>,
+        now_ms: u64,
+    ) -> Result<Hold, Status> {
+        let cell = &mut self.t.lock_cells[lock as usize];
+        let until = deadline(now_ms, c.remaining_ms);
+        let acquired = now_ms.saturating_sub(c.age_ms as u64);
+        match (c.kind, c.held) {
+            (_, Held::Reference) => Ok(Hold::None),
+            (LockKind::Atomic, Held::Exclusive) => {
+                let w = atomic::AtomicWord::from_bits(cell.word);
+                if c.remaining_ms == 0
+                    || (w.is_held(now_ms) && w.owner() != me.get() && w.expiry_ms() >= until)
+                {
+                    return Err(Status::Fail);
+                }
+                cell.word = w
+                    .with_owner(me.get())
+                    .with_expiry_ms(until.max(w.expiry_ms()))
+                    .into_bits();
+                Ok(Hold::Exclusive)
+            }
+            (LockKind::Rw, Held::Exclusive) => {
+                let w = rw::RwWord::from_bits(cell.word);
+                if w.readers() != 0
+                    || (w.owner() != 0 && w.owner() != me.get() && w.since_ms() >= acquired)
+                {
+                    return Err(Status::Fail);
+                }
+                cell.word = rw::RwWord::new()
+                    .with_owner(me.get())
+                    .with_since_ms(acquired)
+                    .into_bits();
+                Ok(Hold::Exclusive)
+            }
+            (LockKind::Rw, Held::Shared) => {
+                let w = rw::RwWord::from_bits(cell.word);
+                if w.owner() != 0 {
+                    return Err(Status::Fail);
+                }
+                let since = if w.readers() == 0 {
+                    acquired
+                } else {
+                    w.since_ms().min(acquired)
+                };
+                cell.word = w
+                    .with_readers(w.readers() + 1)
+                    .with_since_ms(since)
+                    .into_bits();
+                Ok(Hold::Shared)
+            }
+            (LockKind::Fair, held) => {
+                let mut s = fair::FairLock {
+                    word: fair::FairWord::from_bits(cell.word),
+                    owner: cell.ext,
+                };
+                let hold = merge_fair(&mut s, me, held, c, until)?;
+                cell.word = s.word.into_bits();
+                cell.ext = s.owner;
+                Ok(hold)
+            }
+            // Atomic locks have no shared mode and only fair locks have tickets.
+            (LockKind::Atomic, Held::Shared | Held::Ticketed(_))
+            | (LockKind::Rw, Held::Ticketed(_)) => Err(Status::Einval),
+        }
+    }
+}
+
+/// `b` if it is later than `a` in ticket order, else `a`.
+fn later(a: u16, b: u16) -> u16 {
+    if fair::ticket_before(a, b) { b } else { a }
+}
+
+fn merge_fair(
+    s: &mut fair::FairLock,
+    me: ClientId,
+    held: Held,
+    c: &LockClaim<'_>,
+    until: u64,
+) -> Result<Hold, Status> {
+    let w = s.word;
+    let (tx, ts) = (c.ticket.exclusive, c.ticket.shared);
+    let timeout = until.max(w.timeout_ms());
+    match held {
+        Held::Exclusive => {
+            // The holder is served at (tx, ts): nothing may hold it, and no merged claim may
+            // already have moved the serving counters past it.
+            if s.owner != 0
+                || w.rcnt() != 0
+                || fair::ticket_before(tx, w.nx())
+                || fair::ticket_before(ts, w.ns())
+            {
+                return Err(Status::Fail);
+            }
+            s.owner = me.get();
+            s.word = w
+                .with_nx(tx)
+                .with_ns(ts)
+                .with_mx(later(w.mx(), tx.wrapping_add(1)))
+                .with_ms(later(w.ms(), ts))
+                .with_timeout_ms(timeout);
+            Ok(Hold::Exclusive)
+        }
+        Held::Shared => {
+            let nx = later(w.nx(), tx);
+            if s.owner != 0 || nx != tx || w.rcnt() >= FAIR_READERS_MAX {
+                return Err(Status::Fail);
+            }
+            s.word = w
+                .with_nx(nx)
+                .with_mx(later(w.mx(), nx))
+                .with_ms(later(w.ms(), ts.wrapping_add(1)))
+                .with_rcnt(w.rcnt() + 1)
+                .with_timeout_ms(timeout);
+            Ok(Hold::Shared)
+        }
+        Held::Ticketed(mode) => {
+            let (mx, ms) = match mode {
+                Mode::Exclusive => (later(w.mx(), tx.wrapping_add(1)), later(w.ms(), ts)),
+                Mode::Shared => (later(w.mx(), tx), later(w.ms(), ts.wrapping_add(1))),
+            };
+            s.word = w.with_mx(mx).with_ms(ms);
+            Ok(Hold::Ticketed)
+        }
+        Held::Reference => Ok(Hold::None),
+    }
+}

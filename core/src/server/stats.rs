@@ -1,0 +1,147 @@
+//! Server counters: the reference's debug statistics that still mean something here, plus the
+//! throughput and liveness counters an operator of dlock wants.
+//!
+//! Plain `u64`s, written only by the thread that runs the state machine; a reader elsewhere gets
+//! a copy through `Server::stats`.
+
+/// One counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Counter {
+    /// Control requests handled.
+    ControlRequests,
+    /// Data messages handled.
+    DataMessages,
+    /// Data commands executed.
+    DataCommands,
+    /// Grants issued (every kind and mode).
+    Grants,
+    /// Grants that displaced an expired or timed-out holder.
+    Preemptions,
+    /// Fair-lock requests queued with a ticket (`DLOCK_EAGAIN`).
+    Eagain,
+    /// Requests refused as malformed or invalid (`DLOCK_EINVAL`).
+    Einval,
+    /// Requests from unknown clients.
+    ClientNotInit,
+    /// Lock commands on a lock the client did not get (or a stale id).
+    LockNotGet,
+    /// Lock operations the lock word refused (`DLOCK_FAIL`).
+    Fail,
+    /// Requests answered `DLOCK_NOT_READY` during recovery.
+    NotReady,
+    /// Requests refused because a table was full.
+    NoResource,
+    /// Object commands on an object the client did not get.
+    ObjectNotGet,
+    /// Compare-and-swap misses.
+    ObjectCasFailed,
+    /// Clients registered.
+    ClientsRegistered,
+    /// Clients declared dead after their lease ran out.
+    ClientsExpired,
+    /// Abnormal clients evicted to make room.
+    ClientsEvicted,
+    /// Clients that left with `client_deinit`.
+    ClientsDeinit,
+}
+
+impl Counter {
+    /// Number of counters.
+    pub const COUNT: usize = Counter::ClientsDeinit as usize + 1;
+
+    /// Every counter, in index order.
+    pub const ALL: [Counter; Self::COUNT] = [
+        Counter::ControlRequests,
+        Counter::DataMessages,
+        Counter::DataCommands,
+        Counter::Grants,
+        Counter::Preemptions,
+        Counter::Eagain,
+        Counter::Einval,
+        Counter::ClientNotInit,
+        Counter::LockNotGet,
+        Counter::Fail,
+        Counter::NotReady,
+        Counter::NoResource,
+        Counter::ObjectNotGet,
+        Counter::ObjectCasFailed,
+        Counter::ClientsRegistered,
+        Counter::ClientsExpired,
+        Counter::ClientsEvicted,
+        Counter::ClientsDeinit,
+    ];
+
+    /// A stable snake-case name for printing.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Counter::ControlRequests => "control_requests",
+            Counter::DataMessages => "data_messages",
+            Counter::DataCommands => "data_commands",
+            Counter::Grants => "grants",
+            Counter::Preemptions => "preemptions",
+            Counter::Eagain => "eagain",
+            Counter::Einval => "einval",
+            Counter::ClientNotInit => "client_not_init",
+            Counter::LockNotGet => "lock_not_get",
+            Counter::Fail => "fail",
+            Counter::NotReady => "not_ready",
+            Counter::NoResource => "no_resource",
+            Counter::ObjectNotGet => "object_not_get",
+            Counter::ObjectCasFailed => "object_cas_failed",
+            Counter::ClientsRegistered => "clients_registered",
+            Counter::ClientsExpired => "clients_expired",
+            Counter::ClientsEvicted => "clients_evicted",
+            Counter::ClientsDeinit => "clients_deinit",
+        }
+    }
+}
+
+/// The counter set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stats(pub [u64; Counter::COUNT]);
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats([0; Counter::COUNT])
+    }
+}
+
+impl Stats {
+    /// Adds one.
+    #[inline]
+    pub fn bump(&mut self, c: Counter) {
+        self.0[c as usize] += 1;
+    }
+
+    /// Adds `n`.
+    #[inline]
+    pub fn add(&mut self, c: Counter, n: u64) {
+        self.0[c as usize] += n;
+    }
+
+    /// Reads one counter.
+    #[inline]
+    pub fn get(&self, c: Counter) -> u64 {
+        self.0[c as usize]
+    }
+
+    /// Counts an error status under its counter (successes and unlisted codes are not counted).
+    #[inline]
+    pub fn count_status(&mut self, s: crate::Status) {
+        use crate::Status as S;
+        let c = match s {
+            S::Eagain => Counter::Eagain,
+            S::Einval => Counter::Einval,
+            S::ClientNotInit => Counter::ClientNotInit,
+            S::LockNotGet => Counter::LockNotGet,
+            S::Fail => Counter::Fail,
+            S::NotReady => Counter::NotReady,
+            S::ServerNoResource | S::ObjectTooMany => Counter::NoResource,
+            S::ObjectNotGet => Counter::ObjectNotGet,
+            S::ObjectCasFailed => Counter::ObjectCasFailed,
+            _ => return,
+        };
+        self.bump(c);
+    }
+}

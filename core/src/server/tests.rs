@@ -1,0 +1,887 @@
+//! State-machine tests through the typed API: registration, named locks, every lock kind on the
+//! data path, objects, liveness, recovery, fencing tokens and limits.
+
+use super::*;
+use crate::LockKind;
+use crate::ids::{LockId, ObjectId, Ticket};
+use crate::proto::{
+    Command, CommandResult, FLAG_ALL_OR_NOTHING, Held, LockClaim, LockCommand, LockOp,
+    ObjectCommand, ObjectOp,
+};
+use crate::table::Tables;
+
+/// A 64-byte aligned, zeroed heap region.
+pub(crate) struct TestRegion(Vec<Line>);
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+impl TestRegion {
+    pub(crate) fn new(cfg: &Config) -> Self {
+        let lines = cfg.region_size().unwrap().div_ceil(64);
+        TestRegion(vec![Line([0; 64]); lines])
+    }
+
+    pub(crate) fn bytes(&mut self) -> &mut [u8] {
+        let len = self.0.len() * 64;
+        // SAFETY: `Line` is 64 plain bytes with no padding, so the vector's buffer is `len`
+        // initialised bytes, borrowed mutably through `self` for the slice's lifetime.
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast::<u8>(), len) }
+    }
+}
+
+pub(crate) fn small() -> Config {
+    Config {
+        locks_max: 64,
+        clients_max: 8,
+        objects_max: 16,
+        client_lease_ms: 1_000,
+        ..Config::default()
+    }
+}
+
+pub(crate) fn server<'r>(region: &'r mut TestRegion, cfg: &Config) -> Server<'r> {
+    Server::new(Tables::format(region.bytes(), cfg).unwrap(), cfg)
+}
+
+fn lock(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32) -> Command {
+    Command::Lock(LockCommand {
+        kind,
+        op,
+        lock: id.raw(),
+        expire_ms,
+        ticket: Ticket::default(),
+    })
+}
+
+fn ticketed(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32, ticket: Ticket) -> Command {
+    Command::Lock(LockCommand {
+        kind,
+        op,
+        lock: id.raw(),
+        expire_ms,
+        ticket,
+    })
+}
+
+/// Runs one command and returns its result.
+fn run(s: &mut Server<'_>, client: ClientId, cmd: Command, now: u64) -> CommandResult {
+    let mut r = [CommandResult {
+        status: Status::Success,
+        word: 0,
+        aux: 0,
+    }; 1];
+    s.execute_message(client.get(), 0, &[cmd], &mut r, now)
+        .unwrap();
+    r[0]
+}
+
+fn run_all(
+    s: &mut Server<'_>,
+    client: ClientId,
+    flags: u32,
+    cmds: &[Command],
+    now: u64,
+) -> Vec<CommandResult> {
+    let mut r = vec![
+        CommandResult {
+            status: Status::Success,
+            word: 0,
+            aux: 0
+        };
+        cmds.len()
+    ];
+    s.execute_message(client.get(), flags, cmds, &mut r, now)
+        .unwrap();
+    r
+}
+
+#[test]
+fn client_ids_are_random_distinct_31_bit_and_non_zero() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let ids: Vec<u32> = (0..8)
+        .map(|_| s.client_init(2, 0, 0).unwrap().get())
+        .collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 8);
+    assert!(ids.iter().all(|&id| id != 0 && id < 1 << 31));
+    assert_ne!(ids[1], ids[0] + 1, "ids are not sequential");
+}
+
+#[test]
+fn full_client_table_refuses_and_changes_nothing() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    for _ in 0..cfg.clients_max {
+        s.client_init(2, 0, 0).unwrap();
+    }
+    let before = s.tables().digest();
+    assert_eq!(s.client_init(2, 0, 0), Err(Status::ServerNoResource));
+    assert_eq!(s.tables().digest(), before);
+}
+
+#[test]
+fn abnormal_client_is_evicted_to_make_room_and_its_locks_freed() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let ids: Vec<ClientId> = (0..cfg.clients_max)
+        .map(|_| s.client_init(2, 0, 0).unwrap())
+        .collect();
+    let l = s
+        .get_lock(ids[3].get(), LockKind::Rw, b"t1:rg0", 0)
+        .unwrap();
+    assert_eq!(
+        run(
+            &mut s,
+            ids[3],
+            lock(LockKind::Rw, LockOp::TryShared, l, 0),
+            0
+        )
+        .status,
+        Status::Success
+    );
+    s.client_disconnected(ids[3].get());
+    let newcomer = s.client_init(2, 0, 1).unwrap();
+    assert!(!s.is_registered(ids[3].get()));
+    assert_eq!(
+        s.client_reinit(ids[3].get(), 2, 0, 2),
+        Err(Status::ClientRemovedByServer)
+    );
+    // The evicted reader's grant is gone, so a writer gets in.
+    let l2 = s
+        .get_lock(newcomer.get(), LockKind::Rw, b"t1:rg0", 2)
+        .unwrap();
+    assert_eq!(
+        run(
+            &mut s,
+            newcomer,
+            lock(LockKind::Rw, LockOp::TryExclusive, l2, 0),
+            2
+        )
+        .status,
+        Status::Success
+    );
+}
+
+#[test]
+fn get_lock_by_name_is_byte_exact_and_idempotent() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap().get();
+    let b = s.client_init(2, 0, 0).unwrap().get();
+    let x = s
+        .get_lock(a, LockKind::Atomic, b"name\0with nul", 0)
+        .unwrap();
+    assert_eq!(s.get_lock(a, LockKind::Atomic, b"name\0with nul", 0), Ok(x));
+    assert_eq!(s.get_lock(b, LockKind::Atomic, b"name\0with nul", 0), Ok(x));
+    assert_ne!(s.get_lock(a, LockKind::Atomic, b"name\0with nuL", 0), Ok(x));
+    assert_eq!(
+        s.get_lock(a, LockKind::Fair, b"name\0with nul", 0),
+        Err(Status::Einval)
+    );
+    let long = [7u8; 512];
+    assert!(s.get_lock(a, LockKind::Atomic, &long, 0).is_ok());
+    let before = s.tables().digest();
+    assert_eq!(
+        s.get_lock(a, LockKind::Atomic, &[7u8; 513], 0),
+        Err(Status::Einval)
+    );
+    assert_eq!(s.get_lock(a, LockKind::Atomic, b"", 0), Err(Status::Einval));
+    assert_eq!(s.tables().digest(), before);
+}
+
+#[test]
+fn lock_table_fills_at_locks_max_and_refuses_without_change() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap().get();
+    for i in 0..cfg.locks_max {
+        s.get_lock(a, LockKind::Atomic, format!("lock-{i}").as_bytes(), 0)
+            .unwrap();
+    }
+    let before = s.tables().digest();
+    assert_eq!(
+        s.get_lock(a, LockKind::Atomic, b"one-too-many", 0),
+        Err(Status::ServerNoResource)
+    );
+    assert_eq!(s.tables().digest(), before);
+    assert_eq!(s.usage().locks, cfg.locks_max);
+}
+
+#[test]
+fn release_is_refused_while_locked_and_stale_ids_are_rejected_after_reuse() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let l = s.get_lock(a.get(), LockKind::Atomic, b"x", 0).unwrap();
+    assert_eq!(
+        run(
+            &mut s,
+            a,
+            lock(LockKind::Atomic, LockOp::TryExclusive, l, 100),
+            0
+        )
+        .status,
+        Status::Success
+    );
+    assert_eq!(s.release_lock(a.get(), l.raw(), 1), Err(Status::Fail));
+    assert_eq!(
+        run(
+            &mut s,
+            a,
+            lock(LockKind::Atomic, LockOp::UnlockExclusive, l, 0),
+            1
+        )
+        .status,
+        Status::Success
+    );
+    assert_eq!(s.release_lock(a.get(), l.raw(), 1), Ok(()));
+    assert_eq!(s.release_lock(a.get(), l.raw(), 1), Err(Status::LockNotGet));
+    // The slot is reused by another name with a new generation: the old id is stale.
+    let m = s.get_lock(a.get(), LockKind::Atomic, b"y", 2).unwrap();
+    assert_eq!(m.index(), l.index());
+    assert_ne!(m.generation(), l.generation());
+    assert_eq!(
+        run(
+            &mut s,
+            a,
+            lock(LockKind::Atomic, LockOp::TryExclusive, l, 100),
+            2
+        )
+        .status,
+        Status::LockNotGet
+    );
+}
+
+#[test]
+fn commands_need_a_reference_and_the_right_kind() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let l = s.get_lock(a.get(), LockKind::Rw, b"x", 0).unwrap();
+    assert_eq!(
+        run(&mut s, b, lock(LockKind::Rw, LockOp::TryExclusive, l, 0), 0).status,
+        Status::LockNotGet
+    );
+    assert_eq!(
+        run(
+            &mut s,
+            a,
+            lock(LockKind::Atomic, LockOp::TryExclusive, l, 10),
+            0
+        )
+        .status,
+        Status::Einval
+    );
+    let bogus = LockId::new(cfg.locks_max + 5, 1);
+    assert_eq!(
+        run(
+            &mut s,
+            a,
+            lock(LockKind::Rw, LockOp::TryExclusive, bogus, 0),
+            0
+        )
+        .status,
+        Status::LockNotGet
+    );
+    let unknown = ClientId::new(12345).unwrap();
+    assert_eq!(
+        run(
+            &mut s,
+            unknown,
+            lock(LockKind::Rw, LockOp::TryExclusive, l, 0),
+            0
+        )
+        .status,
+        Status::ClientNotInit
+    );
+}
+
+#[test]
+fn rw_shared_unlock_from_non_holder_fails() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let la = s.get_lock(a.get(), LockKind::Rw, b"x", 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Rw, b"x", 0).unwrap();
+    assert_eq!(
+        run(&mut s, a, lock(LockKind::Rw, LockOp::TryShared, la, 0), 0).status,
+        Status::Success
+    );
+    assert_eq!(
+        run(
+            &mut s,
+            b,
+            lock(LockKind::Rw, LockOp::UnlockShared, lb, 0),
+            0
+        )
+        .status,
+        Status::Fail
+    );
+    assert_eq!(
+        run(
+            &mut s,
+            b,
+            lock(LockKind::Rw, LockOp::TryExclusive, lb, 0),
+            0
+        )
+        .status,
+        Status::Fail
+    );
+}
+
+#[test]
+fn fencing_tokens_grow_per_lock_across_slot_reuse_and_carry_the_epoch() {
+    let cfg = Config {
+        epoch: 7,
+        ..small()
+    };
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let mut last = 0;
+    for round in 0..5u64 {
+        let l = s
+            .get_lock(a.get(), LockKind::Atomic, b"same-name", round)
+            .unwrap();
+        let r = run(
+            &mut s,
+            a,
+            lock(LockKind::Atomic, LockOp::TryExclusive, l, 10),
+            round,
+        );
+        assert_eq!(r.status, Status::Success);
+        assert!(r.aux > last, "token {} after {}", r.aux, last);
+        assert_eq!(FencingToken(r.aux).epoch(), 7);
+        last = r.aux;
+        assert_eq!(
+            run(
+                &mut s,
+                a,
+                lock(LockKind::Atomic, LockOp::ExtendExclusive, l, 10),
+                round
+            )
+            .aux,
+            last
+        );
+        run(
+            &mut s,
+            a,
+            lock(LockKind::Atomic, LockOp::UnlockExclusive, l, 0),
+            round,
+        );
+        s.release_lock(a.get(), l.raw(), round).unwrap();
+    }
+}
+
+#[test]
+fn silent_client_is_declared_dead_and_every_lock_it_held_is_released() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let dead = s.client_init(2, 0, 0).unwrap();
+    let live = s.client_init(2, 0, 0).unwrap();
+    let names: [(&[u8], LockKind, LockOp); 3] = [
+        (b"a", LockKind::Atomic, LockOp::TryExclusive),
+        (b"r", LockKind::Rw, LockOp::TryShared),
+        (b"w", LockKind::Rw, LockOp::TryExclusive),
+    ];
+    for (name, kind, op) in names {
+        let l = s.get_lock(dead.get(), kind, name, 0).unwrap();
+        assert_eq!(
+            run(&mut s, dead, lock(kind, op, l, 60_000), 0).status,
+            Status::Success
+        );
+    }
+    s.heartbeat(live.get(), 900).unwrap();
+    assert_eq!(s.tick(1_000), 0, "lease not over yet");
+    assert_eq!(s.tick(1_001), 1);
+    assert!(!s.is_registered(dead.get()));
+    assert_eq!(
+        s.usage().locks,
+        0,
+        "the dead client's references were the only ones"
+    );
+    for (name, kind, _) in names {
+        let l = s.get_lock(live.get(), kind, name, 1_001).unwrap();
+        assert_eq!(
+            run(
+                &mut s,
+                live,
+                lock(kind, LockOp::TryExclusive, l, 100),
+                1_001
+            )
+            .status,
+            Status::Success
+        );
+    }
+}
+
+#[test]
+fn deinit_releases_everything_the_client_held() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let la = s.get_lock(a.get(), LockKind::Rw, b"x", 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Rw, b"x", 0).unwrap();
+    run(
+        &mut s,
+        a,
+        lock(LockKind::Rw, LockOp::TryExclusive, la, 0),
+        0,
+    );
+    s.object_create(a.get(), b"xid", 100, 10, 0).unwrap();
+    s.client_deinit(a.get(), 1).unwrap();
+    assert_eq!(
+        run(
+            &mut s,
+            b,
+            lock(LockKind::Rw, LockOp::TryExclusive, lb, 0),
+            1
+        )
+        .status,
+        Status::Success
+    );
+    assert_eq!(
+        s.usage().objects,
+        0,
+        "an owned, unreferenced object goes with its owner"
+    );
+    assert_eq!(s.client_deinit(a.get(), 1), Err(Status::ClientNotInit));
+}
+
+#[test]
+fn objects_follow_the_reference_lifecycle() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let id = s.object_create(a.get(), b"csn", 1_000, 60, 0).unwrap();
+    assert_eq!(
+        s.object_create(a.get(), b"csn", 0, 60, 0),
+        Err(Status::ObjectAlreadyCreated)
+    );
+    assert_eq!(
+        s.object_create(b.get(), b"csn", 0, 60, 0),
+        Err(Status::ObjectAlreadyExisted)
+    );
+    assert_eq!(
+        s.object_get(b.get(), b"nope", 60, 0),
+        Err(Status::ObjectNotCreate)
+    );
+    let faa = |id: ObjectId, add| {
+        Command::Object(ObjectCommand {
+            op: ObjectOp::Faa,
+            object: id.raw(),
+            a: add,
+            b: 0,
+        })
+    };
+    // Creating is not a reference: the creator must get it too.
+    assert_eq!(run(&mut s, a, faa(id, 1), 0).status, Status::ObjectNotGet);
+    let (gid, cell) = s.object_get(b.get(), b"csn", 60, 0).unwrap();
+    assert_eq!((gid, cell), (id, id.index()));
+    assert_eq!(run(&mut s, b, faa(id, 5), 0).aux, 1_000);
+    let cas = |expect, new| {
+        Command::Object(ObjectCommand {
+            op: ObjectOp::Cas,
+            object: id.raw(),
+            a: expect,
+            b: new,
+        })
+    };
+    let miss = run(&mut s, b, cas(1_000, 7), 0);
+    assert_eq!(
+        (miss.status, miss.aux),
+        (Status::ObjectCasFailed, 1_005),
+        "CAS returns the observed value"
+    );
+    let hit = run(&mut s, b, cas(1_005, 7), 0);
+    assert_eq!((hit.status, hit.aux), (Status::Success, 1_005));
+    let snap = Command::Object(ObjectCommand {
+        op: ObjectOp::Snapshot,
+        object: id.raw(),
+        a: 0,
+        b: 0,
+    });
+    assert_eq!(run(&mut s, b, snap, 0).aux, 7);
+    assert_eq!(
+        s.object_destroy(b.get(), id.raw(), 0),
+        Err(Status::ObjectInvalidOwner)
+    );
+    // Deferred: b still references it within the lease.
+    assert_eq!(s.object_destroy(a.get(), id.raw(), 0), Ok(()));
+    assert_eq!(
+        s.object_destroy(a.get(), id.raw(), 0),
+        Err(Status::ObjectAlreadyDestroyed)
+    );
+    assert_eq!(
+        s.object_get(a.get(), b"csn", 60, 0),
+        Err(Status::ObjectAlreadyDestroyed)
+    );
+    assert_eq!(s.usage().objects, 1);
+    s.object_release(b.get(), id.raw(), 0).unwrap();
+    assert_eq!(s.usage().objects, 0);
+    assert_eq!(run(&mut s, b, snap, 0).status, Status::ObjectNotGet);
+}
+
+#[test]
+fn object_table_fills_at_objects_max() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap().get();
+    for i in 0..cfg.objects_max {
+        s.object_create(a, format!("o{i}").as_bytes(), 0, 1, 0)
+            .unwrap();
+    }
+    let before = s.tables().digest();
+    assert_eq!(
+        s.object_create(a, b"one more", 0, 1, 0),
+        Err(Status::ObjectTooMany)
+    );
+    assert_eq!(s.tables().digest(), before);
+}
+
+#[test]
+fn oversized_or_empty_message_is_refused_whole() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let l = s.get_lock(a.get(), LockKind::Rw, b"x", 0).unwrap();
+    let cmds = vec![lock(LockKind::Rw, LockOp::TryShared, l, 0); 32];
+    let mut r = vec![
+        CommandResult {
+            status: Status::Success,
+            word: 0,
+            aux: 0
+        };
+        32
+    ];
+    let before = s.tables().digest();
+    assert_eq!(
+        s.execute_message(a.get(), 0, &cmds, &mut r, 0),
+        Err(Status::Einval)
+    );
+    assert_eq!(
+        s.execute_message(a.get(), 0, &[], &mut r, 0),
+        Err(Status::Einval)
+    );
+    assert_eq!(s.tables().digest(), before);
+}
+
+#[test]
+fn all_or_nothing_batch_leaves_nothing_held_when_one_key_fails() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let ids: Vec<LockId> = (0..5)
+        .map(|i| {
+            s.get_lock(a.get(), LockKind::Rw, format!("k{i}").as_bytes(), 0)
+                .unwrap()
+        })
+        .collect();
+    let held_by_b = s.get_lock(b.get(), LockKind::Rw, b"k3", 0).unwrap();
+    assert_eq!(
+        run(
+            &mut s,
+            b,
+            lock(LockKind::Rw, LockOp::TryExclusive, held_by_b, 0),
+            0
+        )
+        .status,
+        Status::Success
+    );
+    let before = s.tables().digest();
+    let cmds: Vec<Command> = ids
+        .iter()
+        .map(|&l| lock(LockKind::Rw, LockOp::TryExclusive, l, 0))
+        .collect();
+    let r = run_all(&mut s, a, FLAG_ALL_OR_NOTHING, &cmds, 1);
+    let statuses: Vec<Status> = r.iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            Status::Eagain,
+            Status::Eagain,
+            Status::Eagain,
+            Status::Fail,
+            Status::Eagain
+        ]
+    );
+    assert_eq!(s.tables().digest(), before, "nothing stays held");
+    // Without the flag the same batch is per item, as in the reference.
+    let r = run_all(&mut s, a, 0, &cmds, 2);
+    assert_eq!(r.iter().filter(|r| r.status == Status::Success).count(), 4);
+}
+
+#[test]
+fn recovering_server_answers_not_ready_until_expected_clients_resync() {
+    let cfg = Config {
+        recovery_clients: 2,
+        epoch: 2,
+        ..small()
+    };
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    assert_eq!(s.client_init(2, 0, 0), Err(Status::NotReady));
+    let (a, b) = (ClientId::new(11).unwrap(), ClientId::new(22).unwrap());
+    s.client_reinit(a.get(), 2, 0, 0).unwrap();
+    s.client_reinit(b.get(), 2, 0, 0).unwrap();
+    assert_eq!(
+        s.get_lock(a.get(), LockKind::Atomic, b"x", 0),
+        Err(Status::NotReady)
+    );
+    let claim = |held, remaining_ms, token| LockClaim {
+        kind: LockKind::Atomic,
+        held,
+        name: b"x",
+        old_lock: 0,
+        word: 0,
+        ticket: Ticket::default(),
+        remaining_ms,
+        age_ms: 0,
+        token,
+    };
+    // Old epoch-1 token of a's grant; b's stale claim expires earlier and loses.
+    let old_token = (1u64 << 48) + 900;
+    let la = s
+        .update_lock(a.get(), &claim(Held::Exclusive, 5_000, old_token), 0)
+        .unwrap();
+    assert_eq!(
+        s.update_lock(b.get(), &claim(Held::Exclusive, 1_000, 0), 0),
+        Err(Status::Fail)
+    );
+    s.reinit_done(a.get(), 0).unwrap();
+    assert_eq!(s.state(), ServerState::Recovering { remaining: 1 });
+    s.reinit_done(b.get(), 0).unwrap();
+    assert_eq!(s.state(), ServerState::Ready);
+    // a still holds x: its unlock works, b's trylock fails until then.
+    let lb = s.get_lock(b.get(), LockKind::Atomic, b"x", 1).unwrap();
+    assert_eq!(lb, la);
+    assert_eq!(
+        run(
+            &mut s,
+            b,
+            lock(LockKind::Atomic, LockOp::TryExclusive, lb, 10),
+            1
+        )
+        .status,
+        Status::Fail
+    );
+    assert_eq!(
+        run(
+            &mut s,
+            a,
+            lock(LockKind::Atomic, LockOp::UnlockExclusive, la, 0),
+            1
+        )
+        .status,
+        Status::Success
+    );
+    let r = run(
+        &mut s,
+        b,
+        lock(LockKind::Atomic, LockOp::TryExclusive, lb, 10),
+        1,
+    );
+    assert_eq!(r.status, Status::Success);
+    assert!(r.aux > old_token && FencingToken(r.aux).epoch() == 2);
+}
+
+#[test]
+fn recovering_client_that_never_returns_stops_blocking_recovery_after_its_lease() {
+    let cfg = Config {
+        recovery_clients: 1,
+        ..small()
+    };
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    s.client_reinit(77, 2, 0, 0).unwrap();
+    assert_eq!(s.tick(cfg.client_lease_ms as u64 + 1), 1);
+    assert_eq!(s.state(), ServerState::Ready);
+}
+
+#[test]
+fn fair_lock_queues_then_grants_by_ticket_and_abandoning_a_ticket_is_accepted() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let l = s.get_lock(a.get(), LockKind::Fair, b"f", 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Fair, b"f", 0).unwrap();
+    let ra = run(
+        &mut s,
+        a,
+        lock(LockKind::Fair, LockOp::TryExclusive, l, 10_000),
+        0,
+    );
+    assert_eq!(ra.status, Status::Success);
+    let w = crate::word::fair::FairWord::from_bits(ra.word);
+    let ta = Ticket {
+        exclusive: w.mx(),
+        shared: w.ms(),
+    };
+    let rb = run(
+        &mut s,
+        b,
+        lock(LockKind::Fair, LockOp::TryExclusive, lb, 10_000),
+        0,
+    );
+    assert_eq!(rb.status, Status::Eagain);
+    let tb = Ticket {
+        exclusive: rb.aux as u16,
+        shared: (rb.aux >> 16) as u16,
+    };
+    assert_eq!(
+        s.release_lock(b.get(), lb.raw(), 0),
+        Err(Status::TicketToUnlock)
+    );
+    assert_eq!(
+        run(
+            &mut s,
+            b,
+            ticketed(LockKind::Fair, LockOp::TicketExclusive, lb, 10_000, tb),
+            1
+        )
+        .status,
+        Status::Eagain
+    );
+    assert_eq!(
+        run(
+            &mut s,
+            a,
+            ticketed(LockKind::Fair, LockOp::UnlockExclusive, l, 0, ta),
+            2
+        )
+        .status,
+        Status::Success
+    );
+    let g = run(
+        &mut s,
+        b,
+        ticketed(LockKind::Fair, LockOp::TicketExclusive, lb, 10_000, tb),
+        3,
+    );
+    assert_eq!(g.status, Status::Success);
+    assert!(g.aux > ra.aux);
+    assert_eq!(
+        run(
+            &mut s,
+            b,
+            ticketed(LockKind::Fair, LockOp::UnlockExclusive, lb, 0, tb),
+            4
+        )
+        .status,
+        Status::Success
+    );
+    assert_eq!(s.release_lock(b.get(), lb.raw(), 4), Ok(()));
+}
+
+#[test]
+fn fair_ticket_the_lock_never_issued_is_void() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let la = s.get_lock(a.get(), LockKind::Fair, b"f", 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Fair, b"f", 0).unwrap();
+    assert_eq!(
+        run(
+            &mut s,
+            a,
+            lock(LockKind::Fair, LockOp::TryExclusive, la, 100),
+            0
+        )
+        .status,
+        Status::Success
+    );
+    assert_eq!(
+        run(
+            &mut s,
+            b,
+            lock(LockKind::Fair, LockOp::TryExclusive, lb, 100),
+            0
+        )
+        .status,
+        Status::Eagain
+    );
+    // b forges a ticket far ahead of `mx`: a late retry with it would otherwise preempt and
+    // move `nx` past `mx`.
+    let forged = Ticket {
+        exclusive: 40,
+        shared: 0,
+    };
+    let before = s.tables().digest();
+    let r = run(
+        &mut s,
+        b,
+        ticketed(LockKind::Fair, LockOp::TicketExclusive, lb, 100, forged),
+        10_000,
+    );
+    assert_eq!(r.status, Status::Fail);
+    assert_ne!(
+        s.tables().digest(),
+        before,
+        "the forged ticket's holder lost its queue place"
+    );
+    let w = crate::word::fair::FairWord::from_bits(s.t.lock_cells[la.index() as usize].word);
+    assert_eq!((w.nx(), w.mx()), (0, 2), "the counters did not move");
+}
+
+#[test]
+fn fair_writer_is_never_granted_beside_a_reader() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let l = s.get_lock(a.get(), LockKind::Fair, b"f", 0).unwrap();
+    // The state the reference can reach when a voided shared ticket is revived after `rflag`
+    // resets: the shared counters agree (`ns == ms`) while a reader still holds.
+    let w = crate::word::fair::FairWord::new()
+        .with_ns(5)
+        .with_ms(5)
+        .with_rcnt(1)
+        .with_timeout_ms(50_000);
+    s.t.lock_cells[l.index() as usize].word = w.into_bits();
+    let r = run(
+        &mut s,
+        a,
+        lock(LockKind::Fair, LockOp::TryExclusive, l, 100),
+        0,
+    );
+    assert_eq!(r.status, Status::Eagain);
+    let after = crate::word::fair::FairWord::from_bits(s.t.lock_cells[l.index() as usize].word);
+    assert_eq!(
+        (after.rcnt(), after.mx()),
+        (1, 1),
+        "queued behind the reader, ticket taken"
+    );
+    assert_eq!(
+        s.t.lock_cells[l.index() as usize].ext,
+        0,
+        "no exclusive owner"
+    );
+}

@@ -1,0 +1,259 @@
+//! The fixed-size records the tables are made of, with their sizes asserted.
+//!
+//! Every record is plain data (integers only), so any byte pattern is a valid value and a zeroed
+//! region is a valid empty table; [`Pod`] marks exactly these types for the one place that turns
+//! region bytes into typed slices.
+
+use core::mem::{align_of, size_of};
+
+use static_assertions::const_assert_eq;
+
+use crate::config::NAME_LEN_MAX;
+use crate::ids::{GENERATION_MAX, LockKind};
+
+/// Types for which every byte pattern is a valid value and that have no padding bytes whose
+/// reads would matter: integers, arrays of them, and `repr(C)` structs of those.
+///
+/// # Safety
+///
+/// - Every bit pattern of `size_of::<Self>()` bytes must be a valid `Self`.
+/// - `Self` must not contain references, pointers or `UnsafeCell`s.
+pub(crate) unsafe trait Pod: Sized {}
+
+// SAFETY: integers accept every bit pattern and hold no pointers.
+unsafe impl Pod for u32 {}
+// SAFETY: as above.
+unsafe impl Pod for u64 {}
+// SAFETY: repr(C) structs of integers only (checked field by field below).
+unsafe impl Pod for LockCell {}
+// SAFETY: as above.
+unsafe impl Pod for LockMeta {}
+// SAFETY: as above.
+unsafe impl Pod for NameCell {}
+// SAFETY: as above.
+unsafe impl Pod for ObjectMeta {}
+// SAFETY: as above.
+unsafe impl Pod for ClientEntry {}
+// SAFETY: as above.
+unsafe impl Pod for crate::table::index::Bucket {}
+
+/// First bytes of every region: `b"DLOCKRGN"` little-endian.
+pub const REGION_MAGIC: u64 = u64::from_le_bytes(*b"DLOCKRGN");
+/// Bumped whenever any record or the order of parts changes.
+pub const LAYOUT_VERSION: u32 = 1;
+
+/// The region header: enough for another process to recompute the [`super::Layout`].
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct RegionHeader {
+    /// [`REGION_MAGIC`].
+    pub magic: u64,
+    /// [`LAYOUT_VERSION`].
+    pub layout_version: u32,
+    /// Server epoch (high bits of fencing tokens).
+    pub epoch: u32,
+    /// Capacities the layout was computed from.
+    pub locks_max: u32,
+    /// See `Config::clients_max`.
+    pub clients_max: u32,
+    /// See `Config::objects_max`.
+    pub objects_max: u32,
+    /// Reserved for future fields; zero.
+    pub reserved: u32,
+    /// Total region bytes.
+    pub region_size: u64,
+}
+
+/// A lock slot's data-thread half: the word and what the data thread keeps beside it.
+///
+/// 32 bytes, two per cache line; only the data thread reads or writes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C, align(32))]
+pub struct LockCell {
+    /// The kind-specific lock word (`AtomicWord`, `RwWord` or `FairWord`).
+    pub word: u128,
+    /// The fencing token of the most recent grant on this lock.
+    pub fence: u64,
+    /// Fair lock: the exclusive holder (the reference's server-only extension). 0 otherwise.
+    pub ext: u32,
+    /// Spare, zero: room for a future lock kind without changing the layout.
+    pub spare: u32,
+}
+
+const_assert_eq!(size_of::<LockCell>(), 32);
+const_assert_eq!(align_of::<LockCell>(), 32);
+
+/// A lock slot's control half: identity and reference count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct LockMeta {
+    /// Bits 0..11 generation, 11..13 kind, bit 13 live (see [`SlotState`]).
+    pub state: u32,
+    /// Clients holding a reference (`get_lock` without `release_lock`).
+    pub refs: u32,
+}
+
+const_assert_eq!(size_of::<LockMeta>(), 8);
+
+/// A name, stored whole (names are never truncated), with its hash so the index and a rehash
+/// never need to read the bytes twice.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct NameCell {
+    /// The keyed hash of the name (the index tag).
+    pub hash: u32,
+    /// Length in bytes, 1..=512.
+    pub len: u16,
+    /// Zero.
+    pub pad: u16,
+    /// The name; bytes past `len` are zero.
+    pub bytes: [u8; NAME_LEN_MAX],
+}
+
+const_assert_eq!(size_of::<NameCell>(), 8 + NAME_LEN_MAX);
+
+impl NameCell {
+    /// The stored name.
+    #[inline]
+    pub fn name(&self) -> &[u8] {
+        &self.bytes[..(self.len as usize).min(NAME_LEN_MAX)]
+    }
+
+    /// Stores `name` (1..=512 bytes, checked by the caller) under `hash`.
+    pub fn set(&mut self, hash: u32, name: &[u8]) {
+        self.hash = hash;
+        self.len = name.len() as u16;
+        self.bytes[..name.len()].copy_from_slice(name);
+        self.bytes[name.len()..].fill(0);
+    }
+}
+
+/// An object slot's control data (the value itself is an `AtomicU64` cell of its own).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct ObjectMeta {
+    /// Bits 0..11 generation, bit 13 live, bit 14 destroyed (see [`SlotState`]).
+    pub state: u32,
+    /// Creator; 0 once orphaned (the creator went away while others still used it).
+    pub owner: u32,
+    /// Clients holding a reference (object `get` without `release`).
+    pub refs: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// The latest lease deadline any client asked for (create or get), in ticks.
+    pub lease_until_ms: u64,
+    /// Spare, zero.
+    pub spare: u64,
+}
+
+const_assert_eq!(size_of::<ObjectMeta>(), 32);
+
+/// Life stage of a client entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ClientState {
+    /// Unused entry.
+    Free = 0,
+    /// Registered and heard from within its lease.
+    Active = 1,
+    /// Its transport reported the connection lost; its locks stay held until its lease ends or
+    /// it re-registers (`client_reinit`), and it is the first evicted when the table is full.
+    Abnormal = 2,
+    /// Re-registered during server recovery and still re-syncing its locks.
+    Recovering = 3,
+}
+
+/// A registered client.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct ClientEntry {
+    /// The client id (0 when the entry is free).
+    pub id: u32,
+    /// A [`ClientState`] as `u8`.
+    pub state: u8,
+    /// Negotiated protocol version.
+    pub version: u8,
+    /// Zero.
+    pub pad: u16,
+    /// The client's lease: silence longer than this declares it dead.
+    pub lease_ms: u32,
+    /// Lock references held (so cleanup can skip a client with none).
+    pub lock_refs: u32,
+    /// Tick of the last request (any traffic counts as a heartbeat).
+    pub last_seen_ms: u64,
+    /// Object references held.
+    pub object_refs: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+const_assert_eq!(size_of::<ClientEntry>(), 32);
+
+impl ClientEntry {
+    /// The entry's state (an unknown byte reads as `Free`; the server only writes valid ones).
+    #[inline]
+    pub fn client_state(&self) -> ClientState {
+        match self.state {
+            1 => ClientState::Active,
+            2 => ClientState::Abnormal,
+            3 => ClientState::Recovering,
+            _ => ClientState::Free,
+        }
+    }
+}
+
+/// The packed identity of a lock or object slot: generation, kind, live and destroyed bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotState(pub u32);
+
+impl SlotState {
+    const KIND_SHIFT: u32 = 11;
+    const LIVE: u32 = 1 << 13;
+    const DESTROYED: u32 = 1 << 14;
+
+    /// A live slot of `kind` (objects pass `LockKind::Atomic`; the bits are unused) at `generation`.
+    #[inline]
+    pub const fn live(generation: u32, kind: LockKind) -> Self {
+        Self(generation & GENERATION_MAX | (kind as u32) << Self::KIND_SHIFT | Self::LIVE)
+    }
+
+    /// The slot's current (or last) generation; 0 if never used.
+    #[inline]
+    pub const fn generation(self) -> u32 {
+        self.0 & GENERATION_MAX
+    }
+
+    /// Whether the slot holds a lock or object now.
+    #[inline]
+    pub const fn is_live(self) -> bool {
+        self.0 & Self::LIVE != 0
+    }
+
+    /// The lock kind of a live lock slot.
+    #[inline]
+    pub const fn kind(self) -> LockKind {
+        match (self.0 >> Self::KIND_SHIFT) & 3 {
+            1 => LockKind::Rw,
+            2 => LockKind::Fair,
+            _ => LockKind::Atomic,
+        }
+    }
+
+    /// Object slots: marked destroyed but still referenced.
+    #[inline]
+    pub const fn is_destroyed(self) -> bool {
+        self.0 & Self::DESTROYED != 0
+    }
+
+    /// The same slot, marked destroyed.
+    #[inline]
+    pub const fn destroyed(self) -> Self {
+        Self(self.0 | Self::DESTROYED)
+    }
+
+    /// The same generation, no longer live (the next allocation moves the generation on).
+    #[inline]
+    pub const fn freed(self) -> Self {
+        Self(self.generation())
+    }
+}
