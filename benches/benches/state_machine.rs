@@ -10,7 +10,10 @@ use std::hint::black_box;
 use divan::Bencher;
 use divan::counter::ItemsCount;
 use dlock_benches::{MutexTable, region, server};
-use dlock_core::proto::{Command, CommandResult, LockCommand, LockOp, ObjectCommand, ObjectOp};
+use dlock_core::proto::{
+    Command, CommandResult, DATA_MESSAGE_MAX, DataHeader, LockCommand, LockOp, ObjectCommand,
+    ObjectOp, PROTO_VERSION, encode_data_request,
+};
 use dlock_core::{Config, LockId, LockKind, Status, Ticket};
 
 fn main() {
@@ -150,5 +153,73 @@ fn mutex_counter_faa(bencher: Bencher) {
         let old = *g;
         *g += 1;
         black_box(old)
+    });
+}
+
+/// Encodes one data request for `commands` (outside the timed loop).
+fn encoded(client: u32, commands: &[Command]) -> Vec<u8> {
+    let header = DataHeader {
+        version: PROTO_VERSION,
+        count: 0,
+        message_id: 1,
+        client,
+        flags: 0,
+    };
+    let mut buf = vec![0; DATA_MESSAGE_MAX];
+    let n = encode_data_request(&header, commands, &mut buf).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+/// The 31-key batch through the bytes path a transport uses: decode, execute, encode the reply.
+#[divan::bench]
+fn dlock_bytes_batch31_trylock_unlock(bencher: Bencher) {
+    let cfg = cfg();
+    let mut region = region(&cfg);
+    let mut s = server(&mut region);
+    let c = s.client_init(2, 0, 0).unwrap().get();
+    let ids: Vec<LockId> = (0..31)
+        .map(|i| {
+            s.get_lock(c, LockKind::Atomic, format!("t1:rg{i}").as_bytes(), 0)
+                .unwrap()
+        })
+        .collect();
+    let lock = encoded(
+        c,
+        &ids.iter()
+            .map(|&id| cmd(LockOp::TryExclusive, id))
+            .collect::<Vec<_>>(),
+    );
+    let unlock = encoded(
+        c,
+        &ids.iter()
+            .map(|&id| cmd(LockOp::UnlockExclusive, id))
+            .collect::<Vec<_>>(),
+    );
+    let mut out = [0u8; DATA_MESSAGE_MAX];
+    bencher.counter(ItemsCount::new(62usize)).bench_local(|| {
+        s.handle_data(black_box(&lock), &mut out, NOW_MS).unwrap();
+        s.handle_data(black_box(&unlock), &mut out, NOW_MS).unwrap();
+        black_box(&out);
+    });
+}
+
+/// One trylock and one unlock through the bytes path.
+#[divan::bench]
+fn dlock_bytes_trylock_unlock(bencher: Bencher) {
+    let cfg = cfg();
+    let mut region = region(&cfg);
+    let mut s = server(&mut region);
+    let c = s.client_init(2, 0, 0).unwrap().get();
+    let id = s.get_lock(c, LockKind::Atomic, b"row-group-1", 0).unwrap();
+    let (lock, unlock) = (
+        encoded(c, &[cmd(LockOp::TryExclusive, id)]),
+        encoded(c, &[cmd(LockOp::UnlockExclusive, id)]),
+    );
+    let mut out = [0u8; DATA_MESSAGE_MAX];
+    bencher.counter(ItemsCount::new(2usize)).bench_local(|| {
+        s.handle_data(black_box(&lock), &mut out, NOW_MS).unwrap();
+        s.handle_data(black_box(&unlock), &mut out, NOW_MS).unwrap();
+        black_box(&out);
     });
 }

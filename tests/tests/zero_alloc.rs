@@ -7,7 +7,10 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use dlock_core::proto::{LockOp, ObjectOp};
+use dlock_core::proto::{
+    CONTROL_FRAME_MAX, ControlHeader, ControlRequest, ControlRequestFrame, DATA_MESSAGE_MAX,
+    DataHeader, LockOp, ObjectOp, PROTO_VERSION, encode_control_request, encode_data_request,
+};
 use dlock_core::{Config, LockKind, Status};
 use dlock_tests::{BLANK, lock_cmd, object_cmd, region, run, server, ticket_cmd, ticket_of};
 
@@ -83,6 +86,39 @@ fn a_million_mixed_operations_allocate_nothing() {
         .map(|&l| lock_cmd(LockKind::Rw, LockOp::UnlockExclusive, l, 0))
         .collect();
 
+    // The bytes path too: frames encoded up front, decoded and answered in the loop.
+    let c0 = clients[0].get();
+    let data_frame = {
+        let header = DataHeader {
+            version: PROTO_VERSION,
+            count: 0,
+            message_id: 1,
+            client: c0,
+            flags: 0,
+        };
+        let mut buf = vec![0; DATA_MESSAGE_MAX];
+        let n = encode_data_request(&header, &batch_try, &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    };
+    let control_frame = {
+        let body = ControlRequest::GetLock {
+            kind: LockKind::Rw,
+            name: b"batch-3",
+        };
+        let header = ControlHeader {
+            version: PROTO_VERSION,
+            msg: body.msg_type(),
+            message_id: 2,
+            word: c0,
+        };
+        let mut buf = vec![0; CONTROL_FRAME_MAX];
+        let n = encode_control_request(&ControlRequestFrame { header, body }, &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    };
+    let mut reply = vec![0u8; CONTROL_FRAME_MAX];
+
     let before = allocations();
     assert!(before > 0, "the counter sees the set-up's allocations");
     let mut ops = 0u64;
@@ -145,7 +181,11 @@ fn a_million_mixed_operations_allocate_nothing() {
             now,
         );
         s.heartbeat(clients[0].get(), now).unwrap();
-        ops += 4 + 62 + 1 + 1;
+        s.handle_data(&data_frame, &mut reply, now).unwrap();
+        s.execute_message(clients[0].get(), 0, &batch_unlock, &mut results, now)
+            .unwrap();
+        s.handle_control(&control_frame, &mut reply, now).unwrap();
+        ops += 4 + 62 + 1 + 1 + 62 + 1;
     }
     assert_eq!(allocations() - before, 0, "the state machine allocated");
     assert!(granted > 1_000, "the loop really took locks ({granted})");

@@ -530,16 +530,38 @@ pub fn encode_data_response(
     if results.len() != req.len() {
         return Err(EncodeError::Invalid);
     }
-    let total_len = put_message_header(out, &req.header, results.len())?;
-    for (i, (raw, result)) in req.commands.iter().zip(results).enumerate() {
-        let (kind, op, id) = kind_op_id(raw);
-        let c = command_slot(out, i)?;
-        put_u8(c, 0, kind)?;
-        put_u8(c, 1, op)?;
-        put_u16(c, 2, result.status as u16)?;
-        put_u32(c, 4, id)?;
-        put_u128(c, 8, result.word)?;
-        put_u64(c, 24, result.aux)?;
+    let total_len = begin_data_response(req, out)?;
+    for (i, result) in results.iter().enumerate() {
+        put_data_result(req, i, result, out)?;
     }
     Ok(total_len)
+}
+
+/// Starts the response to `req` in `out`: writes the header and checks that `out` holds the
+/// whole response, so the [`put_data_result`] calls that follow cannot run out of room. Returns
+/// the response length. This is the streaming form of [`encode_data_response`] for a server that
+/// writes each result as it is computed, without an array of them.
+pub fn begin_data_response(req: &DataRequest<'_>, out: &mut [u8]) -> Result<usize, EncodeError> {
+    put_message_header(out, &req.header, req.len())
+}
+
+/// Writes the outcome of command `i` of `req` (its kind, op and id echoed) into a response
+/// started with [`begin_data_response`].
+#[inline]
+pub fn put_data_result(
+    req: &DataRequest<'_>,
+    i: usize,
+    result: &CommandResult,
+    out: &mut [u8],
+) -> Result<(), EncodeError> {
+    let raw = req.commands.get(i).ok_or(EncodeError::Invalid)?;
+    let (kind, op, id) = kind_op_id(raw);
+    let c = command_slot(out, i)?;
+    put_u8(c, 0, kind)?;
+    put_u8(c, 1, op)?;
+    put_u16(c, 2, result.status as u16)?;
+    put_u32(c, 4, id)?;
+    put_u128(c, 8, result.word)?;
+    put_u64(c, 24, result.aux)?;
+    Ok(())
 }

@@ -41,8 +41,8 @@ pub use batch::{
 pub use control::{ControlHeader, MsgType, control_frame_len, peek_control_header};
 pub use data::{
     Command, CommandResult, DataHeader, DataRequest, DataResponse, DataResult, LockCommand, LockOp,
-    OBJECT_KIND, ObjectCommand, ObjectOp, decode_data_request, decode_data_response,
-    encode_data_request, encode_data_response,
+    OBJECT_KIND, ObjectCommand, ObjectOp, begin_data_response, decode_data_request,
+    decode_data_response, encode_data_request, encode_data_response, put_data_result,
 };
 pub use request::{
     ControlRequest, ControlRequestFrame, decode_control_request, encode_control_request,

@@ -108,8 +108,33 @@ impl<'r> Server<'r> {
         results: &mut [CommandResult],
         now_ms: u64,
     ) -> Result<(), Status> {
-        let n = commands.len();
-        if n == 0 || n > BATCH_MAX || results.len() < n {
+        if results.len() < commands.len() {
+            return Err(self.refuse(Status::Einval));
+        }
+        self.execute_with(
+            raw_client,
+            flags,
+            commands.len(),
+            |i| commands[i],
+            |i, r| results[i] = r,
+            now_ms,
+        )
+    }
+
+    /// The data path proper: `n` commands read through `command(i)`, each outcome handed to
+    /// `reply(i, result)` as soon as it is known — so the bytes path decodes and encodes in
+    /// place, with no array of commands or results to fill per message.
+    #[inline]
+    pub(super) fn execute_with(
+        &mut self,
+        raw_client: u32,
+        flags: u32,
+        n: usize,
+        command: impl Fn(usize) -> Command,
+        mut reply: impl FnMut(usize, CommandResult),
+        now_ms: u64,
+    ) -> Result<(), Status> {
+        if n == 0 || n > BATCH_MAX {
             return Err(self.refuse(Status::Einval));
         }
         self.stats.bump(Counter::DataMessages);
@@ -118,7 +143,7 @@ impl<'r> Server<'r> {
         let slot = match self.serving_client(raw_client, now_ms) {
             // Object commands cannot be undone (clients change cells one-sided), so they have
             // no place in an all-or-nothing message.
-            Ok(_) if all_or_nothing && commands.iter().any(|c| matches!(c, Command::Object(_))) => {
+            Ok(_) if all_or_nothing && (0..n).any(|i| matches!(command(i), Command::Object(_))) => {
                 Err(Status::Einval)
             }
             other => other,
@@ -126,8 +151,8 @@ impl<'r> Server<'r> {
         let slot = match slot {
             Ok(slot) => slot,
             Err(s) => {
-                for r in &mut results[..n] {
-                    *r = result(self.refuse(s));
+                for i in 0..n {
+                    reply(i, result(self.refuse(s)));
                 }
                 return Ok(());
             }
@@ -137,20 +162,26 @@ impl<'r> Server<'r> {
             return Err(Status::ClientNotInit);
         };
         if all_or_nothing {
-            self.execute_all_or_nothing(slot, me, commands, &mut results[..n], now_ms);
+            let mut results = [result(Status::Success); BATCH_MAX];
+            self.execute_all_or_nothing(slot, me, n, command, &mut results[..n], now_ms);
+            results[..n]
+                .iter()
+                .enumerate()
+                .for_each(|(i, r)| reply(i, *r));
             return Ok(());
         }
-        for (cmd, r) in commands.iter().zip(results.iter_mut()) {
-            *r = match cmd {
+        for i in 0..n {
+            let r = match command(i) {
                 Command::Lock(c) => {
-                    let (r, preempted) = self.lock_command(slot, me, c, now_ms);
+                    let (r, preempted) = self.lock_command(slot, me, &c, now_ms);
                     if preempted {
                         self.forget_preempted_holders(c.lock, slot);
                     }
                     r
                 }
-                Command::Object(o) => self.object_command(slot, o),
+                Command::Object(o) => self.object_command(slot, &o),
             };
+            reply(i, r);
         }
         Ok(())
     }
@@ -162,7 +193,8 @@ impl<'r> Server<'r> {
         &mut self,
         slot: u32,
         me: ClientId,
-        commands: &[Command],
+        n: usize,
+        command: impl Fn(usize) -> Command,
         results: &mut [CommandResult],
         now_ms: u64,
     ) {
@@ -172,11 +204,13 @@ impl<'r> Server<'r> {
             preempted: [0; BATCH_MAX],
             preempted_len: 0,
         };
-        for (cmd, r) in commands.iter().zip(results.iter_mut()) {
+        for (i, r) in results.iter_mut().enumerate().take(n) {
             // Object commands were refused before we got here.
-            let Command::Lock(c) = cmd else { continue };
+            let Command::Lock(c) = command(i) else {
+                continue;
+            };
             self.record_undo(slot, c.lock, &mut s);
-            let (out, preempted) = self.lock_command(slot, me, c, now_ms);
+            let (out, preempted) = self.lock_command(slot, me, &c, now_ms);
             if preempted {
                 s.preempted[s.preempted_len] = c.lock;
                 s.preempted_len += 1;
@@ -221,8 +255,10 @@ impl<'r> Server<'r> {
     /// One lock command; the flag says a fair-lock grant preempted other holders, whose
     /// records the caller must forget (see `forget_preempted_holders`).
     ///
-    /// Deliberately not `#[inline]`: compiled here, it inlines the lock-word accessors that
-    /// `bitfield-struct` generates without `#[inline]`, which a caller in another crate could not.
+    /// Inlined into [`Self::execute_message`]'s loop, which is not generic so that both are
+    /// compiled in this crate: here the lock-word accessors that `bitfield-struct` generates
+    /// (without `#[inline]`) inline too, which they could not into a caller in another crate.
+    #[inline(always)]
     fn lock_command(
         &mut self,
         slot: u32,

@@ -13,10 +13,10 @@
 use super::{Counter, Server};
 use crate::config::BATCH_MAX;
 use crate::proto::{
-    BatchEntries, BatchEntry, Command, CommandResult, ControlHeader, ControlRequest,
-    ControlResponse, DecodeError, EncodeError, InitReply, SERVER_VERSIONS, VersionRange,
-    decode_control_request, decode_data_request, encode_control_response, encode_data_response,
-    negotiate, peek_control_header,
+    BatchEntries, BatchEntry, CommandResult, ControlHeader, ControlRequest, ControlResponse,
+    DecodeError, EncodeError, InitReply, SERVER_VERSIONS, VersionRange, begin_data_response,
+    decode_control_request, decode_data_request, encode_control_response, negotiate,
+    peek_control_header, put_data_result,
 };
 use crate::status::Status;
 
@@ -35,12 +35,6 @@ impl From<EncodeError> for FrameError {
         FrameError::Reply(e)
     }
 }
-
-const BLANK: CommandResult = CommandResult {
-    status: Status::Success,
-    word: 0,
-    aux: 0,
-};
 
 /// Whether a non-init frame's version is one this server speaks.
 #[inline]
@@ -262,38 +256,37 @@ impl<'r> Server<'r> {
         })?;
         let header = msg.header();
         let n = msg.len();
-        let mut commands = [Command::Lock(crate::proto::LockCommand {
-            kind: crate::LockKind::Atomic,
-            op: crate::proto::LockOp::TryExclusive,
-            lock: 0,
-            expire_ms: 0,
-            ticket: crate::Ticket {
-                exclusive: 0,
-                shared: 0,
-            },
-        }); BATCH_MAX];
-        for (slot, cmd) in commands.iter_mut().zip(msg.commands()) {
-            *slot = cmd;
-        }
-        let mut results = [BLANK; BATCH_MAX];
+        let len = begin_data_response(&msg, out)?;
+        // `begin_data_response` checked that `out` holds the whole reply, so no result write
+        // can fail.
+        let mut reply = |i: usize, r: CommandResult| {
+            let written = put_data_result(&msg, i, &r, out);
+            debug_assert!(written.is_ok());
+        };
         if version_spoken(header.version) {
             // The decoder bounds the count to 1..=31, so the message is never refused whole.
-            let executed = self.execute_message(
+            let executed = self.execute_with(
                 header.client,
                 header.flags,
-                &commands[..n],
-                &mut results,
+                n,
+                |i| msg.command(i),
+                &mut reply,
                 now_ms,
             );
             debug_assert!(executed.is_ok());
         } else {
             let status = self.refuse(Status::ProtoVersionNegotiationFail);
-            results[..n].fill(CommandResult {
-                status,
-                word: 0,
-                aux: 0,
+            (0..n).for_each(|i| {
+                reply(
+                    i,
+                    CommandResult {
+                        status,
+                        word: 0,
+                        aux: 0,
+                    },
+                )
             });
         }
-        Ok(encode_data_response(&msg, &results[..n], out)?)
+        Ok(len)
     }
 }
