@@ -43,6 +43,7 @@ fn cmd(op: LockOp, id: LockId) -> Command {
         lock: id.raw(),
         expire_ms: 5_000,
         ticket: Ticket::default(),
+        wait_ms: 0,
     })
 }
 

@@ -25,6 +25,7 @@ pub fn lock_cmd(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32) -> Comma
         lock: id.raw(),
         expire_ms,
         ticket: Ticket::default(),
+        wait_ms: 0,
     })
 }
 
@@ -76,5 +77,6 @@ pub fn ticket_cmd(
         lock: id.raw(),
         expire_ms,
         ticket,
+        wait_ms: 0,
     })
 }

@@ -116,6 +116,7 @@ fn lock(kind: LockKind, op: LockOp, lock: u32, expire_ms: u32, ticket: Ticket) -
         lock,
         expire_ms,
         ticket,
+        wait_ms: 0,
     })
 }
 

@@ -27,7 +27,7 @@
 //!
 //! | message  | kind   | payload                                                       |
 //! |----------|--------|---------------------------------------------------------------|
-//! | request  | lock   | `8 u32 expire_ms \| 12 u16 tx \| 14 u16 ts \| 16 16 reserved`  |
+//! | request  | lock   | `8 u32 expire_ms \| 12 u16 tx \| 14 u16 ts \| 16 u32 wait_ms \| 20 12 reserved` |
 //! | request  | object | `8 u64 a \| 16 u64 b \| 24 8 reserved`                        |
 //! | response | any    | `8 u128 word \| 24 u64 aux`                                   |
 //!
@@ -136,6 +136,9 @@ pub struct LockCommand {
     pub expire_ms: u32,
     /// Fair lock: the ticket held (ticket retries) or the counters cached (unlock, extend).
     pub ticket: Ticket,
+    /// Trylocks only: how long the server may hold the request waiting for the lock (0 = do
+    /// not wait). A waiting request must be alone in its message.
+    pub wait_ms: u32,
 }
 
 /// An object command.
@@ -389,7 +392,7 @@ fn parse_command(c: &RawCommand) -> Result<Command, DecodeError> {
     }
     let kind = LockKind::from_u8(kind).ok_or(DecodeError::BadKind)?;
     let op = LockOp::from_u8(op).ok_or(DecodeError::BadOp)?;
-    if get_u128(c, 16)? != 0 {
+    if get_u32(c, 20)? != 0 || get_u64(c, 24)? != 0 {
         return Err(DecodeError::BadField);
     }
     Ok(Command::Lock(LockCommand {
@@ -401,6 +404,7 @@ fn parse_command(c: &RawCommand) -> Result<Command, DecodeError> {
             exclusive: get_u16(c, 12)?,
             shared: get_u16(c, 14)?,
         },
+        wait_ms: get_u32(c, 16)?,
     }))
 }
 
@@ -507,7 +511,8 @@ pub fn encode_data_request(
                 put_u32(c, 8, l.expire_ms)?;
                 put_u16(c, 12, l.ticket.exclusive)?;
                 put_u16(c, 14, l.ticket.shared)?;
-                put_zero(c, 16, 16)?;
+                put_u32(c, 16, l.wait_ms)?;
+                put_zero(c, 20, 12)?;
             }
             Command::Object(o) => {
                 put_u64(c, 8, o.a)?;

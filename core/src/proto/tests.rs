@@ -212,6 +212,7 @@ fn every_command() -> Vec<Command> {
                 op: LockOp::from_u8(op).unwrap(),
                 lock: 0x0010_0000 | u32::from(op),
                 expire_ms: 30_000 + u32::from(op),
+                wait_ms: u32::from(op) * 7,
                 ticket: Ticket {
                     exclusive: 0xFFFF,
                     shared: u16::from(op),

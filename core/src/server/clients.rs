@@ -79,6 +79,9 @@ impl<'r> Server<'r> {
         if c.client_state() == ClientState::Recovering {
             c.state = ClientState::Active as u8;
             self.recovering = self.recovering.saturating_sub(1);
+            if self.recovering == 0 {
+                self.end_recovery();
+            }
         }
         Ok(())
     }
@@ -107,6 +110,8 @@ impl<'r> Server<'r> {
     /// its lease ends or it re-registers).
     pub fn client_disconnected(&mut self, raw: u32) {
         if let Some(slot) = self.client_slot(raw) {
+            // Nobody is left to receive a parked request's reply.
+            self.cancel_waiter(slot);
             let c = &mut self.t.clients[slot as usize];
             if c.client_state() == ClientState::Active {
                 c.state = ClientState::Abnormal as u8;
@@ -120,14 +125,21 @@ impl<'r> Server<'r> {
         let mut died = 0;
         for slot in 0..self.t.client_free.high_water() {
             let c = self.t.clients[slot as usize];
-            if c.client_state() == ClientState::Free {
+            // A client with a parked request (or its reply not yet delivered) is waiting on
+            // us, not silent.
+            if c.client_state() == ClientState::Free
+                || self.t.waiters[slot as usize].state != crate::table::WaiterState::Free as u8
+            {
                 continue;
             }
             if past(now_ms, c.last_seen_ms.saturating_add(c.lease_ms as u64)) {
-                if c.client_state() == ClientState::Recovering {
+                if c.client_state() == ClientState::Recovering && self.recovering > 0 {
                     // It will not finish recovery: stop waiting for it (the reference waits
                     // forever).
-                    self.recovering = self.recovering.saturating_sub(1);
+                    self.recovering -= 1;
+                    if self.recovering == 0 {
+                        self.end_recovery();
+                    }
                 }
                 self.remove_client(slot, now_ms);
                 self.stats.bump(Counter::ClientsExpired);
@@ -135,6 +147,18 @@ impl<'r> Server<'r> {
             }
         }
         died
+    }
+
+    /// The server starts serving: clients that re-registered beyond the expected number and
+    /// have not finished re-syncing become ordinary clients (their further claims are refused;
+    /// the locks they did not re-claim are lost to them, as for a claim that failed).
+    fn end_recovery(&mut self) {
+        for slot in 0..self.t.client_free.high_water() {
+            let c = &mut self.t.clients[slot as usize];
+            if c.client_state() == ClientState::Recovering {
+                c.state = ClientState::Active as u8;
+            }
+        }
     }
 
     /// Whether client `raw` is registered (in any state).
@@ -266,6 +290,11 @@ impl<'r> Server<'r> {
                     cell.word = o.state.word.into_bits();
                     cell.ext = o.state.owner;
                 }
+            }
+            if self.waiting > 0 {
+                let generation =
+                    crate::table::SlotState(self.t.lock_meta[lock as usize].state).generation();
+                self.wake_waiters(LockId::new(lock, generation).raw(), now_ms);
             }
         }
     }

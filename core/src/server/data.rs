@@ -21,11 +21,13 @@
 
 use core::sync::atomic::Ordering;
 
+use super::waiters::{Disposition, MessageMeta};
 use super::{Counter, Server};
 use crate::config::BATCH_MAX;
 use crate::ids::{ClientId, LockKind, Mode, ObjectId, Ticket};
 use crate::proto::{
     Command, CommandResult, FLAG_ALL_OR_NOTHING, LockCommand, LockOp, ObjectCommand, ObjectOp,
+    PROTO_VERSION,
 };
 use crate::status::Status;
 use crate::table::{Hold, LockCell, SlotState};
@@ -72,6 +74,15 @@ struct Undo {
     hold: u8,
 }
 
+/// What a lock command did beyond its reply, for the caller's follow-up work.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Note {
+    /// A fair-lock grant preempted other holders, whose records must be forgotten.
+    pub(super) fair_preempted: bool,
+    /// The lock was given up, so parked waiters on it may now get it.
+    pub(super) released: bool,
+}
+
 /// Per-message scratch: undo records and fair locks whose other holders were preempted.
 struct Scratch {
     undo: [Undo; BATCH_MAX],
@@ -99,7 +110,8 @@ impl<'r> Server<'r> {
     /// Executes one data message from client `raw_client`: `commands` in order, results into
     /// `results[..commands.len()]`. A message from an unknown client or during recovery gets the
     /// same status for every command. `Err(Einval)` (and nothing executed) for an empty message,
-    /// more than 31 commands, or a `results` slice too short.
+    /// more than 31 commands, or a `results` slice too short. A waiting trylock that could not be
+    /// granted at once is parked: `Deferred`, and its reply comes from [`Self::take_replies`].
     pub fn execute_message(
         &mut self,
         raw_client: u32,
@@ -107,13 +119,18 @@ impl<'r> Server<'r> {
         commands: &[Command],
         results: &mut [CommandResult],
         now_ms: u64,
-    ) -> Result<(), Status> {
+    ) -> Result<Disposition, Status> {
         if results.len() < commands.len() {
             return Err(self.refuse(Status::Einval));
         }
+        let meta = MessageMeta {
+            version: PROTO_VERSION,
+            message_id: 0,
+            flags,
+        };
         self.execute_with(
             raw_client,
-            flags,
+            meta,
             commands.len(),
             |i| commands[i],
             |i, r| results[i] = r,
@@ -128,18 +145,18 @@ impl<'r> Server<'r> {
     pub(super) fn execute_with(
         &mut self,
         raw_client: u32,
-        flags: u32,
+        meta: MessageMeta,
         n: usize,
         command: impl Fn(usize) -> Command,
         mut reply: impl FnMut(usize, CommandResult),
         now_ms: u64,
-    ) -> Result<(), Status> {
+    ) -> Result<Disposition, Status> {
         if n == 0 || n > BATCH_MAX {
             return Err(self.refuse(Status::Einval));
         }
         self.stats.bump(Counter::DataMessages);
         self.stats.add(Counter::DataCommands, n as u64);
-        let all_or_nothing = flags & FLAG_ALL_OR_NOTHING != 0;
+        let all_or_nothing = meta.flags & FLAG_ALL_OR_NOTHING != 0;
         let slot = match self.serving_client(raw_client, now_ms) {
             // Object commands cannot be undone (clients change cells one-sided), so they have
             // no place in an all-or-nothing message.
@@ -154,13 +171,19 @@ impl<'r> Server<'r> {
                 for i in 0..n {
                     reply(i, result(self.refuse(s)));
                 }
-                return Ok(());
+                return Ok(Disposition::Replied);
             }
         };
         // `serving_client` found the id registered, so it is a valid id.
         let Some(me) = ClientId::new(raw_client) else {
             return Err(Status::ClientNotInit);
         };
+        if n == 1
+            && let Command::Lock(c) = command(0)
+            && c.wait_ms != 0
+        {
+            return Ok(self.execute_waiting(slot, me, &c, meta, &mut reply, now_ms));
+        }
         if all_or_nothing {
             let mut results = [result(Status::Success); BATCH_MAX];
             self.execute_all_or_nothing(slot, me, n, command, &mut results[..n], now_ms);
@@ -168,14 +191,19 @@ impl<'r> Server<'r> {
                 .iter()
                 .enumerate()
                 .for_each(|(i, r)| reply(i, *r));
-            return Ok(());
+            return Ok(Disposition::Replied);
         }
         for i in 0..n {
             let r = match command(i) {
+                // A waiting request must be alone in its message: its reply may come later.
+                Command::Lock(c) if c.wait_ms != 0 => result(self.refuse(Status::Einval)),
                 Command::Lock(c) => {
-                    let (r, preempted) = self.lock_command(slot, me, &c, now_ms);
-                    if preempted {
+                    let (r, note) = self.lock_command(slot, me, &c, now_ms);
+                    if note.fair_preempted {
                         self.forget_preempted_holders(c.lock, slot);
+                    }
+                    if note.released && self.waiting > 0 {
+                        self.wake_waiters(c.lock, now_ms);
                     }
                     r
                 }
@@ -183,7 +211,7 @@ impl<'r> Server<'r> {
             };
             reply(i, r);
         }
-        Ok(())
+        Ok(Disposition::Replied)
     }
 
     /// The all-or-nothing variant: every lock command's slot is copied before it runs, and if
@@ -204,24 +232,40 @@ impl<'r> Server<'r> {
             preempted: [0; BATCH_MAX],
             preempted_len: 0,
         };
+        let mut released = [0u32; BATCH_MAX];
+        let mut released_len = 0;
         for (i, r) in results.iter_mut().enumerate().take(n) {
             // Object commands were refused before we got here.
             let Command::Lock(c) = command(i) else {
                 continue;
             };
+            if c.wait_ms != 0 {
+                *r = result(self.refuse(Status::Einval));
+                continue;
+            }
             self.record_undo(slot, c.lock, &mut s);
-            let (out, preempted) = self.lock_command(slot, me, &c, now_ms);
-            if preempted {
+            let (out, note) = self.lock_command(slot, me, &c, now_ms);
+            if note.fair_preempted {
                 s.preempted[s.preempted_len] = c.lock;
                 s.preempted_len += 1;
+            }
+            if note.released {
+                released[released_len] = c.lock;
+                released_len += 1;
             }
             *r = out;
         }
         if !results.iter().all(holds_what_it_asked) {
             self.roll_back(slot, &mut s, results);
+            released_len = 0;
         }
         for &lock in &s.preempted[..s.preempted_len] {
             self.forget_preempted_holders(lock, slot);
+        }
+        if self.waiting > 0 {
+            for &lock in &released[..released_len] {
+                self.wake_waiters(lock, now_ms);
+            }
         }
     }
 
@@ -259,20 +303,20 @@ impl<'r> Server<'r> {
     /// compiled in this crate: here the lock-word accessors that `bitfield-struct` generates
     /// (without `#[inline]`) inline too, which they could not into a caller in another crate.
     #[inline(always)]
-    fn lock_command(
+    pub(super) fn lock_command(
         &mut self,
         slot: u32,
         me: ClientId,
         c: &LockCommand,
         now_ms: u64,
-    ) -> (CommandResult, bool) {
+    ) -> (CommandResult, Note) {
         let (id, state) = match self.referenced_lock_state(slot, c.lock) {
             Ok(found) => found,
-            Err(s) => return (result(self.refuse(s)), false),
+            Err(s) => return (result(self.refuse(s)), Note::default()),
         };
         let lock = id.index();
         if state.kind() != c.kind {
-            return (result(self.refuse(Status::Einval)), false);
+            return (result(self.refuse(Status::Einval)), Note::default());
         }
         let hold = self.current_hold(slot, me, lock);
         let cell = self.t.lock_cells[lock as usize];
@@ -292,7 +336,7 @@ impl<'r> Server<'r> {
                 .with_ms(t.shared)
                 .into_bits();
         }
-        let mut fair_preempted = false;
+        let mut note = Note::default();
         let aux = match step.effect {
             Effect::Granted { mode, preempted } => {
                 let token = self.issue_token();
@@ -306,7 +350,7 @@ impl<'r> Server<'r> {
                 self.stats.bump(Counter::Grants);
                 if preempted {
                     self.stats.bump(Counter::Preemptions);
-                    fair_preempted = c.kind == LockKind::Fair;
+                    note.fair_preempted = c.kind == LockKind::Fair;
                 }
                 token.0
             }
@@ -316,6 +360,7 @@ impl<'r> Server<'r> {
             }
             Effect::Released(_) => {
                 self.t.lock_holds.set(slot, lock, Hold::None as u8);
+                note.released = true;
                 cell.fence
             }
             Effect::Extended => cell.fence,
@@ -330,13 +375,13 @@ impl<'r> Server<'r> {
             }
         };
         let status = self.refuse(step.status);
-        (CommandResult { status, word, aux }, fair_preempted)
+        (CommandResult { status, word, aux }, note)
     }
 
     /// After a fair-lock timeout preemption by client `slot`, no other client holds a grant on
     /// `raw_lock` any more; forget their records so cleanup and `release_lock` see the truth.
     #[cold]
-    fn forget_preempted_holders(&mut self, raw_lock: u32, slot: u32) {
+    pub(super) fn forget_preempted_holders(&mut self, raw_lock: u32, slot: u32) {
         let Some(id) = crate::ids::LockId::from_raw(raw_lock) else {
             return;
         };
@@ -455,7 +500,11 @@ fn fair_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms:
             // Queued already: the client must retry with its ticket.
             Hold::Ticketed => return Step::refused(cell, Status::Eticket),
             // Holds it already (re-entry is counted by the client, which sends an extend).
-            Hold::Exclusive | Hold::Shared => return Step::refused(cell, Status::AlreadyLocked),
+            Hold::Exclusive | Hold::Shared if holds_mode => {
+                return Step::refused(cell, Status::AlreadyLocked);
+            }
+            // No upgrade or downgrade, as the reference's client answers.
+            Hold::Exclusive | Hold::Shared => return Step::refused(cell, Status::Einval),
         },
         LockOp::TicketExclusive | LockOp::TicketShared if hold != Hold::Ticketed => {
             return Step::refused(cell, Status::Einval);
@@ -463,9 +512,17 @@ fn fair_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms:
         LockOp::TicketExclusive | LockOp::TicketShared => {
             // Guard 1: a ticket the lock never issued (beyond `mx`/`ms`) would move `nx` past
             // `mx` on a late retry and wedge the queue; it is void.
+            // The half in the caller's own mode must have been taken; the other half can be
+            // at most the next ticket of that mode (nothing issued yet) but never beyond it.
+            let (tx, ts) = (c.ticket.exclusive, c.ticket.shared);
+            let (mx, ms) = (s.word.mx(), s.word.ms());
             let issued = match mode {
-                Mode::Exclusive => fair::ticket_before(c.ticket.exclusive, s.word.mx()),
-                Mode::Shared => fair::ticket_before(c.ticket.shared, s.word.ms()),
+                Mode::Exclusive => {
+                    fair::ticket_before(tx, mx) && (ts == ms || fair::ticket_before(ts, ms))
+                }
+                Mode::Shared => {
+                    fair::ticket_before(ts, ms) && (tx == mx || fair::ticket_before(tx, mx))
+                }
             };
             if !issued {
                 return Step::refused(cell, Status::Fail);

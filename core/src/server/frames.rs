@@ -10,6 +10,7 @@
 //! that every later control frame on that connection carries the id it was given (the
 //! reference drops a connection that lies), then calls in here.
 
+use super::waiters::{Disposition, MessageMeta};
 use super::{Counter, Server};
 use crate::config::BATCH_MAX;
 use crate::proto::{
@@ -243,7 +244,9 @@ impl<'r> Server<'r> {
         )))
     }
 
-    /// Handles one data message `req` and writes the reply into `out`; returns its length.
+    /// Handles one data message `req` and writes the reply into `out`; returns its length, or 0
+    /// when the message is a waiting trylock that was parked (its reply will come from
+    /// [`Server::take_replies`]).
     pub fn handle_data(
         &mut self,
         req: &[u8],
@@ -264,16 +267,23 @@ impl<'r> Server<'r> {
             debug_assert!(written.is_ok());
         };
         if version_spoken(header.version) {
+            let meta = MessageMeta {
+                version: header.version,
+                message_id: header.message_id,
+                flags: header.flags,
+            };
             // The decoder bounds the count to 1..=31, so the message is never refused whole.
-            let executed = self.execute_with(
+            let done = self.execute_with(
                 header.client,
-                header.flags,
+                meta,
                 n,
                 |i| msg.command(i),
                 &mut reply,
                 now_ms,
             );
-            debug_assert!(executed.is_ok());
+            if done == Ok(Disposition::Deferred) {
+                return Ok(0);
+            }
         } else {
             let status = self.refuse(Status::ProtoVersionNegotiationFail);
             (0..n).for_each(|i| {

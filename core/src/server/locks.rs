@@ -76,6 +76,18 @@ impl<'r> Server<'r> {
         Ok(LockId::new(lock, generation))
     }
 
+    /// The slot of the live lock named `name`.
+    pub(super) fn find_lock(&self, name: &[u8]) -> Option<u32> {
+        self.find_lock_hashed(crate::table::index::hash_name(self.name_key, name), name)
+    }
+
+    fn find_lock_hashed(&self, hash: u32, name: &[u8]) -> Option<u32> {
+        let names = &*self.t.lock_names;
+        self.t
+            .lock_index
+            .find(hash, |i| names[i as usize].name() == name)
+    }
+
     fn add_lock_ref(&mut self, slot: u32, lock: u32) {
         if self.t.lock_refs.get(slot, lock) == 0 {
             self.t.lock_refs.set(slot, lock, 1);

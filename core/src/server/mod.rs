@@ -21,6 +21,7 @@ mod locks;
 mod objects;
 mod recovery;
 pub mod stats;
+mod waiters;
 
 use crate::config::Config;
 use crate::ids::{ClientId, FencingToken};
@@ -28,6 +29,7 @@ use crate::status::Status;
 use crate::table::{ClientState, Tables};
 pub use frames::FrameError;
 pub use stats::{Counter, Stats};
+pub use waiters::{Disposition, WaitReply};
 
 /// Whether the server is serving or waiting for clients to re-sync after a failover.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +60,12 @@ pub struct Server<'r> {
     /// Key of the name hash.
     name_key: u64,
     stats: Stats,
+    /// Parked blocking requests not yet decided.
+    waiting: u32,
+    /// Decided parked requests whose replies wait for `take_replies`.
+    ready: u32,
+    /// The earliest tick at which a parked request may need a time-based retry.
+    next_timer_ms: u64,
 }
 
 /// Whether `now` is past `deadline` (strictly, as the reference compares).
@@ -85,6 +93,9 @@ impl<'r> Server<'r> {
             rng,
             name_key,
             stats: Stats::default(),
+            waiting: 0,
+            ready: 0,
+            next_timer_ms: u64::MAX,
         }
     }
 
@@ -144,10 +155,16 @@ impl<'r> Server<'r> {
     /// The client slot of a registered client that may send ordinary requests now.
     #[inline]
     fn serving_client(&mut self, raw: u32, now_ms: u64) -> Result<u32, Status> {
+        let slot = self.client_slot(raw);
         if self.recovering > 0 {
+            // A registered client waiting for the others to re-sync is alive: renew its lease
+            // even though the request itself must wait.
+            if let Some(slot) = slot {
+                self.t.clients[slot as usize].last_seen_ms = now_ms;
+            }
             return Err(Status::NotReady);
         }
-        let slot = self.client_slot(raw).ok_or(Status::ClientNotInit)?;
+        let slot = slot.ok_or(Status::ClientNotInit)?;
         let c = &mut self.t.clients[slot as usize];
         match c.client_state() {
             ClientState::Active | ClientState::Abnormal => {

@@ -86,8 +86,10 @@ impl<'r> Server<'r> {
         };
         self.t.object_names[index as usize].set(hash, name);
         self.t.object_index.insert(hash, index);
-        // Release: a shared-memory client that later learns this cell from `object_get` must see
-        // the initial value, not the previous occupant's.
+        // Release pairs with the Acquire of a one-sided reader, but what really orders this store
+        // before a client's first access is the control reply that tells it the cell. A stale
+        // one-sided access from a client of the slot's previous occupant cannot be fenced off
+        // (the reference has the same limit); the generation in the id stops it on the data path.
         self.t.object_cells[index as usize].store(init, Ordering::Release);
         Ok(ObjectId::new(index, generation))
     }

@@ -16,13 +16,16 @@
 //! | fair   | shared          | no exclusive holder, ticket at the serving position, < 63 readers | Fail |
 //! | fair   | ticketed        | always: next-ticket counters move past it    | —         |
 //!
-//! A refused claim tells the client its grant is lost (it resets its local state). Every claim
-//! raises the server's token counter above the claim's fencing token, so tokens keep growing
-//! across the failover even if the new server was started with the same epoch.
+//! A refused claim tells the client its grant is lost (it resets its local state). Claims are
+//! idempotent (a re-sent batch merges nothing twice) and accepted only while the server
+//! recovers. Every claim raises the server's token counter above the claim's fencing token, so
+//! the tokens of re-claimed locks keep growing; a lock nobody re-claims starts over at the new
+//! epoch, which is why a replacement server must be started with a larger epoch than its
+//! predecessor (claims whose token carries an epoch not below ours are refused as forged).
 
 use super::{Counter, Server};
 use crate::config::FAIR_READERS_MAX;
-use crate::ids::{ClientId, LockId, LockKind, Mode};
+use crate::ids::{ClientId, FencingToken, LockId, LockKind, Mode};
 use crate::proto::{Held, LockClaim};
 use crate::status::Status;
 use crate::table::{ClientState, Hold};
@@ -41,26 +44,63 @@ impl<'r> Server<'r> {
         let slot = self
             .client_slot(raw)
             .ok_or_else(|| self.refuse(Status::ClientNotInit))?;
-        if self.t.clients[slot as usize].client_state() != ClientState::Recovering {
+        // Claims rebuild state a new server does not have yet; once it serves, they could only
+        // steal locks granted since, so they are refused.
+        if self.recovering == 0
+            || self.t.clients[slot as usize].client_state() != ClientState::Recovering
+        {
             return Err(self.refuse(Status::Einval));
         }
         self.t.clients[slot as usize].last_seen_ms = now_ms;
         let me = ClientId::new(raw).ok_or(Status::Einval)?;
+        // A claim names a grant of an earlier incarnation: its token's epoch is below ours.
+        // A larger one is forged and would push our token counter towards overflow.
+        let valid = matches!(
+            (claim.kind, claim.held),
+            (_, Held::Reference | Held::Exclusive)
+                | (LockKind::Rw | LockKind::Fair, Held::Shared)
+                | (LockKind::Fair, Held::Ticketed(_))
+        );
+        if !valid || FencingToken(claim.token).epoch() >= self.cfg.epoch {
+            return Err(self.refuse(Status::Einval));
+        }
+        let had_ref = self
+            .find_lock(claim.name)
+            .is_some_and(|l| self.t.lock_refs.get(slot, l) != 0);
         let id = self
             .get_lock_for(slot, claim.kind, claim.name)
             .map_err(|s| self.refuse(s))?;
-        // Tokens never go backwards, whatever the claim's fate.
-        self.next_token = self.next_token.max(claim.token.saturating_add(1));
         let lock = id.index();
-        let hold = self
-            .merge_claim(lock, me, claim, now_ms)
-            .map_err(|s| self.refuse(s))?;
-        if hold != Hold::None {
-            self.t.lock_holds.set(slot, lock, hold as u8);
-            let cell = &mut self.t.lock_cells[lock as usize];
-            cell.fence = cell.fence.max(claim.token);
+        // Claims are idempotent: a batch re-sent after a lost echo merges nothing twice.
+        let held = Hold::from_bits(self.t.lock_holds.get(slot, lock));
+        let wanted = match claim.held {
+            Held::Reference => Hold::None,
+            Held::Exclusive => Hold::Exclusive,
+            Held::Shared => Hold::Shared,
+            Held::Ticketed(_) => Hold::Ticketed,
+        };
+        if held != Hold::None && held == wanted {
+            return Ok(id);
         }
-        Ok(id)
+        // Tokens never go backwards, whatever the claim's fate.
+        self.next_token = self.next_token.max(claim.token + 1);
+        match self.merge_claim(lock, me, claim, now_ms) {
+            Ok(hold) => {
+                if hold != Hold::None {
+                    self.t.lock_holds.set(slot, lock, hold as u8);
+                    let cell = &mut self.t.lock_cells[lock as usize];
+                    cell.fence = cell.fence.max(claim.token);
+                }
+                Ok(id)
+            }
+            Err(s) => {
+                // A refused claim leaves no reference behind that the client cannot see.
+                if !had_ref {
+                    self.drop_lock_ref(slot, id);
+                }
+                Err(self.refuse(s))
+            }
+        }
     }
 
     /// Applies the merge table above to lock slot `lock`; returns what the client now holds.
@@ -147,8 +187,18 @@ fn merge_fair(
     c: &LockClaim<'_>,
     until: u64,
 ) -> Result<Hold, Status> {
-    let w = s.word;
     let (tx, ts) = (c.ticket.exclusive, c.ticket.shared);
+    // Counters compare only within half their range, and the old server's may be anywhere in
+    // it: the first claim on a lock this server has not seen positions an empty queue at its
+    // ticket, and later claims (from the same old lock, so close by) merge against that.
+    if s.owner == 0 && s.word.into_bits() == 0 {
+        s.word = fair::FairWord::new()
+            .with_nx(tx)
+            .with_mx(tx)
+            .with_ns(ts)
+            .with_ms(ts);
+    }
+    let w = s.word;
     let timeout = until.max(w.timeout_ms());
     match held {
         Held::Exclusive => {

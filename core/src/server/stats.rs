@@ -44,11 +44,15 @@ pub enum Counter {
     ClientsEvicted,
     /// Clients that left with `client_deinit`.
     ClientsDeinit,
+    /// Blocking lock requests parked on the server.
+    Waits,
+    /// Parked requests answered `Etimeout`.
+    WaitTimeouts,
 }
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: usize = Counter::ClientsDeinit as usize + 1;
+    pub const COUNT: usize = Counter::WaitTimeouts as usize + 1;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT] = [
@@ -70,6 +74,8 @@ impl Counter {
         Counter::ClientsExpired,
         Counter::ClientsEvicted,
         Counter::ClientsDeinit,
+        Counter::Waits,
+        Counter::WaitTimeouts,
     ];
 
     /// A stable snake-case name for printing.
@@ -93,6 +99,8 @@ impl Counter {
             Counter::ClientsExpired => "clients_expired",
             Counter::ClientsEvicted => "clients_evicted",
             Counter::ClientsDeinit => "clients_deinit",
+            Counter::Waits => "waits",
+            Counter::WaitTimeouts => "wait_timeouts",
         }
     }
 }

@@ -52,6 +52,7 @@ fn lock(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32) -> Command {
         lock: id.raw(),
         expire_ms,
         ticket: Ticket::default(),
+        wait_ms: 0,
     })
 }
 
@@ -62,6 +63,7 @@ fn ticketed(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32, ticket: Tick
         lock: id.raw(),
         expire_ms,
         ticket,
+        wait_ms: 0,
     })
 }
 
@@ -883,5 +885,599 @@ fn fair_writer_is_never_granted_beside_a_reader() {
         s.t.lock_cells[l.index() as usize].ext,
         0,
         "no exclusive owner"
+    );
+}
+
+fn waiting(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32, wait_ms: u32) -> Command {
+    Command::Lock(LockCommand {
+        kind,
+        op,
+        lock: id.raw(),
+        expire_ms,
+        ticket: Ticket::default(),
+        wait_ms,
+    })
+}
+
+/// Sends one waiting command; `None` when it was parked.
+fn wait_for(s: &mut Server<'_>, client: ClientId, cmd: Command, now: u64) -> Option<CommandResult> {
+    let mut r = [CommandResult {
+        status: Status::Success,
+        word: 0,
+        aux: 0,
+    }];
+    match s
+        .execute_message(client.get(), 0, &[cmd], &mut r, now)
+        .unwrap()
+    {
+        Disposition::Replied => Some(r[0]),
+        Disposition::Deferred => None,
+    }
+}
+
+fn replies(s: &mut Server<'_>) -> Vec<WaitReply> {
+    let mut out = Vec::new();
+    s.take_replies(|r| out.push(r));
+    out
+}
+
+#[test]
+fn blocked_lock_is_granted_the_moment_the_holder_unlocks() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let la = s.get_lock(a.get(), LockKind::Rw, b"x", 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Rw, b"x", 0).unwrap();
+    let held = run(
+        &mut s,
+        a,
+        lock(LockKind::Rw, LockOp::TryExclusive, la, 0),
+        0,
+    );
+    assert_eq!(held.status, Status::Success);
+    assert_eq!(
+        wait_for(
+            &mut s,
+            b,
+            waiting(LockKind::Rw, LockOp::TryExclusive, lb, 0, 5_000),
+            1
+        ),
+        None
+    );
+    assert_eq!(s.replies_ready(), 0);
+    assert_eq!(
+        run(
+            &mut s,
+            a,
+            lock(LockKind::Rw, LockOp::UnlockExclusive, la, 0),
+            2
+        )
+        .status,
+        Status::Success
+    );
+    let got = replies(&mut s);
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0].client, got[0].result.status),
+        (b.get(), Status::Success)
+    );
+    assert!(
+        got[0].result.aux > held.aux,
+        "a fresh, larger fencing token"
+    );
+    assert_eq!(
+        got[0].command.op,
+        LockOp::TryExclusive,
+        "the reply echoes the request"
+    );
+    // b really holds it now.
+    assert_eq!(
+        run(&mut s, a, lock(LockKind::Rw, LockOp::TryShared, la, 0), 3).status,
+        Status::Fail
+    );
+}
+
+#[test]
+fn waiter_gets_etimeout_when_its_deadline_passes_and_not_before() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let la = s.get_lock(a.get(), LockKind::Rw, b"x", 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Rw, b"x", 0).unwrap();
+    run(&mut s, a, lock(LockKind::Rw, LockOp::TryShared, la, 0), 0);
+    assert_eq!(
+        wait_for(
+            &mut s,
+            b,
+            waiting(LockKind::Rw, LockOp::TryExclusive, lb, 0, 300),
+            0
+        ),
+        None
+    );
+    s.poll_waiters(300);
+    assert_eq!(
+        s.replies_ready(),
+        0,
+        "the deadline tick itself is still in time"
+    );
+    s.poll_waiters(301);
+    let got = replies(&mut s);
+    assert_eq!(got[0].result.status, Status::Etimeout);
+    assert_eq!(s.stats().get(Counter::WaitTimeouts), 1);
+}
+
+#[test]
+fn atomic_waiter_is_granted_when_the_holders_lease_runs_out() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let la = s.get_lock(a.get(), LockKind::Atomic, b"x", 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Atomic, b"x", 0).unwrap();
+    run(
+        &mut s,
+        a,
+        lock(LockKind::Atomic, LockOp::TryExclusive, la, 100),
+        0,
+    );
+    assert_eq!(
+        wait_for(
+            &mut s,
+            b,
+            waiting(LockKind::Atomic, LockOp::TryExclusive, lb, 100, 5_000),
+            10
+        ),
+        None
+    );
+    s.poll_waiters(100);
+    assert_eq!(s.replies_ready(), 0);
+    s.poll_waiters(101);
+    assert_eq!(replies(&mut s)[0].result.status, Status::Success);
+}
+
+#[test]
+fn fair_waiters_are_served_in_ticket_order() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let ids: Vec<ClientId> = (0..3).map(|_| s.client_init(2, 0, 0).unwrap()).collect();
+    let locks: Vec<LockId> = ids
+        .iter()
+        .map(|c| s.get_lock(c.get(), LockKind::Fair, b"f", 0).unwrap())
+        .collect();
+    let first = run(
+        &mut s,
+        ids[0],
+        lock(LockKind::Fair, LockOp::TryExclusive, locks[0], 10_000),
+        0,
+    );
+    assert_eq!(first.status, Status::Success);
+    for i in 1..3 {
+        let cmd = waiting(
+            LockKind::Fair,
+            LockOp::TryExclusive,
+            locks[i],
+            10_000,
+            60_000,
+        );
+        assert_eq!(wait_for(&mut s, ids[i], cmd, i as u64), None);
+    }
+    let mut holder_ticket = crate::word::fair::FairWord::from_bits(first.word);
+    for next in 1..3 {
+        let t = Ticket {
+            exclusive: holder_ticket.mx(),
+            shared: holder_ticket.ms(),
+        };
+        let unlock = ticketed(
+            LockKind::Fair,
+            LockOp::UnlockExclusive,
+            locks[next - 1],
+            0,
+            t,
+        );
+        assert_eq!(
+            run(&mut s, ids[next - 1], unlock, 10 + next as u64).status,
+            Status::Success
+        );
+        let got = replies(&mut s);
+        assert_eq!(got.len(), 1, "exactly the next ticket is served");
+        assert_eq!(
+            (got[0].client, got[0].result.status),
+            (ids[next].get(), Status::Success)
+        );
+        assert_eq!(got[0].command.op, LockOp::TryExclusive);
+        holder_ticket = crate::word::fair::FairWord::from_bits(got[0].result.word);
+    }
+}
+
+#[test]
+fn a_dying_holder_wakes_the_waiter_and_the_waiter_itself_is_not_declared_dead() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let la = s.get_lock(a.get(), LockKind::Rw, b"x", 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Rw, b"x", 0).unwrap();
+    run(
+        &mut s,
+        a,
+        lock(LockKind::Rw, LockOp::TryExclusive, la, 0),
+        0,
+    );
+    assert_eq!(
+        wait_for(
+            &mut s,
+            b,
+            waiting(LockKind::Rw, LockOp::TryExclusive, lb, 0, 60_000),
+            0
+        ),
+        None
+    );
+    assert_eq!(
+        s.tick(cfg.client_lease_ms as u64 + 1),
+        1,
+        "only the silent holder dies"
+    );
+    assert!(s.is_registered(b.get()));
+    assert_eq!(replies(&mut s)[0].result.status, Status::Success);
+}
+
+#[test]
+fn one_parked_request_per_client_and_waiting_requests_travel_alone() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let la = s.get_lock(a.get(), LockKind::Rw, b"x", 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Rw, b"x", 0).unwrap();
+    let lb2 = s.get_lock(b.get(), LockKind::Rw, b"y", 0).unwrap();
+    run(
+        &mut s,
+        a,
+        lock(LockKind::Rw, LockOp::TryExclusive, la, 0),
+        0,
+    );
+    let cmd = waiting(LockKind::Rw, LockOp::TryExclusive, lb, 0, 1_000);
+    assert_eq!(wait_for(&mut s, b, cmd, 0), None);
+    assert_eq!(
+        wait_for(&mut s, b, cmd, 0).map(|r| r.status),
+        Some(Status::Easync)
+    );
+    let two = [cmd, lock(LockKind::Rw, LockOp::TryExclusive, lb2, 0)];
+    let r = run_all(&mut s, b, 0, &two, 0);
+    assert_eq!(
+        (r[0].status, r[1].status),
+        (Status::Einval, Status::Success)
+    );
+}
+
+#[test]
+fn parked_request_replies_through_the_bytes_path_with_its_message_id() {
+    use crate::proto::{DATA_MESSAGE_MAX, DataHeader, decode_data_response, encode_data_request};
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let la = s.get_lock(a.get(), LockKind::Atomic, b"x", 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Atomic, b"x", 0).unwrap();
+    run(
+        &mut s,
+        a,
+        lock(LockKind::Atomic, LockOp::TryExclusive, la, 1_000),
+        0,
+    );
+    let header = DataHeader {
+        version: 2,
+        count: 0,
+        message_id: 777,
+        client: b.get(),
+        flags: 0,
+    };
+    let mut req = [0u8; DATA_MESSAGE_MAX];
+    let n = encode_data_request(
+        &header,
+        &[waiting(
+            LockKind::Atomic,
+            LockOp::TryExclusive,
+            lb,
+            50,
+            9_000,
+        )],
+        &mut req,
+    )
+    .unwrap();
+    let mut out = [0u8; DATA_MESSAGE_MAX];
+    assert_eq!(
+        s.handle_data(&req[..n], &mut out, 1),
+        Ok(0),
+        "parked: no reply yet"
+    );
+    run(
+        &mut s,
+        a,
+        lock(LockKind::Atomic, LockOp::UnlockExclusive, la, 0),
+        2,
+    );
+    let got = replies(&mut s);
+    let m = got[0].encode(&mut out).unwrap();
+    let reply = decode_data_response(&out[..m]).unwrap();
+    assert_eq!(reply.header().message_id, 777);
+    assert_eq!(reply.result(0).id, lb.raw());
+    assert_eq!(reply.result(0).result.status, Status::Success);
+}
+
+fn claim(kind: LockKind, held: Held, name: &[u8], ticket: Ticket, token: u64) -> LockClaim<'_> {
+    LockClaim {
+        kind,
+        held,
+        name,
+        old_lock: 0,
+        word: 0,
+        ticket,
+        remaining_ms: 5_000,
+        age_ms: 0,
+        token,
+    }
+}
+
+/// A server recovering for `n` clients, and those clients re-registered.
+fn recovering<'r>(region: &'r mut TestRegion, cfg: &Config, n: u32) -> (Server<'r>, Vec<ClientId>) {
+    let mut s = server(region, cfg);
+    let ids: Vec<ClientId> = (0..n).map(|i| ClientId::new(100 + i).unwrap()).collect();
+    for c in &ids {
+        s.client_reinit(c.get(), 2, 0, 0).unwrap();
+    }
+    (s, ids)
+}
+
+#[test]
+fn claims_after_the_server_is_ready_are_refused() {
+    let cfg = Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..small()
+    };
+    let mut region = TestRegion::new(&cfg);
+    let (mut s, ids) = recovering(&mut region, &cfg, 2);
+    s.reinit_done(ids[0].get(), 0).unwrap();
+    assert_eq!(s.state(), ServerState::Ready);
+    let c = s.client_init(2, 0, 1).unwrap();
+    let l = s.get_lock(c.get(), LockKind::Rw, b"x", 1).unwrap();
+    assert_eq!(
+        run(&mut s, c, lock(LockKind::Rw, LockOp::TryExclusive, l, 0), 1).status,
+        Status::Success
+    );
+    let steal = claim(LockKind::Rw, Held::Exclusive, b"x", Ticket::default(), 0);
+    assert_eq!(s.update_lock(ids[1].get(), &steal, 2), Err(Status::Einval));
+    let w = crate::word::rw::RwWord::from_bits(s.t.lock_cells[l.index() as usize].word);
+    assert_eq!(w.owner(), c.get(), "the new holder keeps it");
+}
+
+#[test]
+fn repeated_claims_merge_once() {
+    let cfg = Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..small()
+    };
+    let mut region = TestRegion::new(&cfg);
+    let (mut s, ids) = recovering(&mut region, &cfg, 1);
+    let shared = claim(LockKind::Rw, Held::Shared, b"r", Ticket::default(), 5);
+    let l = s.update_lock(ids[0].get(), &shared, 0).unwrap();
+    assert_eq!(s.update_lock(ids[0].get(), &shared, 0), Ok(l));
+    let w = crate::word::rw::RwWord::from_bits(s.t.lock_cells[l.index() as usize].word);
+    assert_eq!(w.readers(), 1);
+    let ex = claim(
+        LockKind::Fair,
+        Held::Exclusive,
+        b"f",
+        Ticket {
+            exclusive: 3,
+            shared: 1,
+        },
+        6,
+    );
+    let f = s.update_lock(ids[0].get(), &ex, 0).unwrap();
+    assert_eq!(
+        s.update_lock(ids[0].get(), &ex, 0),
+        Ok(f),
+        "not refused the second time"
+    );
+}
+
+#[test]
+fn fair_claims_anywhere_in_the_counter_range_restore_a_working_queue() {
+    let cfg = Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..small()
+    };
+    let mut region = TestRegion::new(&cfg);
+    let (mut s, ids) = recovering(&mut region, &cfg, 1);
+    let a = ids[0];
+    let t = Ticket {
+        exclusive: 0x9001,
+        shared: 0x9000,
+    };
+    let l = s
+        .update_lock(a.get(), &claim(LockKind::Fair, Held::Shared, b"f", t, 1), 0)
+        .unwrap();
+    let e = s
+        .update_lock(
+            a.get(),
+            &claim(LockKind::Fair, Held::Exclusive, b"g", t, 1),
+            0,
+        )
+        .unwrap();
+    s.reinit_done(a.get(), 0).unwrap();
+    assert_eq!(
+        run(
+            &mut s,
+            a,
+            ticketed(LockKind::Fair, LockOp::UnlockShared, l, 0, t),
+            1
+        )
+        .status,
+        Status::Success
+    );
+    assert_eq!(
+        run(
+            &mut s,
+            a,
+            ticketed(LockKind::Fair, LockOp::UnlockExclusive, e, 0, t),
+            1
+        )
+        .status,
+        Status::Success
+    );
+    for id in [l, e] {
+        let r = run(
+            &mut s,
+            a,
+            lock(LockKind::Fair, LockOp::TryExclusive, id, 100),
+            2,
+        );
+        assert_eq!(r.status, Status::Success, "the queue is not wedged");
+    }
+}
+
+#[test]
+fn forged_claim_tokens_and_impossible_claims_are_refused_without_a_trace() {
+    let cfg = Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..small()
+    };
+    let mut region = TestRegion::new(&cfg);
+    let (mut s, ids) = recovering(&mut region, &cfg, 1);
+    let before = s.tables().digest();
+    let forged = claim(
+        LockKind::Atomic,
+        Held::Exclusive,
+        b"x",
+        Ticket::default(),
+        u64::MAX,
+    );
+    assert_eq!(s.update_lock(ids[0].get(), &forged, 0), Err(Status::Einval));
+    let nonsense = claim(LockKind::Atomic, Held::Shared, b"x", Ticket::default(), 0);
+    assert_eq!(
+        s.update_lock(ids[0].get(), &nonsense, 0),
+        Err(Status::Einval)
+    );
+    assert_eq!(s.tables().digest(), before);
+    // A merge refusal drops the reference the claim created.
+    let b = ClientId::new(555).unwrap();
+    s.client_reinit(b.get(), 2, 0, 0).unwrap();
+    let mine = claim(LockKind::Rw, Held::Exclusive, b"w", Ticket::default(), 0);
+    s.update_lock(ids[0].get(), &mine, 0).unwrap();
+    let theirs = claim(LockKind::Rw, Held::Shared, b"w", Ticket::default(), 0);
+    assert_eq!(s.update_lock(b.get(), &theirs, 0), Err(Status::Fail));
+    let lock = s.find_lock(b"w").unwrap();
+    assert_eq!(s.t.lock_refs.get(s.client_slot(b.get()).unwrap(), lock), 0);
+    assert_eq!(s.t.lock_meta[lock as usize].refs, 1);
+}
+
+#[test]
+fn waiting_for_other_clients_to_resync_does_not_cost_a_client_its_lease() {
+    let cfg = Config {
+        recovery_clients: 2,
+        epoch: 2,
+        ..small()
+    };
+    let mut region = TestRegion::new(&cfg);
+    let (mut s, ids) = recovering(&mut region, &cfg, 2);
+    s.reinit_done(ids[0].get(), 0).unwrap();
+    for now in (200..2_000).step_by(200) {
+        assert_eq!(s.heartbeat(ids[0].get(), now), Err(Status::NotReady));
+        s.client_reinit(ids[1].get(), 2, 0, now).unwrap();
+        assert_eq!(s.tick(now), 0, "at {now}");
+    }
+}
+
+#[test]
+fn forged_other_half_of_a_fair_ticket_is_refused() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let la = s.get_lock(a.get(), LockKind::Fair, b"f", 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Fair, b"f", 0).unwrap();
+    assert_eq!(
+        run(
+            &mut s,
+            a,
+            lock(LockKind::Fair, LockOp::TryExclusive, la, 100),
+            0
+        )
+        .status,
+        Status::Success
+    );
+    let q = run(
+        &mut s,
+        b,
+        lock(LockKind::Fair, LockOp::TryShared, lb, 100),
+        0,
+    );
+    assert_eq!(q.status, Status::Eagain);
+    let forged = Ticket {
+        exclusive: 40,
+        shared: (q.aux >> 16) as u16,
+    };
+    let r = run(
+        &mut s,
+        b,
+        ticketed(LockKind::Fair, LockOp::TicketShared, lb, 100, forged),
+        500,
+    );
+    assert_eq!(r.status, Status::Fail);
+    let w = crate::word::fair::FairWord::from_bits(s.t.lock_cells[la.index() as usize].word);
+    assert_eq!((w.nx(), w.mx()), (0, 1));
+}
+
+#[test]
+fn fair_lock_in_the_other_mode_while_holding_is_einval() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let l = s.get_lock(a.get(), LockKind::Fair, b"f", 0).unwrap();
+    assert_eq!(
+        run(
+            &mut s,
+            a,
+            lock(LockKind::Fair, LockOp::TryExclusive, l, 100),
+            0
+        )
+        .status,
+        Status::Success
+    );
+    assert_eq!(
+        run(
+            &mut s,
+            a,
+            lock(LockKind::Fair, LockOp::TryShared, l, 100),
+            0
+        )
+        .status,
+        Status::Einval
+    );
+    assert_eq!(
+        run(
+            &mut s,
+            a,
+            lock(LockKind::Fair, LockOp::TryExclusive, l, 100),
+            0
+        )
+        .status,
+        Status::AlreadyLocked
     );
 }

@@ -36,6 +36,8 @@ unsafe impl Pod for ObjectMeta {}
 unsafe impl Pod for ClientEntry {}
 // SAFETY: as above.
 unsafe impl Pod for crate::table::index::Bucket {}
+// SAFETY: as above.
+unsafe impl Pod for Waiter {}
 
 /// First bytes of every region: `b"DLOCKRGN"` little-endian.
 pub const REGION_MAGIC: u64 = u64::from_le_bytes(*b"DLOCKRGN");
@@ -257,3 +259,56 @@ impl SlotState {
         Self(self.generation())
     }
 }
+
+/// Life stage of a waiter entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum WaiterState {
+    /// Unused.
+    Free = 0,
+    /// Parked on its lock's FIFO until granted or its deadline.
+    Waiting = 1,
+    /// Decided (granted, refused or timed out); the reply is waiting to be collected.
+    Ready = 2,
+}
+
+/// A blocking lock request parked on the server (one per client at most): the request to
+/// answer, and once decided, the answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Waiter {
+    /// The reply's lock word, once decided.
+    pub word: u128,
+    /// When to give up with `Etimeout`, in ticks.
+    pub deadline_ms: u64,
+    /// The reply's `aux` (fencing token or ticket), once decided.
+    pub aux: u64,
+    /// The lock id of the request.
+    pub lock: u32,
+    /// The next waiter on the same lock (waiter slot + 1, 0 = last).
+    pub next: u32,
+    /// The requested lease.
+    pub expire_ms: u32,
+    /// The requesting client's id.
+    pub client: u32,
+    /// The request's header flags.
+    pub flags: u32,
+    /// The request's message id.
+    pub message_id: u16,
+    /// The reply's status code, once decided.
+    pub status: u16,
+    /// Fair lock: the ticket the waiter holds.
+    pub tx: u16,
+    /// Fair lock: the ticket the waiter holds.
+    pub ts: u16,
+    /// The request's lock kind.
+    pub kind: u8,
+    /// The request's op (a ticket retry once a fair lock queued it).
+    pub op: u8,
+    /// The request's protocol version.
+    pub version: u8,
+    /// A [`WaiterState`] as `u8`.
+    pub state: u8,
+}
+
+const_assert_eq!(size_of::<Waiter>(), 64);

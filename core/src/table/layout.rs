@@ -8,7 +8,9 @@
 use core::mem::size_of;
 
 use crate::config::{BATCH_MAX, Config};
-use crate::table::cells::{ClientEntry, LockCell, LockMeta, NameCell, ObjectMeta, RegionHeader};
+use crate::table::cells::{
+    ClientEntry, LockCell, LockMeta, NameCell, ObjectMeta, RegionHeader, Waiter,
+};
 use crate::table::index::{Bucket, Index};
 
 /// Alignment of every part: a cache line (64 B) is enough for the atomics and keeps parts apart.
@@ -73,6 +75,10 @@ pub struct Layout {
     pub lock_holds: Part,
     /// One bit per (client, object): the client did object `get`.
     pub object_refs: Part,
+    /// `clients_max` × [`Waiter`]: one parked blocking-lock request per client.
+    pub waiters: Part,
+    /// `locks_max` × `u32`: the first waiter of each lock's FIFO (waiter slot + 1, 0 = none).
+    pub lock_waiters: Part,
     /// `clients_max` × (request 1 KiB + response 1 KiB), interpreted by the shared-memory
     /// transport; the core never reads them.
     pub mailboxes: Part,
@@ -123,6 +129,8 @@ impl Layout {
         let lock_refs = c.array::<u64>(clients as usize * words_for(locks, 1));
         let lock_holds = c.array::<u64>(clients as usize * words_for(locks, 2));
         let object_refs = c.array::<u64>(clients as usize * words_for(objects, 1));
+        let waiters = c.array::<Waiter>(clients as usize);
+        let lock_waiters = c.array::<u32>(locks as usize);
         let mailboxes = c.take(clients as usize * 2 * MAILBOX_HALF, PAGE);
         let doorbells = c.array::<u64>(words_for(clients, 1));
         let total = c.0.next_multiple_of(PAGE);
@@ -144,6 +152,8 @@ impl Layout {
             lock_refs,
             lock_holds,
             object_refs,
+            waiters,
+            lock_waiters,
             mailboxes,
             doorbells,
             total,
@@ -151,7 +161,7 @@ impl Layout {
     }
 
     /// Every part, in address order (for the disjointness check and the README footprint).
-    pub fn parts(&self) -> [(&'static str, Part); 19] {
+    pub fn parts(&self) -> [(&'static str, Part); 21] {
         [
             ("header", self.header),
             ("lock cells", self.lock_cells),
@@ -170,6 +180,8 @@ impl Layout {
             ("lock references", self.lock_refs),
             ("lock holds", self.lock_holds),
             ("object references", self.object_refs),
+            ("waiters", self.waiters),
+            ("lock waiter queues", self.lock_waiters),
             ("mailboxes", self.mailboxes),
             ("doorbells", self.doorbells),
         ]
@@ -213,6 +225,6 @@ mod tests {
     fn default_footprint_is_what_the_readme_says() {
         // The README quotes this figure; if the layout changes, update both.
         let total = Layout::new(&Config::default()).total;
-        assert_eq!(total, 123_887_616, "{total} bytes");
+        assert_eq!(total, 124_153_856, "{total} bytes");
     }
 }

@@ -19,7 +19,10 @@ use core::ptr::NonNull;
 use core::sync::atomic::AtomicU64;
 
 pub use bits::BitGrid;
-pub use cells::{ClientEntry, ClientState, LockCell, LockMeta, NameCell, ObjectMeta, SlotState};
+pub use cells::{
+    ClientEntry, ClientState, LockCell, LockMeta, NameCell, ObjectMeta, SlotState, Waiter,
+    WaiterState,
+};
 pub use index::Index;
 pub use layout::{Layout, Part};
 
@@ -151,6 +154,10 @@ pub struct Tables<'r> {
     pub lock_holds: BitGrid<'r, 2>,
     /// (client, object): has a reference.
     pub object_refs: BitGrid<'r, 1>,
+    /// Parked blocking-lock requests, one slot per client slot.
+    pub waiters: &'r mut [Waiter],
+    /// Per lock, the first waiter of its FIFO (waiter slot + 1, 0 = none).
+    pub lock_waiters: &'r mut [u32],
 }
 
 /// Typed view of one part.
@@ -180,7 +187,9 @@ impl<'r> Tables<'r> {
             return Err(Status::Einval);
         }
         region[..layout.total].fill(0);
-        let base = NonNull::from(&mut region[0]);
+        // From the slice's own pointer, so the carve may use every byte of it (a pointer made
+        // from `&mut region[0]` would only have leave to touch the first).
+        let base = NonNull::new(region.as_mut_ptr()).ok_or(Status::Einval)?;
         // SAFETY: `region` is borrowed mutably for 'r, is long enough and aligned (checked), and
         // is now all zeroes.
         unsafe { Self::from_zeroed_raw(base, region.len(), cfg) }
@@ -234,6 +243,8 @@ impl<'r> Tables<'r> {
                 lock_refs: BitGrid::new(carve(base, l.lock_refs), cfg.locks_max),
                 lock_holds: BitGrid::new(carve(base, l.lock_holds), cfg.locks_max),
                 object_refs: BitGrid::new(carve(base, l.object_refs), cfg.objects_max),
+                waiters: carve(base, l.waiters),
+                lock_waiters: carve(base, l.lock_waiters),
             })
         }
     }
@@ -295,6 +306,11 @@ impl Tables<'_> {
             .chain(self.object_refs.words())
             .for_each(|w| d.word(w));
         self.lock_holds.words().for_each(|w| d.word(w));
+        for w in self.waiters.iter() {
+            d.word(w.state as u64 | (w.client as u64) << 8 | (w.lock as u64) << 40);
+            d.word(w.next as u64 | (w.status as u64) << 32);
+        }
+        self.lock_waiters.iter().for_each(|&h| d.word(h as u64));
         d.0
     }
 }

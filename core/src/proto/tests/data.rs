@@ -177,7 +177,7 @@ fn request_commands_carry_no_status_and_zero_reserved_bytes() {
     let commands = every_command();
     let object = commands.len() - 1;
     let bytes = encode_data(&data_header(0), &commands);
-    let lock_reserved = (16..32).map(|o| cmd(0) + o);
+    let lock_reserved = (20..32).map(|o| cmd(0) + o);
     let object_reserved = (24..32).map(|o| cmd(object) + o);
     let status = [cmd(0) + 2, cmd(0) + 3, cmd(object) + 2];
     let mut checked = 0;
@@ -191,7 +191,7 @@ fn request_commands_carry_no_status_and_zero_reserved_bytes() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 27);
+    assert_eq!(checked, 23);
 }
 
 #[test]

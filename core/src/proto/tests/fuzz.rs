@@ -66,6 +66,7 @@ fn command_with(kind: u8, op: u8, id: u32) -> Command {
         lock: id,
         expire_ms: 0,
         ticket: Ticket::default(),
+        wait_ms: 0,
     })
 }
 
@@ -163,14 +164,16 @@ fn arb_command() -> impl Strategy<Value = Command> {
             any::<u32>(),
             any::<u32>(),
             any::<u16>(),
-            any::<u16>()
+            any::<u16>(),
+            any::<u32>()
         )
             .prop_map(
-                |(kind, op, lock, expire_ms, tx, ts)| Command::Lock(LockCommand {
+                |(kind, op, lock, expire_ms, tx, ts, wait_ms)| Command::Lock(LockCommand {
                     kind: LockKind::from_u8(kind).unwrap(),
                     op: LockOp::from_u8(op).unwrap(),
                     lock,
                     expire_ms,
+                    wait_ms,
                     ticket: Ticket {
                         exclusive: tx,
                         shared: ts,

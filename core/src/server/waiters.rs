@@ -1,0 +1,412 @@
+//! Blocking `lock()` without polling: trylocks that wait on the server.
+//!
+//! The reference's `lock()` is a client loop of trylock and 100 ms sleeps, so a contended lock
+//! changes hands at 100 ms granularity. Here a trylock may carry `wait_ms`: if the lock cannot
+//! be granted at once, the request is *parked* in the client's waiter slot (one per client, a
+//! fixed pool in the region) on its lock's FIFO, and its reply is produced the moment the lock
+//! is granted to it — when a holder unlocks, dies, or its grant expires — or `Etimeout` when the
+//! deadline passes. Fair-lock waiters hold a ticket and are served strictly in ticket order; for
+//! the other kinds the FIFO is kept: a parked request is retried only after those parked before
+//! it on the same lock were served.
+//!
+//! Wake-ups come from three places: the data path after a command released a lock that has
+//! waiters, client cleanup (death, deinit), and [`Server::poll_waiters`], which the runtime calls
+//! from its loop and which acts only when the earliest time-based event (a deadline, an expiry,
+//! the end of a fair lock's hand-off window) is due. Decided waiters wait in their slots until
+//! [`Server::take_replies`] collects them.
+//!
+//! A client with a parked request is alive by definition (its transport has not reported it
+//! lost), so its lease does not run out while it waits.
+
+use super::{Counter, Server};
+use crate::ids::{ClientId, LockId, LockKind, Ticket};
+use crate::proto::{
+    Command, CommandResult, DataHeader, EncodeError, LockCommand, LockOp, begin_data_response,
+    decode_data_request, encode_data_request, put_data_result,
+};
+use crate::status::Status;
+use crate::table::{Hold, SlotState, Waiter, WaiterState};
+use crate::word::{atomic, fair};
+
+/// Whether a data message was answered now or parked.
+///
+/// Only a message holding a waiting trylock (`wait_ms > 0`) can be deferred; callers that send
+/// none may ignore it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    /// Every command has its reply.
+    Replied,
+    /// The (single, waiting) command was parked; its reply will come from `take_replies`.
+    Deferred,
+}
+
+/// The parts of a data message's header a parked request must echo in its late reply.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct MessageMeta {
+    pub(super) version: u8,
+    pub(super) message_id: u16,
+    pub(super) flags: u32,
+}
+
+/// The late reply to a parked request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitReply {
+    /// The client to send it to.
+    pub client: u32,
+    /// The request's header (version, message id, flags echoed; count 1).
+    pub header: DataHeader,
+    /// The request, as the client sent it.
+    pub command: LockCommand,
+    /// The outcome.
+    pub result: CommandResult,
+}
+
+impl WaitReply {
+    /// Encodes the reply data message (the same bytes `handle_data` would have written).
+    pub fn encode(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
+        let mut req = [0u8; 48];
+        encode_data_request(&self.header, &[Command::Lock(self.command)], &mut req)?;
+        let req = decode_data_request(&req).map_err(|_| EncodeError::Invalid)?;
+        let len = begin_data_response(&req, out)?;
+        put_data_result(&req, 0, &self.result, out)?;
+        Ok(len)
+    }
+}
+
+/// Whether `status` for this kind means "busy: worth waiting for".
+#[inline]
+fn blocked(kind: LockKind, status: Status) -> bool {
+    match kind {
+        LockKind::Atomic | LockKind::Rw => status == Status::Fail,
+        LockKind::Fair => status == Status::Eagain,
+    }
+}
+
+impl<'r> Server<'r> {
+    /// Runs a waiting trylock: answers at once if it is granted or refused for a reason other
+    /// than "busy", else parks it.
+    pub(super) fn execute_waiting(
+        &mut self,
+        slot: u32,
+        me: ClientId,
+        c: &LockCommand,
+        meta: MessageMeta,
+        reply: &mut impl FnMut(usize, CommandResult),
+        now_ms: u64,
+    ) -> Disposition {
+        let waitable = matches!(
+            (c.kind, c.op),
+            (_, LockOp::TryExclusive | LockOp::TryShared)
+                | (
+                    LockKind::Fair,
+                    LockOp::TicketExclusive | LockOp::TicketShared
+                )
+        );
+        let status = if !waitable {
+            Some(Status::Einval)
+        } else if self.t.waiters[slot as usize].state != WaiterState::Free as u8 {
+            // One parked request per client instance, as the reference allows one async op.
+            Some(Status::Easync)
+        } else {
+            None
+        };
+        if let Some(s) = status {
+            reply(
+                0,
+                CommandResult {
+                    status: self.refuse(s),
+                    word: 0,
+                    aux: 0,
+                },
+            );
+            return Disposition::Replied;
+        }
+        let (r, note) = self.lock_command(slot, me, c, now_ms);
+        if note.fair_preempted {
+            self.forget_preempted_holders(c.lock, slot);
+        }
+        if !blocked(c.kind, r.status) {
+            reply(0, r);
+            return Disposition::Replied;
+        }
+        // A fair first attempt queued with a ticket: from now on the waiter retries with it.
+        let (op, ticket) = match (c.kind, c.op) {
+            (LockKind::Fair, LockOp::TryExclusive) => (LockOp::TicketExclusive, ticket_of(r.aux)),
+            (LockKind::Fair, LockOp::TryShared) => (LockOp::TicketShared, ticket_of(r.aux)),
+            _ => (c.op, c.ticket),
+        };
+        self.t.waiters[slot as usize] = Waiter {
+            deadline_ms: now_ms.saturating_add(c.wait_ms as u64),
+            lock: c.lock,
+            expire_ms: c.expire_ms,
+            client: me.get(),
+            flags: meta.flags,
+            message_id: meta.message_id,
+            tx: ticket.exclusive,
+            ts: ticket.shared,
+            kind: c.kind as u8,
+            // Low nibble: the op retried; high nibble: the op the client sent, echoed in the reply.
+            op: (c.op as u8) << 4 | op as u8,
+            version: meta.version,
+            state: WaiterState::Waiting as u8,
+            ..Waiter::default()
+        };
+        self.append_waiter(slot);
+        self.waiting += 1;
+        self.stats.bump(Counter::Waits);
+        self.next_timer_ms = self.next_timer_ms.min(self.retry_at(slot));
+        Disposition::Deferred
+    }
+
+    /// Retries the waiters parked on lock `raw_lock`, first come first served.
+    pub(super) fn wake_waiters(&mut self, raw_lock: u32, now_ms: u64) {
+        let Some(id) = LockId::from_raw(raw_lock) else {
+            return;
+        };
+        let lock = id.index() as usize;
+        let fair = SlotState(self.t.lock_meta[lock].state).kind() == LockKind::Fair;
+        let mut cur = self.t.lock_waiters[lock];
+        while cur != 0 {
+            let w = cur - 1;
+            cur = self.t.waiters[w as usize].next;
+            // Outside the fair lock's own ticket order, a waiter that is still blocked keeps
+            // everyone parked behind it waiting: no barging past the head of the queue.
+            if !self.retry_waiter(w, now_ms) && !fair {
+                break;
+            }
+        }
+    }
+
+    /// Retries one parked request; returns whether it was decided.
+    fn retry_waiter(&mut self, w: u32, now_ms: u64) -> bool {
+        let waiter = self.t.waiters[w as usize];
+        let Some(me) = ClientId::new(waiter.client) else {
+            return false;
+        };
+        let Some(kind) = LockKind::from_u8(waiter.kind) else {
+            return false;
+        };
+        let Some(op) = LockOp::from_u8(waiter.op & 0xF) else {
+            return false;
+        };
+        let c = LockCommand {
+            kind,
+            op,
+            lock: waiter.lock,
+            expire_ms: waiter.expire_ms,
+            ticket: Ticket {
+                exclusive: waiter.tx,
+                shared: waiter.ts,
+            },
+            wait_ms: 0,
+        };
+        let (r, note) = self.lock_command(w, me, &c, now_ms);
+        if note.fair_preempted {
+            self.forget_preempted_holders(c.lock, w);
+        }
+        if blocked(kind, r.status) && !super::past(now_ms, waiter.deadline_ms) {
+            return false;
+        }
+        let r = if blocked(kind, r.status) {
+            // The deadline passed. A fair waiter gives its ticket up (the queue moves past it
+            // after the hand-off window, as for any abandoned ticket).
+            if let Ok(id) = self.referenced_lock(w, waiter.lock)
+                && kind == LockKind::Fair
+            {
+                self.t.lock_holds.set(w, id.index(), Hold::None as u8);
+            }
+            self.stats.bump(Counter::WaitTimeouts);
+            CommandResult {
+                status: Status::Etimeout,
+                word: r.word,
+                aux: 0,
+            }
+        } else {
+            r
+        };
+        self.finish_waiter(w, r, now_ms);
+        true
+    }
+
+    /// Decides waiter `w` with result `r`: off its lock's queue, reply ready. The client's lease
+    /// restarts now: it was waiting on us, not silent.
+    fn finish_waiter(&mut self, w: u32, r: CommandResult, now_ms: u64) {
+        self.unlink_waiter(w);
+        self.t.clients[w as usize].last_seen_ms = now_ms;
+        let waiter = &mut self.t.waiters[w as usize];
+        waiter.state = WaiterState::Ready as u8;
+        waiter.status = r.status as u16;
+        waiter.word = r.word;
+        waiter.aux = r.aux;
+        self.waiting -= 1;
+        self.ready += 1;
+    }
+
+    /// Acts on time: parked requests whose deadline passed are answered `Etimeout`, and queues
+    /// whose lock may have become free by expiry or the end of a hand-off window are retried.
+    /// Cheap when nothing is due: call it on every turn of the runtime's loop.
+    #[inline]
+    pub fn poll_waiters(&mut self, now_ms: u64) {
+        if self.waiting > 0 && now_ms >= self.next_timer_ms {
+            self.poll_waiters_due(now_ms);
+        }
+    }
+
+    #[cold]
+    fn poll_waiters_due(&mut self, now_ms: u64) {
+        let slots = self.t.client_free.high_water();
+        // Every queue with a waiter due is retried from its head, which keeps each FIFO fair;
+        // retrying also answers waiters whose deadline passed.
+        for w in 0..slots {
+            let waiter = self.t.waiters[w as usize];
+            if waiter.state == WaiterState::Waiting as u8 && now_ms >= self.retry_at(w) {
+                if super::past(now_ms, waiter.deadline_ms) {
+                    self.retry_waiter(w, now_ms);
+                } else {
+                    self.wake_waiters(waiter.lock, now_ms);
+                }
+            }
+        }
+        self.next_timer_ms = (0..slots)
+            .filter(|&w| self.t.waiters[w as usize].state == WaiterState::Waiting as u8)
+            .map(|w| self.retry_at(w))
+            .min()
+            .unwrap_or(u64::MAX);
+    }
+
+    /// When waiter `w` next deserves a retry without anyone unlocking: its deadline, or the
+    /// tick after which its lock's current grant (or hand-off window) lapses.
+    fn retry_at(&self, w: u32) -> u64 {
+        let waiter = &self.t.waiters[w as usize];
+        let deadline = waiter.deadline_ms.saturating_add(1);
+        let Some(id) = LockId::from_raw(waiter.lock) else {
+            return deadline;
+        };
+        let Some(cell) = self.t.lock_cells.get(id.index() as usize) else {
+            return deadline;
+        };
+        let lapse = match LockKind::from_u8(waiter.kind) {
+            Some(LockKind::Atomic) => atomic::AtomicWord::from_bits(cell.word).expiry_ms(),
+            Some(LockKind::Fair) => fair::FairWord::from_bits(cell.word).timeout_ms(),
+            // RW grants never lapse; only an unlock or a death frees them.
+            _ => u64::MAX,
+        };
+        deadline.min(lapse.saturating_add(1))
+    }
+
+    /// Replies of parked requests that have been decided.
+    #[inline]
+    pub fn replies_ready(&self) -> u32 {
+        self.ready
+    }
+
+    /// Hands every decided parked request's reply to `sink` and frees its slot.
+    pub fn take_replies(&mut self, mut sink: impl FnMut(WaitReply)) {
+        if self.ready == 0 {
+            return;
+        }
+        for w in 0..self.t.client_free.high_water() {
+            let waiter = self.t.waiters[w as usize];
+            if waiter.state != WaiterState::Ready as u8 {
+                continue;
+            }
+            self.t.waiters[w as usize] = Waiter::default();
+            self.ready -= 1;
+            let (Some(kind), Some(sent_op), Some(status)) = (
+                LockKind::from_u8(waiter.kind),
+                LockOp::from_u8(waiter.op >> 4),
+                Status::from_code(waiter.status),
+            ) else {
+                continue;
+            };
+            sink(WaitReply {
+                client: waiter.client,
+                header: DataHeader {
+                    version: waiter.version,
+                    count: 1,
+                    message_id: waiter.message_id,
+                    client: waiter.client,
+                    flags: waiter.flags,
+                },
+                command: LockCommand {
+                    kind,
+                    op: sent_op,
+                    lock: waiter.lock,
+                    expire_ms: waiter.expire_ms,
+                    ticket: Ticket {
+                        exclusive: waiter.tx,
+                        shared: waiter.ts,
+                    },
+                    wait_ms: 0,
+                },
+                result: CommandResult {
+                    status,
+                    word: waiter.word,
+                    aux: waiter.aux,
+                },
+            });
+        }
+    }
+
+    /// Drops client `slot`'s parked request, answered or not (the client is gone or lost).
+    pub(super) fn cancel_waiter(&mut self, slot: u32) {
+        match self.t.waiters[slot as usize].state {
+            s if s == WaiterState::Waiting as u8 => {
+                self.unlink_waiter(slot);
+                self.waiting -= 1;
+            }
+            s if s == WaiterState::Ready as u8 => self.ready -= 1,
+            _ => return,
+        }
+        self.t.waiters[slot as usize] = Waiter::default();
+    }
+
+    /// Appends waiter `w` to its lock's FIFO.
+    fn append_waiter(&mut self, w: u32) {
+        let Some(id) = LockId::from_raw(self.t.waiters[w as usize].lock) else {
+            return;
+        };
+        let lock = id.index() as usize;
+        let mut link = self.t.lock_waiters[lock];
+        if link == 0 {
+            self.t.lock_waiters[lock] = w + 1;
+            return;
+        }
+        while self.t.waiters[link as usize - 1].next != 0 {
+            link = self.t.waiters[link as usize - 1].next;
+        }
+        self.t.waiters[link as usize - 1].next = w + 1;
+    }
+
+    /// Takes waiter `w` off its lock's FIFO.
+    fn unlink_waiter(&mut self, w: u32) {
+        let Some(id) = LockId::from_raw(self.t.waiters[w as usize].lock) else {
+            return;
+        };
+        let lock = id.index() as usize;
+        let next = self.t.waiters[w as usize].next;
+        self.t.waiters[w as usize].next = 0;
+        if self.t.lock_waiters[lock] == w + 1 {
+            self.t.lock_waiters[lock] = next;
+            return;
+        }
+        let mut link = self.t.lock_waiters[lock];
+        while link != 0 {
+            let l = link as usize - 1;
+            if self.t.waiters[l].next == w + 1 {
+                self.t.waiters[l].next = next;
+                return;
+            }
+            link = self.t.waiters[l].next;
+        }
+    }
+}
+
+/// A ticket from a fair `Eagain` reply's `aux`.
+#[inline]
+fn ticket_of(aux: u64) -> Ticket {
+    Ticket {
+        exclusive: aux as u16,
+        shared: (aux >> 16) as u16,
+    }
+}
