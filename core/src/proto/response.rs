@@ -4,7 +4,7 @@
 //!
 //! | type                                   | body                                                   |
 //! |----------------------------------------|--------------------------------------------------------|
-//! | `ClientInit`, `ClientReinit`           | `0 u32 client \| 4 u8 version \| 5 u8 recovering (0/1) \| 6 u16 epoch \| 8 u32 lease_ms \| 12 u32 objects_max` |
+//! | `ClientInit`, `ClientReinit`           | `0 u32 client \| 4 u8 version \| 5 u8 recovering (0/1) \| 6 u16 epoch \| 8 u32 lease_ms \| 12 u32 objects_max \| 16 u32 slot \| 20 u32 reserved \| 24 u64 session` |
 //! | `GetLock`, `ObjectCreate`              | `0 u32 id`                                             |
 //! | `ObjectGet`                            | `0 u32 object \| 4 u32 cell`                          |
 //! | the three batches                      | a counted list of `u32 id \| u16 status \| u16 reserved` |
@@ -14,9 +14,12 @@
 use super::control::{ControlHeader, MsgType, exact, parse_header, put_header, whole_frame_body};
 use super::{
     BatchEntries, CONTROL_HEADER_LEN, Counters, DecodeError, EncodeError, get_u8, get_u16, get_u32,
-    put_u8, put_u16, put_u32,
+    get_u64, put_u8, put_u16, put_u32, put_u64,
 };
 use crate::status::Status;
+
+/// Bytes in an `InitReply` body.
+const INIT_REPLY_LEN: usize = 32;
 
 /// The reply to `ClientInit` and `ClientReinit`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +36,11 @@ pub struct InitReply {
     pub lease_ms: u32,
     /// Object cells in the server's region, for one-sided access.
     pub objects_max: u32,
+    /// The client's slot in the server's tables: its mailbox on the shared-memory transport.
+    pub slot: u32,
+    /// A secret for this registration that a transport may demand before it binds a second
+    /// channel (a TCP data connection, a mailbox) to the client id.
+    pub session: u64,
 }
 
 /// A control response body.
@@ -94,7 +102,10 @@ pub fn decode_control_response(buf: &[u8]) -> Result<ControlResponseFrame<'_>, D
 fn decode_response_body(msg: MsgType, b: &[u8]) -> Result<ControlResponse<'_>, DecodeError> {
     Ok(match msg {
         MsgType::ClientInit | MsgType::ClientReinit => {
-            exact(b, 16)?;
+            exact(b, INIT_REPLY_LEN)?;
+            if get_u32(b, 20)? != 0 {
+                return Err(DecodeError::BadField);
+            }
             let recovering = match get_u8(b, 5)? {
                 0 => false,
                 1 => true,
@@ -107,6 +118,8 @@ fn decode_response_body(msg: MsgType, b: &[u8]) -> Result<ControlResponse<'_>, D
                 epoch: get_u16(b, 6)?,
                 lease_ms: get_u32(b, 8)?,
                 objects_max: get_u32(b, 12)?,
+                slot: get_u32(b, 16)?,
+                session: get_u64(b, 24)?,
             })
         }
         MsgType::ClientDeinit
@@ -179,7 +192,10 @@ fn encode_response_body(
             put_u16(b, 6, r.epoch)?;
             put_u32(b, 8, r.lease_ms)?;
             put_u32(b, 12, r.objects_max)?;
-            Ok(16)
+            put_u32(b, 16, r.slot)?;
+            put_u32(b, 20, 0)?;
+            put_u64(b, 24, r.session)?;
+            Ok(INIT_REPLY_LEN)
         }
         (
             MsgType::ClientDeinit

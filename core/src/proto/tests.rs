@@ -164,6 +164,8 @@ fn for_each_response(mut f: impl FnMut(&ControlHeader, &ControlResponse<'_>)) {
         epoch: 3,
         lease_ms: 5_000,
         objects_max: 102_400,
+        slot: 999,
+        session: 0xDEAD_BEEF_0123_4567,
     };
     for msg in MsgType::ALL {
         let body = match msg {

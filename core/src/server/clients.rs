@@ -161,6 +161,13 @@ impl<'r> Server<'r> {
         }
     }
 
+    /// The slot and session secret of registered client `raw`, for a transport binding a
+    /// second channel to it.
+    pub fn client_session(&self, raw: u32) -> Option<(u32, u64)> {
+        let slot = self.client_slot(raw)?;
+        Some((slot, self.t.clients[slot as usize].session))
+    }
+
     /// Whether client `raw` is registered (in any state).
     pub fn is_registered(&self, raw: u32) -> bool {
         self.client_slot(raw).is_some()
@@ -191,12 +198,14 @@ impl<'r> Server<'r> {
             0 => self.cfg.client_lease_ms,
             l => l.max(Config::CLIENT_LEASE_MIN_MS),
         };
+        let session = splitmix64(&mut self.rng);
         self.t.clients[slot as usize] = ClientEntry {
             id: id.get(),
             state: state as u8,
             version,
             lease_ms,
             last_seen_ms: now_ms,
+            session,
             ..ClientEntry::default()
         };
         self.t.client_index.insert(client_tag(id), slot);

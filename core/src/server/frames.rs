@@ -199,17 +199,20 @@ impl<'r> Server<'r> {
     }
 
     fn init_reply(&self, client: u32, version: u8) -> ControlResponse<'static> {
+        let (slot, session) = self.client_session(client).unwrap_or((0, 0));
         ControlResponse::Init(InitReply {
             client,
             version,
             recovering: self.recovering > 0,
             epoch: self.cfg.epoch,
             lease_ms: self
-                .client_slot(client)
-                .map_or(self.cfg.client_lease_ms, |s| {
-                    self.t.clients[s as usize].lease_ms
-                }),
+                .t
+                .clients
+                .get(slot as usize)
+                .map_or(self.cfg.client_lease_ms, |c| c.lease_ms),
             objects_max: self.cfg.objects_max,
+            slot,
+            session,
         })
     }
 

@@ -187,9 +187,11 @@ pub struct ClientEntry {
     pub object_refs: u32,
     /// Zero.
     pub reserved: u32,
+    /// The registration's secret (see `InitReply::session`).
+    pub session: u64,
 }
 
-const_assert_eq!(size_of::<ClientEntry>(), 32);
+const_assert_eq!(size_of::<ClientEntry>(), 40);
 
 impl ClientEntry {
     /// The entry's state (an unknown byte reads as `Free`; the server only writes valid ones).

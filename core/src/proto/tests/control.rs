@@ -509,8 +509,12 @@ fn a_success_body_must_match_its_type() {
 
 #[test]
 fn init_reply_recovering_must_be_0_or_1_and_entry_status_known() {
-    let mut body = [0u8; 16];
+    let mut body = [0u8; 32];
     body[5] = 2;
+    let bytes = raw_control(MsgType::ClientInit.response_code(), 0, &body);
+    assert_eq!(decode_control_response(&bytes), Err(DecodeError::BadField));
+    let mut body = [0u8; 32];
+    body[20] = 1; // reserved
     let bytes = raw_control(MsgType::ClientInit.response_code(), 0, &body);
     assert_eq!(decode_control_response(&bytes), Err(DecodeError::BadField));
 
