@@ -4,6 +4,13 @@
 //! (poll-loop threads), the shared-memory, TCP and RDMA transports, the thin client and the
 //! `dlock` binary build on it.
 
+pub mod client;
+pub mod futex;
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod region;
+pub mod runtime;
+pub mod shm;
+mod sync;
 
 pub use region::Region;

@@ -53,6 +53,8 @@ pub(super) struct MessageMeta {
 pub struct WaitReply {
     /// The client to send it to.
     pub client: u32,
+    /// The client's slot (its mailbox on the shared-memory transport).
+    pub slot: u32,
     /// The request's header (version, message id, flags echoed; count 1).
     pub header: DataHeader,
     /// The request, as the client sent it.
@@ -321,6 +323,7 @@ impl<'r> Server<'r> {
             };
             sink(WaitReply {
                 client: waiter.client,
+                slot: w,
                 header: DataHeader {
                     version: waiter.version,
                     count: 1,

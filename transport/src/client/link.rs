@@ -1,0 +1,341 @@
+//! How a client reaches its server: a control connection (Unix socket for a server on this host,
+//! TCP otherwise) and a data path (the client's mailbox in the region, or a TCP data connection).
+//!
+//! A link moves whole frames and knows nothing of their meaning; the [`super::Client`] above it
+//! encodes, decodes and keeps the local lock state.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock_core::proto::{
+    COMMAND_LEN, CONTROL_HEADER_LEN, DATA_HEADER_LEN, DATA_MESSAGE_MAX, DecodeError,
+    control_frame_len,
+};
+
+use crate::region::Region;
+use crate::runtime::ServerHandle;
+use crate::runtime::{ATTACH_LEN, ATTACH_MAGIC, Shared};
+use crate::shm::Doorbells;
+use crate::sync::AtomicU64;
+
+/// Where a server is.
+#[derive(Clone, Debug)]
+pub enum Endpoint {
+    /// A server in this process: control over its Unix socket, data through its region.
+    Embedded(EmbeddedRef),
+    /// A server on this host that maps `/dev/shm/<shm_name>`: control over `unix_socket`.
+    Local {
+        /// The server's Unix socket.
+        unix_socket: PathBuf,
+        /// The region's name under `/dev/shm`.
+        shm_name: String,
+    },
+    /// A server anywhere: control and data over TCP.
+    Tcp(SocketAddr),
+}
+
+/// A handle on an in-process server's shared state (cheap to clone).
+#[derive(Clone, Debug)]
+pub struct EmbeddedRef {
+    shared: Arc<Shared>,
+    unix_socket: PathBuf,
+}
+
+impl Endpoint {
+    /// The endpoint of a server running in this process.
+    pub fn embedded(server: &ServerHandle) -> Endpoint {
+        Endpoint::Embedded(EmbeddedRef {
+            shared: Arc::clone(server.shared()),
+            unix_socket: server.unix_socket().to_path_buf(),
+        })
+    }
+}
+
+#[derive(Debug)]
+enum Control {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Control {
+    fn stream(&mut self) -> &mut dyn ReadWrite {
+        match self {
+            Control::Unix(s) => s,
+            Control::Tcp(s) => s,
+        }
+    }
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Control::Unix(s) => s.set_read_timeout(t),
+            Control::Tcp(s) => s.set_read_timeout(t),
+        }
+    }
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+/// The region a shared-memory data path uses: the embedded server's, or a mapping of our own.
+#[derive(Debug)]
+enum Mapped {
+    Embedded(Arc<Shared>),
+    Own(Arc<Region>),
+}
+
+impl Mapped {
+    fn region(&self) -> &Region {
+        match self {
+            Mapped::Embedded(s) => &s.region,
+            Mapped::Own(r) => r,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Data {
+    /// Not attached yet.
+    None,
+    /// The client's mailbox in the server's region.
+    Mailbox { mapped: Mapped, slot: u32 },
+    /// A TCP data connection.
+    Tcp(TcpStream),
+}
+
+/// A client's connections to one server.
+#[derive(Debug)]
+pub struct Link {
+    endpoint: Endpoint,
+    control: Control,
+    data: Data,
+    /// Mailbox sequence numbers (shared memory only).
+    seq: u64,
+    /// Bytes of a data reply read off a TCP connection before a deadline cut the read short.
+    partial: Vec<u8>,
+}
+
+fn deadline_left(deadline: Option<Instant>) -> io::Result<Option<Duration>> {
+    match deadline {
+        None => Ok(None),
+        Some(d) => match d.checked_duration_since(Instant::now()) {
+            Some(left) if !left.is_zero() => Ok(Some(left)),
+            _ => Err(io::ErrorKind::TimedOut.into()),
+        },
+    }
+}
+
+impl Link {
+    /// Opens the control connection.
+    pub fn connect(endpoint: &Endpoint) -> io::Result<Link> {
+        let control = match endpoint {
+            Endpoint::Embedded(e) => Control::Unix(UnixStream::connect(&e.unix_socket)?),
+            Endpoint::Local { unix_socket, .. } => Control::Unix(UnixStream::connect(unix_socket)?),
+            Endpoint::Tcp(addr) => {
+                let s = TcpStream::connect(addr)?;
+                s.set_nodelay(true)?;
+                Control::Tcp(s)
+            }
+        };
+        Ok(Link {
+            endpoint: endpoint.clone(),
+            control,
+            data: Data::None,
+            seq: 0,
+            partial: Vec::new(),
+        })
+    }
+
+    /// Sends a control frame and reads the reply frame into `reply`.
+    pub fn control(
+        &mut self,
+        req: &[u8],
+        reply: &mut [u8],
+        deadline: Option<Instant>,
+    ) -> io::Result<usize> {
+        self.control.set_read_timeout(deadline_left(deadline)?)?;
+        let s = self.control.stream();
+        s.write_all(req)?;
+        s.read_exact(&mut reply[..CONTROL_HEADER_LEN])?;
+        let len = match control_frame_len(&reply[..CONTROL_HEADER_LEN]) {
+            Ok(len) if len <= reply.len() => len,
+            Ok(_) | Err(DecodeError::Truncated) | Err(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "bad control reply header",
+                ));
+            }
+        };
+        s.read_exact(&mut reply[CONTROL_HEADER_LEN..len])?;
+        Ok(len)
+    }
+
+    /// Binds the data path after registration: the mailbox `slot`, or a TCP data connection
+    /// proven with `session`.
+    pub fn attach(&mut self, client: u32, slot: u32, session: u64) -> io::Result<()> {
+        self.data = match &self.endpoint {
+            Endpoint::Embedded(e) => Data::Mailbox {
+                mapped: Mapped::Embedded(Arc::clone(&e.shared)),
+                slot,
+            },
+            Endpoint::Local { shm_name, .. } => Data::Mailbox {
+                mapped: Mapped::Own(Arc::new(Region::open_shared(shm_name)?)),
+                slot,
+            },
+            Endpoint::Tcp(addr) => {
+                let mut s = TcpStream::connect(addr)?;
+                s.set_nodelay(true)?;
+                let mut hello = [0u8; ATTACH_LEN];
+                hello[..4].copy_from_slice(&ATTACH_MAGIC.to_le_bytes());
+                hello[4..8].copy_from_slice(&client.to_le_bytes());
+                hello[8..16].copy_from_slice(&session.to_le_bytes());
+                s.write_all(&hello)?;
+                let mut status = [0u8; 4];
+                s.set_read_timeout(Some(Duration::from_secs(5)))?;
+                s.read_exact(&mut status)?;
+                if u32::from_le_bytes(status) != 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        "data channel refused",
+                    ));
+                }
+                Data::Tcp(s)
+            }
+        };
+        if let Data::Mailbox { mapped, slot } = &self.data
+            && mapped.region().mailboxes().get(*slot as usize).is_none()
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "mailbox slot out of range",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The object cells, when the data path can change them one-sided (shared memory).
+    pub fn object_cells(&self) -> Option<&[AtomicU64]> {
+        match &self.data {
+            Data::Mailbox { mapped, .. } => Some(mapped.region().object_cells()),
+            Data::None | Data::Tcp(_) => None,
+        }
+    }
+
+    /// Sends a data message without waiting for its reply.
+    pub fn send_data(&mut self, req: &[u8]) -> io::Result<()> {
+        match &mut self.data {
+            Data::None => Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "data path not attached",
+            )),
+            Data::Mailbox { mapped, slot } => {
+                let region = mapped.region();
+                self.seq += 1;
+                region.mailboxes()[*slot as usize].post_request(req, self.seq);
+                Doorbells::new(region.doorbell_words()).ring(*slot);
+                region.shm_header().wake_server();
+                Ok(())
+            }
+            Data::Tcp(s) => {
+                self.partial.clear();
+                s.write_all(req)
+            }
+        }
+    }
+
+    /// Receives the reply to the last data message sent, waiting until `deadline` (`None`:
+    /// forever; a deadline in the past: just look). `Ok(None)` if it has not arrived.
+    pub fn recv_data(
+        &mut self,
+        reply: &mut [u8],
+        deadline: Option<Instant>,
+    ) -> io::Result<Option<usize>> {
+        match &mut self.data {
+            Data::None => Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "data path not attached",
+            )),
+            Data::Mailbox { mapped, slot } => {
+                let mb = &mapped.region().mailboxes()[*slot as usize];
+                let n = match deadline {
+                    Some(d) if d <= Instant::now() => mb.try_response(self.seq, reply),
+                    _ => mb.wait_response(self.seq, reply, deadline),
+                };
+                match n {
+                    // An empty reply: the server could not read the request.
+                    Some(0) => Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "request refused as malformed",
+                    )),
+                    other => Ok(other),
+                }
+            }
+            Data::Tcp(s) => recv_tcp(s, &mut self.partial, reply, deadline),
+        }
+    }
+
+    /// One data round trip.
+    pub fn data(
+        &mut self,
+        req: &[u8],
+        reply: &mut [u8],
+        deadline: Option<Instant>,
+    ) -> io::Result<usize> {
+        self.send_data(req)?;
+        self.recv_data(reply, deadline)?
+            .ok_or_else(|| io::ErrorKind::TimedOut.into())
+    }
+}
+
+/// Reads one data message off `s`, keeping what arrived in `partial` if the deadline cuts in.
+fn recv_tcp(
+    s: &mut TcpStream,
+    partial: &mut Vec<u8>,
+    reply: &mut [u8],
+    deadline: Option<Instant>,
+) -> io::Result<Option<usize>> {
+    loop {
+        let want = if partial.len() < DATA_HEADER_LEN {
+            DATA_HEADER_LEN
+        } else {
+            let count = partial[5] as usize;
+            if !(1..=dlock_core::config::BATCH_MAX).contains(&count) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "bad data reply header",
+                ));
+            }
+            DATA_HEADER_LEN + count * COMMAND_LEN
+        };
+        if partial.len() >= want && want > DATA_HEADER_LEN {
+            reply[..want].copy_from_slice(&partial[..want]);
+            partial.clear();
+            return Ok(Some(want));
+        }
+        // A deadline already passed still gets one quick look.
+        let timeout = deadline.map(|d| {
+            d.saturating_duration_since(Instant::now())
+                .max(Duration::from_micros(1))
+        });
+        s.set_read_timeout(timeout)?;
+        let mut buf = [0u8; DATA_MESSAGE_MAX];
+        match s.read(&mut buf[..want - partial.len()]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => partial.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                if deadline.is_some_and(|d| d <= Instant::now()) {
+                    return Ok(None);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! The thin client.
+
+pub mod link;

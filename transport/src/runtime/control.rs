@@ -1,0 +1,587 @@
+//! The control thread: every socket of the server.
+//!
+//! It accepts TCP and Unix-socket connections, reads whole frames (the header says the length),
+//! and hands each to the data thread through the exchange; replies come back through the outbox
+//! and are written out. A connection carries one request at a time, so a client can never make
+//! the server buffer more than one frame for it.
+//!
+//! A connection's first bytes decide its role: a control frame starts a control connection,
+//! which the first successful `ClientInit`/`ClientReinit` binds to that client id — after that,
+//! a frame claiming another id closes the connection (the reference drops such "hostile"
+//! connections too). An attach header (`ATTACH_MAGIC`, client id, session secret) starts a data
+//! connection bound to that client once the data thread has checked the secret. A connection
+//! that has not registered or attached within the handshake timeout is closed, and past
+//! `connections_max` the oldest such connection makes room for a new one.
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use dlock_core::proto::COMMAND_LEN;
+use dlock_core::proto::{
+    CONTROL_FRAME_MAX, CONTROL_MAGIC, ControlResponse, DATA_HEADER_LEN, DATA_MESSAGE_MAX,
+    DecodeError, MsgType, control_frame_len, decode_control_response, peek_control_header,
+};
+use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use super::exchange::{Job, JobKind};
+use super::{ServerConfig, Shared};
+
+/// First word of a data connection's attach header: `u32 magic | u32 client | u64 session`.
+pub const ATTACH_MAGIC: u32 = 0xedf7_c94c;
+/// Bytes of the attach header.
+pub const ATTACH_LEN: usize = 16;
+
+const WAKER: Token = Token(0);
+const TCP: Token = Token(1);
+const UNIX: Token = Token(2);
+const FIRST_CONN: usize = 3;
+
+/// The bound listening sockets, created before the threads start so errors reach the caller.
+#[derive(Debug)]
+pub(super) struct Listeners {
+    tcp: Option<TcpListener>,
+    unix: UnixListener,
+    unix_path: PathBuf,
+    tcp_cfg: Option<super::TcpConfig>,
+}
+
+impl Listeners {
+    pub(super) fn bind(cfg: &ServerConfig) -> io::Result<Self> {
+        let tcp = match &cfg.tcp {
+            Some(t) => Some(bind_tcp(t.listen)?),
+            None => None,
+        };
+        let unix_path = cfg.unix_socket.clone().unwrap_or_else(|| {
+            static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::env::temp_dir().join(format!("dlock-{}-{n}.sock", std::process::id()))
+        });
+        let _ = std::fs::remove_file(&unix_path);
+        let unix = UnixListener::bind(&unix_path)?;
+        Ok(Self {
+            tcp,
+            unix,
+            unix_path,
+            tcp_cfg: cfg.tcp.clone(),
+        })
+    }
+
+    pub(super) fn tcp_addr(&self) -> Option<SocketAddr> {
+        self.tcp.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    pub(super) fn unix_path(&self) -> &Path {
+        &self.unix_path
+    }
+}
+
+/// Binds with `SO_REUSEADDR` (a restarted server gets its port back at once) and, for IPv6,
+/// dual-stack off so `[::]` and `0.0.0.0` can be served by two servers.
+fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
+    let domain = socket2::Domain::for_address(addr);
+    let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.bind(&addr.into())?;
+    s.listen(1024)?;
+    s.set_nonblocking(true)?;
+    Ok(TcpListener::from_std(s.into()))
+}
+
+#[derive(Debug)]
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Unix(s) => s,
+        }
+    }
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// Nothing read yet.
+    Unknown,
+    /// Control frames; `Some` once registered.
+    Control(Option<u32>),
+    /// An attach is being checked.
+    Attaching(u32),
+    /// Data messages of this client.
+    Data(u32),
+}
+
+#[derive(Debug)]
+struct Conn {
+    stream: Stream,
+    generation: u32,
+    role: Role,
+    rbuf: Vec<u8>,
+    rlen: usize,
+    wbuf: Vec<u8>,
+    in_flight: bool,
+    opened: Instant,
+    writable_interest: bool,
+}
+
+impl Conn {
+    fn bound_client(&self) -> Option<u32> {
+        match self.role {
+            Role::Control(c) => c,
+            Role::Data(c) => Some(c),
+            Role::Unknown | Role::Attaching(_) => None,
+        }
+    }
+}
+
+struct Control<'s> {
+    shared: &'s Shared,
+    cfg: &'s ServerConfig,
+    poll: Poll,
+    conns: Vec<Option<Conn>>,
+    generations: Vec<u32>,
+    free: Vec<usize>,
+}
+
+pub(super) fn run(shared: &Shared, cfg: &ServerConfig, mut listeners: Listeners) {
+    super::pin(cfg.pin.0);
+    if let Err(e) = run_loop(shared, cfg, &mut listeners) {
+        tracing::error!(error = %e, "control thread failed");
+    }
+}
+
+fn run_loop(shared: &Shared, cfg: &ServerConfig, l: &mut Listeners) -> io::Result<()> {
+    let poll = Poll::new()?;
+    shared
+        .exchange
+        .set_waker(Waker::new(poll.registry(), WAKER)?);
+    if let Some(t) = &mut l.tcp {
+        poll.registry().register(t, TCP, Interest::READABLE)?;
+    }
+    poll.registry()
+        .register(&mut l.unix, UNIX, Interest::READABLE)?;
+    let mut c = Control {
+        shared,
+        cfg,
+        poll,
+        conns: Vec::new(),
+        generations: Vec::new(),
+        free: Vec::new(),
+    };
+    let mut events = Events::with_capacity(256);
+    let stop = &shared.stop;
+    while !stop.load(std::sync::atomic::Ordering::Acquire) {
+        match c.poll.poll(&mut events, Some(Duration::from_millis(100))) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        for ev in events.iter() {
+            match ev.token() {
+                WAKER => c.drain_outbox(),
+                TCP => c.accept_tcp(l),
+                UNIX => c.accept_unix(l),
+                Token(t) => {
+                    let i = t - FIRST_CONN;
+                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                        c.on_readable(i);
+                    }
+                    if ev.is_writable() {
+                        c.flush(i);
+                    }
+                }
+            }
+        }
+        // Replies may have been queued while we handled events; the waker is edge-triggered.
+        c.drain_outbox();
+        c.expire_handshakes();
+    }
+    Ok(())
+}
+
+impl Control<'_> {
+    fn open(&self) -> usize {
+        self.conns.iter().filter(|c| c.is_some()).count()
+    }
+
+    fn accept_tcp(&mut self, l: &mut Listeners) {
+        let Some(listener) = &l.tcp else { return };
+        loop {
+            match listener.accept() {
+                Ok((s, peer)) => {
+                    if let Some(t) = &l.tcp_cfg {
+                        let sock = socket2::SockRef::from(&s);
+                        let ka = socket2::TcpKeepalive::new()
+                            .with_time(t.keepalive_idle)
+                            .with_interval(t.keepalive_interval)
+                            .with_retries(t.keepalive_probes);
+                        if let Err(e) = sock
+                            .set_tcp_keepalive(&ka)
+                            .and_then(|()| sock.set_tcp_nodelay(true))
+                        {
+                            tracing::warn!(%peer, error = %e, "cannot set socket options");
+                        }
+                    }
+                    self.admit(Stream::Tcp(s));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn accept_unix(&mut self, l: &mut Listeners) {
+        loop {
+            match l.unix.accept() {
+                Ok((s, _)) => self.admit(Stream::Unix(s)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Takes a new connection in, making room by closing the oldest unregistered one when at
+    /// the cap (as the reference closes an "empty" socket), or refusing it when none is.
+    fn admit(&mut self, mut stream: Stream) {
+        if self.open() >= self.cfg.connections_max {
+            let oldest = self
+                .conns
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| {
+                    c.as_ref()
+                        .filter(|c| c.bound_client().is_none())
+                        .map(|c| (c.opened, i))
+                })
+                .min();
+            match oldest {
+                Some((_, i)) => self.close(i),
+                None => return, // dropping `stream` refuses it
+            }
+        }
+        let i = self.free.pop().unwrap_or_else(|| {
+            self.conns.push(None);
+            self.generations.push(0);
+            self.conns.len() - 1
+        });
+        self.generations[i] = self.generations[i].wrapping_add(1);
+        if let Err(e) = self.poll.registry().register(
+            stream.source(),
+            Token(i + FIRST_CONN),
+            Interest::READABLE,
+        ) {
+            tracing::warn!(error = %e, "cannot register a connection");
+            self.free.push(i);
+            return;
+        }
+        self.conns[i] = Some(Conn {
+            stream,
+            generation: self.generations[i],
+            role: Role::Unknown,
+            rbuf: vec![0; CONTROL_FRAME_MAX],
+            rlen: 0,
+            wbuf: Vec::new(),
+            in_flight: false,
+            opened: Instant::now(),
+            writable_interest: false,
+        });
+    }
+
+    fn close(&mut self, i: usize) {
+        let Some(mut c) = self.conns.get_mut(i).and_then(Option::take) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(c.stream.source());
+        self.free.push(i);
+        if let Some(client) = c.bound_client() {
+            self.submit(Job {
+                conn: 0,
+                kind: JobKind::Disconnected { client },
+                len: 0,
+                buf: Vec::new(),
+            });
+        }
+    }
+
+    fn submit(&self, job: Job) {
+        // Sized so it cannot be full (one job per connection plus per-client notices).
+        let _ = self.shared.exchange.inbox.push(job);
+        self.shared.region.shm_header().wake_server();
+    }
+
+    fn on_readable(&mut self, i: usize) {
+        let mut closed = false;
+        if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
+            loop {
+                if c.rlen == c.rbuf.len() {
+                    break; // a whole frame is buffered; the rest waits for its reply
+                }
+                match c.stream.read(&mut c.rbuf[c.rlen..]) {
+                    Ok(0) => {
+                        closed = true;
+                        break;
+                    }
+                    Ok(n) => c.rlen += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        closed = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if closed {
+            self.close(i);
+        } else {
+            self.dispatch(i);
+        }
+    }
+
+    /// Hands the next whole frame of connection `i` to the data thread, if it has one and none
+    /// is in flight; closes the connection on bytes no frame can start with.
+    fn dispatch(&mut self, i: usize) {
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            return;
+        };
+        if c.in_flight {
+            return;
+        }
+        let conn = (c.generation as u64) << 32 | i as u64;
+        let next = match frame(c) {
+            Ok(Some(next)) => next,
+            Ok(None) => return,
+            Err(()) => {
+                self.close(i);
+                return;
+            }
+        };
+        let (kind, len, cap) = next;
+        let mut buf = vec![0; cap];
+        buf[..len].copy_from_slice(&c.rbuf[..len]);
+        c.rbuf.copy_within(len..c.rlen, 0);
+        c.rlen -= len;
+        c.in_flight = true;
+        self.submit(Job {
+            conn,
+            kind,
+            len,
+            buf,
+        });
+    }
+
+    fn drain_outbox(&mut self) {
+        while let Some(job) = self.shared.exchange.outbox.pop() {
+            let i = (job.conn & 0xFFFF_FFFF) as usize;
+            let generation = (job.conn >> 32) as u32;
+            let Some(c) = self
+                .conns
+                .get_mut(i)
+                .and_then(Option::as_mut)
+                .filter(|c| c.generation == generation)
+            else {
+                continue; // the connection is gone
+            };
+            c.in_flight = false;
+            match job.kind {
+                JobKind::Control => {
+                    if c.role == Role::Control(None) {
+                        c.role = Role::Control(registered(&job.buf[..job.len]));
+                    }
+                    c.wbuf.extend_from_slice(&job.buf[..job.len]);
+                }
+                JobKind::Data => c.wbuf.extend_from_slice(&job.buf[..job.len]),
+                JobKind::Attached { ok } => {
+                    let Role::Attaching(client) = c.role else {
+                        continue;
+                    };
+                    let status: u32 = if ok {
+                        0
+                    } else {
+                        dlock_core::Status::ClientNotInit as u32
+                    };
+                    c.wbuf.extend_from_slice(&status.to_le_bytes());
+                    c.role = if ok {
+                        Role::Data(client)
+                    } else {
+                        Role::Unknown
+                    };
+                    if !ok {
+                        self.flush(i);
+                        self.close(i);
+                        continue;
+                    }
+                }
+                JobKind::Close => {
+                    self.close(i);
+                    continue;
+                }
+                JobKind::Nothing | JobKind::Attach { .. } | JobKind::Disconnected { .. } => {}
+            }
+            self.flush(i);
+            self.dispatch(i);
+        }
+    }
+
+    fn flush(&mut self, i: usize) {
+        let mut failed = false;
+        if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
+            while !c.wbuf.is_empty() {
+                match c.stream.write(&c.wbuf) {
+                    Ok(0) => {
+                        failed = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        c.wbuf.drain(..n);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            let want = !c.wbuf.is_empty();
+            if want != c.writable_interest {
+                let interest = if want {
+                    Interest::READABLE | Interest::WRITABLE
+                } else {
+                    Interest::READABLE
+                };
+                let token = Token(i + FIRST_CONN);
+                failed |= self
+                    .poll
+                    .registry()
+                    .reregister(c.stream.source(), token, interest)
+                    .is_err();
+                c.writable_interest = want;
+            }
+        }
+        if failed {
+            self.close(i);
+        }
+    }
+
+    fn expire_handshakes(&mut self) {
+        let timeout = self.cfg.handshake_timeout;
+        let stale: Vec<usize> = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                c.as_ref()
+                    .filter(|c| c.bound_client().is_none() && c.opened.elapsed() > timeout)
+                    .map(|_| i)
+            })
+            .collect();
+        for i in stale {
+            self.close(i);
+        }
+    }
+}
+
+/// The next frame of `c`: its job kind, length and the buffer size it needs (for the reply);
+/// `Ok(None)` while incomplete, `Err` when the bytes cannot be a frame.
+fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
+    let buf = &c.rbuf[..c.rlen];
+    if buf.len() < 4 {
+        return Ok(None);
+    }
+    let magic = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+    match c.role {
+        Role::Unknown if magic == CONTROL_MAGIC => c.role = Role::Control(None),
+        Role::Unknown if magic == ATTACH_MAGIC => {
+            if buf.len() < ATTACH_LEN {
+                return Ok(None);
+            }
+            let client = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]);
+            let mut s = [0u8; 8];
+            s.copy_from_slice(&buf[8..16]);
+            c.role = Role::Attaching(client);
+            return Ok(Some((
+                JobKind::Attach {
+                    client,
+                    session: u64::from_le_bytes(s),
+                },
+                ATTACH_LEN,
+                ATTACH_LEN,
+            )));
+        }
+        Role::Unknown | Role::Attaching(_) => return Err(()),
+        Role::Control(_) | Role::Data(_) => {}
+    }
+    let buf = &c.rbuf[..c.rlen];
+    match c.role {
+        Role::Control(bound) => {
+            let len = match control_frame_len(buf) {
+                Ok(len) => len,
+                Err(DecodeError::Truncated) => return Ok(None),
+                Err(_) => return Err(()),
+            };
+            if buf.len() < len {
+                return Ok(None);
+            }
+            let (h, _) = peek_control_header(buf).map_err(|_| ())?;
+            let init = matches!(h.msg, MsgType::ClientInit | MsgType::ClientReinit);
+            match bound {
+                // One client per connection: once bound, every frame must carry its id.
+                Some(id) if init || h.word != id => return Err(()),
+                _ => {}
+            }
+            Ok(Some((JobKind::Control, len, CONTROL_FRAME_MAX)))
+        }
+        Role::Data(_) => {
+            if buf.len() < DATA_HEADER_LEN {
+                return Ok(None);
+            }
+            let count = buf[5] as usize;
+            if !(1..=dlock_core::config::BATCH_MAX).contains(&count) {
+                return Err(());
+            }
+            let len = DATA_HEADER_LEN + count * COMMAND_LEN;
+            if buf.len() < len {
+                return Ok(None);
+            }
+            Ok(Some((JobKind::Data, len, DATA_MESSAGE_MAX)))
+        }
+        Role::Unknown | Role::Attaching(_) => Err(()),
+    }
+}
+
+/// The client id a successful init/reinit reply registers, if `reply` is one.
+fn registered(reply: &[u8]) -> Option<u32> {
+    let r = decode_control_response(reply).ok()?;
+    match r.body {
+        ControlResponse::Init(init) => Some(init.client),
+        _ => None,
+    }
+}

@@ -1,0 +1,236 @@
+//! The data thread: the only thread that runs the server state machine.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::SyncSender;
+use std::time::{Duration, Instant};
+
+use dlock_core::proto::{CONTROL_FRAME_MAX, DATA_MESSAGE_MAX};
+use dlock_core::server::{Server, WaitReply};
+
+use super::exchange::{Job, JobKind};
+use super::idle::Idler;
+use super::{INBOX_BATCH, ServerConfig, Shared};
+use crate::shm::{Doorbells, Mailbox};
+
+/// How often client leases are checked.
+const TICK_MS: u64 = 50;
+/// The longest the data thread sleeps: it must still tick leases and time out waiters.
+const PARK_MAX: Duration = Duration::from_millis(TICK_MS);
+
+/// Where a parked request's reply goes.
+#[derive(Debug, Default)]
+enum Route {
+    #[default]
+    None,
+    /// Into the client's mailbox, answering request `seq`.
+    Mailbox { seq: u64 },
+    /// Back over a TCP data connection, in the request's own buffer.
+    Socket(Job),
+}
+
+/// The data thread's state besides the server.
+struct Data<'s> {
+    shared: &'s Shared,
+    mailboxes: &'s [Mailbox],
+    bells: Doorbells<'s>,
+    /// Per client slot: the last mailbox request sequence number taken.
+    last_seq: Vec<u64>,
+    /// Per client slot: where a parked request's reply goes.
+    routes: Vec<Route>,
+    req: [u8; DATA_MESSAGE_MAX],
+    resp: Vec<u8>,
+    start: Instant,
+}
+
+pub(super) fn run(shared: &Shared, cfg: &ServerConfig, ready: SyncSender<io::Result<()>>) {
+    super::pin(cfg.pin.1);
+    // SAFETY: the region is fresh (the runtime just created it) and these are its only tables.
+    let tables = match unsafe { shared.region.tables_shared() } {
+        Ok(t) => t,
+        Err(s) => {
+            let _ = ready.send(Err(io::Error::other(format!(
+                "cannot carve the tables: {s}"
+            ))));
+            return;
+        }
+    };
+    let mut server = Server::new(tables, &cfg.core);
+    let slots = cfg.core.clients_max as usize;
+    let mut d = Data {
+        shared,
+        mailboxes: shared.region.mailboxes(),
+        bells: Doorbells::new(shared.region.doorbell_words()),
+        last_seq: vec![0; slots],
+        routes: (0..slots).map(|_| Route::None).collect(),
+        req: [0; DATA_MESSAGE_MAX],
+        resp: vec![0; CONTROL_FRAME_MAX],
+        start: Instant::now(),
+    };
+    let header = shared.region.shm_header();
+    header.serving.store(1, Ordering::Release);
+    let _ = ready.send(Ok(()));
+    let mut idler = Idler::new(cfg.idle);
+    let mut next_tick = 0;
+    while !shared.stop.load(Ordering::Acquire) {
+        let now = d.now_ms();
+        let mut work = d.serve_mailboxes(&mut server, now);
+        work += d.serve_inbox(&mut server, now);
+        server.poll_waiters(now);
+        if server.replies_ready() > 0 {
+            d.deliver_replies(&mut server);
+            work += 1;
+        }
+        if now >= next_tick {
+            server.tick(now);
+            next_tick = now + TICK_MS;
+        }
+        if work > 0 {
+            idler.busy();
+        } else {
+            let inbox = &shared.exchange.inbox;
+            idler.idle(header, PARK_MAX, || d.bells.any() || !inbox.is_empty());
+        }
+    }
+    header.serving.store(0, Ordering::Release);
+}
+
+impl Data<'_> {
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    /// Executes every mailbox whose doorbell rang; returns how many.
+    fn serve_mailboxes(&mut self, server: &mut Server<'_>, now: u64) -> usize {
+        let Data {
+            mailboxes,
+            bells,
+            last_seq,
+            routes,
+            req,
+            resp,
+            ..
+        } = self;
+        bells.drain(|slot| {
+            let (Some(mb), Some(last)) = (
+                mailboxes.get(slot as usize),
+                last_seq.get_mut(slot as usize),
+            ) else {
+                return;
+            };
+            let Some((seq, len)) = mb.take_request(*last, req) else {
+                return;
+            };
+            *last = seq;
+            // The message must come from the client this mailbox belongs to.
+            let client = req
+                .get(8..12)
+                .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+            if server.client_session(client).map(|(s, _)| s) != Some(slot) {
+                mb.post_response(&[], seq);
+                return;
+            }
+            match server.handle_data(&req[..len], resp, now) {
+                Ok(0) => routes[slot as usize] = Route::Mailbox { seq },
+                Ok(n) => mb.post_response(&resp[..n], seq),
+                // An empty reply tells the client its request could not be read.
+                Err(_) => mb.post_response(&[], seq),
+            }
+        })
+    }
+
+    /// Takes up to `INBOX_BATCH` jobs from the control thread; returns how many.
+    fn serve_inbox(&mut self, server: &mut Server<'_>, now: u64) -> usize {
+        let ex = &self.shared.exchange;
+        let mut n = 0;
+        while n < INBOX_BATCH {
+            let Some(mut job) = ex.inbox.pop() else { break };
+            n += 1;
+            match job.kind {
+                JobKind::Control => {
+                    match server.handle_control(&job.buf[..job.len], &mut self.resp, now) {
+                        Ok(len) => {
+                            job.buf[..len].copy_from_slice(&self.resp[..len]);
+                            job.len = len;
+                        }
+                        Err(_) => job.kind = JobKind::Close,
+                    }
+                }
+                JobKind::Data => match server.handle_data(&job.buf[..job.len], &mut self.resp, now)
+                {
+                    Ok(0) => {
+                        let client = job
+                            .buf
+                            .get(8..12)
+                            .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                        if let Some((slot, _)) = server.client_session(client) {
+                            self.routes[slot as usize] = Route::Socket(job);
+                            continue;
+                        }
+                        job.kind = JobKind::Nothing;
+                    }
+                    Ok(len) => {
+                        job.buf[..len].copy_from_slice(&self.resp[..len]);
+                        job.len = len;
+                    }
+                    Err(_) => job.kind = JobKind::Close,
+                },
+                JobKind::Attach { client, session } => {
+                    let ok = server
+                        .client_session(client)
+                        .is_some_and(|(_, s)| s == session);
+                    job.kind = JobKind::Attached { ok };
+                }
+                JobKind::Disconnected { client } => {
+                    if let Some((slot, _)) = server.client_session(client) {
+                        self.routes[slot as usize] = Route::None;
+                    }
+                    server.client_disconnected(client);
+                    job.kind = JobKind::Nothing;
+                }
+                JobKind::Attached { .. } | JobKind::Close | JobKind::Nothing => {
+                    job.kind = JobKind::Nothing
+                }
+            }
+            // The outbox is sized so it cannot be full; if it were, the reply would be lost and
+            // the client would time out, which is the honest failure.
+            let _ = ex.outbox.push(job);
+        }
+        if n > 0 {
+            ex.wake_control();
+        }
+        n
+    }
+
+    /// Sends the replies of decided parked requests where their requests came from.
+    fn deliver_replies(&mut self, server: &mut Server<'_>) {
+        let Data {
+            shared,
+            mailboxes,
+            routes,
+            resp,
+            ..
+        } = self;
+        let mut queued = false;
+        server.take_replies(|r: WaitReply| {
+            let slot = r.slot as usize;
+            let (Ok(n), Some(route)) = (r.encode(resp), routes.get_mut(slot)) else {
+                return;
+            };
+            match std::mem::take(route) {
+                Route::Mailbox { seq } => mailboxes[slot].post_response(&resp[..n], seq),
+                Route::Socket(mut job) => {
+                    job.buf[..n].copy_from_slice(&resp[..n]);
+                    job.len = n;
+                    let _ = shared.exchange.outbox.push(job);
+                    queued = true;
+                }
+                // The client went away meanwhile.
+                Route::None => {}
+            }
+        });
+        if queued {
+            shared.exchange.wake_control();
+        }
+    }
+}

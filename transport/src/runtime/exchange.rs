@@ -1,0 +1,78 @@
+//! The hand-off between the control (I/O) thread and the data thread: two bounded lock-free
+//! queues of jobs, each carrying its own buffer, so nothing is copied or allocated per message
+//! on the data thread.
+
+use std::io;
+
+use crossbeam_queue::ArrayQueue;
+
+use super::ServerConfig;
+
+/// What a job asks for, or (on the way back) what its reply is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum JobKind {
+    /// A control frame; its reply is a control frame (or `Close`).
+    Control,
+    /// A data message from a TCP data connection; its reply is a data message.
+    Data,
+    /// A TCP data connection asks to be bound to `client` (proving it knows the session).
+    Attach { client: u32, session: u64 },
+    /// Reply to `Attach`: bound or refused.
+    Attached { ok: bool },
+    /// A connection bound to `client` went away.
+    Disconnected { client: u32 },
+    /// The request was malformed beyond a reply: close the connection.
+    Close,
+    /// The request needs no reply (a parked data request, a disconnect notice); the buffer
+    /// comes back for reuse.
+    Nothing,
+}
+
+/// One request or reply in flight.
+#[derive(Debug)]
+pub(crate) struct Job {
+    /// The connection (slot index in the low 32 bits, its generation in the high 32).
+    pub(crate) conn: u64,
+    pub(crate) kind: JobKind,
+    /// Bytes used in `buf`.
+    pub(crate) len: usize,
+    /// The frame; the control thread sizes it for the largest reply.
+    pub(crate) buf: Vec<u8>,
+}
+
+/// The two queues and the control thread's waker.
+#[derive(Debug)]
+pub(crate) struct Exchange {
+    /// Control thread → data thread.
+    pub(crate) inbox: ArrayQueue<Job>,
+    /// Data thread → control thread.
+    pub(crate) outbox: ArrayQueue<Job>,
+    waker: std::sync::OnceLock<mio::Waker>,
+}
+
+impl Exchange {
+    pub(crate) fn new(cfg: &ServerConfig) -> io::Result<Self> {
+        // Every connection has at most one request in flight, plus one parked reply and one
+        // disconnect notice per client: the queues never fill.
+        let cap = cfg.connections_max + 2 * cfg.core.clients_max as usize + 16;
+        Ok(Self {
+            inbox: ArrayQueue::new(cap),
+            outbox: ArrayQueue::new(cap),
+            waker: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The control thread installs its waker once its poll exists.
+    pub(crate) fn set_waker(&self, waker: mio::Waker) {
+        let _ = self.waker.set(waker);
+    }
+
+    /// Data thread: a reply is queued; wake the control thread.
+    pub(crate) fn wake_control(&self) {
+        if let Some(w) = self.waker.get()
+            && let Err(e) = w.wake()
+        {
+            tracing::warn!(error = %e, "cannot wake the control thread");
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! The server runtime: one region, two threads.
+//!
+//! The *data thread* owns the [`Server`] state machine and is the only thread that runs it: it
+//! scans the shared-memory doorbells and executes mailbox requests, takes the requests the
+//! control thread read off sockets from a bounded queue, answers parked blocking requests as
+//! they are decided, and ticks the clients' leases. The *control thread* owns every socket: it
+//! accepts TCP and Unix-socket connections, reads whole frames, hands them over, and writes the
+//! replies back. Keeping the state machine on one thread means no lock anywhere on the path of a
+//! request; the hand-off between the threads is two lock-free queues and a futex.
+//!
+//! ARCHITECTURE.md puts registration and lifecycle on the control thread. Here the control
+//! thread does their I/O, TLS and framing — the expensive, blocking part — and the data thread
+//! runs them between data batches: registration is rare, and one owner of the tables is simpler
+//! to prove than two threads sharing them.
+//!
+//! The data thread never allocates after start, never takes a lock, and bounds its work per turn
+//! (each doorbell once, at most [`INBOX_BATCH`] queued jobs). When there is no work it follows the
+//! configured [`IdleStrategy`].
+
+mod control;
+mod data;
+mod exchange;
+mod idle;
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use dlock_core::Config;
+pub use dlock_core::server::Server;
+pub use idle::IdleStrategy;
+
+use crate::region::Region;
+pub use control::{ATTACH_LEN, ATTACH_MAGIC};
+use exchange::Exchange;
+
+/// Queued jobs the data thread takes per turn before it looks at the doorbells again.
+pub const INBOX_BATCH: usize = 64;
+/// Servers one process may run at once (`MAX_NUM_SERVER`).
+pub const SERVERS_MAX: usize = dlock_core::config::SERVERS_MAX;
+
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// TCP settings.
+#[derive(Clone, Debug)]
+pub struct TcpConfig {
+    /// Address to listen on (IPv4 or IPv6); port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// Keepalive: idle time before the first probe (reference: 60 s).
+    pub keepalive_idle: Duration,
+    /// Keepalive: time between probes (reference: 6 s).
+    pub keepalive_interval: Duration,
+    /// Keepalive: probes before the connection is declared dead (reference: 9).
+    pub keepalive_probes: u32,
+}
+
+impl TcpConfig {
+    /// The reference's keepalive on `listen`.
+    pub fn new(listen: SocketAddr) -> Self {
+        Self {
+            listen,
+            keepalive_idle: Duration::from_secs(60),
+            keepalive_interval: Duration::from_secs(6),
+            keepalive_probes: 9,
+        }
+    }
+}
+
+/// Everything a server is started with.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Capacities, lease, epoch, recovery.
+    pub core: Config,
+    /// What the data thread does when there is no work.
+    pub idle: IdleStrategy,
+    /// Serve TCP clients.
+    pub tcp: Option<TcpConfig>,
+    /// Serve local clients' control channel on this Unix socket (their data goes through the
+    /// region's mailboxes). `None` picks a path under the temp directory.
+    pub unix_socket: Option<PathBuf>,
+    /// Back the region with `/dev/shm/<name>` so clients in other processes can map it;
+    /// `None` keeps it anonymous (clients in this process only).
+    pub shm_name: Option<String>,
+    /// Pin the control and data threads to these CPUs.
+    pub pin: (Option<usize>, Option<usize>),
+    /// Ask for transparent huge pages on the region.
+    pub huge_pages: bool,
+    /// Most open connections (reference: 4 × clients).
+    pub connections_max: usize,
+    /// A connection that has not registered (or attached) within this is closed.
+    pub handshake_timeout: Duration,
+}
+
+impl ServerConfig {
+    /// Defaults: reference capacities, adaptive idling, no TCP, anonymous region.
+    pub fn new(core: Config) -> Self {
+        Self {
+            connections_max: 4 * core.clients_max as usize,
+            core,
+            idle: IdleStrategy::Adaptive,
+            tcp: None,
+            unix_socket: None,
+            shm_name: None,
+            pin: (None, None),
+            huge_pages: false,
+            handshake_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What both threads share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) region: Region,
+    pub(crate) exchange: Exchange,
+    pub(crate) stop: AtomicBool,
+}
+
+/// A running server. Dropping it stops the server.
+#[derive(Debug)]
+pub struct ServerHandle {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    tcp_addr: Option<SocketAddr>,
+    unix_socket: PathBuf,
+}
+
+impl ServerHandle {
+    /// Starts a server: maps the region, binds the listeners, spawns the two threads.
+    pub fn start(cfg: ServerConfig) -> io::Result<ServerHandle> {
+        cfg.core.validate().map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                cfg.core.invalid_field().unwrap_or("config"),
+            )
+        })?;
+        if RUNNING.fetch_add(1, Ordering::AcqRel) >= SERVERS_MAX {
+            RUNNING.fetch_sub(1, Ordering::AcqRel);
+            return Err(io::Error::other("32 servers already run in this process"));
+        }
+        let started = Self::spawn(cfg);
+        if started.is_err() {
+            RUNNING.fetch_sub(1, Ordering::AcqRel);
+        }
+        started
+    }
+
+    fn spawn(cfg: ServerConfig) -> io::Result<ServerHandle> {
+        let region = match &cfg.shm_name {
+            Some(name) => Region::create_shared(&cfg.core, name)?,
+            None => Region::anonymous(&cfg.core)?,
+        };
+        if cfg.huge_pages && !region.advise_huge_pages() {
+            tracing::info!(
+                "transparent huge pages not available for the region; using normal pages"
+            );
+        }
+        let listeners = control::Listeners::bind(&cfg)?;
+        let tcp_addr = listeners.tcp_addr();
+        let unix_socket = listeners.unix_path().to_path_buf();
+        let shared = Arc::new(Shared {
+            region,
+            exchange: Exchange::new(&cfg)?,
+            stop: AtomicBool::new(false),
+        });
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+        let data = {
+            let shared = Arc::clone(&shared);
+            let cfg = cfg.clone();
+            std::thread::Builder::new()
+                .name("dlock-data".into())
+                .spawn(move || data::run(&shared, &cfg, ready_tx))?
+        };
+        // The control thread starts once the data thread has carved the tables.
+        ready_rx
+            .recv()
+            .map_err(|_| io::Error::other("data thread failed to start"))??;
+        let control = {
+            let shared = Arc::clone(&shared);
+            let cfg = cfg.clone();
+            std::thread::Builder::new()
+                .name("dlock-control".into())
+                .spawn(move || control::run(&shared, &cfg, listeners))?
+        };
+        tracing::info!(tcp = ?tcp_addr, unix = %unix_socket.display(), "dlock server started");
+        Ok(ServerHandle {
+            shared,
+            threads: vec![data, control],
+            tcp_addr,
+            unix_socket,
+        })
+    }
+
+    /// The TCP address actually bound (port 0 resolved).
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        self.tcp_addr
+    }
+
+    /// The Unix socket local clients connect their control channel to.
+    pub fn unix_socket(&self) -> &std::path::Path {
+        &self.unix_socket
+    }
+
+    /// The region (clients in this process map nothing: they use it directly).
+    pub fn region(&self) -> &Region {
+        &self.shared.region
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Stops both threads and waits for them.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.region.shm_header().wake_server();
+        self.shared.exchange.wake_control();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.unix_socket);
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            self.shutdown();
+        }
+        RUNNING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Pins the calling thread to `cpu`, logging (not failing) when the OS refuses.
+fn pin(cpu: Option<usize>) {
+    let Some(cpu) = cpu else { return };
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes inside it (cpu is bounded by
+    // the set's size below); sched_setaffinity reads `size_of` bytes of it.
+    let ok = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+            false
+        } else {
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        }
+    };
+    if !ok {
+        tracing::warn!(cpu, "could not pin thread");
+    }
+}

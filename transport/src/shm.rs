@@ -1,0 +1,243 @@
+//! The shared-memory transport: one mailbox per client slot, doorbells, and the park/wake
+//! handshakes, all over atomics in the region.
+//!
+//! # Protocol
+//!
+//! A client owns the mailbox of its slot (`InitReply::slot`). To send a data message it writes
+//! the bytes into the request half, stores the length, then publishes with `seq` (Release),
+//! rings its doorbell bit (SeqCst `fetch_or`) and, if the server's data thread is parked, wakes
+//! it. The data thread scans the doorbell words, takes each rung bit (`swap(0)`, Acquire), reads
+//! the request whose `seq` is new, executes it, writes the reply into the response half and
+//! publishes it with the response `seq` equal to the request's (Release). The client spins, then
+//! yields, then sleeps on the response half's `waiting` futex word until it sees its `seq`.
+//!
+//! Message bytes are copied word by word with relaxed atomic loads and stores: a client in
+//! another process could write at any time, and atomics make that a wrong answer for that client
+//! rather than undefined behaviour in the server. The `seq` Release/Acquire pairs order the
+//! copies.
+//!
+//! # Parking without lost wake-ups
+//!
+//! Both sleeps are the same Dekker-style handshake: the sleeper stores its flag (SeqCst), then
+//! re-checks the condition (SeqCst) before the futex wait; the waker makes the condition true
+//! (SeqCst), then swaps the flag (SeqCst) and wakes if it was set. With all four operations in
+//! the single SeqCst order, either the sleeper sees the condition or the waker sees the flag.
+
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::Backoff;
+use dlock_core::proto::DATA_MESSAGE_MAX;
+
+use crate::futex;
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+/// Data words in a mailbox half (1,008 bytes: a full data message).
+const DATA_WORDS: usize = DATA_MESSAGE_MAX / 8;
+
+/// One direction of a mailbox: 1 KiB.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct Half {
+    data: [AtomicU64; DATA_WORDS],
+    /// The sequence number of the message in `data`; published last.
+    seq: AtomicU64,
+    /// The message length in bytes.
+    len: AtomicU32,
+    /// Response half: the client sleeps on this futex word (1 = asleep). Unused in the request
+    /// half.
+    waiting: AtomicU32,
+}
+
+/// A client's mailbox: its request and the server's response.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Mailbox {
+    request: Half,
+    response: Half,
+}
+
+#[cfg(not(dlock_loom))]
+static_assertions::const_assert_eq!(
+    std::mem::size_of::<Half>(),
+    dlock_core::table::layout::MAILBOX_HALF
+);
+#[cfg(not(dlock_loom))]
+static_assertions::const_assert_eq!(DATA_WORDS * 8, DATA_MESSAGE_MAX);
+
+/// Words the runtime keeps in the region's header page (after the core's header), so a client
+/// in another process reaches them too.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct ShmHeader {
+    /// 1 while the data thread sleeps (or is about to); the futex word it sleeps on.
+    pub parked: AtomicU32,
+    /// 1 once the data thread serves (set after the tables are carved).
+    pub serving: AtomicU32,
+}
+
+/// Offset of [`ShmHeader`] inside the header page (the core's header takes the first 48 bytes).
+pub const SHM_HEADER_OFFSET: usize = 2048;
+
+impl Half {
+    /// Copies `msg` in (caller guarantees `msg.len() <= DATA_MESSAGE_MAX`), without publishing.
+    fn write(&self, msg: &[u8]) {
+        for (i, chunk) in msg.chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            // Relaxed: the `seq` Release store that follows publishes every word.
+            self.data[i].store(u64::from_le_bytes(w), Ordering::Relaxed);
+        }
+        self.len.store(msg.len() as u32, Ordering::Relaxed);
+    }
+
+    /// Copies the message out into `out` (at least `DATA_MESSAGE_MAX` bytes); returns its length,
+    /// clamped to the half's size whatever the writer stored.
+    fn read(&self, out: &mut [u8]) -> usize {
+        // Relaxed: the caller's Acquire load of `seq` ordered these after the writer's stores.
+        let len = (self.len.load(Ordering::Relaxed) as usize)
+            .min(DATA_MESSAGE_MAX)
+            .min(out.len());
+        for (i, chunk) in out[..len].chunks_mut(8).enumerate() {
+            let w = self.data[i].load(Ordering::Relaxed).to_le_bytes();
+            chunk.copy_from_slice(&w[..chunk.len()]);
+        }
+        len
+    }
+}
+
+impl Mailbox {
+    /// Client: writes request `msg` under sequence number `seq` and publishes it. The caller
+    /// rings the doorbell next.
+    pub fn post_request(&self, msg: &[u8], seq: u64) {
+        debug_assert!(msg.len() <= DATA_MESSAGE_MAX);
+        self.request.write(&msg[..msg.len().min(DATA_MESSAGE_MAX)]);
+        // Release: publishes the message words and length to the Acquire load in `take_request`.
+        self.request.seq.store(seq, Ordering::Release);
+    }
+
+    /// Server: the request if its sequence number is not `last`; copies it into `out`.
+    pub fn take_request(&self, last: u64, out: &mut [u8]) -> Option<(u64, usize)> {
+        // Acquire: pairs with `post_request`'s Release, so the copy below sees the message.
+        let seq = self.request.seq.load(Ordering::Acquire);
+        (seq != last).then(|| (seq, self.request.read(out)))
+    }
+
+    /// Server: publishes the reply to request `seq` and wakes the client if it sleeps.
+    pub fn post_response(&self, msg: &[u8], seq: u64) {
+        self.response.write(&msg[..msg.len().min(DATA_MESSAGE_MAX)]);
+        // SeqCst (not just Release): this store and the swap below take part in the sleep
+        // handshake with `wait_response` (see the module doc); it also publishes the words.
+        self.response.seq.store(seq, Ordering::SeqCst);
+        if self.response.waiting.swap(0, Ordering::SeqCst) == 1 {
+            futex::wake(&self.response.waiting, 1);
+        }
+    }
+
+    /// Client: whether the reply to `seq` has arrived; copies it into `out` if so.
+    pub fn try_response(&self, seq: u64, out: &mut [u8]) -> Option<usize> {
+        // Acquire: pairs with `post_response`, so the copy sees the reply.
+        (self.response.seq.load(Ordering::Acquire) == seq).then(|| self.response.read(out))
+    }
+
+    /// Client: waits for the reply to `seq` until `deadline` (spin, yield, then sleep); copies it
+    /// into `out`. `None` on timeout.
+    pub fn wait_response(
+        &self,
+        seq: u64,
+        out: &mut [u8],
+        deadline: Option<Instant>,
+    ) -> Option<usize> {
+        let backoff = Backoff::new();
+        loop {
+            if let Some(n) = self.try_response(seq, out) {
+                return Some(n);
+            }
+            if !backoff.is_completed() {
+                backoff.snooze();
+                continue;
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return None,
+                },
+                None => None,
+            };
+            self.response.waiting.store(1, Ordering::SeqCst);
+            if self.response.seq.load(Ordering::SeqCst) != seq {
+                // Bounded sleeps: a server in another process that died cannot leave us asleep.
+                let nap = left
+                    .unwrap_or(Duration::from_millis(100))
+                    .min(Duration::from_millis(100));
+                futex::wait(&self.response.waiting, 1, Some(nap));
+            }
+            self.response.waiting.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The doorbells: one bit per client slot.
+#[derive(Debug)]
+pub struct Doorbells<'a> {
+    words: &'a [AtomicU64],
+}
+
+impl<'a> Doorbells<'a> {
+    /// Wraps the region's doorbell words.
+    pub fn new(words: &'a [AtomicU64]) -> Self {
+        Self { words }
+    }
+
+    /// Client: rings `slot`'s bell. SeqCst: it takes part in the park handshake with the data
+    /// thread (see the module doc).
+    pub fn ring(&self, slot: u32) {
+        if let Some(w) = self.words.get(slot as usize / 64) {
+            w.fetch_or(1 << (slot % 64), Ordering::SeqCst);
+        }
+    }
+
+    /// Server: takes every rung bell and calls `f(slot)` for each; returns how many rang.
+    pub fn drain(&self, mut f: impl FnMut(u32)) -> usize {
+        let mut n = 0;
+        for (i, w) in self.words.iter().enumerate() {
+            // Relaxed peek: most words are zero; the swap below is the synchronising access.
+            if w.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            // Acquire: pairs with the client's `fetch_or` (which follows its Release of `seq`).
+            let mut bits = w.swap(0, Ordering::Acquire);
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                f(i as u32 * 64 + b);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Server: whether any bell is rung (SeqCst: the re-check of the park handshake).
+    pub fn any(&self) -> bool {
+        self.words.iter().any(|w| w.load(Ordering::SeqCst) != 0)
+    }
+}
+
+impl ShmHeader {
+    /// Waker side (a client after ringing, or the control thread after queueing work): wakes
+    /// the data thread if it is parked.
+    pub fn wake_server(&self) {
+        if self.parked.swap(0, Ordering::SeqCst) == 1 {
+            futex::wake(&self.parked, 1);
+        }
+    }
+
+    /// Data thread: parks until woken or `timeout`, unless `has_work()` (re-checked after the
+    /// flag is raised) says there is work.
+    pub fn park_server(&self, timeout: Duration, has_work: impl Fn() -> bool) {
+        self.parked.store(1, Ordering::SeqCst);
+        if !has_work() {
+            futex::wait(&self.parked, 1, Some(timeout));
+        }
+        self.parked.store(0, Ordering::Relaxed);
+    }
+}
