@@ -10,8 +10,11 @@
 //! its module doc lists are guarded here, where the server knows what each client holds: a
 //! ticket retry needs a ticket this client was given (the holds record) that the lock really
 //! issued; a writer is never granted while `rcnt` counts readers; and after a timeout
-//! preemption every other client's grant record on that lock is forgotten, so a displaced reader
-//! cannot unlock (and count down) the preemptor's grant.
+//! preemption every other client's grant and ticket on that lock is forgotten, so a displaced
+//! reader cannot unlock (and count down) the preemptor's grant and a voided ticket cannot come
+//! back to life. What the server cannot check is the mode a ticket was issued in (it keeps two
+//! bits per client and lock): a client that retries an exclusive ticket as a shared one only
+//! hurts the queue's order on a lock it has a reference to, until the next hand-off window.
 //!
 //! With `FLAG_ALL_OR_NOTHING` a message is a unit: if any command does not end holding what it
 //! asked for, every lock command of the message is undone (words, holds and fences restored
@@ -379,20 +382,22 @@ impl<'r> Server<'r> {
     }
 
     /// After a fair-lock timeout preemption by client `slot`, no other client holds a grant on
-    /// `raw_lock` any more; forget their records so cleanup and `release_lock` see the truth.
-    #[cold]
+    /// `raw_lock` any more, and every other outstanding ticket is void: forget them all, so
+    /// cleanup and `release_lock` see the truth and no voided ticket can be retried.
+    ///
+    /// Voiding *every* ticket, not only those the preemption passed, is deliberate: the server
+    /// does not store which ticket each client holds, and a shared ticket the reference voids
+    /// comes back to life once `rflag` resets (50 shared unlocks later), after which its unlock
+    /// pushes `ns` past `ms` and wedges the lock for good. Waiters whose ticket is voided queue
+    /// again (parked ones automatically); a preemption only happens when a holder overran its
+    /// lease, so this trades some order in a failure case for a lock that cannot wedge.
     pub(super) fn forget_preempted_holders(&mut self, raw_lock: u32, slot: u32) {
         let Some(id) = crate::ids::LockId::from_raw(raw_lock) else {
             return;
         };
         let lock = id.index();
         for other in 0..self.t.client_free.high_water() {
-            if other != slot
-                && matches!(
-                    Hold::from_bits(self.t.lock_holds.get(other, lock)),
-                    Hold::Exclusive | Hold::Shared
-                )
-            {
+            if other != slot && self.t.lock_holds.get(other, lock) != Hold::None as u8 {
                 self.t.lock_holds.set(other, lock, Hold::None as u8);
             }
         }
@@ -507,6 +512,9 @@ fn fair_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms:
             Hold::Exclusive | Hold::Shared => return Step::refused(cell, Status::Einval),
         },
         LockOp::TicketExclusive | LockOp::TicketShared if hold != Hold::Ticketed => {
+            return Step::refused(cell, Status::Einval);
+        }
+        LockOp::TicketExclusive | LockOp::TicketShared if c.expire_ms == 0 => {
             return Step::refused(cell, Status::Einval);
         }
         LockOp::TicketExclusive | LockOp::TicketShared => {

@@ -1481,3 +1481,146 @@ fn fair_lock_in_the_other_mode_while_holding_is_einval() {
         Status::AlreadyLocked
     );
 }
+
+#[test]
+fn a_shared_ticket_voided_by_a_preemption_stays_void_after_rflag_resets() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let [a, b, c] = [0; 3].map(|_| s.client_init(2, 0, 0).unwrap());
+    let [la, lb, lc] = [a, b, c].map(|x| s.get_lock(x.get(), LockKind::Fair, b"f", 0).unwrap());
+    let tick = |r: CommandResult| Ticket {
+        exclusive: r.aux as u16,
+        shared: (r.aux >> 16) as u16,
+    };
+    let word_ticket = |r: CommandResult| {
+        let w = crate::word::fair::FairWord::from_bits(r.word);
+        Ticket {
+            exclusive: w.mx(),
+            shared: w.ms(),
+        }
+    };
+    assert_eq!(
+        run(
+            &mut s,
+            a,
+            lock(LockKind::Fair, LockOp::TryExclusive, la, 100),
+            0
+        )
+        .status,
+        Status::Success
+    );
+    let tb = tick(run(
+        &mut s,
+        b,
+        lock(LockKind::Fair, LockOp::TryShared, lb, 100),
+        0,
+    ));
+    let tc = tick(run(
+        &mut s,
+        c,
+        lock(LockKind::Fair, LockOp::TryShared, lc, 100),
+        0,
+    ));
+    let pre = run(
+        &mut s,
+        c,
+        ticketed(LockKind::Fair, LockOp::TicketShared, lc, 100, tc),
+        101,
+    );
+    assert_eq!(pre.status, Status::Success, "c preempts the overdue writer");
+    run(
+        &mut s,
+        c,
+        ticketed(LockKind::Fair, LockOp::UnlockShared, lc, 0, tc),
+        102,
+    );
+    for _ in 0..49 {
+        let r = run(
+            &mut s,
+            c,
+            lock(LockKind::Fair, LockOp::TryShared, lc, 100),
+            103,
+        );
+        assert_eq!(r.status, Status::Success);
+        run(
+            &mut s,
+            c,
+            ticketed(LockKind::Fair, LockOp::UnlockShared, lc, 0, word_ticket(r)),
+            103,
+        );
+    }
+    // b's ticket was voided by the preemption: refused, and b queues again from scratch.
+    let r = run(
+        &mut s,
+        b,
+        ticketed(LockKind::Fair, LockOp::TicketShared, lb, 100, tb),
+        104,
+    );
+    assert_ne!(r.status, Status::Success);
+    for x in [a, b] {
+        let l = if x == a { la } else { lb };
+        let r = run(
+            &mut s,
+            x,
+            lock(LockKind::Fair, LockOp::TryExclusive, l, 100),
+            1_000_000,
+        );
+        assert!(
+            matches!(r.status, Status::Success | Status::Eagain),
+            "the lock is not wedged: {:?}",
+            r.status
+        );
+        if r.status == Status::Success {
+            run(
+                &mut s,
+                x,
+                ticketed(
+                    LockKind::Fair,
+                    LockOp::UnlockExclusive,
+                    l,
+                    0,
+                    word_ticket(r),
+                ),
+                1_000_000,
+            );
+        }
+    }
+}
+
+#[test]
+fn fair_ticket_retry_with_no_lease_is_einval() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let la = s.get_lock(a.get(), LockKind::Fair, b"f", 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Fair, b"f", 0).unwrap();
+    run(
+        &mut s,
+        a,
+        lock(LockKind::Fair, LockOp::TryExclusive, la, 100),
+        0,
+    );
+    let q = run(
+        &mut s,
+        b,
+        lock(LockKind::Fair, LockOp::TryExclusive, lb, 100),
+        0,
+    );
+    let t = Ticket {
+        exclusive: q.aux as u16,
+        shared: (q.aux >> 16) as u16,
+    };
+    assert_eq!(
+        run(
+            &mut s,
+            b,
+            ticketed(LockKind::Fair, LockOp::TicketExclusive, lb, 0, t),
+            500
+        )
+        .status,
+        Status::Einval
+    );
+}

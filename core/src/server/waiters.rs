@@ -188,9 +188,23 @@ impl<'r> Server<'r> {
         let Some(kind) = LockKind::from_u8(waiter.kind) else {
             return false;
         };
-        let Some(op) = LockOp::from_u8(waiter.op & 0xF) else {
+        let Some(mut op) = LockOp::from_u8(waiter.op & 0xF) else {
             return false;
         };
+        // A preemption voids every other fair ticket; a parked waiter whose ticket went that way
+        // queues again with a first attempt instead of being refused.
+        let voided = kind == LockKind::Fair
+            && matches!(op, LockOp::TicketExclusive | LockOp::TicketShared)
+            && self.referenced_lock(w, waiter.lock).is_ok_and(|id| {
+                Hold::from_bits(self.t.lock_holds.get(w, id.index())) != Hold::Ticketed
+            });
+        if voided {
+            op = if op == LockOp::TicketExclusive {
+                LockOp::TryExclusive
+            } else {
+                LockOp::TryShared
+            };
+        }
         let c = LockCommand {
             kind,
             op,
@@ -207,6 +221,18 @@ impl<'r> Server<'r> {
             self.forget_preempted_holders(c.lock, w);
         }
         if blocked(kind, r.status) && !super::past(now_ms, waiter.deadline_ms) {
+            if voided {
+                // Queued afresh: keep waiting, retrying with the new ticket.
+                let retry = if op == LockOp::TryExclusive {
+                    LockOp::TicketExclusive
+                } else {
+                    LockOp::TicketShared
+                };
+                let waiter = &mut self.t.waiters[w as usize];
+                waiter.op = (waiter.op & 0xF0) | retry as u8;
+                waiter.tx = r.aux as u16;
+                waiter.ts = (r.aux >> 16) as u16;
+            }
             return false;
         }
         let r = if blocked(kind, r.status) {
