@@ -1,3 +1,914 @@
-//! The thin client.
+//! The thin client: every operation of the reference's client API, in Rust types.
+//!
+//! A [`Client`] is one registered client instance, used by one thread at a time (as in the
+//! reference, where an instance has no internal locking). It keeps the reference's local state
+//! per lock ([`local::LocalLock`]: re-entrancy count, cached word, fair ticket, fencing token), so
+//! re-entrant `trylock`/`unlock` answer locally where the reference does, and a new server can be
+//! rebuilt from the clients after a failover ([`Client::update_all_locks`]).
+//!
+//! `lock()` waits on the server: the request is parked there and answered the moment the lock is
+//! granted or the wait runs out — no polling loop, unlike the reference's 100 ms sleeps.
+//!
+//! On the shared-memory transport the `umo_atomic64` operations are one-sided atomics on the
+//! region's object cells, as the reference does them with NIC atomics; over TCP they are data
+//! commands. After start-up the data path (lock commands and object operations) allocates
+//! nothing: frames are encoded into buffers the client owns.
 
 pub mod link;
+pub mod local;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use dlock_core::proto::{
+    Batch, BatchEntry, CONTROL_FRAME_MAX, Command, CommandResult, ControlHeader, ControlRequest,
+    ControlRequestFrame, ControlResponse, DATA_MESSAGE_MAX, DataHeader, FLAG_ALL_OR_NOTHING,
+    LockClaim, ObjectCommand, ObjectOp, PROTO_VERSION, decode_control_response,
+    decode_data_response, encode_data_request,
+};
+use dlock_core::server::Counter;
+use dlock_core::{ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Status};
+
+pub use link::Endpoint;
+use link::Link;
+pub use local::{Decision, LocalLock, LocalState, Request};
+
+use crate::sync::Ordering;
+
+/// How long a synchronous request may take before the client gives up (the reference's 5 s).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Client settings.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Where the server is.
+    pub endpoint: Endpoint,
+    /// The lease to ask for (0: the server's default). Heartbeat well within it.
+    pub lease_ms: u32,
+    /// The synchronous request timeout.
+    pub timeout: Duration,
+}
+
+impl ClientConfig {
+    /// Defaults for `endpoint`: the server's lease, the reference's 5 s timeout.
+    pub fn new(endpoint: Endpoint) -> Self {
+        Self {
+            endpoint,
+            lease_ms: 0,
+            timeout: REQUEST_TIMEOUT,
+        }
+    }
+}
+
+/// A granted (or re-entered) lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// `Success`, or `AlreadyLocked` for a re-entry.
+    pub status: Status,
+    /// The grant's fencing token: pass it with every write the lock protects.
+    pub token: FencingToken,
+    /// The lock word the server returned.
+    pub word: u128,
+}
+
+/// What a compare-and-swap saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cas {
+    /// Whether the swap happened.
+    pub swapped: bool,
+    /// The value found (the expected value when it swapped).
+    pub observed: u64,
+}
+
+/// An asynchronous lock operation (`lock_request_async`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncOp {
+    /// Trylock in a mode for a lease (ms).
+    Lock(Mode, u32),
+    /// Unlock.
+    Unlock,
+    /// Extend the held mode's lease (ms).
+    Extend(u32),
+}
+
+#[derive(Debug)]
+struct Entry {
+    local: LocalLock,
+    name: Box<[u8]>,
+}
+
+/// A lock's claim with everything copied out of the client (id, kind, claim, name, word).
+type OwnedClaim = (LockId, LockKind, local::Claim, Box<[u8]>, u128);
+
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    lock: LockId,
+    request: Request,
+    started: Instant,
+}
+
+/// One registered client instance.
+#[derive(Debug)]
+pub struct Client {
+    cfg: ClientConfig,
+    link: Link,
+    id: ClientId,
+    version: u8,
+    recovering: bool,
+    message_id: u16,
+    locks: HashMap<LockId, Entry>,
+    /// Objects this client got, with their cell index.
+    objects: HashMap<ObjectId, u32>,
+    pending: Option<Pending>,
+    start: Instant,
+    ctrl_req: Vec<u8>,
+    ctrl_reply: Vec<u8>,
+    data_req: [u8; DATA_MESSAGE_MAX],
+    data_reply: [u8; DATA_MESSAGE_MAX],
+    /// Bytes of the last data reply in `data_reply`.
+    data_reply_len: usize,
+}
+
+/// A transport failure is the reference's `BAD_RESPONSE` (the caller reinits).
+fn io_status(e: std::io::Error) -> Status {
+    tracing::debug!(error = %e, "transport failure");
+    Status::BadResponse
+}
+
+impl Client {
+    /// Registers a new client instance (`client_init`).
+    pub fn connect(cfg: ClientConfig) -> Result<Client, Status> {
+        let link = Link::connect(&cfg.endpoint).map_err(|_| Status::NotReady)?;
+        let mut c = Client {
+            link,
+            id: ClientId::new(1).expect("1 is a valid id"),
+            version: PROTO_VERSION,
+            recovering: false,
+            message_id: (std::process::id() as u16).wrapping_mul(31),
+            locks: HashMap::new(),
+            objects: HashMap::new(),
+            pending: None,
+            start: Instant::now(),
+            ctrl_req: vec![0; CONTROL_FRAME_MAX],
+            ctrl_reply: vec![0; CONTROL_FRAME_MAX],
+            data_req: [0; DATA_MESSAGE_MAX],
+            data_reply: [0; DATA_MESSAGE_MAX],
+            data_reply_len: 0,
+            cfg,
+        };
+        let lease_ms = c.cfg.lease_ms;
+        c.register(
+            0,
+            ControlRequest::ClientInit {
+                min_version: PROTO_VERSION,
+                lease_ms,
+            },
+        )?;
+        Ok(c)
+    }
+
+    fn register(&mut self, word: u32, body: ControlRequest<'_>) -> Result<(), Status> {
+        let reply = self.control(word, body)?;
+        let ControlResponse::Init(init) = reply else {
+            return Err(Status::BadResponse);
+        };
+        self.id = ClientId::new(init.client).ok_or(Status::BadResponse)?;
+        self.version = init.version;
+        self.recovering = init.recovering;
+        self.link
+            .attach(init.client, init.slot, init.session)
+            .map_err(io_status)
+    }
+
+    /// This instance's id.
+    pub fn id(&self) -> ClientId {
+        self.id
+    }
+
+    /// Whether the server said it was recovering at the last (re)registration.
+    pub fn server_recovering(&self) -> bool {
+        self.recovering
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn next_id(&mut self) -> u16 {
+        self.message_id = self.message_id.wrapping_add(1);
+        self.message_id
+    }
+
+    /// One control exchange; the reply body (errors as `Err(status)`).
+    fn control(
+        &mut self,
+        word: u32,
+        body: ControlRequest<'_>,
+    ) -> Result<ControlResponse<'_>, Status> {
+        let message_id = self.next_id();
+        let header = ControlHeader {
+            version: self.version,
+            msg: body.msg_type(),
+            message_id,
+            word,
+        };
+        let n = dlock_core::proto::encode_control_request(
+            &ControlRequestFrame { header, body },
+            &mut self.ctrl_req,
+        )
+        .map_err(|_| Status::Einval)?;
+        let deadline = Some(Instant::now() + self.cfg.timeout);
+        let m = self
+            .link
+            .control(&self.ctrl_req[..n], &mut self.ctrl_reply, deadline)
+            .map_err(io_status)?;
+        let reply =
+            decode_control_response(&self.ctrl_reply[..m]).map_err(|_| Status::BadResponse)?;
+        if reply.header.message_id != message_id || reply.header.msg != header.msg {
+            return Err(Status::BadResponse);
+        }
+        match reply.header.status() {
+            Some(Status::Success) => Ok(reply.body),
+            Some(s) => Err(s),
+            None => Err(Status::BadResponse),
+        }
+    }
+
+    /// Re-registers with the same id over new connections after a network error or a server
+    /// failover (`client_reinit`); keeps the local lock state. Returns whether the server is
+    /// recovering (then call [`Client::update_all_locks`] and [`Client::reinit_done`]).
+    pub fn reinit(&mut self) -> Result<bool, Status> {
+        self.link = Link::connect(&self.cfg.endpoint).map_err(|_| Status::NotReady)?;
+        self.pending = None;
+        let lease_ms = self.cfg.lease_ms;
+        self.register(
+            self.id.get(),
+            ControlRequest::ClientReinit {
+                min_version: PROTO_VERSION,
+                lease_ms,
+            },
+        )?;
+        if self.recovering {
+            // Objects do not survive a failover; the caller re-creates and re-gets them.
+            self.objects.clear();
+        }
+        Ok(self.recovering)
+    }
+
+    /// Tells the server this client finished re-syncing (`client_reinit_done`).
+    pub fn reinit_done(&mut self) -> Result<(), Status> {
+        self.control(self.id.get(), ControlRequest::ReinitDone)
+            .map(drop)
+    }
+
+    /// Leaves (`client_deinit`): the server releases everything this client held.
+    pub fn deinit(mut self) -> Result<(), Status> {
+        self.control(self.id.get(), ControlRequest::ClientDeinit)
+            .map(drop)
+    }
+
+    /// Renews the lease.
+    pub fn heartbeat(&mut self) -> Result<(), Status> {
+        self.control(self.id.get(), ControlRequest::Heartbeat)
+            .map(drop)
+    }
+
+    /// The server's counters.
+    pub fn server_stats(&mut self) -> Result<Vec<(&'static str, u64)>, Status> {
+        match self.control(self.id.get(), ControlRequest::Stats)? {
+            ControlResponse::Counters(c) => Ok(Counter::ALL
+                .iter()
+                .zip(c.iter())
+                .map(|(k, v)| (k.name(), v))
+                .collect()),
+            _ => Err(Status::BadResponse),
+        }
+    }
+
+    /// Creates or joins the lock `name` of `kind` (`get_lock`).
+    pub fn get_lock(&mut self, kind: LockKind, name: &[u8]) -> Result<LockId, Status> {
+        if self.recovering {
+            return Err(Status::NotReady);
+        }
+        let reply = self.control(self.id.get(), ControlRequest::GetLock { kind, name })?;
+        let ControlResponse::Lock { lock } = reply else {
+            return Err(Status::BadResponse);
+        };
+        let id = LockId::from_raw(lock).ok_or(Status::BadResponse)?;
+        self.track(id, kind, name);
+        Ok(id)
+    }
+
+    fn track(&mut self, id: LockId, kind: LockKind, name: &[u8]) {
+        self.locks.entry(id).or_insert_with(|| Entry {
+            local: LocalLock::new(id, kind),
+            name: name.into(),
+        });
+    }
+
+    /// `get_lock` for up to 31 names; each entry succeeds or fails on its own.
+    pub fn batch_get_lock(
+        &mut self,
+        names: &[(LockKind, &[u8])],
+    ) -> Result<Vec<Result<LockId, Status>>, Status> {
+        let reply = self.control(
+            self.id.get(),
+            ControlRequest::BatchGetLock(Batch::from_slice(names)),
+        )?;
+        let ControlResponse::Entries(entries) = reply else {
+            return Err(Status::BadResponse);
+        };
+        let got: Vec<BatchEntry> = entries.iter().collect();
+        let mut out = Vec::with_capacity(got.len());
+        for (e, &(kind, name)) in got.iter().zip(names) {
+            out.push(match (e.status, LockId::from_raw(e.id)) {
+                (Status::Success, Some(id)) => {
+                    self.track(id, kind, name);
+                    Ok(id)
+                }
+                (Status::Success, None) => Err(Status::BadResponse),
+                (s, _) => Err(s),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Drops this client's reference to `id` (`release_lock`); refused while locked or ticketed.
+    pub fn release_lock(&mut self, id: LockId) -> Result<(), Status> {
+        let e = self.locks.get(&id).ok_or(Status::LockNotGet)?;
+        e.local.releasable()?;
+        if self.pending.is_some_and(|p| p.lock == id) {
+            return Err(Status::Easync);
+        }
+        self.control(
+            self.id.get(),
+            ControlRequest::ReleaseLock { lock: id.raw() },
+        )?;
+        self.locks.remove(&id);
+        Ok(())
+    }
+
+    /// `release_lock` for up to 31 ids; each entry on its own.
+    pub fn batch_release_lock(
+        &mut self,
+        ids: &[LockId],
+    ) -> Result<Vec<Result<(), Status>>, Status> {
+        let eligible: Vec<u32> = ids
+            .iter()
+            .filter(|id| {
+                self.locks
+                    .get(id)
+                    .is_some_and(|e| e.local.releasable().is_ok())
+            })
+            .map(|id| id.raw())
+            .collect();
+        let mut statuses: HashMap<u32, Status> = HashMap::new();
+        if !eligible.is_empty() {
+            let reply = self.control(
+                self.id.get(),
+                ControlRequest::BatchReleaseLock(Batch::from_slice(&eligible)),
+            )?;
+            let ControlResponse::Entries(entries) = reply else {
+                return Err(Status::BadResponse);
+            };
+            for (e, raw) in entries.iter().zip(&eligible) {
+                statuses.insert(*raw, e.status);
+            }
+        }
+        Ok(ids
+            .iter()
+            .map(
+                |id| match self.locks.get(id).map(|e| e.local.releasable()) {
+                    None => Err(Status::LockNotGet),
+                    Some(Err(s)) => Err(s),
+                    Some(Ok(())) => match statuses
+                        .get(&id.raw())
+                        .copied()
+                        .unwrap_or(Status::BadResponse)
+                    {
+                        Status::Success => {
+                            self.locks.remove(id);
+                            Ok(())
+                        }
+                        s => Err(s),
+                    },
+                },
+            )
+            .collect())
+    }
+
+    fn local(&mut self, id: LockId) -> Result<&mut LocalLock, Status> {
+        if self.pending.is_some() {
+            return Err(Status::Easync);
+        }
+        self.locks
+            .get_mut(&id)
+            .map(|e| &mut e.local)
+            .ok_or(Status::LockNotGet)
+    }
+
+    /// Sends `commands` as one data message and waits for the reply until `deadline`.
+    fn exchange(
+        &mut self,
+        commands: &[Command],
+        flags: u32,
+        deadline: Option<Instant>,
+    ) -> Result<usize, Status> {
+        let message_id = self.next_id();
+        let header = DataHeader {
+            version: self.version,
+            count: 0,
+            message_id,
+            client: self.id.get(),
+            flags,
+        };
+        let n = encode_data_request(&header, commands, &mut self.data_req)
+            .map_err(|_| Status::Einval)?;
+        let m = self
+            .link
+            .data(&self.data_req[..n], &mut self.data_reply, deadline)
+            .map_err(io_status)?;
+        self.data_reply_len = m;
+        let reply = decode_data_response(&self.data_reply[..m]).map_err(|_| Status::BadResponse)?;
+        let h = reply.header();
+        if h.message_id != message_id || reply.len() != commands.len() {
+            return Err(Status::BadResponse);
+        }
+        for (i, c) in commands.iter().enumerate() {
+            let r = reply.result(i);
+            if r.kind != c.kind_code() || r.op != c.op_code() || r.id != c.id() {
+                return Err(Status::BadResponse);
+            }
+        }
+        Ok(reply.len())
+    }
+
+    fn result(&self, i: usize) -> CommandResult {
+        // `exchange` validated the reply, so the decode cannot fail.
+        decode_data_response(&self.data_reply[..self.data_reply_len])
+            .map(|r| r.result(i).result)
+            .unwrap_or(CommandResult {
+                status: Status::BadResponse,
+                word: 0,
+                aux: 0,
+            })
+    }
+
+    /// Runs one lock decision to its end: sends it (or not), applies the reply.
+    fn run(
+        &mut self,
+        id: LockId,
+        decision: Decision,
+        wait: Option<Duration>,
+    ) -> Result<Grant, Status> {
+        let request = match decision {
+            Decision::Answer(s) => return self.answered(id, s),
+            Decision::Send(r) => r,
+        };
+        let deadline = Instant::now() + self.cfg.timeout + wait.unwrap_or_default();
+        let sent = self.exchange(&[Command::Lock(request.command())], 0, Some(deadline));
+        let reply = match sent {
+            Ok(_) => self.result(0),
+            Err(s) => return Err(s),
+        };
+        let now = self.now_ms();
+        let local = &mut self.locks.get_mut(&id).ok_or(Status::LockNotGet)?.local;
+        let status = local.apply(&request, &reply, now);
+        grant(status, local)
+    }
+
+    fn answered(&self, id: LockId, s: Status) -> Result<Grant, Status> {
+        let local = &self.locks.get(&id).ok_or(Status::LockNotGet)?.local;
+        grant(s, local)
+    }
+
+    /// Non-blocking lock in `mode` with a lease of `expire_ms` (`trylock`). A fair lock that
+    /// queues returns `Err(Eagain)` holding a ticket: call again to retry with it.
+    pub fn trylock(&mut self, id: LockId, mode: Mode, expire_ms: u32) -> Result<Grant, Status> {
+        let d = self.local(id)?.trylock(mode, expire_ms, 0);
+        self.run(id, d, None)
+    }
+
+    /// Lock, waiting on the server up to `wait` (`lock`): answered the moment it is granted, or
+    /// `Err(Etimeout)` when the wait runs out.
+    pub fn lock(
+        &mut self,
+        id: LockId,
+        mode: Mode,
+        expire_ms: u32,
+        wait: Duration,
+    ) -> Result<Grant, Status> {
+        let wait_ms = wait.as_millis().clamp(1, u32::MAX as u128) as u32;
+        let d = self.local(id)?.trylock(mode, expire_ms, wait_ms);
+        self.run(id, d, Some(wait))
+    }
+
+    /// Unlock: `Ok(Success)` when released on the server, `Ok(AlreadyLocked)` when only a
+    /// re-entry was counted down.
+    pub fn unlock(&mut self, id: LockId) -> Result<Status, Status> {
+        let d = self.local(id)?.unlock();
+        self.run(id, d, None).map(|g| g.status)
+    }
+
+    /// Extends the held lease to at least `expire_ms` from now (0 only validates the grant).
+    pub fn lock_extend(&mut self, id: LockId, expire_ms: u32) -> Result<Grant, Status> {
+        let local = self.local(id)?;
+        let mode = local.state.held_mode().ok_or(Status::Einval)?;
+        let d = local.extend(mode, expire_ms);
+        self.run(id, d, None)
+    }
+
+    /// Trylocks up to 31 locks in one message. Per item unless `all_or_nothing`, in which case
+    /// either every lock is granted or none stays held (entries undone report `Eagain`).
+    pub fn batch_trylock(
+        &mut self,
+        requests: &[(LockId, Mode, u32)],
+        all_or_nothing: bool,
+        out: &mut [Result<Grant, Status>],
+    ) -> Result<(), Status> {
+        let flags = if all_or_nothing {
+            FLAG_ALL_OR_NOTHING
+        } else {
+            0
+        };
+        self.batch(requests.len(), flags, out, |c, i| {
+            let (id, mode, expire) = requests[i];
+            c.local(id).map(|l| (id, l.trylock(mode, expire, 0)))
+        })
+    }
+
+    /// Unlocks up to 31 locks in one message (per item).
+    pub fn batch_unlock(
+        &mut self,
+        ids: &[LockId],
+        out: &mut [Result<Grant, Status>],
+    ) -> Result<(), Status> {
+        self.batch(ids.len(), 0, out, |c, i| {
+            c.local(ids[i]).map(|l| (ids[i], l.unlock()))
+        })
+    }
+
+    /// Extends up to 31 held locks in one message (per item).
+    pub fn batch_lock_extend(
+        &mut self,
+        ids: &[LockId],
+        expire_ms: u32,
+        out: &mut [Result<Grant, Status>],
+    ) -> Result<(), Status> {
+        self.batch(ids.len(), 0, out, |c, i| {
+            let l = c.local(ids[i])?;
+            let mode = l.state.held_mode().ok_or(Status::Einval)?;
+            Ok((ids[i], l.extend(mode, expire_ms)))
+        })
+    }
+
+    /// The batch engine: decides each entry locally, sends those that need the server in one
+    /// message, applies the replies. No allocation: decisions live in a fixed array.
+    fn batch(
+        &mut self,
+        n: usize,
+        flags: u32,
+        out: &mut [Result<Grant, Status>],
+        mut decide: impl FnMut(&mut Self, usize) -> Result<(LockId, Decision), Status>,
+    ) -> Result<(), Status> {
+        const BATCH: usize = dlock_core::config::BATCH_MAX;
+        if n == 0 || n > BATCH || out.len() < n {
+            return Err(Status::Einval);
+        }
+        let mut sent: [Option<(usize, LockId, Request)>; BATCH] = [None; BATCH];
+        let mut commands = [Command::Object(ObjectCommand {
+            op: ObjectOp::Snapshot,
+            object: 0,
+            a: 0,
+            b: 0,
+        }); BATCH];
+        let mut k = 0;
+        for (i, slot) in out.iter_mut().enumerate().take(n) {
+            match decide(self, i) {
+                Ok((id, Decision::Send(r))) => {
+                    sent[k] = Some((i, id, r));
+                    commands[k] = Command::Lock(r.command());
+                    k += 1;
+                }
+                Ok((id, Decision::Answer(s))) => *slot = self.answered(id, s),
+                Err(s) => *slot = Err(s),
+            }
+        }
+        if k == 0 {
+            return Ok(());
+        }
+        let deadline = Some(Instant::now() + self.cfg.timeout);
+        self.exchange(&commands[..k], flags, deadline)?;
+        let now = self.now_ms();
+        for (j, s) in sent[..k].iter().enumerate() {
+            let Some((i, id, request)) = *s else { continue };
+            let reply = self.result(j);
+            out[i] = match self.locks.get_mut(&id) {
+                Some(e) => {
+                    let status = e.local.apply(&request, &reply, now);
+                    grant(status, &e.local)
+                }
+                None => Err(Status::LockNotGet),
+            };
+        }
+        Ok(())
+    }
+
+    /// Starts one lock operation without waiting for it (`lock_request_async`); at most one is
+    /// outstanding per instance.
+    pub fn lock_request_async(&mut self, id: LockId, op: AsyncOp) -> Result<(), Status> {
+        let local = self.local(id)?;
+        let d = match op {
+            AsyncOp::Lock(mode, expire) if expire != 0 => local.trylock(mode, expire, 0),
+            AsyncOp::Lock(..) => return Err(Status::Einval),
+            AsyncOp::Unlock => local.unlock(),
+            AsyncOp::Extend(expire) => {
+                let mode = local.state.held_mode().ok_or(Status::Einval)?;
+                local.extend(mode, expire)
+            }
+        };
+        let Decision::Send(request) = d else {
+            // Answered locally: nothing to wait for, the result is final now.
+            return match d {
+                Decision::Answer(s) if s.is_success() || s == Status::AlreadyLocked => Ok(()),
+                Decision::Answer(s) => Err(s),
+                Decision::Send(_) => Ok(()),
+            };
+        };
+        let message_id = self.next_id();
+        let header = DataHeader {
+            version: self.version,
+            count: 0,
+            message_id,
+            client: self.id.get(),
+            flags: 0,
+        };
+        let n = encode_data_request(
+            &header,
+            &[Command::Lock(request.command())],
+            &mut self.data_req,
+        )
+        .map_err(|_| Status::Einval)?;
+        self.link
+            .send_data(&self.data_req[..n])
+            .map_err(io_status)?;
+        self.pending = Some(Pending {
+            lock: id,
+            request,
+            started: Instant::now(),
+        });
+        Ok(())
+    }
+
+    /// Polls the outstanding asynchronous operation (`lock_result_check`): `Err(AsyncAgain)`
+    /// until its reply arrives, `Err(Etimeout)` after the request timeout, `Err(NoAsync)` when
+    /// nothing is outstanding.
+    pub fn lock_result_check(&mut self) -> Result<Grant, Status> {
+        let p = self.pending.ok_or(Status::NoAsync)?;
+        let now = Instant::now();
+        match self.link.recv_data(&mut self.data_reply, Some(now)) {
+            Ok(Some(m)) => {
+                self.pending = None;
+                let reply =
+                    decode_data_response(&self.data_reply[..m]).map_err(|_| Status::BadResponse)?;
+                if reply.header().message_id != self.message_id {
+                    return Err(Status::BadResponse);
+                }
+                let result = reply.result(0).result;
+                let now_ms = self.now_ms();
+                let e = self.locks.get_mut(&p.lock).ok_or(Status::LockNotGet)?;
+                let status = e.local.apply(&p.request, &result, now_ms);
+                grant(status, &e.local)
+            }
+            Ok(None) if now.duration_since(p.started) >= self.cfg.timeout => {
+                self.pending = None;
+                Err(Status::Etimeout)
+            }
+            Ok(None) => Err(Status::AsyncAgain),
+            Err(e) => {
+                self.pending = None;
+                Err(io_status(e))
+            }
+        }
+    }
+
+    /// After a failover (`reinit` said the server recovers): re-claims every lock this client
+    /// knows, in batches of 31, and takes the new ids the server gives them. A lock whose claim
+    /// the server refuses is forgotten: the grant is lost (as a `Fail` would say).
+    pub fn update_all_locks(&mut self) -> Result<(), Status> {
+        let now = self.now_ms();
+        let ids: Vec<LockId> = self.locks.keys().copied().collect();
+        for chunk in ids.chunks(dlock_core::config::BATCH_MAX) {
+            // Owned copies: the claims must outlive the borrow of `self` the exchange takes.
+            let owned: Vec<OwnedClaim> = chunk
+                .iter()
+                .filter_map(|id| {
+                    let e = self.locks.get(id)?;
+                    Some((
+                        *id,
+                        e.local.kind,
+                        e.local.claim(now)?,
+                        e.name.clone(),
+                        e.local.word,
+                    ))
+                })
+                .collect();
+            let claims: Vec<LockClaim<'_>> = owned
+                .iter()
+                .map(|(id, kind, c, name, word)| LockClaim {
+                    kind: *kind,
+                    held: c.held,
+                    name,
+                    old_lock: id.raw(),
+                    word: *word,
+                    ticket: c.ticket,
+                    remaining_ms: c.remaining_ms,
+                    age_ms: c.age_ms,
+                    token: c.token,
+                })
+                .collect();
+            if claims.is_empty() {
+                continue;
+            }
+            let body = ControlRequest::BatchUpdateLocks(Batch::from_slice(&claims));
+            let entries: Vec<BatchEntry> = match self.control(self.id.get(), body)? {
+                ControlResponse::Entries(e) => e.iter().collect(),
+                _ => return Err(Status::BadResponse),
+            };
+            for ((old, ..), e) in owned.iter().zip(entries) {
+                let Some(mut entry) = self.locks.remove(old) else {
+                    continue;
+                };
+                if let (Status::Success, Some(new)) = (e.status, LockId::from_raw(e.id)) {
+                    entry.local.id = new;
+                    self.locks.insert(new, entry);
+                }
+            }
+        }
+        self.recovering = false;
+        Ok(())
+    }
+
+    /// The lock ids this client holds references to, with their local state.
+    pub fn locks(&self) -> impl Iterator<Item = (&LockId, &LocalLock)> {
+        self.locks.iter().map(|(id, e)| (id, &e.local))
+    }
+
+    /// Creates the object `name` with `init` and a lease in seconds (`umo_atomic64_create`).
+    pub fn atomic64_create(
+        &mut self,
+        name: &[u8],
+        init: u64,
+        lease_s: u32,
+    ) -> Result<ObjectId, Status> {
+        match self.control(
+            self.id.get(),
+            ControlRequest::ObjectCreate {
+                name,
+                init,
+                lease_s,
+            },
+        )? {
+            ControlResponse::Object { object } => {
+                ObjectId::from_raw(object).ok_or(Status::BadResponse)
+            }
+            _ => Err(Status::BadResponse),
+        }
+    }
+
+    /// Takes a reference to object `name` (`umo_atomic64_get`).
+    pub fn atomic64_get(&mut self, name: &[u8], lease_s: u32) -> Result<ObjectId, Status> {
+        match self.control(self.id.get(), ControlRequest::ObjectGet { name, lease_s })? {
+            ControlResponse::ObjectRef { object, cell } => {
+                let id = ObjectId::from_raw(object).ok_or(Status::BadResponse)?;
+                if self
+                    .link
+                    .object_cells()
+                    .is_some_and(|c| cell as usize >= c.len())
+                {
+                    return Err(Status::BadResponse);
+                }
+                self.objects.insert(id, cell);
+                Ok(id)
+            }
+            _ => Err(Status::BadResponse),
+        }
+    }
+
+    /// Drops the reference (`umo_atomic64_release`).
+    pub fn atomic64_release(&mut self, id: ObjectId) -> Result<(), Status> {
+        self.objects.get(&id).ok_or(Status::ObjectNotGet)?;
+        self.control(
+            self.id.get(),
+            ControlRequest::ObjectRelease { object: id.raw() },
+        )?;
+        self.objects.remove(&id);
+        Ok(())
+    }
+
+    /// Destroys the object (`umo_atomic64_destroy`; owner only, deferred while referenced).
+    pub fn atomic64_destroy(&mut self, id: ObjectId) -> Result<(), Status> {
+        self.control(
+            self.id.get(),
+            ControlRequest::ObjectDestroy { object: id.raw() },
+        )?;
+        self.objects.remove(&id);
+        Ok(())
+    }
+
+    fn object_op(
+        &mut self,
+        id: ObjectId,
+        op: ObjectOp,
+        a: u64,
+        b: u64,
+    ) -> Result<CommandResult, Status> {
+        let cell = *self.objects.get(&id).ok_or(Status::ObjectNotGet)?;
+        if let Some(cells) = self.link.object_cells() {
+            // One-sided, as the reference's NIC atomics: AcqRel/Acquire for the same reasons the
+            // server's message path uses them (the cell may publish a client's own memory).
+            let c = &cells[cell as usize];
+            return Ok(match op {
+                ObjectOp::Faa => ok(c.fetch_add(a, Ordering::AcqRel)),
+                ObjectOp::Cas => {
+                    match c.compare_exchange(a, b, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(v) => ok(v),
+                        Err(v) => CommandResult {
+                            status: Status::ObjectCasFailed,
+                            word: 0,
+                            aux: v,
+                        },
+                    }
+                }
+                ObjectOp::Snapshot => ok(c.load(Ordering::Acquire)),
+            });
+        }
+        let cmd = Command::Object(ObjectCommand {
+            op,
+            object: id.raw(),
+            a,
+            b,
+        });
+        let deadline = Some(Instant::now() + self.cfg.timeout);
+        self.exchange(&[cmd], 0, deadline)?;
+        Ok(self.result(0))
+    }
+
+    /// Fetch-and-add: returns the value before the add (`umo_atomic64_faa`).
+    pub fn atomic64_faa(&mut self, id: ObjectId, add: u64) -> Result<u64, Status> {
+        let r = self.object_op(id, ObjectOp::Faa, add, 0)?;
+        r.status.ok().map(|()| r.aux)
+    }
+
+    /// Compare-and-swap; unlike the reference, the value found is returned too.
+    pub fn atomic64_cas(&mut self, id: ObjectId, expected: u64, new: u64) -> Result<Cas, Status> {
+        let r = self.object_op(id, ObjectOp::Cas, expected, new)?;
+        match r.status {
+            Status::Success => Ok(Cas {
+                swapped: true,
+                observed: r.aux,
+            }),
+            Status::ObjectCasFailed => Ok(Cas {
+                swapped: false,
+                observed: r.aux,
+            }),
+            s => Err(s),
+        }
+    }
+
+    /// Reads the current value (`umo_atomic64_get_snapshot`).
+    pub fn atomic64_snapshot(&mut self, id: ObjectId) -> Result<u64, Status> {
+        let r = self.object_op(id, ObjectOp::Snapshot, 0, 0)?;
+        r.status.ok().map(|()| r.aux)
+    }
+}
+
+const fn ok(aux: u64) -> CommandResult {
+    CommandResult {
+        status: Status::Success,
+        word: 0,
+        aux,
+    }
+}
+
+/// A status and the lock's record, as the API's `Result<Grant, Status>`.
+fn grant(status: Status, local: &LocalLock) -> Result<Grant, Status> {
+    match status {
+        Status::Success | Status::Done | Status::AlreadyLocked => Ok(Grant {
+            status: if status == Status::Done {
+                Status::Success
+            } else {
+                status
+            },
+            token: local.token,
+            word: local.word,
+        }),
+        s => Err(s),
+    }
+}
+
+/// A client moves between threads (one at a time uses it).
+const _: () = {
+    const fn is_send<T: Send>() {}
+    is_send::<Client>();
+};

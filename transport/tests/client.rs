@@ -1,0 +1,288 @@
+//! The thin client against a real server, over shared memory (in-process) and TCP: every lock
+//! kind, re-entrancy, batches, asynchronous requests, objects, and the blocking `lock()`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dlock_core::{Config, LockKind, Mode, Status};
+use dlock_transport::client::{AsyncOp, Client, ClientConfig, Endpoint};
+use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
+
+fn small() -> Config {
+    Config {
+        locks_max: 256,
+        clients_max: 80,
+        objects_max: 16,
+        ..Config::default()
+    }
+}
+
+fn server(tcp: bool) -> ServerHandle {
+    let mut cfg = ServerConfig::new(small());
+    if tcp {
+        cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
+    }
+    ServerHandle::start(cfg).unwrap()
+}
+
+fn endpoints(s: &ServerHandle) -> Vec<Endpoint> {
+    let mut e = vec![Endpoint::embedded(s)];
+    if let Some(addr) = s.tcp_addr() {
+        e.push(Endpoint::Tcp(addr));
+    }
+    e
+}
+
+/// A short tag for names (an endpoint's Debug form is long).
+fn tag(e: &Endpoint) -> &'static str {
+    match e {
+        Endpoint::Tcp(_) => "tcp",
+        _ => "shm",
+    }
+}
+
+fn client(e: &Endpoint) -> Client {
+    Client::connect(ClientConfig::new(e.clone())).unwrap()
+}
+
+#[test]
+fn every_lock_kind_locks_and_unlocks_with_reentrancy_over_both_transports() {
+    let s = server(true);
+    for e in endpoints(&s) {
+        let mut a = client(&e);
+        let mut b = client(&e);
+        for (kind, mode) in [
+            (LockKind::Atomic, Mode::Exclusive),
+            (LockKind::Rw, Mode::Shared),
+            (LockKind::Fair, Mode::Exclusive),
+        ] {
+            let name = format!("{kind:?}-{}", tag(&e));
+            let la = a.get_lock(kind, name.as_bytes()).unwrap();
+            let lb = b.get_lock(kind, name.as_bytes()).unwrap();
+            let g = a.trylock(la, mode, 5_000).unwrap();
+            assert_eq!(g.status, Status::Success);
+            assert_eq!(
+                a.trylock(la, mode, 5_000).unwrap().status,
+                Status::AlreadyLocked,
+                "{kind:?} re-entry"
+            );
+            let other = b.trylock(lb, Mode::Exclusive, 5_000);
+            assert!(
+                matches!(other, Err(Status::Fail | Status::Eagain)),
+                "{kind:?}: {other:?}"
+            );
+            assert_eq!(a.unlock(la), Ok(Status::AlreadyLocked));
+            assert_eq!(a.release_lock(la), Err(Status::Fail), "still locked once");
+            assert_eq!(a.unlock(la), Ok(Status::Success));
+            assert_eq!(a.release_lock(la), Ok(()));
+            // b gets it now (a fair lock with a ticket retries it).
+            let g2 = b.trylock(lb, Mode::Exclusive, 5_000).unwrap();
+            assert!(g2.token > g.token, "tokens grow");
+            b.unlock(lb).unwrap();
+        }
+        a.deinit().unwrap();
+        b.deinit().unwrap();
+    }
+}
+
+#[test]
+fn batches_are_per_item_or_all_or_nothing() {
+    let s = server(true);
+    for e in endpoints(&s) {
+        let mut a = client(&e);
+        let mut b = client(&e);
+        let names: Vec<String> = (0..31).map(|i| format!("t:rg{i}-{}", tag(&e))).collect();
+        let req: Vec<(LockKind, &[u8])> =
+            names.iter().map(|n| (LockKind::Rw, n.as_bytes())).collect();
+        let ids_a: Vec<_> = a
+            .batch_get_lock(&req)
+            .unwrap()
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let ids_b: Vec<_> = b
+            .batch_get_lock(&req)
+            .unwrap()
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        b.trylock(ids_b[9], Mode::Exclusive, 0).ok();
+        b.trylock(ids_b[9], Mode::Exclusive, 1_000).unwrap();
+        let reqs: Vec<_> = ids_a
+            .iter()
+            .map(|&id| (id, Mode::Exclusive, 1_000))
+            .collect();
+        let mut out = vec![Err(Status::Einval); 31];
+        a.batch_trylock(&reqs, true, &mut out).unwrap();
+        assert_eq!(out[9], Err(Status::Fail));
+        assert!(
+            out.iter()
+                .enumerate()
+                .all(|(i, r)| i == 9 || *r == Err(Status::Eagain)),
+            "{out:?}"
+        );
+        a.batch_trylock(&reqs, false, &mut out).unwrap();
+        assert_eq!(out.iter().filter(|r| r.is_ok()).count(), 30);
+        let held: Vec<_> = ids_a
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 9)
+            .map(|(_, id)| *id)
+            .collect();
+        let mut out2 = vec![Err(Status::Einval); held.len()];
+        a.batch_unlock(&held, &mut out2).unwrap();
+        assert!(out2.iter().all(|r| r.is_ok()), "{out2:?}");
+    }
+}
+
+#[test]
+fn async_request_completes_and_a_second_op_meanwhile_is_easync() {
+    let s = server(false);
+    let e = Endpoint::embedded(&s);
+    let mut a = client(&e);
+    let l = a.get_lock(LockKind::Atomic, b"async").unwrap();
+    assert_eq!(a.lock_result_check(), Err(Status::NoAsync));
+    a.lock_request_async(l, AsyncOp::Lock(Mode::Exclusive, 1_000))
+        .unwrap();
+    assert_eq!(a.trylock(l, Mode::Exclusive, 1_000), Err(Status::Easync));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let g = loop {
+        match a.lock_result_check() {
+            Err(Status::AsyncAgain) if Instant::now() < deadline => thread::yield_now(),
+            other => break other,
+        }
+    };
+    assert_eq!(g.map(|g| g.status), Ok(Status::Success));
+    assert_eq!(a.unlock(l), Ok(Status::Success));
+}
+
+#[test]
+fn objects_allocate_unique_increasing_ids_from_many_threads() {
+    let s = server(true);
+    for e in endpoints(&s) {
+        let mut owner = client(&e);
+        let name = format!("xid-{}", tag(&e));
+        owner.atomic64_create(name.as_bytes(), 1, 60).unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        thread::scope(|sc| {
+            for _ in 0..4 {
+                let (e, name, seen) = (e.clone(), name.clone(), Arc::clone(&seen));
+                sc.spawn(move || {
+                    let mut c = client(&e);
+                    let id = c.atomic64_get(name.as_bytes(), 60).unwrap();
+                    let mut mine = Vec::new();
+                    let mut last = 0;
+                    for _ in 0..500 {
+                        let v = c.atomic64_faa(id, 1).unwrap();
+                        assert!(v > last, "per client increasing");
+                        last = v;
+                        mine.push(v);
+                    }
+                    seen.lock().unwrap().extend(mine);
+                });
+            }
+        });
+        let mut all = seen.lock().unwrap().clone();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 2_000, "every value handed out once");
+        let id = owner.atomic64_get(name.as_bytes(), 60).unwrap();
+        assert_eq!(owner.atomic64_snapshot(id), Ok(2_001));
+        let miss = owner.atomic64_cas(id, 5, 9).unwrap();
+        assert_eq!(
+            (miss.swapped, miss.observed),
+            (false, 2_001),
+            "CAS returns what it saw"
+        );
+        assert!(owner.atomic64_cas(id, 2_001, 9).unwrap().swapped);
+    }
+}
+
+#[test]
+fn blocking_lock_is_granted_when_the_holder_unlocks_not_after_a_poll() {
+    let s = server(true);
+    for e in endpoints(&s) {
+        let mut holder = client(&e);
+        let name = format!("hand-off-{}", tag(&e));
+        let lh = holder.get_lock(LockKind::Rw, name.as_bytes()).unwrap();
+        holder.trylock(lh, Mode::Exclusive, 1).unwrap();
+        let unlocked_at = Arc::new(AtomicU64::new(0));
+        let start = Instant::now();
+        let waiter = {
+            let (e, name, unlocked_at) = (e.clone(), name.clone(), Arc::clone(&unlocked_at));
+            thread::spawn(move || {
+                let mut w = client(&e);
+                let l = w.get_lock(LockKind::Rw, name.as_bytes()).unwrap();
+                let g = w
+                    .lock(l, Mode::Exclusive, 1, Duration::from_secs(10))
+                    .unwrap();
+                let granted = start.elapsed().as_micros() as u64;
+                assert_eq!(g.status, Status::Success);
+                granted - unlocked_at.load(Ordering::Acquire)
+            })
+        };
+        thread::sleep(Duration::from_millis(200));
+        unlocked_at.store(start.elapsed().as_micros() as u64, Ordering::Release);
+        holder.unlock(lh).unwrap();
+        let hand_off_us = waiter.join().unwrap();
+        // The reference polls every 100 ms; a parked waiter is answered at once.
+        assert!(
+            hand_off_us < 50_000,
+            "hand-off took {hand_off_us} µs over {}",
+            tag(&e)
+        );
+    }
+}
+
+#[test]
+fn blocking_lock_times_out_with_etimeout() {
+    let s = server(false);
+    let e = Endpoint::embedded(&s);
+    let mut holder = client(&e);
+    let mut w = client(&e);
+    let lh = holder.get_lock(LockKind::Atomic, b"t").unwrap();
+    let lw = w.get_lock(LockKind::Atomic, b"t").unwrap();
+    holder.trylock(lh, Mode::Exclusive, 60_000).unwrap();
+    let start = Instant::now();
+    assert_eq!(
+        w.lock(lw, Mode::Exclusive, 1_000, Duration::from_millis(300)),
+        Err(Status::Etimeout)
+    );
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+}
+
+#[test]
+fn fair_waiters_are_granted_in_ticket_order() {
+    let s = server(false);
+    let e = Endpoint::embedded(&s);
+    let mut holder = client(&e);
+    let lh = holder.get_lock(LockKind::Fair, b"queue").unwrap();
+    holder.trylock(lh, Mode::Exclusive, 60_000).unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..4 {
+        let (e, order) = (e.clone(), Arc::clone(&order));
+        threads.push(thread::spawn(move || {
+            let mut c = client(&e);
+            let l = c.get_lock(LockKind::Fair, b"queue").unwrap();
+            c.lock(l, Mode::Exclusive, 60_000, Duration::from_secs(20))
+                .unwrap();
+            order.lock().unwrap().push(i);
+            thread::sleep(Duration::from_millis(5));
+            c.unlock(l).unwrap();
+        }));
+        // Queue them one after the other so their tickets are in `i` order.
+        thread::sleep(Duration::from_millis(100));
+    }
+    holder.unlock(lh).unwrap();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+}
