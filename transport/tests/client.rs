@@ -80,7 +80,7 @@ fn every_lock_kind_locks_and_unlocks_with_reentrancy_over_both_transports() {
             // b gets it now (a fair lock with a ticket retries it).
             let g2 = b.trylock(lb, Mode::Exclusive, 5_000).unwrap();
             assert!(g2.token > g.token, "tokens grow");
-            b.unlock(lb).unwrap();
+            assert_eq!(b.unlock(lb), Ok(Status::Success));
         }
         a.deinit().unwrap();
         b.deinit().unwrap();
@@ -225,7 +225,7 @@ fn blocking_lock_is_granted_when_the_holder_unlocks_not_after_a_poll() {
         };
         thread::sleep(Duration::from_millis(200));
         unlocked_at.store(start.elapsed().as_micros() as u64, Ordering::Release);
-        holder.unlock(lh).unwrap();
+        assert_eq!(holder.unlock(lh), Ok(Status::Success));
         let hand_off_us = waiter.join().unwrap();
         // The reference polls every 100 ms; a parked waiter is answered at once.
         assert!(
@@ -275,12 +275,12 @@ fn fair_waiters_are_granted_in_ticket_order() {
                 .unwrap();
             order.lock().unwrap().push(i);
             thread::sleep(Duration::from_millis(5));
-            c.unlock(l).unwrap();
+            assert_eq!(c.unlock(l), Ok(Status::Success));
         }));
         // Queue them one after the other so their tickets are in `i` order.
         thread::sleep(Duration::from_millis(100));
     }
-    holder.unlock(lh).unwrap();
+    assert_eq!(holder.unlock(lh), Ok(Status::Success));
     for t in threads {
         t.join().unwrap();
     }
