@@ -531,9 +531,10 @@ impl Client {
         } else {
             0
         };
-        self.batch(requests.len(), flags, out, |c, i| {
-            let (id, mode, expire) = requests[i];
-            c.local(id).map(|l| (id, l.trylock(mode, expire, 0)))
+        let id_of = |i: usize| requests[i].0;
+        self.batch(requests.len(), flags, out, id_of, |l, i| {
+            let (_, mode, expire) = requests[i];
+            Ok(l.trylock(mode, expire, 0))
         })
     }
 
@@ -543,9 +544,7 @@ impl Client {
         ids: &[LockId],
         out: &mut [Result<Grant, Status>],
     ) -> Result<(), Status> {
-        self.batch(ids.len(), 0, out, |c, i| {
-            c.local(ids[i]).map(|l| (ids[i], l.unlock()))
-        })
+        self.batch(ids.len(), 0, out, |i| ids[i], |l, _| Ok(l.unlock()))
     }
 
     /// Extends up to 31 held locks in one message (per item).
@@ -555,11 +554,16 @@ impl Client {
         expire_ms: u32,
         out: &mut [Result<Grant, Status>],
     ) -> Result<(), Status> {
-        self.batch(ids.len(), 0, out, |c, i| {
-            let l = c.local(ids[i])?;
-            let mode = l.state.held_mode().ok_or(Status::Einval)?;
-            Ok((ids[i], l.extend(mode, expire_ms)))
-        })
+        self.batch(
+            ids.len(),
+            0,
+            out,
+            |i| ids[i],
+            |l, _| {
+                let mode = l.state.held_mode().ok_or(Status::Einval)?;
+                Ok(l.extend(mode, expire_ms))
+            },
+        )
     }
 
     /// The batch engine: decides each entry locally, sends those that need the server in one
@@ -569,11 +573,15 @@ impl Client {
         n: usize,
         flags: u32,
         out: &mut [Result<Grant, Status>],
-        mut decide: impl FnMut(&mut Self, usize) -> Result<(LockId, Decision), Status>,
+        id_of: impl Fn(usize) -> LockId,
+        mut decide: impl FnMut(&mut LocalLock, usize) -> Result<Decision, Status>,
     ) -> Result<(), Status> {
         const BATCH: usize = dlock_core::config::BATCH_MAX;
         if n == 0 || n > BATCH || out.len() < n {
             return Err(Status::Einval);
+        }
+        if self.pending.is_some() {
+            return Err(Status::Easync);
         }
         let mut sent: [Option<(usize, LockId, Request)>; BATCH] = [None; BATCH];
         let mut commands = [Command::Object(ObjectCommand {
@@ -582,15 +590,25 @@ impl Client {
             a: 0,
             b: 0,
         }); BATCH];
+        // An all-or-nothing batch that fails changes nothing on the server, so it must change
+        // nothing here either: keep each record as it was before the local decisions.
+        let all_or_nothing = flags & FLAG_ALL_OR_NOTHING != 0;
+        let mut saved: [Option<LocalLock>; BATCH] = [None; BATCH];
         let mut k = 0;
         for (i, slot) in out.iter_mut().enumerate().take(n) {
-            match decide(self, i) {
-                Ok((id, Decision::Send(r))) => {
+            let id = id_of(i);
+            let Some(e) = self.locks.get_mut(&id) else {
+                *slot = Err(Status::LockNotGet);
+                continue;
+            };
+            saved[i] = all_or_nothing.then_some(e.local);
+            match decide(&mut e.local, i) {
+                Ok(Decision::Send(r)) => {
                     sent[k] = Some((i, id, r));
                     commands[k] = Command::Lock(r.command());
                     k += 1;
                 }
-                Ok((id, Decision::Answer(s))) => *slot = self.answered(id, s),
+                Ok(Decision::Answer(s)) => *slot = grant(s, &e.local),
                 Err(s) => *slot = Err(s),
             }
         }
@@ -600,6 +618,34 @@ impl Client {
         let deadline = Some(Instant::now() + self.cfg.timeout);
         self.exchange(&commands[..k], flags, deadline)?;
         let now = self.now_ms();
+        let undone = all_or_nothing
+            && (0..k).any(|j| {
+                !matches!(
+                    self.result(j).status,
+                    Status::Success | Status::AlreadyLocked
+                )
+            });
+        if undone {
+            for (i, s) in saved.iter().enumerate().take(n) {
+                if let Some(before) = s {
+                    if let Some(e) = self.locks.get_mut(&before.id) {
+                        e.local = *before;
+                    }
+                    out[i] = Err(Status::Eagain);
+                }
+            }
+            for (j, s) in sent[..k].iter().enumerate() {
+                if let Some((i, ..)) = *s {
+                    let status = self.result(j).status;
+                    out[i] = Err(if status == Status::AlreadyLocked {
+                        Status::Eagain
+                    } else {
+                        status
+                    });
+                }
+            }
+            return Ok(());
+        }
         for (j, s) in sent[..k].iter().enumerate() {
             let Some((i, id, request)) = *s else { continue };
             let reply = self.result(j);

@@ -34,6 +34,9 @@ pub const ATTACH_MAGIC: u32 = 0xedf7_c94c;
 /// Bytes of the attach header.
 pub const ATTACH_LEN: usize = 16;
 
+/// How long the control thread waits awake for replies to requests it just handed over.
+const REPLY_WAIT_AWAKE: Duration = Duration::from_micros(200);
+
 const WAKER: Token = Token(0);
 const TCP: Token = Token(1);
 const UNIX: Token = Token(2);
@@ -215,12 +218,27 @@ fn run_loop(shared: &Shared, cfg: &ServerConfig, l: &mut Listeners) -> io::Resul
         }
         // Replies may have been queued while we handled events; the waker is edge-triggered.
         c.drain_outbox();
+        // A request just handed over is usually answered within microseconds: wait for it
+        // awake (yielding) rather than sleep in the poll and pay a wake-up on each side.
+        let awake = Instant::now();
+        while c.in_flight() > 0 && awake.elapsed() < REPLY_WAIT_AWAKE {
+            if !c.shared.exchange.outbox.is_empty() {
+                c.drain_outbox();
+            } else {
+                std::thread::yield_now();
+            }
+        }
         c.expire_handshakes();
     }
     Ok(())
 }
 
 impl Control<'_> {
+    /// Requests handed to the data thread and not answered yet.
+    fn in_flight(&self) -> usize {
+        self.conns.iter().flatten().filter(|c| c.in_flight).count()
+    }
+
     fn open(&self) -> usize {
         self.conns.iter().filter(|c| c.is_some()).count()
     }

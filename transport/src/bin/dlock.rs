@@ -1,0 +1,414 @@
+//! `dlock`: run a server, read its counters, or drive a workload against it.
+//!
+//! ```text
+//! dlock serve [--bind 0.0.0.0:21616] [--config dlock.toml] [--idle adaptive] ...
+//! dlock stat  [--connect 127.0.0.1:21616]
+//! dlock bench [--embedded | --connect ADDR] [--mix trylock] [--clients 4] [--duration 5]
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use dlock_core::{Config, LockKind, Mode, Status};
+use dlock_transport::client::{Client, ClientConfig, Endpoint};
+use dlock_transport::runtime::{IdleStrategy, ServerConfig, ServerHandle, TcpConfig};
+use serde::Deserialize;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "dlock",
+    version,
+    about = "A distributed lock core for database storage engines"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a standalone server until SIGINT or SIGTERM.
+    Serve(ServeArgs),
+    /// Print a server's counters.
+    Stat {
+        /// The server's TCP address.
+        #[arg(long, default_value = "127.0.0.1:21616")]
+        connect: SocketAddr,
+    },
+    /// Drive a workload and print throughput and latency percentiles.
+    Bench(BenchArgs),
+}
+
+/// Server settings; every flag can also come from the TOML file (flags win).
+#[derive(clap::Args, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct ServeArgs {
+    /// A TOML file with any of these settings (`bind = "0.0.0.0:21616"`, `locks = 51200`, ...).
+    #[arg(long)]
+    #[serde(skip)]
+    config: Option<PathBuf>,
+    /// Address to listen on for TCP clients (IPv4 or IPv6); port 1024-65535.
+    #[arg(long)]
+    bind: Option<SocketAddr>,
+    /// Lock slots.
+    #[arg(long)]
+    locks: Option<u32>,
+    /// Registered clients.
+    #[arg(long)]
+    clients: Option<u32>,
+    /// umo_atomic64 objects.
+    #[arg(long)]
+    objects: Option<u32>,
+    /// Client lease in milliseconds: silent clients are declared dead after it.
+    #[arg(long)]
+    lease_ms: Option<u32>,
+    /// Clients expected to re-sync after a failover before the server serves.
+    #[arg(long)]
+    recovery_clients: Option<u32>,
+    /// Server epoch (high bits of fencing tokens): larger than the previous server's.
+    #[arg(long)]
+    epoch: Option<u16>,
+    /// Idle strategy of the data thread: spin, adaptive or park.
+    #[arg(long)]
+    idle: Option<String>,
+    /// Pin the control thread to this CPU.
+    #[arg(long)]
+    pin_control: Option<usize>,
+    /// Pin the data thread to this CPU.
+    #[arg(long)]
+    pin_data: Option<usize>,
+    /// Back the region with /dev/shm/NAME for clients in other processes on this host.
+    #[arg(long)]
+    shm_name: Option<String>,
+    /// The Unix socket local clients connect to.
+    #[arg(long)]
+    unix_socket: Option<PathBuf>,
+    /// Ask for transparent huge pages.
+    #[arg(long)]
+    #[serde(default)]
+    huge_pages: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Mix {
+    /// Trylock + unlock of a private key per client (no contention).
+    Trylock,
+    /// Blocking lock + unlock on a few shared keys (contention and hand-offs).
+    Contended,
+    /// 31-key batch trylock + batch unlock.
+    Batch,
+    /// Fetch-and-add on one shared object (XID allocation).
+    Faa,
+}
+
+#[derive(clap::Args, Debug)]
+struct BenchArgs {
+    /// Start a server in this process and use the shared-memory transport.
+    #[arg(long, conflicts_with = "connect")]
+    embedded: bool,
+    /// A server's TCP address.
+    #[arg(long)]
+    connect: Option<SocketAddr>,
+    /// The operation mix.
+    #[arg(long, value_enum, default_value = "trylock")]
+    mix: Mix,
+    /// Client threads.
+    #[arg(long, default_value_t = 2)]
+    clients: usize,
+    /// Keys (locks) to spread the load over.
+    #[arg(long, default_value_t = 64)]
+    keys: usize,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 5)]
+    duration: u64,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Stat { connect } => stat(connect),
+        Command::Bench(args) => bench(args),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dlock: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
+    if let Some(path) = args.config.take() {
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let file: ServeArgs =
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        args = ServeArgs {
+            config: None,
+            bind: args.bind.or(file.bind),
+            locks: args.locks.or(file.locks),
+            clients: args.clients.or(file.clients),
+            objects: args.objects.or(file.objects),
+            lease_ms: args.lease_ms.or(file.lease_ms),
+            recovery_clients: args.recovery_clients.or(file.recovery_clients),
+            epoch: args.epoch.or(file.epoch),
+            idle: args.idle.or(file.idle),
+            pin_control: args.pin_control.or(file.pin_control),
+            pin_data: args.pin_data.or(file.pin_data),
+            shm_name: args.shm_name.or(file.shm_name),
+            unix_socket: args.unix_socket.or(file.unix_socket),
+            huge_pages: args.huge_pages || file.huge_pages,
+        };
+    }
+    let d = Config::default();
+    let core = Config {
+        locks_max: args.locks.unwrap_or(d.locks_max),
+        clients_max: args.clients.unwrap_or(d.clients_max),
+        objects_max: args.objects.unwrap_or(d.objects_max),
+        client_lease_ms: args.lease_ms.unwrap_or(d.client_lease_ms),
+        recovery_clients: args.recovery_clients.unwrap_or(0),
+        epoch: args.epoch.unwrap_or(d.epoch),
+        id_seed: seed(),
+    };
+    if let Some(field) = core.invalid_field() {
+        return Err(field.to_string());
+    }
+    let bind = args
+        .bind
+        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], dlock_core::config::DEFAULT_PORT)));
+    if !(1024..=65535).contains(&bind.port()) {
+        return Err(format!("port {} is outside 1024-65535", bind.port()));
+    }
+    let mut cfg = ServerConfig::new(core);
+    cfg.tcp = Some(TcpConfig::new(bind));
+    cfg.idle = match args.idle {
+        Some(s) => s.parse()?,
+        None => IdleStrategy::Adaptive,
+    };
+    cfg.pin = (args.pin_control, args.pin_data);
+    cfg.shm_name = args.shm_name;
+    cfg.unix_socket = args.unix_socket;
+    cfg.huge_pages = args.huge_pages;
+    Ok(cfg)
+}
+
+/// Entropy for client ids, from the OS.
+fn seed() -> u64 {
+    let mut b = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut b);
+    }
+    u64::from_le_bytes(b)
+        ^ (std::process::id() as u64) << 32
+        ^ Instant::now().elapsed().as_nanos() as u64
+}
+
+fn serve(args: ServeArgs) -> Result<(), String> {
+    let cfg = serve_config(args)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|e| e.to_string())?;
+    }
+    let server = ServerHandle::start(cfg.clone()).map_err(|e| format!("cannot start: {e}"))?;
+    println!(
+        "dlock serving on {} (unix socket {}); {} locks, {} clients, {} objects; Ctrl-C stops",
+        server.tcp_addr().map_or("-".into(), |a| a.to_string()),
+        server.unix_socket().display(),
+        cfg.core.locks_max,
+        cfg.core.clients_max,
+        cfg.core.objects_max
+    );
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tracing::info!("shutting down");
+    server.stop();
+    Ok(())
+}
+
+fn stat(addr: SocketAddr) -> Result<(), String> {
+    let mut c = Client::connect(ClientConfig::new(Endpoint::Tcp(addr)))
+        .map_err(|s| format!("connect {addr}: {s}"))?;
+    let stats = c.server_stats().map_err(|s| s.to_string())?;
+    for (name, v) in stats {
+        println!("{name:<20} {v}");
+    }
+    c.deinit().map_err(|s| s.to_string())
+}
+
+fn bench(args: BenchArgs) -> Result<(), String> {
+    let (server, endpoint) = match (args.embedded, args.connect) {
+        (_, Some(addr)) => (None, Endpoint::Tcp(addr)),
+        (_, None) => {
+            let core = Config {
+                id_seed: seed(),
+                ..Config::default()
+            };
+            let s = ServerHandle::start(ServerConfig::new(core)).map_err(|e| e.to_string())?;
+            let e = Endpoint::embedded(&s);
+            (Some(s), e)
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(args.duration);
+    let done = AtomicU64::new(0);
+    let bar = indicatif::ProgressBar::new(args.duration);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {elapsed_precise} [{bar:30}] {msg}")
+            .map_err(|e| e.to_string())?,
+    );
+    let start = Instant::now();
+    let hist = std::thread::scope(|sc| -> Result<hdrhistogram::Histogram<u64>, String> {
+        let workers: Vec<_> = (0..args.clients)
+            .map(|i| {
+                let (endpoint, done) = (endpoint.clone(), &done);
+                sc.spawn(move || worker(i, &endpoint, args.mix, args.keys, deadline, done))
+            })
+            .collect();
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            let ops = done.load(Ordering::Relaxed);
+            bar.set_position(start.elapsed().as_secs());
+            bar.set_message(format!(
+                "{:.2} M ops/s",
+                ops as f64 / start.elapsed().as_secs_f64() / 1e6
+            ));
+        }
+        let mut total = hdrhistogram::Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
+        for w in workers {
+            let h = w.join().map_err(|_| "a worker panicked".to_string())??;
+            total.add(h).map_err(|e| e.to_string())?;
+        }
+        Ok(total)
+    })?;
+    bar.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    let ops = done.load(Ordering::Relaxed);
+    println!(
+        "{:?} over {}: {} clients, {} keys, {:.1} s",
+        args.mix,
+        if server.is_some() {
+            "shared memory (embedded)"
+        } else {
+            "TCP"
+        },
+        args.clients,
+        args.keys,
+        secs
+    );
+    println!(
+        "throughput  {:.3} M lock operations/s ({ops} operations)",
+        ops as f64 / secs / 1e6
+    );
+    println!(
+        "latency     p50 {:.2} µs   p99 {:.2} µs   p99.9 {:.2} µs   max {:.2} µs (per request)",
+        hist.value_at_quantile(0.5) as f64 / 1e3,
+        hist.value_at_quantile(0.99) as f64 / 1e3,
+        hist.value_at_quantile(0.999) as f64 / 1e3,
+        hist.max() as f64 / 1e3
+    );
+    if let Some(s) = server {
+        s.stop();
+    }
+    Ok(())
+}
+
+/// One benchmark client: runs `mix` until `deadline`, recording each request's latency (ns).
+fn worker(
+    i: usize,
+    endpoint: &Endpoint,
+    mix: Mix,
+    keys: usize,
+    deadline: Instant,
+    done: &AtomicU64,
+) -> Result<hdrhistogram::Histogram<u64>, String> {
+    let mut h = hdrhistogram::Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
+    let mut c = Client::connect(ClientConfig::new(endpoint.clone()))
+        .map_err(|s| format!("connect: {s}"))?;
+    let err = |s: Status| s.to_string();
+    match mix {
+        Mix::Trylock => {
+            let id = c
+                .get_lock(
+                    LockKind::Atomic,
+                    format!("bench-{i}-{}", i % keys.max(1)).as_bytes(),
+                )
+                .map_err(err)?;
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                c.trylock(id, Mode::Exclusive, 5_000).map_err(err)?;
+                let _unlocked = c.unlock(id).map_err(err)?;
+                let _ = h.record(t.elapsed().as_nanos() as u64 / 2);
+                done.fetch_add(2, Ordering::Relaxed);
+            }
+        }
+        Mix::Contended => {
+            let ids: Vec<_> = (0..keys.clamp(1, 4))
+                .map(|k| c.get_lock(LockKind::Rw, format!("hot-{k}").as_bytes()))
+                .collect::<Result<_, _>>()
+                .map_err(err)?;
+            let mut k = i;
+            while Instant::now() < deadline {
+                let id = ids[k % ids.len()];
+                k += 1;
+                let t = Instant::now();
+                match c.lock(id, Mode::Exclusive, 5_000, Duration::from_millis(500)) {
+                    Ok(_) => {
+                        let _ = h.record(t.elapsed().as_nanos() as u64);
+                        let _unlocked = c.unlock(id).map_err(err)?;
+                        done.fetch_add(2, Ordering::Relaxed);
+                    }
+                    Err(Status::Etimeout) => {}
+                    Err(s) => return Err(s.to_string()),
+                }
+            }
+        }
+        Mix::Batch => {
+            let names: Vec<String> = (0..31).map(|k| format!("batch-{i}-{k}")).collect();
+            let req: Vec<(LockKind, &[u8])> = names
+                .iter()
+                .map(|n| (LockKind::Atomic, n.as_bytes()))
+                .collect();
+            let ids: Vec<_> = c
+                .batch_get_lock(&req)
+                .map_err(err)?
+                .into_iter()
+                .collect::<Result<_, _>>()
+                .map_err(err)?;
+            let reqs: Vec<_> = ids.iter().map(|&id| (id, Mode::Exclusive, 5_000)).collect();
+            let mut out = vec![Err(Status::Einval); 31];
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                c.batch_trylock(&reqs, false, &mut out).map_err(err)?;
+                c.batch_unlock(&ids, &mut out).map_err(err)?;
+                let _ = h.record(t.elapsed().as_nanos() as u64 / 2);
+                done.fetch_add(62, Ordering::Relaxed);
+            }
+        }
+        Mix::Faa => {
+            let _ = c.atomic64_create(b"bench-xid", 1, 3_600);
+            let id = c.atomic64_get(b"bench-xid", 3_600).map_err(err)?;
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                c.atomic64_faa(id, 1).map_err(err)?;
+                let _ = h.record(t.elapsed().as_nanos() as u64);
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    let _ = c.deinit();
+    Ok(h)
+}
