@@ -1,0 +1,368 @@
+//! One connected queue pair and its fixed buffer pool: what a client and a server connection
+//! share.
+//!
+//! # Buffer pool (allocated and registered once, at creation)
+//!
+//! One anonymous mapping, registered once:
+//!
+//! | bytes | what |
+//! |---|---|
+//! | `MESSAGES_INFLIGHT_MAX` × [`SLOT_BYTES`] | receive slots, all posted at the handshake |
+//! | `MESSAGES_INFLIGHT_MAX` × [`SLOT_BYTES`] | send slots |
+//! | [`CELL_BYTES`] | scratch word: where READ and atomics put the remote value |
+//!
+//! # Who owns a slot
+//!
+//! A receive slot belongs to the device from `post_recv` until its completion is polled, then to
+//! us until we post it again. A send slot belongs to the device from `post_send` until its
+//! completion is polled. The scratch word belongs to the device while a one-sided operation is
+//! pending. We make references only to slots we own, and only for the length of a `&mut self`
+//! borrow, so nothing is reposted while a reference lives. If a work request may still be
+//! outstanding when we give up on it (an error or a timeout), the channel is poisoned and never
+//! touches that memory again; dropping it destroys the queue pair (flushing everything) before
+//! the buffer is unmapped.
+//!
+//! # Completion queue depth
+//!
+//! `MESSAGES_INFLIGHT_MAX` receives + `MESSAGES_INFLIGHT_MAX` sends + 1 one-sided operation: the
+//! most completions that can be outstanding at once, so the CQ cannot overrun.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use ibverbs::ibv_wc;
+
+use super::endpoint::{Endpoint, ObjectTable};
+use super::post::{SendOp, Sge};
+use super::registered::{OwnedBuffer, RdmaDevice};
+use super::verbs::{Cq, Qp, RemoteAccess};
+use super::{CELL_BYTES, MESSAGE_MAX, MESSAGES_INFLIGHT_MAX, RdmaError, SLOT_BYTES};
+
+const SLOTS: usize = MESSAGES_INFLIGHT_MAX;
+const SCRATCH_OFFSET: usize = 2 * SLOTS * SLOT_BYTES;
+const BUFFER_BYTES: usize = SCRATCH_OFFSET + CELL_BYTES;
+/// Send queue: a SEND per send slot + the one READ or atomic a client has outstanding.
+const SEND_WR_MAX: usize = SLOTS + 1;
+/// Completion queue: every receive, every send, and the one one-sided operation.
+const CQ_ENTRIES: usize = SLOTS + SEND_WR_MAX;
+
+/// Work-request ids: the kind in the top byte, the slot or sequence number below.
+const KIND_SHIFT: u32 = 56;
+const KIND_RECV: u64 = 1;
+const KIND_SEND: u64 = 2;
+const KIND_ONE_SIDED: u64 = 3;
+const INDEX_MASK: u64 = (1 << KIND_SHIFT) - 1;
+
+fn wr_id(kind: u64, index: u64) -> u64 {
+    kind << KIND_SHIFT | (index & INDEX_MASK)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Created, not yet handshaken: the queue pair is in RESET.
+    Prepared,
+    /// Ready to send (RTS).
+    Connected,
+    /// A work request failed or was abandoned; see the module doc.
+    Poisoned,
+}
+
+pub(crate) struct Channel {
+    // Field order is drop order: the QP goes first (destroying it flushes every posted work
+    // request), so the device is done with the buffer before the buffer is unmapped.
+    qp: Qp,
+    cq: Arc<Cq>,
+    buf: OwnedBuffer,
+    psn: u32,
+    state: State,
+    /// Received messages not yet taken, `(slot, len)` in arrival order; at most `SLOTS`.
+    ready: VecDeque<(usize, usize)>,
+    /// Send slots whose SEND has not completed yet.
+    send_busy: [bool; SLOTS],
+    /// The pending one-sided operation: its sequence number and opcode name.
+    pending: Option<(u64, &'static str)>,
+    seq: u64,
+}
+
+impl Channel {
+    pub(crate) fn new(device: &RdmaDevice) -> Result<Self, RdmaError> {
+        let cq = Cq::create(&device.pd.ctx, CQ_ENTRIES)?;
+        let qp = Qp::create(&device.pd, &cq, SEND_WR_MAX, SLOTS)?;
+        let buf = device.register_anonymous(BUFFER_BYTES)?;
+        debug_assert!(buf.len() >= BUFFER_BYTES);
+        // A PSN that differs per connection, so that stray packets of an earlier connection
+        // that reused this QP number do not fit into the new sequence; it needs no secrecy.
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let psn = (nanos ^ qp.qp_num().wrapping_mul(0x9e37_79b9)) & 0x00ff_ffff;
+        Ok(Self {
+            qp,
+            cq,
+            buf,
+            psn,
+            state: State::Prepared,
+            ready: VecDeque::with_capacity(SLOTS),
+            send_busy: [false; SLOTS],
+            pending: None,
+            seq: 0,
+        })
+    }
+
+    pub(crate) fn endpoint(&self, objects: Option<ObjectTable>) -> Endpoint {
+        let ctx = self.qp.context();
+        Endpoint {
+            qp_num: self.qp.qp_num(),
+            lid: ctx.lid,
+            gid: ctx.gid.map(|(_, gid)| gid),
+            psn: self.psn,
+            mtu: ctx.mtu,
+            objects,
+        }
+    }
+
+    pub(crate) fn atomics(&self) -> bool {
+        self.qp.context().atomics
+    }
+
+    /// Connects to `remote`: INIT, post every receive slot, RTR, RTS.
+    pub(crate) fn handshake(
+        &mut self,
+        remote: &Endpoint,
+        access: RemoteAccess,
+    ) -> Result<(), RdmaError> {
+        if self.state != State::Prepared {
+            return Err(RdmaError::InvalidArgument("handshake was done already"));
+        }
+        // A failed step leaves the QP half-configured, possibly with receives posted.
+        self.state = State::Poisoned;
+        self.qp.to_init(access)?;
+        for slot in 0..SLOTS {
+            self.post_recv(slot)?;
+        }
+        self.qp.to_rts(self.psn, remote)?;
+        self.state = State::Connected;
+        Ok(())
+    }
+
+    pub(crate) fn check_connected(&self) -> Result<(), RdmaError> {
+        match self.state {
+            State::Connected => Ok(()),
+            State::Prepared => Err(RdmaError::NotConnected),
+            State::Poisoned => Err(RdmaError::Poisoned),
+        }
+    }
+
+    fn slot_sge(&self, offset: usize, len: usize) -> Sge {
+        Sge {
+            addr: self.buf.base().as_ptr() as u64 + offset as u64,
+            len: len as u32,
+            lkey: self.buf.lkey(),
+        }
+    }
+
+    /// Posts receive slot `slot` (which we own).
+    fn post_recv(&mut self, slot: usize) -> Result<(), RdmaError> {
+        // Posting only `MESSAGE_MAX` bytes makes the device refuse a longer message (a local
+        // length error), which ends the connection instead of letting a peer overrun a slot.
+        let sge = self.slot_sge(slot * SLOT_BYTES, MESSAGE_MAX);
+        // SAFETY: the slot lies in `buf`, registered with local write on this QP's PD; `buf`
+        // outlives the QP (field order); we own the slot and hand it to the device here, and
+        // touch it again only after its completion is polled (`take_message`).
+        unsafe { self.qp.post_recv(wr_id(KIND_RECV, slot as u64), sge) }
+    }
+
+    /// Polls the completion queue once and records what completed.
+    pub(crate) fn drain(&mut self) -> Result<(), RdmaError> {
+        let mut wcs = [ibv_wc::default(); CQ_ENTRIES];
+        let n = self
+            .cq
+            .poll(&mut wcs)
+            .inspect_err(|_| self.state = State::Poisoned)?;
+        let mut first_error = None;
+        for wc in &wcs[..n] {
+            let (kind, index) = (wc.wr_id() >> KIND_SHIFT, wc.wr_id() & INDEX_MASK);
+            if let Some((status, vendor_err)) = wc.error() {
+                self.state = State::Poisoned;
+                let op = match kind {
+                    KIND_RECV => "IBV_WC_RECV",
+                    KIND_SEND => SendOp::Send.name(),
+                    _ => self.pending.map_or("one-sided", |(_, name)| name),
+                };
+                first_error.get_or_insert(RdmaError::Completion {
+                    op,
+                    status,
+                    vendor_err,
+                });
+                continue;
+            }
+            match kind {
+                KIND_RECV => self.ready.push_back((index as usize, wc.len())),
+                KIND_SEND => self.send_busy[index as usize] = false,
+                // A completion for an older sequence number would belong to an abandoned
+                // operation, but abandoning poisons the channel, so only the pending one comes.
+                KIND_ONE_SIDED if self.pending.is_some_and(|(seq, _)| seq == index) => {
+                    self.pending = None;
+                }
+                _ => debug_assert!(false, "unexpected wr_id {:#x}", wc.wr_id()),
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Whether a received message is waiting (after draining the CQ once).
+    pub(crate) fn poll_message(&mut self) -> Result<bool, RdmaError> {
+        self.check_connected()?;
+        if self.ready.is_empty() {
+            self.drain()?;
+        }
+        Ok(!self.ready.is_empty())
+    }
+
+    /// Busy-polls until a received message is waiting or `deadline` passes.
+    pub(crate) fn wait_message(&mut self, deadline: Instant) -> Result<bool, RdmaError> {
+        loop {
+            if self.poll_message()? {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Busy-polls until a send slot is free; returns it.
+    fn wait_send_slot(&mut self, deadline: Instant) -> Result<usize, RdmaError> {
+        loop {
+            self.check_connected()?;
+            if let Some(slot) = self.send_busy.iter().position(|busy| !busy) {
+                return Ok(slot);
+            }
+            self.drain()?;
+            if Instant::now() >= deadline {
+                return Err(RdmaError::Timeout {
+                    op: SendOp::Send.name(),
+                });
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Lets `fill` write a message of at most [`MESSAGE_MAX`] bytes into a free send slot and
+    /// SENDs it. With `with_request`, `fill` also sees the oldest received message, whose slot
+    /// is reposted as soon as `fill` returns (whether or not the send then succeeds), so a
+    /// failed reply never costs a receive slot.
+    pub(crate) fn send_with<F>(
+        &mut self,
+        deadline: Instant,
+        with_request: bool,
+        fill: F,
+    ) -> Result<(), RdmaError>
+    where
+        F: FnOnce(Option<&[u8]>, &mut [u8]) -> usize,
+    {
+        let send = self.wait_send_slot(deadline)?;
+        let request = if with_request {
+            self.ready.pop_front()
+        } else {
+            None
+        };
+        let base = self.buf.base().as_ptr();
+        // SAFETY: `request` was popped from `ready`, so its receive completed and we own it
+        // until the repost below, after the last use of `req`; its length came from the
+        // completion and is at most the posted `MESSAGE_MAX`. Receive and send slots are
+        // disjoint ranges of `buf`.
+        let req = request.map(|(slot, len)| unsafe {
+            std::slice::from_raw_parts(base.add(slot * SLOT_BYTES), len)
+        });
+        // SAFETY: send slot `send` is not busy, so no posted work request names it; it lies in
+        // `buf` after every receive slot, disjoint from `req`.
+        let out = unsafe {
+            std::slice::from_raw_parts_mut(base.add((SLOTS + send) * SLOT_BYTES), MESSAGE_MAX)
+        };
+        let len = fill(req, out);
+        if let Some((slot, _)) = request {
+            self.repost(slot)?;
+        }
+        if len == 0 || len > MESSAGE_MAX {
+            return Err(RdmaError::InvalidArgument("message must be 1..=1008 bytes"));
+        }
+        let sge = self.slot_sge((SLOTS + send) * SLOT_BYTES, len);
+        // SAFETY: the slot lies in registered `buf`, which outlives the QP; it is marked busy
+        // below and not written again until its completion clears the mark (`drain`).
+        unsafe {
+            self.qp
+                .post_send(wr_id(KIND_SEND, send as u64), sge, SendOp::Send)?;
+        }
+        self.send_busy[send] = true;
+        Ok(())
+    }
+
+    /// Copies the oldest received message into `out`, reposts its slot, and returns its length.
+    pub(crate) fn take_message(&mut self, out: &mut [u8]) -> Result<usize, RdmaError> {
+        let &(slot, len) = self
+            .ready
+            .front()
+            .ok_or(RdmaError::InvalidArgument("no message waiting"))?;
+        if out.len() < len {
+            return Err(RdmaError::InvalidArgument(
+                "buffer shorter than the message",
+            ));
+        }
+        self.ready.pop_front();
+        // SAFETY: popped from `ready`, so we own the slot until the repost below; `len` is at
+        // most the posted `MESSAGE_MAX`.
+        let msg = unsafe {
+            std::slice::from_raw_parts(self.buf.base().as_ptr().add(slot * SLOT_BYTES), len)
+        };
+        out[..len].copy_from_slice(msg);
+        self.repost(slot)?;
+        Ok(len)
+    }
+
+    /// Gives receive slot `slot` back to the device.
+    pub(crate) fn repost(&mut self, slot: usize) -> Result<(), RdmaError> {
+        self.post_recv(slot)
+            .inspect_err(|_| self.state = State::Poisoned)
+    }
+
+    /// Posts one READ or atomic into the scratch word and busy-polls for its completion.
+    pub(crate) fn one_sided(&mut self, op: SendOp, deadline: Instant) -> Result<u64, RdmaError> {
+        self.check_connected()?;
+        debug_assert!(
+            self.pending.is_none(),
+            "a pending operation poisons the channel"
+        );
+        self.seq = (self.seq + 1) & INDEX_MASK;
+        let sge = self.slot_sge(SCRATCH_OFFSET, CELL_BYTES);
+        // SAFETY: the scratch word lies in registered `buf` (local write), which outlives the
+        // QP; no other work request names it (one one-sided operation at a time, enforced by
+        // `&mut self` and by poisoning on abandon), and we read it only after its completion.
+        unsafe {
+            self.qp
+                .post_send(wr_id(KIND_ONE_SIDED, self.seq), sge, op)?
+        };
+        self.pending = Some((self.seq, op.name()));
+        while self.pending.is_some() {
+            self.drain()?;
+            if self.pending.is_some() && Instant::now() >= deadline {
+                // The device may still write the scratch word: never reuse it.
+                self.state = State::Poisoned;
+                return Err(RdmaError::Timeout { op: op.name() });
+            }
+            std::hint::spin_loop();
+        }
+        // SAFETY: the completion was polled, so the device is done with the scratch word; it is
+        // 8-byte aligned (the mapping is page-aligned and the offset a multiple of 8). Volatile,
+        // because the compiler did not see the device's write.
+        let value = unsafe {
+            std::ptr::read_volatile(self.buf.base().as_ptr().add(SCRATCH_OFFSET).cast::<u64>())
+        };
+        Ok(value)
+    }
+}
+
+static_assertions::const_assert!(SCRATCH_OFFSET.is_multiple_of(CELL_BYTES));
+static_assertions::const_assert!(SLOTS < 1 << 16);
