@@ -181,7 +181,8 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
         client_lease_ms: args.lease_ms.unwrap_or(d.client_lease_ms),
         recovery_clients: args.recovery_clients.unwrap_or(0),
         epoch: args.epoch.unwrap_or(d.epoch),
-        id_seed: seed(),
+        // ServerConfig::new mixes in OS entropy.
+        id_seed: d.id_seed,
     };
     if let Some(field) = core.invalid_field() {
         return Err(field.to_string());
@@ -203,18 +204,6 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
     cfg.unix_socket = args.unix_socket;
     cfg.huge_pages = args.huge_pages;
     Ok(cfg)
-}
-
-/// Entropy for client ids, from the OS.
-fn seed() -> u64 {
-    let mut b = [0u8; 8];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut b);
-    }
-    u64::from_le_bytes(b)
-        ^ (std::process::id() as u64) << 32
-        ^ Instant::now().elapsed().as_nanos() as u64
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
@@ -254,11 +243,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
     let (server, endpoint) = match (args.embedded, args.connect) {
         (_, Some(addr)) => (None, Endpoint::Tcp(addr)),
         (_, None) => {
-            let core = Config {
-                id_seed: seed(),
-                ..Config::default()
-            };
-            let s = ServerHandle::start(ServerConfig::new(core)).map_err(|e| e.to_string())?;
+            let s = ServerHandle::start(ServerConfig::new(Config::default())).map_err(|e| e.to_string())?;
             let e = Endpoint::embedded(&s);
             (Some(s), e)
         }

@@ -96,8 +96,10 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
-    /// Defaults: reference capacities, adaptive idling, no TCP, anonymous region.
-    pub fn new(core: Config) -> Self {
+    /// Defaults for these capacities: adaptive idling, no TCP, anonymous region. The client-id
+    /// seed is replaced with OS entropy, so ids are not guessable from the defaults.
+    pub fn new(mut core: Config) -> Self {
+        core.id_seed ^= entropy_seed();
         Self {
             connections_max: 4 * core.clients_max as usize,
             core,
@@ -237,6 +239,19 @@ impl Drop for ServerHandle {
         }
         RUNNING.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Entropy for a server's client-id generator (`Config::id_seed`), from the OS; falls back to
+/// the clock and pid if `/dev/urandom` cannot be read.
+pub fn entropy_seed() -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    let fallback = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ (std::process::id() as u64) << 32;
+    if read.is_ok() { u64::from_le_bytes(b) } else { fallback }
 }
 
 /// Pins the calling thread to `cpu`, logging (not failing) when the OS refuses.
