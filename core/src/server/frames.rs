@@ -74,6 +74,7 @@ impl<'r> Server<'r> {
             }
         };
         let client = header.word;
+        let is_reinit = matches!(frame.body, ControlRequest::ClientReinit { .. });
         let is_init = matches!(
             frame.body,
             ControlRequest::ClientInit { .. } | ControlRequest::ClientReinit { .. }
@@ -96,19 +97,8 @@ impl<'r> Server<'r> {
             ControlRequest::ClientInit {
                 min_version,
                 lease_ms,
-            } => {
-                let client_range = VersionRange {
-                    min: min_version,
-                    max: header.version,
-                };
-                match negotiate(client_range, SERVER_VERSIONS) {
-                    Ok(v) => self
-                        .client_init(v, lease_ms, now_ms)
-                        .map(|id| self.init_reply(id.get(), v)),
-                    Err(s) => Err(self.refuse(s)),
-                }
             }
-            ControlRequest::ClientReinit {
+            | ControlRequest::ClientReinit {
                 min_version,
                 lease_ms,
             } => {
@@ -117,9 +107,14 @@ impl<'r> Server<'r> {
                     max: header.version,
                 };
                 match negotiate(client_range, SERVER_VERSIONS) {
-                    Ok(v) => self
-                        .client_reinit(client, v, lease_ms, now_ms)
-                        .map(|id| self.init_reply(id.get(), v)),
+                    Ok(v) => {
+                        let registered = if is_reinit {
+                            self.client_reinit(client, v, lease_ms, now_ms)
+                        } else {
+                            self.client_init(v, lease_ms, now_ms)
+                        };
+                        registered.map(|id| self.init_reply(id.get(), v))
+                    }
                     Err(s) => Err(self.refuse(s)),
                 }
             }
