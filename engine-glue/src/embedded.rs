@@ -26,7 +26,10 @@ impl EmbeddedServer {
     /// Starts the server.
     pub fn start(cfg: ServerConfig) -> io::Result<EmbeddedServer> {
         let shm_name = cfg.shm_name.clone();
-        Ok(EmbeddedServer { handle: ServerHandle::start(cfg)?, shm_name })
+        Ok(EmbeddedServer {
+            handle: ServerHandle::start(cfg)?,
+            shm_name,
+        })
     }
 
     /// A new client instance over shared memory, for one worker thread.
@@ -43,7 +46,10 @@ impl EmbeddedServer {
     /// `/dev/shm` file.
     pub fn local_endpoint(&self) -> Option<Endpoint> {
         let shm_name = self.shm_name.clone()?;
-        Some(Endpoint::Local { unix_socket: self.handle.unix_socket().to_path_buf(), shm_name })
+        Some(Endpoint::Local {
+            unix_socket: self.handle.unix_socket().to_path_buf(),
+            shm_name,
+        })
     }
 
     /// The TCP address other nodes connect to, when a listener is configured.

@@ -243,7 +243,8 @@ fn bench(args: BenchArgs) -> Result<(), String> {
     let (server, endpoint) = match (args.embedded, args.connect) {
         (_, Some(addr)) => (None, Endpoint::Tcp(addr)),
         (_, None) => {
-            let s = ServerHandle::start(ServerConfig::new(Config::default())).map_err(|e| e.to_string())?;
+            let s = ServerHandle::start(ServerConfig::new(Config::default()))
+                .map_err(|e| e.to_string())?;
             let e = Endpoint::embedded(&s);
             (Some(s), e)
         }

@@ -251,7 +251,11 @@ pub fn entropy_seed() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
         ^ (std::process::id() as u64) << 32;
-    if read.is_ok() { u64::from_le_bytes(b) } else { fallback }
+    if read.is_ok() {
+        u64::from_le_bytes(b)
+    } else {
+        fallback
+    }
 }
 
 /// Pins the calling thread to `cpu`, logging (not failing) when the OS refuses.
