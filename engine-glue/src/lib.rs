@@ -31,6 +31,8 @@
 //! TCP ([`EmbeddedServer::tcp_addr`], when a listener is configured).
 
 pub mod embedded;
+/// The C ABI (`include/dlock.h`): the reference's `dlock_server_api.h` and `dlock_client_api.h`.
+pub mod ffi;
 
 pub use dlock_core;
 pub use dlock_transport;

@@ -1,0 +1,396 @@
+/*
+ * dlock.h: the C ABI of dlock (libdlock_engine_glue.a / libdlock_engine_glue.so).
+ *
+ * Function names, parameter meanings and status values follow the reference's (UMDK DLock)
+ * dlock_server_api.h and dlock_client_api.h, in plain C11: no namespace, no references.
+ * Link with: -ldlock_engine_glue -lpthread -ldl -lm -lrt -lutil -lgcc_s
+ *
+ * This file is written by hand and checked by engine-glue/tests/c_abi.rs: every prototype
+ * against the Rust definition (name, parameter and return types), every status value against
+ * the Rust Status codes, every counter index and constant against the Rust side, and every
+ * struct's size and field offsets as the C compiler lays them out against the Rust layout.
+ *
+ * Differences from the reference, in short (details at each declaration):
+ *  - Every function is thread-safe; one client instance is still meant for one thread.
+ *  - client_init(id, NULL or "") reaches the server running in this process through shared
+ *    memory; "ip" or "ip:port" reaches a server over TCP.
+ *  - Lock words (lock_state) are 16 bytes in dlock's layouts, not the reference's; expiry
+ *    times in them are server ticks in ms. lock_op_res has a trailing fencing token.
+ *  - struct server_cfg / client_cfg keep the reference's field names that mean something here
+ *    and drop URMA and TLS settings; they are source-, not binary-compatible.
+ *  - lock() waits on the server (no polling) and returns DLOCK_ETIMEOUT after 5 s.
+ *  - debug_stats holds dlock's counters (enum debug_stats_code below), not the reference's.
+ *  - Additions: server_tcp_port, lock_fence, umo_atomic64_cas_value.
+ *
+ * Return values: 0 (DLOCK_SUCCESS), a dlock_status code, or -1 where the reference returns -1.
+ * NULL or invalid pointers, bad lengths and unknown ids are refused with a code, never
+ * undefined behaviour; a panic inside the library is returned as DLOCK_EINVAL.
+ */
+
+#ifndef DLOCK_H
+#define DLOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
+/* Constants                                                                                 */
+
+#define MAX_LOCK_DESC_LEN 512           /* lock names: 1..512 bytes, compared byte for byte */
+#define MAX_UMO_ATOMIC64_DESC_LEN 512   /* object names: 1..512 bytes */
+#define MAX_LOCK_BATCH_SIZE 31          /* entries in one batch call */
+#define MAX_NUM_SERVER 32               /* servers one process may run at once */
+#define DLOCK_DEFAULT_PORT 21616        /* TCP port when none is given */
+#define DLOCK_SERVER_ID_MAX 0xFFFFF     /* server ids run 1..DLOCK_SERVER_ID_MAX */
+#define DLOCK_HEARTBEAT_TIMEOUT_MAX_S 300
+
+typedef enum dlock_status {
+    DLOCK_SUCCESS = 0,
+    DLOCK_DONE = 1,
+    DLOCK_EAGAIN = 0x1000,          /* fair lock queued (ticket kept): call again */
+    DLOCK_ENOMEM = 0x1001,
+    DLOCK_ETIMEOUT = 0x1002,        /* a wait ran out (lock, lock_result_check) */
+    DLOCK_EINVAL = 0x1003,          /* bad argument, or not valid in the current state */
+    DLOCK_ETICKET = 0x1004,         /* fair lock: other mode than the ticket held */
+    DLOCK_EASYNC = 0x1005,          /* an async operation is outstanding on this client */
+    DLOCK_CLIENT_NOT_INIT = 0x2000,
+    DLOCK_LOCK_NOT_GET = 0x2001,
+    DLOCK_ALREADY_LOCKED = 0x2002,  /* re-entry granted / unlock only counted down */
+    DLOCK_ALREADY_UNLOCKED = 0x2003,
+    DLOCK_TICKET_TO_UNLOCK = 0x2004,
+    DLOCK_BAD_RESPONSE = 0x2005,    /* network error or timeout: client_reinit */
+    DLOCK_FAIL = 0x2006,            /* the server refused (held, lost, queue full) */
+    DLOCK_CLIENTMGR_NOT_INIT = 0x2007,
+    DLOCK_NOT_READY = 0x2008,
+    DLOCK_NO_ASYNC = 0x2009,
+    DLOCK_ASYNC_AGAIN = 0x200A,
+    DLOCK_REPLICA_INIT_FAIL = 0x200B,
+    DLOCK_SERVER_NOT_INIT = 0x200C,
+    DLOCK_CLIENT_REMOVED_BY_SERVER = 0x200D,
+    DLOCK_PROTO_VERSION_NEGOTIATION_FAIL = 0x200E,
+    DLOCK_SERVER_NO_RESOURCE = 0x200F,
+    DLOCK_OBJECT_ALREADY_EXISTED = 0x3000,
+    DLOCK_OBJECT_ALREADY_CREATED = 0x3001,
+    DLOCK_OBJECT_NOT_CREATE = 0x3002,
+    DLOCK_OBJECT_INVALID_OWNER = 0x3003,
+    DLOCK_OBJECT_NOT_GET = 0x3004,
+    DLOCK_OBJECT_ALREADY_DESTROYED = 0x3005,
+    DLOCK_OBJECT_TOO_MANY = 0x3006,
+    DLOCK_OBJECT_CAS_FAILED = 0x3007
+} dlock_status_t;
+
+enum dlock_type { DLOCK_ATOMIC = 0, DLOCK_RW = 1, DLOCK_FAIR = 2, DLOCK_MAX = 3 };
+
+enum lock_ops {
+    LOCK_EXCLUSIVE = 0,
+    LOCK_SHARED = 1,
+    UNLOCK = 2,
+    EXTEND_LOCK_EXCLUSIVE = 3,
+    EXTEND_LOCK_SHARED = 4,
+    LOCK_OPS_MAX = 5
+};
+
+enum server_type { SERVER_PRIMARY = 0, SERVER_REPLICA = 1, SERVER_MAX = 2 };
+
+/* Counter indices of struct debug_stats (dlock's counters, not the reference's 45). */
+typedef enum debug_stats_code {
+    DEBUG_STATS_CONTROL_REQUESTS = 0,    /* control requests handled */
+    DEBUG_STATS_DATA_MESSAGES = 1,       /* data messages handled */
+    DEBUG_STATS_DATA_COMMANDS = 2,       /* data commands executed */
+    DEBUG_STATS_GRANTS = 3,              /* grants issued */
+    DEBUG_STATS_PREEMPTIONS = 4,         /* grants that displaced an expired holder */
+    DEBUG_STATS_EAGAIN = 5,
+    DEBUG_STATS_EINVAL = 6,
+    DEBUG_STATS_CLIENT_NOT_INIT = 7,
+    DEBUG_STATS_LOCK_NOT_GET = 8,
+    DEBUG_STATS_FAIL = 9,
+    DEBUG_STATS_NOT_READY = 10,
+    DEBUG_STATS_NO_RESOURCE = 11,
+    DEBUG_STATS_OBJECT_NOT_GET = 12,
+    DEBUG_STATS_OBJECT_CAS_FAILED = 13,
+    DEBUG_STATS_CLIENTS_REGISTERED = 14,
+    DEBUG_STATS_CLIENTS_EXPIRED = 15,    /* declared dead after their lease ran out */
+    DEBUG_STATS_CLIENTS_EVICTED = 16,
+    DEBUG_STATS_CLIENTS_DEINIT = 17,
+    DEBUG_STATS_WAITS = 18,              /* blocking lock requests parked on the server */
+    DEBUG_STATS_WAIT_TIMEOUTS = 19,
+    DEBUG_STATS_MAX = 20
+} debug_stats_code_t;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Structs                                                                                   */
+
+struct debug_stats {
+    uint64_t stats[DEBUG_STATS_MAX];
+};
+
+/* A lock to create or open by name. */
+struct lock_desc {
+    const char *p_desc;      /* len bytes, not NUL-terminated */
+    unsigned int len;        /* 1..MAX_LOCK_DESC_LEN */
+    unsigned int lock_type;  /* enum dlock_type */
+    unsigned int lease_time; /* unused, as in the reference (leases are per request) */
+};
+
+/* One lock operation. */
+struct lock_request {
+    int lock_id;              /* from get_lock */
+    int lock_op;              /* enum lock_ops */
+    unsigned int expire_time; /* lease in seconds from now; 0 on trylock reads the cache */
+};
+
+/*
+ * Lock words, as the server last reported them (dlock's layouts; little-endian hosts).
+ * Expiry/since values are server ticks in ms since the server started.
+ */
+typedef struct {
+    int32_t client_id;  /* holder, 0 when free */
+    uint32_t rsvd;
+    uint64_t expiry_ms; /* the grant lapses after this tick */
+} atomic_state;
+
+typedef struct {
+    int32_t client_id; /* exclusive holder; 0 when free or shared */
+    uint32_t rcount;   /* shared holders */
+    uint64_t since_ms; /* first acquisition of the current hold; 0 when free */
+} rw_state;
+
+typedef struct {
+    uint16_t n_exclusive; /* completed exclusive grants ("now serving") */
+    uint16_t n_shared;    /* completed shared grants */
+    uint16_t m_exclusive; /* next exclusive ticket */
+    uint16_t m_shared;    /* next shared ticket */
+    uint64_t ext;         /* rms, rflag, rcnt, timeout: unpack with the macros below */
+} fairlock_state;
+
+#define DLOCK_FAIR_RMS(ext) ((uint16_t)((ext) & 0xFFFFu))
+#define DLOCK_FAIR_RFLAG(ext) ((unsigned)(((ext) >> 16) & 0x1u))
+#define DLOCK_FAIR_RCNT(ext) ((unsigned)(((ext) >> 17) & 0x3Fu))
+#define DLOCK_FAIR_TIMEOUT_MS(ext) ((uint64_t)(ext) >> 24)
+
+/* What `void *result` points to: at least 16 writable bytes. */
+typedef union {
+    atomic_state atomic;
+    rw_state rw;
+    fairlock_state fl;
+    uint64_t base;
+    uint8_t raw[16];
+} lock_state;
+
+/* One batch entry's result. */
+struct lock_op_res {
+    union {
+        atomic_state atomic;
+        rw_state rw;
+        fairlock_state fl;
+        uint64_t base;
+        uint8_t raw[16];
+    };
+    int op_ret;     /* this entry's status */
+    uint32_t rsvd;
+    uint64_t fence; /* the grant's fencing token (0 without a grant): stamp protected writes */
+};
+
+struct umo_atomic64_desc {
+    const char *p_desc;  /* len bytes, not NUL-terminated */
+    uint32_t len;        /* 1..MAX_UMO_ATOMIC64_DESC_LEN */
+    uint32_t lease_time; /* seconds, > 0 */
+};
+
+struct client_cfg {
+    int log_level;           /* accepted, ignored: logs go to the host's tracing subscriber */
+    int primary_port;        /* TCP port for "ip" addresses: <= 0 is 21616, else 1024..65535 */
+    unsigned int lease_ms;   /* client lease to ask the server for (0: the server's) */
+    unsigned int timeout_ms; /* synchronous request timeout (0: 5000) */
+};
+
+struct primary_cfg {
+    unsigned int num_of_replica;      /* must be 0 */
+    unsigned int recovery_client_num; /* clients expected to re-sync after a failover */
+    const char *ctrl_cpuset;          /* NULL/"" or a CPU list: control thread on its first */
+    const char *cmd_cpuset;           /* the same for the data (command) thread */
+    const char *server_ip_str;        /* NULL/"": no TCP (shared memory only); else listen here */
+    int server_port;                  /* 0: 21616; < 0: any free port (server_tcp_port) */
+    int replica_port;                 /* ignored */
+    bool replica_enable;              /* must be false */
+};
+
+struct server_cfg {
+    int type;               /* SERVER_PRIMARY */
+    int log_level;          /* accepted, ignored */
+    bool sleep_mode_enable; /* park the idle data thread at once; false: spin, yield, park */
+    struct primary_cfg primary;
+    /* dlock's settings; 0 in any of them means its default */
+    unsigned int locks_max;       /* default 51200 */
+    unsigned int clients_max;     /* default 1000 */
+    unsigned int objects_max;     /* default 102400 */
+    unsigned int client_lease_ms; /* a silent client is dead after this (default 5000, >= 100) */
+    unsigned int epoch;           /* 1..65535 (default 1); a replacement server needs a larger */
+    const char *shm_name;         /* NULL: anonymous region; else /dev/shm/<name> */
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Server API (dlock_server_api.h)                                                           */
+
+/* 1..32 servers at once. 0, or -1 when already initialised or out of range. */
+int dserver_lib_init(unsigned int max_server_num);
+
+/* Stops every server. */
+void dserver_lib_deinit(void);
+
+/*
+ * Starts a server in this process and writes its id (1..0xFFFFF). 0; DLOCK_EINVAL (NULL,
+ * settings out of range); -1 (not initialised, address cannot be bound);
+ * DLOCK_SERVER_NO_RESOURCE (dserver_lib_init's limit reached, out of resources).
+ */
+int server_start(const struct server_cfg *cfg, int *server_id);
+
+/* 0, or -1 for an unknown id. */
+int server_stop(int server_id);
+
+/* The server's counters since the last clear. 0; -1 (unknown id); DLOCK_EINVAL (NULL). */
+int get_server_debug_stats(int server_id, struct debug_stats *stats);
+
+int clear_server_debug_stats(int server_id);
+
+/* dlock: the TCP port the server listens on. 0; -1 (unknown id, no TCP); DLOCK_EINVAL. */
+int server_tcp_port(int server_id, int *port);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Client lifecycle (dlock_client_api.h)                                                     */
+
+/* 0; DLOCK_EINVAL (NULL, bad port); -1 when already initialised. */
+int dclient_lib_init(const struct client_cfg *cfg);
+
+/* Deregisters every client instance. */
+void dclient_lib_deinit(void);
+
+/*
+ * Registers a client instance and writes its id (1..0x7FFFFFFF).
+ * server_ip: NULL or "" = the one server running in this process (shared memory; several
+ * running = DLOCK_EINVAL, none = DLOCK_NOT_READY); "ip" or "ip:port" (IPv4/IPv6) = TCP.
+ * 0; DLOCK_EINVAL; DLOCK_CLIENTMGR_NOT_INIT; DLOCK_NOT_READY; DLOCK_SERVER_NO_RESOURCE;
+ * DLOCK_PROTO_VERSION_NEGOTIATION_FAIL; DLOCK_BAD_RESPONSE.
+ */
+int client_init(int *p_client_id, const char *server_ip);
+
+/*
+ * Re-registers with the same id over new connections, keeping the lock state. server_ip:
+ * NULL, "" or the address the client registered with (moving to another server is not
+ * supported: DLOCK_EINVAL). If the server is recovering, then call update_all_locks and
+ * client_reinit_done.
+ */
+int client_reinit(int client_id, const char *server_ip);
+
+int client_reinit_done(int client_id);
+
+/* The id is gone even when the exchange fails (DLOCK_BAD_RESPONSE, DLOCK_NOT_READY). */
+int client_deinit(int client_id);
+
+/* timeout: 1..300 s (checked; the exchange is bounded by the request timeout). */
+int client_heartbeat(int client_id, unsigned int timeout);
+
+/* The error statuses this instance returned, under the same counter indices. */
+int get_client_debug_stats(int client_id, struct debug_stats *stats);
+
+int clear_client_debug_stats(int client_id);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Lock management                                                                           */
+
+/* Creates or opens the lock by name. 0; DLOCK_EINVAL; DLOCK_SERVER_NO_RESOURCE; ... */
+int get_lock(int client_id, const struct lock_desc *desc, int *lock_id);
+
+/* DLOCK_FAIL while held (the reference's -1); DLOCK_TICKET_TO_UNLOCK; DLOCK_EASYNC. */
+int release_lock(int client_id, int lock_id);
+
+/* lock_ids[i]: the id, or minus the entry's status (<= 0). DLOCK_EINVAL if any desc is bad. */
+int batch_get_lock(int client_id, unsigned int lock_num, const struct lock_desc *descs,
+                   int *lock_ids);
+
+/* Ids that could not be released are set to 0. */
+int batch_release_lock(int client_id, unsigned int lock_num, int *lock_ids);
+
+/*
+ * Re-claims every lock the client knows on a recovering server. The server may give the
+ * locks new ids, which this call cannot report: after client_reinit_done, call get_lock by
+ * name again to learn them (the lock state is kept).
+ */
+int update_all_locks(int client_id);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Lock operations                                                                           */
+/*
+ * result: at least 16 writable bytes (lock_state). Written on DLOCK_SUCCESS,
+ * DLOCK_ALREADY_LOCKED, DLOCK_EAGAIN, DLOCK_FAIL and DLOCK_ETIMEOUT; left alone otherwise.
+ */
+
+/* LOCK_EXCLUSIVE or LOCK_SHARED, no waiting. DLOCK_EAGAIN: fair lock queued, call again. */
+int trylock(int client_id, const struct lock_request *req, void *result);
+
+/* Waits on the server up to 5 s for the grant; then DLOCK_ETIMEOUT. */
+int lock(int client_id, const struct lock_request *req, void *result);
+
+/* DLOCK_ALREADY_LOCKED: a re-entry was counted down, still held. */
+int unlock(int client_id, int lock_id, void *result);
+
+/* EXTEND_LOCK_EXCLUSIVE/SHARED (the held grant's mode is extended); DLOCK_EINVAL for RW. */
+int lock_extend(int client_id, const struct lock_request *req, void *result);
+
+/* dlock: the fencing token of the grant held. DLOCK_ALREADY_UNLOCKED when none is held. */
+int lock_fence(int client_id, int lock_id, uint64_t *fence);
+
+/*
+ * Batches of 1..31 entries, one message, each entry on its own (results[i].op_ret). A bad op
+ * is DLOCK_EINVAL, a bad id DLOCK_LOCK_NOT_GET for that entry. Returns 0 even when every entry
+ * failed; an error only for the whole call.
+ */
+int batch_trylock(int client_id, unsigned int lock_num, const struct lock_request *reqs,
+                  struct lock_op_res *results);
+
+int batch_unlock(int client_id, unsigned int lock_num, const int *lock_ids,
+                 struct lock_op_res *results);
+
+int batch_lock_extend(int client_id, unsigned int lock_num, const struct lock_request *reqs,
+                      struct lock_op_res *results);
+
+/* One outstanding per client. A re-entry answered locally returns 0 with nothing to check. */
+int lock_request_async(int client_id, const struct lock_request *req);
+
+/* DLOCK_ASYNC_AGAIN until the reply arrives; DLOCK_ETIMEOUT after 5 s; DLOCK_NO_ASYNC. */
+int lock_result_check(int client_id, void *result);
+
+/* ---------------------------------------------------------------------------------------- */
+/* umo_atomic64 objects                                                                      */
+
+/* Creating is not a reference: umo_atomic64_get it to operate on it. */
+int umo_atomic64_create(int client_id, const struct umo_atomic64_desc *desc, uint64_t init_val,
+                        int *obj_id);
+
+int umo_atomic64_destroy(int client_id, int obj_id);
+
+int umo_atomic64_get(int client_id, const struct umo_atomic64_desc *desc, int *obj_id);
+
+int umo_atomic64_release(int client_id, int obj_id);
+
+/* *res_val: the value before the add. */
+int umo_atomic64_faa(int client_id, int obj_id, uint64_t add_val, uint64_t *res_val);
+
+/* 0 when swapped, DLOCK_OBJECT_CAS_FAILED when the value differed. */
+int umo_atomic64_cas(int client_id, int obj_id, uint64_t cmp_val, uint64_t swap_val);
+
+/* dlock: umo_atomic64_cas that also writes the value it found (cmp_val when it swapped). */
+int umo_atomic64_cas_value(int client_id, int obj_id, uint64_t cmp_val, uint64_t swap_val,
+                           uint64_t *observed);
+
+int umo_atomic64_get_snapshot(int client_id, int obj_id, uint64_t *res_val);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DLOCK_H */

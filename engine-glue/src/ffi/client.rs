@@ -1,0 +1,401 @@
+//! The client library and its instances, by `client_id`: `dclient_lib_init`, `client_init`,
+//! `client_reinit`, `client_reinit_done`, `client_deinit`, `client_heartbeat` and the
+//! per-instance counters.
+//!
+//! # Which server `client_init` reaches
+//!
+//! The reference's client reaches its server by IPv4 address. Here `server_ip` may be
+//! - NULL or "": the one server running in this process (`server_start`), through shared
+//!   memory. `DLOCK_NOT_READY` when none runs, `DLOCK_EINVAL` when several do (name one by
+//!   address: each needs a TCP listener then).
+//! - "ip" or "ip:port" (IPv4 or IPv6, `"[v6]:port"`): TCP; without a port, the `primary_port` of
+//!   `dclient_lib_init` (21616 by default).
+//!
+//! # Registry
+//!
+//! A map from id to an `Arc<Mutex<Option<Slot>>>`: the map's lock is held only to look an id
+//! up, so different clients run in parallel; the slot's lock serialises calls on one client.
+//! The `Option` is emptied by `client_deinit`, so a call that looked the id up just before
+//! finds the client gone instead of a dangling one.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_uint};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use dlock_core::server::{Counter, Stats};
+use dlock_core::{LockId, Status};
+use dlock_transport::client::{Client, ClientConfig, Endpoint, REQUEST_TIMEOUT};
+
+use super::server::embedded_endpoint;
+use super::types::{
+    DEBUG_STATS_MAX, DLOCK_DEFAULT_PORT, DLOCK_HEARTBEAT_TIMEOUT_MAX_S, client_cfg, debug_stats,
+};
+use super::{FAILURE, code, guard, opt_str, read};
+
+/// Times `client_init` registers again when the server hands out an id another in-process
+/// client (of another server) already has.
+const ID_CLASH_ATTEMPTS: usize = 4;
+
+/// One client instance and what the C API keeps beside it.
+#[derive(Debug)]
+pub(super) struct Slot {
+    /// The Rust client.
+    pub(super) client: Client,
+    /// The error statuses this instance returned, under the server's counter names.
+    stats: Stats,
+    /// The lock of the outstanding `lock_request_async`, to report its word when it fails.
+    pub(super) async_lock: Option<LockId>,
+    /// Where it registered: `None` for the in-process server, else its TCP address.
+    target: Option<SocketAddr>,
+}
+
+type Shared = Arc<Mutex<Option<Slot>>>;
+
+#[derive(Debug)]
+struct Lib {
+    /// Port for addresses given without one.
+    port: u16,
+    lease_ms: u32,
+    timeout: Duration,
+    clients: HashMap<c_int, Shared>,
+}
+
+/// `None` until `dclient_lib_init`.
+static LIB: Mutex<Option<Lib>> = Mutex::new(None);
+
+/// The library state. The map is only inserted into and removed from under this lock, so a
+/// panic elsewhere cannot leave it half-changed: poisoning is ignored.
+fn lib() -> MutexGuard<'static, Option<Lib>> {
+    LIB.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Counts an error code under the counter `Stats::count_status` files it under.
+fn count(stats: &mut Stats, c: c_int) {
+    if let Ok(c) = u16::try_from(c)
+        && let Some(s) = Status::from_code(c)
+    {
+        stats.count_status(s);
+    }
+}
+
+/// Runs `f` on client `client_id` with the client locked; returns its code.
+/// `DLOCK_CLIENTMGR_NOT_INIT` before `dclient_lib_init`, `unknown` for an id not registered,
+/// `DLOCK_EINVAL` for a client a panic left untrusted.
+pub(super) fn with_client(
+    client_id: c_int,
+    unknown: Status,
+    f: impl FnOnce(&mut Slot) -> c_int,
+) -> c_int {
+    let shared = {
+        let lib = lib();
+        let Some(lib) = lib.as_ref() else {
+            return Status::ClientMgrNotInit.code();
+        };
+        match lib.clients.get(&client_id) {
+            Some(s) => Arc::clone(s),
+            None => return unknown.code(),
+        }
+    };
+    // A poisoned slot: an earlier call panicked half-way through the client's state.
+    let Ok(mut guard) = shared.lock() else {
+        return Status::Einval.code();
+    };
+    let Some(slot) = guard.as_mut() else {
+        return unknown.code();
+    };
+    let c = f(slot);
+    count(&mut slot.stats, c);
+    c
+}
+
+/// Initialises the client library. Returns 0; `DLOCK_EINVAL` for NULL or a port outside
+/// 1024..=65535 (<= 0 means 21616); -1 when already initialised.
+///
+/// # Safety
+///
+/// - `cfg` is NULL or points to a readable `struct client_cfg`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dclient_lib_init(cfg: *const client_cfg) -> c_int {
+    guard(|| {
+        // SAFETY: NULL or readable (caller's contract).
+        let cfg = match unsafe { read(cfg) } {
+            Ok(c) => c,
+            Err(s) => return s.code(),
+        };
+        let port = match cfg.primary_port {
+            p if p <= 0 => DLOCK_DEFAULT_PORT,
+            p @ 1024..=65535 => p as u16,
+            _ => return Status::Einval.code(),
+        };
+        let timeout = match cfg.timeout_ms {
+            0 => REQUEST_TIMEOUT,
+            ms => Duration::from_millis(ms.into()),
+        };
+        let mut lib = lib();
+        if lib.is_some() {
+            return FAILURE;
+        }
+        *lib = Some(Lib {
+            port,
+            lease_ms: cfg.lease_ms,
+            timeout,
+            clients: HashMap::new(),
+        });
+        Status::Success.code()
+    })
+}
+
+/// Deregisters every client instance (best effort) and forgets the initialisation.
+#[unsafe(no_mangle)]
+pub extern "C" fn dclient_lib_deinit() {
+    guard(|| {
+        let taken = lib().take();
+        for (_, shared) in taken.into_iter().flat_map(|l| l.clients) {
+            let slot = shared.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if let Some(slot) = slot {
+                let _ = slot.client.deinit();
+            }
+        }
+        0
+    });
+}
+
+/// The TCP address in `ip` (`None` for NULL or "").
+///
+/// # Safety
+///
+/// - `ip` is NULL or a NUL-terminated string.
+unsafe fn target(ip: *const c_char, port: u16) -> Result<Option<SocketAddr>, Status> {
+    // SAFETY: forwarded from the caller.
+    let Some(s) = (unsafe { opt_str(ip, 64) })? else {
+        return Ok(None);
+    };
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(Some(addr));
+    }
+    let ip: IpAddr = s.parse().map_err(|_| Status::Einval)?;
+    Ok(Some(SocketAddr::new(ip, port)))
+}
+
+/// Registers a new client instance with a server and writes its id (1..=0x7FFFFFFF).
+///
+/// `server_ip`: NULL or "" for the server in this process, else "ip" or "ip:port" (TCP).
+/// Returns 0; `DLOCK_EINVAL` (NULL `p_client_id`, a bad address, several in-process servers);
+/// `DLOCK_CLIENTMGR_NOT_INIT`; `DLOCK_NOT_READY` (no server, refused, or recovering);
+/// `DLOCK_SERVER_NO_RESOURCE`; `DLOCK_PROTO_VERSION_NEGOTIATION_FAIL`; `DLOCK_BAD_RESPONSE`.
+///
+/// # Safety
+///
+/// - `p_client_id` is NULL or valid for writing an `int`.
+/// - `server_ip` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn client_init(p_client_id: *mut c_int, server_ip: *const c_char) -> c_int {
+    guard(|| {
+        if p_client_id.is_null() {
+            return Status::Einval.code();
+        }
+        let Some((port, lease_ms, timeout)) =
+            lib().as_ref().map(|l| (l.port, l.lease_ms, l.timeout))
+        else {
+            return Status::ClientMgrNotInit.code();
+        };
+        // SAFETY: NULL or NUL-terminated (caller's contract).
+        let target = match unsafe { target(server_ip, port) } {
+            Ok(t) => t,
+            Err(s) => return s.code(),
+        };
+        let endpoint = match target {
+            Some(addr) => Endpoint::Tcp(addr),
+            None => match embedded_endpoint() {
+                Ok(e) => e,
+                Err(s) => return s.code(),
+            },
+        };
+        let mut cfg = ClientConfig::new(endpoint);
+        cfg.lease_ms = lease_ms;
+        cfg.timeout = timeout;
+        for _ in 0..ID_CLASH_ATTEMPTS {
+            let client = match Client::connect(cfg.clone()) {
+                Ok(c) => c,
+                Err(s) => return s.code(),
+            };
+            let id = client.id().get() as c_int;
+            let mut lib = lib();
+            let Some(l) = lib.as_mut() else {
+                drop(lib);
+                let _ = client.deinit();
+                return Status::ClientMgrNotInit.code();
+            };
+            if l.clients.contains_key(&id) {
+                drop(lib);
+                let _ = client.deinit();
+                continue;
+            }
+            let slot = Slot {
+                client,
+                stats: Stats::default(),
+                async_lock: None,
+                target,
+            };
+            l.clients.insert(id, Arc::new(Mutex::new(Some(slot))));
+            // SAFETY: not NULL (checked above) and writable by the caller's contract.
+            unsafe { p_client_id.write_unaligned(id) };
+            return Status::Success.code();
+        }
+        Status::ServerNoResource.code()
+    })
+}
+
+/// Re-registers client `client_id` with the same id over new connections, keeping its lock
+/// state (after a network error or a server restart). `server_ip` must be NULL, "" or the
+/// address the client registered with: a client cannot move to another server here.
+///
+/// Returns 0 (then, if the server is recovering, call `update_all_locks` and
+/// `client_reinit_done`); `DLOCK_EINVAL` (unknown id, another address); `DLOCK_NOT_READY`;
+/// `DLOCK_CLIENT_REMOVED_BY_SERVER`; `DLOCK_SERVER_NO_RESOURCE`.
+///
+/// # Safety
+///
+/// - `server_ip` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn client_reinit(client_id: c_int, server_ip: *const c_char) -> c_int {
+    guard(|| {
+        let port = lib().as_ref().map_or(DLOCK_DEFAULT_PORT, |l| l.port);
+        // SAFETY: NULL or NUL-terminated (caller's contract).
+        let asked = match unsafe { target(server_ip, port) } {
+            Ok(t) => t,
+            Err(s) => return s.code(),
+        };
+        with_client(client_id, Status::Einval, |slot| {
+            if asked.is_some() && asked != slot.target {
+                return Status::Einval.code();
+            }
+            slot.async_lock = None;
+            code(slot.client.reinit().map(drop))
+        })
+    })
+}
+
+/// Tells the server client `client_id` finished re-syncing its locks after `client_reinit`.
+#[unsafe(no_mangle)]
+pub extern "C" fn client_reinit_done(client_id: c_int) -> c_int {
+    guard(|| {
+        with_client(client_id, Status::ClientNotInit, |slot| {
+            code(slot.client.reinit_done())
+        })
+    })
+}
+
+/// Deregisters client `client_id`: the server releases everything it held. The id is gone
+/// even when the exchange fails (then `DLOCK_BAD_RESPONSE` or `DLOCK_NOT_READY`).
+#[unsafe(no_mangle)]
+pub extern "C" fn client_deinit(client_id: c_int) -> c_int {
+    guard(|| {
+        let shared = match lib().as_mut() {
+            None => return Status::ClientMgrNotInit.code(),
+            Some(l) => l.clients.remove(&client_id),
+        };
+        let Some(shared) = shared else {
+            return Status::ClientNotInit.code();
+        };
+        // Even a client a panic left untrusted is told to leave.
+        let slot = shared.lock().unwrap_or_else(PoisonError::into_inner).take();
+        match slot {
+            Some(slot) => code(slot.client.deinit()),
+            None => Status::ClientNotInit.code(),
+        }
+    })
+}
+
+/// Renews client `client_id`'s lease. `timeout` (1..=300 s) is checked as in the reference;
+/// the exchange itself is bounded by the library's request timeout.
+/// Returns 0; `DLOCK_EINVAL` (timeout out of range, unknown id); `DLOCK_BAD_RESPONSE`;
+/// `DLOCK_NOT_READY`.
+#[unsafe(no_mangle)]
+pub extern "C" fn client_heartbeat(client_id: c_int, timeout: c_uint) -> c_int {
+    guard(|| {
+        if !(1..=DLOCK_HEARTBEAT_TIMEOUT_MAX_S).contains(&timeout) {
+            return Status::Einval.code();
+        }
+        with_client(client_id, Status::Einval, |slot| {
+            code(slot.client.heartbeat())
+        })
+    })
+}
+
+/// Copies client `client_id`'s counters into `*stats`: the error statuses its calls returned,
+/// under the same `enum debug_stats_code` indices as the server's (the server-only counters
+/// stay 0). Returns 0, `DLOCK_EINVAL` for NULL, `DLOCK_CLIENT_NOT_INIT`.
+///
+/// # Safety
+///
+/// - `stats` is NULL or valid for writing a `struct debug_stats`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn get_client_debug_stats(
+    client_id: c_int,
+    stats: *mut debug_stats,
+) -> c_int {
+    guard(|| {
+        if stats.is_null() {
+            return Status::Einval.code();
+        }
+        with_client(client_id, Status::ClientNotInit, |slot| {
+            let out = debug_stats {
+                stats: slot.stats.0,
+            };
+            // SAFETY: not NULL (checked above) and writable by the caller's contract.
+            unsafe { stats.write_unaligned(out) };
+            Status::Success.code()
+        })
+    })
+}
+
+/// Zeroes client `client_id`'s counters.
+#[unsafe(no_mangle)]
+pub extern "C" fn clear_client_debug_stats(client_id: c_int) -> c_int {
+    guard(|| {
+        with_client(client_id, Status::ClientNotInit, |slot| {
+            slot.stats = Stats::default();
+            Status::Success.code()
+        })
+    })
+}
+
+const _: () = assert!(DEBUG_STATS_MAX == Counter::COUNT);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_parse_with_or_without_a_port() {
+        // SAFETY: NUL-terminated literals (or NULL).
+        unsafe {
+            assert_eq!(target(std::ptr::null(), 1), Ok(None));
+            assert_eq!(target(c"".as_ptr(), 1), Ok(None));
+            assert_eq!(
+                target(c"10.0.0.1".as_ptr(), 21616),
+                Ok(Some("10.0.0.1:21616".parse().unwrap()))
+            );
+            assert_eq!(
+                target(c"[::1]:7".as_ptr(), 21616),
+                Ok(Some("[::1]:7".parse().unwrap()))
+            );
+            assert_eq!(target(c"db-host".as_ptr(), 1), Err(Status::Einval));
+        }
+    }
+
+    #[test]
+    fn error_codes_are_counted_and_successes_are_not() {
+        let mut s = Stats::default();
+        count(&mut s, 0);
+        count(&mut s, -1);
+        count(&mut s, Status::Fail.code());
+        count(&mut s, Status::Einval.code());
+        assert_eq!(s.get(Counter::Fail), 1);
+        assert_eq!(s.get(Counter::Einval), 1);
+        assert_eq!(s.0.iter().sum::<u64>(), 2);
+    }
+}

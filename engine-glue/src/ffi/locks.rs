@@ -1,0 +1,194 @@
+//! Lock management: `get_lock`, `release_lock`, `batch_get_lock`, `batch_release_lock`,
+//! `update_all_locks`.
+//!
+//! These are control-plane calls (one round trip on the control connection each), so they may
+//! allocate; the lock operations in [`super::ops`] do not.
+
+use std::ffi::{c_int, c_uint};
+
+use dlock_core::{LockId, LockKind, Status};
+
+use super::client::with_client;
+use super::types::lock_desc;
+use super::{batch_len, code, guard, name, non_null, read, read_at, write_at};
+
+/// A lock id as C passes it: `LockNotGet` for a value no server issues (0, negative, or a
+/// zero generation), as for an id this client never got.
+#[inline]
+pub(super) fn lock_id(raw: c_int) -> Result<LockId, Status> {
+    LockId::from_raw(raw as u32).ok_or(Status::LockNotGet)
+}
+
+/// The kind and name a `lock_desc` describes; `Einval` for a bad name or type.
+///
+/// # Safety
+///
+/// - `d.p_desc` is NULL or valid for reading `d.len` bytes.
+unsafe fn described<'a>(d: &lock_desc) -> Result<(LockKind, &'a [u8]), Status> {
+    let kind = u8::try_from(d.lock_type)
+        .ok()
+        .and_then(LockKind::from_u8)
+        .ok_or(Status::Einval)?;
+    // SAFETY: forwarded from the caller.
+    let name = unsafe { name(d.p_desc, d.len) }?;
+    Ok((kind, name))
+}
+
+/// Creates or opens the lock `desc` names, of `desc->lock_type`, and writes its id.
+///
+/// Returns 0; `DLOCK_EINVAL` (NULL pointers, a name outside 1..=512 bytes, an unknown type);
+/// `DLOCK_CLIENT_NOT_INIT`; `DLOCK_NOT_READY`; `DLOCK_SERVER_NO_RESOURCE` (lock table full);
+/// `DLOCK_BAD_RESPONSE`; the server's refusal when the name exists with another type.
+///
+/// # Safety
+///
+/// - `desc` is NULL or points to a `lock_desc` whose `p_desc` is NULL or has `len` bytes.
+/// - `lock_id` is NULL or valid for writing an `int`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn get_lock(
+    client_id: c_int,
+    desc: *const lock_desc,
+    lock_id: *mut c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: NULL or readable (caller's contract); the name is checked the same way.
+        let (kind, name) = match unsafe { read(desc).and_then(|d| described(&d)) } {
+            Ok(v) => v,
+            Err(s) => return s.code(),
+        };
+        if lock_id.is_null() {
+            return Status::Einval.code();
+        }
+        with_client(client_id, Status::ClientNotInit, |slot| {
+            match slot.client.get_lock(kind, name) {
+                Ok(id) => {
+                    // SAFETY: not NULL (checked above), writable by the caller's contract.
+                    unsafe { write_at(lock_id, 0, id.raw() as c_int) };
+                    Status::Success.code()
+                }
+                Err(s) => s.code(),
+            }
+        })
+    })
+}
+
+/// Drops the client's reference to `lock_id`. Returns 0; `DLOCK_LOCK_NOT_GET`;
+/// `DLOCK_FAIL` while it is held (the reference's -1); `DLOCK_TICKET_TO_UNLOCK` while a fair
+/// ticket is held; `DLOCK_EASYNC` while an async operation on it is outstanding.
+#[unsafe(no_mangle)]
+pub extern "C" fn release_lock(client_id: c_int, lock_id: c_int) -> c_int {
+    guard(|| {
+        with_client(client_id, Status::ClientNotInit, |slot| {
+            code(super::locks::lock_id(lock_id).and_then(|id| slot.client.release_lock(id)))
+        })
+    })
+}
+
+/// `get_lock` for `lock_num` (1..=31) descriptions in one round trip. Each entry succeeds or
+/// fails on its own: `lock_ids[i]` is the id, or minus the entry's status code (so <= 0, as in
+/// the reference). Returns 0, or an error for the whole call (`DLOCK_EINVAL` when any
+/// description is invalid — nothing is sent then).
+///
+/// # Safety
+///
+/// - `descs` is NULL or valid for reading `lock_num` `lock_desc`s whose names are readable.
+/// - `lock_ids` is NULL or valid for writing `lock_num` `int`s.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn batch_get_lock(
+    client_id: c_int,
+    lock_num: c_uint,
+    descs: *const lock_desc,
+    lock_ids: *mut c_int,
+) -> c_int {
+    guard(|| {
+        let n = match batch_len(lock_num)
+            .and(non_null(descs))
+            .and(non_null(lock_ids))
+        {
+            Ok(()) => lock_num as usize,
+            Err(s) => return s.code(),
+        };
+        let mut names = Vec::with_capacity(n);
+        for i in 0..n {
+            // SAFETY: `descs` is not NULL and has `n` entries (caller's contract).
+            let d = unsafe { read_at(descs, i) };
+            // SAFETY: each entry's name is readable (caller's contract).
+            match unsafe { described(&d) } {
+                Ok(v) => names.push(v),
+                Err(s) => return s.code(),
+            }
+        }
+        with_client(client_id, Status::ClientNotInit, |slot| {
+            let got = match slot.client.batch_get_lock(&names) {
+                Ok(g) => g,
+                Err(s) => return s.code(),
+            };
+            for i in 0..n {
+                let v = match got.get(i) {
+                    Some(Ok(id)) => id.raw() as c_int,
+                    Some(Err(s)) => -s.code(),
+                    None => -Status::BadResponse.code(),
+                };
+                // SAFETY: `lock_ids` is not NULL and has `n` entries (caller's contract).
+                unsafe { write_at(lock_ids, i, v) };
+            }
+            Status::Success.code()
+        })
+    })
+}
+
+/// `release_lock` for `lock_num` (1..=31) ids in one round trip. Each entry on its own: an id
+/// that could not be released (unknown, still held, ticketed) is set to 0, as in the
+/// reference; released ones are left as they were. Returns 0, or an error for the whole call.
+///
+/// # Safety
+///
+/// - `lock_ids` is NULL or valid for reading and writing `lock_num` `int`s.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn batch_release_lock(
+    client_id: c_int,
+    lock_num: c_uint,
+    lock_ids: *mut c_int,
+) -> c_int {
+    guard(|| {
+        let n = match batch_len(lock_num).and(non_null(lock_ids)) {
+            Ok(()) => lock_num as usize,
+            Err(s) => return s.code(),
+        };
+        // SAFETY: `lock_ids` is not NULL and has `n` entries (caller's contract).
+        let raw: Vec<c_int> = (0..n).map(|i| unsafe { read_at(lock_ids, i) }).collect();
+        let ids: Vec<LockId> = raw.iter().filter_map(|&r| lock_id(r).ok()).collect();
+        with_client(client_id, Status::ClientNotInit, |slot| {
+            let released = if ids.is_empty() {
+                Vec::new()
+            } else {
+                match slot.client.batch_release_lock(&ids) {
+                    Ok(r) => r,
+                    Err(s) => return s.code(),
+                }
+            };
+            let mut results = ids.iter().zip(released);
+            for (i, &r) in raw.iter().enumerate() {
+                let ok = lock_id(r).is_ok() && results.next().is_some_and(|(_, res)| res.is_ok());
+                if !ok {
+                    // SAFETY: `lock_ids` is not NULL and has `n` entries (caller's contract).
+                    unsafe { write_at(lock_ids, i, 0) };
+                }
+            }
+            Status::Success.code()
+        })
+    })
+}
+
+/// After `client_reinit` found the server recovering: re-claims every lock the client knows.
+/// Returns 0, `DLOCK_CLIENT_NOT_INIT`, `DLOCK_BAD_RESPONSE`. The server may give the locks
+/// new ids; the C API has no way to report them yet (see the header's note), so call
+/// `get_lock` again by name afterwards.
+#[unsafe(no_mangle)]
+pub extern "C" fn update_all_locks(client_id: c_int) -> c_int {
+    guard(|| {
+        with_client(client_id, Status::ClientNotInit, |slot| {
+            code(slot.client.update_all_locks())
+        })
+    })
+}

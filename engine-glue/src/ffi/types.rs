@@ -1,0 +1,271 @@
+//! The C structs of `include/dlock.h`, field for field, and the constants the header defines.
+//!
+//! The names are the C names (as `libc` does) so that the header check in `tests/c_abi.rs` can
+//! map a Rust signature to its C prototype without a translation table, and so that a reader
+//! can hold this file next to the header. Sizes and alignments are asserted here; the field
+//! offsets are compared with what the C compiler computes by the C test program.
+//!
+//! A C `bool` field is a `u8` here: C may hand us any byte in it, and reading a byte other than
+//! 0 or 1 as a Rust `bool` would be undefined behaviour. Non-zero means true.
+//!
+//! The reference's structs carry URMA (device name, EID, transport mode) and TLS settings that
+//! have no counterpart here; they are left out rather than accepted and ignored, so the structs
+//! are not binary-compatible with the reference's — only source-compatible for the fields kept.
+
+#![allow(non_camel_case_types)]
+
+use std::ffi::{c_char, c_int, c_uint};
+use std::mem::{align_of, size_of};
+
+use dlock_core::server::Counter;
+
+/// Longest lock name in bytes (`MAX_LOCK_DESC_LEN`).
+pub const MAX_LOCK_DESC_LEN: usize = dlock_core::config::NAME_LEN_MAX;
+/// Longest object name in bytes (`MAX_UMO_ATOMIC64_DESC_LEN`).
+pub const MAX_UMO_ATOMIC64_DESC_LEN: usize = MAX_LOCK_DESC_LEN;
+/// Entries in one batch call (`MAX_LOCK_BATCH_SIZE`).
+pub const MAX_LOCK_BATCH_SIZE: usize = dlock_core::config::BATCH_MAX;
+/// Servers one process may run (`MAX_NUM_SERVER`).
+pub const MAX_NUM_SERVER: usize = dlock_core::config::SERVERS_MAX;
+/// The TCP port used when none is given (`CONTROL_PORT_CLIENT`).
+pub const DLOCK_DEFAULT_PORT: u16 = dlock_core::config::DEFAULT_PORT;
+/// Largest server id handed out (ids run 1..=this, round-robin).
+pub const DLOCK_SERVER_ID_MAX: c_int = 0xF_FFFF;
+/// `client_heartbeat`'s largest timeout, in seconds.
+pub const DLOCK_HEARTBEAT_TIMEOUT_MAX_S: c_uint = 300;
+/// Counters in `struct debug_stats` (`DEBUG_STATS_MAX`).
+pub const DEBUG_STATS_MAX: usize = Counter::COUNT;
+
+/// `enum dlock_type`.
+pub const DLOCK_ATOMIC: c_uint = 0;
+/// `enum dlock_type`.
+pub const DLOCK_RW: c_uint = 1;
+/// `enum dlock_type`.
+pub const DLOCK_FAIR: c_uint = 2;
+
+/// `enum lock_ops`.
+pub const LOCK_EXCLUSIVE: c_int = 0;
+/// `enum lock_ops`.
+pub const LOCK_SHARED: c_int = 1;
+/// `enum lock_ops`.
+pub const UNLOCK: c_int = 2;
+/// `enum lock_ops`.
+pub const EXTEND_LOCK_EXCLUSIVE: c_int = 3;
+/// `enum lock_ops`.
+pub const EXTEND_LOCK_SHARED: c_int = 4;
+
+/// `enum server_type`: the only kind that can be started.
+pub const SERVER_PRIMARY: c_int = 0;
+
+/// A lock to create or open by name (`get_lock`, `batch_get_lock`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct lock_desc {
+    /// The name: `len` bytes, not NUL-terminated, compared byte for byte.
+    pub p_desc: *const c_char,
+    /// 1..=`MAX_LOCK_DESC_LEN`.
+    pub len: c_uint,
+    /// `DLOCK_ATOMIC`, `DLOCK_RW` or `DLOCK_FAIR`.
+    pub lock_type: c_uint,
+    /// Unused, as in the reference (the lease is per request).
+    pub lease_time: c_uint,
+}
+
+/// One lock operation (`trylock`, `lock`, `lock_extend`, batches, async).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct lock_request {
+    /// From `get_lock`.
+    pub lock_id: c_int,
+    /// An `enum lock_ops` value.
+    pub lock_op: c_int,
+    /// Lease in seconds, relative (the reference's unit); 0 on a trylock reads the cache.
+    pub expire_time: c_uint,
+}
+
+/// Our atomic lock word: `{owner, reserved, expiry tick in ms}`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct atomic_state {
+    /// The holder's client id, 0 when free.
+    pub client_id: i32,
+    /// Zero.
+    pub rsvd: u32,
+    /// Server tick (ms since the server started) after which the grant lapses.
+    pub expiry_ms: u64,
+}
+
+/// Our RW lock word: `{exclusive owner, readers, first acquisition tick}`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct rw_state {
+    /// The exclusive holder's client id; 0 when free or shared.
+    pub client_id: i32,
+    /// Shared holders.
+    pub rcount: u32,
+    /// Server tick of the first acquisition of the current hold; 0 when free.
+    pub since_ms: u64,
+}
+
+/// Our fair lock word: the reference's four ticket counters, then a packed 64-bit word
+/// (`rms` bits 0..16, `rflag` bit 16, `rcnt` bits 17..23, expiry tick in ms bits 24..64).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct fairlock_state {
+    /// Completed exclusive grants.
+    pub n_exclusive: u16,
+    /// Completed shared grants.
+    pub n_shared: u16,
+    /// Next exclusive ticket.
+    pub m_exclusive: u16,
+    /// Next shared ticket.
+    pub m_shared: u16,
+    /// `rms`, `rflag`, `rcnt`, `timeout_ms` (the header's `DLOCK_FAIR_*` macros unpack it).
+    pub ext: u64,
+}
+
+/// A lock word as the server last reported it (what `void *result` points to).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union lock_state {
+    /// Atomic lock view.
+    pub atomic: atomic_state,
+    /// RW lock view.
+    pub rw: rw_state,
+    /// Fair lock view.
+    pub fl: fairlock_state,
+    /// The first eight bytes.
+    pub base: u64,
+    /// The whole word, little-endian.
+    pub raw: [u8; 16],
+}
+
+impl lock_state {
+    /// The view of a 128-bit lock word as the C unions lay it out (little-endian hosts).
+    pub const fn from_word(word: u128) -> lock_state {
+        lock_state {
+            raw: word.to_le_bytes(),
+        }
+    }
+}
+
+impl std::fmt::Debug for lock_state {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // SAFETY: every field is plain old data over the same 16 bytes, so `raw` is always
+        // initialised whichever field was written.
+        let raw = unsafe { self.raw };
+        write!(f, "lock_state({:#034x})", u128::from_le_bytes(raw))
+    }
+}
+
+/// One batch entry's result: the word, the entry's status and the grant's fencing token.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct lock_op_res {
+    /// The lock word (an anonymous union in C: `res.atomic`, `res.rw`, `res.fl`).
+    pub state: lock_state,
+    /// This entry's status.
+    pub op_ret: c_int,
+    /// Zero.
+    pub rsvd: u32,
+    /// The grant's fencing token (0 when the entry holds no grant): stamp protected writes
+    /// with it; it is larger than every token issued before for the lock.
+    pub fence: u64,
+}
+
+/// A `umo_atomic64` object to create or open by name.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct umo_atomic64_desc {
+    /// The name: `len` bytes, not NUL-terminated.
+    pub p_desc: *const c_char,
+    /// 1..=`MAX_UMO_ATOMIC64_DESC_LEN`.
+    pub len: u32,
+    /// Lease in seconds, > 0.
+    pub lease_time: u32,
+}
+
+/// `dclient_lib_init` settings.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct client_cfg {
+    /// Accepted and ignored: logs go to the host's `tracing` subscriber.
+    pub log_level: c_int,
+    /// TCP port for `client_init("ip")`: <= 0 is 21616, else 1024..=65535.
+    pub primary_port: c_int,
+    /// Client lease to ask the server for, in ms (0: the server's).
+    pub lease_ms: c_uint,
+    /// Synchronous request timeout in ms (0: the reference's 5,000).
+    pub timeout_ms: c_uint,
+}
+
+/// The primary server's settings (the reference's `primary_cfg`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct primary_cfg {
+    /// Must be 0 (no replicas, as in the reference).
+    pub num_of_replica: c_uint,
+    /// Clients expected to re-sync after a failover (0: start ready).
+    pub recovery_client_num: c_uint,
+    /// NULL or "": unpinned; else a CPU list ("3", "2-5", "1,4"): the control thread is
+    /// pinned to its first CPU.
+    pub ctrl_cpuset: *const c_char,
+    /// The same for the data (command) thread.
+    pub cmd_cpuset: *const c_char,
+    /// NULL or "": no TCP listener (shared memory only); else the IPv4/IPv6 address to
+    /// listen on.
+    pub server_ip_str: *const c_char,
+    /// TCP port: 0 is 21616, < 0 any free port (see `server_tcp_port`), else 1..=65535.
+    pub server_port: c_int,
+    /// Ignored (no replicas).
+    pub replica_port: c_int,
+    /// C `bool`; must be false.
+    pub replica_enable: u8,
+}
+
+/// `server_start` settings: the reference's fields that mean something here, then dlock's
+/// capacities (0 in any of them: the default).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct server_cfg {
+    /// `SERVER_PRIMARY`.
+    pub r#type: c_int,
+    /// Accepted and ignored: logs go to the host's `tracing` subscriber.
+    pub log_level: c_int,
+    /// C `bool`: park the data thread as soon as it is idle (least CPU); false spins, then
+    /// yields, then parks (adaptive).
+    pub sleep_mode_enable: u8,
+    /// Primary settings.
+    pub primary: primary_cfg,
+    /// Lock slots (default 51,200).
+    pub locks_max: c_uint,
+    /// Registered clients (default 1,000).
+    pub clients_max: c_uint,
+    /// `umo_atomic64` objects (default 102,400).
+    pub objects_max: c_uint,
+    /// A silent client is declared dead after this many ms (default 5,000; at least 100).
+    pub client_lease_ms: c_uint,
+    /// Server incarnation, 1..=65535 (default 1): a replacement server needs a larger one.
+    pub epoch: c_uint,
+    /// NULL: anonymous region (clients in this process only); else `/dev/shm/<name>`.
+    pub shm_name: *const c_char,
+}
+
+/// Server (or client) counters, indexed by `enum debug_stats_code`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct debug_stats {
+    /// One `u64` per counter.
+    pub stats: [u64; DEBUG_STATS_MAX],
+}
+
+const _: () = assert!(size_of::<lock_request>() == 12);
+const _: () = assert!(size_of::<atomic_state>() == 16);
+const _: () = assert!(size_of::<rw_state>() == 16);
+const _: () = assert!(size_of::<fairlock_state>() == 16);
+const _: () = assert!(size_of::<lock_state>() == 16);
+const _: () = assert!(align_of::<lock_state>() == 8);
+const _: () = assert!(size_of::<lock_op_res>() == 32);
+const _: () = assert!(size_of::<debug_stats>() == 8 * DEBUG_STATS_MAX);
+// A lock word is what `lock_state` holds.
+const _: () = assert!(size_of::<lock_state>() == size_of::<u128>());

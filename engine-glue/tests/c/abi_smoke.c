@@ -1,0 +1,539 @@
+/*
+ * abi_smoke.c: drives dlock through include/dlock.h the way a C storage engine would.
+ *
+ * Built and run by engine-glue/tests/c_abi.rs against libdlock_engine_glue.a:
+ *   abi_smoke          runs every check; exit status 0 only if all passed, and each failure
+ *                      is printed with its line, the expression and the values seen.
+ *   abi_smoke layout   prints the size of every struct and the offset of every field, as
+ *                      this compiler lays them out, for the Rust test to compare.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dlock.h"
+
+static int failures;
+static int checks;
+
+#define CHECK(cond)                                                              \
+    do {                                                                         \
+        checks++;                                                                \
+        if (!(cond)) {                                                           \
+            failures++;                                                          \
+            fprintf(stderr, "abi_smoke.c:%d: check failed: %s\n", __LINE__, #cond); \
+        }                                                                        \
+    } while (0)
+
+/* A call's return compared with an expected code; prints both on a mismatch. */
+#define EXPECT(call, want)                                                            \
+    do {                                                                              \
+        long long got_ = (long long)(call);                                           \
+        long long want_ = (long long)(want);                                          \
+        checks++;                                                                     \
+        if (got_ != want_) {                                                          \
+            failures++;                                                               \
+            fprintf(stderr, "abi_smoke.c:%d: %s returned %#llx, expected %s (%#llx)\n", \
+                    __LINE__, #call, got_, #want, want_);                             \
+        }                                                                             \
+    } while (0)
+
+#define LAYOUT_SIZE(t) printf("size %s %zu\n", #t, sizeof(t))
+#define LAYOUT_FIELD(t, f) printf("field %s.%s %zu\n", #t, #f, offsetof(t, f))
+
+static int print_layout(void)
+{
+    LAYOUT_SIZE(struct lock_desc);
+    LAYOUT_FIELD(struct lock_desc, p_desc);
+    LAYOUT_FIELD(struct lock_desc, len);
+    LAYOUT_FIELD(struct lock_desc, lock_type);
+    LAYOUT_FIELD(struct lock_desc, lease_time);
+    LAYOUT_SIZE(struct lock_request);
+    LAYOUT_FIELD(struct lock_request, lock_id);
+    LAYOUT_FIELD(struct lock_request, lock_op);
+    LAYOUT_FIELD(struct lock_request, expire_time);
+    LAYOUT_SIZE(atomic_state);
+    LAYOUT_FIELD(atomic_state, client_id);
+    LAYOUT_FIELD(atomic_state, rsvd);
+    LAYOUT_FIELD(atomic_state, expiry_ms);
+    LAYOUT_SIZE(rw_state);
+    LAYOUT_FIELD(rw_state, client_id);
+    LAYOUT_FIELD(rw_state, rcount);
+    LAYOUT_FIELD(rw_state, since_ms);
+    LAYOUT_SIZE(fairlock_state);
+    LAYOUT_FIELD(fairlock_state, n_exclusive);
+    LAYOUT_FIELD(fairlock_state, n_shared);
+    LAYOUT_FIELD(fairlock_state, m_exclusive);
+    LAYOUT_FIELD(fairlock_state, m_shared);
+    LAYOUT_FIELD(fairlock_state, ext);
+    LAYOUT_SIZE(lock_state);
+    LAYOUT_SIZE(struct lock_op_res);
+    /* The anonymous union is the Rust field `state`. */
+    printf("field struct lock_op_res.state %zu\n", offsetof(struct lock_op_res, atomic));
+    LAYOUT_FIELD(struct lock_op_res, op_ret);
+    LAYOUT_FIELD(struct lock_op_res, rsvd);
+    LAYOUT_FIELD(struct lock_op_res, fence);
+    LAYOUT_SIZE(struct umo_atomic64_desc);
+    LAYOUT_FIELD(struct umo_atomic64_desc, p_desc);
+    LAYOUT_FIELD(struct umo_atomic64_desc, len);
+    LAYOUT_FIELD(struct umo_atomic64_desc, lease_time);
+    LAYOUT_SIZE(struct client_cfg);
+    LAYOUT_FIELD(struct client_cfg, log_level);
+    LAYOUT_FIELD(struct client_cfg, primary_port);
+    LAYOUT_FIELD(struct client_cfg, lease_ms);
+    LAYOUT_FIELD(struct client_cfg, timeout_ms);
+    LAYOUT_SIZE(struct primary_cfg);
+    LAYOUT_FIELD(struct primary_cfg, num_of_replica);
+    LAYOUT_FIELD(struct primary_cfg, recovery_client_num);
+    LAYOUT_FIELD(struct primary_cfg, ctrl_cpuset);
+    LAYOUT_FIELD(struct primary_cfg, cmd_cpuset);
+    LAYOUT_FIELD(struct primary_cfg, server_ip_str);
+    LAYOUT_FIELD(struct primary_cfg, server_port);
+    LAYOUT_FIELD(struct primary_cfg, replica_port);
+    LAYOUT_FIELD(struct primary_cfg, replica_enable);
+    LAYOUT_SIZE(struct server_cfg);
+    LAYOUT_FIELD(struct server_cfg, type);
+    LAYOUT_FIELD(struct server_cfg, log_level);
+    LAYOUT_FIELD(struct server_cfg, sleep_mode_enable);
+    LAYOUT_FIELD(struct server_cfg, primary);
+    LAYOUT_FIELD(struct server_cfg, locks_max);
+    LAYOUT_FIELD(struct server_cfg, clients_max);
+    LAYOUT_FIELD(struct server_cfg, objects_max);
+    LAYOUT_FIELD(struct server_cfg, client_lease_ms);
+    LAYOUT_FIELD(struct server_cfg, epoch);
+    LAYOUT_FIELD(struct server_cfg, shm_name);
+    LAYOUT_SIZE(struct debug_stats);
+    LAYOUT_FIELD(struct debug_stats, stats);
+    return 0;
+}
+
+static struct lock_desc desc(const char *name, unsigned type)
+{
+    struct lock_desc d = {name, (unsigned)strlen(name), type, 0};
+    return d;
+}
+
+static struct lock_request req(int lock_id, int op, unsigned expire_s)
+{
+    struct lock_request r = {lock_id, op, expire_s};
+    return r;
+}
+
+static struct server_cfg small_server(void)
+{
+    struct server_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.type = SERVER_PRIMARY;
+    cfg.sleep_mode_enable = true;
+    cfg.locks_max = 1024;
+    cfg.clients_max = 16;
+    cfg.objects_max = 16;
+    return cfg;
+}
+
+/* Atomic lock: exclusive, re-entrant, refused to the other client, tokens grow. */
+static void atomic_lock(int c1, int c2)
+{
+    struct lock_desc d = desc("orders/atomic", DLOCK_ATOMIC);
+    int id1 = 0, id2 = 0;
+    EXPECT(get_lock(c1, &d, &id1), DLOCK_SUCCESS);
+    EXPECT(get_lock(c2, &d, &id2), DLOCK_SUCCESS);
+    CHECK(id1 > 0 && id1 == id2);
+
+    lock_state st;
+    struct lock_request r1 = req(id1, LOCK_EXCLUSIVE, 5);
+    EXPECT(trylock(c1, &r1, &st), DLOCK_SUCCESS);
+    CHECK(st.atomic.client_id == c1);
+    uint64_t fence1 = 0, fence2 = 0;
+    EXPECT(lock_fence(c1, id1, &fence1), DLOCK_SUCCESS);
+    CHECK(fence1 > 0);
+
+    memset(&st, 0, sizeof st);
+    EXPECT(trylock(c2, &r1, &st), DLOCK_FAIL);
+    CHECK(st.atomic.client_id == c1); /* the word that refused */
+    EXPECT(trylock(c1, &r1, &st), DLOCK_ALREADY_LOCKED);
+    EXPECT(unlock(c1, id1, &st), DLOCK_ALREADY_LOCKED);
+    EXPECT(unlock(c1, id1, &st), DLOCK_SUCCESS);
+    EXPECT(lock_fence(c1, id1, &fence1), DLOCK_ALREADY_UNLOCKED);
+    EXPECT(unlock(c1, id1, &st), DLOCK_ALREADY_UNLOCKED);
+
+    EXPECT(lock(c2, &r1, &st), DLOCK_SUCCESS);
+    EXPECT(lock_fence(c2, id1, &fence2), DLOCK_SUCCESS);
+    CHECK(fence2 > fence1);
+    struct lock_request ext = req(id1, EXTEND_LOCK_EXCLUSIVE, 10);
+    EXPECT(lock_extend(c2, &ext, &st), DLOCK_SUCCESS);
+    CHECK(st.atomic.client_id == c2);
+    EXPECT(unlock(c2, id1, &st), DLOCK_SUCCESS);
+
+    /* The same through the async pair. */
+    EXPECT(lock_request_async(c1, &r1), DLOCK_SUCCESS);
+    EXPECT(lock_request_async(c1, &r1), DLOCK_EASYNC);
+    int rc;
+    do {
+        rc = lock_result_check(c1, &st);
+    } while (rc == DLOCK_ASYNC_AGAIN);
+    EXPECT(rc, DLOCK_SUCCESS);
+    CHECK(st.atomic.client_id == c1);
+    EXPECT(lock_result_check(c1, &st), DLOCK_NO_ASYNC);
+    EXPECT(release_lock(c1, id1), DLOCK_FAIL); /* still held */
+    EXPECT(unlock(c1, id1, &st), DLOCK_SUCCESS);
+
+    /* lock() waits on the server: c1's 1 s lease runs out and c2 is granted. */
+    struct lock_request short_lease = req(id1, LOCK_EXCLUSIVE, 1);
+    EXPECT(trylock(c1, &short_lease, &st), DLOCK_SUCCESS);
+    EXPECT(lock(c2, &r1, &st), DLOCK_SUCCESS);
+    CHECK(st.atomic.client_id == c2);
+    EXPECT(unlock(c1, id1, &st), DLOCK_FAIL); /* c1's grant is gone */
+    CHECK(st.atomic.client_id == c2);
+    EXPECT(unlock(c2, id1, &st), DLOCK_SUCCESS);
+    EXPECT(release_lock(c1, id1), DLOCK_SUCCESS);
+    EXPECT(release_lock(c2, id2), DLOCK_SUCCESS);
+}
+
+/* RW lock: shared by both clients, then exclusive for one. */
+static void rw_lock(int c1, int c2)
+{
+    struct lock_desc d = desc("orders/rg-17", DLOCK_RW);
+    int id = 0, id2 = 0;
+    EXPECT(get_lock(c1, &d, &id), DLOCK_SUCCESS);
+    EXPECT(get_lock(c2, &d, &id2), DLOCK_SUCCESS);
+    lock_state st;
+    struct lock_request sh = req(id, LOCK_SHARED, 5);
+    struct lock_request ex = req(id, LOCK_EXCLUSIVE, 5);
+    EXPECT(trylock(c1, &sh, &st), DLOCK_SUCCESS);
+    EXPECT(trylock(c2, &sh, &st), DLOCK_SUCCESS);
+    CHECK(st.rw.rcount == 2 && st.rw.client_id == 0);
+    struct lock_request ext = req(id, EXTEND_LOCK_SHARED, 5);
+    EXPECT(lock_extend(c1, &ext, &st), DLOCK_EINVAL); /* RW locks do not expire */
+    EXPECT(unlock(c1, id, &st), DLOCK_SUCCESS);
+    EXPECT(unlock(c2, id, &st), DLOCK_SUCCESS);
+    EXPECT(trylock(c1, &ex, &st), DLOCK_SUCCESS);
+    CHECK(st.rw.client_id == c1);
+    EXPECT(trylock(c2, &sh, &st), DLOCK_FAIL);
+    EXPECT(unlock(c1, id, &st), DLOCK_SUCCESS);
+    EXPECT(release_lock(c1, id), DLOCK_SUCCESS);
+    EXPECT(release_lock(c2, id), DLOCK_SUCCESS);
+}
+
+/* Fair lock: FIFO tickets, a queued waiter granted by lock(), shared readers counted. */
+static void fair_lock(int c1, int c2)
+{
+    struct lock_desc d = desc("orders/fair", DLOCK_FAIR);
+    int id = 0, id2 = 0;
+    EXPECT(get_lock(c1, &d, &id), DLOCK_SUCCESS);
+    EXPECT(get_lock(c2, &d, &id2), DLOCK_SUCCESS);
+    lock_state st;
+    struct lock_request ex = req(id, LOCK_EXCLUSIVE, 5);
+    struct lock_request sh = req(id, LOCK_SHARED, 5);
+    EXPECT(trylock(c1, &ex, &st), DLOCK_SUCCESS);
+    EXPECT(trylock(c2, &ex, &st), DLOCK_EAGAIN); /* queued behind c1 */
+    EXPECT(trylock(c2, &sh, &st), DLOCK_ETICKET);
+    EXPECT(release_lock(c2, id), DLOCK_TICKET_TO_UNLOCK);
+    EXPECT(unlock(c1, id, &st), DLOCK_SUCCESS);
+    EXPECT(lock(c2, &ex, &st), DLOCK_SUCCESS); /* its ticket's turn */
+    uint64_t fence = 0;
+    EXPECT(lock_fence(c2, id, &fence), DLOCK_SUCCESS);
+    CHECK(fence > 0);
+    EXPECT(unlock(c2, id, &st), DLOCK_SUCCESS);
+
+    EXPECT(trylock(c1, &sh, &st), DLOCK_SUCCESS);
+    EXPECT(trylock(c2, &sh, &st), DLOCK_SUCCESS);
+    CHECK(DLOCK_FAIR_RCNT(st.fl.ext) == 2);
+    CHECK(DLOCK_FAIR_TIMEOUT_MS(st.fl.ext) > 0);
+    struct lock_request ext = req(id, EXTEND_LOCK_SHARED, 10);
+    EXPECT(lock_extend(c1, &ext, &st), DLOCK_SUCCESS);
+    EXPECT(unlock(c1, id, &st), DLOCK_SUCCESS);
+    EXPECT(unlock(c2, id, &st), DLOCK_SUCCESS);
+    EXPECT(release_lock(c1, id), DLOCK_SUCCESS);
+    EXPECT(release_lock(c2, id), DLOCK_SUCCESS);
+}
+
+/* A full batch of 31 keys: get, trylock (one client wins them all), extend, unlock, release. */
+static void batch(int c1, int c2)
+{
+    char names[MAX_LOCK_BATCH_SIZE][16];
+    struct lock_desc descs[MAX_LOCK_BATCH_SIZE];
+    int ids[MAX_LOCK_BATCH_SIZE], ids2[MAX_LOCK_BATCH_SIZE];
+    struct lock_request reqs[MAX_LOCK_BATCH_SIZE];
+    struct lock_op_res res[MAX_LOCK_BATCH_SIZE];
+    for (int i = 0; i < MAX_LOCK_BATCH_SIZE; i++) {
+        snprintf(names[i], sizeof names[i], "rows/%02d", i);
+        descs[i] = desc(names[i], DLOCK_ATOMIC);
+    }
+    EXPECT(batch_get_lock(c1, MAX_LOCK_BATCH_SIZE, descs, ids), DLOCK_SUCCESS);
+    EXPECT(batch_get_lock(c2, MAX_LOCK_BATCH_SIZE, descs, ids2), DLOCK_SUCCESS);
+    for (int i = 0; i < MAX_LOCK_BATCH_SIZE; i++) {
+        CHECK(ids[i] > 0 && ids[i] == ids2[i]);
+        reqs[i] = req(ids[i], LOCK_EXCLUSIVE, 5);
+    }
+    EXPECT(batch_trylock(c1, MAX_LOCK_BATCH_SIZE, reqs, res), DLOCK_SUCCESS);
+    for (int i = 0; i < MAX_LOCK_BATCH_SIZE; i++) {
+        EXPECT(res[i].op_ret, DLOCK_SUCCESS);
+        CHECK(res[i].fence > 0 && res[i].atomic.client_id == c1);
+    }
+    EXPECT(batch_trylock(c2, MAX_LOCK_BATCH_SIZE, reqs, res), DLOCK_SUCCESS);
+    for (int i = 0; i < MAX_LOCK_BATCH_SIZE; i++) {
+        EXPECT(res[i].op_ret, DLOCK_FAIL);
+        CHECK(res[i].fence == 0 && res[i].atomic.client_id == c1);
+    }
+    for (int i = 0; i < MAX_LOCK_BATCH_SIZE; i++)
+        reqs[i].lock_op = EXTEND_LOCK_EXCLUSIVE;
+    reqs[3].expire_time = 9; /* a second expiry: a second message */
+    EXPECT(batch_lock_extend(c1, MAX_LOCK_BATCH_SIZE, reqs, res), DLOCK_SUCCESS);
+    for (int i = 0; i < MAX_LOCK_BATCH_SIZE; i++)
+        EXPECT(res[i].op_ret, DLOCK_SUCCESS);
+    EXPECT(batch_unlock(c1, MAX_LOCK_BATCH_SIZE, ids, res), DLOCK_SUCCESS);
+    for (int i = 0; i < MAX_LOCK_BATCH_SIZE; i++)
+        EXPECT(res[i].op_ret, DLOCK_SUCCESS);
+
+    /* One bad entry fails alone. */
+    for (int i = 0; i < 3; i++)
+        reqs[i] = req(ids[i], LOCK_EXCLUSIVE, 5);
+    reqs[1].lock_op = 7;
+    reqs[2].lock_id = 0;
+    EXPECT(batch_trylock(c2, 3, reqs, res), DLOCK_SUCCESS);
+    EXPECT(res[0].op_ret, DLOCK_SUCCESS);
+    EXPECT(res[1].op_ret, DLOCK_EINVAL);
+    EXPECT(res[2].op_ret, DLOCK_LOCK_NOT_GET);
+    EXPECT(batch_unlock(c2, 1, ids, res), DLOCK_SUCCESS);
+    EXPECT(res[0].op_ret, DLOCK_SUCCESS);
+
+    int keep = ids[0];
+    EXPECT(batch_release_lock(c1, MAX_LOCK_BATCH_SIZE, ids), DLOCK_SUCCESS);
+    CHECK(ids[0] == keep); /* released ids are left as they were */
+    ids2[0] = 0x7ffffff0; /* never issued to c2: zeroed */
+    EXPECT(batch_release_lock(c2, MAX_LOCK_BATCH_SIZE, ids2), DLOCK_SUCCESS);
+    CHECK(ids2[0] == 0 && ids2[1] > 0);
+}
+
+/* Transaction ids: 1,000 fetch-and-adds from two clients are unique and increasing. */
+static void xids(int c1, int c2)
+{
+    struct umo_atomic64_desc d = {"xid", 3, 60};
+    int obj = 0, o1 = 0, o2 = 0;
+    EXPECT(umo_atomic64_create(c1, &d, 100, &obj), DLOCK_SUCCESS);
+    EXPECT(umo_atomic64_create(c1, &d, 100, &obj), DLOCK_OBJECT_ALREADY_CREATED);
+    EXPECT(umo_atomic64_get(c1, &d, &o1), DLOCK_SUCCESS);
+    EXPECT(umo_atomic64_get(c2, &d, &o2), DLOCK_SUCCESS);
+    CHECK(o1 == obj && o2 == obj);
+    uint64_t prev = 0;
+    int increasing = 1;
+    for (int i = 0; i < 1000; i++) {
+        uint64_t xid = 0;
+        EXPECT(umo_atomic64_faa(i % 2 ? c2 : c1, obj, 1, &xid), DLOCK_SUCCESS);
+        if (xid != 100 + (uint64_t)i || (i > 0 && xid <= prev))
+            increasing = 0;
+        prev = xid;
+    }
+    CHECK(increasing);
+    uint64_t v = 0;
+    EXPECT(umo_atomic64_get_snapshot(c2, obj, &v), DLOCK_SUCCESS);
+    CHECK(v == 1100);
+
+    EXPECT(umo_atomic64_cas(c1, obj, 1100, 5000), DLOCK_SUCCESS);
+    EXPECT(umo_atomic64_cas(c2, obj, 1100, 6000), DLOCK_OBJECT_CAS_FAILED);
+    uint64_t seen = 0;
+    EXPECT(umo_atomic64_cas_value(c2, obj, 1100, 6000, &seen), DLOCK_OBJECT_CAS_FAILED);
+    CHECK(seen == 5000);
+    EXPECT(umo_atomic64_cas_value(c2, obj, 5000, 6000, &seen), DLOCK_SUCCESS);
+    CHECK(seen == 5000);
+    EXPECT(umo_atomic64_get_snapshot(c1, obj, &v), DLOCK_SUCCESS);
+    CHECK(v == 6000);
+
+    EXPECT(umo_atomic64_release(c2, obj), DLOCK_SUCCESS);
+    EXPECT(umo_atomic64_faa(c2, obj, 1, &v), DLOCK_OBJECT_NOT_GET);
+    EXPECT(umo_atomic64_destroy(c2, obj), DLOCK_OBJECT_INVALID_OWNER);
+    EXPECT(umo_atomic64_release(c1, obj), DLOCK_SUCCESS);
+    EXPECT(umo_atomic64_destroy(c1, obj), DLOCK_SUCCESS);
+}
+
+/* Bad input gets a code, never a crash. */
+static void bad_input(int sid, int c1, int c2)
+{
+    lock_state st;
+    struct lock_desc d = desc("orders/bad", DLOCK_ATOMIC);
+    int id = 0;
+    EXPECT(get_lock(c1, &d, &id), DLOCK_SUCCESS);
+    struct lock_request r = req(id, LOCK_EXCLUSIVE, 5);
+
+    EXPECT(trylock(c1, NULL, &st), DLOCK_EINVAL);
+    EXPECT(trylock(c1, &r, NULL), DLOCK_EINVAL);
+    EXPECT(get_lock(c1, NULL, &id), DLOCK_EINVAL);
+    EXPECT(get_lock(c1, &d, NULL), DLOCK_EINVAL);
+    struct lock_request bad_op = req(id, 9, 5);
+    EXPECT(trylock(c1, &bad_op, &st), DLOCK_EINVAL);
+    EXPECT(unlock(c1, 0, &st), DLOCK_LOCK_NOT_GET);
+    EXPECT(unlock(c1, -5, &st), DLOCK_LOCK_NOT_GET);
+
+    static char long_name[MAX_LOCK_DESC_LEN + 1];
+    memset(long_name, 'k', sizeof long_name);
+    struct lock_desc too_long = {long_name, MAX_LOCK_DESC_LEN + 1, DLOCK_RW, 0};
+    EXPECT(get_lock(c1, &too_long, &id), DLOCK_EINVAL);
+    struct lock_desc longest = {long_name, MAX_LOCK_DESC_LEN, DLOCK_RW, 0};
+    int longest_id = 0;
+    EXPECT(get_lock(c1, &longest, &longest_id), DLOCK_SUCCESS);
+    struct lock_desc empty = {long_name, 0, DLOCK_RW, 0};
+    EXPECT(get_lock(c1, &empty, &id), DLOCK_EINVAL);
+    struct lock_desc no_name = {NULL, 4, DLOCK_RW, 0};
+    EXPECT(get_lock(c1, &no_name, &id), DLOCK_EINVAL);
+    struct lock_desc bad_type = desc("orders/x", 9);
+    EXPECT(get_lock(c1, &bad_type, &id), DLOCK_EINVAL);
+
+    struct lock_request reqs[MAX_LOCK_BATCH_SIZE + 1];
+    struct lock_op_res res[MAX_LOCK_BATCH_SIZE + 1];
+    struct lock_desc descs[MAX_LOCK_BATCH_SIZE + 1];
+    int ids[MAX_LOCK_BATCH_SIZE + 1];
+    for (int i = 0; i <= MAX_LOCK_BATCH_SIZE; i++) {
+        reqs[i] = r;
+        descs[i] = d;
+        ids[i] = r.lock_id;
+    }
+    EXPECT(batch_trylock(c1, MAX_LOCK_BATCH_SIZE + 1, reqs, res), DLOCK_EINVAL);
+    EXPECT(batch_trylock(c1, 0, reqs, res), DLOCK_EINVAL);
+    EXPECT(batch_trylock(c1, 1, NULL, res), DLOCK_EINVAL);
+    EXPECT(batch_trylock(c1, 1, reqs, NULL), DLOCK_EINVAL);
+    EXPECT(batch_unlock(c1, MAX_LOCK_BATCH_SIZE + 1, ids, res), DLOCK_EINVAL);
+    EXPECT(batch_lock_extend(c1, MAX_LOCK_BATCH_SIZE + 1, reqs, res), DLOCK_EINVAL);
+    EXPECT(batch_get_lock(c1, MAX_LOCK_BATCH_SIZE + 1, descs, ids), DLOCK_EINVAL);
+    EXPECT(batch_release_lock(c1, MAX_LOCK_BATCH_SIZE + 1, ids), DLOCK_EINVAL);
+    descs[5] = too_long;
+    EXPECT(batch_get_lock(c1, MAX_LOCK_BATCH_SIZE, descs, ids), DLOCK_EINVAL);
+
+    int unknown = 0x7ffffff1;
+    if (unknown == c1 || unknown == c2)
+        unknown--;
+    EXPECT(trylock(unknown, &r, &st), DLOCK_CLIENT_NOT_INIT);
+    EXPECT(get_lock(unknown, &d, &id), DLOCK_CLIENT_NOT_INIT);
+    EXPECT(umo_atomic64_faa(unknown, 1, 1, NULL), DLOCK_EINVAL);
+    uint64_t v;
+    EXPECT(umo_atomic64_faa(unknown, 1 << 20, 1, &v), DLOCK_CLIENT_NOT_INIT);
+    EXPECT(umo_atomic64_faa(c1, 1 << 20, 1, &v), DLOCK_OBJECT_NOT_GET);
+    EXPECT(umo_atomic64_faa(c1, -1, 1, &v), DLOCK_OBJECT_NOT_GET);
+    struct umo_atomic64_desc no_lease = {"x", 1, 0};
+    EXPECT(umo_atomic64_create(c1, &no_lease, 0, &id), DLOCK_EINVAL);
+    EXPECT(umo_atomic64_cas_value(c1, 1, 0, 0, NULL), DLOCK_EINVAL);
+    EXPECT(client_heartbeat(unknown, 5), DLOCK_EINVAL);
+    EXPECT(client_heartbeat(c1, 0), DLOCK_EINVAL);
+    EXPECT(client_heartbeat(c1, DLOCK_HEARTBEAT_TIMEOUT_MAX_S + 1), DLOCK_EINVAL);
+    EXPECT(client_heartbeat(c1, 5), DLOCK_SUCCESS);
+    EXPECT(client_deinit(unknown), DLOCK_CLIENT_NOT_INIT);
+    EXPECT(lock_result_check(c1, NULL), DLOCK_EINVAL);
+    EXPECT(lock_fence(c1, id, NULL), DLOCK_EINVAL);
+    EXPECT(client_init(NULL, NULL), DLOCK_EINVAL);
+    EXPECT(client_init(&id, "db-host-7"), DLOCK_EINVAL);
+    EXPECT(client_reinit(c1, "10.1.2.3"), DLOCK_EINVAL); /* not where it registered */
+
+    EXPECT(server_stop(DLOCK_SERVER_ID_MAX + 1), -1);
+    EXPECT(get_server_debug_stats(sid, NULL), DLOCK_EINVAL);
+    EXPECT(get_server_debug_stats(DLOCK_SERVER_ID_MAX + 1, NULL), DLOCK_EINVAL);
+    struct debug_stats ds;
+    EXPECT(get_server_debug_stats(DLOCK_SERVER_ID_MAX + 1, &ds), -1);
+    EXPECT(server_start(NULL, &id), DLOCK_EINVAL);
+    struct server_cfg cfg = small_server();
+    EXPECT(server_start(&cfg, NULL), DLOCK_EINVAL);
+    cfg.primary.replica_enable = true;
+    EXPECT(server_start(&cfg, &id), DLOCK_EINVAL);
+    cfg = small_server();
+    cfg.epoch = 70000;
+    EXPECT(server_start(&cfg, &id), DLOCK_EINVAL);
+    cfg = small_server();
+    cfg.primary.cmd_cpuset = "two";
+    EXPECT(server_start(&cfg, &id), DLOCK_EINVAL);
+    EXPECT(release_lock(c1, longest_id), DLOCK_SUCCESS);
+}
+
+/* A second server with a TCP listener, reached by address. */
+static void tcp(void)
+{
+    struct server_cfg cfg = small_server();
+    cfg.primary.server_ip_str = "127.0.0.1";
+    cfg.primary.server_port = -1; /* any free port */
+    int sid = 0, port = 0, c = 0, other = 0;
+    EXPECT(server_start(&cfg, &sid), DLOCK_SUCCESS);
+    EXPECT(server_tcp_port(sid, &port), DLOCK_SUCCESS);
+    CHECK(port > 0);
+    EXPECT(client_init(&other, NULL), DLOCK_EINVAL); /* two servers: which one? */
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    EXPECT(client_init(&c, addr), DLOCK_SUCCESS);
+    struct lock_desc d = desc("tcp/lock", DLOCK_FAIR);
+    int id = 0;
+    EXPECT(get_lock(c, &d, &id), DLOCK_SUCCESS);
+    struct lock_request r = req(id, LOCK_EXCLUSIVE, 5);
+    lock_state st;
+    EXPECT(trylock(c, &r, &st), DLOCK_SUCCESS);
+    EXPECT(unlock(c, id, &st), DLOCK_SUCCESS);
+    EXPECT(client_reinit(c, addr), DLOCK_SUCCESS);
+    EXPECT(client_deinit(c), DLOCK_SUCCESS);
+    EXPECT(server_stop(sid), DLOCK_SUCCESS);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "layout") == 0)
+        return print_layout();
+
+    int c1 = 0, c2 = 0, sid = 0;
+    struct client_cfg ccfg = {0, 0, 0, 0};
+    EXPECT(client_init(&c1, NULL), DLOCK_CLIENTMGR_NOT_INIT);
+    struct server_cfg cfg = small_server();
+    EXPECT(server_start(&cfg, &sid), -1); /* before dserver_lib_init */
+    EXPECT(dserver_lib_init(0), -1);
+    EXPECT(dserver_lib_init(MAX_NUM_SERVER + 1), -1);
+    EXPECT(dserver_lib_init(2), DLOCK_SUCCESS);
+    EXPECT(dserver_lib_init(2), -1);
+    EXPECT(dclient_lib_init(NULL), DLOCK_EINVAL);
+    EXPECT(dclient_lib_init(&ccfg), DLOCK_SUCCESS);
+    EXPECT(client_init(&c1, NULL), DLOCK_NOT_READY); /* no server yet */
+
+    EXPECT(server_start(&cfg, &sid), DLOCK_SUCCESS);
+    CHECK(sid >= 1 && sid <= DLOCK_SERVER_ID_MAX);
+    EXPECT(client_init(&c1, NULL), DLOCK_SUCCESS);
+    EXPECT(client_init(&c2, ""), DLOCK_SUCCESS);
+    CHECK(c1 > 0 && c2 > 0 && c1 != c2);
+
+    atomic_lock(c1, c2);
+    rw_lock(c1, c2);
+    fair_lock(c1, c2);
+    batch(c1, c2);
+    xids(c1, c2);
+    bad_input(sid, c1, c2);
+    tcp();
+
+    struct debug_stats ds;
+    EXPECT(get_server_debug_stats(sid, &ds), DLOCK_SUCCESS);
+    CHECK(ds.stats[DEBUG_STATS_GRANTS] >= 40);
+    CHECK(ds.stats[DEBUG_STATS_CLIENTS_REGISTERED] >= 2);
+    CHECK(ds.stats[DEBUG_STATS_FAIL] >= 31);
+    CHECK(ds.stats[DEBUG_STATS_WAITS] >= 1);
+    EXPECT(clear_server_debug_stats(sid), DLOCK_SUCCESS);
+    EXPECT(get_server_debug_stats(sid, &ds), DLOCK_SUCCESS);
+    CHECK(ds.stats[DEBUG_STATS_GRANTS] == 0 && ds.stats[DEBUG_STATS_FAIL] == 0);
+    EXPECT(get_client_debug_stats(c2, &ds), DLOCK_SUCCESS);
+    CHECK(ds.stats[DEBUG_STATS_FAIL] >= 2);
+    EXPECT(clear_client_debug_stats(c2), DLOCK_SUCCESS);
+    EXPECT(get_client_debug_stats(c2, &ds), DLOCK_SUCCESS);
+    CHECK(ds.stats[DEBUG_STATS_FAIL] == 0);
+
+    EXPECT(client_deinit(c1), DLOCK_SUCCESS);
+    EXPECT(client_deinit(c1), DLOCK_CLIENT_NOT_INIT);
+    struct lock_request r = req(1, LOCK_EXCLUSIVE, 5);
+    lock_state st;
+    EXPECT(trylock(c1, &r, &st), DLOCK_CLIENT_NOT_INIT);
+    dclient_lib_deinit(); /* deregisters c2 */
+    EXPECT(trylock(c2, &r, &st), DLOCK_CLIENTMGR_NOT_INIT);
+    EXPECT(server_stop(sid), DLOCK_SUCCESS);
+    EXPECT(server_stop(sid), -1);
+    dserver_lib_deinit();
+    EXPECT(dserver_lib_init(1), DLOCK_SUCCESS); /* usable again after deinit */
+    dserver_lib_deinit();
+
+    if (failures) {
+        fprintf(stderr, "abi_smoke: %d of %d checks failed\n", failures, checks);
+        return 1;
+    }
+    printf("abi_smoke: all %d checks passed\n", checks);
+    return 0;
+}
