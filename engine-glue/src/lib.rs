@@ -33,6 +33,7 @@
 pub mod embedded;
 /// The C ABI (`include/dlock.h`): the reference's `dlock_server_api.h` and `dlock_client_api.h`.
 pub mod ffi;
+pub mod rowgroup;
 
 pub use dlock_core;
 pub use dlock_transport;

@@ -1,0 +1,293 @@
+//! One [`super::Txn::acquire`] call: plan (sort, merge, re-entrancy), resolve names, take the
+//! keys in order batch by batch, wait for a busy key alone.
+
+use std::time::{Duration, Instant};
+
+use dlock_core::config::BATCH_MAX;
+use dlock_core::{LockId, LockKind, Mode, Status};
+use dlock_transport::client::Grant;
+
+use super::{AcquireOptions, Held, RowGroup, RowGroupLocks};
+
+/// Fills unused slots of fixed request arrays; never sent.
+pub(super) const NO_LOCK: LockId = LockId::new(0, 1);
+
+/// The longest wait the client's `lock()` can express (its `wait_ms` is 32 bits); longer waits
+/// are cut to it, which also keeps `Instant + wait` from overflowing.
+const WAIT_MAX: Duration = Duration::from_millis(u32::MAX as u64);
+
+/// A key the current call must take.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Want {
+    key: RowGroup,
+    mode: Mode,
+    /// Filled by `resolve`.
+    id: Option<LockId>,
+}
+
+impl Want {
+    fn id(&self) -> LockId {
+        self.id.expect("resolve fills every id before take")
+    }
+}
+
+/// Sorts a key's requests exclusive first, so merging keeps the stronger mode.
+fn strength(m: Mode) -> u8 {
+    match m {
+        Mode::Exclusive => 0,
+        Mode::Shared => 1,
+    }
+}
+
+impl RowGroupLocks {
+    pub(super) fn acquire(
+        &mut self,
+        requests: &[(RowGroup, Mode)],
+        opts: AcquireOptions,
+    ) -> Result<(), Status> {
+        self.health()?;
+        self.plan(requests)?;
+        if self.todo.is_empty() {
+            return Ok(());
+        }
+        self.resolve()?;
+        // Keys below the largest key held before this call are out of order: never waited for.
+        let floor = self.held.last().map(|h| h.key);
+        let first_new = self.held.len();
+        let wait = opts.wait.min(WAIT_MAX);
+        let deadline = Instant::now() + wait;
+        let taken = self.take(floor, deadline, AcquireOptions { wait, ..opts });
+        if taken.is_err() && opts.all_or_nothing {
+            // A failure here is fatal and already reported as a loss; the call's error stands.
+            let _ = self.release_from(first_new);
+        }
+        // This call's keys were appended in order, but may sort before earlier calls' keys.
+        self.held.sort_unstable_by_key(|h| h.key);
+        taken
+    }
+
+    /// Fills `todo` with the keys not held yet, sorted and merged; `Einval` (nothing taken) for
+    /// an upgrade of a key held shared.
+    fn plan(&mut self, requests: &[(RowGroup, Mode)]) -> Result<(), Status> {
+        self.todo.clear();
+        self.todo.extend(requests.iter().map(|&(key, mode)| Want {
+            key,
+            mode,
+            id: None,
+        }));
+        self.todo
+            .sort_unstable_by_key(|w| (w.key, strength(w.mode)));
+        self.todo.dedup_by_key(|w| w.key);
+        for w in &self.todo {
+            if let Ok(i) = self.find(w.key)
+                && self.held[i].mode == Mode::Shared
+                && w.mode == Mode::Exclusive
+            {
+                return Err(Status::Einval);
+            }
+        }
+        let held = &self.held;
+        self.todo
+            .retain(|w| held.binary_search_by_key(&w.key, |h| h.key).is_err());
+        Ok(())
+    }
+
+    /// Gives every key in `todo` its lock id: from the cache, or from the server 31 names per
+    /// request (after evicting idle names if the cache would outgrow its bound).
+    fn resolve(&mut self) -> Result<(), Status> {
+        let missing = self
+            .todo
+            .iter()
+            .filter(|w| !self.names.contains_key(&w.key))
+            .count();
+        if missing > 0 && self.names.len() + missing > self.cfg.names_max {
+            self.evict_idle_names()?;
+        }
+        let mut at = [0usize; BATCH_MAX];
+        let mut names = [[0u8; RowGroup::NAME_LEN]; BATCH_MAX];
+        let mut k = 0;
+        for i in 0..self.todo.len() {
+            let key = self.todo[i].key;
+            if let Some(&id) = self.names.get(&key) {
+                self.todo[i].id = Some(id);
+                continue;
+            }
+            (at[k], names[k]) = (i, key.lock_name());
+            k += 1;
+            if k == BATCH_MAX {
+                self.get_names(&at[..k], &names[..k])?;
+                k = 0;
+            }
+        }
+        if k > 0 {
+            self.get_names(&at[..k], &names[..k])?;
+        }
+        Ok(())
+    }
+
+    /// Resolves `names` (of `todo[at[j]]`) in one request.
+    fn get_names(
+        &mut self,
+        at: &[usize],
+        names: &[[u8; RowGroup::NAME_LEN]],
+    ) -> Result<(), Status> {
+        let mut batch: [(LockKind, &[u8]); BATCH_MAX] = [(LockKind::Rw, &[]); BATCH_MAX];
+        for (b, name) in batch.iter_mut().zip(names) {
+            b.1 = name;
+        }
+        let got = self
+            .client
+            .batch_get_lock(&batch[..names.len()])
+            .map_err(|s| self.check(s))?;
+        for (&i, r) in at.iter().zip(got) {
+            let id = r.map_err(|s| self.check(s))?;
+            self.names.insert(self.todo[i].key, id);
+            self.todo[i].id = Some(id);
+        }
+        Ok(())
+    }
+
+    /// Releases the server references of the names neither held nor wanted by this call.
+    #[cold]
+    fn evict_idle_names(&mut self) -> Result<(), Status> {
+        let idle: Vec<(RowGroup, LockId)> = self
+            .names
+            .iter()
+            .filter(|&(&key, _)| {
+                self.find(key).is_err() && self.todo.binary_search_by_key(&key, |w| w.key).is_err()
+            })
+            .map(|(&key, &id)| (key, id))
+            .collect();
+        let mut ids = [NO_LOCK; BATCH_MAX];
+        for chunk in idle.chunks(BATCH_MAX) {
+            for (id, &(_, lock)) in ids.iter_mut().zip(chunk) {
+                *id = lock;
+            }
+            let released = self
+                .client
+                .batch_release_lock(&ids[..chunk.len()])
+                .map_err(|s| self.check(s))?;
+            // A name the server would not release stays cached: it is still ours.
+            for (&(key, _), r) in chunk.iter().zip(released) {
+                if r.is_ok() {
+                    self.names.remove(&key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes `todo` in order; see the module doc. Appends what it takes to `held`.
+    fn take(
+        &mut self,
+        floor: Option<RowGroup>,
+        deadline: Instant,
+        opts: AcquireOptions,
+    ) -> Result<(), Status> {
+        // Without waiting, all-or-nothing is the batch command's own: the server undoes a
+        // batch that fails, and `acquire` unlocks the batches before it.
+        let atomic_batches = opts.all_or_nothing && opts.wait.is_zero();
+        let expire_ms = self.cfg.client_lease_ms;
+        let mut requests = [(NO_LOCK, Mode::Exclusive, 0); BATCH_MAX];
+        let mut out = [Err(Status::Einval); BATCH_MAX];
+        let mut i = 0;
+        while i < self.todo.len() {
+            let n = (self.todo.len() - i).min(BATCH_MAX);
+            for (r, w) in requests.iter_mut().zip(&self.todo[i..i + n]) {
+                // RW grants have no expiry; the lease only satisfies the "0 reads the cache" rule.
+                *r = (w.id(), w.mode, expire_ms);
+            }
+            self.client
+                .batch_trylock(&requests[..n], atomic_batches, &mut out[..n])
+                .map_err(|s| self.check(s))?;
+            let granted = out[..n].iter().take_while(|r| r.is_ok()).count();
+            for (w, r) in self.todo[i..i + granted].iter().zip(&out) {
+                if let Ok(g) = r {
+                    self.held.push(held(w, g));
+                }
+            }
+            if granted == n {
+                i += n;
+                continue;
+            }
+            // In an undone batch the entries that had worked say `Eagain`; blame the other one.
+            let refused = out[granted..n]
+                .iter()
+                .filter_map(|r| r.err())
+                .find(|&s| !(atomic_batches && s == Status::Eagain))
+                .unwrap_or(Status::Eagain);
+            // Keeping grants past the refused key while waiting for it would break the order.
+            self.give_back(&requests[granted + 1..n], &out[granted + 1..n])?;
+            let want = self.todo[i + granted];
+            let g = self.wait_for(want, refused, floor, deadline, opts)?;
+            self.held.push(held(&want, &g));
+            i += granted + 1;
+        }
+        Ok(())
+    }
+
+    /// Unlocks the entries of `requests` that `out` says were granted.
+    fn give_back(
+        &mut self,
+        requests: &[(LockId, Mode, u32)],
+        out: &[Result<Grant, Status>],
+    ) -> Result<(), Status> {
+        let mut ids = [NO_LOCK; BATCH_MAX];
+        let mut n = 0;
+        for (r, o) in requests.iter().zip(out) {
+            if o.is_ok() {
+                ids[n] = r.0;
+                n += 1;
+            }
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let mut undone = [Err(Status::Einval); BATCH_MAX];
+        self.client
+            .batch_unlock(&ids[..n], &mut undone[..n])
+            .map_err(|s| self.check(s))?;
+        // Only a fatal status matters: anything else means the grant is not held.
+        match undone[..n]
+            .iter()
+            .filter_map(|r| r.err())
+            .find(|&s| super::is_fatal(s))
+        {
+            Some(s) => Err(self.check(s)),
+            None => Ok(()),
+        }
+    }
+
+    /// After `want` was refused with `refused`: waits for it alone when that may help and is
+    /// allowed (busy, waiting asked for, in order, time left), otherwise fails.
+    fn wait_for(
+        &mut self,
+        want: Want,
+        refused: Status,
+        floor: Option<RowGroup>,
+        deadline: Instant,
+        opts: AcquireOptions,
+    ) -> Result<Grant, Status> {
+        let out_of_order = floor.is_some_and(|f| want.key < f);
+        if refused != Status::Fail || opts.wait.is_zero() || out_of_order {
+            return Err(self.check(refused));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Status::Etimeout);
+        }
+        let expire_ms = self.cfg.client_lease_ms;
+        self.client
+            .lock(want.id(), want.mode, expire_ms, left)
+            .map_err(|s| self.check(s))
+    }
+}
+
+fn held(w: &Want, g: &Grant) -> Held {
+    Held {
+        key: w.key,
+        id: w.id(),
+        mode: w.mode,
+        token: g.token,
+    }
+}

@@ -1,0 +1,437 @@
+//! Row-group locks: a transaction's set of `(table, row group)` keys, each held shared or
+//! exclusive, taken in one global order so that transactions never deadlock on each other.
+//!
+//! This module owns one worker's [`RowGroupLocks`]: its [`Client`] (a client instance is
+//! single-threaded), the cache of lock names it resolved, the keys of the open transaction with
+//! their fencing tokens, and the lease watch. It talks to the server only through the client's
+//! public API and touches no other module's state.
+//!
+//! # Keys and locks
+//!
+//! A [`RowGroup`] is the reader-writer lock named `b"rg/" ++ table (LE u32) ++ group (LE u64)`
+//! (15 bytes, fixed length, so no two keys share a name). RW locks because a row group is read
+//! by many transactions and written by one; names resolve to lock ids once per client
+//! (`batch_get_lock`, 31 at a time) and stay cached up to [`RowGroupConfig::names_max`].
+//!
+//! # Acquisition order
+//!
+//! [`Txn::acquire`] sorts its keys by `(table, group)` and takes them in that order, 31 at a
+//! time with `batch_trylock`. At the first refused key it gives back whatever the same batch
+//! granted after it, then waits for that key alone with the server-side blocking `lock()`, then
+//! goes on. So a transaction only ever waits for a key while holding keys smaller than it; a
+//! cycle of waits would need a key smaller than itself, hence there is none. Keys an earlier
+//! call of the same transaction took can break that rule when a later call asks for a smaller
+//! key, so a key below the largest one already held is tried but never waited for: it fails at
+//! once with `Fail` (the transaction should abort and retry with its keys in one call).
+//!
+//! # Re-entrancy
+//!
+//! | held      | asked     | result                                        |
+//! |-----------|-----------|-----------------------------------------------|
+//! | nothing   | m         | taken (or the call fails)                     |
+//! | Shared    | Shared    | nothing to do                                 |
+//! | Exclusive | either    | nothing to do                                 |
+//! | Shared    | Exclusive | `Einval`, and nothing in the call is taken    |
+//!
+//! Upgrades are refused because the RW lock has none: giving up the shared grant to ask for the
+//! exclusive one would let another writer change the row group the transaction has read, and
+//! two shared holders waiting to upgrade would wait for each other forever. A transaction that
+//! may write a row group asks for it exclusively from the start. Within one call a key asked
+//! twice is asked once, in the stronger mode.
+//!
+//! # All or nothing
+//!
+//! With [`AcquireOptions::all_or_nothing`] a failed call leaves none of the keys *it* asked for
+//! held (keys of earlier calls stay). Without waiting, each batch carries the batch command's
+//! own all-or-nothing flag, so the server undoes a failed batch itself and the batches already
+//! taken are unlocked; with waiting, a failed wait unlocks everything the call took. Without the
+//! option a failed call keeps the keys before the failing one in key order.
+//!
+//! # Leases
+//!
+//! RW grants have no expiry on the server: they end on unlock or when the server declares the
+//! holding client dead because it was silent for longer than its lease. So the lease of every
+//! key is the client's lease, one per worker, and keeping it is one heartbeat, which renews all
+//! keys at once (the lock-extend command refuses RW locks, and per-key leases would cost a
+//! batch per 31 keys to say the same thing). [`RowGroupLocks::keep_leases`] heartbeats once more
+//! than half the lease has passed since the last renewal; the engine calls it at least every
+//! quarter lease, also between transactions (an idle client is declared dead all the same).
+//!
+//! When a heartbeat fails, or the server answers any request with a status that means the
+//! registration is gone ([`is_fatal`]), every held key is lost: the `on_lost` callback is called
+//! at once for each with its (now stale) fencing token, [`Txn::lost`] lists them,
+//! [`Txn::token`] stops returning them, and [`Txn::commit`] fails. The report is conservative: a
+//! transport failure counts as a loss although the server may still hold the keys, never the
+//! reverse. A `RowGroupLocks` whose client is gone stays refused ([`RowGroupLocks::health`]);
+//! the engine builds a new one with a new client.
+
+mod acquire;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use dlock_core::config::BATCH_MAX;
+use dlock_core::{ClientId, Config, FencingToken, LockId, Mode, Status};
+use dlock_transport::client::Client;
+
+/// A row group of a table: the unit a transaction locks. Keys order by `(table, group)`, the
+/// global acquisition order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RowGroup {
+    /// The table.
+    pub table: u32,
+    /// The row group within the table.
+    pub group: u64,
+}
+
+impl RowGroup {
+    /// The prefix of every row-group lock name; other users of the server must not name their
+    /// locks with it.
+    pub const NAME_PREFIX: [u8; 3] = *b"rg/";
+    /// Length of a row-group lock name: the prefix, the table, the group.
+    pub const NAME_LEN: usize = 3 + 4 + 8;
+
+    /// The key of `group` in `table`.
+    #[inline]
+    pub const fn new(table: u32, group: u64) -> Self {
+        RowGroup { table, group }
+    }
+
+    /// The name of this key's lock on the server.
+    #[inline]
+    pub fn lock_name(self) -> [u8; Self::NAME_LEN] {
+        let mut name = [0; Self::NAME_LEN];
+        name[..3].copy_from_slice(&Self::NAME_PREFIX);
+        name[3..7].copy_from_slice(&self.table.to_le_bytes());
+        name[7..].copy_from_slice(&self.group.to_le_bytes());
+        name
+    }
+}
+
+/// Settings of one worker's row-group locks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowGroupConfig {
+    /// The client's lease as the server keeps it: the client's `ClientConfig::lease_ms`, or the
+    /// server's `client_lease_ms` when that is 0. Heartbeats go out when half of it has passed.
+    pub client_lease_ms: u32,
+    /// Lock names kept resolved. When a call needs more, the names no transaction holds are
+    /// released on the server first (the server's lock table is shared by every client).
+    pub names_max: usize,
+}
+
+impl RowGroupConfig {
+    /// The server's default lease, 4,096 names.
+    pub const DEFAULT: RowGroupConfig = RowGroupConfig {
+        client_lease_ms: Config::DEFAULT.client_lease_ms,
+        names_max: 4_096,
+    };
+
+    /// `Einval` for a lease shorter than the server accepts or a cache smaller than a batch.
+    pub fn validate(&self) -> Result<(), Status> {
+        if self.client_lease_ms < Config::CLIENT_LEASE_MIN_MS || self.names_max < BATCH_MAX {
+            return Err(Status::Einval);
+        }
+        Ok(())
+    }
+}
+
+impl Default for RowGroupConfig {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// How one [`Txn::acquire`] call behaves when a key is busy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AcquireOptions {
+    /// How long the whole call may wait for busy keys; zero fails at the first busy key.
+    pub wait: Duration,
+    /// On failure, release every key this call took (see the module doc).
+    pub all_or_nothing: bool,
+}
+
+impl AcquireOptions {
+    /// Never wait; keep what was taken on failure.
+    pub const NO_WAIT: AcquireOptions = AcquireOptions {
+        wait: Duration::ZERO,
+        all_or_nothing: false,
+    };
+
+    /// Wait up to `wait` in all; keep what was taken on failure.
+    #[inline]
+    pub const fn wait(wait: Duration) -> Self {
+        AcquireOptions {
+            wait,
+            all_or_nothing: false,
+        }
+    }
+
+    /// The same, but a failed call keeps nothing it took.
+    #[inline]
+    pub const fn all_or_nothing(self) -> Self {
+        AcquireOptions {
+            all_or_nothing: true,
+            ..self
+        }
+    }
+}
+
+/// Whether `s` means this client's registration, and with it every grant, is gone or in doubt:
+/// the server forgot the client, the server is recovering from a failover (grants must be
+/// re-claimed), or the transport failed (the client cannot know what the server did).
+#[inline]
+pub const fn is_fatal(s: Status) -> bool {
+    matches!(
+        s,
+        Status::ClientNotInit
+            | Status::ClientRemovedByServer
+            | Status::BadResponse
+            | Status::NotReady
+    )
+}
+
+/// Called once per key the moment it is found lost, with the grant's fencing token.
+type OnLost = Box<dyn FnMut(RowGroup, FencingToken) + Send>;
+
+/// One key of the open transaction.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    key: RowGroup,
+    id: LockId,
+    mode: Mode,
+    token: FencingToken,
+}
+
+/// One worker's row-group locks: owns its client, one transaction open at a time.
+pub struct RowGroupLocks {
+    client: Client,
+    cfg: RowGroupConfig,
+    /// Names resolved on the server (each is a lock reference this client holds).
+    names: HashMap<RowGroup, LockId>,
+    /// The open transaction's keys, sorted by key between calls.
+    held: Vec<Held>,
+    /// The open transaction's keys found lost, with their stale tokens.
+    lost: Vec<(RowGroup, FencingToken)>,
+    /// The status that ended the client's registration.
+    dead: Option<Status>,
+    /// When the server last renewed the lease on our word (a heartbeat's success).
+    renewed_at: Instant,
+    on_lost: Option<OnLost>,
+    /// The current call's keys, sorted; kept to reuse its allocation.
+    todo: Vec<acquire::Want>,
+}
+
+impl fmt::Debug for RowGroupLocks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RowGroupLocks")
+            .field("client", &self.client.id())
+            .field("cfg", &self.cfg)
+            .field("names", &self.names.len())
+            .field("held", &self.held.len())
+            .field("lost", &self.lost)
+            .field("dead", &self.dead)
+            .field("renewed_at", &self.renewed_at)
+            .field("on_lost", &self.on_lost.is_some())
+            .finish()
+    }
+}
+
+impl RowGroupLocks {
+    /// Row-group locks over `client`, whose lease counts as renewed now (it just registered).
+    pub fn new(client: Client, cfg: RowGroupConfig) -> Result<Self, Status> {
+        cfg.validate()?;
+        Ok(RowGroupLocks {
+            client,
+            cfg,
+            names: HashMap::with_capacity(cfg.names_max),
+            held: Vec::new(),
+            lost: Vec::new(),
+            dead: None,
+            renewed_at: Instant::now(),
+            on_lost: None,
+            todo: Vec::new(),
+        })
+    }
+
+    /// Registers the callback told about every lost key, at once, with its fencing token.
+    pub fn set_on_lost(&mut self, f: impl FnMut(RowGroup, FencingToken) + Send + 'static) {
+        self.on_lost = Some(Box::new(f));
+    }
+
+    /// Opens a transaction. Dropping it without [`Txn::commit`] aborts it.
+    pub fn begin(&mut self) -> Txn<'_> {
+        // Only a transaction leaked with `mem::forget` leaves keys behind.
+        let _ = self.end();
+        Txn { locks: self }
+    }
+
+    /// Renews the client's lease when more than half of it has passed since the last renewal
+    /// (`now` is the engine's monotonic clock). `Err` when the client is gone; every key that
+    /// was held is then reported lost.
+    pub fn keep_leases(&mut self, now: Instant) -> Result<(), Status> {
+        self.health()?;
+        let half_ms = u64::from(self.cfg.client_lease_ms) / 2;
+        if now.saturating_duration_since(self.renewed_at) < Duration::from_millis(half_ms) {
+            return Ok(());
+        }
+        // Any failure counts: without a renewal the server will let the lease run out.
+        self.client.heartbeat().map_err(|s| self.die(s))?;
+        self.renewed_at = now;
+        Ok(())
+    }
+
+    /// `Err(status)` once the client's registration is gone (see [`is_fatal`]).
+    #[inline]
+    pub fn health(&self) -> Result<(), Status> {
+        self.dead.map_or(Ok(()), Err)
+    }
+
+    /// The client's id.
+    pub fn client_id(&self) -> ClientId {
+        self.client.id()
+    }
+
+    /// How many lock names are resolved.
+    pub fn cached_names(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Gives the client back (to `deinit` it, say); only possible with no transaction open.
+    pub fn into_client(self) -> Client {
+        self.client
+    }
+
+    /// The client is gone: every held key is lost. Returns `s` for `map_err`.
+    fn die(&mut self, s: Status) -> Status {
+        self.dead.get_or_insert(s);
+        for h in self.held.drain(..) {
+            self.lost.push((h.key, h.token));
+            if let Some(f) = self.on_lost.as_mut() {
+                f(h.key, h.token);
+            }
+        }
+        s
+    }
+
+    /// A status from the client: fatal ones end the registration. Returns `s`.
+    fn check(&mut self, s: Status) -> Status {
+        if is_fatal(s) { self.die(s) } else { s }
+    }
+
+    #[inline]
+    fn find(&self, key: RowGroup) -> Result<usize, usize> {
+        self.held.binary_search_by_key(&key, |h| h.key)
+    }
+
+    /// Ends the open transaction: unlocks every held key, forgets the lost ones.
+    fn end(&mut self) -> Result<(), Status> {
+        self.lost.clear();
+        self.release_from(0)
+    }
+
+    /// Unlocks `held[from..]`, 31 per message, and forgets them; the first failure is returned
+    /// (a fatal one also loses the keys before `from`).
+    fn release_from(&mut self, from: usize) -> Result<(), Status> {
+        let from = from.min(self.held.len());
+        let mut first = None;
+        let mut ids = [acquire::NO_LOCK; BATCH_MAX];
+        let mut out = [Err(Status::Einval); BATCH_MAX];
+        for chunk in self.held[from..].chunks(BATCH_MAX) {
+            let n = chunk.len();
+            for (id, h) in ids.iter_mut().zip(chunk) {
+                *id = h.id;
+            }
+            let failed = match self.client.batch_unlock(&ids[..n], &mut out[..n]) {
+                Err(s) => Some(s),
+                Ok(()) => out[..n].iter().find_map(|r| r.err()),
+            };
+            first = first.or(failed);
+            if failed.is_some_and(is_fatal) {
+                break;
+            }
+        }
+        self.held.truncate(from);
+        match first {
+            None => Ok(()),
+            Some(s) => Err(self.check(s)),
+        }
+    }
+}
+
+/// An open transaction's lock set. Commit or abort releases every key; so does dropping it.
+#[derive(Debug)]
+pub struct Txn<'a> {
+    locks: &'a mut RowGroupLocks,
+}
+
+impl Txn<'_> {
+    /// Takes `requests` in key order (see the module doc for waiting, re-entrancy and
+    /// all-or-nothing). `Fail`: a key was busy and not waited for; `Etimeout`: the wait ran out;
+    /// `Einval`: a shared-to-exclusive upgrade; a fatal status ([`is_fatal`]): the client is gone
+    /// and every key was lost.
+    pub fn acquire(
+        &mut self,
+        requests: &[(RowGroup, Mode)],
+        opts: AcquireOptions,
+    ) -> Result<(), Status> {
+        self.locks.acquire(requests, opts)
+    }
+
+    /// The fencing token of `key`'s grant, to carry with every write it protects; `None` when
+    /// the key is not held (or was lost: its token is stale).
+    pub fn token(&self, key: RowGroup) -> Option<FencingToken> {
+        let i = self.locks.find(key).ok()?;
+        Some(self.locks.held[i].token)
+    }
+
+    /// The mode `key` is held in.
+    pub fn mode(&self, key: RowGroup) -> Option<Mode> {
+        let i = self.locks.find(key).ok()?;
+        Some(self.locks.held[i].mode)
+    }
+
+    /// Every held key with its mode and token, in key order.
+    pub fn held(&self) -> impl ExactSizeIterator<Item = (RowGroup, Mode, FencingToken)> + '_ {
+        self.locks.held.iter().map(|h| (h.key, h.mode, h.token))
+    }
+
+    /// Keys this transaction lost, with their stale tokens; non-empty means it must abort.
+    pub fn lost(&self) -> &[(RowGroup, FencingToken)] {
+        &self.locks.lost
+    }
+
+    /// [`RowGroupLocks::keep_leases`], for an engine inside a transaction.
+    pub fn keep_leases(&mut self, now: Instant) -> Result<(), Status> {
+        self.locks.keep_leases(now)
+    }
+
+    /// Releases every key. `Err` when a key was lost (the transaction's writes may have been
+    /// fenced off: treat it as aborted) or a release failed.
+    pub fn commit(self) -> Result<(), Status> {
+        let lost = !self.locks.lost.is_empty();
+        let released = self.locks.end();
+        if lost {
+            return Err(self.locks.dead.unwrap_or(Status::Fail));
+        }
+        released
+    }
+
+    /// Releases every key; `Err` when a release failed (the keys are forgotten all the same).
+    pub fn abort(self) -> Result<(), Status> {
+        self.locks.end()
+    }
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        // Empty after commit or abort; otherwise this is the abort.
+        let _ = self.locks.end();
+    }
+}
+
+/// A worker's locks move between threads with their client (one thread uses them at a time).
+const _: () = {
+    const fn is_send<T: Send>() {}
+    is_send::<RowGroupLocks>();
+};
