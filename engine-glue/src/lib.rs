@@ -33,8 +33,13 @@
 pub mod embedded;
 /// The C ABI (`include/dlock.h`): the reference's `dlock_server_api.h` and `dlock_client_api.h`.
 pub mod ffi;
+pub mod ids;
 pub mod rowgroup;
 
 pub use dlock_core;
 pub use dlock_transport;
 pub use embedded::EmbeddedServer;
+pub use ids::{
+    BlockPolicy, Csn, CsnAllocator, HighWaterMark, IdConfig, IdStats, TxnId, TxnIdAllocator,
+    TxnIdHandle, Volatile,
+};
