@@ -64,7 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         let client = server.client().map_err(|s| s.to_string())?;
                         let mut locks = RowGroupLocks::new(client, RowGroupConfig::DEFAULT)
                             .map_err(|s| s.to_string())?;
-                        let mut rng = Rng(0x9E37_79B9 ^ (w as u64 + 1) * 0x1234_5678_9ABC);
+                        let mut rng = Rng(0x9E37_79B9 ^ ((w as u64 + 1) * 0x1234_5678_9ABC));
                         let mut latency = Vec::with_capacity(1 << 16);
                         while Instant::now() < deadline {
                             let _txn_id = xid.next().map_err(|s| s.to_string())?;
