@@ -163,8 +163,7 @@ impl Mailbox {
                 },
                 None => None,
             };
-            self.response.waiting.store(1, Ordering::SeqCst);
-            if self.response.seq.load(Ordering::SeqCst) != seq {
+            if self.raise_waiting(seq) {
                 // Bounded sleeps: a server in another process that died cannot leave us asleep.
                 let nap = left
                     .unwrap_or(Duration::from_millis(100))
@@ -173,6 +172,16 @@ impl Mailbox {
             }
             self.response.waiting.store(0, Ordering::Relaxed);
         }
+    }
+
+    /// Client, about to sleep on the reply to `seq`: raises the response half's `waiting` flag,
+    /// then re-checks; true if the reply is still missing, so the caller may sleep (the server
+    /// will see the flag when it publishes). The sleeper's half of the handshake in the module
+    /// doc; split out so the loom model runs exactly this code.
+    #[inline]
+    fn raise_waiting(&self, seq: u64) -> bool {
+        self.response.waiting.store(1, Ordering::SeqCst);
+        self.response.seq.load(Ordering::SeqCst) != seq
     }
 }
 
@@ -239,5 +248,72 @@ impl ShmHeader {
             futex::wait(&self.parked, 1, Some(timeout));
         }
         self.parked.store(0, Ordering::Relaxed);
+    }
+}
+
+/// What the loom models (`transport/tests/loom.rs`) need and nothing else: constructors, since
+/// loom's atomics cannot be cast from memory (outside loom these types are only ever views over
+/// the region), and handles on the two private halves of the reply-sleep handshake.
+#[cfg(dlock_loom)]
+mod loom_support {
+    use super::{AtomicU32, AtomicU64, Half, Mailbox, Ordering, ShmHeader};
+
+    // Loom records an atomic's initial value as a Release store outside the SeqCst order, so a
+    // SeqCst load may return it even after a newer SeqCst store to the same word. C++ forbids
+    // that execution (a SeqCst load that reads the initial value is ordered before every later
+    // SeqCst store to the word), and in the Dekker handshakes it shows up as a false lost
+    // wake-up (loom's README, "Unsupported features"; tokio-rs/loom#180). A zeroed region has no
+    // such store, so the constructors re-store each handshake word's zero with SeqCst before any
+    // model thread starts.
+
+    impl Half {
+        /// A zeroed half, as a fresh region holds it.
+        #[allow(clippy::new_without_default)] // Built by models only; no `Default` to suggest.
+        pub fn new() -> Self {
+            let half = Self {
+                data: std::array::from_fn(|_| AtomicU64::new(0)),
+                seq: AtomicU64::new(0),
+                len: AtomicU32::new(0),
+                waiting: AtomicU32::new(0),
+            };
+            half.seq.store(0, Ordering::SeqCst);
+            half.waiting.store(0, Ordering::SeqCst);
+            half
+        }
+    }
+
+    impl Mailbox {
+        /// A zeroed mailbox, as a fresh region holds it.
+        #[allow(clippy::new_without_default)] // Built by models only; no `Default` to suggest.
+        pub fn new() -> Self {
+            Self {
+                request: Half::new(),
+                response: Half::new(),
+            }
+        }
+
+        /// The flag-then-re-check `wait_response` runs before it sleeps (the same function):
+        /// true if the reply to `seq` is still missing, so the client would sleep.
+        pub fn loom_raise_waiting(&self, seq: u64) -> bool {
+            self.raise_waiting(seq)
+        }
+
+        /// The response half's `waiting` word: 1 while the client sleeps or is about to.
+        pub fn loom_waiting(&self) -> &AtomicU32 {
+            &self.response.waiting
+        }
+    }
+
+    impl ShmHeader {
+        /// A zeroed header, as a fresh region holds it.
+        #[allow(clippy::new_without_default)] // Built by models only; no `Default` to suggest.
+        pub fn new() -> Self {
+            let header = Self {
+                parked: AtomicU32::new(0),
+                serving: AtomicU32::new(0),
+            };
+            header.parked.store(0, Ordering::SeqCst);
+            header
+        }
     }
 }

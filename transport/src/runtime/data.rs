@@ -209,6 +209,7 @@ impl Data<'_> {
             mailboxes,
             routes,
             resp,
+            last_seq,
             ..
         } = self;
         let mut queued = false;
@@ -218,7 +219,12 @@ impl Data<'_> {
                 return;
             };
             match std::mem::take(route) {
-                Route::Mailbox { seq } => mailboxes[slot].post_response(&resp[..n], seq),
+                // Only while the parked request is still the client's latest: a client that gave
+                // up on it and sent another must not have that reply overwritten by this one.
+                Route::Mailbox { seq } if seq == last_seq[slot] => {
+                    mailboxes[slot].post_response(&resp[..n], seq)
+                }
+                Route::Mailbox { .. } => {}
                 Route::Socket(mut job) => {
                     job.buf[..n].copy_from_slice(&resp[..n]);
                     job.len = n;
