@@ -195,9 +195,10 @@ fn tcp_round_trips(clients: usize, per_client: usize) -> (Histogram<u64>, f64) {
     (total, rate)
 }
 
-/// From the holder's unlock to the waiter's grant, with the waiter parked on the server.
-fn hand_off(n: usize) -> Histogram<u64> {
-    let s = server(false, IdleStrategy::Adaptive);
+/// From the holder's unlock to the waiter's grant, with the waiter parked on the server; the
+/// waiting client sleeps, or stays awake for up to `awake`.
+fn hand_off(n: usize, idle: IdleStrategy, awake: Duration) -> Histogram<u64> {
+    let s = server(false, idle);
     let e = Endpoint::embedded(&s);
     let mut holder = Client::connect(ClientConfig::new(e.clone())).expect("connect");
     let lh = holder
@@ -213,7 +214,9 @@ fn hand_off(n: usize) -> Histogram<u64> {
         let waiter = {
             let (e, unlocked_at) = (e.clone(), Arc::clone(&unlocked_at));
             thread::spawn(move || {
-                let mut w = Client::connect(ClientConfig::new(e)).expect("connect");
+                let mut cfg = ClientConfig::new(e);
+                cfg.wait_awake = awake;
+                let mut w = Client::connect(cfg).expect("connect");
                 let l = w.get_lock(LockKind::Rw, b"hand-off").expect("get_lock");
                 w.lock(l, Mode::Exclusive, 1, Duration::from_secs(10))
                     .expect("granted");
@@ -264,5 +267,14 @@ fn main() {
         );
     }
     println!("contended hand-off (unlock -> parked waiter granted):");
-    report("  in-process", &hand_off(if quick { 50 } else { 300 }));
+    let m = if quick { 50 } else { 300 };
+    report(
+        "  waiter asleep, idle = adaptive",
+        &hand_off(m, IdleStrategy::Adaptive, Duration::ZERO),
+    );
+    let awake = Duration::from_millis(20);
+    report(
+        "  waiter awake (wait_awake 20 ms), idle = spin",
+        &hand_off(m, IdleStrategy::Spin, awake),
+    );
 }

@@ -143,21 +143,28 @@ impl Mailbox {
         (self.response.seq.load(Ordering::Acquire) == seq).then(|| self.response.read(out))
     }
 
-    /// Client: waits for the reply to `seq` until `deadline` (spin, yield, then sleep); copies it
-    /// into `out`. `None` on timeout.
+    /// Client: waits for the reply to `seq` until `deadline` (spin, yield — for at least `awake`
+    /// — then sleep); copies it into `out`. `None` on timeout.
     pub fn wait_response(
         &self,
         seq: u64,
         out: &mut [u8],
         deadline: Option<Instant>,
+        awake: Duration,
     ) -> Option<usize> {
         let backoff = Backoff::new();
+        let started = Instant::now();
         loop {
             if let Some(n) = self.try_response(seq, out) {
                 return Some(n);
             }
-            if !backoff.is_completed() {
+            // Spin, then yield, for at least the backoff and at most `awake` before sleeping:
+            // a sleeping waiter costs a futex wake-up (tens of µs) when its reply comes.
+            if !backoff.is_completed() || started.elapsed() < awake {
                 backoff.snooze();
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return None;
+                }
                 continue;
             }
             let left = match deadline {

@@ -270,7 +270,7 @@ fn response_sleep_handshake_never_loses_a_wake_up() {
         }
         let mut out = [0u8; 16];
         let n = mailbox
-            .wait_response(1, &mut out, None)
+            .wait_response(1, &mut out, None, std::time::Duration::ZERO)
             .expect("no deadline, so it waits for the reply");
         assert_eq!(&out[..n], REPLY, "the reply arrived torn");
 

@@ -115,6 +115,8 @@ pub struct Link {
     seq: u64,
     /// Bytes of a data reply read off a TCP connection before a deadline cut the read short.
     partial: Vec<u8>,
+    /// How long a shared-memory wait stays awake before it sleeps.
+    awake: Duration,
 }
 
 fn deadline_left(deadline: Option<Instant>) -> io::Result<Option<Duration>> {
@@ -145,7 +147,14 @@ impl Link {
             data: Data::None,
             seq: 0,
             partial: Vec::new(),
+            awake: Duration::ZERO,
         })
+    }
+
+    /// How long a wait for a shared-memory reply stays awake (spinning, then yielding) before it
+    /// sleeps on the futex; see `ClientConfig::wait_awake`.
+    pub fn set_wait_awake(&mut self, awake: Duration) {
+        self.awake = awake;
     }
 
     /// Sends a control frame and reads the reply frame into `reply`.
@@ -261,7 +270,7 @@ impl Link {
                 let mb = &mapped.region().mailboxes()[*slot as usize];
                 let n = match deadline {
                     Some(d) if d <= Instant::now() => mb.try_response(self.seq, reply),
-                    _ => mb.wait_response(self.seq, reply, deadline),
+                    _ => mb.wait_response(self.seq, reply, deadline, self.awake),
                 };
                 match n {
                     // An empty reply: the server could not read the request.
