@@ -2,7 +2,8 @@
 //!
 //! | type                                   | body                                                   |
 //! |----------------------------------------|--------------------------------------------------------|
-//! | `ClientInit`, `ClientReinit`           | `0 u8 min_version \| 1 3 reserved \| 4 u32 lease_ms`  |
+//! | `ClientInit`                           | `0 u8 min_version \| 1 3 reserved \| 4 u32 lease_ms`  |
+//! | `ClientReinit`                         | the same, then `8 u64 session` (the secret of the registration it resumes; 0 when the server may have failed over) |
 //! | `ClientDeinit`, `Heartbeat`, `ReinitDone`, `Stats` | empty                                      |
 //! | `GetLock`                              | one lock request entry (see `batch.rs`)                |
 //! | `ReleaseLock`, `ObjectRelease`, `ObjectDestroy` | `0 u32 id`                                    |
@@ -83,6 +84,9 @@ pub enum ControlRequest<'a> {
         min_version: u8,
         /// The lease the client asks for.
         lease_ms: u32,
+        /// The secret of the registration being resumed (`InitReply::session`): a live server
+        /// refuses a reinit that cannot show it, so nobody resumes a client by guessing its id.
+        session: u64,
     },
     /// Recovery of this client is complete.
     ReinitDone,
@@ -138,17 +142,19 @@ pub fn decode_control_request(buf: &[u8]) -> Result<ControlRequestFrame<'_>, Dec
 fn decode_request_body(msg: MsgType, b: &[u8]) -> Result<ControlRequest<'_>, DecodeError> {
     Ok(match msg {
         MsgType::ClientInit | MsgType::ClientReinit => {
-            exact(b, 8)?;
+            let reinit = msg == MsgType::ClientReinit;
+            exact(b, if reinit { 16 } else { 8 })?;
             let min_version = get_u8(b, 0)?;
             check_zero(b, 1, 3)?;
             let lease_ms = get_u32(b, 4)?;
-            if msg == MsgType::ClientInit {
-                ControlRequest::ClientInit {
+            if reinit {
+                ControlRequest::ClientReinit {
                     min_version,
                     lease_ms,
+                    session: get_u64(b, 8)?,
                 }
             } else {
-                ControlRequest::ClientReinit {
+                ControlRequest::ClientInit {
                     min_version,
                     lease_ms,
                 }
@@ -234,15 +240,22 @@ fn encode_request_body(body: &ControlRequest<'_>, b: &mut [u8]) -> Result<usize,
         ControlRequest::ClientInit {
             min_version,
             lease_ms,
-        }
-        | ControlRequest::ClientReinit {
-            min_version,
-            lease_ms,
         } => {
             put_u8(b, 0, min_version)?;
             put_zero(b, 1, 3)?;
             put_u32(b, 4, lease_ms)?;
             Ok(8)
+        }
+        ControlRequest::ClientReinit {
+            min_version,
+            lease_ms,
+            session,
+        } => {
+            put_u8(b, 0, min_version)?;
+            put_zero(b, 1, 3)?;
+            put_u32(b, 4, lease_ms)?;
+            put_u64(b, 8, session)?;
+            Ok(16)
         }
         ControlRequest::ClientDeinit
         | ControlRequest::Heartbeat

@@ -133,6 +133,7 @@ fn for_each_request(mut f: impl FnMut(&ControlRequestFrame<'_>)) {
         ControlRequest::ClientReinit {
             min_version: 2,
             lease_ms: 1,
+            session: 0x0123_4567_89AB_CDEF,
         },
         ControlRequest::ReinitDone,
         ControlRequest::BatchUpdateLocks(Batch::from_slice(&claims)),

@@ -40,18 +40,24 @@ impl<'r> Server<'r> {
     /// Re-registers client `raw` after a lost connection or a server failover (`client_reinit`).
     ///
     /// On a serving server the entry must still exist (else `ClientRemovedByServer`: the lease
-    /// ran out and its locks are gone); its abnormal mark is cleared. On a recovering server the
+    /// ran out and its locks are gone) and `session` must be the registration's secret (else
+    /// `Einval`); its abnormal mark is cleared. On a recovering server the
     /// entry is created with the old id in the recovering state, ready for `update_lock` claims.
     pub fn client_reinit(
         &mut self,
         raw: u32,
         version: u8,
         lease_ms: u32,
+        session: u64,
         now_ms: u64,
     ) -> Result<ClientId, Status> {
         self.stats.bump(Counter::ControlRequests);
         let id = ClientId::new(raw).ok_or_else(|| self.refuse(Status::Einval))?;
         if let Some(slot) = self.client_slot(raw) {
+            // Resuming a live registration needs its secret: an id alone is guessable.
+            if self.t.clients[slot as usize].session != session {
+                return Err(self.refuse(Status::Einval));
+            }
             let c = &mut self.t.clients[slot as usize];
             c.last_seen_ms = now_ms;
             c.version = version;

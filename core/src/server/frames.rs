@@ -74,7 +74,6 @@ impl<'r> Server<'r> {
             }
         };
         let client = header.word;
-        let is_reinit = matches!(frame.body, ControlRequest::ClientReinit { .. });
         let is_init = matches!(
             frame.body,
             ControlRequest::ClientInit { .. } | ControlRequest::ClientReinit { .. }
@@ -101,6 +100,7 @@ impl<'r> Server<'r> {
             | ControlRequest::ClientReinit {
                 min_version,
                 lease_ms,
+                ..
             } => {
                 let client_range = VersionRange {
                     min: min_version,
@@ -108,10 +108,11 @@ impl<'r> Server<'r> {
                 };
                 match negotiate(client_range, SERVER_VERSIONS) {
                     Ok(v) => {
-                        let registered = if is_reinit {
-                            self.client_reinit(client, v, lease_ms, now_ms)
-                        } else {
-                            self.client_init(v, lease_ms, now_ms)
+                        let registered = match frame.body {
+                            ControlRequest::ClientReinit { session, .. } => {
+                                self.client_reinit(client, v, lease_ms, session, now_ms)
+                            }
+                            _ => self.client_init(v, lease_ms, now_ms),
                         };
                         registered.map(|id| self.init_reply(id.get(), v))
                     }

@@ -31,6 +31,11 @@ impl TestRegion {
     }
 }
 
+/// The session secret of registered client `raw` (0 when it is not registered).
+fn session(s: &Server<'_>, raw: u32) -> u64 {
+    s.client_session(raw).map_or(0, |(_, k)| k)
+}
+
 pub(crate) fn small() -> Config {
     Config {
         locks_max: 64,
@@ -153,7 +158,7 @@ fn abnormal_client_is_evicted_to_make_room_and_its_locks_freed() {
     let newcomer = s.client_init(2, 0, 1).unwrap();
     assert!(!s.is_registered(ids[3].get()));
     assert_eq!(
-        s.client_reinit(ids[3].get(), 2, 0, 2),
+        s.client_reinit(ids[3].get(), 2, 0, session(&s, ids[3].get()), 2),
         Err(Status::ClientRemovedByServer)
     );
     // The evicted reader's grant is gone, so a writer gets in.
@@ -648,8 +653,10 @@ fn recovering_server_answers_not_ready_until_expected_clients_resync() {
     let mut s = server(&mut region, &cfg);
     assert_eq!(s.client_init(2, 0, 0), Err(Status::NotReady));
     let (a, b) = (ClientId::new(11).unwrap(), ClientId::new(22).unwrap());
-    s.client_reinit(a.get(), 2, 0, 0).unwrap();
-    s.client_reinit(b.get(), 2, 0, 0).unwrap();
+    s.client_reinit(a.get(), 2, 0, session(&s, a.get()), 0)
+        .unwrap();
+    s.client_reinit(b.get(), 2, 0, session(&s, b.get()), 0)
+        .unwrap();
     assert_eq!(
         s.get_lock(a.get(), LockKind::Atomic, b"x", 0),
         Err(Status::NotReady)
@@ -719,7 +726,7 @@ fn recovering_client_that_never_returns_stops_blocking_recovery_after_its_lease(
     };
     let mut region = TestRegion::new(&cfg);
     let mut s = server(&mut region, &cfg);
-    s.client_reinit(77, 2, 0, 0).unwrap();
+    s.client_reinit(77, 2, 0, session(&s, 77), 0).unwrap();
     assert_eq!(s.tick(cfg.client_lease_ms as u64 + 1), 1);
     assert_eq!(s.state(), ServerState::Ready);
 }
@@ -1233,7 +1240,8 @@ fn recovering<'r>(region: &'r mut TestRegion, cfg: &Config, n: u32) -> (Server<'
     let mut s = server(region, cfg);
     let ids: Vec<ClientId> = (0..n).map(|i| ClientId::new(100 + i).unwrap()).collect();
     for c in &ids {
-        s.client_reinit(c.get(), 2, 0, 0).unwrap();
+        s.client_reinit(c.get(), 2, 0, session(&s, c.get()), 0)
+            .unwrap();
     }
     (s, ids)
 }
@@ -1375,7 +1383,8 @@ fn forged_claim_tokens_and_impossible_claims_are_refused_without_a_trace() {
     assert_eq!(s.tables().digest(), before);
     // A merge refusal drops the reference the claim created.
     let b = ClientId::new(555).unwrap();
-    s.client_reinit(b.get(), 2, 0, 0).unwrap();
+    s.client_reinit(b.get(), 2, 0, session(&s, b.get()), 0)
+        .unwrap();
     let mine = claim(LockKind::Rw, Held::Exclusive, b"w", Ticket::default(), 0);
     s.update_lock(ids[0].get(), &mine, 0).unwrap();
     let theirs = claim(LockKind::Rw, Held::Shared, b"w", Ticket::default(), 0);
@@ -1397,7 +1406,8 @@ fn waiting_for_other_clients_to_resync_does_not_cost_a_client_its_lease() {
     s.reinit_done(ids[0].get(), 0).unwrap();
     for now in (200..2_000).step_by(200) {
         assert_eq!(s.heartbeat(ids[0].get(), now), Err(Status::NotReady));
-        s.client_reinit(ids[1].get(), 2, 0, now).unwrap();
+        s.client_reinit(ids[1].get(), 2, 0, session(&s, ids[1].get()), now)
+            .unwrap();
         assert_eq!(s.tick(now), 0, "at {now}");
     }
 }
@@ -1623,4 +1633,19 @@ fn fair_ticket_retry_with_no_lease_is_einval() {
         .status,
         Status::Einval
     );
+}
+
+#[test]
+fn reinit_of_a_live_client_needs_its_session_secret() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let secret = session(&s, a.get());
+    assert_eq!(
+        s.client_reinit(a.get(), 2, 0, secret ^ 1, 1),
+        Err(Status::Einval),
+        "guessing the id is not enough"
+    );
+    assert_eq!(s.client_reinit(a.get(), 2, 0, secret, 1), Ok(a));
 }

@@ -352,7 +352,7 @@ fn fixed_size_bodies_must_have_their_exact_length() {
         (MsgType::ReinitDone, 0),
         (MsgType::Stats, 0),
         (MsgType::ClientInit, 8),
-        (MsgType::ClientReinit, 8),
+        (MsgType::ClientReinit, 16),
         (MsgType::ReleaseLock, 4),
         (MsgType::ObjectRelease, 4),
         (MsgType::ObjectDestroy, 4),
