@@ -110,6 +110,18 @@ impl Half {
 }
 
 impl Mailbox {
+    /// Client, taking the mailbox over: the highest sequence number either half has seen. A new
+    /// owner of the slot (a new registration, a reinit) continues above it, so neither the
+    /// server (which skips a request whose number it has already taken) nor the client (which
+    /// accepts a reply by its number) mistakes an old message for a new one.
+    pub fn current_seq(&self) -> u64 {
+        // Acquire: pairs with the Release/SeqCst stores that published these numbers.
+        self.request
+            .seq
+            .load(Ordering::Acquire)
+            .max(self.response.seq.load(Ordering::Acquire))
+    }
+
     /// Client: writes request `msg` under sequence number `seq` and publishes it. The caller
     /// rings the doorbell next.
     pub fn post_request(&self, msg: &[u8], seq: u64) {

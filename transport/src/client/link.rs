@@ -213,13 +213,15 @@ impl Link {
                 Data::Tcp(s)
             }
         };
-        if let Data::Mailbox { mapped, slot } = &self.data
-            && mapped.region().mailboxes().get(*slot as usize).is_none()
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "mailbox slot out of range",
-            ));
+        if let Data::Mailbox { mapped, slot } = &self.data {
+            let Some(mb) = mapped.region().mailboxes().get(*slot as usize) else {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "mailbox slot out of range",
+                ));
+            };
+            // The slot may have had an owner before: continue above its sequence numbers.
+            self.seq = mb.current_seq();
         }
         Ok(())
     }
@@ -247,10 +249,9 @@ impl Link {
                 region.shm_header().wake_server();
                 Ok(())
             }
-            Data::Tcp(s) => {
-                self.partial.clear();
-                s.write_all(req)
-            }
+            // What a timed-out read left in `partial` is the start of a late reply: keep it, so
+            // the stream stays in step (the client skips late replies by message id).
+            Data::Tcp(s) => s.write_all(req),
         }
     }
 

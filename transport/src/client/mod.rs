@@ -135,6 +135,8 @@ type OwnedClaim = (LockId, LockKind, local::Claim, Box<[u8]>, u128);
 struct Pending {
     lock: LockId,
     request: Request,
+    /// The message id the reply must echo (control calls meanwhile move `Client::message_id`).
+    message_id: u16,
     started: Instant,
 }
 
@@ -144,6 +146,8 @@ pub struct Client {
     cfg: ClientConfig,
     link: Link,
     id: ClientId,
+    /// The registration's secret, shown to resume it with `reinit`.
+    session: u64,
     version: u8,
     recovering: bool,
     message_id: u16,
@@ -174,9 +178,10 @@ impl Client {
         let mut c = Client {
             link,
             id: ClientId::new(1).expect("1 is a valid id"),
+            session: 0,
             version: PROTO_VERSION,
             recovering: false,
-            message_id: (std::process::id() as u16).wrapping_mul(31),
+            message_id: crate::runtime::entropy_seed() as u16,
             locks: IdMap::default(),
             objects: IdMap::default(),
             pending: None,
@@ -208,6 +213,7 @@ impl Client {
         let ControlResponse::Init(init) = reply else {
             return Err(Status::BadResponse);
         };
+        self.session = init.session;
         self.id = ClientId::new(init.client).ok_or(Status::BadResponse)?;
         self.version = init.version;
         self.recovering = init.recovering;
@@ -283,6 +289,7 @@ impl Client {
             ControlRequest::ClientReinit {
                 min_version: PROTO_VERSION,
                 lease_ms,
+                session: self.session,
             },
         )?;
         if self.recovering {
@@ -461,13 +468,23 @@ impl Client {
         };
         let n = encode_data_request(&header, commands, &mut self.data_req)
             .map_err(|_| Status::Einval)?;
-        let m = self
+        let mut m = self
             .link
             .data(&self.data_req[..n], &mut self.data_reply, deadline)
             .map_err(io_status)?;
+        // A reply to an earlier request this client gave up on (a timeout over TCP) may still
+        // come first: skip it rather than let every later exchange read the one before it.
+        while decode_data_response(&self.data_reply[..m])
+            .is_ok_and(|r| r.header().message_id != message_id)
+        {
+            m = self
+                .link
+                .recv_data(&mut self.data_reply, deadline)
+                .map_err(io_status)?
+                .ok_or(Status::BadResponse)?;
+        }
         let reply = decode_data_response(&self.data_reply[..m]).map_err(|_| Status::BadResponse)?;
-        let h = reply.header();
-        if h.message_id != message_id || reply.len() != commands.len() {
+        if reply.len() != commands.len() {
             return Err(Status::BadResponse);
         }
         for (i, c) in commands.iter().enumerate() {
@@ -732,6 +749,7 @@ impl Client {
         self.pending = Some(Pending {
             lock: id,
             request,
+            message_id,
             started: Instant::now(),
         });
         Ok(())
@@ -748,10 +766,16 @@ impl Client {
                 self.pending = None;
                 let reply =
                     decode_data_response(&self.data_reply[..m]).map_err(|_| Status::BadResponse)?;
-                if reply.header().message_id != self.message_id {
+                let r = reply.result(0);
+                let sent = p.request.command();
+                if reply.header().message_id != p.message_id
+                    || reply.len() != 1
+                    || r.op != sent.op as u8
+                    || r.id != sent.lock
+                {
                     return Err(Status::BadResponse);
                 }
-                let result = reply.result(0).result;
+                let result = r.result;
                 let now_ms = self.now_ms();
                 let e = self.locks.get_mut(&p.lock).ok_or(Status::LockNotGet)?;
                 let status = e.local.apply(&p.request, &result, now_ms);

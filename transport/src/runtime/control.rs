@@ -8,8 +8,10 @@
 //! A connection's first bytes decide its role: a control frame starts a control connection,
 //! which the first successful `ClientInit`/`ClientReinit` binds to that client id — after that,
 //! a frame claiming another id closes the connection (the reference drops such "hostile"
-//! connections too). An attach header (`ATTACH_MAGIC`, client id, session secret) starts a data
-//! connection bound to that client once the data thread has checked the secret. A connection
+//! connections too); before that, only registration (a reinit must show the session secret)
+//! and the counters are allowed. An attach header (`ATTACH_MAGIC`, client id, session secret)
+//! starts a data connection bound to that client once the data thread has checked the secret. A
+//! connection
 //! that has not registered or attached within the handshake timeout is closed, and past
 //! `connections_max` the oldest such connection makes room for a new one.
 
@@ -212,6 +214,8 @@ fn run_loop(shared: &Shared, cfg: &ServerConfig, l: &mut Listeners) -> io::Resul
                     }
                     if ev.is_writable() {
                         c.flush(i);
+                        // A request may have waited for the previous reply to drain.
+                        c.dispatch(i);
                     }
                 }
             }
@@ -339,8 +343,9 @@ impl Control<'_> {
         let _ = self.poll.registry().deregister(c.stream.source());
         self.free.push(i);
         if let Some(client) = c.bound_client() {
-            self.submit(Job {
-                conn: 0,
+            let _ = self.submit(Job {
+                // Which connection went: the data thread acts only if it is the one that matters.
+                conn: (c.generation as u64) << 32 | i as u64,
                 kind: JobKind::Disconnected { client },
                 len: 0,
                 buf: Vec::new(),
@@ -348,10 +353,12 @@ impl Control<'_> {
         }
     }
 
-    fn submit(&self, job: Job) {
-        // Sized so it cannot be full (one job per connection plus per-client notices).
-        let _ = self.shared.exchange.inbox.push(job);
+    /// Hands a job to the data thread; false if the queue is full (sized for one job per
+    /// connection plus per-client notices, so only a misbehaving peer can get there).
+    fn submit(&self, job: Job) -> bool {
+        let queued = self.shared.exchange.inbox.push(job).is_ok();
         self.shared.region.shm_header().wake_server();
+        queued
     }
 
     fn on_readable(&mut self, i: usize) {
@@ -389,7 +396,9 @@ impl Control<'_> {
         let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
             return;
         };
-        if c.in_flight {
+        // One request at a time, and not while the previous reply is still being written: a
+        // peer that sends without reading cannot make us buffer replies for it.
+        if c.in_flight || !c.wbuf.is_empty() {
             return;
         }
         let conn = (c.generation as u64) << 32 | i as u64;
@@ -407,12 +416,14 @@ impl Control<'_> {
         c.rbuf.copy_within(len..c.rlen, 0);
         c.rlen -= len;
         c.in_flight = true;
-        self.submit(Job {
+        if !self.submit(Job {
             conn,
             kind,
             len,
             buf,
-        });
+        }) {
+            self.close(i);
+        }
     }
 
     fn drain_outbox(&mut self) {
@@ -464,7 +475,9 @@ impl Control<'_> {
                 JobKind::Nothing | JobKind::Attach { .. } | JobKind::Disconnected { .. } => {}
             }
             self.flush(i);
-            self.dispatch(i);
+            // Read on: the socket is edge-triggered, and bytes may have waited while a whole
+            // frame sat in the buffer.
+            self.on_readable(i);
         }
     }
 
@@ -573,13 +586,20 @@ fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
             match bound {
                 // One client per connection: once bound, every frame must carry its id.
                 Some(id) if init || h.word != id => return Err(()),
+                // Unbound, a connection may only register (a reinit shows the session secret)
+                // or read the counters; anything else would speak for a client it is not.
+                None if !init && h.msg != MsgType::Stats => return Err(()),
                 _ => {}
             }
             Ok(Some((JobKind::Control, len, CONTROL_FRAME_MAX)))
         }
-        Role::Data(_) => {
+        Role::Data(client) => {
             if buf.len() < DATA_HEADER_LEN {
                 return Ok(None);
+            }
+            // A data connection speaks only for the client it was attached to.
+            if u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]) != client {
+                return Err(());
             }
             let count = buf[5] as usize;
             if !(1..=dlock_core::config::BATCH_MAX).contains(&count) {

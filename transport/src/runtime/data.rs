@@ -38,6 +38,9 @@ struct Data<'s> {
     last_seq: Vec<u64>,
     /// Per client slot: where a parked request's reply goes.
     routes: Vec<Route>,
+    /// Per client slot: the connection its registration came over (0: none, e.g. in-process
+    /// clients whose Unix-socket connection is their control connection too).
+    control_conn: Vec<u64>,
     req: [u8; DATA_MESSAGE_MAX],
     resp: Vec<u8>,
     start: Instant,
@@ -63,6 +66,7 @@ pub(super) fn run(shared: &Shared, cfg: &ServerConfig, ready: SyncSender<io::Res
         bells: Doorbells::new(shared.region.doorbell_words()),
         last_seq: vec![0; slots],
         routes: (0..slots).map(|_| Route::None).collect(),
+        control_conn: vec![0; slots],
         req: [0; DATA_MESSAGE_MAX],
         resp: vec![0; CONTROL_FRAME_MAX],
         start: Instant::now(),
@@ -152,6 +156,13 @@ impl Data<'_> {
                         Ok(len) => {
                             job.buf[..len].copy_from_slice(&self.resp[..len]);
                             job.len = len;
+                            // A registration's control connection is the one whose loss means
+                            // the client is lost (see `Disconnected` below).
+                            if let Some(client) = registered(&job.buf[..len])
+                                && let Some((slot, _)) = server.client_session(client)
+                            {
+                                self.control_conn[slot as usize] = job.conn;
+                            }
                         }
                         Err(_) => job.kind = JobKind::Close,
                     }
@@ -182,10 +193,20 @@ impl Data<'_> {
                     job.kind = JobKind::Attached { ok };
                 }
                 JobKind::Disconnected { client } => {
+                    // Only the connection that carried the client's registration, or the one a
+                    // parked reply was to go back on, matters: a stale connection of a client
+                    // that has since re-registered going away must not cancel anything.
                     if let Some((slot, _)) = server.client_session(client) {
-                        self.routes[slot as usize] = Route::None;
+                        let slot = slot as usize;
+                        if matches!(&self.routes[slot], Route::Socket(parked) if parked.conn == job.conn)
+                        {
+                            self.routes[slot] = Route::None;
+                        }
+                        if self.control_conn[slot] == job.conn {
+                            self.control_conn[slot] = 0;
+                            server.client_disconnected(client);
+                        }
                     }
-                    server.client_disconnected(client);
                     job.kind = JobKind::Nothing;
                 }
                 JobKind::Attached { .. } | JobKind::Close | JobKind::Nothing => {
@@ -238,5 +259,13 @@ impl Data<'_> {
         if queued {
             shared.exchange.wake_control();
         }
+    }
+}
+
+/// The client id a successful init/reinit reply registers, if `reply` is one.
+fn registered(reply: &[u8]) -> Option<u32> {
+    match dlock_core::proto::decode_control_response(reply).ok()?.body {
+        dlock_core::proto::ControlResponse::Init(init) => Some(init.client),
+        _ => None,
     }
 }
