@@ -33,6 +33,8 @@ pub struct Region {
     dirty: bool,
     /// The `/dev/shm` file this region was created as (removed on drop), if any.
     owned_file: Option<PathBuf>,
+    /// Mapped from a file another process's server created: never carved here.
+    opened: bool,
 }
 
 fn invalid(cfg: &Config) -> io::Error {
@@ -53,6 +55,7 @@ impl Region {
             layout: Layout::new(cfg),
             dirty: false,
             owned_file: None,
+            opened: false,
         })
     }
 
@@ -76,6 +79,7 @@ impl Region {
             layout: Layout::new(cfg),
             dirty: false,
             owned_file: Some(path),
+            opened: false,
         })
     }
 
@@ -109,6 +113,7 @@ impl Region {
             layout: Layout::new(&cfg),
             dirty: true,
             owned_file: None,
+            opened: true,
         })
     }
 
@@ -132,8 +137,12 @@ impl Region {
         &self.cfg
     }
 
-    /// Carves the tables (zeroing the region first if it was used before).
+    /// Carves the tables (zeroing the region first if it was used before). Refused on a region
+    /// mapped with [`Region::open_shared`]: that memory is another process's live server.
     pub fn tables(&mut self) -> Result<Tables<'_>, Status> {
+        if self.opened {
+            return Err(Status::Einval);
+        }
         if std::mem::replace(&mut self.dirty, true) {
             return Tables::format(&mut self.map, &self.cfg);
         }
@@ -273,8 +282,12 @@ mod tests {
         // SAFETY: fresh region, carved once.
         let tables = unsafe { server.tables_shared() }.unwrap();
         assert_eq!(tables.layout.total, server.len());
-        let client = Region::open_shared(&name).unwrap();
+        let mut client = Region::open_shared(&name).unwrap();
         assert_eq!(client.config().clients_max, cfg.clients_max);
+        assert!(
+            client.tables().is_err(),
+            "a live server's region is never carved (zeroed) here"
+        );
         server.object_cells()[3].store(42, std::sync::atomic::Ordering::Release);
         assert_eq!(
             client.object_cells()[3].load(std::sync::atomic::Ordering::Acquire),
