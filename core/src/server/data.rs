@@ -47,10 +47,11 @@ struct Step {
 }
 
 impl Step {
-    fn from_word<W: Into<u128>>(o: Outcome<W>) -> impl FnOnce(u32) -> Step {
-        move |ext| Step {
+    /// The step of an atomic or RW transition (no fair-lock owner, no ticket).
+    fn from_word<W: Into<u128>>(o: Outcome<W>) -> Step {
+        Step {
             word: o.state.into(),
-            ext,
+            ext: 0,
             status: o.status,
             effect: o.effect,
             ticket: None,
@@ -466,7 +467,7 @@ fn atomic_step(cell: &LockCell, me: ClientId, c: &LockCommand, now_ms: u64) -> S
         LockOp::ExtendExclusive => atomic::extend(w, me, c.expire_ms, now_ms),
         _ => return Step::refused(cell, Status::Einval),
     };
-    Step::from_word(o)(0)
+    Step::from_word(o)
 }
 
 #[inline]
@@ -483,7 +484,7 @@ fn rw_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms: u
             return Step::refused(cell, Status::Einval);
         }
     };
-    Step::from_word(o)(0)
+    Step::from_word(o)
 }
 
 #[inline]

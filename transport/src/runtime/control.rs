@@ -22,13 +22,13 @@ use std::time::{Duration, Instant};
 
 use dlock_core::proto::COMMAND_LEN;
 use dlock_core::proto::{
-    CONTROL_FRAME_MAX, CONTROL_MAGIC, ControlResponse, DATA_HEADER_LEN, DATA_MESSAGE_MAX,
-    DecodeError, MsgType, control_frame_len, decode_control_response, peek_control_header,
+    CONTROL_FRAME_MAX, CONTROL_MAGIC, DATA_HEADER_LEN, DATA_MESSAGE_MAX, DecodeError, MsgType,
+    control_frame_len, peek_control_header,
 };
 use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use super::exchange::{Job, JobKind};
+use super::exchange::{Job, JobKind, data_client, registered};
 use super::{ServerConfig, Shared};
 
 /// First word of a data connection's attach header: `u32 magic | u32 client | u64 session`.
@@ -598,7 +598,7 @@ fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
                 return Ok(None);
             }
             // A data connection speaks only for the client it was attached to.
-            if u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]) != client {
+            if data_client(buf) != client {
                 return Err(());
             }
             let count = buf[5] as usize;
@@ -612,14 +612,5 @@ fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
             Ok(Some((JobKind::Data, len, DATA_MESSAGE_MAX)))
         }
         Role::Unknown | Role::Attaching(_) => Err(()),
-    }
-}
-
-/// The client id a successful init/reinit reply registers, if `reply` is one.
-fn registered(reply: &[u8]) -> Option<u32> {
-    let r = decode_control_response(reply).ok()?;
-    match r.body {
-        ControlResponse::Init(init) => Some(init.client),
-        _ => None,
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use dlock_core::proto::{CONTROL_FRAME_MAX, DATA_MESSAGE_MAX};
 use dlock_core::server::{Server, WaitReply};
 
-use super::exchange::{Job, JobKind};
+use super::exchange::{Job, JobKind, data_client, registered};
 use super::idle::Idler;
 use super::{INBOX_BATCH, ServerConfig, Shared};
 use crate::shm::{Doorbells, Mailbox};
@@ -127,9 +127,7 @@ impl Data<'_> {
             };
             *last = seq;
             // The message must come from the client this mailbox belongs to.
-            let client = req
-                .get(8..12)
-                .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+            let client = data_client(req);
             if server.client_session(client).map(|(s, _)| s) != Some(slot) {
                 mb.post_response(&[], seq);
                 return;
@@ -170,10 +168,7 @@ impl Data<'_> {
                 JobKind::Data => match server.handle_data(&job.buf[..job.len], &mut self.resp, now)
                 {
                     Ok(0) => {
-                        let client = job
-                            .buf
-                            .get(8..12)
-                            .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                        let client = data_client(&job.buf);
                         if let Some((slot, _)) = server.client_session(client) {
                             self.routes[slot as usize] = Route::Socket(job);
                             continue;
@@ -259,13 +254,5 @@ impl Data<'_> {
         if queued {
             shared.exchange.wake_control();
         }
-    }
-}
-
-/// The client id a successful init/reinit reply registers, if `reply` is one.
-fn registered(reply: &[u8]) -> Option<u32> {
-    match dlock_core::proto::decode_control_response(reply).ok()?.body {
-        dlock_core::proto::ControlResponse::Init(init) => Some(init.client),
-        _ => None,
     }
 }

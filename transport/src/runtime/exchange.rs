@@ -76,3 +76,17 @@ impl Exchange {
         }
     }
 }
+
+/// The client id a data message's header names (bytes 8..12; 0 if the message is too short).
+pub(crate) fn data_client(msg: &[u8]) -> u32 {
+    msg.get(8..12)
+        .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// The client id a successful init/reinit reply registers, if `reply` is one.
+pub(crate) fn registered(reply: &[u8]) -> Option<u32> {
+    match dlock_core::proto::decode_control_response(reply).ok()?.body {
+        dlock_core::proto::ControlResponse::Init(init) => Some(init.client),
+        _ => None,
+    }
+}
