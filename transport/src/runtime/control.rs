@@ -167,6 +167,21 @@ struct Control<'s> {
     conns: Vec<Option<Conn>>,
     generations: Vec<u32>,
     free: Vec<usize>,
+    /// Job buffers the data thread handed back, reused for the next requests: without them
+    /// every request would allocate and zero a frame-sized buffer (17 KiB for a control frame).
+    spare: Vec<Vec<u8>>,
+}
+
+/// Spare job buffers kept at most (a few per size class covers every in-flight request of a
+/// busy server; more would only hold memory).
+const SPARE_MAX: usize = 64;
+
+/// A job buffer of `len` bytes: a spare one if there is, else a new one.
+fn take_buf(spare: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
+    match spare.iter().rposition(|b| b.len() == len) {
+        Some(k) => spare.swap_remove(k),
+        None => vec![0; len],
+    }
 }
 
 pub(super) fn run(shared: &Shared, cfg: &ServerConfig, mut listeners: Listeners) {
@@ -193,6 +208,7 @@ fn run_loop(shared: &Shared, cfg: &ServerConfig, l: &mut Listeners) -> io::Resul
         conns: Vec::new(),
         generations: Vec::new(),
         free: Vec::new(),
+        spare: Vec::new(),
     };
     let mut events = Events::with_capacity(256);
     let stop = &shared.stop;
@@ -411,7 +427,7 @@ impl Control<'_> {
             }
         };
         let (kind, len, cap) = next;
-        let mut buf = vec![0; cap];
+        let mut buf = take_buf(&mut self.spare, cap);
         buf[..len].copy_from_slice(&c.rbuf[..len]);
         c.rbuf.copy_within(len..c.rlen, 0);
         c.rlen -= len;
@@ -473,6 +489,9 @@ impl Control<'_> {
                     continue;
                 }
                 JobKind::Nothing | JobKind::Attach { .. } | JobKind::Disconnected { .. } => {}
+            }
+            if self.spare.len() < SPARE_MAX && !job.buf.is_empty() {
+                self.spare.push(job.buf);
             }
             self.flush(i);
             // Read on: the socket is edge-triggered, and bytes may have waited while a whole
