@@ -1,31 +1,17 @@
 //! The thin client against a real server, over shared memory (in-process) and TCP: every lock
 //! kind, re-entrancy, batches, asynchronous requests, objects, and the blocking `lock()`.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock_core::{Config, LockKind, Mode, Status};
-use dlock_transport::client::{AsyncOp, Client, ClientConfig, Endpoint};
-use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
-
-fn small() -> Config {
-    Config {
-        locks_max: 256,
-        clients_max: 80,
-        objects_max: 16,
-        ..Config::default()
-    }
-}
-
-fn server(tcp: bool) -> ServerHandle {
-    let mut cfg = ServerConfig::new(small());
-    if tcp {
-        cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
-    }
-    ServerHandle::start(cfg).unwrap()
-}
+use common::{client, server};
+use dlock_core::{LockKind, Mode, Status};
+use dlock_transport::client::{AsyncOp, Endpoint};
+use dlock_transport::runtime::ServerHandle;
 
 fn endpoints(s: &ServerHandle) -> Vec<Endpoint> {
     let mut e = vec![Endpoint::embedded(s)];
@@ -41,10 +27,6 @@ fn tag(e: &Endpoint) -> &'static str {
         Endpoint::Tcp(_) => "tcp",
         _ => "shm",
     }
-}
-
-fn client(e: &Endpoint) -> Client {
-    Client::connect(ClientConfig::new(e.clone())).unwrap()
 }
 
 #[test]

@@ -1,30 +1,13 @@
 //! Regressions from a review of the transport: each test is a scenario that once broke mutual
 //! exclusion, let a peer speak for another client, or stranded a request.
 
-use dlock_core::{Config, LockKind, Mode, Status};
+mod common;
+
+use common::{client, server};
+use dlock_core::{LockKind, Mode, Status};
 use dlock_transport::client::{AsyncOp, Client, ClientConfig, Endpoint};
-use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
-
-fn small() -> Config {
-    Config {
-        locks_max: 256,
-        clients_max: 80,
-        objects_max: 16,
-        ..Config::default()
-    }
-}
-fn server(tcp: bool) -> ServerHandle {
-    let mut cfg = ServerConfig::new(small());
-    if tcp {
-        cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
-    }
-    ServerHandle::start(cfg).unwrap()
-}
-fn client(e: &Endpoint) -> Client {
-    Client::connect(ClientConfig::new(e.clone())).unwrap()
-}
 
 /// Slot reuse: a new client in a slot whose previous owner sent exactly one data message.
 #[test]
