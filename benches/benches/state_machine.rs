@@ -80,19 +80,25 @@ fn mutex_hashmap_trylock_unlock(bencher: Bencher) {
     });
 }
 
+/// A registered client and 31 atomic locks it references.
+fn batch_of_31(s: &mut dlock_core::server::Server<'_>) -> (u32, Vec<LockId>) {
+    let c = s.client_init(2, 0, 0).unwrap().get();
+    let ids = (0..31)
+        .map(|i| {
+            s.get_lock(c, LockKind::Atomic, format!("t1:rg{i}").as_bytes(), 0)
+                .unwrap()
+        })
+        .collect();
+    (c, ids)
+}
+
 /// A 31-key trylock message and the 31-key unlock message: 62 operations.
 #[divan::bench]
 fn dlock_batch31_trylock_unlock(bencher: Bencher) {
     let cfg = cfg();
     let mut region = region(&cfg);
     let mut s = server(&mut region);
-    let c = s.client_init(2, 0, 0).unwrap().get();
-    let ids: Vec<LockId> = (0..31)
-        .map(|i| {
-            s.get_lock(c, LockKind::Atomic, format!("t1:rg{i}").as_bytes(), 0)
-                .unwrap()
-        })
-        .collect();
+    let (c, ids) = batch_of_31(&mut s);
     let lock: Vec<Command> = ids
         .iter()
         .map(|&id| cmd(LockOp::TryExclusive, id))
@@ -178,13 +184,7 @@ fn dlock_bytes_batch31_trylock_unlock(bencher: Bencher) {
     let cfg = cfg();
     let mut region = region(&cfg);
     let mut s = server(&mut region);
-    let c = s.client_init(2, 0, 0).unwrap().get();
-    let ids: Vec<LockId> = (0..31)
-        .map(|i| {
-            s.get_lock(c, LockKind::Atomic, format!("t1:rg{i}").as_bytes(), 0)
-                .unwrap()
-        })
-        .collect();
+    let (c, ids) = batch_of_31(&mut s);
     let lock = encoded(
         c,
         &ids.iter()
