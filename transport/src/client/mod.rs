@@ -474,16 +474,18 @@ impl Client {
             .map_err(io_status)?;
         // A reply to an earlier request this client gave up on (a timeout over TCP) may still
         // come first: skip it rather than let every later exchange read the one before it.
-        while decode_data_response(&self.data_reply[..m])
-            .is_ok_and(|r| r.header().message_id != message_id)
-        {
+        let reply = loop {
+            let reply =
+                decode_data_response(&self.data_reply[..m]).map_err(|_| Status::BadResponse)?;
+            if reply.header().message_id == message_id {
+                break reply;
+            }
             m = self
                 .link
                 .recv_data(&mut self.data_reply, deadline)
                 .map_err(io_status)?
                 .ok_or(Status::BadResponse)?;
-        }
-        let reply = decode_data_response(&self.data_reply[..m]).map_err(|_| Status::BadResponse)?;
+        };
         if reply.len() != commands.len() {
             return Err(Status::BadResponse);
         }
