@@ -33,6 +33,40 @@ unsafe fn described<'a>(desc: *const umo_atomic64_desc) -> Result<(&'a [u8], u32
 
 /// An object id as C passes it; `unknown` for a value no server issues.
 #[inline]
+/// Create and get: checks `desc` and `obj_id`, runs `op` with the name and lease on the
+/// client, and writes the object id it returns.
+///
+/// # Safety
+///
+/// - `desc` is NULL or points to a readable `umo_atomic64_desc` whose `p_desc` is NULL or
+///   readable for `len` bytes.
+/// - `obj_id` is NULL or valid for writing an `int`.
+unsafe fn by_name(
+    client_id: c_int,
+    desc: *const umo_atomic64_desc,
+    obj_id: *mut c_int,
+    op: impl FnOnce(&mut dlock_transport::client::Client, &[u8], u32) -> Result<ObjectId, Status>,
+) -> c_int {
+    guard(|| {
+        // SAFETY: forwarded from the caller.
+        let (name, lease_s) =
+            match unsafe { described(desc) }.and_then(|d| non_null(obj_id).map(|()| d)) {
+                Ok(v) => v,
+                Err(s) => return s.code(),
+            };
+        with_client(client_id, Status::ClientNotInit, |slot| {
+            match op(&mut slot.client, name, lease_s) {
+                Ok(id) => {
+                    // SAFETY: not NULL (checked above), writable by the caller's contract.
+                    unsafe { write_at(obj_id, 0, id.raw() as c_int) };
+                    Status::Success.code()
+                }
+                Err(s) => s.code(),
+            }
+        })
+    })
+}
+
 fn object_id(raw: c_int, unknown: Status) -> Result<ObjectId, Status> {
     ObjectId::from_raw(raw as u32).ok_or(unknown)
 }
@@ -53,24 +87,12 @@ pub unsafe extern "C" fn umo_atomic64_create(
     init_val: u64,
     obj_id: *mut c_int,
 ) -> c_int {
-    guard(|| {
-        // SAFETY: forwarded from the caller.
-        let (name, lease_s) =
-            match unsafe { described(desc) }.and_then(|d| non_null(obj_id).map(|()| d)) {
-                Ok(v) => v,
-                Err(s) => return s.code(),
-            };
-        with_client(client_id, Status::ClientNotInit, |slot| {
-            match slot.client.atomic64_create(name, init_val, lease_s) {
-                Ok(id) => {
-                    // SAFETY: not NULL (checked above), writable by the caller's contract.
-                    unsafe { write_at(obj_id, 0, id.raw() as c_int) };
-                    Status::Success.code()
-                }
-                Err(s) => s.code(),
-            }
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        by_name(client_id, desc, obj_id, |c, name, lease_s| {
+            c.atomic64_create(name, init_val, lease_s)
         })
-    })
+    }
 }
 
 /// Destroys object `obj_id` (owner only; freed once no client references it).
@@ -100,24 +122,12 @@ pub unsafe extern "C" fn umo_atomic64_get(
     desc: *const umo_atomic64_desc,
     obj_id: *mut c_int,
 ) -> c_int {
-    guard(|| {
-        // SAFETY: forwarded from the caller.
-        let (name, lease_s) =
-            match unsafe { described(desc) }.and_then(|d| non_null(obj_id).map(|()| d)) {
-                Ok(v) => v,
-                Err(s) => return s.code(),
-            };
-        with_client(client_id, Status::ClientNotInit, |slot| {
-            match slot.client.atomic64_get(name, lease_s) {
-                Ok(id) => {
-                    // SAFETY: not NULL (checked above), writable by the caller's contract.
-                    unsafe { write_at(obj_id, 0, id.raw() as c_int) };
-                    Status::Success.code()
-                }
-                Err(s) => s.code(),
-            }
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        by_name(client_id, desc, obj_id, |c, name, lease_s| {
+            c.atomic64_get(name, lease_s)
         })
-    })
+    }
 }
 
 /// Drops the reference to `obj_id`. Returns 0; `DLOCK_OBJECT_NOT_GET`; ….
