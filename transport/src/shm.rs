@@ -16,6 +16,16 @@
 //! rather than undefined behaviour in the server. The `seq` Release/Acquire pairs order the
 //! copies.
 //!
+//! # Torn requests
+//!
+//! A client that gave up waiting (its timeout passed) may write its next request while the data
+//! thread is still copying the previous one out. The request half is therefore a seqlock: the
+//! client first marks `seq` with [`WRITING`], then writes, then publishes the new number; the
+//! data thread copies, then re-reads `seq` and drops the copy if it changed. (The next request
+//! rings its own bell, so nothing is lost.) The response half needs no such check: the data
+//! thread writes a reply only to the client's latest request, and a client reads a reply only
+//! after its number is published and sends nothing new before it has read it.
+//!
 //! # Parking without lost wake-ups
 //!
 //! Both sleeps are the same Dekker-style handshake: the sleeper stores its flag (SeqCst), then
@@ -29,7 +39,10 @@ use crossbeam_utils::Backoff;
 use dlock_core::proto::DATA_MESSAGE_MAX;
 
 use crate::futex;
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
+
+/// Set in a request's `seq` while the client writes the message (the seqlock's "odd" state).
+pub const WRITING: u64 = 1 << 63;
 
 /// Data words in a mailbox half (1,008 bytes: a full data message).
 const DATA_WORDS: usize = DATA_MESSAGE_MAX / 8;
@@ -115,27 +128,39 @@ impl Mailbox {
     /// server (which skips a request whose number it has already taken) nor the client (which
     /// accepts a reply by its number) mistakes an old message for a new one.
     pub fn current_seq(&self) -> u64 {
-        // Acquire: pairs with the Release/SeqCst stores that published these numbers.
-        self.request
-            .seq
-            .load(Ordering::Acquire)
+        // Acquire: pairs with the Release/SeqCst stores that published these numbers. A previous
+        // owner may have died while writing: its mark is not part of the number.
+        (self.request.seq.load(Ordering::Acquire) & !WRITING)
             .max(self.response.seq.load(Ordering::Acquire))
     }
 
-    /// Client: writes request `msg` under sequence number `seq` and publishes it. The caller
-    /// rings the doorbell next.
+    /// Client: writes request `msg` under sequence number `seq` (below [`WRITING`]) and
+    /// publishes it. The caller rings the doorbell next.
     pub fn post_request(&self, msg: &[u8], seq: u64) {
-        debug_assert!(msg.len() <= DATA_MESSAGE_MAX);
+        debug_assert!(msg.len() <= DATA_MESSAGE_MAX && seq & WRITING == 0);
+        // The seqlock's writer (see the module doc). Relaxed mark, then a Release fence: any
+        // data word below that the data thread reads is ordered after the mark, so its re-read
+        // of `seq` (after its Acquire fence) sees the mark or the new number, never the old one.
+        self.request.seq.store(seq | WRITING, Ordering::Relaxed);
+        fence(Ordering::Release);
         self.request.write(&msg[..msg.len().min(DATA_MESSAGE_MAX)]);
         // Release: publishes the message words and length to the Acquire load in `take_request`.
         self.request.seq.store(seq, Ordering::Release);
     }
 
-    /// Server: the request if its sequence number is not `last`; copies it into `out`.
+    /// Server: the request if its sequence number is not `last` and it was not being rewritten
+    /// while it was copied into `out`.
     pub fn take_request(&self, last: u64, out: &mut [u8]) -> Option<(u64, usize)> {
         // Acquire: pairs with `post_request`'s Release, so the copy below sees the message.
         let seq = self.request.seq.load(Ordering::Acquire);
-        (seq != last).then(|| (seq, self.request.read(out)))
+        if seq == last || seq & WRITING != 0 {
+            return None;
+        }
+        let len = self.request.read(out);
+        // The seqlock's reader: the Acquire fence orders the copy before the re-read, and pairs
+        // with the writer's Release fence if the copy saw any word of a newer request.
+        fence(Ordering::Acquire);
+        (self.request.seq.load(Ordering::Relaxed) == seq).then_some((seq, len))
     }
 
     /// Server: publishes the reply to request `seq` and wakes the client if it sleeps.

@@ -1,6 +1,6 @@
 //! Loom models of the places where a client and the data thread meet in shared memory (the
-//! protocol in `transport/src/shm.rs`): the mailbox handshake, the doorbell scan, and the two
-//! park/wake handshakes. Each model runs the production functions on loom's atomics (the
+//! protocol in `transport/src/shm.rs`): the mailbox handshake, the request seqlock, the doorbell
+//! scan, and the two park/wake handshakes. Each model runs the production functions on loom's atomics (the
 //! `sync` facade swaps them in) and asserts an outcome that a weakened ordering (or, for the
 //! doorbells, a non-atomic step) breaks.
 //!
@@ -131,6 +131,36 @@ fn mailbox_handshake_delivers_the_request_and_the_reply_intact() {
             0,
             "one ring per request, each drained once"
         );
+    });
+}
+
+/// A client that gave up on request 1 writes request 2 while the data thread may still be
+/// copying request 1 out. Proves the request seqlock: whatever the data thread takes is one of
+/// the two requests intact under its own number — never words of both — and request 2 is taken
+/// once its writer is done. Fails if the writer's mark is not fenced before its data (the Release
+/// fence in `post_request`) or the reader's re-read is not fenced after its copy.
+#[test]
+fn a_request_rewritten_while_taken_is_never_taken_torn() {
+    const SECOND: &[u8] = b"UNLOCK obj-7 now";
+    model(|| {
+        let mailbox = Arc::new(Mailbox::new());
+        mailbox.post_request(REQUESTS[0], 1);
+
+        let client = {
+            let mailbox = Arc::clone(&mailbox);
+            thread::spawn(move || mailbox.post_request(SECOND, 2))
+        };
+
+        let mut out = [0u8; 16];
+        if let Some((seq, n)) = mailbox.take_request(0, &mut out) {
+            let expected = if seq == 1 { REQUESTS[0] } else { SECOND };
+            assert_eq!(&out[..n], expected, "request {seq} was taken torn");
+        }
+        client.join().unwrap();
+        let (seq, n) = mailbox
+            .take_request(1, &mut out)
+            .expect("the finished request 2 is taken");
+        assert_eq!((seq, &out[..n]), (2, SECOND));
     });
 }
 
