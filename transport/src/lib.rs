@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod futex;
+mod patience;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod region;

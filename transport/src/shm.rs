@@ -8,7 +8,7 @@
 //! rings its doorbell bit (SeqCst `fetch_or`) and, if the server's data thread is parked, wakes
 //! it. The data thread scans the doorbell words, takes each rung bit (`swap(0)`, Acquire), reads
 //! the request whose `seq` is new, executes it, writes the reply into the response half and
-//! publishes it with the response `seq` equal to the request's (Release). The client spins, then
+//! publishes it with the response `seq` equal to the request's (Release). The client polls, then
 //! yields, then sleeps on the response half's `waiting` futex word until it sees its `seq`.
 //!
 //! Message bytes are copied word by word with relaxed atomic loads and stores: a client in
@@ -30,15 +30,19 @@
 //!
 //! Both sleeps are the same Dekker-style handshake: the sleeper stores its flag (SeqCst), then
 //! re-checks the condition (SeqCst) before the futex wait; the waker makes the condition true
-//! (SeqCst), then swaps the flag (SeqCst) and wakes if it was set. With all four operations in
-//! the single SeqCst order, either the sleeper sees the condition or the waker sees the flag.
+//! (SeqCst), then loads the flag (SeqCst) and, if it is set, swaps it off and wakes the sleeper.
+//! With these four operations in the single SeqCst order, either the sleeper sees the condition
+//! or the waker sees the flag. The waker loads before it swaps because the flag is almost always
+//! clear: a plain load costs nothing, where a `swap` is a locked instruction that stalls the
+//! waker until its store buffer (a whole message, just written) has drained. Of several wakers
+//! that see the flag, the one whose swap takes it wakes the sleeper.
 
 use std::time::{Duration, Instant};
 
-use crossbeam_utils::Backoff;
 use dlock_core::proto::DATA_MESSAGE_MAX;
 
 use crate::futex;
+use crate::patience::{Next, Patience};
 use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
 
 /// Set in a request's `seq` while the client writes the message (the seqlock's "odd" state).
@@ -166,10 +170,12 @@ impl Mailbox {
     /// Server: publishes the reply to request `seq` and wakes the client if it sleeps.
     pub fn post_response(&self, msg: &[u8], seq: u64) {
         self.response.write(&msg[..msg.len().min(DATA_MESSAGE_MAX)]);
-        // SeqCst (not just Release): this store and the swap below take part in the sleep
+        // SeqCst (not just Release): this store and the load below take part in the sleep
         // handshake with `wait_response` (see the module doc); it also publishes the words.
         self.response.seq.store(seq, Ordering::SeqCst);
-        if self.response.waiting.swap(0, Ordering::SeqCst) == 1 {
+        if self.response.waiting.load(Ordering::SeqCst) == 1
+            && self.response.waiting.swap(0, Ordering::SeqCst) == 1
+        {
             futex::wake(&self.response.waiting, 1);
         }
     }
@@ -180,8 +186,8 @@ impl Mailbox {
         (self.response.seq.load(Ordering::Acquire) == seq).then(|| self.response.read(out))
     }
 
-    /// Client: waits for the reply to `seq` until `deadline` (spin, yield — for at least `awake`
-    /// — then sleep); copies it into `out`. `None` on timeout.
+    /// Client: waits for the reply to `seq` until `deadline` (poll, back off and yield — for at
+    /// least `awake` — then sleep); copies it into `out`. `None` on timeout.
     pub fn wait_response(
         &self,
         seq: u64,
@@ -189,20 +195,18 @@ impl Mailbox {
         deadline: Option<Instant>,
         awake: Duration,
     ) -> Option<usize> {
-        let backoff = Backoff::new();
-        let started = Instant::now();
+        let mut patience = Patience::new(awake, deadline);
         loop {
             if let Some(n) = self.try_response(seq, out) {
                 return Some(n);
             }
-            // Spin, then yield, for at least the backoff and at most `awake` before sleeping:
-            // a sleeping waiter costs a futex wake-up (tens of µs) when its reply comes.
-            if !backoff.is_completed() || started.elapsed() < awake {
-                backoff.snooze();
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return None;
-                }
-                continue;
+            // Poll, then back off and yield, for `awake` (at least `patience::POLL`) before
+            // sleeping: a sleeping waiter costs a futex wake-up (tens of µs) when its reply
+            // comes.
+            match patience.next() {
+                Next::Again => continue,
+                Next::TimedOut => return None,
+                Next::Sleep => {}
             }
             let left = match deadline {
                 Some(d) => match d.checked_duration_since(Instant::now()) {
@@ -283,7 +287,8 @@ impl ShmHeader {
     /// Waker side (a client after ringing, or the control thread after queueing work): wakes
     /// the data thread if it is parked.
     pub fn wake_server(&self) {
-        if self.parked.swap(0, Ordering::SeqCst) == 1 {
+        // See the module doc: load first, swap only if set.
+        if self.parked.load(Ordering::SeqCst) == 1 && self.parked.swap(0, Ordering::SeqCst) == 1 {
             futex::wake(&self.parked, 1);
         }
     }

@@ -1,10 +1,9 @@
 //! What the data thread does when a turn found no work.
 
 use std::str::FromStr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crossbeam_utils::Backoff;
-
+use crate::patience::{Next, Patience};
 use crate::shm::ShmHeader;
 
 /// The data thread's idle strategy.
@@ -12,7 +11,7 @@ use crate::shm::ShmHeader;
 pub enum IdleStrategy {
     /// Busy-poll: lowest latency, a core burned (the reference's behaviour).
     Spin,
-    /// Spin with backoff, then yield, then park on the region's futex word (default).
+    /// Poll, then spin with backoff and yield, then park on the region's futex word (default).
     #[default]
     Adaptive,
     /// Park as soon as a turn finds nothing: least CPU, a wake-up (~50 µs) per idle period.
@@ -33,32 +32,30 @@ impl FromStr for IdleStrategy {
     }
 }
 
-/// How long an adaptive data thread stays awake (spinning, then yielding) after its last work
-/// before it parks. Requests arriving within it skip the ~50 µs wake-up of a sleeping thread;
-/// yielding keeps the cost to other threads small on a small machine.
+/// How long an adaptive data thread stays awake (polling, then backing off and yielding) after
+/// its last work before it parks. Requests arriving within it skip the ~50 µs wake-up of a
+/// sleeping thread; yielding keeps the cost to other threads small on a small machine.
 pub const ADAPTIVE_AWAKE: Duration = Duration::from_micros(500);
 
 /// Per-thread idle state.
 #[derive(Debug)]
 pub(super) struct Idler {
     strategy: IdleStrategy,
-    backoff: Backoff,
-    idle_since: Option<Instant>,
+    /// The current idle period, if the last turn found nothing.
+    waiting: Option<Patience>,
 }
 
 impl Idler {
     pub(super) fn new(strategy: IdleStrategy) -> Self {
         Self {
             strategy,
-            backoff: Backoff::new(),
-            idle_since: None,
+            waiting: None,
         }
     }
 
-    /// A turn did work: start the backoff over.
+    /// A turn did work: the next idle period starts over.
     pub(super) fn busy(&mut self) {
-        self.backoff.reset();
-        self.idle_since = None;
+        self.waiting = None;
     }
 
     /// A turn found nothing: wait a little, or park until woken or `timeout`.
@@ -71,11 +68,13 @@ impl Idler {
         match self.strategy {
             IdleStrategy::Spin => std::hint::spin_loop(),
             IdleStrategy::Adaptive => {
-                let since = *self.idle_since.get_or_insert_with(Instant::now);
-                if since.elapsed() < ADAPTIVE_AWAKE {
-                    // Spin first (cheapest, lowest latency), then yield the core each turn.
-                    self.backoff.snooze();
-                } else {
+                // Poll first (lowest latency), then back off and yield each turn, then park.
+                let waiting = self
+                    .waiting
+                    .get_or_insert_with(|| Patience::new(ADAPTIVE_AWAKE, None));
+                // Once spent, the budget stays spent: a park that ends with nothing to do (a
+                // timeout) parks again at once, until a turn finds work.
+                if waiting.next() == Next::Sleep {
                     header.park_server(timeout, has_work);
                 }
             }
