@@ -1,10 +1,11 @@
 //! RDMA transport tests (feature `rdma`).
 //!
 //! The first tests run everywhere: they prove that a host without RDMA gets a clean
-//! `NoDevice` (so callers fall back to TCP) and that bad arguments are refused before any
-//! device is touched. The `#[ignore]`d tests need a device; name it in `DLOCK_RDMA_DEVICE`
-//! (`ibv_devices` lists them; a Soft-RoCE `rxe0` on any Ethernet interface works) and, on RoCE
-//! with a non-default GID, set `DLOCK_RDMA_GID_INDEX`:
+//! `NoDevice` (so callers fall back to TCP), that bad arguments are refused before any
+//! device is touched, that a client asking for RDMA on such a host works over TCP, and that the
+//! attach exchange refuses forged sessions and malformed records. The `#[ignore]`d tests need a
+//! device; name it in `DLOCK_RDMA_DEVICE` (`ibv_devices` lists them; a Soft-RoCE `rxe0` on any
+//! Ethernet interface works) and, on RoCE with a non-default GID, set `DLOCK_RDMA_GID_INDEX`:
 //!
 //! ```text
 //! DLOCK_RDMA_DEVICE=rxe0 cargo test -p dlock-transport --features rdma --test rdma -- --ignored
@@ -288,4 +289,358 @@ fn registering_a_memmap2_anonymous_mapping_reports_its_range_and_keys() {
     assert_ne!(again.rkey(), mr.rkey());
     drop((mr, again));
     drop(map);
+}
+
+// ---- the runtime and the client, over RDMA or falling back to TCP -------------------------------
+
+mod wired {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, SocketAddr, TcpStream};
+    use std::thread;
+    use std::time::{Duration, Instant};
+
+    use dlock_core::proto::{
+        CONTROL_FRAME_MAX, ControlHeader, ControlRequest, ControlRequestFrame, ControlResponse,
+        PROTO_VERSION, decode_control_response, encode_control_request,
+    };
+    use dlock_core::{Config, LockKind, Mode, Status};
+    use dlock_transport::client::link::{Endpoint as Where, Link};
+    use dlock_transport::client::{Client, ClientConfig, Endpoint, Transport};
+    use dlock_transport::rdma::{
+        AttachRecord, Endpoint as QpEndpoint, RDMA_ATTACH_LEN, RdmaConfig,
+    };
+    use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
+
+    const NO_SUCH_DEVICE: &str = "dlock-no-such-device";
+
+    /// A TCP server that is asked to serve RDMA on `device`.
+    fn server(device: &str, lease_ms: u32) -> ServerHandle {
+        let mut cfg = ServerConfig::new(Config {
+            locks_max: 256,
+            clients_max: 16,
+            objects_max: 16,
+            client_lease_ms: lease_ms,
+            ..Config::default()
+        });
+        cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
+        let mut rdma = RdmaConfig::new(device);
+        rdma.gid_index = std::env::var("DLOCK_RDMA_GID_INDEX")
+            .ok()
+            .map(|s| s.parse().expect("DLOCK_RDMA_GID_INDEX must be 0..=255"));
+        cfg.rdma = Some(rdma);
+        ServerHandle::start(cfg).expect("a server starts whether or not RDMA is there")
+    }
+
+    fn rdma_endpoint(s: &ServerHandle, device: &str) -> Endpoint {
+        let mut rdma = RdmaConfig::new(device);
+        rdma.gid_index = std::env::var("DLOCK_RDMA_GID_INDEX")
+            .ok()
+            .map(|s| s.parse().expect("DLOCK_RDMA_GID_INDEX must be 0..=255"));
+        Endpoint::Rdma {
+            addr: s.tcp_addr().unwrap(),
+            rdma,
+        }
+    }
+
+    /// A well-formed client endpoint record; no queue pair behind it.
+    fn some_endpoint() -> QpEndpoint {
+        QpEndpoint {
+            qp_num: 0x42,
+            lid: 1,
+            gid: None,
+            psn: 7,
+            mtu: 3,
+            objects: None,
+        }
+    }
+
+    /// Sends `bytes` as a new connection's first bytes; returns everything the server answers
+    /// until it closes the connection.
+    fn raw_attach(addr: SocketAddr, bytes: &[u8], half_close: bool) -> Vec<u8> {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(bytes).unwrap();
+        if half_close {
+            s.shutdown(Shutdown::Write).unwrap();
+        }
+        let mut got = Vec::new();
+        // A reset after the reply is as good as a close.
+        let _ = s.read_to_end(&mut got);
+        got
+    }
+
+    /// Registers over a raw control link; the client id and the session secret.
+    fn register(addr: SocketAddr) -> (Link, u32, u64) {
+        let mut link = Link::connect(&Where::Tcp(addr)).unwrap();
+        let header = ControlHeader {
+            version: PROTO_VERSION,
+            msg: dlock_core::proto::MsgType::ClientInit,
+            message_id: 1,
+            word: 0,
+        };
+        let body = ControlRequest::ClientInit {
+            min_version: PROTO_VERSION,
+            lease_ms: 0,
+        };
+        let mut req = vec![0; CONTROL_FRAME_MAX];
+        let n = encode_control_request(&ControlRequestFrame { header, body }, &mut req).unwrap();
+        let mut reply = vec![0; CONTROL_FRAME_MAX];
+        let deadline = Some(Instant::now() + Duration::from_secs(5));
+        let m = link.control(&req[..n], &mut reply, deadline).unwrap();
+        let ControlResponse::Init(init) = decode_control_response(&reply[..m]).unwrap().body else {
+            panic!("not an init reply");
+        };
+        (link, init.client, init.session)
+    }
+
+    fn status_of(reply: &[u8]) -> u32 {
+        u32::from_le_bytes(reply[..4].try_into().unwrap())
+    }
+
+    #[test]
+    fn an_rdma_client_without_a_device_works_over_tcp() {
+        let s = server(NO_SUCH_DEVICE, 5_000);
+        assert!(!s.rdma_enabled(), "the server must have fallen back");
+        let mut c = Client::connect(ClientConfig::new(rdma_endpoint(&s, NO_SUCH_DEVICE))).unwrap();
+        assert_eq!(c.transport(), Some(Transport::Tcp));
+        let id = c.get_lock(LockKind::Atomic, b"fallback").unwrap();
+        assert_eq!(
+            c.trylock(id, Mode::Exclusive, 5_000).unwrap().status,
+            Status::Success
+        );
+        assert_eq!(c.unlock(id), Ok(Status::Success));
+        let xid = c.atomic64_create(b"xid", 100, 60).unwrap();
+        let xid_ref = c.atomic64_get(b"xid", 60).unwrap();
+        assert_eq!(xid, xid_ref);
+        assert_eq!(c.atomic64_faa(xid, 5), Ok(100));
+        assert_eq!(c.atomic64_faa(xid, 1), Ok(105));
+        assert_eq!(c.atomic64_snapshot(xid), Ok(106));
+        c.deinit().unwrap();
+    }
+
+    #[test]
+    fn an_rdma_attach_with_a_forged_session_is_refused() {
+        let s = server(NO_SUCH_DEVICE, 5_000);
+        let addr = s.tcp_addr().unwrap();
+        let (_link, client, session) = register(addr);
+        let forged = AttachRecord {
+            client,
+            session: session ^ 1,
+            endpoint: some_endpoint(),
+        };
+        let got = raw_attach(addr, &forged.to_bytes(), false);
+        assert_eq!(got.len(), 4, "a status and nothing else: {got:?}");
+        assert_eq!(status_of(&got), Status::ClientNotInit as u32);
+        // An id nobody registered is refused the same way.
+        let stranger = AttachRecord {
+            client: client.wrapping_add(1),
+            ..forged
+        };
+        let got = raw_attach(addr, &stranger.to_bytes(), false);
+        assert_eq!(status_of(&got), Status::ClientNotInit as u32);
+    }
+
+    #[test]
+    fn an_rdma_attach_with_the_right_session_on_a_server_without_rdma_says_so() {
+        let s = server(NO_SUCH_DEVICE, 5_000);
+        let addr = s.tcp_addr().unwrap();
+        let (_link, client, session) = register(addr);
+        let record = AttachRecord {
+            client,
+            session,
+            endpoint: some_endpoint(),
+        };
+        let got = raw_attach(addr, &record.to_bytes(), false);
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert_eq!(status_of(&got), Status::ServerNotInit as u32);
+    }
+
+    #[test]
+    fn malformed_or_short_attach_records_close_the_connection_without_a_reply() {
+        let s = server(NO_SUCH_DEVICE, 5_000);
+        let addr = s.tcp_addr().unwrap();
+        let (_link, client, session) = register(addr);
+        let good = AttachRecord {
+            client,
+            session,
+            endpoint: some_endpoint(),
+        }
+        .to_bytes();
+        type Patch = fn(&mut [u8; RDMA_ATTACH_LEN]);
+        let patches: &[(&str, Patch)] = &[
+            ("endpoint magic", |b| b[16] ^= 0xff),
+            ("endpoint version", |b| b[20] = 9),
+            ("endpoint mtu", |b| b[22] = 0),
+            ("endpoint reserved", |b| b[23] = 1),
+            ("object table from a client", |b| {
+                b[21] |= 2;
+                b[36..40].copy_from_slice(&1u32.to_le_bytes());
+                b[56..64].copy_from_slice(&0x1000u64.to_le_bytes());
+            }),
+        ];
+        for (what, patch) in patches {
+            let mut b = good;
+            patch(&mut b);
+            assert_eq!(raw_attach(addr, &b, false), Vec::<u8>::new(), "{what}");
+        }
+        // A record cut short, then the end of the stream.
+        assert_eq!(raw_attach(addr, &good[..40], true), Vec::<u8>::new());
+        // Random bytes after a valid magic.
+        let mut noise = [0u8; RDMA_ATTACH_LEN];
+        noise[..4].copy_from_slice(&good[..4]);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for b in &mut noise[4..] {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        assert_eq!(raw_attach(addr, &noise, false), Vec::<u8>::new());
+        // None of it hurt the server.
+        let mut c = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
+        let id = c.get_lock(LockKind::Atomic, b"still-serving").unwrap();
+        assert!(c.trylock(id, Mode::Exclusive, 1_000).is_ok());
+    }
+
+    // ---- hardware --------------------------------------------------------------------------
+
+    fn device() -> Option<String> {
+        let d = std::env::var("DLOCK_RDMA_DEVICE").ok();
+        if d.is_none() {
+            eprintln!("skipped: set DLOCK_RDMA_DEVICE to an RDMA device name (see `ibv_devices`)");
+        }
+        d
+    }
+
+    /// A client that really got a queue pair.
+    fn rdma_client(s: &ServerHandle, device: &str, lease_ms: u32) -> Client {
+        let mut cfg = ClientConfig::new(rdma_endpoint(s, device));
+        cfg.lease_ms = lease_ms;
+        let c = Client::connect(cfg).unwrap();
+        assert_eq!(c.transport(), Some(Transport::Rdma));
+        c
+    }
+
+    #[test]
+    #[ignore = "needs an RDMA device named in DLOCK_RDMA_DEVICE"]
+    fn rdma_lock_unlock_and_a_31_command_batch() {
+        let Some(dev) = device() else { return };
+        let s = server(&dev, 5_000);
+        assert!(s.rdma_enabled());
+        let mut a = rdma_client(&s, &dev, 0);
+        let mut b = rdma_client(&s, &dev, 0);
+        let la = a.get_lock(LockKind::Atomic, b"one").unwrap();
+        let lb = b.get_lock(LockKind::Atomic, b"one").unwrap();
+        assert_eq!(
+            a.trylock(la, Mode::Exclusive, 5_000).unwrap().status,
+            Status::Success
+        );
+        assert!(
+            b.trylock(lb, Mode::Exclusive, 5_000).is_err(),
+            "b got a held lock"
+        );
+        assert_eq!(a.unlock(la), Ok(Status::Success));
+        assert_eq!(
+            b.trylock(lb, Mode::Exclusive, 5_000).unwrap().status,
+            Status::Success
+        );
+        assert_eq!(b.unlock(lb), Ok(Status::Success));
+
+        let names: Vec<String> = (0..31).map(|k| format!("row-{k}")).collect();
+        let req: Vec<(LockKind, &[u8])> = names
+            .iter()
+            .map(|n| (LockKind::Atomic, n.as_bytes()))
+            .collect();
+        let ids: Vec<_> = a
+            .batch_get_lock(&req)
+            .unwrap()
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let reqs: Vec<_> = ids.iter().map(|&id| (id, Mode::Exclusive, 5_000)).collect();
+        let mut out = vec![Err(Status::Einval); 31];
+        a.batch_trylock(&reqs, true, &mut out).unwrap();
+        assert!(out.iter().all(|r| r.is_ok()), "{out:?}");
+        a.batch_unlock(&ids, &mut out).unwrap();
+        assert!(out.iter().all(|r| r.is_ok()), "{out:?}");
+        a.deinit().unwrap();
+        b.deinit().unwrap();
+    }
+
+    #[test]
+    #[ignore = "needs an RDMA device named in DLOCK_RDMA_DEVICE"]
+    fn rdma_blocking_lock_is_granted_on_unlock() {
+        let Some(dev) = device() else { return };
+        let s = server(&dev, 5_000);
+        let mut a = rdma_client(&s, &dev, 0);
+        let mut b = rdma_client(&s, &dev, 0);
+        let la = a.get_lock(LockKind::Rw, b"hot").unwrap();
+        let lb = b.get_lock(LockKind::Rw, b"hot").unwrap();
+        a.trylock(la, Mode::Exclusive, 30_000).unwrap();
+        let waiter = thread::spawn(move || {
+            let t = Instant::now();
+            let g = b.lock(lb, Mode::Exclusive, 30_000, Duration::from_secs(10));
+            (g, t.elapsed(), b)
+        });
+        thread::sleep(Duration::from_millis(200));
+        assert_eq!(a.unlock(la), Ok(Status::Success));
+        let (g, waited, _b) = waiter.join().unwrap();
+        assert_eq!(g.unwrap().status, Status::Success);
+        assert!(
+            waited >= Duration::from_millis(150) && waited < Duration::from_secs(5),
+            "granted after {waited:?}"
+        );
+    }
+
+    #[test]
+    #[ignore = "needs an RDMA device named in DLOCK_RDMA_DEVICE"]
+    fn rdma_faa_cas_and_snapshot_are_one_sided_and_agree_with_the_server() {
+        let Some(dev) = device() else { return };
+        let s = server(&dev, 5_000);
+        let mut c = rdma_client(&s, &dev, 0);
+        let id = c.atomic64_create(b"csn", 10, 60).unwrap();
+        assert_eq!(c.atomic64_get(b"csn", 60).unwrap(), id);
+        assert_eq!(c.atomic64_faa(id, 5), Ok(10));
+        assert_eq!(c.atomic64_snapshot(id), Ok(15));
+        let swapped = c.atomic64_cas(id, 15, 100).unwrap();
+        assert!(swapped.swapped && swapped.observed == 15);
+        let stale = c.atomic64_cas(id, 15, 7).unwrap();
+        assert!(!stale.swapped && stale.observed == 100);
+        // A TCP client's view goes through the server's own handling of the same cell.
+        let mut t =
+            Client::connect(ClientConfig::new(Endpoint::Tcp(s.tcp_addr().unwrap()))).unwrap();
+        let tid = t.atomic64_get(b"csn", 60).unwrap();
+        assert_eq!(t.atomic64_snapshot(tid), Ok(100));
+        assert_eq!(t.atomic64_faa(tid, 1), Ok(100));
+        assert_eq!(c.atomic64_snapshot(id), Ok(101));
+    }
+
+    #[test]
+    #[ignore = "needs an RDMA device named in DLOCK_RDMA_DEVICE"]
+    fn a_client_whose_queue_pair_dies_loses_its_locks_after_its_lease() {
+        let Some(dev) = device() else { return };
+        let lease_ms = 400;
+        let s = server(&dev, lease_ms);
+        let mut a = rdma_client(&s, &dev, lease_ms);
+        let mut b = rdma_client(&s, &dev, 0);
+        let la = a.get_lock(LockKind::Atomic, b"lost").unwrap();
+        let lb = b.get_lock(LockKind::Atomic, b"lost").unwrap();
+        a.trylock(la, Mode::Exclusive, 60_000).unwrap();
+        // The queue pair goes (destroyed with its client end); the control connection stays,
+        // silent.
+        a.drop_data_path();
+        assert!(
+            b.trylock(lb, Mode::Exclusive, 60_000).is_err(),
+            "freed too early"
+        );
+        let t = Instant::now();
+        loop {
+            if b.trylock(lb, Mode::Exclusive, 60_000).is_ok() {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(5), "never freed");
+            thread::sleep(Duration::from_millis(50));
+        }
+        assert!(a.unlock(la).is_err(), "a dead client still unlocks");
+    }
 }

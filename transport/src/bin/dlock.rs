@@ -92,6 +92,20 @@ struct ServeArgs {
     #[arg(long)]
     #[serde(default)]
     huge_pages: bool,
+    /// Serve data messages and one-sided object operations over RDMA on this device (as
+    /// `ibv_devices` names it). Without a usable device the server logs why and serves TCP and
+    /// shared memory only.
+    #[cfg(feature = "rdma")]
+    #[arg(long)]
+    rdma_device: Option<String>,
+    /// The RDMA device's port, counted from 1 (default 1).
+    #[cfg(feature = "rdma")]
+    #[arg(long, requires = "rdma_device")]
+    rdma_port: Option<u8>,
+    /// The GID index to route with (RoCE; default: index 0 on Ethernet, none on InfiniBand).
+    #[cfg(feature = "rdma")]
+    #[arg(long, requires = "rdma_device")]
+    rdma_gid_index: Option<u8>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -171,6 +185,12 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
             shm_name: args.shm_name.or(file.shm_name),
             unix_socket: args.unix_socket.or(file.unix_socket),
             huge_pages: args.huge_pages || file.huge_pages,
+            #[cfg(feature = "rdma")]
+            rdma_device: args.rdma_device.or(file.rdma_device),
+            #[cfg(feature = "rdma")]
+            rdma_port: args.rdma_port.or(file.rdma_port),
+            #[cfg(feature = "rdma")]
+            rdma_gid_index: args.rdma_gid_index.or(file.rdma_gid_index),
         };
     }
     let d = Config::default();
@@ -203,6 +223,18 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
     cfg.shm_name = args.shm_name;
     cfg.unix_socket = args.unix_socket;
     cfg.huge_pages = args.huge_pages;
+    #[cfg(feature = "rdma")]
+    if let Some(device) = &args.rdma_device {
+        let mut rdma = dlock_transport::rdma::RdmaConfig::new(device);
+        rdma.port_num = args.rdma_port.unwrap_or(rdma.port_num);
+        if rdma.port_num == 0 {
+            return Err("RDMA ports are counted from 1".to_string());
+        }
+        rdma.gid_index = args.rdma_gid_index;
+        cfg.rdma = Some(rdma);
+    } else if args.rdma_port.is_some() || args.rdma_gid_index.is_some() {
+        return Err("rdma_port and rdma_gid_index need rdma_device".to_string());
+    }
     Ok(cfg)
 }
 
@@ -221,6 +253,17 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         cfg.core.clients_max,
         cfg.core.objects_max
     );
+    #[cfg(feature = "rdma")]
+    if let Some(rdma) = &cfg.rdma {
+        if server.rdma_enabled() {
+            println!("RDMA data path on {}", rdma.device);
+        } else {
+            println!(
+                "RDMA unavailable on {} (see the log); TCP and shared memory only",
+                rdma.device
+            );
+        }
+    }
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -1,5 +1,6 @@
 //! How a client reaches its server: a control connection (Unix socket for a server on this host,
-//! TCP otherwise) and a data path (the client's mailbox in the region, or a TCP data connection).
+//! TCP otherwise) and a data path (the client's mailbox in the region, a TCP data connection, or
+//! with the `rdma` feature an RDMA queue pair).
 //!
 //! A link moves whole frames and knows nothing of their meaning; the [`super::Client`] above it
 //! encodes, decodes and keeps the local lock state.
@@ -36,6 +37,28 @@ pub enum Endpoint {
     },
     /// A server anywhere: control and data over TCP.
     Tcp(SocketAddr),
+    /// A server anywhere, with data over RDMA: control over TCP to `addr` as for
+    /// [`Endpoint::Tcp`], then a queue pair on the device in `rdma` for data messages and
+    /// one-sided object operations. Without a usable device, or when the server has no RDMA, the
+    /// data path is a TCP connection instead (logged; see [`Link::transport`]).
+    #[cfg(feature = "rdma")]
+    Rdma {
+        /// The server's TCP address.
+        addr: SocketAddr,
+        /// The local device to use.
+        rdma: crate::rdma::RdmaConfig,
+    },
+}
+
+/// The data path a client ended up with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// The client's mailbox in the server's region.
+    SharedMemory,
+    /// A TCP data connection (also what an RDMA endpoint falls back to).
+    Tcp,
+    /// An RDMA queue pair (feature `rdma`).
+    Rdma,
 }
 
 /// A handle on an in-process server's shared state (cheap to clone).
@@ -103,6 +126,9 @@ enum Data {
     Mailbox { mapped: Mapped, slot: u32 },
     /// A TCP data connection.
     Tcp(TcpStream),
+    /// An RDMA queue pair (boxed: it is several times the size of the other variants).
+    #[cfg(feature = "rdma")]
+    Rdma(Box<crate::rdma::RdmaClient>),
 }
 
 /// A client's connections to one server.
@@ -136,6 +162,12 @@ impl Link {
             Endpoint::Embedded(e) => Control::Unix(UnixStream::connect(&e.unix_socket)?),
             Endpoint::Local { unix_socket, .. } => Control::Unix(UnixStream::connect(unix_socket)?),
             Endpoint::Tcp(addr) => {
+                let s = TcpStream::connect(addr)?;
+                s.set_nodelay(true)?;
+                Control::Tcp(s)
+            }
+            #[cfg(feature = "rdma")]
+            Endpoint::Rdma { addr, .. } => {
                 let s = TcpStream::connect(addr)?;
                 s.set_nodelay(true)?;
                 Control::Tcp(s)
@@ -193,24 +225,13 @@ impl Link {
                 mapped: Mapped::Own(Arc::new(Region::open_shared(shm_name)?)),
                 slot,
             },
-            Endpoint::Tcp(addr) => {
-                let mut s = TcpStream::connect(addr)?;
-                s.set_nodelay(true)?;
-                let mut hello = [0u8; ATTACH_LEN];
-                hello[..4].copy_from_slice(&ATTACH_MAGIC.to_le_bytes());
-                hello[4..8].copy_from_slice(&client.to_le_bytes());
-                hello[8..16].copy_from_slice(&session.to_le_bytes());
-                s.write_all(&hello)?;
-                let mut status = [0u8; 4];
-                s.set_read_timeout(Some(Duration::from_secs(5)))?;
-                s.read_exact(&mut status)?;
-                if u32::from_le_bytes(status) != 0 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::PermissionDenied,
-                        "data channel refused",
-                    ));
+            Endpoint::Tcp(addr) => Data::Tcp(attach_tcp(*addr, client, session)?),
+            #[cfg(feature = "rdma")]
+            Endpoint::Rdma { addr, rdma } => {
+                match super::rdma::attach(*addr, rdma, client, session)? {
+                    Some(qp) => Data::Rdma(Box::new(qp)),
+                    None => Data::Tcp(attach_tcp(*addr, client, session)?),
                 }
-                Data::Tcp(s)
             }
         };
         if let Data::Mailbox { mapped, slot } = &self.data {
@@ -230,8 +251,37 @@ impl Link {
     pub fn object_cells(&self) -> Option<&[AtomicU64]> {
         match &self.data {
             Data::Mailbox { mapped, .. } => Some(mapped.region().object_cells()),
-            Data::None | Data::Tcp(_) => None,
+            _ => None,
         }
+    }
+
+    /// The data path in use; `None` before it is attached (or after a failed re-attach).
+    pub fn transport(&self) -> Option<Transport> {
+        match &self.data {
+            Data::None => None,
+            Data::Mailbox { .. } => Some(Transport::SharedMemory),
+            Data::Tcp(_) => Some(Transport::Tcp),
+            #[cfg(feature = "rdma")]
+            Data::Rdma(_) => Some(Transport::Rdma),
+        }
+    }
+
+    /// The queue pair, when object operations can be one-sided RDMA atomics on it (the device
+    /// does remote atomics and the server advertised its object table).
+    #[cfg(feature = "rdma")]
+    pub fn rdma_objects(&mut self) -> Option<&mut crate::rdma::RdmaClient> {
+        match &mut self.data {
+            Data::Rdma(qp) if qp.supports_atomics() && qp.object_table().is_some() => Some(qp),
+            _ => None,
+        }
+    }
+
+    /// Drops the data path (queue pair, TCP data connection or mailbox binding) and keeps the
+    /// control connection: what a client whose data path died looks like to the server. For
+    /// fault-injection tests.
+    #[doc(hidden)]
+    pub fn drop_data_path(&mut self) {
+        self.data = Data::None;
     }
 
     /// Sends a data message without waiting for its reply.
@@ -252,6 +302,8 @@ impl Link {
             // What a timed-out read left in `partial` is the start of a late reply: keep it, so
             // the stream stays in step (the client skips late replies by message id).
             Data::Tcp(s) => s.write_all(req),
+            #[cfg(feature = "rdma")]
+            Data::Rdma(qp) => super::rdma::send(qp, req),
         }
     }
 
@@ -283,6 +335,8 @@ impl Link {
                 }
             }
             Data::Tcp(s) => recv_tcp(s, &mut self.partial, reply, deadline),
+            #[cfg(feature = "rdma")]
+            Data::Rdma(qp) => super::rdma::recv(qp, reply, deadline),
         }
     }
 
@@ -297,6 +351,27 @@ impl Link {
         self.recv_data(reply, deadline)?
             .ok_or_else(|| io::ErrorKind::TimedOut.into())
     }
+}
+
+/// Opens a TCP data connection to `addr` and binds it to `client` with its session secret.
+fn attach_tcp(addr: SocketAddr, client: u32, session: u64) -> io::Result<TcpStream> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    let mut hello = [0u8; ATTACH_LEN];
+    hello[..4].copy_from_slice(&ATTACH_MAGIC.to_le_bytes());
+    hello[4..8].copy_from_slice(&client.to_le_bytes());
+    hello[8..16].copy_from_slice(&session.to_le_bytes());
+    s.write_all(&hello)?;
+    let mut status = [0u8; 4];
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.read_exact(&mut status)?;
+    if u32::from_le_bytes(status) != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "data channel refused",
+        ));
+    }
+    Ok(s)
 }
 
 /// Reads one data message off `s`, keeping what arrived in `partial` if the deadline cuts in.

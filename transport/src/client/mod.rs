@@ -10,12 +10,15 @@
 //! granted or the wait runs out — no polling loop, unlike the reference's 100 ms sleeps.
 //!
 //! On the shared-memory transport the `umo_atomic64` operations are one-sided atomics on the
-//! region's object cells, as the reference does them with NIC atomics; over TCP they are data
-//! commands. After start-up the data path (lock commands and object operations) allocates
-//! nothing: frames are encoded into buffers the client owns.
+//! region's object cells, and over RDMA one-sided verbs (FAA, CAS, 8-byte READ) on the same
+//! cells, as the reference does them with NIC atomics; over TCP they are data commands. After
+//! start-up the data path (lock commands and object operations) allocates nothing: frames are
+//! encoded into buffers the client owns.
 
 pub mod link;
 pub mod local;
+#[cfg(feature = "rdma")]
+mod rdma;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -29,8 +32,8 @@ use dlock_core::proto::{
 use dlock_core::server::Counter;
 use dlock_core::{ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Status};
 
-pub use link::Endpoint;
 use link::Link;
+pub use link::{Endpoint, Transport};
 pub use local::{Decision, LocalLock, LocalState, Request};
 
 use crate::sync::Ordering;
@@ -225,6 +228,21 @@ impl Client {
     /// This instance's id.
     pub fn id(&self) -> ClientId {
         self.id
+    }
+
+    /// The data path this client uses: shared memory, TCP, or RDMA. An [`Endpoint::Rdma`]
+    /// client that found no usable device (or a server without RDMA) says `Tcp` here. `None`
+    /// only after a failed [`Client::reinit`].
+    pub fn transport(&self) -> Option<Transport> {
+        self.link.transport()
+    }
+
+    /// Drops the data path while keeping the registration and the control connection, as if the
+    /// data connection or queue pair had died: data operations fail until [`Client::reinit`].
+    /// For fault-injection tests.
+    #[doc(hidden)]
+    pub fn drop_data_path(&mut self) {
+        self.link.drop_data_path();
     }
 
     /// Whether the server said it was recovering at the last (re)registration.
@@ -927,6 +945,10 @@ impl Client {
         b: u64,
     ) -> Result<CommandResult, Status> {
         let cell = *self.objects.get(&id).ok_or(Status::ObjectNotGet)?;
+        #[cfg(feature = "rdma")]
+        if let Some(qp) = self.link.rdma_objects() {
+            return rdma::object_op(qp, cell, op, a, b);
+        }
         if let Some(cells) = self.link.object_cells() {
             // One-sided, as the reference's NIC atomics: AcqRel/Acquire for the same reasons the
             // server's message path uses them (the cell may publish a client's own memory).

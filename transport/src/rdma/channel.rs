@@ -286,6 +286,21 @@ impl Channel {
         if let Some((slot, _)) = request {
             self.repost(slot)?;
         }
+        self.post_send_slot(send, len)
+    }
+
+    /// A send slot no posted work request names, without waiting: drains the completion queue
+    /// once if every slot is busy. `None` when all are still busy.
+    fn free_send_slot(&mut self) -> Result<Option<usize>, RdmaError> {
+        if let Some(slot) = self.send_busy.iter().position(|busy| !busy) {
+            return Ok(Some(slot));
+        }
+        self.drain()?;
+        Ok(self.send_busy.iter().position(|busy| !busy))
+    }
+
+    /// SENDs the first `len` bytes of send slot `send`, which the caller just filled.
+    fn post_send_slot(&mut self, send: usize, len: usize) -> Result<(), RdmaError> {
         if len == 0 || len > MESSAGE_MAX {
             return Err(RdmaError::InvalidArgument("message must be 1..=1008 bytes"));
         }
@@ -294,10 +309,70 @@ impl Channel {
         // below and not written again until its completion clears the mark (`drain`).
         unsafe {
             self.qp
-                .post_send(wr_id(KIND_SEND, send as u64), sge, SendOp::Send)?;
+                .post_send(wr_id(KIND_SEND, send as u64), sge, SendOp::Send)
+                .inspect_err(|_| self.state = State::Poisoned)?;
         }
         self.send_busy[send] = true;
         Ok(())
+    }
+
+    /// The poll loop's way to answer: never waits. If a request has arrived *and* a send slot is
+    /// free, `fill` gets the request and the send slot and returns the reply's length, or 0 for
+    /// "no reply now" (a parked request); the receive slot is reposted either way. Returns
+    /// whether a request was taken; a request that finds every send slot busy stays queued for
+    /// the next call, so nothing is lost and nothing blocks.
+    pub(crate) fn try_respond<F>(&mut self, fill: F) -> Result<bool, RdmaError>
+    where
+        F: FnOnce(&[u8], &mut [u8]) -> usize,
+    {
+        if !self.poll_message()? {
+            return Ok(false);
+        }
+        let Some(send) = self.free_send_slot()? else {
+            return Ok(false);
+        };
+        let Some((slot, len)) = self.ready.pop_front() else {
+            return Ok(false);
+        };
+        let base = self.buf.base().as_ptr();
+        // SAFETY: popped from `ready`, so the receive completed and we own the slot until the
+        // repost below, after the last use of `req`; `len` came from the completion and is at
+        // most the posted `MESSAGE_MAX`. Receive and send slots are disjoint ranges of `buf`.
+        let req = unsafe { std::slice::from_raw_parts(base.add(slot * SLOT_BYTES), len) };
+        // SAFETY: send slot `send` is not busy, so no posted work request names it; it lies in
+        // `buf` after every receive slot, disjoint from `req`.
+        let out = unsafe {
+            std::slice::from_raw_parts_mut(base.add((SLOTS + send) * SLOT_BYTES), MESSAGE_MAX)
+        };
+        let n = fill(req, out);
+        self.repost(slot)?;
+        if n > 0 {
+            self.post_send_slot(send, n)?;
+        }
+        Ok(true)
+    }
+
+    /// SENDs `msg` (1..=[`MESSAGE_MAX`] bytes) without waiting: `Ok(false)` when every send slot
+    /// is still busy, so the caller can keep the message and try again on its next turn.
+    pub(crate) fn try_send(&mut self, msg: &[u8]) -> Result<bool, RdmaError> {
+        self.check_connected()?;
+        if msg.is_empty() || msg.len() > MESSAGE_MAX {
+            return Err(RdmaError::InvalidArgument("message must be 1..=1008 bytes"));
+        }
+        let Some(send) = self.free_send_slot()? else {
+            return Ok(false);
+        };
+        // SAFETY: send slot `send` is not busy, so no posted work request names it, and it lies
+        // in `buf` after every receive slot; nothing else refers to it during this borrow.
+        let out = unsafe {
+            std::slice::from_raw_parts_mut(
+                self.buf.base().as_ptr().add((SLOTS + send) * SLOT_BYTES),
+                MESSAGE_MAX,
+            )
+        };
+        out[..msg.len()].copy_from_slice(msg);
+        self.post_send_slot(send, msg.len())?;
+        Ok(true)
     }
 
     /// Copies the oldest received message into `out`, reposts its slot, and returns its length.

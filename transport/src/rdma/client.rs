@@ -73,6 +73,12 @@ impl RdmaClient {
         Ok(())
     }
 
+    /// Whether the device executes remote atomics; without them object operations must go to
+    /// the server as data messages.
+    pub fn supports_atomics(&self) -> bool {
+        self.channel.atomics()
+    }
+
     /// The server's object table, once connected.
     pub fn object_table(&self) -> Option<ObjectTable> {
         self.objects

@@ -8,11 +8,32 @@
 //!   queue pair — and their teardown order (private `verbs` module).
 //! - Memory registration ([`RdmaDevice::register`] → [`RegisteredRegion`]): the server's object
 //!   cells, and each endpoint's own fixed buffer pool.
-//! - The out-of-band connection handshake ([`Endpoint`], a fixed 56-byte little-endian record
-//!   that the TCP control connection will carry) and the RESET → INIT → RTR → RTS transitions.
+//! - The out-of-band connection handshake ([`Endpoint`], a fixed 56-byte little-endian record,
+//!   carried inside an [`AttachRecord`] over TCP) and the RESET → INIT → RTR → RTS transitions.
 //! - Two-sided messages ([`RdmaClient::post_send`], [`RdmaClient::poll`],
-//!   [`ServerConnection::serve`]) and one-sided object operations ([`RdmaClient::fetch_add`],
-//!   [`RdmaClient::compare_swap`], [`RdmaClient::read`]).
+//!   [`ServerConnection::serve`], and the never-waiting [`ServerConnection::try_serve`] and
+//!   [`ServerConnection::try_send`] the server's poll loop uses) and one-sided object operations
+//!   ([`RdmaClient::fetch_add`], [`RdmaClient::compare_swap`], [`RdmaClient::read`]).
+//!
+//! # How it is wired
+//!
+//! - The runtime (`runtime/rdma.rs`): `ServerConfig::rdma` names a device; at start the server
+//!   opens it and registers the region's object cells, or logs why not and serves TCP and shared
+//!   memory only. The control thread answers attach records (checking the session through the
+//!   data thread as for a TCP data connection), creates and connects each client's queue pair,
+//!   and destroys retired ones; the data thread polls the queue pairs, runs their requests
+//!   through the state machine and SENDs the replies, including parked `lock()` replies.
+//! - The client (`client/rdma.rs`): `Endpoint::Rdma` uses a queue pair for data messages and
+//!   one-sided verbs for `atomic64_*`, and falls back to TCP (with a warning, and
+//!   `Client::transport()` saying `Tcp`) when the device does not open or the server has no RDMA.
+//!
+//! # What has run
+//!
+//! The machine this was built on has no RDMA device and no RDMA in its kernel, so only the build,
+//! [`probe`] answering `NoDevice`, the fallback of server and client to TCP, the record parsing
+//! and the refusals (forged session, malformed or short records, server without RDMA) ran. Every
+//! path through a real queue pair is covered by `#[ignore]`d tests in `transport/tests/rdma.rs`
+//! that need `DLOCK_RDMA_DEVICE` and have not yet been run on hardware.
 //!
 //! It never interprets what it carries: request and reply bytes are `dlock-core` data
 //! messages, and the object cells are whatever the server's tables say they are. It does not
@@ -32,9 +53,12 @@
 //! | post, then busy-poll own JFC ≤ 5 s, else `BAD_RESPONSE` | post, then busy-poll own CQ until [`RdmaConfig::op_timeout`] (5 s by default), else [`RdmaError::Timeout`] |
 //!
 //! One deliberate difference: the reference's token covers the whole segment it imports, and so
-//! would an rkey for the whole region — any client could then rewrite lock words behind the
-//! server's checks. [`RdmaServer`] therefore registers only the object-cell range for remote
-//! access; the hardware bounds-checks every one-sided access against it.
+//! would an rkey for the whole region — any client could then rewrite lock words, client entries
+//! and other clients' mailboxes behind the server's checks. [`RdmaServer`] therefore registers
+//! only the object-cell range for remote access, with READ and atomics but not WRITE, and every
+//! endpoint's own message buffers for local access only; the hardware checks every one-sided
+//! access against the registration its rkey names, so a client's rkey reaches object cells and
+//! nothing else. Lock words change only through messages the server executes.
 //!
 //! # Why ibverbs *and* ibverbs-sys
 //!
@@ -45,6 +69,7 @@
 //! through the same bindings (`ibverbs-sys`) in the private `verbs` module, mirroring ibverbs'
 //! `PreparedQueuePair::handshake` step for step.
 
+mod attach;
 mod channel;
 mod client;
 mod endpoint;
@@ -59,6 +84,7 @@ use std::time::Duration;
 
 use dlock_core::proto::DATA_MESSAGE_MAX;
 
+pub use attach::{AttachRecord, RDMA_ATTACH_LEN, RDMA_ATTACH_MAGIC, RDMA_ATTACH_REPLY_LEN};
 pub use client::RdmaClient;
 pub use endpoint::{ENDPOINT_LEN, Endpoint, ObjectTable};
 pub use registered::{RdmaDevice, RegisteredRegion};

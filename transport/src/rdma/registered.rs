@@ -71,14 +71,49 @@ impl RdmaDevice {
     ///   the caller accesses the memory only in ways that tolerate that (atomics, or buffers no
     ///   posted work request names).
     pub unsafe fn register(&self, ptr: *mut u8, len: usize) -> Result<RegisteredRegion, RdmaError> {
-        if ptr.is_null() || len == 0 {
-            return Err(RdmaError::InvalidArgument("empty memory range"));
-        }
         // Remote write and atomic access require local write (ibv_reg_mr(3)).
         let access = ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
             | ffi::ibv_access_flags::IBV_ACCESS_REMOTE_READ
             | ffi::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE
             | ffi::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC;
+        // SAFETY: the caller's contract is `register`'s, which is `register_with`'s.
+        unsafe { self.register_with(ptr, len, access) }
+    }
+
+    /// Registers `len` bytes at `ptr` for remote READ and atomics but not remote WRITE: a
+    /// server's object cells, which clients change only with atomics.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Self::register`].
+    pub(crate) unsafe fn register_read_atomic(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<RegisteredRegion, RdmaError> {
+        // Remote atomic access requires local write (ibv_reg_mr(3)).
+        let access = ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
+            | ffi::ibv_access_flags::IBV_ACCESS_REMOTE_READ
+            | ffi::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC;
+        // SAFETY: the caller's contract is `register`'s, which is `register_with`'s.
+        unsafe { self.register_with(ptr, len, access) }
+    }
+
+    /// `ibv_reg_mr` with the given access flags.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Self::register`]; with remote access flags, whoever holds the rkey may change
+    /// the memory at any time.
+    unsafe fn register_with(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        access: ffi::ibv_access_flags,
+    ) -> Result<RegisteredRegion, RdmaError> {
+        if ptr.is_null() || len == 0 {
+            return Err(RdmaError::InvalidArgument("empty memory range"));
+        }
         // SAFETY: the protection domain is live; the caller guarantees the range is mapped and
         // stays so for the registration's life; `access` holds only flags this libibverbs knows.
         let mr = unsafe { ffi::ibv_reg_mr(self.pd.as_ptr(), ptr.cast(), len, access.0 as i32) };
@@ -92,18 +127,26 @@ impl RdmaDevice {
         })
     }
 
-    /// Maps `len` fresh zeroed bytes and registers them; the endpoints' own message buffers.
+    /// Maps `len` fresh zeroed bytes and registers them for local access only; the endpoints'
+    /// own message buffers.
+    ///
+    /// No remote access: SEND, RECV, and the results of READ and atomics use only the lkey. Every
+    /// queue pair of a server shares one protection domain, so a buffer registered with remote
+    /// rights could be read or changed by any client that guessed its rkey (rkeys are 32 bits
+    /// and often sequential) — including the slots holding other clients' requests.
     pub(crate) fn register_anonymous(&self, len: usize) -> Result<OwnedBuffer, RdmaError> {
         let mut map = MmapMut::map_anon(len).map_err(|e| RdmaError::Verb {
             verb: "mmap",
             errno: e.raw_os_error().unwrap_or(0),
         })?;
         let base = NonNull::new(map.as_mut_ptr()).ok_or(RdmaError::InvalidArgument("len"))?;
+        let access = ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
         // SAFETY: `map` is a private anonymous mapping of `len` bytes that `OwnedBuffer` keeps
         // alive, unmoved (a mapping does not move when its `MmapMut` handle moves), and unmaps
         // only after the registration is dropped (field order). Its bytes are accessed only
-        // through `OwnedBuffer::base` for slots no posted work request names.
-        let mr = unsafe { self.register(base.as_ptr(), len) }?;
+        // through `OwnedBuffer::base` for slots no posted work request names; with local access
+        // only, no peer can change them.
+        let mr = unsafe { self.register_with(base.as_ptr(), len, access) }?;
         Ok(OwnedBuffer {
             mr,
             _map: map,

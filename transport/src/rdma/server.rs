@@ -110,7 +110,9 @@ impl RdmaServer {
         // SAFETY: `base..base + object_cells.len` lies inside the caller's mapping (checked
         // above), which stays mapped and unmoved while `self`, and so the registration, lives;
         // the caller accesses those bytes only atomically, which tolerates remote changes.
-        let objects = unsafe { device.register(base, object_cells.len) }?;
+        // Without remote WRITE: the queue pairs refuse WRITEs too, and clients change cells
+        // only with atomics, which a plain WRITE racing them could tear.
+        let objects = unsafe { device.register_read_atomic(base, object_cells.len) }?;
         Ok(Self {
             objects,
             cells,
@@ -191,6 +193,27 @@ impl ServerConnection {
             req.map_or(0, |req| handler(req, out))
         })?;
         Ok(true)
+    }
+
+    /// The poll loop's serve: never waits. Drains the completion queue once; if a request is
+    /// waiting and a send slot is free, `handler` gets it and a reply buffer of
+    /// [`super::MESSAGE_MAX`] bytes and returns the reply's length, or 0 to send nothing now (a
+    /// parked request, answered later with [`Self::try_send`]). Returns whether a request was
+    /// taken. Allocates nothing and makes no system call on providers that poll in user space.
+    ///
+    /// An error (a completion with an error status, a failed post) means the queue pair is
+    /// unusable: drop the connection, as for a closed socket.
+    pub fn try_serve<F>(&mut self, handler: F) -> Result<bool, RdmaError>
+    where
+        F: FnOnce(&[u8], &mut [u8]) -> usize,
+    {
+        self.channel.try_respond(handler)
+    }
+
+    /// SENDs `msg` (a parked request's reply) without waiting; `Ok(false)` when every send slot
+    /// still awaits its completion, so the caller keeps the message for its next turn.
+    pub fn try_send(&mut self, msg: &[u8]) -> Result<bool, RdmaError> {
+        self.channel.try_send(msg)
     }
 }
 

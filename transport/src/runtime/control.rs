@@ -10,10 +10,13 @@
 //! a frame claiming another id closes the connection (the reference drops such "hostile"
 //! connections too); before that, only registration (a reinit must show the session secret)
 //! and the counters are allowed. An attach header (`ATTACH_MAGIC`, client id, session secret)
-//! starts a data connection bound to that client once the data thread has checked the secret. A
-//! connection
-//! that has not registered or attached within the handshake timeout is closed, and past
-//! `connections_max` the oldest such connection makes room for a new one.
+//! starts a data connection bound to that client once the data thread has checked the secret.
+//! With the `rdma` feature, an RDMA attach record (`rdma::RDMA_ATTACH_MAGIC`, client id, session
+//! secret, the client's queue-pair endpoint) is checked the same way, after which this thread
+//! connects a queue pair for the client, answers with the server's endpoint and closes the
+//! connection (`runtime/rdma.rs`). A connection that has not registered or attached within the
+//! handshake timeout is closed, and past `connections_max` the oldest such connection makes room
+//! for a new one.
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -249,6 +252,8 @@ fn run_loop(shared: &Shared, cfg: &ServerConfig, l: &mut Listeners) -> io::Resul
             }
         }
         c.expire_handshakes();
+        #[cfg(feature = "rdma")]
+        super::rdma::drop_retired(shared);
     }
     Ok(())
 }
@@ -467,6 +472,24 @@ impl Control<'_> {
                     let Role::Attaching(client) = c.role else {
                         continue;
                     };
+                    // An RDMA attach: connect the queue pair (if the session was good), answer,
+                    // and close; the queue pairs carry the rest.
+                    #[cfg(feature = "rdma")]
+                    if super::rdma::is_attach(&job.buf[..job.len]) {
+                        super::rdma::complete_attach(
+                            self.shared,
+                            &job.buf[..job.len],
+                            ok,
+                            &mut c.wbuf,
+                        );
+                        c.role = Role::Unknown;
+                        if self.spare.len() < SPARE_MAX {
+                            self.spare.push(job.buf);
+                        }
+                        self.flush(i);
+                        self.close(i);
+                        continue;
+                    }
                     let status: u32 = if ok {
                         0
                     } else {
@@ -584,6 +607,26 @@ fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
                 },
                 ATTACH_LEN,
                 ATTACH_LEN,
+            )));
+        }
+        #[cfg(feature = "rdma")]
+        Role::Unknown if magic == crate::rdma::RDMA_ATTACH_MAGIC => {
+            use crate::rdma::{AttachRecord, RDMA_ATTACH_LEN};
+            if buf.len() < RDMA_ATTACH_LEN {
+                return Ok(None);
+            }
+            // A malformed endpoint closes the connection, as any bytes no frame starts with.
+            let record = AttachRecord::from_bytes(&buf[..RDMA_ATTACH_LEN]).map_err(|_| ())?;
+            c.role = Role::Attaching(record.client);
+            // The data thread checks the session as for a TCP attach and hands the record back
+            // unchanged in the job's buffer; the control thread then connects the queue pair.
+            return Ok(Some((
+                JobKind::Attach {
+                    client: record.client,
+                    session: record.session,
+                },
+                RDMA_ATTACH_LEN,
+                RDMA_ATTACH_LEN,
             )));
         }
         Role::Unknown | Role::Attaching(_) => return Err(()),

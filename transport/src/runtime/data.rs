@@ -27,6 +27,9 @@ enum Route {
     Mailbox { seq: u64 },
     /// Back over a TCP data connection, in the request's own buffer.
     Socket(Job),
+    /// Back over the client's RDMA queue pair (if it still has one).
+    #[cfg(feature = "rdma")]
+    Rdma,
 }
 
 /// The data thread's state besides the server.
@@ -44,6 +47,9 @@ struct Data<'s> {
     req: [u8; DATA_MESSAGE_MAX],
     resp: Vec<u8>,
     start: Instant,
+    /// The clients' RDMA queue pairs.
+    #[cfg(feature = "rdma")]
+    rdma: super::rdma::Peers<'s>,
 }
 
 pub(super) fn run(shared: &Shared, cfg: &ServerConfig, ready: SyncSender<io::Result<()>>) {
@@ -70,6 +76,8 @@ pub(super) fn run(shared: &Shared, cfg: &ServerConfig, ready: SyncSender<io::Res
         req: [0; DATA_MESSAGE_MAX],
         resp: vec![0; CONTROL_FRAME_MAX],
         start: Instant::now(),
+        #[cfg(feature = "rdma")]
+        rdma: super::rdma::Peers::new(shared, slots),
     };
     let header = shared.region.shm_header();
     header.serving.store(1, Ordering::Release);
@@ -80,6 +88,10 @@ pub(super) fn run(shared: &Shared, cfg: &ServerConfig, ready: SyncSender<io::Res
         let now = d.now_ms();
         let mut work = d.serve_mailboxes(&mut server, now);
         work += d.serve_inbox(&mut server, now);
+        #[cfg(feature = "rdma")]
+        {
+            work += d.serve_rdma(&mut server, now);
+        }
         server.poll_waiters(now);
         if server.replies_ready() > 0 {
             d.deliver_replies(&mut server);
@@ -87,13 +99,30 @@ pub(super) fn run(shared: &Shared, cfg: &ServerConfig, ready: SyncSender<io::Res
         }
         if now >= next_tick {
             server.tick(now);
+            #[cfg(feature = "rdma")]
+            d.rdma.sweep(&server);
             next_tick = now + TICK_MS;
+        }
+        #[cfg(feature = "rdma")]
+        if work == 0 && d.rdma.attached() {
+            // A SEND cannot ring the futex: with RDMA clients attached, parking would leave
+            // their requests waiting for the park timeout.
+            idler.idle_awake();
+            continue;
         }
         if work > 0 {
             idler.busy();
         } else {
             let inbox = &shared.exchange.inbox;
-            idler.idle(header, PARK_MAX, || d.bells.any() || !inbox.is_empty());
+            #[cfg(feature = "rdma")]
+            let rdma = &d.rdma;
+            idler.idle(header, PARK_MAX, || {
+                #[cfg(feature = "rdma")]
+                if rdma.has_work() {
+                    return true;
+                }
+                d.bells.any() || !inbox.is_empty()
+            });
         }
     }
     header.serving.store(0, Ordering::Release);
@@ -218,6 +247,18 @@ impl Data<'_> {
         n
     }
 
+    /// Serves the clients' RDMA queue pairs; a parked request's reply is routed back to its
+    /// queue pair.
+    #[cfg(feature = "rdma")]
+    fn serve_rdma(&mut self, server: &mut Server<'_>, now: u64) -> usize {
+        let Data { rdma, routes, .. } = self;
+        rdma.serve(server, now, |slot| {
+            if let Some(route) = routes.get_mut(slot as usize) {
+                *route = Route::Rdma;
+            }
+        })
+    }
+
     /// Sends the replies of decided parked requests where their requests came from.
     fn deliver_replies(&mut self, server: &mut Server<'_>) {
         let Data {
@@ -226,6 +267,8 @@ impl Data<'_> {
             routes,
             resp,
             last_seq,
+            #[cfg(feature = "rdma")]
+            rdma,
             ..
         } = self;
         let mut queued = false;
@@ -247,6 +290,8 @@ impl Data<'_> {
                     let _ = shared.exchange.outbox.push(job);
                     queued = true;
                 }
+                #[cfg(feature = "rdma")]
+                Route::Rdma => rdma.deliver(r.slot, r.client, &resp[..n]),
                 // The client went away meanwhile.
                 Route::None => {}
             }

@@ -58,6 +58,16 @@ impl Idler {
         self.waiting = None;
     }
 
+    /// A turn found nothing, but work may arrive that cannot wake a parked thread (an RDMA
+    /// SEND): spin, then yield, but never park.
+    #[cfg(feature = "rdma")]
+    pub(super) fn idle_awake(&mut self) {
+        match self.strategy {
+            IdleStrategy::Spin => std::hint::spin_loop(),
+            IdleStrategy::Adaptive | IdleStrategy::Park => self.backoff.snooze(),
+        }
+    }
+
     /// A turn found nothing: wait a little, or park until woken or `timeout`.
     pub(super) fn idle(
         &mut self,

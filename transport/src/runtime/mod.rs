@@ -13,6 +13,10 @@
 //! runs them between data batches: registration is rare, and one owner of the tables is simpler
 //! to prove than two threads sharing them.
 //!
+//! With the `rdma` feature (and a device that opens), the data thread also polls each attached
+//! client's RDMA queue pair and answers over it, while the control thread creates, connects and
+//! destroys those queue pairs (`rdma.rs` says why the work is split that way).
+//!
 //! The data thread never allocates after start, never takes a lock, and bounds its work per turn
 //! (each doorbell once, at most [`INBOX_BATCH`] queued jobs). When there is no work it follows the
 //! configured [`IdleStrategy`].
@@ -21,6 +25,8 @@ mod control;
 mod data;
 mod exchange;
 mod idle;
+#[cfg(feature = "rdma")]
+mod rdma;
 
 use std::io;
 use std::net::SocketAddr;
@@ -93,6 +99,11 @@ pub struct ServerConfig {
     pub connections_max: usize,
     /// A connection that has not registered (or attached) within this is closed.
     pub handshake_timeout: Duration,
+    /// Serve data messages and one-sided object operations over RDMA on this device. At start
+    /// the device is opened and the object cells registered; if that fails (no device, no
+    /// kernel support, port down) the server logs why and serves TCP and shared memory only.
+    #[cfg(feature = "rdma")]
+    pub rdma: Option<crate::rdma::RdmaConfig>,
 }
 
 impl ServerConfig {
@@ -110,6 +121,8 @@ impl ServerConfig {
             pin: (None, None),
             huge_pages: false,
             handshake_timeout: Duration::from_secs(5),
+            #[cfg(feature = "rdma")]
+            rdma: None,
         }
     }
 }
@@ -117,6 +130,11 @@ impl ServerConfig {
 /// What both threads share.
 #[derive(Debug)]
 pub(crate) struct Shared {
+    /// The RDMA device and the registration of the region's object cells, when RDMA is on.
+    /// Declared before `region` so that it is dropped (deregistered) before the region is
+    /// unmapped: the device must never be left holding pages of a dead mapping.
+    #[cfg(feature = "rdma")]
+    pub(crate) rdma: Option<rdma::RdmaSide>,
     pub(crate) region: Region,
     pub(crate) exchange: Exchange,
     pub(crate) stop: AtomicBool,
@@ -164,9 +182,16 @@ impl ServerHandle {
         let listeners = control::Listeners::bind(&cfg)?;
         let tcp_addr = listeners.tcp_addr();
         let unix_socket = listeners.unix_path().to_path_buf();
+        let exchange = Exchange::new(&cfg)?;
+        // Last before `Shared` is built, so no early return can drop the region while it is
+        // registered (locals drop in reverse order: `rdma` before `region`).
+        #[cfg(feature = "rdma")]
+        let rdma = rdma::start(&cfg, &region);
         let shared = Arc::new(Shared {
+            #[cfg(feature = "rdma")]
+            rdma,
             region,
-            exchange: Exchange::new(&cfg)?,
+            exchange,
             stop: AtomicBool::new(false),
         });
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
@@ -200,6 +225,13 @@ impl ServerHandle {
     /// The TCP address actually bound (port 0 resolved).
     pub fn tcp_addr(&self) -> Option<SocketAddr> {
         self.tcp_addr
+    }
+
+    /// Whether the RDMA data path serves: false when none was configured, or when the device did
+    /// not open (the log says why) and the server serves TCP and shared memory only.
+    #[cfg(feature = "rdma")]
+    pub fn rdma_enabled(&self) -> bool {
+        self.shared.rdma.is_some()
     }
 
     /// The Unix socket local clients connect their control channel to.
