@@ -59,12 +59,19 @@ impl Idler {
     }
 
     /// A turn found nothing, but work may arrive that cannot wake a parked thread (an RDMA
-    /// SEND): spin, then yield, but never park.
+    /// SEND): poll, then back off and yield, but never park.
     #[cfg(feature = "rdma")]
     pub(super) fn idle_awake(&mut self) {
         match self.strategy {
             IdleStrategy::Spin => std::hint::spin_loop(),
-            IdleStrategy::Adaptive | IdleStrategy::Park => self.backoff.snooze(),
+            IdleStrategy::Adaptive | IdleStrategy::Park => {
+                let waiting = self
+                    .waiting
+                    .get_or_insert_with(|| Patience::new(ADAPTIVE_AWAKE, None));
+                if waiting.next() == Next::Sleep {
+                    std::thread::yield_now();
+                }
+            }
         }
     }
 
