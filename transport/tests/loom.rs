@@ -1,8 +1,12 @@
 //! Loom models of the places where a client and the data thread meet in shared memory (the
 //! protocol in `transport/src/shm.rs`): the mailbox handshake, the request seqlock, the doorbell
-//! scan, and the two park/wake handshakes. Each model runs the production functions on loom's atomics (the
-//! `sync` facade swaps them in) and asserts an outcome that a weakened ordering (or, for the
-//! doorbells, a non-atomic step) breaks.
+//! scan, and the two park/wake handshakes; and of where the control and data threads meet: a job
+//! handed over through the inbox with the park handshake, and a slot handed to a new owner
+//! through the registration reply. Each model runs the production functions on loom's atomics
+//! (the `sync` facade swaps them in) and asserts an outcome that a weakened ordering (or, for
+//! the doorbells, a non-atomic step) breaks. The runtime's queues are crossbeam `ArrayQueue`s,
+//! which loom cannot see into; the last two models use a stand-in with their orderings
+//! (`QueueStandIn`).
 //!
 //! Run with `RUSTFLAGS="--cfg dlock_loom" cargo test -p dlock-transport --test loom --release`.
 //! Each model explores at most `PREEMPTIONS` preemptions per execution (`LOOM_MAX_PREEMPTIONS`
@@ -28,7 +32,7 @@ use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use loom::thread;
 
 /// Preemptions explored per execution. Each weakening these models catch was caught within 2
-/// (most within 1); 3 leaves a margin and still finishes all four in about 2 s (the doorbell
+/// (most within 1); 3 leaves a margin and still finishes all six in about 2.5 s (the doorbell
 /// model dominates: ~26,000 executions).
 const PREEMPTIONS: usize = 3;
 
@@ -305,5 +309,233 @@ fn response_sleep_handshake_never_loses_a_wake_up() {
         assert_eq!(&out[..n], REPLY, "the reply arrived torn");
 
         server.join().unwrap();
+    });
+}
+
+/// A loom-visible stand-in for the runtime's job queues (`runtime/exchange.rs`): crossbeam's
+/// `ArrayQueue` is not loom-instrumented, so this is one slot of it, used once, with crossbeam
+/// 0.3.14's orderings on the steps the hand-offs rely on (`array_queue.rs`):
+///
+/// - `push` claims the slot with a SeqCst read-modify-write of `tail` (a CAS there), writes the
+///   value, then publishes it with a Release store of the slot's `stamp`;
+/// - `is_empty` compares SeqCst loads of `head` and `tail`;
+/// - `pop` takes the value once an Acquire load of `stamp` shows it published; while a push has
+///   claimed the slot but not yet published it (`tail` moved on), it spins, as crossbeam does.
+///
+/// The value is an atomic with relaxed accesses, so a missing Release/Acquire shows as a wrong
+/// value rather than as loom's data-race report.
+struct QueueStandIn {
+    head: AtomicU64,
+    tail: AtomicU64,
+    stamp: AtomicU64,
+    value: AtomicU64,
+}
+
+impl QueueStandIn {
+    fn new() -> Self {
+        let q = Self {
+            head: AtomicU64::new(0),
+            tail: AtomicU64::new(0),
+            stamp: AtomicU64::new(0),
+            value: AtomicU64::new(0),
+        };
+        // The SeqCst loads in `is_empty` must not read loom's non-SeqCst initial stores after a
+        // newer SeqCst write (see `zeroed_words`).
+        q.head.store(0, Ordering::SeqCst);
+        q.tail.store(0, Ordering::SeqCst);
+        q
+    }
+
+    fn push(&self, value: u64) {
+        self.tail.fetch_add(1, Ordering::SeqCst);
+        self.value.store(value, Ordering::Relaxed);
+        self.stamp.store(1, Ordering::Release);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.head.load(Ordering::SeqCst) == self.tail.load(Ordering::SeqCst)
+    }
+
+    fn pop(&self) -> Option<u64> {
+        loop {
+            if self.stamp.load(Ordering::Acquire) == 1 {
+                let value = self.value.load(Ordering::Relaxed);
+                self.head.fetch_add(1, Ordering::SeqCst);
+                return Some(value);
+            }
+            if self.is_empty() {
+                return None;
+            }
+            thread::yield_now(); // claimed, not yet published
+        }
+    }
+}
+
+/// The control thread hands a job to the data thread: it pushes onto the inbox, then calls
+/// `wake_server` (`Control::submit`); the data thread, finding no work, runs `park_server` with
+/// the runtime's re-check (`bells.any() || !inbox.is_empty()`, `runtime/data.rs`) and then takes
+/// the job. Proves that the inbox push joins the Dekker handshake of `shm`'s module doc like a
+/// doorbell ring: if the re-check misses the job, `wake_server` finds `parked` raised and wakes;
+/// and the job the data thread takes is the one handed over, intact.
+///
+/// What it covers: the production `wake_server` and `park_server` around a queue whose push,
+/// emptiness check and pop carry `ArrayQueue`'s orderings (`QueueStandIn`), in the order the
+/// runtime calls them. What it cannot: `ArrayQueue` itself (its multi-slot laps and contention
+/// between producers are not modelled), the closure in `data.rs` and `Control::submit` (private;
+/// the model repeats their steps), mio's waker for the way back (an eventfd counter, which
+/// cannot lose a wake-up, and the control thread polls with a timeout besides), and the flag
+/// store and swap inside park/wake (see the module doc).
+///
+/// Checked locally: making the stand-in's loads in `is_empty` Acquire, or its `tail`
+/// read-modify-write AcqRel (a queue that is not SeqCst where `ArrayQueue` is), fails it with a
+/// lost wake-up, as do waking before pushing and leaving `!inbox.is_empty()` out of the
+/// re-check; making the `stamp` store Relaxed fails it with a torn job. Each such lost wake-up would delay the job by
+/// up to the data thread's park timeout (`PARK_MAX`, 50 ms); none would hang it.
+#[test]
+fn inbox_hand_off_and_park_never_lose_a_job() {
+    const JOB: u64 = 0x0b5e_55ed_c0de_f00d;
+
+    model(|| {
+        let header = Arc::new(ShmHeader::new());
+        let inbox = Arc::new(QueueStandIn::new());
+        let words = Arc::new(zeroed_words(1));
+        let control_done = Arc::new(AtomicBool::new(false));
+
+        let control = {
+            let (header, inbox, control_done) = (
+                Arc::clone(&header),
+                Arc::clone(&inbox),
+                Arc::clone(&control_done),
+            );
+            thread::spawn(move || {
+                inbox.push(JOB);
+                header.wake_server();
+                control_done.store(true, Ordering::Release);
+            })
+        };
+
+        let bells = Doorbells::new(&words);
+        header.park_server(Duration::from_millis(50), || {
+            if bells.any() || !inbox.is_empty() {
+                return true;
+            }
+            // The data thread decided to sleep: hold it until the control thread has finished,
+            // then see whether a wake was issued (as in `park_and_wake_never_lose_a_wake_up`).
+            while !control_done.load(Ordering::Acquire) {
+                thread::yield_now();
+            }
+            assert_eq!(
+                header.parked.load(Ordering::Relaxed),
+                0,
+                "lost wake-up: the data thread sleeps with a job queued and no wake issued"
+            );
+            false
+        });
+        assert_eq!(
+            inbox.pop(),
+            Some(JOB),
+            "after parking, the job is there, intact"
+        );
+
+        control.join().unwrap();
+    });
+}
+
+/// A slot changes owner: the data thread serves the previous owner's last request, then
+/// registers a new client in the same slot and hands it the slot through the outbox (the
+/// registration reply); the new owner takes the mailbox over with `current_seq` and sends its
+/// first request. Proves that the takeover never reuses a sequence number: the data thread
+/// (whose `last_seq` is the previous owner's) finds the new request fresh and intact, and the
+/// new owner never accepts the previous owner's reply as its own (the race of the regression
+/// test `a_client_in_a_reused_slot_never_takes_the_previous_owners_reply`).
+///
+/// What it covers: the production mailbox functions on both sides, with the registration reply
+/// carried by `QueueStandIn` (the outbox's `ArrayQueue` orderings). The previous owner's round
+/// trip runs on the data thread's side here, before the registration, so only the
+/// registration reply orders it before the new owner. What it cannot: the socket the reply
+/// crosses after the outbox (the kernel orders it), and a previous owner in another process
+/// that still writes after it was deregistered (no ordering can help there).
+///
+/// Checked locally: making the stand-in's `stamp` store Relaxed (a registration reply that does
+/// not publish what came before it) fails it, the new owner acting on a stale view (in the run
+/// checked, it rang a slot number from before the push); having the new owner start at 1 instead
+/// of above `current_seq` fails it by taking the previous owner's reply. Making `current_seq`'s
+/// loads Relaxed still passes: the numbers it must see were written or read by the data thread
+/// before the registration, so coherence gives them; its Acquire orders nothing the takeover
+/// needs.
+#[test]
+fn a_new_slot_owner_takes_the_mailbox_over_above_the_previous_owner() {
+    const OLD: [&[u8]; 2] = [b"LOCK obj-7 excl!", b"GRANTED!"];
+    const NEW: [&[u8]; 2] = [b"UNLOCK 9", b"RELEASED obj-9 !"];
+
+    model(|| {
+        let mailbox = Arc::new(Mailbox::new());
+        let words = Arc::new(zeroed_words(1));
+        let outbox = Arc::new(QueueStandIn::new());
+
+        // Spawned first, so nothing the data thread does below is ordered before the new
+        // owner by the spawn itself.
+        let new_owner = {
+            let (mailbox, words, outbox) = (
+                Arc::clone(&mailbox),
+                Arc::clone(&words),
+                Arc::clone(&outbox),
+            );
+            thread::spawn(move || {
+                let slot = loop {
+                    match outbox.pop() {
+                        Some(slot) => break slot as u32,
+                        None => thread::yield_now(),
+                    }
+                };
+                let seq = mailbox.current_seq() + 1;
+                mailbox.post_request(NEW[0], seq);
+                Doorbells::new(&words).ring(slot);
+                let mut out = [0u8; 16];
+                let n = loop {
+                    match mailbox.try_response(seq, &mut out) {
+                        Some(n) => break n,
+                        None => thread::yield_now(),
+                    }
+                };
+                assert_eq!(
+                    &out[..n],
+                    NEW[1],
+                    "the new owner took another reply as its own"
+                );
+            })
+        };
+
+        let bells = Doorbells::new(&words);
+        let mut out = [0u8; 16];
+        // The previous owner's last round trip (request 1), then its registration ends.
+        mailbox.post_request(OLD[0], 1);
+        bells.ring(SLOT);
+        let mut last = 0;
+        bells.drain(|_| {
+            let (seq, _) = mailbox.take_request(last, &mut out).expect("request 1");
+            last = seq;
+            mailbox.post_response(OLD[1], seq);
+        });
+        // The new client registers in the same slot; the reply carries the slot.
+        outbox.push(SLOT as u64);
+        let mut served = false;
+        while !served {
+            let rang = bells.drain(|slot| {
+                assert_eq!(slot, SLOT);
+                let (seq, n) = mailbox
+                    .take_request(last, &mut out)
+                    .expect("the new owner's request is fresh: its number is not the last taken");
+                assert_eq!(&out[..n], NEW[0], "the new owner's request arrived torn");
+                last = seq;
+                mailbox.post_response(NEW[1], seq);
+                served = true;
+            });
+            if rang == 0 {
+                thread::yield_now();
+            }
+        }
+
+        new_owner.join().unwrap();
     });
 }

@@ -250,3 +250,157 @@ fn closing_a_connection_that_failed_to_reinit_leaves_the_parked_request_alone() 
     );
     assert!(next.is_ok(), "the connection still serves: {next:?}");
 }
+
+/// A client registered over a raw TCP control connection: (control stream, id, session).
+fn raw_register(addr: std::net::SocketAddr) -> (std::net::TcpStream, u32, u64) {
+    use dlock_core::proto::*;
+    let mut ctl = std::net::TcpStream::connect(addr).unwrap();
+    ctl.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let reply = raw_control(
+        &mut ctl,
+        0,
+        ControlRequest::ClientInit {
+            min_version: PROTO_VERSION,
+            lease_ms: 0,
+        },
+    );
+    let Ok(ControlResponse::Init(init)) = decode_control_response(&reply).map(|r| r.body) else {
+        panic!("registration failed");
+    };
+    (ctl, init.client, init.session)
+}
+
+/// One control exchange on a raw connection; the reply frame.
+fn raw_control(
+    ctl: &mut std::net::TcpStream,
+    word: u32,
+    body: dlock_core::proto::ControlRequest<'_>,
+) -> Vec<u8> {
+    use dlock_core::proto::*;
+    let header = ControlHeader {
+        version: PROTO_VERSION,
+        msg: body.msg_type(),
+        message_id: 1,
+        word,
+    };
+    let mut buf = vec![0u8; 4096];
+    let n = encode_control_request(&ControlRequestFrame { header, body }, &mut buf).unwrap();
+    ctl.write_all(&buf[..n]).unwrap();
+    read_control(ctl).expect("a control reply")
+}
+
+/// A raw TCP data connection attached to `client` (the server must accept it).
+fn raw_attach(addr: std::net::SocketAddr, client: u32, session: u64) -> std::net::TcpStream {
+    use dlock_transport::runtime::{ATTACH_LEN, ATTACH_MAGIC};
+    let mut data = std::net::TcpStream::connect(addr).unwrap();
+    data.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut hello = [0u8; ATTACH_LEN];
+    hello[..4].copy_from_slice(&ATTACH_MAGIC.to_le_bytes());
+    hello[4..8].copy_from_slice(&client.to_le_bytes());
+    hello[8..16].copy_from_slice(&session.to_le_bytes());
+    data.write_all(&hello).unwrap();
+    let mut status = [0u8; 4];
+    data.read_exact(&mut status).unwrap();
+    assert_eq!(u32::from_le_bytes(status), 0, "the attach is accepted");
+    data
+}
+
+/// Sends one exclusive trylock of `lock` (waiting up to `wait_ms`) as message `message_id`.
+fn raw_trylock(data: &mut std::net::TcpStream, client: u32, lock: u32, wait_ms: u32, id: u16) {
+    use dlock_core::proto::*;
+    let header = DataHeader {
+        version: PROTO_VERSION,
+        count: 0,
+        message_id: id,
+        client,
+        flags: 0,
+    };
+    let cmd = Command::Lock(LockCommand {
+        kind: LockKind::Atomic,
+        op: LockOp::TryExclusive,
+        lock,
+        expire_ms: 60_000,
+        ticket: dlock_core::Ticket::default(),
+        wait_ms,
+    });
+    let mut buf = [0u8; DATA_MESSAGE_MAX];
+    let n = encode_data_request(&header, &[cmd], &mut buf).unwrap();
+    data.write_all(&buf[..n]).unwrap();
+}
+
+/// Reads one single-command data reply: (message id, status).
+fn raw_data_reply(data: &mut std::net::TcpStream) -> (u16, Status) {
+    use dlock_core::proto::*;
+    let mut buf = [0u8; DATA_HEADER_LEN + COMMAND_LEN];
+    data.read_exact(&mut buf).expect("a data reply");
+    let reply = decode_data_response(&buf).unwrap();
+    (reply.header().message_id, reply.result(0).result.status)
+}
+
+/// Whether the server closed `s` (a read sees the end of the stream or a reset, not a timeout).
+fn closed_by_server(s: &mut std::net::TcpStream) -> bool {
+    let mut b = [0u8; 64];
+    match s.read(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
+}
+
+/// One TCP data connection per client: a second attach (a client that reconnected) closes the
+/// first, whose parked request is dropped with it — it neither keeps the client's one waiter
+/// busy nor answers on the new connection — and the second connection serves, parked requests
+/// included.
+#[test]
+fn a_second_attach_replaces_the_first_data_connection() {
+    use dlock_core::proto::*;
+    let s = server(true);
+    let addr = s.tcp_addr().unwrap();
+    let mut holder = client(&Endpoint::Tcp(addr));
+    let held = holder.get_lock(LockKind::Atomic, b"one-data-conn").unwrap();
+    holder.trylock(held, Mode::Exclusive, 60_000).unwrap();
+
+    let (mut ctl, id, session) = raw_register(addr);
+    let reply = raw_control(
+        &mut ctl,
+        id,
+        ControlRequest::GetLock {
+            kind: LockKind::Atomic,
+            name: b"one-data-conn",
+        },
+    );
+    let Ok(ControlResponse::Lock { lock }) = decode_control_response(&reply).map(|r| r.body) else {
+        panic!("get_lock failed");
+    };
+
+    let mut first = raw_attach(addr, id, session);
+    raw_trylock(&mut first, id, lock, 60_000, 1); // parks behind the holder
+    std::thread::sleep(Duration::from_millis(100));
+
+    let mut second = raw_attach(addr, id, session);
+    assert!(
+        closed_by_server(&mut first),
+        "the first data connection is closed once the second is attached"
+    );
+
+    // The client gave up on the first connection's request: it may park a new one at once
+    // (not `Easync`), and the grant answers that one, on the new connection.
+    raw_trylock(&mut second, id, lock, 60_000, 2);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(holder.unlock(held), Ok(Status::Success));
+    assert_eq!(
+        raw_data_reply(&mut second),
+        (2, Status::Success),
+        "the new connection's parked request gets the grant, and only its own reply"
+    );
+    // And the second connection keeps serving plain requests.
+    raw_trylock(&mut second, id, lock, 0, 3);
+    assert_eq!(
+        raw_data_reply(&mut second).0,
+        3,
+        "answered on the new connection"
+    );
+}

@@ -1166,6 +1166,41 @@ fn one_parked_request_per_client_and_waiting_requests_travel_alone() {
 }
 
 #[test]
+fn a_cancelled_parked_request_is_never_granted_and_frees_the_clients_waiter() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let la = s.get_lock(a.get(), LockKind::Rw, b"x", 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Rw, b"x", 0).unwrap();
+    run(
+        &mut s,
+        a,
+        lock(LockKind::Rw, LockOp::TryExclusive, la, 0),
+        0,
+    );
+    let cmd = waiting(LockKind::Rw, LockOp::TryExclusive, lb, 0, 60_000);
+    assert_eq!(wait_for(&mut s, b, cmd, 0), None);
+    s.cancel_parked(b.get());
+    // b may park again at once (no `Easync`), and a's unlock grants only the new request.
+    assert_eq!(wait_for(&mut s, b, cmd, 1), None);
+    run(
+        &mut s,
+        a,
+        lock(LockKind::Rw, LockOp::UnlockExclusive, la, 0),
+        2,
+    );
+    let got = replies(&mut s);
+    assert_eq!(got.len(), 1, "one reply: the cancelled request has none");
+    assert_eq!(got[0].result.status, Status::Success);
+    // Cancelling with nothing parked, or for an unknown client, changes nothing.
+    s.cancel_parked(b.get());
+    s.cancel_parked(0x7fff_fff0);
+    assert_eq!(s.replies_ready(), 0);
+}
+
+#[test]
 fn parked_request_replies_through_the_bytes_path_with_its_message_id() {
     use crate::proto::{DATA_MESSAGE_MAX, DataHeader, decode_data_response, encode_data_request};
     let cfg = small();

@@ -377,6 +377,18 @@ impl<'r> Server<'r> {
         }
     }
 
+    /// The transport lost the connection client `raw`'s parked request was to be answered on,
+    /// while the client itself lives on (it reconnected its data path, which gives up on what
+    /// the old path had in flight): drops the request, so the client may park another (one
+    /// per client) and a lock is not granted later to a request nobody reads the reply of.
+    ///
+    /// A request already decided is dropped too; its reply had nowhere to go either.
+    pub fn cancel_parked(&mut self, raw: u32) {
+        if let Some(slot) = self.client_slot(raw) {
+            self.cancel_waiter(slot);
+        }
+    }
+
     /// Drops client `slot`'s parked request, answered or not (the client is gone or lost).
     pub(super) fn cancel_waiter(&mut self, slot: u32) {
         match self.t.waiters[slot as usize].state {

@@ -88,10 +88,18 @@ struct ServeArgs {
     /// The Unix socket local clients connect to.
     #[arg(long)]
     unix_socket: Option<PathBuf>,
-    /// Ask for transparent huge pages.
-    #[arg(long)]
-    #[serde(default)]
-    huge_pages: bool,
+    /// Ask for transparent huge pages (`--huge-pages=false` turns off a `huge_pages = true` in
+    /// the TOML file).
+    // `Option` like every other setting, so a flag left out defers to the file and a flag
+    // given wins either way; a plain `bool` flag could only ever switch it on.
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    huge_pages: Option<bool>,
     /// Serve data messages and one-sided object operations over RDMA on this device (as
     /// `ibv_devices` names it). Without a usable device the server logs why and serves TCP and
     /// shared memory only.
@@ -106,6 +114,35 @@ struct ServeArgs {
     #[cfg(feature = "rdma")]
     #[arg(long, requires = "rdma_device")]
     rdma_gid_index: Option<u8>,
+}
+
+impl ServeArgs {
+    /// These settings (from flags) over `file`'s: each one given here wins, the others come
+    /// from the file.
+    fn over(self, file: ServeArgs) -> ServeArgs {
+        ServeArgs {
+            config: None,
+            bind: self.bind.or(file.bind),
+            locks: self.locks.or(file.locks),
+            clients: self.clients.or(file.clients),
+            objects: self.objects.or(file.objects),
+            lease_ms: self.lease_ms.or(file.lease_ms),
+            recovery_clients: self.recovery_clients.or(file.recovery_clients),
+            epoch: self.epoch.or(file.epoch),
+            idle: self.idle.or(file.idle),
+            pin_control: self.pin_control.or(file.pin_control),
+            pin_data: self.pin_data.or(file.pin_data),
+            shm_name: self.shm_name.or(file.shm_name),
+            unix_socket: self.unix_socket.or(file.unix_socket),
+            huge_pages: self.huge_pages.or(file.huge_pages),
+            #[cfg(feature = "rdma")]
+            rdma_device: self.rdma_device.or(file.rdma_device),
+            #[cfg(feature = "rdma")]
+            rdma_port: self.rdma_port.or(file.rdma_port),
+            #[cfg(feature = "rdma")]
+            rdma_gid_index: self.rdma_gid_index.or(file.rdma_gid_index),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -170,28 +207,7 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
             std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let file: ServeArgs =
             toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        args = ServeArgs {
-            config: None,
-            bind: args.bind.or(file.bind),
-            locks: args.locks.or(file.locks),
-            clients: args.clients.or(file.clients),
-            objects: args.objects.or(file.objects),
-            lease_ms: args.lease_ms.or(file.lease_ms),
-            recovery_clients: args.recovery_clients.or(file.recovery_clients),
-            epoch: args.epoch.or(file.epoch),
-            idle: args.idle.or(file.idle),
-            pin_control: args.pin_control.or(file.pin_control),
-            pin_data: args.pin_data.or(file.pin_data),
-            shm_name: args.shm_name.or(file.shm_name),
-            unix_socket: args.unix_socket.or(file.unix_socket),
-            huge_pages: args.huge_pages || file.huge_pages,
-            #[cfg(feature = "rdma")]
-            rdma_device: args.rdma_device.or(file.rdma_device),
-            #[cfg(feature = "rdma")]
-            rdma_port: args.rdma_port.or(file.rdma_port),
-            #[cfg(feature = "rdma")]
-            rdma_gid_index: args.rdma_gid_index.or(file.rdma_gid_index),
-        };
+        args = args.over(file);
     }
     let d = Config::default();
     let core = Config {
@@ -222,7 +238,7 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
     cfg.pin = (args.pin_control, args.pin_data);
     cfg.shm_name = args.shm_name;
     cfg.unix_socket = args.unix_socket;
-    cfg.huge_pages = args.huge_pages;
+    cfg.huge_pages = args.huge_pages.unwrap_or(false);
     #[cfg(feature = "rdma")]
     if let Some(device) = &args.rdma_device {
         let mut rdma = dlock_transport::rdma::RdmaConfig::new(device);
@@ -440,4 +456,50 @@ fn worker(
     }
     let _ = c.deinit();
     Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `dlock serve` with `flags`, over a TOML file holding `toml`: the server's config.
+    fn merged(flags: &[&str], toml: &str) -> ServerConfig {
+        let argv = ["dlock", "serve"].iter().chain(flags);
+        let Command::Serve(args) = Cli::try_parse_from(argv).expect("flags parse").command else {
+            panic!("not the serve command");
+        };
+        let file: ServeArgs = toml::from_str(toml).expect("TOML parses");
+        serve_config(args.over(file)).expect("a valid config")
+    }
+
+    #[test]
+    fn huge_pages_flag_overrides_the_toml_file_both_ways() {
+        let on = "huge_pages = true";
+        let off = "huge_pages = false";
+        assert!(
+            !merged(&["--huge-pages=false"], on).huge_pages,
+            "flag switches it off"
+        );
+        assert!(
+            merged(&["--huge-pages"], off).huge_pages,
+            "bare flag switches it on"
+        );
+        assert!(merged(&["--huge-pages=true"], off).huge_pages);
+        assert!(merged(&[], on).huge_pages, "no flag: the file decides");
+        assert!(!merged(&[], off).huge_pages);
+        assert!(!merged(&[], "").huge_pages, "neither: off");
+        assert!(
+            Cli::try_parse_from(["dlock", "serve", "--huge-pages", "false"]).is_err(),
+            "a value needs `=`, so `--huge-pages` never swallows the next argument"
+        );
+    }
+
+    #[test]
+    fn other_flags_override_the_toml_file_and_fill_in_from_it() {
+        let file = "locks = 1024\nclients = 10\nidle = \"park\"";
+        let cfg = merged(&["--locks", "2048", "--idle", "spin"], file);
+        assert_eq!(cfg.core.locks_max, 2048, "the flag wins");
+        assert_eq!(cfg.core.clients_max, 10, "the file fills in");
+        assert_eq!(cfg.idle, IdleStrategy::Spin);
+    }
 }

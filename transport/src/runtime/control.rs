@@ -10,13 +10,14 @@
 //! a frame claiming another id closes the connection (the reference drops such "hostile"
 //! connections too); before that, only registration (a reinit must show the session secret)
 //! and the counters are allowed. An attach header (`ATTACH_MAGIC`, client id, session secret)
-//! starts a data connection bound to that client once the data thread has checked the secret.
-//! With the `rdma` feature, an RDMA attach record (`rdma::RDMA_ATTACH_MAGIC`, client id, session
-//! secret, the client's queue-pair endpoint) is checked the same way, after which this thread
-//! connects a queue pair for the client, answers with the server's endpoint and closes the
-//! connection (`runtime/rdma.rs`). A connection that has not registered or attached within the
-//! handshake timeout is closed, and past `connections_max` the oldest such connection makes room
-//! for a new one.
+//! starts a data connection bound to that client once the data thread has checked the secret;
+//! a client has one data connection, so a newer attach closes the older one. With the `rdma`
+//! feature, an RDMA attach record (`rdma::RDMA_ATTACH_MAGIC`, client id, session secret, the
+//! client's queue-pair endpoint) is checked the same way, after which this thread connects a
+//! queue pair for the client, answers with the server's endpoint and closes the connection
+//! (`runtime/rdma.rs`). A connection that has not registered or attached within the handshake
+//! timeout is closed, and past `connections_max` the oldest such connection makes room for a
+//! new one.
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -506,6 +507,7 @@ impl Control<'_> {
                         self.close(i);
                         continue;
                     }
+                    self.close_older_data(i, client);
                 }
                 JobKind::Close => {
                     self.close(i);
@@ -520,6 +522,26 @@ impl Control<'_> {
             // Read on: the socket is edge-triggered, and bytes may have waited while a whole
             // frame sat in the buffer.
             self.on_readable(i);
+        }
+    }
+
+    /// One data connection per client: the attach just accepted on connection `newest`
+    /// replaces any other data connection of `client` (a client attaches again when it
+    /// reconnects after a network error, and a half-open old connection may not have been
+    /// noticed yet). Closing the old one tells the data thread, which drops a request parked on
+    /// it: the client gave up on it when it reconnected.
+    ///
+    /// The attach the data thread accepted last wins, since replies come back in the order the
+    /// jobs were taken. A linear scan: attaching is rare next to data messages.
+    fn close_older_data(&mut self, newest: usize, client: u32) {
+        for j in 0..self.conns.len() {
+            let older = self.conns[j]
+                .as_ref()
+                .is_some_and(|c| j != newest && c.role == Role::Data(client));
+            if older {
+                tracing::debug!(client, "a newer data connection replaces this one");
+                self.close(j);
+            }
         }
     }
 

@@ -224,7 +224,14 @@ impl Data<'_> {
                         let slot = slot as usize;
                         if matches!(&self.routes[slot], Route::Socket(parked) if parked.conn == job.conn)
                         {
+                            // The request's connection is gone (often replaced by a newer
+                            // attach: the client reconnected and gave up on it). Drop the
+                            // request too, not only its route: else it would keep the client's
+                            // one waiter busy (`Easync` on the new connection) and could still
+                            // be granted a lock whose reply nobody reads. A request parked by
+                            // the new connection meanwhile has its own route and stays.
                             self.routes[slot] = Route::None;
+                            server.cancel_parked(client);
                         }
                         if self.control_conn[slot] == job.conn {
                             self.control_conn[slot] = 0;
