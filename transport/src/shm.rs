@@ -102,11 +102,21 @@ pub const SHM_HEADER_OFFSET: usize = 2048;
 impl Half {
     /// Copies `msg` in (caller guarantees `msg.len() <= DATA_MESSAGE_MAX`), without publishing.
     fn write(&self, msg: &[u8]) {
-        for (i, chunk) in msg.chunks(8).enumerate() {
-            let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
+        // Whole words by `chunks_exact`, so each is one load and one store; a variable-length
+        // copy per word compiles to a `memcpy` call per word.
+        let words = msg.chunks_exact(8);
+        let tail = words.remainder();
+        let mut n = 0;
+        for (cell, chunk) in self.data.iter().zip(words) {
+            let w = u64::from_le_bytes(chunk.try_into().expect("chunks_exact(8)"));
             // Relaxed: the `seq` Release store that follows publishes every word.
-            self.data[i].store(u64::from_le_bytes(w), Ordering::Relaxed);
+            cell.store(w, Ordering::Relaxed);
+            n += 1;
+        }
+        if !tail.is_empty() {
+            let mut w = [0u8; 8];
+            w[..tail.len()].copy_from_slice(tail);
+            self.data[n].store(u64::from_le_bytes(w), Ordering::Relaxed);
         }
         self.len.store(msg.len() as u32, Ordering::Relaxed);
     }
@@ -118,9 +128,16 @@ impl Half {
         let len = (self.len.load(Ordering::Relaxed) as usize)
             .min(DATA_MESSAGE_MAX)
             .min(out.len());
-        for (i, chunk) in out[..len].chunks_mut(8).enumerate() {
-            let w = self.data[i].load(Ordering::Relaxed).to_le_bytes();
-            chunk.copy_from_slice(&w[..chunk.len()]);
+        let mut words = out[..len].chunks_exact_mut(8);
+        let mut n = 0;
+        for (chunk, cell) in (&mut words).zip(&self.data) {
+            chunk.copy_from_slice(&cell.load(Ordering::Relaxed).to_le_bytes());
+            n += 1;
+        }
+        let tail = words.into_remainder();
+        if !tail.is_empty() {
+            let w = self.data[n].load(Ordering::Relaxed).to_le_bytes();
+            tail.copy_from_slice(&w[..tail.len()]);
         }
         len
     }
