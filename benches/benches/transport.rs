@@ -1,12 +1,16 @@
 //! Round trips through a running server, each beside its floor measured in the same run:
 //!
-//! - shared memory: single-command round trip (p50/p99) beside a raw cache-line ping-pong
-//!   between two threads, and 31-command batch throughput;
-//! - TCP: trylock+unlock round trip (p50/p99) at 1, 16 and 64 clients beside a raw TCP echo of
+//! - `shm`: single-command round trip (p50/p99) beside a raw cache-line ping-pong between two
+//!   threads;
+//! - `batch`: 31-command batch round trips and throughput beside a raw echo of a message of the
+//!   same size through shared memory;
+//! - `tcp`: trylock+unlock round trip (p50/p99) at 1, 16 and 64 clients beside a raw TCP echo of
 //!   the same frame size;
-//! - contended hand-off: from a holder's unlock to the parked waiter's grant.
+//! - `hand-off`: from a holder's unlock to the parked waiter's grant, beside the same hand-off
+//!   through a relay thread with nothing but atomics.
 //!
-//! Run: `cargo bench -p dlock-benches --bench transport` (add `-- quick` for a short run).
+//! Run: `cargo bench -p dlock-benches --bench transport` (add `-- quick` for a short run, and
+//! section names to run only those, e.g. `-- quick batch hand-off`).
 //! Latencies come from HDR histograms of individual round trips; this is a custom harness
 //! because a mean-of-batches harness hides the tail.
 
@@ -17,8 +21,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock_core::{Config, LockKind, Mode};
-use dlock_transport::client::{Client, ClientConfig, Endpoint};
+use dlock_core::{Config, LockKind, Mode, Status};
+use dlock_transport::client::{AsyncOp, Client, ClientConfig, Endpoint};
 use dlock_transport::runtime::{IdleStrategy, ServerConfig, ServerHandle, TcpConfig};
 use hdrhistogram::Histogram;
 
@@ -36,7 +40,22 @@ fn report(name: &str, h: &Histogram<u64>) {
     );
 }
 
+/// Pins the calling thread to `cpu` (best effort: the figures say whether it took).
+fn pin_to(cpu: usize) -> bool {
+    // SAFETY: a zeroed cpu_set_t is the empty set; `cpu` is far below its capacity (1,024);
+    // sched_setaffinity reads `size_of` bytes of it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
 fn server(tcp: bool, idle: IdleStrategy) -> ServerHandle {
+    server_pinned(tcp, idle, None)
+}
+
+fn server_pinned(tcp: bool, idle: IdleStrategy, data_cpu: Option<usize>) -> ServerHandle {
     let core = Config {
         locks_max: 4_096,
         clients_max: 128,
@@ -45,6 +64,7 @@ fn server(tcp: bool, idle: IdleStrategy) -> ServerHandle {
     };
     let mut cfg = ServerConfig::new(core);
     cfg.idle = idle;
+    cfg.pin.1 = data_cpu;
     if tcp {
         cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
     }
@@ -96,36 +116,96 @@ fn shm_round_trip(n: usize, idle: IdleStrategy) -> Histogram<u64> {
     h
 }
 
-/// 31-command batches, trylock then unlock, from `clients` threads: lock operations per second.
-fn shm_batch_throughput(clients: usize, secs: f64) -> f64 {
-    let s = server(false, IdleStrategy::Spin);
-    let ops = AtomicU64::new(0);
-    let deadline = Instant::now() + Duration::from_secs_f64(secs);
-    let start = Instant::now();
-    thread::scope(|sc| {
-        for t in 0..clients {
-            let (ops, e) = (&ops, Endpoint::embedded(&s));
-            sc.spawn(move || {
-                let mut c = Client::connect(ClientConfig::new(e)).expect("connect");
-                let names: Vec<String> = (0..31).map(|k| format!("b{t}-{k}")).collect();
-                let ids: Vec<_> = names
-                    .iter()
-                    .map(|n| {
-                        c.get_lock(LockKind::Atomic, n.as_bytes())
-                            .expect("get_lock")
-                    })
-                    .collect();
-                let reqs: Vec<_> = ids.iter().map(|&id| (id, Mode::Exclusive, 5_000)).collect();
-                let mut out = vec![Err(dlock_core::Status::Einval); 31];
-                while Instant::now() < deadline {
-                    c.batch_trylock(&reqs, false, &mut out).expect("batch");
-                    c.batch_unlock(&ids, &mut out).expect("batch");
-                    ops.fetch_add(62, Ordering::Relaxed);
+/// The floor of a batch round trip: a full data message (1,008 bytes: 31 commands) copied
+/// word by word into a shared buffer and published by a sequence number, as a client writes its
+/// mailbox; a second thread copies it into a reply buffer of the same size and publishes that,
+/// as the data thread does, without executing anything. Returns the round trips.
+fn batch_echo(secs: f64) -> Histogram<u64> {
+    const WORDS: usize = dlock_core::proto::DATA_MESSAGE_MAX / 8;
+    struct Half {
+        seq: AtomicU64,
+        data: [AtomicU64; WORDS],
+    }
+    let new_half = || Half {
+        seq: AtomicU64::new(0),
+        data: std::array::from_fn(|_| AtomicU64::new(0)),
+    };
+    let (req, resp) = (Arc::new(new_half()), Arc::new(new_half()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let echo = {
+        let (req, resp, stop) = (Arc::clone(&req), Arc::clone(&resp), Arc::clone(&stop));
+        thread::spawn(move || {
+            let mut last = 0;
+            let mut buf = [0u64; WORDS];
+            while !stop.load(Ordering::Relaxed) {
+                let seq = req.seq.load(Ordering::Acquire);
+                if seq == last {
+                    std::hint::spin_loop();
+                    continue;
                 }
-            });
+                for (b, w) in buf.iter_mut().zip(&req.data) {
+                    *b = w.load(Ordering::Relaxed);
+                }
+                for (w, b) in resp.data.iter().zip(&buf) {
+                    w.store(*b, Ordering::Relaxed);
+                }
+                resp.seq.store(seq, Ordering::Release);
+                last = seq;
+            }
+        })
+    };
+    let mut h = hist();
+    let mut buf = [7u64; WORDS];
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let mut seq = 0;
+    while Instant::now() < deadline {
+        seq += 1;
+        let t = Instant::now();
+        for (w, b) in req.data.iter().zip(&buf) {
+            w.store(*b, Ordering::Relaxed);
         }
-    });
-    ops.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+        req.seq.store(seq, Ordering::Release);
+        while resp.seq.load(Ordering::Acquire) != seq {
+            std::hint::spin_loop();
+        }
+        for (b, w) in buf.iter_mut().zip(&resp.data) {
+            *b = w.load(Ordering::Relaxed);
+        }
+        let _ = h.record(t.elapsed().as_nanos() as u64);
+    }
+    stop.store(true, Ordering::Relaxed);
+    echo.join().expect("echo thread");
+    h
+}
+
+/// 31-command batches from one client, trylock then unlock: the round trips, and lock
+/// operations per second.
+fn shm_batches(secs: f64, idle: IdleStrategy) -> (Histogram<u64>, f64) {
+    let s = server(false, idle);
+    let mut c = Client::connect(ClientConfig::new(Endpoint::embedded(&s))).expect("connect");
+    let ids: Vec<_> = (0..31)
+        .map(|k| {
+            c.get_lock(LockKind::Atomic, format!("b{k}").as_bytes())
+                .expect("get_lock")
+        })
+        .collect();
+    let reqs: Vec<_> = ids.iter().map(|&id| (id, Mode::Exclusive, 5_000)).collect();
+    let mut out = vec![Err(Status::Einval); 31];
+    let mut h = hist();
+    let mut ops = 0u64;
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(secs);
+    while Instant::now() < deadline {
+        let t = Instant::now();
+        c.batch_trylock(&reqs, false, &mut out).expect("batch");
+        let _ = h.record(t.elapsed().as_nanos() as u64);
+        assert!(out.iter().all(Result::is_ok), "every trylock granted");
+        let t = Instant::now();
+        c.batch_unlock(&ids, &mut out).expect("batch");
+        let _ = h.record(t.elapsed().as_nanos() as u64);
+        ops += 62;
+    }
+    (h, ops as f64 / start.elapsed().as_secs_f64())
 }
 
 /// The same frame size as a data message of one command (48 bytes) echoed over loopback TCP.
@@ -195,10 +275,76 @@ fn tcp_round_trips(clients: usize, per_client: usize) -> (Histogram<u64>, f64) {
     (total, rate)
 }
 
+/// Where the hand-off benchmarks put their threads. Two cores cannot give the server (or the
+/// floor's relay), the holder and the waiter one each, so `Pinned` puts the server on CPU 0 and
+/// the holder and the waiter on CPU 1, and the holder hands the lock over without waiting for
+/// its own reply (an asynchronous unlock) before it blocks: the waiter then has CPU 1 to itself.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// Where the scheduler puts them; the holder unlocks synchronously.
+    Free,
+    /// Server on CPU 0; holder and waiter on CPU 1; the holder unlocks asynchronously.
+    Pinned,
+}
+
+/// The floor of a [`Layout::Pinned`] hand-off: the holder raises a flag, a relay spinning on
+/// CPU 0 (standing in for the server) passes it on, and a waiter on CPU 1 that polls, then
+/// backs off (crossbeam `Backoff`), sees it. Only atomics: no lock, no message.
+fn hand_off_floor(n: usize) -> Histogram<u64> {
+    let flags = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let relay = {
+        let (flags, stop) = (Arc::clone(&flags), Arc::clone(&stop));
+        thread::spawn(move || {
+            pin_to(0);
+            while !stop.load(Ordering::Relaxed) {
+                let v = flags[0].load(Ordering::Acquire);
+                if v != flags[1].load(Ordering::Relaxed) {
+                    flags[1].store(v, Ordering::Release);
+                }
+                std::hint::spin_loop();
+            }
+        })
+    };
+    pin_to(1);
+    let start = Instant::now();
+    let mut h = hist();
+    for i in 1..=n as u64 {
+        let unlocked_at = Arc::new(AtomicU64::new(0));
+        let waiter = {
+            let (flags, unlocked_at) = (Arc::clone(&flags), Arc::clone(&unlocked_at));
+            thread::spawn(move || {
+                pin_to(1);
+                let (mut polls, backoff) = (0u32, crossbeam_utils::Backoff::new());
+                while flags[1].load(Ordering::Acquire) != i {
+                    polls += 1;
+                    if polls < 1_000 {
+                        std::hint::spin_loop();
+                    } else {
+                        backoff.snooze();
+                    }
+                }
+                start.elapsed().as_nanos() as u64 - unlocked_at.load(Ordering::Acquire)
+            })
+        };
+        thread::sleep(Duration::from_millis(5));
+        unlocked_at.store(start.elapsed().as_nanos() as u64, Ordering::Release);
+        flags[0].store(i, Ordering::Release);
+        let _ = h.record(waiter.join().expect("waiter"));
+    }
+    stop.store(true, Ordering::Relaxed);
+    relay.join().expect("relay");
+    h
+}
+
 /// From the holder's unlock to the waiter's grant, with the waiter parked on the server; the
 /// waiting client sleeps, or stays awake for up to `awake`.
-fn hand_off(n: usize, idle: IdleStrategy, awake: Duration) -> Histogram<u64> {
-    let s = server(false, idle);
+fn hand_off(n: usize, idle: IdleStrategy, awake: Duration, layout: Layout) -> Histogram<u64> {
+    let pinned = layout == Layout::Pinned;
+    let s = server_pinned(false, idle, pinned.then_some(0));
+    if pinned {
+        pin_to(1);
+    }
     let e = Endpoint::embedded(&s);
     let mut holder = Client::connect(ClientConfig::new(e.clone())).expect("connect");
     let lh = holder
@@ -214,6 +360,9 @@ fn hand_off(n: usize, idle: IdleStrategy, awake: Duration) -> Histogram<u64> {
         let waiter = {
             let (e, unlocked_at) = (e.clone(), Arc::clone(&unlocked_at));
             thread::spawn(move || {
+                if pinned {
+                    pin_to(1);
+                }
                 let mut cfg = ClientConfig::new(e);
                 cfg.wait_awake = awake;
                 let mut w = Client::connect(cfg).expect("connect");
@@ -229,52 +378,95 @@ fn hand_off(n: usize, idle: IdleStrategy, awake: Duration) -> Histogram<u64> {
         // Let the waiter park on the server.
         thread::sleep(Duration::from_millis(5));
         unlocked_at.store(start.elapsed().as_nanos() as u64, Ordering::Release);
-        let _ = holder.unlock(lh).expect("unlock");
-        let _ = h.record(waiter.join().expect("waiter"));
+        match layout {
+            Layout::Free => {
+                let _ = holder.unlock(lh).expect("unlock");
+                let _ = h.record(waiter.join().expect("waiter"));
+            }
+            Layout::Pinned => {
+                holder
+                    .lock_request_async(lh, AsyncOp::Unlock)
+                    .expect("unlock");
+                let _ = h.record(waiter.join().expect("waiter"));
+                while holder.lock_result_check() == Err(Status::AsyncAgain) {}
+            }
+        }
     }
     h
 }
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "quick");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "quick");
+    // Any other argument (not a flag cargo passes) names the sections to run: `shm`, `batch`,
+    // `tcp`, `hand-off`; none runs them all.
+    let only: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| *a != "quick" && !a.starts_with('-'))
+        .collect();
+    let run = |section: &str| only.is_empty() || only.contains(&section);
     let n = if quick { 2_000 } else { 20_000 };
-    println!("shared memory (in-process), one command per round trip:");
-    report("  raw cache-line ping-pong (floor)", &ping_pong(n));
-    report(
-        "  trylock round trip, idle = spin",
-        &shm_round_trip(n, IdleStrategy::Spin),
-    );
-    report(
-        "  trylock round trip, idle = adaptive",
-        &shm_round_trip(n, IdleStrategy::Adaptive),
-    );
-    let secs = if quick { 1.0 } else { 3.0 };
-    println!(
-        "  31-command batches, 1 client: {:.1} M lock operations/s",
-        shm_batch_throughput(1, secs) / 1e6
-    );
-    println!("TCP loopback:");
-    report("  raw 48-byte echo (floor)", &tcp_echo(n));
-    for clients in [1, 16, 64] {
-        let per = (n / clients).max(50);
-        let (h, rate) = tcp_round_trips(clients, per);
+    if run("shm") {
+        println!("shared memory (in-process), one command per round trip:");
+        report("  raw cache-line ping-pong (floor)", &ping_pong(n));
         report(
-            &format!(
-                "  trylock/unlock, {clients} clients ({:.0} k req/s)",
-                rate / 1e3
-            ),
-            &h,
+            "  trylock round trip, idle = spin",
+            &shm_round_trip(n, IdleStrategy::Spin),
+        );
+        report(
+            "  trylock round trip, idle = adaptive",
+            &shm_round_trip(n, IdleStrategy::Adaptive),
         );
     }
-    println!("contended hand-off (unlock -> parked waiter granted):");
-    let m = if quick { 50 } else { 300 };
-    report(
-        "  waiter asleep, idle = adaptive",
-        &hand_off(m, IdleStrategy::Adaptive, Duration::ZERO),
-    );
-    let awake = Duration::from_millis(20);
-    report(
-        "  waiter awake (wait_awake 20 ms), idle = spin",
-        &hand_off(m, IdleStrategy::Spin, awake),
-    );
+    if run("batch") {
+        let secs = if quick { 1.0 } else { 3.0 };
+        println!("shared memory, 31-command batches (1,008-byte messages), 1 client:");
+        let floor = batch_echo(secs);
+        report("  raw 1,008-byte echo (floor)", &floor);
+        let floor_rate = 31e3 / floor.value_at_quantile(0.5) as f64;
+        println!("    = {floor_rate:.1} M commands/s at the floor's median");
+        for idle in [IdleStrategy::Spin, IdleStrategy::Adaptive] {
+            let (h, rate) = shm_batches(secs, idle);
+            report(&format!("  batch round trip, idle = {idle:?}"), &h);
+            println!(
+                "    = {:.1} M lock operations/s ({:.0}% of the floor)",
+                rate / 1e6,
+                100.0 * rate / 1e6 / floor_rate
+            );
+        }
+    }
+    if run("tcp") {
+        println!("TCP loopback:");
+        report("  raw 48-byte echo (floor)", &tcp_echo(n));
+        for clients in [1, 16, 64] {
+            let per = (n / clients).max(50);
+            let (h, rate) = tcp_round_trips(clients, per);
+            report(
+                &format!(
+                    "  trylock/unlock, {clients} clients ({:.0} k req/s)",
+                    rate / 1e3
+                ),
+                &h,
+            );
+        }
+    }
+    if run("hand-off") {
+        println!("contended hand-off (unlock -> parked waiter granted):");
+        let m = if quick { 50 } else { 300 };
+        report(
+            "  waiter asleep, idle = adaptive (defaults)",
+            &hand_off(m, IdleStrategy::Adaptive, Duration::ZERO, Layout::Free),
+        );
+        let awake = Duration::from_millis(20);
+        report(
+            "  waiter awake, idle = spin, unpinned",
+            &hand_off(m, IdleStrategy::Spin, awake, Layout::Free),
+        );
+        report("  floor: relay thread, pinned", &hand_off_floor(m));
+        report(
+            "  waiter awake, idle = spin, pinned",
+            &hand_off(m, IdleStrategy::Spin, awake, Layout::Pinned),
+        );
+    }
 }
