@@ -16,6 +16,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 
+use dlock_core::table::layout::MAILBOX_LANES;
 use dlock_core::table::{Layout, Tables, read_header};
 use dlock_core::{Config, Status};
 use memmap2::{MmapMut, MmapOptions};
@@ -186,6 +187,13 @@ impl Region {
     /// The mailboxes, one per client slot.
     pub fn mailboxes(&self) -> &[Mailbox] {
         self.atomics(self.layout.mailboxes.offset, self.layout.mailboxes.len)
+    }
+
+    /// Client slot `slot`'s lanes: [`MAILBOX_LANES`] consecutive mailboxes, request `seq` in
+    /// lane `seq % MAILBOX_LANES`. `None` for a slot outside the region.
+    pub fn client_mailboxes(&self, slot: u32) -> Option<&[Mailbox]> {
+        let first = (slot as usize).checked_mul(MAILBOX_LANES)?;
+        self.mailboxes().get(first..first + MAILBOX_LANES)
     }
 
     /// The doorbell words.

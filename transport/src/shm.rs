@@ -169,12 +169,12 @@ impl Mailbox {
         self.request.seq.store(seq, Ordering::Release);
     }
 
-    /// Server: the request if its sequence number is not `last` and it was not being rewritten
-    /// while it was copied into `out`.
+    /// Server: the request if its sequence number is above `last` and it was not being
+    /// rewritten while it was copied into `out`.
     pub fn take_request(&self, last: u64, out: &mut [u8]) -> Option<(u64, usize)> {
         // Acquire: pairs with `post_request`'s Release, so the copy below sees the message.
         let seq = self.request.seq.load(Ordering::Acquire);
-        if seq == last || seq & WRITING != 0 {
+        if seq <= last || seq & WRITING != 0 {
             return None;
         }
         let len = self.request.read(out);
@@ -252,6 +252,40 @@ impl Mailbox {
         self.response.waiting.store(1, Ordering::SeqCst);
         self.response.seq.load(Ordering::SeqCst) != seq
     }
+}
+
+/// Client: the highest sequence number any of a client slot's lanes has seen (see
+/// [`Mailbox::current_seq`]); a new owner of the slot continues above it.
+pub fn lanes_current_seq(lanes: &[Mailbox]) -> u64 {
+    lanes.iter().map(Mailbox::current_seq).max().unwrap_or(0)
+}
+
+/// Server: the lane of a client slot holding its next request — the lowest published sequence
+/// number above `last` — if any. A client numbers its requests consecutively and reuses a lane
+/// only after reading the reply of the request it held, so taking lanes in this order executes
+/// its messages in the order it sent them.
+///
+/// Two passes: a single pass could read lane *a* just before the client published request *n*
+/// there and lane *b* just after it published *n + 1*, and run *n + 1* first (after which *n*,
+/// below `last`, would never run). The first pass's loads are Acquire, so once it has seen any
+/// request, the second pass sees every request the client published before that one.
+pub fn next_lane(lanes: &[Mailbox], last: u64) -> Option<&Mailbox> {
+    lowest_above(lanes, last, Ordering::Acquire)?;
+    // Relaxed: ordered after the first pass by its Acquire loads; `take_request` does the
+    // load that synchronises with the request it takes.
+    lowest_above(lanes, last, Ordering::Relaxed)
+}
+
+/// The lane with the lowest published request number above `last`, loading each with `order`.
+fn lowest_above(lanes: &[Mailbox], last: u64, order: Ordering) -> Option<&Mailbox> {
+    lanes
+        .iter()
+        .filter_map(|mb| {
+            let seq = mb.request.seq.load(order);
+            (seq > last && seq & WRITING == 0).then_some((seq, mb))
+        })
+        .min_by_key(|&(seq, _)| seq)
+        .map(|(_, mb)| mb)
 }
 
 /// The doorbells: one bit per client slot.

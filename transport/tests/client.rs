@@ -120,6 +120,114 @@ fn batches_are_per_item_or_all_or_nothing() {
 }
 
 #[test]
+fn pipelined_batches_complete_in_order_and_refuse_what_would_race() {
+    let s = server(true);
+    for e in endpoints(&s) {
+        let mut a = client(&e);
+        let mut b = client(&e);
+        let depth = a.pipeline_depth();
+        assert_eq!(depth, 4, "{}", tag(&e));
+        // One set of 8 locks per batch in flight.
+        let sets: Vec<Vec<_>> = (0..depth)
+            .map(|set| {
+                (0..8)
+                    .map(|k| {
+                        let name = format!("p:{set}-{k}-{}", tag(&e));
+                        a.get_lock(LockKind::Atomic, name.as_bytes()).unwrap()
+                    })
+                    .collect()
+            })
+            .collect();
+        // b holds one lock of set 2: that entry fails, the rest of its batch is granted.
+        let contested = b
+            .get_lock(LockKind::Atomic, format!("p:2-5-{}", tag(&e)).as_bytes())
+            .unwrap();
+        b.trylock(contested, Mode::Exclusive, 60_000).unwrap();
+
+        for set in &sets {
+            let reqs: Vec<_> = set
+                .iter()
+                .map(|&id| (id, Mode::Exclusive, 60_000))
+                .collect();
+            a.submit_trylock(&reqs, false).unwrap();
+        }
+        assert_eq!(a.in_flight(), depth);
+        let more = [(sets[0][0], Mode::Exclusive, 60_000)];
+        assert_eq!(a.submit_trylock(&more, false), Err(Status::Easync), "full");
+        assert_eq!(
+            a.trylock(sets[0][0], Mode::Exclusive, 60_000),
+            Err(Status::Easync),
+            "a single call would read a batch's reply"
+        );
+        let mut out = vec![Err(Status::Einval); 31];
+        assert_eq!(
+            a.batch_unlock(&sets[0], &mut out),
+            Err(Status::Easync),
+            "a synchronous batch would too"
+        );
+
+        let mut tokens = Vec::new();
+        for (n, set) in sets.iter().enumerate() {
+            assert_eq!(a.complete(&mut out), Ok(set.len()), "batch {n}");
+            for (k, r) in out[..set.len()].iter().enumerate() {
+                if n == 2 && k == 5 {
+                    assert!(matches!(r, Err(Status::Fail | Status::Eagain)), "{r:?}");
+                } else {
+                    tokens.push(r.unwrap().token);
+                }
+            }
+            // The freed pipeline slot takes the next batch at once: unlock what was granted,
+            // plus (for set 0) a lock whose trylock is still in flight in set 1's batch.
+            let mut ids: Vec<_> = set
+                .iter()
+                .enumerate()
+                .filter(|&(k, _)| !(n == 2 && k == 5))
+                .map(|(_, &id)| id)
+                .collect();
+            if n == 0 {
+                ids.push(sets[1][0]);
+            }
+            a.submit_unlock(&ids).unwrap();
+        }
+        let mut sorted = tokens.clone();
+        sorted.sort();
+        assert_eq!(
+            tokens, sorted,
+            "grants in submission order carry growing tokens"
+        );
+        for n in 0..depth {
+            let len = a.complete(&mut out).unwrap();
+            for (k, r) in out[..len].iter().enumerate() {
+                if n == 0 && k == len - 1 {
+                    assert_eq!(*r, Err(Status::Easync), "its trylock was in flight");
+                } else {
+                    assert_eq!(
+                        r.map(|g| g.status),
+                        Ok(Status::Success),
+                        "batch {n} entry {k}"
+                    );
+                }
+            }
+        }
+        assert_eq!(a.complete(&mut out), Err(Status::NoAsync));
+        // Everything a held is free again; b still holds its lock.
+        assert_eq!(a.unlock(sets[1][0]), Err(Status::AlreadyUnlocked));
+        for set in &sets {
+            let reqs: Vec<_> = set
+                .iter()
+                .map(|&id| (id, Mode::Exclusive, 60_000))
+                .collect();
+            a.batch_trylock(&reqs, false, &mut out).unwrap();
+            assert_eq!(
+                out[..set.len()].iter().filter(|r| r.is_ok()).count(),
+                set.len() - usize::from(set.contains(&sets[2][5]))
+            );
+        }
+        assert_eq!(b.unlock(contested), Ok(Status::Success));
+    }
+}
+
+#[test]
 fn async_request_completes_and_a_second_op_meanwhile_is_easync() {
     let s = server(false);
     let e = Endpoint::embedded(&s);

@@ -10,7 +10,7 @@ use dlock_core::proto::{
 };
 use dlock_core::{Config, LockKind, Status, Ticket};
 use dlock_transport::client::link::{Endpoint, Link};
-use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
+use dlock_transport::runtime::{IdleStrategy, ServerConfig, ServerHandle, TcpConfig};
 
 fn control(link: &mut Link, client: u32, body: ControlRequest<'_>) -> Vec<u8> {
     let header = ControlHeader {
@@ -28,8 +28,9 @@ fn control(link: &mut Link, client: u32, body: ControlRequest<'_>) -> Vec<u8> {
     reply
 }
 
-fn round_trip(endpoint: Endpoint) {
-    let mut link = Link::connect(&endpoint).unwrap();
+/// Registers over `endpoint`, attaches the data path and gets an RW lock: (link, client, lock).
+fn registered(endpoint: &Endpoint) -> (Link, u32, u32) {
+    let mut link = Link::connect(endpoint).unwrap();
     let reply = control(
         &mut link,
         0,
@@ -53,27 +54,39 @@ fn round_trip(endpoint: Endpoint) {
     let ControlResponse::Lock { lock } = decode_control_response(&reply).unwrap().body else {
         panic!("lock")
     };
+    (link, init.client, lock)
+}
+
+/// A one-command data message: `op` on RW lock `lock`.
+fn message(client: u32, message_id: u16, op: LockOp, lock: u32) -> Vec<u8> {
     let header = DataHeader {
         version: PROTO_VERSION,
         count: 0,
-        message_id: 9,
-        client: init.client,
+        message_id,
+        client,
         flags: 0,
     };
     let cmd = Command::Lock(LockCommand {
         kind: LockKind::Rw,
-        op: LockOp::TryExclusive,
+        op,
         lock,
         expire_ms: 0,
         ticket: Ticket::default(),
         wait_ms: 0,
     });
-    let mut req = [0u8; DATA_MESSAGE_MAX];
+    let mut req = vec![0u8; DATA_MESSAGE_MAX];
     let n = encode_data_request(&header, &[cmd], &mut req).unwrap();
+    req.truncate(n);
+    req
+}
+
+fn round_trip(endpoint: Endpoint) {
+    let (mut link, client, lock) = registered(&endpoint);
+    let req = message(client, 9, LockOp::TryExclusive, lock);
     let mut out = [0u8; DATA_MESSAGE_MAX];
     let m = link
         .data(
-            &req[..n],
+            &req,
             &mut out,
             Some(Instant::now() + Duration::from_secs(5)),
         )
@@ -81,6 +94,31 @@ fn round_trip(endpoint: Endpoint) {
     let r = decode_data_response(&out[..m]).unwrap();
     assert_eq!(r.result(0).result.status, Status::Success);
     assert_eq!(r.header().message_id, 9);
+}
+
+/// A trylock and the unlock of the same lock sent back to back, before either reply is read,
+/// over and over so the pair lands in every pair of lanes (also lane 3, then lane 0): both
+/// succeed only if the server runs a client's messages in the order it numbered them.
+fn pipelined_pairs(endpoint: Endpoint) {
+    let (mut link, client, lock) = registered(&endpoint);
+    assert_eq!(link.depth(), 4);
+    let deadline = Some(Instant::now() + Duration::from_secs(5));
+    let mut out = [0u8; DATA_MESSAGE_MAX];
+    for round in 0..10u16 {
+        let try_id = 2 * round;
+        let t1 = link
+            .send_data(&message(client, try_id, LockOp::TryExclusive, lock))
+            .unwrap();
+        let t2 = link
+            .send_data(&message(client, try_id + 1, LockOp::UnlockExclusive, lock))
+            .unwrap();
+        for (ticket, id) in [(t1, try_id), (t2, try_id + 1)] {
+            let m = link.recv_data(ticket, &mut out, deadline).unwrap().unwrap();
+            let r = decode_data_response(&out[..m]).unwrap();
+            assert_eq!(r.header().message_id, id);
+            assert_eq!(r.result(0).result.status, Status::Success, "round {round}");
+        }
+    }
 }
 
 fn small() -> Config {
@@ -105,5 +143,18 @@ fn tcp_round_trip() {
     cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
     let server = ServerHandle::start(cfg).unwrap();
     round_trip(Endpoint::Tcp(server.tcp_addr().unwrap()));
+    server.stop();
+}
+
+#[test]
+fn pipelined_messages_run_in_the_order_they_were_sent() {
+    let mut cfg = ServerConfig::new(small());
+    // A parked data thread takes tens of µs to wake: by then both messages of a pair are
+    // posted, so the server meets them side by side and must pick the order.
+    cfg.idle = IdleStrategy::Park;
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
+    let server = ServerHandle::start(cfg).unwrap();
+    pipelined_pairs(Endpoint::embedded(&server));
+    pipelined_pairs(Endpoint::Tcp(server.tcp_addr().unwrap()));
     server.stop();
 }

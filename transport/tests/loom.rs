@@ -26,7 +26,7 @@
 
 use std::time::Duration;
 
-use dlock_transport::shm::{Doorbells, Mailbox, ShmHeader};
+use dlock_transport::shm::{Doorbells, Mailbox, ShmHeader, next_lane};
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use loom::thread;
@@ -165,6 +165,50 @@ fn a_request_rewritten_while_taken_is_never_taken_torn() {
             .take_request(1, &mut out)
             .expect("the finished request 2 is taken");
         assert_eq!((seq, &out[..n]), (2, SECOND));
+    });
+}
+
+/// A client posts requests 1 and 2 into their lanes (1 and 2) back to back while the data
+/// thread looks for its next request. Proves that `next_lane` hands them over in the order the
+/// client numbered them: a single pass over the lanes can read lane 1 before request 1 lands and
+/// lane 2 after request 2 does, run 2 first, and then never run 1 (it is below `last`). Fails
+/// with one pass, and with two whose first loads only Relaxed.
+#[test]
+fn lanes_are_taken_in_the_order_the_client_numbered_them() {
+    model(|| {
+        let lanes = Arc::new([
+            Mailbox::new(),
+            Mailbox::new(),
+            Mailbox::new(),
+            Mailbox::new(),
+        ]);
+        let client = {
+            let lanes = Arc::clone(&lanes);
+            thread::spawn(move || {
+                for (seq, request) in (1..).zip(REQUESTS) {
+                    lanes[seq as usize % 4].post_request(request, seq);
+                }
+            })
+        };
+        let mut last = 0;
+        let mut out = [0u8; 16];
+        while last < REQUESTS.len() as u64 {
+            let taken = next_lane(&lanes[..], last).and_then(|mb| mb.take_request(last, &mut out));
+            match taken {
+                Some((seq, n)) => {
+                    assert_eq!(
+                        seq,
+                        last + 1,
+                        "request {seq} ran before request {}",
+                        last + 1
+                    );
+                    assert_eq!(&out[..n], REQUESTS[seq as usize - 1]);
+                    last = seq;
+                }
+                None => thread::yield_now(),
+            }
+        }
+        client.join().unwrap();
     });
 }
 

@@ -16,11 +16,12 @@ use dlock_core::proto::{
     COMMAND_LEN, CONTROL_HEADER_LEN, DATA_HEADER_LEN, DATA_MESSAGE_MAX, DecodeError,
     control_frame_len,
 };
+use dlock_core::table::layout::MAILBOX_LANES;
 
 use crate::region::Region;
 use crate::runtime::ServerHandle;
 use crate::runtime::{ATTACH_LEN, ATTACH_MAGIC, Shared};
-use crate::shm::Doorbells;
+use crate::shm::{Doorbells, lanes_current_seq};
 use crate::sync::AtomicU64;
 
 /// Where a server is.
@@ -137,7 +138,8 @@ pub struct Link {
     endpoint: Endpoint,
     control: Control,
     data: Data,
-    /// Mailbox sequence numbers (shared memory only).
+    /// The last data message's ticket: its mailbox sequence number over shared memory, a count
+    /// of messages otherwise.
     seq: u64,
     /// Bytes of a data reply read off a TCP connection before a deadline cut the read short.
     partial: Vec<u8>,
@@ -235,14 +237,14 @@ impl Link {
             }
         };
         if let Data::Mailbox { mapped, slot } = &self.data {
-            let Some(mb) = mapped.region().mailboxes().get(*slot as usize) else {
+            let Some(lanes) = mapped.region().client_mailboxes(*slot) else {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     "mailbox slot out of range",
                 ));
             };
             // The slot may have had an owner before: continue above its sequence numbers.
-            self.seq = mb.current_seq();
+            self.seq = lanes_current_seq(lanes);
         }
         Ok(())
     }
@@ -284,33 +286,52 @@ impl Link {
         self.data = Data::None;
     }
 
-    /// Sends a data message without waiting for its reply.
-    pub fn send_data(&mut self, req: &[u8]) -> io::Result<()> {
-        match &mut self.data {
-            Data::None => Err(io::Error::new(
-                io::ErrorKind::NotConnected,
-                "data path not attached",
-            )),
-            Data::Mailbox { mapped, slot } => {
-                let region = mapped.region();
-                self.seq += 1;
-                region.mailboxes()[*slot as usize].post_request(req, self.seq);
-                Doorbells::new(region.doorbell_words()).ring(*slot);
-                region.shm_header().wake_server();
-                Ok(())
-            }
-            // What a timed-out read left in `partial` is the start of a late reply: keep it, so
-            // the stream stays in step (the client skips late replies by message id).
-            Data::Tcp(s) => s.write_all(req),
-            #[cfg(feature = "rdma")]
-            Data::Rdma(qp) => super::rdma::send(qp, req),
+    /// How many data messages may be in flight (sent, reply not yet received) at once: one per
+    /// mailbox lane over shared memory; as many over TCP, whose replies come back in order; one
+    /// over RDMA, where each message needs a receive posted on both sides.
+    pub fn depth(&self) -> usize {
+        match &self.data {
+            Data::Mailbox { .. } | Data::Tcp(_) => MAILBOX_LANES,
+            _ => 1,
         }
     }
 
-    /// Receives the reply to the last data message sent, waiting until `deadline` (`None`:
-    /// forever; a deadline in the past: just look). `Ok(None)` if it has not arrived.
+    /// Sends a data message without waiting for its reply; returns the ticket to receive the
+    /// reply with. At most [`Link::depth`] messages may be awaiting their replies.
+    pub fn send_data(&mut self, req: &[u8]) -> io::Result<u64> {
+        let ticket = self.seq + 1;
+        match &mut self.data {
+            Data::None => {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    "data path not attached",
+                ));
+            }
+            Data::Mailbox { mapped, slot } => {
+                let region = mapped.region();
+                let lanes = region
+                    .client_mailboxes(*slot)
+                    .ok_or_else(|| io::Error::other("mailbox slot out of range"))?;
+                lanes[ticket as usize % lanes.len()].post_request(req, ticket);
+                Doorbells::new(region.doorbell_words()).ring(*slot);
+                region.shm_header().wake_server();
+            }
+            // What a timed-out read left in `partial` is the start of a late reply: keep it, so
+            // the stream stays in step (the client skips late replies by message id).
+            Data::Tcp(s) => s.write_all(req)?,
+            #[cfg(feature = "rdma")]
+            Data::Rdma(qp) => super::rdma::send(qp, req)?,
+        }
+        self.seq = ticket;
+        Ok(ticket)
+    }
+
+    /// Receives the reply to the message sent under `ticket`, waiting until `deadline` (`None`:
+    /// forever; a deadline in the past: just look). `Ok(None)` if it has not arrived. Over TCP
+    /// and RDMA replies come in the order the messages went out, so this is the next reply.
     pub fn recv_data(
         &mut self,
+        ticket: u64,
         reply: &mut [u8],
         deadline: Option<Instant>,
     ) -> io::Result<Option<usize>> {
@@ -320,10 +341,14 @@ impl Link {
                 "data path not attached",
             )),
             Data::Mailbox { mapped, slot } => {
-                let mb = &mapped.region().mailboxes()[*slot as usize];
+                let lanes = mapped
+                    .region()
+                    .client_mailboxes(*slot)
+                    .ok_or_else(|| io::Error::other("mailbox slot out of range"))?;
+                let mb = &lanes[ticket as usize % lanes.len()];
                 let n = match deadline {
-                    Some(d) if d <= Instant::now() => mb.try_response(self.seq, reply),
-                    _ => mb.wait_response(self.seq, reply, deadline, self.awake),
+                    Some(d) if d <= Instant::now() => mb.try_response(ticket, reply),
+                    _ => mb.wait_response(ticket, reply, deadline, self.awake),
                 };
                 match n {
                     // An empty reply: the server could not read the request.
@@ -347,8 +372,8 @@ impl Link {
         reply: &mut [u8],
         deadline: Option<Instant>,
     ) -> io::Result<usize> {
-        self.send_data(req)?;
-        self.recv_data(reply, deadline)?
+        let ticket = self.send_data(req)?;
+        self.recv_data(ticket, reply, deadline)?
             .ok_or_else(|| io::ErrorKind::TimedOut.into())
     }
 }

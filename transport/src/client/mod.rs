@@ -17,6 +17,7 @@
 
 pub mod link;
 pub mod local;
+mod pipeline;
 #[cfg(feature = "rdma")]
 mod rdma;
 
@@ -35,6 +36,7 @@ use dlock_core::{ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Statu
 use link::Link;
 pub use link::{Endpoint, Transport};
 pub use local::{Decision, LocalLock, LocalState, Request};
+use pipeline::Pipeline;
 
 use crate::sync::Ordering;
 
@@ -104,6 +106,8 @@ pub enum AsyncOp {
 struct Entry {
     local: LocalLock,
     name: Box<[u8]>,
+    /// An operation on this lock is in a batch in flight (see `pipeline`).
+    busy: bool,
 }
 
 /// A hasher for the client's own id maps: lock and object ids are distinct small integers the
@@ -140,6 +144,8 @@ struct Pending {
     request: Request,
     /// The message id the reply must echo (control calls meanwhile move `Client::message_id`).
     message_id: u16,
+    /// The link's ticket for the message.
+    ticket: u64,
     started: Instant,
 }
 
@@ -158,6 +164,8 @@ pub struct Client {
     /// Objects this client got, with their cell index.
     objects: IdMap<ObjectId, u32>,
     pending: Option<Pending>,
+    /// Batches submitted and not yet completed.
+    pipeline: Pipeline,
     start: Instant,
     ctrl_req: Vec<u8>,
     ctrl_reply: Vec<u8>,
@@ -188,6 +196,7 @@ impl Client {
             locks: IdMap::default(),
             objects: IdMap::default(),
             pending: None,
+            pipeline: Pipeline::new(),
             start: Instant::now(),
             ctrl_req: vec![0; CONTROL_FRAME_MAX],
             ctrl_reply: vec![0; CONTROL_FRAME_MAX],
@@ -301,6 +310,10 @@ impl Client {
         self.link = Link::connect(&self.cfg.endpoint).map_err(|_| Status::NotReady)?;
         self.link.set_wait_awake(self.cfg.wait_awake);
         self.pending = None;
+        self.pipeline.clear();
+        for e in self.locks.values_mut() {
+            e.busy = false;
+        }
         let lease_ms = self.cfg.lease_ms;
         self.register(
             self.id.get(),
@@ -365,6 +378,7 @@ impl Client {
         self.locks.entry(id).or_insert_with(|| Entry {
             local: LocalLock::new(id, kind),
             name: name.into(),
+            busy: false,
         });
     }
 
@@ -460,7 +474,7 @@ impl Client {
     }
 
     fn local(&mut self, id: LockId) -> Result<&mut LocalLock, Status> {
-        if self.pending.is_some() {
+        if self.pending.is_some() || self.pipeline.len() > 0 {
             return Err(Status::Easync);
         }
         self.locks
@@ -476,6 +490,17 @@ impl Client {
         flags: u32,
         deadline: Option<Instant>,
     ) -> Result<usize, Status> {
+        // Batches in flight have their replies queued ahead of this one's.
+        if self.pipeline.len() > 0 {
+            return Err(Status::Easync);
+        }
+        let (ticket, message_id) = self.send(commands, flags)?;
+        self.receive(ticket, message_id, commands, deadline)
+    }
+
+    /// Encodes and sends `commands` as one data message; returns the link's ticket and the
+    /// message id the reply must echo.
+    fn send(&mut self, commands: &[Command], flags: u32) -> Result<(u64, u16), Status> {
         let message_id = self.next_id();
         let header = DataHeader {
             version: self.version,
@@ -486,10 +511,28 @@ impl Client {
         };
         let n = encode_data_request(&header, commands, &mut self.data_req)
             .map_err(|_| Status::Einval)?;
+        let ticket = self
+            .link
+            .send_data(&self.data_req[..n])
+            .map_err(io_status)?;
+        Ok((ticket, message_id))
+    }
+
+    /// Waits until `deadline` for the reply to the message sent as (`ticket`, `message_id`)
+    /// with `commands`, checks that it answers them, and decodes the results into `replies`.
+    fn receive(
+        &mut self,
+        ticket: u64,
+        message_id: u16,
+        commands: &[Command],
+        deadline: Option<Instant>,
+    ) -> Result<usize, Status> {
         let mut m = self
             .link
-            .data(&self.data_req[..n], &mut self.data_reply, deadline)
-            .map_err(io_status)?;
+            .recv_data(ticket, &mut self.data_reply, deadline)
+            .map_err(io_status)?
+            // No reply in time: the reference's `BAD_RESPONSE` (the caller reinits).
+            .ok_or(Status::BadResponse)?;
         // A reply to an earlier request this client gave up on (a timeout over TCP) may still
         // come first: skip it rather than let every later exchange read the one before it.
         let reply = loop {
@@ -500,7 +543,7 @@ impl Client {
             }
             m = self
                 .link
-                .recv_data(&mut self.data_reply, deadline)
+                .recv_data(ticket, &mut self.data_reply, deadline)
                 .map_err(io_status)?
                 .ok_or(Status::BadResponse)?;
         };
@@ -634,100 +677,6 @@ impl Client {
         )
     }
 
-    /// The batch engine: decides each entry locally, sends those that need the server in one
-    /// message, applies the replies. No allocation: decisions live in a fixed array.
-    fn batch(
-        &mut self,
-        n: usize,
-        flags: u32,
-        out: &mut [Result<Grant, Status>],
-        id_of: impl Fn(usize) -> LockId,
-        mut decide: impl FnMut(&mut LocalLock, usize) -> Result<Decision, Status>,
-    ) -> Result<(), Status> {
-        const BATCH: usize = dlock_core::config::BATCH_MAX;
-        if n == 0 || n > BATCH || out.len() < n {
-            return Err(Status::Einval);
-        }
-        if self.pending.is_some() {
-            return Err(Status::Easync);
-        }
-        let mut sent: [Option<(usize, LockId, Request)>; BATCH] = [None; BATCH];
-        let mut commands = [Command::Object(ObjectCommand {
-            op: ObjectOp::Snapshot,
-            object: 0,
-            a: 0,
-            b: 0,
-        }); BATCH];
-        // An all-or-nothing batch that fails changes nothing on the server, so it must change
-        // nothing here either: keep each record as it was before the local decisions.
-        let all_or_nothing = flags & FLAG_ALL_OR_NOTHING != 0;
-        let mut saved: [Option<LocalLock>; BATCH] = [None; BATCH];
-        let mut k = 0;
-        for (i, slot) in out.iter_mut().enumerate().take(n) {
-            let id = id_of(i);
-            let Some(e) = self.locks.get_mut(&id) else {
-                *slot = Err(Status::LockNotGet);
-                continue;
-            };
-            saved[i] = all_or_nothing.then_some(e.local);
-            match decide(&mut e.local, i) {
-                Ok(Decision::Send(r)) => {
-                    sent[k] = Some((i, id, r));
-                    commands[k] = Command::Lock(r.command());
-                    k += 1;
-                }
-                Ok(Decision::Answer(s)) => *slot = grant(s, &e.local),
-                Err(s) => *slot = Err(s),
-            }
-        }
-        if k == 0 {
-            return Ok(());
-        }
-        let deadline = Some(Instant::now() + self.cfg.timeout);
-        self.exchange(&commands[..k], flags, deadline)?;
-        let now = self.now_ms();
-        let undone = all_or_nothing
-            && (0..k).any(|j| {
-                !matches!(
-                    self.result(j).status,
-                    Status::Success | Status::AlreadyLocked
-                )
-            });
-        if undone {
-            for (i, s) in saved.iter().enumerate().take(n) {
-                if let Some(before) = s {
-                    if let Some(e) = self.locks.get_mut(&before.id) {
-                        e.local = *before;
-                    }
-                    out[i] = Err(Status::Eagain);
-                }
-            }
-            for (j, s) in sent[..k].iter().enumerate() {
-                if let Some((i, ..)) = *s {
-                    let status = self.result(j).status;
-                    out[i] = Err(if status == Status::AlreadyLocked {
-                        Status::Eagain
-                    } else {
-                        status
-                    });
-                }
-            }
-            return Ok(());
-        }
-        for (j, s) in sent[..k].iter().enumerate() {
-            let Some((i, id, request)) = *s else { continue };
-            let reply = self.result(j);
-            out[i] = match self.locks.get_mut(&id) {
-                Some(e) => {
-                    let status = e.local.apply(&request, &reply, now);
-                    grant(status, &e.local)
-                }
-                None => Err(Status::LockNotGet),
-            };
-        }
-        Ok(())
-    }
-
     /// Starts one lock operation without waiting for it (`lock_request_async`); at most one is
     /// outstanding per instance.
     pub fn lock_request_async(&mut self, id: LockId, op: AsyncOp) -> Result<(), Status> {
@@ -749,27 +698,12 @@ impl Client {
                 Decision::Send(_) => Ok(()),
             };
         };
-        let message_id = self.next_id();
-        let header = DataHeader {
-            version: self.version,
-            count: 0,
-            message_id,
-            client: self.id.get(),
-            flags: 0,
-        };
-        let n = encode_data_request(
-            &header,
-            &[Command::Lock(request.command())],
-            &mut self.data_req,
-        )
-        .map_err(|_| Status::Einval)?;
-        self.link
-            .send_data(&self.data_req[..n])
-            .map_err(io_status)?;
+        let (ticket, message_id) = self.send(&[Command::Lock(request.command())], 0)?;
         self.pending = Some(Pending {
             lock: id,
             request,
             message_id,
+            ticket,
             started: Instant::now(),
         });
         Ok(())
@@ -781,7 +715,10 @@ impl Client {
     pub fn lock_result_check(&mut self) -> Result<Grant, Status> {
         let p = self.pending.ok_or(Status::NoAsync)?;
         let now = Instant::now();
-        match self.link.recv_data(&mut self.data_reply, Some(now)) {
+        match self
+            .link
+            .recv_data(p.ticket, &mut self.data_reply, Some(now))
+        {
             Ok(Some(m)) => {
                 self.pending = None;
                 let reply =

@@ -11,7 +11,8 @@ use dlock_core::server::{Server, WaitReply};
 use super::exchange::{Job, JobKind, data_client, registered};
 use super::idle::Idler;
 use super::{INBOX_BATCH, ServerConfig, Shared};
-use crate::shm::{Doorbells, Mailbox};
+use crate::region::Region;
+use crate::shm::{Doorbells, next_lane};
 
 /// How often client leases are checked.
 const TICK_MS: u64 = 50;
@@ -35,7 +36,7 @@ enum Route {
 /// The data thread's state besides the server.
 struct Data<'s> {
     shared: &'s Shared,
-    mailboxes: &'s [Mailbox],
+    region: &'s Region,
     bells: Doorbells<'s>,
     /// Per client slot: the last mailbox request sequence number taken.
     last_seq: Vec<u64>,
@@ -68,7 +69,7 @@ pub(super) fn run(shared: &Shared, cfg: &ServerConfig, ready: SyncSender<io::Res
     let slots = cfg.core.clients_max as usize;
     let mut d = Data {
         shared,
-        mailboxes: shared.region.mailboxes(),
+        region: &shared.region,
         bells: Doorbells::new(shared.region.doorbell_words()),
         last_seq: vec![0; slots],
         routes: (0..slots).map(|_| Route::None).collect(),
@@ -133,10 +134,11 @@ impl Data<'_> {
         self.start.elapsed().as_millis() as u64
     }
 
-    /// Executes every mailbox whose doorbell rang; returns how many.
+    /// Executes the requests of every client whose doorbell rang, up to one per lane, in the
+    /// order the client numbered them; returns how many clients rang.
     fn serve_mailboxes(&mut self, server: &mut Server<'_>, now: u64) -> usize {
         let Data {
-            mailboxes,
+            region,
             bells,
             last_seq,
             routes,
@@ -145,27 +147,39 @@ impl Data<'_> {
             ..
         } = self;
         bells.drain(|slot| {
-            let (Some(mb), Some(last)) = (
-                mailboxes.get(slot as usize),
+            let (Some(lanes), Some(last)) = (
+                region.client_mailboxes(slot),
                 last_seq.get_mut(slot as usize),
             ) else {
                 return;
             };
-            let Some((seq, len)) = mb.take_request(*last, req) else {
-                return;
-            };
-            *last = seq;
-            // The message must come from the client this mailbox belongs to.
-            let client = data_client(req);
-            if server.client_session(client).map(|(s, _)| s) != Some(slot) {
-                mb.post_response(&[], seq);
-                return;
-            }
-            match server.handle_data(&req[..len], resp, now) {
-                Ok(0) => routes[slot as usize] = Route::Mailbox { seq },
-                Ok(n) => mb.post_response(&resp[..n], seq),
-                // An empty reply tells the client its request could not be read.
-                Err(_) => mb.post_response(&[], seq),
+            let route = &mut routes[slot as usize];
+            for _ in 0..lanes.len() {
+                let Some(mb) = next_lane(lanes, *last) else {
+                    return;
+                };
+                let Some((seq, len)) = mb.take_request(*last, req) else {
+                    return;
+                };
+                *last = seq;
+                // The message must come from the client this mailbox belongs to.
+                let client = data_client(req);
+                if server.client_session(client).map(|(s, _)| s) != Some(slot) {
+                    mb.post_response(&[], seq);
+                    continue;
+                }
+                // A client sends nothing while its blocking request is parked unless it gave up
+                // on it: drop that request, so its lock is not granted to a reply nobody reads.
+                if let Route::Mailbox { .. } = route {
+                    server.cancel_parked(client);
+                    *route = Route::None;
+                }
+                match server.handle_data(&req[..len], resp, now) {
+                    Ok(0) => *route = Route::Mailbox { seq },
+                    Ok(n) => mb.post_response(&resp[..n], seq),
+                    // An empty reply tells the client its request could not be read.
+                    Err(_) => mb.post_response(&[], seq),
+                }
             }
         })
     }
@@ -270,7 +284,7 @@ impl Data<'_> {
     fn deliver_replies(&mut self, server: &mut Server<'_>) {
         let Data {
             shared,
-            mailboxes,
+            region,
             routes,
             resp,
             last_seq,
@@ -288,7 +302,9 @@ impl Data<'_> {
                 // Only while the parked request is still the client's latest: a client that gave
                 // up on it and sent another must not have that reply overwritten by this one.
                 Route::Mailbox { seq } if seq == last_seq[slot] => {
-                    mailboxes[slot].post_response(&resp[..n], seq)
+                    if let Some(lanes) = region.client_mailboxes(r.slot) {
+                        lanes[seq as usize % lanes.len()].post_response(&resp[..n], seq);
+                    }
                 }
                 Route::Mailbox { .. } => {}
                 Route::Socket(mut job) => {

@@ -1,0 +1,318 @@
+//! Batches in flight: the batch engine behind every batch call, and the pipelined calls that
+//! keep several batch messages on the way at once.
+//!
+//! A synchronous round trip leaves each side idle while the other works: the client waits while
+//! the server executes, the server waits while the client decodes and writes the next batch. With
+//! [`Client::submit_trylock`] / [`Client::submit_unlock`] a client sends up to
+//! [`Client::pipeline_depth`] batches before it [`Client::complete`]s the oldest, so that it
+//! writes batch *n + 1* while the server executes batch *n* (over shared memory each batch has
+//! its own mailbox lane; over TCP the replies come back in order).
+//!
+//! The local state machine stays exact: a batch's local decisions are made when it is submitted
+//! and its replies applied when it is completed, in submission order; a lock with an operation
+//! in flight is refused (`Easync`) by a later submission until that operation completes, and no
+//! single-lock call or synchronous batch runs while batches are in flight. A synchronous batch
+//! is a submission completed at once.
+
+use std::time::Instant;
+
+use dlock_core::proto::{Command, FLAG_ALL_OR_NOTHING, ObjectCommand, ObjectOp};
+use dlock_core::{LockId, Mode, Status};
+
+use super::local::{Decision, LocalLock, Request};
+use super::{Client, Grant, grant};
+
+const BATCH: usize = dlock_core::config::BATCH_MAX;
+
+/// The most batches a client can have in flight on any transport (the link may allow fewer).
+pub(super) const DEPTH_MAX: usize = dlock_core::table::layout::MAILBOX_LANES;
+
+/// A filler for unused command slots.
+const NO_COMMAND: Command = Command::Object(ObjectCommand {
+    op: ObjectOp::Snapshot,
+    object: 0,
+    a: 0,
+    b: 0,
+});
+
+/// One submitted batch, until it is completed. Fixed-size, so submitting allocates nothing.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct InFlight {
+    /// The link's ticket for the message (unused when `k == 0`: nothing was sent).
+    ticket: u64,
+    /// The message id its reply must echo.
+    message_id: u16,
+    flags: u32,
+    /// When the reply is overdue.
+    deadline: Instant,
+    /// Entries in the caller's batch.
+    n: usize,
+    /// Commands sent.
+    k: usize,
+    /// Per command sent: the caller's entry index, the lock, the request.
+    sent: [Option<(usize, LockId, Request)>; BATCH],
+    /// Per entry: the result when it was answered without the server (final at submission).
+    answered: [Option<Result<Grant, Status>>; BATCH],
+    /// All-or-nothing only, per entry: the record before the local decision.
+    saved: [Option<LocalLock>; BATCH],
+}
+
+impl InFlight {
+    pub(super) fn new() -> Self {
+        InFlight {
+            ticket: 0,
+            message_id: 0,
+            flags: 0,
+            deadline: Instant::now(),
+            n: 0,
+            k: 0,
+            sent: [None; BATCH],
+            answered: [None; BATCH],
+            saved: [None; BATCH],
+        }
+    }
+}
+
+/// The batches in flight, oldest first: a ring over fixed slots.
+#[derive(Debug)]
+pub(super) struct Pipeline {
+    slots: Box<[InFlight; DEPTH_MAX]>,
+    head: usize,
+    len: usize,
+}
+
+impl Pipeline {
+    pub(super) fn new() -> Self {
+        Pipeline {
+            slots: Box::new([InFlight::new(); DEPTH_MAX]),
+            head: 0,
+            len: 0,
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Forgets every batch in flight (their replies will never be read: a reinit).
+    pub(super) fn clear(&mut self) {
+        self.len = 0;
+    }
+}
+
+impl Client {
+    /// How many batches may be in flight at once on this client's data path: 4 over shared
+    /// memory and TCP, 1 over RDMA.
+    pub fn pipeline_depth(&self) -> usize {
+        self.link.depth().min(DEPTH_MAX)
+    }
+
+    /// Batches submitted and not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.pipeline.len()
+    }
+
+    /// Sends up to 31 trylocks as one message without waiting for the reply; complete it with
+    /// [`Client::complete`]. Per item unless `all_or_nothing` (see [`Client::batch_trylock`]).
+    /// `Err(Easync)` when [`Client::pipeline_depth`] batches are already in flight; an entry whose
+    /// lock has an operation in flight is answered `Err(Easync)` at completion.
+    pub fn submit_trylock(
+        &mut self,
+        requests: &[(LockId, Mode, u32)],
+        all_or_nothing: bool,
+    ) -> Result<(), Status> {
+        let flags = if all_or_nothing {
+            FLAG_ALL_OR_NOTHING
+        } else {
+            0
+        };
+        self.submit(
+            requests.len(),
+            flags,
+            |i| requests[i].0,
+            |l, i| {
+                let (_, mode, expire) = requests[i];
+                Ok(l.trylock(mode, expire, 0))
+            },
+        )
+    }
+
+    /// Sends up to 31 unlocks as one message without waiting for the reply; complete it with
+    /// [`Client::complete`].
+    pub fn submit_unlock(&mut self, ids: &[LockId]) -> Result<(), Status> {
+        self.submit(ids.len(), 0, |i| ids[i], |l, _| Ok(l.unlock()))
+    }
+
+    /// Waits for the reply of the oldest batch in flight, applies it and writes its per-entry
+    /// results into `out` (at least as long as that batch); returns the batch's length.
+    /// `Err(NoAsync)` when nothing is in flight. A transport failure (`BadResponse`, `Etimeout`)
+    /// ends this batch only; later ones may still complete.
+    pub fn complete(&mut self, out: &mut [Result<Grant, Status>]) -> Result<usize, Status> {
+        if self.pipeline.len == 0 {
+            return Err(Status::NoAsync);
+        }
+        let p = &self.pipeline;
+        let f = &p.slots[p.head];
+        if out.len() < f.n {
+            return Err(Status::Einval);
+        }
+        let (n, k, flags) = (f.n, f.k, f.flags);
+        for (slot, answered) in out.iter_mut().zip(&f.answered[..n]) {
+            if let Some(r) = answered {
+                *slot = *r;
+            }
+        }
+        let mut commands = [NO_COMMAND; BATCH];
+        for (c, s) in commands.iter_mut().zip(&f.sent[..k]) {
+            if let Some((_, id, request)) = s {
+                *c = Command::Lock(request.command());
+                if let Some(e) = self.locks.get_mut(id) {
+                    e.busy = false;
+                }
+            }
+        }
+        let head = self.pipeline.head;
+        self.pipeline.head = (head + 1) % DEPTH_MAX;
+        self.pipeline.len -= 1;
+        if k == 0 {
+            return Ok(n);
+        }
+        let f = &self.pipeline.slots[head];
+        let (ticket, message_id, deadline) = (f.ticket, f.message_id, f.deadline);
+        self.receive(ticket, message_id, &commands[..k], Some(deadline))?;
+        let now = self.now_ms();
+        let Client {
+            pipeline,
+            locks,
+            replies,
+            ..
+        } = self;
+        let f = &pipeline.slots[head];
+        let undone = flags & FLAG_ALL_OR_NOTHING != 0
+            && replies[..k]
+                .iter()
+                .any(|r| !matches!(r.status, Status::Success | Status::AlreadyLocked));
+        if undone {
+            // Nothing stayed held on the server: restore every record, report each entry.
+            for (i, s) in f.saved[..n].iter().enumerate() {
+                if let Some(before) = s {
+                    if let Some(e) = locks.get_mut(&before.id) {
+                        e.local = *before;
+                    }
+                    out[i] = Err(Status::Eagain);
+                }
+            }
+            for (s, r) in f.sent[..k].iter().zip(replies.iter()) {
+                if let Some((i, ..)) = *s {
+                    out[i] = Err(if r.status == Status::AlreadyLocked {
+                        Status::Eagain
+                    } else {
+                        r.status
+                    });
+                }
+            }
+            return Ok(n);
+        }
+        for (s, reply) in f.sent[..k].iter().zip(replies.iter()) {
+            let Some((i, id, request)) = s else { continue };
+            out[*i] = match locks.get_mut(id) {
+                Some(e) => {
+                    let status = e.local.apply(request, reply, now);
+                    grant(status, &e.local)
+                }
+                None => Err(Status::LockNotGet),
+            };
+        }
+        Ok(n)
+    }
+
+    /// The batch engine: decides each entry locally and sends those that need the server as
+    /// one message, recording the batch as in flight. No allocation: decisions live in the
+    /// pipeline's fixed slots.
+    pub(super) fn submit(
+        &mut self,
+        n: usize,
+        flags: u32,
+        id_of: impl Fn(usize) -> LockId,
+        mut decide: impl FnMut(&mut LocalLock, usize) -> Result<Decision, Status>,
+    ) -> Result<(), Status> {
+        if n == 0 || n > BATCH {
+            return Err(Status::Einval);
+        }
+        if self.pending.is_some() || self.pipeline.len >= self.pipeline_depth() {
+            return Err(Status::Easync);
+        }
+        let all_or_nothing = flags & FLAG_ALL_OR_NOTHING != 0;
+        let at = (self.pipeline.head + self.pipeline.len) % DEPTH_MAX;
+        let mut commands = [NO_COMMAND; BATCH];
+        let Client {
+            pipeline, locks, ..
+        } = self;
+        let f = &mut pipeline.slots[at];
+        let mut k = 0;
+        for i in 0..n {
+            f.answered[i] = None;
+            f.saved[i] = None;
+            let id = id_of(i);
+            let Some(e) = locks.get_mut(&id) else {
+                f.answered[i] = Some(Err(Status::LockNotGet));
+                continue;
+            };
+            if e.busy {
+                f.answered[i] = Some(Err(Status::Easync));
+                continue;
+            }
+            // An all-or-nothing batch that fails changes nothing on the server, so it must
+            // change nothing here either: keep each record as it was before the decision.
+            f.saved[i] = all_or_nothing.then_some(e.local);
+            match decide(&mut e.local, i) {
+                Ok(Decision::Send(r)) => {
+                    f.sent[k] = Some((i, id, r));
+                    commands[k] = Command::Lock(r.command());
+                    k += 1;
+                }
+                Ok(Decision::Answer(s)) => f.answered[i] = Some(grant(s, &e.local)),
+                Err(s) => f.answered[i] = Some(Err(s)),
+            }
+        }
+        f.n = n;
+        f.k = k;
+        f.flags = flags;
+        if k > 0 {
+            let (ticket, message_id) = self.send(&commands[..k], flags)?;
+            let deadline = Instant::now() + self.cfg.timeout;
+            let Client {
+                pipeline, locks, ..
+            } = self;
+            let f = &mut pipeline.slots[at];
+            (f.ticket, f.message_id, f.deadline) = (ticket, message_id, deadline);
+            for (_, id, _) in f.sent[..k].iter().flatten() {
+                if let Some(e) = locks.get_mut(id) {
+                    e.busy = true;
+                }
+            }
+        }
+        self.pipeline.len += 1;
+        Ok(())
+    }
+
+    /// A synchronous batch: submitted and completed at once, refused while batches are in flight
+    /// (their replies come first).
+    pub(super) fn batch(
+        &mut self,
+        n: usize,
+        flags: u32,
+        out: &mut [Result<Grant, Status>],
+        id_of: impl Fn(usize) -> LockId,
+        decide: impl FnMut(&mut LocalLock, usize) -> Result<Decision, Status>,
+    ) -> Result<(), Status> {
+        if n == 0 || n > BATCH || out.len() < n {
+            return Err(Status::Einval);
+        }
+        if self.pipeline.len > 0 {
+            return Err(Status::Easync);
+        }
+        self.submit(n, flags, id_of, decide)?;
+        self.complete(out).map(|_| ())
+    }
+}
