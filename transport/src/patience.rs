@@ -37,7 +37,9 @@ pub enum Next {
 /// that found nothing.
 #[derive(Debug)]
 pub struct Patience {
-    started: Instant,
+    /// When the wait started: read at the first clock read (after [`CLOCK_EVERY`] checks), so a
+    /// wait that ends within them never reads the clock.
+    started: Option<Instant>,
     /// Stay awake (poll, then back off) for this long before sleeping; at least [`POLL`].
     awake: Duration,
     deadline: Option<Instant>,
@@ -50,7 +52,7 @@ impl Patience {
     /// A wait that stays awake for `awake` (at least [`POLL`]) and gives up at `deadline`.
     pub fn new(awake: Duration, deadline: Option<Instant>) -> Self {
         Self {
-            started: Instant::now(),
+            started: None,
             awake: awake.max(POLL),
             deadline,
             checks: 0,
@@ -74,7 +76,7 @@ impl Patience {
         if self.deadline.is_some_and(|d| now >= d) {
             return Next::TimedOut;
         }
-        let waited = now.duration_since(self.started);
+        let waited = now.duration_since(*self.started.get_or_insert(now));
         if self.polling {
             self.polling = waited < POLL;
             return Next::Again;

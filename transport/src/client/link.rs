@@ -326,6 +326,23 @@ impl Link {
         Ok(ticket)
     }
 
+    /// The reply to the message sent under `ticket` if it is already there, without waiting or
+    /// reading the clock; always `Ok(None)` except over shared memory.
+    pub fn try_recv_data(&mut self, ticket: u64, reply: &mut [u8]) -> io::Result<Option<usize>> {
+        let Data::Mailbox { mapped, slot } = &self.data else {
+            return Ok(None);
+        };
+        let lanes = mapped
+            .region()
+            .client_mailboxes(*slot)
+            .ok_or_else(|| io::Error::other("mailbox slot out of range"))?;
+        match lanes[ticket as usize % lanes.len()].try_response(ticket, reply) {
+            // An empty reply: the server could not read the request.
+            Some(0) => Err(refused()),
+            other => Ok(other),
+        }
+    }
+
     /// Receives the reply to the message sent under `ticket`, waiting until `deadline` (`None`:
     /// forever; a deadline in the past: just look). `Ok(None)` if it has not arrived. Over TCP
     /// and RDMA replies come in the order the messages went out, so this is the next reply.
@@ -346,16 +363,15 @@ impl Link {
                     .client_mailboxes(*slot)
                     .ok_or_else(|| io::Error::other("mailbox slot out of range"))?;
                 let mb = &lanes[ticket as usize % lanes.len()];
-                let n = match deadline {
-                    Some(d) if d <= Instant::now() => mb.try_response(ticket, reply),
-                    _ => mb.wait_response(ticket, reply, deadline, self.awake),
+                // Look before reading the clock: the reply is often there already.
+                let n = match mb.try_response(ticket, reply) {
+                    Some(n) => Some(n),
+                    None if deadline.is_some_and(|d| d <= Instant::now()) => None,
+                    None => mb.wait_response(ticket, reply, deadline, self.awake),
                 };
                 match n {
                     // An empty reply: the server could not read the request.
-                    Some(0) => Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "request refused as malformed",
-                    )),
+                    Some(0) => Err(refused()),
                     other => Ok(other),
                 }
             }
@@ -376,6 +392,11 @@ impl Link {
         self.recv_data(ticket, reply, deadline)?
             .ok_or_else(|| io::ErrorKind::TimedOut.into())
     }
+}
+
+/// What an empty mailbox reply means: the server could not read the request.
+fn refused() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, "request refused as malformed")
 }
 
 /// Opens a TCP data connection to `addr` and binds it to `client` with its session secret.

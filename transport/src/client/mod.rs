@@ -495,7 +495,7 @@ impl Client {
             return Err(Status::Easync);
         }
         let (ticket, message_id) = self.send(commands, flags)?;
-        self.receive(ticket, message_id, commands, deadline)
+        self.receive(ticket, message_id, commands, || deadline)
     }
 
     /// Encodes and sends `commands` as one data message; returns the link's ticket and the
@@ -518,21 +518,31 @@ impl Client {
         Ok((ticket, message_id))
     }
 
-    /// Waits until `deadline` for the reply to the message sent as (`ticket`, `message_id`)
-    /// with `commands`, checks that it answers them, and decodes the results into `replies`.
+    /// Waits until `deadline()` (asked only if the reply has not arrived yet) for the reply to
+    /// the message sent as (`ticket`, `message_id`) with `commands`, checks that it answers
+    /// them, and decodes the results into `replies`.
     fn receive(
         &mut self,
         ticket: u64,
         message_id: u16,
         commands: &[Command],
-        deadline: Option<Instant>,
+        deadline: impl Fn() -> Option<Instant>,
     ) -> Result<usize, Status> {
-        let mut m = self
+        let mut asked = None;
+        let mut deadline = || *asked.get_or_insert_with(&deadline);
+        let arrived = self
             .link
-            .recv_data(ticket, &mut self.data_reply, deadline)
-            .map_err(io_status)?
-            // No reply in time: the reference's `BAD_RESPONSE` (the caller reinits).
-            .ok_or(Status::BadResponse)?;
+            .try_recv_data(ticket, &mut self.data_reply)
+            .map_err(io_status)?;
+        let mut m = match arrived {
+            Some(m) => m,
+            None => self
+                .link
+                .recv_data(ticket, &mut self.data_reply, deadline())
+                .map_err(io_status)?
+                // No reply in time: the reference's `BAD_RESPONSE` (the caller reinits).
+                .ok_or(Status::BadResponse)?,
+        };
         // A reply to an earlier request this client gave up on (a timeout over TCP) may still
         // come first: skip it rather than let every later exchange read the one before it.
         let reply = loop {
@@ -543,7 +553,7 @@ impl Client {
             }
             m = self
                 .link
-                .recv_data(ticket, &mut self.data_reply, deadline)
+                .recv_data(ticket, &mut self.data_reply, deadline())
                 .map_err(io_status)?
                 .ok_or(Status::BadResponse)?;
         };

@@ -43,8 +43,6 @@ pub(super) struct InFlight {
     /// The message id its reply must echo.
     message_id: u16,
     flags: u32,
-    /// When the reply is overdue.
-    deadline: Instant,
     /// Entries in the caller's batch.
     n: usize,
     /// Commands sent.
@@ -63,7 +61,6 @@ impl InFlight {
             ticket: 0,
             message_id: 0,
             flags: 0,
-            deadline: Instant::now(),
             n: 0,
             k: 0,
             sent: [None; BATCH],
@@ -164,11 +161,8 @@ impl Client {
         }
         let mut commands = [NO_COMMAND; BATCH];
         for (c, s) in commands.iter_mut().zip(&f.sent[..k]) {
-            if let Some((_, id, request)) = s {
+            if let Some((_, _, request)) = s {
                 *c = Command::Lock(request.command());
-                if let Some(e) = self.locks.get_mut(id) {
-                    e.busy = false;
-                }
             }
         }
         let head = self.pipeline.head;
@@ -178,8 +172,22 @@ impl Client {
             return Ok(n);
         }
         let f = &self.pipeline.slots[head];
-        let (ticket, message_id, deadline) = (f.ticket, f.message_id, f.deadline);
-        self.receive(ticket, message_id, &commands[..k], Some(deadline))?;
+        let (ticket, message_id, timeout) = (f.ticket, f.message_id, self.cfg.timeout);
+        // The wait is bounded by the request timeout from when it starts (the clock is read only
+        // if the reply is not there yet).
+        let deadline = || Some(Instant::now() + timeout);
+        if let Err(s) = self.receive(ticket, message_id, &commands[..k], deadline) {
+            // The batch is over either way: its locks are free for the next operation.
+            let Client {
+                pipeline, locks, ..
+            } = self;
+            for (_, id, _) in pipeline.slots[head].sent[..k].iter().flatten() {
+                if let Some(e) = locks.get_mut(id) {
+                    e.busy = false;
+                }
+            }
+            return Err(s);
+        }
         let now = self.now_ms();
         let Client {
             pipeline,
@@ -198,6 +206,7 @@ impl Client {
                 if let Some(before) = s {
                     if let Some(e) = locks.get_mut(&before.id) {
                         e.local = *before;
+                        e.busy = false;
                     }
                     out[i] = Err(Status::Eagain);
                 }
@@ -217,6 +226,7 @@ impl Client {
             let Some((i, id, request)) = s else { continue };
             out[*i] = match locks.get_mut(id) {
                 Some(e) => {
+                    e.busy = false;
                     let status = e.local.apply(request, reply, now);
                     grant(status, &e.local)
                 }
@@ -269,6 +279,7 @@ impl Client {
                 Ok(Decision::Send(r)) => {
                     f.sent[k] = Some((i, id, r));
                     commands[k] = Command::Lock(r.command());
+                    e.busy = true;
                     k += 1;
                 }
                 Ok(Decision::Answer(s)) => f.answered[i] = Some(grant(s, &e.local)),
@@ -279,16 +290,22 @@ impl Client {
         f.k = k;
         f.flags = flags;
         if k > 0 {
-            let (ticket, message_id) = self.send(&commands[..k], flags)?;
-            let deadline = Instant::now() + self.cfg.timeout;
-            let Client {
-                pipeline, locks, ..
-            } = self;
-            let f = &mut pipeline.slots[at];
-            (f.ticket, f.message_id, f.deadline) = (ticket, message_id, deadline);
-            for (_, id, _) in f.sent[..k].iter().flatten() {
-                if let Some(e) = locks.get_mut(id) {
-                    e.busy = true;
+            match self.send(&commands[..k], flags) {
+                Ok((ticket, message_id)) => {
+                    let f = &mut self.pipeline.slots[at];
+                    (f.ticket, f.message_id) = (ticket, message_id);
+                }
+                Err(s) => {
+                    // Not sent: nothing of it is in flight.
+                    let Client {
+                        pipeline, locks, ..
+                    } = self;
+                    for (_, id, _) in pipeline.slots[at].sent[..k].iter().flatten() {
+                        if let Some(e) = locks.get_mut(id) {
+                            e.busy = false;
+                        }
+                    }
+                    return Err(s);
                 }
             }
         }
