@@ -1,13 +1,17 @@
-//! The shared-memory transport: one mailbox per client slot, doorbells, and the park/wake
-//! handshakes, all over atomics in the region.
+//! The shared-memory transport: mailboxes (four lanes per client slot), doorbells, and the
+//! park/wake handshakes, all over atomics in the region.
 //!
 //! # Protocol
 //!
-//! A client owns the mailbox of its slot (`InitReply::slot`). To send a data message it writes
-//! the bytes into the request half, stores the length, then publishes with `seq` (Release),
-//! rings its doorbell bit (SeqCst `fetch_or`) and, if the server's data thread is parked, wakes
-//! it. The data thread scans the doorbell words, takes each rung bit (`swap(0)`, Acquire), reads
-//! the request whose `seq` is new, executes it, writes the reply into the response half and
+//! A client owns the lanes of its slot (`InitReply::slot`; `Region::client_mailboxes`), four
+//! mailboxes of one request half and one response half each. It numbers its data messages
+//! consecutively and sends message `seq` through lane `seq % 4`: it writes the bytes into the
+//! lane's request half, stores the length, then publishes with `seq` (Release), rings its
+//! doorbell bit (SeqCst `fetch_or`) and, if the server's data thread is parked, wakes it. It may
+//! have up to four messages in flight and reuses a lane only after reading the reply of the
+//! message it held. The data thread scans the doorbell words, takes each rung bit (`swap(0)`,
+//! Acquire), takes the slot's requests whose `seq` is new in the order they were numbered
+//! ([`next_lane`]), executes each, writes its reply into the same lane's response half and
 //! publishes it with the response `seq` equal to the request's (Release). The client polls, then
 //! yields, then sleeps on the response half's `waiting` futex word until it sees its `seq`.
 //!

@@ -9,6 +9,10 @@
 //! `lock()` waits on the server: the request is parked there and answered the moment the lock is
 //! granted or the wait runs out — no polling loop, unlike the reference's 100 ms sleeps.
 //!
+//! Batches of up to 31 operations go in one message; [`Client::submit_trylock`],
+//! [`Client::submit_unlock`] and [`Client::complete`] keep up to four such messages in flight,
+//! so the client prepares the next batch while the server executes the one before.
+//!
 //! On the shared-memory transport the `umo_atomic64` operations are one-sided atomics on the
 //! region's object cells, and over RDMA one-sided verbs (FAA, CAS, 8-byte READ) on the same
 //! cells, as the reference does them with NIC atomics; over TCP they are data commands. After
@@ -239,8 +243,8 @@ impl Client {
         self.id
     }
 
-    /// The data path this client uses: shared memory, TCP, or RDMA. An [`Endpoint::Rdma`]
-    /// client that found no usable device (or a server without RDMA) says `Tcp` here. `None`
+    /// The data path this client uses: shared memory, TCP, or RDMA. An `Endpoint::Rdma`
+    /// (feature `rdma`) client that found no usable device (or a server without RDMA) says `Tcp` here. `None`
     /// only after a failed [`Client::reinit`].
     pub fn transport(&self) -> Option<Transport> {
         self.link.transport()
@@ -640,7 +644,10 @@ impl Client {
     }
 
     /// Trylocks up to 31 locks in one message. Per item unless `all_or_nothing`, in which case
-    /// either every lock is granted or none stays held (entries undone report `Eagain`).
+    /// either every lock is granted or none stays held (entries undone report `Eagain`). A lock
+    /// that needs the server for an earlier entry of the same batch is answered `Easync` for the
+    /// later one: one operation per lock per message. `Err(Easync)` while pipelined batches are
+    /// in flight ([`Client::submit_trylock`]).
     pub fn batch_trylock(
         &mut self,
         requests: &[(LockId, Mode, u32)],
