@@ -177,6 +177,10 @@ struct BenchArgs {
     /// Seconds to run.
     #[arg(long, default_value_t = 5)]
     duration: u64,
+    /// Batch mix: batches each client keeps in flight (1: synchronous; up to 4, see
+    /// `Client::submit_trylock`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=4))]
+    depth: u8,
 }
 
 fn main() -> ExitCode {
@@ -320,7 +324,11 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         let workers: Vec<_> = (0..args.clients)
             .map(|i| {
                 let (endpoint, done) = (endpoint.clone(), &done);
-                sc.spawn(move || worker(i, &endpoint, args.mix, args.keys, deadline, done))
+                sc.spawn(move || {
+                    worker(
+                        i, &endpoint, args.mix, args.depth, args.keys, deadline, done,
+                    )
+                })
             })
             .collect();
         while Instant::now() < deadline {
@@ -359,7 +367,7 @@ fn bench(args: BenchArgs) -> Result<(), String> {
         ops as f64 / secs / 1e6
     );
     println!(
-        "latency     p50 {:.2} µs   p99 {:.2} µs   p99.9 {:.2} µs   max {:.2} µs (per request)",
+        "latency     p50 {:.2} µs   p99 {:.2} µs   p99.9 {:.2} µs   max {:.2} µs (per request; a batch is one)",
         hist.value_at_quantile(0.5) as f64 / 1e3,
         hist.value_at_quantile(0.99) as f64 / 1e3,
         hist.value_at_quantile(0.999) as f64 / 1e3,
@@ -376,6 +384,7 @@ fn worker(
     i: usize,
     endpoint: &Endpoint,
     mix: Mix,
+    depth: u8,
     keys: usize,
     deadline: Instant,
     done: &AtomicU64,
@@ -422,25 +431,48 @@ fn worker(
             }
         }
         Mix::Batch => {
-            let names: Vec<String> = (0..31).map(|k| format!("batch-{i}-{k}")).collect();
-            let req: Vec<(LockKind, &[u8])> = names
-                .iter()
-                .map(|n| (LockKind::Atomic, n.as_bytes()))
-                .collect();
-            let ids: Vec<_> = c
-                .batch_get_lock(&req)
-                .map_err(err)?
-                .into_iter()
-                .collect::<Result<_, _>>()
-                .map_err(err)?;
-            let reqs: Vec<_> = ids.iter().map(|&id| (id, Mode::Exclusive, 5_000)).collect();
+            // One set of 31 locks per batch in flight, each alternating trylock and unlock.
+            let depth = usize::from(depth).min(c.pipeline_depth());
+            let mut sets = Vec::with_capacity(depth);
+            for set in 0..depth {
+                let names: Vec<String> = (0..31).map(|k| format!("batch-{i}-{set}-{k}")).collect();
+                let req: Vec<(LockKind, &[u8])> = names
+                    .iter()
+                    .map(|n| (LockKind::Atomic, n.as_bytes()))
+                    .collect();
+                let ids: Vec<_> = c
+                    .batch_get_lock(&req)
+                    .map_err(err)?
+                    .into_iter()
+                    .collect::<Result<_, _>>()
+                    .map_err(err)?;
+                let reqs: Vec<_> = ids.iter().map(|&id| (id, Mode::Exclusive, 5_000)).collect();
+                sets.push((ids, reqs));
+            }
             let mut out = vec![Err(Status::Einval); 31];
-            while Instant::now() < deadline {
-                let t = Instant::now();
-                c.batch_trylock(&reqs, false, &mut out).map_err(err)?;
-                c.batch_unlock(&ids, &mut out).map_err(err)?;
-                let _ = h.record(t.elapsed().as_nanos() as u64 / 2);
-                done.fetch_add(62, Ordering::Relaxed);
+            // In flight, oldest first: (set, whether it is a trylock, when it was submitted).
+            let mut flight = std::collections::VecDeque::with_capacity(depth);
+            for (set, (_, reqs)) in sets.iter().enumerate() {
+                c.submit_trylock(reqs, false).map_err(err)?;
+                flight.push_back((set, true, Instant::now()));
+            }
+            while let Some((set, locked, at)) = flight.pop_front() {
+                c.complete(&mut out).map_err(err)?;
+                let _ = h.record(at.elapsed().as_nanos() as u64);
+                if let Some(r) = out.iter().find(|r| r.is_err()) {
+                    return Err(format!("batch entry: {r:?}"));
+                }
+                done.fetch_add(31, Ordering::Relaxed);
+                if Instant::now() >= deadline && !locked {
+                    continue;
+                }
+                let (ids, reqs) = &sets[set];
+                if locked {
+                    c.submit_unlock(ids).map_err(err)?;
+                } else {
+                    c.submit_trylock(reqs, false).map_err(err)?;
+                }
+                flight.push_back((set, !locked, Instant::now()));
             }
         }
         Mix::Faa => {
