@@ -227,6 +227,81 @@ fn pipelined_batches_complete_in_order_and_refuse_what_would_race() {
     }
 }
 
+/// An all-or-nothing batch is all or nothing also when an entry fails before reaching the
+/// server: a lock named twice (the second entry cannot be sent while the first is in flight).
+#[test]
+fn an_all_or_nothing_batch_with_a_local_failure_holds_nothing() {
+    let s = server(false);
+    let e = Endpoint::embedded(&s);
+    let mut a = client(&e);
+    let x = a.get_lock(LockKind::Atomic, b"aon-dup-x").unwrap();
+    let y = a.get_lock(LockKind::Atomic, b"aon-dup-y").unwrap();
+    let mut out = vec![Err(Status::Einval); 31];
+    let reqs = [
+        (x, Mode::Exclusive, 60_000),
+        (x, Mode::Exclusive, 60_000),
+        (y, Mode::Exclusive, 60_000),
+    ];
+    a.batch_trylock(&reqs, true, &mut out).unwrap();
+    assert_eq!(
+        &out[..3],
+        &[
+            Err(Status::Eagain),
+            Err(Status::Easync),
+            Err(Status::Eagain)
+        ]
+    );
+    // Nothing is held: another client takes both.
+    let mut b = client(&e);
+    for name in [&b"aon-dup-x"[..], b"aon-dup-y"] {
+        let id = b.get_lock(LockKind::Atomic, name).unwrap();
+        b.trylock(id, Mode::Exclusive, 60_000).unwrap();
+    }
+}
+
+/// An all-or-nothing batch that re-enters a held RW lock twice and then fails leaves the
+/// re-entrancy count where it was, so one unlock still releases the lock.
+#[test]
+fn an_undone_batch_restores_a_lock_named_twice_to_its_state_before() {
+    let s = server(false);
+    let e = Endpoint::embedded(&s);
+    let (mut a, mut b) = (client(&e), client(&e));
+    let r = a.get_lock(LockKind::Rw, b"undo-r").unwrap();
+    let x = a.get_lock(LockKind::Atomic, b"undo-x").unwrap();
+    let xb = b.get_lock(LockKind::Atomic, b"undo-x").unwrap();
+    b.trylock(xb, Mode::Exclusive, 60_000).unwrap();
+    a.trylock(r, Mode::Shared, 60_000).unwrap();
+    let mut out = vec![Err(Status::Einval); 31];
+    let reqs = [
+        (r, Mode::Shared, 60_000),
+        (r, Mode::Shared, 60_000),
+        (x, Mode::Exclusive, 60_000),
+    ];
+    a.batch_trylock(&reqs, true, &mut out).unwrap();
+    assert!(out[2].is_err(), "x is b's: the batch is undone");
+    assert_eq!(a.unlock(r), Ok(Status::Success), "released on the server");
+}
+
+/// A batch whose message cannot be sent changes nothing locally, also where an entry was
+/// answered without the server (a re-entry counted).
+#[test]
+fn a_batch_that_cannot_be_sent_changes_nothing_locally() {
+    let s = server(false);
+    let e = Endpoint::embedded(&s);
+    let mut a = client(&e);
+    let r = a.get_lock(LockKind::Rw, b"unsent-r").unwrap();
+    let x = a.get_lock(LockKind::Atomic, b"unsent-x").unwrap();
+    a.trylock(r, Mode::Shared, 60_000).unwrap();
+    a.drop_data_path();
+    let mut out = vec![Err(Status::Einval); 31];
+    for all_or_nothing in [true, false] {
+        let reqs = [(r, Mode::Shared, 60_000), (x, Mode::Exclusive, 60_000)];
+        assert!(a.batch_trylock(&reqs, all_or_nothing, &mut out).is_err());
+        let refs = a.locks().find(|(id, _)| **id == r).map(|(_, l)| l.refs);
+        assert_eq!(refs, Some(1), "all_or_nothing = {all_or_nothing}");
+    }
+}
+
 #[test]
 fn async_request_completes_and_a_second_op_meanwhile_is_easync() {
     let s = server(false);

@@ -20,7 +20,7 @@ use dlock_core::proto::{Command, FLAG_ALL_OR_NOTHING, ObjectCommand, ObjectOp};
 use dlock_core::{LockId, Mode, Status};
 
 use super::local::{Decision, LocalLock, Request};
-use super::{Client, Grant, grant};
+use super::{Client, Entry, Grant, IdMap, grant};
 
 const BATCH: usize = dlock_core::config::BATCH_MAX;
 
@@ -94,6 +94,22 @@ impl Pipeline {
     /// Forgets every batch in flight (their replies will never be read: a reinit).
     pub(super) fn clear(&mut self) {
         self.len = 0;
+    }
+}
+
+/// Takes a batch back: puts every record its local decisions touched back as it was, the
+/// latest entry first (so a lock named twice ends as it was before its first entry), and frees
+/// the locks it marked busy.
+fn unwind(f: &InFlight, locks: &mut IdMap<LockId, Entry>) {
+    for before in f.saved[..f.n].iter().rev().flatten() {
+        if let Some(e) = locks.get_mut(&before.id) {
+            e.local = *before;
+        }
+    }
+    for (_, id, _) in f.sent[..f.k].iter().flatten() {
+        if let Some(e) = locks.get_mut(id) {
+            e.busy = false;
+        }
     }
 }
 
@@ -202,13 +218,10 @@ impl Client {
                 .any(|r| !matches!(r.status, Status::Success | Status::AlreadyLocked));
         if undone {
             // Nothing stayed held on the server: restore every record, report each entry.
-            for (i, s) in f.saved[..n].iter().enumerate() {
-                if let Some(before) = s {
-                    if let Some(e) = locks.get_mut(&before.id) {
-                        e.local = *before;
-                        e.busy = false;
-                    }
-                    out[i] = Err(Status::Eagain);
+            unwind(f, locks);
+            for (slot, saved) in out.iter_mut().zip(&f.saved[..n]) {
+                if saved.is_some() {
+                    *slot = Err(Status::Eagain);
                 }
             }
             for (s, r) in f.sent[..k].iter().zip(replies.iter()) {
@@ -272,10 +285,15 @@ impl Client {
                 f.answered[i] = Some(Err(Status::Easync));
                 continue;
             }
-            // An all-or-nothing batch that fails changes nothing on the server, so it must
-            // change nothing here either: keep each record as it was before the decision.
-            f.saved[i] = all_or_nothing.then_some(e.local);
-            match decide(&mut e.local, i) {
+            let before = e.local;
+            let decision = decide(&mut e.local, i);
+            // Keep the record as it was before the decision wherever the batch may have to be
+            // taken back: an all-or-nothing batch that fails changes nothing on the server, so
+            // it must change nothing here either; and an entry answered locally (a re-entry
+            // counted) is undone if the message cannot be sent.
+            f.saved[i] =
+                (all_or_nothing || matches!(decision, Ok(Decision::Answer(_)))).then_some(before);
+            match decision {
                 Ok(Decision::Send(r)) => {
                     f.sent[k] = Some((i, id, r));
                     commands[k] = Command::Lock(r.command());
@@ -289,6 +307,18 @@ impl Client {
         f.n = n;
         f.k = k;
         f.flags = flags;
+        if all_or_nothing && f.answered[..n].iter().any(|a| matches!(a, Some(Err(_)))) {
+            // An entry failed before reaching the server: the batch cannot be all, so it is
+            // nothing, and nothing is sent. Failed entries keep their status, the rest `Eagain`.
+            unwind(f, locks);
+            for a in &mut f.answered[..n] {
+                if !matches!(a, Some(Err(_))) {
+                    *a = Some(Err(Status::Eagain));
+                }
+            }
+            f.k = 0;
+            k = 0;
+        }
         if k > 0 {
             match self.send(&commands[..k], flags) {
                 Ok((ticket, message_id)) => {
@@ -296,15 +326,8 @@ impl Client {
                     (f.ticket, f.message_id) = (ticket, message_id);
                 }
                 Err(s) => {
-                    // Not sent: nothing of it is in flight.
-                    let Client {
-                        pipeline, locks, ..
-                    } = self;
-                    for (_, id, _) in pipeline.slots[at].sent[..k].iter().flatten() {
-                        if let Some(e) = locks.get_mut(id) {
-                            e.busy = false;
-                        }
-                    }
+                    // Not sent: nothing of it is in flight, and nothing of it happened.
+                    unwind(&self.pipeline.slots[at], &mut self.locks);
                     return Err(s);
                 }
             }
