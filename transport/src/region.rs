@@ -93,8 +93,12 @@ impl Region {
         // SAFETY: a server's region file: the server writes its tables, we use only the shared
         // atomic parts (mailboxes, doorbells, object cells, runtime words).
         let map = unsafe { MmapOptions::new().len(len).map_mut(&file) }?;
-        let h = read_header(&map)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not a dlock region"))?;
+        let h = read_header(&map).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not a dlock region of this layout version",
+            )
+        })?;
         let cfg = Config {
             locks_max: h.locks_max,
             clients_max: h.clients_max,

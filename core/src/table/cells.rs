@@ -41,8 +41,8 @@ unsafe impl Pod for Waiter {}
 
 /// First bytes of every region: `b"DLOCKRGN"` little-endian.
 pub const REGION_MAGIC: u64 = u64::from_le_bytes(*b"DLOCKRGN");
-/// Bumped whenever any record or the order of parts changes.
-pub const LAYOUT_VERSION: u32 = 1;
+/// Bumped whenever any record or the order of parts changes (2: four mailbox lanes per client).
+pub const LAYOUT_VERSION: u32 = 2;
 
 /// The region header: enough for another process to recompute the [`super::Layout`].
 #[derive(Clone, Copy, Debug, Default)]

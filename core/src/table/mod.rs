@@ -334,7 +334,9 @@ fn write_header(words: &mut [u64], cfg: &Config, l: &Layout) {
     words[4] = h.region_size;
 }
 
-/// Reads a region header back (for a process attaching to a shared region, and for tests).
+/// Reads a region header back (for a process attaching to a shared region, and for tests):
+/// `None` unless the magic matches and the layout is this build's ([`LAYOUT_VERSION`]), so a
+/// client never maps a region another build laid out differently.
 pub fn read_header(region: &[u8]) -> Option<RegionHeader> {
     let word = |i: usize| -> Option<u64> {
         Some(u64::from_ne_bytes(
@@ -351,5 +353,32 @@ pub fn read_header(region: &[u8]) -> Option<RegionHeader> {
         reserved: (word(3)? >> 32) as u32,
         region_size: word(4)?,
     };
-    (h.magic == REGION_MAGIC).then_some(h)
+    (h.magic == REGION_MAGIC && h.layout_version == LAYOUT_VERSION).then_some(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_reads_back_only_under_this_layout_version() {
+        let cfg = Config {
+            locks_max: 64,
+            clients_max: 8,
+            objects_max: 8,
+            ..Config::default()
+        };
+        let l = Layout::new(&cfg);
+        let mut words = [0u64; 5];
+        write_header(&mut words, &cfg, &l);
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let h = read_header(&bytes).expect("this build's header");
+        assert_eq!((h.locks_max, h.clients_max), (64, 8));
+        assert_eq!(h.region_size as usize, l.total);
+        // Another build's layout (an older one had a single mailbox per client) is refused.
+        let mut older = words;
+        older[1] = (older[1] & !0xFFFF_FFFF) | u64::from(LAYOUT_VERSION - 1);
+        let bytes: Vec<u8> = older.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        assert!(read_header(&bytes).is_none());
+    }
 }
