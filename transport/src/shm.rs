@@ -27,8 +27,9 @@
 //! client first marks `seq` with [`WRITING`], then writes, then publishes the new number; the
 //! data thread copies, then re-reads `seq` and drops the copy if it changed. (The next request
 //! rings its own bell, so nothing is lost.) The response half needs no such check: the data
-//! thread writes a reply only to the client's latest request, and a client reads a reply only
-//! after its number is published and sends nothing new before it has read it.
+//! thread writes a lane's reply once, to the request the lane held, and a client reads a reply
+//! only after its number is published and rewrites the lane only after reading it (or giving up
+//! on it; a reply the data thread then writes is to a number the client no longer waits for).
 //!
 //! # Parking without lost wake-ups
 //!
@@ -188,6 +189,13 @@ impl Mailbox {
         (self.request.seq.load(Ordering::Relaxed) == seq).then_some((seq, len))
     }
 
+    /// Server: request `seq` (not 0) if this mailbox still holds it intact; copies it into `out`
+    /// and returns its length.
+    pub fn take_exact(&self, seq: u64, out: &mut [u8]) -> Option<usize> {
+        let (taken, len) = self.take_request(seq.checked_sub(1)?, out)?;
+        (taken == seq).then_some(len)
+    }
+
     /// Server: publishes the reply to request `seq` and wakes the client if it sleeps.
     pub fn post_response(&self, msg: &[u8], seq: u64) {
         self.response.write(&msg[..msg.len().min(DATA_MESSAGE_MAX)]);
@@ -273,15 +281,19 @@ pub fn lanes_current_seq(lanes: &[Mailbox]) -> u64 {
 /// there and lane *b* just after it published *n + 1*, and run *n + 1* first (after which *n*,
 /// below `last`, would never run). The first pass's loads are Acquire, so once it has seen any
 /// request, the second pass sees every request the client published before that one.
-pub fn next_lane(lanes: &[Mailbox], last: u64) -> Option<&Mailbox> {
+///
+/// Returns the number with the lane: take exactly that request ([`Mailbox::take_exact`]). A
+/// client that timed out on it may have reused the lane for a newer request in between, and
+/// running that one first would leave the ones before it below `last` for good.
+pub fn next_lane(lanes: &[Mailbox], last: u64) -> Option<(u64, &Mailbox)> {
     lowest_above(lanes, last, Ordering::Acquire)?;
-    // Relaxed: ordered after the first pass by its Acquire loads; `take_request` does the
-    // load that synchronises with the request it takes.
+    // Relaxed: ordered after the first pass by its Acquire loads; `take_exact` does the load
+    // that synchronises with the request it takes.
     lowest_above(lanes, last, Ordering::Relaxed)
 }
 
 /// The lane with the lowest published request number above `last`, loading each with `order`.
-fn lowest_above(lanes: &[Mailbox], last: u64, order: Ordering) -> Option<&Mailbox> {
+fn lowest_above(lanes: &[Mailbox], last: u64, order: Ordering) -> Option<(u64, &Mailbox)> {
     lanes
         .iter()
         .filter_map(|mb| {
@@ -289,7 +301,6 @@ fn lowest_above(lanes: &[Mailbox], last: u64, order: Ordering) -> Option<&Mailbo
             (seq > last && seq & WRITING == 0).then_some((seq, mb))
         })
         .min_by_key(|&(seq, _)| seq)
-        .map(|(_, mb)| mb)
 }
 
 /// The doorbells: one bit per client slot.

@@ -5,12 +5,14 @@ use std::time::{Duration, Instant};
 
 use dlock_core::proto::{
     CONTROL_FRAME_MAX, Command, ControlHeader, ControlRequest, ControlRequestFrame,
-    ControlResponse, DATA_MESSAGE_MAX, DataHeader, LockCommand, LockOp, PROTO_VERSION,
+    ControlResponse, DATA_MESSAGE_MAX, DataHeader, InitReply, LockCommand, LockOp, PROTO_VERSION,
     decode_control_response, decode_data_response, encode_control_request, encode_data_request,
 };
 use dlock_core::{Config, LockKind, Status, Ticket};
 use dlock_transport::client::link::{Endpoint, Link};
+use dlock_transport::region::Region;
 use dlock_transport::runtime::{IdleStrategy, ServerConfig, ServerHandle, TcpConfig};
+use dlock_transport::shm::{lanes_current_seq, next_lane};
 
 fn control(link: &mut Link, client: u32, body: ControlRequest<'_>) -> Vec<u8> {
     let header = ControlHeader {
@@ -30,6 +32,12 @@ fn control(link: &mut Link, client: u32, body: ControlRequest<'_>) -> Vec<u8> {
 
 /// Registers over `endpoint`, attaches the data path and gets an RW lock: (link, client, lock).
 fn registered(endpoint: &Endpoint) -> (Link, u32, u32) {
+    let (link, init, lock) = registered_with(endpoint);
+    (link, init.client, lock)
+}
+
+/// As [`registered`], with the whole registration reply (slot, session).
+fn registered_with(endpoint: &Endpoint) -> (Link, InitReply, u32) {
     let mut link = Link::connect(endpoint).unwrap();
     let reply = control(
         &mut link,
@@ -54,7 +62,7 @@ fn registered(endpoint: &Endpoint) -> (Link, u32, u32) {
     let ControlResponse::Lock { lock } = decode_control_response(&reply).unwrap().body else {
         panic!("lock")
     };
-    (link, init.client, lock)
+    (link, init, lock)
 }
 
 /// A one-command data message: `op` on RW lock `lock`.
@@ -156,5 +164,73 @@ fn pipelined_messages_run_in_the_order_they_were_sent() {
     let server = ServerHandle::start(cfg).unwrap();
     pipelined_pairs(Endpoint::embedded(&server));
     pipelined_pairs(Endpoint::Tcp(server.tcp_addr().unwrap()));
+    server.stop();
+}
+
+/// The data thread picks the lane holding the lowest new request, then takes it. A client that
+/// timed out on that request may reuse its lane for a newer one in between: the newer one must
+/// not run in its place (the ones between would then sit below `last` and never run).
+#[test]
+fn a_lane_rewritten_between_picking_and_taking_is_not_run_out_of_order() {
+    let region = Region::anonymous(&small()).unwrap();
+    let lanes = region.client_mailboxes(0).unwrap();
+    for seq in 1..=4u64 {
+        lanes[seq as usize % 4].post_request(&[seq as u8; 16], seq);
+    }
+    let (seq, lane) = next_lane(lanes, 0).unwrap();
+    assert_eq!(seq, 1);
+    // The client gave up on request 1 and reuses its lane for request 5.
+    lanes[1].post_request(&[5; 16], 5);
+    let mut out = [0u8; DATA_MESSAGE_MAX];
+    assert_eq!(
+        lane.take_exact(seq, &mut out),
+        None,
+        "5 would run in 1's place"
+    );
+    let (seq, lane) = next_lane(lanes, 0).unwrap();
+    assert_eq!((seq, lane.take_exact(seq, &mut out)), (2, Some(16)));
+    assert_eq!(out[0], 2);
+}
+
+/// A client that gives up and reinitialises may leave requests in its lanes that the server
+/// has not taken; after the reinit they must not run (the client has forgotten them).
+#[test]
+fn requests_left_in_the_lanes_do_not_run_after_a_reinit() {
+    let server = ServerHandle::start(ServerConfig::new(small())).unwrap();
+    let e = Endpoint::embedded(&server);
+    let (_old, init, lock) = registered_with(&e);
+    // An exclusive trylock written into the next lane and never rung.
+    let lanes = server.region().client_mailboxes(init.slot).unwrap();
+    let stale = lanes_current_seq(lanes) + 1;
+    lanes[stale as usize % 4]
+        .post_request(&message(init.client, 1, LockOp::TryExclusive, lock), stale);
+    let mut link = Link::connect(&e).unwrap();
+    let reply = control(
+        &mut link,
+        init.client,
+        ControlRequest::ClientReinit {
+            min_version: PROTO_VERSION,
+            lease_ms: 0,
+            session: init.session,
+        },
+    );
+    let ControlResponse::Init(again) = decode_control_response(&reply).unwrap().body else {
+        panic!("reinit")
+    };
+    link.attach(again.client, again.slot, again.session)
+        .unwrap();
+    // A shared trylock rings the bell: had the stale exclusive one run first, it would fail.
+    let req = message(init.client, 2, LockOp::TryShared, lock);
+    let mut out = [0u8; DATA_MESSAGE_MAX];
+    let m = link
+        .data(
+            &req,
+            &mut out,
+            Some(Instant::now() + Duration::from_secs(5)),
+        )
+        .unwrap();
+    let r = decode_data_response(&out[..m]).unwrap();
+    assert_eq!(r.header().message_id, 2);
+    assert_eq!(r.result(0).result.status, Status::Success);
     server.stop();
 }

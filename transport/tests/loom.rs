@@ -193,7 +193,8 @@ fn lanes_are_taken_in_the_order_the_client_numbered_them() {
         let mut last = 0;
         let mut out = [0u8; 16];
         while last < REQUESTS.len() as u64 {
-            let taken = next_lane(&lanes[..], last).and_then(|mb| mb.take_request(last, &mut out));
+            let taken = next_lane(&lanes[..], last)
+                .and_then(|(seq, mb)| Some((seq, mb.take_exact(seq, &mut out)?)));
             match taken {
                 Some((seq, n)) => {
                     assert_eq!(

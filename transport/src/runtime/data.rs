@@ -12,7 +12,7 @@ use super::exchange::{Job, JobKind, data_client, registered};
 use super::idle::Idler;
 use super::{INBOX_BATCH, ServerConfig, Shared};
 use crate::region::Region;
-use crate::shm::{Doorbells, next_lane};
+use crate::shm::{Doorbells, lanes_current_seq, next_lane};
 
 /// How often client leases are checked.
 const TICK_MS: u64 = 50;
@@ -146,6 +146,7 @@ impl Data<'_> {
             resp,
             ..
         } = self;
+        let bells = &*bells;
         bells.drain(|slot| {
             let (Some(lanes), Some(last)) = (
                 region.client_mailboxes(slot),
@@ -154,12 +155,19 @@ impl Data<'_> {
                 return;
             };
             let route = &mut routes[slot as usize];
-            for _ in 0..lanes.len() {
-                let Some(mb) = next_lane(lanes, *last) else {
+            // Each lane once, and as many retries: a lane can change under us (rewritten by a
+            // client that gave up on its request, or being written).
+            let mut tries = 2 * lanes.len();
+            while let Some((seq, mb)) = next_lane(lanes, *last) {
+                if tries == 0 {
+                    // More than a client can have in flight: leave the rest to the next turn,
+                    // which the bell rung again guarantees.
+                    bells.ring(slot);
                     return;
-                };
-                let Some((seq, len)) = mb.take_request(*last, req) else {
-                    return;
+                }
+                tries -= 1;
+                let Some(len) = mb.take_exact(seq, req) else {
+                    continue;
                 };
                 *last = seq;
                 // The message must come from the client this mailbox belongs to.
@@ -184,6 +192,21 @@ impl Data<'_> {
         })
     }
 
+    /// A client (new, or the same one re-registering) has just been given `slot`: whatever its
+    /// lanes still hold was sent before — by a previous owner, or by this client before it
+    /// gave up on it and reinitialised — and must not run now. The client numbers its next
+    /// request above every number in the lanes, which it reads only after this registration's
+    /// reply. A request it had parked is dropped for the same reason.
+    fn fence_lanes(&mut self, server: &mut Server<'_>, slot: u32, client: u32) {
+        if let Some(lanes) = self.region.client_mailboxes(slot) {
+            self.last_seq[slot as usize] = lanes_current_seq(lanes);
+        }
+        if let Route::Mailbox { .. } = self.routes[slot as usize] {
+            server.cancel_parked(client);
+            self.routes[slot as usize] = Route::None;
+        }
+    }
+
     /// Takes up to `INBOX_BATCH` jobs from the control thread; returns how many.
     fn serve_inbox(&mut self, server: &mut Server<'_>, now: u64) -> usize {
         let ex = &self.shared.exchange;
@@ -203,6 +226,7 @@ impl Data<'_> {
                                 && let Some((slot, _)) = server.client_session(client)
                             {
                                 self.control_conn[slot as usize] = job.conn;
+                                self.fence_lanes(server, slot, client);
                             }
                         }
                         Err(_) => job.kind = JobKind::Close,
