@@ -95,6 +95,8 @@ pub(crate) struct Peer {
     /// one: a client has at most one parked request.
     deferred: Box<[u8; MESSAGE_MAX]>,
     deferred_len: usize,
+    /// A request of this client's came over this pair and is parked on the server.
+    parked: bool,
     retired: Option<Why>,
 }
 
@@ -204,6 +206,7 @@ fn attach(shared: &Shared, record: &[u8], ok: bool) -> Result<[u8; ENDPOINT_LEN]
         conn,
         deferred: Box::new([0; MESSAGE_MAX]),
         deferred_len: 0,
+        parked: false,
         retired: None,
     };
     // The queue holds one peer per connection, so it is full only if connections pile up
@@ -304,6 +307,7 @@ impl<'s> Peers<'s> {
                 }
                 // `retire` moved the last active slot into position `k`: visit it next.
                 Err(why) => {
+                    self.forget_parked(server, slot);
                     self.retire(slot, why);
                     work += 1;
                 }
@@ -337,6 +341,7 @@ impl<'s> Peers<'s> {
         let mut served = 0;
         while served < MESSAGES_INFLIGHT_MAX {
             let mut outcome = Outcome::Replied;
+            let was_parked = &mut peer.parked;
             let took = peer
                 .conn
                 .try_serve(|req, out| {
@@ -344,6 +349,12 @@ impl<'s> Peers<'s> {
                     if data_client(req) != client {
                         outcome = Outcome::Refused;
                         return 0;
+                    }
+                    // A client sends nothing while its blocking request is parked unless it gave
+                    // up on it: drop that request, so its lock is not granted to a reply nobody
+                    // reads (as the shared-memory path does).
+                    if std::mem::take(was_parked) {
+                        server.cancel_parked(client);
                     }
                     match server.handle_data(req, out, now) {
                         Ok(0) => {
@@ -364,7 +375,10 @@ impl<'s> Peers<'s> {
             served += 1;
             match outcome {
                 Outcome::Replied => {}
-                Outcome::Parked => parked(slot),
+                Outcome::Parked => {
+                    peer.parked = true;
+                    parked(slot)
+                }
                 // As a TCP data connection that sends bytes no message can start with.
                 Outcome::Refused => return Err(Why::Refused),
             }
@@ -384,6 +398,8 @@ impl<'s> Peers<'s> {
         else {
             return;
         };
+        // Decided: nothing of this client's is parked any more.
+        peer.parked = false;
         if reply.is_empty() || reply.len() > MESSAGE_MAX {
             return;
         }
@@ -423,7 +439,7 @@ impl<'s> Peers<'s> {
 
     /// Puts a connected queue pair in its client's slot, replacing the slot's previous one, if
     /// the client is still registered with the session it attached with.
-    fn install(&mut self, server: &Server<'_>, peer: Peer) {
+    fn install(&mut self, server: &mut Server<'_>, peer: Peer) {
         let slot = server
             .client_session(peer.client)
             .filter(|&(slot, session)| {
@@ -435,12 +451,26 @@ impl<'s> Peers<'s> {
             return;
         };
         if self.slots[slot as usize].is_some() {
+            // The client reconnected: it gave up on what the old pair had in flight.
+            self.forget_parked(server, slot);
             self.retire(slot, Why::Replaced);
         }
         // `active` was allocated for every slot and holds each at most once: no reallocation.
         self.position[slot as usize] = self.active.len() as u32;
         self.active.push(slot);
         self.slots[slot as usize] = Some(peer);
+    }
+
+    /// The pair in `slot` is going away while its client lives on (it failed, sent what no
+    /// message starts with, or was replaced): a request parked over it is dropped, as one whose
+    /// TCP data connection closed, so its lock is not granted to a reply nobody reads and the
+    /// client can park another.
+    fn forget_parked(&mut self, server: &mut Server<'_>, slot: u32) {
+        if let Some(peer) = self.slots[slot as usize].as_mut()
+            && std::mem::take(&mut peer.parked)
+        {
+            server.cancel_parked(peer.client);
+        }
     }
 
     /// Takes the peer out of `slot` and hands it to the control thread to destroy.
