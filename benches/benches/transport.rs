@@ -4,6 +4,7 @@
 //!   threads;
 //! - `batch`: 31-command batch round trips and throughput beside a raw echo of a message of the
 //!   same size through shared memory;
+//! - `pipeline`: the same batches with four in flight (`Client::submit_trylock`/`complete`);
 //! - `tcp`: trylock+unlock round trip (p50/p99) at 1, 16 and 64 clients beside a raw TCP echo of
 //!   the same frame size;
 //! - `hand-off`: from a holder's unlock to the parked waiter's grant, beside the same hand-off
@@ -206,6 +207,125 @@ fn shm_batches(secs: f64, idle: IdleStrategy) -> (Histogram<u64>, f64) {
         ops += 62;
     }
     (h, ops as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The floor of pipelined batches: [`batch_echo`] through four lanes, with up to four messages
+/// in flight, the echo thread taking them in order. Messages per second.
+fn batch_echo_pipelined(secs: f64) -> f64 {
+    const WORDS: usize = dlock_core::proto::DATA_MESSAGE_MAX / 8;
+    const LANES: usize = 4;
+    struct Half {
+        seq: AtomicU64,
+        data: [AtomicU64; WORDS],
+    }
+    let new_lanes = || -> Arc<[Half; LANES]> {
+        Arc::new(std::array::from_fn(|_| Half {
+            seq: AtomicU64::new(0),
+            data: std::array::from_fn(|_| AtomicU64::new(0)),
+        }))
+    };
+    let (req, resp) = (new_lanes(), new_lanes());
+    let stop = Arc::new(AtomicBool::new(false));
+    let echo = {
+        let (req, resp, stop) = (Arc::clone(&req), Arc::clone(&resp), Arc::clone(&stop));
+        thread::spawn(move || {
+            let mut buf = [0u64; WORDS];
+            let mut next = 1u64;
+            while !stop.load(Ordering::Relaxed) {
+                let lane = next as usize % LANES;
+                if req[lane].seq.load(Ordering::Acquire) != next {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                for (b, w) in buf.iter_mut().zip(&req[lane].data) {
+                    *b = w.load(Ordering::Relaxed);
+                }
+                for (w, b) in resp[lane].data.iter().zip(&buf) {
+                    w.store(*b, Ordering::Relaxed);
+                }
+                resp[lane].seq.store(next, Ordering::Release);
+                next += 1;
+            }
+        })
+    };
+    let mut buf = [7u64; WORDS];
+    let (mut sent, mut done) = (0u64, 0u64);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(secs);
+    while Instant::now() < deadline {
+        for _ in 0..64 {
+            while sent - done < LANES as u64 {
+                sent += 1;
+                let lane = &req[sent as usize % LANES];
+                for (w, b) in lane.data.iter().zip(&buf) {
+                    w.store(*b, Ordering::Relaxed);
+                }
+                lane.seq.store(sent, Ordering::Release);
+            }
+            done += 1;
+            let lane = &resp[done as usize % LANES];
+            while lane.seq.load(Ordering::Acquire) != done {
+                std::hint::spin_loop();
+            }
+            for (b, w) in buf.iter_mut().zip(&lane.data) {
+                *b = w.load(Ordering::Relaxed);
+            }
+        }
+    }
+    let rate = done as f64 / start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    echo.join().expect("echo thread");
+    rate
+}
+
+/// 31-command batches from one client with `Client::pipeline_depth` of them in flight: one set
+/// of 31 locks per batch, each set alternating trylock and unlock, the next batch submitted as
+/// soon as the oldest completes. Lock operations per second.
+fn shm_pipelined(secs: f64, idle: IdleStrategy) -> f64 {
+    let s = server(false, idle);
+    let mut c = Client::connect(ClientConfig::new(Endpoint::embedded(&s))).expect("connect");
+    let depth = c.pipeline_depth();
+    let sets: Vec<Vec<_>> = (0..depth)
+        .map(|set| {
+            (0..31)
+                .map(|k| {
+                    c.get_lock(LockKind::Atomic, format!("p{set}-{k}").as_bytes())
+                        .expect("get_lock")
+                })
+                .collect()
+        })
+        .collect();
+    let reqs: Vec<Vec<_>> = sets
+        .iter()
+        .map(|set| set.iter().map(|&id| (id, Mode::Exclusive, 5_000)).collect())
+        .collect();
+    let mut out = vec![Err(Status::Einval); 31];
+    // Which set completes next (submission order), and whether its next batch locks.
+    let mut next = std::collections::VecDeque::new();
+    for (set, r) in reqs.iter().enumerate() {
+        c.submit_trylock(r, false).expect("submit");
+        next.push_back((set, false));
+    }
+    let mut ops = 0u64;
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(secs);
+    while Instant::now() < deadline {
+        for _ in 0..64 {
+            let (set, lock) = next.pop_front().expect("a batch in flight");
+            c.complete(&mut out).expect("complete");
+            assert!(out.iter().all(Result::is_ok), "every operation succeeds");
+            if lock {
+                c.submit_trylock(&reqs[set], false).expect("submit");
+            } else {
+                c.submit_unlock(&sets[set]).expect("submit");
+            }
+            next.push_back((set, !lock));
+            ops += 31;
+        }
+    }
+    let rate = ops as f64 / start.elapsed().as_secs_f64();
+    while c.complete(&mut out).is_ok() {}
+    rate
 }
 
 /// The same frame size as a data message of one command (48 bytes) echoed over loopback TCP.
@@ -433,6 +553,24 @@ fn main() {
                 "    = {:.1} M lock operations/s ({:.0}% of the floor)",
                 rate / 1e6,
                 100.0 * rate / 1e6 / floor_rate
+            );
+        }
+    }
+    if run("pipeline") {
+        let secs = if quick { 1.0 } else { 3.0 };
+        println!("shared memory, 31-command batches, 4 in flight, 1 client:");
+        let floor = 31.0 * batch_echo_pipelined(secs);
+        println!(
+            "  raw 1,008-byte echo through 4 lanes (floor): {:.1} M commands/s",
+            floor / 1e6
+        );
+        for idle in [IdleStrategy::Spin, IdleStrategy::Adaptive] {
+            let rate = shm_pipelined(secs, idle);
+            println!(
+                "  pipelined batches, idle = {idle:?}: {:.1} M lock operations/s ({:.0}% of the \
+                 floor)",
+                rate / 1e6,
+                100.0 * rate / floor
             );
         }
     }
