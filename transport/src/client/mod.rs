@@ -56,10 +56,11 @@ pub struct ClientConfig {
     pub lease_ms: u32,
     /// The synchronous request timeout.
     pub timeout: Duration,
-    /// How long a wait for a reply over shared memory stays awake (spinning, then yielding)
-    /// before it sleeps. A sleeping waiter is woken by a futex, which costs tens of microseconds;
-    /// a waiter that stays awake sees a lock handed over within microseconds but keeps a core
-    /// busy meanwhile. Default zero: sleep after a short backoff.
+    /// How long a wait for a reply over shared memory stays awake (polling, then backing off
+    /// and yielding) before it sleeps. A sleeping waiter is woken by a futex, which costs tens of
+    /// microseconds; a waiter that stays awake sees a lock handed over within microseconds but
+    /// keeps a core busy meanwhile. Default zero: the 20 µs every wait polls first (enough for
+    /// any reply that is not a parked `lock()`), then sleep.
     pub wait_awake: Duration,
 }
 
