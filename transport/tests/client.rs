@@ -302,6 +302,49 @@ fn a_batch_that_cannot_be_sent_changes_nothing_locally() {
     }
 }
 
+/// Two pipelined all-or-nothing batches that both re-enter the same held RW lock and both fail
+/// on the server: the second may not touch the record while the first can still take its
+/// re-entry back (it is refused, `Easync`), so undoing leaves the count the caller holds.
+#[test]
+fn pipelined_all_or_nothing_batches_never_undo_each_other() {
+    let s = server(false);
+    let e = Endpoint::embedded(&s);
+    let (mut a, mut b) = (client(&e), client(&e));
+    let r = a.get_lock(LockKind::Rw, b"pl-r").unwrap();
+    let x = a.get_lock(LockKind::Atomic, b"pl-x").unwrap();
+    let y = a.get_lock(LockKind::Atomic, b"pl-y").unwrap();
+    for name in [&b"pl-x"[..], b"pl-y"] {
+        let id = b.get_lock(LockKind::Atomic, name).unwrap();
+        b.trylock(id, Mode::Exclusive, 60_000).unwrap();
+    }
+    a.trylock(r, Mode::Shared, 60_000).unwrap();
+    a.submit_trylock(
+        &[(r, Mode::Shared, 60_000), (x, Mode::Exclusive, 60_000)],
+        true,
+    )
+    .unwrap();
+    a.submit_trylock(
+        &[(r, Mode::Shared, 60_000), (y, Mode::Exclusive, 60_000)],
+        true,
+    )
+    .unwrap();
+    let mut out = vec![Err(Status::Einval); 31];
+    a.complete(&mut out).unwrap();
+    assert!(out[..2].iter().all(Result::is_err), "{:?}", &out[..2]);
+    a.complete(&mut out).unwrap();
+    assert_eq!(
+        out[0],
+        Err(Status::Easync),
+        "r was the first batch's until it completed"
+    );
+    assert_eq!(out[1], Err(Status::Eagain), "so the second sent nothing");
+    let refs = a.locks().find(|(id, _)| **id == r).map(|(_, l)| l.refs);
+    assert_eq!(refs, Some(1), "only the first trylock holds r");
+    assert_eq!(a.unlock(r), Ok(Status::Success), "released on the server");
+    // Nothing stays busy: both batches' locks take new operations.
+    a.batch_unlock(&[x, y], &mut out).unwrap();
+}
+
 #[test]
 fn async_request_completes_and_a_second_op_meanwhile_is_easync() {
     let s = server(false);

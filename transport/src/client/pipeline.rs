@@ -106,7 +106,17 @@ fn unwind(f: &InFlight, locks: &mut IdMap<LockId, Entry>) {
             e.local = *before;
         }
     }
-    for (_, id, _) in f.sent[..f.k].iter().flatten() {
+    release(f, locks);
+}
+
+/// Frees the locks a batch marked busy: those it sent, and in an all-or-nothing batch every
+/// lock it decided on (until it completes, its local answers may still be taken back, so no
+/// later batch may change those records either).
+fn release(f: &InFlight, locks: &mut IdMap<LockId, Entry>) {
+    let sent = f.sent[..f.k].iter().flatten().map(|(_, id, _)| id);
+    let decided = f.saved[..f.n].iter().flatten().map(|before| &before.id);
+    let all_or_nothing = f.flags & FLAG_ALL_OR_NOTHING != 0;
+    for id in sent.chain(decided.filter(|_| all_or_nothing)) {
         if let Some(e) = locks.get_mut(id) {
             e.busy = false;
         }
@@ -185,6 +195,7 @@ impl Client {
         self.pipeline.head = (head + 1) % DEPTH_MAX;
         self.pipeline.len -= 1;
         if k == 0 {
+            release(&self.pipeline.slots[head], &mut self.locks);
             return Ok(n);
         }
         let f = &self.pipeline.slots[head];
@@ -193,14 +204,18 @@ impl Client {
         // if the reply is not there yet).
         let deadline = || Some(Instant::now() + timeout);
         if let Err(s) = self.receive(ticket, message_id, &commands[..k], deadline) {
-            // The batch is over either way: its locks are free for the next operation.
+            // The batch is over either way: its locks are free for the next operation. What the
+            // server did is unknown (the caller reinits and re-claims); an all-or-nothing batch
+            // is taken back locally as a whole, so its records stay consistent with each other.
             let Client {
                 pipeline, locks, ..
             } = self;
-            for (_, id, _) in pipeline.slots[head].sent[..k].iter().flatten() {
-                if let Some(e) = locks.get_mut(id) {
-                    e.busy = false;
-                }
+            let f = &pipeline.slots[head];
+            if flags & FLAG_ALL_OR_NOTHING != 0 {
+                unwind(f, locks);
+                out[..n].fill(Err(s));
+            } else {
+                release(f, locks);
             }
             return Err(s);
         }
@@ -239,13 +254,13 @@ impl Client {
             let Some((i, id, request)) = s else { continue };
             out[*i] = match locks.get_mut(id) {
                 Some(e) => {
-                    e.busy = false;
                     let status = e.local.apply(request, reply, now);
                     grant(status, &e.local)
                 }
                 None => Err(Status::LockNotGet),
             };
         }
+        release(f, locks);
         Ok(n)
     }
 
@@ -293,11 +308,13 @@ impl Client {
             // counted) is undone if the message cannot be sent.
             f.saved[i] =
                 (all_or_nothing || matches!(decision, Ok(Decision::Answer(_)))).then_some(before);
+            // Busy until the batch completes: a lock it sends, and in an all-or-nothing batch
+            // any lock it decided on (see `release`).
+            e.busy = all_or_nothing || matches!(decision, Ok(Decision::Send(_)));
             match decision {
                 Ok(Decision::Send(r)) => {
                     f.sent[k] = Some((i, id, r));
                     commands[k] = Command::Lock(r.command());
-                    e.busy = true;
                     k += 1;
                 }
                 Ok(Decision::Answer(s)) => f.answered[i] = Some(grant(s, &e.local)),
@@ -316,6 +333,9 @@ impl Client {
                     *a = Some(Err(Status::Eagain));
                 }
             }
+            // Taken back and freed already: completing it must not free these locks again
+            // (a later batch may have marked them busy by then).
+            f.saved[..n].fill(None);
             f.k = 0;
             k = 0;
         }
