@@ -404,3 +404,63 @@ fn a_second_attach_replaces_the_first_data_connection() {
         "answered on the new connection"
     );
 }
+
+/// A client that gives up on its data path and reinitialises has forgotten the request it had
+/// parked there, even while the server has not yet noticed that path go (here: the old data
+/// connection stays open). The reinit drops the parked request, so the lock is not granted to a
+/// reply nobody reads: once the holder unlocks, another client takes it.
+#[test]
+fn a_reinit_drops_the_request_parked_on_the_path_it_gave_up() {
+    use dlock_core::proto::*;
+    let s = server(true);
+    let addr = s.tcp_addr().unwrap();
+    let e = Endpoint::Tcp(addr);
+    let mut holder = client(&e);
+    let lh = holder.get_lock(LockKind::Atomic, b"given-up").unwrap();
+    holder.trylock(lh, Mode::Exclusive, 60_000).unwrap();
+
+    let (mut ctl, id, session) = raw_register(addr);
+    let reply = raw_control(
+        &mut ctl,
+        id,
+        ControlRequest::GetLock {
+            kind: LockKind::Atomic,
+            name: b"given-up",
+        },
+    );
+    let Ok(ControlResponse::Lock { lock }) = decode_control_response(&reply).map(|r| r.body) else {
+        panic!("get_lock failed");
+    };
+    let mut old_data = raw_attach(addr, id, session);
+    raw_trylock(&mut old_data, id, lock, 60_000, 1);
+    std::thread::sleep(Duration::from_millis(100));
+
+    // Reinit on a new control connection; the old data connection is left open.
+    let mut ctl2 = std::net::TcpStream::connect(addr).unwrap();
+    ctl2.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let reply = raw_control(
+        &mut ctl2,
+        id,
+        ControlRequest::ClientReinit {
+            min_version: PROTO_VERSION,
+            lease_ms: 0,
+            session,
+        },
+    );
+    assert!(
+        matches!(
+            decode_control_response(&reply).map(|r| r.body),
+            Ok(ControlResponse::Init(_))
+        ),
+        "the reinit is accepted"
+    );
+
+    assert_eq!(holder.unlock(lh), Ok(Status::Success));
+    let mut other = client(&e);
+    let lo = other.get_lock(LockKind::Atomic, b"given-up").unwrap();
+    assert!(
+        other.trylock(lo, Mode::Exclusive, 60_000).is_ok(),
+        "the forgotten request was granted the lock"
+    );
+    drop(old_data);
+}

@@ -196,15 +196,20 @@ impl Data<'_> {
     /// lanes still hold was sent before — by a previous owner, or by this client before it
     /// gave up on it and reinitialised — and must not run now. The client numbers its next
     /// request above every number in the lanes, which it reads only after this registration's
-    /// reply. A request it had parked is dropped for the same reason.
+    /// reply. A request it had parked, over any data path, is dropped for the same reason (a
+    /// path it no longer reads, whose loss the server may not have noticed yet).
     fn fence_lanes(&mut self, server: &mut Server<'_>, slot: u32, client: u32) {
         if let Some(lanes) = self.region.client_mailboxes(slot) {
             self.last_seq[slot as usize] = lanes_current_seq(lanes);
         }
-        if let Route::Mailbox { .. } = self.routes[slot as usize] {
-            server.cancel_parked(client);
-            self.routes[slot as usize] = Route::None;
+        server.cancel_parked(client);
+        if let Route::Socket(mut job) = std::mem::take(&mut self.routes[slot as usize]) {
+            // Back to the control thread with nothing to send, so its buffer is reused.
+            job.kind = JobKind::Nothing;
+            let _ = self.shared.exchange.outbox.push(job);
         }
+        #[cfg(feature = "rdma")]
+        self.rdma.forget_parked_flag(slot);
     }
 
     /// Takes up to `INBOX_BATCH` jobs from the control thread; returns how many.

@@ -473,6 +473,14 @@ impl<'s> Peers<'s> {
         }
     }
 
+    /// The client in `slot` re-registered and the data thread dropped its parked request: a
+    /// reply for it will never come over this pair.
+    pub(super) fn forget_parked_flag(&mut self, slot: u32) {
+        if let Some(peer) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) {
+            peer.parked = false;
+        }
+    }
+
     /// Takes the peer out of `slot` and hands it to the control thread to destroy.
     fn retire(&mut self, slot: u32, why: Why) {
         let Some(peer) = self.slots[slot as usize].take() else {
