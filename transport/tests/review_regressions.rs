@@ -270,6 +270,32 @@ fn raw_register(addr: std::net::SocketAddr) -> (std::net::TcpStream, u32, u64) {
     (ctl, init.client, init.session)
 }
 
+/// A raw client (registered, `name` got, a data connection attached) whose exclusive lock
+/// request (message 1, waiting up to a minute) is parked behind another holder of `name`:
+/// (control stream, id, session, lock, data connection).
+fn raw_parked_behind(
+    addr: std::net::SocketAddr,
+    name: &[u8],
+) -> (std::net::TcpStream, u32, u64, u32, std::net::TcpStream) {
+    use dlock_core::proto::*;
+    let (mut ctl, id, session) = raw_register(addr);
+    let reply = raw_control(
+        &mut ctl,
+        id,
+        ControlRequest::GetLock {
+            kind: LockKind::Atomic,
+            name,
+        },
+    );
+    let Ok(ControlResponse::Lock { lock }) = decode_control_response(&reply).map(|r| r.body) else {
+        panic!("get_lock failed");
+    };
+    let mut data = raw_attach(addr, id, session);
+    raw_trylock(&mut data, id, lock, 60_000, 1); // parks behind the holder
+    std::thread::sleep(Duration::from_millis(100));
+    (ctl, id, session, lock, data)
+}
+
 /// One control exchange on a raw connection; the reply frame.
 fn raw_control(
     ctl: &mut std::net::TcpStream,
@@ -356,29 +382,14 @@ fn closed_by_server(s: &mut std::net::TcpStream) -> bool {
 /// included.
 #[test]
 fn a_second_attach_replaces_the_first_data_connection() {
-    use dlock_core::proto::*;
     let s = server(true);
     let addr = s.tcp_addr().unwrap();
     let mut holder = client(&Endpoint::Tcp(addr));
     let held = holder.get_lock(LockKind::Atomic, b"one-data-conn").unwrap();
     holder.trylock(held, Mode::Exclusive, 60_000).unwrap();
 
-    let (mut ctl, id, session) = raw_register(addr);
-    let reply = raw_control(
-        &mut ctl,
-        id,
-        ControlRequest::GetLock {
-            kind: LockKind::Atomic,
-            name: b"one-data-conn",
-        },
-    );
-    let Ok(ControlResponse::Lock { lock }) = decode_control_response(&reply).map(|r| r.body) else {
-        panic!("get_lock failed");
-    };
-
-    let mut first = raw_attach(addr, id, session);
-    raw_trylock(&mut first, id, lock, 60_000, 1); // parks behind the holder
-    std::thread::sleep(Duration::from_millis(100));
+    // The control connection stays open (bound, not `_`): its loss would end the client.
+    let (_ctl, id, session, lock, mut first) = raw_parked_behind(addr, b"one-data-conn");
 
     let mut second = raw_attach(addr, id, session);
     assert!(
@@ -419,21 +430,7 @@ fn a_reinit_drops_the_request_parked_on_the_path_it_gave_up() {
     let lh = holder.get_lock(LockKind::Atomic, b"given-up").unwrap();
     holder.trylock(lh, Mode::Exclusive, 60_000).unwrap();
 
-    let (mut ctl, id, session) = raw_register(addr);
-    let reply = raw_control(
-        &mut ctl,
-        id,
-        ControlRequest::GetLock {
-            kind: LockKind::Atomic,
-            name: b"given-up",
-        },
-    );
-    let Ok(ControlResponse::Lock { lock }) = decode_control_response(&reply).map(|r| r.body) else {
-        panic!("get_lock failed");
-    };
-    let mut old_data = raw_attach(addr, id, session);
-    raw_trylock(&mut old_data, id, lock, 60_000, 1);
-    std::thread::sleep(Duration::from_millis(100));
+    let (_ctl, id, session, _lock, old_data) = raw_parked_behind(addr, b"given-up");
 
     // Reinit on a new control connection; the old data connection is left open.
     let mut ctl2 = std::net::TcpStream::connect(addr).unwrap();
