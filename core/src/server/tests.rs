@@ -1182,7 +1182,7 @@ fn a_cancelled_parked_request_is_never_granted_and_frees_the_clients_waiter() {
     );
     let cmd = waiting(LockKind::Rw, LockOp::TryExclusive, lb, 0, 60_000);
     assert_eq!(wait_for(&mut s, b, cmd, 0), None);
-    s.cancel_parked(b.get());
+    s.cancel_parked(b.get(), 0);
     // b may park again at once (no `Easync`), and a's unlock grants only the new request.
     assert_eq!(wait_for(&mut s, b, cmd, 1), None);
     run(
@@ -1195,9 +1195,50 @@ fn a_cancelled_parked_request_is_never_granted_and_frees_the_clients_waiter() {
     assert_eq!(got.len(), 1, "one reply: the cancelled request has none");
     assert_eq!(got[0].result.status, Status::Success);
     // Cancelling with nothing parked, or for an unknown client, changes nothing.
-    s.cancel_parked(b.get());
-    s.cancel_parked(0x7fff_fff0);
+    s.cancel_parked(b.get(), 2);
+    s.cancel_parked(0x7fff_fff0, 2);
     assert_eq!(s.replies_ready(), 0);
+}
+
+/// A parked request granted but cancelled before its reply went out (the client's data path was
+/// replaced): the client never learns it holds the lock, so the server releases it again —
+/// for every kind, also RW, whose grants never lapse — and the next waiter gets it.
+#[test]
+fn a_grant_whose_reply_is_cancelled_is_released_again() {
+    for (kind, op) in [
+        (LockKind::Atomic, LockOp::TryExclusive),
+        (LockKind::Rw, LockOp::TryExclusive),
+        (LockKind::Rw, LockOp::TryShared),
+        (LockKind::Fair, LockOp::TryExclusive),
+    ] {
+        let cfg = small();
+        let mut region = TestRegion::new(&cfg);
+        let mut s = server(&mut region, &cfg);
+        let a = s.client_init(2, 0, 0).unwrap();
+        let b = s.client_init(2, 0, 0).unwrap();
+        let c = s.client_init(2, 0, 0).unwrap();
+        let la = s.get_lock(a.get(), kind, b"x", 0).unwrap();
+        let lb = s.get_lock(b.get(), kind, b"x", 0).unwrap();
+        let lc = s.get_lock(c.get(), kind, b"x", 0).unwrap();
+        let held = run(&mut s, a, lock(kind, LockOp::TryExclusive, la, 60_000), 0);
+        assert_eq!(held.status, Status::Success, "{kind:?}");
+        // b parks, then c parks behind it.
+        assert_eq!(
+            wait_for(&mut s, b, waiting(kind, op, lb, 60_000, 60_000), 1),
+            None
+        );
+        let c_wants = waiting(kind, LockOp::TryExclusive, lc, 60_000, 60_000);
+        assert_eq!(wait_for(&mut s, c, c_wants, 2), None);
+        // a unlocks: b is granted, its reply is ready but not yet taken.
+        run(&mut s, a, lock(kind, LockOp::UnlockExclusive, la, 0), 3);
+        assert_eq!(s.replies_ready(), 1, "{kind:?}: b granted");
+        s.cancel_parked(b.get(), 4);
+        // b's grant is released, so c (queued behind b) is granted now.
+        let got = replies(&mut s);
+        assert_eq!(got.len(), 1, "{kind:?}: only c's reply: {got:?}");
+        assert_eq!(got[0].result.status, Status::Success, "{kind:?}");
+        assert_eq!(got[0].client, c.get(), "{kind:?}");
+    }
 }
 
 #[test]

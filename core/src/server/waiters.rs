@@ -382,11 +382,62 @@ impl<'r> Server<'r> {
     /// the old path had in flight): drops the request, so the client may park another (one
     /// per client) and a lock is not granted later to a request nobody reads the reply of.
     ///
-    /// A request already decided is dropped too; its reply had nowhere to go either.
-    pub fn cancel_parked(&mut self, raw: u32) {
-        if let Some(slot) = self.client_slot(raw) {
-            self.cancel_waiter(slot);
+    /// A request already decided is dropped too; its reply had nowhere to go either. If it was a
+    /// grant, the lock is released again at `now_ms`: the client never learns it holds it, so
+    /// it would never unlock it (an RW grant has no lease to run out).
+    pub fn cancel_parked(&mut self, raw: u32, now_ms: u64) {
+        let Some(slot) = self.client_slot(raw) else {
+            return;
+        };
+        let waiter = self.t.waiters[slot as usize];
+        let granted = waiter.state == WaiterState::Ready as u8
+            && matches!(
+                Status::from_code(waiter.status),
+                Some(Status::Success | Status::Done)
+            );
+        self.cancel_waiter(slot);
+        if granted {
+            self.release_undelivered_grant(slot, &waiter, now_ms);
         }
+    }
+
+    /// Unlocks, for the client in `slot`, what its parked request `waiter` was granted and
+    /// never told of; waiters queued behind it are retried.
+    fn release_undelivered_grant(&mut self, slot: u32, waiter: &Waiter, now_ms: u64) {
+        let (Some(me), Some(kind), Some(op)) = (
+            ClientId::new(waiter.client),
+            LockKind::from_u8(waiter.kind),
+            LockOp::from_u8(waiter.op & 0xF),
+        ) else {
+            return;
+        };
+        let unlock = match op {
+            LockOp::TryExclusive | LockOp::TicketExclusive => LockOp::UnlockExclusive,
+            LockOp::TryShared | LockOp::TicketShared => LockOp::UnlockShared,
+            _ => return,
+        };
+        // A fair grant is held under the ticket the server wrote into the granting word, as the
+        // client would have read it from the reply.
+        let ticket = match kind {
+            LockKind::Fair => {
+                let w = fair::FairWord::from_bits(waiter.word);
+                Ticket {
+                    exclusive: w.mx(),
+                    shared: w.ms(),
+                }
+            }
+            LockKind::Atomic | LockKind::Rw => Ticket::default(),
+        };
+        let c = LockCommand {
+            kind,
+            op: unlock,
+            lock: waiter.lock,
+            expire_ms: 0,
+            ticket,
+            wait_ms: 0,
+        };
+        let _ = self.lock_command(slot, me, &c, now_ms);
+        self.wake_waiters(waiter.lock, now_ms);
     }
 
     /// Drops client `slot`'s parked request, answered or not (the client is gone or lost).

@@ -179,7 +179,7 @@ impl Data<'_> {
                 // A client sends nothing while its blocking request is parked unless it gave up
                 // on it: drop that request, so its lock is not granted to a reply nobody reads.
                 if let Route::Mailbox { .. } = route {
-                    server.cancel_parked(client);
+                    server.cancel_parked(client, now);
                     *route = Route::None;
                 }
                 match server.handle_data(&req[..len], resp, now) {
@@ -198,11 +198,11 @@ impl Data<'_> {
     /// request above every number in the lanes, which it reads only after this registration's
     /// reply. A request it had parked, over any data path, is dropped for the same reason (a
     /// path it no longer reads, whose loss the server may not have noticed yet).
-    fn fence_lanes(&mut self, server: &mut Server<'_>, slot: u32, client: u32) {
+    fn fence_lanes(&mut self, server: &mut Server<'_>, slot: u32, client: u32, now: u64) {
         if let Some(lanes) = self.region.client_mailboxes(slot) {
             self.last_seq[slot as usize] = lanes_current_seq(lanes);
         }
-        server.cancel_parked(client);
+        server.cancel_parked(client, now);
         if let Route::Socket(mut job) = std::mem::take(&mut self.routes[slot as usize]) {
             // Back to the control thread with nothing to send, so its buffer is reused.
             job.kind = JobKind::Nothing;
@@ -231,7 +231,7 @@ impl Data<'_> {
                                 && let Some((slot, _)) = server.client_session(client)
                             {
                                 self.control_conn[slot as usize] = job.conn;
-                                self.fence_lanes(server, slot, client);
+                                self.fence_lanes(server, slot, client, now);
                             }
                         }
                         Err(_) => job.kind = JobKind::Close,
@@ -274,7 +274,7 @@ impl Data<'_> {
                             // be granted a lock whose reply nobody reads. A request parked by
                             // the new connection meanwhile has its own route and stays.
                             self.routes[slot] = Route::None;
-                            server.cancel_parked(client);
+                            server.cancel_parked(client, now);
                         }
                         if self.control_conn[slot] == job.conn {
                             self.control_conn[slot] = 0;

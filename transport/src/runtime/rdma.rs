@@ -294,7 +294,7 @@ impl<'s> Peers<'s> {
             let Some(peer) = side.attached.pop() else {
                 break;
             };
-            self.install(server, peer);
+            self.install(server, peer, now);
             work += 1;
         }
         let mut k = 0;
@@ -307,7 +307,7 @@ impl<'s> Peers<'s> {
                 }
                 // `retire` moved the last active slot into position `k`: visit it next.
                 Err(why) => {
-                    self.forget_parked(server, slot);
+                    self.forget_parked(server, slot, now);
                     self.retire(slot, why);
                     work += 1;
                 }
@@ -354,7 +354,7 @@ impl<'s> Peers<'s> {
                     // up on it: drop that request, so its lock is not granted to a reply nobody
                     // reads (as the shared-memory path does).
                     if std::mem::take(was_parked) {
-                        server.cancel_parked(client);
+                        server.cancel_parked(client, now);
                     }
                     match server.handle_data(req, out, now) {
                         Ok(0) => {
@@ -439,7 +439,7 @@ impl<'s> Peers<'s> {
 
     /// Puts a connected queue pair in its client's slot, replacing the slot's previous one, if
     /// the client is still registered with the session it attached with.
-    fn install(&mut self, server: &mut Server<'_>, peer: Peer) {
+    fn install(&mut self, server: &mut Server<'_>, peer: Peer, now: u64) {
         let slot = server
             .client_session(peer.client)
             .filter(|&(slot, session)| {
@@ -452,7 +452,7 @@ impl<'s> Peers<'s> {
         };
         if self.slots[slot as usize].is_some() {
             // The client reconnected: it gave up on what the old pair had in flight.
-            self.forget_parked(server, slot);
+            self.forget_parked(server, slot, now);
             self.retire(slot, Why::Replaced);
         }
         // `active` was allocated for every slot and holds each at most once: no reallocation.
@@ -465,11 +465,11 @@ impl<'s> Peers<'s> {
     /// message starts with, or was replaced): a request parked over it is dropped, as one whose
     /// TCP data connection closed, so its lock is not granted to a reply nobody reads and the
     /// client can park another.
-    fn forget_parked(&mut self, server: &mut Server<'_>, slot: u32) {
+    fn forget_parked(&mut self, server: &mut Server<'_>, slot: u32, now: u64) {
         if let Some(peer) = self.slots[slot as usize].as_mut()
             && std::mem::take(&mut peer.parked)
         {
-            server.cancel_parked(peer.client);
+            server.cancel_parked(peer.client, now);
         }
     }
 
