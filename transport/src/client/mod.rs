@@ -533,46 +533,19 @@ impl Client {
         commands: &[Command],
         deadline: impl Fn() -> Option<Instant>,
     ) -> Result<usize, Status> {
-        let mut asked = None;
-        let mut deadline = || *asked.get_or_insert_with(&deadline);
-        let arrived = self
-            .link
-            .try_recv_data(ticket, &mut self.data_reply)
-            .map_err(io_status)?;
-        let mut m = match arrived {
-            Some(m) => m,
-            None => self
-                .link
-                .recv_data(ticket, &mut self.data_reply, deadline())
-                .map_err(io_status)?
-                // No reply in time: the reference's `BAD_RESPONSE` (the caller reinits).
-                .ok_or(Status::BadResponse)?,
+        let sent = Sent {
+            ticket,
+            message_id,
+            count: commands.len(),
         };
-        // A reply to an earlier request this client gave up on (a timeout over TCP) may still
-        // come first: skip it rather than let every later exchange read the one before it.
-        let reply = loop {
-            let reply =
-                decode_data_response(&self.data_reply[..m]).map_err(|_| Status::BadResponse)?;
-            if reply.header().message_id == message_id {
-                break reply;
-            }
-            m = self
-                .link
-                .recv_data(ticket, &mut self.data_reply, deadline())
-                .map_err(io_status)?
-                .ok_or(Status::BadResponse)?;
-        };
-        if reply.len() != commands.len() {
-            return Err(Status::BadResponse);
-        }
-        for (i, c) in commands.iter().enumerate() {
-            let r = reply.result(i);
-            if r.kind != c.kind_code() || r.op != c.op_code() || r.id != c.id() {
-                return Err(Status::BadResponse);
-            }
-            self.replies[i] = r.result;
-        }
-        Ok(reply.len())
+        receive(
+            &mut self.link,
+            &mut self.data_reply,
+            &mut self.replies,
+            sent,
+            |i| commands[i],
+            deadline,
+        )
     }
 
     /// Result `i` of the last data exchange (decoded once, by `exchange`).
@@ -972,6 +945,65 @@ const fn ok(aux: u64) -> CommandResult {
 }
 
 /// A status and the lock's record, as the API's `Result<Grant, Status>`.
+/// A data message on its way: what its reply must match.
+#[derive(Clone, Copy, Debug)]
+struct Sent {
+    /// The link's ticket for it.
+    ticket: u64,
+    /// The message id the reply must echo.
+    message_id: u16,
+    /// Commands it carried.
+    count: usize,
+}
+
+/// Waits until `deadline()` (asked only if the reply has not arrived yet) for the reply to
+/// `sent`, whose command `i` was `command(i)`; checks that the reply answers those commands and
+/// decodes the results into `replies`. Takes the client's parts rather than the client, so a
+/// caller can describe the commands from its own records without copying them out first.
+fn receive(
+    link: &mut Link,
+    buf: &mut [u8; DATA_MESSAGE_MAX],
+    replies: &mut [CommandResult; dlock_core::config::BATCH_MAX],
+    sent: Sent,
+    command: impl Fn(usize) -> Command,
+    deadline: impl Fn() -> Option<Instant>,
+) -> Result<usize, Status> {
+    let mut asked = None;
+    let mut deadline = || *asked.get_or_insert_with(&deadline);
+    let arrived = link.try_recv_data(sent.ticket, buf).map_err(io_status)?;
+    let mut m = match arrived {
+        Some(m) => m,
+        None => link
+            .recv_data(sent.ticket, buf, deadline())
+            .map_err(io_status)?
+            // No reply in time: the reference's `BAD_RESPONSE` (the caller reinits).
+            .ok_or(Status::BadResponse)?,
+    };
+    // A reply to an earlier request this client gave up on (a timeout over TCP) may still come
+    // first: skip it rather than let every later exchange read the one before it.
+    let reply = loop {
+        let reply = decode_data_response(&buf[..m]).map_err(|_| Status::BadResponse)?;
+        if reply.header().message_id == sent.message_id {
+            break reply;
+        }
+        m = link
+            .recv_data(sent.ticket, buf, deadline())
+            .map_err(io_status)?
+            .ok_or(Status::BadResponse)?;
+    };
+    if reply.len() != sent.count {
+        return Err(Status::BadResponse);
+    }
+    for (i, slot) in replies.iter_mut().enumerate().take(sent.count) {
+        let (r, c) = (reply.result(i), command(i));
+        if r.kind != c.kind_code() || r.op != c.op_code() || r.id != c.id() {
+            return Err(Status::BadResponse);
+        }
+        *slot = r.result;
+    }
+    Ok(reply.len())
+}
+
 fn grant(status: Status, local: &LocalLock) -> Result<Grant, Status> {
     match status {
         Status::Success | Status::Done | Status::AlreadyLocked => Ok(Grant {

@@ -20,7 +20,7 @@ use dlock_core::proto::{Command, FLAG_ALL_OR_NOTHING, ObjectCommand, ObjectOp};
 use dlock_core::{LockId, Mode, Status};
 
 use super::local::{Decision, LocalLock, Request};
-use super::{Client, Entry, Grant, IdMap, grant};
+use super::{Client, Entry, Grant, IdMap, Sent, grant, receive};
 
 const BATCH: usize = dlock_core::config::BATCH_MAX;
 
@@ -185,12 +185,6 @@ impl Client {
                 *slot = *r;
             }
         }
-        let mut commands = [NO_COMMAND; BATCH];
-        for (c, s) in commands.iter_mut().zip(&f.sent[..k]) {
-            if let Some((_, _, request)) = s {
-                *c = Command::Lock(request.command());
-            }
-        }
         let head = self.pipeline.head;
         self.pipeline.head = (head + 1) % DEPTH_MAX;
         self.pipeline.len -= 1;
@@ -198,12 +192,27 @@ impl Client {
             release(&self.pipeline.slots[head], &mut self.locks);
             return Ok(n);
         }
-        let f = &self.pipeline.slots[head];
-        let (ticket, message_id, timeout) = (f.ticket, f.message_id, self.cfg.timeout);
+        let timeout = self.cfg.timeout;
         // The wait is bounded by the request timeout from when it starts (the clock is read only
         // if the reply is not there yet).
         let deadline = || Some(Instant::now() + timeout);
-        if let Err(s) = self.receive(ticket, message_id, &commands[..k], deadline) {
+        let Client {
+            pipeline,
+            link,
+            data_reply,
+            replies,
+            ..
+        } = self;
+        let f = &pipeline.slots[head];
+        let sent = Sent {
+            ticket: f.ticket,
+            message_id: f.message_id,
+            count: k,
+        };
+        // The commands are described from the batch's own records, not copied out first.
+        let command =
+            |i: usize| f.sent[i].map_or(NO_COMMAND, |(_, _, r)| Command::Lock(r.command()));
+        if let Err(s) = receive(link, data_reply, replies, sent, command, deadline) {
             // The batch is over either way: its locks are free for the next operation. What the
             // server did is unknown (the caller reinits and re-claims); an all-or-nothing batch
             // is taken back locally as a whole, so its records stay consistent with each other.
