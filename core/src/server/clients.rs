@@ -114,10 +114,10 @@ impl<'r> Server<'r> {
 
     /// The transport lost the client's connection: mark it abnormal (its locks stay held until
     /// its lease ends or it re-registers).
-    pub fn client_disconnected(&mut self, raw: u32) {
+    pub fn client_disconnected(&mut self, raw: u32, now_ms: u64) {
         if let Some(slot) = self.client_slot(raw) {
-            // Nobody is left to receive a parked request's reply.
-            self.cancel_waiter(slot);
+            // Nobody is left to receive a parked request's reply; a grant in it is released.
+            self.cancel_parked(raw, now_ms);
             let c = &mut self.t.clients[slot as usize];
             if c.client_state() == ClientState::Active {
                 c.state = ClientState::Abnormal as u8;
@@ -246,6 +246,8 @@ impl<'r> Server<'r> {
         let Some(me) = ClientId::new(entry.id) else {
             return;
         };
+        // A parked request goes with its client: the slot's next owner must not inherit it.
+        self.cancel_waiter(slot);
         self.release_all_holds(slot, me, now_ms);
         self.release_all_lock_refs(slot);
         self.release_all_objects(slot, me, now_ms);

@@ -154,7 +154,7 @@ fn abnormal_client_is_evicted_to_make_room_and_its_locks_freed() {
         .status,
         Status::Success
     );
-    s.client_disconnected(ids[3].get());
+    s.client_disconnected(ids[3].get(), 0);
     let newcomer = s.client_init(2, 0, 1).unwrap();
     assert!(!s.is_registered(ids[3].get()));
     assert_eq!(
@@ -1724,4 +1724,165 @@ fn reinit_of_a_live_client_needs_its_session_secret() {
         "guessing the id is not enough"
     );
     assert_eq!(s.client_reinit(a.get(), 2, 0, secret, 1), Ok(a));
+}
+
+/// A grant decided but not yet delivered when the client's control connection is lost
+/// (`client_disconnected`, which the transport calls when the parked request did not come over
+/// that very socket) is released: the client re-registers never knowing it held the lock.
+#[test]
+fn a_grant_dropped_by_a_lost_connection_is_released() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let c = s.client_init(2, 0, 0).unwrap();
+    let kind = LockKind::Rw;
+    let la = s.get_lock(a.get(), kind, b"x", 0).unwrap();
+    let lb = s.get_lock(b.get(), kind, b"x", 0).unwrap();
+    let lc = s.get_lock(c.get(), kind, b"x", 0).unwrap();
+    assert_eq!(
+        run(&mut s, a, lock(kind, LockOp::TryExclusive, la, 0), 0).status,
+        Status::Success
+    );
+    assert_eq!(
+        wait_for(
+            &mut s,
+            b,
+            waiting(kind, LockOp::TryExclusive, lb, 0, 60_000),
+            1
+        ),
+        None
+    );
+    // a unlocks: b is granted, its reply is ready but not yet taken.
+    run(&mut s, a, lock(kind, LockOp::UnlockExclusive, la, 0), 2);
+    assert_eq!(s.replies_ready(), 1);
+    // Same turn: b's control connection goes away; then b re-registers (same session).
+    s.client_disconnected(b.get(), 3);
+    assert_eq!(s.replies_ready(), 0, "b's reply was dropped");
+    let sess = session(&s, b.get());
+    s.client_reinit(b.get(), 2, 0, sess, 3).unwrap();
+    // b never got the grant; c must be able to take the lock.
+    assert_eq!(
+        run(&mut s, c, lock(kind, LockOp::TryExclusive, lc, 0), 4).status,
+        Status::Success,
+        "b's undelivered grant still holds the lock"
+    );
+}
+
+/// A client that deinits with a request parked takes it along: the next client given its slot
+/// does not inherit it, and the lock is never granted under the departed client's id.
+#[test]
+fn a_deinit_takes_the_parked_request_along() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let kind = LockKind::Rw;
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let la = s.get_lock(a.get(), kind, b"x", 0).unwrap();
+    let lb = s.get_lock(b.get(), kind, b"x", 0).unwrap();
+    assert_eq!(
+        run(&mut s, a, lock(kind, LockOp::TryExclusive, la, 0), 0).status,
+        Status::Success
+    );
+    assert_eq!(
+        wait_for(
+            &mut s,
+            b,
+            waiting(kind, LockOp::TryExclusive, lb, 0, 60_000),
+            1
+        ),
+        None
+    );
+    let b_slot = s.client_session(b.get()).unwrap().0;
+    s.client_deinit(b.get(), 2).unwrap();
+    let c = s.client_init(2, 0, 3).unwrap();
+    assert_eq!(
+        s.client_session(c.get()).unwrap().0,
+        b_slot,
+        "c reuses b's slot"
+    );
+    let lc = s.get_lock(c.get(), kind, b"x", 3).unwrap();
+    run(&mut s, a, lock(kind, LockOp::UnlockExclusive, la, 0), 4);
+    let got = replies(&mut s);
+    assert!(
+        got.is_empty(),
+        "stale request of departed b answered: {got:?}"
+    );
+    assert_eq!(
+        run(&mut s, c, lock(kind, LockOp::TryExclusive, lc, 0), 5).status,
+        Status::Success,
+        "lock granted to departed client b"
+    );
+}
+
+/// Fair shared grants and grants by timeout preemption whose reply is cancelled are released
+/// too (under the ticket the granting word names).
+#[test]
+fn fair_shared_and_preempted_grants_whose_reply_is_cancelled_are_released() {
+    for (op, preempt) in [
+        (LockOp::TryShared, false),
+        (LockOp::TryExclusive, true),
+        (LockOp::TryShared, true),
+    ] {
+        let cfg = small();
+        let mut region = TestRegion::new(&cfg);
+        let mut s = server(&mut region, &cfg);
+        let kind = LockKind::Fair;
+        let a = s.client_init(2, 0, 0).unwrap();
+        let b = s.client_init(2, 0, 0).unwrap();
+        let c = s.client_init(2, 0, 0).unwrap();
+        let la = s.get_lock(a.get(), kind, b"x", 0).unwrap();
+        let lb = s.get_lock(b.get(), kind, b"x", 0).unwrap();
+        let lc = s.get_lock(c.get(), kind, b"x", 0).unwrap();
+        assert_eq!(
+            run(&mut s, a, lock(kind, LockOp::TryExclusive, la, 10), 0).status,
+            Status::Success
+        );
+        assert_eq!(
+            wait_for(&mut s, b, waiting(kind, op, lb, 60_000, 60_000), 1),
+            None
+        );
+        assert_eq!(
+            wait_for(
+                &mut s,
+                c,
+                waiting(kind, LockOp::TryExclusive, lc, 60_000, 600_000),
+                2
+            ),
+            None
+        );
+        let t = if preempt {
+            // a overruns its lease; b preempts past it (c is behind b).
+            s.poll_waiters(11);
+            11
+        } else {
+            run(&mut s, a, lock(kind, LockOp::UnlockExclusive, la, 0), 3);
+            3
+        };
+        assert_eq!(s.replies_ready(), 1, "{op:?} {preempt}: b granted");
+        s.cancel_parked(b.get(), t + 1);
+        let got = replies(&mut s);
+        if !preempt {
+            assert_eq!(got.len(), 1, "{op:?}: {got:?}");
+            assert_eq!(
+                (got[0].client, got[0].result.status),
+                (c.get(), Status::Success)
+            );
+        } else {
+            // Preemption voided c's ticket (requeued); check b's grant itself is gone.
+            let idx = la.index() as usize;
+            let cell = s.t.lock_cells[idx];
+            let w = crate::word::fair::FairWord::from_bits(cell.word);
+            assert_eq!(
+                (cell.ext, w.rcnt(), w.nx()),
+                (0, 0, if op == LockOp::TryExclusive { 2 } else { 1 }),
+                "{op:?}: {w:?}"
+            );
+            if op == LockOp::TryShared {
+                assert_eq!(w.ns(), w.rms().wrapping_add(1));
+            }
+        }
+    }
 }

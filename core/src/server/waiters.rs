@@ -390,6 +390,10 @@ impl<'r> Server<'r> {
             return;
         };
         let waiter = self.t.waiters[slot as usize];
+        if waiter.client != raw {
+            // Nothing of this client's is parked (a slot's waiter is its own client's).
+            return;
+        }
         let granted = waiter.state == WaiterState::Ready as u8
             && matches!(
                 Status::from_code(waiter.status),

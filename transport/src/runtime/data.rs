@@ -278,7 +278,7 @@ impl Data<'_> {
                         }
                         if self.control_conn[slot] == job.conn {
                             self.control_conn[slot] = 0;
-                            server.client_disconnected(client);
+                            server.client_disconnected(client, now);
                         }
                     }
                     job.kind = JobKind::Nothing;
