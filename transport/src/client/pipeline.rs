@@ -10,9 +10,10 @@
 //!
 //! The local state machine stays exact: a batch's local decisions are made when it is submitted
 //! and its replies applied when it is completed, in submission order; a lock with an operation
-//! in flight is refused (`Easync`) by a later submission until that operation completes, and no
-//! single-lock call or synchronous batch runs while batches are in flight. A synchronous batch
-//! is a submission completed at once.
+//! in flight is refused (`Easync`) by a later submission until that operation completes (in an
+//! all-or-nothing batch, every lock it names: until it completes it may be taken back as a
+//! whole), and no single-lock call or synchronous batch runs while batches are in flight. A
+//! synchronous batch is a submission completed at once.
 
 use std::time::Instant;
 
@@ -51,7 +52,9 @@ pub(super) struct InFlight {
     sent: [Option<(usize, LockId, Request)>; BATCH],
     /// Per entry: the result when it was answered without the server (final at submission).
     answered: [Option<Result<Grant, Status>>; BATCH],
-    /// All-or-nothing only, per entry: the record before the local decision.
+    /// Per entry: the record before the local decision, kept where the batch may have to be
+    /// taken back (every entry of an all-or-nothing batch; an entry answered locally, until the
+    /// message is sent).
     saved: [Option<LocalLock>; BATCH],
 }
 
