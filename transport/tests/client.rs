@@ -165,6 +165,11 @@ fn pipelined_batches_complete_in_order_and_refuse_what_would_race() {
             Err(Status::Easync),
             "a synchronous batch would too"
         );
+        assert_eq!(
+            a.release_lock(sets[0][1]),
+            Err(Status::Easync),
+            "the batch's reply must find the lock's record"
+        );
 
         let mut tokens = Vec::new();
         for (n, set) in sets.iter().enumerate() {

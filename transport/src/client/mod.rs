@@ -414,18 +414,27 @@ impl Client {
         Ok(out)
     }
 
-    /// Drops this client's reference to `id` (`release_lock`); refused while locked or ticketed.
+    /// Drops this client's reference to `id` (`release_lock`); refused while locked or ticketed,
+    /// and (`Easync`) while an operation on it is in flight.
     pub fn release_lock(&mut self, id: LockId) -> Result<(), Status> {
-        let e = self.locks.get(&id).ok_or(Status::LockNotGet)?;
-        e.local.releasable()?;
-        if self.pending.is_some_and(|p| p.lock == id) {
-            return Err(Status::Easync);
-        }
+        self.releasable(&id)?;
         self.control(
             self.id.get(),
             ControlRequest::ReleaseLock { lock: id.raw() },
         )?;
         self.locks.remove(&id);
+        Ok(())
+    }
+
+    /// Whether this client may drop its reference to `id`: it has one, the lock is neither held
+    /// nor ticketed, and no operation on it is in flight (an asynchronous request or a pipelined
+    /// batch: its reply must find the record).
+    fn releasable(&self, id: &LockId) -> Result<(), Status> {
+        let e = self.locks.get(id).ok_or(Status::LockNotGet)?;
+        e.local.releasable()?;
+        if e.busy || self.pending.is_some_and(|p| p.lock == *id) {
+            return Err(Status::Easync);
+        }
         Ok(())
     }
 
@@ -436,11 +445,7 @@ impl Client {
     ) -> Result<Vec<Result<(), Status>>, Status> {
         let eligible: Vec<u32> = ids
             .iter()
-            .filter(|id| {
-                self.locks
-                    .get(id)
-                    .is_some_and(|e| e.local.releasable().is_ok())
-            })
+            .filter(|id| self.releasable(id).is_ok())
             .map(|id| id.raw())
             .collect();
         let mut statuses: HashMap<u32, Status> = HashMap::new();
@@ -458,23 +463,20 @@ impl Client {
         }
         Ok(ids
             .iter()
-            .map(
-                |id| match self.locks.get(id).map(|e| e.local.releasable()) {
-                    None => Err(Status::LockNotGet),
-                    Some(Err(s)) => Err(s),
-                    Some(Ok(())) => match statuses
-                        .get(&id.raw())
-                        .copied()
-                        .unwrap_or(Status::BadResponse)
-                    {
-                        Status::Success => {
-                            self.locks.remove(id);
-                            Ok(())
-                        }
-                        s => Err(s),
-                    },
+            .map(|id| match self.releasable(id) {
+                Err(s) => Err(s),
+                Ok(()) => match statuses
+                    .get(&id.raw())
+                    .copied()
+                    .unwrap_or(Status::BadResponse)
+                {
+                    Status::Success => {
+                        self.locks.remove(id);
+                        Ok(())
+                    }
+                    s => Err(s),
                 },
-            )
+            })
             .collect())
     }
 
