@@ -499,3 +499,124 @@ fn fair_waiters_are_granted_in_ticket_order() {
     }
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
 }
+
+/// Random pipelined batches against a second client that takes and drops the same locks:
+/// whenever nothing is in flight, the client's local re-entrancy counts equal those an oracle
+/// derives from the results it was given, and at the end, once it has unlocked what it believes it
+/// holds, every lock is free on the server (nothing granted behind its back, nothing lost).
+#[test]
+fn random_pipelined_batches_keep_local_state_and_the_server_in_step() {
+    let s = server(false);
+    for seed in 1..=8u64 {
+        pipelined_run(&s, seed);
+    }
+}
+
+/// One seeded run of [`random_pipelined_batches_keep_local_state_and_the_server_in_step`].
+fn pipelined_run(s: &ServerHandle, seed: u64) {
+    let e = Endpoint::embedded(s);
+    let (mut a, mut b) = (client(&e), client(&e));
+    const LOCKS: usize = 6;
+    let names: Vec<String> = (0..LOCKS).map(|k| format!("rnd-{seed}-{k}")).collect();
+    let la: Vec<_> = names
+        .iter()
+        .map(|n| a.get_lock(LockKind::Rw, n.as_bytes()).unwrap())
+        .collect();
+    let lb: Vec<_> = names
+        .iter()
+        .map(|n| b.get_lock(LockKind::Rw, n.as_bytes()).unwrap())
+        .collect();
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ seed.wrapping_mul(0xD1B5_4A32_D192_ED03);
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    // The oracle: a's count per lock, and the batches in flight (trylock?, lock indexes).
+    let mut refs = [0u32; LOCKS];
+    let mut flight = std::collections::VecDeque::new();
+    let mut b_holds = [false; LOCKS];
+    let mut out = vec![Err(Status::Einval); 31];
+    for step in 0..3_000 {
+        match next(10) {
+            0..=2 if flight.len() < a.pipeline_depth() => {
+                let picks: Vec<usize> = (0..1 + next(4))
+                    .map(|_| next(LOCKS as u64) as usize)
+                    .collect();
+                let mode = if next(2) == 0 {
+                    Mode::Shared
+                } else {
+                    Mode::Exclusive
+                };
+                let reqs: Vec<_> = picks.iter().map(|&k| (la[k], mode, 60_000)).collect();
+                a.submit_trylock(&reqs, next(2) == 0).unwrap();
+                flight.push_back((true, picks));
+            }
+            3..=4 if flight.len() < a.pipeline_depth() => {
+                let picks: Vec<usize> = (0..1 + next(4))
+                    .map(|_| next(LOCKS as u64) as usize)
+                    .collect();
+                let ids: Vec<_> = picks.iter().map(|&k| la[k]).collect();
+                a.submit_unlock(&ids).unwrap();
+                flight.push_back((false, picks));
+            }
+            5..=7 if !flight.is_empty() => {
+                let (trylock, picks) = flight.pop_front().unwrap();
+                assert_eq!(a.complete(&mut out), Ok(picks.len()), "step {step}");
+                for (r, &k) in out.iter().zip(&picks) {
+                    match (trylock, r.map(|g| g.status)) {
+                        (true, Ok(Status::Success)) => refs[k] = 1,
+                        (true, Ok(Status::AlreadyLocked)) => refs[k] += 1,
+                        (false, Ok(Status::Success)) => refs[k] = 0,
+                        (false, Ok(Status::AlreadyLocked)) => refs[k] -= 1,
+                        (_, Ok(other)) => panic!("step {step}: unexpected {other:?}"),
+                        (_, Err(_)) => {}
+                    }
+                }
+                // Entries answered locally count at submission, so compare once nothing is in
+                // flight.
+                if flight.is_empty() {
+                    for (k, id) in la.iter().enumerate() {
+                        let local = a.locks().find(|(i, _)| *i == id).map(|(_, l)| l.refs);
+                        assert_eq!(local, Some(refs[k]), "seed {seed} step {step}: lock {k}");
+                    }
+                }
+            }
+            _ => {
+                // b takes or drops a lock, so a's batches meet held locks.
+                let k = next(LOCKS as u64) as usize;
+                if b_holds[k] {
+                    assert_eq!(b.unlock(lb[k]), Ok(Status::Success));
+                    b_holds[k] = false;
+                } else {
+                    b_holds[k] = b.trylock(lb[k], Mode::Exclusive, 60_000).is_ok();
+                }
+            }
+        }
+    }
+    while let Some((trylock, picks)) = flight.pop_front() {
+        assert_eq!(a.complete(&mut out), Ok(picks.len()));
+        for (r, &k) in out.iter().zip(&picks) {
+            match (trylock, r.map(|g| g.status)) {
+                (true, Ok(Status::Success)) => refs[k] = 1,
+                (true, Ok(Status::AlreadyLocked)) => refs[k] += 1,
+                (false, Ok(Status::Success)) => refs[k] = 0,
+                (false, Ok(Status::AlreadyLocked)) => refs[k] -= 1,
+                _ => {}
+            }
+        }
+    }
+    for (k, &id) in la.iter().enumerate() {
+        for _ in 0..refs[k] {
+            assert!(a.unlock(id).is_ok(), "lock {k}");
+        }
+        if b_holds[k] {
+            assert_eq!(b.unlock(lb[k]), Ok(Status::Success));
+        }
+        assert!(
+            b.trylock(lb[k], Mode::Exclusive, 60_000).is_ok(),
+            "seed {seed}: lock {k} is still held on the server"
+        );
+    }
+}
