@@ -502,10 +502,7 @@ fn fair_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms:
         LockOp::TryExclusive | LockOp::TryShared => match hold {
             Hold::None if c.expire_ms == 0 => return Step::refused(cell, Status::Einval),
             Hold::None => {
-                let first = Ticket {
-                    exclusive: s.word.mx(),
-                    shared: s.word.ms(),
-                };
+                let first = s.next_ticket();
                 (
                     fair::try_lock(s, me, mode, c.expire_ms, now_ms),
                     Some(first),

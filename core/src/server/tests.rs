@@ -747,11 +747,7 @@ fn fair_lock_queues_then_grants_by_ticket_and_abandoning_a_ticket_is_accepted() 
         0,
     );
     assert_eq!(ra.status, Status::Success);
-    let w = crate::word::fair::FairWord::from_bits(ra.word);
-    let ta = Ticket {
-        exclusive: w.mx(),
-        shared: w.ms(),
-    };
+    let ta = crate::word::fair::FairWord::from_bits(ra.word).counters();
     let rb = run(
         &mut s,
         b,

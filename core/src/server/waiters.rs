@@ -423,13 +423,7 @@ impl<'r> Server<'r> {
         // A fair grant is held under the ticket the server wrote into the granting word, as the
         // client would have read it from the reply.
         let ticket = match kind {
-            LockKind::Fair => {
-                let w = fair::FairWord::from_bits(waiter.word);
-                Ticket {
-                    exclusive: w.mx(),
-                    shared: w.ms(),
-                }
-            }
+            LockKind::Fair => fair::FairWord::from_bits(waiter.word).counters(),
             LockKind::Atomic | LockKind::Rw => Ticket::default(),
         };
         let c = LockCommand {

@@ -146,6 +146,18 @@ pub struct FairLock {
     pub owner: u32,
 }
 
+impl FairWord {
+    /// The ticket counters (`mx`, `ms`) as a ticket: what a first attempt on this word is
+    /// given; in the word a grant returns, the ticket the grant is held under.
+    #[inline]
+    pub const fn counters(self) -> Ticket {
+        Ticket {
+            exclusive: self.mx(),
+            shared: self.ms(),
+        }
+    }
+}
+
 impl FairLock {
     /// Nothing held and nothing queued.
     #[inline]
@@ -157,10 +169,7 @@ impl FairLock {
     /// The ticket a first attempt on this state gets, granted or queued.
     #[inline]
     pub const fn next_ticket(self) -> Ticket {
-        Ticket {
-            exclusive: self.word.mx(),
-            shared: self.word.ms(),
-        }
+        self.word.counters()
     }
 }
 

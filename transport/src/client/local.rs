@@ -460,11 +460,7 @@ impl LocalLock {
         self.granted_at_ms = now_ms;
         self.expire_ms = expire_ms;
         if self.kind == LockKind::Fair {
-            let w = FairWord::from_bits(reply.word);
-            self.ticket = Ticket {
-                exclusive: w.mx(),
-                shared: w.ms(),
-            };
+            self.ticket = FairWord::from_bits(reply.word).counters();
         }
     }
 
