@@ -30,9 +30,8 @@ use std::time::{Duration, Instant};
 
 use dlock_core::proto::{
     Batch, BatchEntry, CONTROL_FRAME_MAX, Command, CommandResult, ControlHeader, ControlRequest,
-    ControlRequestFrame, ControlResponse, DATA_MESSAGE_MAX, DataHeader, FLAG_ALL_OR_NOTHING,
-    LockClaim, ObjectCommand, ObjectOp, PROTO_VERSION, decode_control_response,
-    decode_data_response, encode_data_request,
+    ControlRequestFrame, ControlResponse, DATA_MESSAGE_MAX, DataHeader, LockClaim, ObjectCommand,
+    ObjectOp, PROTO_VERSION, decode_control_response, decode_data_response, encode_data_request,
 };
 use dlock_core::server::Counter;
 use dlock_core::{ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Status};
@@ -630,15 +629,8 @@ impl Client {
         all_or_nothing: bool,
         out: &mut [Result<Grant, Status>],
     ) -> Result<(), Status> {
-        let flags = if all_or_nothing {
-            FLAG_ALL_OR_NOTHING
-        } else {
-            0
-        };
-        let id_of = |i: usize| requests[i].0;
-        self.batch(requests.len(), flags, out, id_of, |l, i| {
-            let (_, mode, expire) = requests[i];
-            Ok(l.trylock(mode, expire, 0))
+        self.batch(requests.len(), out, |c| {
+            c.submit_trylock(requests, all_or_nothing)
         })
     }
 
@@ -648,7 +640,7 @@ impl Client {
         ids: &[LockId],
         out: &mut [Result<Grant, Status>],
     ) -> Result<(), Status> {
-        self.batch(ids.len(), 0, out, |i| ids[i], |l, _| Ok(l.unlock()))
+        self.batch(ids.len(), out, |c| c.submit_unlock(ids))
     }
 
     /// Extends up to 31 held locks in one message (per item).
@@ -658,16 +650,17 @@ impl Client {
         expire_ms: u32,
         out: &mut [Result<Grant, Status>],
     ) -> Result<(), Status> {
-        self.batch(
-            ids.len(),
-            0,
-            out,
-            |i| ids[i],
-            |l, _| {
-                let mode = l.state.held_mode().ok_or(Status::Einval)?;
-                Ok(l.extend(mode, expire_ms))
-            },
-        )
+        self.batch(ids.len(), out, |c| {
+            c.submit(
+                ids.len(),
+                0,
+                |i| ids[i],
+                |l, _| {
+                    let mode = l.state.held_mode().ok_or(Status::Einval)?;
+                    Ok(l.extend(mode, expire_ms))
+                },
+            )
+        })
     }
 
     /// Starts one lock operation without waiting for it (`lock_request_async`); at most one is

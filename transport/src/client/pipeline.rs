@@ -59,6 +59,10 @@ pub(super) struct InFlight {
 }
 
 impl InFlight {
+    fn all_or_nothing(&self) -> bool {
+        self.flags & FLAG_ALL_OR_NOTHING != 0
+    }
+
     pub(super) fn new() -> Self {
         InFlight {
             ticket: 0,
@@ -118,7 +122,7 @@ fn unwind(f: &InFlight, locks: &mut IdMap<LockId, Entry>) {
 fn release(f: &InFlight, locks: &mut IdMap<LockId, Entry>) {
     let sent = f.sent[..f.k].iter().flatten().map(|(_, id, _)| id);
     let decided = f.saved[..f.n].iter().flatten().map(|before| &before.id);
-    let all_or_nothing = f.flags & FLAG_ALL_OR_NOTHING != 0;
+    let all_or_nothing = f.all_or_nothing();
     for id in sent.chain(decided.filter(|_| all_or_nothing)) {
         if let Some(e) = locks.get_mut(id) {
             e.busy = false;
@@ -182,7 +186,7 @@ impl Client {
         if out.len() < f.n {
             return Err(Status::Einval);
         }
-        let (n, k, flags) = (f.n, f.k, f.flags);
+        let (n, k, all_or_nothing) = (f.n, f.k, f.all_or_nothing());
         for (slot, answered) in out.iter_mut().zip(&f.answered[..n]) {
             if let Some(r) = answered {
                 *slot = *r;
@@ -223,7 +227,7 @@ impl Client {
                 pipeline, locks, ..
             } = self;
             let f = &pipeline.slots[head];
-            if flags & FLAG_ALL_OR_NOTHING != 0 {
+            if all_or_nothing {
                 unwind(f, locks);
                 out[..n].fill(Err(s));
             } else {
@@ -239,7 +243,7 @@ impl Client {
             ..
         } = self;
         let f = &pipeline.slots[head];
-        let undone = flags & FLAG_ALL_OR_NOTHING != 0
+        let undone = all_or_nothing
             && replies[..k]
                 .iter()
                 .any(|r| !matches!(r.status, Status::Success | Status::AlreadyLocked));
@@ -368,15 +372,13 @@ impl Client {
         Ok(())
     }
 
-    /// A synchronous batch: submitted and completed at once, refused while batches are in flight
-    /// (their replies come first).
+    /// A synchronous batch of `n` entries: submitted by `submit` and completed at once, refused
+    /// while batches are in flight (their replies come first).
     pub(super) fn batch(
         &mut self,
         n: usize,
-        flags: u32,
         out: &mut [Result<Grant, Status>],
-        id_of: impl Fn(usize) -> LockId,
-        decide: impl FnMut(&mut LocalLock, usize) -> Result<Decision, Status>,
+        submit: impl FnOnce(&mut Self) -> Result<(), Status>,
     ) -> Result<(), Status> {
         if n == 0 || n > BATCH || out.len() < n {
             return Err(Status::Einval);
@@ -384,7 +386,7 @@ impl Client {
         if self.pipeline.len > 0 {
             return Err(Status::Easync);
         }
-        self.submit(n, flags, id_of, decide)?;
+        submit(self)?;
         self.complete(out).map(|_| ())
     }
 }
