@@ -21,7 +21,7 @@ use dlock_core::table::layout::MAILBOX_LANES;
 use crate::region::Region;
 use crate::runtime::ServerHandle;
 use crate::runtime::{ATTACH_LEN, ATTACH_MAGIC, Shared};
-use crate::shm::{Doorbells, lanes_current_seq};
+use crate::shm::{Doorbells, Mailbox, lanes_current_seq};
 use crate::sync::AtomicU64;
 
 /// Where a server is.
@@ -309,10 +309,7 @@ impl Link {
             }
             Data::Mailbox { mapped, slot } => {
                 let region = mapped.region();
-                let lanes = region
-                    .client_mailboxes(*slot)
-                    .ok_or_else(|| io::Error::other("mailbox slot out of range"))?;
-                lanes[ticket as usize % lanes.len()].post_request(req, ticket);
+                lane(region, *slot, ticket)?.post_request(req, ticket);
                 Doorbells::new(region.doorbell_words()).ring(*slot);
                 region.shm_header().wake_server();
             }
@@ -332,15 +329,7 @@ impl Link {
         let Data::Mailbox { mapped, slot } = &self.data else {
             return Ok(None);
         };
-        let lanes = mapped
-            .region()
-            .client_mailboxes(*slot)
-            .ok_or_else(|| io::Error::other("mailbox slot out of range"))?;
-        match lanes[ticket as usize % lanes.len()].try_response(ticket, reply) {
-            // An empty reply: the server could not read the request.
-            Some(0) => Err(refused()),
-            other => Ok(other),
-        }
+        mailbox_reply(lane(mapped.region(), *slot, ticket)?.try_response(ticket, reply))
     }
 
     /// Receives the reply to the message sent under `ticket`, waiting until `deadline` (`None`:
@@ -358,22 +347,13 @@ impl Link {
                 "data path not attached",
             )),
             Data::Mailbox { mapped, slot } => {
-                let lanes = mapped
-                    .region()
-                    .client_mailboxes(*slot)
-                    .ok_or_else(|| io::Error::other("mailbox slot out of range"))?;
-                let mb = &lanes[ticket as usize % lanes.len()];
+                let mb = lane(mapped.region(), *slot, ticket)?;
                 // Look before reading the clock: the reply is often there already.
-                let n = match mb.try_response(ticket, reply) {
+                mailbox_reply(match mb.try_response(ticket, reply) {
                     Some(n) => Some(n),
                     None if deadline.is_some_and(|d| d <= Instant::now()) => None,
                     None => mb.wait_response(ticket, reply, deadline, self.awake),
-                };
-                match n {
-                    // An empty reply: the server could not read the request.
-                    Some(0) => Err(refused()),
-                    other => Ok(other),
-                }
+                })
             }
             Data::Tcp(s) => recv_tcp(s, &mut self.partial, reply, deadline),
             #[cfg(feature = "rdma")]
@@ -394,9 +374,24 @@ impl Link {
     }
 }
 
-/// What an empty mailbox reply means: the server could not read the request.
-fn refused() -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, "request refused as malformed")
+/// The lane of client `slot`'s mailboxes that carries the message sent under `ticket`.
+fn lane(region: &Region, slot: u32, ticket: u64) -> io::Result<&Mailbox> {
+    let lanes = region
+        .client_mailboxes(slot)
+        .ok_or_else(|| io::Error::other("mailbox slot out of range"))?;
+    Ok(&lanes[ticket as usize % lanes.len()])
+}
+
+/// A mailbox reply's length as the link reports it: an empty reply means the server could not
+/// read the request.
+fn mailbox_reply(len: Option<usize>) -> io::Result<Option<usize>> {
+    match len {
+        Some(0) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "request refused as malformed",
+        )),
+        other => Ok(other),
+    }
 }
 
 /// Opens a TCP data connection to `addr` and binds it to `client` with its session secret.
