@@ -9,8 +9,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{client, server};
+use dlock_core::LockId;
 use dlock_core::{LockKind, Mode, Status};
-use dlock_transport::client::{AsyncOp, Endpoint};
+use dlock_transport::client::{AsyncOp, Client, Endpoint, Grant};
 use dlock_transport::runtime::ServerHandle;
 
 fn endpoints(s: &ServerHandle) -> Vec<Endpoint> {
@@ -26,6 +27,19 @@ fn tag(e: &Endpoint) -> &'static str {
     match e {
         Endpoint::Tcp(_) => "tcp",
         _ => "shm",
+    }
+}
+
+/// The client's re-entrancy count for `id`, if it knows the lock.
+fn local_refs(c: &Client, id: LockId) -> Option<u32> {
+    c.locks().find(|(i, _)| **i == id).map(|(_, l)| l.refs)
+}
+
+/// `c` takes each lock in `names` exclusively (an atomic lock, for a minute).
+fn hold_all(c: &mut Client, names: &[&[u8]]) {
+    for name in names {
+        let id = c.get_lock(LockKind::Atomic, name).unwrap();
+        c.trylock(id, Mode::Exclusive, 60_000).unwrap();
     }
 }
 
@@ -257,11 +271,7 @@ fn an_all_or_nothing_batch_with_a_local_failure_holds_nothing() {
         ]
     );
     // Nothing is held: another client takes both.
-    let mut b = client(&e);
-    for name in [&b"aon-dup-x"[..], b"aon-dup-y"] {
-        let id = b.get_lock(LockKind::Atomic, name).unwrap();
-        b.trylock(id, Mode::Exclusive, 60_000).unwrap();
-    }
+    hold_all(&mut client(&e), &[b"aon-dup-x", b"aon-dup-y"]);
 }
 
 /// An all-or-nothing batch that re-enters a held RW lock twice and then fails leaves the
@@ -273,8 +283,7 @@ fn an_undone_batch_restores_a_lock_named_twice_to_its_state_before() {
     let (mut a, mut b) = (client(&e), client(&e));
     let r = a.get_lock(LockKind::Rw, b"undo-r").unwrap();
     let x = a.get_lock(LockKind::Atomic, b"undo-x").unwrap();
-    let xb = b.get_lock(LockKind::Atomic, b"undo-x").unwrap();
-    b.trylock(xb, Mode::Exclusive, 60_000).unwrap();
+    hold_all(&mut b, &[b"undo-x"]);
     a.trylock(r, Mode::Shared, 60_000).unwrap();
     let mut out = vec![Err(Status::Einval); 31];
     let reqs = [
@@ -302,8 +311,11 @@ fn a_batch_that_cannot_be_sent_changes_nothing_locally() {
     for all_or_nothing in [true, false] {
         let reqs = [(r, Mode::Shared, 60_000), (x, Mode::Exclusive, 60_000)];
         assert!(a.batch_trylock(&reqs, all_or_nothing, &mut out).is_err());
-        let refs = a.locks().find(|(id, _)| **id == r).map(|(_, l)| l.refs);
-        assert_eq!(refs, Some(1), "all_or_nothing = {all_or_nothing}");
+        assert_eq!(
+            local_refs(&a, r),
+            Some(1),
+            "all_or_nothing = {all_or_nothing}"
+        );
     }
 }
 
@@ -318,10 +330,7 @@ fn pipelined_all_or_nothing_batches_never_undo_each_other() {
     let r = a.get_lock(LockKind::Rw, b"pl-r").unwrap();
     let x = a.get_lock(LockKind::Atomic, b"pl-x").unwrap();
     let y = a.get_lock(LockKind::Atomic, b"pl-y").unwrap();
-    for name in [&b"pl-x"[..], b"pl-y"] {
-        let id = b.get_lock(LockKind::Atomic, name).unwrap();
-        b.trylock(id, Mode::Exclusive, 60_000).unwrap();
-    }
+    hold_all(&mut b, &[b"pl-x", b"pl-y"]);
     a.trylock(r, Mode::Shared, 60_000).unwrap();
     a.submit_trylock(
         &[(r, Mode::Shared, 60_000), (x, Mode::Exclusive, 60_000)],
@@ -343,8 +352,7 @@ fn pipelined_all_or_nothing_batches_never_undo_each_other() {
         "r was the first batch's until it completed"
     );
     assert_eq!(out[1], Err(Status::Eagain), "so the second sent nothing");
-    let refs = a.locks().find(|(id, _)| **id == r).map(|(_, l)| l.refs);
-    assert_eq!(refs, Some(1), "only the first trylock holds r");
+    assert_eq!(local_refs(&a, r), Some(1), "only the first trylock holds r");
     assert_eq!(a.unlock(r), Ok(Status::Success), "released on the server");
     // Nothing stays busy: both batches' locks take new operations.
     a.batch_unlock(&[x, y], &mut out).unwrap();
@@ -512,11 +520,35 @@ fn random_pipelined_batches_keep_local_state_and_the_server_in_step() {
     }
 }
 
+/// Locks for one random batch: 1 to 4 of the `RANDOM_LOCKS`, repeats allowed.
+fn pick(next: &mut impl FnMut(u64) -> u64) -> Vec<usize> {
+    (0..1 + next(4))
+        .map(|_| next(RANDOM_LOCKS as u64) as usize)
+        .collect()
+}
+
+/// The oracle's step: the re-entrancy counts a completed batch's results imply.
+fn count(refs: &mut [u32], trylock: bool, picks: &[usize], out: &[Result<Grant, Status>]) {
+    for (r, &k) in out.iter().zip(picks) {
+        match (trylock, r.map(|g| g.status)) {
+            (true, Ok(Status::Success)) => refs[k] = 1,
+            (true, Ok(Status::AlreadyLocked)) => refs[k] += 1,
+            (false, Ok(Status::Success)) => refs[k] = 0,
+            (false, Ok(Status::AlreadyLocked)) => refs[k] -= 1,
+            (_, Ok(other)) => panic!("unexpected {other:?}"),
+            (_, Err(_)) => {}
+        }
+    }
+}
+
+/// Locks each random run uses.
+const RANDOM_LOCKS: usize = 6;
+
 /// One seeded run of [`random_pipelined_batches_keep_local_state_and_the_server_in_step`].
 fn pipelined_run(s: &ServerHandle, seed: u64) {
     let e = Endpoint::embedded(s);
     let (mut a, mut b) = (client(&e), client(&e));
-    const LOCKS: usize = 6;
+    const LOCKS: usize = RANDOM_LOCKS;
     let names: Vec<String> = (0..LOCKS).map(|k| format!("rnd-{seed}-{k}")).collect();
     let la: Vec<_> = names
         .iter()
@@ -541,9 +573,7 @@ fn pipelined_run(s: &ServerHandle, seed: u64) {
     for step in 0..3_000 {
         match next(10) {
             0..=2 if flight.len() < a.pipeline_depth() => {
-                let picks: Vec<usize> = (0..1 + next(4))
-                    .map(|_| next(LOCKS as u64) as usize)
-                    .collect();
+                let picks = pick(&mut next);
                 let mode = if next(2) == 0 {
                     Mode::Shared
                 } else {
@@ -554,9 +584,7 @@ fn pipelined_run(s: &ServerHandle, seed: u64) {
                 flight.push_back((true, picks));
             }
             3..=4 if flight.len() < a.pipeline_depth() => {
-                let picks: Vec<usize> = (0..1 + next(4))
-                    .map(|_| next(LOCKS as u64) as usize)
-                    .collect();
+                let picks = pick(&mut next);
                 let ids: Vec<_> = picks.iter().map(|&k| la[k]).collect();
                 a.submit_unlock(&ids).unwrap();
                 flight.push_back((false, picks));
@@ -564,21 +592,12 @@ fn pipelined_run(s: &ServerHandle, seed: u64) {
             5..=7 if !flight.is_empty() => {
                 let (trylock, picks) = flight.pop_front().unwrap();
                 assert_eq!(a.complete(&mut out), Ok(picks.len()), "step {step}");
-                for (r, &k) in out.iter().zip(&picks) {
-                    match (trylock, r.map(|g| g.status)) {
-                        (true, Ok(Status::Success)) => refs[k] = 1,
-                        (true, Ok(Status::AlreadyLocked)) => refs[k] += 1,
-                        (false, Ok(Status::Success)) => refs[k] = 0,
-                        (false, Ok(Status::AlreadyLocked)) => refs[k] -= 1,
-                        (_, Ok(other)) => panic!("step {step}: unexpected {other:?}"),
-                        (_, Err(_)) => {}
-                    }
-                }
+                count(&mut refs, trylock, &picks, &out);
                 // Entries answered locally count at submission, so compare once nothing is in
                 // flight.
                 if flight.is_empty() {
-                    for (k, id) in la.iter().enumerate() {
-                        let local = a.locks().find(|(i, _)| *i == id).map(|(_, l)| l.refs);
+                    for (k, &id) in la.iter().enumerate() {
+                        let local = local_refs(&a, id);
                         assert_eq!(local, Some(refs[k]), "seed {seed} step {step}: lock {k}");
                     }
                 }
@@ -597,15 +616,7 @@ fn pipelined_run(s: &ServerHandle, seed: u64) {
     }
     while let Some((trylock, picks)) = flight.pop_front() {
         assert_eq!(a.complete(&mut out), Ok(picks.len()));
-        for (r, &k) in out.iter().zip(&picks) {
-            match (trylock, r.map(|g| g.status)) {
-                (true, Ok(Status::Success)) => refs[k] = 1,
-                (true, Ok(Status::AlreadyLocked)) => refs[k] += 1,
-                (false, Ok(Status::Success)) => refs[k] = 0,
-                (false, Ok(Status::AlreadyLocked)) => refs[k] -= 1,
-                _ => {}
-            }
-        }
+        count(&mut refs, trylock, &picks, &out);
     }
     for (k, &id) in la.iter().enumerate() {
         for _ in 0..refs[k] {
