@@ -1196,6 +1196,32 @@ fn a_cancelled_parked_request_is_never_granted_and_frees_the_clients_waiter() {
     assert_eq!(s.replies_ready(), 0);
 }
 
+/// `n` clients (at least 2) with a reference each to lock "x" of `kind`: the first holds it
+/// exclusively for `a_expire_ms` (tick 0) and the second waits for it with `b_op` (tick 1).
+fn a_holds_b_waits(
+    s: &mut Server<'_>,
+    kind: LockKind,
+    a_expire_ms: u32,
+    b_op: LockOp,
+    n: usize,
+) -> Vec<(ClientId, LockId)> {
+    let on_x: Vec<_> = (0..n)
+        .map(|_| {
+            let c = s.client_init(2, 0, 0).unwrap();
+            (c, s.get_lock(c.get(), kind, b"x", 0).unwrap())
+        })
+        .collect();
+    let ((a, la), (b, lb)) = (on_x[0], on_x[1]);
+    let held = run(s, a, lock(kind, LockOp::TryExclusive, la, a_expire_ms), 0);
+    assert_eq!(held.status, Status::Success, "{kind:?}");
+    assert_eq!(
+        wait_for(s, b, waiting(kind, b_op, lb, 60_000, 60_000), 1),
+        None,
+        "{kind:?}: b parks"
+    );
+    on_x
+}
+
 /// A parked request granted but cancelled before its reply went out (the client's data path was
 /// replaced): the client never learns it holds the lock, so the server releases it again —
 /// for every kind, also RW, whose grants never lapse — and the next waiter gets it.
@@ -1210,19 +1236,11 @@ fn a_grant_whose_reply_is_cancelled_is_released_again() {
         let cfg = small();
         let mut region = TestRegion::new(&cfg);
         let mut s = server(&mut region, &cfg);
-        let a = s.client_init(2, 0, 0).unwrap();
-        let b = s.client_init(2, 0, 0).unwrap();
-        let c = s.client_init(2, 0, 0).unwrap();
-        let la = s.get_lock(a.get(), kind, b"x", 0).unwrap();
-        let lb = s.get_lock(b.get(), kind, b"x", 0).unwrap();
-        let lc = s.get_lock(c.get(), kind, b"x", 0).unwrap();
-        let held = run(&mut s, a, lock(kind, LockOp::TryExclusive, la, 60_000), 0);
-        assert_eq!(held.status, Status::Success, "{kind:?}");
-        // b parks, then c parks behind it.
-        assert_eq!(
-            wait_for(&mut s, b, waiting(kind, op, lb, 60_000, 60_000), 1),
-            None
-        );
+        let on_x = a_holds_b_waits(&mut s, kind, 60_000, op, 3);
+        let [(a, la), (b, _), (c, lc)] = on_x[..] else {
+            unreachable!("three clients")
+        };
+        // c parks behind b.
         let c_wants = waiting(kind, LockOp::TryExclusive, lc, 60_000, 60_000);
         assert_eq!(wait_for(&mut s, c, c_wants, 2), None);
         // a unlocks: b is granted, its reply is ready but not yet taken.
@@ -1730,26 +1748,11 @@ fn a_grant_dropped_by_a_lost_connection_is_released() {
     let cfg = small();
     let mut region = TestRegion::new(&cfg);
     let mut s = server(&mut region, &cfg);
-    let a = s.client_init(2, 0, 0).unwrap();
-    let b = s.client_init(2, 0, 0).unwrap();
-    let c = s.client_init(2, 0, 0).unwrap();
     let kind = LockKind::Rw;
-    let la = s.get_lock(a.get(), kind, b"x", 0).unwrap();
-    let lb = s.get_lock(b.get(), kind, b"x", 0).unwrap();
-    let lc = s.get_lock(c.get(), kind, b"x", 0).unwrap();
-    assert_eq!(
-        run(&mut s, a, lock(kind, LockOp::TryExclusive, la, 0), 0).status,
-        Status::Success
-    );
-    assert_eq!(
-        wait_for(
-            &mut s,
-            b,
-            waiting(kind, LockOp::TryExclusive, lb, 0, 60_000),
-            1
-        ),
-        None
-    );
+    let on_x = a_holds_b_waits(&mut s, kind, 0, LockOp::TryExclusive, 3);
+    let [(a, la), (b, _), (c, lc)] = on_x[..] else {
+        unreachable!("three clients")
+    };
     // a unlocks: b is granted, its reply is ready but not yet taken.
     run(&mut s, a, lock(kind, LockOp::UnlockExclusive, la, 0), 2);
     assert_eq!(s.replies_ready(), 1);
@@ -1774,23 +1777,10 @@ fn a_deinit_takes_the_parked_request_along() {
     let mut region = TestRegion::new(&cfg);
     let mut s = server(&mut region, &cfg);
     let kind = LockKind::Rw;
-    let a = s.client_init(2, 0, 0).unwrap();
-    let b = s.client_init(2, 0, 0).unwrap();
-    let la = s.get_lock(a.get(), kind, b"x", 0).unwrap();
-    let lb = s.get_lock(b.get(), kind, b"x", 0).unwrap();
-    assert_eq!(
-        run(&mut s, a, lock(kind, LockOp::TryExclusive, la, 0), 0).status,
-        Status::Success
-    );
-    assert_eq!(
-        wait_for(
-            &mut s,
-            b,
-            waiting(kind, LockOp::TryExclusive, lb, 0, 60_000),
-            1
-        ),
-        None
-    );
+    let on_x = a_holds_b_waits(&mut s, kind, 0, LockOp::TryExclusive, 2);
+    let [(a, la), (b, _)] = on_x[..] else {
+        unreachable!("two clients")
+    };
     let b_slot = s.client_session(b.get()).unwrap().0;
     s.client_deinit(b.get(), 2).unwrap();
     let c = s.client_init(2, 0, 3).unwrap();
@@ -1826,20 +1816,10 @@ fn fair_shared_and_preempted_grants_whose_reply_is_cancelled_are_released() {
         let mut region = TestRegion::new(&cfg);
         let mut s = server(&mut region, &cfg);
         let kind = LockKind::Fair;
-        let a = s.client_init(2, 0, 0).unwrap();
-        let b = s.client_init(2, 0, 0).unwrap();
-        let c = s.client_init(2, 0, 0).unwrap();
-        let la = s.get_lock(a.get(), kind, b"x", 0).unwrap();
-        let lb = s.get_lock(b.get(), kind, b"x", 0).unwrap();
-        let lc = s.get_lock(c.get(), kind, b"x", 0).unwrap();
-        assert_eq!(
-            run(&mut s, a, lock(kind, LockOp::TryExclusive, la, 10), 0).status,
-            Status::Success
-        );
-        assert_eq!(
-            wait_for(&mut s, b, waiting(kind, op, lb, 60_000, 60_000), 1),
-            None
-        );
+        let on_x = a_holds_b_waits(&mut s, kind, 10, op, 3);
+        let [(a, la), (b, _), (c, lc)] = on_x[..] else {
+            unreachable!("three clients")
+        };
         assert_eq!(
             wait_for(
                 &mut s,
