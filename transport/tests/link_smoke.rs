@@ -88,20 +88,19 @@ fn message(client: u32, message_id: u16, op: LockOp, lock: u32) -> Vec<u8> {
     req
 }
 
+/// One data round trip of a one-command message: the reply's (message id, status).
+fn one_round_trip(link: &mut Link, req: &[u8]) -> (u16, Status) {
+    let mut out = [0u8; DATA_MESSAGE_MAX];
+    let deadline = Some(Instant::now() + Duration::from_secs(5));
+    let m = link.data(req, &mut out, deadline).unwrap();
+    let r = decode_data_response(&out[..m]).unwrap();
+    (r.header().message_id, r.result(0).result.status)
+}
+
 fn round_trip(endpoint: Endpoint) {
     let (mut link, client, lock) = registered(&endpoint);
     let req = message(client, 9, LockOp::TryExclusive, lock);
-    let mut out = [0u8; DATA_MESSAGE_MAX];
-    let m = link
-        .data(
-            &req,
-            &mut out,
-            Some(Instant::now() + Duration::from_secs(5)),
-        )
-        .unwrap();
-    let r = decode_data_response(&out[..m]).unwrap();
-    assert_eq!(r.result(0).result.status, Status::Success);
-    assert_eq!(r.header().message_id, 9);
+    assert_eq!(one_round_trip(&mut link, &req), (9, Status::Success));
 }
 
 /// A trylock and the unlock of the same lock sent back to back, before either reply is read,
@@ -221,16 +220,6 @@ fn requests_left_in_the_lanes_do_not_run_after_a_reinit() {
         .unwrap();
     // A shared trylock rings the bell: had the stale exclusive one run first, it would fail.
     let req = message(init.client, 2, LockOp::TryShared, lock);
-    let mut out = [0u8; DATA_MESSAGE_MAX];
-    let m = link
-        .data(
-            &req,
-            &mut out,
-            Some(Instant::now() + Duration::from_secs(5)),
-        )
-        .unwrap();
-    let r = decode_data_response(&out[..m]).unwrap();
-    assert_eq!(r.header().message_id, 2);
-    assert_eq!(r.result(0).result.status, Status::Success);
+    assert_eq!(one_round_trip(&mut link, &req), (2, Status::Success));
     server.stop();
 }
