@@ -117,66 +117,84 @@ fn shm_round_trip(n: usize, idle: IdleStrategy) -> Histogram<u64> {
     h
 }
 
-/// The floor of a batch round trip: a full data message (1,008 bytes: 31 commands) copied
-/// word by word into a shared buffer and published by a sequence number, as a client writes its
+/// The floor of batch round trips: a full data message (1,008 bytes: 31 commands) copied word
+/// by word into a shared buffer and published by a sequence number, as a client writes its
 /// mailbox; a second thread copies it into a reply buffer of the same size and publishes that,
-/// as the data thread does, without executing anything. Returns the round trips.
-fn batch_echo(secs: f64) -> Histogram<u64> {
+/// as the data thread does, without executing anything. With `lanes` > 1 the messages go
+/// through that many buffers, up to `lanes` in flight, taken in order. Returns each message's
+/// round trip (from writing it to having read its reply) and messages per second.
+fn batch_echo(secs: f64, lanes: usize) -> (Histogram<u64>, f64) {
     const WORDS: usize = dlock_core::proto::DATA_MESSAGE_MAX / 8;
     struct Half {
         seq: AtomicU64,
         data: [AtomicU64; WORDS],
     }
-    let new_half = || Half {
-        seq: AtomicU64::new(0),
-        data: std::array::from_fn(|_| AtomicU64::new(0)),
+    let new_lanes = || -> Arc<Vec<Half>> {
+        Arc::new(
+            (0..lanes)
+                .map(|_| Half {
+                    seq: AtomicU64::new(0),
+                    data: std::array::from_fn(|_| AtomicU64::new(0)),
+                })
+                .collect(),
+        )
     };
-    let (req, resp) = (Arc::new(new_half()), Arc::new(new_half()));
+    let (req, resp) = (new_lanes(), new_lanes());
     let stop = Arc::new(AtomicBool::new(false));
     let echo = {
         let (req, resp, stop) = (Arc::clone(&req), Arc::clone(&resp), Arc::clone(&stop));
         thread::spawn(move || {
-            let mut last = 0;
             let mut buf = [0u64; WORDS];
+            let mut next = 1u64;
             while !stop.load(Ordering::Relaxed) {
-                let seq = req.seq.load(Ordering::Acquire);
-                if seq == last {
+                let lane = next as usize % lanes;
+                if req[lane].seq.load(Ordering::Acquire) != next {
                     std::hint::spin_loop();
                     continue;
                 }
-                for (b, w) in buf.iter_mut().zip(&req.data) {
+                for (b, w) in buf.iter_mut().zip(&req[lane].data) {
                     *b = w.load(Ordering::Relaxed);
                 }
-                for (w, b) in resp.data.iter().zip(&buf) {
+                for (w, b) in resp[lane].data.iter().zip(&buf) {
                     w.store(*b, Ordering::Relaxed);
                 }
-                resp.seq.store(seq, Ordering::Release);
-                last = seq;
+                resp[lane].seq.store(next, Ordering::Release);
+                next += 1;
             }
         })
     };
     let mut h = hist();
     let mut buf = [7u64; WORDS];
-    let deadline = Instant::now() + Duration::from_secs_f64(secs);
-    let mut seq = 0;
+    let mut sent_at = vec![Instant::now(); lanes];
+    let (mut sent, mut done) = (0u64, 0u64);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(secs);
     while Instant::now() < deadline {
-        seq += 1;
-        let t = Instant::now();
-        for (w, b) in req.data.iter().zip(&buf) {
-            w.store(*b, Ordering::Relaxed);
+        for _ in 0..64 {
+            while sent - done < lanes as u64 {
+                sent += 1;
+                let lane = sent as usize % lanes;
+                sent_at[lane] = Instant::now();
+                for (w, b) in req[lane].data.iter().zip(&buf) {
+                    w.store(*b, Ordering::Relaxed);
+                }
+                req[lane].seq.store(sent, Ordering::Release);
+            }
+            done += 1;
+            let lane = done as usize % lanes;
+            while resp[lane].seq.load(Ordering::Acquire) != done {
+                std::hint::spin_loop();
+            }
+            for (b, w) in buf.iter_mut().zip(&resp[lane].data) {
+                *b = w.load(Ordering::Relaxed);
+            }
+            let _ = h.record(sent_at[lane].elapsed().as_nanos() as u64);
         }
-        req.seq.store(seq, Ordering::Release);
-        while resp.seq.load(Ordering::Acquire) != seq {
-            std::hint::spin_loop();
-        }
-        for (b, w) in buf.iter_mut().zip(&resp.data) {
-            *b = w.load(Ordering::Relaxed);
-        }
-        let _ = h.record(t.elapsed().as_nanos() as u64);
     }
+    let rate = done as f64 / start.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     echo.join().expect("echo thread");
-    h
+    (h, rate)
 }
 
 /// 31-command batches from one client, trylock then unlock: the round trips, and lock
@@ -207,75 +225,6 @@ fn shm_batches(secs: f64, idle: IdleStrategy) -> (Histogram<u64>, f64) {
         ops += 62;
     }
     (h, ops as f64 / start.elapsed().as_secs_f64())
-}
-
-/// The floor of pipelined batches: [`batch_echo`] through four lanes, with up to four messages
-/// in flight, the echo thread taking them in order. Messages per second.
-fn batch_echo_pipelined(secs: f64) -> f64 {
-    const WORDS: usize = dlock_core::proto::DATA_MESSAGE_MAX / 8;
-    const LANES: usize = 4;
-    struct Half {
-        seq: AtomicU64,
-        data: [AtomicU64; WORDS],
-    }
-    let new_lanes = || -> Arc<[Half; LANES]> {
-        Arc::new(std::array::from_fn(|_| Half {
-            seq: AtomicU64::new(0),
-            data: std::array::from_fn(|_| AtomicU64::new(0)),
-        }))
-    };
-    let (req, resp) = (new_lanes(), new_lanes());
-    let stop = Arc::new(AtomicBool::new(false));
-    let echo = {
-        let (req, resp, stop) = (Arc::clone(&req), Arc::clone(&resp), Arc::clone(&stop));
-        thread::spawn(move || {
-            let mut buf = [0u64; WORDS];
-            let mut next = 1u64;
-            while !stop.load(Ordering::Relaxed) {
-                let lane = next as usize % LANES;
-                if req[lane].seq.load(Ordering::Acquire) != next {
-                    std::hint::spin_loop();
-                    continue;
-                }
-                for (b, w) in buf.iter_mut().zip(&req[lane].data) {
-                    *b = w.load(Ordering::Relaxed);
-                }
-                for (w, b) in resp[lane].data.iter().zip(&buf) {
-                    w.store(*b, Ordering::Relaxed);
-                }
-                resp[lane].seq.store(next, Ordering::Release);
-                next += 1;
-            }
-        })
-    };
-    let mut buf = [7u64; WORDS];
-    let (mut sent, mut done) = (0u64, 0u64);
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(secs);
-    while Instant::now() < deadline {
-        for _ in 0..64 {
-            while sent - done < LANES as u64 {
-                sent += 1;
-                let lane = &req[sent as usize % LANES];
-                for (w, b) in lane.data.iter().zip(&buf) {
-                    w.store(*b, Ordering::Relaxed);
-                }
-                lane.seq.store(sent, Ordering::Release);
-            }
-            done += 1;
-            let lane = &resp[done as usize % LANES];
-            while lane.seq.load(Ordering::Acquire) != done {
-                std::hint::spin_loop();
-            }
-            for (b, w) in buf.iter_mut().zip(&lane.data) {
-                *b = w.load(Ordering::Relaxed);
-            }
-        }
-    }
-    let rate = done as f64 / start.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
-    echo.join().expect("echo thread");
-    rate
 }
 
 /// 31-command batches from one client with `Client::pipeline_depth` of them in flight: one set
@@ -542,7 +491,7 @@ fn main() {
     if run("batch") {
         let secs = if quick { 1.0 } else { 3.0 };
         println!("shared memory, 31-command batches (1,008-byte messages), 1 client:");
-        let floor = batch_echo(secs);
+        let (floor, _) = batch_echo(secs, 1);
         report("  raw 1,008-byte echo (floor)", &floor);
         let floor_rate = 31e3 / floor.value_at_quantile(0.5) as f64;
         println!("    = {floor_rate:.1} M commands/s at the floor's median");
@@ -559,7 +508,7 @@ fn main() {
     if run("pipeline") {
         let secs = if quick { 1.0 } else { 3.0 };
         println!("shared memory, 31-command batches, 4 in flight, 1 client:");
-        let floor = 31.0 * batch_echo_pipelined(secs);
+        let floor = 31.0 * batch_echo(secs, 4).1;
         println!(
             "  raw 1,008-byte echo through 4 lanes (floor): {:.1} M commands/s",
             floor / 1e6
