@@ -1166,19 +1166,12 @@ fn a_cancelled_parked_request_is_never_granted_and_frees_the_clients_waiter() {
     let cfg = small();
     let mut region = TestRegion::new(&cfg);
     let mut s = server(&mut region, &cfg);
-    let a = s.client_init(2, 0, 0).unwrap();
-    let b = s.client_init(2, 0, 0).unwrap();
-    let la = s.get_lock(a.get(), LockKind::Rw, b"x", 0).unwrap();
-    let lb = s.get_lock(b.get(), LockKind::Rw, b"x", 0).unwrap();
-    run(
-        &mut s,
-        a,
-        lock(LockKind::Rw, LockOp::TryExclusive, la, 0),
-        0,
-    );
+    let on_x = a_holds_b_waits(&mut s, LockKind::Rw, 0, LockOp::TryExclusive, 2);
+    let [(a, la), (b, lb)] = on_x[..] else {
+        unreachable!("two clients")
+    };
     let cmd = waiting(LockKind::Rw, LockOp::TryExclusive, lb, 0, 60_000);
-    assert_eq!(wait_for(&mut s, b, cmd, 0), None);
-    s.cancel_parked(b.get(), 0);
+    s.cancel_parked(b.get(), 1);
     // b may park again at once (no `Easync`), and a's unlock grants only the new request.
     assert_eq!(wait_for(&mut s, b, cmd, 1), None);
     run(
