@@ -83,6 +83,73 @@ fn every_lock_kind_locks_and_unlocks_with_reentrancy_over_both_transports() {
     }
 }
 
+/// A server fails over to a replacement on the same address: the client re-claims what it holds
+/// (`reinit`, `update_all_locks`, `reinit_done`) and keeps it under the ids the new server gives.
+/// The new server numbers the locks afresh, so one lock's new id is another's old one.
+#[test]
+fn a_client_re_claims_its_locks_on_a_replacement_server() {
+    let first = server(true);
+    let addr = first.tcp_addr().expect("tcp");
+    let e = Endpoint::Tcp(addr);
+    let mut c = client(&e);
+    // Another client's locks take the first slots, so this client's move down on the new server.
+    let mut other = client(&e);
+    hold_all(&mut other, &[b"x", b"y"]);
+    hold_all(&mut c, &[b"a", b"b"]);
+    let c_id = c.get_lock(LockKind::Atomic, b"c").unwrap();
+    let old: Vec<LockId> = [b"a", b"b"]
+        .iter()
+        .map(|n| c.get_lock(LockKind::Atomic, *n).unwrap())
+        .collect();
+    first.stop();
+
+    let mut cfg = dlock_transport::runtime::ServerConfig::new(dlock_core::Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..common::small()
+    });
+    cfg.tcp = Some(dlock_transport::runtime::TcpConfig::new(addr));
+    let second = ServerHandle::start(cfg).expect("replacement starts");
+    assert_eq!(c.reinit(), Ok(true), "the replacement is recovering");
+    c.update_all_locks().unwrap();
+    c.reinit_done().unwrap();
+
+    let new: Vec<LockId> = [b"a", b"b"]
+        .iter()
+        .map(|n| c.get_lock(LockKind::Atomic, *n).unwrap())
+        .collect();
+    let new_c = c.get_lock(LockKind::Atomic, b"c").unwrap();
+    assert_eq!(
+        c.locks().count(),
+        3,
+        "every record re-claimed, none lost or doubled"
+    );
+    assert!(
+        new.iter()
+            .chain([&new_c])
+            .any(|id| old.contains(id) || *id == c_id),
+        "the renumbering reuses an old id ({old:?}, {c_id} -> {new:?}, {new_c})"
+    );
+    for &id in &new {
+        assert_eq!(local_refs(&c, id), Some(1), "still held once");
+    }
+    assert_eq!(local_refs(&c, new_c), Some(0), "a reference only");
+    let mut rival = client(&Endpoint::Tcp(addr));
+    let rival_a = rival.get_lock(LockKind::Atomic, b"a").unwrap();
+    assert_eq!(
+        rival
+            .trylock(rival_a, Mode::Exclusive, 1_000)
+            .map(|g| g.status),
+        Err(Status::Fail),
+        "the re-claimed grant holds on the new server"
+    );
+    for id in new {
+        assert_eq!(c.unlock(id), Ok(Status::Success));
+    }
+    assert!(rival.trylock(rival_a, Mode::Exclusive, 1_000).is_ok());
+    second.stop();
+}
+
 #[test]
 fn batches_are_per_item_or_all_or_nothing() {
     let s = server(true);

@@ -24,6 +24,7 @@ pub mod local;
 mod pipeline;
 #[cfg(feature = "rdma")]
 mod rdma;
+mod table;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -40,6 +41,7 @@ use link::Link;
 pub use link::{Endpoint, Transport};
 pub use local::{Decision, LocalLock, LocalState, Request};
 use pipeline::Pipeline;
+use table::{Entry, LockTable};
 
 use crate::sync::Ordering;
 
@@ -106,14 +108,6 @@ pub enum AsyncOp {
     Extend(u32),
 }
 
-#[derive(Debug)]
-struct Entry {
-    local: LocalLock,
-    name: Box<[u8]>,
-    /// An operation on this lock is in a batch in flight (see `pipeline`).
-    busy: bool,
-}
-
 /// A hasher for the client's own id maps: lock and object ids are distinct small integers the
 /// server chose, so SipHash's protection against chosen keys buys nothing here and costs a
 /// fifth of a batch's client-side time. A multiply spreads the id over the high bits the table
@@ -139,9 +133,6 @@ impl std::hash::Hasher for IdHasher {
 
 type IdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
 
-/// A lock's claim with everything copied out of the client (id, kind, claim, name, word).
-type OwnedClaim = (LockId, LockKind, local::Claim, Box<[u8]>, u128);
-
 #[derive(Debug, Clone, Copy)]
 struct Pending {
     lock: LockId,
@@ -164,7 +155,7 @@ pub struct Client {
     version: u8,
     recovering: bool,
     message_id: u16,
-    locks: IdMap<LockId, Entry>,
+    locks: LockTable,
     /// Objects this client got, with their cell index.
     objects: IdMap<ObjectId, u32>,
     pending: Option<Pending>,
@@ -197,7 +188,7 @@ impl Client {
             version: PROTO_VERSION,
             recovering: false,
             message_id: crate::runtime::entropy_seed() as u16,
-            locks: IdMap::default(),
+            locks: LockTable::default(),
             objects: IdMap::default(),
             pending: None,
             pipeline: Pipeline::new(),
@@ -315,7 +306,7 @@ impl Client {
         self.link.set_wait_awake(self.cfg.wait_awake);
         self.pending = None;
         self.pipeline.clear();
-        for e in self.locks.values_mut() {
+        for e in self.locks.iter_mut() {
             e.busy = false;
         }
         let lease_ms = self.cfg.lease_ms;
@@ -379,7 +370,7 @@ impl Client {
     }
 
     fn track(&mut self, id: LockId, kind: LockKind, name: &[u8]) {
-        self.locks.entry(id).or_insert_with(|| Entry {
+        self.locks.get_or_insert_with(id, || Entry {
             local: LocalLock::new(id, kind),
             name: name.into(),
             busy: false,
@@ -421,7 +412,7 @@ impl Client {
             self.id.get(),
             ControlRequest::ReleaseLock { lock: id.raw() },
         )?;
-        self.locks.remove(&id);
+        self.locks.remove(id);
         Ok(())
     }
 
@@ -429,7 +420,7 @@ impl Client {
     /// nor ticketed, and no operation on it is in flight (an asynchronous request or a pipelined
     /// batch: its reply must find the record).
     fn releasable(&self, id: &LockId) -> Result<(), Status> {
-        let e = self.locks.get(id).ok_or(Status::LockNotGet)?;
+        let e = self.locks.get(*id).ok_or(Status::LockNotGet)?;
         e.local.releasable()?;
         if e.busy || self.pending.is_some_and(|p| p.lock == *id) {
             return Err(Status::Easync);
@@ -470,7 +461,7 @@ impl Client {
                     .unwrap_or(Status::BadResponse)
                 {
                     Status::Success => {
-                        self.locks.remove(id);
+                        self.locks.remove(*id);
                         Ok(())
                     }
                     s => Err(s),
@@ -484,7 +475,7 @@ impl Client {
             return Err(Status::Easync);
         }
         self.locks
-            .get_mut(&id)
+            .get_mut(id)
             .map(|e| &mut e.local)
             .ok_or(Status::LockNotGet)
     }
@@ -572,13 +563,13 @@ impl Client {
             Err(s) => return Err(s),
         };
         let now = self.now_ms();
-        let local = &mut self.locks.get_mut(&id).ok_or(Status::LockNotGet)?.local;
+        let local = &mut self.locks.get_mut(id).ok_or(Status::LockNotGet)?.local;
         let status = local.apply(&request, &reply, now);
         grant(status, local)
     }
 
     fn answered(&self, id: LockId, s: Status) -> Result<Grant, Status> {
-        let local = &self.locks.get(&id).ok_or(Status::LockNotGet)?.local;
+        let local = &self.locks.get(id).ok_or(Status::LockNotGet)?.local;
         grant(s, local)
     }
 
@@ -720,7 +711,7 @@ impl Client {
                 }
                 let result = r.result;
                 let now_ms = self.now_ms();
-                let e = self.locks.get_mut(&p.lock).ok_or(Status::LockNotGet)?;
+                let e = self.locks.get_mut(p.lock).ok_or(Status::LockNotGet)?;
                 let status = e.local.apply(&p.request, &result, now_ms);
                 grant(status, &e.local)
             }
@@ -738,54 +729,69 @@ impl Client {
 
     /// After a failover (`reinit` said the server recovers): re-claims every lock this client
     /// knows, in batches of 31, and takes the new ids the server gives them. A lock whose claim
-    /// the server refuses is forgotten: the grant is lost (as a `Fail` would say).
+    /// the server refuses (or whose record is in a state no claim can describe) is forgotten:
+    /// the grant is lost (as a `Fail` would say). On an error, the records not yet re-claimed
+    /// keep their old ids; call again after the next `reinit`.
     pub fn update_all_locks(&mut self) -> Result<(), Status> {
         let now = self.now_ms();
-        let ids: Vec<LockId> = self.locks.keys().copied().collect();
-        for chunk in ids.chunks(dlock_core::config::BATCH_MAX) {
-            // Owned copies: the claims must outlive the borrow of `self` the exchange takes.
-            let owned: Vec<OwnedClaim> = chunk
-                .iter()
-                .filter_map(|id| {
-                    let e = self.locks.get(id)?;
-                    Some((
-                        *id,
-                        e.local.kind,
-                        e.local.claim(now)?,
-                        e.name.clone(),
-                        e.local.word,
-                    ))
+        // Every record leaves the table and comes back under its new id: the new server numbers
+        // its locks afresh, so renaming in place could file one record over another not yet
+        // renamed.
+        let mut records = self.locks.drain().into_iter();
+        loop {
+            let chunk: Vec<(Entry, local::Claim)> = records
+                .by_ref()
+                .filter_map(|e| {
+                    let claim = e.local.claim(now);
+                    if claim.is_none() {
+                        tracing::warn!(lock = %e.local.id, "lock record inconsistent; not re-claimed");
+                    }
+                    Some((e, claim?))
                 })
+                .take(dlock_core::config::BATCH_MAX)
                 .collect();
-            let claims: Vec<LockClaim<'_>> = owned
+            if chunk.is_empty() {
+                break;
+            }
+            let claims: Vec<LockClaim<'_>> = chunk
                 .iter()
-                .map(|(id, kind, c, name, word)| LockClaim {
-                    kind: *kind,
+                .map(|(e, c)| LockClaim {
+                    kind: e.local.kind,
                     held: c.held,
-                    name,
-                    old_lock: id.raw(),
-                    word: *word,
+                    name: &e.name,
+                    old_lock: e.local.id.raw(),
+                    word: e.local.word,
                     ticket: c.ticket,
                     remaining_ms: c.remaining_ms,
                     age_ms: c.age_ms,
                     token: c.token,
                 })
                 .collect();
-            if claims.is_empty() {
-                continue;
-            }
             let body = ControlRequest::BatchUpdateLocks(Batch::from_slice(&claims));
-            let entries: Vec<BatchEntry> = match self.control(self.id.get(), body)? {
-                ControlResponse::Entries(e) => e.iter().collect(),
-                _ => return Err(Status::BadResponse),
+            let answered = match self.control(self.id.get(), body) {
+                Ok(ControlResponse::Entries(e)) => Ok(e.iter().collect::<Vec<BatchEntry>>()),
+                Ok(_) => Err(Status::BadResponse),
+                Err(s) => Err(s),
             };
-            for ((old, ..), e) in owned.iter().zip(entries) {
-                let Some(mut entry) = self.locks.remove(old) else {
-                    continue;
-                };
-                if let (Status::Success, Some(new)) = (e.status, LockId::from_raw(e.id)) {
-                    entry.local.id = new;
-                    self.locks.insert(new, entry);
+            drop(claims);
+            let entries = match answered {
+                Ok(entries) if entries.len() == chunk.len() => entries,
+                Ok(_) => {
+                    self.keep_unclaimed(chunk.into_iter().map(|(e, _)| e).chain(records));
+                    return Err(Status::BadResponse);
+                }
+                Err(s) => {
+                    self.keep_unclaimed(chunk.into_iter().map(|(e, _)| e).chain(records));
+                    return Err(s);
+                }
+            };
+            for ((mut e, _), answer) in chunk.into_iter().zip(entries) {
+                if let (Status::Success, Some(new)) = (answer.status, LockId::from_raw(answer.id)) {
+                    e.local.id = new;
+                    if let Some(other) = self.locks.insert(e) {
+                        // Two records of one name (a stale id beside a fresh one): the later wins.
+                        tracing::warn!(lock = %new, name = ?other.name, "two locks re-claimed under one id");
+                    }
                 }
             }
         }
@@ -793,9 +799,21 @@ impl Client {
         Ok(())
     }
 
+    /// Puts records that could not be re-claimed back under their old ids, unless a re-claimed
+    /// record already took that id (the old one then names nothing on the new server).
+    fn keep_unclaimed(&mut self, records: impl Iterator<Item = Entry>) {
+        for e in records {
+            if self.locks.get(e.local.id).is_none() {
+                self.locks.insert(e);
+            } else {
+                tracing::warn!(lock = %e.local.id, "lock record dropped: its old id was re-used");
+            }
+        }
+    }
+
     /// The lock ids this client holds references to, with their local state.
     pub fn locks(&self) -> impl Iterator<Item = (&LockId, &LocalLock)> {
-        self.locks.iter().map(|(id, e)| (id, &e.local))
+        self.locks.iter().map(|e| (&e.local.id, &e.local))
     }
 
     /// Creates the object `name` with `init` and a lease in seconds (`umo_atomic64_create`).

@@ -21,7 +21,8 @@ use dlock_core::proto::{Command, FLAG_ALL_OR_NOTHING, ObjectCommand, ObjectOp};
 use dlock_core::{LockId, Mode, Status};
 
 use super::local::{Decision, LocalLock, Request};
-use super::{Client, Entry, Grant, IdMap, Sent, grant, receive};
+use super::table::LockTable;
+use super::{Client, Grant, Sent, grant, receive};
 
 const BATCH: usize = dlock_core::config::BATCH_MAX;
 
@@ -107,9 +108,9 @@ impl Pipeline {
 /// Takes a batch back: puts every record its local decisions touched back as it was, the
 /// latest entry first (so a lock named twice ends as it was before its first entry), and frees
 /// the locks it marked busy.
-fn unwind(f: &InFlight, locks: &mut IdMap<LockId, Entry>) {
+fn unwind(f: &InFlight, locks: &mut LockTable) {
     for before in f.saved[..f.n].iter().rev().flatten() {
-        if let Some(e) = locks.get_mut(&before.id) {
+        if let Some(e) = locks.get_mut(before.id) {
             e.local = *before;
         }
     }
@@ -119,12 +120,12 @@ fn unwind(f: &InFlight, locks: &mut IdMap<LockId, Entry>) {
 /// Frees the locks a batch marked busy: those it sent, and in an all-or-nothing batch every
 /// lock it decided on (until it completes, its local answers may still be taken back, so no
 /// later batch may change those records either).
-fn release(f: &InFlight, locks: &mut IdMap<LockId, Entry>) {
+fn release(f: &InFlight, locks: &mut LockTable) {
     let sent = f.sent[..f.k].iter().flatten().map(|(_, id, _)| id);
     let decided = f.saved[..f.n].iter().flatten().map(|before| &before.id);
     let all_or_nothing = f.all_or_nothing();
     for id in sent.chain(decided.filter(|_| all_or_nothing)) {
-        if let Some(e) = locks.get_mut(id) {
+        if let Some(e) = locks.get_mut(*id) {
             e.busy = false;
         }
     }
@@ -268,15 +269,20 @@ impl Client {
         }
         for (s, reply) in f.sent[..k].iter().zip(replies.iter()) {
             let Some((i, id, request)) = s else { continue };
-            out[*i] = match locks.get_mut(id) {
+            out[*i] = match locks.get_mut(*id) {
                 Some(e) => {
+                    // Applied: free for the next operation (what `release` does, in this pass).
+                    e.busy = false;
                     let status = e.local.apply(request, reply, now);
                     grant(status, &e.local)
                 }
                 None => Err(Status::LockNotGet),
             };
         }
-        release(f, locks);
+        if all_or_nothing {
+            // Locks it decided on without sending are busy too until now.
+            release(f, locks);
+        }
         Ok(n)
     }
 
@@ -308,7 +314,7 @@ impl Client {
             f.answered[i] = None;
             f.saved[i] = None;
             let id = id_of(i);
-            let Some(e) = locks.get_mut(&id) else {
+            let Some(e) = locks.get_mut(id) else {
                 f.answered[i] = Some(Err(Status::LockNotGet));
                 continue;
             };
