@@ -362,6 +362,23 @@ pub fn decode_data_request(buf: &[u8]) -> Result<DataRequest<'_>, DecodeError> {
     Ok(DataRequest { header, commands })
 }
 
+/// Decodes a data request as [`decode_data_request`] does and reads its commands into
+/// `commands` in the same pass (`commands[..len()]`), so that each is parsed once: the server's
+/// hot path.
+pub fn decode_data_request_into<'a>(
+    buf: &'a [u8],
+    commands: &mut [Command; BATCH_MAX],
+) -> Result<DataRequest<'a>, DecodeError> {
+    let (header, raw) = decode_message(buf)?;
+    for (c, slot) in raw.iter().zip(commands.iter_mut()) {
+        *slot = parse_command(c)?;
+    }
+    Ok(DataRequest {
+        header,
+        commands: raw,
+    })
+}
+
 /// Decodes a data response, validating every result so [`DataResponse::result`] cannot fail.
 pub fn decode_data_response(buf: &[u8]) -> Result<DataResponse<'_>, DecodeError> {
     let (header, results) = decode_message(buf)?;
@@ -548,6 +565,31 @@ pub fn encode_data_response(
 /// writes each result as it is computed, without an array of them.
 pub fn begin_data_response(req: &DataRequest<'_>, out: &mut [u8]) -> Result<usize, EncodeError> {
     put_message_header(out, &req.header, req.len())
+}
+
+/// Writes the outcome of `command` — command `i` of the request, as
+/// [`decode_data_request_into`] read it — into a response started with [`begin_data_response`]:
+/// what [`put_data_result`] writes, from the decoded command rather than its bytes.
+#[inline]
+pub fn put_command_result(
+    out: &mut [u8],
+    i: usize,
+    command: &Command,
+    result: &CommandResult,
+) -> Result<(), EncodeError> {
+    let c: &mut RawCommand = command_slot(out, i)?
+        .try_into()
+        .map_err(|_| EncodeError::BufferTooSmall)?;
+    // Field by field into the slot (a fixed-size array, so no further bounds checks). Building
+    // the 32 bytes first and copying them whole reloads freshly stored halves as one vector, a
+    // store-forwarding stall.
+    c[0] = command.kind_code();
+    c[1] = command.op_code();
+    c[2..4].copy_from_slice(&(result.status as u16).to_le_bytes());
+    c[4..8].copy_from_slice(&command.id().to_le_bytes());
+    c[8..24].copy_from_slice(&result.word.to_le_bytes());
+    c[24..32].copy_from_slice(&result.aux.to_le_bytes());
+    Ok(())
 }
 
 /// Writes the outcome of command `i` of `req` (its kind, op and id echoed) into a response

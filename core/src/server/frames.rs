@@ -14,10 +14,10 @@ use super::waiters::{Disposition, MessageMeta};
 use super::{Counter, Server};
 use crate::config::BATCH_MAX;
 use crate::proto::{
-    BatchEntries, BatchEntry, CommandResult, ControlHeader, ControlRequest, ControlResponse,
-    DecodeError, EncodeError, InitReply, SERVER_VERSIONS, VersionRange, begin_data_response,
-    decode_control_request, decode_data_request, encode_control_response, negotiate,
-    peek_control_header, put_data_result,
+    BatchEntries, BatchEntry, Command, CommandResult, ControlHeader, ControlRequest,
+    ControlResponse, DecodeError, EncodeError, InitReply, ObjectCommand, ObjectOp, SERVER_VERSIONS,
+    VersionRange, begin_data_response, decode_control_request, decode_data_request_into,
+    encode_control_response, negotiate, peek_control_header, put_command_result,
 };
 use crate::status::Status;
 
@@ -36,6 +36,14 @@ impl From<EncodeError> for FrameError {
         FrameError::Reply(e)
     }
 }
+
+/// What fills the command array past a message's count (never read).
+const NO_COMMAND: Command = Command::Object(ObjectCommand {
+    op: ObjectOp::Snapshot,
+    object: 0,
+    a: 0,
+    b: 0,
+});
 
 /// Whether a non-init frame's version is one this server speaks.
 #[inline]
@@ -252,17 +260,20 @@ impl<'r> Server<'r> {
         out: &mut [u8],
         now_ms: u64,
     ) -> Result<usize, FrameError> {
-        let msg = decode_data_request(req).map_err(|e| {
+        // Each command is parsed once, here, and read back from this array.
+        let mut commands = [NO_COMMAND; BATCH_MAX];
+        let msg = decode_data_request_into(req, &mut commands).map_err(|e| {
             self.stats.bump(Counter::Einval);
             FrameError::Malformed(e)
         })?;
         let header = msg.header();
         let n = msg.len();
         let len = begin_data_response(&msg, out)?;
+        let commands = &commands;
         // `begin_data_response` checked that `out` holds the whole reply, so no result write
         // can fail.
         let mut reply = |i: usize, r: CommandResult| {
-            let written = put_data_result(&msg, i, &r, out);
+            let written = put_command_result(out, i, &commands[i], &r);
             debug_assert!(written.is_ok());
         };
         if version_spoken(header.version) {
@@ -272,14 +283,8 @@ impl<'r> Server<'r> {
                 flags: header.flags,
             };
             // The decoder bounds the count to 1..=31, so the message is never refused whole.
-            let done = self.execute_with(
-                header.client,
-                meta,
-                n,
-                |i| msg.command(i),
-                &mut reply,
-                now_ms,
-            );
+            let done =
+                self.execute_with(header.client, meta, n, |i| commands[i], &mut reply, now_ms);
             if done == Ok(Disposition::Deferred) {
                 return Ok(0);
             }

@@ -24,6 +24,20 @@ fn assert_refused_or_reencoded_exactly(bytes: &[u8]) {
         let n = encode_data_request(&req.header(), &commands, &mut out)
             .expect("a decoded data request re-encodes");
         assert_eq!(&out[..n], bytes, "{req:?}");
+        assert_results_written_alike(&req, &commands);
+    }
+    // The server's one-pass decoder accepts and reads exactly what the two-pass one does.
+    let mut read = [command_with(0, 0, 1); BATCH_MAX];
+    match (
+        decode_data_request(bytes),
+        decode_data_request_into(bytes, &mut read),
+    ) {
+        (Ok(a), Ok(b)) => {
+            assert_eq!(a, b);
+            assert!(a.commands().eq(read[..a.len()].iter().copied()));
+        }
+        (Err(a), Err(b)) => assert_eq!(a, b),
+        (a, b) => panic!("decoders disagree: {a:?} / {b:?}"),
     }
     if let Ok(resp) = decode_data_response(bytes) {
         let n = reencode_data_response(&resp, &mut out);
@@ -34,6 +48,24 @@ fn assert_refused_or_reencoded_exactly(bytes: &[u8]) {
         assert!((CONTROL_HEADER_LEN..=bytes.len()).contains(&len));
         assert_eq!(header.message_id.to_le_bytes(), bytes[10..12]);
     }
+}
+
+/// `put_command_result` (from decoded commands) writes the same response bytes as
+/// `put_data_result` (from the request's bytes).
+fn assert_results_written_alike(req: &DataRequest<'_>, commands: &[Command]) {
+    let (mut by_bytes, mut by_command) = ([0u8; DATA_MESSAGE_MAX], [0u8; DATA_MESSAGE_MAX]);
+    let n = begin_data_response(req, &mut by_bytes).expect("room for the response");
+    begin_data_response(req, &mut by_command).expect("room for the response");
+    for (i, c) in commands.iter().enumerate() {
+        let r = CommandResult {
+            status: Status::ALL[i % Status::ALL.len()],
+            word: u128::MAX / 3 + i as u128,
+            aux: 0xA5A5_0000 + i as u64,
+        };
+        put_data_result(req, i, &r, &mut by_bytes).expect("in range");
+        put_command_result(&mut by_command, i, c, &r).expect("in range");
+    }
+    assert_eq!(by_bytes[..n], by_command[..n]);
 }
 
 /// Re-encodes a decoded response through the public API: rebuild the request it answers from
