@@ -22,7 +22,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock_core::{Config, LockKind, Mode, Status};
+use dlock_core::proto::{
+    Command, DATA_MESSAGE_MAX, DataHeader, LockCommand, LockOp, PROTO_VERSION, encode_data_request,
+};
+use dlock_core::{Config, LockKind, Mode, Status, Ticket};
 use dlock_transport::client::{AsyncOp, Client, ClientConfig, Endpoint};
 use dlock_transport::runtime::{IdleStrategy, ServerConfig, ServerHandle, TcpConfig};
 use hdrhistogram::Histogram;
@@ -277,6 +280,72 @@ fn shm_pipelined(secs: f64, idle: IdleStrategy) -> f64 {
     rate
 }
 
+/// The data thread's own work with no transport: the pipelined run's 31-key trylock and unlock
+/// messages through `Server::handle_data` (decode, execute, encode the reply) on this thread,
+/// back to back, cache-hot. Lock operations per second.
+fn server_alone(secs: f64) -> f64 {
+    let cfg = Config {
+        locks_max: 4_096,
+        clients_max: 128,
+        objects_max: 64,
+        ..Config::default()
+    };
+    let mut region = dlock_benches::region(&cfg);
+    let mut s = dlock_benches::server(&mut region);
+    let c = s.client_init(2, 0, 0).expect("client").get();
+    let ids: Vec<_> = (0..31)
+        .map(|k| {
+            s.get_lock(c, LockKind::Atomic, format!("s{k}").as_bytes(), 0)
+                .expect("get_lock")
+        })
+        .collect();
+    let message = |op| {
+        let commands: Vec<Command> = ids
+            .iter()
+            .map(|id| {
+                Command::Lock(LockCommand {
+                    kind: LockKind::Atomic,
+                    op,
+                    lock: id.raw(),
+                    expire_ms: 5_000,
+                    ticket: Ticket::default(),
+                    wait_ms: 0,
+                })
+            })
+            .collect();
+        let header = DataHeader {
+            version: PROTO_VERSION,
+            count: 0,
+            message_id: 1,
+            client: c,
+            flags: 0,
+        };
+        let mut buf = vec![0; DATA_MESSAGE_MAX];
+        let n = encode_data_request(&header, &commands, &mut buf).expect("encode");
+        buf.truncate(n);
+        buf
+    };
+    let (lock, unlock) = (
+        message(LockOp::TryExclusive),
+        message(LockOp::UnlockExclusive),
+    );
+    let mut out = [0u8; DATA_MESSAGE_MAX];
+    let mut ops = 0u64;
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(secs);
+    while Instant::now() < deadline {
+        for _ in 0..256 {
+            s.handle_data(std::hint::black_box(&lock), &mut out, 1_000)
+                .expect("trylock message");
+            s.handle_data(std::hint::black_box(&unlock), &mut out, 1_000)
+                .expect("unlock message");
+            std::hint::black_box(&out);
+        }
+        ops += 256 * 62;
+    }
+    ops as f64 / start.elapsed().as_secs_f64()
+}
+
 /// The same frame size as a data message of one command (48 bytes) echoed over loopback TCP.
 fn tcp_echo(n: usize) -> Histogram<u64> {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -513,13 +582,25 @@ fn main() {
             "  raw 1,008-byte echo through 4 lanes (floor): {:.1} M commands/s",
             floor / 1e6
         );
+        // One data thread both copies every message in and out (as the echo does) and executes
+        // it, one after the other: their times per operation add up to the ceiling.
+        let alone = server_alone(secs);
+        let ceiling = 1.0 / (1.0 / floor + 1.0 / alone);
+        println!(
+            "  state machine alone (decode, execute, encode; no transport): {:.1} M lock \
+             operations/s\n  ceiling for one data thread (echo floor + state machine): {:.1} M \
+             lock operations/s",
+            alone / 1e6,
+            ceiling / 1e6
+        );
         for idle in [IdleStrategy::Spin, IdleStrategy::Adaptive] {
             let rate = shm_pipelined(secs, idle);
             println!(
                 "  pipelined batches, idle = {idle:?}: {:.1} M lock operations/s ({:.0}% of the \
-                 floor)",
+                 floor, {:.0}% of the ceiling)",
                 rate / 1e6,
-                100.0 * rate / floor
+                100.0 * rate / floor,
+                100.0 * rate / ceiling
             );
         }
     }
