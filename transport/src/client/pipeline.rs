@@ -37,7 +37,20 @@ const NO_COMMAND: Command = Command::Object(ObjectCommand {
     b: 0,
 });
 
-/// One submitted batch, until it is completed. Fixed-size, so submitting allocates nothing.
+/// A filler for unused slots of a batch's fixed arrays (never read: the lengths bound them).
+const NO_LOCK: LockId = LockId::new(0, 1);
+
+/// A command a batch sent: the caller's entry index, the lock, the request.
+#[derive(Clone, Copy, Debug)]
+struct SentCommand {
+    entry: u8,
+    lock: LockId,
+    request: Request,
+}
+
+/// One submitted batch, until it is completed. Fixed-size, so submitting allocates nothing; the
+/// arrays are filled from the front (their lengths say how far), so a batch whose entries all go
+/// to the server writes one record per entry and nothing else.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct InFlight {
     /// The link's ticket for the message (unused when `k == 0`: nothing was sent).
@@ -49,14 +62,15 @@ pub(super) struct InFlight {
     n: usize,
     /// Commands sent.
     k: usize,
-    /// Per command sent: the caller's entry index, the lock, the request.
-    sent: [Option<(usize, LockId, Request)>; BATCH],
-    /// Per entry: the result when it was answered without the server (final at submission).
-    answered: [Option<Result<Grant, Status>>; BATCH],
-    /// Per entry: the record before the local decision, kept where the batch may have to be
-    /// taken back (every entry of an all-or-nothing batch; an entry answered locally, until the
-    /// message is sent).
-    saved: [Option<LocalLock>; BATCH],
+    sent: [SentCommand; BATCH],
+    /// Entries answered without the server (final at submission), in entry order.
+    answered: [(u8, Result<Grant, Status>); BATCH],
+    answered_len: usize,
+    /// Records as they were before the local decision, in entry order, kept where the batch
+    /// may have to be taken back: every entry of an all-or-nothing batch, and an entry answered
+    /// locally (until the message is sent).
+    saved: [(u8, LocalLock); BATCH],
+    saved_len: usize,
 }
 
 impl InFlight {
@@ -65,16 +79,40 @@ impl InFlight {
     }
 
     pub(super) fn new() -> Self {
+        let blank = LocalLock::new(NO_LOCK, dlock_core::LockKind::Atomic);
         InFlight {
             ticket: 0,
             message_id: 0,
             flags: 0,
             n: 0,
             k: 0,
-            sent: [None; BATCH],
-            answered: [None; BATCH],
-            saved: [None; BATCH],
+            sent: [SentCommand {
+                entry: 0,
+                lock: NO_LOCK,
+                request: Request::none(),
+            }; BATCH],
+            answered: [(0, Err(Status::Einval)); BATCH],
+            answered_len: 0,
+            saved: [(0, blank); BATCH],
+            saved_len: 0,
         }
+    }
+
+    fn sent(&self) -> &[SentCommand] {
+        &self.sent[..self.k]
+    }
+
+    fn answered(&self) -> &[(u8, Result<Grant, Status>)] {
+        &self.answered[..self.answered_len]
+    }
+
+    fn saved(&self) -> &[(u8, LocalLock)] {
+        &self.saved[..self.saved_len]
+    }
+
+    fn answer(&mut self, entry: usize, r: Result<Grant, Status>) {
+        self.answered[self.answered_len] = (entry as u8, r);
+        self.answered_len += 1;
     }
 }
 
@@ -109,7 +147,7 @@ impl Pipeline {
 /// latest entry first (so a lock named twice ends as it was before its first entry), and frees
 /// the locks it marked busy.
 fn unwind(f: &InFlight, locks: &mut LockTable) {
-    for before in f.saved[..f.n].iter().rev().flatten() {
+    for (_, before) in f.saved().iter().rev() {
         if let Some(e) = locks.get_mut(before.id) {
             e.local = *before;
         }
@@ -121,11 +159,11 @@ fn unwind(f: &InFlight, locks: &mut LockTable) {
 /// lock it decided on (until it completes, its local answers may still be taken back, so no
 /// later batch may change those records either).
 fn release(f: &InFlight, locks: &mut LockTable) {
-    let sent = f.sent[..f.k].iter().flatten().map(|(_, id, _)| id);
-    let decided = f.saved[..f.n].iter().flatten().map(|before| &before.id);
+    let sent = f.sent().iter().map(|s| s.lock);
+    let decided = f.saved().iter().map(|(_, before)| before.id);
     let all_or_nothing = f.all_or_nothing();
     for id in sent.chain(decided.filter(|_| all_or_nothing)) {
-        if let Some(e) = locks.get_mut(*id) {
+        if let Some(e) = locks.get_mut(id) {
             e.busy = false;
         }
     }
@@ -188,10 +226,8 @@ impl Client {
             return Err(Status::Einval);
         }
         let (n, k, all_or_nothing) = (f.n, f.k, f.all_or_nothing());
-        for (slot, answered) in out.iter_mut().zip(&f.answered[..n]) {
-            if let Some(r) = answered {
-                *slot = *r;
-            }
+        for &(i, r) in f.answered() {
+            out[usize::from(i)] = r;
         }
         let head = self.pipeline.head;
         self.pipeline.head = (head + 1) % DEPTH_MAX;
@@ -218,8 +254,7 @@ impl Client {
             count: k,
         };
         // The commands are described from the batch's own records, not copied out first.
-        let command =
-            |i: usize| f.sent[i].map_or(NO_COMMAND, |(_, _, r)| Command::Lock(r.command()));
+        let command = |i: usize| Command::Lock(f.sent[i].request.command());
         if let Err(s) = receive(link, data_reply, replies, sent, command, deadline) {
             // The batch is over either way: its locks are free for the next operation. What the
             // server did is unknown (the caller reinits and re-claims); an all-or-nothing batch
@@ -251,29 +286,24 @@ impl Client {
         if undone {
             // Nothing stayed held on the server: restore every record, report each entry.
             unwind(f, locks);
-            for (slot, saved) in out.iter_mut().zip(&f.saved[..n]) {
-                if saved.is_some() {
-                    *slot = Err(Status::Eagain);
-                }
+            for &(i, _) in f.saved() {
+                out[usize::from(i)] = Err(Status::Eagain);
             }
-            for (s, r) in f.sent[..k].iter().zip(replies.iter()) {
-                if let Some((i, ..)) = *s {
-                    out[i] = Err(if r.status == Status::AlreadyLocked {
-                        Status::Eagain
-                    } else {
-                        r.status
-                    });
-                }
+            for (s, r) in f.sent().iter().zip(replies.iter()) {
+                out[usize::from(s.entry)] = Err(if r.status == Status::AlreadyLocked {
+                    Status::Eagain
+                } else {
+                    r.status
+                });
             }
             return Ok(n);
         }
-        for (s, reply) in f.sent[..k].iter().zip(replies.iter()) {
-            let Some((i, id, request)) = s else { continue };
-            out[*i] = match locks.get_mut(*id) {
+        for (s, reply) in f.sent().iter().zip(replies.iter()) {
+            out[usize::from(s.entry)] = match locks.get_mut(s.lock) {
                 Some(e) => {
                     // Applied: free for the next operation (what `release` does, in this pass).
                     e.busy = false;
-                    let status = e.local.apply(request, reply, now);
+                    let status = e.local.apply(&s.request, reply, now);
                     grant(status, &e.local)
                 }
                 None => Err(Status::LockNotGet),
@@ -309,17 +339,17 @@ impl Client {
             pipeline, locks, ..
         } = self;
         let f = &mut pipeline.slots[at];
+        f.answered_len = 0;
+        f.saved_len = 0;
         let mut k = 0;
         for i in 0..n {
-            f.answered[i] = None;
-            f.saved[i] = None;
             let id = id_of(i);
             let Some(e) = locks.get_mut(id) else {
-                f.answered[i] = Some(Err(Status::LockNotGet));
+                f.answer(i, Err(Status::LockNotGet));
                 continue;
             };
             if e.busy {
-                f.answered[i] = Some(Err(Status::Easync));
+                f.answer(i, Err(Status::Easync));
                 continue;
             }
             let before = e.local;
@@ -328,36 +358,45 @@ impl Client {
             // taken back: an all-or-nothing batch that fails changes nothing on the server, so
             // it must change nothing here either; and an entry answered locally (a re-entry
             // counted) is undone if the message cannot be sent.
-            f.saved[i] =
-                (all_or_nothing || matches!(decision, Ok(Decision::Answer(_)))).then_some(before);
+            if all_or_nothing || matches!(decision, Ok(Decision::Answer(_))) {
+                f.saved[f.saved_len] = (i as u8, before);
+                f.saved_len += 1;
+            }
             // Busy until the batch completes: a lock it sends, and in an all-or-nothing batch
             // any lock it decided on (see `release`).
             e.busy = all_or_nothing || matches!(decision, Ok(Decision::Send(_)));
             match decision {
                 Ok(Decision::Send(r)) => {
-                    f.sent[k] = Some((i, id, r));
+                    f.sent[k] = SentCommand {
+                        entry: i as u8,
+                        lock: id,
+                        request: r,
+                    };
                     commands[k] = Command::Lock(r.command());
                     k += 1;
                 }
-                Ok(Decision::Answer(s)) => f.answered[i] = Some(grant(s, &e.local)),
-                Err(s) => f.answered[i] = Some(Err(s)),
+                Ok(Decision::Answer(s)) => f.answer(i, grant(s, &e.local)),
+                Err(s) => f.answer(i, Err(s)),
             }
         }
         f.n = n;
         f.k = k;
         f.flags = flags;
-        if all_or_nothing && f.answered[..n].iter().any(|a| matches!(a, Some(Err(_)))) {
+        if all_or_nothing && f.answered().iter().any(|(_, a)| a.is_err()) {
             // An entry failed before reaching the server: the batch cannot be all, so it is
             // nothing, and nothing is sent. Failed entries keep their status, the rest `Eagain`.
             unwind(f, locks);
-            for a in &mut f.answered[..n] {
-                if !matches!(a, Some(Err(_))) {
-                    *a = Some(Err(Status::Eagain));
+            let mut all: [(u8, Result<Grant, Status>); BATCH] =
+                std::array::from_fn(|i| (i as u8, Err(Status::Eagain)));
+            for &(i, r) in f.answered() {
+                if r.is_err() {
+                    all[usize::from(i)].1 = r;
                 }
             }
+            (f.answered, f.answered_len) = (all, n);
             // Taken back and freed already: completing it must not free these locks again
             // (a later batch may have marked them busy by then).
-            f.saved[..n].fill(None);
+            f.saved_len = 0;
             f.k = 0;
             k = 0;
         }
