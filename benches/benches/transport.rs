@@ -282,7 +282,7 @@ fn shm_pipelined(secs: f64, idle: IdleStrategy) -> f64 {
 
 /// The data thread's own work with no transport: the pipelined run's 31-key trylock and unlock
 /// messages through `Server::handle_data` (decode, execute, encode the reply) on this thread,
-/// back to back, cache-hot. Lock operations per second.
+/// back to back, cache-hot. Lock operations per second, in the best 100 ms window.
 fn server_alone(secs: f64) -> f64 {
     let cfg = Config {
         locks_max: 4_096,
@@ -330,20 +330,25 @@ fn server_alone(secs: f64) -> f64 {
         message(LockOp::UnlockExclusive),
     );
     let mut out = [0u8; DATA_MESSAGE_MAX];
-    let mut ops = 0u64;
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(secs);
+    // The best of 100 ms windows: on a shared machine a window is only ever slowed down by
+    // others, so the best one is this thread's own speed.
+    let mut best = 0f64;
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
     while Instant::now() < deadline {
-        for _ in 0..256 {
-            s.handle_data(std::hint::black_box(&lock), &mut out, 1_000)
-                .expect("trylock message");
-            s.handle_data(std::hint::black_box(&unlock), &mut out, 1_000)
-                .expect("unlock message");
-            std::hint::black_box(&out);
+        let (start, mut ops) = (Instant::now(), 0u64);
+        while start.elapsed() < Duration::from_millis(100) {
+            for _ in 0..64 {
+                s.handle_data(std::hint::black_box(&lock), &mut out, 1_000)
+                    .expect("trylock message");
+                s.handle_data(std::hint::black_box(&unlock), &mut out, 1_000)
+                    .expect("unlock message");
+                std::hint::black_box(&out);
+            }
+            ops += 64 * 62;
         }
-        ops += 256 * 62;
+        best = best.max(ops as f64 / start.elapsed().as_secs_f64());
     }
-    ops as f64 / start.elapsed().as_secs_f64()
+    best
 }
 
 /// The same frame size as a data message of one command (48 bytes) echoed over loopback TCP.
@@ -583,7 +588,8 @@ fn main() {
             floor / 1e6
         );
         // One data thread both copies every message in and out (as the echo does) and executes
-        // it, one after the other: their times per operation add up to the ceiling.
+        // it, one after the other: their times per operation add up to an estimate of its
+        // ceiling (an estimate: the core overlaps some of the copying with the work).
         let alone = server_alone(secs);
         let ceiling = 1.0 / (1.0 / floor + 1.0 / alone);
         println!(
