@@ -76,6 +76,19 @@ pub enum Status {
     ObjectCasFailed = 0x3007,
 }
 
+/// Statuses by code: `BY_CODE[code >> 12][code & 0xFFF]`.
+const BY_CODE: [[Option<Status>; 16]; 4] = {
+    let mut table = [[None; 16]; 4];
+    let mut i = 0;
+    while i < Status::ALL.len() {
+        let code = Status::ALL[i] as u16;
+        // Fails the build if a code ever falls outside the table's shape.
+        table[(code >> 12) as usize][(code & 0x0FFF) as usize] = Some(Status::ALL[i]);
+        i += 1;
+    }
+    table
+};
+
 impl Status {
     /// Every status, in numeric order (for exhaustive tests and code tables).
     pub const ALL: [Status; 32] = [
@@ -120,15 +133,15 @@ impl Status {
     }
 
     /// The status with this wire code, or `None` for a code the reference does not define.
+    #[inline]
     pub const fn from_code(code: u16) -> Option<Status> {
-        let mut i = 0;
-        while i < Self::ALL.len() {
-            if Self::ALL[i] as u16 == code {
-                return Some(Self::ALL[i]);
-            }
-            i += 1;
+        // Codes are a group in the top nibble (0..=3) and an index below 16 in the low 12 bits;
+        // anything else is unknown. Every reply a client reads goes through here.
+        let (group, index) = ((code >> 12) as usize, (code & 0x0FFF) as usize);
+        if group >= BY_CODE.len() || index >= BY_CODE[0].len() {
+            return None;
         }
-        None
+        BY_CODE[group][index]
     }
 
     /// `true` for the two codes that mean the operation took effect.
@@ -208,8 +221,13 @@ mod tests {
         for s in Status::ALL {
             assert_eq!(Status::from_code(s as u16), Some(s));
         }
-        for bad in [2u16, 0x0FFF, 0x1006, 0x2010, 0x3008, 0xFFFF] {
+        for bad in [2u16, 0x0FFF, 0x1006, 0x2010, 0x3008, 0x4000, 0xFFFF] {
             assert_eq!(Status::from_code(bad), None);
+        }
+        // Every code: known exactly when some status has it.
+        for code in 0..=u16::MAX {
+            let known = Status::ALL.iter().copied().find(|s| *s as u16 == code);
+            assert_eq!(Status::from_code(code), known, "code {code:#x}");
         }
     }
 }
