@@ -730,14 +730,19 @@ impl Client {
     /// After a failover (`reinit` said the server recovers): re-claims every lock this client
     /// knows, in batches of 31, and takes the new ids the server gives them. A lock whose claim
     /// the server refuses (or whose record is in a state no claim can describe) is forgotten:
-    /// the grant is lost (as a `Fail` would say). On an error, the records not yet re-claimed
-    /// keep their old ids; call again after the next `reinit`.
+    /// the grant is lost (as a `Fail` would say). On an error every record keeps its old id
+    /// (claims the server already took are filed under the new ids only once all are
+    /// answered); call again after the next `reinit` (the server takes a repeated claim as a
+    /// no-op).
     pub fn update_all_locks(&mut self) -> Result<(), Status> {
         let now = self.now_ms();
         // Every record leaves the table and comes back under its new id: the new server numbers
         // its locks afresh, so renaming in place could file one record over another not yet
         // renamed.
         let mut records = self.locks.drain().into_iter();
+        // Re-claimed records, with their old ids: filed under the new ids only once every chunk
+        // is answered, so an error can put every record back under the id it had.
+        let mut done: Vec<(Entry, LockId)> = Vec::new();
         loop {
             let chunk: Vec<(Entry, local::Claim)> = records
                 .by_ref()
@@ -769,45 +774,47 @@ impl Client {
                 .collect();
             let body = ControlRequest::BatchUpdateLocks(Batch::from_slice(&claims));
             let answered = match self.control(self.id.get(), body) {
-                Ok(ControlResponse::Entries(e)) => Ok(e.iter().collect::<Vec<BatchEntry>>()),
+                Ok(ControlResponse::Entries(e)) if e.len() == chunk.len() => {
+                    Ok(e.iter().collect::<Vec<BatchEntry>>())
+                }
                 Ok(_) => Err(Status::BadResponse),
                 Err(s) => Err(s),
             };
             drop(claims);
             let entries = match answered {
-                Ok(entries) if entries.len() == chunk.len() => entries,
-                Ok(_) => {
-                    self.keep_unclaimed(chunk.into_iter().map(|(e, _)| e).chain(records));
-                    return Err(Status::BadResponse);
-                }
+                Ok(entries) => entries,
                 Err(s) => {
-                    self.keep_unclaimed(chunk.into_iter().map(|(e, _)| e).chain(records));
+                    self.restore(done, chunk.into_iter().map(|(e, _)| e).chain(records));
                     return Err(s);
                 }
             };
             for ((mut e, _), answer) in chunk.into_iter().zip(entries) {
                 if let (Status::Success, Some(new)) = (answer.status, LockId::from_raw(answer.id)) {
+                    let old = e.local.id;
                     e.local.id = new;
-                    if let Some(other) = self.locks.insert(e) {
-                        // Two records of one name (a stale id beside a fresh one): the later wins.
-                        tracing::warn!(lock = %new, name = ?other.name, "two locks re-claimed under one id");
-                    }
+                    done.push((e, old));
                 }
+            }
+        }
+        for (e, _) in done {
+            if let Some(other) = self.locks.insert(e) {
+                tracing::warn!(lock = %other.local.id, name = ?other.name, "two locks re-claimed under one id");
             }
         }
         self.recovering = false;
         Ok(())
     }
 
-    /// Puts records that could not be re-claimed back under their old ids, unless a re-claimed
-    /// record already took that id (the old one then names nothing on the new server).
-    fn keep_unclaimed(&mut self, records: impl Iterator<Item = Entry>) {
-        for e in records {
-            if self.locks.get(e.local.id).is_none() {
-                self.locks.insert(e);
-            } else {
-                tracing::warn!(lock = %e.local.id, "lock record dropped: its old id was re-used");
-            }
+    /// After a failed re-claim: puts every record back under the id it had when
+    /// `update_all_locks` started (`done`: re-claimed ones, with that id), so that none is lost
+    /// to an id the new server reused.
+    fn restore(&mut self, done: Vec<(Entry, LockId)>, rest: impl Iterator<Item = Entry>) {
+        let back = done.into_iter().map(|(mut e, old)| {
+            e.local.id = old;
+            e
+        });
+        for e in back.chain(rest) {
+            self.locks.insert(e);
         }
     }
 

@@ -1,0 +1,131 @@
+//! Failover re-claims that go wrong half-way: a client re-claims its locks in batches of 31
+//! (`update_all_locks`), and an error after some batches were answered must leave every record
+//! it holds where a retry after the next `reinit` finds it.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use common::{client, server};
+use dlock_core::proto::{CONTROL_MAGIC, MsgType, control_frame_len, peek_control_header};
+use dlock_core::{LockKind, Mode};
+use dlock_transport::client::Endpoint;
+use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
+
+/// A TCP proxy to `target` that forwards everything, except that it closes the control
+/// connection carrying the `cut_at`-th `BatchUpdateLocks` frame (counted from 1) instead of
+/// forwarding that frame.
+fn proxy(target: Arc<Mutex<SocketAddr>>, cut_at: usize) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    thread::spawn(move || {
+        for down in listener.incoming() {
+            let Ok(mut down) = down else { return };
+            let up = TcpStream::connect(*target.lock().unwrap()).unwrap();
+            let seen = seen.clone();
+            let (mut up_r, mut down_w) = (up.try_clone().unwrap(), down.try_clone().unwrap());
+            thread::spawn(move || {
+                let _ = std::io::copy(&mut up_r, &mut down_w);
+                let _ = down_w.shutdown(Shutdown::Both);
+            });
+            thread::spawn(move || {
+                let mut up = up;
+                let mut first = true;
+                loop {
+                    let mut frame = vec![0u8; 16];
+                    if down.read_exact(&mut frame[..4]).is_err() {
+                        return;
+                    }
+                    if first && u32::from_le_bytes(frame[..4].try_into().unwrap()) != CONTROL_MAGIC
+                    {
+                        // A data connection: pass it through.
+                        up.write_all(&frame[..4]).unwrap();
+                        let _ = std::io::copy(&mut down, &mut up);
+                        return;
+                    }
+                    first = false;
+                    if down.read_exact(&mut frame[4..]).is_err() {
+                        return;
+                    }
+                    let len = control_frame_len(&frame).unwrap();
+                    frame.resize(len, 0);
+                    if down.read_exact(&mut frame[16..]).is_err() {
+                        return;
+                    }
+                    let (h, _) = peek_control_header(&frame).unwrap();
+                    if h.msg == MsgType::BatchUpdateLocks
+                        && seen.fetch_add(1, Ordering::SeqCst) + 1 == cut_at
+                    {
+                        let _ = up.shutdown(Shutdown::Both);
+                        let _ = down.shutdown(Shutdown::Both);
+                        return;
+                    }
+                    if up.write_all(&frame).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// 32 records need two claim batches. The replacement numbers the first 31 from slot 1 (another
+/// client's lock took slot 0), so the 31st's new id is the 32nd's old one. The second batch's
+/// exchange fails: filing the first batch under its new ids at once would push the 32nd record
+/// (and its grant) out; every record must stay under its old id instead.
+#[test]
+fn a_failed_second_claim_batch_keeps_every_record() {
+    let first = server(true);
+    let target = Arc::new(Mutex::new(first.tcp_addr().unwrap()));
+    // Claim batches: #1 is the other client's, #2 and #3 are c's; #3 is cut.
+    let e = Endpoint::Tcp(proxy(target.clone(), 3));
+    let mut c = client(&e);
+    for k in 0..32 {
+        let id = c
+            .get_lock(LockKind::Atomic, format!("n{k:02}").as_bytes())
+            .unwrap();
+        c.trylock(id, Mode::Exclusive, 60_000).unwrap();
+    }
+    let mut other = client(&e);
+    let x = other.get_lock(LockKind::Atomic, b"x").unwrap();
+    other.trylock(x, Mode::Exclusive, 60_000).unwrap();
+    assert_eq!(c.locks().count(), 32);
+    first.stop();
+
+    let mut cfg = ServerConfig::new(dlock_core::Config {
+        recovery_clients: 2,
+        epoch: 2,
+        ..common::small()
+    });
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
+    let second = ServerHandle::start(cfg).unwrap();
+    *target.lock().unwrap() = second.tcp_addr().unwrap();
+
+    assert_eq!(other.reinit(), Ok(true));
+    other.update_all_locks().unwrap(); // "x" takes slot 0
+    assert_eq!(c.reinit(), Ok(true));
+    assert!(
+        c.update_all_locks().is_err(),
+        "the second claim batch is cut"
+    );
+    let held = c
+        .locks()
+        .filter(|(_, l)| l.state == dlock_transport::client::LocalState::ExclusiveLocked)
+        .count();
+    assert_eq!(
+        (c.locks().count(), held),
+        (32, 32),
+        "records not yet re-claimed must be kept (to re-claim after the next reinit)"
+    );
+    // Retried after the next reinit, every record is re-claimed.
+    assert_eq!(c.reinit(), Ok(true));
+    c.update_all_locks().unwrap();
+    assert_eq!(c.locks().count(), 32);
+    second.stop();
+}
