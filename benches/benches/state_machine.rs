@@ -9,12 +9,11 @@ use std::hint::black_box;
 
 use divan::Bencher;
 use divan::counter::ItemsCount;
-use dlock_benches::{MutexTable, region, server};
+use dlock_benches::{MutexTable, cmd, encoded, region, server};
 use dlock_core::proto::{
-    Command, CommandResult, DATA_MESSAGE_MAX, DataHeader, LockCommand, LockOp, ObjectCommand,
-    ObjectOp, PROTO_VERSION, encode_data_request,
+    Command, CommandResult, DATA_MESSAGE_MAX, LockOp, ObjectCommand, ObjectOp,
 };
-use dlock_core::{Config, LockId, LockKind, Status, Ticket};
+use dlock_core::{Config, LockId, LockKind, Status};
 
 fn main() {
     divan::main();
@@ -34,17 +33,6 @@ fn cfg() -> Config {
         objects_max: 64,
         ..Config::default()
     }
-}
-
-fn cmd(op: LockOp, id: LockId) -> Command {
-    Command::Lock(LockCommand {
-        kind: LockKind::Atomic,
-        op,
-        lock: id.raw(),
-        expire_ms: 5_000,
-        ticket: Ticket::default(),
-        wait_ms: 0,
-    })
 }
 
 /// One trylock message and one unlock message, one command each: 2 operations.
@@ -161,21 +149,6 @@ fn mutex_counter_faa(bencher: Bencher) {
         *g += 1;
         black_box(old)
     });
-}
-
-/// Encodes one data request for `commands` (outside the timed loop).
-fn encoded(client: u32, commands: &[Command]) -> Vec<u8> {
-    let header = DataHeader {
-        version: PROTO_VERSION,
-        count: 0,
-        message_id: 1,
-        client,
-        flags: 0,
-    };
-    let mut buf = vec![0; DATA_MESSAGE_MAX];
-    let n = encode_data_request(&header, commands, &mut buf).unwrap();
-    buf.truncate(n);
-    buf
 }
 
 /// The 31-key batch through the bytes path a transport uses: decode, execute, encode the reply.

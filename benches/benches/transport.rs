@@ -22,10 +22,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock_core::proto::{
-    Command, DATA_MESSAGE_MAX, DataHeader, LockCommand, LockOp, PROTO_VERSION, encode_data_request,
-};
-use dlock_core::{Config, LockKind, Mode, Status, Ticket};
+use dlock_core::proto::{Command, DATA_MESSAGE_MAX, LockOp};
+use dlock_core::{Config, LockKind, Mode, Status};
 use dlock_transport::client::{AsyncOp, Client, ClientConfig, Endpoint};
 use dlock_transport::runtime::{IdleStrategy, ServerConfig, ServerHandle, TcpConfig};
 use hdrhistogram::Histogram;
@@ -300,30 +298,8 @@ fn server_alone(secs: f64) -> f64 {
         })
         .collect();
     let message = |op| {
-        let commands: Vec<Command> = ids
-            .iter()
-            .map(|id| {
-                Command::Lock(LockCommand {
-                    kind: LockKind::Atomic,
-                    op,
-                    lock: id.raw(),
-                    expire_ms: 5_000,
-                    ticket: Ticket::default(),
-                    wait_ms: 0,
-                })
-            })
-            .collect();
-        let header = DataHeader {
-            version: PROTO_VERSION,
-            count: 0,
-            message_id: 1,
-            client: c,
-            flags: 0,
-        };
-        let mut buf = vec![0; DATA_MESSAGE_MAX];
-        let n = encode_data_request(&header, &commands, &mut buf).expect("encode");
-        buf.truncate(n);
-        buf
+        let commands: Vec<Command> = ids.iter().map(|&id| dlock_benches::cmd(op, id)).collect();
+        dlock_benches::encoded(c, &commands)
     };
     let (lock, unlock) = (
         message(LockOp::TryExclusive),

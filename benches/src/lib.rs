@@ -4,8 +4,11 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use dlock_core::proto::{
+    Command, DATA_MESSAGE_MAX, DataHeader, LockCommand, LockOp, PROTO_VERSION, encode_data_request,
+};
 use dlock_core::server::Server;
-use dlock_core::{Config, Status};
+use dlock_core::{Config, LockId, LockKind, Status, Ticket};
 use dlock_transport::Region;
 
 /// A fresh region for `cfg`.
@@ -17,6 +20,34 @@ pub fn region(cfg: &Config) -> Region {
 pub fn server(region: &mut Region) -> Server<'_> {
     let cfg = *region.config();
     Server::new(region.tables().expect("carve tables"), &cfg)
+}
+
+/// An atomic-lock command `op` on `id` with a 5 s lease.
+pub fn cmd(op: LockOp, id: LockId) -> Command {
+    Command::Lock(LockCommand {
+        kind: LockKind::Atomic,
+        op,
+        lock: id.raw(),
+        expire_ms: 5_000,
+        ticket: Ticket::default(),
+        wait_ms: 0,
+    })
+}
+
+/// The data request `client` would send for `commands`, as a transport hands it to
+/// `Server::handle_data`.
+pub fn encoded(client: u32, commands: &[Command]) -> Vec<u8> {
+    let header = DataHeader {
+        version: PROTO_VERSION,
+        count: 0,
+        message_id: 1,
+        client,
+        flags: 0,
+    };
+    let mut buf = vec![0; DATA_MESSAGE_MAX];
+    let n = encode_data_request(&header, commands, &mut buf).expect("encodable request");
+    buf.truncate(n);
+    buf
 }
 
 /// The baseline: the atomic lock's trylock/unlock on the table a service would write first — a

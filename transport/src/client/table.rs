@@ -57,6 +57,16 @@ fn place(id: LockId) -> (usize, usize) {
     (index / PAGE, index % PAGE)
 }
 
+/// The place in `pages` for `id`'s slot index (whoever holds it), if its page exists.
+#[inline]
+fn slot_mut(pages: &mut [Option<Page>], id: LockId) -> Option<&mut Option<Entry>> {
+    let (p, i) = place(id);
+    pages
+        .get_mut(p)
+        .and_then(Option::as_mut)
+        .map(|page| &mut page[i])
+}
+
 impl LockTable {
     /// Records held.
     #[cfg(test)]
@@ -81,13 +91,7 @@ impl LockTable {
 
     #[inline]
     pub(super) fn get_mut(&mut self, id: LockId) -> Option<&mut Entry> {
-        let (p, i) = place(id);
-        let slot = self
-            .pages
-            .get_mut(p)
-            .and_then(Option::as_mut)
-            .map(|page| &mut page[i]);
-        match slot {
+        match slot_mut(&mut self.pages, id) {
             Some(Some(e)) if e.id() == id => Some(e),
             _ if self.spill.is_empty() => None,
             _ => self.spill.get_mut(&id),
@@ -134,13 +138,7 @@ impl LockTable {
 
     /// Takes `id`'s record out.
     pub(super) fn remove(&mut self, id: LockId) -> Option<Entry> {
-        let (p, i) = place(id);
-        let slot = self
-            .pages
-            .get_mut(p)
-            .and_then(Option::as_mut)
-            .map(|page| &mut page[i]);
-        let taken = match slot {
+        let taken = match slot_mut(&mut self.pages, id) {
             Some(held @ Some(_)) if held.as_ref().is_some_and(|e| e.id() == id) => {
                 let taken = held.take();
                 // A spilled record of the same slot index moves into the freed place.
