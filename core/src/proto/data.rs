@@ -141,6 +141,22 @@ pub struct LockCommand {
     pub wait_ms: u32,
 }
 
+impl LockCommand {
+    /// A placeholder (lock 0, which no id names): fills the unused slots of fixed-size command
+    /// arrays, which their lengths keep anyone from reading.
+    pub const NONE: LockCommand = LockCommand {
+        kind: LockKind::Atomic,
+        op: LockOp::TryExclusive,
+        lock: 0,
+        expire_ms: 0,
+        ticket: Ticket {
+            exclusive: 0,
+            shared: 0,
+        },
+        wait_ms: 0,
+    };
+}
+
 /// An object command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ObjectCommand {
@@ -164,6 +180,9 @@ pub enum Command {
 }
 
 impl Command {
+    /// A placeholder for the unused slots of fixed-size command arrays ([`LockCommand::NONE`]).
+    pub const NONE: Command = Command::Lock(LockCommand::NONE);
+
     /// The kind byte on the wire (what a response echoes).
     #[inline]
     pub const fn kind_code(self) -> u8 {

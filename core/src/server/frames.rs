@@ -15,9 +15,9 @@ use super::{Counter, Server};
 use crate::config::BATCH_MAX;
 use crate::proto::{
     BatchEntries, BatchEntry, Command, CommandResult, ControlHeader, ControlRequest,
-    ControlResponse, DecodeError, EncodeError, InitReply, ObjectCommand, ObjectOp, SERVER_VERSIONS,
-    VersionRange, begin_data_response, decode_control_request, decode_data_request_into,
-    encode_control_response, negotiate, peek_control_header, put_command_result,
+    ControlResponse, DecodeError, EncodeError, InitReply, SERVER_VERSIONS, VersionRange,
+    begin_data_response, decode_control_request, decode_data_request_into, encode_control_response,
+    negotiate, peek_control_header, put_command_result,
 };
 use crate::status::Status;
 
@@ -36,14 +36,6 @@ impl From<EncodeError> for FrameError {
         FrameError::Reply(e)
     }
 }
-
-/// What fills the command array past a message's count (never read).
-const NO_COMMAND: Command = Command::Object(ObjectCommand {
-    op: ObjectOp::Snapshot,
-    object: 0,
-    a: 0,
-    b: 0,
-});
 
 /// Whether a non-init frame's version is one this server speaks.
 #[inline]
@@ -261,7 +253,7 @@ impl<'r> Server<'r> {
         now_ms: u64,
     ) -> Result<usize, FrameError> {
         // Each command is parsed once, here, and read back from this array.
-        let mut commands = [NO_COMMAND; BATCH_MAX];
+        let mut commands = [Command::NONE; BATCH_MAX];
         let msg = decode_data_request_into(req, &mut commands).map_err(|e| {
             self.stats.bump(Counter::Einval);
             FrameError::Malformed(e)

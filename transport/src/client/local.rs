@@ -135,17 +135,7 @@ impl Request {
     /// A placeholder that is never sent: fills the unused slots of fixed-size arrays.
     pub(crate) const fn none() -> Self {
         Request {
-            command: LockCommand {
-                kind: LockKind::Atomic,
-                op: LockOp::TryExclusive,
-                lock: 0,
-                expire_ms: 0,
-                ticket: Ticket {
-                    exclusive: 0,
-                    shared: 0,
-                },
-                wait_ms: 0,
-            },
+            command: LockCommand::NONE,
             verb: Verb::Try,
         }
     }

@@ -17,7 +17,7 @@
 
 use std::time::Instant;
 
-use dlock_core::proto::{Command, FLAG_ALL_OR_NOTHING, ObjectCommand, ObjectOp};
+use dlock_core::proto::{Command, FLAG_ALL_OR_NOTHING};
 use dlock_core::{LockId, Mode, Status};
 
 use super::local::{Decision, LocalLock, Request};
@@ -28,14 +28,6 @@ const BATCH: usize = dlock_core::config::BATCH_MAX;
 
 /// The most batches a client can have in flight on any transport (the link may allow fewer).
 pub(super) const DEPTH_MAX: usize = dlock_core::table::layout::MAILBOX_LANES;
-
-/// A filler for unused command slots.
-const NO_COMMAND: Command = Command::Object(ObjectCommand {
-    op: ObjectOp::Snapshot,
-    object: 0,
-    a: 0,
-    b: 0,
-});
 
 /// A filler for unused slots of a batch's fixed arrays (never read: the lengths bound them).
 const NO_LOCK: LockId = LockId::new(0, 1);
@@ -334,7 +326,7 @@ impl Client {
         }
         let all_or_nothing = flags & FLAG_ALL_OR_NOTHING != 0;
         let at = (self.pipeline.head + self.pipeline.len) % DEPTH_MAX;
-        let mut commands = [NO_COMMAND; BATCH];
+        let mut commands = [Command::NONE; BATCH];
         let Client {
             pipeline, locks, ..
         } = self;
