@@ -47,7 +47,6 @@ pub(super) struct LockTable {
     pages: Vec<Option<Page>>,
     /// Records whose slot index a record with another generation occupies in `pages`.
     spill: HashMap<LockId, Entry>,
-    len: usize,
 }
 
 /// Where `id`'s record lives in `pages`: page, then position.
@@ -71,7 +70,7 @@ impl LockTable {
     /// Records held.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.len
+        self.iter().count()
     }
 
     #[inline]
@@ -122,23 +121,16 @@ impl LockTable {
             self.pages.resize_with(p + 1, || None);
         }
         let page = self.pages[p].get_or_insert_with(|| (0..PAGE).map(|_| None).collect());
-        let old = match &mut page[i] {
+        match &mut page[i] {
             Some(held) if held.id() == id => Some(std::mem::replace(held, e)),
             Some(_) => self.spill.insert(id, e),
-            empty @ None => {
-                *empty = Some(e);
-                None
-            }
-        };
-        if old.is_none() {
-            self.len += 1;
+            empty @ None => empty.replace(e),
         }
-        old
     }
 
     /// Takes `id`'s record out.
     pub(super) fn remove(&mut self, id: LockId) -> Option<Entry> {
-        let taken = match slot_mut(&mut self.pages, id) {
+        match slot_mut(&mut self.pages, id) {
             Some(held @ Some(_)) if held.as_ref().is_some_and(|e| e.id() == id) => {
                 let taken = held.take();
                 // A spilled record of the same slot index moves into the freed place.
@@ -149,11 +141,7 @@ impl LockTable {
                 taken
             }
             _ => self.spill.remove(&id),
-        };
-        if taken.is_some() {
-            self.len -= 1;
         }
-        taken
     }
 
     /// Every record, in no particular order.
@@ -176,12 +164,13 @@ impl LockTable {
 
     /// Takes every record out, leaving the table empty (pages stay allocated).
     pub(super) fn drain(&mut self) -> Vec<Entry> {
-        let mut out = Vec::with_capacity(self.len);
-        for page in self.pages.iter_mut().flatten() {
-            out.extend(page.iter_mut().filter_map(Option::take));
-        }
+        let mut out: Vec<Entry> = self
+            .pages
+            .iter_mut()
+            .flatten()
+            .flat_map(|page| page.iter_mut().filter_map(Option::take))
+            .collect();
         out.extend(self.spill.drain().map(|(_, e)| e));
-        self.len = 0;
         out
     }
 }
