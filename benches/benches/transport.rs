@@ -57,14 +57,18 @@ fn server(tcp: bool, idle: IdleStrategy) -> ServerHandle {
     server_pinned(tcp, idle, None)
 }
 
-fn server_pinned(tcp: bool, idle: IdleStrategy, data_cpu: Option<usize>) -> ServerHandle {
-    let core = Config {
+/// Capacities for every server these benchmarks start.
+fn capacities() -> Config {
+    Config {
         locks_max: 4_096,
         clients_max: 128,
         objects_max: 64,
         ..Config::default()
-    };
-    let mut cfg = ServerConfig::new(core);
+    }
+}
+
+fn server_pinned(tcp: bool, idle: IdleStrategy, data_cpu: Option<usize>) -> ServerHandle {
+    let mut cfg = ServerConfig::new(capacities());
     cfg.idle = idle;
     cfg.pin.1 = data_cpu;
     if tcp {
@@ -282,13 +286,7 @@ fn shm_pipelined(secs: f64, idle: IdleStrategy) -> f64 {
 /// messages through `Server::handle_data` (decode, execute, encode the reply) on this thread,
 /// back to back, cache-hot. Lock operations per second, in the best 100 ms window.
 fn server_alone(secs: f64) -> f64 {
-    let cfg = Config {
-        locks_max: 4_096,
-        clients_max: 128,
-        objects_max: 64,
-        ..Config::default()
-    };
-    let mut region = dlock_benches::region(&cfg);
+    let mut region = dlock_benches::region(&capacities());
     let mut s = dlock_benches::server(&mut region);
     let c = s.client_init(2, 0, 0).expect("client").get();
     let ids: Vec<_> = (0..31)
