@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use dlock_core::proto::{
     Command, DATA_MESSAGE_MAX, DataHeader, LockCommand, LockOp, PROTO_VERSION, encode_data_request,
 };
-use dlock_core::server::Server;
+use dlock_core::server::{Server, predictable_entropy};
 use dlock_core::{Config, LockId, LockKind, Status, Ticket};
 use dlock_transport::Region;
 
@@ -19,7 +19,11 @@ pub fn region(cfg: &Config) -> Region {
 /// A server over `region`.
 pub fn server(region: &mut Region) -> Server<'_> {
     let cfg = *region.config();
-    Server::new(region.tables().expect("carve tables"), &cfg)
+    Server::new(
+        region.tables().expect("carve tables"),
+        &cfg,
+        predictable_entropy,
+    )
 }
 
 /// An atomic-lock command `op` on `id` with a 5 s lease.

@@ -28,29 +28,32 @@ pub struct Config {
     pub clients_max: u32,
     /// `umo_atomic64` objects (reference: 102,400).
     pub objects_max: u32,
-    /// A client not heard from for this long (heartbeat or any request) is declared dead and
-    /// everything it held is released. The reference relies on ~114 s of TCP keepalive.
+    /// The lease of a client that asks for none (0): a client not heard from for this long
+    /// (heartbeat or any request) is declared dead and everything it held is released. The
+    /// reference relies on ~114 s of TCP keepalive.
     pub client_lease_ms: u32,
+    /// The longest lease the server grants: a client asking for more gets this (and the
+    /// registration's reply says so). It bounds how long a killed client's locks stay held and
+    /// how long a silent registration keeps a table entry.
+    pub client_lease_max_ms: u32,
     /// Clients expected to re-sync after a failover; while they have not all reported
     /// `reinit_done`, every other request gets `NotReady`. 0 starts ready.
     pub recovery_clients: u32,
     /// Server incarnation, the high 16 bits of every fencing token. A server that replaces a
     /// failed one must be started with a larger epoch so it never issues a lower token.
     pub epoch: u16,
-    /// Seed for the client-id generator (the caller supplies entropy; the core reads none).
-    pub id_seed: u64,
 }
 
 impl Config {
-    /// The reference's capacities with a 5-second client lease, epoch 1.
+    /// The reference's capacities with a 5-second client lease (30 s at most), epoch 1.
     pub const DEFAULT: Config = Config {
         locks_max: 51_200,
         clients_max: 1_000,
         objects_max: 102_400,
         client_lease_ms: 5_000,
+        client_lease_max_ms: 30_000,
         recovery_clients: 0,
         epoch: 1,
-        id_seed: 0x9E37_79B9_7F4A_7C15,
     };
 
     /// Shortest lease accepted: a client must be able to heartbeat within it.
@@ -81,6 +84,9 @@ impl Config {
         if self.client_lease_ms < Self::CLIENT_LEASE_MIN_MS {
             return Some("client_lease_ms must be at least 100");
         }
+        if self.client_lease_max_ms < self.client_lease_ms {
+            return Some("client_lease_max_ms must be at least client_lease_ms");
+        }
         if self.recovery_clients > self.clients_max {
             return Some("recovery_clients must not exceed clients_max");
         }
@@ -88,6 +94,19 @@ impl Config {
             return Some("epoch must be at least 1");
         }
         None
+    }
+
+    /// The lease granted to a client that asks for `asked_ms`: the default for 0, else the
+    /// request within `[CLIENT_LEASE_MIN_MS, client_lease_max_ms]`. The server owns leases: a
+    /// client may ask for less than the maximum, never more.
+    #[inline]
+    pub const fn grant_lease_ms(&self, asked_ms: u32) -> u32 {
+        match asked_ms {
+            0 => self.client_lease_ms,
+            l if l < Self::CLIENT_LEASE_MIN_MS => Self::CLIENT_LEASE_MIN_MS,
+            l if l > self.client_lease_max_ms => self.client_lease_max_ms,
+            l => l,
+        }
     }
 
     /// The exact number of bytes the region must have for these capacities.
@@ -118,6 +137,15 @@ mod tests {
     }
 
     #[test]
+    fn granted_leases_stay_within_the_minimum_and_the_maximum() {
+        let c = Config::default();
+        assert_eq!(c.grant_lease_ms(0), c.client_lease_ms);
+        assert_eq!(c.grant_lease_ms(1), Config::CLIENT_LEASE_MIN_MS);
+        assert_eq!(c.grant_lease_ms(10_000), 10_000);
+        assert_eq!(c.grant_lease_ms(u32::MAX), c.client_lease_max_ms);
+    }
+
+    #[test]
     fn out_of_range_fields_are_rejected() {
         let d = Config::default();
         for bad in [
@@ -136,6 +164,10 @@ mod tests {
             },
             Config {
                 client_lease_ms: 99,
+                ..d
+            },
+            Config {
+                client_lease_max_ms: d.client_lease_ms - 1,
                 ..d
             },
             Config {

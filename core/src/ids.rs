@@ -113,6 +113,53 @@ impl ClientId {
     }
 }
 
+/// A registration's secret: 128 bits the server draws from its entropy source (the operating
+/// system's CSPRNG in the runtime) when a client registers. Whoever shows it may bind another
+/// channel (a TCP data connection, an RDMA queue pair) to the client or resume the registration;
+/// the client id alone proves nothing, since ids are small and visible.
+///
+/// Comparison is constant-time ([`Session::matches`]) so that the time a refusal takes says
+/// nothing about how many leading bytes of a guess were right, and `Debug` never prints it.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct Session(pub [u8; Session::LEN]);
+
+impl Session {
+    /// Bytes in a session secret.
+    pub const LEN: usize = 16;
+    /// No session: what an unregistered client or a free table entry holds. A registration never
+    /// gets it (the server redraws), so showing it proves nothing.
+    pub const NONE: Session = Session([0; Session::LEN]);
+
+    /// Whether `other` is this secret, in time that does not depend on where they differ.
+    #[inline]
+    pub fn matches(&self, other: &Session) -> bool {
+        let mut diff = 0u8;
+        for (a, b) in self.0.iter().zip(other.0.iter()) {
+            diff |= a ^ b;
+        }
+        // The optimiser may not turn the fold back into an early-exit comparison: it cannot see
+        // through `black_box`, so every byte is read and combined before the one branch.
+        core::hint::black_box(diff) == 0 && !self.is_none()
+    }
+
+    /// Whether this is [`Session::NONE`].
+    #[inline]
+    pub fn is_none(&self) -> bool {
+        self.0 == [0; Session::LEN]
+    }
+}
+
+impl core::fmt::Debug for Session {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(if self.is_none() {
+            "Session(none)"
+        } else {
+            "Session(..)"
+        })
+    }
+}
+
 impl core::fmt::Display for ClientId {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "client {}", self.get())
@@ -206,6 +253,17 @@ mod tests {
     fn generations_wrap_past_max_to_one() {
         assert_eq!(next_generation(1), 2);
         assert_eq!(next_generation(GENERATION_MAX), 1);
+    }
+
+    #[test]
+    fn sessions_match_only_themselves_and_none_matches_nothing() {
+        let a = Session([7; Session::LEN]);
+        let mut b = a;
+        assert!(a.matches(&b));
+        b.0[Session::LEN - 1] ^= 1;
+        assert!(!a.matches(&b));
+        assert!(!Session::NONE.matches(&Session::NONE));
+        assert_eq!(format!("{a:?}"), "Session(..)");
     }
 
     #[test]

@@ -26,5 +26,5 @@ pub mod table;
 pub mod word;
 
 pub use config::Config;
-pub use ids::{ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Ticket};
+pub use ids::{ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Session, Ticket};
 pub use status::Status;

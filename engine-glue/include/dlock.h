@@ -118,7 +118,13 @@ typedef enum debug_stats_code {
     DEBUG_STATS_CLIENTS_DEINIT = 17,
     DEBUG_STATS_WAITS = 18,              /* blocking lock requests parked on the server */
     DEBUG_STATS_WAIT_TIMEOUTS = 19,
-    DEBUG_STATS_MAX = 20
+    DEBUG_STATS_SESSIONS_REFUSED = 20,   /* reinits and attaches with a wrong session secret */
+    DEBUG_STATS_LEASES_CAPPED = 21,      /* registrations granted the maximum lease, not theirs */
+    DEBUG_STATS_CONNECTIONS_TIMED_OUT = 22, /* a frame or handshake did not complete in time */
+    DEBUG_STATS_CONNECTIONS_EVICTED = 23,   /* unregistered, closed to make room at the cap */
+    DEBUG_STATS_CONNECTIONS_REFUSED = 24,   /* at the cap with nothing to evict, or out of fds */
+    DEBUG_STATS_CONNECTIONS_OF_GONE_CLIENTS = 25, /* their client expired or deinitialised: then closed */
+    DEBUG_STATS_MAX = 26
 } debug_stats_code_t;
 
 /* ---------------------------------------------------------------------------------------- */
@@ -229,6 +235,7 @@ struct server_cfg {
     unsigned int clients_max;     /* default 1000 */
     unsigned int objects_max;     /* default 102400 */
     unsigned int client_lease_ms; /* a silent client is dead after this (default 5000, >= 100) */
+    unsigned int client_lease_max_ms; /* longest lease granted (default 30000): more is capped */
     unsigned int epoch;           /* 1..65535 (default 1); a replacement server needs a larger */
     const char *shm_name;         /* NULL: anonymous region; else /dev/shm/<name> */
 };

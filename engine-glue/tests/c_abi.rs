@@ -580,6 +580,7 @@ fn default_server_cfg() -> server_cfg {
         clients_max: 0,
         objects_max: 0,
         client_lease_ms: 0,
+        client_lease_max_ms: 0,
         epoch: 0,
         shm_name: std::ptr::null(),
     }

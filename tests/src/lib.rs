@@ -2,7 +2,7 @@
 //! constructors for commands.
 
 use dlock_core::proto::{Command, CommandResult, LockCommand, LockOp, ObjectCommand, ObjectOp};
-use dlock_core::server::Server;
+use dlock_core::server::{Server, predictable_entropy};
 use dlock_core::{ClientId, Config, LockId, LockKind, ObjectId, Status, Ticket};
 use dlock_transport::Region;
 
@@ -14,7 +14,11 @@ pub fn region(cfg: &Config) -> Region {
 /// A server over `region`.
 pub fn server(region: &mut Region) -> Server<'_> {
     let cfg = *region.config();
-    Server::new(region.tables().expect("carve tables"), &cfg)
+    Server::new(
+        region.tables().expect("carve tables"),
+        &cfg,
+        predictable_entropy,
+    )
 }
 
 /// A lock command without a ticket.

@@ -21,6 +21,9 @@ fn cfg() -> Config {
     }
 }
 
+/// The protocol version these frames speak.
+const V: u8 = dlock_core::proto::PROTO_VERSION;
+
 fn frame(version: u8, word: u32, body: ControlRequest<'_>) -> Vec<u8> {
     let header = ControlHeader {
         version,
@@ -69,27 +72,27 @@ fn version_negotiation_accepts_downgrades_and_rejects() {
     let cfg = cfg();
     let mut region = region(&cfg);
     let mut s = server(&mut region);
-    assert_eq!(init(&mut s, 2, 2).map(|(_, v)| v), Ok(2), "same version");
+    assert_eq!(init(&mut s, V, V).map(|(_, v)| v), Ok(V), "same version");
     assert_eq!(
-        init(&mut s, 5, 2).map(|(_, v)| v),
-        Ok(2),
+        init(&mut s, 5, V).map(|(_, v)| v),
+        Ok(V),
         "a newer client is answered at ours"
     );
     assert_eq!(
-        init(&mut s, 5, 3),
+        init(&mut s, 5, V + 1),
         Err(Status::ProtoVersionNegotiationFail),
         "client.min > server.max"
     );
     assert_eq!(
-        init(&mut s, 1, 1),
+        init(&mut s, V - 1, 1),
         Err(Status::ProtoVersionNegotiationFail),
         "client.max < server.min"
     );
-    let (client, _) = init(&mut s, 2, 2).unwrap();
+    let (client, _) = init(&mut s, V, V).unwrap();
     let hb = frame(9, client, ControlRequest::Heartbeat);
     assert_eq!(send(&mut s, &hb).0, Status::ProtoVersionNegotiationFail);
     assert_eq!(
-        send(&mut s, &frame(2, client, ControlRequest::Heartbeat)).0,
+        send(&mut s, &frame(V, client, ControlRequest::Heartbeat)).0,
         Status::Success
     );
 }
@@ -99,7 +102,7 @@ fn a_control_batch_of_32_and_a_513_byte_name_get_einval_with_the_message_id() {
     let cfg = cfg();
     let mut region = region(&cfg);
     let mut s = server(&mut region);
-    let (client, _) = init(&mut s, 2, 2).unwrap();
+    let (client, _) = init(&mut s, V, V).unwrap();
     let before = s.tables().digest();
     // Build a valid 31-entry batch, then claim 32 entries in its count byte.
     let ids = [7u32; 31];
@@ -136,7 +139,7 @@ fn a_data_message_for_an_unknown_client_is_answered_client_not_init() {
     let mut s = server(&mut region);
     let lock = dlock_core::LockId::new(0, 1);
     let header = DataHeader {
-        version: 2,
+        version: dlock_core::proto::PROTO_VERSION,
         count: 0,
         message_id: 9,
         client: 4242,
@@ -161,9 +164,9 @@ fn a_peer_that_vanishes_mid_frame_changes_nothing() {
     let cfg = cfg();
     let mut region = region(&cfg);
     let mut s = server(&mut region);
-    let (client, _) = init(&mut s, 2, 2).unwrap();
+    let (client, _) = init(&mut s, V, V).unwrap();
     let full = frame(
-        2,
+        V,
         client,
         ControlRequest::GetLock {
             kind: LockKind::Fair,
@@ -211,14 +214,14 @@ proptest! {
         let cfg = cfg();
         let mut region = region(&cfg);
         let mut s = server(&mut region);
-        let (client, _) = init(&mut s, 2, 2).unwrap();
+        let (client, _) = init(&mut s, V, V).unwrap();
         let ids = [1u32, 2, 3];
         let mut bytes = match which {
-            0 => frame(2, client, ControlRequest::GetLock { kind: LockKind::Atomic, name: b"row-group-1" }),
-            1 => frame(2, client, ControlRequest::BatchReleaseLock(Batch::from_slice(&ids))),
-            2 => frame(2, client, ControlRequest::ObjectCreate { name: b"csn", init: 5, lease_s: 3 }),
+            0 => frame(V, client, ControlRequest::GetLock { kind: LockKind::Atomic, name: b"row-group-1" }),
+            1 => frame(V, client, ControlRequest::BatchReleaseLock(Batch::from_slice(&ids))),
+            2 => frame(V, client, ControlRequest::ObjectCreate { name: b"csn", init: 5, lease_s: 3 }),
             _ => {
-                let header = DataHeader { version: 2, count: 0, message_id: 0x5150, client, flags: 0 };
+                let header = DataHeader { version: dlock_core::proto::PROTO_VERSION, count: 0, message_id: 0x5150, client, flags: 0 };
                 let mut req = vec![0; DATA_MESSAGE_MAX];
                 let lock = dlock_core::LockId::new(3, 1);
                 let n = encode_data_request(&header, &[lock_cmd(LockKind::Rw, LockOp::TryShared, lock, 0)], &mut req).unwrap();

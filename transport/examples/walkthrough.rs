@@ -138,7 +138,11 @@ fn main() {
     );
 
     let mut region = Region::anonymous(&cfg).expect("map the region");
-    let mut server = Server::new(region.tables().expect("carve the tables"), &cfg);
+    let mut server = Server::new(
+        region.tables().expect("carve the tables"),
+        &cfg,
+        dlock_transport::runtime::os_entropy,
+    );
     let mut w = Wire {
         server: &mut server,
         message_id: 0,

@@ -13,6 +13,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 
@@ -62,14 +63,21 @@ impl Region {
 
     /// Creates `/dev/shm/<name>` (which must not exist) sized for `cfg` and maps it shared, so
     /// clients in other processes can [`Region::open_shared`] it. The file is removed on drop.
-    pub fn create_shared(cfg: &Config, name: &str) -> io::Result<Region> {
+    ///
+    /// `mode` is the file's permission bits, set exactly (the umask does not apply): whoever can
+    /// map the region can write any client's mailbox and read every session secret, so it is
+    /// `0o600` (the server's user only) unless the operator opens it to a group (`0o660`).
+    pub fn create_shared(cfg: &Config, name: &str, mode: u32) -> io::Result<Region> {
         let size = cfg.region_size().map_err(|_| invalid(cfg))?;
         let path = shm_path(name)?;
+        // Created owner-only, so no other user can open it before the mode below is in force.
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(&path)?;
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
         file.set_len(size as u64)?;
         // SAFETY: the file was just created by us (create_new) and has the exact size; other
         // processes that map it follow the region's protocols (atomics only on shared parts).
@@ -241,7 +249,7 @@ fn shm_path(name: &str) -> io::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dlock_core::server::Server;
+    use dlock_core::server::{Server, predictable_entropy};
 
     fn small() -> Config {
         Config {
@@ -258,7 +266,7 @@ mod tests {
         let mut region = Region::anonymous(&cfg).unwrap();
         assert_eq!(region.len(), cfg.region_size().unwrap());
         {
-            let mut s = Server::new(region.tables().unwrap(), &cfg);
+            let mut s = Server::new(region.tables().unwrap(), &cfg, predictable_entropy);
             let c = s.client_init(2, 0, 0).unwrap();
             s.get_lock(c.get(), dlock_core::LockKind::Rw, b"x", 0)
                 .unwrap();
@@ -266,7 +274,7 @@ mod tests {
         }
         // A second carve zeroes the region: the slot's generation starts over, which it would
         // not if the previous server's metadata were still there.
-        let mut s = Server::new(region.tables().unwrap(), &cfg);
+        let mut s = Server::new(region.tables().unwrap(), &cfg, predictable_entropy);
         let c = s.client_init(2, 0, 0).unwrap();
         let id = s
             .get_lock(c.get(), dlock_core::LockKind::Rw, b"y", 0)
@@ -290,7 +298,12 @@ mod tests {
     fn a_shared_region_is_seen_by_a_second_mapping_and_removed_on_drop() {
         let cfg = small();
         let name = format!("dlock-test-{}", std::process::id());
-        let server = Region::create_shared(&cfg, &name).unwrap();
+        let server = Region::create_shared(&cfg, &name, 0o600).unwrap();
+        let mode = std::fs::metadata(Path::new("/dev/shm").join(&name))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "owner-only by default");
         // SAFETY: fresh region, carved once.
         let tables = unsafe { server.tables_shared() }.unwrap();
         assert_eq!(tables.layout.total, server.len());

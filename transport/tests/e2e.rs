@@ -209,7 +209,7 @@ fn hostile_peers_are_cut_off_and_the_server_keeps_serving() {
             },
         ))
         .unwrap();
-    let mut reply = [0u8; 48];
+    let mut reply = [0u8; 56]; // header 16 + init reply 40
     spoof
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();

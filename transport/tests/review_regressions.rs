@@ -118,7 +118,7 @@ fn a_late_tcp_reply_does_not_put_later_exchanges_out_of_step() {
                             lease_ms: 5000,
                             objects_max: 16,
                             slot: 0,
-                            session: 9,
+                            session: dlock_core::Session([9; 16]),
                         })
                     }
                     ControlRequest::GetLock { .. } => ControlResponse::Lock {
@@ -218,7 +218,7 @@ fn closing_a_connection_that_failed_to_reinit_leaves_the_parked_request_alone() 
             body: ControlRequest::ClientReinit {
                 min_version: PROTO_VERSION,
                 lease_ms: 0,
-                session: 0,
+                session: dlock_core::Session::NONE,
             },
         },
         &mut buf,
@@ -252,7 +252,7 @@ fn closing_a_connection_that_failed_to_reinit_leaves_the_parked_request_alone() 
 }
 
 /// A client registered over a raw TCP control connection: (control stream, id, session).
-fn raw_register(addr: std::net::SocketAddr) -> (std::net::TcpStream, u32, u64) {
+fn raw_register(addr: std::net::SocketAddr) -> (std::net::TcpStream, u32, dlock_core::Session) {
     use dlock_core::proto::*;
     let mut ctl = std::net::TcpStream::connect(addr).unwrap();
     ctl.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -276,7 +276,13 @@ fn raw_register(addr: std::net::SocketAddr) -> (std::net::TcpStream, u32, u64) {
 fn raw_parked_behind(
     addr: std::net::SocketAddr,
     name: &[u8],
-) -> (std::net::TcpStream, u32, u64, u32, std::net::TcpStream) {
+) -> (
+    std::net::TcpStream,
+    u32,
+    dlock_core::Session,
+    u32,
+    std::net::TcpStream,
+) {
     use dlock_core::proto::*;
     let (mut ctl, id, session) = raw_register(addr);
     let reply = raw_control(
@@ -316,15 +322,20 @@ fn raw_control(
 }
 
 /// A raw TCP data connection attached to `client` (the server must accept it).
-fn raw_attach(addr: std::net::SocketAddr, client: u32, session: u64) -> std::net::TcpStream {
-    use dlock_transport::runtime::{ATTACH_LEN, ATTACH_MAGIC};
+fn raw_attach(
+    addr: std::net::SocketAddr,
+    client: u32,
+    session: dlock_core::Session,
+) -> std::net::TcpStream {
+    use dlock_core::proto::{ATTACH_MAGIC, Attach};
     let mut data = std::net::TcpStream::connect(addr).unwrap();
     data.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut hello = [0u8; ATTACH_LEN];
-    hello[..4].copy_from_slice(&ATTACH_MAGIC.to_le_bytes());
-    hello[4..8].copy_from_slice(&client.to_le_bytes());
-    hello[8..16].copy_from_slice(&session.to_le_bytes());
-    data.write_all(&hello).unwrap();
+    let hello = Attach {
+        magic: ATTACH_MAGIC,
+        client,
+        session,
+    };
+    data.write_all(&hello.encode()).unwrap();
     let mut status = [0u8; 4];
     data.read_exact(&mut status).unwrap();
     assert_eq!(u32::from_le_bytes(status), 0, "the attach is accepted");

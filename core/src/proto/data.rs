@@ -341,9 +341,12 @@ impl<'a> DataResponse<'a> {
     }
 }
 
-/// Checks the header and the total length; returns the header and the commands.
+/// Reads and checks the header at the start of `buf` (magic, count, flags) and returns it with
+/// the length of the whole message it announces; `Truncated` while the header is incomplete.
+/// A stream transport frames messages with it, and reads the sender's id from the header
+/// without decoding the commands.
 #[inline]
-fn decode_message(buf: &[u8]) -> Result<(DataHeader, &[RawCommand]), DecodeError> {
+pub fn peek_data_header(buf: &[u8]) -> Result<(DataHeader, usize), DecodeError> {
     if buf.len() < DATA_HEADER_LEN {
         return Err(DecodeError::Truncated);
     }
@@ -364,6 +367,14 @@ fn decode_message(buf: &[u8]) -> Result<(DataHeader, &[RawCommand]), DecodeError
     if header.flags & !FLAGS_KNOWN != 0 {
         return Err(DecodeError::BadFlags);
     }
+    Ok((header, DATA_HEADER_LEN + count * COMMAND_LEN))
+}
+
+/// Checks the header and the total length; returns the header and the commands.
+#[inline]
+fn decode_message(buf: &[u8]) -> Result<(DataHeader, &[RawCommand]), DecodeError> {
+    let (header, _) = peek_data_header(buf)?;
+    let count = usize::from(header.count);
     let body = buf.get(DATA_HEADER_LEN..).ok_or(DecodeError::Truncated)?;
     let (commands, rest) = body.as_chunks::<COMMAND_LEN>();
     if commands.len() != count || !rest.is_empty() {

@@ -26,6 +26,7 @@
 //! sized for what the server here needs (names are never truncated, a claim carries the whole
 //! lock state a client re-syncs after a failover).
 
+mod attach;
 mod batch;
 mod control;
 mod data;
@@ -34,6 +35,7 @@ mod response;
 #[cfg(test)]
 mod tests;
 
+pub use attach::{ATTACH_LEN, ATTACH_MAGIC, Attach};
 pub use batch::{
     Batch, BatchEntries, BatchEntry, BatchGet, BatchIds, BatchIter, CLAIM_FIXED_LEN, Claims,
     Counters, Held, LockClaim,
@@ -43,7 +45,7 @@ pub use data::{
     Command, CommandResult, DataHeader, DataRequest, DataResponse, DataResult, LockCommand, LockOp,
     OBJECT_KIND, ObjectCommand, ObjectOp, begin_data_response, decode_data_request,
     decode_data_request_into, decode_data_response, encode_data_request, encode_data_response,
-    put_command_result, put_data_result,
+    peek_data_header, put_command_result, put_data_result,
 };
 pub use request::{
     ControlRequest, ControlRequestFrame, decode_control_request, encode_control_request,
@@ -60,10 +62,12 @@ use crate::status::Status;
 pub const CONTROL_MAGIC: u32 = 0xedf7_c94a;
 /// First word of every data message (the reference's value).
 pub const DATA_MAGIC: u32 = 0xedf7_c94b;
-/// The protocol version this build speaks best (`DLOCK_PROTO_VERSION`).
-pub const PROTO_VERSION: u8 = 2;
-/// The oldest protocol version this build still speaks (`DLOCK_MIN_PROTO_VERSION`).
-pub const PROTO_VERSION_MIN: u8 = 2;
+/// The protocol version this build speaks best (`DLOCK_PROTO_VERSION`). 3: 128-bit session
+/// secrets in the registration's reply, the reinit request and the attach record.
+pub const PROTO_VERSION: u8 = 3;
+/// The oldest protocol version this build still speaks (`DLOCK_MIN_PROTO_VERSION`): version 2's
+/// 64-bit sessions are not accepted any more.
+pub const PROTO_VERSION_MIN: u8 = 3;
 /// Bytes in a control header.
 pub const CONTROL_HEADER_LEN: usize = 16;
 /// Bytes in a data-message header.

@@ -16,11 +16,11 @@
 use super::batch::{decode_lock_request, encode_lock_request};
 use super::control::{ControlHeader, MsgType, exact, parse_header, put_header, whole_frame_body};
 use super::{
-    BatchGet, BatchIds, CONTROL_HEADER_LEN, Claims, DecodeError, EncodeError, check_zero, get_u8,
-    get_u16, get_u32, get_u64, name_len_for_encode, put_bytes, put_u8, put_u16, put_u32, put_u64,
-    put_zero, take_name,
+    BatchGet, BatchIds, CONTROL_HEADER_LEN, Claims, DecodeError, EncodeError, check_zero,
+    get_array, get_u8, get_u16, get_u32, get_u64, name_len_for_encode, put_bytes, put_u8, put_u16,
+    put_u32, put_u64, put_zero, take_name,
 };
-use crate::ids::LockKind;
+use crate::ids::{LockKind, Session};
 
 /// A control request body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,7 +86,7 @@ pub enum ControlRequest<'a> {
         lease_ms: u32,
         /// The secret of the registration being resumed (`InitReply::session`): a live server
         /// refuses a reinit that cannot show it, so nobody resumes a client by guessing its id.
-        session: u64,
+        session: Session,
     },
     /// Recovery of this client is complete.
     ReinitDone,
@@ -143,7 +143,7 @@ fn decode_request_body(msg: MsgType, b: &[u8]) -> Result<ControlRequest<'_>, Dec
     Ok(match msg {
         MsgType::ClientInit | MsgType::ClientReinit => {
             let reinit = msg == MsgType::ClientReinit;
-            exact(b, if reinit { 16 } else { 8 })?;
+            exact(b, if reinit { 8 + Session::LEN } else { 8 })?;
             let min_version = get_u8(b, 0)?;
             check_zero(b, 1, 3)?;
             let lease_ms = get_u32(b, 4)?;
@@ -151,7 +151,7 @@ fn decode_request_body(msg: MsgType, b: &[u8]) -> Result<ControlRequest<'_>, Dec
                 ControlRequest::ClientReinit {
                     min_version,
                     lease_ms,
-                    session: get_u64(b, 8)?,
+                    session: Session(get_array(b, 8)?),
                 }
             } else {
                 ControlRequest::ClientInit {
@@ -254,8 +254,8 @@ fn encode_request_body(body: &ControlRequest<'_>, b: &mut [u8]) -> Result<usize,
             put_u8(b, 0, min_version)?;
             put_zero(b, 1, 3)?;
             put_u32(b, 4, lease_ms)?;
-            put_u64(b, 8, session)?;
-            Ok(16)
+            put_bytes(b, 8, &session.0)?;
+            Ok(8 + Session::LEN)
         }
         ControlRequest::ClientDeinit
         | ControlRequest::Heartbeat

@@ -4,7 +4,7 @@
 //!
 //! | type                                   | body                                                   |
 //! |----------------------------------------|--------------------------------------------------------|
-//! | `ClientInit`, `ClientReinit`           | `0 u32 client \| 4 u8 version \| 5 u8 recovering (0/1) \| 6 u16 epoch \| 8 u32 lease_ms \| 12 u32 objects_max \| 16 u32 slot \| 20 u32 reserved \| 24 u64 session` |
+//! | `ClientInit`, `ClientReinit`           | `0 u32 client \| 4 u8 version \| 5 u8 recovering (0/1) \| 6 u16 epoch \| 8 u32 lease_ms \| 12 u32 objects_max \| 16 u32 slot \| 20 u32 reserved \| 24 [u8; 16] session` |
 //! | `GetLock`, `ObjectCreate`              | `0 u32 id`                                             |
 //! | `ObjectGet`                            | `0 u32 object \| 4 u32 cell`                          |
 //! | the three batches                      | a counted list of `u32 id \| u16 status \| u16 reserved` |
@@ -13,13 +13,14 @@
 
 use super::control::{ControlHeader, MsgType, exact, parse_header, put_header, whole_frame_body};
 use super::{
-    BatchEntries, CONTROL_HEADER_LEN, Counters, DecodeError, EncodeError, get_u8, get_u16, get_u32,
-    get_u64, put_u8, put_u16, put_u32, put_u64,
+    BatchEntries, CONTROL_HEADER_LEN, Counters, DecodeError, EncodeError, get_array, get_u8,
+    get_u16, get_u32, put_bytes, put_u8, put_u16, put_u32,
 };
+use crate::ids::Session;
 use crate::status::Status;
 
 /// Bytes in an `InitReply` body.
-const INIT_REPLY_LEN: usize = 32;
+const INIT_REPLY_LEN: usize = 24 + Session::LEN;
 
 /// The reply to `ClientInit` and `ClientReinit`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,15 +33,17 @@ pub struct InitReply {
     pub recovering: bool,
     /// The server's epoch (high bits of every fencing token).
     pub epoch: u16,
-    /// The lease granted; heartbeat well within it.
+    /// The lease granted; heartbeat well within it. The server owns leases: this is at most
+    /// its `client_lease_max_ms`, whatever the client asked for.
     pub lease_ms: u32,
     /// Object cells in the server's region, for one-sided access.
     pub objects_max: u32,
     /// The client's slot in the server's tables: its mailbox on the shared-memory transport.
     pub slot: u32,
-    /// A secret for this registration that a transport may demand before it binds a second
-    /// channel (a TCP data connection, a mailbox) to the client id.
-    pub session: u64,
+    /// A secret for this registration that a transport demands before it binds a second
+    /// channel (a TCP data connection, an RDMA queue pair) to the client id, and that a reinit
+    /// of a live registration must show.
+    pub session: Session,
 }
 
 /// A control response body.
@@ -119,7 +122,7 @@ fn decode_response_body(msg: MsgType, b: &[u8]) -> Result<ControlResponse<'_>, D
                 lease_ms: get_u32(b, 8)?,
                 objects_max: get_u32(b, 12)?,
                 slot: get_u32(b, 16)?,
-                session: get_u64(b, 24)?,
+                session: Session(get_array(b, 24)?),
             })
         }
         MsgType::ClientDeinit
@@ -194,7 +197,7 @@ fn encode_response_body(
             put_u32(b, 12, r.objects_max)?;
             put_u32(b, 16, r.slot)?;
             put_u32(b, 20, 0)?;
-            put_u64(b, 24, r.session)?;
+            put_bytes(b, 24, &r.session.0)?;
             Ok(INIT_REPLY_LEN)
         }
         (

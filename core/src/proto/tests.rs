@@ -10,7 +10,7 @@ mod version;
 
 use super::*;
 use crate::config::NAME_LEN_MAX;
-use crate::ids::{LockKind, Mode, Ticket};
+use crate::ids::{LockKind, Mode, Session, Ticket};
 use crate::status::Status;
 
 /// A request header for `msg` with distinctive field values.
@@ -133,7 +133,7 @@ fn for_each_request(mut f: impl FnMut(&ControlRequestFrame<'_>)) {
         ControlRequest::ClientReinit {
             min_version: 2,
             lease_ms: 1,
-            session: 0x0123_4567_89AB_CDEF,
+            session: Session([0x5A; Session::LEN]),
         },
         ControlRequest::ReinitDone,
         ControlRequest::BatchUpdateLocks(Batch::from_slice(&claims)),
@@ -166,7 +166,7 @@ fn for_each_response(mut f: impl FnMut(&ControlHeader, &ControlResponse<'_>)) {
         lease_ms: 5_000,
         objects_max: 102_400,
         slot: 999,
-        session: 0xDEAD_BEEF_0123_4567,
+        session: Session([0xC3; Session::LEN]),
     };
     for msg in MsgType::ALL {
         let body = match msg {

@@ -1,6 +1,9 @@
 //! Client registration, liveness and cleanup (control path).
 //!
-//! A client is registered with a random non-zero 31-bit id and a lease. Any request renews the
+//! A client is registered with a random non-zero 31-bit id, a 128-bit session secret (both from
+//! the server's [`Entropy`](super::Entropy), so nothing a client sees predicts another's) and
+//! a lease the server grants: what the client asked for, within
+//! `[CLIENT_LEASE_MIN_MS, client_lease_max_ms]`. Any request renews the
 //! lease; a client silent for longer is declared dead by [`Server::tick`] and everything it held
 //! — lock grants of every kind (RW too, unlike the reference), tickets, lock references, object
 //! references and object ownership — is released, exactly as a graceful `client_deinit` does. A
@@ -8,16 +11,15 @@
 //! until its lease ends or it re-registers, and it is the first evicted when the table is full
 //! (the reference's eviction rule).
 
-use super::{Counter, Server, client_tag, past, splitmix64};
-use crate::config::Config;
-use crate::ids::{ClientId, LockId, LockKind, Mode, Ticket};
+use super::{Counter, Server, client_tag, past};
+use crate::ids::{ClientId, LockId, LockKind, Mode, Session, Ticket};
 use crate::status::Status;
 use crate::table::{ClientEntry, ClientState, Hold};
 use crate::word::{atomic, fair, rw};
 
-/// How often a fresh random id may collide before registration gives up (the chance of even
-/// one collision among 2^31 ids is below 1 in 2 million per attempt at 1,000 clients).
-const ID_ATTEMPTS_MAX: u32 = 16;
+/// Candidate ids drawn per registration. One collides with a registered id with a chance of
+/// `clients / 2^31` (below 1 in 2 million at 1,000 clients); all four, below 1 in 10^25.
+const ID_CANDIDATES: usize = 4;
 
 impl<'r> Server<'r> {
     /// Registers a new client (`client_init`) that speaks protocol `version` and asked for
@@ -48,14 +50,15 @@ impl<'r> Server<'r> {
         raw: u32,
         version: u8,
         lease_ms: u32,
-        session: u64,
+        session: &Session,
         now_ms: u64,
     ) -> Result<ClientId, Status> {
         self.stats.bump(Counter::ControlRequests);
         let id = ClientId::new(raw).ok_or_else(|| self.refuse(Status::Einval))?;
         if let Some(slot) = self.client_slot(raw) {
             // Resuming a live registration needs its secret: an id alone is guessable.
-            if self.t.clients[slot as usize].session != session {
+            if !self.t.clients[slot as usize].session.matches(session) {
+                self.stats.bump(Counter::SessionsRefused);
                 return Err(self.refuse(Status::Einval));
             }
             let c = &mut self.t.clients[slot as usize];
@@ -167,11 +170,29 @@ impl<'r> Server<'r> {
         }
     }
 
-    /// The slot and session secret of registered client `raw`, for a transport binding a
-    /// second channel to it.
-    pub fn client_session(&self, raw: u32) -> Option<(u32, u64)> {
+    /// The slot and session secret of registered client `raw`, for the registration's reply.
+    pub fn client_session(&self, raw: u32) -> Option<(u32, Session)> {
         let slot = self.client_slot(raw)?;
         Some((slot, self.t.clients[slot as usize].session))
+    }
+
+    /// The slot of registered client `raw`.
+    #[inline]
+    pub fn client_slot_of(&self, raw: u32) -> Option<u32> {
+        self.client_slot(raw)
+    }
+
+    /// A transport binding a second channel (a data connection, a queue pair) to client `raw`:
+    /// its slot if `session` is the registration's secret. A wrong secret is counted
+    /// ([`Counter::SessionsRefused`]), so guessing shows in the stats.
+    pub fn authenticate(&mut self, raw: u32, session: &Session) -> Option<u32> {
+        match self.client_slot(raw) {
+            Some(slot) if self.t.clients[slot as usize].session.matches(session) => Some(slot),
+            _ => {
+                self.stats.bump(Counter::SessionsRefused);
+                None
+            }
+        }
     }
 
     /// Whether client `raw` is registered (in any state).
@@ -200,11 +221,11 @@ impl<'r> Server<'r> {
                 .evict_abnormal(now_ms)
                 .ok_or_else(|| self.refuse(Status::ServerNoResource))?,
         };
-        let lease_ms = match lease_ms {
-            0 => self.cfg.client_lease_ms,
-            l => l.max(Config::CLIENT_LEASE_MIN_MS),
-        };
-        let session = splitmix64(&mut self.rng);
+        if lease_ms > self.cfg.client_lease_max_ms {
+            self.stats.bump(Counter::LeasesCapped);
+        }
+        let lease_ms = self.cfg.grant_lease_ms(lease_ms);
+        let session = self.fresh_session();
         self.t.clients[slot as usize] = ClientEntry {
             id: id.get(),
             state: state as u8,
@@ -228,16 +249,24 @@ impl<'r> Server<'r> {
         self.t.client_free.pop()
     }
 
+    /// A random id no registered client has, or `None` if every candidate drawn collides.
     fn fresh_client_id(&mut self) -> Option<ClientId> {
-        for _ in 0..ID_ATTEMPTS_MAX {
-            let raw = (splitmix64(&mut self.rng) >> 33) as u32; // 31 bits
-            if let Some(id) = ClientId::new(raw)
-                && self.client_slot(raw).is_none()
-            {
-                return Some(id);
-            }
-        }
-        None
+        let mut bytes = [0u8; 4 * ID_CANDIDATES];
+        (self.entropy)(&mut bytes);
+        bytes.chunks_exact(4).find_map(|b| {
+            let raw = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) >> 1; // 31 bits
+            ClientId::new(raw).filter(|_| self.client_slot(raw).is_none())
+        })
+    }
+
+    /// A new session secret.
+    fn fresh_session(&mut self) -> Session {
+        let mut s = Session::NONE;
+        (self.entropy)(&mut s.0);
+        // All zeros from a working source has a chance of 2^-128: this is a source that fills
+        // nothing, and serving with it would hand every client the same secret.
+        assert!(!s.is_none(), "the entropy source returned no entropy");
+        s
     }
 
     /// Releases everything client `slot` held and frees its entry.

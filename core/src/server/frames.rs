@@ -110,7 +110,7 @@ impl<'r> Server<'r> {
                     Ok(v) => {
                         let registered = match frame.body {
                             ControlRequest::ClientReinit { session, .. } => {
-                                self.client_reinit(client, v, lease_ms, session, now_ms)
+                                self.client_reinit(client, v, lease_ms, &session, now_ms)
                             }
                             _ => self.client_init(v, lease_ms, now_ms),
                         };
@@ -195,7 +195,9 @@ impl<'r> Server<'r> {
     }
 
     fn init_reply(&self, client: u32, version: u8) -> ControlResponse<'static> {
-        let (slot, session) = self.client_session(client).unwrap_or((0, 0));
+        let (slot, session) = self
+            .client_session(client)
+            .unwrap_or((0, crate::ids::Session::NONE));
         ControlResponse::Init(InitReply {
             client,
             version,

@@ -55,9 +55,9 @@ pub struct Server<'r> {
     /// whole server makes tokens grow per lock even when a name is released and re-created in
     /// another slot.
     next_token: u64,
-    /// Client-id generator state (SplitMix64).
-    rng: u64,
-    /// Key of the name hash.
+    /// Where client ids, session secrets and the name-hash key come from.
+    entropy: Entropy,
+    /// Key of the name hash, drawn from `entropy` so a peer cannot choose names that collide.
     name_key: u64,
     stats: Stats,
     /// Parked blocking requests not yet decided.
@@ -68,6 +68,35 @@ pub struct Server<'r> {
     next_timer_ms: u64,
 }
 
+/// Where a server draws the values a peer must not be able to predict: client ids, session
+/// secrets (see [`Session`]) and the name-hash key. It fills the buffer with fresh bytes.
+///
+/// `dlock-core` reads no entropy itself, as it reads no clock: the runtime passes the operating
+/// system's CSPRNG (`getrandom`), and a test or a simulation passes a seeded generator so that a
+/// run replays. A predictable source makes every session guessable: never serve a network with
+/// one.
+///
+/// [`Session`]: crate::ids::Session
+pub type Entropy = fn(&mut [u8]);
+
+/// An [`Entropy`] for tests, benchmarks and examples: a process-wide counter run through
+/// SplitMix64. Its output is **predictable by design** — anyone who sees one session can compute
+/// the next — so a server that talks to peers must use the operating system's CSPRNG instead.
+pub fn predictable_entropy(out: &mut [u8]) {
+    // Relaxed: the counter only has to hand each call a different value; no other memory is
+    // published through it.
+    static STATE: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
+    for chunk in out.chunks_mut(8) {
+        let mut z = STATE
+            .fetch_add(0x9E37_79B9_7F4A_7C15, core::sync::atomic::Ordering::Relaxed)
+            .wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        chunk.copy_from_slice(&z.to_le_bytes()[..chunk.len()]);
+    }
+}
+
 /// Whether `now` is past `deadline` (strictly, as the reference compares).
 #[inline]
 const fn past(now_ms: u64, deadline_ms: u64) -> bool {
@@ -76,21 +105,22 @@ const fn past(now_ms: u64, deadline_ms: u64) -> bool {
 
 impl<'r> Server<'r> {
     /// A server over freshly formatted tables. `cfg` must be the config the tables were carved
-    /// with.
-    pub fn new(tables: Tables<'r>, cfg: &Config) -> Self {
+    /// with; `entropy` supplies client ids and session secrets (see [`Entropy`]).
+    pub fn new(tables: Tables<'r>, cfg: &Config, entropy: Entropy) -> Self {
         assert_eq!(
             tables.layout,
             crate::table::Layout::new(cfg),
             "tables carved with another config"
         );
-        let mut rng = cfg.id_seed;
-        let name_key = splitmix64(&mut rng);
+        let mut key = [0u8; 8];
+        entropy(&mut key);
+        let name_key = u64::from_le_bytes(key);
         Self {
             t: tables,
             cfg: *cfg,
             recovering: cfg.recovery_clients,
             next_token: ((cfg.epoch as u64) << FencingToken::COUNTER_BITS) + 1,
-            rng,
+            entropy,
             name_key,
             stats: Stats::default(),
             waiting: 0,
@@ -115,6 +145,12 @@ impl<'r> Server<'r> {
     /// A copy of the counters.
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// Sets counter `c`: for the counters a transport keeps (connections), so that one `Stats`
+    /// reply carries them all.
+    pub fn set_counter(&mut self, c: Counter, total: u64) {
+        self.stats.0[c as usize] = total;
     }
 
     /// Zeroes the counters.
@@ -204,16 +240,6 @@ pub struct Usage {
 #[inline]
 fn client_tag(id: ClientId) -> u32 {
     crate::table::index::mix32(id.get())
-}
-
-/// SplitMix64: a tiny, well-mixed generator for client ids (unpredictability comes from the seed
-/// the runtime draws from the OS).
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

@@ -48,11 +48,26 @@ pub enum Counter {
     Waits,
     /// Parked requests answered `Etimeout`.
     WaitTimeouts,
+    /// Reinits and channel attaches that showed a wrong session secret.
+    SessionsRefused,
+    /// Registrations that asked for a lease above `client_lease_max_ms` and got the maximum.
+    LeasesCapped,
+    /// Connections closed because a frame (or the handshake) did not complete in time, or a
+    /// reply could not be written in time (transport).
+    ConnectionsTimedOut,
+    /// Unregistered connections closed to make room for a new one at the cap (transport).
+    ConnectionsEvicted,
+    /// Connections refused: at the cap with nothing to evict, or out of file descriptors
+    /// (transport).
+    ConnectionsRefused,
+    /// Connections whose client expired, was evicted or deinitialised; from then on they count
+    /// as unregistered and are closed after the handshake timeout (transport).
+    ConnectionsOfGoneClients,
 }
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: usize = Counter::WaitTimeouts as usize + 1;
+    pub const COUNT: usize = Counter::ConnectionsOfGoneClients as usize + 1;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT] = [
@@ -76,6 +91,12 @@ impl Counter {
         Counter::ClientsDeinit,
         Counter::Waits,
         Counter::WaitTimeouts,
+        Counter::SessionsRefused,
+        Counter::LeasesCapped,
+        Counter::ConnectionsTimedOut,
+        Counter::ConnectionsEvicted,
+        Counter::ConnectionsRefused,
+        Counter::ConnectionsOfGoneClients,
     ];
 
     /// A stable snake-case name for printing.
@@ -101,6 +122,12 @@ impl Counter {
             Counter::ClientsDeinit => "clients_deinit",
             Counter::Waits => "waits",
             Counter::WaitTimeouts => "wait_timeouts",
+            Counter::SessionsRefused => "sessions_refused",
+            Counter::LeasesCapped => "leases_capped",
+            Counter::ConnectionsTimedOut => "connections_timed_out",
+            Counter::ConnectionsEvicted => "connections_evicted",
+            Counter::ConnectionsRefused => "connections_refused",
+            Counter::ConnectionsOfGoneClients => "connections_of_gone_clients",
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::LockKind;
-use crate::ids::{LockId, ObjectId, Ticket};
+use crate::ids::{LockId, ObjectId, Session, Ticket};
 use crate::proto::{
     Command, CommandResult, FLAG_ALL_OR_NOTHING, Held, LockClaim, LockCommand, LockOp,
     ObjectCommand, ObjectOp,
@@ -32,8 +32,8 @@ impl TestRegion {
 }
 
 /// The session secret of registered client `raw` (0 when it is not registered).
-fn session(s: &Server<'_>, raw: u32) -> u64 {
-    s.client_session(raw).map_or(0, |(_, k)| k)
+fn session(s: &Server<'_>, raw: u32) -> Session {
+    s.client_session(raw).map_or(Session::NONE, |(_, k)| k)
 }
 
 pub(crate) fn small() -> Config {
@@ -47,7 +47,11 @@ pub(crate) fn small() -> Config {
 }
 
 pub(crate) fn server<'r>(region: &'r mut TestRegion, cfg: &Config) -> Server<'r> {
-    Server::new(Tables::format(region.bytes(), cfg).unwrap(), cfg)
+    Server::new(
+        Tables::format(region.bytes(), cfg).unwrap(),
+        cfg,
+        super::predictable_entropy,
+    )
 }
 
 fn lock(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32) -> Command {
@@ -158,7 +162,7 @@ fn abnormal_client_is_evicted_to_make_room_and_its_locks_freed() {
     let newcomer = s.client_init(2, 0, 1).unwrap();
     assert!(!s.is_registered(ids[3].get()));
     assert_eq!(
-        s.client_reinit(ids[3].get(), 2, 0, session(&s, ids[3].get()), 2),
+        s.client_reinit(ids[3].get(), 2, 0, &session(&s, ids[3].get()), 2),
         Err(Status::ClientRemovedByServer)
     );
     // The evicted reader's grant is gone, so a writer gets in.
@@ -653,9 +657,9 @@ fn recovering_server_answers_not_ready_until_expected_clients_resync() {
     let mut s = server(&mut region, &cfg);
     assert_eq!(s.client_init(2, 0, 0), Err(Status::NotReady));
     let (a, b) = (ClientId::new(11).unwrap(), ClientId::new(22).unwrap());
-    s.client_reinit(a.get(), 2, 0, session(&s, a.get()), 0)
+    s.client_reinit(a.get(), 2, 0, &session(&s, a.get()), 0)
         .unwrap();
-    s.client_reinit(b.get(), 2, 0, session(&s, b.get()), 0)
+    s.client_reinit(b.get(), 2, 0, &session(&s, b.get()), 0)
         .unwrap();
     assert_eq!(
         s.get_lock(a.get(), LockKind::Atomic, b"x", 0),
@@ -726,7 +730,7 @@ fn recovering_client_that_never_returns_stops_blocking_recovery_after_its_lease(
     };
     let mut region = TestRegion::new(&cfg);
     let mut s = server(&mut region, &cfg);
-    s.client_reinit(77, 2, 0, session(&s, 77), 0).unwrap();
+    s.client_reinit(77, 2, 0, &session(&s, 77), 0).unwrap();
     assert_eq!(s.tick(cfg.client_lease_ms as u64 + 1), 1);
     assert_eq!(s.state(), ServerState::Ready);
 }
@@ -1265,7 +1269,7 @@ fn parked_request_replies_through_the_bytes_path_with_its_message_id() {
         0,
     );
     let header = DataHeader {
-        version: 2,
+        version: crate::proto::PROTO_VERSION,
         count: 0,
         message_id: 777,
         client: b.get(),
@@ -1323,7 +1327,7 @@ fn recovering<'r>(region: &'r mut TestRegion, cfg: &Config, n: u32) -> (Server<'
     let mut s = server(region, cfg);
     let ids: Vec<ClientId> = (0..n).map(|i| ClientId::new(100 + i).unwrap()).collect();
     for c in &ids {
-        s.client_reinit(c.get(), 2, 0, session(&s, c.get()), 0)
+        s.client_reinit(c.get(), 2, 0, &session(&s, c.get()), 0)
             .unwrap();
     }
     (s, ids)
@@ -1466,7 +1470,7 @@ fn forged_claim_tokens_and_impossible_claims_are_refused_without_a_trace() {
     assert_eq!(s.tables().digest(), before);
     // A merge refusal drops the reference the claim created.
     let b = ClientId::new(555).unwrap();
-    s.client_reinit(b.get(), 2, 0, session(&s, b.get()), 0)
+    s.client_reinit(b.get(), 2, 0, &session(&s, b.get()), 0)
         .unwrap();
     let mine = claim(LockKind::Rw, Held::Exclusive, b"w", Ticket::default(), 0);
     s.update_lock(ids[0].get(), &mine, 0).unwrap();
@@ -1489,7 +1493,7 @@ fn waiting_for_other_clients_to_resync_does_not_cost_a_client_its_lease() {
     s.reinit_done(ids[0].get(), 0).unwrap();
     for now in (200..2_000).step_by(200) {
         assert_eq!(s.heartbeat(ids[0].get(), now), Err(Status::NotReady));
-        s.client_reinit(ids[1].get(), 2, 0, session(&s, ids[1].get()), now)
+        s.client_reinit(ids[1].get(), 2, 0, &session(&s, ids[1].get()), now)
             .unwrap();
         assert_eq!(s.tick(now), 0, "at {now}");
     }
@@ -1724,13 +1728,78 @@ fn reinit_of_a_live_client_needs_its_session_secret() {
     let mut region = TestRegion::new(&cfg);
     let mut s = server(&mut region, &cfg);
     let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
     let secret = session(&s, a.get());
-    assert_eq!(
-        s.client_reinit(a.get(), 2, 0, secret ^ 1, 1),
-        Err(Status::Einval),
-        "guessing the id is not enough"
+    let mut guess = secret;
+    guess.0[Session::LEN - 1] ^= 1;
+    // b knows its own session and a's id: neither its own secret, a near miss nor "no session"
+    // resumes a.
+    for wrong in [guess, session(&s, b.get()), Session::NONE] {
+        assert_eq!(
+            s.client_reinit(a.get(), 2, 0, &wrong, 1),
+            Err(Status::Einval),
+            "guessing the id is not enough"
+        );
+    }
+    assert_eq!(s.stats().get(Counter::SessionsRefused), 3);
+    assert_eq!(s.client_reinit(a.get(), 2, 0, &secret, 1), Ok(a));
+}
+
+#[test]
+fn a_channel_attaches_only_with_the_registrations_own_session() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let b = s.client_init(2, 0, 0).unwrap();
+    let (slot_a, secret_a) = s.client_session(a.get()).unwrap();
+    assert_ne!(
+        secret_a,
+        session(&s, b.get()),
+        "every registration has its own secret"
     );
-    assert_eq!(s.client_reinit(a.get(), 2, 0, secret, 1), Ok(a));
+    assert_eq!(s.authenticate(a.get(), &secret_a), Some(slot_a));
+    assert_eq!(s.authenticate(a.get(), &session(&s, b.get())), None);
+    assert_eq!(s.authenticate(a.get(), &Session::NONE), None);
+    assert_eq!(s.authenticate(0x7FFF_FFFF, &secret_a), None, "unknown id");
+    assert_eq!(s.stats().get(Counter::SessionsRefused), 3);
+}
+
+#[test]
+fn a_lease_above_the_maximum_is_capped_and_a_killed_holder_is_freed_within_it() {
+    let cfg = Config {
+        client_lease_max_ms: 1_000,
+        ..small()
+    };
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let greedy = s.client_init(2, u32::MAX, 0).unwrap();
+    let slot = s.client_session(greedy.get()).unwrap().0;
+    assert_eq!(s.tables().clients[slot as usize].lease_ms, 1_000);
+    assert_eq!(s.stats().get(Counter::LeasesCapped), 1);
+    let id = s.get_lock(greedy.get(), LockKind::Rw, b"x", 0).unwrap();
+    let held = run(
+        &mut s,
+        greedy,
+        lock(LockKind::Rw, LockOp::TryShared, id, 0),
+        0,
+    );
+    assert_eq!(held.status, Status::Success);
+    // The holder is killed: nothing more from it. Within the maximum lease it is dead and its
+    // shared hold is gone, so a writer gets in.
+    assert_eq!(s.tick(1_001), 1);
+    let w = s.client_init(2, 0, 1_001).unwrap();
+    let lw = s.get_lock(w.get(), LockKind::Rw, b"x", 1_001).unwrap();
+    assert_eq!(
+        run(
+            &mut s,
+            w,
+            lock(LockKind::Rw, LockOp::TryExclusive, lw, 0),
+            1_001
+        )
+        .status,
+        Status::Success
+    );
 }
 
 /// A grant decided but not yet delivered when the client's control connection is lost
@@ -1752,7 +1821,7 @@ fn a_grant_dropped_by_a_lost_connection_is_released() {
     // Same turn: b's control connection goes away; then b re-registers (same session).
     s.client_disconnected(b.get(), 3);
     assert_eq!(s.replies_ready(), 0, "b's reply was dropped");
-    let sess = session(&s, b.get());
+    let sess = &session(&s, b.get());
     s.client_reinit(b.get(), 2, 0, sess, 3).unwrap();
     // b never got the grant; c must be able to take the lock.
     assert_eq!(

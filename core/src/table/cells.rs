@@ -9,7 +9,7 @@ use core::mem::{align_of, size_of};
 use static_assertions::const_assert_eq;
 
 use crate::config::NAME_LEN_MAX;
-use crate::ids::{GENERATION_MAX, LockKind};
+use crate::ids::{GENERATION_MAX, LockKind, Session};
 
 /// Types for which every byte pattern is a valid value and that have no padding bytes whose
 /// reads would matter: integers, arrays of them, and `repr(C)` structs of those.
@@ -41,8 +41,9 @@ unsafe impl Pod for Waiter {}
 
 /// First bytes of every region: `b"DLOCKRGN"` little-endian.
 pub const REGION_MAGIC: u64 = u64::from_le_bytes(*b"DLOCKRGN");
-/// Bumped whenever any record or the order of parts changes (2: four mailbox lanes per client).
-pub const LAYOUT_VERSION: u32 = 2;
+/// Bumped whenever any record or the order of parts changes (2: four mailbox lanes per client;
+/// 3: 128-bit session secrets in the client entries).
+pub const LAYOUT_VERSION: u32 = 3;
 
 /// The region header: enough for another process to recompute the [`super::Layout`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -188,10 +189,10 @@ pub struct ClientEntry {
     /// Zero.
     pub reserved: u32,
     /// The registration's secret (see `InitReply::session`).
-    pub session: u64,
+    pub session: Session,
 }
 
-const_assert_eq!(size_of::<ClientEntry>(), 40);
+const_assert_eq!(size_of::<ClientEntry>(), 48);
 
 impl ClientEntry {
     /// The entry's state (an unknown byte reads as `Free`; the server only writes valid ones).

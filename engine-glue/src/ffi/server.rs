@@ -186,9 +186,9 @@ unsafe fn settings(cfg: &server_cfg) -> Result<ServerConfig, Status> {
         clients_max: or_default(cfg.clients_max, d.clients_max),
         objects_max: or_default(cfg.objects_max, d.objects_max),
         client_lease_ms: or_default(cfg.client_lease_ms, d.client_lease_ms),
+        client_lease_max_ms: or_default(cfg.client_lease_max_ms, d.client_lease_max_ms),
         recovery_clients: p.recovery_client_num,
         epoch: u16::try_from(or_default(cfg.epoch, d.epoch.into())).map_err(|_| Status::Einval)?,
-        ..d
     };
     core.validate()?;
     let mut s = ServerConfig::new(core);

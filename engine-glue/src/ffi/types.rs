@@ -245,6 +245,8 @@ pub struct server_cfg {
     pub objects_max: c_uint,
     /// A silent client is declared dead after this many ms (default 5,000; at least 100).
     pub client_lease_ms: c_uint,
+    /// The longest lease granted in ms (default 30,000): a client asking for more gets this.
+    pub client_lease_max_ms: c_uint,
     /// Server incarnation, 1..=65535 (default 1): a replacement server needs a larger one.
     pub epoch: c_uint,
     /// NULL: anonymous region (clients in this process only); else `/dev/shm/<name>`.

@@ -1,7 +1,7 @@
 //! `dlock`: run a server, read its counters, or drive a workload against it.
 //!
 //! ```text
-//! dlock serve [--bind 0.0.0.0:21616] [--config dlock.toml] [--idle adaptive] ...
+//! dlock serve [--bind 127.0.0.1:21616] [--config dlock.toml] [--idle adaptive] ...
 //! dlock stat  [--connect 127.0.0.1:21616]
 //! dlock bench [--embedded | --connect ADDR] [--mix trylock] [--clients 4] [--duration 5]
 //! ```
@@ -52,9 +52,14 @@ struct ServeArgs {
     #[arg(long)]
     #[serde(skip)]
     config: Option<PathBuf>,
-    /// Address to listen on for TCP clients (IPv4 or IPv6); port 1024-65535.
+    /// Address to listen on for TCP clients (IPv4 or IPv6); port 1024-65535. Default
+    /// 127.0.0.1:21616. A non-loopback address needs TLS or `--insecure-plaintext`.
     #[arg(long)]
     bind: Option<SocketAddr>,
+    /// Serve plaintext TCP on a non-loopback address: anyone who can reach the port can register
+    /// and read every lock name and value on the wire. Only for a network you trust entirely.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    insecure_plaintext: Option<bool>,
     /// Lock slots.
     #[arg(long)]
     locks: Option<u32>,
@@ -64,9 +69,14 @@ struct ServeArgs {
     /// umo_atomic64 objects.
     #[arg(long)]
     objects: Option<u32>,
-    /// Client lease in milliseconds: silent clients are declared dead after it.
+    /// Client lease in milliseconds for clients that ask for none: silent clients are declared
+    /// dead after it.
     #[arg(long)]
     lease_ms: Option<u32>,
+    /// The longest lease granted in milliseconds (default 30000): a client asking for more gets
+    /// this, so a killed client's locks are free within it.
+    #[arg(long)]
+    lease_max_ms: Option<u32>,
     /// Clients expected to re-sync after a failover before the server serves.
     #[arg(long)]
     recovery_clients: Option<u32>,
@@ -127,6 +137,8 @@ impl ServeArgs {
             clients: self.clients.or(file.clients),
             objects: self.objects.or(file.objects),
             lease_ms: self.lease_ms.or(file.lease_ms),
+            lease_max_ms: self.lease_max_ms.or(file.lease_max_ms),
+            insecure_plaintext: self.insecure_plaintext.or(file.insecure_plaintext),
             recovery_clients: self.recovery_clients.or(file.recovery_clients),
             epoch: self.epoch.or(file.epoch),
             idle: self.idle.or(file.idle),
@@ -219,19 +231,25 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
         clients_max: args.clients.unwrap_or(d.clients_max),
         objects_max: args.objects.unwrap_or(d.objects_max),
         client_lease_ms: args.lease_ms.unwrap_or(d.client_lease_ms),
+        client_lease_max_ms: args.lease_max_ms.unwrap_or(d.client_lease_max_ms),
         recovery_clients: args.recovery_clients.unwrap_or(0),
         epoch: args.epoch.unwrap_or(d.epoch),
-        // ServerConfig::new mixes in OS entropy.
-        id_seed: d.id_seed,
     };
     if let Some(field) = core.invalid_field() {
         return Err(field.to_string());
     }
     let bind = args
         .bind
-        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], dlock_core::config::DEFAULT_PORT)));
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], dlock_core::config::DEFAULT_PORT)));
     if !(1024..=65535).contains(&bind.port()) {
         return Err(format!("port {} is outside 1024-65535", bind.port()));
+    }
+    if !bind.ip().is_loopback() && !args.insecure_plaintext.unwrap_or(false) {
+        return Err(format!(
+            "refusing to serve plaintext TCP on {bind}: anyone who reaches it could register, \
+             and names and values would cross the network in clear; bind a loopback address, \
+             or pass --insecure-plaintext for a network you trust entirely"
+        ));
     }
     let mut cfg = ServerConfig::new(core);
     cfg.tcp = Some(TcpConfig::new(bind));
@@ -293,13 +311,13 @@ fn serve(args: ServeArgs) -> Result<(), String> {
 }
 
 fn stat(addr: SocketAddr) -> Result<(), String> {
-    let mut c = Client::connect(ClientConfig::new(Endpoint::Tcp(addr)))
-        .map_err(|s| format!("connect {addr}: {s}"))?;
-    let stats = c.server_stats().map_err(|s| s.to_string())?;
+    let stats =
+        dlock_transport::client::read_server_stats(&Endpoint::Tcp(addr), Duration::from_secs(5))
+            .map_err(|s| format!("{addr}: {s}"))?;
     for (name, v) in stats {
-        println!("{name:<20} {v}");
+        println!("{name:<28} {v}");
     }
-    c.deinit().map_err(|s| s.to_string())
+    Ok(())
 }
 
 fn bench(args: BenchArgs) -> Result<(), String> {

@@ -12,15 +12,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dlock_core::Session;
 use dlock_core::proto::{
-    COMMAND_LEN, CONTROL_HEADER_LEN, DATA_HEADER_LEN, DATA_MESSAGE_MAX, DecodeError,
-    control_frame_len,
+    ATTACH_MAGIC, Attach, COMMAND_LEN, CONTROL_HEADER_LEN, DATA_HEADER_LEN, DATA_MESSAGE_MAX,
+    DecodeError, control_frame_len,
 };
 use dlock_core::table::layout::MAILBOX_LANES;
 
 use crate::region::Region;
 use crate::runtime::ServerHandle;
-use crate::runtime::{ATTACH_LEN, ATTACH_MAGIC, Shared};
+use crate::runtime::Shared;
 use crate::shm::{Doorbells, Mailbox, lanes_current_seq};
 use crate::sync::AtomicU64;
 
@@ -217,7 +218,7 @@ impl Link {
 
     /// Binds the data path after registration: the mailbox `slot`, or a TCP data connection
     /// proven with `session`.
-    pub fn attach(&mut self, client: u32, slot: u32, session: u64) -> io::Result<()> {
+    pub fn attach(&mut self, client: u32, slot: u32, session: Session) -> io::Result<()> {
         self.data = match &self.endpoint {
             Endpoint::Embedded(e) => Data::Mailbox {
                 mapped: Mapped::Embedded(Arc::clone(&e.shared)),
@@ -395,14 +396,15 @@ fn mailbox_reply(len: Option<usize>) -> io::Result<Option<usize>> {
 }
 
 /// Opens a TCP data connection to `addr` and binds it to `client` with its session secret.
-fn attach_tcp(addr: SocketAddr, client: u32, session: u64) -> io::Result<TcpStream> {
+fn attach_tcp(addr: SocketAddr, client: u32, session: Session) -> io::Result<TcpStream> {
     let mut s = TcpStream::connect(addr)?;
     s.set_nodelay(true)?;
-    let mut hello = [0u8; ATTACH_LEN];
-    hello[..4].copy_from_slice(&ATTACH_MAGIC.to_le_bytes());
-    hello[4..8].copy_from_slice(&client.to_le_bytes());
-    hello[8..16].copy_from_slice(&session.to_le_bytes());
-    s.write_all(&hello)?;
+    let hello = Attach {
+        magic: ATTACH_MAGIC,
+        client,
+        session,
+    };
+    s.write_all(&hello.encode())?;
     let mut status = [0u8; 4];
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     s.read_exact(&mut status)?;

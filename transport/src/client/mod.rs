@@ -35,7 +35,7 @@ use dlock_core::proto::{
     ObjectOp, PROTO_VERSION, decode_control_response, decode_data_response, encode_data_request,
 };
 use dlock_core::server::Counter;
-use dlock_core::{ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Status};
+use dlock_core::{ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Session, Status};
 
 use link::Link;
 pub use link::{Endpoint, Transport};
@@ -151,7 +151,7 @@ pub struct Client {
     link: Link,
     id: ClientId,
     /// The registration's secret, shown to resume it with `reinit`.
-    session: u64,
+    session: Session,
     version: u8,
     recovering: bool,
     message_id: u16,
@@ -184,10 +184,12 @@ impl Client {
         let mut c = Client {
             link,
             id: ClientId::new(1).expect("1 is a valid id"),
-            session: 0,
+            session: Session::NONE,
             version: PROTO_VERSION,
             recovering: false,
-            message_id: crate::runtime::entropy_seed() as u16,
+            // Any start will do (message ids only match replies to requests); a random one keeps
+            // two instances of one process from looking alike in a capture.
+            message_id: getrandom::u32().unwrap_or(0) as u16,
             locks: LockTable::default(),
             objects: IdMap::default(),
             pending: None,
@@ -345,14 +347,7 @@ impl Client {
 
     /// The server's counters.
     pub fn server_stats(&mut self) -> Result<Vec<(&'static str, u64)>, Status> {
-        match self.control(self.id.get(), ControlRequest::Stats)? {
-            ControlResponse::Counters(c) => Ok(Counter::ALL
-                .iter()
-                .zip(c.iter())
-                .map(|(k, v)| (k.name(), v))
-                .collect()),
-            _ => Err(Status::BadResponse),
-        }
+        named_counters(self.control(self.id.get(), ControlRequest::Stats)?)
     }
 
     /// Creates or joins the lock `name` of `kind` (`get_lock`).
@@ -1044,3 +1039,50 @@ const _: () = {
     const fn is_send<T: Send>() {}
     is_send::<Client>();
 };
+
+/// Reads a server's counters without registering: one `Stats` request on a connection of its
+/// own, which the server answers without a client-table entry, so it works while the table is
+/// full (`dlock stat`). Over TLS only an authenticated peer gets this far.
+pub fn read_server_stats(
+    endpoint: &Endpoint,
+    timeout: Duration,
+) -> Result<Vec<(&'static str, u64)>, Status> {
+    let mut link = Link::connect(endpoint).map_err(io_status)?;
+    let header = ControlHeader {
+        version: PROTO_VERSION,
+        msg: dlock_core::proto::MsgType::Stats,
+        message_id: 1,
+        word: 0,
+    };
+    let mut req = [0u8; dlock_core::proto::CONTROL_HEADER_LEN];
+    let n = dlock_core::proto::encode_control_request(
+        &ControlRequestFrame {
+            header,
+            body: ControlRequest::Stats,
+        },
+        &mut req,
+    )
+    .map_err(|_| Status::Einval)?;
+    let mut reply = vec![0u8; CONTROL_FRAME_MAX];
+    let m = link
+        .control(&req[..n], &mut reply, Some(Instant::now() + timeout))
+        .map_err(io_status)?;
+    let reply = decode_control_response(&reply[..m]).map_err(|_| Status::BadResponse)?;
+    match reply.header.status() {
+        Some(Status::Success) => named_counters(reply.body),
+        Some(s) => Err(s),
+        None => Err(Status::BadResponse),
+    }
+}
+
+/// A `Stats` reply's counters with their names.
+fn named_counters(reply: ControlResponse<'_>) -> Result<Vec<(&'static str, u64)>, Status> {
+    match reply {
+        ControlResponse::Counters(c) => Ok(Counter::ALL
+            .iter()
+            .zip(c.iter())
+            .map(|(k, v)| (k.name(), v))
+            .collect()),
+        _ => Err(Status::BadResponse),
+    }
+}

@@ -13,8 +13,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::Backoff;
-use dlock_core::Status;
 use dlock_core::proto::{CommandResult, ObjectOp};
+use dlock_core::{Session, Status};
 
 use crate::rdma::{
     AttachRecord, ENDPOINT_LEN, Endpoint as QpEndpoint, RdmaClient, RdmaConfig, RdmaError,
@@ -29,7 +29,7 @@ pub(super) fn attach(
     addr: SocketAddr,
     cfg: &RdmaConfig,
     client: u32,
-    session: u64,
+    session: Session,
 ) -> io::Result<Option<RdmaClient>> {
     let mut qp = match RdmaClient::connect(cfg) {
         Ok(qp) => qp,
@@ -68,7 +68,7 @@ pub(super) fn attach(
 fn exchange(
     addr: SocketAddr,
     client: u32,
-    session: u64,
+    session: Session,
     endpoint: QpEndpoint,
 ) -> io::Result<Option<QpEndpoint>> {
     let mut s = TcpStream::connect(addr)?;

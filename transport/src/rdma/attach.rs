@@ -8,14 +8,15 @@
 //! success, its own endpoint; then it closes the connection. The queue pairs carry everything
 //! after that.
 //!
-//! Request, 72 bytes, little-endian:
+//! Request, 80 bytes, little-endian: the attach record of `dlock_core::proto::Attach`, then the
+//! endpoint.
 //!
 //! | offset | type     | field                                     |
 //! |--------|----------|-------------------------------------------|
 //! | 0      | u32      | magic [`RDMA_ATTACH_MAGIC`]               |
 //! | 4      | u32      | client id                                 |
-//! | 8      | u64      | session secret from the init reply        |
-//! | 16     | [u8; 56] | the client's [`Endpoint`] (no object table) |
+//! | 8      | [u8; 16] | session secret from the init reply        |
+//! | 24     | [u8; 56] | the client's [`Endpoint`] (no object table) |
 //!
 //! Reply: a `u32` status (`dlock_core::Status` code), followed only when it is 0 by the server's
 //! 56-byte [`Endpoint`] (which carries the object table). A non-zero status is the last thing on
@@ -30,6 +31,9 @@
 //! A malformed request (bad endpoint record, a client record carrying an object table) gets no
 //! reply: the connection is closed, as for any bytes that cannot start a frame.
 
+use dlock_core::Session;
+use dlock_core::proto::{ATTACH_LEN, Attach};
+
 use super::RdmaError;
 use super::endpoint::{ENDPOINT_LEN, Endpoint};
 
@@ -38,7 +42,7 @@ use super::endpoint::{ENDPOINT_LEN, Endpoint};
 /// never starts a connection, so the two are never confused).
 pub const RDMA_ATTACH_MAGIC: u32 = 0xedf7_c94d;
 /// Bytes of an attach request.
-pub const RDMA_ATTACH_LEN: usize = 16 + ENDPOINT_LEN;
+pub const RDMA_ATTACH_LEN: usize = ATTACH_LEN + ENDPOINT_LEN;
 /// Bytes of a successful attach reply: status 0 and the server's endpoint.
 pub const RDMA_ATTACH_REPLY_LEN: usize = 4 + ENDPOINT_LEN;
 
@@ -48,7 +52,7 @@ pub struct AttachRecord {
     /// The client id the init reply gave.
     pub client: u32,
     /// The session secret the init reply gave: proves the sender registered as `client`.
-    pub session: u64,
+    pub session: Session,
     /// The client's queue pair.
     pub endpoint: Endpoint,
 }
@@ -57,10 +61,13 @@ impl AttachRecord {
     /// Encodes the request.
     pub fn to_bytes(&self) -> [u8; RDMA_ATTACH_LEN] {
         let mut b = [0u8; RDMA_ATTACH_LEN];
-        b[0..4].copy_from_slice(&RDMA_ATTACH_MAGIC.to_le_bytes());
-        b[4..8].copy_from_slice(&self.client.to_le_bytes());
-        b[8..16].copy_from_slice(&self.session.to_le_bytes());
-        b[16..].copy_from_slice(&self.endpoint.to_bytes());
+        let prefix = Attach {
+            magic: RDMA_ATTACH_MAGIC,
+            client: self.client,
+            session: self.session,
+        };
+        b[..ATTACH_LEN].copy_from_slice(&prefix.encode());
+        b[ATTACH_LEN..].copy_from_slice(&self.endpoint.to_bytes());
         b
     }
 
@@ -69,21 +76,21 @@ impl AttachRecord {
     pub fn from_bytes(b: &[u8]) -> Result<Self, RdmaError> {
         let b: &[u8; RDMA_ATTACH_LEN] = b
             .try_into()
-            .map_err(|_| RdmaError::BadEndpoint("attach request is not 72 bytes"))?;
-        let word = |o: usize| [b[o], b[o + 1], b[o + 2], b[o + 3]];
-        if u32::from_le_bytes(word(0)) != RDMA_ATTACH_MAGIC {
+            .map_err(|_| RdmaError::BadEndpoint("attach request is not 80 bytes"))?;
+        let prefix =
+            Attach::decode(b).map_err(|_| RdmaError::BadEndpoint("attach request is truncated"))?;
+        if prefix.magic != RDMA_ATTACH_MAGIC {
             return Err(RdmaError::BadEndpoint("attach request has a bad magic"));
         }
-        let endpoint = Endpoint::from_bytes(&b[16..])?;
+        let endpoint = Endpoint::from_bytes(&b[ATTACH_LEN..])?;
         if endpoint.objects.is_some() {
             return Err(RdmaError::BadEndpoint(
                 "a client endpoint carries an object table",
             ));
         }
-        let (lo, hi) = (word(8), word(12));
         Ok(AttachRecord {
-            client: u32::from_le_bytes(word(4)),
-            session: u64::from(u32::from_le_bytes(lo)) | u64::from(u32::from_le_bytes(hi)) << 32,
+            client: prefix.client,
+            session: prefix.session,
             endpoint,
         })
     }
@@ -97,7 +104,7 @@ mod tests {
     fn record() -> AttachRecord {
         AttachRecord {
             client: 0x0102_0304,
-            session: 0x1122_3344_5566_7788,
+            session: Session([0x11; Session::LEN]),
             endpoint: Endpoint {
                 qp_num: 0x12_3456,
                 lid: 7,

@@ -15,30 +15,39 @@
 //! feature, an RDMA attach record (`rdma::RDMA_ATTACH_MAGIC`, client id, session secret, the
 //! client's queue-pair endpoint) is checked the same way, after which this thread connects a
 //! queue pair for the client, answers with the server's endpoint and closes the connection
-//! (`runtime/rdma.rs`). A connection that has not registered or attached within the handshake
-//! timeout is closed, and past `connections_max` the oldest such connection makes room for a
-//! new one.
+//! (`runtime/rdma.rs`).
+//!
+//! No peer holds a connection it has no use for:
+//! - a connection that has not registered or attached within the handshake timeout is closed;
+//! - on any connection, a frame must complete, and a reply be taken off the socket, within the
+//!   frame timeout;
+//! - when a client is no longer registered (deinit, lease expiry, eviction) the data thread says
+//!   so and every connection bound to it counts as unregistered from then on: it is closed after
+//!   the handshake timeout unless it registers again, and the first to go at the cap. Until then
+//!   its requests are answered (`CLIENT_NOT_INIT`), so the client learns why rather than seeing
+//!   a reset; a client has one control and one data connection, a newer one replacing the older;
+//! - past `connections_max` the oldest unregistered connection makes room for a new one, so
+//!   unauthenticated peers can never crowd out registered clients, and `Stats` (which needs no
+//!   registration) always gets through.
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use dlock_core::proto::COMMAND_LEN;
 use dlock_core::proto::{
-    CONTROL_FRAME_MAX, CONTROL_MAGIC, DATA_HEADER_LEN, DATA_MESSAGE_MAX, DecodeError, MsgType,
-    control_frame_len, peek_control_header,
+    ATTACH_LEN, ATTACH_MAGIC, Attach, CONTROL_FRAME_MAX, CONTROL_MAGIC, DATA_MESSAGE_MAX,
+    DecodeError, MsgType, control_frame_len, peek_control_header, peek_data_header,
 };
 use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use super::exchange::{Job, JobKind, data_client, registered};
+use super::exchange::{Job, JobKind, registered};
 use super::{ServerConfig, Shared};
+use dlock_core::server::Counter;
 
-/// First word of a data connection's attach header: `u32 magic | u32 client | u64 session`.
-pub const ATTACH_MAGIC: u32 = 0xedf7_c94c;
-/// Bytes of the attach header.
-pub const ATTACH_LEN: usize = 16;
+/// How often connection timeouts are checked.
+const SWEEP_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How long the control thread waits awake for replies to requests it just handed over.
 const REPLY_WAIT_AWAKE: Duration = Duration::from_micros(200);
@@ -69,7 +78,7 @@ impl Listeners {
             std::env::temp_dir().join(format!("dlock-{}-{n}.sock", std::process::id()))
         });
         let _ = std::fs::remove_file(&unix_path);
-        let unix = UnixListener::bind(&unix_path)?;
+        let unix = bind_unix(&unix_path, cfg.file_mode())?;
         Ok(Self {
             tcp,
             unix,
@@ -85,6 +94,19 @@ impl Listeners {
     pub(super) fn unix_path(&self) -> &Path {
         &self.unix_path
     }
+}
+
+/// Binds the Unix socket with permission bits `mode`, set before it listens: until then a
+/// connect is refused, so nobody the mode shuts out is ever let in.
+fn bind_unix(path: &Path, mode: u32) -> io::Result<UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let s = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+    s.bind(&socket2::SockAddr::unix(path)?)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    s.listen(1024)?;
+    s.set_nonblocking(true)?;
+    let fd = std::os::fd::OwnedFd::from(s);
+    Ok(UnixListener::from_std(fd.into()))
 }
 
 /// Binds with `SO_REUSEADDR` (a restarted server gets its port back at once) and, for IPv6,
@@ -151,11 +173,21 @@ struct Conn {
     wbuf: Vec<u8>,
     in_flight: bool,
     opened: Instant,
+    /// When the first bytes of the frame now being read arrived (`None`: nothing partial).
+    frame_started: Option<Instant>,
+    /// When a reply first could not be written whole (`None`: nothing waiting to be written).
+    write_blocked: Option<Instant>,
+    /// When the client this connection is bound to stopped being registered.
+    gone: Option<Instant>,
     writable_interest: bool,
 }
 
 impl Conn {
+    /// The registered client this connection speaks for (not one that has gone since).
     fn bound_client(&self) -> Option<u32> {
+        if self.gone.is_some() {
+            return None;
+        }
         match self.role {
             Role::Control(c) => c,
             Role::Data(c) => Some(c),
@@ -171,6 +203,8 @@ struct Control<'s> {
     conns: Vec<Option<Conn>>,
     generations: Vec<u32>,
     free: Vec<usize>,
+    /// The last time timeouts were checked.
+    swept: Instant,
     /// Job buffers the data thread handed back, reused for the next requests: without them
     /// every request would allocate and zero a frame-sized buffer (17 KiB for a control frame).
     spare: Vec<Vec<u8>>,
@@ -212,6 +246,7 @@ fn run_loop(shared: &Shared, cfg: &ServerConfig, l: &mut Listeners) -> io::Resul
         conns: Vec::new(),
         generations: Vec::new(),
         free: Vec::new(),
+        swept: Instant::now(),
         spare: Vec::new(),
     };
     let mut events = Events::with_capacity(256);
@@ -252,7 +287,7 @@ fn run_loop(shared: &Shared, cfg: &ServerConfig, l: &mut Listeners) -> io::Resul
                 std::thread::yield_now();
             }
         }
-        c.expire_handshakes();
+        c.expire_idle_connections();
         #[cfg(feature = "rdma")]
         super::rdma::drop_retired(shared);
     }
@@ -322,12 +357,18 @@ impl Control<'_> {
                 .filter_map(|(i, c)| {
                     c.as_ref()
                         .filter(|c| c.bound_client().is_none())
-                        .map(|c| (c.opened, i))
+                        .map(|c| (c.gone.unwrap_or(c.opened), i))
                 })
                 .min();
             match oldest {
-                Some((_, i)) => self.close(i),
-                None => return, // dropping `stream` refuses it
+                Some((_, i)) => {
+                    self.close(i);
+                    self.shared.counters.bump(Counter::ConnectionsEvicted);
+                }
+                None => {
+                    self.shared.counters.bump(Counter::ConnectionsRefused);
+                    return; // dropping `stream` refuses it
+                }
             }
         }
         let i = self.free.pop().unwrap_or_else(|| {
@@ -354,6 +395,9 @@ impl Control<'_> {
             wbuf: Vec::new(),
             in_flight: false,
             opened: Instant::now(),
+            frame_started: None,
+            write_blocked: None,
+            gone: None,
             writable_interest: false,
         });
     }
@@ -395,7 +439,12 @@ impl Control<'_> {
                         closed = true;
                         break;
                     }
-                    Ok(n) => c.rlen += n,
+                    Ok(n) => {
+                        if c.rlen == 0 {
+                            c.frame_started = Some(Instant::now());
+                        }
+                        c.rlen += n;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(_) => {
@@ -437,6 +486,8 @@ impl Control<'_> {
         buf[..len].copy_from_slice(&c.rbuf[..len]);
         c.rbuf.copy_within(len..c.rlen, 0);
         c.rlen -= len;
+        // Bytes already here after this frame start the next one now.
+        c.frame_started = (c.rlen > 0).then(Instant::now);
         c.in_flight = true;
         if !self.submit(Job {
             conn,
@@ -450,6 +501,10 @@ impl Control<'_> {
 
     fn drain_outbox(&mut self) {
         while let Some(job) = self.shared.exchange.outbox.pop() {
+            if let JobKind::ClientGone { client } = job.kind {
+                self.client_gone(client);
+                continue;
+            }
             let i = (job.conn & 0xFFFF_FFFF) as usize;
             let generation = (job.conn >> 32) as u32;
             let Some(c) = self
@@ -463,10 +518,12 @@ impl Control<'_> {
             c.in_flight = false;
             match job.kind {
                 JobKind::Control => {
-                    if c.role == Role::Control(None) {
-                        c.role = Role::Control(registered(&job.buf[..job.len]));
-                    }
                     c.wbuf.extend_from_slice(&job.buf[..job.len]);
+                    if let Some(client) = registered(&job.buf[..job.len]) {
+                        c.role = Role::Control(Some(client));
+                        c.gone = None;
+                        self.close_others(i, Role::Control(Some(client)));
+                    }
                 }
                 JobKind::Data => c.wbuf.extend_from_slice(&job.buf[..job.len]),
                 JobKind::Attached { ok } => {
@@ -507,13 +564,16 @@ impl Control<'_> {
                         self.close(i);
                         continue;
                     }
-                    self.close_older_data(i, client);
+                    self.close_others(i, Role::Data(client));
                 }
                 JobKind::Close => {
                     self.close(i);
                     continue;
                 }
-                JobKind::Nothing | JobKind::Attach { .. } | JobKind::Disconnected { .. } => {}
+                JobKind::Nothing
+                | JobKind::Attach { .. }
+                | JobKind::Disconnected { .. }
+                | JobKind::ClientGone { .. } => {}
             }
             if self.spare.len() < SPARE_MAX && !job.buf.is_empty() {
                 self.spare.push(job.buf);
@@ -525,22 +585,36 @@ impl Control<'_> {
         }
     }
 
-    /// One data connection per client: the attach just accepted on connection `newest`
-    /// replaces any other data connection of `client` (a client attaches again when it
-    /// reconnects after a network error, and a half-open old connection may not have been
-    /// noticed yet). Closing the old one tells the data thread, which drops a request parked on
-    /// it: the client gave up on it when it reconnected.
+    /// One control and one data connection per client: the registration or attach just
+    /// accepted on connection `newest` replaces any other connection of the same `role` (a
+    /// client connects again when it reconnects after a network error, and a half-open old
+    /// connection may not have been noticed yet). Closing the old one tells the data thread,
+    /// which drops a request parked on it: the client gave up on it when it reconnected.
     ///
-    /// The attach the data thread accepted last wins, since replies come back in the order the
-    /// jobs were taken. A linear scan: attaching is rare next to data messages.
-    fn close_older_data(&mut self, newest: usize, client: u32) {
+    /// The one the data thread accepted last wins, since replies come back in the order the
+    /// jobs were taken. A linear scan: binding is rare next to requests.
+    fn close_others(&mut self, newest: usize, role: Role) {
         for j in 0..self.conns.len() {
             let older = self.conns[j]
                 .as_ref()
-                .is_some_and(|c| j != newest && c.role == Role::Data(client));
+                .is_some_and(|c| j != newest && c.role == role);
             if older {
-                tracing::debug!(client, "a newer data connection replaces this one");
+                tracing::debug!(?role, "a newer connection replaces this one");
                 self.close(j);
+            }
+        }
+    }
+
+    /// Marks every connection bound to `client`, which is no longer registered, as gone: from
+    /// now on it holds its place like an unregistered connection (closed after the handshake
+    /// timeout, first evicted at the cap), while the client's next request still gets an
+    /// honest `CLIENT_NOT_INIT` from the state machine.
+    fn client_gone(&mut self, client: u32) {
+        let now = Instant::now();
+        for c in self.conns.iter_mut().flatten() {
+            if c.bound_client() == Some(client) {
+                c.gone = Some(now);
+                self.shared.counters.bump(Counter::ConnectionsOfGoneClients);
             }
         }
     }
@@ -566,6 +640,11 @@ impl Control<'_> {
                 }
             }
             let want = !c.wbuf.is_empty();
+            c.write_blocked = match (want, c.write_blocked) {
+                (false, _) => None,
+                (true, None) => Some(Instant::now()),
+                (true, since) => since,
+            };
             if want != c.writable_interest {
                 let interest = if want {
                     Interest::READABLE | Interest::WRITABLE
@@ -586,20 +665,31 @@ impl Control<'_> {
         }
     }
 
-    fn expire_handshakes(&mut self) {
-        let timeout = self.cfg.handshake_timeout;
-        let stale: Vec<usize> = self
-            .conns
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| {
-                c.as_ref()
-                    .filter(|c| c.bound_client().is_none() && c.opened.elapsed() > timeout)
-                    .map(|_| i)
-            })
-            .collect();
-        for i in stale {
-            self.close(i);
+    /// Closes connections that hold a place without using it: unregistered past the handshake
+    /// timeout, a frame begun and not finished, or a reply not read, past the frame timeout.
+    /// Checked every [`SWEEP_INTERVAL`], not on every event.
+    fn expire_idle_connections(&mut self) {
+        if self.swept.elapsed() < SWEEP_INTERVAL {
+            return;
+        }
+        self.swept = Instant::now();
+        let (handshake, frame) = (self.cfg.handshake_timeout, self.cfg.frame_timeout);
+        let late =
+            |since: Option<Instant>, limit: Duration| since.is_some_and(|t| t.elapsed() > limit);
+        for i in 0..self.conns.len() {
+            let Some(c) = &self.conns[i] else { continue };
+            // A frame waiting behind one in flight is whole as far as we know: only an
+            // incomplete one (nothing in flight, nothing to write) can be late.
+            let reading = !c.in_flight && c.wbuf.is_empty();
+            let stale = (c.bound_client().is_none()
+                && c.gone.unwrap_or(c.opened).elapsed() > handshake)
+                || (reading && late(c.frame_started, frame))
+                || late(c.write_blocked, frame);
+            if stale {
+                tracing::debug!(role = ?c.role, "connection timed out");
+                self.close(i);
+                self.shared.counters.bump(Counter::ConnectionsTimedOut);
+            }
         }
     }
 }
@@ -618,15 +708,12 @@ fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
             if buf.len() < ATTACH_LEN {
                 return Ok(None);
             }
-            let client = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]);
-            let mut s = [0u8; 8];
-            s.copy_from_slice(&buf[8..16]);
+            let Attach {
+                client, session, ..
+            } = Attach::decode(buf).map_err(|_| ())?;
             c.role = Role::Attaching(client);
             return Ok(Some((
-                JobKind::Attach {
-                    client,
-                    session: u64::from_le_bytes(s),
-                },
+                JobKind::Attach { client, session },
                 ATTACH_LEN,
                 ATTACH_LEN,
             )));
@@ -668,6 +755,8 @@ fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
             let (h, _) = peek_control_header(buf).map_err(|_| ())?;
             let init = matches!(h.msg, MsgType::ClientInit | MsgType::ClientReinit);
             match bound {
+                // A client that is gone may register again on its connection.
+                Some(_) if init && c.gone.is_some() => {}
                 // One client per connection: once bound, every frame must carry its id.
                 Some(id) if init || h.word != id => return Err(()),
                 // Unbound, a connection may only register (a reinit shows the session secret)
@@ -678,18 +767,15 @@ fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
             Ok(Some((JobKind::Control, len, CONTROL_FRAME_MAX)))
         }
         Role::Data(client) => {
-            if buf.len() < DATA_HEADER_LEN {
-                return Ok(None);
-            }
+            let (header, len) = match peek_data_header(buf) {
+                Ok(peeked) => peeked,
+                Err(DecodeError::Truncated) => return Ok(None),
+                Err(_) => return Err(()),
+            };
             // A data connection speaks only for the client it was attached to.
-            if data_client(buf) != client {
+            if header.client != client {
                 return Err(());
             }
-            let count = buf[5] as usize;
-            if !(1..=dlock_core::config::BATCH_MAX).contains(&count) {
-                return Err(());
-            }
-            let len = DATA_HEADER_LEN + count * COMMAND_LEN;
             if buf.len() < len {
                 return Ok(None);
             }

@@ -6,7 +6,8 @@ use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
 
 use dlock_core::proto::{CONTROL_FRAME_MAX, DATA_MESSAGE_MAX};
-use dlock_core::server::{Server, WaitReply};
+use dlock_core::proto::{MsgType, peek_control_header};
+use dlock_core::server::{Counter, Server, WaitReply};
 
 use super::exchange::{Job, JobKind, data_client, registered};
 use super::idle::Idler;
@@ -45,6 +46,11 @@ struct Data<'s> {
     /// Per client slot: the connection its registration came over (0: none, e.g. in-process
     /// clients whose Unix-socket connection is their control connection too).
     control_conn: Vec<u64>,
+    /// Per client slot: the client that registered over a socket (0: none). When it is no longer
+    /// registered, the control thread is told to close its connections.
+    bound: Vec<u32>,
+    /// Clients removed so far (deinit, expiry, eviction), to notice a removal cheaply.
+    removed: u64,
     req: [u8; DATA_MESSAGE_MAX],
     resp: Vec<u8>,
     start: Instant,
@@ -65,7 +71,7 @@ pub(super) fn run(shared: &Shared, cfg: &ServerConfig, ready: SyncSender<io::Res
             return;
         }
     };
-    let mut server = Server::new(tables, &cfg.core);
+    let mut server = Server::new(tables, &cfg.core, super::os_entropy);
     let slots = cfg.core.clients_max as usize;
     let mut d = Data {
         shared,
@@ -74,6 +80,8 @@ pub(super) fn run(shared: &Shared, cfg: &ServerConfig, ready: SyncSender<io::Res
         last_seq: vec![0; slots],
         routes: (0..slots).map(|_| Route::None).collect(),
         control_conn: vec![0; slots],
+        bound: vec![0; slots],
+        removed: 0,
         req: [0; DATA_MESSAGE_MAX],
         resp: vec![0; CONTROL_FRAME_MAX],
         start: Instant::now(),
@@ -104,6 +112,7 @@ pub(super) fn run(shared: &Shared, cfg: &ServerConfig, ready: SyncSender<io::Res
             d.rdma.sweep(&server);
             next_tick = now + TICK_MS;
         }
+        d.close_gone_clients(&server);
         #[cfg(feature = "rdma")]
         if work == 0 && d.rdma.attached() {
             // A SEND cannot ring the futex: with RDMA clients attached, parking would leave
@@ -172,7 +181,7 @@ impl Data<'_> {
                 *last = seq;
                 // The message must come from the client this mailbox belongs to.
                 let client = data_client(req);
-                if server.client_session(client).map(|(s, _)| s) != Some(slot) {
+                if server.client_slot_of(client) != Some(slot) {
                     mb.post_response(&[], seq);
                     continue;
                 }
@@ -212,6 +221,48 @@ impl Data<'_> {
         self.rdma.forget_parked_flag(slot);
     }
 
+    /// Records that `client`, registered over a socket, now has `slot`. A different client that
+    /// had the slot before is gone: its connections are closed.
+    fn bind(&mut self, slot: u32, client: u32) {
+        let before = std::mem::replace(&mut self.bound[slot as usize], client);
+        if before != 0 && before != client {
+            self.client_gone(before);
+        }
+    }
+
+    /// After any client was removed (deinit, expiry, eviction): tells the control thread to
+    /// close the connections of every socket-registered client that is no longer registered,
+    /// so a departed client holds no connection (and no descriptor) of ours.
+    fn close_gone_clients(&mut self, server: &Server<'_>) {
+        let s = server.stats();
+        let removed = s.get(Counter::ClientsDeinit)
+            + s.get(Counter::ClientsExpired)
+            + s.get(Counter::ClientsEvicted);
+        if removed == self.removed {
+            return;
+        }
+        self.removed = removed;
+        for slot in 0..self.bound.len() {
+            let client = self.bound[slot];
+            if client != 0 && server.client_slot_of(client) != Some(slot as u32) {
+                self.bound[slot] = 0;
+                self.control_conn[slot] = 0;
+                self.client_gone(client);
+            }
+        }
+        self.shared.exchange.wake_control();
+    }
+
+    fn client_gone(&self, client: u32) {
+        // The outbox has room for one notice per client beside every reply (see `Exchange`).
+        let _ = self.shared.exchange.outbox.push(Job {
+            conn: 0,
+            kind: JobKind::ClientGone { client },
+            len: 0,
+            buf: Vec::new(),
+        });
+    }
+
     /// Takes up to `INBOX_BATCH` jobs from the control thread; returns how many.
     fn serve_inbox(&mut self, server: &mut Server<'_>, now: u64) -> usize {
         let ex = &self.shared.exchange;
@@ -221,6 +272,9 @@ impl Data<'_> {
             n += 1;
             match job.kind {
                 JobKind::Control => {
+                    if is_stats_request(&job.buf[..job.len]) {
+                        self.shared.counters.copy_into(server);
+                    }
                     match server.handle_control(&job.buf[..job.len], &mut self.resp, now) {
                         Ok(len) => {
                             job.buf[..len].copy_from_slice(&self.resp[..len]);
@@ -228,9 +282,10 @@ impl Data<'_> {
                             // A registration's control connection is the one whose loss means
                             // the client is lost (see `Disconnected` below).
                             if let Some(client) = registered(&job.buf[..len])
-                                && let Some((slot, _)) = server.client_session(client)
+                                && let Some(slot) = server.client_slot_of(client)
                             {
                                 self.control_conn[slot as usize] = job.conn;
+                                self.bind(slot, client);
                                 self.fence_lanes(server, slot, client, now);
                             }
                         }
@@ -241,7 +296,7 @@ impl Data<'_> {
                 {
                     Ok(0) => {
                         let client = data_client(&job.buf);
-                        if let Some((slot, _)) = server.client_session(client) {
+                        if let Some(slot) = server.client_slot_of(client) {
                             self.routes[slot as usize] = Route::Socket(job);
                             continue;
                         }
@@ -254,16 +309,14 @@ impl Data<'_> {
                     Err(_) => job.kind = JobKind::Close,
                 },
                 JobKind::Attach { client, session } => {
-                    let ok = server
-                        .client_session(client)
-                        .is_some_and(|(_, s)| s == session);
+                    let ok = server.authenticate(client, &session).is_some();
                     job.kind = JobKind::Attached { ok };
                 }
                 JobKind::Disconnected { client } => {
                     // Only the connection that carried the client's registration, or the one a
                     // parked reply was to go back on, matters: a stale connection of a client
                     // that has since re-registered going away must not cancel anything.
-                    if let Some((slot, _)) = server.client_session(client) {
+                    if let Some(slot) = server.client_slot_of(client) {
                         let slot = slot as usize;
                         if matches!(&self.routes[slot], Route::Socket(parked) if parked.conn == job.conn)
                         {
@@ -283,9 +336,10 @@ impl Data<'_> {
                     }
                     job.kind = JobKind::Nothing;
                 }
-                JobKind::Attached { .. } | JobKind::Close | JobKind::Nothing => {
-                    job.kind = JobKind::Nothing
-                }
+                JobKind::Attached { .. }
+                | JobKind::ClientGone { .. }
+                | JobKind::Close
+                | JobKind::Nothing => job.kind = JobKind::Nothing,
             }
             // The outbox is sized so it cannot be full; if it were, the reply would be lost and
             // the client would time out, which is the honest failure.
@@ -352,4 +406,9 @@ impl Data<'_> {
             shared.exchange.wake_control();
         }
     }
+}
+
+/// Whether `frame` is a `Stats` request (whose reply must carry the transport's counters too).
+fn is_stats_request(frame: &[u8]) -> bool {
+    peek_control_header(frame).is_ok_and(|(h, _)| h.msg == MsgType::Stats)
 }

@@ -5,6 +5,7 @@
 use std::io;
 
 use crossbeam_queue::ArrayQueue;
+use dlock_core::Session;
 
 use super::ServerConfig;
 
@@ -16,11 +17,14 @@ pub(crate) enum JobKind {
     /// A data message from a TCP data connection; its reply is a data message.
     Data,
     /// A TCP data connection asks to be bound to `client` (proving it knows the session).
-    Attach { client: u32, session: u64 },
+    Attach { client: u32, session: Session },
     /// Reply to `Attach`: bound or refused.
     Attached { ok: bool },
     /// A connection bound to `client` went away.
     Disconnected { client: u32 },
+    /// Data thread → control thread: `client` is no longer registered (it deinitialised, its
+    /// lease ran out, or it was evicted); close every connection bound to it.
+    ClientGone { client: u32 },
     /// The request was malformed beyond a reply: close the connection.
     Close,
     /// The request needs no reply (a parked data request, a disconnect notice); the buffer
@@ -77,10 +81,10 @@ impl Exchange {
     }
 }
 
-/// The client id a data message's header names (bytes 8..12; 0 if the message is too short).
+/// The client id a data message's header names (0, which no client has, if the header is not
+/// a data header).
 pub(crate) fn data_client(msg: &[u8]) -> u32 {
-    msg.get(8..12)
-        .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    dlock_core::proto::peek_data_header(msg).map_or(0, |(h, _)| h.client)
 }
 
 /// The client id a successful init/reinit reply registers, if `reply` is one.

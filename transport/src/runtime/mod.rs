@@ -41,7 +41,6 @@ pub use dlock_core::server::Server;
 pub use idle::IdleStrategy;
 
 use crate::region::Region;
-pub use control::{ATTACH_LEN, ATTACH_MAGIC};
 use exchange::Exchange;
 
 /// Queued jobs the data thread takes per turn before it looks at the doorbells again.
@@ -91,6 +90,10 @@ pub struct ServerConfig {
     /// Back the region with `/dev/shm/<name>` so clients in other processes can map it;
     /// `None` keeps it anonymous (clients in this process only).
     pub shm_name: Option<String>,
+    /// Open the shared-memory region file and the Unix socket to the server's group (mode
+    /// `0660`) instead of its user only (`0600`, the default). Every process of that group can
+    /// then act as any local client: mapping the region shows every mailbox and session secret.
+    pub group_access: bool,
     /// Pin the control and data threads to these CPUs.
     pub pin: (Option<usize>, Option<usize>),
     /// Ask for transparent huge pages on the region.
@@ -99,6 +102,11 @@ pub struct ServerConfig {
     pub connections_max: usize,
     /// A connection that has not registered (or attached) within this is closed.
     pub handshake_timeout: Duration,
+    /// On any connection, registered or not: a frame whose first bytes arrived must be complete
+    /// within this, and a reply must be taken off the socket within this; else the connection is
+    /// closed. A peer cannot hold a connection (and its buffers) by sending half a frame or by
+    /// never reading.
+    pub frame_timeout: Duration,
     /// Serve data messages and one-sided object operations over RDMA on this device. At start
     /// the device is opened and the object cells registered; if that fails (no device, no
     /// kernel support, port down) the server logs why and serves TCP and shared memory only.
@@ -107,10 +115,8 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
-    /// Defaults for these capacities: adaptive idling, no TCP, anonymous region. The client-id
-    /// seed is replaced with OS entropy, so ids are not guessable from the defaults.
-    pub fn new(mut core: Config) -> Self {
-        core.id_seed ^= entropy_seed();
+    /// Defaults for these capacities: adaptive idling, no TCP, anonymous region.
+    pub fn new(core: Config) -> Self {
         Self {
             connections_max: 4 * core.clients_max as usize,
             core,
@@ -118,12 +124,21 @@ impl ServerConfig {
             tcp: None,
             unix_socket: None,
             shm_name: None,
+            group_access: false,
             pin: (None, None),
             huge_pages: false,
             handshake_timeout: Duration::from_secs(5),
+            frame_timeout: Duration::from_secs(5),
             #[cfg(feature = "rdma")]
             rdma: None,
         }
+    }
+}
+
+impl ServerConfig {
+    /// The permission bits of the region file and the Unix socket.
+    pub fn file_mode(&self) -> u32 {
+        if self.group_access { 0o660 } else { 0o600 }
     }
 }
 
@@ -137,7 +152,39 @@ pub(crate) struct Shared {
     pub(crate) rdma: Option<rdma::RdmaSide>,
     pub(crate) region: Region,
     pub(crate) exchange: Exchange,
+    /// Counters the control thread keeps (connections closed, evicted, refused); the data
+    /// thread copies them into the server's stats when it answers a `Stats` request.
+    pub(crate) counters: TransportCounters,
     pub(crate) stop: AtomicBool,
+}
+
+/// The server counters that the transport, not the state machine, counts.
+#[derive(Debug, Default)]
+pub(crate) struct TransportCounters([std::sync::atomic::AtomicU64; TransportCounters::ALL.len()]);
+
+impl TransportCounters {
+    /// The counters kept here, in index order.
+    pub(crate) const ALL: [dlock_core::server::Counter; 4] = [
+        dlock_core::server::Counter::ConnectionsTimedOut,
+        dlock_core::server::Counter::ConnectionsEvicted,
+        dlock_core::server::Counter::ConnectionsRefused,
+        dlock_core::server::Counter::ConnectionsOfGoneClients,
+    ];
+
+    /// Adds one to `c` (a counter not kept here is ignored).
+    pub(crate) fn bump(&self, c: dlock_core::server::Counter) {
+        if let Some(k) = Self::ALL.iter().position(|&x| x == c) {
+            // Relaxed: a statistic; nothing is published through it.
+            self.0[k].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Copies every counter kept here into the server's stats.
+    pub(crate) fn copy_into(&self, server: &mut Server<'_>) {
+        for (k, &c) in Self::ALL.iter().enumerate() {
+            server.set_counter(c, self.0[k].load(Ordering::Relaxed));
+        }
+    }
 }
 
 /// A running server. Dropping it stops the server.
@@ -158,6 +205,9 @@ impl ServerHandle {
                 cfg.core.invalid_field().unwrap_or("config"),
             )
         })?;
+        getrandom::fill(&mut [0u8; 16]).map_err(|e| {
+            io::Error::other(format!("no entropy for session secrets from the OS: {e}"))
+        })?;
         if RUNNING.fetch_add(1, Ordering::AcqRel) >= SERVERS_MAX {
             RUNNING.fetch_sub(1, Ordering::AcqRel);
             return Err(io::Error::other("32 servers already run in this process"));
@@ -171,7 +221,7 @@ impl ServerHandle {
 
     fn spawn(cfg: ServerConfig) -> io::Result<ServerHandle> {
         let region = match &cfg.shm_name {
-            Some(name) => Region::create_shared(&cfg.core, name)?,
+            Some(name) => Region::create_shared(&cfg.core, name, cfg.file_mode())?,
             None => Region::anonymous(&cfg.core)?,
         };
         if cfg.huge_pages && !region.advise_huge_pages() {
@@ -192,6 +242,7 @@ impl ServerHandle {
             rdma,
             region,
             exchange,
+            counters: TransportCounters::default(),
             stop: AtomicBool::new(false),
         });
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
@@ -273,20 +324,16 @@ impl Drop for ServerHandle {
     }
 }
 
-/// Entropy for a server's client-id generator (`Config::id_seed`), from the OS; falls back to
-/// the clock and pid if `/dev/urandom` cannot be read.
-pub fn entropy_seed() -> u64 {
-    use std::io::Read;
-    let mut b = [0u8; 8];
-    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
-    let fallback = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-        ^ (std::process::id() as u64) << 32;
-    if read.is_ok() {
-        u64::from_le_bytes(b)
-    } else {
-        fallback
+/// The server's [`Entropy`](dlock_core::server::Entropy): the operating system's CSPRNG
+/// (`getrandom(2)` on Linux). Client ids and session secrets come from here, so nothing a
+/// client sees predicts another client's.
+///
+/// The source is checked once when a server starts ([`ServerHandle::start`] fails if it does not
+/// answer); after that a failure means the OS lost its CSPRNG, and serving on with predictable
+/// secrets would be worse than stopping, so it panics.
+pub fn os_entropy(out: &mut [u8]) {
+    if let Err(e) = getrandom::fill(out) {
+        panic!("the operating system's CSPRNG failed: {e}");
     }
 }
 

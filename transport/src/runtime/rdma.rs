@@ -89,7 +89,7 @@ impl fmt::Display for Why {
 #[derive(Debug)]
 pub(crate) struct Peer {
     client: u32,
-    session: u64,
+    session: dlock_core::Session,
     conn: ServerConnection,
     /// A parked request's reply that found every send slot busy; sent on a later turn. At most
     /// one: a client has at most one parked request.
@@ -159,7 +159,8 @@ pub(super) fn start(cfg: &ServerConfig, region: &Region) -> Option<RdmaSide> {
 
 /// Whether the attach job `record` came from an RDMA attach (rather than a TCP data attach).
 pub(super) fn is_attach(record: &[u8]) -> bool {
-    record.len() == RDMA_ATTACH_LEN && record[..4] == RDMA_ATTACH_MAGIC.to_le_bytes()
+    record.len() == RDMA_ATTACH_LEN
+        && dlock_core::proto::Attach::decode(record).is_ok_and(|a| a.magic == RDMA_ATTACH_MAGIC)
 }
 
 /// Control thread: finishes an RDMA attach whose session the data thread checked (`ok`), and

@@ -352,7 +352,7 @@ fn fixed_size_bodies_must_have_their_exact_length() {
         (MsgType::ReinitDone, 0),
         (MsgType::Stats, 0),
         (MsgType::ClientInit, 8),
-        (MsgType::ClientReinit, 16),
+        (MsgType::ClientReinit, 24),
         (MsgType::ReleaseLock, 4),
         (MsgType::ObjectRelease, 4),
         (MsgType::ObjectDestroy, 4),
@@ -509,11 +509,11 @@ fn a_success_body_must_match_its_type() {
 
 #[test]
 fn init_reply_recovering_must_be_0_or_1_and_entry_status_known() {
-    let mut body = [0u8; 32];
+    let mut body = [0u8; 40];
     body[5] = 2;
     let bytes = raw_control(MsgType::ClientInit.response_code(), 0, &body);
     assert_eq!(decode_control_response(&bytes), Err(DecodeError::BadField));
-    let mut body = [0u8; 32];
+    let mut body = [0u8; 40];
     body[20] = 1; // reserved
     let bytes = raw_control(MsgType::ClientInit.response_code(), 0, &body);
     assert_eq!(decode_control_response(&bytes), Err(DecodeError::BadField));

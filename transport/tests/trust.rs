@@ -1,0 +1,325 @@
+//! What a peer can and cannot hold over TCP: another client's identity, a lease longer than the
+//! server grants, or a connection it has no use for. Every test here is an attack tried against
+//! a running server on loopback, with the server's counters as the witness.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use dlock_core::proto::{
+    ATTACH_MAGIC, Attach, ControlHeader, ControlRequest, ControlRequestFrame, ControlResponse,
+    InitReply, PROTO_VERSION, control_frame_len, decode_control_response, encode_control_request,
+};
+use dlock_core::{Config, LockKind, Mode, Session, Status};
+use dlock_transport::client::{Client, ClientConfig, Endpoint, read_server_stats};
+use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
+
+const STEP: Duration = Duration::from_secs(5);
+
+fn server_with(core: Config, tune: impl FnOnce(&mut ServerConfig)) -> ServerHandle {
+    let mut cfg = ServerConfig::new(core);
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
+    tune(&mut cfg);
+    ServerHandle::start(cfg).expect("server starts")
+}
+
+fn small(clients_max: u32, lease_max_ms: u32) -> Config {
+    Config {
+        locks_max: 256,
+        clients_max,
+        objects_max: 16,
+        client_lease_ms: lease_max_ms.min(5_000),
+        client_lease_max_ms: lease_max_ms,
+        ..Config::default()
+    }
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(STEP)).unwrap();
+    s
+}
+
+/// Sends one control request on `s`; its reply frame, or `None` if the server closed.
+fn control(s: &mut TcpStream, word: u32, body: ControlRequest<'_>) -> Option<Vec<u8>> {
+    let header = ControlHeader {
+        version: PROTO_VERSION,
+        msg: body.msg_type(),
+        message_id: 1,
+        word,
+    };
+    let mut buf = vec![0u8; 4096];
+    let n = encode_control_request(&ControlRequestFrame { header, body }, &mut buf).unwrap();
+    s.write_all(&buf[..n]).ok()?;
+    let mut h = [0u8; 16];
+    s.read_exact(&mut h).ok()?;
+    let len = control_frame_len(&h).ok()?;
+    let mut v = h.to_vec();
+    v.resize(len, 0);
+    s.read_exact(&mut v[16..]).ok()?;
+    Some(v)
+}
+
+/// Registers on `s` asking for `lease_ms`; the server's reply.
+fn register(s: &mut TcpStream, lease_ms: u32) -> Result<InitReply, Status> {
+    let init = ControlRequest::ClientInit {
+        min_version: PROTO_VERSION,
+        lease_ms,
+    };
+    let reply = control(s, 0, init).ok_or(Status::BadResponse)?;
+    let reply = decode_control_response(&reply).map_err(|_| Status::BadResponse)?;
+    match (reply.header.status(), reply.body) {
+        (_, ControlResponse::Init(init)) => Ok(init),
+        (Some(status), _) => Err(status),
+        (None, _) => Err(Status::BadResponse),
+    }
+}
+
+/// Tries to attach a data connection as `client` with `session`; whether it was accepted.
+/// A refused attach must also be closed by the server.
+fn attach(addr: SocketAddr, client: u32, session: Session) -> bool {
+    let mut s = connect(addr);
+    let record = Attach {
+        magic: ATTACH_MAGIC,
+        client,
+        session,
+    };
+    s.write_all(&record.encode()).unwrap();
+    let mut status = [0u8; 4];
+    s.read_exact(&mut status).expect("an attach is answered");
+    if u32::from_le_bytes(status) == 0 {
+        return true;
+    }
+    assert_eq!(
+        closed_within(&mut s, STEP),
+        Some(true),
+        "refused and closed"
+    );
+    false
+}
+
+/// Whether the server closes `s` within `limit` (`None`: it sent bytes instead).
+fn closed_within(s: &mut TcpStream, limit: Duration) -> Option<bool> {
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut b = [0u8; 64];
+    match s.read(&mut b) {
+        Ok(0) => Some(true),
+        Ok(_) => None,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Some(false)
+        }
+        Err(_) => Some(true), // reset
+    }
+}
+
+fn counter(addr: SocketAddr, name: &str) -> u64 {
+    read_server_stats(&Endpoint::Tcp(addr), STEP)
+        .expect("stats answer")
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no counter {name}"))
+        .1
+}
+
+#[test]
+fn a_client_that_knows_its_own_session_and_anothers_id_cannot_attach_as_it() {
+    let server = server_with(small(8, 30_000), |_| {});
+    let addr = server.tcp_addr().unwrap();
+    let (mut ca, mut cb) = (connect(addr), connect(addr));
+    let a = register(&mut ca, 0).unwrap();
+    let b = register(&mut cb, 0).unwrap();
+    assert_ne!(a.session, b.session);
+    assert!(!a.session.is_none() && !b.session.is_none());
+
+    // a knows (a.client, a.session) and b's id. Its own secret, near misses of it and of
+    // nothing, and sessions of earlier and later registrations are all refused.
+    let mut near = a.session;
+    near.0[0] ^= 0x80;
+    let mut later = Vec::new();
+    for _ in 0..4 {
+        let mut s = connect(addr);
+        later.push(register(&mut s, 0).unwrap().session);
+    }
+    let guesses = [a.session, near, Session::NONE]
+        .into_iter()
+        .chain(later.iter().copied())
+        .collect::<Vec<_>>();
+    for guess in &guesses {
+        assert!(
+            !attach(addr, b.client, *guess),
+            "attached as b with a guess"
+        );
+    }
+    assert_eq!(counter(addr, "sessions_refused"), guesses.len() as u64);
+
+    // Nor can it resume b's registration with any of them.
+    let reinit = ControlRequest::ClientReinit {
+        min_version: PROTO_VERSION,
+        lease_ms: 0,
+        session: a.session,
+    };
+    let mut s = connect(addr);
+    let reply = control(&mut s, b.client, reinit).unwrap();
+    let reply = decode_control_response(&reply).unwrap();
+    assert_eq!(reply.header.status(), Some(Status::Einval));
+
+    // b's own secret works.
+    assert!(attach(addr, b.client, b.session));
+}
+
+#[test]
+fn a_lease_above_the_maximum_is_granted_as_the_maximum_and_a_killed_holder_frees_its_lock() {
+    let server = server_with(small(8, 400), |_| {});
+    let addr = server.tcp_addr().unwrap();
+    let mut ctl = connect(addr);
+    let init = register(&mut ctl, u32::MAX).unwrap();
+    assert_eq!(init.lease_ms, 400, "the reply says what was granted");
+    assert_eq!(counter(addr, "leases_capped"), 1);
+
+    // A client that asked for the longest lease it could takes a shared RW lock and is killed
+    // (its connections go without a deinit).
+    let mut cfg = ClientConfig::new(Endpoint::Tcp(addr));
+    cfg.lease_ms = u32::MAX;
+    let mut holder = Client::connect(cfg).unwrap();
+    let lock = holder.get_lock(LockKind::Rw, b"rg/7").unwrap();
+    holder.trylock(lock, Mode::Shared, 0).unwrap();
+    let killed = Instant::now();
+    drop(holder);
+
+    let mut writer = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
+    let lw = writer.get_lock(LockKind::Rw, b"rg/7").unwrap();
+    let grant = writer
+        .lock(lw, Mode::Exclusive, 0, Duration::from_secs(5))
+        .expect("the killed reader's hold is released");
+    assert_eq!(grant.status, Status::Success);
+    let waited = killed.elapsed();
+    assert!(
+        waited < Duration::from_millis(400 + 1_000),
+        "freed within the maximum lease (plus a tick): {waited:?}"
+    );
+}
+
+#[test]
+fn a_registered_connection_is_closed_when_its_client_expires_or_deinits() {
+    let server = server_with(small(8, 200), |cfg| {
+        cfg.handshake_timeout = Duration::from_millis(1_000);
+    });
+    let addr = server.tcp_addr().unwrap();
+    let mut silent = connect(addr);
+    let me = register(&mut silent, 0).unwrap();
+    // Past its 200 ms lease the client is gone: told so if it asks in time...
+    std::thread::sleep(Duration::from_millis(400));
+    let reply = control(&mut silent, me.client, ControlRequest::Heartbeat).expect("answered");
+    assert_eq!(
+        decode_control_response(&reply).unwrap().header.status(),
+        Some(Status::ClientNotInit)
+    );
+    // ...and then its connection is closed.
+    assert_eq!(
+        closed_within(&mut silent, Duration::from_secs(3)),
+        Some(true)
+    );
+
+    let mut leaving = connect(addr);
+    let me = register(&mut leaving, 0).unwrap();
+    let reply = control(&mut leaving, me.client, ControlRequest::ClientDeinit).expect("deinit");
+    assert_eq!(
+        decode_control_response(&reply).unwrap().header.status(),
+        Some(Status::Success)
+    );
+    assert_eq!(
+        closed_within(&mut leaving, Duration::from_secs(3)),
+        Some(true)
+    );
+    assert!(counter(addr, "connections_of_gone_clients") >= 2);
+}
+
+#[test]
+fn half_a_frame_on_a_registered_connection_is_given_up_after_the_frame_timeout() {
+    let server = server_with(small(8, 30_000), |cfg| {
+        cfg.frame_timeout = Duration::from_millis(300);
+    });
+    let addr = server.tcp_addr().unwrap();
+    let mut s = connect(addr);
+    let me = register(&mut s, 0).unwrap();
+    // A heartbeat's first 10 of 16 bytes, and then nothing.
+    let mut frame = [0u8; 64];
+    let header = ControlHeader {
+        version: PROTO_VERSION,
+        msg: ControlRequest::Heartbeat.msg_type(),
+        message_id: 2,
+        word: me.client,
+    };
+    let body = ControlRequest::Heartbeat;
+    let n = encode_control_request(&ControlRequestFrame { header, body }, &mut frame).unwrap();
+    s.write_all(&frame[..n - 6]).unwrap();
+    let sent = Instant::now();
+    assert_eq!(closed_within(&mut s, Duration::from_secs(3)), Some(true));
+    assert!(sent.elapsed() >= Duration::from_millis(300));
+    assert_eq!(counter(addr, "connections_timed_out"), 1);
+}
+
+/// 4,000 connections that register (or try to) and go silent: `dlock stat` answers at once,
+/// and a new client registers as soon as the silent ones' leases (capped at the maximum) end.
+#[test]
+fn four_thousand_silent_registrations_do_not_lock_out_a_new_client_or_stats() {
+    const SILENT: usize = 4_000;
+    let server = server_with(small(1_000, 500), |cfg| {
+        cfg.connections_max = 4_000;
+        cfg.handshake_timeout = Duration::from_millis(500);
+    });
+    let addr = server.tcp_addr().unwrap();
+    let mut silent = Vec::with_capacity(SILENT);
+    let mut registered = 0;
+    for _ in 0..SILENT {
+        let Ok(mut s) = TcpStream::connect(addr) else {
+            continue; // refused at the cap: counted below
+        };
+        s.set_read_timeout(Some(STEP)).unwrap();
+        if register(&mut s, u32::MAX).is_ok() {
+            registered += 1;
+        }
+        silent.push(s);
+    }
+    // Leases end while the loop runs (500 ms at most), so more than the table's 1,000 get in.
+    assert!(registered >= 1_000, "{registered} registrations");
+
+    let t = Instant::now();
+    let stats = read_server_stats(&Endpoint::Tcp(addr), STEP).expect("stats answer");
+    assert!(t.elapsed() < STEP);
+    assert!(stats.iter().any(|&(n, _)| n == "clients_registered"));
+
+    // A new client gets in once the silent registrations' leases (500 ms at most) are over.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let client = loop {
+        match Client::connect(ClientConfig::new(Endpoint::Tcp(addr))) {
+            Ok(c) => break c,
+            Err(s) if Instant::now() < deadline => {
+                assert_eq!(s, Status::ServerNoResource, "only a full table refuses");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(s) => panic!("still locked out after 10 s: {s}"),
+        }
+    };
+    client.deinit().unwrap();
+    assert!(counter(addr, "connections_of_gone_clients") >= 1_000);
+}
+
+#[test]
+fn the_unix_socket_is_owner_only_unless_opened_to_the_group() {
+    use std::os::unix::fs::PermissionsExt;
+    for (group, mode) in [(false, 0o600), (true, 0o660)] {
+        let server = server_with(small(8, 30_000), |cfg| cfg.group_access = group);
+        let meta = std::fs::metadata(server.unix_socket()).unwrap();
+        assert_eq!(
+            meta.permissions().mode() & 0o777,
+            mode,
+            "group access {group}"
+        );
+    }
+}
