@@ -33,6 +33,7 @@ use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::exchange::{Job, JobKind, data_client, registered};
+use super::fds::{FdReserve, out_of_fds};
 use super::{ServerConfig, Shared};
 
 /// First word of a data connection's attach header: `u32 magic | u32 client | u64 session`.
@@ -55,6 +56,8 @@ pub(super) struct Listeners {
     unix: UnixListener,
     unix_path: PathBuf,
     tcp_cfg: Option<super::TcpConfig>,
+    /// Spent to refuse a connection when the process is out of descriptors.
+    reserve: FdReserve,
 }
 
 impl Listeners {
@@ -75,6 +78,7 @@ impl Listeners {
             unix,
             unix_path,
             tcp_cfg: cfg.tcp.clone(),
+            reserve: FdReserve::new()?,
         })
     }
 
@@ -290,6 +294,14 @@ impl Control<'_> {
                     self.admit(Stream::Tcp(s));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if out_of_fds(&e) => {
+                    if !l
+                        .reserve
+                        .refuse(Instant::now(), || listener.accept().map(drop))
+                    {
+                        return;
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     return;
@@ -303,6 +315,14 @@ impl Control<'_> {
             match l.unix.accept() {
                 Ok((s, _)) => self.admit(Stream::Unix(s)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if out_of_fds(&e) => {
+                    if !l
+                        .reserve
+                        .refuse(Instant::now(), || l.unix.accept().map(drop))
+                    {
+                        return;
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     return;
