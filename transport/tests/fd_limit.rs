@@ -320,13 +320,12 @@ fn a_server_at_fd_limit_1024_serves_what_it_plans_and_refuses_the_rest_with_an_e
                 s.set_read_timeout(Some(CLIENT_TIMEOUT)).unwrap();
                 let t = Instant::now();
                 let mut b = [0u8; 8];
-                let outcome = match s.read(&mut b) {
+                match s.read(&mut b) {
                     Ok(0) => Ok("closed"),
                     Ok(_) => Err("bytes from a server that should have closed".to_string()),
                     Err(e) if e.kind() == ErrorKind::ConnectionReset => Ok("reset"),
                     Err(e) => Err(format!("{e} after {:?}", t.elapsed())),
-                };
-                outcome
+                }
             },
         );
         match closed {
