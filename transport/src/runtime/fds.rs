@@ -18,9 +18,9 @@
 //! **Why lower rather than refuse.** A server that refuses to start over descriptors turns a
 //! capacity it cannot reach into an outage: the operator who left the common 1,024 limit in
 //! place (most distributions' default for a login shell) gets no lock service at all, where a
-//! few hundred clients would have been served. Lowering keeps the promise the issue asks for — a
-//! client the server cannot serve gets an error (`ServerNoResource` from the client table, or a
-//! refused connection), never a hang — and the warning at start says the limit, the figure
+//! few hundred clients would have been served. Lowering keeps the promise that matters — a client
+//! the server cannot serve gets an error (`ServerNoResource` from the client table, or a refused
+//! connection), never a hang — and the warning at start says the limit, the figure
 //! needed and what is served, so the operator can raise the limit and restart. A deployment that
 //! would rather not start can compare [`FdBudget::clients_max`] with what it configured.
 //!
