@@ -72,7 +72,8 @@ pub struct FdLimits {
     pub nr_open: u64,
 }
 
-/// What a server will hold, besides [`FDS_FIXED`].
+/// What a server will hold, besides its fixed descriptors (`FDS_FIXED`: epoll, eventfd, the
+/// reserve, slack).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FdNeeds {
     /// Descriptors the process has open before the server starts (other servers, clients, the
@@ -134,7 +135,7 @@ pub struct FdShortfall {
 }
 
 /// Decides the limit and what is served. `may_raise_hard`: whether to plan on raising the hard
-/// limit (up to `nr_open`); [`apply`] tries with it first and, when the kernel refuses, plans
+/// limit (up to `nr_open`); the server tries with it first and, when the kernel refuses, plans
 /// again without.
 pub fn plan(
     limits: FdLimits,
