@@ -283,13 +283,18 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|e| e.to_string())?;
     }
     let server = ServerHandle::start(cfg.clone()).map_err(|e| format!("cannot start: {e}"))?;
+    // The clients served, which the file-descriptor limit may have lowered from the configured.
+    let fds = server.fd_budget();
     println!(
-        "dlock serving on {} (unix socket {}); {} locks, {} clients, {} objects; Ctrl-C stops",
+        "dlock serving on {} (unix socket {}); {} locks, {} clients, {} objects; \
+         {} connections within RLIMIT_NOFILE {}; Ctrl-C stops",
         server.tcp_addr().map_or("-".into(), |a| a.to_string()),
         server.unix_socket().display(),
         cfg.core.locks_max,
-        cfg.core.clients_max,
-        cfg.core.objects_max
+        fds.clients_max,
+        cfg.core.objects_max,
+        fds.connections_max,
+        fds.limit,
     );
     #[cfg(feature = "rdma")]
     if let Some(rdma) = &cfg.rdma {

@@ -43,6 +43,7 @@ use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::exchange::{Job, JobKind, registered};
+use super::fds::{FdReserve, out_of_fds};
 use super::{ServerConfig, Shared};
 use dlock_core::server::Counter;
 
@@ -64,6 +65,8 @@ pub(super) struct Listeners {
     unix: UnixListener,
     unix_path: PathBuf,
     tcp_cfg: Option<super::TcpConfig>,
+    /// Spent to refuse a connection when the process is out of descriptors.
+    reserve: FdReserve,
 }
 
 impl Listeners {
@@ -84,6 +87,7 @@ impl Listeners {
             unix,
             unix_path,
             tcp_cfg: cfg.tcp.clone(),
+            reserve: FdReserve::new()?,
         })
     }
 
@@ -325,6 +329,15 @@ impl Control<'_> {
                     self.admit(Stream::Tcp(s));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if out_of_fds(&e) => {
+                    if !l
+                        .reserve
+                        .refuse(Instant::now(), || listener.accept().map(drop))
+                    {
+                        return;
+                    }
+                    self.shared.counters.bump(Counter::ConnectionsRefused);
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     return;
@@ -338,6 +351,15 @@ impl Control<'_> {
             match l.unix.accept() {
                 Ok((s, _)) => self.admit(Stream::Unix(s)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if out_of_fds(&e) => {
+                    if !l
+                        .reserve
+                        .refuse(Instant::now(), || l.unix.accept().map(drop))
+                    {
+                        return;
+                    }
+                    self.shared.counters.bump(Counter::ConnectionsRefused);
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     return;

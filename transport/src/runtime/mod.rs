@@ -24,6 +24,7 @@
 mod control;
 mod data;
 mod exchange;
+mod fds;
 mod idle;
 #[cfg(feature = "rdma")]
 mod rdma;
@@ -38,6 +39,7 @@ use std::time::Duration;
 
 use dlock_core::Config;
 pub use dlock_core::server::Server;
+pub use fds::{FdAction, FdBudget, FdLimits, FdNeeds, FdShortfall, plan as plan_fds};
 pub use idle::IdleStrategy;
 
 use crate::region::Region;
@@ -99,6 +101,12 @@ pub struct ServerConfig {
     /// Ask for transparent huge pages on the region.
     pub huge_pages: bool,
     /// Most open connections (reference: 4 × clients).
+    ///
+    /// `clients_max` and this are also file-descriptor capacities. At start the server raises
+    /// `RLIMIT_NOFILE` to what they need; when even the hard limit is too low it *lowers* both
+    /// to what fits and logs a warning with the figures, rather than refusing to start: a
+    /// smaller lock service beats none, and the clients past it get an error, not a hang
+    /// ([`ServerHandle::fd_budget`] says what is served; `runtime/fds.rs` gives the sums).
     pub connections_max: usize,
     /// A connection that has not registered (or attached) within this is closed.
     pub handshake_timeout: Duration,
@@ -194,6 +202,7 @@ pub struct ServerHandle {
     threads: Vec<JoinHandle<()>>,
     tcp_addr: Option<SocketAddr>,
     unix_socket: PathBuf,
+    fd_budget: FdBudget,
 }
 
 impl ServerHandle {
@@ -219,7 +228,9 @@ impl ServerHandle {
         started
     }
 
-    fn spawn(cfg: ServerConfig) -> io::Result<ServerHandle> {
+    fn spawn(mut cfg: ServerConfig) -> io::Result<ServerHandle> {
+        // Before the region: it is sized from `clients_max`, which the plan may lower.
+        let fd_budget = fds::apply(&mut cfg)?;
         let region = match &cfg.shm_name {
             Some(name) => Region::create_shared(&cfg.core, name, cfg.file_mode())?,
             None => Region::anonymous(&cfg.core)?,
@@ -270,7 +281,15 @@ impl ServerHandle {
             threads: vec![data, control],
             tcp_addr,
             unix_socket,
+            fd_budget,
         })
+    }
+
+    /// The file-descriptor plan the server started with: the `RLIMIT_NOFILE` it runs under and
+    /// the clients and connections it serves (fewer than configured when the limit could not
+    /// be raised far enough).
+    pub fn fd_budget(&self) -> FdBudget {
+        self.fd_budget
     }
 
     /// The TCP address actually bound (port 0 resolved).
