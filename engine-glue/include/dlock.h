@@ -124,7 +124,16 @@ typedef enum debug_stats_code {
     DEBUG_STATS_CONNECTIONS_EVICTED = 23,   /* unregistered, closed to make room at the cap */
     DEBUG_STATS_CONNECTIONS_REFUSED = 24,   /* at the cap with nothing to evict, or out of fds */
     DEBUG_STATS_CONNECTIONS_OF_GONE_CLIENTS = 25, /* their client expired or deinitialised: then closed */
-    DEBUG_STATS_MAX = 26
+    DEBUG_STATS_TLS_NO_CLIENT_CERT = 26,
+    DEBUG_STATS_TLS_UNKNOWN_CA = 27,
+    DEBUG_STATS_TLS_EXPIRED = 28,
+    DEBUG_STATS_TLS_REVOKED = 29,
+    DEBUG_STATS_TLS_BAD_CERTIFICATE = 30,
+    DEBUG_STATS_TLS_PROTOCOL_VERSION = 31,
+    DEBUG_STATS_TLS_NO_COMMON_CIPHER = 32,
+    DEBUG_STATS_TLS_NOT_TLS = 33,
+    DEBUG_STATS_TLS_OTHER = 34,
+    DEBUG_STATS_MAX = 35
 } debug_stats_code_t;
 
 /* ---------------------------------------------------------------------------------------- */

@@ -63,11 +63,29 @@ pub enum Counter {
     /// Connections whose client expired, was evicted or deinitialised; from then on they count
     /// as unregistered and are closed after the handshake timeout (transport).
     ConnectionsOfGoneClients,
+    /// TLS handshakes refused: the peer sent no client certificate (transport).
+    TlsNoClientCert,
+    /// TLS handshakes refused: the client certificate is not signed by the configured CA (transport).
+    TlsUnknownCa,
+    /// TLS handshakes refused: the client certificate has expired (or is not yet valid) (transport).
+    TlsExpired,
+    /// TLS handshakes refused: the client certificate is revoked by the configured CRL (transport).
+    TlsRevoked,
+    /// TLS handshakes refused: another certificate problem (bad signature, wrong usage, malformed) (transport).
+    TlsBadCertificate,
+    /// TLS handshakes refused: the peer does not speak TLS 1.3 (transport).
+    TlsProtocolVersion,
+    /// TLS handshakes refused: no cipher suite in common (the default is TLS_AES_256_GCM_SHA384 only) (transport).
+    TlsNoCommonCipher,
+    /// Connections to a TLS listener whose first bytes were not TLS (a plaintext peer) (transport).
+    TlsNotTls,
+    /// TLS handshakes that failed for any other reason (malformed records, a peer that hung up) (transport).
+    TlsOther,
 }
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: usize = Counter::ConnectionsOfGoneClients as usize + 1;
+    pub const COUNT: usize = Counter::TlsOther as usize + 1;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT] = [
@@ -97,6 +115,15 @@ impl Counter {
         Counter::ConnectionsEvicted,
         Counter::ConnectionsRefused,
         Counter::ConnectionsOfGoneClients,
+        Counter::TlsNoClientCert,
+        Counter::TlsUnknownCa,
+        Counter::TlsExpired,
+        Counter::TlsRevoked,
+        Counter::TlsBadCertificate,
+        Counter::TlsProtocolVersion,
+        Counter::TlsNoCommonCipher,
+        Counter::TlsNotTls,
+        Counter::TlsOther,
     ];
 
     /// A stable snake-case name for printing.
@@ -128,6 +155,15 @@ impl Counter {
             Counter::ConnectionsEvicted => "connections_evicted",
             Counter::ConnectionsRefused => "connections_refused",
             Counter::ConnectionsOfGoneClients => "connections_of_gone_clients",
+            Counter::TlsNoClientCert => "tls_no_client_cert",
+            Counter::TlsUnknownCa => "tls_unknown_ca",
+            Counter::TlsExpired => "tls_expired",
+            Counter::TlsRevoked => "tls_revoked",
+            Counter::TlsBadCertificate => "tls_bad_certificate",
+            Counter::TlsProtocolVersion => "tls_protocol_version",
+            Counter::TlsNoCommonCipher => "tls_no_common_cipher",
+            Counter::TlsNotTls => "tls_not_tls",
+            Counter::TlsOther => "tls_other",
         }
     }
 }

@@ -38,6 +38,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use dlock_core::Config;
+use dlock_core::server::Counter;
 pub use dlock_core::server::Server;
 pub use fds::{FdAction, FdBudget, FdLimits, FdNeeds, FdShortfall, plan as plan_fds};
 pub use idle::IdleStrategy;
@@ -172,15 +173,24 @@ pub(crate) struct TransportCounters([std::sync::atomic::AtomicU64; TransportCoun
 
 impl TransportCounters {
     /// The counters kept here, in index order.
-    pub(crate) const ALL: [dlock_core::server::Counter; 4] = [
-        dlock_core::server::Counter::ConnectionsTimedOut,
-        dlock_core::server::Counter::ConnectionsEvicted,
-        dlock_core::server::Counter::ConnectionsRefused,
-        dlock_core::server::Counter::ConnectionsOfGoneClients,
+    pub(crate) const ALL: [Counter; 13] = [
+        Counter::ConnectionsTimedOut,
+        Counter::ConnectionsEvicted,
+        Counter::ConnectionsRefused,
+        Counter::ConnectionsOfGoneClients,
+        Counter::TlsNoClientCert,
+        Counter::TlsUnknownCa,
+        Counter::TlsExpired,
+        Counter::TlsRevoked,
+        Counter::TlsBadCertificate,
+        Counter::TlsProtocolVersion,
+        Counter::TlsNoCommonCipher,
+        Counter::TlsNotTls,
+        Counter::TlsOther,
     ];
 
     /// Adds one to `c` (a counter not kept here is ignored).
-    pub(crate) fn bump(&self, c: dlock_core::server::Counter) {
+    pub(crate) fn bump(&self, c: Counter) {
         if let Some(k) = Self::ALL.iter().position(|&x| x == c) {
             // Relaxed: a statistic; nothing is published through it.
             self.0[k].fetch_add(1, Ordering::Relaxed);
