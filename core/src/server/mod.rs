@@ -218,3 +218,5 @@ fn splitmix64(state: &mut u64) -> u64 {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_unlock;
