@@ -244,3 +244,30 @@ fn fair_unlock_from_a_queued_client_abandons_only_its_own_ticket() {
         s.release_lock(p.b.get(), p.lb.raw(), 1).unwrap();
     }
 }
+
+/// The authority to unlock is the server's record of the grant, not the word alone: a word that
+/// names a client the holds record does not back (the two disagree only if an invariant broke)
+/// does not let that client unlock, in any kind. Here the record is cleared by hand to stand in
+/// for such a break.
+#[test]
+fn exclusive_unlock_needs_the_grant_in_the_holds_record() {
+    for kind in [LockKind::Atomic, LockKind::Rw, LockKind::Fair] {
+        let cfg = small();
+        let mut region = TestRegion::new(&cfg);
+        let mut s = server(&mut region, &cfg);
+        let p = pair(&mut s, kind);
+        assert_eq!(
+            run(&mut s, p.a, kind, LockOp::TryExclusive, p.la),
+            Status::Success
+        );
+        let slot = s.client_slot(p.a.get()).unwrap();
+        s.t.lock_holds.set(slot, p.la.index(), Hold::None as u8);
+        let before = s.tables().digest();
+        assert_eq!(
+            run(&mut s, p.a, kind, LockOp::UnlockExclusive, p.la),
+            Status::Fail,
+            "{kind:?}: unlock without a recorded grant"
+        );
+        assert_eq!(s.tables().digest(), before);
+    }
+}
