@@ -6,6 +6,16 @@ use dlock_core::server::{Server, predictable_entropy};
 use dlock_core::{ClientId, Config, LockId, LockKind, ObjectId, Status, Ticket};
 use dlock_transport::Region;
 
+/// Cases per property test of hostile input: `DLOCK_FUZZ_CASES` if set (a long campaign, e.g.
+/// `DLOCK_FUZZ_CASES=1000000`), else `default`, so the normal suite stays fast. A value that is
+/// not a number stops the run rather than silently running the short suite.
+pub fn fuzz_cases(default: u32) -> u32 {
+    match std::env::var("DLOCK_FUZZ_CASES") {
+        Ok(v) => v.parse().expect("DLOCK_FUZZ_CASES is a case count"),
+        Err(_) => default,
+    }
+}
+
 /// A fresh region for `cfg` (the caller keeps it alive while the server borrows it).
 pub fn region(cfg: &Config) -> Region {
     Region::anonymous(cfg).expect("map region")

@@ -1,15 +1,31 @@
 //! The server at the byte level: version negotiation through real frames, and hostile input —
-//! garbage, truncated frames (a peer that vanished mid-message), oversized batches and names —
-//! which gets an error status or no reply, never a panic, and never changes the tables.
+//! garbage, truncated frames (a peer that vanished mid-message), oversized batches and names,
+//! valid frames of every type with bytes flipped, cut, appended and length or count fields
+//! that lie — which gets an error status or no reply, never a panic, and never changes the
+//! tables.
+//!
+//! # Long campaign
+//!
+//! The property tests run a few thousand cases so the normal suite stays fast. Set
+//! `DLOCK_FUZZ_CASES` to run each with that many cases instead (see
+//! [`dlock_tests::fuzz_cases`]), for example:
+//!
+//! ```text
+//! DLOCK_FUZZ_CASES=1000000 cargo test -p dlock-tests --release --test frames
+//! ```
+//!
+//! The codec's own properties (every decoder, without a server) are in `dlock-core`'s
+//! `proto/tests/fuzz.rs` and read the same variable.
 
 use dlock_core::proto::{
-    Batch, CONTROL_FRAME_MAX, ControlHeader, ControlRequest, ControlRequestFrame, ControlResponse,
-    DATA_MESSAGE_MAX, DataHeader, LockOp, decode_control_response, decode_data_response,
+    Batch, CONTROL_FRAME_MAX, Command, ControlHeader, ControlRequest, ControlRequestFrame,
+    ControlResponse, DATA_MESSAGE_MAX, DataHeader, FLAG_ALL_OR_NOTHING, Held, LockClaim, LockOp,
+    ObjectOp, decode_control_response, decode_data_request, decode_data_response,
     encode_control_request, encode_data_request,
 };
 use dlock_core::server::{FrameError, Server};
-use dlock_core::{Config, LockKind, Status};
-use dlock_tests::{lock_cmd, region, server};
+use dlock_core::{ClientId, Config, LockId, LockKind, ObjectId, Status, Ticket};
+use dlock_tests::{fuzz_cases, lock_cmd, object_cmd, region, run, server, ticket_cmd};
 use proptest::prelude::*;
 
 fn cfg() -> Config {
@@ -49,18 +65,20 @@ fn send(s: &mut Server<'_>, req: &[u8]) -> (Status, Vec<u8>) {
     (reply.header.status().unwrap(), out)
 }
 
+/// A `ClientInit` frame from a client that speaks versions `min..=max`.
+fn init_frame(max: u8, min: u8) -> Vec<u8> {
+    frame(
+        max,
+        0,
+        ControlRequest::ClientInit {
+            min_version: min,
+            lease_ms: 0,
+        },
+    )
+}
+
 fn init(s: &mut Server<'_>, max: u8, min: u8) -> Result<(u32, u8), Status> {
-    let (status, bytes) = send(
-        s,
-        &frame(
-            max,
-            0,
-            ControlRequest::ClientInit {
-                min_version: min,
-                lease_ms: 0,
-            },
-        ),
-    );
+    let (status, bytes) = send(s, &init_frame(max, min));
     match decode_control_response(&bytes).unwrap().body {
         ControlResponse::Init(i) => Ok((i.client, i.version)),
         _ => Err(status),
@@ -187,7 +205,7 @@ fn a_peer_that_vanishes_mid_frame_changes_nothing() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2_000))]
+    #![proptest_config(ProptestConfig::with_cases(fuzz_cases(2_000)))]
 
     /// Garbage into both entry points: no panic, and garbage never changes a table.
     #[test]
@@ -201,50 +219,301 @@ proptest! {
         let _ = s.handle_data(&bytes, &mut out, 1);
         prop_assert_eq!(s.tables().digest(), before);
     }
+}
 
-    /// Valid frames with random bytes flipped, cut or appended: no panic; a reply, when there
-    /// is one, is well-formed and echoes the message id.
+/// A server with something in every table for hostile frames to try to change: clients `a`
+/// and `b`, a lock of each kind (`a` holds the atomic and fair locks exclusively and reads the
+/// RW lock with `b`; `b` queues on the fair lock) and an object of `a`'s.
+struct Scene {
+    a: u32,
+    locks: [(LockKind, LockId); 3],
+    object: ObjectId,
+}
+
+fn scene(s: &mut Server<'_>) -> Scene {
+    use LockOp::{TryExclusive, TryShared};
+    let (a, _) = init(s, V, V).unwrap();
+    let (b, _) = init(s, V, V).unwrap();
+    let (ca, cb) = (ClientId::new(a).unwrap(), ClientId::new(b).unwrap());
+    let plan: [(LockKind, &[u8], LockOp, Status); 3] = [
+        (LockKind::Atomic, b"atomic", TryExclusive, Status::Fail),
+        (LockKind::Rw, b"rw", TryShared, Status::Success),
+        (LockKind::Fair, b"fair", TryExclusive, Status::Eagain),
+    ];
+    let locks = plan.map(|(kind, name, op, b_gets)| {
+        let id = s.get_lock(a, kind, name, 1).unwrap();
+        s.get_lock(b, kind, name, 1).unwrap();
+        assert_eq!(
+            run(s, ca, lock_cmd(kind, op, id, 60_000), 1).status,
+            Status::Success
+        );
+        let b_op = if kind == LockKind::Rw { TryShared } else { op };
+        assert_eq!(
+            run(s, cb, lock_cmd(kind, b_op, id, 60_000), 1).status,
+            b_gets
+        );
+        (kind, id)
+    });
+    let object = s.object_create(a, b"csn", 5, 3, 1).unwrap();
+    Scene { a, locks, object }
+}
+
+/// Which entry point a frame is meant for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Channel {
+    Control,
+    Data,
+}
+
+/// One valid frame from client `a` of every control request type (but `ClientReinit`, which a
+/// flipped type byte reaches) and of every lock and object command, alone, in a full message,
+/// and all-or-nothing — aimed at the scene's real ids, so mutations start from frames that
+/// reach the tables.
+fn corpus(sc: &Scene) -> Vec<(Channel, Vec<u8>)> {
+    let a = sc.a;
+    let [(_, atomic), (_, rw), (_, fair)] = sc.locks;
+    let ids = [atomic.raw(), rw.raw(), fair.raw(), 0xDEAD];
+    let gets: [(LockKind, &[u8]); 2] = [(LockKind::Rw, b"rw"), (LockKind::Fair, b"fresh")];
+    let claims = [LockClaim {
+        kind: LockKind::Fair,
+        held: Held::Exclusive,
+        name: b"fair",
+        old_lock: fair.raw(),
+        word: 0,
+        ticket: Ticket::default(),
+        remaining_ms: 1_000,
+        age_ms: 0,
+        token: 1,
+    }];
+    let control = [
+        ControlRequest::ClientDeinit,
+        ControlRequest::Heartbeat,
+        ControlRequest::ReinitDone,
+        ControlRequest::Stats,
+        ControlRequest::GetLock {
+            kind: LockKind::Atomic,
+            name: b"atomic",
+        },
+        ControlRequest::GetLock {
+            kind: LockKind::Rw,
+            name: b"new",
+        },
+        ControlRequest::ReleaseLock { lock: rw.raw() },
+        ControlRequest::ReleaseLock { lock: 0xDEAD },
+        ControlRequest::BatchGetLock(Batch::from_slice(&gets)),
+        ControlRequest::BatchReleaseLock(Batch::from_slice(&ids)),
+        ControlRequest::BatchUpdateLocks(Batch::from_slice(&claims)),
+        ControlRequest::ObjectCreate {
+            name: b"xid",
+            init: 9,
+            lease_s: 3,
+        },
+        ControlRequest::ObjectGet {
+            name: b"csn",
+            lease_s: 3,
+        },
+        ControlRequest::ObjectRelease {
+            object: sc.object.raw(),
+        },
+        ControlRequest::ObjectDestroy {
+            object: sc.object.raw(),
+        },
+    ];
+    let mut frames = vec![(Channel::Control, init_frame(V, V))];
+    frames.extend(control.map(|body| (Channel::Control, frame(V, a, body))));
+    let mut locks = Vec::new();
+    for (kind, id) in sc.locks {
+        for op in (0..8).filter_map(LockOp::from_u8) {
+            // Fair tickets start at (0, 0) here, the ticket `a` holds and `b` queued after.
+            locks.push(ticket_cmd(kind, op, id, 1_000, Ticket::default()));
+        }
+    }
+    let objects = [ObjectOp::Faa, ObjectOp::Cas, ObjectOp::Snapshot].map(|op| {
+        let a = if op == ObjectOp::Cas { 5 } else { 1 };
+        object_cmd(op, sc.object, a, 7)
+    });
+    let mut waiting = lock_cmd(LockKind::Fair, LockOp::TryShared, fair, 1_000);
+    if let Command::Lock(c) = &mut waiting {
+        c.wait_ms = 50;
+    }
+    let all: Vec<Command> = locks.iter().chain(&objects).copied().collect();
+    let mut messages: Vec<(u32, Vec<Command>)> = all.iter().map(|&c| (0, vec![c])).collect();
+    messages.push((0, vec![waiting]));
+    // Full messages (31 commands) in both orders, so each command also meets the others'
+    // effects.
+    messages.push((0, all.iter().cycle().take(31).copied().collect()));
+    messages.push((0, all.iter().rev().cycle().take(31).copied().collect()));
+    messages.push((FLAG_ALL_OR_NOTHING, locks[..16].to_vec()));
+    messages.push((FLAG_ALL_OR_NOTHING, locks[8..].to_vec()));
+    messages.push((FLAG_ALL_OR_NOTHING, all[all.len() - 4..].to_vec()));
+    for (flags, commands) in messages {
+        let header = DataHeader {
+            version: V,
+            count: 0,
+            message_id: 0x5150,
+            client: a,
+            flags,
+        };
+        let mut req = vec![0; DATA_MESSAGE_MAX];
+        let n = encode_data_request(&header, &commands, &mut req).unwrap();
+        req.truncate(n);
+        frames.push((Channel::Data, req));
+    }
+    frames
+}
+
+/// Where frames keep a count or a length, as (offset, width): the data header's `count`, the
+/// control header's `total_len`, a counted list's `count`, and the `name_len` of `GetLock`,
+/// `ObjectGet`, a list's first entry and `ObjectCreate` (the same fields `dlock-core`'s codec
+/// fuzzing overwrites).
+const LENGTH_FIELDS: [(usize, usize); 7] =
+    [(5, 1), (8, 2), (16, 1), (18, 2), (20, 2), (22, 2), (28, 2)];
+
+/// How one corpus frame is damaged: bytes flipped, up to two cut off the end, up to two
+/// appended, a length or count field overwritten, and (or not) the length fields made to agree
+/// with the new size again so the checks behind them are reached.
+#[derive(Clone, Debug)]
+struct Damage {
+    frame: prop::sample::Index,
+    flips: Vec<(prop::sample::Index, u8)>,
+    cut: prop::sample::Index,
+    tail: Vec<u8>,
+    length: Option<(prop::sample::Index, u16)>,
+    fix_lengths: bool,
+}
+
+fn damage() -> impl Strategy<Value = Damage> {
+    (
+        any::<prop::sample::Index>(),
+        proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+        any::<prop::sample::Index>(),
+        proptest::collection::vec(any::<u8>(), 0..3),
+        proptest::option::of((any::<prop::sample::Index>(), any::<u16>())),
+        any::<bool>(),
+    )
+        .prop_map(|(frame, flips, cut, tail, length, fix_lengths)| Damage {
+            frame,
+            flips,
+            cut,
+            tail,
+            length,
+            fix_lengths,
+        })
+}
+
+fn apply(corpus: &[(Channel, Vec<u8>)], d: &Damage) -> (Channel, Vec<u8>) {
+    let (channel, mut bytes) = d.frame.get(corpus).clone();
+    for (at, v) in &d.flips {
+        let i = at.index(bytes.len());
+        bytes[i] ^= v;
+    }
+    let keep = d.cut.index(bytes.len() + 1);
+    bytes.truncate(keep.max(bytes.len().saturating_sub(2)));
+    bytes.extend(&d.tail);
+    if let Some((field, value)) = d.length {
+        let (at, width) = LENGTH_FIELDS[field.index(LENGTH_FIELDS.len())];
+        if at + width <= bytes.len() {
+            bytes[at..at + width].copy_from_slice(&value.to_le_bytes()[..width]);
+        }
+    }
+    if d.fix_lengths && bytes.len() >= 16 {
+        match channel {
+            Channel::Control => {
+                let total = bytes.len().min(usize::from(u16::MAX)) as u16;
+                bytes[8..10].copy_from_slice(&total.to_le_bytes());
+            }
+            Channel::Data => bytes[5] = ((bytes.len() - 16) / 32).min(255) as u8,
+        }
+    }
+    (channel, bytes)
+}
+
+/// Statuses a data command gets only from checks made before anything is touched.
+const REFUSED_UNTOUCHED: [Status; 8] = [
+    Status::ClientNotInit,
+    Status::NotReady,
+    Status::ProtoVersionNegotiationFail,
+    Status::LockNotGet,
+    Status::ObjectNotGet,
+    Status::Einval,
+    Status::Eticket,
+    Status::Easync,
+];
+
+/// Feeds one frame to the server: no panic; a reply, when there is one, is well-formed and
+/// echoes the message id; and a frame refused whole, or whose commands were all refused before
+/// touching anything, or an all-or-nothing message that did not get everything, leaves the
+/// tables as they were.
+fn feed(s: &mut Server<'_>, channel: Channel, bytes: &[u8]) -> Result<(), TestCaseError> {
+    let before = s.tables().digest();
+    let mut out = vec![0; CONTROL_FRAME_MAX.max(DATA_MESSAGE_MAX)];
+    let unchanged = match channel {
+        Channel::Control => match s.handle_control(bytes, &mut out, 1) {
+            Err(_) => true,
+            Ok(n) => {
+                let reply = decode_control_response(&out[..n]);
+                prop_assert!(reply.is_ok(), "{:?}", reply);
+                let header = reply.unwrap().header;
+                prop_assert_eq!(
+                    header.message_id,
+                    u16::from_le_bytes([bytes[10], bytes[11]])
+                );
+                header.status() != Some(Status::Success)
+            }
+        },
+        Channel::Data => match s.handle_data(bytes, &mut out, 1) {
+            Err(_) => true,
+            // A waiting trylock was parked: the server answers it later.
+            Ok(0) => false,
+            Ok(n) => {
+                let reply = decode_data_response(&out[..n]);
+                prop_assert!(reply.is_ok(), "{:?}", reply);
+                let reply = reply.unwrap();
+                let req = decode_data_request(bytes).expect("the server answered it");
+                prop_assert_eq!(reply.header().message_id, req.header().message_id);
+                prop_assert_eq!(reply.len(), req.len());
+                let statuses: Vec<Status> = reply.results().map(|r| r.result.status).collect();
+                let untouched = statuses.iter().all(|s| REFUSED_UNTOUCHED.contains(s));
+                // A lone waiting trylock is run on its own, outside all-or-nothing.
+                let waits = req
+                    .commands()
+                    .any(|c| matches!(c, Command::Lock(l) if l.wait_ms != 0));
+                let rolled_back = req.header().flags & FLAG_ALL_OR_NOTHING != 0
+                    && !waits
+                    && !statuses
+                        .iter()
+                        .all(|s| matches!(s, Status::Success | Status::AlreadyLocked));
+                untouched || rolled_back
+            }
+        },
+    };
+    if unchanged {
+        prop_assert_eq!(
+            s.tables().digest(),
+            before,
+            "refused, yet the tables changed"
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(fuzz_cases(2_000)))]
+
+    /// Damaged frames of every type, a few in a row against a server with something in every
+    /// table: never a panic, a well-formed reply or none, and a refusal changes nothing.
     #[test]
-    fn mutated_frames_get_a_well_formed_reply_or_none(
-        which in 0usize..4,
-        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
-        cut in any::<prop::sample::Index>(),
-        tail in proptest::collection::vec(any::<u8>(), 0..3),
+    fn damaged_frames_get_a_reply_or_none_and_refusals_change_nothing(
+        damages in proptest::collection::vec(damage(), 1..4),
     ) {
         let cfg = cfg();
         let mut region = region(&cfg);
         let mut s = server(&mut region);
-        let (client, _) = init(&mut s, V, V).unwrap();
-        let ids = [1u32, 2, 3];
-        let mut bytes = match which {
-            0 => frame(V, client, ControlRequest::GetLock { kind: LockKind::Atomic, name: b"row-group-1" }),
-            1 => frame(V, client, ControlRequest::BatchReleaseLock(Batch::from_slice(&ids))),
-            2 => frame(V, client, ControlRequest::ObjectCreate { name: b"csn", init: 5, lease_s: 3 }),
-            _ => {
-                let header = DataHeader { version: dlock_core::proto::PROTO_VERSION, count: 0, message_id: 0x5150, client, flags: 0 };
-                let mut req = vec![0; DATA_MESSAGE_MAX];
-                let lock = dlock_core::LockId::new(3, 1);
-                let n = encode_data_request(&header, &[lock_cmd(LockKind::Rw, LockOp::TryShared, lock, 0)], &mut req).unwrap();
-                req.truncate(n);
-                req
-            }
-        };
-        for (at, v) in flips {
-            let i = at.index(bytes.len());
-            bytes[i] ^= v;
-        }
-        let keep = cut.index(bytes.len() + 1);
-        bytes.truncate(keep.max(bytes.len().saturating_sub(2)));
-        bytes.extend(tail);
-        let mut out = vec![0; CONTROL_FRAME_MAX];
-        if which < 3 {
-            if let Ok(n) = s.handle_control(&bytes, &mut out, 1) {
-                let reply = decode_control_response(&out[..n]);
-                prop_assert!(reply.is_ok(), "{:?}", reply);
-                prop_assert_eq!(reply.unwrap().header.message_id, u16::from_le_bytes([bytes[10], bytes[11]]));
-            }
-        } else if let Ok(n) = s.handle_data(&bytes, &mut out, 1) {
-            prop_assert!(decode_data_response(&out[..n]).is_ok());
+        let sc = scene(&mut s);
+        let corpus = corpus(&sc);
+        for d in &damages {
+            let (channel, bytes) = apply(&corpus, d);
+            feed(&mut s, channel, &bytes)?;
         }
     }
 }

@@ -6,6 +6,13 @@
 //! pure transition of `crate::word` applied, and the word stored back. Nothing here allocates,
 //! loops over more than the message, or trusts an offset from the client.
 //!
+//! An unlock is accepted, in every kind, only from a client whose holds record shows a grant in
+//! the unlock's mode, or (fair lock) a ticket, which the unlock abandons. The word's own checks
+//! (owner, reader count, ticket counters) still apply, but it is the record that makes a grant
+//! the caller's: the word has no reader identities, and a fair word accepts an exclusive unlock
+//! with no owner. The record is loaded for every command anyway, so the check is one compare.
+//! Anything else is `Fail`, the reference's answer to an unlock that is not the caller's.
+//!
 //! The fair lock keeps the reference's word exactly (see `crate::word::fair`); the weaknesses
 //! its module doc lists are guarded here, where the server knows what each client holds: a
 //! ticket retry needs a ticket this client was given (the holds record) that the lock really
@@ -333,7 +340,7 @@ impl<'r> Server<'r> {
         let hold = self.current_hold(slot, me, lock);
         let cell = self.t.lock_cells[lock as usize];
         let step = match c.kind {
-            LockKind::Atomic => atomic_step(&cell, me, c, now_ms),
+            LockKind::Atomic => atomic_step(&cell, me, c, hold, now_ms),
             LockKind::Rw => rw_step(&cell, me, c, hold, now_ms),
             LockKind::Fair => fair_step(&cell, me, c, hold, now_ms),
         };
@@ -457,12 +464,15 @@ impl<'r> Server<'r> {
 }
 
 #[inline]
-fn atomic_step(cell: &LockCell, me: ClientId, c: &LockCommand, now_ms: u64) -> Step {
+fn atomic_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms: u64) -> Step {
     let w = atomic::AtomicWord::from_bits(cell.word);
     let o = match c.op {
         // A lock that expires the moment it is taken is a client bug, not a request.
         LockOp::TryExclusive if c.expire_ms == 0 => return Step::refused(cell, Status::Einval),
         LockOp::TryExclusive => atomic::try_lock(w, me, c.expire_ms, now_ms),
+        LockOp::UnlockExclusive if hold != Hold::Exclusive => {
+            return Step::refused(cell, Status::Fail);
+        }
         LockOp::UnlockExclusive => atomic::unlock(w, me),
         LockOp::ExtendExclusive => atomic::extend(w, me, c.expire_ms, now_ms),
         _ => return Step::refused(cell, Status::Einval),
@@ -476,6 +486,9 @@ fn rw_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms: u
     let reader = hold == Hold::Shared;
     let o = match c.op {
         LockOp::TryExclusive => rw::try_exclusive(w, me, now_ms),
+        LockOp::UnlockExclusive if hold != Hold::Exclusive => {
+            return Step::refused(cell, Status::Fail);
+        }
         LockOp::UnlockExclusive => rw::unlock_exclusive(w, me),
         LockOp::TryShared => rw::try_shared(w, reader, now_ms),
         LockOp::UnlockShared => rw::unlock_shared(w, reader),

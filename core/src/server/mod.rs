@@ -244,3 +244,5 @@ fn client_tag(id: ClientId) -> u32 {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_unlock;

@@ -1,10 +1,33 @@
 //! Property tests: no input makes a decoder panic, and no input is silently misparsed — a frame
 //! that decodes re-encodes to exactly the bytes it came from, so every byte was either checked
-//! or carried through.
+//! or carried through (which implies the re-encoded frame decodes to the same value).
+//!
+//! # Long campaign
+//!
+//! Every property here runs [`CASES_DEFAULT`] cases, so the normal suite stays fast. Set
+//! `DLOCK_FUZZ_CASES` to run each with that many instead, for example a million in release:
+//!
+//! ```text
+//! DLOCK_FUZZ_CASES=1000000 cargo test -p dlock-core --release --lib proto::tests::fuzz
+//! ```
+//!
+//! `tests/tests/frames.rs` reads the same variable for the server fed the same kind of frames.
 
 use super::*;
 use proptest::prelude::*;
 use std::sync::OnceLock;
+
+/// Cases per property unless `DLOCK_FUZZ_CASES` says otherwise.
+const CASES_DEFAULT: u32 = 1_000;
+
+/// The campaign's size: `DLOCK_FUZZ_CASES` if set (a bad value is a mistake worth stopping
+/// for, not a silent fallback), else [`CASES_DEFAULT`].
+fn cases() -> u32 {
+    match std::env::var("DLOCK_FUZZ_CASES") {
+        Ok(v) => v.parse().expect("DLOCK_FUZZ_CASES is a case count"),
+        Err(_) => CASES_DEFAULT,
+    }
+}
 
 /// Runs every decoder on `bytes`; whatever one accepts must re-encode to exactly `bytes`.
 fn assert_refused_or_reencoded_exactly(bytes: &[u8]) {
@@ -143,7 +166,26 @@ enum Mutation {
     /// Make the length fields agree with the buffer again, so the checks behind them are
     /// reached instead of every mutation dying on a length mismatch.
     FixLengths,
+    /// Overwrite one of the [`LENGTH_FIELDS`] with any value: counts and lengths that lie.
+    Length {
+        field: prop::sample::Index,
+        value: u16,
+    },
 }
+
+/// Where frames keep a count or a length, as (offset, width in bytes): the data header's
+/// `count`; the control header's `total_len`; a counted list's `count`; the `name_len` of
+/// `GetLock`, of `ObjectGet`, of a list's first lock request or claim, and of `ObjectCreate`.
+/// A field that is not there in a given frame overwrites other bytes, which is fine too.
+const LENGTH_FIELDS: [(usize, usize); 7] = [
+    (5, 1),
+    (8, 2),
+    (CONTROL_HEADER_LEN, 1),
+    (CONTROL_HEADER_LEN + 2, 2),
+    (CONTROL_HEADER_LEN + 4, 2),
+    (CONTROL_HEADER_LEN + 6, 2),
+    (CONTROL_HEADER_LEN + 12, 2),
+];
 
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
@@ -153,6 +195,19 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         1 => (any::<usize>(), any::<u8>()).prop_map(|(at, byte)| Mutation::Insert { at, byte }),
         1 => any::<usize>().prop_map(|at| Mutation::Remove { at }),
         2 => Just(Mutation::FixLengths),
+        2 => (any::<prop::sample::Index>(), length_value())
+            .prop_map(|(field, value)| Mutation::Length { field, value }),
+    ]
+}
+
+/// A count or length: mostly near the edges the decoders check (0, 1, 31/32, 512/513, the
+/// buffer sizes), sometimes anything.
+fn length_value() -> impl Strategy<Value = u16> {
+    prop_oneof![
+        3 => prop::sample::select(vec![0u16, 1, 2, 30, 31, 32, 33, 255, 256, 511, 512, 513]),
+        1 => Just(CONTROL_FRAME_MAX as u16),
+        1 => Just(CONTROL_FRAME_MAX as u16 + 1),
+        2 => any::<u16>(),
     ]
 }
 
@@ -165,6 +220,12 @@ fn apply(bytes: &mut Vec<u8>, mutation: &Mutation) {
         Mutation::Insert { at, byte } => bytes.insert(at % (len + 1), byte),
         Mutation::Remove { at } if len > 0 => {
             bytes.remove(at % len);
+        }
+        Mutation::Length { ref field, value } => {
+            let (at, width) = LENGTH_FIELDS[field.index(LENGTH_FIELDS.len())];
+            if at + width <= len {
+                bytes[at..at + width].copy_from_slice(&value.to_le_bytes()[..width]);
+            }
         }
         Mutation::FixLengths if len >= CONTROL_HEADER_LEN => {
             let magic = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
@@ -256,7 +317,7 @@ fn claim_from(parts: &ClaimParts) -> LockClaim<'_> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1000))]
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
 
     #[test]
     fn random_bytes_are_refused_or_reencoded_exactly(
