@@ -39,6 +39,8 @@
 mod client;
 mod pem;
 mod server;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::io;
