@@ -1,8 +1,9 @@
 //! Reading the PEM files of a [`TlsConfig`]: certificates, CA bundle, CRLs and the private key.
 //!
 //! Every error names the file and says what was wrong with it. Key material is only ever held
-//! in `Zeroizing` buffers (file bytes, decoded DER, decrypted PKCS#8, password), which are wiped
-//! when this module returns, once `ring` has built its signing key.
+//! in `Zeroizing` buffers allocated at their final size (file bytes, decoded DER, decrypted
+//! PKCS#8, password), which are wiped when this module returns, once `ring` has built its
+//! signing key.
 
 use std::fs;
 use std::io;
@@ -10,7 +11,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use pkcs8::EncryptedPrivateKeyInfoRef;
-use pkcs8::der::SecretDocument;
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{
@@ -107,10 +107,11 @@ fn load_signing_key(cfg: &TlsConfig) -> io::Result<Arc<dyn SigningKey>> {
     let bytes = Zeroizing::new(read_file(path, "key")?);
     let text = std::str::from_utf8(&bytes).map_err(|_| bad_file(path, "not a PEM text file"))?;
     let block = first_pem_block(text).ok_or_else(|| bad_file(path, "no PEM block"))?;
-    // `SecretDocument` wipes the decoded DER when dropped.
-    let (label, doc) = SecretDocument::from_pem(block)
+    // Decoded into one buffer sized up front (DER is shorter than its Base64 text) and wiped
+    // on return; a growing Vec would leave unwiped copies behind in freed memory.
+    let mut der_buf = Zeroizing::new(vec![0u8; block.len()]);
+    let (label, der) = pkcs8::der::pem::decode(block.as_bytes(), &mut der_buf)
         .map_err(|e| bad_file(path, format_args!("bad PEM private key: {e}")))?;
-    let der = doc.as_bytes();
     let sign = |key: PrivateKeyDer<'_>| {
         rustls::crypto::ring::sign::any_supported_type(&key)
             .map_err(|e| bad_file(path, format_args!("unusable private key: {e}")))
@@ -142,7 +143,7 @@ fn load_signing_key(cfg: &TlsConfig) -> io::Result<Arc<dyn SigningKey>> {
                         format_args!("cannot decrypt the private key (wrong password?): {e}"),
                     )
                 })?;
-            sign(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(&*plain)))
+            sign(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(plain)))
         }
         other => Err(bad_file(
             path,
