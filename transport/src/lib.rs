@@ -13,5 +13,6 @@ pub mod region;
 pub mod runtime;
 pub mod shm;
 mod sync;
+pub mod tls;
 
 pub use region::Region;

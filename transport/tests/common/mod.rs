@@ -1,6 +1,8 @@
 //! What the transport's test files share: a small server (optionally with a TCP listener) and a
 //! client of it.
 
+pub mod certs;
+
 use dlock_core::Config;
 use dlock_transport::client::{Client, ClientConfig, Endpoint};
 use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
