@@ -37,8 +37,17 @@ pub enum Endpoint {
         /// The region's name under `/dev/shm`.
         shm_name: String,
     },
-    /// A server anywhere: control and data over TCP.
+    /// A server anywhere: control and data over TCP, in plaintext (a server accepts that on a
+    /// loopback address, or when its operator allowed plaintext explicitly).
     Tcp(SocketAddr),
+    /// A server anywhere: control and data over TCP under TLS 1.3 with this client's
+    /// certificate ([`Endpoint::tls`]).
+    Tls {
+        /// The server's TCP address.
+        addr: SocketAddr,
+        /// Certificates, trust and the server's expected name.
+        tls: crate::tls::ClientTls,
+    },
     /// A server anywhere, with data over RDMA: control over TCP to `addr` as for
     /// [`Endpoint::Tcp`], then a queue pair on the device in `rdma` for data messages and
     /// one-sided object operations. Without a usable device, or when the server has no RDMA, the
@@ -71,6 +80,25 @@ pub struct EmbeddedRef {
 }
 
 impl Endpoint {
+    /// A server at `addr` reached over TLS with `cfg` (its files are read here, once).
+    pub fn tls(addr: SocketAddr, cfg: &crate::tls::TlsConfig) -> io::Result<Endpoint> {
+        Ok(Endpoint::Tls {
+            addr,
+            tls: crate::tls::ClientTls::new(cfg, addr)?,
+        })
+    }
+
+    /// The TCP address and TLS settings of a remote endpoint (`None` for a local one).
+    fn remote(&self) -> Option<(SocketAddr, Option<&crate::tls::ClientTls>)> {
+        match self {
+            Endpoint::Embedded(_) | Endpoint::Local { .. } => None,
+            Endpoint::Tcp(addr) => Some((*addr, None)),
+            Endpoint::Tls { addr, tls } => Some((*addr, Some(tls))),
+            #[cfg(feature = "rdma")]
+            Endpoint::Rdma { addr, .. } => Some((*addr, None)),
+        }
+    }
+
     /// The endpoint of a server running in this process.
     pub fn embedded(server: &ServerHandle) -> Endpoint {
         Endpoint::Embedded(EmbeddedRef {
@@ -83,7 +111,7 @@ impl Endpoint {
 #[derive(Debug)]
 enum Control {
     Unix(UnixStream),
-    Tcp(TcpStream),
+    Tcp(Wire),
 }
 
 impl Control {
@@ -96,10 +124,67 @@ impl Control {
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Control::Unix(s) => s.set_read_timeout(t),
-            Control::Tcp(s) => s.set_read_timeout(t),
+            Control::Tcp(s) => s.socket().set_read_timeout(t),
         }
     }
 }
+
+/// A TCP connection to the server, in plaintext or under TLS.
+#[derive(Debug)]
+enum Wire {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Wire {
+    /// Connects to `addr` (and completes the TLS handshake, server's verdict included, within
+    /// [`CONNECT_TIMEOUT`]).
+    fn open(addr: SocketAddr, tls: Option<&crate::tls::ClientTls>) -> io::Result<Wire> {
+        let s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
+        s.set_nodelay(true)?;
+        match tls {
+            None => Ok(Wire::Plain(s)),
+            Some(tls) => {
+                s.set_read_timeout(Some(CONNECT_TIMEOUT))?;
+                Ok(Wire::Tls(Box::new(tls.connect(s)?)))
+            }
+        }
+    }
+
+    fn socket(&self) -> &TcpStream {
+        match self {
+            Wire::Plain(s) => s,
+            Wire::Tls(s) => s.get_ref(),
+        }
+    }
+}
+
+impl Read for Wire {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Wire::Plain(s) => s.read(buf),
+            Wire::Tls(s) => s.read(buf).map_err(crate::tls::client_io_error),
+        }
+    }
+}
+
+impl Write for Wire {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Wire::Plain(s) => s.write(buf),
+            Wire::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Wire::Plain(s) => s.flush(),
+            Wire::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// How long opening a TCP connection (and its TLS handshake) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
@@ -127,7 +212,7 @@ enum Data {
     /// The client's mailbox in the server's region.
     Mailbox { mapped: Mapped, slot: u32 },
     /// A TCP data connection.
-    Tcp(TcpStream),
+    Tcp(Wire),
     /// An RDMA queue pair (boxed: it is several times the size of the other variants).
     #[cfg(feature = "rdma")]
     Rdma(Box<crate::rdma::RdmaClient>),
@@ -161,20 +246,13 @@ fn deadline_left(deadline: Option<Instant>) -> io::Result<Option<Duration>> {
 impl Link {
     /// Opens the control connection.
     pub fn connect(endpoint: &Endpoint) -> io::Result<Link> {
-        let control = match endpoint {
-            Endpoint::Embedded(e) => Control::Unix(UnixStream::connect(&e.unix_socket)?),
-            Endpoint::Local { unix_socket, .. } => Control::Unix(UnixStream::connect(unix_socket)?),
-            Endpoint::Tcp(addr) => {
-                let s = TcpStream::connect(addr)?;
-                s.set_nodelay(true)?;
-                Control::Tcp(s)
+        let control = match (endpoint, endpoint.remote()) {
+            (Endpoint::Embedded(e), _) => Control::Unix(UnixStream::connect(&e.unix_socket)?),
+            (Endpoint::Local { unix_socket, .. }, _) => {
+                Control::Unix(UnixStream::connect(unix_socket)?)
             }
-            #[cfg(feature = "rdma")]
-            Endpoint::Rdma { addr, .. } => {
-                let s = TcpStream::connect(addr)?;
-                s.set_nodelay(true)?;
-                Control::Tcp(s)
-            }
+            (_, Some((addr, tls))) => Control::Tcp(Wire::open(addr, tls)?),
+            (_, None) => unreachable!("every endpoint is local or remote"),
         };
         Ok(Link {
             endpoint: endpoint.clone(),
@@ -228,12 +306,15 @@ impl Link {
                 mapped: Mapped::Own(Arc::new(Region::open_shared(shm_name)?)),
                 slot,
             },
-            Endpoint::Tcp(addr) => Data::Tcp(attach_tcp(*addr, client, session)?),
+            Endpoint::Tcp(addr) => Data::Tcp(attach_tcp(*addr, None, client, session)?),
+            Endpoint::Tls { addr, tls } => {
+                Data::Tcp(attach_tcp(*addr, Some(tls), client, session)?)
+            }
             #[cfg(feature = "rdma")]
             Endpoint::Rdma { addr, rdma } => {
                 match super::rdma::attach(*addr, rdma, client, session)? {
                     Some(qp) => Data::Rdma(Box::new(qp)),
-                    None => Data::Tcp(attach_tcp(*addr, client, session)?),
+                    None => Data::Tcp(attach_tcp(*addr, None, client, session)?),
                 }
             }
         };
@@ -396,9 +477,13 @@ fn mailbox_reply(len: Option<usize>) -> io::Result<Option<usize>> {
 }
 
 /// Opens a TCP data connection to `addr` and binds it to `client` with its session secret.
-fn attach_tcp(addr: SocketAddr, client: u32, session: Session) -> io::Result<TcpStream> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_nodelay(true)?;
+fn attach_tcp(
+    addr: SocketAddr,
+    tls: Option<&crate::tls::ClientTls>,
+    client: u32,
+    session: Session,
+) -> io::Result<Wire> {
+    let mut s = Wire::open(addr, tls)?;
     let hello = Attach {
         magic: ATTACH_MAGIC,
         client,
@@ -406,7 +491,7 @@ fn attach_tcp(addr: SocketAddr, client: u32, session: Session) -> io::Result<Tcp
     };
     s.write_all(&hello.encode())?;
     let mut status = [0u8; 4];
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.socket().set_read_timeout(Some(Duration::from_secs(5)))?;
     s.read_exact(&mut status)?;
     if u32::from_le_bytes(status) != 0 {
         return Err(io::Error::new(
@@ -419,7 +504,7 @@ fn attach_tcp(addr: SocketAddr, client: u32, session: Session) -> io::Result<Tcp
 
 /// Reads one data message off `s`, keeping what arrived in `partial` if the deadline cuts in.
 fn recv_tcp(
-    s: &mut TcpStream,
+    s: &mut Wire,
     partial: &mut Vec<u8>,
     reply: &mut [u8],
     deadline: Option<Instant>,
@@ -447,7 +532,7 @@ fn recv_tcp(
             d.saturating_duration_since(Instant::now())
                 .max(Duration::from_micros(1))
         });
-        s.set_read_timeout(timeout)?;
+        s.socket().set_read_timeout(timeout)?;
         let mut buf = [0u8; DATA_MESSAGE_MAX];
         match s.read(&mut buf[..want - partial.len()]) {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),

@@ -45,7 +45,50 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use super::exchange::{Job, JobKind, registered};
 use super::fds::{FdReserve, out_of_fds};
 use super::{ServerConfig, Shared};
+use crate::tls::{HandshakeRefusal, ServerTls};
 use dlock_core::server::Counter;
+use std::sync::Arc;
+
+/// The server counter of each reason a TLS handshake is refused for.
+fn tls_counter(why: HandshakeRefusal) -> Counter {
+    match why {
+        HandshakeRefusal::NoClientCert => Counter::TlsNoClientCert,
+        HandshakeRefusal::UnknownCa => Counter::TlsUnknownCa,
+        HandshakeRefusal::Expired => Counter::TlsExpired,
+        HandshakeRefusal::Revoked => Counter::TlsRevoked,
+        HandshakeRefusal::BadCertificate => Counter::TlsBadCertificate,
+        HandshakeRefusal::ProtocolVersion => Counter::TlsProtocolVersion,
+        HandshakeRefusal::NoCommonCipher => Counter::TlsNoCommonCipher,
+        HandshakeRefusal::NotTls => Counter::TlsNotTls,
+        HandshakeRefusal::Other => Counter::TlsOther,
+    }
+}
+
+/// Logs refused TLS handshakes, at most one line per [`REFUSAL_LOG_INTERVAL`] with the number
+/// left unlogged since the last: a peer that retries in a loop must not fill the log.
+#[derive(Debug, Default)]
+struct RefusalLog {
+    last: Option<Instant>,
+    quiet: u64,
+}
+
+/// The least time between two log lines about refused handshakes.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+impl RefusalLog {
+    fn log(&mut self, why: HandshakeRefusal, error: &io::Error) {
+        if self
+            .last
+            .is_some_and(|t| t.elapsed() < REFUSAL_LOG_INTERVAL)
+        {
+            self.quiet += 1;
+            return;
+        }
+        tracing::warn!(reason = why.name(), %error, also_refused = self.quiet, "TLS handshake refused");
+        self.last = Some(Instant::now());
+        self.quiet = 0;
+    }
+}
 
 /// How often connection timeouts are checked.
 const SWEEP_INTERVAL: Duration = Duration::from_millis(100);
@@ -65,6 +108,8 @@ pub(super) struct Listeners {
     unix: UnixListener,
     unix_path: PathBuf,
     tcp_cfg: Option<super::TcpConfig>,
+    /// TLS for every accepted TCP connection, built (and its key read) once at start.
+    tls: Option<Arc<rustls::ServerConfig>>,
     /// Spent to refuse a connection when the process is out of descriptors.
     reserve: FdReserve,
 }
@@ -87,6 +132,10 @@ impl Listeners {
             unix,
             unix_path,
             tcp_cfg: cfg.tcp.clone(),
+            tls: match cfg.tcp.as_ref().and_then(|t| t.tls.as_ref()) {
+                Some(tls) => Some(crate::tls::server_config(tls)?),
+                None => None,
+            },
             reserve: FdReserve::new()?,
         })
     }
@@ -131,26 +180,59 @@ fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
 #[derive(Debug)]
 enum Stream {
     Tcp(TcpStream),
+    /// A TCP connection under TLS: the session is ours, the socket stays the event loop's.
+    Tls(TcpStream, Box<ServerTls>),
     Unix(UnixStream),
 }
 
 impl Stream {
     fn source(&mut self) -> &mut dyn mio::event::Source {
         match self {
-            Stream::Tcp(s) => s,
+            Stream::Tcp(s) | Stream::Tls(s, _) => s,
             Stream::Unix(s) => s,
         }
     }
+    /// Plaintext from the peer; `WouldBlock` once drained.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.read(buf),
+            Stream::Tls(s, tls) => tls.read_plain(s, buf),
             Stream::Unix(s) => s.read(buf),
         }
     }
+    /// Takes plaintext for the peer: written at once, or (TLS) sealed into records that
+    /// [`Stream::flush_records`] sends.
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.write(buf),
+            Stream::Tls(s, tls) => match tls.write_plain(buf)? {
+                // rustls' buffer is full: the socket must drain first.
+                0 => {
+                    tls.flush(s)?;
+                    Err(io::ErrorKind::WouldBlock.into())
+                }
+                n => Ok(n),
+            },
             Stream::Unix(s) => s.write(buf),
+        }
+    }
+    /// Sends queued TLS records (replies, handshake messages, alerts) as far as the socket
+    /// takes them.
+    fn flush_records(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tls(s, tls) => tls.flush(s).map(drop),
+            Stream::Tcp(_) | Stream::Unix(_) => Ok(()),
+        }
+    }
+    /// Whether TLS records wait for the socket to take them.
+    fn wants_write(&self) -> bool {
+        matches!(self, Stream::Tls(_, tls) if tls.wants_write())
+    }
+    /// Why a TLS handshake was refused, once a read failed.
+    fn refusal(&self) -> Option<HandshakeRefusal> {
+        match self {
+            Stream::Tls(_, tls) => tls.refusal(),
+            Stream::Tcp(_) | Stream::Unix(_) => None,
         }
     }
 }
@@ -209,6 +291,8 @@ struct Control<'s> {
     free: Vec<usize>,
     /// The last time timeouts were checked.
     swept: Instant,
+    /// Refused TLS handshakes, for the log.
+    refusals: RefusalLog,
     /// Job buffers the data thread handed back, reused for the next requests: without them
     /// every request would allocate and zero a frame-sized buffer (17 KiB for a control frame).
     spare: Vec<Vec<u8>>,
@@ -251,6 +335,7 @@ fn run_loop(shared: &Shared, cfg: &ServerConfig, l: &mut Listeners) -> io::Resul
         generations: Vec::new(),
         free: Vec::new(),
         swept: Instant::now(),
+        refusals: RefusalLog::default(),
         spare: Vec::new(),
     };
     let mut events = Events::with_capacity(256);
@@ -326,7 +411,17 @@ impl Control<'_> {
                             tracing::warn!(%peer, error = %e, "cannot set socket options");
                         }
                     }
-                    self.admit(Stream::Tcp(s));
+                    let stream = match &l.tls {
+                        None => Stream::Tcp(s),
+                        Some(tls) => match ServerTls::new(Arc::clone(tls)) {
+                            Ok(session) => Stream::Tls(s, Box::new(session)),
+                            Err(e) => {
+                                tracing::warn!(%peer, error = %e, "cannot start TLS");
+                                continue;
+                            }
+                        },
+                    };
+                    self.admit(stream);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if out_of_fds(&e) => {
@@ -469,7 +564,11 @@ impl Control<'_> {
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(_) => {
+                    Err(e) => {
+                        if let Some(why) = c.stream.refusal() {
+                            self.shared.counters.bump(tls_counter(why));
+                            self.refusals.log(why, &e);
+                        }
                         closed = true;
                         break;
                     }
@@ -478,9 +577,16 @@ impl Control<'_> {
         }
         if closed {
             self.close(i);
-        } else {
-            self.dispatch(i);
+            return;
         }
+        // A TLS handshake answers what it read before any frame is complete.
+        if self.conns[i]
+            .as_ref()
+            .is_some_and(|c| c.stream.wants_write())
+        {
+            self.flush(i);
+        }
+        self.dispatch(i);
     }
 
     /// Hands the next whole frame of connection `i` to the data thread, if it has one and none
@@ -661,7 +767,8 @@ impl Control<'_> {
                     }
                 }
             }
-            let want = !c.wbuf.is_empty();
+            failed |= c.stream.flush_records().is_err();
+            let want = !c.wbuf.is_empty() || c.stream.wants_write();
             c.write_blocked = match (want, c.write_blocked) {
                 (false, _) => None,
                 (true, None) => Some(Instant::now()),

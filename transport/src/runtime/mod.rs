@@ -64,6 +64,13 @@ pub struct TcpConfig {
     pub keepalive_interval: Duration,
     /// Keepalive: probes before the connection is declared dead (reference: 9).
     pub keepalive_probes: u32,
+    /// TLS 1.3 with client certificates on every connection (control and data). Without it the
+    /// server speaks plaintext, which it does only on a loopback address unless
+    /// `insecure_plaintext` says otherwise.
+    pub tls: Option<crate::tls::TlsConfig>,
+    /// Serve plaintext on a non-loopback address: anyone who reaches the port can register, and
+    /// names, sessions and values cross the network in clear. For a network trusted entirely.
+    pub insecure_plaintext: bool,
 }
 
 impl TcpConfig {
@@ -74,6 +81,8 @@ impl TcpConfig {
             keepalive_idle: Duration::from_secs(60),
             keepalive_interval: Duration::from_secs(6),
             keepalive_probes: 9,
+            tls: None,
+            insecure_plaintext: false,
         }
     }
 }
@@ -224,6 +233,20 @@ impl ServerHandle {
                 cfg.core.invalid_field().unwrap_or("config"),
             )
         })?;
+        if let Some(tcp) = &cfg.tcp
+            && tcp.tls.is_none()
+            && !tcp.listen.ip().is_loopback()
+            && !tcp.insecure_plaintext
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "refusing to serve plaintext TCP on {}: configure TLS (TcpConfig::tls), bind \
+                     a loopback address, or set insecure_plaintext for a network trusted entirely",
+                    tcp.listen
+                ),
+            ));
+        }
         getrandom::fill(&mut [0u8; 16]).map_err(|e| {
             io::Error::other(format!("no entropy for session secrets from the OS: {e}"))
         })?;

@@ -112,3 +112,39 @@ fn alert_text(alert: AlertDescription) -> String {
     };
     text.to_owned()
 }
+
+/// What a client needs to reach a dlock server over TLS: the configuration (its certificate,
+/// the CA it trusts, the suites) and the name the server's certificate must carry. Built once;
+/// cheap to clone.
+#[derive(Clone)]
+pub struct ClientTls {
+    config: Arc<ClientConfig>,
+    server_name: String,
+}
+
+impl ClientTls {
+    /// Reads `cfg`'s files (the key once, wiped after) for a server at `addr`: its certificate
+    /// must carry `cfg.server_name`, or else `addr`'s IP address.
+    pub fn new(cfg: &super::TlsConfig, addr: std::net::SocketAddr) -> io::Result<Self> {
+        Ok(Self {
+            config: super::client_config(cfg)?,
+            server_name: cfg
+                .server_name
+                .clone()
+                .unwrap_or_else(|| addr.ip().to_string()),
+        })
+    }
+
+    /// Connects TLS over `sock` (see [`connect_client`]).
+    pub fn connect(&self, sock: TcpStream) -> io::Result<StreamOwned<ClientConnection, TcpStream>> {
+        connect_client(sock, Arc::clone(&self.config), &self.server_name)
+    }
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
