@@ -17,6 +17,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use dlock_core::{Config, LockKind, Mode, Status};
 use dlock_transport::client::{Client, ClientConfig, Endpoint};
 use dlock_transport::runtime::{IdleStrategy, ServerConfig, ServerHandle, TcpConfig};
+use dlock_transport::tls::{Tls13Suite, TlsConfig};
 use serde::Deserialize;
 
 #[derive(Parser, Debug)]
@@ -34,11 +35,14 @@ struct Cli {
 enum Command {
     /// Run a standalone server until SIGINT or SIGTERM.
     Serve(ServeArgs),
-    /// Print a server's counters.
+    /// Print a server's counters (without registering a client, so it answers while the
+    /// client table is full).
     Stat {
         /// The server's TCP address.
         #[arg(long, default_value = "127.0.0.1:21616")]
         connect: SocketAddr,
+        #[command(flatten)]
+        tls: ClientTlsArgs,
     },
     /// Drive a workload and print throughput and latency percentiles.
     Bench(BenchArgs),
@@ -56,6 +60,25 @@ struct ServeArgs {
     /// 127.0.0.1:21616. A non-loopback address needs TLS or `--insecure-plaintext`.
     #[arg(long)]
     bind: Option<SocketAddr>,
+    /// TLS 1.3 on every TCP connection: this server's certificate chain (PEM).
+    #[arg(long, requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// The server's private key (PEM: PKCS#8, encrypted PKCS#8 with --tls-key-password-file,
+    /// PKCS#1 or SEC1). Read once at start and wiped.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// The CA bundle (PEM) client certificates must chain to: clients without one are refused.
+    #[arg(long, requires = "tls_cert")]
+    tls_ca: Option<PathBuf>,
+    /// Certificate revocation lists (PEM), one per issuing CA; may be given more than once.
+    #[arg(long, requires = "tls_cert")]
+    tls_crl: Option<Vec<PathBuf>>,
+    /// A file holding the password of an encrypted private key (its first line).
+    #[arg(long, requires = "tls_key")]
+    tls_key_password_file: Option<PathBuf>,
+    /// TLS 1.3 cipher suites, comma-separated IANA names (default TLS_AES_256_GCM_SHA384 only).
+    #[arg(long, value_delimiter = ',', requires = "tls_cert")]
+    tls_cipher_suites: Option<Vec<String>>,
     /// Serve plaintext TCP on a non-loopback address: anyone who can reach the port can register
     /// and read every lock name and value on the wire. Only for a network you trust entirely.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
@@ -139,6 +162,12 @@ impl ServeArgs {
             lease_ms: self.lease_ms.or(file.lease_ms),
             lease_max_ms: self.lease_max_ms.or(file.lease_max_ms),
             insecure_plaintext: self.insecure_plaintext.or(file.insecure_plaintext),
+            tls_cert: self.tls_cert.or(file.tls_cert),
+            tls_key: self.tls_key.or(file.tls_key),
+            tls_ca: self.tls_ca.or(file.tls_ca),
+            tls_crl: self.tls_crl.or(file.tls_crl),
+            tls_key_password_file: self.tls_key_password_file.or(file.tls_key_password_file),
+            tls_cipher_suites: self.tls_cipher_suites.or(file.tls_cipher_suites),
             recovery_clients: self.recovery_clients.or(file.recovery_clients),
             epoch: self.epoch.or(file.epoch),
             idle: self.idle.or(file.idle),
@@ -155,6 +184,71 @@ impl ServeArgs {
             rdma_gid_index: self.rdma_gid_index.or(file.rdma_gid_index),
         }
     }
+}
+
+/// A client's TLS settings (`dlock stat`, `dlock bench --connect`): all three files, or none
+/// for plaintext.
+#[derive(clap::Args, Debug, Default)]
+struct ClientTlsArgs {
+    /// This client's certificate chain (PEM); with it, the connection is TLS 1.3.
+    #[arg(long, requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// This client's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// The CA bundle (PEM) the server's certificate must chain to.
+    #[arg(long, requires = "tls_cert")]
+    tls_ca: Option<PathBuf>,
+    /// The name the server's certificate must carry (default: the address's IP).
+    #[arg(long, requires = "tls_cert")]
+    tls_server_name: Option<String>,
+}
+
+impl ClientTlsArgs {
+    /// The endpoint of a server at `addr`: TLS with these files, or plaintext without.
+    fn endpoint(&self, addr: SocketAddr) -> Result<Endpoint, String> {
+        let (Some(cert), Some(key), Some(ca)) = (&self.tls_cert, &self.tls_key, &self.tls_ca)
+        else {
+            return Ok(Endpoint::Tcp(addr));
+        };
+        let mut cfg = TlsConfig::new(cert, key, ca);
+        if let Some(name) = &self.tls_server_name {
+            cfg = cfg.with_server_name(name);
+        }
+        Endpoint::tls(addr, &cfg).map_err(|e| e.to_string())
+    }
+}
+
+/// The server's TLS settings from `args`, with the key's files checked now.
+fn server_tls(args: &ServeArgs) -> Result<Option<TlsConfig>, String> {
+    let (Some(cert), Some(key), Some(ca)) = (&args.tls_cert, &args.tls_key, &args.tls_ca) else {
+        if args.tls_cert.is_some() || args.tls_key.is_some() || args.tls_ca.is_some() {
+            return Err("TLS needs all of tls_cert, tls_key and tls_ca".into());
+        }
+        return Ok(None);
+    };
+    let mut cfg = TlsConfig::new(cert, key, ca);
+    for crl in args.tls_crl.iter().flatten() {
+        cfg = cfg.with_crl(crl);
+    }
+    if let Some(names) = &args.tls_cipher_suites {
+        let suites = names
+            .iter()
+            .map(|n| n.parse::<Tls13Suite>().map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()?;
+        cfg = cfg.with_cipher_suites(&suites);
+    }
+    if let Some(file) = args.tls_key_password_file.clone() {
+        cfg = cfg.with_key_password(move || {
+            let text = zeroize::Zeroizing::new(std::fs::read_to_string(&file)?);
+            Ok(zeroize::Zeroizing::new(
+                text.lines().next().unwrap_or_default().to_owned(),
+            ))
+        });
+    }
+    // Read the files now, so a bad path or key is reported before anything starts.
+    dlock_transport::tls::server_config(&cfg).map_err(|e| e.to_string())?;
+    Ok(Some(cfg))
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -177,6 +271,8 @@ struct BenchArgs {
     /// A server's TCP address.
     #[arg(long)]
     connect: Option<SocketAddr>,
+    #[command(flatten)]
+    tls: ClientTlsArgs,
     /// The operation mix.
     #[arg(long, value_enum, default_value = "trylock")]
     mix: Mix,
@@ -205,7 +301,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Serve(args) => serve(args),
-        Command::Stat { connect } => stat(connect),
+        Command::Stat { connect, tls } => stat(connect, &tls),
         Command::Bench(args) => bench(args),
     };
     match r {
@@ -244,15 +340,20 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
     if !(1024..=65535).contains(&bind.port()) {
         return Err(format!("port {} is outside 1024-65535", bind.port()));
     }
-    if !bind.ip().is_loopback() && !args.insecure_plaintext.unwrap_or(false) {
+    let tls = server_tls(&args)?;
+    if tls.is_none() && !bind.ip().is_loopback() && !args.insecure_plaintext.unwrap_or(false) {
         return Err(format!(
             "refusing to serve plaintext TCP on {bind}: anyone who reaches it could register, \
-             and names and values would cross the network in clear; bind a loopback address, \
-             or pass --insecure-plaintext for a network you trust entirely"
+             and names and values would cross the network in clear; give --tls-cert, --tls-key \
+             and --tls-ca, bind a loopback address, or pass --insecure-plaintext for a network \
+             you trust entirely"
         ));
     }
     let mut cfg = ServerConfig::new(core);
-    cfg.tcp = Some(TcpConfig::new(bind));
+    let mut tcp = TcpConfig::new(bind);
+    tcp.tls = tls;
+    tcp.insecure_plaintext = args.insecure_plaintext.unwrap_or(false);
+    cfg.tcp = Some(tcp);
     cfg.idle = match args.idle {
         Some(s) => s.parse()?,
         None => IdleStrategy::Adaptive,
@@ -315,9 +416,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn stat(addr: SocketAddr) -> Result<(), String> {
+fn stat(addr: SocketAddr, tls: &ClientTlsArgs) -> Result<(), String> {
     let stats =
-        dlock_transport::client::read_server_stats(&Endpoint::Tcp(addr), Duration::from_secs(5))
+        dlock_transport::client::read_server_stats(&tls.endpoint(addr)?, Duration::from_secs(5))
             .map_err(|s| format!("{addr}: {s}"))?;
     for (name, v) in stats {
         println!("{name:<28} {v}");
@@ -327,7 +428,7 @@ fn stat(addr: SocketAddr) -> Result<(), String> {
 
 fn bench(args: BenchArgs) -> Result<(), String> {
     let (server, endpoint) = match (args.embedded, args.connect) {
-        (_, Some(addr)) => (None, Endpoint::Tcp(addr)),
+        (_, Some(addr)) => (None, args.tls.endpoint(addr)?),
         (_, None) => {
             let s = ServerHandle::start(ServerConfig::new(Config::default()))
                 .map_err(|e| e.to_string())?;
