@@ -7,6 +7,8 @@
 //! - `pipeline`: the same batches with four in flight (`Client::submit_trylock`/`complete`);
 //! - `tcp`: trylock+unlock round trip (p50/p99) at 1, 16 and 64 clients beside a raw TCP echo of
 //!   the same frame size;
+//! - `tls`: the same at 1 and 64 clients with TLS off and on, alternated, so the cost of TLS
+//!   (mutual authentication, TLS_AES_256_GCM_SHA384) is a difference measured in one run;
 //! - `hand-off`: from a holder's unlock to the parked waiter's grant, beside the same hand-off
 //!   through a relay thread with nothing but atomics.
 //!
@@ -26,6 +28,7 @@ use dlock_core::proto::{Command, DATA_MESSAGE_MAX, LockOp};
 use dlock_core::{Config, LockKind, Mode, Status};
 use dlock_transport::client::{AsyncOp, Client, ClientConfig, Endpoint};
 use dlock_transport::runtime::{IdleStrategy, ServerConfig, ServerHandle, TcpConfig};
+use dlock_transport::tls::TlsConfig;
 use hdrhistogram::Histogram;
 
 fn hist() -> Histogram<u64> {
@@ -68,13 +71,57 @@ fn capacities() -> Config {
 }
 
 fn server_pinned(tcp: bool, idle: IdleStrategy, data_cpu: Option<usize>) -> ServerHandle {
+    server_with(tcp, idle, data_cpu, None)
+}
+
+fn server_with(
+    tcp: bool,
+    idle: IdleStrategy,
+    data_cpu: Option<usize>,
+    tls: Option<&Pki>,
+) -> ServerHandle {
     let mut cfg = ServerConfig::new(capacities());
     cfg.idle = idle;
     cfg.pin.1 = data_cpu;
     if tcp {
-        cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
+        let mut t = TcpConfig::new("127.0.0.1:0".parse().expect("address"));
+        t.tls = tls.map(Pki::server);
+        cfg.tcp = Some(t);
     }
     ServerHandle::start(cfg).expect("server starts")
+}
+
+#[path = "../../transport/tests/common/certs.rs"]
+mod certs;
+
+/// Throwaway certificates: a CA, the server's for 127.0.0.1, one client's.
+struct Pki {
+    _dir: certs::TempDir,
+    ca: certs::Ca,
+    server: certs::Leaf,
+    client: certs::Leaf,
+}
+
+impl Pki {
+    fn new() -> Self {
+        let dir = certs::TempDir::new("bench");
+        let ca = certs::Ca::new(&dir, "ca");
+        let server = ca.server(&dir, "server");
+        let client = ca.client(&dir, "client", "bench");
+        Pki {
+            _dir: dir,
+            ca,
+            server,
+            client,
+        }
+    }
+    fn server(&self) -> TlsConfig {
+        TlsConfig::new(&self.server.cert, &self.server.key, &self.ca.cert)
+    }
+    fn endpoint(&self, addr: std::net::SocketAddr) -> Endpoint {
+        let cfg = TlsConfig::new(&self.client.cert, &self.client.key, &self.ca.cert);
+        Endpoint::tls(addr, &cfg).expect("client TLS")
+    }
 }
 
 /// Two threads bounce a value through one cache line: the floor of any cross-core round trip.
@@ -356,15 +403,29 @@ fn tcp_echo(n: usize) -> Histogram<u64> {
 
 /// Trylock and unlock round trips over TCP from `clients` threads; per-request latency.
 fn tcp_round_trips(clients: usize, per_client: usize) -> (Histogram<u64>, f64) {
-    let s = server(true, IdleStrategy::Adaptive);
+    tcp_round_trips_over(clients, per_client, None)
+}
+
+/// The same, over TLS when `tls` is given.
+fn tcp_round_trips_over(
+    clients: usize,
+    per_client: usize,
+    tls: Option<&Pki>,
+) -> (Histogram<u64>, f64) {
+    let s = server_with(true, IdleStrategy::Adaptive, None, tls);
     let addr = s.tcp_addr().expect("tcp");
+    let endpoint = match tls {
+        Some(pki) => pki.endpoint(addr),
+        None => Endpoint::Tcp(addr),
+    };
+    let endpoint = &endpoint;
     let start = Instant::now();
     let hists: Vec<Histogram<u64>> = thread::scope(|sc| {
         let hs: Vec<_> = (0..clients)
             .map(|t| {
                 sc.spawn(move || {
                     let mut c =
-                        Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).expect("connect");
+                        Client::connect(ClientConfig::new(endpoint.clone())).expect("connect");
                     let id = c
                         .get_lock(LockKind::Atomic, format!("k{t}").as_bytes())
                         .expect("get_lock");
@@ -581,6 +642,37 @@ fn main() {
                 rate / 1e6,
                 100.0 * rate / floor,
                 100.0 * rate / ceiling
+            );
+        }
+    }
+    if run("tls") {
+        println!("TLS cost (trylock/unlock over TCP, TLS off and on alternated, 3 rounds):");
+        let pki = Pki::new();
+        for clients in [1, 64] {
+            let per = (n / clients).max(50);
+            let (mut plain, mut tls) = (Vec::new(), Vec::new());
+            for _ in 0..3 {
+                plain.push(tcp_round_trips_over(clients, per, None));
+                tls.push(tcp_round_trips_over(clients, per, Some(&pki)));
+            }
+            let median = |v: &mut Vec<(Histogram<u64>, f64)>| {
+                let mut p50: Vec<u64> = v.iter().map(|(h, _)| h.value_at_quantile(0.5)).collect();
+                let mut rate: Vec<f64> = v.iter().map(|(_, r)| *r).collect();
+                p50.sort_unstable();
+                rate.sort_by(f64::total_cmp);
+                (p50[p50.len() / 2], rate[rate.len() / 2])
+            };
+            let (p_plain, r_plain) = median(&mut plain);
+            let (p_tls, r_tls) = median(&mut tls);
+            println!(
+                "  {clients:>2} clients: p50 {:.1} µs plain, {:.1} µs TLS ({:+.1} µs); \
+                 {:.0} k req/s plain, {:.0} k req/s TLS ({:+.1}%)",
+                p_plain as f64 / 1e3,
+                p_tls as f64 / 1e3,
+                (p_tls as f64 - p_plain as f64) / 1e3,
+                r_plain / 1e3,
+                r_tls / 1e3,
+                100.0 * (r_tls / r_plain - 1.0)
             );
         }
     }
