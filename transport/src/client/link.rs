@@ -20,8 +20,8 @@ use dlock_core::proto::{
 use dlock_core::table::layout::MAILBOX_LANES;
 
 use crate::region::Region;
-use crate::runtime::ServerHandle;
-use crate::runtime::Shared;
+#[cfg(feature = "server")]
+use crate::runtime::{ServerHandle, Shared};
 use crate::shm::{Doorbells, Mailbox, lanes_current_seq};
 use crate::sync::AtomicU64;
 
@@ -29,6 +29,7 @@ use crate::sync::AtomicU64;
 #[derive(Clone, Debug)]
 pub enum Endpoint {
     /// A server in this process: control over its Unix socket, data through its region.
+    #[cfg(feature = "server")]
     Embedded(EmbeddedRef),
     /// A server on this host that maps `/dev/shm/<shm_name>`: control over `unix_socket`.
     Local {
@@ -73,6 +74,7 @@ pub enum Transport {
 }
 
 /// A handle on an in-process server's shared state (cheap to clone).
+#[cfg(feature = "server")]
 #[derive(Clone, Debug)]
 pub struct EmbeddedRef {
     shared: Arc<Shared>,
@@ -91,7 +93,9 @@ impl Endpoint {
     /// The TCP address and TLS settings of a remote endpoint (`None` for a local one).
     fn remote(&self) -> Option<(SocketAddr, Option<&crate::tls::ClientTls>)> {
         match self {
-            Endpoint::Embedded(_) | Endpoint::Local { .. } => None,
+            #[cfg(feature = "server")]
+            Endpoint::Embedded(_) => None,
+            Endpoint::Local { .. } => None,
             Endpoint::Tcp(addr) => Some((*addr, None)),
             Endpoint::Tls { addr, tls } => Some((*addr, Some(tls))),
             #[cfg(feature = "rdma")]
@@ -100,6 +104,7 @@ impl Endpoint {
     }
 
     /// The endpoint of a server running in this process.
+    #[cfg(feature = "server")]
     pub fn embedded(server: &ServerHandle) -> Endpoint {
         Endpoint::Embedded(EmbeddedRef {
             shared: Arc::clone(server.shared()),
@@ -192,6 +197,7 @@ impl<T: Read + Write> ReadWrite for T {}
 /// The region a shared-memory data path uses: the embedded server's, or a mapping of our own.
 #[derive(Debug)]
 enum Mapped {
+    #[cfg(feature = "server")]
     Embedded(Arc<Shared>),
     Own(Arc<Region>),
 }
@@ -199,6 +205,7 @@ enum Mapped {
 impl Mapped {
     fn region(&self) -> &Region {
         match self {
+            #[cfg(feature = "server")]
             Mapped::Embedded(s) => &s.region,
             Mapped::Own(r) => r,
         }
@@ -247,6 +254,7 @@ impl Link {
     /// Opens the control connection.
     pub fn connect(endpoint: &Endpoint) -> io::Result<Link> {
         let control = match (endpoint, endpoint.remote()) {
+            #[cfg(feature = "server")]
             (Endpoint::Embedded(e), _) => Control::Unix(UnixStream::connect(&e.unix_socket)?),
             (Endpoint::Local { unix_socket, .. }, _) => {
                 Control::Unix(UnixStream::connect(unix_socket)?)
@@ -298,6 +306,7 @@ impl Link {
     /// proven with `session`.
     pub fn attach(&mut self, client: u32, slot: u32, session: Session) -> io::Result<()> {
         self.data = match &self.endpoint {
+            #[cfg(feature = "server")]
             Endpoint::Embedded(e) => Data::Mailbox {
                 mapped: Mapped::Embedded(Arc::clone(&e.shared)),
                 slot,

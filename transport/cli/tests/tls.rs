@@ -1,14 +1,13 @@
 //! `dlock serve` and `dlock stat` with TLS flags, as an operator runs them: a server on a
 //! non-loopback-style configuration refuses plaintext, and with certificates the two talk.
 
-// Only `common::certs` is used here.
-#[allow(dead_code)]
-mod common;
+#[path = "../../tests/common/certs.rs"]
+mod certs;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::certs::{Ca, TempDir};
+use certs::{Ca, TempDir};
 
 const DLOCK: &str = env!("CARGO_BIN_EXE_dlock");
 
