@@ -220,6 +220,14 @@ pub const fn negotiate(client: VersionRange, server: VersionRange) -> Result<u8,
     })
 }
 
+/// The first word of a stream's first message, which says what the stream carries: control
+/// frames ([`CONTROL_MAGIC`]), a data channel's attach record ([`ATTACH_MAGIC`]), or another
+/// transport's record; `None` until four bytes have arrived.
+#[inline]
+pub fn peek_magic(buf: &[u8]) -> Option<u32> {
+    get_u32(buf, 0).ok()
+}
+
 // Byte helpers. Each read is bounds-checked and reports `Truncated` instead of panicking; each
 // write reports `BufferTooSmall`. Offsets are explicit so the code reads like the layout tables.
 

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use dlock_core::Session;
 use dlock_core::proto::{
-    ATTACH_MAGIC, Attach, COMMAND_LEN, CONTROL_HEADER_LEN, DATA_HEADER_LEN, DATA_MESSAGE_MAX,
-    DecodeError, control_frame_len,
+    ATTACH_MAGIC, Attach, CONTROL_HEADER_LEN, DATA_HEADER_LEN, DATA_MESSAGE_MAX, DecodeError,
+    control_frame_len, peek_data_header,
 };
 use dlock_core::table::layout::MAILBOX_LANES;
 
@@ -519,17 +519,15 @@ fn recv_tcp(
     deadline: Option<Instant>,
 ) -> io::Result<Option<usize>> {
     loop {
-        let want = if partial.len() < DATA_HEADER_LEN {
-            DATA_HEADER_LEN
-        } else {
-            let count = partial[5] as usize;
-            if !(1..=dlock_core::config::BATCH_MAX).contains(&count) {
+        let want = match peek_data_header(partial) {
+            Ok((_, len)) => len,
+            Err(DecodeError::Truncated) => DATA_HEADER_LEN,
+            Err(_) => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     "bad data reply header",
                 ));
             }
-            DATA_HEADER_LEN + count * COMMAND_LEN
         };
         if partial.len() >= want && want > DATA_HEADER_LEN {
             reply[..want].copy_from_slice(&partial[..want]);

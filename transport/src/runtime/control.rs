@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::proto::{
     ATTACH_LEN, ATTACH_MAGIC, Attach, CONTROL_FRAME_MAX, CONTROL_MAGIC, DATA_MESSAGE_MAX,
-    DecodeError, MsgType, control_frame_len, peek_control_header, peek_data_header,
+    DecodeError, MsgType, control_frame_len, peek_control_header, peek_data_header, peek_magic,
 };
 use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -827,10 +827,9 @@ impl Control<'_> {
 /// `Ok(None)` while incomplete, `Err` when the bytes cannot be a frame.
 fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
     let buf = &c.rbuf[..c.rlen];
-    if buf.len() < 4 {
+    let Some(magic) = peek_magic(buf) else {
         return Ok(None);
-    }
-    let magic = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+    };
     match c.role {
         Role::Unknown if magic == CONTROL_MAGIC => c.role = Role::Control(None),
         Role::Unknown if magic == ATTACH_MAGIC => {
