@@ -136,7 +136,7 @@ fn a_late_tcp_reply_does_not_put_later_exchanges_out_of_step() {
             }
         });
         let (mut data, _) = l.accept().unwrap();
-        let mut att = [0u8; 16];
+        let mut att = [0u8; dlock_core::proto::ATTACH_LEN];
         data.read_exact(&mut att).unwrap();
         data.write_all(&0u32.to_le_bytes()).unwrap();
         let mut k = 0;
