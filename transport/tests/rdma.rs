@@ -370,7 +370,7 @@ mod wired {
     }
 
     /// Registers over a raw control link; the client id and the session secret.
-    fn register(addr: SocketAddr) -> (Link, u32, u64) {
+    fn register(addr: SocketAddr) -> (Link, u32, dlock_core::Session) {
         let mut link = Link::connect(&Where::Tcp(addr)).unwrap();
         let header = ControlHeader {
             version: PROTO_VERSION,
@@ -425,7 +425,11 @@ mod wired {
         let (_link, client, session) = register(addr);
         let forged = AttachRecord {
             client,
-            session: session ^ 1,
+            session: {
+                let mut forged = session;
+                forged.0[0] ^= 1;
+                forged
+            },
             endpoint: some_endpoint(),
         };
         let got = raw_attach(addr, &forged.to_bytes(), false);
@@ -467,15 +471,17 @@ mod wired {
         }
         .to_bytes();
         type Patch = fn(&mut [u8; RDMA_ATTACH_LEN]);
+        // Where the endpoint starts: after the attach record's magic, id and session.
+        const E: usize = dlock_core::proto::ATTACH_LEN;
         let patches: &[(&str, Patch)] = &[
-            ("endpoint magic", |b| b[16] ^= 0xff),
-            ("endpoint version", |b| b[20] = 9),
-            ("endpoint mtu", |b| b[22] = 0),
-            ("endpoint reserved", |b| b[23] = 1),
+            ("endpoint magic", |b| b[E] ^= 0xff),
+            ("endpoint version", |b| b[E + 4] = 9),
+            ("endpoint mtu", |b| b[E + 6] = 0),
+            ("endpoint reserved", |b| b[E + 7] = 1),
             ("object table from a client", |b| {
-                b[21] |= 2;
-                b[36..40].copy_from_slice(&1u32.to_le_bytes());
-                b[56..64].copy_from_slice(&0x1000u64.to_le_bytes());
+                b[E + 5] |= 2;
+                b[E + 20..E + 24].copy_from_slice(&1u32.to_le_bytes());
+                b[E + 40..E + 48].copy_from_slice(&0x1000u64.to_le_bytes());
             }),
         ];
         for (what, patch) in patches {

@@ -34,7 +34,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a standalone server until SIGINT or SIGTERM.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Print a server's counters (without registering a client, so it answers while the
     /// client table is full).
     Stat {
@@ -300,7 +300,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let r = match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Stat { connect, tls } => stat(connect, &tls),
         Command::Bench(args) => bench(args),
     };

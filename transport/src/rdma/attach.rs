@@ -122,14 +122,14 @@ mod tests {
         let b = r.to_bytes();
         assert_eq!(&b[0..4], &[0x4d, 0xc9, 0xf7, 0xed]);
         assert_eq!(&b[4..8], &[4, 3, 2, 1]);
-        assert_eq!(&b[8..16], &0x1122_3344_5566_7788u64.to_le_bytes());
+        assert_eq!(&b[8..ATTACH_LEN], &[0x11; Session::LEN]);
         assert_eq!(AttachRecord::from_bytes(&b), Ok(r));
     }
 
     #[test]
     fn attach_record_refuses_wrong_length_magic_and_endpoint() {
         let b = record().to_bytes();
-        for len in [0, 16, RDMA_ATTACH_LEN - 1, RDMA_ATTACH_LEN + 1] {
+        for len in [0, ATTACH_LEN, RDMA_ATTACH_LEN - 1, RDMA_ATTACH_LEN + 1] {
             let mut v = b.to_vec();
             v.resize(len, 0);
             assert!(AttachRecord::from_bytes(&v).is_err(), "length {len}");
@@ -138,10 +138,10 @@ mod tests {
         bad[0] ^= 1;
         assert!(AttachRecord::from_bytes(&bad).is_err(), "magic");
         let mut bad = b;
-        bad[16] ^= 1; // the endpoint's own magic
+        bad[ATTACH_LEN] ^= 1; // the endpoint's own magic
         assert!(AttachRecord::from_bytes(&bad).is_err(), "endpoint magic");
         let mut bad = b;
-        bad[16 + 6] = 9; // path MTU out of range
+        bad[ATTACH_LEN + 6] = 9; // path MTU out of range
         assert!(AttachRecord::from_bytes(&bad).is_err(), "endpoint mtu");
     }
 

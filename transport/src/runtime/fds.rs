@@ -469,7 +469,9 @@ mod tests {
         let c = b.clients_max as usize;
         assert!(2 * c + c.div_ceil(4) <= connections);
         assert!(2 * (c + 1) + (c + 1).div_ceil(4) > connections);
-        assert_eq!(c, 446, "the figure the docs quote for a 1,024 limit");
+        // RDMA builds set a few descriptors more aside (the device and its event channel).
+        let quoted = if cfg!(feature = "rdma") { 444 } else { 446 };
+        assert_eq!(c, quoted, "the figure the docs quote for a 1,024 limit");
     }
 
     #[test]
