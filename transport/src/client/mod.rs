@@ -79,6 +79,7 @@ impl ClientConfig {
 
 /// A granted (or re-entered) lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a grant's fencing token must go with every write the lock protects"]
 pub struct Grant {
     /// `Success`, or `AlreadyLocked` for a re-entry.
     pub status: Status,
