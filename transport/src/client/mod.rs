@@ -19,6 +19,7 @@
 //! start-up the data path (lock commands and object operations) allocates nothing: frames are
 //! encoded into buffers the client owns.
 
+pub mod error;
 pub mod link;
 pub mod local;
 mod pipeline;
@@ -37,6 +38,7 @@ use dlock_core::proto::{
 use dlock_core::server::Counter;
 use dlock_core::{ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Session, Status};
 
+pub use error::{Error, ErrorKind};
 use link::Link;
 pub use link::{Endpoint, Transport};
 pub use local::{Decision, LocalLock, LocalState, Request};
@@ -171,9 +173,11 @@ pub struct Client {
     replies: [CommandResult; dlock_core::config::BATCH_MAX],
 }
 
-/// A transport failure is the reference's `BAD_RESPONSE` (the caller reinits).
+/// A transport failure is the reference's `BAD_RESPONSE` (the caller reinits). The I/O error
+/// is parked for the native API, which attaches it to its [`Error`] (see [`error`]).
 fn io_status(e: std::io::Error) -> Status {
     tracing::debug!(error = %e, "transport failure");
+    error::park_io_error(e);
     Status::BadResponse
 }
 
