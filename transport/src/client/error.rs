@@ -12,7 +12,7 @@
 //! for an `io::Error`. Threading one through would mean touching every call site, the connection
 //! code included. Instead `io_status` also parks the error in a thread-local slot. A client call
 //! is synchronous and runs on the calling thread, so the native API empties the slot before a
-//! call ([`IoSlot::arm`]) and takes what is there after it: whatever it finds came from that call.
+//! call (`IoSlot::arm`) and takes what is there after it: whatever it finds came from that call.
 //! Only an error that ended in `BAD_RESPONSE` is attached, so a transport failure the client
 //! recovered from is never blamed for a status it did not cause.
 

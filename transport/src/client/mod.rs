@@ -22,6 +22,7 @@
 pub mod error;
 pub mod link;
 pub mod local;
+pub mod named;
 mod pipeline;
 #[cfg(feature = "rdma")]
 mod rdma;
@@ -42,6 +43,7 @@ pub use error::{Error, ErrorKind};
 use link::Link;
 pub use link::{Endpoint, Transport};
 pub use local::{Decision, LocalLock, LocalState, Request};
+pub use named::{Guard, GuardSet, Locks, NamedLock, OwnedGuard};
 use pipeline::Pipeline;
 use table::{Entry, LockTable};
 
