@@ -302,9 +302,10 @@ impl Locks {
     ///
     /// With `all_or_nothing` either every lock is granted or the call fails and none stays held
     /// (each message is undone by the server itself, and the messages before it are unlocked).
-    /// Without it the set holds what was granted ([`GuardSet::token`] says which); the call only
-    /// fails when nothing could be asked at all. A lock that a guard of this handle holds in a
-    /// conflicting mode counts as busy. `Invalid` for a lock of another handle or a lock listed
+    /// Without it the set holds what was granted ([`GuardSet::token`] says which, and a refused
+    /// fair lock keeps its ticket as after [`NamedLock::try_lock`]); the call fails only when a
+    /// message fails as a whole, and then nothing stays held. A lock that a guard of this handle
+    /// holds in a conflicting mode counts as busy. `Invalid` for a lock of another handle or a lock listed
     /// twice.
     pub fn try_lock_all(
         &self,
