@@ -162,7 +162,7 @@ fn shm_round_trip(n: usize, idle: IdleStrategy) -> Histogram<u64> {
     let mut h = hist();
     for _ in 0..n {
         let t = Instant::now();
-        c.trylock(id, Mode::Exclusive, 5_000).expect("trylock");
+        let _ = c.trylock(id, Mode::Exclusive, 5_000).expect("trylock");
         let _ = h.record(t.elapsed().as_nanos() as u64);
         let _ = c.unlock(id).expect("unlock");
     }
@@ -432,7 +432,7 @@ fn tcp_round_trips_over(
                     let mut h = hist();
                     for _ in 0..per_client {
                         let t0 = Instant::now();
-                        c.trylock(id, Mode::Exclusive, 5_000).expect("trylock");
+                        let _ = c.trylock(id, Mode::Exclusive, 5_000).expect("trylock");
                         let _ = h.record(t0.elapsed().as_nanos() as u64);
                         let t1 = Instant::now();
                         let _ = c.unlock(id).expect("unlock");
@@ -532,7 +532,7 @@ fn hand_off(n: usize, idle: IdleStrategy, awake: Duration, layout: Layout) -> Hi
     let start = Instant::now();
     let mut h = hist();
     for _ in 0..n {
-        holder
+        let _ = holder
             .trylock(lh, Mode::Exclusive, 1)
             .expect("holder locks");
         let waiter = {
@@ -545,7 +545,8 @@ fn hand_off(n: usize, idle: IdleStrategy, awake: Duration, layout: Layout) -> Hi
                 cfg.wait_awake = awake;
                 let mut w = Client::connect(cfg).expect("connect");
                 let l = w.get_lock(LockKind::Rw, b"hand-off").expect("get_lock");
-                w.lock(l, Mode::Exclusive, 1, Duration::from_secs(10))
+                let _ = w
+                    .lock(l, Mode::Exclusive, 1, Duration::from_secs(10))
                     .expect("granted");
                 let granted = start.elapsed().as_nanos() as u64;
                 let _ = w.unlock(l);

@@ -154,7 +154,7 @@ fn a_busy_key_is_waited_for_until_its_holder_lets_go() {
     let id = holder
         .get_lock(LockKind::Rw, &ks[33].lock_name())
         .expect("get_lock");
-    holder
+    let _ = holder
         .trylock(id, Mode::Exclusive, 1_000)
         .expect("holder locks");
     let releaser = thread::spawn(move || {
@@ -182,7 +182,7 @@ fn all_or_nothing_failure_leaves_nothing_held() {
     let id = blocker
         .get_lock(LockKind::Rw, &busy.lock_name())
         .expect("get_lock");
-    blocker
+    let _ = blocker
         .trylock(id, Mode::Exclusive, 1_000)
         .expect("blocker locks");
     // Below every key of the set, so the set stays in order and may be waited for.
@@ -365,7 +365,7 @@ fn a_key_below_one_already_held_is_never_waited_for() {
     let id = blocker
         .get_lock(LockKind::Rw, &low.lock_name())
         .expect("get_lock");
-    blocker
+    let _ = blocker
         .trylock(id, Mode::Exclusive, 1_000)
         .expect("blocker locks");
     let mut txn = rg.begin();

@@ -39,7 +39,7 @@ fn local_refs(c: &Client, id: LockId) -> Option<u32> {
 fn hold_all(c: &mut Client, names: &[&[u8]]) {
     for name in names {
         let id = c.get_lock(LockKind::Atomic, name).unwrap();
-        c.trylock(id, Mode::Exclusive, 60_000).unwrap();
+        let _ = c.trylock(id, Mode::Exclusive, 60_000).unwrap();
     }
 }
 
@@ -172,7 +172,7 @@ fn batches_are_per_item_or_all_or_nothing() {
             .map(Result::unwrap)
             .collect();
         b.trylock(ids_b[9], Mode::Exclusive, 0).ok();
-        b.trylock(ids_b[9], Mode::Exclusive, 1_000).unwrap();
+        let _ = b.trylock(ids_b[9], Mode::Exclusive, 1_000).unwrap();
         let reqs: Vec<_> = ids_a
             .iter()
             .map(|&id| (id, Mode::Exclusive, 1_000))
@@ -223,7 +223,7 @@ fn pipelined_batches_complete_in_order_and_refuse_what_would_race() {
         let contested = b
             .get_lock(LockKind::Atomic, format!("p:2-5-{}", tag(&e)).as_bytes())
             .unwrap();
-        b.trylock(contested, Mode::Exclusive, 60_000).unwrap();
+        let _ = b.trylock(contested, Mode::Exclusive, 60_000).unwrap();
 
         for set in &sets {
             let reqs: Vec<_> = set
@@ -351,7 +351,7 @@ fn an_undone_batch_restores_a_lock_named_twice_to_its_state_before() {
     let r = a.get_lock(LockKind::Rw, b"undo-r").unwrap();
     let x = a.get_lock(LockKind::Atomic, b"undo-x").unwrap();
     hold_all(&mut b, &[b"undo-x"]);
-    a.trylock(r, Mode::Shared, 60_000).unwrap();
+    let _ = a.trylock(r, Mode::Shared, 60_000).unwrap();
     let mut out = vec![Err(Status::Einval); 31];
     let reqs = [
         (r, Mode::Shared, 60_000),
@@ -372,7 +372,7 @@ fn a_batch_that_cannot_be_sent_changes_nothing_locally() {
     let mut a = client(&e);
     let r = a.get_lock(LockKind::Rw, b"unsent-r").unwrap();
     let x = a.get_lock(LockKind::Atomic, b"unsent-x").unwrap();
-    a.trylock(r, Mode::Shared, 60_000).unwrap();
+    let _ = a.trylock(r, Mode::Shared, 60_000).unwrap();
     a.drop_data_path();
     let mut out = vec![Err(Status::Einval); 31];
     for all_or_nothing in [true, false] {
@@ -398,7 +398,7 @@ fn pipelined_all_or_nothing_batches_never_undo_each_other() {
     let x = a.get_lock(LockKind::Atomic, b"pl-x").unwrap();
     let y = a.get_lock(LockKind::Atomic, b"pl-y").unwrap();
     hold_all(&mut b, &[b"pl-x", b"pl-y"]);
-    a.trylock(r, Mode::Shared, 60_000).unwrap();
+    let _ = a.trylock(r, Mode::Shared, 60_000).unwrap();
     a.submit_trylock(
         &[(r, Mode::Shared, 60_000), (x, Mode::Exclusive, 60_000)],
         true,
@@ -495,7 +495,7 @@ fn blocking_lock_is_granted_when_the_holder_unlocks_not_after_a_poll() {
         let mut holder = client(&e);
         let name = format!("hand-off-{}", tag(&e));
         let lh = holder.get_lock(LockKind::Rw, name.as_bytes()).unwrap();
-        holder.trylock(lh, Mode::Exclusive, 1).unwrap();
+        let _ = holder.trylock(lh, Mode::Exclusive, 1).unwrap();
         let unlocked_at = Arc::new(AtomicU64::new(0));
         let start = Instant::now();
         let waiter = {
@@ -532,7 +532,7 @@ fn blocking_lock_times_out_with_etimeout() {
     let mut w = client(&e);
     let lh = holder.get_lock(LockKind::Atomic, b"t").unwrap();
     let lw = w.get_lock(LockKind::Atomic, b"t").unwrap();
-    holder.trylock(lh, Mode::Exclusive, 60_000).unwrap();
+    let _ = holder.trylock(lh, Mode::Exclusive, 60_000).unwrap();
     let start = Instant::now();
     assert_eq!(
         w.lock(lw, Mode::Exclusive, 1_000, Duration::from_millis(300)),
@@ -551,7 +551,7 @@ fn fair_waiters_are_granted_in_ticket_order() {
     let e = Endpoint::embedded(&s);
     let mut holder = client(&e);
     let lh = holder.get_lock(LockKind::Fair, b"queue").unwrap();
-    holder.trylock(lh, Mode::Exclusive, 60_000).unwrap();
+    let _ = holder.trylock(lh, Mode::Exclusive, 60_000).unwrap();
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut threads = Vec::new();
     for i in 0..4 {
@@ -559,7 +559,8 @@ fn fair_waiters_are_granted_in_ticket_order() {
         threads.push(thread::spawn(move || {
             let mut c = client(&e);
             let l = c.get_lock(LockKind::Fair, b"queue").unwrap();
-            c.lock(l, Mode::Exclusive, 60_000, Duration::from_secs(20))
+            let _ = c
+                .lock(l, Mode::Exclusive, 60_000, Duration::from_secs(20))
                 .unwrap();
             order.lock().unwrap().push(i);
             thread::sleep(Duration::from_millis(5));

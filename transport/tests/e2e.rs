@@ -94,7 +94,7 @@ fn child_takes_a_lock_over_shared_memory_and_waits_to_be_killed() {
     };
     let mut c = Client::connect(ClientConfig::new(endpoint)).unwrap();
     let id = c.get_lock(LockKind::Rw, b"orphaned").unwrap();
-    c.trylock(id, Mode::Exclusive, 60_000).unwrap();
+    let _ = c.trylock(id, Mode::Exclusive, 60_000).unwrap();
     let xid = c.atomic64_get(b"xid", 60).unwrap();
     let v = c.atomic64_faa(xid, 1).unwrap();
     println!("LOCKED {v}");

@@ -90,11 +90,11 @@ fn a_failed_second_claim_batch_keeps_every_record() {
         let id = c
             .get_lock(LockKind::Atomic, format!("n{k:02}").as_bytes())
             .unwrap();
-        c.trylock(id, Mode::Exclusive, 60_000).unwrap();
+        let _ = c.trylock(id, Mode::Exclusive, 60_000).unwrap();
     }
     let mut other = client(&e);
     let x = other.get_lock(LockKind::Atomic, b"x").unwrap();
-    other.trylock(x, Mode::Exclusive, 60_000).unwrap();
+    let _ = other.trylock(x, Mode::Exclusive, 60_000).unwrap();
     assert_eq!(c.locks().count(), 32);
     first.stop();
 

@@ -276,7 +276,8 @@ fn a_server_at_fd_limit_1024_serves_what_it_plans_and_refuses_the_rest_with_an_e
         let id = last
             .get_lock(LockKind::Atomic, b"fd-limit")
             .map_err(|s| s.to_string())?;
-        last.trylock(id, Mode::Exclusive, 10_000)
+        let _ = last
+            .trylock(id, Mode::Exclusive, 10_000)
             .map_err(|s| s.to_string())?;
         Ok(served)
     })

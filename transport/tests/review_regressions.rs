@@ -18,7 +18,7 @@ fn a_client_in_a_reused_slot_never_takes_the_previous_owners_reply() {
     let id_h = h.get_lock(LockKind::Atomic, b"x").unwrap();
     let mut a = client(&e);
     let id = a.get_lock(LockKind::Atomic, b"x").unwrap();
-    a.trylock(id, Mode::Exclusive, 60_000).unwrap();
+    let _ = a.trylock(id, Mode::Exclusive, 60_000).unwrap();
     a.deinit().unwrap(); // releases the grant
     let mut b = client(&e);
     let id_b = b.get_lock(LockKind::Atomic, b"x").unwrap();
@@ -52,7 +52,7 @@ fn an_unregistered_connection_cannot_deregister_another_client() {
     let mut victim = client(&e);
     let vid = victim.id().get();
     let lock = victim.get_lock(LockKind::Atomic, b"v").unwrap();
-    victim.trylock(lock, Mode::Exclusive, 60_000).unwrap();
+    let _ = victim.trylock(lock, Mode::Exclusive, 60_000).unwrap();
     // Attacker: registers itself, learns nothing but the victim's id.
     let mut att = client(&e);
     let _ = att.get_lock(LockKind::Atomic, b"v").unwrap();
@@ -202,7 +202,7 @@ fn closing_a_connection_that_failed_to_reinit_leaves_the_parked_request_alone() 
     let vid = victim.id().get();
     let lh = holder.get_lock(LockKind::Atomic, b"p").unwrap();
     let lv = victim.get_lock(LockKind::Atomic, b"p").unwrap();
-    holder.trylock(lh, Mode::Exclusive, 60_000).unwrap();
+    let _ = holder.trylock(lh, Mode::Exclusive, 60_000).unwrap();
     // Another control connection bound to the victim's id (ClientReinit needs no secret).
     let mut raw = std::net::TcpStream::connect(addr).unwrap();
     let mut buf = vec![0u8; 4096];
@@ -397,7 +397,7 @@ fn a_second_attach_replaces_the_first_data_connection() {
     let addr = s.tcp_addr().unwrap();
     let mut holder = client(&Endpoint::Tcp(addr));
     let held = holder.get_lock(LockKind::Atomic, b"one-data-conn").unwrap();
-    holder.trylock(held, Mode::Exclusive, 60_000).unwrap();
+    let _ = holder.trylock(held, Mode::Exclusive, 60_000).unwrap();
 
     // The control connection stays open (bound, not `_`): its loss would end the client.
     let (_ctl, id, session, lock, mut first) = raw_parked_behind(addr, b"one-data-conn");
@@ -439,7 +439,7 @@ fn a_reinit_drops_the_request_parked_on_the_path_it_gave_up() {
     let e = Endpoint::Tcp(addr);
     let mut holder = client(&e);
     let lh = holder.get_lock(LockKind::Atomic, b"given-up").unwrap();
-    holder.trylock(lh, Mode::Exclusive, 60_000).unwrap();
+    let _ = holder.trylock(lh, Mode::Exclusive, 60_000).unwrap();
 
     let (_ctl, id, session, _lock, old_data) = raw_parked_behind(addr, b"given-up");
 

@@ -187,7 +187,7 @@ fn a_lease_above_the_maximum_is_granted_as_the_maximum_and_a_killed_holder_frees
     cfg.lease_ms = u32::MAX;
     let mut holder = Client::connect(cfg).unwrap();
     let lock = holder.get_lock(LockKind::Rw, b"rg/7").unwrap();
-    holder.trylock(lock, Mode::Shared, 0).unwrap();
+    let _ = holder.trylock(lock, Mode::Shared, 0).unwrap();
     let killed = Instant::now();
     drop(holder);
 

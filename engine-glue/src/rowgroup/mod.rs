@@ -359,8 +359,15 @@ impl RowGroupLocks {
     }
 }
 
-/// An open transaction's lock set. Commit or abort releases every key; so does dropping it.
+/// An open transaction's lock set: the one guard for every key it acquires, however many
+/// calls and messages that took. Commit or abort releases every key; so does dropping it (a
+/// failed release is then logged; a lost key has already gone to the `on_lost` callback).
+///
+/// This is the row-group form of the native API's guard set
+/// ([`dlock_transport::client::GuardSet`]): it borrows the worker's [`RowGroupLocks`] rather
+/// than sharing a client, because a worker runs one transaction at a time.
 #[derive(Debug)]
+#[must_use = "dropping a transaction aborts it and releases its keys"]
 pub struct Txn<'a> {
     locks: &'a mut RowGroupLocks,
 }
@@ -425,8 +432,11 @@ impl Txn<'_> {
 
 impl Drop for Txn<'_> {
     fn drop(&mut self) {
-        // Empty after commit or abort; otherwise this is the abort.
-        let _ = self.locks.end();
+        // Empty after commit or abort; otherwise this is the abort. A drop cannot return the
+        // error and must not panic, so it is logged (fatal ones also reached `on_lost`).
+        if let Err(s) = self.locks.end() {
+            tracing::warn!(status = %s, "dlock: row-group release failed when a transaction was dropped");
+        }
     }
 }
 

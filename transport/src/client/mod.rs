@@ -19,8 +19,10 @@
 //! start-up the data path (lock commands and object operations) allocates nothing: frames are
 //! encoded into buffers the client owns.
 
+pub mod error;
 pub mod link;
 pub mod local;
+pub mod named;
 mod pipeline;
 #[cfg(feature = "rdma")]
 mod rdma;
@@ -37,9 +39,11 @@ use dlock_core::proto::{
 use dlock_core::server::Counter;
 use dlock_core::{ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Session, Status};
 
+pub use error::{Error, ErrorKind};
 use link::Link;
 pub use link::{Endpoint, Transport};
 pub use local::{Decision, LocalLock, LocalState, Request};
+pub use named::{Guard, GuardSet, Locks, NamedLock, OwnedGuard};
 use pipeline::Pipeline;
 use table::{Entry, LockTable};
 
@@ -79,6 +83,7 @@ impl ClientConfig {
 
 /// A granted (or re-entered) lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a grant's fencing token must go with every write the lock protects"]
 pub struct Grant {
     /// `Success`, or `AlreadyLocked` for a re-entry.
     pub status: Status,
@@ -170,9 +175,11 @@ pub struct Client {
     replies: [CommandResult; dlock_core::config::BATCH_MAX],
 }
 
-/// A transport failure is the reference's `BAD_RESPONSE` (the caller reinits).
+/// A transport failure is the reference's `BAD_RESPONSE` (the caller reinits). The I/O error
+/// is parked for the native API, which attaches it to its [`Error`] (see [`error`]).
 fn io_status(e: std::io::Error) -> Status {
     tracing::debug!(error = %e, "transport failure");
+    error::park_io_error(e);
     Status::BadResponse
 }
 
