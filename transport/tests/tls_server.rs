@@ -293,7 +293,10 @@ fn nothing_a_client_says_or_hears_crosses_the_wire_in_clear() {
     const VALUE: u64 = 0x5EC2_E7C0_FFEE_1234;
     let mut c = Client::connect(ClientConfig::new(via_proxy.clone())).unwrap();
     let id = c.get_lock(LockKind::Atomic, NAME).unwrap();
-    c.trylock(id, Mode::Exclusive, 1_000).unwrap();
+    assert_eq!(
+        c.trylock(id, Mode::Exclusive, 1_000).unwrap().status,
+        Status::Success
+    );
     c.atomic64_create(b"csn", VALUE, 60).unwrap();
     let obj = c.atomic64_get(b"csn", 60).unwrap();
     assert_eq!(c.atomic64_faa(obj, 1).unwrap(), VALUE);
