@@ -9,6 +9,7 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u16)]
 #[must_use]
+#[non_exhaustive]
 pub enum Status {
     /// The operation succeeded.
     Success = 0,

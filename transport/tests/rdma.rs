@@ -521,7 +521,7 @@ mod wired {
     /// A client that really got a queue pair.
     fn rdma_client(s: &ServerHandle, device: &str, lease_ms: u32) -> Client {
         let mut cfg = ClientConfig::new(rdma_endpoint(s, device));
-        cfg.lease_ms = lease_ms;
+        cfg.lease = Duration::from_millis(lease_ms.into());
         let c = Client::connect(cfg).unwrap();
         assert_eq!(c.transport(), Some(Transport::Rdma));
         c

@@ -184,8 +184,13 @@ fn a_lease_above_the_maximum_is_granted_as_the_maximum_and_a_killed_holder_frees
     // A client that asked for the longest lease it could takes a shared RW lock and is killed
     // (its connections go without a deinit).
     let mut cfg = ClientConfig::new(Endpoint::Tcp(addr));
-    cfg.lease_ms = u32::MAX;
+    cfg.lease = Duration::MAX;
     let mut holder = Client::connect(cfg).unwrap();
+    assert_eq!(
+        holder.lease(),
+        Duration::from_millis(400),
+        "granted the maximum"
+    );
     let lock = holder.get_lock(LockKind::Rw, b"rg/7").unwrap();
     let _ = holder.trylock(lock, Mode::Shared, 0).unwrap();
     let killed = Instant::now();

@@ -33,6 +33,7 @@ pub use waiters::{Disposition, WaitReply};
 
 /// Whether the server is serving or waiting for clients to re-sync after a failover.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ServerState {
     /// Serving every request.
     Ready,

@@ -7,6 +7,7 @@
 /// One counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
+#[non_exhaustive]
 pub enum Counter {
     /// Control requests handled.
     ControlRequests,

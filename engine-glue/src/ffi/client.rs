@@ -214,7 +214,7 @@ pub unsafe extern "C" fn client_init(p_client_id: *mut c_int, server_ip: *const 
             },
         };
         let mut cfg = ClientConfig::new(endpoint);
-        cfg.lease_ms = lease_ms;
+        cfg.lease = Duration::from_millis(lease_ms.into());
         cfg.timeout = timeout;
         for _ in 0..ID_CLASH_ATTEMPTS {
             let client = match Client::connect(cfg.clone()) {

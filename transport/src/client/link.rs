@@ -27,6 +27,7 @@ use crate::sync::AtomicU64;
 
 /// Where a server is.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum Endpoint {
     /// A server in this process: control over its Unix socket, data through its region.
     #[cfg(feature = "server")]
@@ -64,6 +65,7 @@ pub enum Endpoint {
 
 /// The data path a client ended up with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Transport {
     /// The client's mailbox in the server's region.
     SharedMemory,

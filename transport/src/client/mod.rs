@@ -52,13 +52,16 @@ use crate::sync::Ordering;
 /// How long a synchronous request may take before the client gives up (the reference's 5 s).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Client settings.
+/// Client settings: [`ClientConfig::new`] and the `with_*` methods, or field by field.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ClientConfig {
     /// Where the server is.
     pub endpoint: Endpoint,
-    /// The lease to ask for (0: the server's default). Heartbeat well within it.
-    pub lease_ms: u32,
+    /// The lease to ask for (zero: the server's default), in whole milliseconds. The server
+    /// grants at most its maximum ([`Client::lease`] says what it granted). Heartbeat well
+    /// within it.
+    pub lease: Duration,
     /// The synchronous request timeout.
     pub timeout: Duration,
     /// How long a wait for a reply over shared memory stays awake (polling, then backing off
@@ -74,10 +77,33 @@ impl ClientConfig {
     pub fn new(endpoint: Endpoint) -> Self {
         Self {
             endpoint,
-            lease_ms: 0,
+            lease: Duration::ZERO,
             timeout: REQUEST_TIMEOUT,
             wait_awake: Duration::ZERO,
         }
+    }
+
+    /// Asks for `lease` (see [`ClientConfig::lease`]).
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Gives up a synchronous request after `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Stays awake `awake` waiting for a shared-memory reply (see [`ClientConfig::wait_awake`]).
+    pub fn with_wait_awake(mut self, awake: Duration) -> Self {
+        self.wait_awake = awake;
+        self
+    }
+
+    /// The lease as the wire carries it: whole milliseconds, rounded up, at most `u32::MAX`.
+    fn lease_ms(&self) -> u32 {
+        u32::try_from(self.lease.as_micros().div_ceil(1_000)).unwrap_or(u32::MAX)
     }
 }
 
@@ -104,6 +130,7 @@ pub struct Cas {
 
 /// An asynchronous lock operation (`lock_request_async`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AsyncOp {
     /// Trylock in a mode for a lease (ms).
     Lock(Mode, u32),
@@ -159,6 +186,8 @@ pub struct Client {
     session: Session,
     version: u8,
     recovering: bool,
+    /// The lease the server granted at the last (re)registration.
+    lease: Duration,
     message_id: u16,
     locks: LockTable,
     /// Objects this client got, with their cell index.
@@ -194,6 +223,7 @@ impl Client {
             session: Session::NONE,
             version: PROTO_VERSION,
             recovering: false,
+            lease: Duration::ZERO,
             // Any start will do (message ids only match replies to requests); a random one keeps
             // two instances of one process from looking alike in a capture.
             message_id: getrandom::u32().unwrap_or(0) as u16,
@@ -213,7 +243,7 @@ impl Client {
             }; dlock_core::config::BATCH_MAX],
             cfg,
         };
-        let lease_ms = c.cfg.lease_ms;
+        let lease_ms = c.cfg.lease_ms();
         c.register(
             0,
             ControlRequest::ClientInit {
@@ -233,6 +263,7 @@ impl Client {
         self.id = ClientId::new(init.client).ok_or(Status::BadResponse)?;
         self.version = init.version;
         self.recovering = init.recovering;
+        self.lease = Duration::from_millis(init.lease_ms.into());
         self.link
             .attach(init.client, init.slot, init.session)
             .map_err(io_status)
@@ -256,6 +287,12 @@ impl Client {
     #[doc(hidden)]
     pub fn drop_data_path(&mut self) {
         self.link.drop_data_path();
+    }
+
+    /// The lease the server granted at the last (re)registration: what this client asked for,
+    /// or less when that was above the server's maximum. Heartbeat well within it.
+    pub fn lease(&self) -> Duration {
+        self.lease
     }
 
     /// Whether the server said it was recovering at the last (re)registration.
@@ -318,7 +355,7 @@ impl Client {
         for e in self.locks.iter_mut() {
             e.busy = false;
         }
-        let lease_ms = self.cfg.lease_ms;
+        let lease_ms = self.cfg.lease_ms();
         self.register(
             self.id.get(),
             ControlRequest::ClientReinit {

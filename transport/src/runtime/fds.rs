@@ -98,6 +98,7 @@ impl FdNeeds {
 /// What [`plan`] decided about the limit.
 #[must_use]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FdAction {
     /// The soft limit already covers the need.
     Enough,

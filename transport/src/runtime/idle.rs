@@ -8,6 +8,7 @@ use crate::shm::ShmHeader;
 
 /// The data thread's idle strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum IdleStrategy {
     /// Busy-poll: lowest latency, a core burned (the reference's behaviour).
     Spin,

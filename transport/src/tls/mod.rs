@@ -63,6 +63,7 @@ pub type KeyPasswordFn = dyn Fn() -> io::Result<Zeroizing<String>> + Send + Sync
 
 /// One TLS 1.3 cipher suite an operator may choose by its IANA name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Tls13Suite {
     /// `TLS_AES_256_GCM_SHA384`: the default and the reference's choice.
     Aes256GcmSha384,

@@ -19,6 +19,7 @@ use rustls::{CertificateError, Error, PeerIncompatible, ServerConfig, ServerConn
 /// Why a server refused a TLS handshake: one counter per kind in the server's stats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum HandshakeRefusal {
     /// The client presented no certificate.
     NoClientCert,
