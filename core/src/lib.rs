@@ -15,6 +15,46 @@
 //! | [`table`]  | the fixed tables laid over the region                                  |
 //! | [`proto`]  | control and data frames, encoded into and decoded from caller buffers  |
 //! | [`server`] | the state machine: `handle_control` and `handle_data`                  |
+//!
+//! # A first look
+//!
+//! The state machine runs over memory you hand it, with time and entropy passed in; here a
+//! client registers, names a lock and takes it, all without a thread or a socket:
+//!
+//! ```
+//! use dlock_core::proto::{Command, CommandResult, LockCommand, LockOp, PROTO_VERSION};
+//! use dlock_core::server::{Server, predictable_entropy};
+//! use dlock_core::{Config, LockKind, Status, Ticket, table::Tables};
+//!
+//! let cfg = Config { locks_max: 64, clients_max: 4, objects_max: 4, ..Config::default() };
+//! let size = cfg.region_size().unwrap();
+//! let mut memory = vec![0u8; size + 64];
+//! let at = memory.as_ptr().align_offset(64); // the tables want 64-byte alignment
+//! let tables = Tables::format(&mut memory[at..at + size], &cfg).unwrap();
+//! // Tests may use a predictable entropy source; a server on a network uses the OS's.
+//! let mut server = Server::new(tables, &cfg, predictable_entropy);
+//!
+//! let now_ms = 0;
+//! let client = server.client_init(PROTO_VERSION, 0, now_ms).unwrap();
+//! let lock = server.get_lock(client.get(), LockKind::Rw, b"t1/rg7", now_ms).unwrap();
+//! let take = Command::Lock(LockCommand {
+//!     kind: LockKind::Rw,
+//!     op: LockOp::TryExclusive,
+//!     lock: lock.raw(),
+//!     expire_ms: 5_000,
+//!     ticket: Ticket { exclusive: 0, shared: 0 },
+//!     wait_ms: 0,
+//! });
+//! let mut result = [CommandResult { status: Status::Fail, word: 0, aux: 0 }];
+//! server.execute_message(client.get(), 0, &[take], &mut result, now_ms).unwrap();
+//! assert_eq!(result[0].status, Status::Success);
+//! // `aux` carries the grant's fencing token.
+//! assert!(result[0].aux > 0);
+//! ```
+//!
+//! Where next: [`server::Server`] for every operation, [`proto`] for the bytes a transport
+//! moves, [`word`] for the lock-word algorithms and their state tables. The transports, threads
+//! and client are in `dlock-transport`; what an engine links is `dlock-engine-glue`.
 #![cfg_attr(not(any(test, dlock_loom)), no_std)]
 
 pub mod config;

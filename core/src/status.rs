@@ -202,6 +202,10 @@ impl core::fmt::Display for Status {
     }
 }
 
+/// A status is an error value in its own right (`core::error::Error`, so no `std` is needed):
+/// `?` turns it into a `Box<dyn Error>` or an application's error type.
+impl core::error::Error for Status {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -536,6 +536,23 @@ allocator_common!(CsnAllocator);
 
 /// Transaction ids leased in blocks: share it (it is cheap to clone) and give each worker thread
 /// its own [`TxnIdHandle`].
+///
+/// ```
+/// # use dlock_engine_glue::EmbeddedServer;
+/// # use dlock_engine_glue::dlock_core::Config;
+/// # let server = EmbeddedServer::start(EmbeddedServer::config(Config {
+/// #     locks_max: 256, clients_max: 8, objects_max: 8, ..Config::default()
+/// # }))?;
+/// use dlock_engine_glue::{IdConfig, TxnIdAllocator, Volatile};
+///
+/// let xids = TxnIdAllocator::open(server.client()?, IdConfig::txn_ids(), Volatile)?;
+/// let mut worker = xids.handle(); // one per worker thread
+/// let a = worker.next()?;
+/// let b = worker.next()?; // from the leased block: no round trip
+/// assert!(b > a);
+/// # server.shutdown();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct TxnIdAllocator {
     front: Arc<Front>,

@@ -10,7 +10,7 @@
 //! function of its inputs and can be replayed.
 //!
 //! The methods take `&mut self`: one thread at a time runs the state machine. Within it the
-//! ownership of ARCHITECTURE.md still holds — lock words and holds change only in [`data`],
+//! ownership of ARCHITECTURE.md still holds — lock words and holds change only in `data`,
 //! names, references and the client table only in the control modules — so the runtime can put
 //! the two halves on two threads without changing any semantics.
 

@@ -1,7 +1,7 @@
 //! The fixed-size records the tables are made of, with their sizes asserted.
 //!
 //! Every record is plain data (integers only), so any byte pattern is a valid value and a zeroed
-//! region is a valid empty table; [`Pod`] marks exactly these types for the one place that turns
+//! region is a valid empty table; `Pod` marks exactly these types for the one place that turns
 //! region bytes into typed slices.
 
 use core::mem::{align_of, size_of};

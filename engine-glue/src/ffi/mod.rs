@@ -4,8 +4,8 @@
 //! # What it owns
 //!
 //! Two process-wide registries, like the reference's singletons: servers by `server_id`
-//! ([`server`]: started with `server_start`, at most `dserver_lib_init(n)` at once) and client
-//! instances by `client_id` ([`client`]: the id the server assigned). Every other function
+//! (`server`: started with `server_start`, at most `dserver_lib_init(n)` at once) and client
+//! instances by `client_id` (`client`: the id the server assigned). Every other function
 //! looks its client up, locks it, and calls the Rust [`Client`](dlock_transport::client::Client).
 //! It touches no server or client internals.
 //!

@@ -366,6 +366,29 @@ impl RowGroupLocks {
 /// This is the row-group form of the native API's guard set
 /// ([`dlock_transport::client::GuardSet`]): it borrows the worker's [`RowGroupLocks`] rather
 /// than sharing a client, because a worker runs one transaction at a time.
+///
+/// ```
+/// # use dlock_engine_glue::EmbeddedServer;
+/// # use dlock_engine_glue::dlock_core::Config;
+/// # let server = EmbeddedServer::start(EmbeddedServer::config(Config {
+/// #     locks_max: 256, clients_max: 8, objects_max: 8, ..Config::default()
+/// # }))?;
+/// use std::time::Duration;
+/// use dlock_engine_glue::dlock_core::Mode;
+/// use dlock_engine_glue::rowgroup::{AcquireOptions, RowGroup, RowGroupConfig, RowGroupLocks};
+///
+/// let mut locks = RowGroupLocks::new(server.client()?, RowGroupConfig::default())?;
+/// let mut txn = locks.begin();
+/// let (orders, items) = (RowGroup::new(1, 17), RowGroup::new(2, 4));
+/// // One call, taken in key order (no deadlock), all or nothing, waiting up to 1 s.
+/// let opts = AcquireOptions::wait(Duration::from_secs(1)).all_or_nothing();
+/// txn.acquire(&[(orders, Mode::Exclusive), (items, Mode::Shared)], opts)?;
+/// let token = txn.token(orders).expect("held"); // goes with every write to `orders`
+/// # let _ = token;
+/// txn.commit()?; // releases the whole set (dropping the transaction aborts it)
+/// # server.shutdown();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 #[must_use = "dropping a transaction aborts it and releases its keys"]
 pub struct Txn<'a> {

@@ -214,6 +214,25 @@ fn io_status(e: std::io::Error) -> Status {
 
 impl Client {
     /// Registers a new client instance (`client_init`).
+    ///
+    /// ```
+    /// # use dlock_core::Config;
+    /// # use dlock_transport::runtime::{ServerConfig, ServerHandle};
+    /// # let server = ServerHandle::start(ServerConfig::new(Config {
+    /// #     locks_max: 64, clients_max: 4, objects_max: 4, ..Config::default()
+    /// # }))?;
+    /// use dlock_core::{LockKind, Mode, Status};
+    /// use dlock_transport::client::{Client, ClientConfig, Endpoint};
+    ///
+    /// let mut client = Client::connect(ClientConfig::new(Endpoint::embedded(&server)))?;
+    /// let id = client.get_lock(LockKind::Atomic, b"orders/rg-17")?;
+    /// let grant = client.trylock(id, Mode::Exclusive, 5_000)?; // lease in ms, as the reference
+    /// assert_eq!(grant.status, Status::Success);
+    /// client.unlock(id)?;
+    /// client.deinit()?;
+    /// # server.stop();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn connect(cfg: ClientConfig) -> Result<Client, Status> {
         let mut link = Link::connect(&cfg.endpoint).map_err(|_| Status::NotReady)?;
         link.set_wait_awake(cfg.wait_awake);
@@ -966,7 +985,27 @@ impl Client {
         Ok(self.result(0))
     }
 
-    /// Fetch-and-add: returns the value before the add (`umo_atomic64_faa`).
+    /// Fetch-and-add: returns the value before the add (`umo_atomic64_faa`). Global
+    /// transaction ids are this on one object (`dlock-engine-glue`'s `TxnIdAllocator` leases
+    /// ranges of them so most ids need no round trip at all).
+    ///
+    /// ```
+    /// # use dlock_core::Config;
+    /// # use dlock_transport::runtime::{ServerConfig, ServerHandle};
+    /// # let server = ServerHandle::start(ServerConfig::new(Config {
+    /// #     locks_max: 64, clients_max: 4, objects_max: 4, ..Config::default()
+    /// # }))?;
+    /// use dlock_transport::client::{Client, ClientConfig, Endpoint};
+    ///
+    /// let mut client = Client::connect(ClientConfig::new(Endpoint::embedded(&server)))?;
+    /// client.atomic64_create(b"xid", 100, 60)?; // initial value, lease in seconds
+    /// let xid = client.atomic64_get(b"xid", 60)?;
+    /// assert_eq!(client.atomic64_faa(xid, 1)?, 100);
+    /// assert_eq!(client.atomic64_faa(xid, 1)?, 101);
+    /// # client.deinit()?;
+    /// # server.stop();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn atomic64_faa(&mut self, id: ObjectId, add: u64) -> Result<u64, Status> {
         let r = self.object_op(id, ObjectOp::Faa, add, 0)?;
         r.status.ok().map(|()| r.aux)

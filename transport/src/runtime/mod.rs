@@ -226,6 +226,19 @@ pub struct ServerHandle {
 
 impl ServerHandle {
     /// Starts a server: maps the region, binds the listeners, spawns the two threads.
+    ///
+    /// ```
+    /// use dlock_core::Config;
+    /// use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
+    ///
+    /// let mut cfg = ServerConfig::new(Config::default()); // 51,200 locks, 1,000 clients
+    /// // Loopback, so plaintext is allowed; any other address needs `TcpConfig::tls`.
+    /// cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse()?));
+    /// let server = ServerHandle::start(cfg)?;
+    /// println!("serving on {:?}", server.tcp_addr());
+    /// server.stop();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn start(cfg: ServerConfig) -> io::Result<ServerHandle> {
         cfg.core.validate().map_err(|_| {
             io::Error::new(

@@ -66,6 +66,34 @@ impl<'a> Guard<'a> {
     }
 
     /// The same grant as an [`OwnedGuard`]: `'static` and `Send`, to move into a task or thread.
+    /// Async code holds one across `.await` points: it blocks nobody while it waits, and
+    /// dropping it (or its task) unlocks.
+    ///
+    /// ```
+    /// # use dlock_core::Config;
+    /// # use dlock_transport::runtime::{ServerConfig, ServerHandle};
+    /// # let server = ServerHandle::start(ServerConfig::new(Config {
+    /// #     locks_max: 64, clients_max: 4, objects_max: 4, ..Config::default()
+    /// # }))?;
+    /// use std::time::Duration;
+    /// use dlock_transport::client::{ClientConfig, Endpoint, Locks};
+    ///
+    /// let locks = Locks::connect(ClientConfig::new(Endpoint::embedded(&server)))?;
+    /// let row_group = locks.atomic("orders/rg-17")?;
+    /// let guard = row_group.try_exclusive(Duration::from_secs(5))?;
+    /// let owned = guard.into_owned();
+    /// let token = owned.token();
+    /// std::thread::spawn(move || {
+    ///     // ... writes carrying `token` ...
+    ///     owned.unlock()
+    /// })
+    /// .join()
+    /// .unwrap()?;
+    /// # let _ = token;
+    /// # drop((row_group, locks));
+    /// # server.stop();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn into_owned(mut self) -> OwnedGuard {
         self.armed = false;
         OwnedGuard {

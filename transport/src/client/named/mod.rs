@@ -300,6 +300,31 @@ impl Locks {
     /// Tries to lock every lock of `locks` in `mode` for `lease`, in as few messages as the batch
     /// limit allows (31 locks per message), and returns one guard for the set.
     ///
+    /// ```
+    /// # use dlock_core::Config;
+    /// # use dlock_transport::runtime::{ServerConfig, ServerHandle};
+    /// # let server = ServerHandle::start(ServerConfig::new(Config {
+    /// #     locks_max: 64, clients_max: 4, objects_max: 4, ..Config::default()
+    /// # }))?;
+    /// use std::time::Duration;
+    /// use dlock_core::Mode;
+    /// use dlock_transport::client::{ClientConfig, Endpoint, Locks};
+    ///
+    /// let locks = Locks::connect(ClientConfig::new(Endpoint::embedded(&server)))?;
+    /// let row_groups = (0..8)
+    ///     .map(|rg| locks.atomic(format!("orders/rg-{rg}")))
+    ///     .collect::<Result<Vec<_>, _>>()?;
+    /// let all: Vec<_> = row_groups.iter().collect();
+    /// // All or nothing: either every row group is held, or none is.
+    /// let set = locks.try_lock_all(&all, Mode::Exclusive, Duration::from_secs(5), true)?;
+    /// assert!(set.is_complete());
+    /// drop(set); // unlocks all eight
+    /// # drop(all);
+    /// # drop((row_groups, locks));
+    /// # server.stop();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// With `all_or_nothing` either every lock is granted or the call fails and none stays held
     /// (each message is undone by the server itself, and the messages before it are unlocked).
     /// Without it the set holds what was granted ([`GuardSet::token`] says which, and a refused
@@ -378,6 +403,30 @@ impl NamedLock {
     /// held in a conflicting mode (by another client, or another guard of this handle) or, for a
     /// fair lock, when others are queued first: then this handle keeps its ticket, and its next
     /// `try_lock` or `lock` in the same mode asks with it (see the module doc).
+    ///
+    /// ```
+    /// # use dlock_core::Config;
+    /// # use dlock_transport::runtime::{ServerConfig, ServerHandle};
+    /// # let server = ServerHandle::start(ServerConfig::new(Config {
+    /// #     locks_max: 64, clients_max: 4, objects_max: 4, ..Config::default()
+    /// # }))?;
+    /// use std::time::Duration;
+    /// use dlock_core::Mode;
+    /// use dlock_transport::client::{ClientConfig, Endpoint, Locks};
+    ///
+    /// let locks = Locks::connect(ClientConfig::new(Endpoint::embedded(&server)))?;
+    /// let table = locks.rw("t1")?;
+    /// let reader = table.try_lock(Mode::Shared, Duration::from_secs(5))?;
+    /// let other = table.try_lock(Mode::Shared, Duration::from_secs(5))?; // readers share
+    /// assert!(table.try_exclusive(Duration::from_secs(5)).unwrap_err().is_would_block());
+    /// drop((reader, other));
+    /// let mut writer = table.lock(Mode::Exclusive, Duration::from_secs(1), Duration::from_secs(5))?;
+    /// writer.extend(Duration::from_secs(10))?; // a longer transaction
+    /// writer.unlock()?; // or just drop it
+    /// # drop((table, locks));
+    /// # server.stop();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn try_lock(&self, mode: Mode, lease: Duration) -> Result<Guard<'_>, Error> {
         let lease_ms = lease_ms(Op::TryLock, lease)?;
         let token = self.acquire(Op::TryLock, mode, lease_ms, None)?;
