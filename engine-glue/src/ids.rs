@@ -66,7 +66,7 @@
 //!
 //! A one-sided fetch-and-add never reaches the server, which evicts a client silent for its lease
 //! (5 s by default) and drops an object with its last reference. So a round trip renews both
-//! (`atomic64_get`) every `renew_every_ms`, and an allocator that may sit idle longer than the
+//! (`atomic64_get`) every `renew_every`, and an allocator that may sit idle longer than the
 //! client lease needs `keep_alive()` from the engine's timer.
 
 use std::collections::VecDeque;
@@ -174,11 +174,12 @@ pub struct IdConfig {
     pub first: u64,
     /// Marks are persisted in multiples of this.
     pub hwm_step: u64,
-    /// The lease of the allocator's reference to the counter object, in seconds.
-    pub object_lease_s: u32,
+    /// The lease of the allocator's reference to the counter object (whole seconds on the wire,
+    /// rounded up, as the reference's `umo_atomic64` leases are).
+    pub object_lease: Duration,
     /// A round trip renews the client and the object reference when this much has passed since
-    /// the last renewal; must be well within the client lease and `object_lease_s`.
-    pub renew_every_ms: u32,
+    /// the last renewal; must be well within the client lease and `object_lease`.
+    pub renew_every: Duration,
     /// Block sizes (transaction ids only; CSNs are never leased).
     pub block: BlockPolicy,
 }
@@ -191,8 +192,8 @@ impl IdConfig {
             name: name.to_vec(),
             first: 1,
             hwm_step: 1_000_000,
-            object_lease_s: 30,
-            renew_every_ms: 1_000,
+            object_lease: Duration::from_secs(30),
+            renew_every: Duration::from_secs(1),
             block: BlockPolicy::DEFAULT,
         }
     }
@@ -207,15 +208,20 @@ impl IdConfig {
         Self::named(b"csn")
     }
 
+    /// The object lease in the whole seconds the wire carries, rounded up.
+    fn object_lease_s(&self) -> u32 {
+        u32::try_from(self.object_lease.as_millis().div_ceil(1_000)).unwrap_or(u32::MAX)
+    }
+
     /// Checks every field; `Err(Status::Einval)` when one is out of range.
     pub fn validate(&self) -> Result<(), Status> {
         let b = &self.block;
         let ok = (1..=NAME_LEN_MAX).contains(&self.name.len())
             && self.first >= 1
             && self.hwm_step >= 1
-            && self.object_lease_s >= 1
-            && self.renew_every_ms >= 1
-            && u64::from(self.renew_every_ms) < u64::from(self.object_lease_s) * 1_000
+            && !self.renew_every.is_zero()
+            && self.renew_every < self.object_lease
+            && self.object_lease <= Duration::from_secs(u32::MAX.into())
             && 1 <= b.len_min
             && b.len_min <= b.len_max
             && b.len_max <= BlockPolicy::LEN_LIMIT;
@@ -253,11 +259,11 @@ impl Counter {
     fn open(mut client: Client, cfg: &IdConfig, floor: u64) -> Result<Counter, Status> {
         // Another client (here or in another process) may have created it first; either way
         // the value it holds stands, and `advance_to` below only moves it forward.
-        match client.atomic64_create(&cfg.name, floor, cfg.object_lease_s) {
+        match client.atomic64_create(&cfg.name, floor, cfg.object_lease_s()) {
             Ok(_) | Err(Status::ObjectAlreadyCreated | Status::ObjectAlreadyExisted) => {}
             Err(s) => return Err(s),
         }
-        let object = client.atomic64_get(&cfg.name, cfg.object_lease_s)?;
+        let object = client.atomic64_get(&cfg.name, cfg.object_lease_s())?;
         let mut counter = Counter {
             client,
             object,
@@ -281,13 +287,13 @@ impl Counter {
         Ok(())
     }
 
-    /// Renews the client's and the object's leases when `renew_every_ms` has passed: one-sided
+    /// Renews the client's and the object's leases when `renew_every` has passed: one-sided
     /// atomics never reach the server, which would otherwise declare the client dead.
     fn renew_if_due(&mut self, cfg: &IdConfig, mark: u64, now: Instant) -> Result<(), Status> {
-        if now.duration_since(self.renewed) < Duration::from_millis(cfg.renew_every_ms.into()) {
+        if now.duration_since(self.renewed) < cfg.renew_every {
             return Ok(());
         }
-        let object = self.client.atomic64_get(&cfg.name, cfg.object_lease_s)?;
+        let object = self.client.atomic64_get(&cfg.name, cfg.object_lease_s())?;
         if object != self.object {
             // The object was freed and created again behind our back (every reference to it
             // lapsed). Continue above everything this allocator may have handed out.

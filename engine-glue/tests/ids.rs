@@ -450,7 +450,7 @@ fn invalid_config_is_refused() {
             ..IdConfig::csns()
         },
         IdConfig {
-            renew_every_ms: 30_000,
+            renew_every: Duration::from_secs(30),
             ..IdConfig::csns()
         },
         IdConfig {
@@ -481,7 +481,7 @@ fn keep_alive_holds_an_idle_allocator_past_the_client_lease() {
         ..Config::default()
     });
     let cfg = IdConfig {
-        renew_every_ms: 20,
+        renew_every: Duration::from_millis(20),
         ..IdConfig::csns()
     };
     let kept = CsnAllocator::open(s.client().unwrap(), cfg.clone(), Volatile).unwrap();

@@ -28,11 +28,14 @@ fn server(client_lease_ms: u32) -> EmbeddedServer {
 }
 
 fn locks(s: &EmbeddedServer, client_lease_ms: u32) -> RowGroupLocks {
-    let cfg = RowGroupConfig {
-        client_lease_ms,
-        ..RowGroupConfig::DEFAULT
-    };
-    RowGroupLocks::new(s.client().expect("client"), cfg).expect("valid config")
+    let rg = RowGroupLocks::new(s.client().expect("client"), RowGroupConfig::DEFAULT)
+        .expect("valid config");
+    assert_eq!(
+        rg.client_lease(),
+        Duration::from_millis(client_lease_ms.into()),
+        "the server's lease"
+    );
+    rg
 }
 
 fn keys(table: u32, groups: impl IntoIterator<Item = u64>) -> Vec<RowGroup> {
@@ -397,10 +400,7 @@ fn dropping_a_transaction_releases_its_keys() {
 #[test]
 fn the_name_cache_stays_within_its_bound() {
     let s = server(5_000);
-    let cfg = RowGroupConfig {
-        names_max: 31,
-        ..RowGroupConfig::DEFAULT
-    };
+    let cfg = RowGroupConfig::DEFAULT.with_names_max(31);
     let mut rg = RowGroupLocks::new(s.client().expect("client"), cfg).expect("config");
     for round in 0..6 {
         let ks = keys(12, round * 20..round * 20 + 20);

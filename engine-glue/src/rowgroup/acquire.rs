@@ -187,7 +187,7 @@ impl RowGroupLocks {
         // Without waiting, all-or-nothing is the batch command's own: the server undoes a
         // batch that fails, and `acquire` unlocks the batches before it.
         let atomic_batches = opts.all_or_nothing && opts.wait.is_zero();
-        let expire_ms = self.cfg.client_lease_ms;
+        let expire_ms = self.lease_ms();
         let mut requests = [(NO_LOCK, Mode::Exclusive, 0); BATCH_MAX];
         let mut out = [Err(Status::Einval); BATCH_MAX];
         let mut i = 0;
@@ -276,7 +276,7 @@ impl RowGroupLocks {
         if left.is_zero() {
             return Err(Status::Etimeout);
         }
-        let expire_ms = self.cfg.client_lease_ms;
+        let expire_ms = self.lease_ms();
         self.client
             .lock(want.id(), want.mode, expire_ms, left)
             .map_err(|s| self.check(s))

@@ -109,27 +109,30 @@ impl RowGroup {
     }
 }
 
-/// Settings of one worker's row-group locks.
+/// Settings of one worker's row-group locks. The client's lease is the one the server granted
+/// it ([`Client::lease`]): locks are taken for that long, and heartbeats go out when half of it
+/// has passed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RowGroupConfig {
-    /// The client's lease as the server keeps it: the client's `ClientConfig::lease_ms`, or the
-    /// server's `client_lease_ms` when that is 0. Heartbeats go out when half of it has passed.
-    pub client_lease_ms: u32,
     /// Lock names kept resolved. When a call needs more, the names no transaction holds are
     /// released on the server first (the server's lock table is shared by every client).
     pub names_max: usize,
 }
 
 impl RowGroupConfig {
-    /// The server's default lease, 4,096 names.
-    pub const DEFAULT: RowGroupConfig = RowGroupConfig {
-        client_lease_ms: Config::DEFAULT.client_lease_ms,
-        names_max: 4_096,
-    };
+    /// 4,096 names.
+    pub const DEFAULT: RowGroupConfig = RowGroupConfig { names_max: 4_096 };
 
-    /// `Einval` for a lease shorter than the server accepts or a cache smaller than a batch.
+    /// Keeps up to `names_max` names resolved.
+    pub const fn with_names_max(mut self, names_max: usize) -> Self {
+        self.names_max = names_max;
+        self
+    }
+
+    /// `Einval` for a cache smaller than a batch.
     pub fn validate(&self) -> Result<(), Status> {
-        if self.client_lease_ms < Config::CLIENT_LEASE_MIN_MS || self.names_max < BATCH_MAX {
+        if self.names_max < BATCH_MAX {
             return Err(Status::Einval);
         }
         Ok(())
@@ -239,8 +242,12 @@ impl fmt::Debug for RowGroupLocks {
 
 impl RowGroupLocks {
     /// Row-group locks over `client`, whose lease counts as renewed now (it just registered).
+    /// `Einval` for a client registered with no lease (none is ever granted less than 100 ms).
     pub fn new(client: Client, cfg: RowGroupConfig) -> Result<Self, Status> {
         cfg.validate()?;
+        if client.lease() < Duration::from_millis(Config::CLIENT_LEASE_MIN_MS.into()) {
+            return Err(Status::Einval);
+        }
         Ok(RowGroupLocks {
             client,
             cfg,
@@ -271,8 +278,7 @@ impl RowGroupLocks {
     /// was held is then reported lost.
     pub fn keep_leases(&mut self, now: Instant) -> Result<(), Status> {
         self.health()?;
-        let half_ms = u64::from(self.cfg.client_lease_ms) / 2;
-        if now.saturating_duration_since(self.renewed_at) < Duration::from_millis(half_ms) {
+        if now.saturating_duration_since(self.renewed_at) < self.client.lease() / 2 {
             return Ok(());
         }
         // Any failure counts: without a renewal the server will let the lease run out.
@@ -285,6 +291,17 @@ impl RowGroupLocks {
     #[inline]
     pub fn health(&self) -> Result<(), Status> {
         self.dead.map_or(Ok(()), Err)
+    }
+
+    /// The lease the server granted this worker's client: locks are taken for this long, and
+    /// [`RowGroupLocks::keep_leases`] renews it at half.
+    pub fn client_lease(&self) -> Duration {
+        self.client.lease()
+    }
+
+    /// The same, in the milliseconds the wire carries.
+    pub(super) fn lease_ms(&self) -> u32 {
+        u32::try_from(self.client.lease().as_millis()).unwrap_or(u32::MAX)
     }
 
     /// The client's id.
