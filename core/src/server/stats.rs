@@ -85,6 +85,16 @@ pub enum Counter {
 }
 
 impl Counter {
+    /// The first of the counters a transport keeps (connections, TLS refusals), which sit
+    /// together from here to [`Counter::TRANSPORT_LAST`]; the state machine only carries them
+    /// in its `Stats` reply ([`super::Server::set_counter`]).
+    pub const TRANSPORT_FIRST: Counter = Counter::ConnectionsTimedOut;
+    /// The last of the transport's counters.
+    pub const TRANSPORT_LAST: Counter = Counter::TlsOther;
+    /// How many counters the transport keeps.
+    pub const TRANSPORT_COUNT: usize =
+        Counter::TRANSPORT_LAST as usize + 1 - Counter::TRANSPORT_FIRST as usize;
+
     /// Number of counters.
     pub const COUNT: usize = Counter::TlsOther as usize + 1;
 

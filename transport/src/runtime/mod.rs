@@ -176,40 +176,26 @@ pub(crate) struct Shared {
     pub(crate) stop: AtomicBool,
 }
 
-/// The server counters that the transport, not the state machine, counts.
+/// The server counters that the transport, not the state machine, counts: the block of
+/// [`Counter`] from [`Counter::TRANSPORT_FIRST`] to [`Counter::TRANSPORT_LAST`].
 #[derive(Debug, Default)]
-pub(crate) struct TransportCounters([std::sync::atomic::AtomicU64; TransportCounters::ALL.len()]);
+pub(crate) struct TransportCounters([std::sync::atomic::AtomicU64; Counter::TRANSPORT_COUNT]);
 
 impl TransportCounters {
-    /// The counters kept here, in index order.
-    pub(crate) const ALL: [Counter; 13] = [
-        Counter::ConnectionsTimedOut,
-        Counter::ConnectionsEvicted,
-        Counter::ConnectionsRefused,
-        Counter::ConnectionsOfGoneClients,
-        Counter::TlsNoClientCert,
-        Counter::TlsUnknownCa,
-        Counter::TlsExpired,
-        Counter::TlsRevoked,
-        Counter::TlsBadCertificate,
-        Counter::TlsProtocolVersion,
-        Counter::TlsNoCommonCipher,
-        Counter::TlsNotTls,
-        Counter::TlsOther,
-    ];
-
-    /// Adds one to `c` (a counter not kept here is ignored).
+    /// Adds one to `c` (a counter the transport does not keep is ignored).
     pub(crate) fn bump(&self, c: Counter) {
-        if let Some(k) = Self::ALL.iter().position(|&x| x == c) {
+        let k = (c as usize).wrapping_sub(Counter::TRANSPORT_FIRST as usize);
+        if let Some(slot) = self.0.get(k) {
             // Relaxed: a statistic; nothing is published through it.
-            self.0[k].fetch_add(1, Ordering::Relaxed);
+            slot.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Copies every counter kept here into the server's stats.
     pub(crate) fn copy_into(&self, server: &mut Server<'_>) {
-        for (k, &c) in Self::ALL.iter().enumerate() {
-            server.set_counter(c, self.0[k].load(Ordering::Relaxed));
+        let first = Counter::TRANSPORT_FIRST as usize;
+        for (k, slot) in self.0.iter().enumerate() {
+            server.set_counter(Counter::ALL[first + k], slot.load(Ordering::Relaxed));
         }
     }
 }
