@@ -17,7 +17,10 @@
  *  - Lock words (lock_state) are 16 bytes in dlock's layouts, not the reference's; expiry
  *    times in them are server ticks in ms. lock_op_res has a trailing fencing token.
  *  - struct server_cfg / client_cfg keep the reference's field names that mean something here
- *    and drop URMA and TLS settings; they are source-, not binary-compatible.
+ *    and drop the URMA settings; they are source-, not binary-compatible. Their TLS settings
+ *    (struct ssl_cfg) come last; cert_verify_cb must be NULL (dlock checks the CA and CRL
+ *    files itself), the key password callbacks are optional (an unencrypted key needs none).
+ *  - A server without TLS listens on a loopback address only, unless insecure_plaintext.
  *  - lock() waits on the server (no polling) and returns DLOCK_ETIMEOUT after 5 s.
  *  - debug_stats holds dlock's counters (enum debug_stats_code below), not the reference's.
  *  - Additions: server_tcp_port, lock_fence, umo_atomic64_cas_value.
@@ -47,6 +50,7 @@ extern "C" {
 #define DLOCK_DEFAULT_PORT 21616        /* TCP port when none is given */
 #define DLOCK_SERVER_ID_MAX 0xFFFFF     /* server ids run 1..DLOCK_SERVER_ID_MAX */
 #define DLOCK_HEARTBEAT_TIMEOUT_MAX_S 300
+#define DLOCK_KEY_PASSWORD_LEN_MAX 1024 /* bytes of the buffer prkey_pwd_cb fills */
 
 typedef enum dlock_status {
     DLOCK_SUCCESS = 0,
@@ -216,11 +220,54 @@ struct umo_atomic64_desc {
     uint32_t lease_time; /* seconds, > 0 */
 };
 
+/*
+ * Writes the private key's password into buf (room for size bytes, no NUL needed) and returns
+ * its length in bytes, or < 0 when there is none to give (then the start or the client_init
+ * fails with DLOCK_EINVAL). OpenSSL's pem_password_cb without rwflag and userdata.
+ */
+typedef int (*dlock_prkey_pwd_cb_t)(char *buf, int size);
+
+/*
+ * Called with the buffer prkey_pwd_cb filled (the same buf and size) once dlock has copied the
+ * password out, so the application can wipe it its own way; dlock zeroes it afterwards too.
+ */
+typedef void (*dlock_erase_prkey_cb_t)(char *buf, int size);
+
+/*
+ * The reference's hook to check a peer certificate against the CRL file itself. dlock checks
+ * the peer's chain against ca_path and crl_path with its own verifier and has no OpenSSL X509
+ * to pass: the field must be NULL, anything else is refused with DLOCK_EINVAL.
+ */
+typedef int (*dlock_cert_verify_cb_t)(void *cert, const char *crl_path);
+
+/*
+ * TLS 1.3 with a certificate on both ends of every TCP connection (control and data), cipher
+ * suite TLS_AES_256_GCM_SHA384. Paths are made absolute (realpath) when the settings are
+ * handed in and must name existing files then; the files are read later (see server_start
+ * and client_init). NULL and "" mean none.
+ */
+struct ssl_cfg {
+    bool ssl_enable;        /* false: plaintext TCP; every other field is ignored */
+    const char *ca_path;    /* PEM CA bundle the peer's certificate must chain to; required */
+    const char *crl_path;   /* PEM CRLs checked on the peer's chain; optional. Once given, a
+                               certificate whose issuer has no CRL in the file is refused */
+    const char *cert_path;  /* PEM certificate chain of this end, leaf first; required */
+    const char *prkey_path; /* PEM private key: PKCS#8 (encrypted: needs prkey_pwd_cb),
+                               PKCS#1 or SEC1; required */
+    dlock_cert_verify_cb_t cert_verify_cb; /* must be NULL */
+    dlock_prkey_pwd_cb_t prkey_pwd_cb;     /* NULL for an unencrypted key */
+    dlock_erase_prkey_cb_t erase_prkey_cb; /* NULL, or called after prkey_pwd_cb */
+};
+
 struct client_cfg {
     int log_level;           /* accepted, ignored: logs go to the host's tracing subscriber */
     int primary_port;        /* TCP port for "ip" addresses: <= 0 is 21616, else 1024..65535 */
     unsigned int lease_ms;   /* client lease to ask the server for (0: the server's) */
     unsigned int timeout_ms; /* synchronous request timeout (0: 5000) */
+    /* TLS for "ip[:port]" clients (the in-process server needs none). The server's certificate
+       must carry the IP address given to client_init. The callbacks must stay callable from
+       any thread until dclient_lib_deinit. */
+    struct ssl_cfg ssl;
 };
 
 struct primary_cfg {
@@ -247,6 +294,8 @@ struct server_cfg {
     unsigned int client_lease_max_ms; /* longest lease granted (default 30000): more is capped */
     unsigned int epoch;           /* 1..65535 (default 1); a replacement server needs a larger */
     const char *shm_name;         /* NULL: anonymous region; else /dev/shm/<name> */
+    struct ssl_cfg ssl;           /* TLS on the TCP listener; checked even without one */
+    bool insecure_plaintext;      /* without TLS: allow a non-loopback server_ip_str */
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -260,8 +309,11 @@ void dserver_lib_deinit(void);
 
 /*
  * Starts a server in this process and writes its id (1..0xFFFFF). 0; DLOCK_EINVAL (NULL,
- * settings out of range); -1 (not initialised, address cannot be bound);
- * DLOCK_SERVER_NO_RESOURCE (dserver_lib_init's limit reached, out of resources).
+ * settings out of range, TLS files missing or unusable, key password refused or wrong,
+ * plaintext on a non-loopback address without insecure_plaintext); -1 (not initialised,
+ * address cannot be bound); DLOCK_SERVER_NO_RESOURCE (dserver_lib_init's limit reached, out
+ * of resources). With TLS the key is read, and prkey_pwd_cb then erase_prkey_cb called, once,
+ * on the calling thread, before this returns; they are never called afterwards.
  */
 int server_start(const struct server_cfg *cfg, int *server_id);
 
@@ -279,7 +331,8 @@ int server_tcp_port(int server_id, int *port);
 /* ---------------------------------------------------------------------------------------- */
 /* Client lifecycle (dlock_client_api.h)                                                     */
 
-/* 0; DLOCK_EINVAL (NULL, bad port); -1 when already initialised. */
+/* 0; DLOCK_EINVAL (NULL, bad port, TLS paths missing, cert_verify_cb set); -1 when already
+ * initialised. */
 int dclient_lib_init(const struct client_cfg *cfg);
 
 /* Deregisters every client instance. */
@@ -288,9 +341,14 @@ void dclient_lib_deinit(void);
 /*
  * Registers a client instance and writes its id (1..0x7FFFFFFF).
  * server_ip: NULL or "" = the one server running in this process (shared memory; several
- * running = DLOCK_EINVAL, none = DLOCK_NOT_READY); "ip" or "ip:port" (IPv4/IPv6) = TCP.
- * 0; DLOCK_EINVAL; DLOCK_CLIENTMGR_NOT_INIT; DLOCK_NOT_READY; DLOCK_SERVER_NO_RESOURCE;
- * DLOCK_PROTO_VERSION_NEGOTIATION_FAIL; DLOCK_BAD_RESPONSE.
+ * running = DLOCK_EINVAL, none = DLOCK_NOT_READY); "ip" or "ip:port" (IPv4/IPv6) = TCP, under
+ * TLS when dclient_lib_init enabled it. The TLS files are read and the key password asked for
+ * once per server IP address, at its first client_init, and kept until dclient_lib_deinit.
+ * 0; DLOCK_EINVAL (also: TLS files unusable, key password refused or wrong);
+ * DLOCK_CLIENTMGR_NOT_INIT; DLOCK_NOT_READY (also: the TLS handshake failed, e.g. the server
+ * refused this client's certificate); DLOCK_SERVER_NO_RESOURCE;
+ * DLOCK_PROTO_VERSION_NEGOTIATION_FAIL; DLOCK_BAD_RESPONSE (also: a plaintext client reached
+ * a TLS server).
  */
 int client_init(int *p_client_id, const char *server_ip);
 

@@ -3,8 +3,9 @@
 //! - The header cannot drift: every prototype in `include/dlock.h` is compared with the
 //!   `#[unsafe(no_mangle)] extern "C"` definitions under `src/ffi/` (names, parameter and return
 //!   types, both directions); every status value with `Status::ALL`; every counter index with
-//!   `Counter::ALL`; the constants and enums with the Rust constants; and every struct's size
-//!   and field offsets, as the C compiler computes them, with the Rust layout.
+//!   `Counter::ALL`; the constants and enums with the Rust constants; every callback typedef
+//!   with its Rust `Option<unsafe extern "C" fn ..>`; and every struct's size and field
+//!   offsets, as the C compiler computes them, with the Rust layout.
 //! - `tests/c/abi_smoke.c`, compiled with the system C compiler against the header and the
 //!   static library of this very build, starts a server, registers two clients, takes and
 //!   releases each lock kind, runs 31-key batches, allocates 1,000 XIDs, feeds bad input, and
@@ -93,6 +94,10 @@ fn header_prototypes() -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for decl in flat.split(';') {
         let decl = decl.split_whitespace().collect::<Vec<_>>().join(" ");
+        // Callback types are checked by `header_callback_typedefs_are_the_rust_types`.
+        if decl.starts_with("typedef") {
+            continue;
+        }
         let Some(open) = decl.find('(') else { continue };
         assert!(decl.ends_with(')'), "cannot read declaration `{decl}`");
         let head = decl[..open].replace('*', " * ");
@@ -146,6 +151,10 @@ fn rust_prototypes() -> BTreeMap<String, String> {
         no_mangle += src.matches("#[unsafe(no_mangle)]").count();
         for (at, _) in src.match_indices("extern \"C\" fn ") {
             let before = &src[..at];
+            let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+            if before[line_start..].trim_start().starts_with("//") {
+                continue; // a comment that mentions the syntax
+            }
             let attr = before.rfind("#[unsafe(no_mangle)]");
             let item_start = before.rfind("\n\n").unwrap_or(0);
             assert!(
@@ -242,6 +251,83 @@ fn header_declares_every_exported_function_with_its_rust_signature() {
     }
 }
 
+/// `RET(params)` from a C parameter list, as `header_prototypes` spells prototypes.
+fn c_signature(ret: &str, params: &str) -> String {
+    let params: Vec<String> = params.split(',').filter_map(c_param_type).collect();
+    format!(
+        "{}({})",
+        ret.split_whitespace().collect::<Vec<_>>().join(" "),
+        params.join(", ")
+    )
+}
+
+/// `name -> "ret(param types)"` for every function pointer typedef of the header
+/// (`typedef int (*name)(char *buf, int size);`).
+fn header_callback_typedefs() -> BTreeMap<String, String> {
+    let code = header_code();
+    let mut out = BTreeMap::new();
+    for decl in code.split(';') {
+        let decl = decl.split_whitespace().collect::<Vec<_>>().join(" ");
+        let Some(rest) = decl.strip_prefix("typedef ") else {
+            continue;
+        };
+        let Some((ret, rest)) = rest.split_once("(*") else {
+            continue;
+        };
+        let (name, params) = rest.split_once(")(").expect("typedef RET (*NAME)(PARAMS)");
+        let params = params.strip_suffix(')').expect("closing parenthesis");
+        out.insert(name.trim().to_owned(), c_signature(ret, params));
+    }
+    out
+}
+
+/// `name -> "ret(param types)"` for every `pub type name = Option<unsafe extern "C" fn ..>;`
+/// of `src/ffi/types.rs`.
+fn rust_callback_types() -> BTreeMap<String, String> {
+    let src = read("src/ffi/types.rs");
+    let mut out = BTreeMap::new();
+    for item in src.split(';') {
+        let item = item.split_whitespace().collect::<Vec<_>>().join(" ");
+        let Some(at) = item.find("pub type ") else {
+            continue;
+        };
+        let item = &item[at + "pub type ".len()..];
+        let Some((name, fn_type)) = item.split_once(" = Option<unsafe extern \"C\" fn(") else {
+            continue;
+        };
+        let fn_type = fn_type.strip_suffix('>').expect("Option<..>");
+        let (params, ret) = fn_type.rsplit_once(')').expect("fn(..)");
+        let params: Vec<String> = params
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|p| c_type(p.split_once(':').expect("name: type").1))
+            .collect();
+        let ret = match ret.trim().strip_prefix("->") {
+            Some(r) => c_type(r),
+            None => "void".into(),
+        };
+        out.insert(name.to_owned(), format!("{ret}({})", params.join(", ")));
+    }
+    out
+}
+
+#[test]
+fn header_callback_typedefs_are_the_rust_types() {
+    let header = header_callback_typedefs();
+    let rust = rust_callback_types();
+    assert_eq!(
+        header.keys().collect::<Vec<_>>(),
+        [
+            "dlock_cert_verify_cb_t",
+            "dlock_erase_prkey_cb_t",
+            "dlock_prkey_pwd_cb_t"
+        ],
+        "the header's callback typedefs"
+    );
+    assert_eq!(header, rust);
+}
+
 /// `NAME = value` pairs of the C enum `tag` (values in decimal or hex).
 fn enum_values(tag: &str) -> BTreeMap<String, i64> {
     let code = header_code();
@@ -323,6 +409,10 @@ fn header_constants_and_enums_are_the_rust_ones() {
     assert_eq!(
         define("DLOCK_HEARTBEAT_TIMEOUT_MAX_S"),
         DLOCK_HEARTBEAT_TIMEOUT_MAX_S.into()
+    );
+    assert_eq!(
+        define("DLOCK_KEY_PASSWORD_LEN_MAX"),
+        dlock_engine_glue::ffi::tls::KEY_PASSWORD_LEN_MAX as i64
     );
     let ops = enum_values("enum lock_ops");
     for (name, v) in [
@@ -425,14 +515,18 @@ fn rust_layout() -> BTreeSet<String> {
         "lock_state", lock_state, [];
         "struct lock_op_res", lock_op_res, [state, op_ret, rsvd, fence];
         "struct umo_atomic64_desc", umo_atomic64_desc, [p_desc, len, lease_time];
-        "struct client_cfg", client_cfg, [log_level, primary_port, lease_ms, timeout_ms];
+        "struct ssl_cfg", ssl_cfg, [
+            ssl_enable, ca_path, crl_path, cert_path, prkey_path, cert_verify_cb, prkey_pwd_cb,
+            erase_prkey_cb,
+        ];
+        "struct client_cfg", client_cfg, [log_level, primary_port, lease_ms, timeout_ms, ssl];
         "struct primary_cfg", primary_cfg, [
             num_of_replica, recovery_client_num, ctrl_cpuset, cmd_cpuset, server_ip_str,
             server_port, replica_port, replica_enable,
         ];
         "struct server_cfg", server_cfg, [
             r#type, log_level, sleep_mode_enable, primary, locks_max, clients_max, objects_max,
-            client_lease_ms, epoch, shm_name,
+            client_lease_ms, client_lease_max_ms, epoch, shm_name, ssl, insecure_plaintext,
         ];
         "struct debug_stats", debug_stats, [stats];
     }
@@ -485,6 +579,7 @@ fn one_client_shared_by_two_threads_takes_turns() {
         primary_port: 0,
         lease_ms: 0,
         timeout_ms: 0,
+        ssl: ssl_cfg::DISABLED,
     };
     let name = b"shared/atomic";
     let desc = lock_desc {
@@ -583,5 +678,7 @@ fn default_server_cfg() -> server_cfg {
         client_lease_max_ms: 0,
         epoch: 0,
         shm_name: std::ptr::null(),
+        ssl: ssl_cfg::DISABLED,
+        insecure_plaintext: 0,
     }
 }

@@ -9,7 +9,18 @@
 //!   memory. `DLOCK_NOT_READY` when none runs, `DLOCK_EINVAL` when several do (name one by
 //!   address: each needs a TCP listener then).
 //! - "ip" or "ip:port" (IPv4 or IPv6, `"[v6]:port"`): TCP; without a port, the `primary_port` of
-//!   `dclient_lib_init` (21616 by default).
+//!   `dclient_lib_init` (21616 by default). With `ssl.ssl_enable` in `dclient_lib_init`'s
+//!   settings, under TLS 1.3 with this library's certificate; the server's certificate must
+//!   carry the IP address (the C API has no host name to check instead).
+//!
+//! # TLS
+//!
+//! The files are read, and the key password asked for, once per server IP address: at the
+//! first `client_init` to it. A database engine registers one client per worker, and reading
+//! (and with an encrypted key, decrypting) the key for each would call the application's
+//! password callback hundreds of times. The result is kept until `dclient_lib_deinit`, so new
+//! certificates take a library re-initialisation. Reads for a new address are serialised, so
+//! the callbacks are never called from two threads at once.
 //!
 //! # Registry
 //!
@@ -27,8 +38,10 @@ use std::time::Duration;
 use dlock_core::server::{Counter, Stats};
 use dlock_core::{LockId, Status};
 use dlock_transport::client::{Client, ClientConfig, Endpoint, REQUEST_TIMEOUT};
+use dlock_transport::tls::{ClientTls, TlsConfig};
 
 use super::server::embedded_endpoint;
+use super::tls::tls_config;
 use super::types::{
     DEBUG_STATS_MAX, DLOCK_DEFAULT_PORT, DLOCK_HEARTBEAT_TIMEOUT_MAX_S, client_cfg, debug_stats,
 };
@@ -59,7 +72,38 @@ struct Lib {
     port: u16,
     lease_ms: u32,
     timeout: Duration,
+    /// `None`: plaintext TCP.
+    tls: Option<Arc<TlsClients>>,
     clients: HashMap<c_int, Shared>,
+}
+
+/// The library's TLS settings and what was built from them, per server IP address.
+#[derive(Debug)]
+struct TlsClients {
+    cfg: TlsConfig,
+    /// Held while the files are read, so the password callback never runs twice at once.
+    by_ip: Mutex<HashMap<IpAddr, ClientTls>>,
+}
+
+impl TlsClients {
+    /// The TLS endpoint for `addr`, reading the files on the first use of its IP address.
+    /// `Einval` when they cannot be used (not the PEM expected, key password refused).
+    fn endpoint(&self, addr: SocketAddr) -> Result<Endpoint, Status> {
+        // A panic while reading leaves the map as it was: poisoning is ignored.
+        let mut by_ip = self.by_ip.lock().unwrap_or_else(PoisonError::into_inner);
+        let tls = match by_ip.get(&addr.ip()) {
+            Some(tls) => tls.clone(),
+            None => {
+                let tls = ClientTls::new(&self.cfg, addr).map_err(|e| {
+                    tracing::warn!("client_init: TLS settings for {addr}: {e}");
+                    Status::Einval
+                })?;
+                by_ip.insert(addr.ip(), tls.clone());
+                tls
+            }
+        };
+        Ok(Endpoint::Tls { addr, tls })
+    }
 }
 
 /// `None` until `dclient_lib_init`.
@@ -110,12 +154,17 @@ pub(super) fn with_client(
     c
 }
 
-/// Initialises the client library. Returns 0; `DLOCK_EINVAL` for NULL or a port outside
-/// 1024..=65535 (<= 0 means 21616); -1 when already initialised.
+/// Initialises the client library. Returns 0; `DLOCK_EINVAL` for NULL, a port outside
+/// 1024..=65535 (<= 0 means 21616) or TLS settings that name no file or carry a
+/// `cert_verify_cb`; -1 when already initialised.
 ///
 /// # Safety
 ///
-/// - `cfg` is NULL or points to a readable `struct client_cfg`.
+/// - `cfg` is NULL or points to a readable `struct client_cfg` whose path fields are NULL or
+///   NUL-terminated strings.
+/// - `cfg.ssl.prkey_pwd_cb` and `cfg.ssl.erase_prkey_cb` are NULL or functions of their C
+///   types that stay callable, from any thread, until `dclient_lib_deinit`; the first writes
+///   at most `size` bytes to `buf`, the second only within `buf[..size]`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dclient_lib_init(cfg: *const client_cfg) -> c_int {
     guard(|| {
@@ -133,6 +182,12 @@ pub unsafe extern "C" fn dclient_lib_init(cfg: *const client_cfg) -> c_int {
             0 => REQUEST_TIMEOUT,
             ms => Duration::from_millis(ms.into()),
         };
+        // SAFETY: the paths are NULL or NUL-terminated and the callbacks valid until
+        // `dclient_lib_deinit`, which drops this configuration (caller's contract).
+        let tls = match unsafe { tls_config(&cfg.ssl) } {
+            Ok(t) => t,
+            Err(s) => return s.code(),
+        };
         let mut lib = lib();
         if lib.is_some() {
             return FAILURE;
@@ -141,6 +196,12 @@ pub unsafe extern "C" fn dclient_lib_init(cfg: *const client_cfg) -> c_int {
             port,
             lease_ms: cfg.lease_ms,
             timeout,
+            tls: tls.map(|cfg| {
+                Arc::new(TlsClients {
+                    cfg,
+                    by_ip: Mutex::new(HashMap::new()),
+                })
+            }),
             clients: HashMap::new(),
         });
         Status::Success.code()
@@ -181,23 +242,29 @@ unsafe fn target(ip: *const c_char, port: u16) -> Result<Option<SocketAddr>, Sta
 
 /// Registers a new client instance with a server and writes its id (1..=0x7FFFFFFF).
 ///
-/// `server_ip`: NULL or "" for the server in this process, else "ip" or "ip:port" (TCP).
-/// Returns 0; `DLOCK_EINVAL` (NULL `p_client_id`, a bad address, several in-process servers);
-/// `DLOCK_CLIENTMGR_NOT_INIT`; `DLOCK_NOT_READY` (no server, refused, or recovering);
-/// `DLOCK_SERVER_NO_RESOURCE`; `DLOCK_PROTO_VERSION_NEGOTIATION_FAIL`; `DLOCK_BAD_RESPONSE`.
+/// `server_ip`: NULL or "" for the server in this process, else "ip" or "ip:port" (TCP, under
+/// TLS when the library was initialised with it; see the module docs).
+/// Returns 0; `DLOCK_EINVAL` (NULL `p_client_id`, a bad address, several in-process servers,
+/// TLS files that cannot be used); `DLOCK_CLIENTMGR_NOT_INIT`; `DLOCK_NOT_READY` (no server,
+/// refused, recovering, or a failed TLS handshake: the server refused this client's
+/// certificate or this client the server's); `DLOCK_SERVER_NO_RESOURCE`;
+/// `DLOCK_PROTO_VERSION_NEGOTIATION_FAIL`; `DLOCK_BAD_RESPONSE` (also a plaintext client that
+/// reached a TLS server).
 ///
 /// # Safety
 ///
 /// - `p_client_id` is NULL or valid for writing an `int`.
 /// - `server_ip` is NULL or a NUL-terminated string.
+/// - The TLS callbacks given to `dclient_lib_init` are still callable (its contract).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn client_init(p_client_id: *mut c_int, server_ip: *const c_char) -> c_int {
     guard(|| {
         if p_client_id.is_null() {
             return Status::Einval.code();
         }
-        let Some((port, lease_ms, timeout)) =
-            lib().as_ref().map(|l| (l.port, l.lease_ms, l.timeout))
+        let Some((port, lease_ms, timeout, tls)) = lib()
+            .as_ref()
+            .map(|l| (l.port, l.lease_ms, l.timeout, l.tls.clone()))
         else {
             return Status::ClientMgrNotInit.code();
         };
@@ -206,12 +273,14 @@ pub unsafe extern "C" fn client_init(p_client_id: *mut c_int, server_ip: *const 
             Ok(t) => t,
             Err(s) => return s.code(),
         };
-        let endpoint = match target {
-            Some(addr) => Endpoint::Tcp(addr),
-            None => match embedded_endpoint() {
-                Ok(e) => e,
-                Err(s) => return s.code(),
-            },
+        let endpoint = match (target, tls) {
+            (Some(addr), Some(tls)) => tls.endpoint(addr),
+            (Some(addr), None) => Ok(Endpoint::Tcp(addr)),
+            (None, _) => embedded_endpoint(),
+        };
+        let endpoint = match endpoint {
+            Ok(e) => e,
+            Err(s) => return s.code(),
         };
         let mut cfg = ClientConfig::new(endpoint);
         cfg.lease = Duration::from_millis(lease_ms.into());

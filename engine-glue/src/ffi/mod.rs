@@ -33,6 +33,7 @@ pub mod locks;
 pub mod object;
 pub mod ops;
 pub mod server;
+pub mod tls;
 pub mod types;
 
 use std::ffi::{CStr, c_char, c_int};

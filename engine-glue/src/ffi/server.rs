@@ -28,6 +28,7 @@ use dlock_core::{Config, Status};
 use dlock_transport::client::Endpoint;
 use dlock_transport::runtime::{IdleStrategy, ServerConfig, TcpConfig};
 
+use super::tls::tls_config;
 use super::types::{
     DLOCK_DEFAULT_PORT, DLOCK_SERVER_ID_MAX, MAX_NUM_SERVER, SERVER_PRIMARY, debug_stats,
     server_cfg,
@@ -146,12 +147,18 @@ unsafe fn first_cpu(p: *const c_char) -> Result<Option<usize>, Status> {
     Ok(first)
 }
 
-/// The TCP listener `cfg` asks for, if any.
+/// The TCP listener `cfg` asks for, if any, with its TLS settings.
 ///
 /// # Safety
 ///
-/// - `cfg.primary.server_ip_str` is NULL or a NUL-terminated string.
+/// - `cfg.primary.server_ip_str` and the paths in `cfg.ssl` are NULL or NUL-terminated
+///   strings.
+/// - `cfg.ssl`'s callbacks meet the contract of [`tls_config`].
 unsafe fn tcp(cfg: &server_cfg) -> Result<Option<TcpConfig>, Status> {
+    // Checked even without a listener: a TLS setting that names no file is a mistake to
+    // report, not to discover when a listener is added.
+    // SAFETY: forwarded from the caller.
+    let tls = unsafe { tls_config(&cfg.ssl) }?;
     // SAFETY: forwarded from the caller.
     let Some(ip) = (unsafe { opt_str(cfg.primary.server_ip_str, 64) })? else {
         return Ok(None);
@@ -162,7 +169,10 @@ unsafe fn tcp(cfg: &server_cfg) -> Result<Option<TcpConfig>, Status> {
         p if p < 0 => 0,
         p => u16::try_from(p).map_err(|_| Status::Einval)?,
     };
-    Ok(Some(TcpConfig::new(SocketAddr::new(ip, port))))
+    let mut tcp = TcpConfig::new(SocketAddr::new(ip, port));
+    tcp.tls = tls;
+    tcp.insecure_plaintext = cfg.insecure_plaintext != 0;
+    Ok(Some(tcp))
 }
 
 /// `value`, or `default` when it is 0.
@@ -175,6 +185,7 @@ fn or_default(value: c_uint, default: u32) -> u32 {
 /// # Safety
 ///
 /// - The string pointers in `cfg` are NULL or NUL-terminated strings.
+/// - `cfg.ssl`'s callbacks meet the contract of [`tls_config`].
 unsafe fn settings(cfg: &server_cfg) -> Result<ServerConfig, Status> {
     let p = &cfg.primary;
     if cfg.r#type != SERVER_PRIMARY || p.num_of_replica != 0 || p.replica_enable != 0 {
@@ -197,7 +208,8 @@ unsafe fn settings(cfg: &server_cfg) -> Result<ServerConfig, Status> {
     } else {
         IdleStrategy::Adaptive
     };
-    // SAFETY: the string pointers are NULL or NUL-terminated (forwarded from the caller).
+    // SAFETY: the string pointers are NULL or NUL-terminated and the callbacks valid
+    // (forwarded from the caller).
     unsafe {
         s.tcp = tcp(cfg)?;
         s.pin = (first_cpu(p.ctrl_cpuset)?, first_cpu(p.cmd_cpuset)?);
@@ -207,12 +219,14 @@ unsafe fn settings(cfg: &server_cfg) -> Result<ServerConfig, Status> {
 }
 
 /// What a failed start returns: the reference's -1 for an address that cannot be bound,
-/// `DLOCK_EINVAL` for settings the runtime refused, `DLOCK_SERVER_NO_RESOURCE` otherwise
-/// (memory, threads, the process-wide limit of 32 servers).
+/// `DLOCK_EINVAL` for settings the runtime refused (`InvalidInput`: plaintext on a network
+/// address, no cipher suite; `InvalidData`: a TLS file that is not the PEM expected, a key
+/// that does not match its certificate or cannot be decrypted), `DLOCK_SERVER_NO_RESOURCE`
+/// otherwise (memory, threads, the process-wide limit of 32 servers).
 fn start_error(e: &io::Error) -> c_int {
     use io::ErrorKind as K;
     match e.kind() {
-        K::InvalidInput => Status::Einval.code(),
+        K::InvalidInput | K::InvalidData => Status::Einval.code(),
         K::AddrInUse | K::AddrNotAvailable | K::PermissionDenied => FAILURE,
         _ => Status::ServerNoResource.code(),
     }
@@ -220,13 +234,21 @@ fn start_error(e: &io::Error) -> c_int {
 
 /// Starts a server and writes its id (1..=0xFFFFF) to `*server_id`.
 ///
-/// Returns 0; `DLOCK_EINVAL` for NULL pointers or settings out of range; -1 before
-/// `dserver_lib_init` or when the TCP address cannot be bound; `DLOCK_SERVER_NO_RESOURCE` when
-/// `dserver_lib_init`'s limit is reached or resources run out.
+/// Returns 0; `DLOCK_EINVAL` for NULL pointers, settings out of range, TLS settings that
+/// cannot be used (a missing file, not the PEM expected, a key password refused or wrong, a
+/// non-NULL `cert_verify_cb`) or plaintext on a non-loopback address without
+/// `insecure_plaintext`; -1 before `dserver_lib_init` or when the TCP address cannot be bound;
+/// `DLOCK_SERVER_NO_RESOURCE` when `dserver_lib_init`'s limit is reached or resources run out.
+///
+/// With `ssl.ssl_enable` the key is read (and `prkey_pwd_cb`, then `erase_prkey_cb`, called)
+/// once, on the calling thread, before this returns; they are never called afterwards.
 ///
 /// # Safety
 ///
 /// - `cfg` is NULL or points to a `server_cfg` whose string fields are NULL or NUL-terminated.
+/// - `cfg.ssl.prkey_pwd_cb` and `cfg.ssl.erase_prkey_cb` are NULL or functions of their C
+///   types; the first writes at most `size` bytes to `buf`, the second only within
+///   `buf[..size]`.
 /// - `server_id` is NULL or valid for writing an `int`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn server_start(cfg: *const server_cfg, server_id: *mut c_int) -> c_int {
@@ -239,7 +261,8 @@ pub unsafe extern "C" fn server_start(cfg: *const server_cfg, server_id: *mut c_
         if server_id.is_null() {
             return Status::Einval.code();
         }
-        // SAFETY: the strings in `cfg` are NULL or NUL-terminated (caller's contract).
+        // SAFETY: the strings in `cfg` are NULL or NUL-terminated and its callbacks valid
+        // (caller's contract); the callbacks are used only before `server_start` returns.
         let settings = match unsafe { settings(&cfg) } {
             Ok(s) => s,
             Err(s) => return s.code(),
@@ -253,7 +276,10 @@ pub unsafe extern "C" fn server_start(cfg: *const server_cfg, server_id: *mut c_
         }
         let server = match EmbeddedServer::start(settings) {
             Ok(s) => s,
-            Err(e) => return start_error(&e),
+            Err(e) => {
+                tracing::warn!("server_start: {e}");
+                return start_error(&e);
+            }
         };
         let id = reg.take_id();
         reg.running.insert(

@@ -8,13 +8,17 @@
 //! A C `bool` field is a `u8` here: C may hand us any byte in it, and reading a byte other than
 //! 0 or 1 as a Rust `bool` would be undefined behaviour. Non-zero means true.
 //!
-//! The reference's structs carry URMA (device name, EID, transport mode) and TLS settings that
-//! have no counterpart here; they are left out rather than accepted and ignored, so the structs
-//! are not binary-compatible with the reference's — only source-compatible for the fields kept.
+//! The reference's structs carry URMA settings (device name, EID, transport mode) that have no
+//! counterpart here; they are left out rather than accepted and ignored, so the structs are not
+//! binary-compatible with the reference's — only source-compatible for the fields kept. Its TLS
+//! settings (`struct ssl_cfg`) are kept, appended at the end of `client_cfg` and `server_cfg`.
+//!
+//! A C function pointer field is an `Option<unsafe extern "C" fn ..>`: C's NULL is `None`, so
+//! every bit pattern C may store is a valid value.
 
 #![allow(non_camel_case_types)]
 
-use std::ffi::{c_char, c_int, c_uint};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::mem::{align_of, size_of};
 
 use dlock_core::server::Counter;
@@ -185,6 +189,63 @@ pub struct umo_atomic64_desc {
     pub lease_time: u32,
 }
 
+/// `prkey_pwd_cb`: writes the private key's password into `buf` (room for `size` bytes, no NUL
+/// needed) and returns its length in bytes, or a negative value when it has none to give. As
+/// OpenSSL's `pem_password_cb` without `rwflag` and `userdata`.
+pub type dlock_prkey_pwd_cb_t =
+    Option<unsafe extern "C" fn(buf: *mut c_char, size: c_int) -> c_int>;
+
+/// `erase_prkey_cb`: called with the buffer `prkey_pwd_cb` filled once dlock has copied the
+/// password out, so that the application can wipe it its own way (dlock zeroes it afterwards
+/// too).
+pub type dlock_erase_prkey_cb_t = Option<unsafe extern "C" fn(buf: *mut c_char, size: c_int)>;
+
+/// `cert_verify_cb`: the reference's hook to check a peer certificate against the CRL file
+/// itself. dlock checks the CA and CRL files with its own verifier and has no OpenSSL
+/// certificate to pass, so the field must be NULL (`server_start` and `dclient_lib_init`
+/// refuse anything else with `DLOCK_EINVAL`).
+pub type dlock_cert_verify_cb_t =
+    Option<unsafe extern "C" fn(cert: *mut c_void, crl_path: *const c_char) -> c_int>;
+
+/// TLS 1.3 with certificates on both ends of every TCP connection (the reference's `ssl_cfg`).
+/// Paths are read (and made absolute) when the settings are handed in; NULL and "" mean none.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ssl_cfg {
+    /// C `bool`: TLS on TCP connections. False: plaintext, and every other field is ignored.
+    pub ssl_enable: u8,
+    /// The CA bundle (PEM) the peer's certificate must chain to. Required when enabled.
+    pub ca_path: *const c_char,
+    /// NULL or "": no revocation check; else a PEM file of CRLs checked on the peer's chain
+    /// (once given, a certificate whose issuer has no CRL in it is refused).
+    pub crl_path: *const c_char,
+    /// This end's certificate chain (PEM, leaf first). Required when enabled.
+    pub cert_path: *const c_char,
+    /// This end's private key (PEM: PKCS#8, encrypted PKCS#8 with `prkey_pwd_cb`, PKCS#1,
+    /// SEC1). Required when enabled.
+    pub prkey_path: *const c_char,
+    /// Must be NULL (see [`dlock_cert_verify_cb_t`]).
+    pub cert_verify_cb: dlock_cert_verify_cb_t,
+    /// NULL for an unencrypted key; else asked once for the password of an encrypted one.
+    pub prkey_pwd_cb: dlock_prkey_pwd_cb_t,
+    /// NULL, or called on the password buffer after use.
+    pub erase_prkey_cb: dlock_erase_prkey_cb_t,
+}
+
+impl ssl_cfg {
+    /// TLS off, every pointer NULL.
+    pub const DISABLED: ssl_cfg = ssl_cfg {
+        ssl_enable: 0,
+        ca_path: std::ptr::null(),
+        crl_path: std::ptr::null(),
+        cert_path: std::ptr::null(),
+        prkey_path: std::ptr::null(),
+        cert_verify_cb: None,
+        prkey_pwd_cb: None,
+        erase_prkey_cb: None,
+    };
+}
+
 /// `dclient_lib_init` settings.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -197,6 +258,9 @@ pub struct client_cfg {
     pub lease_ms: c_uint,
     /// Synchronous request timeout in ms (0: the reference's 5,000).
     pub timeout_ms: c_uint,
+    /// TLS for clients registered by "ip[:port]" (the in-process server needs none). The
+    /// server's certificate must carry the IP address the client was given.
+    pub ssl: ssl_cfg,
 }
 
 /// The primary server's settings (the reference's `primary_cfg`).
@@ -251,6 +315,12 @@ pub struct server_cfg {
     pub epoch: c_uint,
     /// NULL: anonymous region (clients in this process only); else `/dev/shm/<name>`.
     pub shm_name: *const c_char,
+    /// TLS on every connection to the TCP listener (`primary.server_ip_str`).
+    pub ssl: ssl_cfg,
+    /// C `bool`: serve plaintext TCP on a non-loopback address. Without TLS a server listens on
+    /// a loopback address only unless this is set, because anyone who reaches the port could
+    /// register and everything would cross the network in clear.
+    pub insecure_plaintext: u8,
 }
 
 /// Server (or client) counters, indexed by `enum debug_stats_code`.
@@ -269,5 +339,9 @@ const _: () = assert!(size_of::<lock_state>() == 16);
 const _: () = assert!(align_of::<lock_state>() == 8);
 const _: () = assert!(size_of::<lock_op_res>() == 32);
 const _: () = assert!(size_of::<debug_stats>() == 8 * DEBUG_STATS_MAX);
+// A flag padded to a pointer, four paths, three callbacks (64-bit targets).
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(size_of::<ssl_cfg>() == 64);
+const _: () = assert!(size_of::<dlock_prkey_pwd_cb_t>() == size_of::<*const c_void>());
 // A lock word is what `lock_state` holds.
 const _: () = assert!(size_of::<lock_state>() == size_of::<u128>());

@@ -79,11 +79,21 @@ static int print_layout(void)
     LAYOUT_FIELD(struct umo_atomic64_desc, p_desc);
     LAYOUT_FIELD(struct umo_atomic64_desc, len);
     LAYOUT_FIELD(struct umo_atomic64_desc, lease_time);
+    LAYOUT_SIZE(struct ssl_cfg);
+    LAYOUT_FIELD(struct ssl_cfg, ssl_enable);
+    LAYOUT_FIELD(struct ssl_cfg, ca_path);
+    LAYOUT_FIELD(struct ssl_cfg, crl_path);
+    LAYOUT_FIELD(struct ssl_cfg, cert_path);
+    LAYOUT_FIELD(struct ssl_cfg, prkey_path);
+    LAYOUT_FIELD(struct ssl_cfg, cert_verify_cb);
+    LAYOUT_FIELD(struct ssl_cfg, prkey_pwd_cb);
+    LAYOUT_FIELD(struct ssl_cfg, erase_prkey_cb);
     LAYOUT_SIZE(struct client_cfg);
     LAYOUT_FIELD(struct client_cfg, log_level);
     LAYOUT_FIELD(struct client_cfg, primary_port);
     LAYOUT_FIELD(struct client_cfg, lease_ms);
     LAYOUT_FIELD(struct client_cfg, timeout_ms);
+    LAYOUT_FIELD(struct client_cfg, ssl);
     LAYOUT_SIZE(struct primary_cfg);
     LAYOUT_FIELD(struct primary_cfg, num_of_replica);
     LAYOUT_FIELD(struct primary_cfg, recovery_client_num);
@@ -102,8 +112,11 @@ static int print_layout(void)
     LAYOUT_FIELD(struct server_cfg, clients_max);
     LAYOUT_FIELD(struct server_cfg, objects_max);
     LAYOUT_FIELD(struct server_cfg, client_lease_ms);
+    LAYOUT_FIELD(struct server_cfg, client_lease_max_ms);
     LAYOUT_FIELD(struct server_cfg, epoch);
     LAYOUT_FIELD(struct server_cfg, shm_name);
+    LAYOUT_FIELD(struct server_cfg, ssl);
+    LAYOUT_FIELD(struct server_cfg, insecure_plaintext);
     LAYOUT_SIZE(struct debug_stats);
     LAYOUT_FIELD(struct debug_stats, stats);
     return 0;
@@ -470,13 +483,55 @@ static void tcp(void)
     EXPECT(server_stop(sid), DLOCK_SUCCESS);
 }
 
+static int verify_nothing(void *cert, const char *crl_path)
+{
+    (void)cert;
+    (void)crl_path;
+    return 0;
+}
+
+/* TLS settings that cannot work are refused before anything starts; plaintext stays on
+ * loopback unless asked for. (The TLS handshakes themselves are in tests/tls.rs, which makes
+ * certificates.) */
+static void tls_settings(void)
+{
+    int sid = 0;
+    struct server_cfg cfg = small_server();
+    cfg.ssl.ssl_enable = true; /* no paths at all */
+    EXPECT(server_start(&cfg, &sid), DLOCK_EINVAL);
+    cfg.ssl.ca_path = "/";
+    cfg.ssl.cert_path = "/";
+    EXPECT(server_start(&cfg, &sid), DLOCK_EINVAL); /* no key */
+    cfg.ssl.prkey_path = "/nonexistent/dlock/server.key";
+    EXPECT(server_start(&cfg, &sid), DLOCK_EINVAL);
+    cfg.ssl.prkey_path = "/";
+    cfg.ssl.cert_verify_cb = verify_nothing;
+    EXPECT(server_start(&cfg, &sid), DLOCK_EINVAL);
+
+    cfg = small_server();
+    cfg.primary.server_ip_str = "0.0.0.0";
+    cfg.primary.server_port = -1;
+    EXPECT(server_start(&cfg, &sid), DLOCK_EINVAL); /* plaintext on the network */
+    cfg.insecure_plaintext = true;
+    EXPECT(server_start(&cfg, &sid), DLOCK_SUCCESS);
+    EXPECT(server_stop(sid), DLOCK_SUCCESS);
+
+    struct client_cfg ccfg;
+    memset(&ccfg, 0, sizeof ccfg);
+    ccfg.ssl.ssl_enable = true;
+    ccfg.ssl.ca_path = "/";
+    ccfg.ssl.cert_path = "/";
+    EXPECT(dclient_lib_init(&ccfg), DLOCK_EINVAL); /* no key: refused before "already" */
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "layout") == 0)
         return print_layout();
 
     int c1 = 0, c2 = 0, sid = 0;
-    struct client_cfg ccfg = {0, 0, 0, 0};
+    struct client_cfg ccfg;
+    memset(&ccfg, 0, sizeof ccfg); /* every default, TLS off */
     EXPECT(client_init(&c1, NULL), DLOCK_CLIENTMGR_NOT_INIT);
     struct server_cfg cfg = small_server();
     EXPECT(server_start(&cfg, &sid), -1); /* before dserver_lib_init */
@@ -501,6 +556,7 @@ int main(int argc, char **argv)
     xids(c1, c2);
     bad_input(sid, c1, c2);
     tcp();
+    tls_settings();
 
     struct debug_stats ds;
     EXPECT(get_server_debug_stats(sid, &ds), DLOCK_SUCCESS);
