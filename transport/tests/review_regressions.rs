@@ -87,16 +87,6 @@ fn an_unregistered_connection_cannot_deregister_another_client() {
     );
 }
 
-fn read_control(s: &mut std::net::TcpStream) -> Option<Vec<u8>> {
-    let mut h = [0u8; 16];
-    s.read_exact(&mut h).ok()?;
-    let len = dlock_core::proto::control_frame_len(&h).ok()?;
-    let mut v = h.to_vec();
-    v.resize(len, 0);
-    s.read_exact(&mut v[16..]).ok()?;
-    Some(v)
-}
-
 /// TCP: a reply that arrives after the client gave up desynchronises the data stream for good.
 #[test]
 fn a_late_tcp_reply_does_not_put_later_exchanges_out_of_step() {
@@ -106,7 +96,7 @@ fn a_late_tcp_reply_does_not_put_later_exchanges_out_of_step() {
     std::thread::spawn(move || {
         let (mut ctl, _) = l.accept().unwrap();
         std::thread::spawn(move || {
-            while let Some(f) = read_control(&mut ctl) {
+            while let Some(f) = common::raw::read_control(&mut ctl) {
                 let req = decode_control_request(&f).unwrap();
                 let body = match req.body {
                     ControlRequest::ClientInit { .. } | ControlRequest::ClientReinit { .. } => {
@@ -225,7 +215,7 @@ fn closing_a_connection_that_failed_to_reinit_leaves_the_parked_request_alone() 
     )
     .unwrap();
     raw.write_all(&buf[..n]).unwrap();
-    let r = read_control(&mut raw).unwrap();
+    let r = common::raw::read_control(&mut raw).unwrap();
     let status = u32::from_le_bytes([r[12], r[13], r[14], r[15]]);
     assert_eq!(
         status,
@@ -308,17 +298,7 @@ fn raw_control(
     word: u32,
     body: dlock_core::proto::ControlRequest<'_>,
 ) -> Vec<u8> {
-    use dlock_core::proto::*;
-    let header = ControlHeader {
-        version: PROTO_VERSION,
-        msg: body.msg_type(),
-        message_id: 1,
-        word,
-    };
-    let mut buf = vec![0u8; 4096];
-    let n = encode_control_request(&ControlRequestFrame { header, body }, &mut buf).unwrap();
-    ctl.write_all(&buf[..n]).unwrap();
-    read_control(ctl).expect("a control reply")
+    common::raw::control(ctl, word, body).expect("a control reply")
 }
 
 /// A raw TCP data connection attached to `client` (the server must accept it).

@@ -14,10 +14,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::certs::{Ca, Leaf, TempDir};
-use dlock_core::proto::{
-    ATTACH_MAGIC, Attach, ControlHeader, ControlRequest, ControlRequestFrame, ControlResponse,
-    PROTO_VERSION, control_frame_len, decode_control_response, encode_control_request,
-};
+use dlock_core::proto::{ATTACH_MAGIC, Attach};
 use dlock_core::{Config, LockKind, Mode, Status};
 use dlock_transport::client::{Client, ClientConfig, Endpoint, read_server_stats};
 use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
@@ -310,29 +307,7 @@ fn nothing_a_client_says_or_hears_crosses_the_wire_in_clear() {
         connect_client(s, Arc::clone(&cfg), "127.0.0.1").unwrap()
     };
     let mut ctl = open();
-    let header = ControlHeader {
-        version: PROTO_VERSION,
-        msg: ControlRequest::Stats.msg_type(),
-        message_id: 1,
-        word: 0,
-    };
-    let body = ControlRequest::ClientInit {
-        min_version: PROTO_VERSION,
-        lease_ms: 0,
-    };
-    let header = ControlHeader {
-        msg: body.msg_type(),
-        ..header
-    };
-    let mut buf = [0u8; 256];
-    let n = encode_control_request(&ControlRequestFrame { header, body }, &mut buf).unwrap();
-    ctl.write_all(&buf[..n]).unwrap();
-    ctl.read_exact(&mut buf[..16]).unwrap();
-    let len = control_frame_len(&buf[..16]).unwrap();
-    ctl.read_exact(&mut buf[16..len]).unwrap();
-    let ControlResponse::Init(init) = decode_control_response(&buf[..len]).unwrap().body else {
-        panic!("registered");
-    };
+    let init = common::raw::register(&mut ctl, 0).expect("registered");
     let mut data = open();
     let attach = Attach {
         magic: ATTACH_MAGIC,

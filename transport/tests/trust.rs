@@ -2,13 +2,16 @@
 //! server grants, or a connection it has no use for. Every test here is an attack tried against
 //! a running server on loopback, with the server's counters as the witness.
 
+#[allow(dead_code)]
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use common::raw::{control, control_frame, register};
 use dlock_core::proto::{
-    ATTACH_MAGIC, Attach, ControlHeader, ControlRequest, ControlRequestFrame, ControlResponse,
-    InitReply, PROTO_VERSION, control_frame_len, decode_control_response, encode_control_request,
+    ATTACH_MAGIC, Attach, ControlRequest, PROTO_VERSION, decode_control_response,
 };
 use dlock_core::{Config, LockKind, Mode, Session, Status};
 use dlock_transport::client::{Client, ClientConfig, Endpoint, read_server_stats};
@@ -38,41 +41,6 @@ fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(STEP)).unwrap();
     s
-}
-
-/// Sends one control request on `s`; its reply frame, or `None` if the server closed.
-fn control(s: &mut TcpStream, word: u32, body: ControlRequest<'_>) -> Option<Vec<u8>> {
-    let header = ControlHeader {
-        version: PROTO_VERSION,
-        msg: body.msg_type(),
-        message_id: 1,
-        word,
-    };
-    let mut buf = vec![0u8; 4096];
-    let n = encode_control_request(&ControlRequestFrame { header, body }, &mut buf).unwrap();
-    s.write_all(&buf[..n]).ok()?;
-    let mut h = [0u8; 16];
-    s.read_exact(&mut h).ok()?;
-    let len = control_frame_len(&h).ok()?;
-    let mut v = h.to_vec();
-    v.resize(len, 0);
-    s.read_exact(&mut v[16..]).ok()?;
-    Some(v)
-}
-
-/// Registers on `s` asking for `lease_ms`; the server's reply.
-fn register(s: &mut TcpStream, lease_ms: u32) -> Result<InitReply, Status> {
-    let init = ControlRequest::ClientInit {
-        min_version: PROTO_VERSION,
-        lease_ms,
-    };
-    let reply = control(s, 0, init).ok_or(Status::BadResponse)?;
-    let reply = decode_control_response(&reply).map_err(|_| Status::BadResponse)?;
-    match (reply.header.status(), reply.body) {
-        (_, ControlResponse::Init(init)) => Ok(init),
-        (Some(status), _) => Err(status),
-        (None, _) => Err(Status::BadResponse),
-    }
 }
 
 /// Tries to attach a data connection as `client` with `session`; whether it was accepted.
@@ -253,16 +221,8 @@ fn half_a_frame_on_a_registered_connection_is_given_up_after_the_frame_timeout()
     let mut s = connect(addr);
     let me = register(&mut s, 0).unwrap();
     // A heartbeat's first 10 of 16 bytes, and then nothing.
-    let mut frame = [0u8; 64];
-    let header = ControlHeader {
-        version: PROTO_VERSION,
-        msg: ControlRequest::Heartbeat.msg_type(),
-        message_id: 2,
-        word: me.client,
-    };
-    let body = ControlRequest::Heartbeat;
-    let n = encode_control_request(&ControlRequestFrame { header, body }, &mut frame).unwrap();
-    s.write_all(&frame[..n - 6]).unwrap();
+    let frame = control_frame(me.client, ControlRequest::Heartbeat);
+    s.write_all(&frame[..frame.len() - 6]).unwrap();
     let sent = Instant::now();
     assert_eq!(closed_within(&mut s, Duration::from_secs(3)), Some(true));
     assert!(sent.elapsed() >= Duration::from_millis(300));

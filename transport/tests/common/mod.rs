@@ -2,6 +2,7 @@
 //! client of it.
 
 pub mod certs;
+pub mod raw;
 
 use dlock_core::Config;
 use dlock_transport::client::{Client, ClientConfig, Endpoint};
