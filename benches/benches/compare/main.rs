@@ -1,7 +1,7 @@
 //! dlock beside Redis on the same machine, in the same run: the same workloads through the real
 //! `dlock serve` binary and a `redis-server` (persistence off), both on 127.0.0.1, each client
 //! with its own connection. Prints one table (throughput, their ratio, p50/p99 per operation,
-//! and each server's CPU time per operation from `/proc/<pid>/stat`) .
+//! and each server's CPU time per operation from `/proc/<pid>/stat`) and writes an SVG plot.
 //!
 //! Run: `cargo build --release -p dlock-transport --bin dlock && cargo bench -p dlock-benches
 //! --bench compare` (add `-- quick` for a short run; `--idle park` lets dlock's data thread
@@ -12,6 +12,7 @@
 //! The baseline is Redis itself: every figure is a ratio to Redis measured in the same run.
 
 mod dlock_side;
+mod plot;
 mod redis_side;
 mod resp;
 mod run;
@@ -188,6 +189,19 @@ fn compare(
     dlock_server.stop();
     redis_server.stop();
     print_table(&rows);
+    let svg = work.join("compare.svg");
+    let title = format!(
+        "dlock (TCP, --idle {}) vs Redis {}, 127.0.0.1, {} CPUs, {:.1} s per point",
+        args.idle,
+        redis_version
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("v="))
+            .unwrap_or("?"),
+        cpus(),
+        args.cell.as_secs_f64()
+    );
+    plot::write(&svg, &rows, &args.clients, &title)?;
+    println!("plot: {}", svg.display());
     Ok(())
 }
 
