@@ -26,7 +26,7 @@ use run::{Cell, RETRY_SLEEP, Shared, Workload};
 use servers::Server;
 
 /// Measurement time of each (workload, clients, server) cell; 5 workloads × 3 client counts × 2
-/// servers make a full run about 2 minutes, a quick one about 20 s.
+/// servers make a full run about 90 s, a quick one about 20 s (measured on 2 vCPUs).
 const CELL_FULL: Duration = Duration::from_secs(3);
 const CELL_QUICK: Duration = Duration::from_millis(500);
 /// The longest cell `--secs` accepts, so a run stays within minutes.
