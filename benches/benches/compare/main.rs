@@ -29,6 +29,9 @@ use servers::Server;
 /// servers make a full run about 90 s, a quick one about 20 s (measured on 2 vCPUs).
 const CELL_FULL: Duration = Duration::from_secs(3);
 const CELL_QUICK: Duration = Duration::from_millis(500);
+/// A smoke run's cell, when `cargo test --benches` (which passes no `--bench`) starts this: it
+/// checks the benchmark works, at two small client counts, in a few seconds.
+const CELL_SMOKE: Duration = Duration::from_millis(100);
 /// The longest cell `--secs` accepts, so a run stays within minutes.
 const CELL_MAX: Duration = Duration::from_secs(20);
 
@@ -56,18 +59,24 @@ fn parse_args() -> Result<Args, String> {
         clients: vec![1, 16, 64],
         workloads: Vec::new(),
     };
+    let (mut bench, mut cell_given, mut clients_given) = (false, false, false);
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
-            // Cargo passes `--bench` to every benchmark binary.
-            "--bench" => {}
-            "quick" => args.cell = CELL_QUICK,
+            // `cargo bench` passes `--bench` to every benchmark binary; `cargo test` does not.
+            "--bench" => bench = true,
+            "quick" => {
+                args.cell = CELL_QUICK;
+                cell_given = true;
+            }
             "--secs" => {
+                cell_given = true;
                 let s: f64 = it.next().and_then(|v| v.parse().ok()).ok_or("--secs N")?;
                 args.cell = Duration::from_secs_f64(s.clamp(0.1, CELL_MAX.as_secs_f64()));
             }
             "--idle" => args.idle = it.next().ok_or("--idle adaptive|park|spin")?,
             "--clients" => {
+                clients_given = true;
                 let v = it.next().ok_or("--clients 1,16,64")?;
                 args.clients = v
                     .split(',')
@@ -79,6 +88,15 @@ fn parse_args() -> Result<Args, String> {
                 Some(w) => args.workloads.push(w),
                 None => return Err(format!("unknown argument {name}")),
             },
+        }
+    }
+    if !bench {
+        println!("(a smoke run: started without --bench, as `cargo test --benches` does)");
+        if !cell_given {
+            args.cell = CELL_SMOKE;
+        }
+        if !clients_given {
+            args.clients = vec![1, 4];
         }
     }
     if args.workloads.is_empty() {
