@@ -1,0 +1,313 @@
+//! dlock beside Redis on the same machine, in the same run: the same workloads through the real
+//! `dlock serve` binary and a `redis-server` (persistence off), both on 127.0.0.1, each client
+//! with its own connection. Prints one table (throughput, their ratio, p50/p99 per operation,
+//! and each server's CPU time per operation from `/proc/<pid>/stat`) and writes an SVG plot.
+//!
+//! Run: `cargo build --release -p dlock-cli && cargo bench -p dlock-benches
+//! --bench compare` (add `-- quick` for a short run; `--idle park` lets dlock's data thread
+//! sleep when idle, as Redis's event loop does; `--secs 2`, `--clients 1,16`, and workload names
+//! such as `hand-off` narrow a run). Needs `redis-server` on PATH (`apt-get install
+//! redis-server`) and exits with a message, not an error, when it is missing. Installs nothing.
+//!
+//! The baseline is Redis itself: every figure is a ratio to Redis measured in the same run.
+
+mod dlock_side;
+mod plot;
+mod redis_side;
+mod resp;
+mod run;
+mod servers;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use run::{Cell, RETRY_SLEEP, Shared, Workload};
+use servers::Server;
+
+/// Measurement time of each (workload, clients, server) cell; 5 workloads × 3 client counts × 2
+/// servers make a full run about 90 s, a quick one about 20 s (measured on 2 vCPUs).
+const CELL_FULL: Duration = Duration::from_secs(3);
+const CELL_QUICK: Duration = Duration::from_millis(500);
+/// A smoke run's cell, when `cargo test --benches` (which passes no `--bench`) starts this: it
+/// checks the benchmark works, at two small client counts, in a few seconds.
+const CELL_SMOKE: Duration = Duration::from_millis(100);
+/// The longest cell `--secs` accepts, so a run stays within minutes.
+const CELL_MAX: Duration = Duration::from_secs(20);
+
+/// One workload at one client count on both servers.
+#[derive(Debug)]
+pub struct Row {
+    pub workload: Workload,
+    pub clients: usize,
+    pub dlock: Cell,
+    pub redis: Cell,
+}
+
+#[derive(Debug)]
+struct Args {
+    cell: Duration,
+    idle: String,
+    clients: Vec<usize>,
+    workloads: Vec<Workload>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        cell: CELL_FULL,
+        idle: "adaptive".into(),
+        clients: vec![1, 16, 64],
+        workloads: Vec::new(),
+    };
+    let (mut bench, mut cell_given, mut clients_given) = (false, false, false);
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            // `cargo bench` passes `--bench` to every benchmark binary; `cargo test` does not.
+            "--bench" => bench = true,
+            "quick" => {
+                args.cell = CELL_QUICK;
+                cell_given = true;
+            }
+            "--secs" => {
+                cell_given = true;
+                let s: f64 = it.next().and_then(|v| v.parse().ok()).ok_or("--secs N")?;
+                args.cell = Duration::from_secs_f64(s.clamp(0.1, CELL_MAX.as_secs_f64()));
+            }
+            "--idle" => args.idle = it.next().ok_or("--idle adaptive|park|spin")?,
+            "--clients" => {
+                clients_given = true;
+                let v = it.next().ok_or("--clients 1,16,64")?;
+                args.clients = v
+                    .split(',')
+                    .map(|n| n.parse::<usize>().ok().filter(|n| (1..=256).contains(n)))
+                    .collect::<Option<_>>()
+                    .ok_or("--clients takes counts from 1 to 256, e.g. 1,16,64")?;
+            }
+            name => match Workload::ALL.into_iter().find(|w| w.name() == name) {
+                Some(w) => args.workloads.push(w),
+                None => return Err(format!("unknown argument {name}")),
+            },
+        }
+    }
+    if !bench {
+        println!("(a smoke run: started without --bench, as `cargo test --benches` does)");
+        if !cell_given {
+            args.cell = CELL_SMOKE;
+        }
+        if !clients_given {
+            args.clients = vec![1, 4];
+        }
+    }
+    if args.workloads.is_empty() {
+        args.workloads = Workload::ALL.to_vec();
+    }
+    Ok(args)
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("compare: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let Some(redis) = servers::on_path("redis-server") else {
+        println!(
+            "compare: redis-server is not on PATH, so there is nothing to compare with; \
+             install it (e.g. `apt-get install redis-server`) and run this again. Skipped."
+        );
+        return ExitCode::SUCCESS;
+    };
+    let profile = servers::profile_dir().unwrap_or_else(std::env::temp_dir);
+    let dlock = std::env::var_os("DLOCK_BIN").map_or_else(|| profile.join("dlock"), PathBuf::from);
+    if !dlock.is_file() {
+        println!(
+            "compare: no dlock binary at {}; build it first with \
+             `cargo build --release -p dlock-cli` (or point DLOCK_BIN at one). \
+             Skipped.",
+            dlock.display()
+        );
+        return ExitCode::SUCCESS;
+    }
+    let work = profile
+        .parent()
+        .map_or_else(std::env::temp_dir, |t| t.to_path_buf())
+        .join("compare");
+    if let Err(e) = std::fs::create_dir_all(&work) {
+        eprintln!("compare: {}: {e}", work.display());
+        return ExitCode::FAILURE;
+    }
+    match compare(&args, &redis, &dlock, &work) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("compare: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn compare(
+    args: &Args,
+    redis: &std::path::Path,
+    dlock: &std::path::Path,
+    work: &std::path::Path,
+) -> Result<(), String> {
+    let redis_server = servers::start_redis(redis, work)?;
+    let dlock_server = servers::start_dlock(dlock, work, &args.idle)?;
+    let redis_version = std::process::Command::new(redis)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    println!("machine: {} CPUs, {}", cpus(), cpu_model());
+    println!("redis:   {redis_version}");
+    println!(
+        "         pid {} on {}, --save '' --appendonly no",
+        redis_server.pid(),
+        redis_server.addr
+    );
+    println!("dlock:   {} (built {})", dlock.display(), built(dlock));
+    println!(
+        "         pid {} on {}, serve --idle {}",
+        dlock_server.pid(),
+        dlock_server.addr,
+        args.idle
+    );
+    println!(
+        "{:.1} s per cell; Redis lock = SET NX PX {}, unlock = EVALSHA compare-and-delete; \
+         hand-off retry sleep {} ms",
+        args.cell.as_secs_f64(),
+        run::EXPIRE_MS,
+        RETRY_SLEEP.as_millis()
+    );
+    let mut rows = Vec::new();
+    let mut run_no = 0u32;
+    for &workload in &args.workloads {
+        for &clients in &args.clients {
+            run_no += 1;
+            let row = measure_row(
+                workload,
+                clients,
+                args.cell,
+                run_no,
+                &dlock_server,
+                &redis_server,
+            )?;
+            println!(
+                "  {:<12} {clients:>3} clients: dlock {:>9.0} ops/s, redis {:>9.0} ops/s",
+                workload.name(),
+                row.dlock.ops_per_s(),
+                row.redis.ops_per_s()
+            );
+            rows.push(row);
+        }
+    }
+    dlock_server.stop();
+    redis_server.stop();
+    print_table(&rows);
+    let svg = work.join("compare.svg");
+    let title = format!(
+        "dlock (TCP, --idle {}) vs Redis {}, 127.0.0.1, {} CPUs, {:.1} s per point",
+        args.idle,
+        redis_version
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("v="))
+            .unwrap_or("?"),
+        cpus(),
+        args.cell.as_secs_f64()
+    );
+    plot::write(&svg, &rows, &args.clients, &title)?;
+    println!("plot: {}", svg.display());
+    Ok(())
+}
+
+fn measure_row(
+    workload: Workload,
+    clients: usize,
+    cell: Duration,
+    run_no: u32,
+    dlock: &Server,
+    redis: &Server,
+) -> Result<Row, String> {
+    let shared = Shared::default();
+    let d = run::measure(dlock, clients, cell, &shared, |i, s| {
+        dlock_side::worker(dlock.addr, workload, run_no, i, s)
+    })?;
+    let shared = Shared::default();
+    let r = run::measure(redis, clients, cell, &shared, |i, s| {
+        redis_side::worker(redis.addr, workload, run_no, i, s)
+    })?;
+    Ok(Row {
+        workload,
+        clients,
+        dlock: d,
+        redis: r,
+    })
+}
+
+fn print_table(rows: &[Row]) {
+    println!();
+    println!(
+        "| workload | clients | dlock ops/s | redis ops/s | dlock/redis | dlock p50 / p99 µs \
+         | redis p50 / p99 µs | dlock CPU µs/op | redis CPU µs/op |"
+    );
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for r in rows {
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.2} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} | {:.1} |",
+            r.workload.name(),
+            r.clients,
+            r.dlock.ops_per_s(),
+            r.redis.ops_per_s(),
+            r.dlock.ops_per_s() / r.redis.ops_per_s().max(f64::MIN_POSITIVE),
+            r.dlock.p_us(0.5),
+            r.dlock.p_us(0.99),
+            r.redis.p_us(0.5),
+            r.redis.p_us(0.99),
+            r.dlock.cpu_us_per_op(),
+            r.redis.cpu_us_per_op(),
+        );
+    }
+    for r in rows.iter().filter(|r| r.workload == Workload::Handoff) {
+        let share = |c: &Cell| 100.0 * c.handoffs as f64 / c.ops.max(1) as f64;
+        println!(
+            "hand-off, {} clients: the lock changed hands on {:.0}% of dlock's acquisitions, \
+             {:.0}% of Redis's",
+            r.clients,
+            share(&r.dlock),
+            share(&r.redis)
+        );
+    }
+    println!(
+        "(ops: one lock+unlock, FAA/INCR, 31-key lock+unlock, or acquisition+release; latency \
+         per op; CPU: the server process's user+system time over the measurement / ops)"
+    );
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(0, |n| n.get())
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// How long ago `path` was built, so a stale `dlock` binary shows.
+fn built(path: &std::path::Path) -> String {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .map_or("at an unknown time".into(), |d| {
+            format!("{} s ago", d.as_secs())
+        })
+}

@@ -1,0 +1,190 @@
+//! The workloads and the harness that drives one of them against one server: `clients` threads,
+//! each with its own connection, start together behind a barrier, run operations until a shared
+//! deadline, and stop together behind a second barrier, so the elapsed time and the server's CPU
+//! time cover the measured operations and neither connecting nor disconnecting.
+
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use crate::servers::Server;
+
+/// The Redis side's pause between `SET NX` attempts on a held lock (a retry loop).
+pub const RETRY_SLEEP: Duration = Duration::from_millis(1);
+/// Lease of every lock taken, on both sides (`PX 5000`).
+pub const EXPIRE_MS: u32 = 5_000;
+/// Keys in a batch: the reference's batch limit.
+pub const BATCH_KEYS: usize = 31;
+
+/// The same work, done on both servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// Lock and unlock a key of the client's own (no contention): two round trips each.
+    Cycle,
+    /// Fetch-and-add on one shared counter (`atomic64_faa` vs `INCR`).
+    Faa,
+    /// Lock 31 keys of the client's own, then unlock them: one batch each way vs a pipeline of 31
+    /// `SET NX PX`, then a pipeline of 31 compare-and-delete `EVALSHA`s.
+    Batch,
+    /// The same 31 keys all-or-nothing: an all-or-nothing batch vs a Lua script that sets all 31
+    /// or none, then a batch unlock vs a Lua script that deletes those still holding the token.
+    BatchAon,
+    /// Every client on one key, blocking: the server's wait queue vs `SET NX PX` retried every
+    /// [`RETRY_SLEEP`]. One operation is one acquisition and its release.
+    Handoff,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 5] = [
+        Workload::Cycle,
+        Workload::Faa,
+        Workload::Batch,
+        Workload::BatchAon,
+        Workload::Handoff,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Cycle => "lock+unlock",
+            Workload::Faa => "faa/incr",
+            Workload::Batch => "batch31",
+            Workload::BatchAon => "batch31-aon",
+            Workload::Handoff => "hand-off",
+        }
+    }
+}
+
+/// One client's operations: [`Worker::op`] does one and says whether it completed (a blocking
+/// acquisition that ran out of time did not); the harness times it.
+pub trait Worker {
+    fn op(&mut self, deadline: Instant) -> Result<bool, String>;
+    /// Disconnects, after the measurement.
+    fn finish(self: Box<Self>);
+}
+
+/// What the clients of one run share.
+#[derive(Debug)]
+pub struct Shared {
+    /// The client that last acquired the hot key (`usize::MAX`: none yet).
+    last_owner: AtomicUsize,
+    /// Acquisitions of the hot key by a client other than the previous holder.
+    handoffs: AtomicU64,
+}
+
+impl Shared {
+    /// Client `me` has acquired the hot key: counts a hand-off if someone else held it last.
+    pub fn acquired(&self, me: usize) {
+        // Relaxed: a statistic; the lock itself orders the holders.
+        if self.last_owner.swap(me, Ordering::Relaxed) != me {
+            self.handoffs.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One workload at one client count against one server.
+#[derive(Debug)]
+pub struct Cell {
+    pub ops: u64,
+    pub secs: f64,
+    /// Per-operation latency, ns.
+    pub hist: Histogram<u64>,
+    /// The server's CPU seconds (user + system) over the measurement.
+    pub server_cpu_s: f64,
+    pub handoffs: u64,
+}
+
+impl Cell {
+    pub fn ops_per_s(&self) -> f64 {
+        self.ops as f64 / self.secs
+    }
+
+    pub fn p_us(&self, q: f64) -> f64 {
+        self.hist.value_at_quantile(q) as f64 / 1e3
+    }
+
+    pub fn cpu_us_per_op(&self) -> f64 {
+        self.server_cpu_s * 1e6 / self.ops.max(1) as f64
+    }
+}
+
+/// Runs `clients` workers made by `make(client, shared)` for `duration` against `server`.
+pub fn measure<'s, F>(
+    server: &Server,
+    clients: usize,
+    duration: Duration,
+    shared: &'s Shared,
+    make: F,
+) -> Result<Cell, String>
+where
+    F: Fn(usize, &'s Shared) -> Result<Box<dyn Worker + 's>, String> + Sync,
+{
+    let start = Barrier::new(clients + 1);
+    let stop = Barrier::new(clients + 1);
+    let (results, secs, server_cpu_s) = thread::scope(|sc| {
+        let handles: Vec<_> = (0..clients)
+            .map(|i| {
+                let (start, stop, make) = (&start, &stop, &make);
+                sc.spawn(move || {
+                    // Every thread reaches both barriers, failed or not, so none waits forever.
+                    let worker = make(i, shared);
+                    start.wait();
+                    let deadline = Instant::now() + duration;
+                    let mut hist = Histogram::<u64>::new(3).expect("3 significant digits");
+                    let mut ops = 0;
+                    let r = worker.and_then(|mut w| {
+                        // Bounded by the deadline: each operation is bounded by the reply
+                        // timeouts and by `deadline` itself.
+                        while Instant::now() < deadline {
+                            let t = Instant::now();
+                            if w.op(deadline)? {
+                                let _ = hist.record(t.elapsed().as_nanos() as u64);
+                                ops += 1;
+                            }
+                        }
+                        Ok(w)
+                    });
+                    stop.wait();
+                    r.map(|w| {
+                        w.finish();
+                        (hist, ops)
+                    })
+                })
+            })
+            .collect();
+        start.wait();
+        let (t0, cpu0) = (Instant::now(), server.cpu_s());
+        stop.wait();
+        let (secs, cpu) = (t0.elapsed().as_secs_f64(), server.cpu_s() - cpu0);
+        let results: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a client panicked".into())))
+            .collect();
+        (results, secs, cpu)
+    });
+    let mut hist = Histogram::<u64>::new(3).expect("3 significant digits");
+    let mut ops = 0;
+    for r in results {
+        let (h, n) = r?;
+        hist.add(h).map_err(|e| e.to_string())?;
+        ops += n;
+    }
+    Ok(Cell {
+        ops,
+        secs,
+        hist,
+        server_cpu_s,
+        handoffs: shared.handoffs.load(Ordering::Relaxed),
+    })
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared {
+            last_owner: AtomicUsize::new(usize::MAX),
+            handoffs: AtomicU64::new(0),
+        }
+    }
+}
