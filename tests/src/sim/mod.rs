@@ -420,9 +420,16 @@ impl World {
                 continue;
             };
             if now > seen + u64::from(lease) + 2 * TICK_MS {
-                if srv.is_registered(id) {
+                if let Some(slot) = srv.client_slot_of(id) {
+                    let t = srv.tables();
+                    if t.waiters[slot as usize].state != 0 {
+                        // Its last request is parked on the server, which waits for it up to its
+                        // deadline: that reply restarts the lease (`dead` is updated then).
+                        continue;
+                    }
                     return Err(format!(
-                        "client {id:#x} died by tick {seen} with a {lease} ms lease and is still registered at {now}"
+                        "client {id:#x} died by tick {seen} with a {lease} ms lease and is still registered at {now}: {:?}, {:?}",
+                        t.clients[slot as usize], t.waiters[slot as usize]
                     ));
                 }
                 self.dead[i] = None;
