@@ -109,3 +109,17 @@ fn campaign(total: u64, half: u64) {
         i += 1;
     }
 }
+
+/// The belief check is not vacuous: clients that count a grant's lease from the reply (as the
+/// transport client did) believe they hold a lock the server already gave to someone else, by
+/// the reply's delay, and the simulator says so within a few seeds.
+#[test]
+fn leases_counted_from_the_reply_let_two_clients_believe_they_hold_a_lock() {
+    let caught =
+        (0x64..0x6c).find_map(|s| sim::run_counting_leases_from_reply(s, OPS_PER_SEED).err());
+    let f = caught.expect("a delayed reply stretches a lease past the server's expiry");
+    assert!(
+        f.message.contains("believes it holds it exclusively"),
+        "{f}"
+    );
+}

@@ -244,11 +244,26 @@ pub struct World {
     /// Clients whose connection broke during the current event.
     resets: Vec<usize>,
     reply: Vec<u8>,
+    /// Clients apply replies at their arrival instead of at their send (see
+    /// [`run_counting_leases_from_reply`]).
+    lease_from_reply: bool,
 }
 
 /// Runs seed `seed` for about `ops` client operations; `Err` on the first violation.
 pub fn run(seed: u64, ops: u64) -> Result<Report, Failure> {
+    run_with(seed, ops, false)
+}
+
+/// [`run`] with clients that count grants and leases from the reply instead of the send — the
+/// transport client's mistake before the simulator found it. Only for the test that proves the
+/// belief check catches it.
+pub fn run_counting_leases_from_reply(seed: u64, ops: u64) -> Result<Report, Failure> {
+    run_with(seed, ops, true)
+}
+
+fn run_with(seed: u64, ops: u64, lease_from_reply: bool) -> Result<Report, Failure> {
     let mut w = World::new(seed, ops);
+    w.lease_from_reply = lease_from_reply;
     loop {
         let mut cfg = w.p.cfg;
         cfg.epoch = w.epoch;
@@ -319,6 +334,7 @@ impl World {
             dead: vec![None; p.clients],
             resets: Vec::new(),
             reply: vec![0; CONTROL_FRAME_MAX.max(DATA_MESSAGE_MAX)],
+            lease_from_reply: false,
             rng,
         }
     }

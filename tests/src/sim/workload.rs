@@ -422,6 +422,8 @@ impl World {
     fn on_data_reply(&mut self, i: usize, bytes: &[u8]) -> Result<(), String> {
         let rep =
             decode_data_response(bytes).map_err(|e| format!("client decodes reply: {e:?}"))?;
+        let now = self.now + self.clock_offset;
+        let from_reply = self.lease_from_reply;
         let c = &mut self.clients[i];
         let matches = matches!(&c.pending, Some(p) if p.message_id == rep.header().message_id
             && matches!(p.out, Out::Data { .. }));
@@ -460,7 +462,8 @@ impl World {
                     let before = l.used_mode();
                     // The grant and its lease are counted from the send: the server's start
                     // no earlier, so the client never trusts a grant longer than the server.
-                    let _ = l.local.apply(&req, &r, sent_at);
+                    let at = if from_reply { now } else { sent_at };
+                    let _ = l.local.apply(&req, &r, at);
                     if l.local.state.held_mode().is_none() {
                         l.releasing = false;
                     }
