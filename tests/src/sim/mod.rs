@@ -571,10 +571,10 @@ impl World {
             }
         };
         self.reply = out;
-        if let Some((dir, bytes)) = result? {
-            if self.clients[m.client].phase != Phase::Dead {
-                self.transmit(m.client, dir, bytes);
-            }
+        if let Some((dir, bytes)) = result?
+            && self.clients[m.client].phase != Phase::Dead
+        {
+            self.transmit(m.client, dir, bytes);
         }
         self.collect_parked(srv)
     }

@@ -331,7 +331,7 @@ impl World {
                 };
                 self.ops += 1;
                 if let Decision::Send(req) = d {
-                    if req.command().op.is_unlock() && rl.local.state.held_mode().is_some() {
+                    if is_unlock(req.command().op) && rl.local.state.held_mode().is_some() {
                         rl.releasing = true;
                     }
                     items.push(Item::Lock { rec, req });
@@ -388,7 +388,7 @@ impl World {
                 let _ = now;
             }
             Decision::Send(req) => {
-                if req.command().op.is_unlock() && l.local.state.held_mode().is_some() {
+                if is_unlock(req.command().op) && l.local.state.held_mode().is_some() {
                     l.releasing = true;
                 }
                 self.ops -= 1;
@@ -710,12 +710,7 @@ fn control_bytes(word: u32, message_id: u16, body: ControlRequest<'_>) -> Vec<u8
     buf
 }
 
-trait IsUnlock {
-    fn is_unlock(self) -> bool;
-}
-
-impl IsUnlock for LockOp {
-    fn is_unlock(self) -> bool {
-        matches!(self, LockOp::UnlockExclusive | LockOp::UnlockShared)
-    }
+/// Whether `op` releases a grant or abandons a ticket.
+fn is_unlock(op: LockOp) -> bool {
+    matches!(op, LockOp::UnlockExclusive | LockOp::UnlockShared)
 }
