@@ -42,10 +42,23 @@ pub struct Config {
     /// Server incarnation, the high 16 bits of every fencing token. A server that replaces a
     /// failed one must be started with a larger epoch so it never issues a lower token.
     pub epoch: u16,
+    /// How long a recovering server waits for the `recovery_clients` it expects, counted from
+    /// its first `tick` (or first re-registration): when it passes, the server serves and
+    /// treats every expected client that has not finished re-syncing as dead — the claims of
+    /// one that never came back never arrive, and one still re-claiming becomes an ordinary
+    /// client whose further claims are refused. 0 waits forever, as the reference does (one
+    /// crashed client then keeps the whole service down).
+    ///
+    /// Keep it at least as long as the leases clients hold: a client that was paused across the
+    /// failover still trusts its locks until its own lease runs out, and once the deadline
+    /// passes the new server grants them to others (fencing tokens still rise, so storage that
+    /// checks them refuses the stale holder).
+    pub recovery_deadline_ms: u32,
 }
 
 impl Config {
-    /// The reference's capacities with a 5-second client lease (30 s at most), epoch 1.
+    /// The reference's capacities with a 5-second client lease (30 s at most), epoch 1, and a
+    /// 10-second recovery deadline.
     pub const DEFAULT: Config = Config {
         locks_max: 51_200,
         clients_max: 1_000,
@@ -54,6 +67,7 @@ impl Config {
         client_lease_max_ms: 30_000,
         recovery_clients: 0,
         epoch: 1,
+        recovery_deadline_ms: 10_000,
     };
 
     /// Shortest lease accepted: a client must be able to heartbeat within it.

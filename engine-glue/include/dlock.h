@@ -137,7 +137,12 @@ typedef enum debug_stats_code {
     DEBUG_STATS_TLS_NO_COMMON_CIPHER = 32,
     DEBUG_STATS_TLS_NOT_TLS = 33,
     DEBUG_STATS_TLS_OTHER = 34,
-    DEBUG_STATS_MAX = 35
+    DEBUG_STATS_RECOVERY_EXPECTED = 35,
+    DEBUG_STATS_RECOVERY_REREGISTERED = 36,
+    DEBUG_STATS_RECOVERY_DONE = 37,
+    DEBUG_STATS_RECOVERY_LOCKS_RESTORED = 38,
+    DEBUG_STATS_RECOVERY_CLIENTS_GIVEN_UP = 39,
+    DEBUG_STATS_MAX = 40
 } debug_stats_code_t;
 
 /* ---------------------------------------------------------------------------------------- */

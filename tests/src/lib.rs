@@ -94,3 +94,5 @@ pub fn ticket_cmd(
         wait_ms: 0,
     })
 }
+
+pub mod sim;

@@ -69,10 +69,13 @@ impl<'r> Server<'r> {
             }
             return Ok(id);
         }
+        self.recovery_clock(now_ms);
         if self.recovering == 0 {
             return Err(self.refuse(Status::ClientRemovedByServer));
         }
         self.register(id, ClientState::Recovering, version, lease_ms, now_ms)?;
+        self.progress.reregistered += 1;
+        self.stats.bump(Counter::RecoveryReregistered);
         Ok(id)
     }
 
@@ -87,6 +90,8 @@ impl<'r> Server<'r> {
         c.last_seen_ms = now_ms;
         if c.client_state() == ClientState::Recovering {
             c.state = ClientState::Active as u8;
+            self.progress.done += 1;
+            self.stats.bump(Counter::RecoveryDone);
             self.recovering = self.recovering.saturating_sub(1);
             if self.recovering == 0 {
                 self.end_recovery();
@@ -131,6 +136,7 @@ impl<'r> Server<'r> {
     /// Declares dead every client whose lease has run out and releases what it held. Call it
     /// periodically (every few hundred milliseconds is plenty); returns how many died.
     pub fn tick(&mut self, now_ms: u64) -> u32 {
+        self.recovery_clock(now_ms);
         let mut died = 0;
         for slot in 0..self.t.client_free.high_water() {
             let c = self.t.clients[slot as usize];
@@ -145,10 +151,7 @@ impl<'r> Server<'r> {
                 if c.client_state() == ClientState::Recovering && self.recovering > 0 {
                     // It will not finish recovery: stop waiting for it (the reference waits
                     // forever).
-                    self.recovering -= 1;
-                    if self.recovering == 0 {
-                        self.end_recovery();
-                    }
+                    self.give_up_on(1);
                 }
                 self.remove_client(slot, now_ms);
                 self.stats.bump(Counter::ClientsExpired);
@@ -161,7 +164,7 @@ impl<'r> Server<'r> {
     /// The server starts serving: clients that re-registered beyond the expected number and
     /// have not finished re-syncing become ordinary clients (their further claims are refused;
     /// the locks they did not re-claim are lost to them, as for a claim that failed).
-    fn end_recovery(&mut self) {
+    pub(super) fn end_recovery(&mut self) {
         for slot in 0..self.t.client_free.high_water() {
             let c = &mut self.t.clients[slot as usize];
             if c.client_state() == ClientState::Recovering {

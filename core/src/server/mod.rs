@@ -28,6 +28,7 @@ use crate::ids::{ClientId, FencingToken};
 use crate::status::Status;
 use crate::table::{ClientState, Tables};
 pub use frames::FrameError;
+pub use recovery::RecoveryProgress;
 pub use stats::{Counter, Stats};
 pub use waiters::{Disposition, WaitReply};
 
@@ -52,6 +53,8 @@ pub struct Server<'r> {
     cfg: Config,
     /// Clients still expected to finish recovery; 0 = ready.
     recovering: u32,
+    /// How recovery went so far (see [`Server::recovery_progress`]).
+    progress: RecoveryProgress,
     /// The next fencing token: the epoch in the high bits, a counter below. One counter for the
     /// whole server makes tokens grow per lock even when a name is released and re-created in
     /// another slot.
@@ -120,10 +123,18 @@ impl<'r> Server<'r> {
             t: tables,
             cfg: *cfg,
             recovering: cfg.recovery_clients,
+            progress: RecoveryProgress {
+                expected: cfg.recovery_clients,
+                ..RecoveryProgress::default()
+            },
             next_token: ((cfg.epoch as u64) << FencingToken::COUNTER_BITS) + 1,
             entropy,
             name_key,
-            stats: Stats::default(),
+            stats: {
+                let mut stats = Stats::default();
+                stats.add(Counter::RecoveryExpected, cfg.recovery_clients.into());
+                stats
+            },
             waiting: 0,
             ready: 0,
             next_timer_ms: u64::MAX,
@@ -245,5 +256,7 @@ fn client_tag(id: ClientId) -> u32 {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_recovery;
 #[cfg(test)]
 mod tests_unlock;

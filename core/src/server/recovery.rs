@@ -22,6 +22,12 @@
 //! the tokens of re-claimed locks keep growing; a lock nobody re-claims starts over at the new
 //! epoch, which is why a replacement server must be started with a larger epoch than its
 //! predecessor (claims whose token carries an epoch not below ours are refused as forged).
+//!
+//! Beyond the reference, recovery ends by itself: when `Config::recovery_deadline_ms` has passed
+//! since the first tick (or re-registration), the server serves and gives up on the expected
+//! clients that have not finished (a crashed client never re-registers, so the reference waits
+//! for it forever). [`Server::recovery_progress`] and the `Recovery*` counters show how far it
+//! got.
 
 use super::{Counter, Server};
 use crate::config::FAIR_READERS_MAX;
@@ -31,7 +37,67 @@ use crate::status::Status;
 use crate::table::{ClientState, Hold};
 use crate::word::{atomic, deadline, fair, rw};
 
+/// How a recovering server is doing (all zero on a server that started ready).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryProgress {
+    /// Clients the server was started to expect (`recovery_clients`).
+    pub expected: u32,
+    /// Clients that re-registered (`client_reinit`) while it recovered.
+    pub reregistered: u32,
+    /// Re-registered clients that finished (`reinit_done`).
+    pub done: u32,
+    /// Grants and fair tickets restored from claims.
+    pub locks_restored: u32,
+    /// Expected clients given up on (lease ran out while re-syncing, or never finished by the
+    /// deadline).
+    pub given_up: u32,
+    /// The tick at which the deadline passes; `None` before the recovery clock starts, with no
+    /// deadline, or once the server serves.
+    pub deadline_ms: Option<u64>,
+    /// Recovery ended because the deadline passed (not because every client finished).
+    pub deadline_passed: bool,
+}
+
 impl<'r> Server<'r> {
+    /// How recovery is going: expected, re-registered and finished clients, locks restored,
+    /// and the deadline.
+    pub fn recovery_progress(&self) -> RecoveryProgress {
+        RecoveryProgress {
+            deadline_ms: match self.progress.deadline_ms {
+                Some(d) if self.recovering > 0 => Some(d),
+                _ => None,
+            },
+            ..self.progress
+        }
+    }
+
+    /// Starts the recovery deadline at the first tick or re-registration, and ends recovery
+    /// when it has passed: every expected client not done by then is treated as dead.
+    pub(super) fn recovery_clock(&mut self, now_ms: u64) {
+        if self.recovering == 0 || self.cfg.recovery_deadline_ms == 0 {
+            return;
+        }
+        let deadline = *self
+            .progress
+            .deadline_ms
+            .get_or_insert(now_ms + u64::from(self.cfg.recovery_deadline_ms));
+        if now_ms >= deadline {
+            self.give_up_on(self.recovering);
+            self.progress.deadline_passed = true;
+        }
+    }
+
+    /// Stops waiting for `n` of the expected clients; serves when none is left.
+    pub(super) fn give_up_on(&mut self, n: u32) {
+        let n = n.min(self.recovering);
+        self.recovering -= n;
+        self.progress.given_up += n;
+        self.stats.add(Counter::RecoveryClientsGivenUp, n.into());
+        if self.recovering == 0 {
+            self.end_recovery();
+        }
+    }
+
     /// Re-claims one lock for recovering client `raw`: creates or joins the lock by name, then
     /// merges the claimed grant or ticket. Returns the lock's (new) id.
     pub fn update_lock(
@@ -87,6 +153,8 @@ impl<'r> Server<'r> {
         match self.merge_claim(lock, me, claim, now_ms) {
             Ok(hold) => {
                 if hold != Hold::None {
+                    self.progress.locks_restored += 1;
+                    self.stats.bump(Counter::RecoveryLocksRestored);
                     self.t.lock_holds.set(slot, lock, hold as u8);
                     let cell = &mut self.t.lock_cells[lock as usize];
                     cell.fence = cell.fence.max(claim.token);

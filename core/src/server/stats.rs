@@ -82,6 +82,17 @@ pub enum Counter {
     TlsNotTls,
     /// TLS handshakes that failed for any other reason (malformed records, a peer that hung up) (transport).
     TlsOther,
+    /// Clients a recovering server expects to re-sync (`recovery_clients`).
+    RecoveryExpected,
+    /// Clients that re-registered with a recovering server (`client_reinit`).
+    RecoveryReregistered,
+    /// Re-registered clients that finished re-syncing (`reinit_done`).
+    RecoveryDone,
+    /// Grants and fair tickets restored from the clients' claims.
+    RecoveryLocksRestored,
+    /// Expected clients given up on: their lease ran out while re-syncing, or the recovery
+    /// deadline passed before they finished.
+    RecoveryClientsGivenUp,
 }
 
 impl Counter {
@@ -96,7 +107,7 @@ impl Counter {
         Counter::TRANSPORT_LAST as usize + 1 - Counter::TRANSPORT_FIRST as usize;
 
     /// Number of counters.
-    pub const COUNT: usize = Counter::TlsOther as usize + 1;
+    pub const COUNT: usize = Counter::RecoveryClientsGivenUp as usize + 1;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT] = [
@@ -135,6 +146,11 @@ impl Counter {
         Counter::TlsNoCommonCipher,
         Counter::TlsNotTls,
         Counter::TlsOther,
+        Counter::RecoveryExpected,
+        Counter::RecoveryReregistered,
+        Counter::RecoveryDone,
+        Counter::RecoveryLocksRestored,
+        Counter::RecoveryClientsGivenUp,
     ];
 
     /// A stable snake-case name for printing.
@@ -175,6 +191,11 @@ impl Counter {
             Counter::TlsNoCommonCipher => "tls_no_common_cipher",
             Counter::TlsNotTls => "tls_not_tls",
             Counter::TlsOther => "tls_other",
+            Counter::RecoveryExpected => "recovery_expected",
+            Counter::RecoveryReregistered => "recovery_reregistered",
+            Counter::RecoveryDone => "recovery_done",
+            Counter::RecoveryLocksRestored => "recovery_locks_restored",
+            Counter::RecoveryClientsGivenUp => "recovery_clients_given_up",
         }
     }
 }

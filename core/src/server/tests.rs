@@ -54,7 +54,7 @@ pub(crate) fn server<'r>(region: &'r mut TestRegion, cfg: &Config) -> Server<'r>
     )
 }
 
-fn lock(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32) -> Command {
+pub(crate) fn lock(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32) -> Command {
     Command::Lock(LockCommand {
         kind,
         op,
@@ -77,7 +77,7 @@ fn ticketed(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32, ticket: Tick
 }
 
 /// Runs one command and returns its result.
-fn run(s: &mut Server<'_>, client: ClientId, cmd: Command, now: u64) -> CommandResult {
+pub(crate) fn run(s: &mut Server<'_>, client: ClientId, cmd: Command, now: u64) -> CommandResult {
     let mut r = [CommandResult {
         status: Status::Success,
         word: 0,

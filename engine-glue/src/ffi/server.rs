@@ -200,6 +200,7 @@ unsafe fn settings(cfg: &server_cfg) -> Result<ServerConfig, Status> {
         client_lease_max_ms: or_default(cfg.client_lease_max_ms, d.client_lease_max_ms),
         recovery_clients: p.recovery_client_num,
         epoch: u16::try_from(or_default(cfg.epoch, d.epoch.into())).map_err(|_| Status::Einval)?,
+        recovery_deadline_ms: d.recovery_deadline_ms,
     };
     core.validate()?;
     let mut s = ServerConfig::new(core);

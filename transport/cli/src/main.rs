@@ -330,6 +330,7 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
         client_lease_max_ms: args.lease_max_ms.unwrap_or(d.client_lease_max_ms),
         recovery_clients: args.recovery_clients.unwrap_or(0),
         epoch: args.epoch.unwrap_or(d.epoch),
+        recovery_deadline_ms: d.recovery_deadline_ms,
     };
     if let Some(field) = core.invalid_field() {
         return Err(field.to_string());

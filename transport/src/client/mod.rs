@@ -615,12 +615,16 @@ impl Client {
             Decision::Send(r) => r,
         };
         let deadline = Instant::now() + self.cfg.timeout + wait.unwrap_or_default();
+        // Grants and leases are counted from the send: the server granted no earlier, so the
+        // client never trusts a grant longer than the server keeps it (counted from the reply,
+        // a delayed reply would stretch it past the server's expiry; the simulator's belief
+        // check finds two holders that way).
+        let now = self.now_ms();
         let sent = self.exchange(&[Command::Lock(request.command())], 0, Some(deadline));
         let reply = match sent {
             Ok(_) => self.result(0),
             Err(s) => return Err(s),
         };
-        let now = self.now_ms();
         let local = &mut self.locks.get_mut(id).ok_or(Status::LockNotGet)?.local;
         let status = local.apply(&request, &reply, now);
         grant(status, local)
@@ -733,13 +737,15 @@ impl Client {
                 Decision::Send(_) => Ok(()),
             };
         };
+        // Taken before the send: the grant's lease is counted from it (see `run`).
+        let started = Instant::now();
         let (ticket, message_id) = self.send(&[Command::Lock(request.command())], 0)?;
         self.pending = Some(Pending {
             lock: id,
             request,
             message_id,
             ticket,
-            started: Instant::now(),
+            started,
         });
         Ok(())
     }
@@ -768,7 +774,8 @@ impl Client {
                     return Err(Status::BadResponse);
                 }
                 let result = r.result;
-                let now_ms = self.now_ms();
+                // Counted from the send, as in `run`.
+                let now_ms = p.started.saturating_duration_since(self.start).as_millis() as u64;
                 let e = self.locks.get_mut(p.lock).ok_or(Status::LockNotGet)?;
                 let status = e.local.apply(&p.request, &result, now_ms);
                 grant(status, &e.local)

@@ -49,6 +49,8 @@ pub(super) struct InFlight {
     ticket: u64,
     /// The message id its reply must echo.
     message_id: u16,
+    /// The client's clock just before the send: grants in the reply are counted from here.
+    sent_ms: u64,
     flags: u32,
     /// Entries in the caller's batch.
     n: usize,
@@ -75,6 +77,7 @@ impl InFlight {
         InFlight {
             ticket: 0,
             message_id: 0,
+            sent_ms: 0,
             flags: 0,
             n: 0,
             k: 0,
@@ -263,7 +266,9 @@ impl Client {
             }
             return Err(s);
         }
-        let now = self.now_ms();
+        // The server granted after the send, so a lease counted from the send never outlives
+        // the server's; counted from the reply it would, by the reply's delay.
+        let now = self.pipeline.slots[head].sent_ms;
         let Client {
             pipeline,
             locks,
@@ -393,10 +398,11 @@ impl Client {
             k = 0;
         }
         if k > 0 {
+            let sent_ms = self.now_ms();
             match self.send(&commands[..k], flags) {
                 Ok((ticket, message_id)) => {
                     let f = &mut self.pipeline.slots[at];
-                    (f.ticket, f.message_id) = (ticket, message_id);
+                    (f.ticket, f.message_id, f.sent_ms) = (ticket, message_id, sent_ms);
                 }
                 Err(s) => {
                     // Not sent: nothing of it is in flight, and nothing of it happened.

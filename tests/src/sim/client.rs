@@ -1,0 +1,224 @@
+//! A simulated client: the real per-lock decision code ([`LocalLock`]) driven by a random
+//! workload, with the registration, heartbeat and failover protocol the transport's `Client`
+//! follows (`reinit`, `update_all_locks`, `reinit_done`).
+
+use dlock_core::proto::Held;
+use dlock_core::{LockId, LockKind, Mode, ObjectId, Session};
+use dlock_transport::client::{LocalLock, LocalState, Request};
+
+/// What a client is doing with its registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Not registered: registers when it next acts.
+    Idle,
+    /// `ClientInit` sent.
+    Initing,
+    /// Registered; runs the workload.
+    Ready,
+    /// `ClientReinit` sent after a lost connection or server.
+    Reiniting,
+    /// Re-claiming its locks with a recovering server (`BatchUpdateLocks` chunks).
+    Claiming,
+    /// `ReinitDone` sent.
+    Finishing,
+    /// `ClientDeinit` sent.
+    Deiniting,
+    /// Crashed: never acts again; the slot may be reborn as a new client.
+    Dead,
+}
+
+/// One lock the client obtained, with the real client record.
+#[derive(Clone, Debug)]
+pub struct SimLock {
+    /// Index into the world's lock names.
+    pub name: usize,
+    pub local: LocalLock,
+    /// An unlock of the current grant was sent: the engine stopped using the lock, whatever the
+    /// reply (a lost reply leaves the record locked; only an unlock retry may follow).
+    pub releasing: bool,
+}
+
+impl SimLock {
+    /// The mode the client believes it holds the lock in and uses it, if any.
+    pub fn used_mode(&self) -> Option<Mode> {
+        if self.releasing {
+            return None;
+        }
+        self.local.state.held_mode()
+    }
+
+    /// The last tick at which the grant is valid by the client's own reckoning.
+    pub fn grant_until(&self) -> u64 {
+        match self.local.kind {
+            LockKind::Rw => u64::MAX,
+            LockKind::Atomic | LockKind::Fair => {
+                self.local.granted_at_ms + u64::from(self.local.expire_ms)
+            }
+        }
+    }
+
+    /// What a claim of this lock asks to keep: the mode for a grant, `None` otherwise.
+    pub fn claimed_mode(held: Held) -> Option<Mode> {
+        match held {
+            Held::Exclusive => Some(Mode::Exclusive),
+            Held::Shared => Some(Mode::Shared),
+            Held::Reference | Held::Ticketed(_) => None,
+        }
+    }
+}
+
+/// One item of an outstanding data message.
+#[derive(Clone, Copy, Debug)]
+pub enum Item {
+    /// A lock command decided by record `rec`.
+    Lock { rec: usize, req: Request },
+    /// An object command on object `obj` (index into the client's objects).
+    Object { obj: usize },
+}
+
+/// An outstanding control request.
+#[derive(Clone, Debug)]
+pub enum Ctl {
+    Init,
+    Reinit,
+    /// Claims for these records (indices into `locks`), in order.
+    Claims(Vec<usize>),
+    Done,
+    Deinit,
+    GetLock(Vec<usize>),
+    Release(usize),
+    ObjectCreate(usize),
+    ObjectGet(usize),
+}
+
+/// The request a client waits for.
+#[derive(Clone, Debug)]
+pub enum Out {
+    Control(Ctl),
+    /// A data message: its items, whether it waits on the server, and the wait.
+    Data {
+        items: Vec<Item>,
+        wait_ms: u32,
+    },
+}
+
+/// An outstanding request with what its reply must echo.
+#[derive(Clone, Debug)]
+pub struct Pending {
+    pub out: Out,
+    pub message_id: u16,
+    /// Server tick at send.
+    pub sent_at: u64,
+}
+
+/// A simulated client.
+#[derive(Clone, Debug)]
+pub struct SimClient {
+    pub phase: Phase,
+    pub id: Option<u32>,
+    pub session: Session,
+    pub lease_ms: u32,
+    /// Whether the client has a connection it trusts (cleared when it breaks, set by a
+    /// registration reply). Beliefs of a disconnected client do not count: it knows its
+    /// connection is gone and an engine stops using the locks until the client re-registers.
+    pub connected: bool,
+    /// Connection generation (messages of an older one are gone).
+    pub conn: u32,
+    /// When a client that lost its server notices (and starts a reinit).
+    pub notice_at: u64,
+    /// Acts again only from this tick (a pause: GC, VM freeze, SIGSTOP).
+    pub paused_until: u64,
+    /// Server tick at the send of the last request the server answered knowing this client:
+    /// the server's lease runs from no earlier than that.
+    pub lease_anchor: u64,
+    pub locks: Vec<Option<SimLock>>,
+    pub objects: Vec<(usize, ObjectId)>,
+    /// Last value seen per object (for the CAS expected value).
+    pub last_value: Vec<u64>,
+    pub pending: Option<Pending>,
+    pub heartbeat: Option<Pending>,
+    pub next_message_id: u16,
+    /// How many locks this client likes to keep references to.
+    pub appetite: usize,
+}
+
+impl SimClient {
+    /// A client that has not registered yet.
+    pub fn new(appetite: usize) -> Self {
+        SimClient {
+            phase: Phase::Idle,
+            id: None,
+            session: Session::NONE,
+            lease_ms: 0,
+            connected: false,
+            conn: 0,
+            notice_at: 0,
+            paused_until: 0,
+            lease_anchor: 0,
+            locks: Vec::new(),
+            objects: Vec::new(),
+            last_value: Vec::new(),
+            pending: None,
+            heartbeat: None,
+            next_message_id: 1,
+            appetite,
+        }
+    }
+
+    /// Whether the client believes it may use its locks at `now`: alive, connected and within
+    /// the lease the server runs from its last answered request.
+    pub fn trusts_lease(&self, now: u64) -> bool {
+        self.phase != Phase::Dead
+            && self.connected
+            && now <= self.lease_anchor + u64::from(self.lease_ms)
+    }
+
+    /// The record of lock name `name`, if the client has one.
+    pub fn record_of(&self, name: usize) -> Option<&SimLock> {
+        self.locks.iter().flatten().find(|l| l.name == name)
+    }
+
+    /// The record index that has lock id `id`.
+    pub fn rec_with_id(&self, id: LockId) -> Option<usize> {
+        self.locks
+            .iter()
+            .position(|l| l.as_ref().is_some_and(|l| l.local.id == id))
+    }
+
+    /// Records that exist.
+    pub fn live_records(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.locks.len()).filter(|&i| self.locks[i].is_some())
+    }
+
+    /// Forgets every lock and object (the server no longer knows this client).
+    pub fn forget_all(&mut self) {
+        self.locks.clear();
+        self.objects.clear();
+        self.last_value.clear();
+        self.pending = None;
+        self.heartbeat = None;
+        self.id = None;
+        self.session = Session::NONE;
+        self.phase = Phase::Idle;
+    }
+
+    /// Next message id.
+    pub fn message_id(&mut self) -> u16 {
+        let id = self.next_message_id;
+        self.next_message_id = self.next_message_id.wrapping_add(1).max(1);
+        id
+    }
+}
+
+/// Whether a record may start a new lock operation (not waiting to unlock a lost reply's grant).
+pub fn idle_for_trylock(l: &SimLock) -> bool {
+    !l.releasing
+}
+
+/// Whether a record holds nothing and may be released.
+pub fn releasable(l: &SimLock) -> bool {
+    matches!(
+        l.local.state,
+        LocalState::Initialized | LocalState::Unlocked
+    ) && !l.releasing
+}

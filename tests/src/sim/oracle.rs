@@ -1,0 +1,307 @@
+//! The oracle: what must hold after every step, checked against an independent model built
+//! from what the server answered (not from its tables) and what each client believes.
+//!
+//! * **Grants** (server side): a grant, an extend that revives a grant, or a re-claim after a
+//!   failover is never given while another client holds a conflicting grant that has not run
+//!   out by the server's clock (exclusive against anything, a writer beside readers). A grant
+//!   lasts until its unlock, its expiry (atomic and fair: `now + expire_ms`, lengthened by
+//!   extends), or its client's removal (death, deinit, eviction).
+//! * **Fencing tokens** strictly increase per lock name, across server replacements.
+//! * **Fair order**: exclusive grants of a fair lock go to tickets in increasing ticket order.
+//! * **Objects** are linearizable: the server executes object commands one at a time, so each
+//!   result must be exactly what a sequential register gives in that order (FAA returns the
+//!   value before and adds, CAS returns the value seen and swaps only on a match); FAA results
+//!   never repeat (the simulated clients only ever move values up).
+//! * **Beliefs** (client side, checked by `World`): no two clients that believe they hold a
+//!   lock (in conflicting modes) while their lease has not run out.
+
+use std::collections::{HashMap, HashSet};
+
+use dlock_core::proto::{CommandResult, LockCommand, LockOp, ObjectCommand, ObjectOp};
+use dlock_core::word::fair::{FairWord, ticket_before};
+use dlock_core::{LockKind, Mode, Status};
+
+/// A grant the server gave, as the oracle tracks it.
+#[derive(Clone, Copy, Debug)]
+struct Holder {
+    /// The server's client id.
+    client: u32,
+    mode: Mode,
+    /// Last server tick at which the grant is still held (`u64::MAX`: until released).
+    until: u64,
+}
+
+/// The independent model.
+#[derive(Debug, Default)]
+pub struct Oracle {
+    /// Grants per lock name.
+    holders: Vec<Vec<Holder>>,
+    /// The highest fencing token granted per lock name, over every incarnation.
+    max_token: Vec<u64>,
+    /// Lock ids of this server incarnation and the names they stand for.
+    names: HashMap<u32, usize>,
+    /// The last exclusive ticket granted per fair lock id, this incarnation.
+    fair_last: HashMap<u32, u16>,
+    /// The value of each object id, this incarnation, once first seen.
+    objects: HashMap<u32, u64>,
+    /// FAA results seen per object id.
+    faa_seen: HashMap<u32, HashSet<u64>>,
+    /// Checks made (grants, claims and object results compared against the model).
+    pub checks: u64,
+    /// Prints every lock result (`DLOCK_SIM_TRACE=1`), to read a replayed failure.
+    pub trace: bool,
+}
+
+impl Oracle {
+    /// An oracle for `names` lock names.
+    pub fn new(names: usize) -> Self {
+        Oracle {
+            holders: vec![Vec::new(); names],
+            max_token: vec![0; names],
+            ..Oracle::default()
+        }
+    }
+
+    /// A new server took over: it knows nothing of earlier grants until they are re-claimed,
+    /// numbers locks and objects afresh, and keeps no object value.
+    pub fn new_incarnation(&mut self) {
+        self.holders.iter_mut().for_each(Vec::clear);
+        self.names.clear();
+        self.fair_last.clear();
+        self.objects.clear();
+        self.faa_seen.clear();
+    }
+
+    /// The server gave lock id `raw` to name `name`.
+    pub fn name_lock(&mut self, raw: u32, name: usize) {
+        self.names.insert(raw, name);
+    }
+
+    /// Forgets the grants of clients the server no longer has (`registered` says who).
+    pub fn forget_gone(&mut self, registered: impl Fn(u32) -> bool) {
+        let trace = self.trace;
+        for (name, hs) in self.holders.iter_mut().enumerate() {
+            hs.retain(|h| {
+                let keep = registered(h.client);
+                if !keep && trace {
+                    eprintln!(
+                        "client {:#x} gone: its {:?} grant of lock {name} ends",
+                        h.client, h.mode
+                    );
+                }
+                keep
+            });
+        }
+    }
+
+    /// Grants of the clients, per lock name, still held at `now` (for the final check).
+    pub fn held_names(&self, now: u64) -> Vec<usize> {
+        (0..self.holders.len())
+            .filter(|&n| self.holders[n].iter().any(|h| h.until >= now))
+            .collect()
+    }
+
+    /// Whether server client `client` holds a grant on `name` in `mode` at `now`.
+    pub fn holds(&self, name: usize, client: u32, mode: Mode, now: u64) -> bool {
+        self.holders[name]
+            .iter()
+            .any(|h| h.client == client && h.mode == mode && h.until >= now)
+    }
+
+    /// A conflicting live grant of another client on `name`, if any.
+    fn conflict(&self, name: usize, client: u32, mode: Mode, now: u64) -> Option<Holder> {
+        self.holders[name].iter().copied().find(|h| {
+            h.client != client
+                && h.until >= now
+                && (mode == Mode::Exclusive || h.mode == Mode::Exclusive)
+        })
+    }
+
+    fn add(&mut self, name: usize, h: Holder) {
+        let hs = &mut self.holders[name];
+        hs.retain(|o| o.client != h.client);
+        hs.push(h);
+    }
+
+    /// The server answered lock command `c` of client `client` with `r` at server tick `now`.
+    pub fn lock_result(
+        &mut self,
+        now: u64,
+        client: u32,
+        c: &LockCommand,
+        r: &CommandResult,
+    ) -> Result<(), String> {
+        if self.trace {
+            eprintln!(
+                "tick {now}: client {client:#x} {:?} {:?} lock {:#x} (name {:?}) expire {} wait {} ticket {:?} -> {} aux {:#x}",
+                c.kind,
+                c.op,
+                c.lock,
+                self.names.get(&c.lock),
+                c.expire_ms,
+                c.wait_ms,
+                c.ticket,
+                r.status,
+                r.aux
+            );
+        }
+        let Some(&name) = self.names.get(&c.lock) else {
+            // A lock id this incarnation never gave out can only be refused.
+            return match r.status {
+                Status::Success => Err(format!("lock {:#x} unknown to the oracle granted", c.lock)),
+                _ => Ok(()),
+            };
+        };
+        if !matches!(r.status, Status::Success | Status::Done) {
+            return Ok(());
+        }
+        let mode = c.op.mode();
+        let until = |expire: u32| match c.kind {
+            LockKind::Rw => u64::MAX,
+            LockKind::Atomic | LockKind::Fair => now + u64::from(expire),
+        };
+        match c.op {
+            LockOp::TryExclusive
+            | LockOp::TryShared
+            | LockOp::TicketExclusive
+            | LockOp::TicketShared => {
+                self.checks += 1;
+                if let Some(h) = self.conflict(name, client, mode, now) {
+                    return Err(format!(
+                        "lock {name} granted {mode:?} to client {client:#x} at {now} while client {:#x} holds it {:?} until {}",
+                        h.client, h.mode, h.until
+                    ));
+                }
+                if r.aux <= self.max_token[name] {
+                    return Err(format!(
+                        "lock {name}: token {:#x} granted to client {client:#x} is not above {:#x}",
+                        r.aux, self.max_token[name]
+                    ));
+                }
+                self.max_token[name] = r.aux;
+                if c.kind == LockKind::Fair && mode == Mode::Exclusive {
+                    let tx = FairWord::from_bits(r.word).mx();
+                    if let Some(&last) = self.fair_last.get(&c.lock)
+                        && !ticket_before(last, tx)
+                    {
+                        return Err(format!(
+                            "fair lock {name}: exclusive ticket {tx} granted after ticket {last}"
+                        ));
+                    }
+                    self.fair_last.insert(c.lock, tx);
+                }
+                self.add(
+                    name,
+                    Holder {
+                        client,
+                        mode,
+                        until: until(c.expire_ms),
+                    },
+                );
+            }
+            LockOp::ExtendExclusive | LockOp::ExtendShared => {
+                self.checks += 1;
+                // An owner may extend an atomic grant that expired if nobody took it since:
+                // the grant is alive again, which must conflict with nothing.
+                if let Some(h) = self.conflict(name, client, mode, now) {
+                    return Err(format!(
+                        "lock {name} extended {mode:?} for client {client:#x} at {now} while client {:#x} holds it {:?} until {}",
+                        h.client, h.mode, h.until
+                    ));
+                }
+                let old = self.holders[name]
+                    .iter()
+                    .find(|h| h.client == client)
+                    .map_or(0, |h| h.until);
+                let new = if c.expire_ms == 0 {
+                    old
+                } else {
+                    old.max(until(c.expire_ms))
+                };
+                self.add(
+                    name,
+                    Holder {
+                        client,
+                        mode,
+                        until: new,
+                    },
+                );
+            }
+            LockOp::UnlockExclusive | LockOp::UnlockShared => {
+                self.holders[name].retain(|h| h.client != client);
+            }
+        }
+        Ok(())
+    }
+
+    /// A recovering server accepted client `client`'s claim of `name` in `mode` with
+    /// `remaining_ms` left (`None`: a reference or a ticket, not a grant).
+    pub fn claim_accepted(
+        &mut self,
+        now: u64,
+        client: u32,
+        name: usize,
+        kind: LockKind,
+        mode: Option<Mode>,
+        remaining_ms: u32,
+    ) -> Result<(), String> {
+        let Some(mode) = mode else {
+            return Ok(());
+        };
+        self.checks += 1;
+        // A claim may take a lock from a claim accepted earlier (the merge prefers the later
+        // RW acquisition, or the atomic grant that expires later): only a still valid grant
+        // of a client that believes it holds it could be hurt, and the belief check sees that.
+        if let Some(h) = self.conflict(name, client, mode, now) {
+            self.holders[name].retain(|o| o.client != h.client);
+        }
+        let until = match kind {
+            LockKind::Rw => u64::MAX,
+            _ => now + u64::from(remaining_ms),
+        };
+        self.add(
+            name,
+            Holder {
+                client,
+                mode,
+                until,
+            },
+        );
+        Ok(())
+    }
+
+    /// The server answered object command `o` with `r`.
+    pub fn object_result(&mut self, o: &ObjectCommand, r: &CommandResult) -> Result<(), String> {
+        if !matches!(r.status, Status::Success | Status::ObjectCasFailed) {
+            return Ok(());
+        }
+        self.checks += 1;
+        let seen = r.aux;
+        let model = *self.objects.entry(o.object).or_insert(seen);
+        if seen != model {
+            return Err(format!(
+                "object {:#x}: {:?} saw {seen}, a sequential register holds {model}",
+                o.object, o.op
+            ));
+        }
+        let next = match (o.op, r.status) {
+            (ObjectOp::Faa, _) => {
+                if !self.faa_seen.entry(o.object).or_default().insert(seen) {
+                    return Err(format!("object {:#x}: FAA returned {seen} twice", o.object));
+                }
+                model.wrapping_add(o.a)
+            }
+            (ObjectOp::Cas, Status::Success) if model == o.a => o.b,
+            (ObjectOp::Cas, Status::ObjectCasFailed) if model != o.a => model,
+            (ObjectOp::Cas, s) => {
+                return Err(format!(
+                    "object {:#x}: CAS expecting {} answered {s} with value {model}",
+                    o.object, o.a
+                ));
+            }
+            (ObjectOp::Snapshot, _) => model,
+        };
+        self.objects.insert(o.object, next);
+        Ok(())
+    }
+}

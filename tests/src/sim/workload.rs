@@ -1,0 +1,716 @@
+//! What simulated clients do, and how they read replies: the registration and failover
+//! protocol of the transport's `Client`, and a random mix of every lock operation and object
+//! command, decided by the real [`LocalLock`] records.
+//!
+//! [`LocalLock`]: dlock_transport::client::LocalLock
+
+use dlock_core::config::BATCH_MAX;
+use dlock_core::proto::{
+    Batch, BatchEntry, Command, ControlHeader, ControlRequest, ControlRequestFrame,
+    ControlResponse, DATA_MESSAGE_MAX, DataHeader, FLAG_ALL_OR_NOTHING, LockClaim, LockOp,
+    ObjectCommand, ObjectOp, PROTO_VERSION, decode_control_response, decode_data_response,
+    encode_control_request, encode_data_request,
+};
+use dlock_core::server::Server;
+use dlock_core::{LockId, LockKind, Mode, Status};
+use dlock_transport::client::{Decision, LocalLock, LocalState};
+
+use super::client::{Ctl, Item, Out, Pending, Phase, SimLock, idle_for_trylock, releasable};
+use super::net::Dir;
+use super::{REQUEST_TIMEOUT_MS, World};
+
+/// Whether a status says the server no longer knows the client.
+fn registration_gone(s: Status) -> bool {
+    matches!(s, Status::ClientNotInit | Status::ClientRemovedByServer)
+}
+
+impl World {
+    /// Client `i` takes its turn.
+    pub(super) fn act(&mut self, srv: &mut Server<'_>, i: usize) -> Result<(), String> {
+        let now = self.server_now();
+        let c = &self.clients[i];
+        if c.phase == Phase::Dead {
+            if self.dead[i].is_none() && !self.draining && self.rng.below(500) == 0 {
+                // A new process takes the crashed one's place (a fresh identity).
+                let conn = c.conn + 1;
+                self.clients[i] = super::client::SimClient::new(self.rng.range(1, 6) as usize);
+                self.clients[i].conn = conn;
+            }
+            return Ok(());
+        }
+        if c.paused_until > self.now {
+            return Ok(());
+        }
+        if let Some(p) = &c.pending {
+            let wait = match p.out {
+                Out::Data { wait_ms, .. } => u64::from(wait_ms),
+                Out::Control(_) => 0,
+            };
+            if now > p.sent_at + REQUEST_TIMEOUT_MS + wait {
+                self.resets.push(i);
+            }
+            if c.heartbeat.is_none() && c.connected && self.heartbeat_due(i) {
+                self.send_heartbeat(i);
+            }
+            return Ok(());
+        }
+        if !c.connected && c.id.is_some() {
+            if self.now >= c.notice_at {
+                self.send_reinit(i);
+            }
+            return Ok(());
+        }
+        match c.phase {
+            Phase::Idle if !self.draining && self.rng.below(4) == 0 => {
+                let lease_ms = self.rng.range(300, 1_600) as u32;
+                let body = ControlRequest::ClientInit {
+                    min_version: PROTO_VERSION,
+                    lease_ms,
+                };
+                self.clients[i].phase = Phase::Initing;
+                self.send_control(i, 0, body, Ctl::Init);
+            }
+            Phase::Ready if self.draining => {
+                self.clients[i].locks.clear();
+                self.clients[i].objects.clear();
+                self.clients[i].phase = Phase::Deiniting;
+                let id = self.clients[i].id.unwrap_or(0);
+                self.send_control(i, id, ControlRequest::ClientDeinit, Ctl::Deinit);
+            }
+            Phase::Ready => {
+                if self.heartbeat_due(i) && self.clients[i].heartbeat.is_none() {
+                    self.send_heartbeat(i);
+                }
+                self.workload(srv, i)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn heartbeat_due(&self, i: usize) -> bool {
+        let c = &self.clients[i];
+        c.id.is_some() && self.server_now() > c.lease_anchor + u64::from(c.lease_ms) / 3
+    }
+
+    fn send_heartbeat(&mut self, i: usize) {
+        let id = self.clients[i].id.unwrap_or(0);
+        let message_id = self.clients[i].message_id();
+        let bytes = control_bytes(id, message_id, ControlRequest::Heartbeat);
+        self.clients[i].heartbeat = Some(Pending {
+            out: Out::Control(Ctl::Init),
+            message_id,
+            sent_at: self.server_now(),
+        });
+        self.ops += 1;
+        self.transmit(i, Dir::ControlRequest, bytes);
+    }
+
+    fn send_reinit(&mut self, i: usize) {
+        let c = &mut self.clients[i];
+        c.phase = Phase::Reiniting;
+        let body = ControlRequest::ClientReinit {
+            min_version: PROTO_VERSION,
+            lease_ms: c.lease_ms,
+            session: c.session,
+        };
+        let id = c.id.unwrap_or(0);
+        self.send_control(i, id, body, Ctl::Reinit);
+    }
+
+    fn send_control(&mut self, i: usize, word: u32, body: ControlRequest<'_>, ctl: Ctl) {
+        let message_id = self.clients[i].message_id();
+        let bytes = control_bytes(word, message_id, body);
+        self.clients[i].pending = Some(Pending {
+            out: Out::Control(ctl),
+            message_id,
+            sent_at: self.server_now(),
+        });
+        self.ops += 1;
+        self.transmit(i, Dir::ControlRequest, bytes);
+    }
+
+    /// Sends the lock and object commands of `items` as one data message.
+    fn send_data(&mut self, i: usize, items: Vec<Item>, commands: &[Command], flags: u32) {
+        let c = &mut self.clients[i];
+        let message_id = c.message_id();
+        let header = DataHeader {
+            version: PROTO_VERSION,
+            count: 0,
+            message_id,
+            client: c.id.unwrap_or(0),
+            flags,
+        };
+        let mut buf = vec![0u8; DATA_MESSAGE_MAX];
+        let n = encode_data_request(&header, commands, &mut buf).expect("encode data request");
+        buf.truncate(n);
+        let wait_ms = match commands {
+            [Command::Lock(l)] => l.wait_ms,
+            _ => 0,
+        };
+        c.pending = Some(Pending {
+            out: Out::Data { items, wait_ms },
+            message_id,
+            sent_at: self.now + self.clock_offset,
+        });
+        self.ops += commands.len() as u64;
+        self.transmit(i, Dir::DataRequest, buf);
+    }
+
+    /// A registered, idle client does one random thing.
+    fn workload(&mut self, srv: &mut Server<'_>, i: usize) -> Result<(), String> {
+        let r = self.rng.below(1_000);
+        let records: Vec<usize> = self.clients[i].live_records().collect();
+        if (records.len() < self.clients[i].appetite && r < 150) || records.is_empty() {
+            return self.get_locks(i);
+        }
+        match r {
+            0..=2 => {
+                // Graceful exit; a new registration follows later.
+                let c = &mut self.clients[i];
+                c.locks.clear();
+                c.objects.clear();
+                c.phase = Phase::Deiniting;
+                let id = c.id.unwrap_or(0);
+                self.send_control(i, id, ControlRequest::ClientDeinit, Ctl::Deinit);
+            }
+            3..=30 => {
+                let pick = records[self.rng.index(records.len())];
+                if self.clients[i].locks[pick].as_ref().is_some_and(releasable) {
+                    let lock = self.clients[i].locks[pick]
+                        .as_ref()
+                        .map_or(0, |l| l.local.id.raw());
+                    let id = self.clients[i].id.unwrap_or(0);
+                    self.send_control(
+                        i,
+                        id,
+                        ControlRequest::ReleaseLock { lock },
+                        Ctl::Release(pick),
+                    );
+                }
+            }
+            31..=160 => self.object_op(i),
+            _ => self.lock_op(srv, i, &records)?,
+        }
+        Ok(())
+    }
+
+    fn get_locks(&mut self, i: usize) -> Result<(), String> {
+        let want = if self.rng.below(3) == 0 {
+            self.rng.range(2, 4)
+        } else {
+            1
+        };
+        let mut names = Vec::new();
+        for _ in 0..want {
+            let n = self.rng.index(self.names.len());
+            if self.clients[i].record_of(n).is_none() && !names.contains(&n) {
+                names.push(n);
+            }
+        }
+        let id = self.clients[i].id.unwrap_or(0);
+        match names.as_slice() {
+            [] => {}
+            [n] => {
+                let (name, kind) = self.names[*n].clone();
+                let body = ControlRequest::GetLock { kind, name: &name };
+                self.send_control(i, id, body, Ctl::GetLock(names.clone()));
+            }
+            _ => {
+                let entries: Vec<(LockKind, &[u8])> = names
+                    .iter()
+                    .map(|&n| (self.names[n].1, self.names[n].0.as_slice()))
+                    .collect();
+                let message_id = self.clients[i].message_id();
+                let bytes = control_bytes(
+                    id,
+                    message_id,
+                    ControlRequest::BatchGetLock(Batch::from_slice(&entries)),
+                );
+                self.clients[i].pending = Some(Pending {
+                    out: Out::Control(Ctl::GetLock(names)),
+                    message_id,
+                    sent_at: self.server_now(),
+                });
+                self.ops += 1;
+                self.transmit(i, Dir::ControlRequest, bytes);
+            }
+        }
+        Ok(())
+    }
+
+    fn object_op(&mut self, i: usize) {
+        let id = self.clients[i].id.unwrap_or(0);
+        if self.clients[i].objects.is_empty() || self.rng.below(20) == 0 {
+            let n = self.rng.index(self.object_names.len());
+            let name = self.object_names[n].clone();
+            let held = self.clients[i].objects.iter().position(|o| o.0 == n);
+            if let Some(k) = held {
+                let object = self.clients[i].objects[k].1.raw();
+                self.send_control(
+                    i,
+                    id,
+                    ControlRequest::ObjectRelease { object },
+                    Ctl::Release(usize::MAX - k),
+                );
+            } else if self.rng.below(2) == 0 {
+                let body = ControlRequest::ObjectCreate {
+                    name: &name,
+                    init: self.rng.below(1 << 20),
+                    lease_s: 1,
+                };
+                self.send_control(i, id, body, Ctl::ObjectCreate(n));
+            } else {
+                let body = ControlRequest::ObjectGet {
+                    name: &name,
+                    lease_s: 1,
+                };
+                self.send_control(i, id, body, Ctl::ObjectGet(n));
+            }
+            return;
+        }
+        let count = self.rng.range(1, 3) as usize;
+        let mut items = Vec::new();
+        let mut commands = Vec::new();
+        for _ in 0..count {
+            let k = self.rng.index(self.clients[i].objects.len());
+            let object = self.clients[i].objects[k].1.raw();
+            let last = self.clients[i].last_value[k];
+            let (op, a, b) = match self.rng.below(3) {
+                0 => (ObjectOp::Faa, self.rng.range(1, 5), 0),
+                // Values only move up, so FAA results stay unique.
+                1 => (ObjectOp::Cas, last, last + self.rng.range(1, 5)),
+                _ => (ObjectOp::Snapshot, 0, 0),
+            };
+            items.push(Item::Object { obj: k });
+            commands.push(Command::Object(ObjectCommand { op, object, a, b }));
+        }
+        self.send_data(i, items, &commands, 0);
+    }
+
+    /// One lock operation (or a batch) on the client's records, decided by `LocalLock`.
+    fn lock_op(&mut self, srv: &mut Server<'_>, i: usize, records: &[usize]) -> Result<(), String> {
+        let _ = srv;
+        let now = self.server_now();
+        let pick = records[self.rng.index(records.len())];
+        let Some(l) = self.clients[i].locks[pick].clone() else {
+            return Ok(());
+        };
+        let expire = self.rng.range(30, 1_500) as u32;
+        let mode = if l.local.kind == LockKind::Atomic || self.rng.below(2) == 0 {
+            Mode::Exclusive
+        } else {
+            Mode::Shared
+        };
+        let r = self.rng.below(100);
+        // Batches: several records at once, per item or all-or-nothing.
+        if r < 12 && records.len() > 1 {
+            let unlock = l.local.state.held_mode().is_some();
+            let all_or_nothing = !unlock && self.rng.below(2) == 0;
+            let mut items = Vec::new();
+            let mut commands = Vec::new();
+            for &rec in records.iter().take(BATCH_MAX) {
+                let Some(rl) = self.clients[i].locks[rec].as_mut() else {
+                    continue;
+                };
+                let d = if unlock {
+                    if rl.local.state.held_mode().is_none() {
+                        continue;
+                    }
+                    rl.local.unlock()
+                } else {
+                    if !idle_for_trylock(rl) || rl.local.state.held_mode().is_some() {
+                        continue;
+                    }
+                    let m = if rl.local.kind == LockKind::Atomic {
+                        Mode::Exclusive
+                    } else {
+                        mode
+                    };
+                    rl.local.trylock(m, expire, 0)
+                };
+                self.ops += 1;
+                if let Decision::Send(req) = d {
+                    if is_unlock(req.command().op) && rl.local.state.held_mode().is_some() {
+                        rl.releasing = true;
+                    }
+                    items.push(Item::Lock { rec, req });
+                    commands.push(Command::Lock(req.command()));
+                }
+            }
+            if !commands.is_empty() {
+                self.ops -= commands.len() as u64;
+                let flags = if all_or_nothing {
+                    FLAG_ALL_OR_NOTHING
+                } else {
+                    0
+                };
+                self.send_data(i, items, &commands, flags);
+            }
+            return Ok(());
+        }
+        let l = self.clients[i].locks[pick].as_mut().expect("picked record");
+        let d = match (l.releasing, l.local.state) {
+            (true, _) => l.local.unlock(),
+            (false, LocalState::ExclusiveLocked | LocalState::SharedLocked) => {
+                let held = l.local.state.held_mode().unwrap_or(Mode::Exclusive);
+                match r {
+                    0..=59 => l.local.unlock(),
+                    60..=79 => l.local.extend(held, if r == 79 { 0 } else { expire }),
+                    _ => l.local.trylock(held, expire, 0),
+                }
+            }
+            (false, LocalState::ExclusiveTicketed | LocalState::SharedTicketed) => {
+                let queued = l.local.state.ticket_mode().unwrap_or(Mode::Exclusive);
+                match r {
+                    0..=14 => l.local.unlock(),
+                    15..=49 => l
+                        .local
+                        .trylock(queued, expire, self.rng.range(5, 600) as u32),
+                    _ => l.local.trylock(queued, expire, 0),
+                }
+            }
+            (false, LocalState::Initialized | LocalState::Unlocked) => {
+                if r < 45 {
+                    l.local.trylock(mode, expire, self.rng.range(5, 800) as u32)
+                } else {
+                    l.local.trylock(mode, expire, 0)
+                }
+            }
+        };
+        self.ops += 1;
+        match d {
+            Decision::Answer(_) => {
+                let name = l.name;
+                if l.used_mode().is_some() {
+                    self.note_belief(i, name)?;
+                }
+                let _ = now;
+            }
+            Decision::Send(req) => {
+                if is_unlock(req.command().op) && l.local.state.held_mode().is_some() {
+                    l.releasing = true;
+                }
+                self.ops -= 1;
+                let c = req.command();
+                self.send_data(
+                    i,
+                    vec![Item::Lock { rec: pick, req }],
+                    &[Command::Lock(c)],
+                    0,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// A reply reached client `i`.
+    pub(super) fn on_reply(
+        &mut self,
+        srv: &mut Server<'_>,
+        i: usize,
+        dir: Dir,
+        bytes: &[u8],
+    ) -> Result<(), String> {
+        let _ = srv;
+        match dir {
+            Dir::DataReply => self.on_data_reply(i, bytes),
+            _ => self.on_control_reply(i, bytes),
+        }
+    }
+
+    fn on_data_reply(&mut self, i: usize, bytes: &[u8]) -> Result<(), String> {
+        let rep =
+            decode_data_response(bytes).map_err(|e| format!("client decodes reply: {e:?}"))?;
+        let now = self.now + self.clock_offset;
+        let from_reply = self.lease_from_reply;
+        let c = &mut self.clients[i];
+        let matches = matches!(&c.pending, Some(p) if p.message_id == rep.header().message_id
+            && matches!(p.out, Out::Data { .. }));
+        if !matches {
+            // A duplicate or a reply to a request given up on.
+            return Ok(());
+        }
+        let Some(Pending {
+            out: Out::Data { items, .. },
+            sent_at,
+            ..
+        }) = c.pending.take()
+        else {
+            return Ok(());
+        };
+        if items.len() != rep.len() {
+            return Err(format!(
+                "reply has {} results for {} commands",
+                rep.len(),
+                items.len()
+            ));
+        }
+        let mut gone = false;
+        let mut grants = Vec::new();
+        for (k, item) in items.iter().enumerate() {
+            let r = rep.result(k).result;
+            gone |= registration_gone(r.status);
+            match *item {
+                Item::Lock { rec, req } => {
+                    let Some(l) = c.locks.get_mut(rec).and_then(Option::as_mut) else {
+                        continue;
+                    };
+                    if l.local.id.raw() != req.command().lock {
+                        continue;
+                    }
+                    let before = l.used_mode();
+                    // The grant and its lease are counted from the send: the server's start
+                    // no earlier, so the client never trusts a grant longer than the server.
+                    let at = if from_reply { now } else { sent_at };
+                    let _ = l.local.apply(&req, &r, at);
+                    if l.local.state.held_mode().is_none() {
+                        l.releasing = false;
+                    }
+                    if l.used_mode().is_some() && before != l.used_mode()
+                        || l.used_mode().is_some() && r.status == Status::Success
+                    {
+                        grants.push(l.name);
+                    }
+                }
+                Item::Object { obj } => {
+                    if let Some(v) = c.last_value.get_mut(obj) {
+                        *v = r.aux;
+                    }
+                }
+            }
+        }
+        if gone {
+            c.forget_all();
+            return Ok(());
+        }
+        c.lease_anchor = c.lease_anchor.max(sent_at);
+        for name in grants {
+            self.note_belief(i, name)?;
+        }
+        Ok(())
+    }
+
+    fn on_control_reply(&mut self, i: usize, bytes: &[u8]) -> Result<(), String> {
+        let rep =
+            decode_control_response(bytes).map_err(|e| format!("client decodes reply: {e:?}"))?;
+        let status = rep.header.status().unwrap_or(Status::BadResponse);
+        let c = &mut self.clients[i];
+        if let Some(hb) = &c.heartbeat
+            && hb.message_id == rep.header.message_id
+        {
+            let sent_at = hb.sent_at;
+            c.heartbeat = None;
+            if registration_gone(status) {
+                c.forget_all();
+            } else {
+                c.lease_anchor = c.lease_anchor.max(sent_at);
+            }
+            return Ok(());
+        }
+        let Some(p) = c
+            .pending
+            .as_ref()
+            .filter(|p| p.message_id == rep.header.message_id)
+        else {
+            return Ok(());
+        };
+        let Out::Control(ctl) = p.out.clone() else {
+            return Ok(());
+        };
+        let sent_at = p.sent_at;
+        c.pending = None;
+        if registration_gone(status) && !matches!(ctl, Ctl::Init) {
+            c.forget_all();
+            return Ok(());
+        }
+        if !matches!(ctl, Ctl::Init | Ctl::Deinit) {
+            c.lease_anchor = c.lease_anchor.max(sent_at);
+        }
+        match (ctl, rep.body) {
+            (Ctl::Init, ControlResponse::Init(r)) => {
+                c.id = Some(r.client);
+                c.session = r.session;
+                c.lease_ms = r.lease_ms;
+                c.lease_anchor = sent_at;
+                c.connected = true;
+                c.phase = Phase::Ready;
+                self.by_id.insert(r.client, i);
+            }
+            (Ctl::Init, _) => c.phase = Phase::Idle,
+            (Ctl::Reinit, ControlResponse::Init(r)) => {
+                c.connected = true;
+                c.lease_anchor = sent_at;
+                c.lease_ms = r.lease_ms;
+                if r.recovering {
+                    // A new server: objects are not carried over; locks are re-claimed.
+                    c.objects.clear();
+                    c.last_value.clear();
+                    c.phase = Phase::Claiming;
+                    self.send_claims(i, 0);
+                } else {
+                    c.phase = Phase::Ready;
+                    let names: Vec<usize> = c
+                        .locks
+                        .iter()
+                        .flatten()
+                        .filter(|l| l.used_mode().is_some())
+                        .map(|l| l.name)
+                        .collect();
+                    for n in names {
+                        self.note_belief(i, n)?;
+                    }
+                }
+            }
+            (Ctl::Reinit, _) => {
+                // Refused (a wrong session cannot happen here): start over.
+                c.forget_all();
+            }
+            (Ctl::Claims(recs), ControlResponse::Entries(e)) => {
+                if e.len() != recs.len() {
+                    return Err("claims answered with the wrong count".into());
+                }
+                let last = recs.last().copied().unwrap_or(0);
+                for (rec, entry) in recs.iter().zip(e.iter()) {
+                    claim_answered(&mut c.locks[*rec], entry);
+                }
+                self.send_claims(i, last + 1);
+            }
+            (Ctl::Claims(_), _) => {
+                // The batch was refused whole: try the whole reinit again.
+                c.connected = false;
+                c.notice_at = self.now;
+            }
+            (Ctl::Done, _) => c.phase = Phase::Ready,
+            (Ctl::Deinit, _) => c.forget_all(),
+            (Ctl::GetLock(names), ControlResponse::Lock { lock }) => {
+                if let (Some(&n), Some(id)) = (names.first(), LockId::from_raw(lock)) {
+                    let kind = self.names[n].1;
+                    c.locks.push(Some(SimLock {
+                        name: n,
+                        local: LocalLock::new(id, kind),
+                        releasing: false,
+                    }));
+                }
+            }
+            (Ctl::GetLock(names), ControlResponse::Entries(e)) => {
+                for (n, entry) in names.iter().zip(e.iter()) {
+                    if let (Status::Success, Some(id)) = (entry.status, LockId::from_raw(entry.id))
+                    {
+                        let kind = self.names[*n].1;
+                        c.locks.push(Some(SimLock {
+                            name: *n,
+                            local: LocalLock::new(id, kind),
+                            releasing: false,
+                        }));
+                    }
+                }
+            }
+            (Ctl::GetLock(_), _) => {}
+            (Ctl::Release(k), _) if k > usize::MAX / 2 => {
+                let k = usize::MAX - k;
+                if k < c.objects.len() {
+                    c.objects.remove(k);
+                    c.last_value.remove(k);
+                }
+            }
+            (Ctl::Release(rec), _) => {
+                if status == Status::Success {
+                    c.locks[rec] = None;
+                }
+            }
+            (Ctl::ObjectCreate(_), _) => {}
+            (Ctl::ObjectGet(n), ControlResponse::ObjectRef { object, .. }) => {
+                if let Some(id) = dlock_core::ObjectId::from_raw(object)
+                    && !c.objects.iter().any(|o| o.0 == n)
+                {
+                    c.objects.push((n, id));
+                    c.last_value.push(0);
+                }
+            }
+            (Ctl::ObjectGet(_), _) => {}
+        }
+        Ok(())
+    }
+
+    /// Sends the claims of the records from index `from` on (up to 31), or `ReinitDone` when
+    /// none is left.
+    fn send_claims(&mut self, i: usize, from: usize) {
+        let now = self.server_now();
+        let c = &mut self.clients[i];
+        let id = c.id.unwrap_or(0);
+        let mut recs = Vec::new();
+        let mut claims = Vec::new();
+        for rec in from..c.locks.len() {
+            if recs.len() == BATCH_MAX {
+                break;
+            }
+            let Some(l) = &c.locks[rec] else { continue };
+            let Some(claim) = l.local.claim(now) else {
+                c.locks[rec] = None;
+                continue;
+            };
+            recs.push(rec);
+            claims.push(LockClaim {
+                kind: l.local.kind,
+                held: claim.held,
+                name: &self.names[l.name].0,
+                old_lock: l.local.id.raw(),
+                word: l.local.word,
+                ticket: claim.ticket,
+                remaining_ms: claim.remaining_ms,
+                age_ms: claim.age_ms,
+                token: claim.token,
+            });
+        }
+        if recs.is_empty() {
+            c.phase = Phase::Finishing;
+            self.send_control(i, id, ControlRequest::ReinitDone, Ctl::Done);
+            return;
+        }
+        let message_id = c.message_id();
+        let bytes = control_bytes(
+            id,
+            message_id,
+            ControlRequest::BatchUpdateLocks(Batch::from_slice(&claims)),
+        );
+        c.pending = Some(Pending {
+            out: Out::Control(Ctl::Claims(recs)),
+            message_id,
+            sent_at: now,
+        });
+        self.ops += 1;
+        self.transmit(i, Dir::ControlRequest, bytes);
+    }
+}
+
+/// Files a claim's answer: the new id on success, else the record is gone (the grant is lost,
+/// as `Client::update_all_locks` forgets it).
+fn claim_answered(slot: &mut Option<SimLock>, entry: BatchEntry) {
+    match (entry.status, LockId::from_raw(entry.id), slot.as_mut()) {
+        (Status::Success, Some(id), Some(l)) => l.local.id = id,
+        _ => *slot = None,
+    }
+}
+
+/// A control request frame.
+fn control_bytes(word: u32, message_id: u16, body: ControlRequest<'_>) -> Vec<u8> {
+    let frame = ControlRequestFrame {
+        header: ControlHeader {
+            version: PROTO_VERSION,
+            msg: body.msg_type(),
+            message_id,
+            word,
+        },
+        body,
+    };
+    let mut buf = vec![0u8; dlock_core::proto::CONTROL_FRAME_MAX];
+    let n = encode_control_request(&frame, &mut buf).expect("encode control request");
+    buf.truncate(n);
+    buf
+}
+
+/// Whether `op` releases a grant or abandons a ticket.
+fn is_unlock(op: LockOp) -> bool {
+    matches!(op, LockOp::UnlockExclusive | LockOp::UnlockShared)
+}
