@@ -120,7 +120,7 @@ impl ClientId {
 ///
 /// Comparison is constant-time ([`Session::matches`]) so that the time a refusal takes says
 /// nothing about how many leading bytes of a guess were right, and `Debug` never prints it.
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Default)]
 #[repr(transparent)]
 pub struct Session(pub [u8; Session::LEN]);
 
@@ -131,16 +131,11 @@ impl Session {
     /// gets it (the server redraws), so showing it proves nothing.
     pub const NONE: Session = Session([0; Session::LEN]);
 
-    /// Whether `other` is this secret, in time that does not depend on where they differ.
+    /// Whether `other` is this secret — and a secret at all: [`Session::NONE`] matches
+    /// nothing — in time that does not depend on where they differ.
     #[inline]
     pub fn matches(&self, other: &Session) -> bool {
-        let mut diff = 0u8;
-        for (a, b) in self.0.iter().zip(other.0.iter()) {
-            diff |= a ^ b;
-        }
-        // The optimiser may not turn the fold back into an early-exit comparison: it cannot see
-        // through `black_box`, so every byte is read and combined before the one branch.
-        core::hint::black_box(diff) == 0 && !self.is_none()
+        self == other && !self.is_none()
     }
 
     /// Whether this is [`Session::NONE`].
@@ -149,6 +144,22 @@ impl Session {
         self.0 == [0; Session::LEN]
     }
 }
+
+/// Equality in constant time: every byte is read and combined before the one branch, so the
+/// time `==` takes says nothing about how many leading bytes of a guess were right. (The
+/// optimiser cannot turn the fold back into an early exit: it cannot see through `black_box`.)
+impl PartialEq for Session {
+    #[inline]
+    fn eq(&self, other: &Session) -> bool {
+        let mut diff = 0u8;
+        for (a, b) in self.0.iter().zip(other.0.iter()) {
+            diff |= a ^ b;
+        }
+        core::hint::black_box(diff) == 0
+    }
+}
+
+impl Eq for Session {}
 
 impl core::fmt::Debug for Session {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {

@@ -222,11 +222,25 @@ impl ClientTlsArgs {
 /// The server's TLS settings from `args`, with the key's files checked now.
 fn server_tls(args: &ServeArgs) -> Result<Option<TlsConfig>, String> {
     let (Some(cert), Some(key), Some(ca)) = (&args.tls_cert, &args.tls_key, &args.tls_ca) else {
-        if args.tls_cert.is_some() || args.tls_key.is_some() || args.tls_ca.is_some() {
+        // Flags are checked by clap; a TOML file is not, and a TLS setting that is silently
+        // dropped would leave the server in plaintext.
+        let any = args.tls_cert.is_some()
+            || args.tls_key.is_some()
+            || args.tls_ca.is_some()
+            || args.tls_crl.is_some()
+            || args.tls_key_password_file.is_some()
+            || args.tls_cipher_suites.is_some();
+        if any {
             return Err("TLS needs all of tls_cert, tls_key and tls_ca".into());
         }
         return Ok(None);
     };
+    for secret in [Some(key), args.tls_key_password_file.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        warn_if_shared(secret);
+    }
     let mut cfg = TlsConfig::new(cert, key, ca);
     for crl in args.tls_crl.iter().flatten() {
         cfg = cfg.with_crl(crl);
@@ -249,6 +263,20 @@ fn server_tls(args: &ServeArgs) -> Result<Option<TlsConfig>, String> {
     // Read the files now, so a bad path or key is reported before anything starts.
     dlock_transport::tls::server_config(&cfg).map_err(|e| e.to_string())?;
     Ok(Some(cfg))
+}
+
+/// Logs a warning when a secret file can be read by anyone but its owner.
+fn warn_if_shared(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(path)
+        && meta.permissions().mode() & 0o077 != 0
+    {
+        tracing::warn!(
+            path = %path.display(),
+            mode = format_args!("{:o}", meta.permissions().mode() & 0o777),
+            "a secret file is readable by others than its owner; chmod 600 it"
+        );
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]

@@ -120,3 +120,32 @@ fn serve_refuses_plaintext_off_loopback_and_speaks_tls_with_certificates() {
         .unwrap();
     assert_eq!(not_tls, "1", "{text}");
 }
+
+/// A TLS setting in the TOML file without the certificate, key and CA is an error, not a
+/// server quietly left in plaintext.
+#[test]
+fn a_tls_setting_in_the_config_file_without_certificates_is_refused() {
+    let dir = TempDir::new("cli-toml");
+    let file = dir.write("dlock.toml", "tls_crl = [\"/nonexistent.crl\"]\n");
+    let out = Command::new(DLOCK)
+        .args([
+            "serve",
+            "--config",
+            file.to_str().unwrap(),
+            "--clients",
+            "4",
+        ])
+        .args([
+            "--locks",
+            "8",
+            "--objects",
+            "4",
+            "--bind",
+            "127.0.0.1:21998",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("TLS needs all of"), "{said}");
+}

@@ -36,8 +36,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use dlock_core::proto::{
-    ATTACH_LEN, ATTACH_MAGIC, Attach, CONTROL_FRAME_MAX, CONTROL_MAGIC, DATA_MESSAGE_MAX,
-    DecodeError, MsgType, control_frame_len, peek_control_header, peek_data_header, peek_magic,
+    ATTACH_LEN, ATTACH_MAGIC, Attach, CONTROL_FRAME_MAX, CONTROL_MAGIC, ControlHeader,
+    ControlResponse, DATA_MESSAGE_MAX, DecodeError, MsgType, control_frame_len,
+    encode_control_response, peek_control_header, peek_data_header, peek_magic,
 };
 use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -206,11 +207,10 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Tls(s, tls) => match tls.write_plain(buf)? {
-                // rustls' buffer is full: the socket must drain first.
-                0 => {
-                    tls.flush(s)?;
-                    Err(io::ErrorKind::WouldBlock.into())
-                }
+                // rustls' buffer is full: the socket must drain first. If it took everything,
+                // there is room again now (and no writable edge would come to say so).
+                0 if tls.flush(s)? => tls.write_plain(buf),
+                0 => Err(io::ErrorKind::WouldBlock.into()),
                 n => Ok(n),
             },
             Stream::Unix(s) => s.write(buf),
@@ -597,7 +597,7 @@ impl Control<'_> {
         };
         // One request at a time, and not while the previous reply is still being written: a
         // peer that sends without reading cannot make us buffer replies for it.
-        if c.in_flight || !c.wbuf.is_empty() {
+        if c.in_flight || !c.wbuf.is_empty() || c.stream.wants_write() {
             return;
         }
         let conn = (c.generation as u64) << 32 | i as u64;
@@ -610,6 +610,17 @@ impl Control<'_> {
             }
         };
         let (kind, len, cap) = next;
+        if c.gone.is_some() && kind == JobKind::Control && !registers_or_reads_stats(&c.rbuf[..len])
+        {
+            // Its client is gone: the state machine must not see a frame in its name, since the
+            // id may be registered again by someone else meanwhile. Say so from here.
+            answer_client_gone(&c.rbuf[..len], &mut c.wbuf);
+            c.rbuf.copy_within(len..c.rlen, 0);
+            c.rlen -= len;
+            c.frame_started = (c.rlen > 0).then(Instant::now);
+            self.flush(i);
+            return;
+        }
         let mut buf = take_buf(&mut self.spare, cap);
         buf[..len].copy_from_slice(&c.rbuf[..len]);
         c.rbuf.copy_within(len..c.rlen, 0);
@@ -641,7 +652,19 @@ impl Control<'_> {
                 .and_then(Option::as_mut)
                 .filter(|c| c.generation == generation)
             else {
-                continue; // the connection is gone
+                // The connection is gone. If this reply registered a client, nobody will hear
+                // it: the connection's loss is that client's loss, as if it had been bound.
+                if job.kind == JobKind::Control
+                    && let Some(client) = registered(&job.buf[..job.len])
+                {
+                    let _ = self.submit(Job {
+                        conn: job.conn,
+                        kind: JobKind::Disconnected { client },
+                        len: 0,
+                        buf: Vec::new(),
+                    });
+                }
+                continue;
             };
             c.in_flight = false;
             match job.kind {
@@ -739,10 +762,20 @@ impl Control<'_> {
     /// honest `CLIENT_NOT_INIT` from the state machine.
     fn client_gone(&mut self, client: u32) {
         let now = Instant::now();
-        for c in self.conns.iter_mut().flatten() {
-            if c.bound_client() == Some(client) {
+        for j in 0..self.conns.len() {
+            let Some(c) = self.conns[j].as_mut() else {
+                continue;
+            };
+            if c.bound_client() != Some(client) {
+                continue;
+            }
+            self.shared.counters.bump(Counter::ConnectionsOfGoneClients);
+            if matches!(c.role, Role::Data(_)) {
+                // A data connection has nothing to tell its client that the control connection
+                // does not; it goes at once.
+                self.close(j);
+            } else {
                 c.gone = Some(now);
-                self.shared.counters.bump(Counter::ConnectionsOfGoneClients);
             }
         }
     }
@@ -820,6 +853,33 @@ impl Control<'_> {
                 self.shared.counters.bump(Counter::ConnectionsTimedOut);
             }
         }
+    }
+}
+
+/// Whether a control frame registers (init, reinit) or reads the counters: what a connection
+/// whose client is gone may still send.
+fn registers_or_reads_stats(frame: &[u8]) -> bool {
+    peek_control_header(frame).is_ok_and(|(h, _)| {
+        matches!(
+            h.msg,
+            MsgType::ClientInit | MsgType::ClientReinit | MsgType::Stats
+        )
+    })
+}
+
+/// Appends to `out` the reply a gone client's request gets: `CLIENT_NOT_INIT`, with the
+/// request's type and message id, as the state machine would answer it.
+fn answer_client_gone(frame: &[u8], out: &mut Vec<u8>) {
+    let Ok((h, _)) = peek_control_header(frame) else {
+        return;
+    };
+    let header = ControlHeader {
+        word: dlock_core::Status::ClientNotInit as u32,
+        ..h
+    };
+    let mut reply = [0u8; dlock_core::proto::CONTROL_HEADER_LEN];
+    if let Ok(n) = encode_control_response(&header, &ControlResponse::Empty, &mut reply) {
+        out.extend_from_slice(&reply[..n]);
     }
 }
 

@@ -223,9 +223,9 @@ impl Data<'_> {
 
     /// Records that `client`, registered over a socket, now has `slot`. A different client that
     /// had the slot before is gone: its connections are closed.
-    fn bind(&mut self, slot: u32, client: u32) {
+    fn bind(&mut self, server: &Server<'_>, slot: u32, client: u32) {
         let before = std::mem::replace(&mut self.bound[slot as usize], client);
-        if before != 0 && before != client {
+        if before != 0 && before != client && !server.is_registered(before) {
             self.client_gone(before);
         }
     }
@@ -247,7 +247,11 @@ impl Data<'_> {
             if client != 0 && server.client_slot_of(client) != Some(slot as u32) {
                 self.bound[slot] = 0;
                 self.control_conn[slot] = 0;
-                self.client_gone(client);
+                // Registered again in another slot (a recovering server takes old ids back):
+                // its connections are live, the new slot's binding speaks for them.
+                if !server.is_registered(client) {
+                    self.client_gone(client);
+                }
             }
         }
         self.shared.exchange.wake_control();
@@ -285,7 +289,7 @@ impl Data<'_> {
                                 && let Some(slot) = server.client_slot_of(client)
                             {
                                 self.control_conn[slot as usize] = job.conn;
-                                self.bind(slot, client);
+                                self.bind(server, slot, client);
                                 self.fence_lanes(server, slot, client, now);
                             }
                         }

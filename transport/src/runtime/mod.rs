@@ -246,6 +246,20 @@ impl ServerHandle {
                 ),
             ));
         }
+        let clients = cfg.core.clients_max as usize;
+        let connections_min = 2 * clients + clients.div_ceil(4);
+        if cfg.connections_max < connections_min {
+            // Registered clients could then hold every connection, and nobody could register
+            // or read the counters any more.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "connections_max {} leaves no room: {clients} clients need 2 connections each \
+                     plus a quarter spare for newcomers, at least {connections_min}",
+                    cfg.connections_max
+                ),
+            ));
+        }
         getrandom::fill(&mut [0u8; 16]).map_err(|e| {
             io::Error::other(format!("no entropy for session secrets from the OS: {e}"))
         })?;
