@@ -145,6 +145,41 @@ impl Session {
     }
 }
 
+/// An operator's secret shared by a server and the server that may replace it after a failure.
+/// With it, a session is `nonce ‖ MAC(key, client id, nonce)` (8 bytes each, the MAC supplied by
+/// the runtime as a [`SessionMac`]), so a replacement server can tell a client that
+/// re-registers with the session the failed server gave it from one that only claims its id.
+#[derive(Clone)]
+pub struct SessionKey(pub [u8; 32]);
+
+impl core::fmt::Debug for SessionKey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("SessionKey(..)")
+    }
+}
+
+/// The keyed MAC behind [`SessionKey`]: `mac(key, client, nonce)`, truncated to 8 bytes. A
+/// forger needs about 2^64 guesses, each a registration attempt the server counts. `dlock-core`
+/// computes no cryptography itself; the runtime passes HMAC-SHA-256.
+pub type SessionMac = fn(key: &SessionKey, client: u32, nonce: &[u8; 8]) -> [u8; 8];
+
+impl Session {
+    /// The session minted for `client` from `nonce` under `key`.
+    pub fn minted(key: &SessionKey, mac: SessionMac, client: u32, nonce: [u8; 8]) -> Session {
+        let mut s = Session::NONE;
+        s.0[..8].copy_from_slice(&nonce);
+        s.0[8..].copy_from_slice(&mac(key, client, &nonce));
+        s
+    }
+
+    /// Whether this session was minted for `client` under `key` (constant-time).
+    pub fn is_minted_for(&self, key: &SessionKey, mac: SessionMac, client: u32) -> bool {
+        let mut nonce = [0u8; 8];
+        nonce.copy_from_slice(&self.0[..8]);
+        Session::minted(key, mac, client, nonce).matches(self)
+    }
+}
+
 /// Equality in constant time: every byte is read and combined before the one branch, so the
 /// time `==` takes says nothing about how many leading bytes of a guess were right. (The
 /// optimiser cannot turn the fold back into an early exit: it cannot see through `black_box`.)

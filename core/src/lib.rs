@@ -66,5 +66,8 @@ pub mod table;
 pub mod word;
 
 pub use config::Config;
-pub use ids::{ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Session, Ticket};
+pub use ids::{
+    ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Session, SessionKey, SessionMac,
+    Ticket,
+};
 pub use status::Status;

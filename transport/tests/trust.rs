@@ -305,3 +305,55 @@ fn a_connection_cap_that_leaves_registered_clients_no_room_is_refused_at_start()
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
     assert!(err.to_string().contains("connections_max"), "{err}");
 }
+
+/// After a failover, a replacement server that shares the failed one's session key takes back
+/// the client that comes with its session, and refuses a peer that only knows its id — which,
+/// without the key, could re-register as the client and claim its locks.
+#[test]
+fn a_replacement_server_with_the_shared_key_refuses_a_peer_claiming_anothers_id() {
+    let key = dlock_core::SessionKey([0x42; 32]);
+    let first = server_with(small(8, 30_000), |cfg| cfg.session_key = Some(key.clone()));
+    let addr = first.tcp_addr().unwrap();
+    let mut victim = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
+    let lock = victim.get_lock(LockKind::Atomic, b"orders/rg-17").unwrap();
+    let held = victim.trylock(lock, Mode::Exclusive, 60_000).unwrap();
+    assert_eq!(held.status, Status::Success);
+    first.stop();
+
+    let replacement = Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..small(8, 30_000)
+    };
+    let second = server_with(replacement, |cfg| {
+        cfg.tcp = Some(TcpConfig::new(addr));
+        cfg.session_key = Some(key.clone());
+    });
+    // The attacker gets there first, with the victim's id and any session it can make up.
+    let mut attacker = connect(addr);
+    let reinit = ControlRequest::ClientReinit {
+        min_version: PROTO_VERSION,
+        lease_ms: 0,
+        session: dlock_core::Session([0x13; dlock_core::Session::LEN]),
+    };
+    let reply = control(&mut attacker, victim.id().get(), reinit).expect("answered");
+    assert_eq!(
+        decode_control_response(&reply).unwrap().header.status(),
+        Some(Status::Einval)
+    );
+    // The victim comes back with its session and gets its lock back.
+    assert_eq!(victim.reinit(), Ok(true), "the replacement is recovering");
+    victim.update_all_locks().unwrap();
+    victim.reinit_done().unwrap();
+    assert_eq!(counter(addr, "sessions_refused"), 1);
+    let mut rival = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
+    let rival_lock = rival.get_lock(LockKind::Atomic, b"orders/rg-17").unwrap();
+    assert_eq!(
+        rival
+            .trylock(rival_lock, Mode::Exclusive, 1_000)
+            .map(|g| g.status),
+        Err(Status::Fail),
+        "the victim still holds it"
+    );
+    drop(second);
+}

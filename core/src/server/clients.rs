@@ -44,7 +44,11 @@ impl<'r> Server<'r> {
     /// On a serving server the entry must still exist (else `ClientRemovedByServer`: the lease
     /// ran out and its locks are gone) and `session` must be the registration's secret (else
     /// `Einval`); its abnormal mark is cleared. On a recovering server the
-    /// entry is created with the old id in the recovering state, ready for `update_lock` claims.
+    /// entry is created with the old id in the recovering state, ready for `update_lock` claims:
+    /// with a session key (`set_session_key`) only if `session` was minted for this id under
+    /// it (else `Einval`, counted in `sessions_refused`). Without a key the id is taken at its
+    /// word, as the reference does: anyone who can reach a recovering server can then claim an
+    /// id and its locks, so a server that may replace another should share its key.
     pub fn client_reinit(
         &mut self,
         raw: u32,
@@ -72,6 +76,12 @@ impl<'r> Server<'r> {
         self.recovery_clock(now_ms);
         if self.recovering == 0 {
             return Err(self.refuse(Status::ClientRemovedByServer));
+        }
+        if let Some((key, mac)) = &self.session_key
+            && !session.is_minted_for(key, *mac, raw)
+        {
+            self.stats.bump(Counter::SessionsRefused);
+            return Err(self.refuse(Status::Einval));
         }
         self.register(id, ClientState::Recovering, version, lease_ms, now_ms)?;
         self.progress.reregistered += 1;
@@ -228,7 +238,7 @@ impl<'r> Server<'r> {
             self.stats.bump(Counter::LeasesCapped);
         }
         let lease_ms = self.cfg.grant_lease_ms(lease_ms);
-        let session = self.fresh_session();
+        let session = self.fresh_session(id);
         self.t.clients[slot as usize] = ClientEntry {
             id: id.get(),
             state: state as u8,
@@ -262,10 +272,20 @@ impl<'r> Server<'r> {
         })
     }
 
-    /// A new session secret.
-    fn fresh_session(&mut self) -> Session {
-        let mut s = Session::NONE;
-        (self.entropy)(&mut s.0);
+    /// A new session secret for `id`: minted under the session key when there is one.
+    fn fresh_session(&mut self, id: ClientId) -> Session {
+        let s = match &self.session_key {
+            Some((key, mac)) => {
+                let mut nonce = [0u8; 8];
+                (self.entropy)(&mut nonce);
+                Session::minted(key, *mac, id.get(), nonce)
+            }
+            None => {
+                let mut s = Session::NONE;
+                (self.entropy)(&mut s.0);
+                s
+            }
+        };
         // All zeros from a working source has a chance of 2^-128: this is a source that fills
         // nothing, and serving with it would hand every client the same secret.
         assert!(!s.is_none(), "the entropy source returned no entropy");

@@ -24,7 +24,7 @@ pub mod stats;
 mod waiters;
 
 use crate::config::Config;
-use crate::ids::{ClientId, FencingToken};
+use crate::ids::{ClientId, FencingToken, SessionKey, SessionMac};
 use crate::status::Status;
 use crate::table::{ClientState, Tables};
 pub use frames::FrameError;
@@ -61,6 +61,8 @@ pub struct Server<'r> {
     next_token: u64,
     /// Where client ids, session secrets and the name-hash key come from.
     entropy: Entropy,
+    /// The key sessions are minted under, shared with a replacement server (see [`SessionKey`]).
+    session_key: Option<(SessionKey, SessionMac)>,
     /// Key of the name hash, drawn from `entropy` so a peer cannot choose names that collide.
     name_key: u64,
     stats: Stats,
@@ -129,6 +131,7 @@ impl<'r> Server<'r> {
             },
             next_token: ((cfg.epoch as u64) << FencingToken::COUNTER_BITS) + 1,
             entropy,
+            session_key: None,
             name_key,
             stats: {
                 let mut stats = Stats::default();
@@ -157,6 +160,15 @@ impl<'r> Server<'r> {
     /// A copy of the counters.
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// Mints every session from now on under `key` (with `mac`), and — while recovering —
+    /// re-registers a client this server does not know only if its session was minted under
+    /// the same key: a failed server and its replacement share the key, so a client proves it is
+    /// who it was, not just that it knows an id. Without a key a recovering server takes any
+    /// reinit at its word, as the reference does (see `client_reinit`).
+    pub fn set_session_key(&mut self, key: SessionKey, mac: SessionMac) {
+        self.session_key = Some((key, mac));
     }
 
     /// Sets counter `c`: for the counters a transport keeps (connections), so that one `Stats`

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::LockKind;
-use crate::ids::{LockId, ObjectId, Session, Ticket};
+use crate::ids::{LockId, ObjectId, Session, SessionKey, Ticket};
 use crate::proto::{
     Command, CommandResult, FLAG_ALL_OR_NOTHING, Held, LockClaim, LockCommand, LockOp,
     ObjectCommand, ObjectOp,
@@ -1923,4 +1923,59 @@ fn fair_shared_and_preempted_grants_whose_reply_is_cancelled_are_released() {
             }
         }
     }
+}
+
+/// A stand-in MAC for the tests (the runtime's is HMAC-SHA-256): any keyed function tells a
+/// session minted under the key from one that was not.
+fn test_mac(key: &SessionKey, client: u32, nonce: &[u8; 8]) -> [u8; 8] {
+    let mut h = u64::from_le_bytes(key.0[..8].try_into().unwrap()) ^ u64::from(client);
+    for &b in nonce {
+        h = (h ^ u64::from(b))
+            .wrapping_mul(0x0100_0000_01b3)
+            .rotate_left(17);
+    }
+    h.to_le_bytes()
+}
+
+#[test]
+fn a_replacement_server_takes_back_only_sessions_minted_under_the_shared_key() {
+    let key = SessionKey([7; 32]);
+    // The failed server, which minted the client's session.
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut old = server(&mut region, &cfg);
+    old.set_session_key(key.clone(), test_mac);
+    let victim = old.client_init(2, 0, 0).unwrap();
+    let (_, victims_session) = old.client_session(victim.get()).unwrap();
+    let _ = old; // the failed server: only its key and the session it minted matter now
+
+    let cfg = Config {
+        recovery_clients: 2,
+        epoch: 2,
+        ..small()
+    };
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    s.set_session_key(key.clone(), test_mac);
+    // An attacker who knows the victim's id, with no session, a made-up one, or a session of
+    // its own minted for another id: refused, counted, and nothing registered.
+    let mut made_up = Session([0x5A; Session::LEN]);
+    made_up.0[0] = 1;
+    let other_id = Session::minted(&key, test_mac, victim.get() ^ 1, [3; 8]);
+    for forged in [Session::NONE, made_up, other_id] {
+        assert_eq!(
+            s.client_reinit(victim.get(), 2, 0, &forged, 0),
+            Err(Status::Einval)
+        );
+    }
+    assert_eq!(s.stats().get(Counter::SessionsRefused), 3);
+    assert_eq!(s.usage().clients, 0);
+    // The victim itself comes back with the session the failed server gave it.
+    assert_eq!(
+        s.client_reinit(victim.get(), 2, 0, &victims_session, 0),
+        Ok(victim)
+    );
+    // The session it is handed now is minted under the key too, for the next failover.
+    let (_, fresh) = s.client_session(victim.get()).unwrap();
+    assert!(fresh.is_minted_for(&key, test_mac, victim.get()));
 }

@@ -79,6 +79,11 @@ struct ServeArgs {
     /// TLS 1.3 cipher suites, comma-separated IANA names (default TLS_AES_256_GCM_SHA384 only).
     #[arg(long, value_delimiter = ',', requires = "tls_cert")]
     tls_cipher_suites: Option<Vec<String>>,
+    /// A file with the session key this server shares with the server that may replace it (64
+    /// hex digits on the first line, e.g. from `head -c 32 /dev/urandom | xxd -p -c 64`): a
+    /// recovering server then takes back only clients whose session the failed one minted.
+    #[arg(long)]
+    session_key_file: Option<PathBuf>,
     /// Serve plaintext TCP on a non-loopback address: anyone who can reach the port can register
     /// and read every lock name and value on the wire. Only for a network you trust entirely.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
@@ -162,6 +167,7 @@ impl ServeArgs {
             lease_ms: self.lease_ms.or(file.lease_ms),
             lease_max_ms: self.lease_max_ms.or(file.lease_max_ms),
             insecure_plaintext: self.insecure_plaintext.or(file.insecure_plaintext),
+            session_key_file: self.session_key_file.or(file.session_key_file),
             tls_cert: self.tls_cert.or(file.tls_cert),
             tls_key: self.tls_key.or(file.tls_key),
             tls_ca: self.tls_ca.or(file.tls_ca),
@@ -263,6 +269,24 @@ fn server_tls(args: &ServeArgs) -> Result<Option<TlsConfig>, String> {
     // Read the files now, so a bad path or key is reported before anything starts.
     dlock_transport::tls::server_config(&cfg).map_err(|e| e.to_string())?;
     Ok(Some(cfg))
+}
+
+/// The session key in `path`: 64 hex digits on the first line.
+fn read_session_key(path: &std::path::Path) -> Result<dlock_core::SessionKey, String> {
+    warn_if_shared(path);
+    let text = zeroize::Zeroizing::new(
+        std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
+    );
+    let hex = text.lines().next().unwrap_or_default().trim();
+    let bad = || format!("{}: a session key is 64 hex digits", path.display());
+    if hex.len() != 64 || !hex.is_ascii() {
+        return Err(bad());
+    }
+    let mut key = [0u8; 32];
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(dlock_core::SessionKey(key))
 }
 
 /// Logs a warning when a secret file can be read by anyone but its owner.
@@ -391,6 +415,9 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
     cfg.shm_name = args.shm_name;
     cfg.unix_socket = args.unix_socket;
     cfg.huge_pages = args.huge_pages.unwrap_or(false);
+    if let Some(path) = &args.session_key_file {
+        cfg.session_key = Some(read_session_key(path)?);
+    }
     #[cfg(feature = "rdma")]
     if let Some(device) = &args.rdma_device {
         let mut rdma = dlock_transport::rdma::RdmaConfig::new(device);

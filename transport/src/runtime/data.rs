@@ -72,6 +72,9 @@ pub(super) fn run(shared: &Shared, cfg: &ServerConfig, ready: SyncSender<io::Res
         }
     };
     let mut server = Server::new(tables, &cfg.core, super::os_entropy);
+    if let Some(key) = &cfg.session_key {
+        server.set_session_key(key.clone(), super::hmac_session);
+    }
     let slots = cfg.core.clients_max as usize;
     let mut d = Data {
         shared,

@@ -106,6 +106,11 @@ pub struct ServerConfig {
     /// `0660`) instead of its user only (`0600`, the default). Every process of that group can
     /// then act as any local client: mapping the region shows every mailbox and session secret.
     pub group_access: bool,
+    /// The secret this server shares with the server that may replace it after a failure:
+    /// sessions are minted under it, and a recovering server takes back a client it does not
+    /// know only if its session was minted under the same key. Without one, a recovering server
+    /// (`Config::recovery_clients > 0`) takes any re-registration at its word.
+    pub session_key: Option<dlock_core::SessionKey>,
     /// Pin the control and data threads to these CPUs.
     pub pin: (Option<usize>, Option<usize>),
     /// Ask for transparent huge pages on the region.
@@ -143,6 +148,7 @@ impl ServerConfig {
             unix_socket: None,
             shm_name: None,
             group_access: false,
+            session_key: None,
             pin: (None, None),
             huge_pages: false,
             handshake_timeout: Duration::from_secs(5),
@@ -400,6 +406,20 @@ pub fn os_entropy(out: &mut [u8]) {
     if let Err(e) = getrandom::fill(out) {
         panic!("the operating system's CSPRNG failed: {e}");
     }
+}
+
+/// The server's [`SessionMac`](dlock_core::SessionMac): HMAC-SHA-256 of the client id and the
+/// nonce under the session key, truncated to 8 bytes.
+pub fn hmac_session(key: &dlock_core::SessionKey, client: u32, nonce: &[u8; 8]) -> [u8; 8] {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key.0);
+    let mut ctx = ring::hmac::Context::with_key(&key);
+    ctx.update(b"dlock session v1");
+    ctx.update(&client.to_le_bytes());
+    ctx.update(nonce);
+    let tag = ctx.sign();
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&tag.as_ref()[..8]);
+    out
 }
 
 /// Pins the calling thread to `cpu`, logging (not failing) when the OS refuses.
