@@ -289,6 +289,8 @@ struct Control<'s> {
     conns: Vec<Option<Conn>>,
     generations: Vec<u32>,
     free: Vec<usize>,
+    /// Requests handed to the data thread and not answered yet (connections with `in_flight`).
+    in_flight: usize,
     /// The last time timeouts were checked.
     swept: Instant,
     /// Refused TLS handshakes, for the log.
@@ -334,6 +336,7 @@ fn run_loop(shared: &Shared, cfg: &ServerConfig, l: &mut Listeners) -> io::Resul
         conns: Vec::new(),
         generations: Vec::new(),
         free: Vec::new(),
+        in_flight: 0,
         swept: Instant::now(),
         refusals: RefusalLog::default(),
         spare: Vec::new(),
@@ -369,7 +372,7 @@ fn run_loop(shared: &Shared, cfg: &ServerConfig, l: &mut Listeners) -> io::Resul
         // A request just handed over is usually answered within microseconds: wait for it
         // awake (yielding) rather than sleep in the poll and pay a wake-up on each side.
         let awake = Instant::now();
-        while c.in_flight() > 0 && awake.elapsed() < REPLY_WAIT_AWAKE {
+        while c.in_flight > 0 && awake.elapsed() < REPLY_WAIT_AWAKE {
             if !c.shared.exchange.outbox.is_empty() {
                 c.drain_outbox();
             } else {
@@ -384,13 +387,10 @@ fn run_loop(shared: &Shared, cfg: &ServerConfig, l: &mut Listeners) -> io::Resul
 }
 
 impl Control<'_> {
-    /// Requests handed to the data thread and not answered yet.
-    fn in_flight(&self) -> usize {
-        self.conns.iter().flatten().filter(|c| c.in_flight).count()
-    }
-
+    /// Open connections: every slot not on the free list (kept exact by `admit` and `close`),
+    /// so counting them costs nothing however many there are.
     fn open(&self) -> usize {
-        self.conns.iter().filter(|c| c.is_some()).count()
+        self.conns.len() - self.free.len()
     }
 
     fn accept_tcp(&mut self, l: &mut Listeners) {
@@ -525,6 +525,9 @@ impl Control<'_> {
         };
         let _ = self.poll.registry().deregister(c.stream.source());
         self.free.push(i);
+        if c.in_flight {
+            self.in_flight -= 1;
+        }
         if let Some(client) = c.bound_client() {
             let _ = self.submit(Job {
                 // Which connection went: the data thread acts only if it is the one that matters.
@@ -628,6 +631,7 @@ impl Control<'_> {
         // Bytes already here after this frame start the next one now.
         c.frame_started = (c.rlen > 0).then(Instant::now);
         c.in_flight = true;
+        self.in_flight += 1;
         if !self.submit(Job {
             conn,
             kind,
@@ -666,7 +670,9 @@ impl Control<'_> {
                 }
                 continue;
             };
-            c.in_flight = false;
+            if std::mem::take(&mut c.in_flight) {
+                self.in_flight -= 1;
+            }
             match job.kind {
                 JobKind::Control => {
                     c.wbuf.extend_from_slice(&job.buf[..job.len]);
