@@ -1,9 +1,12 @@
-//! The control thread: every socket of the server.
+//! The control thread: every socket of the server but the attached TCP data connections.
 //!
-//! It accepts TCP and Unix-socket connections, reads whole frames (the header says the length),
-//! and hands each to the data thread through the exchange; replies come back through the outbox
-//! and are written out. A connection carries one request at a time, so a client can never make
-//! the server buffer more than one frame for it.
+//! It accepts TCP and Unix-socket connections, runs TLS handshakes, reads whole control frames
+//! (the header says the length), and hands each to the data thread through the exchange;
+//! replies come back through the outbox and are written out. A connection carries one request
+//! at a time, so a client can never make the server buffer more than one frame for it. A TCP
+//! data connection whose attach is accepted leaves this thread: after the attach status is
+//! written it is handed, TLS session and all, to the data thread (`runtime/tcp.rs`), and counts
+//! toward `connections_max` through `Exchange::data_conns` until the data thread closes it.
 //!
 //! A connection's first bytes decide its role: a control frame starts a control connection,
 //! which the first successful `ClientInit`/`ClientReinit` binds to that client id — after that,
@@ -11,7 +14,8 @@
 //! connections too); before that, only registration (a reinit must show the session secret)
 //! and the counters are allowed. An attach header (`ATTACH_MAGIC`, client id, session secret)
 //! starts a data connection bound to that client once the data thread has checked the secret;
-//! a client has one data connection, so a newer attach closes the older one. With the `rdma`
+//! a client has one data connection, so a newer attach closes the older one (the data thread
+//! does that when it takes the newer one over). With the `rdma`
 //! feature, an RDMA attach record (`rdma::RDMA_ATTACH_MAGIC`, client id, session secret, the
 //! client's queue-pair endpoint) is checked the same way, after which this thread connects a
 //! queue pair for the client, answers with the server's endpoint and closes the connection
@@ -30,20 +34,21 @@
 //!   unauthenticated peers can never crowd out registered clients, and `Stats` (which needs no
 //!   registration) always gets through.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use dlock_core::proto::{
-    ATTACH_LEN, ATTACH_MAGIC, Attach, CONTROL_FRAME_MAX, CONTROL_MAGIC, DATA_MESSAGE_MAX,
-    DecodeError, MsgType, control_frame_len, peek_control_header, peek_data_header, peek_magic,
+    ATTACH_LEN, ATTACH_MAGIC, Attach, CONTROL_FRAME_MAX, CONTROL_MAGIC, DecodeError, MsgType,
+    control_frame_len, peek_control_header, peek_magic,
 };
-use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use super::exchange::{Job, JobKind, registered};
+use super::exchange::{Handover, Job, JobKind, registered};
 use super::fds::{FdReserve, out_of_fds};
+use super::stream::Stream;
 use super::{ServerConfig, Shared};
 use crate::tls::{HandshakeRefusal, ServerTls};
 use dlock_core::server::Counter;
@@ -177,66 +182,6 @@ fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
     Ok(TcpListener::from_std(s.into()))
 }
 
-#[derive(Debug)]
-enum Stream {
-    Tcp(TcpStream),
-    /// A TCP connection under TLS: the session is ours, the socket stays the event loop's.
-    Tls(TcpStream, Box<ServerTls>),
-    Unix(UnixStream),
-}
-
-impl Stream {
-    fn source(&mut self) -> &mut dyn mio::event::Source {
-        match self {
-            Stream::Tcp(s) | Stream::Tls(s, _) => s,
-            Stream::Unix(s) => s,
-        }
-    }
-    /// Plaintext from the peer; `WouldBlock` once drained.
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Tls(s, tls) => tls.read_plain(s, buf),
-            Stream::Unix(s) => s.read(buf),
-        }
-    }
-    /// Takes plaintext for the peer: written at once, or (TLS) sealed into records that
-    /// [`Stream::flush_records`] sends.
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Tls(s, tls) => match tls.write_plain(buf)? {
-                // rustls' buffer is full: the socket must drain first.
-                0 => {
-                    tls.flush(s)?;
-                    Err(io::ErrorKind::WouldBlock.into())
-                }
-                n => Ok(n),
-            },
-            Stream::Unix(s) => s.write(buf),
-        }
-    }
-    /// Sends queued TLS records (replies, handshake messages, alerts) as far as the socket
-    /// takes them.
-    fn flush_records(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Tls(s, tls) => tls.flush(s).map(drop),
-            Stream::Tcp(_) | Stream::Unix(_) => Ok(()),
-        }
-    }
-    /// Whether TLS records wait for the socket to take them.
-    fn wants_write(&self) -> bool {
-        matches!(self, Stream::Tls(_, tls) if tls.wants_write())
-    }
-    /// Why a TLS handshake was refused, once a read failed.
-    fn refusal(&self) -> Option<HandshakeRefusal> {
-        match self {
-            Stream::Tls(_, tls) => tls.refusal(),
-            Stream::Tcp(_) | Stream::Unix(_) => None,
-        }
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
     /// Nothing read yet.
@@ -245,8 +190,6 @@ enum Role {
     Control(Option<u32>),
     /// An attach is being checked.
     Attaching(u32),
-    /// Data messages of this client.
-    Data(u32),
 }
 
 #[derive(Debug)]
@@ -276,7 +219,6 @@ impl Conn {
         }
         match self.role {
             Role::Control(c) => c,
-            Role::Data(c) => Some(c),
             Role::Unknown | Role::Attaching(_) => None,
         }
     }
@@ -389,8 +331,15 @@ impl Control<'_> {
         self.conns.iter().flatten().filter(|c| c.in_flight).count()
     }
 
+    /// Connections open: this thread's, and the data connections the data thread holds.
     fn open(&self) -> usize {
-        self.conns.iter().filter(|c| c.is_some()).count()
+        // Relaxed: a count compared against the cap; a stale value errs by a connection.
+        let data = self
+            .shared
+            .exchange
+            .data_conns
+            .load(std::sync::atomic::Ordering::Relaxed);
+        self.conns.iter().filter(|c| c.is_some()).count() + data
     }
 
     fn accept_tcp(&mut self, l: &mut Listeners) {
@@ -540,7 +489,7 @@ impl Control<'_> {
     /// connection plus per-client notices, so only a misbehaving peer can get there).
     fn submit(&self, job: Job) -> bool {
         let queued = self.shared.exchange.inbox.push(job).is_ok();
-        self.shared.region.shm_header().wake_server();
+        self.shared.wake_data();
         queued
     }
 
@@ -653,7 +602,6 @@ impl Control<'_> {
                         self.close_others(i, Role::Control(Some(client)));
                     }
                 }
-                JobKind::Data => c.wbuf.extend_from_slice(&job.buf[..job.len]),
                 JobKind::Attached { ok } => {
                     let Role::Attaching(client) = c.role else {
                         continue;
@@ -682,17 +630,16 @@ impl Control<'_> {
                         dlock_core::Status::ClientNotInit as u32
                     };
                     c.wbuf.extend_from_slice(&status.to_le_bytes());
-                    c.role = if ok {
-                        Role::Data(client)
-                    } else {
-                        Role::Unknown
-                    };
-                    if !ok {
-                        self.flush(i);
-                        self.close(i);
-                        continue;
+                    if self.spare.len() < SPARE_MAX {
+                        self.spare.push(job.buf);
                     }
-                    self.close_others(i, Role::Data(client));
+                    self.flush(i);
+                    if ok {
+                        self.hand_over(i, client);
+                    } else {
+                        self.close(i);
+                    }
+                    continue;
                 }
                 JobKind::Close => {
                     self.close(i);
@@ -713,14 +660,41 @@ impl Control<'_> {
         }
     }
 
-    /// One control and one data connection per client: the registration or attach just
-    /// accepted on connection `newest` replaces any other connection of the same `role` (a
-    /// client connects again when it reconnects after a network error, and a half-open old
-    /// connection may not have been noticed yet). Closing the old one tells the data thread,
-    /// which drops a request parked on it: the client gave up on it when it reconnected.
-    ///
-    /// The one the data thread accepted last wins, since replies come back in the order the
-    /// jobs were taken. A linear scan: binding is rare next to requests.
+    /// Hands data connection `i`, whose attach for `client` was accepted and answered, to the
+    /// data thread, which reads and writes it from now on (and closes the client's older data
+    /// connection, if any). Whatever was read past the attach, and whatever of the status the
+    /// socket has not taken, goes along.
+    fn hand_over(&mut self, i: usize, client: u32) {
+        let Some(mut c) = self.conns.get_mut(i).and_then(Option::take) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(c.stream.source());
+        self.free.push(i);
+        let ex = &self.shared.exchange;
+        // Relaxed: a count (see `open`); the queue push publishes the connection itself.
+        ex.data_conns
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let handover = Handover {
+            stream: c.stream,
+            client,
+            early: c.rbuf[..c.rlen].to_vec(),
+            unsent: std::mem::take(&mut c.wbuf),
+        };
+        if ex.handover.push(handover).is_err() {
+            // Sized for every connection the cap allows, so this is a bug; the connection
+            // closes (dropped here) and the client reconnects.
+            ex.data_conns
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::error!("data connection hand-over queue full");
+            return;
+        }
+        self.shared.wake_data();
+    }
+
+    /// One control connection per client: the registration just accepted on connection
+    /// `newest` replaces any other connection of the same `role` (a client connects again when
+    /// it reconnects after a network error, and a half-open old connection may not have been
+    /// noticed yet). A linear scan: binding is rare next to requests.
     fn close_others(&mut self, newest: usize, role: Role) {
         for j in 0..self.conns.len() {
             let older = self.conns[j]
@@ -867,7 +841,7 @@ fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
             )));
         }
         Role::Unknown | Role::Attaching(_) => return Err(()),
-        Role::Control(_) | Role::Data(_) => {}
+        Role::Control(_) => {}
     }
     let buf = &c.rbuf[..c.rlen];
     match c.role {
@@ -893,21 +867,6 @@ fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
                 _ => {}
             }
             Ok(Some((JobKind::Control, len, CONTROL_FRAME_MAX)))
-        }
-        Role::Data(client) => {
-            let (header, len) = match peek_data_header(buf) {
-                Ok(peeked) => peeked,
-                Err(DecodeError::Truncated) => return Ok(None),
-                Err(_) => return Err(()),
-            };
-            // A data connection speaks only for the client it was attached to.
-            if header.client != client {
-                return Err(());
-            }
-            if buf.len() < len {
-                return Ok(None);
-            }
-            Ok(Some((JobKind::Data, len, DATA_MESSAGE_MAX)))
         }
         Role::Unknown | Role::Attaching(_) => Err(()),
     }
