@@ -41,6 +41,11 @@
 //! clear: a plain load costs nothing, where a `swap` is a locked instruction that stalls the
 //! waker until its store buffer (a whole message, just written) has drained. Of several wakers
 //! that see the flag, the one whose swap takes it wakes the sleeper.
+//!
+//! The data thread sleeps not on a futex but in its poll (`runtime/tcp.rs`), so that one wait
+//! covers its sockets too. A waker in the server's process wakes that poll's eventfd directly;
+//! a client in another process bumps [`ShmHeader::bell`] and futex-wakes it, and the server's
+//! bridge thread passes the wake on (`runtime/wake.rs` says why).
 
 use std::time::{Duration, Instant};
 
