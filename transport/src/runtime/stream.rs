@@ -55,6 +55,13 @@ impl Stream {
             Stream::Tcp(_) | Stream::Unix(_) => Ok(()),
         }
     }
+    /// Whether a read that returned less than asked for has drained the socket. True for a
+    /// plain socket: with edge-triggered readiness, bytes arriving after such a read raise a
+    /// new edge, so the `WouldBlock` read that would confirm it can be skipped (a syscall per
+    /// message saved). Not under TLS, whose reads stop at record boundaries.
+    pub(crate) fn short_read_drains(&self) -> bool {
+        !matches!(self, Stream::Tls(..))
+    }
     /// Whether TLS records wait for the socket to take them.
     pub(crate) fn wants_write(&self) -> bool {
         matches!(self, Stream::Tls(_, tls) if tls.wants_write())

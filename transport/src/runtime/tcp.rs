@@ -440,9 +440,16 @@ fn serve_one(
 /// Reads what the socket has, until it would block or the read buffer is full.
 fn read(c: &mut DataConn) -> Outcome {
     while c.rlen < c.rbuf.len() {
+        let room = c.rbuf.len() - c.rlen;
         match c.stream.read(&mut c.rbuf[c.rlen..]) {
             Ok(0) => return Outcome::Close,
-            Ok(n) => c.rlen += n,
+            Ok(n) => {
+                c.rlen += n;
+                if n < room && c.stream.short_read_drains() {
+                    c.readable = false;
+                    break;
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 c.readable = false;
                 break;
