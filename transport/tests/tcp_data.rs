@@ -319,3 +319,97 @@ fn tls_data_connections_serve_pipelined_batches_and_parked_locks() {
         "it waited: {waited:?}"
     );
 }
+
+/// A plaintext TCP server whose frame timeout is `frame_timeout`.
+fn server_timing_out(frame_timeout: Duration) -> ServerHandle {
+    let mut cfg = ServerConfig::new(common::small());
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
+    cfg.frame_timeout = frame_timeout;
+    ServerHandle::start(cfg).unwrap()
+}
+
+/// Whether the server closes `s` within `within` (end of stream or reset; not a timeout).
+fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut b = [0u8; 4096];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => continue, // replies still queued for us
+            Err(e) => {
+                return !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                );
+            }
+        }
+    }
+}
+
+/// On the data thread too, a data message begun must be finished within the frame timeout,
+/// and bytes that are no data message of the attached client close the connection.
+#[test]
+fn half_a_data_message_or_a_foreign_one_closes_the_data_connection() {
+    let s = server_timing_out(Duration::from_millis(300));
+    let addr = s.tcp_addr().unwrap();
+    let (_ctl, id, session, locks) = raw_client(addr, &[b"half"]);
+
+    let mut data = TcpStream::connect(addr).unwrap();
+    raw_attach(&mut data, id, session);
+    let (m, n) = trylock_msg(id, locks[0], 0, 7);
+    data.write_all(&m[..n - 5]).unwrap();
+    let sent = Instant::now();
+    assert!(
+        closed_within(&mut data, Duration::from_secs(3)),
+        "half a message times out"
+    );
+    assert!(sent.elapsed() >= Duration::from_millis(300));
+
+    let mut data = TcpStream::connect(addr).unwrap();
+    raw_attach(&mut data, id, session);
+    let (m, n) = trylock_msg(id ^ 1, locks[0], 0, 8);
+    data.write_all(&m[..n]).unwrap();
+    assert!(
+        closed_within(&mut data, Duration::from_secs(3)),
+        "a message of another client closes the connection"
+    );
+}
+
+/// A peer that stops reading its replies holds its connection no longer than the frame
+/// timeout once the server cannot write to it.
+#[test]
+fn replies_not_read_within_the_frame_timeout_close_the_data_connection() {
+    let s = server_timing_out(Duration::from_millis(300));
+    let addr = s.tcp_addr().unwrap();
+    let (_ctl, id, session, locks) = raw_client(addr, &[b"unread"]);
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&addr.into()).unwrap();
+    let mut data: TcpStream = sock.into();
+    raw_attach(&mut data, id, session);
+    data.set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let started = Instant::now();
+    let mut refused = false;
+    // Send until the server gives up on us (a write fails once it closed the connection).
+    while started.elapsed() < Duration::from_secs(5) {
+        let (m, n) = trylock_msg(id, locks[0], 0, 1);
+        let burst: Vec<u8> = std::iter::repeat_n(&m[..n], 256)
+            .flatten()
+            .copied()
+            .collect();
+        if let Err(e) = data.write_all(&burst) {
+            // Blocked writes time out; a closed connection resets them.
+            refused = !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            );
+            break;
+        }
+    }
+    assert!(
+        refused,
+        "the server closed a connection whose replies nobody read"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
+}
