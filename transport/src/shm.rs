@@ -41,6 +41,11 @@
 //! clear: a plain load costs nothing, where a `swap` is a locked instruction that stalls the
 //! waker until its store buffer (a whole message, just written) has drained. Of several wakers
 //! that see the flag, the one whose swap takes it wakes the sleeper.
+//!
+//! The data thread sleeps not on a futex but in its poll (`runtime/tcp.rs`), so that one wait
+//! covers its sockets too. A waker in the server's process wakes that poll's eventfd directly;
+//! a client in another process bumps [`ShmHeader::bell`] and futex-wakes it, and the server's
+//! bridge thread passes the wake on (`runtime/wake.rs` says why).
 
 use std::time::{Duration, Instant};
 
@@ -95,10 +100,14 @@ static_assertions::const_assert_eq!(DATA_WORDS * 8, DATA_MESSAGE_MAX);
 #[repr(C, align(64))]
 #[derive(Debug)]
 pub struct ShmHeader {
-    /// 1 while the data thread sleeps (or is about to); the futex word it sleeps on.
+    /// 1 while the data thread sleeps (or is about to): the flag of the park handshake.
     pub parked: AtomicU32,
     /// 1 once the data thread serves (set after the tables are carved).
     pub serving: AtomicU32,
+    /// Counts the wakes clients in other processes issued; the futex word the server's wake
+    /// bridge sleeps on (`runtime/wake.rs`), which passes each one on to the data thread's
+    /// poll. The data thread itself sleeps in its poll, where no futex can reach it.
+    pub bell: AtomicU32,
 }
 
 /// Offset of [`ShmHeader`] inside the header page (the core's header takes the first 48 bytes).
@@ -350,23 +359,55 @@ impl<'a> Doorbells<'a> {
 }
 
 impl ShmHeader {
-    /// Waker side (a client after ringing, or the control thread after queueing work): wakes
-    /// the data thread if it is parked.
+    /// Waker side (a client after ringing): wakes the data thread if it is parked. A client in
+    /// another process cannot reach the data thread's poll, so it bumps [`ShmHeader::bell`] and
+    /// wakes the bridge that sleeps on it; in-process wakers take the flag with
+    /// [`ShmHeader::take_parked`] and wake the poll directly.
     pub fn wake_server(&self) {
-        // See the module doc: load first, swap only if set.
-        if self.parked.load(Ordering::SeqCst) == 1 && self.parked.swap(0, Ordering::SeqCst) == 1 {
-            futex::wake(&self.parked, 1);
+        if self.take_parked() {
+            // Release: nothing is published through the count, but it must be a fresh value
+            // for the bridge's futex compare; the flag swap before it is the handshake.
+            self.bell.fetch_add(1, Ordering::Release);
+            futex::wake(&self.bell, 1);
         }
     }
 
-    /// Data thread: parks until woken or `timeout`, unless `has_work()` (re-checked after the
-    /// flag is raised) says there is work.
-    pub fn park_server(&self, timeout: Duration, has_work: impl Fn() -> bool) {
+    /// Waker side of the park handshake: true if the data thread was parked and this caller
+    /// took the flag, so it must wake it (exactly one waker does).
+    #[inline]
+    pub fn take_parked(&self) -> bool {
+        // See the module doc: load first, swap only if set.
+        self.parked.load(Ordering::SeqCst) == 1 && self.parked.swap(0, Ordering::SeqCst) == 1
+    }
+
+    /// Data thread: raises the flag, then sleeps with `sleep` unless `has_work()` (re-checked
+    /// after the flag is raised) says there is work; lowers the flag after.
+    pub fn park_server(&self, has_work: impl Fn() -> bool, sleep: impl FnOnce()) {
         self.parked.store(1, Ordering::SeqCst);
         if !has_work() {
-            futex::wait(&self.parked, 1, Some(timeout));
+            sleep();
         }
+        // Relaxed: only this thread raises the flag; a waker that still takes it issues one
+        // spurious wake, which the sleeper tolerates.
         self.parked.store(0, Ordering::Relaxed);
+    }
+
+    /// The wake bridge: sleeps until [`ShmHeader::bell`] differs from `seen` (or `timeout`, a
+    /// signal or a spurious wake-up); returns its value.
+    pub fn wait_bell(&self, seen: u32, timeout: Option<Duration>) -> u32 {
+        // Acquire: pairs with nothing published, but keeps the read after the futex return.
+        let now = self.bell.load(Ordering::Acquire);
+        if now != seen {
+            return now;
+        }
+        futex::wait(&self.bell, seen, timeout);
+        self.bell.load(Ordering::Acquire)
+    }
+
+    /// Wakes the bridge whatever the flag says (at shutdown).
+    pub fn ring_bell(&self) {
+        self.bell.fetch_add(1, Ordering::Release);
+        futex::wake(&self.bell, 1);
     }
 }
 
@@ -430,6 +471,7 @@ mod loom_support {
             let header = Self {
                 parked: AtomicU32::new(0),
                 serving: AtomicU32::new(0),
+                bell: AtomicU32::new(0),
             };
             header.parked.store(0, Ordering::SeqCst);
             header

@@ -24,8 +24,6 @@
 //! the lost wake-up; those four orderings rest on the argument in `shm`'s module doc alone.
 #![cfg(dlock_loom)]
 
-use std::time::Duration;
-
 use dlock_transport::shm::{Doorbells, Mailbox, ShmHeader, next_lane};
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -291,24 +289,27 @@ fn park_and_wake_never_lose_a_wake_up() {
         };
 
         let bells = Doorbells::new(&words);
-        header.park_server(Duration::from_millis(50), || {
-            if bells.any() {
-                return true;
-            }
-            // The data thread decided to sleep. Sleep until the client has finished (a sleep
-            // at least that long is always possible), then see whether it issued a wake: its
-            // swap either followed our flag (read 1, left 0) or preceded it (read the old 0,
-            // so our 1 is still there and nobody will wake us).
-            while !client_done.load(Ordering::Acquire) {
-                thread::yield_now();
-            }
-            assert_eq!(
-                header.parked.load(Ordering::Relaxed),
-                0,
-                "lost wake-up: the data thread sleeps with a rung bell and no wake issued"
-            );
-            false
-        });
+        header.park_server(
+            || {
+                if bells.any() {
+                    return true;
+                }
+                // The data thread decided to sleep. Sleep until the client has finished (a sleep
+                // at least that long is always possible), then see whether it issued a wake: its
+                // swap either followed our flag (read 1, left 0) or preceded it (read the old 0,
+                // so our 1 is still there and nobody will wake us).
+                while !client_done.load(Ordering::Acquire) {
+                    thread::yield_now();
+                }
+                assert_eq!(
+                    header.parked.load(Ordering::Relaxed),
+                    0,
+                    "lost wake-up: the data thread sleeps with a rung bell and no wake issued"
+                );
+                false
+            },
+            || {},
+        );
         assert_eq!(bells.drain(|_| {}), 1, "after parking, the ring is there");
 
         client.join().unwrap();
@@ -460,22 +461,25 @@ fn inbox_hand_off_and_park_never_lose_a_job() {
         };
 
         let bells = Doorbells::new(&words);
-        header.park_server(Duration::from_millis(50), || {
-            if bells.any() || !inbox.is_empty() {
-                return true;
-            }
-            // The data thread decided to sleep: hold it until the control thread has finished,
-            // then see whether a wake was issued (as in `park_and_wake_never_lose_a_wake_up`).
-            while !control_done.load(Ordering::Acquire) {
-                thread::yield_now();
-            }
-            assert_eq!(
-                header.parked.load(Ordering::Relaxed),
-                0,
-                "lost wake-up: the data thread sleeps with a job queued and no wake issued"
-            );
-            false
-        });
+        header.park_server(
+            || {
+                if bells.any() || !inbox.is_empty() {
+                    return true;
+                }
+                // The data thread decided to sleep: hold it until the control thread has finished,
+                // then see whether a wake was issued (as in `park_and_wake_never_lose_a_wake_up`).
+                while !control_done.load(Ordering::Acquire) {
+                    thread::yield_now();
+                }
+                assert_eq!(
+                    header.parked.load(Ordering::Relaxed),
+                    0,
+                    "lost wake-up: the data thread sleeps with a job queued and no wake issued"
+                );
+                false
+            },
+            || {},
+        );
         assert_eq!(
             inbox.pop(),
             Some(JOB),

@@ -582,7 +582,7 @@ mod wired {
         let mut b = rdma_client(&s, &dev, 0);
         let la = a.get_lock(LockKind::Rw, b"hot").unwrap();
         let lb = b.get_lock(LockKind::Rw, b"hot").unwrap();
-        a.trylock(la, Mode::Exclusive, 30_000).unwrap();
+        let _held = a.trylock(la, Mode::Exclusive, 30_000).unwrap();
         let waiter = thread::spawn(move || {
             let t = Instant::now();
             let g = b.lock(lb, Mode::Exclusive, 30_000, Duration::from_secs(10));
@@ -631,7 +631,7 @@ mod wired {
         let mut b = rdma_client(&s, &dev, 0);
         let la = a.get_lock(LockKind::Atomic, b"lost").unwrap();
         let lb = b.get_lock(LockKind::Atomic, b"lost").unwrap();
-        a.trylock(la, Mode::Exclusive, 60_000).unwrap();
+        let _held = a.trylock(la, Mode::Exclusive, 60_000).unwrap();
         // The queue pair goes (destroyed with its client end); the control connection stays,
         // silent.
         a.drop_data_path();

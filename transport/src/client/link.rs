@@ -205,6 +205,16 @@ enum Mapped {
 }
 
 impl Mapped {
+    /// Wakes the server's data thread if it is parked: directly in this process, through the
+    /// region's bell (and the server's bridge thread) from another (`runtime/wake.rs`).
+    fn wake_server(&self) {
+        match self {
+            #[cfg(feature = "server")]
+            Mapped::Embedded(s) => s.wake_data(),
+            Mapped::Own(r) => r.shm_header().wake_server(),
+        }
+    }
+
     fn region(&self) -> &Region {
         match self {
             #[cfg(feature = "server")]
@@ -220,8 +230,8 @@ enum Data {
     None,
     /// The client's mailbox in the server's region.
     Mailbox { mapped: Mapped, slot: u32 },
-    /// A TCP data connection.
-    Tcp(Wire),
+    /// A TCP data connection (boxed: it carries its reply table).
+    Tcp(Box<TcpData>),
     /// An RDMA queue pair (boxed: it is several times the size of the other variants).
     #[cfg(feature = "rdma")]
     Rdma(Box<crate::rdma::RdmaClient>),
@@ -236,8 +246,6 @@ pub struct Link {
     /// The last data message's ticket: its mailbox sequence number over shared memory, a count
     /// of messages otherwise.
     seq: u64,
-    /// Bytes of a data reply read off a TCP connection before a deadline cut the read short.
-    partial: Vec<u8>,
     /// How long a shared-memory wait stays awake before it sleeps.
     awake: Duration,
 }
@@ -269,7 +277,6 @@ impl Link {
             control,
             data: Data::None,
             seq: 0,
-            partial: Vec::new(),
             awake: Duration::ZERO,
         })
     }
@@ -317,15 +324,17 @@ impl Link {
                 mapped: Mapped::Own(Arc::new(Region::open_shared(shm_name)?)),
                 slot,
             },
-            Endpoint::Tcp(addr) => Data::Tcp(attach_tcp(*addr, None, client, session)?),
+            Endpoint::Tcp(addr) => {
+                Data::Tcp(TcpData::new(attach_tcp(*addr, None, client, session)?))
+            }
             Endpoint::Tls { addr, tls } => {
-                Data::Tcp(attach_tcp(*addr, Some(tls), client, session)?)
+                Data::Tcp(TcpData::new(attach_tcp(*addr, Some(tls), client, session)?))
             }
             #[cfg(feature = "rdma")]
             Endpoint::Rdma { addr, rdma } => {
                 match super::rdma::attach(*addr, rdma, client, session)? {
                     Some(qp) => Data::Rdma(Box::new(qp)),
-                    None => Data::Tcp(attach_tcp(*addr, None, client, session)?),
+                    None => Data::Tcp(TcpData::new(attach_tcp(*addr, None, client, session)?)),
                 }
             }
         };
@@ -380,8 +389,8 @@ impl Link {
     }
 
     /// How many data messages may be in flight (sent, reply not yet received) at once: one per
-    /// mailbox lane over shared memory; as many over TCP, whose replies come back in order; one
-    /// over RDMA, where each message needs a receive posted on both sides.
+    /// mailbox lane over shared memory; as many over TCP, whose replies are matched to their
+    /// messages by id; one over RDMA, where each message needs a receive posted on both sides.
     pub fn depth(&self) -> usize {
         match &self.data {
             Data::Mailbox { .. } | Data::Tcp(_) => MAILBOX_LANES,
@@ -404,11 +413,9 @@ impl Link {
                 let region = mapped.region();
                 lane(region, *slot, ticket)?.post_request(req, ticket);
                 Doorbells::new(region.doorbell_words()).ring(*slot);
-                region.shm_header().wake_server();
+                mapped.wake_server();
             }
-            // What a timed-out read left in `partial` is the start of a late reply: keep it, so
-            // the stream stays in step (the client skips late replies by message id).
-            Data::Tcp(s) => s.write_all(req)?,
+            Data::Tcp(t) => t.send(ticket, req)?,
             #[cfg(feature = "rdma")]
             Data::Rdma(qp) => super::rdma::send(qp, req)?,
         }
@@ -417,17 +424,21 @@ impl Link {
     }
 
     /// The reply to the message sent under `ticket` if it is already there, without waiting or
-    /// reading the clock; always `Ok(None)` except over shared memory.
+    /// reading the clock (over TCP: if it was read already, while waiting for another).
     pub fn try_recv_data(&mut self, ticket: u64, reply: &mut [u8]) -> io::Result<Option<usize>> {
-        let Data::Mailbox { mapped, slot } = &self.data else {
-            return Ok(None);
-        };
-        mailbox_reply(lane(mapped.region(), *slot, ticket)?.try_response(ticket, reply))
+        match &mut self.data {
+            Data::Mailbox { mapped, slot } => {
+                mailbox_reply(lane(mapped.region(), *slot, ticket)?.try_response(ticket, reply))
+            }
+            Data::Tcp(t) => Ok(t.take_arrived(ticket, reply)),
+            _ => Ok(None),
+        }
     }
 
     /// Receives the reply to the message sent under `ticket`, waiting until `deadline` (`None`:
     /// forever; a deadline in the past: just look). `Ok(None)` if it has not arrived. Over TCP
-    /// and RDMA replies come in the order the messages went out, so this is the next reply.
+    /// replies come in any order and are matched by message id; over RDMA they come in the
+    /// order the messages went out, so this is the next reply.
     pub fn recv_data(
         &mut self,
         ticket: u64,
@@ -448,7 +459,7 @@ impl Link {
                     None => mb.wait_response(ticket, reply, deadline, self.awake),
                 })
             }
-            Data::Tcp(s) => recv_tcp(s, &mut self.partial, reply, deadline),
+            Data::Tcp(t) => t.recv(ticket, reply, deadline),
             #[cfg(feature = "rdma")]
             Data::Rdma(qp) => super::rdma::recv(qp, reply, deadline),
         }
@@ -513,11 +524,121 @@ fn attach_tcp(
     Ok(s)
 }
 
-/// Reads one data message off `s`, keeping what arrived in `partial` if the deadline cuts in.
+/// Replies awaited at once over TCP: the pipeline's depth, plus room for messages the client
+/// gave up on (their late replies are dropped when they come).
+const AWAITED_MAX: usize = 8;
+
+/// A message whose reply is awaited, and the reply once read (it may come while waiting for
+/// another).
+#[derive(Debug)]
+struct Awaited {
+    /// The link's ticket (0: the entry is free).
+    ticket: u64,
+    message_id: u16,
+    /// The reply's length once it has arrived (0: not yet).
+    len: usize,
+    reply: [u8; DATA_MESSAGE_MAX],
+}
+
+/// A TCP data connection and the replies awaited on it. The server answers a connection's
+/// messages in any order (a parked `lock()` when it is granted, the messages behind it
+/// meanwhile), so each reply goes to the message whose id it echoes; a reply nobody awaits any
+/// more (its caller timed out) is dropped.
+#[derive(Debug)]
+struct TcpData {
+    wire: Wire,
+    /// Bytes of a reply read before a deadline cut the read short.
+    partial: Vec<u8>,
+    awaited: [Awaited; AWAITED_MAX],
+}
+
+impl TcpData {
+    fn new(wire: Wire) -> Box<Self> {
+        Box::new(Self {
+            wire,
+            partial: Vec::with_capacity(DATA_MESSAGE_MAX),
+            awaited: std::array::from_fn(|_| Awaited {
+                ticket: 0,
+                message_id: 0,
+                len: 0,
+                reply: [0; DATA_MESSAGE_MAX],
+            }),
+        })
+    }
+
+    /// Sends `req` (a data message) as `ticket`. When every entry is taken, the oldest is
+    /// given up: it belongs to a message its caller stopped waiting for (a caller has at most
+    /// the pipeline's depth in flight, fewer than the entries).
+    fn send(&mut self, ticket: u64, req: &[u8]) -> io::Result<()> {
+        let (header, _) = peek_data_header(req)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not a data message"))?;
+        let k = match self.awaited.iter().position(|a| a.ticket == 0) {
+            Some(k) => k,
+            None => (0..AWAITED_MAX)
+                .min_by_key(|&k| self.awaited[k].ticket)
+                .unwrap_or(0),
+        };
+        self.wire.write_all(req)?;
+        let a = &mut self.awaited[k];
+        (a.ticket, a.message_id, a.len) = (ticket, header.message_id, 0);
+        Ok(())
+    }
+
+    /// The reply to `ticket` if it has been read already (the entry is freed).
+    fn take_arrived(&mut self, ticket: u64, reply: &mut [u8]) -> Option<usize> {
+        let a = self
+            .awaited
+            .iter_mut()
+            .find(|a| a.ticket == ticket && ticket != 0 && a.len > 0)?;
+        reply[..a.len].copy_from_slice(&a.reply[..a.len]);
+        a.ticket = 0;
+        Some(a.len)
+    }
+
+    /// Reads replies until the one to `ticket` arrives or `deadline` passes, filing the others
+    /// under the messages that await them.
+    fn recv(
+        &mut self,
+        ticket: u64,
+        reply: &mut [u8],
+        deadline: Option<Instant>,
+    ) -> io::Result<Option<usize>> {
+        loop {
+            if let Some(n) = self.take_arrived(ticket, reply) {
+                return Ok(Some(n));
+            }
+            if !self
+                .awaited
+                .iter()
+                .any(|a| a.ticket == ticket && ticket != 0)
+            {
+                return Err(io::Error::other(
+                    "no data message awaits a reply under this ticket",
+                ));
+            }
+            let Some(len) = recv_tcp(&mut self.wire, &mut self.partial, deadline)? else {
+                return Ok(None);
+            };
+            let id = peek_data_header(&self.partial).map_or(0, |(h, _)| h.message_id);
+            if let Some(a) = self
+                .awaited
+                .iter_mut()
+                .find(|a| a.ticket != 0 && a.len == 0 && a.message_id == id)
+            {
+                a.reply[..len].copy_from_slice(&self.partial[..len]);
+                a.len = len;
+            }
+            // Else a late reply to a message given up on: dropped.
+            self.partial.clear();
+        }
+    }
+}
+
+/// Reads one data message off `s` into `partial` (which may hold its start already), keeping
+/// what arrived there if the deadline cuts in; returns its length once whole.
 fn recv_tcp(
     s: &mut Wire,
     partial: &mut Vec<u8>,
-    reply: &mut [u8],
     deadline: Option<Instant>,
 ) -> io::Result<Option<usize>> {
     loop {
@@ -532,8 +653,6 @@ fn recv_tcp(
             }
         };
         if partial.len() >= want && want > DATA_HEADER_LEN {
-            reply[..want].copy_from_slice(&partial[..want]);
-            partial.clear();
             return Ok(Some(want));
         }
         // A deadline already passed still gets one quick look.

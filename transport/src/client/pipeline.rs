@@ -6,7 +6,7 @@
 //! [`Client::submit_trylock`] / [`Client::submit_unlock`] a client sends up to
 //! [`Client::pipeline_depth`] batches before it [`Client::complete`]s the oldest, so that it
 //! writes batch *n + 1* while the server executes batch *n* (over shared memory each batch has
-//! its own mailbox lane; over TCP the replies come back in order).
+//! its own mailbox lane; over TCP the link matches each reply to its batch by message id).
 //!
 //! The local state machine stays exact: a batch's local decisions are made when it is submitted
 //! and its replies applied when it is completed, in submission order; a lock with an operation

@@ -1,9 +1,12 @@
-//! The control thread: every socket of the server.
+//! The control thread: every socket of the server but the attached TCP data connections.
 //!
-//! It accepts TCP and Unix-socket connections, reads whole frames (the header says the length),
-//! and hands each to the data thread through the exchange; replies come back through the outbox
-//! and are written out. A connection carries one request at a time, so a client can never make
-//! the server buffer more than one frame for it.
+//! It accepts TCP and Unix-socket connections, runs TLS handshakes, reads whole control frames
+//! (the header says the length), and hands each to the data thread through the exchange;
+//! replies come back through the outbox and are written out. A connection carries one request
+//! at a time, so a client can never make the server buffer more than one frame for it. A TCP
+//! data connection whose attach is accepted leaves this thread: after the attach status is
+//! written it is handed, TLS session and all, to the data thread (`runtime/tcp.rs`), and counts
+//! toward `connections_max` through `Exchange::data_conns` until the data thread closes it.
 //!
 //! A connection's first bytes decide its role: a control frame starts a control connection,
 //! which the first successful `ClientInit`/`ClientReinit` binds to that client id — after that,
@@ -11,7 +14,8 @@
 //! connections too); before that, only registration (a reinit must show the session secret)
 //! and the counters are allowed. An attach header (`ATTACH_MAGIC`, client id, session secret)
 //! starts a data connection bound to that client once the data thread has checked the secret;
-//! a client has one data connection, so a newer attach closes the older one. With the `rdma`
+//! a client has one data connection, so a newer attach closes the older one (the data thread
+//! does that when it takes the newer one over). With the `rdma`
 //! feature, an RDMA attach record (`rdma::RDMA_ATTACH_MAGIC`, client id, session secret, the
 //! client's queue-pair endpoint) is checked the same way, after which this thread connects a
 //! queue pair for the client, answers with the server's endpoint and closes the connection
@@ -30,21 +34,22 @@
 //!   unauthenticated peers can never crowd out registered clients, and `Stats` (which needs no
 //!   registration) always gets through.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use dlock_core::proto::{
     ATTACH_LEN, ATTACH_MAGIC, Attach, CONTROL_FRAME_MAX, CONTROL_MAGIC, ControlHeader,
-    ControlResponse, DATA_MESSAGE_MAX, DecodeError, MsgType, control_frame_len,
-    encode_control_response, peek_control_header, peek_data_header, peek_magic,
+    ControlResponse, DecodeError, MsgType, control_frame_len, encode_control_response,
+    peek_control_header, peek_magic,
 };
-use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use super::exchange::{Job, JobKind, registered};
+use super::exchange::{Handover, Job, JobKind, registered};
 use super::fds::{FdReserve, out_of_fds};
+use super::stream::Stream;
 use super::{ServerConfig, Shared};
 use crate::tls::{HandshakeRefusal, ServerTls};
 use dlock_core::server::Counter;
@@ -178,65 +183,6 @@ fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
     Ok(TcpListener::from_std(s.into()))
 }
 
-#[derive(Debug)]
-enum Stream {
-    Tcp(TcpStream),
-    /// A TCP connection under TLS: the session is ours, the socket stays the event loop's.
-    Tls(TcpStream, Box<ServerTls>),
-    Unix(UnixStream),
-}
-
-impl Stream {
-    fn source(&mut self) -> &mut dyn mio::event::Source {
-        match self {
-            Stream::Tcp(s) | Stream::Tls(s, _) => s,
-            Stream::Unix(s) => s,
-        }
-    }
-    /// Plaintext from the peer; `WouldBlock` once drained.
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Tls(s, tls) => tls.read_plain(s, buf),
-            Stream::Unix(s) => s.read(buf),
-        }
-    }
-    /// Takes plaintext for the peer: written at once, or (TLS) sealed into records that
-    /// [`Stream::flush_records`] sends.
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Tls(s, tls) => match tls.write_plain(buf)? {
-                // rustls' buffer is full: the socket must drain first. If it took everything,
-                // there is room again now (and no writable edge would come to say so).
-                0 if tls.flush(s)? => tls.write_plain(buf),
-                0 => Err(io::ErrorKind::WouldBlock.into()),
-                n => Ok(n),
-            },
-            Stream::Unix(s) => s.write(buf),
-        }
-    }
-    /// Sends queued TLS records (replies, handshake messages, alerts) as far as the socket
-    /// takes them.
-    fn flush_records(&mut self) -> io::Result<()> {
-        match self {
-            Stream::Tls(s, tls) => tls.flush(s).map(drop),
-            Stream::Tcp(_) | Stream::Unix(_) => Ok(()),
-        }
-    }
-    /// Whether TLS records wait for the socket to take them.
-    fn wants_write(&self) -> bool {
-        matches!(self, Stream::Tls(_, tls) if tls.wants_write())
-    }
-    /// Why a TLS handshake was refused, once a read failed.
-    fn refusal(&self) -> Option<HandshakeRefusal> {
-        match self {
-            Stream::Tls(_, tls) => tls.refusal(),
-            Stream::Tcp(_) | Stream::Unix(_) => None,
-        }
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
     /// Nothing read yet.
@@ -245,8 +191,6 @@ enum Role {
     Control(Option<u32>),
     /// An attach is being checked.
     Attaching(u32),
-    /// Data messages of this client.
-    Data(u32),
 }
 
 #[derive(Debug)]
@@ -276,7 +220,6 @@ impl Conn {
         }
         match self.role {
             Role::Control(c) => c,
-            Role::Data(c) => Some(c),
             Role::Unknown | Role::Attaching(_) => None,
         }
     }
@@ -387,10 +330,17 @@ fn run_loop(shared: &Shared, cfg: &ServerConfig, l: &mut Listeners) -> io::Resul
 }
 
 impl Control<'_> {
-    /// Open connections: every slot not on the free list (kept exact by `admit` and `close`),
-    /// so counting them costs nothing however many there are.
+    /// Open connections: this thread's (every slot not on the free list, kept exact by `admit`
+    /// and `close`, so counting costs nothing however many there are) and the data connections
+    /// the data thread holds.
     fn open(&self) -> usize {
-        self.conns.len() - self.free.len()
+        // Relaxed: a count compared against the cap; a stale value errs by a connection.
+        let data = self
+            .shared
+            .exchange
+            .data_conns
+            .load(std::sync::atomic::Ordering::Relaxed);
+        self.conns.len() - self.free.len() + data
     }
 
     fn accept_tcp(&mut self, l: &mut Listeners) {
@@ -543,7 +493,7 @@ impl Control<'_> {
     /// connection plus per-client notices, so only a misbehaving peer can get there).
     fn submit(&self, job: Job) -> bool {
         let queued = self.shared.exchange.inbox.push(job).is_ok();
-        self.shared.region.shm_header().wake_server();
+        self.shared.wake_data();
         queued
     }
 
@@ -682,7 +632,6 @@ impl Control<'_> {
                         self.close_others(i, Role::Control(Some(client)));
                     }
                 }
-                JobKind::Data => c.wbuf.extend_from_slice(&job.buf[..job.len]),
                 JobKind::Attached { ok } => {
                     let Role::Attaching(client) = c.role else {
                         continue;
@@ -711,17 +660,16 @@ impl Control<'_> {
                         dlock_core::Status::ClientNotInit as u32
                     };
                     c.wbuf.extend_from_slice(&status.to_le_bytes());
-                    c.role = if ok {
-                        Role::Data(client)
-                    } else {
-                        Role::Unknown
-                    };
-                    if !ok {
-                        self.flush(i);
-                        self.close(i);
-                        continue;
+                    if self.spare.len() < SPARE_MAX {
+                        self.spare.push(job.buf);
                     }
-                    self.close_others(i, Role::Data(client));
+                    self.flush(i);
+                    if ok {
+                        self.hand_over(i, client);
+                    } else {
+                        self.close(i);
+                    }
+                    continue;
                 }
                 JobKind::Close => {
                     self.close(i);
@@ -742,14 +690,41 @@ impl Control<'_> {
         }
     }
 
-    /// One control and one data connection per client: the registration or attach just
-    /// accepted on connection `newest` replaces any other connection of the same `role` (a
-    /// client connects again when it reconnects after a network error, and a half-open old
-    /// connection may not have been noticed yet). Closing the old one tells the data thread,
-    /// which drops a request parked on it: the client gave up on it when it reconnected.
-    ///
-    /// The one the data thread accepted last wins, since replies come back in the order the
-    /// jobs were taken. A linear scan: binding is rare next to requests.
+    /// Hands data connection `i`, whose attach for `client` was accepted and answered, to the
+    /// data thread, which reads and writes it from now on (and closes the client's older data
+    /// connection, if any). Whatever was read past the attach, and whatever of the status the
+    /// socket has not taken, goes along.
+    fn hand_over(&mut self, i: usize, client: u32) {
+        let Some(mut c) = self.conns.get_mut(i).and_then(Option::take) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(c.stream.source());
+        self.free.push(i);
+        let ex = &self.shared.exchange;
+        // Relaxed: a count (see `open`); the queue push publishes the connection itself.
+        ex.data_conns
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let handover = Handover {
+            stream: c.stream,
+            client,
+            early: c.rbuf[..c.rlen].to_vec(),
+            unsent: std::mem::take(&mut c.wbuf),
+        };
+        if ex.handover.push(handover).is_err() {
+            // Sized for every connection the cap allows, so this is a bug; the connection
+            // closes (dropped here) and the client reconnects.
+            ex.data_conns
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::error!("data connection hand-over queue full");
+            return;
+        }
+        self.shared.wake_data();
+    }
+
+    /// One control connection per client: the registration just accepted on connection
+    /// `newest` replaces any other connection of the same `role` (a client connects again when
+    /// it reconnects after a network error, and a half-open old connection may not have been
+    /// noticed yet). A linear scan: binding is rare next to requests.
     fn close_others(&mut self, newest: usize, role: Role) {
         for j in 0..self.conns.len() {
             let older = self.conns[j]
@@ -762,10 +737,11 @@ impl Control<'_> {
         }
     }
 
-    /// Marks every connection bound to `client`, which is no longer registered, as gone: from
-    /// now on it holds its place like an unregistered connection (closed after the handshake
-    /// timeout, first evicted at the cap), while the client's next request still gets an
-    /// honest `CLIENT_NOT_INIT` from the state machine.
+    /// Marks the control connection bound to `client`, which is no longer registered, as gone:
+    /// from now on it holds its place like an unregistered connection (closed after the
+    /// handshake timeout, first evicted at the cap), and its requests are answered
+    /// `CLIENT_NOT_INIT` here (see `dispatch`). Its data connection is the data thread's, which
+    /// closes it.
     fn client_gone(&mut self, client: u32) {
         let now = Instant::now();
         for j in 0..self.conns.len() {
@@ -776,13 +752,7 @@ impl Control<'_> {
                 continue;
             }
             self.shared.counters.bump(Counter::ConnectionsOfGoneClients);
-            if matches!(c.role, Role::Data(_)) {
-                // A data connection has nothing to tell its client that the control connection
-                // does not; it goes at once.
-                self.close(j);
-            } else {
-                c.gone = Some(now);
-            }
+            c.gone = Some(now);
         }
     }
 
@@ -933,7 +903,7 @@ fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
             )));
         }
         Role::Unknown | Role::Attaching(_) => return Err(()),
-        Role::Control(_) | Role::Data(_) => {}
+        Role::Control(_) => {}
     }
     let buf = &c.rbuf[..c.rlen];
     match c.role {
@@ -959,21 +929,6 @@ fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
                 _ => {}
             }
             Ok(Some((JobKind::Control, len, CONTROL_FRAME_MAX)))
-        }
-        Role::Data(client) => {
-            let (header, len) = match peek_data_header(buf) {
-                Ok(peeked) => peeked,
-                Err(DecodeError::Truncated) => return Ok(None),
-                Err(_) => return Err(()),
-            };
-            // A data connection speaks only for the client it was attached to.
-            if header.client != client {
-                return Err(());
-            }
-            if buf.len() < len {
-                return Ok(None);
-            }
-            Ok(Some((JobKind::Data, len, DATA_MESSAGE_MAX)))
         }
         Role::Unknown | Role::Attaching(_) => Err(()),
     }

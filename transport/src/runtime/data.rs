@@ -1,4 +1,9 @@
 //! The data thread: the only thread that runs the server state machine.
+//!
+//! Each turn it serves the shared-memory mailboxes, the TCP data connections it owns
+//! (`tcp.rs`), the control thread's jobs and the decided parked requests, and ticks leases.
+//! With nothing to do it follows the idle strategy, whose sleep is one `epoll_wait` on its own
+//! poll: the sockets and the eventfd every other waker rings (`wake.rs`).
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -11,6 +16,7 @@ use dlock_core::server::{Counter, Server, WaitReply};
 
 use super::exchange::{Job, JobKind, data_client, registered};
 use super::idle::Idler;
+use super::tcp::DataConns;
 use super::{INBOX_BATCH, ServerConfig, Shared};
 use crate::region::Region;
 use crate::shm::{Doorbells, lanes_current_seq, next_lane};
@@ -22,13 +28,18 @@ const PARK_MAX: Duration = Duration::from_millis(TICK_MS);
 
 /// Where a parked request's reply goes.
 #[derive(Debug, Default)]
-enum Route {
+pub(super) enum Route {
     #[default]
     None,
     /// Into the client's mailbox, answering request `seq`.
     Mailbox { seq: u64 },
-    /// Back over a TCP data connection, in the request's own buffer.
-    Socket(Job),
+    /// Back over the TCP data connection (`conn`, `generation`) that carried message
+    /// `message_id`.
+    Tcp {
+        conn: u32,
+        generation: u32,
+        message_id: u16,
+    },
     /// Back over the client's RDMA queue pair (if it still has one).
     #[cfg(feature = "rdma")]
     Rdma,
@@ -54,12 +65,19 @@ struct Data<'s> {
     req: [u8; DATA_MESSAGE_MAX],
     resp: Vec<u8>,
     start: Instant,
+    /// The TCP data connections, and the poll the thread waits in.
+    tcp: DataConns<'s>,
     /// The clients' RDMA queue pairs.
     #[cfg(feature = "rdma")]
     rdma: super::rdma::Peers<'s>,
 }
 
-pub(super) fn run(shared: &Shared, cfg: &ServerConfig, ready: SyncSender<io::Result<()>>) {
+pub(super) fn run(
+    shared: &Shared,
+    cfg: &ServerConfig,
+    poll: mio::Poll,
+    ready: SyncSender<io::Result<()>>,
+) {
     super::pin(cfg.pin.1);
     // SAFETY: the region is fresh (the runtime just created it) and these are its only tables.
     let tables = match unsafe { shared.region.tables_shared() } {
@@ -88,6 +106,7 @@ pub(super) fn run(shared: &Shared, cfg: &ServerConfig, ready: SyncSender<io::Res
         req: [0; DATA_MESSAGE_MAX],
         resp: vec![0; CONTROL_FRAME_MAX],
         start: Instant::now(),
+        tcp: DataConns::new(shared, cfg, poll),
         #[cfg(feature = "rdma")]
         rdma: super::rdma::Peers::new(shared, slots),
     };
@@ -100,6 +119,8 @@ pub(super) fn run(shared: &Shared, cfg: &ServerConfig, ready: SyncSender<io::Res
         let now = d.now_ms();
         let mut work = d.serve_mailboxes(&mut server, now);
         work += d.serve_inbox(&mut server, now);
+        work += d.tcp.take_handovers(&mut server, &mut d.routes, now);
+        work += d.tcp.serve(&mut server, &mut d.routes, now);
         #[cfg(feature = "rdma")]
         {
             work += d.serve_rdma(&mut server, now);
@@ -111,6 +132,7 @@ pub(super) fn run(shared: &Shared, cfg: &ServerConfig, ready: SyncSender<io::Res
         }
         if now >= next_tick {
             server.tick(now);
+            d.tcp.sweep(&mut server, &mut d.routes, now);
             #[cfg(feature = "rdma")]
             d.rdma.sweep(&server);
             next_tick = now + TICK_MS;
@@ -123,19 +145,34 @@ pub(super) fn run(shared: &Shared, cfg: &ServerConfig, ready: SyncSender<io::Res
             idler.idle_awake();
             continue;
         }
-        if work > 0 {
+        let park = if work > 0 {
             idler.busy();
+            false
         } else {
-            let inbox = &shared.exchange.inbox;
+            idler.idle()
+        };
+        if park {
+            let ex = &shared.exchange;
+            let ready = d.tcp.has_ready();
             #[cfg(feature = "rdma")]
             let rdma = &d.rdma;
-            idler.idle(header, PARK_MAX, || {
-                #[cfg(feature = "rdma")]
-                if rdma.has_work() {
-                    return true;
-                }
-                d.bells.any() || !inbox.is_empty()
-            });
+            let bells = &d.bells;
+            let tcp = &mut d.tcp;
+            // The one idle wait: sockets and the eventfd every waker rings. The re-check after
+            // raising the flag is the park handshake of `shm`'s module doc.
+            header.park_server(
+                || {
+                    #[cfg(feature = "rdma")]
+                    if rdma.has_work() {
+                        return true;
+                    }
+                    ready || bells.any() || !ex.inbox.is_empty() || !ex.handover.is_empty()
+                },
+                || tcp.wait(Some(PARK_MAX)),
+            );
+        } else if d.tcp.open() > 0 {
+            // Awake: a look at the sockets that costs one syscall and never blocks.
+            d.tcp.wait(Some(Duration::ZERO));
         }
     }
     header.serving.store(0, Ordering::Release);
@@ -215,10 +252,11 @@ impl Data<'_> {
             self.last_seq[slot as usize] = lanes_current_seq(lanes);
         }
         server.cancel_parked(client, now);
-        if let Route::Socket(mut job) = std::mem::take(&mut self.routes[slot as usize]) {
-            // Back to the control thread with nothing to send, so its buffer is reused.
-            job.kind = JobKind::Nothing;
-            let _ = self.shared.exchange.outbox.push(job);
+        if let Route::Tcp {
+            conn, generation, ..
+        } = std::mem::take(&mut self.routes[slot as usize])
+        {
+            self.tcp.forget_parked(conn, generation);
         }
         #[cfg(feature = "rdma")]
         self.rdma.forget_parked_flag(slot);
@@ -299,43 +337,17 @@ impl Data<'_> {
                         Err(_) => job.kind = JobKind::Close,
                     }
                 }
-                JobKind::Data => match server.handle_data(&job.buf[..job.len], &mut self.resp, now)
-                {
-                    Ok(0) => {
-                        let client = data_client(&job.buf);
-                        if let Some(slot) = server.client_slot_of(client) {
-                            self.routes[slot as usize] = Route::Socket(job);
-                            continue;
-                        }
-                        job.kind = JobKind::Nothing;
-                    }
-                    Ok(len) => {
-                        job.buf[..len].copy_from_slice(&self.resp[..len]);
-                        job.len = len;
-                    }
-                    Err(_) => job.kind = JobKind::Close,
-                },
                 JobKind::Attach { client, session } => {
                     let ok = server.authenticate(client, &session).is_some();
                     job.kind = JobKind::Attached { ok };
                 }
                 JobKind::Disconnected { client } => {
-                    // Only the connection that carried the client's registration, or the one a
-                    // parked reply was to go back on, matters: a stale connection of a client
-                    // that has since re-registered going away must not cancel anything.
+                    // Only the connection that carried the client's registration matters: a
+                    // stale connection of a client that has since re-registered going away must
+                    // not cancel anything. (Data connections are the data thread's own; their
+                    // loss is handled in `tcp.rs`.)
                     if let Some(slot) = server.client_slot_of(client) {
                         let slot = slot as usize;
-                        if matches!(&self.routes[slot], Route::Socket(parked) if parked.conn == job.conn)
-                        {
-                            // The request's connection is gone (often replaced by a newer
-                            // attach: the client reconnected and gave up on it). Drop the
-                            // request too, not only its route: else it would keep the client's
-                            // one waiter busy (`Easync` on the new connection) and could still
-                            // be granted a lock whose reply nobody reads. A request parked by
-                            // the new connection meanwhile has its own route and stays.
-                            self.routes[slot] = Route::None;
-                            server.cancel_parked(client, now);
-                        }
                         if self.control_conn[slot] == job.conn {
                             self.control_conn[slot] = 0;
                             server.client_disconnected(client, now);
@@ -373,16 +385,15 @@ impl Data<'_> {
     /// Sends the replies of decided parked requests where their requests came from.
     fn deliver_replies(&mut self, server: &mut Server<'_>) {
         let Data {
-            shared,
             region,
             routes,
             resp,
             last_seq,
+            tcp,
             #[cfg(feature = "rdma")]
             rdma,
             ..
         } = self;
-        let mut queued = false;
         server.take_replies(|r: WaitReply| {
             let slot = r.slot as usize;
             let (Ok(n), Some(route)) = (r.encode(resp), routes.get_mut(slot)) else {
@@ -397,11 +408,16 @@ impl Data<'_> {
                     }
                 }
                 Route::Mailbox { .. } => {}
-                Route::Socket(mut job) => {
-                    job.buf[..n].copy_from_slice(&resp[..n]);
-                    job.len = n;
-                    let _ = shared.exchange.outbox.push(job);
-                    queued = true;
+                Route::Tcp {
+                    conn,
+                    generation,
+                    message_id,
+                } => {
+                    if r.header.message_id == message_id {
+                        tcp.deliver(conn, generation, &resp[..n]);
+                    } else {
+                        tcp.forget_parked(conn, generation);
+                    }
                 }
                 #[cfg(feature = "rdma")]
                 Route::Rdma => rdma.deliver(r.slot, r.client, &resp[..n]),
@@ -409,9 +425,6 @@ impl Data<'_> {
                 Route::None => {}
             }
         });
-        if queued {
-            shared.exchange.wake_control();
-        }
     }
 }
 

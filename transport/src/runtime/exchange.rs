@@ -1,21 +1,23 @@
 //! The hand-off between the control (I/O) thread and the data thread: two bounded lock-free
 //! queues of jobs, each carrying its own buffer, so nothing is copied or allocated per message
-//! on the data thread.
+//! on the data thread; and a third queue on which attached TCP data connections move to the
+//! data thread for good (it reads and writes them itself from then on: no hand-off per data
+//! message).
 
 use std::io;
+use std::sync::atomic::AtomicUsize;
 
 use crossbeam_queue::ArrayQueue;
 use dlock_core::Session;
 
 use super::ServerConfig;
+use super::stream::Stream;
 
 /// What a job asks for, or (on the way back) what its reply is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum JobKind {
     /// A control frame; its reply is a control frame (or `Close`).
     Control,
-    /// A data message from a TCP data connection; its reply is a data message.
-    Data,
     /// A TCP data connection asks to be bound to `client` (proving it knows the session).
     Attach { client: u32, session: Session },
     /// Reply to `Attach`: bound or refused.
@@ -44,24 +46,45 @@ pub(crate) struct Job {
     pub(crate) buf: Vec<u8>,
 }
 
-/// The two queues and the control thread's waker.
+/// A TCP data connection whose attach the data thread accepted, on its way to the data thread.
+#[derive(Debug)]
+pub(crate) struct Handover {
+    pub(crate) stream: Stream,
+    /// The client it is bound to.
+    pub(crate) client: u32,
+    /// Bytes the control thread read past the attach header (data messages sent at once).
+    pub(crate) early: Vec<u8>,
+    /// Bytes of the attach status the socket did not take yet.
+    pub(crate) unsent: Vec<u8>,
+}
+
+/// The queues and the control thread's waker.
 #[derive(Debug)]
 pub(crate) struct Exchange {
     /// Control thread → data thread.
     pub(crate) inbox: ArrayQueue<Job>,
     /// Data thread → control thread.
     pub(crate) outbox: ArrayQueue<Job>,
+    /// Control thread → data thread: attached data connections.
+    pub(crate) handover: ArrayQueue<Handover>,
+    /// Data connections the data thread holds (handed over and not closed yet): they count
+    /// toward `connections_max`, which the control thread enforces.
+    pub(crate) data_conns: AtomicUsize,
     waker: std::sync::OnceLock<mio::Waker>,
 }
 
 impl Exchange {
     pub(crate) fn new(cfg: &ServerConfig) -> io::Result<Self> {
-        // Every connection has at most one request in flight, plus one parked reply and one
-        // disconnect notice per client: the queues never fill.
+        // Every connection the control thread holds has at most one request in flight, plus one
+        // disconnect notice and one gone-client notice per client: the queues never fill.
         let cap = cfg.connections_max + 2 * cfg.core.clients_max as usize + 16;
         Ok(Self {
             inbox: ArrayQueue::new(cap),
             outbox: ArrayQueue::new(cap),
+            // Each connection is handed over at most once, and counts toward the cap until the
+            // data thread closes it.
+            handover: ArrayQueue::new(cfg.connections_max.max(1)),
+            data_conns: AtomicUsize::new(0),
             waker: std::sync::OnceLock::new(),
         })
     }

@@ -4,15 +4,15 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::patience::{Next, Patience};
-use crate::shm::ShmHeader;
 
 /// The data thread's idle strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum IdleStrategy {
-    /// Busy-poll: lowest latency, a core burned (the reference's behaviour).
+    /// Busy-poll (sockets with a zero-timeout poll): lowest latency, a core burned (the
+    /// reference's behaviour).
     Spin,
-    /// Poll, then spin with backoff and yield, then park on the region's futex word (default).
+    /// Poll, then spin with backoff and yield, then park in the data thread's poll (default).
     #[default]
     Adaptive,
     /// Park as soon as a turn finds nothing: least CPU, a wake-up (~50 µs) per idle period.
@@ -76,27 +76,25 @@ impl Idler {
         }
     }
 
-    /// A turn found nothing: wait a little, or park until woken or `timeout`.
-    pub(super) fn idle(
-        &mut self,
-        header: &ShmHeader,
-        timeout: Duration,
-        has_work: impl Fn() -> bool,
-    ) {
+    /// A turn found nothing: waits a little (a pause, a backoff, a yield) and says whether to
+    /// park now, in the data thread's one blocking wait (`runtime/data.rs`).
+    #[must_use]
+    pub(super) fn idle(&mut self) -> bool {
         match self.strategy {
-            IdleStrategy::Spin => std::hint::spin_loop(),
-            IdleStrategy::Adaptive => {
-                // Poll first (lowest latency), then back off and yield each turn, then park.
-                let waiting = self
-                    .waiting
-                    .get_or_insert_with(|| Patience::new(ADAPTIVE_AWAKE, None));
-                // Once spent, the budget stays spent: a park that ends with nothing to do (a
-                // timeout) parks again at once, until a turn finds work.
-                if waiting.next() == Next::Sleep {
-                    header.park_server(timeout, has_work);
-                }
+            IdleStrategy::Spin => {
+                std::hint::spin_loop();
+                false
             }
-            IdleStrategy::Park => header.park_server(timeout, has_work),
+            // Poll first (lowest latency), then back off and yield each turn, then park. Once
+            // spent, the budget stays spent: a park that ends with nothing to do (a timeout)
+            // parks again at once, until a turn finds work.
+            IdleStrategy::Adaptive => {
+                self.waiting
+                    .get_or_insert_with(|| Patience::new(ADAPTIVE_AWAKE, None))
+                    .next()
+                    == Next::Sleep
+            }
+            IdleStrategy::Park => true,
         }
     }
 }

@@ -1,12 +1,15 @@
 //! The server runtime: one region, two threads.
 //!
 //! The *data thread* owns the [`Server`] state machine and is the only thread that runs it: it
-//! scans the shared-memory doorbells and executes mailbox requests, takes the requests the
-//! control thread read off sockets from a bounded queue, answers parked blocking requests as
-//! they are decided, and ticks the clients' leases. The *control thread* owns every socket: it
-//! accepts TCP and Unix-socket connections, reads whole frames, hands them over, and writes the
-//! replies back. Keeping the state machine on one thread means no lock anywhere on the path of a
-//! request; the hand-off between the threads is two lock-free queues and a futex.
+//! scans the shared-memory doorbells and executes mailbox requests, reads, executes and answers
+//! the data messages of the TCP data connections it owns (`tcp.rs`), takes the control requests
+//! the control thread read off sockets from a bounded queue, answers parked blocking requests as
+//! they are decided, and ticks the clients' leases. The *control thread* accepts TCP and
+//! Unix-socket connections, runs TLS handshakes, reads whole control frames, hands them over and
+//! writes the replies back; once a TCP data connection's attach is accepted it hands the
+//! connection itself to the data thread. Keeping the state machine on one thread means no lock
+//! anywhere on the path of a request; the hand-off between the threads is lock-free queues and
+//! one wake-up (an eventfd in the data thread's poll, `wake.rs`).
 //!
 //! ARCHITECTURE.md puts registration and lifecycle on the control thread. Here the control
 //! thread does their I/O, TLS and framing — the expensive, blocking part — and the data thread
@@ -19,7 +22,7 @@
 //!
 //! The data thread never allocates after start, never takes a lock, and bounds its work per turn
 //! (each doorbell once, at most [`INBOX_BATCH`] queued jobs). When there is no work it follows the
-//! configured [`IdleStrategy`].
+//! configured [`IdleStrategy`], whose sleep is one `epoll_wait` covering sockets and doorbells.
 
 mod control;
 mod data;
@@ -28,6 +31,9 @@ mod fds;
 mod idle;
 #[cfg(feature = "rdma")]
 mod rdma;
+mod stream;
+mod tcp;
+mod wake;
 
 use std::io;
 use std::net::SocketAddr;
@@ -176,6 +182,8 @@ pub(crate) struct Shared {
     pub(crate) rdma: Option<rdma::RdmaSide>,
     pub(crate) region: Region,
     pub(crate) exchange: Exchange,
+    /// The eventfd in the data thread's poll: the one thing that wakes it from its idle wait.
+    pub(crate) data_waker: mio::Waker,
     /// Counters the control thread keeps (connections closed, evicted, refused); the data
     /// thread copies them into the server's stats when it answers a `Stats` request.
     pub(crate) counters: TransportCounters,
@@ -296,6 +304,9 @@ impl ServerHandle {
         let tcp_addr = listeners.tcp_addr();
         let unix_socket = listeners.unix_path().to_path_buf();
         let exchange = Exchange::new(&cfg)?;
+        // The data thread's poll: made here so that its waker can be shared before it starts.
+        let data_poll = mio::Poll::new()?;
+        let data_waker = mio::Waker::new(data_poll.registry(), tcp::WAKER)?;
         // Last before `Shared` is built, so no early return can drop the region while it is
         // registered (locals drop in reverse order: `rdma` before `region`).
         #[cfg(feature = "rdma")]
@@ -305,6 +316,7 @@ impl ServerHandle {
             rdma,
             region,
             exchange,
+            data_waker,
             counters: TransportCounters::default(),
             stop: AtomicBool::new(false),
         });
@@ -314,12 +326,18 @@ impl ServerHandle {
             let cfg = cfg.clone();
             std::thread::Builder::new()
                 .name("dlock-data".into())
-                .spawn(move || data::run(&shared, &cfg, ready_tx))?
+                .spawn(move || data::run(&shared, &cfg, data_poll, ready_tx))?
         };
         // The control thread starts once the data thread has carved the tables.
         ready_rx
             .recv()
             .map_err(|_| io::Error::other("data thread failed to start"))??;
+        let bridge = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("dlock-wake".into())
+                .spawn(move || wake::bridge(&shared))?
+        };
         let control = {
             let shared = Arc::clone(&shared);
             let cfg = cfg.clone();
@@ -330,7 +348,7 @@ impl ServerHandle {
         tracing::info!(tcp = ?tcp_addr, unix = %unix_socket.display(), "dlock server started");
         Ok(ServerHandle {
             shared,
-            threads: vec![data, control],
+            threads: vec![data, control, bridge],
             tcp_addr,
             unix_socket,
             fd_budget,
@@ -377,7 +395,8 @@ impl ServerHandle {
 
     fn shutdown(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        self.shared.region.shm_header().wake_server();
+        self.shared.wake_data_now();
+        self.shared.region.shm_header().ring_bell();
         self.shared.exchange.wake_control();
         for t in self.threads.drain(..) {
             let _ = t.join();

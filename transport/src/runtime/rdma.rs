@@ -216,7 +216,7 @@ fn attach(shared: &Shared, record: &[u8], ok: bool) -> Result<[u8; ENDPOINT_LEN]
         .push(peer)
         .map_err(|_| Status::ServerNoResource)?;
     // The data thread may be parked (it parks when no RDMA peer is attached yet).
-    shared.region.shm_header().wake_server();
+    shared.wake_data();
     tracing::info!(client, "RDMA queue pair connected");
     Ok(endpoint)
 }

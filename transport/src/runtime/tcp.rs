@@ -1,0 +1,575 @@
+//! The TCP data connections, served by the data thread itself.
+//!
+//! Once the data thread has accepted a data connection's attach (the session checked) and the
+//! control thread has written the attach status, the control thread hands the connection over
+//! — socket and TLS session — through `Exchange::handover`, and it lives here until it closes.
+//! The data thread owns a mio `Poll` (edge-triggered) with every such socket and the eventfd
+//! that wakes it (`wake.rs`); blocking in that poll is its one idle wait.
+//!
+//! Each turn, for every connection with something to do: read every byte available (into a
+//! buffer sized at attach), execute every complete data message found in it, append each reply
+//! to the connection's write buffer, and write that buffer with one write. Replies may leave in
+//! any order: a blocking request that parks is answered when it is decided (`deliver`), and the
+//! messages behind it are served meanwhile; the client matches replies by message id.
+//!
+//! The window bounds what one connection can make us hold: at most [`WINDOW_MAX`] requests
+//! executed whose replies have not left the write buffer, a parked one included. At the window
+//! the connection is not read until its replies drain — the peer's bytes wait in the kernel
+//! and TCP's flow control pushes back — so its buffers never grow past their size at attach.
+//! No allocation per message.
+//!
+//! The rules the control thread kept for these connections hold here: one data connection per
+//! client (a newer attach replaces the older, whose parked request is cancelled), a lost
+//! connection cancels its parked request, a gone client's connection is closed at once (before
+//! its id can be registered again: it proved nothing about a new registration), a message begun must
+//! complete within the frame timeout, a reply not taken within it closes the connection, and
+//! bytes that are no data message of the attached client close it.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use dlock_core::proto::{DATA_MESSAGE_MAX, DecodeError, peek_data_header};
+use dlock_core::server::{Counter, Server};
+use mio::{Events, Interest, Poll, Token};
+
+use super::data::Route;
+use super::exchange::Handover;
+use super::stream::Stream;
+use super::{ServerConfig, Shared};
+
+/// The data thread's eventfd in its poll.
+pub(super) const WAKER: Token = Token(0);
+/// Connection `i` is `Token(i + FIRST_CONN)`.
+const FIRST_CONN: usize = 1;
+
+/// Requests one connection may have executed and not answered on the wire (replies in the
+/// write buffer, and the one parked request a client may have). A pipelined client keeps
+/// 4 batches in flight; 32 leaves room for clients that multiplex many threads over one
+/// connection while bounding each connection's write buffer at 32 largest replies (32 KiB).
+pub const WINDOW_MAX: usize = 32;
+
+/// The read buffer: enough for the window's worth of small messages (one command: 48 bytes)
+/// or a few largest ones per read, so a turn drains a busy socket in a few reads.
+const READ_BUF: usize = 8 * DATA_MESSAGE_MAX;
+/// The write buffer: every reply the window allows.
+const WRITE_BUF: usize = WINDOW_MAX * DATA_MESSAGE_MAX;
+
+/// Handed-over connections taken per turn (each allocates its buffers).
+const HANDOVERS_PER_TURN: usize = 16;
+
+/// No connection index (in `by_slot`).
+const NONE: u32 = u32::MAX;
+
+#[derive(Debug)]
+struct DataConn {
+    stream: Stream,
+    generation: u32,
+    /// The client the connection was attached to, and its slot then.
+    client: u32,
+    slot: u32,
+    rbuf: Box<[u8]>,
+    rlen: usize,
+    wbuf: Box<[u8]>,
+    /// `wbuf[wstart..wend]` waits to be written.
+    wstart: usize,
+    wend: usize,
+    /// Replies put in the write buffer since it was last empty (a conservative count of those
+    /// not yet written: it drops to zero only when the buffer empties).
+    unwritten: usize,
+    /// A blocking request of this connection is parked.
+    parked: bool,
+    /// The socket may have bytes to read (no `WouldBlock` since its last readable edge).
+    readable: bool,
+    /// The socket may take bytes (no short write since its last writable edge).
+    writable: bool,
+    /// In `ready`.
+    queued: bool,
+    /// When the first bytes of the incomplete message in `rbuf` arrived (ms).
+    frame_started: Option<u64>,
+    /// When a reply first could not be written whole (ms).
+    write_blocked: Option<u64>,
+}
+
+impl DataConn {
+    fn window_open(&self) -> bool {
+        self.unwritten + usize::from(self.parked) < WINDOW_MAX
+    }
+
+    /// Bytes wait to go out (replies, or TLS records).
+    fn pending_write(&self) -> bool {
+        self.wend > self.wstart || self.stream.wants_write()
+    }
+
+    /// Whether a whole message waits in the read buffer.
+    fn message_waiting(&self) -> bool {
+        matches!(peek_data_header(&self.rbuf[..self.rlen]), Ok((_, len)) if len <= self.rlen)
+    }
+
+    /// Whether serving again next turn would make progress.
+    fn has_work(&self) -> bool {
+        (self.window_open() && (self.readable || self.message_waiting()))
+            || (self.writable && self.pending_write())
+    }
+
+    /// Makes room for one more reply at the end of the write buffer, moving what waits to the
+    /// front if need be. The window guarantees the room (see [`WRITE_BUF`]).
+    fn make_reply_room(&mut self) {
+        if self.wend + DATA_MESSAGE_MAX > self.wbuf.len() {
+            self.wbuf.copy_within(self.wstart..self.wend, 0);
+            self.wend -= self.wstart;
+            self.wstart = 0;
+        }
+        debug_assert!(self.wend + DATA_MESSAGE_MAX <= self.wbuf.len());
+    }
+}
+
+/// What serving a connection came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+enum Outcome {
+    /// Still open.
+    Open,
+    /// Lost or misbehaving: close it.
+    Close,
+}
+
+/// The data connections and the poll they are registered in.
+pub(super) struct DataConns<'s> {
+    shared: &'s Shared,
+    poll: Poll,
+    events: Events,
+    conns: Vec<Option<DataConn>>,
+    generations: Vec<u32>,
+    free: Vec<u32>,
+    /// Connections to serve this turn (each once: `DataConn::queued`).
+    ready: Vec<u32>,
+    /// Per client slot: its data connection (`NONE`: none).
+    by_slot: Vec<u32>,
+    frame_timeout_ms: u64,
+}
+
+impl<'s> DataConns<'s> {
+    pub(super) fn new(shared: &'s Shared, cfg: &ServerConfig, poll: Poll) -> Self {
+        let max = cfg.connections_max;
+        Self {
+            shared,
+            poll,
+            events: Events::with_capacity(256),
+            conns: Vec::with_capacity(max),
+            generations: Vec::with_capacity(max),
+            free: Vec::with_capacity(max),
+            ready: Vec::with_capacity(max),
+            by_slot: vec![NONE; cfg.core.clients_max as usize],
+            frame_timeout_ms: millis(cfg.frame_timeout),
+        }
+    }
+
+    /// Connections open.
+    pub(super) fn open(&self) -> usize {
+        self.conns.len() - self.free.len()
+    }
+
+    /// Whether a connection has work queued for the next turn (the idle re-check).
+    pub(super) fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// Waits for socket events or a wake, at most `timeout` (`Some(ZERO)`: just look), and
+    /// queues the connections that have something to do.
+    pub(super) fn wait(&mut self, timeout: Option<Duration>) {
+        match self.poll.poll(&mut self.events, timeout) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return,
+            Err(e) => {
+                tracing::error!(error = %e, "data thread poll failed");
+                return;
+            }
+        }
+        for ev in self.events.iter() {
+            let Some(i) = ev.token().0.checked_sub(FIRST_CONN) else {
+                continue; // the waker: its work is in the queues and doorbells
+            };
+            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+                continue;
+            };
+            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                c.readable = true;
+            }
+            if ev.is_writable() || ev.is_error() {
+                c.writable = true;
+            }
+            if !c.queued {
+                c.queued = true;
+                self.ready.push(i as u32);
+            }
+        }
+    }
+
+    /// Takes connections the control thread handed over; returns how many.
+    pub(super) fn take_handovers(
+        &mut self,
+        server: &mut Server<'_>,
+        routes: &mut [Route],
+        now: u64,
+    ) -> usize {
+        let mut n = 0;
+        while n < HANDOVERS_PER_TURN {
+            let Some(h) = self.shared.exchange.handover.pop() else {
+                break;
+            };
+            n += 1;
+            self.adopt(h, server, routes, now);
+        }
+        n
+    }
+
+    fn adopt(&mut self, h: Handover, server: &mut Server<'_>, routes: &mut [Route], now: u64) {
+        let Handover {
+            mut stream,
+            client,
+            early,
+            unsent,
+        } = h;
+        let Some(slot) = server.client_slot_of(client) else {
+            // Gone between its attach and now: nothing to serve.
+            self.dropped();
+            return;
+        };
+        // One data connection per client: the newer replaces the older (the client
+        // reconnected, and gave up on whatever it had parked there).
+        let older = self.by_slot[slot as usize];
+        if older != NONE {
+            self.close(older as usize, server, routes, now);
+        }
+        let i = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.conns.push(None);
+                self.generations.push(0);
+                self.conns.len() - 1
+            }
+        };
+        self.generations[i] = self.generations[i].wrapping_add(1);
+        if let Err(e) = self.poll.registry().register(
+            stream.source(),
+            Token(i + FIRST_CONN),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            tracing::warn!(error = %e, "cannot register a data connection");
+            self.free.push(i as u32);
+            self.dropped();
+            return;
+        }
+        let mut rbuf = vec![0u8; READ_BUF].into_boxed_slice();
+        let mut wbuf = vec![0u8; WRITE_BUF].into_boxed_slice();
+        // The control thread reads at most a control frame ahead, and writes a 4-byte status.
+        let rlen = early.len().min(READ_BUF);
+        rbuf[..rlen].copy_from_slice(&early[..rlen]);
+        let wend = unsent.len().min(WRITE_BUF);
+        wbuf[..wend].copy_from_slice(&unsent[..wend]);
+        self.conns[i] = Some(DataConn {
+            stream,
+            generation: self.generations[i],
+            client,
+            slot,
+            rbuf,
+            rlen,
+            wbuf,
+            wstart: 0,
+            wend,
+            unwritten: 0,
+            parked: false,
+            // Bytes may have arrived before registration (edge-triggered: no event for them).
+            readable: true,
+            writable: true,
+            queued: true,
+            frame_started: (rlen > 0).then_some(now),
+            write_blocked: None,
+        });
+        self.ready.push(i as u32);
+        self.by_slot[slot as usize] = i as u32;
+    }
+
+    /// A handed-over connection was dropped before it was served: it no longer counts.
+    fn dropped(&self) {
+        // Relaxed: a count the control thread compares against the cap; nothing is published.
+        self.shared
+            .exchange
+            .data_conns
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Serves every queued connection once; returns how many were served.
+    pub(super) fn serve(
+        &mut self,
+        server: &mut Server<'_>,
+        routes: &mut [Route],
+        now: u64,
+    ) -> usize {
+        // Those with more to do after their turn (the read buffer filled, the window reopened)
+        // go to the back, for the next turn.
+        let n = self.ready.len();
+        for k in 0..n {
+            let i = self.ready[k] as usize;
+            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+                continue;
+            };
+            c.queued = false;
+            if serve_one(c, i as u32, server, routes, now) == Outcome::Close {
+                self.close(i, server, routes, now);
+            } else if c.has_work() {
+                c.queued = true;
+                self.ready.push(i as u32);
+            }
+        }
+        self.ready.drain(..n);
+        n
+    }
+
+    /// Puts the reply of a parked request of connection (`conn`, `generation`) in its write
+    /// buffer, to go out this turn; false if that connection is gone.
+    pub(super) fn deliver(&mut self, conn: u32, generation: u32, reply: &[u8]) -> bool {
+        let Some(c) = self
+            .conns
+            .get_mut(conn as usize)
+            .and_then(Option::as_mut)
+            .filter(|c| c.generation == generation)
+        else {
+            return false;
+        };
+        if !c.parked {
+            return false;
+        }
+        c.parked = false;
+        c.make_reply_room();
+        c.wbuf[c.wend..c.wend + reply.len()].copy_from_slice(reply);
+        c.wend += reply.len();
+        c.unwritten += 1;
+        if !c.queued {
+            c.queued = true;
+            self.ready.push(conn);
+        }
+        true
+    }
+
+    /// The parked request of connection (`conn`, `generation`) was dropped without a reply (the
+    /// client re-registered): it no longer counts toward the window.
+    pub(super) fn forget_parked(&mut self, conn: u32, generation: u32) {
+        if let Some(c) = self
+            .conns
+            .get_mut(conn as usize)
+            .and_then(Option::as_mut)
+            .filter(|c| c.generation == generation)
+        {
+            c.parked = false;
+        }
+    }
+
+    /// Every tick: closes connections past their timeouts, and those of clients no longer
+    /// registered (in this slot).
+    pub(super) fn sweep(&mut self, server: &mut Server<'_>, routes: &mut [Route], now: u64) {
+        let late = |since: Option<u64>, limit: u64| since.is_some_and(|t| now > t + limit);
+        for i in 0..self.conns.len() {
+            let Some(c) = &mut self.conns[i] else {
+                continue;
+            };
+            if server.client_slot_of(c.client) != Some(c.slot) {
+                // Its client is gone: the control connection tells it why; this one goes now,
+                // before the id can be registered again by someone else.
+                self.shared.counters.bump(Counter::ConnectionsOfGoneClients);
+                self.close(i, server, routes, now);
+                continue;
+            }
+            let stale = late(c.frame_started, self.frame_timeout_ms)
+                || late(c.write_blocked, self.frame_timeout_ms);
+            if stale {
+                tracing::debug!(client = c.client, "data connection timed out");
+                self.shared.counters.bump(Counter::ConnectionsTimedOut);
+                self.close(i, server, routes, now);
+            }
+        }
+    }
+
+    /// Closes connection `i`: its parked request (if any) is cancelled, it stops counting.
+    fn close(&mut self, i: usize, server: &mut Server<'_>, routes: &mut [Route], now: u64) {
+        let Some(mut c) = self.conns.get_mut(i).and_then(Option::take) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(c.stream.source());
+        self.free.push(i as u32);
+        if self.by_slot.get(c.slot as usize) == Some(&(i as u32)) {
+            self.by_slot[c.slot as usize] = NONE;
+        }
+        if let Some(route) = routes.get_mut(c.slot as usize)
+            && matches!(*route, Route::Tcp { conn, generation, .. }
+                if conn == i as u32 && generation == c.generation)
+        {
+            // Its reply has nowhere to go: drop the request too, else it would keep the
+            // client's one waiter busy and could still be granted a lock nobody learns of.
+            *route = Route::None;
+            server.cancel_parked(c.client, now);
+        }
+        self.dropped();
+    }
+}
+
+/// One turn of connection `c` (index `i`): read, execute, write.
+fn serve_one(
+    c: &mut DataConn,
+    i: u32,
+    server: &mut Server<'_>,
+    routes: &mut [Route],
+    now: u64,
+) -> Outcome {
+    if c.window_open() && c.readable && read(c) == Outcome::Close {
+        return Outcome::Close;
+    }
+    if execute(c, i, server, routes, now) == Outcome::Close {
+        return Outcome::Close;
+    }
+    if c.writable && c.pending_write() {
+        return write(c, now);
+    }
+    Outcome::Open
+}
+
+/// Reads what the socket has, until it would block or the read buffer is full.
+fn read(c: &mut DataConn) -> Outcome {
+    while c.rlen < c.rbuf.len() {
+        let room = c.rbuf.len() - c.rlen;
+        match c.stream.read(&mut c.rbuf[c.rlen..]) {
+            Ok(0) => return Outcome::Close,
+            Ok(n) => {
+                c.rlen += n;
+                if n < room && c.stream.short_read_drains() {
+                    c.readable = false;
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                c.readable = false;
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Outcome::Close,
+        }
+    }
+    // A TLS read may owe the peer records (a key update's answer, an alert).
+    if c.stream.wants_write() {
+        c.writable = true;
+    }
+    Outcome::Open
+}
+
+/// Executes every complete message in the read buffer while the window is open.
+fn execute(
+    c: &mut DataConn,
+    i: u32,
+    server: &mut Server<'_>,
+    routes: &mut [Route],
+    now: u64,
+) -> Outcome {
+    let mut at = 0;
+    let mut blocked = false;
+    while at < c.rlen {
+        if !c.window_open() {
+            blocked = true;
+            break;
+        }
+        let (header, len) = match peek_data_header(&c.rbuf[at..c.rlen]) {
+            Ok(peeked) => peeked,
+            Err(DecodeError::Truncated) => break,
+            Err(_) => return Outcome::Close,
+        };
+        // A data connection speaks only for the registration it was attached to: the same id
+        // in another slot is a new registration (a recovering server takes old ids back), which
+        // this connection never proved it belongs to.
+        if header.client != c.client || server.client_slot_of(c.client) != Some(c.slot) {
+            return Outcome::Close;
+        }
+        if c.rlen - at < len {
+            break;
+        }
+        let (msg, room) = split(c, at, len);
+        match server.handle_data(msg, room, now) {
+            Ok(0) => {
+                c.parked = true;
+                if let Some(route) = routes.get_mut(c.slot as usize) {
+                    *route = Route::Tcp {
+                        conn: i,
+                        generation: c.generation,
+                        message_id: header.message_id,
+                    };
+                }
+            }
+            Ok(n) => {
+                c.wend += n;
+                c.unwritten += 1;
+            }
+            Err(_) => return Outcome::Close,
+        }
+        at += len;
+    }
+    if at > 0 {
+        c.rbuf.copy_within(at..c.rlen, 0);
+        c.rlen -= at;
+    }
+    // Only an incomplete message the peer still owes us can be late; one that waits for the
+    // window is whole, and a message begun after those just served started now.
+    c.frame_started = match (c.rlen, blocked) {
+        (0, _) | (_, true) => None,
+        _ if at > 0 => Some(now),
+        _ => c.frame_started.or(Some(now)),
+    };
+    Outcome::Open
+}
+
+/// The message at `rbuf[at..at + len]` and the room for its reply in the write buffer.
+fn split(c: &mut DataConn, at: usize, len: usize) -> (&[u8], &mut [u8]) {
+    c.make_reply_room();
+    (
+        &c.rbuf[at..at + len],
+        &mut c.wbuf[c.wend..c.wend + DATA_MESSAGE_MAX],
+    )
+}
+
+/// Writes what waits, with one write (plus sending the TLS records it sealed).
+fn write(c: &mut DataConn, now: u64) -> Outcome {
+    if c.wend > c.wstart {
+        match c.stream.write(&c.wbuf[c.wstart..c.wend]) {
+            Ok(0) => return Outcome::Close,
+            Ok(n) => {
+                // A short write means the socket's buffer is full: wait for its next edge.
+                if c.wstart + n < c.wend {
+                    c.writable = false;
+                }
+                c.wstart += n;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.writable = false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Outcome::Close,
+        }
+    }
+    if c.stream.flush_records().is_err() {
+        return Outcome::Close;
+    }
+    if c.stream.wants_write() {
+        c.writable = false;
+    }
+    if c.wstart == c.wend {
+        c.wstart = 0;
+        c.wend = 0;
+        c.unwritten = 0;
+    }
+    c.write_blocked = match (c.pending_write(), c.write_blocked) {
+        (false, _) => None,
+        (true, None) => Some(now),
+        (true, since) => since,
+    };
+    Outcome::Open
+}
+
+fn millis(d: Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
+}
