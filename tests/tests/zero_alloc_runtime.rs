@@ -1,0 +1,144 @@
+//! The running server and its clients allocate nothing on the data path once warmed up: a
+//! counting global allocator sees zero allocations, in the whole process, across a window of
+//! trylock/unlock, batches, uncontended blocking `lock()`, fetch-and-add and lease ticks, over
+//! shared memory and over TCP, with the data thread serving both.
+//!
+//! The count is process-wide, so the window must be quiet but for the paths under test: this
+//! file holds one test (nothing else of the harness runs meanwhile), it installs no log
+//! subscriber, and the test thread itself only calls the client between reading the counter.
+//! The control thread takes no part: no control frame is sent inside the window.
+//!
+//! It fails as it should. Adding an allocation to any of these paths — e.g. a
+//! `let _ = Vec::<u8>::with_capacity(1);` in `runtime/tcp.rs`'s message loop, in
+//! `runtime/data.rs`'s mailbox scan, or in `Client::trylock` — makes `allocations` non-zero
+//! and the test report how many (checked by doing exactly that).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use dlock_core::{Config, LockKind, Mode};
+use dlock_transport::client::{Client, ClientConfig, Endpoint};
+use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
+
+struct Counting;
+
+/// Allocations (and reallocations) in the whole process since start.
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the only addition is a
+// relaxed atomic increment, which never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // Relaxed: a tally read after the threads that bump it have quiesced.
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// One client's data-path workload: what the window repeats.
+struct Work {
+    client: Client,
+    lock: dlock_core::LockId,
+    batch: Vec<(dlock_core::LockId, Mode, u32)>,
+    batch_ids: Vec<dlock_core::LockId>,
+    /// The batches' results, written in place (sized once, as a caller on the hot path does).
+    results: Vec<Result<dlock_transport::client::Grant, dlock_core::Status>>,
+    object: dlock_core::ObjectId,
+}
+
+impl Work {
+    fn new(endpoint: Endpoint, tag: &str) -> Work {
+        let mut client = Client::connect(ClientConfig::new(endpoint)).expect("registers");
+        let lock = client
+            .get_lock(LockKind::Rw, format!("{tag}/single").as_bytes())
+            .unwrap();
+        let batch_ids: Vec<_> = (0..31)
+            .map(|i| {
+                client
+                    .get_lock(LockKind::Rw, format!("{tag}/batch-{i}").as_bytes())
+                    .unwrap()
+            })
+            .collect();
+        let batch = batch_ids
+            .iter()
+            .map(|&id| (id, Mode::Exclusive, 5_000))
+            .collect();
+        let name = format!("{tag}/xid");
+        client.atomic64_create(name.as_bytes(), 1, 60).unwrap();
+        let object = client.atomic64_get(name.as_bytes(), 60).unwrap();
+        Work {
+            client,
+            lock,
+            batch,
+            batch_ids,
+            results: vec![Err(dlock_core::Status::Fail); 31],
+            object,
+        }
+    }
+
+    /// One round of every data-path call; panics on any failure.
+    fn round(&mut self) {
+        let c = &mut self.client;
+        let _grant = c.trylock(self.lock, Mode::Exclusive, 5_000).unwrap();
+        assert_eq!(c.unlock(self.lock), Ok(dlock_core::Status::Success));
+        let _grant = c
+            .lock(self.lock, Mode::Shared, 5_000, Duration::from_secs(1))
+            .unwrap();
+        assert_eq!(c.unlock(self.lock), Ok(dlock_core::Status::Success));
+        c.batch_trylock(&self.batch, true, &mut self.results)
+            .unwrap();
+        assert!(self.results.iter().all(Result::is_ok));
+        c.batch_unlock(&self.batch_ids, &mut self.results).unwrap();
+        c.atomic64_faa(self.object, 1).unwrap();
+    }
+}
+
+#[test]
+fn the_data_path_allocates_nothing_over_shared_memory_and_tcp() {
+    let mut cfg = ServerConfig::new(Config {
+        locks_max: 1_024,
+        clients_max: 16,
+        objects_max: 16,
+        ..Config::default()
+    });
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
+    let server = ServerHandle::start(cfg).expect("server starts");
+    let addr = server.tcp_addr().unwrap();
+    let mut shm = Work::new(Endpoint::embedded(&server), "shm");
+    let mut tcp = Work::new(Endpoint::Tcp(addr), "tcp");
+    // Warm up: every buffer, table page and lazily made state exists after this.
+    for _ in 0..200 {
+        shm.round();
+        tcp.round();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..2_000 {
+        shm.round();
+        tcp.round();
+    }
+    // Idle across several lease ticks (every 50 ms): the tick and the idle wait count too.
+    std::thread::sleep(Duration::from_millis(300));
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations in 4,000 rounds of the data path and 300 ms of idling"
+    );
+}
