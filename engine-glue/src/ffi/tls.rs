@@ -2,7 +2,7 @@
 //!
 //! It owns the translation only: paths are copied (and made absolute, as the reference does
 //! with `realpath`) while the C strings are known to be alive, and the C password callbacks are
-//! wrapped into the Rust [`KeyPasswordFn`]. Reading the files and building the rustls
+//! wrapped into the Rust [`KeyPasswordFn`](dlock_transport::tls::KeyPasswordFn). Reading the files and building the rustls
 //! configurations stays with `dlock_transport::tls`.
 //!
 //! # The password callback

@@ -258,7 +258,7 @@ pub struct client_cfg {
     pub lease_ms: c_uint,
     /// Synchronous request timeout in ms (0: the reference's 5,000).
     pub timeout_ms: c_uint,
-    /// TLS for clients registered by "ip[:port]" (the in-process server needs none). The
+    /// TLS for clients registered by `"ip[:port]"` (the in-process server needs none). The
     /// server's certificate must carry the IP address the client was given.
     pub ssl: ssl_cfg,
 }
