@@ -347,7 +347,8 @@ fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
 }
 
 /// On the data thread too, a data message begun must be finished within the frame timeout,
-/// and bytes that are no data message of the attached client close the connection.
+/// and a message speaking for a registered client that is not the connection's closes it; one
+/// for an id nobody holds is refused (`ClientNotInit`) and the connection stays.
 #[test]
 fn half_a_data_message_or_a_foreign_one_closes_the_data_connection() {
     let s = server_timing_out(Duration::from_millis(300));
@@ -365,13 +366,22 @@ fn half_a_data_message_or_a_foreign_one_closes_the_data_connection() {
     );
     assert!(sent.elapsed() >= Duration::from_millis(300));
 
+    let (_ctl2, other, _, _) = raw_client(addr, &[b"other"]);
     let mut data = TcpStream::connect(addr).unwrap();
     raw_attach(&mut data, id, session);
-    let (m, n) = trylock_msg(id ^ 1, locks[0], 0, 8);
+    let nobody = (1..).map(|k| id ^ k).find(|&c| c != other).unwrap();
+    let (m, n) = trylock_msg(nobody, locks[0], 0, 8);
+    data.write_all(&m[..n]).unwrap();
+    assert_eq!(read_reply(&mut data), (8, Status::ClientNotInit));
+    let (m, n) = trylock_msg(id, locks[0], 0, 9);
+    data.write_all(&m[..n]).unwrap();
+    assert_eq!(read_reply(&mut data), (9, Status::Success), "still served");
+
+    let (m, n) = trylock_msg(other, locks[0], 0, 10);
     data.write_all(&m[..n]).unwrap();
     assert!(
         closed_within(&mut data, Duration::from_secs(3)),
-        "a message of another client closes the connection"
+        "a message of another registered client closes the connection"
     );
 }
 
@@ -412,4 +422,109 @@ fn replies_not_read_within_the_frame_timeout_close_the_data_connection() {
         "the server closed a connection whose replies nobody read"
     );
     assert!(started.elapsed() >= Duration::from_millis(300));
+}
+
+/// One lock command as message `id`, encoded.
+fn lock_msg(client: u32, lock: u32, op: LockOp, wait_ms: u32, id: u16) -> Vec<u8> {
+    let header = DataHeader {
+        version: PROTO_VERSION,
+        count: 0,
+        message_id: id,
+        client,
+        flags: 0,
+    };
+    let cmd = Command::Lock(LockCommand {
+        kind: LockKind::Atomic,
+        op,
+        lock,
+        expire_ms: 60_000,
+        ticket: dlock_core::Ticket::default(),
+        wait_ms,
+    });
+    let mut buf = [0u8; DATA_MESSAGE_MAX];
+    let n = encode_data_request(&header, &[cmd], &mut buf).unwrap();
+    buf[..n].to_vec()
+}
+
+/// A join of `client` (proving `session`) as message `id`, encoded.
+fn join_msg(client: u32, session: dlock_core::Session, id: u16) -> Vec<u8> {
+    let header = DataHeader {
+        version: PROTO_VERSION,
+        count: 0,
+        message_id: id,
+        client,
+        flags: 0,
+    };
+    let mut buf = [0u8; DATA_MESSAGE_MAX];
+    let n =
+        encode_data_request(&header, &[Command::Join(JoinCommand { session })], &mut buf).unwrap();
+    buf[..n].to_vec()
+}
+
+/// Many clients joined on one connection are each served as themselves; more of them parked
+/// on one lock than the window holds do not shut out the holder's unlock that grants the
+/// next; a join with a wrong session closes the connection it came on.
+#[test]
+fn clients_joined_on_one_connection_share_it_and_a_wrong_session_closes_it() {
+    let s = server(true);
+    let addr = s.tcp_addr().unwrap();
+    let (_hctl, holder, hsession, locks) = raw_client(addr, &[b"hot"]);
+    let hot = locks[0];
+    let waiters: Vec<_> = (0..40).map(|_| raw_client(addr, &[b"hot"])).collect();
+    assert!(waiters.len() > 32, "more waiters than the window");
+
+    let mut data = TcpStream::connect(addr).unwrap();
+    raw_attach(&mut data, holder, hsession);
+    data.write_all(&lock_msg(holder, hot, LockOp::TryExclusive, 0, 1))
+        .unwrap();
+    assert_eq!(read_reply(&mut data), (1, Status::Success));
+    for (k, (_, id, session, _)) in waiters.iter().enumerate() {
+        data.write_all(&join_msg(*id, *session, 100 + k as u16))
+            .unwrap();
+        assert_eq!(read_reply(&mut data), (100 + k as u16, Status::Success));
+    }
+    // Each member speaks as itself: the lock is the holder's.
+    let (_, w0, _, _) = waiters[0];
+    data.write_all(&lock_msg(w0, hot, LockOp::TryExclusive, 0, 2))
+        .unwrap();
+    assert_eq!(read_reply(&mut data), (2, Status::Fail));
+    for (k, (_, id, _, _)) in waiters.iter().enumerate() {
+        data.write_all(&lock_msg(
+            *id,
+            hot,
+            LockOp::TryExclusive,
+            30_000,
+            200 + k as u16,
+        ))
+        .unwrap();
+    }
+    data.write_all(&lock_msg(holder, hot, LockOp::UnlockExclusive, 0, 3))
+        .unwrap();
+    let mut seen = Vec::new();
+    while !(seen.contains(&(3, Status::Success)) && seen.len() == 2) {
+        seen.push(read_reply(&mut data));
+        assert!(seen.len() <= 2, "one unlock and one grant: {seen:?}");
+    }
+    let granted = seen.iter().find(|r| r.0 != 3).unwrap();
+    assert!((200..240).contains(&granted.0) && granted.1 == Status::Success);
+
+    let (_, w1, w1session, _) = waiters[1];
+    let mut wrong = w1session;
+    wrong.0[0] ^= 1;
+    let mut other = TcpStream::connect(addr).unwrap();
+    raw_attach(&mut other, holder, hsession);
+    other.write_all(&join_msg(w1, wrong, 7)).unwrap();
+    assert!(
+        closed_within(&mut other, Duration::from_secs(3)),
+        "a join with a wrong session closes the connection"
+    );
+    // The members left on the first connection are still served.
+    data.write_all(&lock_msg(w1, hot, LockOp::TryExclusive, 0, 4))
+        .unwrap();
+    let (id, status) = read_reply(&mut data);
+    assert_eq!(id, 4);
+    assert!(
+        matches!(status, Status::Fail | Status::AlreadyLocked),
+        "{status:?}"
+    );
 }

@@ -17,7 +17,7 @@
 //!
 //! | off | type | field                                                          |
 //! |-----|------|----------------------------------------------------------------|
-//! | 0   | u8   | kind: 0/1/2 = [`LockKind`], 3 = object ([`OBJECT_KIND`])       |
+//! | 0   | u8   | kind: 0/1/2 = [`LockKind`], 3 = object ([`OBJECT_KIND`]), 4 = join ([`JOIN_KIND`]) |
 //! | 1   | u8   | op: a [`LockOp`] or an [`ObjectOp`]                            |
 //! | 2   | u16  | status: zero in requests, the outcome in responses             |
 //! | 4   | u32  | lock or object id                                              |
@@ -29,21 +29,25 @@
 //! |----------|--------|---------------------------------------------------------------|
 //! | request  | lock   | `8 u32 expire_ms \| 12 u16 tx \| 14 u16 ts \| 16 u32 wait_ms \| 20 12 reserved` |
 //! | request  | object | `8 u64 a \| 16 u64 b \| 24 8 reserved`                        |
+//! | request  | join   | `8 [u8; 16] session \| 24 8 reserved` (op and id zero)         |
 //! | response | any    | `8 u128 word \| 24 u64 aux`                                   |
 //!
 //! Reserved bytes must be zero. A response echoes the request's header and each command's
 //! kind, op and id, so the client can match every result to what it asked.
 
 use super::{
-    COMMAND_LEN, DATA_HEADER_LEN, DATA_MAGIC, DecodeError, EncodeError, FLAGS_KNOWN, get_u8,
-    get_u16, get_u32, get_u64, get_u128, put_u8, put_u16, put_u32, put_u64, put_u128, put_zero,
+    COMMAND_LEN, DATA_HEADER_LEN, DATA_MAGIC, DecodeError, EncodeError, FLAGS_KNOWN, get_array,
+    get_u8, get_u16, get_u32, get_u64, get_u128, put_bytes, put_u8, put_u16, put_u32, put_u64,
+    put_u128, put_zero,
 };
 use crate::config::BATCH_MAX;
-use crate::ids::{LockKind, Mode, Ticket};
+use crate::ids::{LockKind, Mode, Session, Ticket};
 use crate::status::Status;
 
 /// The command kind byte of an object command (lock kinds are 0..=2).
 pub const OBJECT_KIND: u8 = 3;
+/// The command kind byte of a join command ([`JoinCommand`]).
+pub const JOIN_KIND: u8 = 4;
 
 /// One command's bytes, as a fixed-size array so field reads need no length checks.
 type RawCommand = [u8; COMMAND_LEN];
@@ -170,6 +174,17 @@ pub struct ObjectCommand {
     pub b: u64,
 }
 
+/// A join command: binds the client in the message header to the stream connection the
+/// message came on, beside the clients already bound to it, so many clients of one process share
+/// one connection (a multiplexing client). It must be alone in its message; the transport
+/// answers it (the lock tables have no part in it), with `Success` if `session` is the client's
+/// registration secret. Shared memory has nothing to join and refuses it (`Einval`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JoinCommand {
+    /// The proof that the sender registered as the header's client.
+    pub session: Session,
+}
+
 /// One command of a data request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -177,6 +192,8 @@ pub enum Command {
     Lock(LockCommand),
     /// On an object.
     Object(ObjectCommand),
+    /// Joining a shared connection (answered by the transport).
+    Join(JoinCommand),
 }
 
 impl Command {
@@ -189,6 +206,7 @@ impl Command {
         match self {
             Command::Lock(c) => c.kind as u8,
             Command::Object(_) => OBJECT_KIND,
+            Command::Join(_) => JOIN_KIND,
         }
     }
 
@@ -198,6 +216,7 @@ impl Command {
         match self {
             Command::Lock(c) => c.op as u8,
             Command::Object(c) => c.op as u8,
+            Command::Join(_) => 0,
         }
     }
 
@@ -207,6 +226,7 @@ impl Command {
         match self {
             Command::Lock(c) => c.lock,
             Command::Object(c) => c.object,
+            Command::Join(_) => 0,
         }
     }
 }
@@ -243,7 +263,7 @@ pub struct CommandResult {
 /// One entry of a data response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DataResult {
-    /// The kind byte echoed from the request (validated: 0..=3).
+    /// The kind byte echoed from the request (validated: 0..=4).
     pub kind: u8,
     /// The op byte echoed from the request (validated for the kind).
     pub op: u8,
@@ -425,6 +445,17 @@ fn parse_command(c: &RawCommand) -> Result<Command, DecodeError> {
         // The status field belongs to the response; a request carrying one is malformed.
         return Err(DecodeError::BadField);
     }
+    if kind == JOIN_KIND {
+        if op != 0 {
+            return Err(DecodeError::BadOp);
+        }
+        if id != 0 || get_u64(c, 24)? != 0 {
+            return Err(DecodeError::BadField);
+        }
+        return Ok(Command::Join(JoinCommand {
+            session: Session(get_array(c, 8)?),
+        }));
+    }
     if kind == OBJECT_KIND {
         let op = ObjectOp::from_u8(op).ok_or(DecodeError::BadOp)?;
         if get_u64(c, 24)? != 0 {
@@ -468,7 +499,11 @@ fn read_command(c: &RawCommand) -> Command {
 #[inline]
 fn parse_result(c: &RawCommand) -> Result<DataResult, DecodeError> {
     let (kind, op, id) = kind_op_id(c);
-    if kind == OBJECT_KIND {
+    if kind == JOIN_KIND {
+        if op != 0 {
+            return Err(DecodeError::BadOp);
+        }
+    } else if kind == OBJECT_KIND {
         ObjectOp::from_u8(op).ok_or(DecodeError::BadOp)?;
     } else {
         LockKind::from_u8(kind).ok_or(DecodeError::BadKind)?;
@@ -564,6 +599,10 @@ pub fn encode_data_request(
             Command::Object(o) => {
                 put_u64(c, 8, o.a)?;
                 put_u64(c, 16, o.b)?;
+                put_zero(c, 24, 8)?;
+            }
+            Command::Join(j) => {
+                put_bytes(c, 8, &j.session.0)?;
                 put_zero(c, 24, 8)?;
             }
         }

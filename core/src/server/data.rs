@@ -179,7 +179,11 @@ impl<'r> Server<'r> {
         let slot = match self.serving_client(raw_client, now_ms) {
             // Object commands cannot be undone (clients change cells one-sided), so they have
             // no place in an all-or-nothing message.
-            Ok(_) if all_or_nothing && (0..n).any(|i| matches!(command(i), Command::Object(_))) => {
+            Ok(_)
+                if all_or_nothing
+                    && (0..n)
+                        .any(|i| matches!(command(i), Command::Object(_) | Command::Join(_))) =>
+            {
                 Err(Status::Einval)
             }
             other => other,
@@ -227,6 +231,9 @@ impl<'r> Server<'r> {
                     r
                 }
                 Command::Object(o) => self.object_command(slot, &o),
+                // A stream transport answers joins before they get here; there is nothing to
+                // join over shared memory.
+                Command::Join(_) => result(self.refuse(Status::Einval)),
             };
             reply(i, r);
         }

@@ -16,8 +16,8 @@ use crate::config::BATCH_MAX;
 use crate::proto::{
     BatchEntries, BatchEntry, Command, CommandResult, ControlHeader, ControlRequest,
     ControlResponse, DecodeError, EncodeError, InitReply, SERVER_VERSIONS, VersionRange,
-    begin_data_response, decode_control_request, decode_data_request_into, encode_control_response,
-    negotiate, peek_control_header, put_command_result,
+    begin_data_response, decode_control_request, decode_data_request, decode_data_request_into,
+    encode_control_response, negotiate, peek_control_header, put_command_result, put_data_result,
 };
 use crate::status::Status;
 
@@ -243,6 +243,43 @@ impl<'r> Server<'r> {
         Ok(ControlResponse::Entries(BatchEntries::from_slice(
             &entries[..n],
         )))
+    }
+
+    /// Answers data message `req` without executing it: every command gets `status` (counted
+    /// as a refusal). A transport uses it for a message it will not let run, such as one naming
+    /// a client its connection does not speak for; the sender learns nothing else.
+    pub fn refuse_data(
+        &mut self,
+        req: &[u8],
+        out: &mut [u8],
+        status: Status,
+    ) -> Result<usize, FrameError> {
+        let status = self.refuse(status);
+        self.answer_data(req, out, status)
+    }
+
+    /// Answers data message `req` without executing it: every command gets `status`. For a
+    /// transport that executes the message itself (a join) or refuses it ([`Self::refuse_data`]).
+    pub fn answer_data(
+        &mut self,
+        req: &[u8],
+        out: &mut [u8],
+        status: Status,
+    ) -> Result<usize, FrameError> {
+        let msg = decode_data_request(req).map_err(|e| {
+            self.stats.bump(Counter::Einval);
+            FrameError::Malformed(e)
+        })?;
+        let len = begin_data_response(&msg, out)?;
+        let answer = CommandResult {
+            status,
+            word: 0,
+            aux: 0,
+        };
+        for i in 0..msg.len() {
+            put_data_result(&msg, i, &answer, out)?;
+        }
+        Ok(len)
     }
 
     /// Handles one data message `req` and writes the reply into `out`; returns its length, or 0

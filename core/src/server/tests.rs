@@ -1979,3 +1979,32 @@ fn a_replacement_server_takes_back_only_sessions_minted_under_the_shared_key() {
     let (_, fresh) = s.client_session(victim.get()).unwrap();
     assert!(fresh.is_minted_for(&key, test_mac, victim.get()));
 }
+
+/// A join is a stream transport's business: the state machine refuses it, alone or in an
+/// all-or-nothing batch, and changes nothing.
+#[test]
+fn a_join_reaching_the_state_machine_is_refused() {
+    let cfg = small();
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let a = s.client_init(2, 0, 0).unwrap();
+    let join = Command::Join(crate::proto::JoinCommand {
+        session: session(&s, a.get()),
+    });
+    assert_eq!(run(&mut s, a, join, 0).status, Status::Einval);
+    let l = s.get_lock(a.get(), LockKind::Atomic, b"x", 0).unwrap();
+    let mut r = [CommandResult {
+        status: Status::Success,
+        word: 0,
+        aux: 0,
+    }; 2];
+    let take = lock(LockKind::Atomic, LockOp::TryExclusive, l, 1_000);
+    s.execute_message(a.get(), FLAG_ALL_OR_NOTHING, &[take, join], &mut r, 0)
+        .unwrap();
+    assert!(r.iter().all(|r| r.status == Status::Einval), "{r:?}");
+    assert_eq!(
+        run(&mut s, a, take, 0).status,
+        Status::Success,
+        "not taken before"
+    );
+}

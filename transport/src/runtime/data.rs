@@ -252,12 +252,7 @@ impl Data<'_> {
             self.last_seq[slot as usize] = lanes_current_seq(lanes);
         }
         server.cancel_parked(client, now);
-        if let Route::Tcp {
-            conn, generation, ..
-        } = std::mem::take(&mut self.routes[slot as usize])
-        {
-            self.tcp.forget_parked(conn, generation);
-        }
+        self.routes[slot as usize] = Route::None;
         #[cfg(feature = "rdma")]
         self.rdma.forget_parked_flag(slot);
     }
@@ -415,8 +410,6 @@ impl Data<'_> {
                 } => {
                     if r.header.message_id == message_id {
                         tcp.deliver(conn, generation, &resp[..n]);
-                    } else {
-                        tcp.forget_parked(conn, generation);
                     }
                 }
                 #[cfg(feature = "rdma")]

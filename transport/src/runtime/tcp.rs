@@ -12,24 +12,41 @@
 //! any order: a blocking request that parks is answered when it is decided (`deliver`), and the
 //! messages behind it are served meanwhile; the client matches replies by message id.
 //!
+//! A connection speaks for its *members*: the client its attach proved, and every client that
+//! joined it since with a join command (`proto::JoinCommand`, the session checked as for an
+//! attach). A multiplexing client thus serves many registrations of one process over one
+//! connection. Membership is kept per client slot (`by_slot`): a slot names at most one
+//! connection, and a message is executed only if its header's client is the member bound in its
+//! slot on the connection it came on.
+//!
 //! The window bounds what one connection can make us hold: at most [`WINDOW_MAX`] requests
-//! executed whose replies have not left the write buffer, a parked one included. At the window
-//! the connection is not read until its replies drain — the peer's bytes wait in the kernel
-//! and TCP's flow control pushes back — so its buffers never grow past their size at attach.
-//! No allocation per message.
+//! executed whose replies have not left the write buffer. Parked requests stand outside it —
+//! each member has at most one, and a window full of waiters would shut out the unlocks that
+//! could grant them — and the write buffer keeps room for one reply per member besides the
+//! window's (it grows when a client joins, never per message). At the window the connection is
+//! not read until its replies drain — the peer's bytes wait in the kernel and TCP's flow control
+//! pushes back. No allocation per message.
 //!
 //! The rules the control thread kept for these connections hold here: one data connection per
-//! client (a newer attach replaces the older, whose parked request is cancelled), a lost
-//! connection cancels its parked request, a gone client's connection is closed at once (before
-//! its id can be registered again: it proved nothing about a new registration), a message begun must
-//! complete within the frame timeout, a reply not taken within it closes the connection, and
-//! bytes that are no data message of the attached client close it.
+//! client (a newer attach or join moves the client there, and its request parked on the older
+//! is cancelled), a lost connection cancels its members' parked requests, a gone client leaves
+//! its connection at once (before its id can be registered again: the connection proved nothing
+//! about a new registration) and a connection left with no member is closed, a message begun
+//! must complete within the frame timeout, a reply not taken within it closes the connection,
+//! a join with a wrong session closes it (counted, as a refused attach), and so do bytes that
+//! are no data message and a message speaking for a registered client that is not a member. A
+//! message for a client not registered at all is answered `ClientNotInit` (a member that just
+//! left learns why; nobody else is concerned).
 
 use std::io;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use dlock_core::proto::{DATA_MESSAGE_MAX, DecodeError, peek_data_header};
+use dlock_core::Status;
+use dlock_core::proto::{
+    Command, DATA_HEADER_LEN, DATA_MESSAGE_MAX, DecodeError, JOIN_KIND, decode_data_request,
+    peek_data_header,
+};
 use dlock_core::server::{Counter, Server};
 use mio::{Events, Interest, Poll, Token};
 
@@ -44,16 +61,20 @@ pub(super) const WAKER: Token = Token(0);
 const FIRST_CONN: usize = 1;
 
 /// Requests one connection may have executed and not answered on the wire (replies in the
-/// write buffer, and the one parked request a client may have). A pipelined client keeps
-/// 4 batches in flight; 32 leaves room for clients that multiplex many threads over one
-/// connection while bounding each connection's write buffer at 32 largest replies (32 KiB).
+/// write buffer; parked requests are not counted, see the module doc). A pipelined client
+/// keeps 4 batches in flight; 32 leaves room for clients that multiplex many threads over one
+/// connection while bounding each connection's write buffer at 32 largest replies (32 KiB)
+/// plus one per member.
 pub const WINDOW_MAX: usize = 32;
 
 /// The read buffer: enough for the window's worth of small messages (one command: 48 bytes)
 /// or a few largest ones per read, so a turn drains a busy socket in a few reads.
 const READ_BUF: usize = 8 * DATA_MESSAGE_MAX;
-/// The write buffer: every reply the window allows.
-const WRITE_BUF: usize = WINDOW_MAX * DATA_MESSAGE_MAX;
+/// The write buffer of a connection with `members` members: every reply the window allows, and
+/// the reply of a parked request of each member.
+const fn write_buf(members: usize) -> usize {
+    (WINDOW_MAX + members) * DATA_MESSAGE_MAX
+}
 
 /// Handed-over connections taken per turn (each allocates its buffers).
 const HANDOVERS_PER_TURN: usize = 16;
@@ -61,13 +82,27 @@ const HANDOVERS_PER_TURN: usize = 16;
 /// No connection index (in `by_slot`).
 const NONE: u32 = u32::MAX;
 
+/// A client slot's data connection: `conn` (`NONE`: none) speaks for the client `client`
+/// registered in that slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Binding {
+    conn: u32,
+    client: u32,
+}
+
+impl Binding {
+    const NONE: Binding = Binding {
+        conn: NONE,
+        client: 0,
+    };
+}
+
 #[derive(Debug)]
 struct DataConn {
     stream: Stream,
     generation: u32,
-    /// The client the connection was attached to, and its slot then.
+    /// The client whose attach opened the connection (for the logs).
     client: u32,
-    slot: u32,
     rbuf: Box<[u8]>,
     rlen: usize,
     wbuf: Box<[u8]>,
@@ -77,8 +112,6 @@ struct DataConn {
     /// Replies put in the write buffer since it was last empty (a conservative count of those
     /// not yet written: it drops to zero only when the buffer empties).
     unwritten: usize,
-    /// A blocking request of this connection is parked.
-    parked: bool,
     /// The socket may have bytes to read (no `WouldBlock` since its last readable edge).
     readable: bool,
     /// The socket may take bytes (no short write since its last writable edge).
@@ -93,7 +126,7 @@ struct DataConn {
 
 impl DataConn {
     fn window_open(&self) -> bool {
-        self.unwritten + usize::from(self.parked) < WINDOW_MAX
+        self.unwritten < WINDOW_MAX
     }
 
     /// Bytes wait to go out (replies, or TLS records).
@@ -113,14 +146,30 @@ impl DataConn {
     }
 
     /// Makes room for one more reply at the end of the write buffer, moving what waits to the
-    /// front if need be. The window guarantees the room (see [`WRITE_BUF`]).
-    fn make_reply_room(&mut self) {
+    /// front if need be. The window and the buffer's size guarantee the room ([`write_buf`]);
+    /// false if they did not (a bug: the caller closes the connection rather than overrun).
+    #[must_use]
+    fn make_reply_room(&mut self) -> bool {
         if self.wend + DATA_MESSAGE_MAX > self.wbuf.len() {
             self.wbuf.copy_within(self.wstart..self.wend, 0);
             self.wend -= self.wstart;
             self.wstart = 0;
         }
-        debug_assert!(self.wend + DATA_MESSAGE_MAX <= self.wbuf.len());
+        let room = self.wend + DATA_MESSAGE_MAX <= self.wbuf.len();
+        debug_assert!(room, "a reply with no room in the write buffer");
+        room
+    }
+
+    /// Grows the write buffer to hold what `members` members may have answered at once.
+    fn fit_members(&mut self, members: usize) {
+        let want = write_buf(members);
+        if self.wbuf.len() < want {
+            let mut bigger = vec![0u8; want].into_boxed_slice();
+            bigger[..self.wend - self.wstart].copy_from_slice(&self.wbuf[self.wstart..self.wend]);
+            self.wend -= self.wstart;
+            self.wstart = 0;
+            self.wbuf = bigger;
+        }
     }
 }
 
@@ -144,8 +193,10 @@ pub(super) struct DataConns<'s> {
     free: Vec<u32>,
     /// Connections to serve this turn (each once: `DataConn::queued`).
     ready: Vec<u32>,
-    /// Per client slot: its data connection (`NONE`: none).
-    by_slot: Vec<u32>,
+    /// Per client slot: its data connection and the client it speaks for there.
+    by_slot: Vec<Binding>,
+    /// Scratch for `sweep`: members per connection.
+    members: Vec<u32>,
     frame_timeout_ms: u64,
 }
 
@@ -160,7 +211,8 @@ impl<'s> DataConns<'s> {
             generations: Vec::with_capacity(max),
             free: Vec::with_capacity(max),
             ready: Vec::with_capacity(max),
-            by_slot: vec![NONE; cfg.core.clients_max as usize],
+            by_slot: vec![Binding::NONE; cfg.core.clients_max as usize],
+            members: Vec::with_capacity(max),
             frame_timeout_ms: millis(cfg.frame_timeout),
         }
     }
@@ -236,12 +288,6 @@ impl<'s> DataConns<'s> {
             self.dropped();
             return;
         };
-        // One data connection per client: the newer replaces the older (the client
-        // reconnected, and gave up on whatever it had parked there).
-        let older = self.by_slot[slot as usize];
-        if older != NONE {
-            self.close(older as usize, server, routes, now);
-        }
         let i = match self.free.pop() {
             Some(i) => i as usize,
             None => {
@@ -262,24 +308,22 @@ impl<'s> DataConns<'s> {
             return;
         }
         let mut rbuf = vec![0u8; READ_BUF].into_boxed_slice();
-        let mut wbuf = vec![0u8; WRITE_BUF].into_boxed_slice();
+        let mut wbuf = vec![0u8; write_buf(1)].into_boxed_slice();
         // The control thread reads at most a control frame ahead, and writes a 4-byte status.
         let rlen = early.len().min(READ_BUF);
         rbuf[..rlen].copy_from_slice(&early[..rlen]);
-        let wend = unsent.len().min(WRITE_BUF);
+        let wend = unsent.len().min(wbuf.len());
         wbuf[..wend].copy_from_slice(&unsent[..wend]);
         self.conns[i] = Some(DataConn {
             stream,
             generation: self.generations[i],
             client,
-            slot,
             rbuf,
             rlen,
             wbuf,
             wstart: 0,
             wend,
             unwritten: 0,
-            parked: false,
             // Bytes may have arrived before registration (edge-triggered: no event for them).
             readable: true,
             writable: true,
@@ -288,7 +332,55 @@ impl<'s> DataConns<'s> {
             write_blocked: None,
         });
         self.ready.push(i as u32);
-        self.by_slot[slot as usize] = i as u32;
+        self.bind(slot, i as u32, client, server, routes, now);
+    }
+
+    /// Makes connection `conn` speak for `client`, registered in `slot`. One data connection per
+    /// client: if another spoke for it, the client gave up on that one (it reconnected, or
+    /// joined here), so its request parked there is cancelled, and that connection, left with
+    /// no member, is closed.
+    fn bind(
+        &mut self,
+        slot: u32,
+        conn: u32,
+        client: u32,
+        server: &mut Server<'_>,
+        routes: &mut [Route],
+        now: u64,
+    ) {
+        let before = std::mem::replace(&mut self.by_slot[slot as usize], Binding { conn, client });
+        if before.conn == NONE || before.conn == conn {
+            return;
+        }
+        self.cancel_parked(slot, before, server, routes, now);
+        if self.member_count(before.conn) == 0 {
+            self.close(before.conn as usize, server, routes, now);
+        }
+    }
+
+    /// Cancels the request `binding`'s client parked on `binding.conn`, if it has one: its
+    /// reply would have nowhere to go, and a lock granted to it nobody would learn of.
+    fn cancel_parked(
+        &self,
+        slot: u32,
+        binding: Binding,
+        server: &mut Server<'_>,
+        routes: &mut [Route],
+        now: u64,
+    ) {
+        let generation = self.generations.get(binding.conn as usize).copied();
+        if let Some(route) = routes.get_mut(slot as usize)
+            && matches!(*route, Route::Tcp { conn, generation: g, .. }
+                if conn == binding.conn && Some(g) == generation)
+        {
+            *route = Route::None;
+            server.cancel_parked(binding.client, now);
+        }
+    }
+
+    /// Clients connection `conn` speaks for (a scan of the slots: joins and closes only).
+    fn member_count(&self, conn: u32) -> usize {
+        self.by_slot.iter().filter(|b| b.conn == conn).count()
     }
 
     /// A handed-over connection was dropped before it was served: it no longer counts.
@@ -312,14 +404,18 @@ impl<'s> DataConns<'s> {
         let n = self.ready.len();
         for k in 0..n {
             let i = self.ready[k] as usize;
-            let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            // Out of the table for its turn, so a join can rebind (and close) other connections.
+            let Some(mut c) = self.conns.get_mut(i).and_then(Option::take) else {
                 continue;
             };
             c.queued = false;
-            if serve_one(c, i as u32, server, routes, now) == Outcome::Close {
+            let outcome = self.serve_one(&mut c, i as u32, server, routes, now);
+            let again = outcome == Outcome::Open && c.has_work();
+            c.queued = again;
+            self.conns[i] = Some(c);
+            if outcome == Outcome::Close {
                 self.close(i, server, routes, now);
-            } else if c.has_work() {
-                c.queued = true;
+            } else if again {
                 self.ready.push(i as u32);
             }
         }
@@ -338,11 +434,10 @@ impl<'s> DataConns<'s> {
         else {
             return false;
         };
-        if !c.parked {
+        if !c.make_reply_room() {
+            tracing::error!(client = c.client, "no room for a parked request's reply");
             return false;
         }
-        c.parked = false;
-        c.make_reply_room();
         c.wbuf[c.wend..c.wend + reply.len()].copy_from_slice(reply);
         c.wend += reply.len();
         c.unwritten += 1;
@@ -353,30 +448,30 @@ impl<'s> DataConns<'s> {
         true
     }
 
-    /// The parked request of connection (`conn`, `generation`) was dropped without a reply (the
-    /// client re-registered): it no longer counts toward the window.
-    pub(super) fn forget_parked(&mut self, conn: u32, generation: u32) {
-        if let Some(c) = self
-            .conns
-            .get_mut(conn as usize)
-            .and_then(Option::as_mut)
-            .filter(|c| c.generation == generation)
-        {
-            c.parked = false;
-        }
-    }
-
-    /// Every tick: closes connections past their timeouts, and those of clients no longer
-    /// registered (in this slot).
+    /// Every tick: members whose client is no longer registered (in its slot) leave their
+    /// connection, and connections left with no member or past their timeouts are closed.
     pub(super) fn sweep(&mut self, server: &mut Server<'_>, routes: &mut [Route], now: u64) {
+        self.members.clear();
+        self.members.resize(self.conns.len(), 0);
+        for (slot, b) in self.by_slot.iter_mut().enumerate() {
+            if b.conn == NONE {
+                continue;
+            }
+            if server.client_slot_of(b.client) != Some(slot as u32) {
+                // Gone, its parked request with it: this connection proved nothing about
+                // whoever registers the id or the slot next.
+                *b = Binding::NONE;
+                continue;
+            }
+            self.members[b.conn as usize] += 1;
+        }
         let late = |since: Option<u64>, limit: u64| since.is_some_and(|t| now > t + limit);
         for i in 0..self.conns.len() {
-            let Some(c) = &mut self.conns[i] else {
+            let Some(c) = &self.conns[i] else {
                 continue;
             };
-            if server.client_slot_of(c.client) != Some(c.slot) {
-                // Its client is gone: the control connection tells it why; this one goes now,
-                // before the id can be registered again by someone else.
+            if self.members[i] == 0 {
+                // Its clients are gone: their control connections tell them why.
                 self.shared.counters.bump(Counter::ConnectionsOfGoneClients);
                 self.close(i, server, routes, now);
                 continue;
@@ -391,47 +486,174 @@ impl<'s> DataConns<'s> {
         }
     }
 
-    /// Closes connection `i`: its parked request (if any) is cancelled, it stops counting.
+    /// Closes connection `i`: its members' parked requests are cancelled, their slots unbound,
+    /// and it stops counting.
     fn close(&mut self, i: usize, server: &mut Server<'_>, routes: &mut [Route], now: u64) {
         let Some(mut c) = self.conns.get_mut(i).and_then(Option::take) else {
             return;
         };
         let _ = self.poll.registry().deregister(c.stream.source());
         self.free.push(i as u32);
-        if self.by_slot.get(c.slot as usize) == Some(&(i as u32)) {
-            self.by_slot[c.slot as usize] = NONE;
-        }
-        if let Some(route) = routes.get_mut(c.slot as usize)
-            && matches!(*route, Route::Tcp { conn, generation, .. }
-                if conn == i as u32 && generation == c.generation)
-        {
-            // Its reply has nowhere to go: drop the request too, else it would keep the
-            // client's one waiter busy and could still be granted a lock nobody learns of.
-            *route = Route::None;
-            server.cancel_parked(c.client, now);
+        for slot in 0..self.by_slot.len() {
+            let b = self.by_slot[slot];
+            if b.conn == i as u32 {
+                self.cancel_parked(slot as u32, b, server, routes, now);
+                self.by_slot[slot] = Binding::NONE;
+            }
         }
         self.dropped();
     }
-}
 
-/// One turn of connection `c` (index `i`): read, execute, write.
-fn serve_one(
-    c: &mut DataConn,
-    i: u32,
-    server: &mut Server<'_>,
-    routes: &mut [Route],
-    now: u64,
-) -> Outcome {
-    if c.window_open() && c.readable && read(c) == Outcome::Close {
-        return Outcome::Close;
+    /// One turn of connection `c` (index `i`): read, execute, write.
+    fn serve_one(
+        &mut self,
+        c: &mut DataConn,
+        i: u32,
+        server: &mut Server<'_>,
+        routes: &mut [Route],
+        now: u64,
+    ) -> Outcome {
+        if c.window_open() && c.readable && read(c) == Outcome::Close {
+            return Outcome::Close;
+        }
+        if self.execute(c, i, server, routes, now) == Outcome::Close {
+            return Outcome::Close;
+        }
+        if c.writable && c.pending_write() {
+            return write(c, now);
+        }
+        Outcome::Open
     }
-    if execute(c, i, server, routes, now) == Outcome::Close {
-        return Outcome::Close;
+
+    /// Executes every complete message in the read buffer while the window is open.
+    fn execute(
+        &mut self,
+        c: &mut DataConn,
+        i: u32,
+        server: &mut Server<'_>,
+        routes: &mut [Route],
+        now: u64,
+    ) -> Outcome {
+        let mut at = 0;
+        let mut blocked = false;
+        while at < c.rlen {
+            if !c.window_open() {
+                blocked = true;
+                break;
+            }
+            let (header, len) = match peek_data_header(&c.rbuf[at..c.rlen]) {
+                Ok(peeked) => peeked,
+                Err(DecodeError::Truncated) => break,
+                Err(_) => return Outcome::Close,
+            };
+            if c.rlen - at < len {
+                break;
+            }
+            if c.rbuf[at + DATA_HEADER_LEN] == JOIN_KIND {
+                if self.join(c, i, at, len, server, routes, now) == Outcome::Close {
+                    return Outcome::Close;
+                }
+                at += len;
+                continue;
+            }
+            // A connection speaks only for its members, each for the registration that joined:
+            // the same id in another slot is a new registration (a recovering server takes old
+            // ids back), which this connection never proved it belongs to.
+            let slot = server.client_slot_of(header.client);
+            let member = slot.filter(|&s| {
+                self.by_slot[s as usize]
+                    == Binding {
+                        conn: i,
+                        client: header.client,
+                    }
+            });
+            if !c.make_reply_room() {
+                return Outcome::Close;
+            }
+            let (msg, room) = split(c, at, len);
+            let replied = match (member, slot) {
+                (Some(slot), _) => match server.handle_data(msg, room, now) {
+                    Ok(0) => {
+                        if let Some(route) = routes.get_mut(slot as usize) {
+                            *route = Route::Tcp {
+                                conn: i,
+                                generation: c.generation,
+                                message_id: header.message_id,
+                            };
+                        }
+                        None
+                    }
+                    Ok(n) => Some(n),
+                    Err(_) => return Outcome::Close,
+                },
+                // Registered, and not a member here: someone else's.
+                (None, Some(_)) => return Outcome::Close,
+                (None, None) => match server.refuse_data(msg, room, Status::ClientNotInit) {
+                    Ok(n) => Some(n),
+                    Err(_) => return Outcome::Close,
+                },
+            };
+            if let Some(n) = replied {
+                c.wend += n;
+                c.unwritten += 1;
+            }
+            at += len;
+        }
+        if at > 0 {
+            c.rbuf.copy_within(at..c.rlen, 0);
+            c.rlen -= at;
+        }
+        // Only an incomplete message the peer still owes us can be late; one that waits for the
+        // window is whole, and a message begun after those just served started now.
+        c.frame_started = match (c.rlen, blocked) {
+            (0, _) | (_, true) => None,
+            _ if at > 0 => Some(now),
+            _ => c.frame_started.or(Some(now)),
+        };
+        Outcome::Open
     }
-    if c.writable && c.pending_write() {
-        return write(c, now);
+
+    /// The join command at `rbuf[at..at + len]`: binds its client to this connection if the
+    /// session is the registration's, and answers it; a wrong session (counted by
+    /// `authenticate`) or a join among other commands closes the connection.
+    #[allow(clippy::too_many_arguments)]
+    fn join(
+        &mut self,
+        c: &mut DataConn,
+        i: u32,
+        at: usize,
+        len: usize,
+        server: &mut Server<'_>,
+        routes: &mut [Route],
+        now: u64,
+    ) -> Outcome {
+        let msg = &c.rbuf[at..at + len];
+        let (client, session) = match decode_data_request(msg) {
+            Ok(req) if req.len() == 1 => match req.command(0) {
+                Command::Join(j) => (req.header().client, j.session),
+                _ => return Outcome::Close,
+            },
+            _ => return Outcome::Close,
+        };
+        let Some(slot) = server.authenticate(client, &session) else {
+            tracing::debug!(client, "join refused: wrong session");
+            return Outcome::Close;
+        };
+        self.bind(slot, i, client, server, routes, now);
+        c.fit_members(self.member_count(i));
+        if !c.make_reply_room() {
+            return Outcome::Close;
+        }
+        let (msg, room) = split(c, at, len);
+        match server.answer_data(msg, room, Status::Success) {
+            Ok(n) => {
+                c.wend += n;
+                c.unwritten += 1;
+                Outcome::Open
+            }
+            Err(_) => Outcome::Close,
+        }
     }
-    Outcome::Open
 }
 
 /// Reads what the socket has, until it would block or the read buffer is full.
@@ -462,72 +684,9 @@ fn read(c: &mut DataConn) -> Outcome {
     Outcome::Open
 }
 
-/// Executes every complete message in the read buffer while the window is open.
-fn execute(
-    c: &mut DataConn,
-    i: u32,
-    server: &mut Server<'_>,
-    routes: &mut [Route],
-    now: u64,
-) -> Outcome {
-    let mut at = 0;
-    let mut blocked = false;
-    while at < c.rlen {
-        if !c.window_open() {
-            blocked = true;
-            break;
-        }
-        let (header, len) = match peek_data_header(&c.rbuf[at..c.rlen]) {
-            Ok(peeked) => peeked,
-            Err(DecodeError::Truncated) => break,
-            Err(_) => return Outcome::Close,
-        };
-        // A data connection speaks only for the registration it was attached to: the same id
-        // in another slot is a new registration (a recovering server takes old ids back), which
-        // this connection never proved it belongs to.
-        if header.client != c.client || server.client_slot_of(c.client) != Some(c.slot) {
-            return Outcome::Close;
-        }
-        if c.rlen - at < len {
-            break;
-        }
-        let (msg, room) = split(c, at, len);
-        match server.handle_data(msg, room, now) {
-            Ok(0) => {
-                c.parked = true;
-                if let Some(route) = routes.get_mut(c.slot as usize) {
-                    *route = Route::Tcp {
-                        conn: i,
-                        generation: c.generation,
-                        message_id: header.message_id,
-                    };
-                }
-            }
-            Ok(n) => {
-                c.wend += n;
-                c.unwritten += 1;
-            }
-            Err(_) => return Outcome::Close,
-        }
-        at += len;
-    }
-    if at > 0 {
-        c.rbuf.copy_within(at..c.rlen, 0);
-        c.rlen -= at;
-    }
-    // Only an incomplete message the peer still owes us can be late; one that waits for the
-    // window is whole, and a message begun after those just served started now.
-    c.frame_started = match (c.rlen, blocked) {
-        (0, _) | (_, true) => None,
-        _ if at > 0 => Some(now),
-        _ => c.frame_started.or(Some(now)),
-    };
-    Outcome::Open
-}
-
-/// The message at `rbuf[at..at + len]` and the room for its reply in the write buffer.
+/// The message at `rbuf[at..at + len]` and the room for its reply in the write buffer (made
+/// by the caller: [`DataConn::make_reply_room`]).
 fn split(c: &mut DataConn, at: usize, len: usize) -> (&[u8], &mut [u8]) {
-    c.make_reply_room();
     (
         &c.rbuf[at..at + len],
         &mut c.wbuf[c.wend..c.wend + DATA_MESSAGE_MAX],

@@ -153,7 +153,7 @@ fn unknown_command_kinds_and_ops_are_refused() {
     let req = encode_data(&data_header(0), &commands);
     let resp = encode_data_reply(&req);
     let cases = [
-        (cmd(0), 4u8, DecodeError::BadKind),
+        (cmd(0), 5u8, DecodeError::BadKind),
         (cmd(0), 255, DecodeError::BadKind),
         (cmd(0) + 1, 8, DecodeError::BadOp),
         (cmd(object) + 1, 3, DecodeError::BadOp),
@@ -241,4 +241,28 @@ fn lock_op_codes_0_to_3_are_exclusive_and_4_to_7_shared() {
     }
     assert_eq!(LockOp::from_u8(8), None);
     assert_eq!(ObjectOp::from_u8(3), None);
+}
+
+#[test]
+fn a_join_carries_the_session_and_nothing_else() {
+    let session = crate::ids::Session(core::array::from_fn(|i| i as u8 + 1));
+    let join = Command::Join(JoinCommand { session });
+    let bytes = encode_data(&data_header(0), &[join]);
+    assert_eq!(bytes[cmd(0)], JOIN_KIND);
+    assert_eq!(&bytes[cmd(0) + 8..cmd(0) + 24], &session.0);
+    assert_eq!(decode_data_request(&bytes).unwrap().command(0), join);
+    // Op, id and the reserved tail must be zero.
+    for (at, error) in [
+        (cmd(0) + 1, DecodeError::BadOp),
+        (cmd(0) + 4, DecodeError::BadField),
+        (cmd(0) + 31, DecodeError::BadField),
+    ] {
+        let mut bad = bytes.clone();
+        bad[at] = 1;
+        assert_eq!(
+            decode_data_request(&bad).map(|_| ()),
+            Err(error),
+            "byte {at}"
+        );
+    }
 }

@@ -107,6 +107,12 @@ fn reencode_data_response(resp: &DataResponse<'_>, out: &mut [u8]) -> usize {
 
 /// A command with this kind, op and id; panics if the decoder let an invalid kind or op through.
 fn command_with(kind: u8, op: u8, id: u32) -> Command {
+    if kind == JOIN_KIND {
+        assert_eq!((op, id), (0, 0), "decoder validated the join");
+        return Command::Join(JoinCommand {
+            session: crate::ids::Session([0; 16]),
+        });
+    }
     if kind == OBJECT_KIND {
         return Command::Object(ObjectCommand {
             op: ObjectOp::from_u8(op).expect("decoder validated the object op"),
@@ -281,6 +287,9 @@ fn arb_command() -> impl Strategy<Value = Command> {
                 b,
             })
         }),
+        any::<[u8; 16]>().prop_map(|s| Command::Join(JoinCommand {
+            session: crate::ids::Session(s)
+        })),
     ]
 }
 
