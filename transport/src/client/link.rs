@@ -138,7 +138,7 @@ impl Control {
 
 /// A TCP connection to the server, in plaintext or under TLS.
 #[derive(Debug)]
-enum Wire {
+pub(crate) enum Wire {
     Plain(TcpStream),
     Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
 }
@@ -232,6 +232,8 @@ enum Data {
     Mailbox { mapped: Mapped, slot: u32 },
     /// A TCP data connection (boxed: it carries its reply table).
     Tcp(Box<TcpData>),
+    /// A place on a TCP data connection shared with other clients of this process.
+    Mux(super::mux::MuxPort),
     /// An RDMA queue pair (boxed: it is several times the size of the other variants).
     #[cfg(feature = "rdma")]
     Rdma(Box<crate::rdma::RdmaClient>),
@@ -248,6 +250,8 @@ pub struct Link {
     seq: u64,
     /// How long a shared-memory wait stays awake before it sleeps.
     awake: Duration,
+    /// The shared data connection to attach through, if the client was given one.
+    mux: Option<super::Mux>,
 }
 
 fn deadline_left(deadline: Option<Instant>) -> io::Result<Option<Duration>> {
@@ -278,6 +282,7 @@ impl Link {
             data: Data::None,
             seq: 0,
             awake: Duration::ZERO,
+            mux: None,
         })
     }
 
@@ -285,6 +290,12 @@ impl Link {
     /// sleeps on the futex; see `ClientConfig::wait_awake`.
     pub fn set_wait_awake(&mut self, awake: Duration) {
         self.awake = awake;
+    }
+
+    /// Attaches the data path through `mux` (a connection shared with other clients) rather
+    /// than a connection of its own; for a TCP or TLS endpoint only.
+    pub fn set_mux(&mut self, mux: Option<super::Mux>) {
+        self.mux = mux;
     }
 
     /// Sends a control frame and reads the reply frame into `reply`.
@@ -314,6 +325,18 @@ impl Link {
     /// Binds the data path after registration: the mailbox `slot`, or a TCP data connection
     /// proven with `session`.
     pub fn attach(&mut self, client: u32, slot: u32, session: Session) -> io::Result<()> {
+        // The old path goes first: a re-registration may join the same shared connection.
+        self.data = Data::None;
+        if let Some(mux) = &self.mux {
+            if self.endpoint.remote().map(|(addr, _)| addr) != Some(mux.addr()) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "the shared connection is to another server",
+                ));
+            }
+            self.data = Data::Mux(mux.attach(client, session)?);
+            return Ok(());
+        }
         self.data = match &self.endpoint {
             #[cfg(feature = "server")]
             Endpoint::Embedded(e) => Data::Mailbox {
@@ -364,7 +387,7 @@ impl Link {
         match &self.data {
             Data::None => None,
             Data::Mailbox { .. } => Some(Transport::SharedMemory),
-            Data::Tcp(_) => Some(Transport::Tcp),
+            Data::Tcp(_) | Data::Mux(_) => Some(Transport::Tcp),
             #[cfg(feature = "rdma")]
             Data::Rdma(_) => Some(Transport::Rdma),
         }
@@ -393,7 +416,7 @@ impl Link {
     /// messages by id; one over RDMA, where each message needs a receive posted on both sides.
     pub fn depth(&self) -> usize {
         match &self.data {
-            Data::Mailbox { .. } | Data::Tcp(_) => MAILBOX_LANES,
+            Data::Mailbox { .. } | Data::Tcp(_) | Data::Mux(_) => MAILBOX_LANES,
             _ => 1,
         }
     }
@@ -416,6 +439,7 @@ impl Link {
                 mapped.wake_server();
             }
             Data::Tcp(t) => t.send(ticket, req)?,
+            Data::Mux(m) => m.send(ticket, req)?,
             #[cfg(feature = "rdma")]
             Data::Rdma(qp) => super::rdma::send(qp, req)?,
         }
@@ -431,6 +455,7 @@ impl Link {
                 mailbox_reply(lane(mapped.region(), *slot, ticket)?.try_response(ticket, reply))
             }
             Data::Tcp(t) => Ok(t.take_arrived(ticket, reply)),
+            Data::Mux(m) => Ok(m.take_arrived(ticket, reply)),
             _ => Ok(None),
         }
     }
@@ -460,9 +485,31 @@ impl Link {
                 })
             }
             Data::Tcp(t) => t.recv(ticket, reply, deadline),
+            Data::Mux(m) => m.recv(ticket, reply, deadline),
             #[cfg(feature = "rdma")]
             Data::Rdma(qp) => super::rdma::recv(qp, reply, deadline),
         }
+    }
+
+    /// The reply to `ticket` if it has arrived; otherwise arranges for `waker` to be woken
+    /// when it may have: by the reader of a shared connection, which wakes exactly then; on
+    /// any other path at once (the caller's executor polls again: a shared-memory reply takes
+    /// microseconds).
+    pub fn poll_recv_data(
+        &mut self,
+        ticket: u64,
+        reply: &mut [u8],
+        waker: &std::task::Waker,
+    ) -> io::Result<Option<usize>> {
+        if let Data::Mux(m) = &self.data {
+            return m.poll_recv(ticket, reply, waker);
+        }
+        let now = Instant::now();
+        let got = self.recv_data(ticket, reply, Some(now))?;
+        if got.is_none() {
+            waker.wake_by_ref();
+        }
+        Ok(got)
     }
 
     /// One data round trip.
@@ -499,7 +546,7 @@ fn mailbox_reply(len: Option<usize>) -> io::Result<Option<usize>> {
 }
 
 /// Opens a TCP data connection to `addr` and binds it to `client` with its session secret.
-fn attach_tcp(
+pub(crate) fn attach_tcp(
     addr: SocketAddr,
     tls: Option<&crate::tls::ClientTls>,
     client: u32,

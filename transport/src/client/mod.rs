@@ -22,6 +22,7 @@
 pub mod error;
 pub mod link;
 pub mod local;
+pub mod mux;
 pub mod named;
 mod pipeline;
 #[cfg(feature = "rdma")]
@@ -43,6 +44,7 @@ pub use error::{Error, ErrorKind};
 use link::Link;
 pub use link::{Endpoint, Transport};
 pub use local::{Decision, LocalLock, LocalState, Request};
+pub use mux::Mux;
 pub use named::{Guard, GuardSet, Locks, NamedLock, OwnedGuard};
 use pipeline::Pipeline;
 use table::{Entry, LockTable};
@@ -70,6 +72,9 @@ pub struct ClientConfig {
     /// keeps a core busy meanwhile. Default zero: the 20 µs every wait polls first (enough for
     /// any reply that is not a parked `lock()`), then sleep.
     pub wait_awake: Duration,
+    /// A data connection to share with other clients of this process (TCP and TLS
+    /// endpoints); `None`: a connection of its own.
+    pub mux: Option<Mux>,
 }
 
 impl ClientConfig {
@@ -80,7 +85,14 @@ impl ClientConfig {
             lease: Duration::ZERO,
             timeout: REQUEST_TIMEOUT,
             wait_awake: Duration::ZERO,
+            mux: None,
         }
+    }
+
+    /// Shares `mux`'s data connection with the other clients given it (see [`Mux`]).
+    pub fn with_mux(mut self, mux: Mux) -> Self {
+        self.mux = Some(mux);
+        self
     }
 
     /// Asks for `lease` (see [`ClientConfig::lease`]).
@@ -236,6 +248,7 @@ impl Client {
     pub fn connect(cfg: ClientConfig) -> Result<Client, Status> {
         let mut link = Link::connect(&cfg.endpoint).map_err(|_| Status::NotReady)?;
         link.set_wait_awake(cfg.wait_awake);
+        link.set_mux(cfg.mux.clone());
         let mut c = Client {
             link,
             id: ClientId::new(1).expect("1 is a valid id"),

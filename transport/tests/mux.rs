@@ -1,0 +1,176 @@
+//! Many clients of one process over one shared data connection ([`Mux`]): each is served as
+//! itself, blocking `lock()`s parked for some do not hold up the others, mutual exclusion holds
+//! among them, a connection closed is reopened by the next attach, and the same works under
+//! TLS.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use common::certs::{Ca, TempDir};
+use common::server;
+use dlock_core::{Config, LockKind, Mode, Status};
+use dlock_transport::client::{Client, ClientConfig, Endpoint, Mux, Transport};
+use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
+use dlock_transport::tls::TlsConfig;
+
+fn mux_client(e: &Endpoint, mux: &Mux) -> Client {
+    Client::connect(ClientConfig::new(e.clone()).with_mux(mux.clone())).expect("registers")
+}
+
+/// A client of its own connection beside mux clients: both kinds are served on one server.
+#[test]
+fn a_client_of_its_own_connection_and_mux_clients_share_a_server() {
+    let s = server(true);
+    let e = Endpoint::Tcp(s.tcp_addr().unwrap());
+    let mux = Mux::new(&e).unwrap();
+    let mut own = common::client(&e);
+    let mut shared = mux_client(&e, &mux);
+    let a = own.get_lock(LockKind::Atomic, b"x").unwrap();
+    let b = shared.get_lock(LockKind::Atomic, b"x").unwrap();
+    assert_eq!(
+        own.trylock(a, Mode::Exclusive, 5_000).unwrap().status,
+        Status::Success
+    );
+    assert_eq!(
+        shared.trylock(b, Mode::Exclusive, 5_000).map(|g| g.status),
+        Err(Status::Fail)
+    );
+}
+
+/// 16 threads, one client each, one connection: private locks cycle, and a contended lock
+/// taken with blocking `lock()` is never held by two at once.
+#[test]
+fn threads_sharing_one_connection_keep_mutual_exclusion_and_are_each_served() {
+    let s = server(true);
+    let e = Endpoint::Tcp(s.tcp_addr().unwrap());
+    let mux = Mux::new(&e).unwrap();
+    const THREADS: usize = 16;
+    let inside = Arc::new(AtomicBool::new(false));
+    let entries = Arc::new(AtomicUsize::new(0));
+    let all_in = Arc::new(Barrier::new(THREADS + 1));
+    let done = Arc::new(Barrier::new(THREADS + 1));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (e, mux) = (e.clone(), mux.clone());
+            let (inside, entries) = (Arc::clone(&inside), Arc::clone(&entries));
+            let (all_in, done) = (Arc::clone(&all_in), Arc::clone(&done));
+            std::thread::spawn(move || {
+                let mut c = mux_client(&e, &mux);
+                assert_eq!(c.transport(), Some(Transport::Tcp));
+                let own = c
+                    .get_lock(LockKind::Atomic, format!("own-{t}").as_bytes())
+                    .unwrap();
+                let hot = c.get_lock(LockKind::Atomic, b"hot").unwrap();
+                all_in.wait();
+                for _ in 0..50 {
+                    assert_eq!(
+                        c.trylock(own, Mode::Exclusive, 10_000).unwrap().status,
+                        Status::Success
+                    );
+                    assert_eq!(c.unlock(own), Ok(Status::Success));
+                    let g = c
+                        .lock(hot, Mode::Exclusive, 10_000, Duration::from_secs(20))
+                        .unwrap();
+                    assert_eq!(g.status, Status::Success);
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders of hot");
+                    entries.fetch_add(1, Ordering::Relaxed);
+                    std::thread::yield_now();
+                    inside.store(false, Ordering::SeqCst);
+                    assert_eq!(c.unlock(hot), Ok(Status::Success));
+                }
+                done.wait();
+                c.deinit().unwrap();
+            })
+        })
+        .collect();
+    all_in.wait();
+    assert_eq!(mux.clients(), THREADS, "every client on the one connection");
+    done.wait();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(entries.load(Ordering::Relaxed), THREADS * 50);
+}
+
+/// When its last client detaches, the shared connection closes; the next client attaching
+/// through the same `Mux` opens a new one and is served.
+#[test]
+fn a_closed_shared_connection_is_reopened_by_the_next_attach() {
+    let s = server(true);
+    let e = Endpoint::Tcp(s.tcp_addr().unwrap());
+    let mux = Mux::new(&e).unwrap();
+    let a = mux_client(&e, &mux);
+    assert_eq!(mux.clients(), 1);
+    a.deinit().unwrap();
+    assert_eq!(mux.clients(), 0, "a detached client leaves the connection");
+    std::thread::sleep(Duration::from_millis(50));
+    let mut b = mux_client(&e, &mux);
+    let id = b.get_lock(LockKind::Rw, b"after").unwrap();
+    assert_eq!(
+        b.trylock(id, Mode::Shared, 5_000).unwrap().status,
+        Status::Success
+    );
+    assert_eq!(b.atomic64_create(b"xid", 0, 60).map(|_| ()), Ok(()));
+}
+
+/// A `Mux` only shares TCP data connections, and only with clients of its own server.
+#[test]
+fn a_mux_needs_a_tcp_endpoint_of_the_same_server() {
+    let local = server(false);
+    assert!(Mux::new(&Endpoint::embedded(&local)).is_err());
+    let one = server(true);
+    let other = server(true);
+    let mux = Mux::new(&Endpoint::Tcp(one.tcp_addr().unwrap())).unwrap();
+    let cfg = ClientConfig::new(Endpoint::Tcp(other.tcp_addr().unwrap())).with_mux(mux);
+    assert!(
+        Client::connect(cfg).is_err(),
+        "another server's mux is refused"
+    );
+}
+
+/// Under TLS: clients on one shared connection take and hand over a lock.
+#[test]
+fn clients_share_a_tls_connection() {
+    let dir = TempDir::new("mux");
+    let ca = Ca::new(&dir, "ca");
+    let srv = ca.server(&dir, "server");
+    let engine = ca.client(&dir, "engine", "engine-1");
+    let mut tcp = TcpConfig::new("127.0.0.1:0".parse().unwrap());
+    tcp.tls = Some(TlsConfig::new(&srv.cert, &srv.key, &ca.cert));
+    let mut cfg = ServerConfig::new(Config {
+        locks_max: 64,
+        clients_max: 8,
+        objects_max: 8,
+        ..Config::default()
+    });
+    cfg.tcp = Some(tcp);
+    let s = ServerHandle::start(cfg).unwrap();
+    let e = Endpoint::tls(
+        s.tcp_addr().unwrap(),
+        &TlsConfig::new(&engine.cert, &engine.key, &ca.cert),
+    )
+    .unwrap();
+    let mux = Mux::new(&e).unwrap();
+    let mut a = mux_client(&e, &mux);
+    let id = a.get_lock(LockKind::Atomic, b"t").unwrap();
+    assert_eq!(
+        a.trylock(id, Mode::Exclusive, 10_000).unwrap().status,
+        Status::Success
+    );
+    let (e2, mux2) = (e.clone(), mux.clone());
+    let waiter = std::thread::spawn(move || {
+        let mut b = mux_client(&e2, &mux2);
+        let id = b.get_lock(LockKind::Atomic, b"t").unwrap();
+        b.lock(id, Mode::Exclusive, 10_000, Duration::from_secs(10))
+            .map(|g| g.status)
+    });
+    while mux.clients() < 2 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(a.unlock(id), Ok(Status::Success));
+    assert_eq!(waiter.join().unwrap(), Ok(Status::Success));
+}
