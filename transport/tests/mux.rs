@@ -174,3 +174,85 @@ fn clients_share_a_tls_connection() {
     assert_eq!(a.unlock(id), Ok(Status::Success));
     assert_eq!(waiter.join().unwrap(), Ok(Status::Success));
 }
+
+/// A waker that counts its wakes.
+struct Count(AtomicUsize);
+
+impl std::task::Wake for Count {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Futures of many clients make progress on one thread: no thread per client. A parked
+/// `LockWait` stays pending, is woken by the connection's reader when the lock is handed over,
+/// and resolves granted.
+#[test]
+fn lock_futures_of_many_clients_run_on_one_thread_and_are_woken_by_replies() {
+    use dlock_transport::client::AsyncOp;
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    let s = server(true);
+    let e = Endpoint::Tcp(s.tcp_addr().unwrap());
+    let mux = Mux::new(&e).unwrap();
+    let count = Arc::new(Count(AtomicUsize::new(0)));
+    let waker = Waker::from(Arc::clone(&count));
+    let mut cx = Context::from_waker(&waker);
+
+    let mut clients: Vec<Client> = (0..8).map(|_| mux_client(&e, &mux)).collect();
+    let ids: Vec<_> = clients
+        .iter_mut()
+        .enumerate()
+        .map(|(k, c)| {
+            c.get_lock(LockKind::Atomic, format!("f{k}").as_bytes())
+                .unwrap()
+        })
+        .collect();
+    let mut futures: Vec<_> = clients
+        .iter_mut()
+        .zip(&ids)
+        .map(|(c, &id)| Box::pin(c.lock_async(id, AsyncOp::Lock(Mode::Exclusive, 10_000))))
+        .collect();
+    let mut results = vec![None; futures.len()];
+    while results.iter().any(Option::is_none) {
+        for (f, r) in futures.iter_mut().zip(results.iter_mut()) {
+            if r.is_none()
+                && let Poll::Ready(v) = f.as_mut().poll(&mut cx)
+            {
+                *r = Some(v.map(|g| g.status));
+            }
+        }
+    }
+    drop(futures);
+    assert!(
+        results.iter().all(|r| *r == Some(Ok(Status::Success))),
+        "{results:?}"
+    );
+
+    // clients[1] waits for clients[0]'s lock without a thread.
+    let (first, rest) = clients.split_at_mut(1);
+    let hot = rest[0].get_lock(LockKind::Atomic, b"f0").unwrap();
+    let wait = AsyncOp::LockWait(Mode::Exclusive, 10_000, Duration::from_secs(10));
+    let mut parked = Box::pin(rest[0].lock_async(hot, wait));
+    assert!(parked.as_mut().poll(&mut cx).is_pending());
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        parked.as_mut().poll(&mut cx).is_pending(),
+        "held by clients[0]"
+    );
+    let before = count.0.load(Ordering::SeqCst);
+    assert_eq!(first[0].unlock(ids[0]), Ok(Status::Success));
+    let t = std::time::Instant::now();
+    while count.0.load(Ordering::SeqCst) == before {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the reader wakes the task"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    match parked.as_mut().poll(&mut cx) {
+        Poll::Ready(r) => assert_eq!(r.map(|g| g.status), Ok(Status::Success)),
+        Poll::Pending => panic!("woken with its reply there"),
+    }
+}

@@ -1,11 +1,12 @@
-//! The workloads on dlock: `dlock_transport`'s blocking client over TCP, one connection per
-//! client thread.
+//! The workloads on dlock: `dlock_transport`'s blocking client over TCP, one client per
+//! thread; the clients share one data connection through a `Mux` (the default), or each opens
+//! its own (`--own-connections`).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use dlock_core::{LockId, LockKind, Mode, ObjectId, Status};
-use dlock_transport::client::{Client, ClientConfig, Endpoint, Grant};
+use dlock_transport::client::{Client, ClientConfig, Endpoint, Grant, Mux};
 
 use crate::run::{BATCH_KEYS, EXPIRE_MS, Shared, Worker, Workload};
 
@@ -34,9 +35,11 @@ pub fn worker<'s>(
     run: u32,
     me: usize,
     shared: &'s Shared,
+    mux: Option<&Mux>,
 ) -> Result<Box<dyn Worker + 's>, String> {
     let mut cfg = ClientConfig::new(Endpoint::Tcp(addr));
     cfg.lease = std::time::Duration::from_millis(LEASE_MS.into());
+    cfg.mux = mux.cloned();
     let mut c = Client::connect(cfg).map_err(|s| format!("dlock connect: {s}"))?;
     let err = |s: Status| format!("dlock setup: {s}");
     let mut ids = Vec::new();

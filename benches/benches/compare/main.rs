@@ -1,6 +1,7 @@
 //! dlock beside Redis on the same machine, in the same run: the same workloads through the real
-//! `dlock serve` binary and a `redis-server` (persistence off), both on 127.0.0.1, each client
-//! with its own connection. Prints one table (throughput, their ratio, p50/p99 per operation,
+//! `dlock serve` binary and a `redis-server` (persistence off), both on 127.0.0.1. Each Redis
+//! client has its own connection; dlock's clients (one per thread, as Redis's) share one data
+//! connection through the multiplexing client (`--own-connections`: one each, as Redis). Prints one table (throughput, their ratio, p50/p99 per operation,
 //! and each server's CPU time per operation from `/proc/<pid>/stat`) and writes an SVG plot.
 //!
 //! Run: `cargo build --release -p dlock-cli && cargo bench -p dlock-benches
@@ -50,6 +51,8 @@ struct Args {
     idle: String,
     clients: Vec<usize>,
     workloads: Vec<Workload>,
+    /// dlock's clients share one data connection (`Mux`).
+    mux: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -58,6 +61,7 @@ fn parse_args() -> Result<Args, String> {
         idle: "adaptive".into(),
         clients: vec![1, 16, 64],
         workloads: Vec::new(),
+        mux: true,
     };
     let (mut bench, mut cell_given, mut clients_given) = (false, false, false);
     let mut it = std::env::args().skip(1);
@@ -74,6 +78,7 @@ fn parse_args() -> Result<Args, String> {
                 let s: f64 = it.next().and_then(|v| v.parse().ok()).ok_or("--secs N")?;
                 args.cell = Duration::from_secs_f64(s.clamp(0.1, CELL_MAX.as_secs_f64()));
             }
+            "--own-connections" => args.mux = false,
             "--idle" => args.idle = it.next().ok_or("--idle adaptive|park|spin")?,
             "--clients" => {
                 clients_given = true;
@@ -170,10 +175,15 @@ fn compare(
     );
     println!("dlock:   {} (built {})", dlock.display(), built(dlock));
     println!(
-        "         pid {} on {}, serve --idle {}",
+        "         pid {} on {}, serve --idle {}; clients {}",
         dlock_server.pid(),
         dlock_server.addr,
-        args.idle
+        args.idle,
+        if args.mux {
+            "share one data connection (Mux)"
+        } else {
+            "each on its own connections"
+        }
     );
     println!(
         "{:.1} s per cell; Redis lock = SET NX PX {}, unlock = EVALSHA compare-and-delete; \
@@ -194,6 +204,7 @@ fn compare(
                 run_no,
                 &dlock_server,
                 &redis_server,
+                args.mux,
             )?;
             println!(
                 "  {:<12} {clients:>3} clients: dlock {:>9.0} ops/s, redis {:>9.0} ops/s",
@@ -209,7 +220,8 @@ fn compare(
     print_table(&rows);
     let svg = work.join("compare.svg");
     let title = format!(
-        "dlock (TCP, --idle {}) vs Redis {}, 127.0.0.1, {} CPUs, {:.1} s per point",
+        "dlock (TCP{}, --idle {}) vs Redis {}, 127.0.0.1, {} CPUs, {:.1} s per point",
+        if args.mux { ", shared connection" } else { "" },
         args.idle,
         redis_version
             .split_whitespace()
@@ -230,10 +242,18 @@ fn measure_row(
     run_no: u32,
     dlock: &Server,
     redis: &Server,
+    mux: bool,
 ) -> Result<Row, String> {
     let shared = Shared::default();
+    let mux = match mux {
+        true => Some(
+            dlock_transport::client::Mux::new(&dlock_transport::client::Endpoint::Tcp(dlock.addr))
+                .map_err(|e| format!("dlock mux: {e}"))?,
+        ),
+        false => None,
+    };
     let d = run::measure(dlock, clients, cell, &shared, |i, s| {
-        dlock_side::worker(dlock.addr, workload, run_no, i, s)
+        dlock_side::worker(dlock.addr, workload, run_no, i, s, mux.as_ref())
     })?;
     let shared = Shared::default();
     let r = run::measure(redis, clients, cell, &shared, |i, s| {

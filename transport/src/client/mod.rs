@@ -150,6 +150,9 @@ pub enum AsyncOp {
     Unlock,
     /// Extend the held mode's lease (ms).
     Extend(u32),
+    /// Lock in a mode for a lease (ms), waiting on the server up to the duration for it (a
+    /// blocking `lock()` that holds no thread: see [`Client::lock_async`]).
+    LockWait(Mode, u32, Duration),
 }
 
 /// A hasher for the client's own id maps: lock and object ids are distinct small integers the
@@ -186,6 +189,8 @@ struct Pending {
     /// The link's ticket for the message.
     ticket: u64,
     started: Instant,
+    /// How long the server may hold the request waiting for the lock.
+    wait: Duration,
 }
 
 /// One registered client instance.
@@ -214,6 +219,41 @@ pub struct Client {
     data_reply: [u8; DATA_MESSAGE_MAX],
     /// The results of the last data exchange, decoded once.
     replies: [CommandResult; dlock_core::config::BATCH_MAX],
+}
+
+/// A lock operation in flight as a future ([`Client::lock_async`]).
+#[derive(Debug)]
+#[must_use = "a future does nothing until polled"]
+pub struct LockFuture<'c> {
+    client: &'c mut Client,
+    id: LockId,
+    op: AsyncOp,
+    started: bool,
+}
+
+impl std::future::Future for LockFuture<'_> {
+    type Output = Result<Grant, Status>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        // Unpin: it holds a reference and plain values.
+        let this = self.get_mut();
+        if !this.started {
+            this.started = true;
+            match this.client.start_async(this.id, this.op) {
+                Err(s) => return Poll::Ready(Err(s)),
+                Ok(Some(done)) => return Poll::Ready(done),
+                Ok(None) => {}
+            }
+        }
+        match this.client.check_pending(Some(cx.waker())) {
+            Err(Status::AsyncAgain) => Poll::Pending,
+            done => Poll::Ready(done),
+        }
+    }
 }
 
 /// A transport failure is the reference's `BAD_RESPONSE` (the caller reinits). The I/O error
@@ -732,23 +772,43 @@ impl Client {
     /// Starts one lock operation without waiting for it (`lock_request_async`); at most one is
     /// outstanding per instance.
     pub fn lock_request_async(&mut self, id: LockId, op: AsyncOp) -> Result<(), Status> {
+        match self.start_async(id, op)? {
+            None => Ok(()),
+            Some(Ok(_)) => Ok(()),
+            Some(Err(s)) => Err(s),
+        }
+    }
+
+    /// Starts `op` on `id`: `None` once it is sent (outstanding), `Some` with its result when it
+    /// was answered locally (nothing to wait for).
+    fn start_async(
+        &mut self,
+        id: LockId,
+        op: AsyncOp,
+    ) -> Result<Option<Result<Grant, Status>>, Status> {
+        if self.pending.is_some() {
+            return Err(Status::Easync);
+        }
         let local = self.local(id)?;
+        let mut wait = Duration::ZERO;
         let d = match op {
             AsyncOp::Lock(mode, expire) if expire != 0 => local.trylock(mode, expire, 0),
-            AsyncOp::Lock(..) => return Err(Status::Einval),
+            AsyncOp::LockWait(mode, expire, w) if expire != 0 && !w.is_zero() => {
+                wait = w;
+                let wait_ms = w.as_millis().clamp(1, u32::MAX as u128) as u32;
+                local.trylock(mode, expire, wait_ms)
+            }
+            AsyncOp::Lock(..) | AsyncOp::LockWait(..) => return Err(Status::Einval),
             AsyncOp::Unlock => local.unlock(),
             AsyncOp::Extend(expire) => {
                 let mode = local.state.held_mode().ok_or(Status::Einval)?;
                 local.extend(mode, expire)
             }
         };
-        let Decision::Send(request) = d else {
+        let request = match d {
             // Answered locally: nothing to wait for, the result is final now.
-            return match d {
-                Decision::Answer(s) if s.is_success() || s == Status::AlreadyLocked => Ok(()),
-                Decision::Answer(s) => Err(s),
-                Decision::Send(_) => Ok(()),
-            };
+            Decision::Answer(s) => return Ok(Some(self.answered(id, s))),
+            Decision::Send(request) => request,
         };
         // Taken before the send: the grant's lease is counted from it (see `run`).
         let started = Instant::now();
@@ -759,20 +819,30 @@ impl Client {
             message_id,
             ticket,
             started,
+            wait,
         });
-        Ok(())
+        Ok(None)
     }
 
     /// Polls the outstanding asynchronous operation (`lock_result_check`): `Err(AsyncAgain)`
-    /// until its reply arrives, `Err(Etimeout)` after the request timeout, `Err(NoAsync)` when
-    /// nothing is outstanding.
+    /// until its reply arrives, `Err(Etimeout)` after the request timeout (and the wait of a
+    /// [`AsyncOp::LockWait`]), `Err(NoAsync)` when nothing is outstanding.
     pub fn lock_result_check(&mut self) -> Result<Grant, Status> {
+        self.check_pending(None)
+    }
+
+    /// [`Client::lock_result_check`], arranging for `waker` to be woken when the reply may have
+    /// come (see [`Link::poll_recv_data`](link::Link::poll_recv_data)).
+    fn check_pending(&mut self, waker: Option<&std::task::Waker>) -> Result<Grant, Status> {
         let p = self.pending.ok_or(Status::NoAsync)?;
         let now = Instant::now();
-        match self
-            .link
-            .recv_data(p.ticket, &mut self.data_reply, Some(now))
-        {
+        let got = match waker {
+            Some(w) => self.link.poll_recv_data(p.ticket, &mut self.data_reply, w),
+            None => self
+                .link
+                .recv_data(p.ticket, &mut self.data_reply, Some(now)),
+        };
+        match got {
             Ok(Some(m)) => {
                 self.pending = None;
                 let reply =
@@ -793,7 +863,7 @@ impl Client {
                 let status = e.local.apply(&p.request, &result, now_ms);
                 grant(status, &e.local)
             }
-            Ok(None) if now.duration_since(p.started) >= self.cfg.timeout => {
+            Ok(None) if now.duration_since(p.started) >= self.cfg.timeout + p.wait => {
                 self.pending = None;
                 Err(Status::Etimeout)
             }
@@ -802,6 +872,64 @@ impl Client {
                 self.pending = None;
                 Err(io_status(e))
             }
+        }
+    }
+
+    /// One lock operation as a future: sends it at the first poll and resolves with its
+    /// result, holding no thread meanwhile. Over a shared connection ([`Mux`]) the connection's
+    /// reader wakes the task when the reply arrives (or the connection is lost); on other data
+    /// paths the future asks to be polled again at once (shared memory answers within
+    /// microseconds). Usable from any executor; nothing here needs a runtime. Put a timeout
+    /// around it with your executor's timer if the server may never answer.
+    ///
+    /// Dropping the future before it resolves leaves the operation outstanding, as
+    /// [`Client::lock_request_async`] does: [`Client::lock_result_check`] finishes it.
+    ///
+    /// ```
+    /// # use dlock_core::Config;
+    /// # use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
+    /// # let mut cfg = ServerConfig::new(Config {
+    /// #     locks_max: 64, clients_max: 8, objects_max: 4, ..Config::default()
+    /// # });
+    /// # cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse()?));
+    /// # let server = ServerHandle::start(cfg)?;
+    /// # let addr = server.tcp_addr().unwrap();
+    /// use std::time::Duration;
+    /// use dlock_core::{LockKind, Mode, Status};
+    /// use dlock_transport::client::{AsyncOp, Client, ClientConfig, Endpoint, Mux};
+    ///
+    /// let endpoint = Endpoint::Tcp(addr);
+    /// let mux = Mux::new(&endpoint)?;
+    /// let mut c = Client::connect(ClientConfig::new(endpoint).with_mux(mux))?;
+    /// let id = c.get_lock(LockKind::Atomic, b"orders/rg-3")?;
+    /// // Any executor will do; this one is a few lines of std.
+    /// let take = c.lock_async(id, AsyncOp::LockWait(Mode::Exclusive, 5_000, Duration::from_secs(1)));
+    /// assert_eq!(block_on(take)?.status, Status::Success);
+    /// assert_eq!(block_on(c.lock_async(id, AsyncOp::Unlock))?.status, Status::Success);
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     struct Unpark(std::thread::Thread);
+    /// #     impl std::task::Wake for Unpark {
+    /// #         fn wake(self: std::sync::Arc<Self>) { self.0.unpark() }
+    /// #     }
+    /// #     let waker = std::sync::Arc::new(Unpark(std::thread::current())).into();
+    /// #     let mut cx = std::task::Context::from_waker(&waker);
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     loop {
+    /// #         match f.as_mut().poll(&mut cx) {
+    /// #             std::task::Poll::Ready(v) => return v,
+    /// #             std::task::Poll::Pending => std::thread::park(),
+    /// #         }
+    /// #     }
+    /// # }
+    /// # server.stop();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn lock_async(&mut self, id: LockId, op: AsyncOp) -> LockFuture<'_> {
+        LockFuture {
+            client: self,
+            id,
+            op,
+            started: false,
         }
     }
 
