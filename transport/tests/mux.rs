@@ -256,3 +256,42 @@ fn lock_futures_of_many_clients_run_on_one_thread_and_are_woken_by_replies() {
         Poll::Pending => panic!("woken with its reply there"),
     }
 }
+
+/// FAA futures of many clients on one thread: every result distinct, the counter at their sum.
+#[test]
+fn faa_futures_on_one_thread_hand_out_distinct_values() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    let s = server(true);
+    let e = Endpoint::Tcp(s.tcp_addr().unwrap());
+    let mux = Mux::new(&e).unwrap();
+    let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
+    let mut cx = Context::from_waker(&waker);
+    let mut clients: Vec<Client> = (0..6).map(|_| mux_client(&e, &mux)).collect();
+    let _ = clients[0].atomic64_create(b"xid", 100, 60);
+    let objects: Vec<_> = clients
+        .iter_mut()
+        .map(|c| c.atomic64_get(b"xid", 60).unwrap())
+        .collect();
+    let mut seen = Vec::new();
+    for _round in 0..20 {
+        let mut futures: Vec<_> = clients
+            .iter_mut()
+            .zip(&objects)
+            .map(|(c, &o)| Box::pin(c.atomic64_faa_async(o, 1)))
+            .collect();
+        let mut done = vec![false; futures.len()];
+        while done.iter().any(|d| !d) {
+            for (f, d) in futures.iter_mut().zip(done.iter_mut()) {
+                if !*d && let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                    seen.push(v.unwrap());
+                    *d = true;
+                }
+            }
+        }
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (100..100 + 120).collect::<Vec<u64>>());
+    assert_eq!(clients[0].atomic64_snapshot(objects[0]), Ok(220));
+}

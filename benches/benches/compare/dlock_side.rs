@@ -37,6 +37,33 @@ pub fn worker<'s>(
     shared: &'s Shared,
     mux: Option<&Mux>,
 ) -> Result<Box<dyn Worker + 's>, String> {
+    let (c, ids, object) = setup(addr, workload, run, me, mux)?;
+    let reqs = ids
+        .iter()
+        .map(|&id| (id, Mode::Exclusive, EXPIRE_MS))
+        .collect();
+    let out = vec![Err(Status::Einval); ids.len()];
+    Ok(Box::new(DlockWorker {
+        c,
+        workload,
+        me,
+        shared,
+        ids,
+        reqs,
+        out,
+        object,
+    }))
+}
+
+/// A registered client `me` of run `run` with what `workload` works on: its locks, or the
+/// shared counter.
+pub fn setup(
+    addr: SocketAddr,
+    workload: Workload,
+    run: u32,
+    me: usize,
+    mux: Option<&Mux>,
+) -> Result<(Client, Vec<LockId>, Option<ObjectId>), String> {
     let mut cfg = ClientConfig::new(Endpoint::Tcp(addr));
     cfg.lease = std::time::Duration::from_millis(LEASE_MS.into());
     cfg.mux = mux.cloned();
@@ -44,7 +71,7 @@ pub fn worker<'s>(
     let err = |s: Status| format!("dlock setup: {s}");
     let mut ids = Vec::new();
     let mut object = None;
-    match workload {
+    match workload.base() {
         Workload::Cycle => {
             ids.push(
                 c.get_lock(LockKind::Atomic, format!("r{run}-c{me}").as_bytes())
@@ -76,22 +103,11 @@ pub fn worker<'s>(
             let _ = c.atomic64_create(name.as_bytes(), 0, 3_600);
             object = Some(c.atomic64_get(name.as_bytes(), 3_600).map_err(err)?);
         }
+        Workload::CycleAsync | Workload::FaaAsync => {
+            return Err("base() maps the async workloads to their own".into());
+        }
     }
-    let reqs = ids
-        .iter()
-        .map(|&id| (id, Mode::Exclusive, EXPIRE_MS))
-        .collect();
-    let out = vec![Err(Status::Einval); ids.len()];
-    Ok(Box::new(DlockWorker {
-        c,
-        workload,
-        me,
-        shared,
-        ids,
-        reqs,
-        out,
-        object,
-    }))
+    Ok((c, ids, object))
 }
 
 impl Worker for DlockWorker<'_> {
@@ -118,6 +134,9 @@ impl Worker for DlockWorker<'_> {
                 all_granted(&self.out).map_err(err)?;
                 self.c.batch_unlock(&self.ids, &mut self.out).map_err(err)?;
                 all_granted(&self.out).map_err(err)?;
+            }
+            Workload::CycleAsync | Workload::FaaAsync => {
+                return Err("an async workload runs in dlock_async, not on a thread".into());
             }
             Workload::Handoff => {
                 let left = deadline.saturating_duration_since(Instant::now());

@@ -12,6 +12,7 @@
 //!
 //! The baseline is Redis itself: every figure is a ratio to Redis measured in the same run.
 
+mod dlock_async;
 mod dlock_side;
 mod plot;
 mod redis_side;
@@ -252,9 +253,18 @@ fn measure_row(
         ),
         false => None,
     };
-    let d = run::measure(dlock, clients, cell, &shared, |i, s| {
-        dlock_side::worker(dlock.addr, workload, run_no, i, s, mux.as_ref())
-    })?;
+    let d = match (workload.is_async(), &mux) {
+        (true, Some(mux)) => dlock_async::measure(dlock, workload, clients, cell, run_no, mux)?,
+        (true, None) => {
+            return Err(format!(
+                "{} needs the shared connection (leave out --own-connections)",
+                workload.name()
+            ));
+        }
+        (false, _) => run::measure(dlock, clients, cell, &shared, |i, s| {
+            dlock_side::worker(dlock.addr, workload, run_no, i, s, mux.as_ref())
+        })?,
+    };
     let shared = Shared::default();
     let r = run::measure(redis, clients, cell, &shared, |i, s| {
         redis_side::worker(redis.addr, workload, run_no, i, s)

@@ -44,14 +44,15 @@ pub fn worker<'s>(
     me: usize,
     shared: &'s Shared,
 ) -> Result<Box<dyn Worker + 's>, String> {
+    let workload = workload.base();
     let setup = || -> io::Result<RedisWorker<'s>> {
         let mut r = Redis::connect(addr)?;
         let unlock = r.script_load(UNLOCK)?.into_bytes();
         let lock_all = r.script_load(LOCK_ALL)?.into_bytes();
         let unlock_all = r.script_load(UNLOCK_ALL)?.into_bytes();
         let keys = match workload {
-            Workload::Cycle => vec![format!("r{run}-c{me}")],
-            Workload::Faa => vec![format!("r{run}-xid")],
+            Workload::Cycle | Workload::CycleAsync => vec![format!("r{run}-c{me}")],
+            Workload::Faa | Workload::FaaAsync => vec![format!("r{run}-xid")],
             Workload::Batch | Workload::BatchAon => (0..BATCH_KEYS)
                 .map(|k| format!("r{run}-c{me}-k{k}"))
                 .collect(),
@@ -118,8 +119,9 @@ impl RedisWorker<'_> {
 
     fn op_io(&mut self, deadline: Instant) -> io::Result<bool> {
         let ok = Reply::Simple("OK".into());
+        // `worker` stored the base workload: Redis's clients are threads either way.
         match self.workload {
-            Workload::Cycle => {
+            Workload::Cycle | Workload::CycleAsync => {
                 self.next_token();
                 self.push_set_nx(0);
                 self.r.flush()?;
@@ -128,7 +130,7 @@ impl RedisWorker<'_> {
                 self.r.flush()?;
                 expect(self.r.read()?, &Reply::Int(1))?;
             }
-            Workload::Faa => match self.r.call(&[b"INCR", &self.keys[0]])? {
+            Workload::Faa | Workload::FaaAsync => match self.r.call(&[b"INCR", &self.keys[0]])? {
                 Reply::Int(_) => {}
                 r => return Err(bad(&format!("INCR answered {r:?}"))),
             },

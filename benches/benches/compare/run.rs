@@ -35,12 +35,20 @@ pub enum Workload {
     /// Every client on one key, blocking: the server's wait queue vs `SET NX PX` retried every
     /// [`RETRY_SLEEP`]. One operation is one acquisition and its release.
     Handoff,
+    /// [`Workload::Cycle`] with dlock's clients as futures driven by one thread
+    /// (`Client::lock_async`), against the same Redis clients (a thread each).
+    CycleAsync,
+    /// [`Workload::Faa`] with dlock's clients as futures on one thread
+    /// (`Client::atomic64_faa_async`).
+    FaaAsync,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 5] = [
+    pub const ALL: [Workload; 7] = [
         Workload::Cycle,
+        Workload::CycleAsync,
         Workload::Faa,
+        Workload::FaaAsync,
         Workload::Batch,
         Workload::BatchAon,
         Workload::Handoff,
@@ -53,7 +61,24 @@ impl Workload {
             Workload::Batch => "batch31",
             Workload::BatchAon => "batch31-aon",
             Workload::Handoff => "hand-off",
+            Workload::CycleAsync => "lock+unlock/async",
+            Workload::FaaAsync => "faa/async",
         }
+    }
+
+    /// The workload itself, whatever drives the clients (Redis runs this one: its clients are
+    /// threads either way).
+    pub fn base(self) -> Workload {
+        match self {
+            Workload::CycleAsync => Workload::Cycle,
+            Workload::FaaAsync => Workload::Faa,
+            w => w,
+        }
+    }
+
+    /// Whether dlock's clients are futures on one thread rather than a thread each.
+    pub fn is_async(self) -> bool {
+        self != self.base()
     }
 }
 

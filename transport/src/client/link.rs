@@ -447,6 +447,19 @@ impl Link {
         Ok(ticket)
     }
 
+    /// [`Link::send_data`] for a caller that does not wait for the reply now (a future): over
+    /// a shared connection the request leaves with the next burst's write (see `mux`);
+    /// elsewhere at once.
+    pub fn send_data_deferred(&mut self, req: &[u8]) -> io::Result<u64> {
+        let Data::Mux(m) = &self.data else {
+            return self.send_data(req);
+        };
+        let ticket = self.seq + 1;
+        m.send_deferred(ticket, req)?;
+        self.seq = ticket;
+        Ok(ticket)
+    }
+
     /// The reply to the message sent under `ticket` if it is already there, without waiting or
     /// reading the clock (over TCP: if it was read already, while waiting for another).
     pub fn try_recv_data(&mut self, ticket: u64, reply: &mut [u8]) -> io::Result<Option<usize>> {

@@ -609,6 +609,17 @@ impl Client {
     /// Encodes and sends `commands` as one data message; returns the link's ticket and the
     /// message id the reply must echo.
     fn send(&mut self, commands: &[Command], flags: u32) -> Result<(u64, u16), Status> {
+        self.send_with(commands, flags, false)
+    }
+
+    /// [`Client::send`]; `deferred`: for a caller that will not wait for the reply now (see
+    /// [`Link::send_data_deferred`](link::Link::send_data_deferred)).
+    fn send_with(
+        &mut self,
+        commands: &[Command],
+        flags: u32,
+        deferred: bool,
+    ) -> Result<(u64, u16), Status> {
         let message_id = self.next_id();
         let header = DataHeader {
             version: self.version,
@@ -619,11 +630,12 @@ impl Client {
         };
         let n = encode_data_request(&header, commands, &mut self.data_req)
             .map_err(|_| Status::Einval)?;
-        let ticket = self
-            .link
-            .send_data(&self.data_req[..n])
-            .map_err(io_status)?;
-        Ok((ticket, message_id))
+        let req = &self.data_req[..n];
+        let sent = match deferred {
+            true => self.link.send_data_deferred(req),
+            false => self.link.send_data(req),
+        };
+        Ok((sent.map_err(io_status)?, message_id))
     }
 
     /// Waits until `deadline()` (asked only if the reply has not arrived yet) for the reply to
@@ -812,7 +824,7 @@ impl Client {
         };
         // Taken before the send: the grant's lease is counted from it (see `run`).
         let started = Instant::now();
-        let (ticket, message_id) = self.send(&[Command::Lock(request.command())], 0)?;
+        let (ticket, message_id) = self.send_with(&[Command::Lock(request.command())], 0, true)?;
         self.pending = Some(Pending {
             lock: id,
             request,
@@ -1180,6 +1192,93 @@ impl Client {
         let r = self.object_op(id, ObjectOp::Snapshot, 0, 0)?;
         r.status.ok().map(|()| r.aux)
     }
+
+    /// [`Client::atomic64_faa`] as a future (see [`Client::lock_async`] for how it is woken):
+    /// many clients' id allocations progress on one thread. Over shared memory or RDMA the
+    /// add is one-sided and the future is ready at its first poll.
+    pub async fn atomic64_faa_async(&mut self, id: ObjectId, add: u64) -> Result<u64, Status> {
+        let r = self.object_op_async(id, ObjectOp::Faa, add, 0).await?;
+        r.status.ok().map(|()| r.aux)
+    }
+
+    /// [`Client::atomic64_cas`] as a future.
+    pub async fn atomic64_cas_async(
+        &mut self,
+        id: ObjectId,
+        expected: u64,
+        new: u64,
+    ) -> Result<Cas, Status> {
+        let r = self
+            .object_op_async(id, ObjectOp::Cas, expected, new)
+            .await?;
+        match r.status {
+            Status::Success | Status::ObjectCasFailed => Ok(Cas {
+                swapped: r.status == Status::Success,
+                observed: r.aux,
+            }),
+            s => Err(s),
+        }
+    }
+
+    /// One object command, its reply awaited without holding the thread.
+    async fn object_op_async(
+        &mut self,
+        id: ObjectId,
+        op: ObjectOp,
+        a: u64,
+        b: u64,
+    ) -> Result<CommandResult, Status> {
+        if self.link.object_cells().is_some() {
+            return self.object_op(id, op, a, b);
+        }
+        #[cfg(feature = "rdma")]
+        if self.link.rdma_objects().is_some() {
+            return self.object_op(id, op, a, b);
+        }
+        if !self.objects.contains_key(&id) {
+            return Err(Status::ObjectNotGet);
+        }
+        let cmd = Command::Object(ObjectCommand {
+            op,
+            object: id.raw(),
+            a,
+            b,
+        });
+        let started = Instant::now();
+        let (ticket, message_id) = self.send_with(&[cmd], 0, true)?;
+        let timeout = self.cfg.timeout;
+        std::future::poll_fn(|cx| {
+            match self
+                .link
+                .poll_recv_data(ticket, &mut self.data_reply, cx.waker())
+            {
+                Ok(Some(n)) => {
+                    std::task::Poll::Ready(object_reply(&self.data_reply[..n], message_id, &cmd))
+                }
+                Ok(None) if started.elapsed() >= timeout => {
+                    std::task::Poll::Ready(Err(Status::Etimeout))
+                }
+                Ok(None) => std::task::Poll::Pending,
+                Err(e) => std::task::Poll::Ready(Err(io_status(e))),
+            }
+        })
+        .await
+    }
+}
+
+/// The result in `reply` if it answers `cmd`, sent as `message_id`, alone in its message.
+fn object_reply(reply: &[u8], message_id: u16, cmd: &Command) -> Result<CommandResult, Status> {
+    let reply = decode_data_response(reply).map_err(|_| Status::BadResponse)?;
+    let r = reply.result(0);
+    if reply.header().message_id != message_id
+        || reply.len() != 1
+        || r.kind != cmd.kind_code()
+        || r.op != cmd.op_code()
+        || r.id != cmd.id()
+    {
+        return Err(Status::BadResponse);
+    }
+    Ok(r.result)
 }
 
 const fn ok(aux: u64) -> CommandResult {

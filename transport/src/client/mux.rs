@@ -9,11 +9,13 @@
 //! each as itself, with one read and one write per turn however many of them have requests
 //! in flight.
 //!
-//! No thread per client: a client sends from its own thread, and requests that become ready
-//! together leave in one write (whichever thread finds the connection idle writes everything
-//! queued meanwhile: group commit). One reader thread per connection files each reply under
-//! the client and message id it echoes and wakes whoever waits for it — a blocked thread, or
-//! the task of a future ([`super::Client::lock_async`]).
+//! No thread per client: a blocking call sends from its own thread, and requests that become
+//! ready together leave in one write (whichever thread finds the connection idle writes
+//! everything queued meanwhile: group commit). A future ([`super::Client::lock_async`]) only
+//! queues its request: many tasks of one executor thread send in a burst, and one flusher
+//! thread per connection, woken by the first of them, writes the burst at once. One reader
+//! thread per connection files each reply under the client and message id it echoes and wakes
+//! whoever waits for it — a blocked thread, or a task.
 //!
 //! When the server closes the connection (every member gone, a frame timeout, a failover),
 //! each waiter gets an error and the next attach through the same [`Mux`] opens a new one.
@@ -186,6 +188,28 @@ struct Conn {
     ports: Mutex<HashMap<u32, Arc<Port>>>,
     /// The connection failed or was closed: no reply will come.
     broken: AtomicBool,
+    /// A flush of deferred requests is asked for and not yet begun.
+    flush_asked: AtomicBool,
+    /// How the flusher is woken (and told to stop).
+    flusher: Arc<Signal>,
+}
+
+/// The flusher's wake-up: it holds this, and only a weak reference to the connection.
+#[derive(Debug, Default)]
+struct Signal {
+    /// (a flush is wanted, the connection is gone)
+    state: Mutex<(bool, bool)>,
+    cv: Condvar,
+}
+
+impl Signal {
+    fn raise(&self, wanted: bool, closed: bool) {
+        let mut s = lock(&self.state);
+        s.0 |= wanted;
+        s.1 |= closed;
+        drop(s);
+        self.cv.notify_one();
+    }
 }
 
 impl std::fmt::Debug for Conn {
@@ -199,8 +223,10 @@ impl std::fmt::Debug for Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        // Ends the reader's blocking read: it holds only a weak reference to us.
+        // Ends the reader's blocking read and the flusher's wait: both hold only weak
+        // references to us.
         let _ = self.sock.shutdown(Shutdown::Both);
+        self.flusher.raise(false, true);
     }
 }
 
@@ -223,12 +249,29 @@ impl Conn {
             writing: Mutex::new(Vec::with_capacity(READ_BUF)),
             ports: Mutex::new(HashMap::new()),
             broken: AtomicBool::new(false),
+            flush_asked: AtomicBool::new(false),
+            flusher: Arc::new(Signal::default()),
         });
         let weak = Arc::downgrade(&conn);
         std::thread::Builder::new()
             .name("dlock-mux-reader".into())
             .spawn(move || read_replies(reader, weak))?;
+        let (weak, signal) = (Arc::downgrade(&conn), Arc::clone(&conn.flusher));
+        std::thread::Builder::new()
+            .name("dlock-mux-flusher".into())
+            .spawn(move || flush_deferred(&signal, weak))?;
         Ok(conn)
+    }
+
+    /// Queues `bytes` for the flusher, waking it unless a flush is asked for already (it will
+    /// take ours: it clears the request before it takes the queue).
+    fn defer(&self, bytes: &[u8]) {
+        lock(&self.queued).extend_from_slice(bytes);
+        // AcqRel: pairs with the flusher's store, so either it sees our bytes in the queue it
+        // takes after clearing the flag, or we see the flag cleared and wake it again.
+        if !self.flush_asked.swap(true, Ordering::AcqRel) {
+            self.flusher.raise(true, false);
+        }
     }
 
     /// Queues `bytes` and writes everything queued unless another thread is writing (it will
@@ -278,6 +321,31 @@ impl Conn {
         for port in lock(&self.ports).values() {
             port.close();
         }
+    }
+}
+
+/// The flusher thread: writes what futures queued, one write per burst, until the connection
+/// is gone.
+fn flush_deferred(signal: &Signal, conn: Weak<Conn>) {
+    loop {
+        {
+            let mut s = lock(&signal.state);
+            while !s.0 && !s.1 {
+                s = signal.cv.wait(s).unwrap_or_else(PoisonError::into_inner);
+            }
+            if s.1 {
+                return;
+            }
+            s.0 = false;
+        }
+        let Some(c) = conn.upgrade() else {
+            return;
+        };
+        // Cleared before the queue is taken (in `write`): a request queued after this asks
+        // again.
+        c.flush_asked.store(false, Ordering::Release);
+        // An error is the waiters' to learn: `write` failed the connection.
+        let _ = c.write(&[]);
     }
 }
 
@@ -517,9 +585,24 @@ impl MuxPort {
         MuxPort { conn, port, client }
     }
 
-    /// Sends `req` (a data message of this client) as `ticket`. When every entry is taken,
-    /// the oldest is given up: it belongs to a message its caller stopped waiting for.
+    /// Sends `req` (a data message of this client) as `ticket`, written now (or with the
+    /// write in progress). When every entry is taken, the oldest is given up: it belongs to a
+    /// message its caller stopped waiting for.
     pub(crate) fn send(&self, ticket: u64, req: &[u8]) -> io::Result<()> {
+        self.expect(ticket, req)?;
+        self.conn.write(req)
+    }
+
+    /// Sends `req` as `ticket` with the flusher's next write: for a caller that does not wait
+    /// for the reply now (a future), so the requests of many can leave together.
+    pub(crate) fn send_deferred(&self, ticket: u64, req: &[u8]) -> io::Result<()> {
+        self.expect(ticket, req)?;
+        self.conn.defer(req);
+        Ok(())
+    }
+
+    /// Files `ticket` as awaiting the reply to `req`.
+    fn expect(&self, ticket: u64, req: &[u8]) -> io::Result<()> {
         let (header, _) = peek_data_header(req)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not a data message"))?;
         {
@@ -536,7 +619,7 @@ impl MuxPort {
             let a = &mut s.awaited[k];
             (a.ticket, a.message_id, a.len) = (ticket, header.message_id, 0);
         }
-        self.conn.write(req)
+        Ok(())
     }
 
     /// The reply to `ticket` if it has arrived already.
