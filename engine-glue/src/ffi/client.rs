@@ -22,6 +22,14 @@
 //! certificates take a library re-initialisation. Reads for a new address are serialised, so
 //! the callbacks are never called from two threads at once.
 //!
+//! # One data connection per server
+//!
+//! The clients of this library that reach one server over TCP share one data connection (a
+//! [`Mux`]): each registers over a control connection of its own, then joins the shared data
+//! connection with its session. An engine with hundreds of workers thus holds hundreds of
+//! control connections and one data connection per server, and the server reads and answers
+//! many workers' requests per system call.
+//!
 //! # Registry
 //!
 //! A map from id to an `Arc<Mutex<Option<Slot>>>`: the map's lock is held only to look an id
@@ -37,7 +45,7 @@ use std::time::Duration;
 
 use dlock_core::server::{Counter, Stats};
 use dlock_core::{LockId, Status};
-use dlock_transport::client::{Client, ClientConfig, Endpoint, REQUEST_TIMEOUT};
+use dlock_transport::client::{Client, ClientConfig, Endpoint, Mux, REQUEST_TIMEOUT};
 use dlock_transport::tls::{ClientTls, TlsConfig};
 
 use super::server::embedded_endpoint;
@@ -75,6 +83,8 @@ struct Lib {
     /// `None`: plaintext TCP.
     tls: Option<Arc<TlsClients>>,
     clients: HashMap<c_int, Shared>,
+    /// The shared data connection to each TCP server.
+    muxes: HashMap<SocketAddr, Mux>,
 }
 
 /// The library's TLS settings and what was built from them, per server IP address.
@@ -203,6 +213,7 @@ pub unsafe extern "C" fn dclient_lib_init(cfg: *const client_cfg) -> c_int {
                 })
             }),
             clients: HashMap::new(),
+            muxes: HashMap::new(),
         });
         Status::Success.code()
     })
@@ -285,6 +296,19 @@ pub unsafe extern "C" fn client_init(p_client_id: *mut c_int, server_ip: *const 
         let mut cfg = ClientConfig::new(endpoint);
         cfg.lease = Duration::from_millis(lease_ms.into());
         cfg.timeout = timeout;
+        if let Some(addr) = target {
+            let mut lib = lib();
+            let Some(l) = lib.as_mut() else {
+                return Status::ClientMgrNotInit.code();
+            };
+            cfg.mux = match l.muxes.get(&addr) {
+                Some(mux) => Some(mux.clone()),
+                None => match Mux::new(&cfg.endpoint) {
+                    Ok(mux) => Some(l.muxes.entry(addr).or_insert(mux).clone()),
+                    Err(_) => None,
+                },
+            };
+        }
         for _ in 0..ID_CLASH_ATTEMPTS {
             let client = match Client::connect(cfg.clone()) {
                 Ok(c) => c,

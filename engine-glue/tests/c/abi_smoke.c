@@ -477,9 +477,21 @@ static void tcp(void)
     struct lock_request r = req(id, LOCK_EXCLUSIVE, 5);
     lock_state st;
     EXPECT(trylock(c, &r, &st), DLOCK_SUCCESS);
+    /* A second client of the same server shares c's data connection, as itself. */
+    EXPECT(client_init(&other, addr), DLOCK_SUCCESS);
+    int id2 = 0;
+    EXPECT(get_lock(other, &d, &id2), DLOCK_SUCCESS);
+    struct lock_desc d2 = desc("tcp/other", DLOCK_ATOMIC);
+    int own = 0;
+    EXPECT(get_lock(other, &d2, &own), DLOCK_SUCCESS);
+    struct lock_request r2 = req(own, LOCK_EXCLUSIVE, 5);
+    lock_state st2;
+    EXPECT(trylock(other, &r2, &st2), DLOCK_SUCCESS);
+    EXPECT(unlock(other, own, &st2), DLOCK_SUCCESS);
     EXPECT(unlock(c, id, &st), DLOCK_SUCCESS);
     EXPECT(client_reinit(c, addr), DLOCK_SUCCESS);
     EXPECT(client_deinit(c), DLOCK_SUCCESS);
+    EXPECT(client_deinit(other), DLOCK_SUCCESS);
     EXPECT(server_stop(sid), DLOCK_SUCCESS);
 }
 
