@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::Waker;
 use std::time::Instant;
@@ -190,6 +190,9 @@ struct Conn {
     broken: AtomicBool,
     /// A flush of deferred requests is asked for and not yet begun.
     flush_asked: AtomicBool,
+    /// Requests sent whose replies have not been read yet (approximate: a statistic that
+    /// decides whether a deferred request can go at once).
+    in_flight: AtomicUsize,
     /// How the flusher is woken (and told to stop).
     flusher: Arc<Signal>,
 }
@@ -250,6 +253,7 @@ impl Conn {
             ports: Mutex::new(HashMap::new()),
             broken: AtomicBool::new(false),
             flush_asked: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
             flusher: Arc::new(Signal::default()),
         });
         let weak = Arc::downgrade(&conn);
@@ -264,14 +268,20 @@ impl Conn {
     }
 
     /// Queues `bytes` for the flusher, waking it unless a flush is asked for already (it will
-    /// take ours: it clears the request before it takes the queue).
-    fn defer(&self, bytes: &[u8]) {
+    /// take ours: it clears the request before it takes the queue). On an idle connection
+    /// (nothing in flight) there is no burst to join: written at once, as a blocking call's.
+    fn defer(&self, bytes: &[u8]) -> io::Result<()> {
+        // Relaxed: a heuristic; either way the bytes are written, only when differs.
+        if self.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
+            return self.write(bytes);
+        }
         lock(&self.queued).extend_from_slice(bytes);
         // AcqRel: pairs with the flusher's store, so either it sees our bytes in the queue it
         // takes after clearing the flag, or we see the flag cleared and wake it again.
         if !self.flush_asked.swap(true, Ordering::AcqRel) {
             self.flusher.raise(true, false);
         }
+        Ok(())
     }
 
     /// Queues `bytes` and writes everything queued unless another thread is writing (it will
@@ -453,6 +463,11 @@ impl Conn {
             let Some(reply) = bytes.get(at..at + len) else {
                 return Ok(at);
             };
+            // Relaxed: see `in_flight`; never below zero (a reply to a request sent before a
+            // count began is not counted twice).
+            let _ = self
+                .in_flight
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
             // A reply for a client that detached meanwhile has nobody to go to.
             if let Some(port) = ports.get(&header.client) {
                 port.deliver(header.message_id, reply);
@@ -590,6 +605,8 @@ impl MuxPort {
     /// message its caller stopped waiting for.
     pub(crate) fn send(&self, ticket: u64, req: &[u8]) -> io::Result<()> {
         self.expect(ticket, req)?;
+        // Relaxed: see `Conn::in_flight`.
+        self.conn.in_flight.fetch_add(1, Ordering::Relaxed);
         self.conn.write(req)
     }
 
@@ -597,8 +614,7 @@ impl MuxPort {
     /// for the reply now (a future), so the requests of many can leave together.
     pub(crate) fn send_deferred(&self, ticket: u64, req: &[u8]) -> io::Result<()> {
         self.expect(ticket, req)?;
-        self.conn.defer(req);
-        Ok(())
+        self.conn.defer(req)
     }
 
     /// Files `ticket` as awaiting the reply to `req`.
