@@ -1,13 +1,16 @@
 //! dlock beside Redis on the same machine, in the same run: the same workloads through the real
 //! `dlock serve` binary and a `redis-server` (persistence off), both on 127.0.0.1. Each Redis
-//! client has its own connection; dlock's clients (one per thread, as Redis's) share one data
-//! connection through the multiplexing client (`--own-connections`: one each, as Redis). Prints one table (throughput, their ratio, p50/p99 per operation,
-//! and each server's CPU time per operation from `/proc/<pid>/stat`) and writes an SVG plot.
+//! client is a thread with its own connection; dlock's clients are threads too (tasks of one
+//! executor thread in the `/async` workloads) and share one data connection through the
+//! multiplexing client (`--own-connections`: one each, as Redis). Prints one table
+//! (throughput, their ratio, p50/p99 per operation, and each server's CPU time per operation
+//! from `/proc/<pid>/stat`) and writes an SVG plot.
 //!
 //! Run: `cargo build --release -p dlock-cli && cargo bench -p dlock-benches
 //! --bench compare` (add `-- quick` for a short run; `--idle park` lets dlock's data thread
-//! sleep when idle, as Redis's event loop does; `--secs 2`, `--clients 1,16`, and workload names
-//! such as `hand-off` narrow a run). Needs `redis-server` on PATH (`apt-get install
+//! sleep when idle, as Redis's event loop does; `--own-connections` gives each dlock client its
+//! own data connection; `--secs 2`, `--clients 1,16`, and workload names such as `hand-off` or
+//! `lock+unlock/async` narrow a run). Needs `redis-server` on PATH (`apt-get install
 //! redis-server`) and exits with a message, not an error, when it is missing. Installs nothing.
 //!
 //! The baseline is Redis itself: every figure is a ratio to Redis measured in the same run.
@@ -27,8 +30,8 @@ use std::time::Duration;
 use run::{Cell, RETRY_SLEEP, Shared, Workload};
 use servers::Server;
 
-/// Measurement time of each (workload, clients, server) cell; 5 workloads × 3 client counts × 2
-/// servers make a full run about 90 s, a quick one about 20 s (measured on 2 vCPUs).
+/// Measurement time of each (workload, clients, server) cell; 7 workloads × 3 client counts × 2
+/// servers make a full run about 2.5 minutes, a quick one about 30 s (measured on 2 vCPUs).
 const CELL_FULL: Duration = Duration::from_secs(3);
 const CELL_QUICK: Duration = Duration::from_millis(500);
 /// A smoke run's cell, when `cargo test --benches` (which passes no `--bench`) starts this: it
