@@ -15,6 +15,7 @@
 //! | [`table`]  | the fixed tables laid over the region                                  |
 //! | [`proto`]  | control and data frames, encoded into and decoded from caller buffers  |
 //! | [`server`] | the state machine: `handle_control` and `handle_data`                  |
+//! | [`client`] | the client's record of one lock and its (state × operation) decisions  |
 //!
 //! # A first look
 //!
@@ -57,6 +58,7 @@
 //! and client are in `dlock-transport`; what an engine links is `dlock-engine-glue`.
 #![cfg_attr(not(any(test, dlock_loom)), no_std)]
 
+pub mod client;
 pub mod config;
 pub mod ids;
 pub mod proto;

@@ -21,7 +21,8 @@
 
 pub mod error;
 pub mod link;
-pub mod local;
+/// The client's record of one lock and its decisions: I/O-free, in `dlock-core`.
+pub use dlock_core::client as local;
 pub mod mux;
 pub mod named;
 mod pipeline;

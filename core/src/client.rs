@@ -59,9 +59,9 @@
 //! A fair grant's ticket is the `mx`/`ms` of its reply word (the server writes the caller's
 //! ticket there); unlock and extend must present it.
 
-use dlock_core::proto::{CommandResult, Held, LockCommand, LockOp};
-use dlock_core::word::fair::FairWord;
-use dlock_core::{FencingToken, LockId, LockKind, Mode, Status, Ticket};
+use crate::proto::{CommandResult, Held, LockCommand, LockOp};
+use crate::word::fair::FairWord;
+use crate::{FencingToken, LockId, LockKind, Mode, Status, Ticket};
 
 /// What the client believes it holds on one lock (the reference's `lock_state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -133,7 +133,7 @@ pub struct Request {
 
 impl Request {
     /// A placeholder that is never sent: fills the unused slots of fixed-size arrays.
-    pub(crate) const fn none() -> Self {
+    pub const fn none() -> Self {
         Request {
             command: LockCommand::NONE,
             verb: Verb::Try,
