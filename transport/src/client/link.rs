@@ -286,6 +286,15 @@ impl Link {
         })
     }
 
+    /// Opens fresh connections to the same server, keeping the settings (`client_reinit`).
+    pub fn reconnect(&mut self) -> io::Result<()> {
+        let mut fresh = Link::connect(&self.endpoint)?;
+        fresh.awake = self.awake;
+        fresh.mux = self.mux.take();
+        *self = fresh;
+        Ok(())
+    }
+
     /// How long a wait for a shared-memory reply stays awake (spinning, then yielding) before it
     /// sleeps on the futex; see `ClientConfig::wait_awake`.
     pub fn set_wait_awake(&mut self, awake: Duration) {

@@ -19,6 +19,7 @@
 //! start-up the data path (lock commands and object operations) allocates nothing: frames are
 //! encoded into buffers the client owns.
 
+mod connection;
 pub mod error;
 pub mod link;
 /// The client's record of one lock and its decisions: I/O-free, in `dlock-core`.
@@ -41,6 +42,7 @@ use dlock_core::proto::{
 use dlock_core::server::Counter;
 use dlock_core::{ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Session, Status};
 
+pub use connection::Connection;
 pub use error::{Error, ErrorKind};
 use link::Link;
 pub use link::{Endpoint, Transport};
@@ -194,11 +196,12 @@ struct Pending {
     wait: Duration,
 }
 
-/// One registered client instance.
+/// One registered client instance, over a [`Link`] (shared memory, TCP, RDMA) unless given
+/// another [`Connection`].
 #[derive(Debug)]
-pub struct Client {
+pub struct Client<C: Connection = Link> {
     cfg: ClientConfig,
-    link: Link,
+    link: C,
     id: ClientId,
     /// The registration's secret, shown to resume it with `reinit`.
     session: Session,
@@ -225,14 +228,14 @@ pub struct Client {
 /// A lock operation in flight as a future ([`Client::lock_async`]).
 #[derive(Debug)]
 #[must_use = "a future does nothing until polled"]
-pub struct LockFuture<'c> {
-    client: &'c mut Client,
+pub struct LockFuture<'c, C: Connection = Link> {
+    client: &'c mut Client<C>,
     id: LockId,
     op: AsyncOp,
     started: bool,
 }
 
-impl std::future::Future for LockFuture<'_> {
+impl<C: Connection> std::future::Future for LockFuture<'_, C> {
     type Output = Result<Grant, Status>;
 
     fn poll(
@@ -265,7 +268,7 @@ fn io_status(e: std::io::Error) -> Status {
     Status::BadResponse
 }
 
-impl Client {
+impl Client<Link> {
     /// Registers a new client instance (`client_init`).
     ///
     /// ```
@@ -290,6 +293,30 @@ impl Client {
         let mut link = Link::connect(&cfg.endpoint).map_err(|_| Status::NotReady)?;
         link.set_wait_awake(cfg.wait_awake);
         link.set_mux(cfg.mux.clone());
+        Client::over(link, cfg)
+    }
+
+    /// The data path this client uses: shared memory, TCP, or RDMA. An `Endpoint::Rdma`
+    /// (feature `rdma`) client that found no usable device (or a server without RDMA) says `Tcp` here. `None`
+    /// only after a failed [`Client::reinit`].
+    pub fn transport(&self) -> Option<Transport> {
+        self.link.transport()
+    }
+
+    /// Drops the data path while keeping the registration and the control connection, as if the
+    /// data connection or queue pair had died: data operations fail until [`Client::reinit`].
+    /// For fault-injection tests.
+    #[doc(hidden)]
+    pub fn drop_data_path(&mut self) {
+        self.link.drop_data_path();
+    }
+}
+
+impl<C: Connection> Client<C> {
+    /// Registers a new client instance over `link`, a connection of the caller's own (a test's
+    /// or a simulator's; [`Client::connect`] opens a [`Link`]). `cfg`'s endpoint is not used.
+    pub fn over(link: C, cfg: ClientConfig) -> Result<Client<C>, Status> {
+        let start = link.now();
         let mut c = Client {
             link,
             id: ClientId::new(1).expect("1 is a valid id"),
@@ -304,7 +331,7 @@ impl Client {
             objects: IdMap::default(),
             pending: None,
             pipeline: Pipeline::new(),
-            start: Instant::now(),
+            start,
             ctrl_req: vec![0; CONTROL_FRAME_MAX],
             ctrl_reply: vec![0; CONTROL_FRAME_MAX],
             data_req: [0; DATA_MESSAGE_MAX],
@@ -347,21 +374,6 @@ impl Client {
         self.id
     }
 
-    /// The data path this client uses: shared memory, TCP, or RDMA. An `Endpoint::Rdma`
-    /// (feature `rdma`) client that found no usable device (or a server without RDMA) says `Tcp` here. `None`
-    /// only after a failed [`Client::reinit`].
-    pub fn transport(&self) -> Option<Transport> {
-        self.link.transport()
-    }
-
-    /// Drops the data path while keeping the registration and the control connection, as if the
-    /// data connection or queue pair had died: data operations fail until [`Client::reinit`].
-    /// For fault-injection tests.
-    #[doc(hidden)]
-    pub fn drop_data_path(&mut self) {
-        self.link.drop_data_path();
-    }
-
     /// The lease the server granted at the last (re)registration: what this client asked for,
     /// or less when that was above the server's maximum. Heartbeat well within it.
     pub fn lease(&self) -> Duration {
@@ -374,7 +386,10 @@ impl Client {
     }
 
     fn now_ms(&self) -> u64 {
-        self.start.elapsed().as_millis() as u64
+        self.link
+            .now()
+            .saturating_duration_since(self.start)
+            .as_millis() as u64
     }
 
     fn next_id(&mut self) -> u16 {
@@ -400,7 +415,7 @@ impl Client {
             &mut self.ctrl_req,
         )
         .map_err(|_| Status::Einval)?;
-        let deadline = Some(Instant::now() + self.cfg.timeout);
+        let deadline = Some(self.link.now() + self.cfg.timeout);
         let m = self
             .link
             .control(&self.ctrl_req[..n], &mut self.ctrl_reply, deadline)
@@ -421,8 +436,7 @@ impl Client {
     /// failover (`client_reinit`); keeps the local lock state. Returns whether the server is
     /// recovering (then call [`Client::update_all_locks`] and [`Client::reinit_done`]).
     pub fn reinit(&mut self) -> Result<bool, Status> {
-        self.link = Link::connect(&self.cfg.endpoint).map_err(|_| Status::NotReady)?;
-        self.link.set_wait_awake(self.cfg.wait_awake);
+        self.link.reconnect().map_err(|_| Status::NotReady)?;
         self.pending = None;
         self.pipeline.clear();
         for e in self.locks.iter_mut() {
@@ -680,7 +694,7 @@ impl Client {
             Decision::Answer(s) => return self.answered(id, s),
             Decision::Send(r) => r,
         };
-        let deadline = Instant::now() + self.cfg.timeout + wait.unwrap_or_default();
+        let deadline = self.link.now() + self.cfg.timeout + wait.unwrap_or_default();
         // Grants and leases are counted from the send: the server granted no earlier, so the
         // client never trusts a grant longer than the server keeps it (counted from the reply,
         // a delayed reply would stretch it past the server's expiry; the simulator's belief
@@ -824,7 +838,7 @@ impl Client {
             Decision::Send(request) => request,
         };
         // Taken before the send: the grant's lease is counted from it (see `run`).
-        let started = Instant::now();
+        let started = self.link.now();
         let (ticket, message_id) = self.send_with(&[Command::Lock(request.command())], 0, true)?;
         self.pending = Some(Pending {
             lock: id,
@@ -848,7 +862,7 @@ impl Client {
     /// come (see [`Link::poll_recv_data`](link::Link::poll_recv_data)).
     fn check_pending(&mut self, waker: Option<&std::task::Waker>) -> Result<Grant, Status> {
         let p = self.pending.ok_or(Status::NoAsync)?;
-        let now = Instant::now();
+        let now = self.link.now();
         let got = match waker {
             Some(w) => self.link.poll_recv_data(p.ticket, &mut self.data_reply, w),
             None => self
@@ -937,7 +951,7 @@ impl Client {
     /// # server.stop();
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn lock_async(&mut self, id: LockId, op: AsyncOp) -> LockFuture<'_> {
+    pub fn lock_async(&mut self, id: LockId, op: AsyncOp) -> LockFuture<'_, C> {
         LockFuture {
             client: self,
             id,
@@ -1141,7 +1155,7 @@ impl Client {
             a,
             b,
         });
-        let deadline = Some(Instant::now() + self.cfg.timeout);
+        let deadline = Some(self.link.now() + self.cfg.timeout);
         self.exchange(&[cmd], 0, deadline)?;
         Ok(self.result(0))
     }
@@ -1245,7 +1259,7 @@ impl Client {
             a,
             b,
         });
-        let started = Instant::now();
+        let started = self.link.now();
         let (ticket, message_id) = self.send_with(&[cmd], 0, true)?;
         let timeout = self.cfg.timeout;
         std::future::poll_fn(|cx| {
@@ -1256,7 +1270,7 @@ impl Client {
                 Ok(Some(n)) => {
                     std::task::Poll::Ready(object_reply(&self.data_reply[..n], message_id, &cmd))
                 }
-                Ok(None) if started.elapsed() >= timeout => {
+                Ok(None) if self.link.now().saturating_duration_since(started) >= timeout => {
                     std::task::Poll::Ready(Err(Status::Etimeout))
                 }
                 Ok(None) => std::task::Poll::Pending,
@@ -1306,8 +1320,8 @@ struct Sent {
 /// `sent`, whose command `i` was `command(i)`; checks that the reply answers those commands and
 /// decodes the results into `replies`. Takes the client's parts rather than the client, so a
 /// caller can describe the commands from its own records without copying them out first.
-fn receive(
-    link: &mut Link,
+fn receive<C: Connection>(
+    link: &mut C,
     buf: &mut [u8; DATA_MESSAGE_MAX],
     replies: &mut [CommandResult; dlock_core::config::BATCH_MAX],
     sent: Sent,

@@ -15,14 +15,12 @@
 //! whole), and no single-lock call or synchronous batch runs while batches are in flight. A
 //! synchronous batch is a submission completed at once.
 
-use std::time::Instant;
-
 use dlock_core::proto::{Command, FLAG_ALL_OR_NOTHING};
 use dlock_core::{LockId, Mode, Status};
 
 use super::local::{Decision, LocalLock, Request};
 use super::table::LockTable;
-use super::{Client, Grant, Sent, grant, receive};
+use super::{Client, Connection, Grant, Sent, grant, receive};
 
 const BATCH: usize = dlock_core::config::BATCH_MAX;
 
@@ -164,7 +162,7 @@ fn release(f: &InFlight, locks: &mut LockTable) {
     }
 }
 
-impl Client {
+impl<C: Connection> Client<C> {
     /// How many batches may be in flight at once on this client's data path: 4 over shared
     /// memory and TCP, 1 over RDMA.
     pub fn pipeline_depth(&self) -> usize {
@@ -232,9 +230,9 @@ impl Client {
             return Ok(n);
         }
         let timeout = self.cfg.timeout;
-        // The wait is bounded by the request timeout from when it starts (the clock is read only
-        // if the reply is not there yet).
-        let deadline = || Some(Instant::now() + timeout);
+        // The wait is bounded by the request timeout from when it starts.
+        let deadline_at = self.link.now() + timeout;
+        let deadline = || Some(deadline_at);
         let Client {
             pipeline,
             link,
