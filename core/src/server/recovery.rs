@@ -9,12 +9,19 @@
 //!
 //! | kind   | claim           | merged when                                  | otherwise |
 //! |--------|-----------------|----------------------------------------------|-----------|
-//! | atomic | exclusive       | free, or the current claim expires earlier   | Fail      |
-//! | RW     | exclusive       | free, or held by an earlier acquisition      | Fail      |
+//! | atomic | exclusive       | free (or already this client's)              | Fail      |
+//! | RW     | exclusive       | free (or already this client's)              | Fail      |
 //! | RW     | shared          | no exclusive holder                          | Fail      |
 //! | fair   | exclusive       | no holder, ticket not behind the counters    | Fail      |
 //! | fair   | shared          | no exclusive holder, ticket at the serving position, < 63 readers | Fail |
 //! | fair   | ticketed        | always: next-ticket counters move past it    | —         |
+//!
+//! The first claim accepted keeps the lock. The reference lets a later claim displace an
+//! earlier one (the one expiring later, or acquired later, wins), but the displaced client was
+//! already told its claim succeeded and goes on believing it holds the lock: two holders. Two
+//! exclusive claims of one lock mean one of them is stale (its unlock was executed and the
+//! reply lost), and refusing whichever comes second leaves exactly one believer either way —
+//! at worst a genuine holder is told its grant is lost, which costs a retry, not exclusion.
 //!
 //! A refused claim tells the client its grant is lost (it resets its local state). Claims are
 //! idempotent (a re-sent batch merges nothing twice) and accepted only while the server
@@ -186,9 +193,8 @@ impl<'r> Server<'r> {
             (_, Held::Reference) => Ok(Hold::None),
             (LockKind::Atomic, Held::Exclusive) => {
                 let w = atomic::AtomicWord::from_bits(cell.word);
-                if c.remaining_ms == 0
-                    || (w.is_held(now_ms) && w.owner() != me.get() && w.expiry_ms() >= until)
-                {
+                // Whoever claimed it first keeps it (module doc).
+                if c.remaining_ms == 0 || (w.is_held(now_ms) && w.owner() != me.get()) {
                     return Err(Status::Fail);
                 }
                 cell.word = w
@@ -199,9 +205,8 @@ impl<'r> Server<'r> {
             }
             (LockKind::Rw, Held::Exclusive) => {
                 let w = rw::RwWord::from_bits(cell.word);
-                if w.readers() != 0
-                    || (w.owner() != 0 && w.owner() != me.get() && w.since_ms() >= acquired)
-                {
+                // Whoever claimed it first keeps it (module doc).
+                if w.readers() != 0 || (w.owner() != 0 && w.owner() != me.get()) {
                     return Err(Status::Fail);
                 }
                 cell.word = rw::RwWord::new()

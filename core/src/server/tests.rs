@@ -2008,3 +2008,46 @@ fn a_join_reaching_the_state_machine_is_refused() {
         "not taken before"
     );
 }
+
+/// Found by the simulator (seed 0xf14da67bc96231dd): B's unlock was executed before the
+/// failover and its reply lost, so B re-claimed the lock too, with a later expiry than A's
+/// genuine grant. The reference's rule let the later claim displace the earlier one while A,
+/// told its claim succeeded, went on believing it held the lock. The first accepted claim keeps
+/// an exclusive lock (atomic and RW alike); the second is refused.
+#[test]
+fn a_second_exclusive_claim_cannot_displace_an_accepted_one() {
+    let cfg = Config {
+        recovery_clients: 2,
+        epoch: 2,
+        ..small()
+    };
+    let mut region = TestRegion::new(&cfg);
+    let (mut s, ids) = recovering(&mut region, &cfg, 2);
+    let (a, b) = (ids[0].get(), ids[1].get());
+    for kind in [LockKind::Atomic, LockKind::Rw] {
+        let name: &[u8] = if kind == LockKind::Atomic { b"a" } else { b"r" };
+        let mut first = claim(kind, Held::Exclusive, name, Ticket::default(), 7);
+        first.remaining_ms = 500;
+        first.age_ms = 10;
+        let l = s.update_lock(a, &first, 100).unwrap();
+        // Expires later and was acquired later: the reference's rules would let it win.
+        let mut second = claim(kind, Held::Exclusive, name, Ticket::default(), 5);
+        second.remaining_ms = 5_000;
+        second.age_ms = 1;
+        assert_eq!(
+            s.update_lock(b, &second, 110),
+            Err(Status::Fail),
+            "{kind:?}"
+        );
+        let owner = match kind {
+            LockKind::Atomic => {
+                crate::word::atomic::AtomicWord::from_bits(s.t.lock_cells[l.index() as usize].word)
+                    .owner()
+            }
+            _ => {
+                crate::word::rw::RwWord::from_bits(s.t.lock_cells[l.index() as usize].word).owner()
+            }
+        };
+        assert_eq!(owner, a, "{kind:?}: the first claim keeps it");
+    }
+}
