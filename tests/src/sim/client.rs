@@ -99,6 +99,9 @@ pub enum Out {
     Data {
         items: Vec<Item>,
         wait_ms: u32,
+        /// Sent all-or-nothing: a reply that is not every item granted means the server undid
+        /// the whole message, and none of it is applied.
+        all_or_nothing: bool,
     },
 }
 
