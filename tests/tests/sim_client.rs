@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use dlock_core::proto::{
     COMMAND_LEN, DATA_HEADER_LEN, DATA_MESSAGE_MAX, LockOp, OBJECT_KIND, peek_data_header,
 };
-use dlock_core::server::Server;
+use dlock_core::server::{Delivery, Route, Server};
 use dlock_core::{Config, LockId, LockKind, Mode, ObjectId, Session, Status};
 use dlock_tests::sim::Rng;
 use dlock_tests::sim::rng::{seed_entropy, sim_entropy};
@@ -80,8 +80,8 @@ struct World<'r> {
     flights: Vec<Flight>,
     seq: u64,
     conns: Vec<ConnState>,
-    /// Per slot: the connection and message id a parked request's reply goes to.
-    routes: HashMap<u32, (usize, u16)>,
+    /// Per slot: where a parked request's reply goes (the runtime's rules, from the core).
+    routes: Vec<Route>,
     out: Vec<u8>,
     next_tick: u64,
     counts: Counts,
@@ -111,7 +111,15 @@ impl World<'_> {
         self.conns[conn].alive = false;
         self.conns[conn].inbox.clear();
         self.flights.retain(|f| f.conn != conn);
-        self.routes.retain(|_, r| r.0 != conn);
+        let now = self.now_ms;
+        for route in &mut self.routes {
+            // A request parked over the lost connection is cancelled, as the runtime does.
+            if route.leave_stream(conn as u32, 0)
+                && let Some(client) = self.conns[conn].client
+            {
+                self.server.cancel_parked(client, now);
+            }
+        }
         self.counts.resets += 1;
     }
 
@@ -178,7 +186,11 @@ impl World<'_> {
                 Ok(0) => {
                     self.counts.parked += 1;
                     if let Some(slot) = self.server.client_slot_of(header.client) {
-                        self.routes.insert(slot, (f.conn, header.message_id));
+                        self.routes[slot as usize] = Route::Stream {
+                            conn: f.conn as u32,
+                            generation: 0,
+                            message_id: header.message_id,
+                        };
                     }
                 }
                 Ok(n) => self.enqueue(f.conn, false, out[..n].to_vec()),
@@ -196,10 +208,9 @@ impl World<'_> {
             }
         });
         for (slot, message_id, bytes) in replies {
-            if let Some((conn, id)) = self.routes.remove(&slot)
-                && id == message_id
+            if let Delivery::Stream { conn, .. } = self.routes[slot as usize].deliver(message_id, 0)
             {
-                self.enqueue(conn, false, bytes);
+                self.enqueue(conn as usize, false, bytes);
             }
         }
         if now >= self.next_tick {
@@ -696,7 +707,7 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<String, String> {
         flights: Vec::new(),
         seq: 0,
         conns: Vec::new(),
-        routes: HashMap::new(),
+        routes: vec![Route::None; cfg.clients_max as usize],
         out: vec![0; DATA_MESSAGE_MAX],
         next_tick: 0,
         counts: Counts::default(),

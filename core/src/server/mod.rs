@@ -20,6 +20,7 @@ mod frames;
 mod locks;
 mod objects;
 mod recovery;
+pub mod route;
 pub mod stats;
 mod waiters;
 
@@ -29,6 +30,7 @@ use crate::status::Status;
 use crate::table::{ClientState, Tables};
 pub use frames::FrameError;
 pub use recovery::RecoveryProgress;
+pub use route::{Delivery, Route};
 pub use stats::{Counter, Stats};
 pub use waiters::{Disposition, WaitReply};
 

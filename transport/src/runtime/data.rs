@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::proto::{CONTROL_FRAME_MAX, DATA_MESSAGE_MAX};
 use dlock_core::proto::{MsgType, peek_control_header};
-use dlock_core::server::{Counter, Server, WaitReply};
+use dlock_core::server::{Counter, Delivery, Route, Server, WaitReply};
 
 use super::exchange::{Job, JobKind, data_client, registered};
 use super::idle::Idler;
@@ -26,25 +26,6 @@ const TICK_MS: u64 = 50;
 /// The longest the data thread sleeps: it must still tick leases and time out waiters.
 const PARK_MAX: Duration = Duration::from_millis(TICK_MS);
 
-/// Where a parked request's reply goes.
-#[derive(Debug, Default)]
-pub(super) enum Route {
-    #[default]
-    None,
-    /// Into the client's mailbox, answering request `seq`.
-    Mailbox { seq: u64 },
-    /// Back over the TCP data connection (`conn`, `generation`) that carried message
-    /// `message_id`.
-    Tcp {
-        conn: u32,
-        generation: u32,
-        message_id: u16,
-    },
-    /// Back over the client's RDMA queue pair (if it still has one).
-    #[cfg(feature = "rdma")]
-    Rdma,
-}
-
 /// The data thread's state besides the server.
 struct Data<'s> {
     shared: &'s Shared,
@@ -52,7 +33,7 @@ struct Data<'s> {
     bells: Doorbells<'s>,
     /// Per client slot: the last mailbox request sequence number taken.
     last_seq: Vec<u64>,
-    /// Per client slot: where a parked request's reply goes.
+    /// Per client slot: where a parked request's reply goes (the rules: `dlock_core::server::route`).
     routes: Vec<Route>,
     /// Per client slot: the connection its registration came over (0: none, e.g. in-process
     /// clients whose Unix-socket connection is their control connection too).
@@ -227,9 +208,8 @@ impl Data<'_> {
                 }
                 // A client sends nothing while its blocking request is parked unless it gave up
                 // on it: drop that request, so its lock is not granted to a reply nobody reads.
-                if let Route::Mailbox { .. } = route {
+                if route.superseded_in_mailbox() {
                     server.cancel_parked(client, now);
-                    *route = Route::None;
                 }
                 match server.handle_data(&req[..len], resp, now) {
                     Ok(0) => *route = Route::Mailbox { seq },
@@ -372,7 +352,7 @@ impl Data<'_> {
         let Data { rdma, routes, .. } = self;
         rdma.serve(server, now, |slot| {
             if let Some(route) = routes.get_mut(slot as usize) {
-                *route = Route::Rdma;
+                *route = Route::QueuePair;
             }
         })
     }
@@ -394,28 +374,21 @@ impl Data<'_> {
             let (Ok(n), Some(route)) = (r.encode(resp), routes.get_mut(slot)) else {
                 return;
             };
-            match std::mem::take(route) {
-                // Only while the parked request is still the client's latest: a client that gave
-                // up on it and sent another must not have that reply overwritten by this one.
-                Route::Mailbox { seq } if seq == last_seq[slot] => {
+            match route.deliver(r.header.message_id, last_seq[slot]) {
+                Delivery::Mailbox { seq } => {
                     if let Some(lanes) = region.client_mailboxes(r.slot) {
                         lanes[seq as usize % lanes.len()].post_response(&resp[..n], seq);
                     }
                 }
-                Route::Mailbox { .. } => {}
-                Route::Tcp {
-                    conn,
-                    generation,
-                    message_id,
-                } => {
-                    if r.header.message_id == message_id {
-                        tcp.deliver(conn, generation, &resp[..n]);
-                    }
+                Delivery::Stream { conn, generation } => {
+                    tcp.deliver(conn, generation, &resp[..n]);
                 }
                 #[cfg(feature = "rdma")]
-                Route::Rdma => rdma.deliver(r.slot, r.client, &resp[..n]),
-                // The client went away meanwhile.
-                Route::None => {}
+                Delivery::QueuePair => rdma.deliver(r.slot, r.client, &resp[..n]),
+                #[cfg(not(feature = "rdma"))]
+                Delivery::QueuePair => {}
+                // A newer request, another message, or the client went away meanwhile.
+                Delivery::Nowhere => {}
             }
         });
     }

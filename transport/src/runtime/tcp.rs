@@ -47,10 +47,9 @@ use dlock_core::proto::{
     Command, DATA_HEADER_LEN, DATA_MESSAGE_MAX, DecodeError, JOIN_KIND, decode_data_request,
     peek_data_header,
 };
-use dlock_core::server::{Counter, Server};
+use dlock_core::server::{Counter, Route, Server};
 use mio::{Events, Interest, Poll, Token};
 
-use super::data::Route;
 use super::exchange::Handover;
 use super::stream::Stream;
 use super::{ServerConfig, Shared};
@@ -368,12 +367,12 @@ impl<'s> DataConns<'s> {
         routes: &mut [Route],
         now: u64,
     ) {
-        let generation = self.generations.get(binding.conn as usize).copied();
+        let Some(&generation) = self.generations.get(binding.conn as usize) else {
+            return;
+        };
         if let Some(route) = routes.get_mut(slot as usize)
-            && matches!(*route, Route::Tcp { conn, generation: g, .. }
-                if conn == binding.conn && Some(g) == generation)
+            && route.leave_stream(binding.conn, generation)
         {
-            *route = Route::None;
             server.cancel_parked(binding.client, now);
         }
     }
@@ -575,7 +574,7 @@ impl<'s> DataConns<'s> {
                 (Some(slot), _) => match server.handle_data(msg, room, now) {
                     Ok(0) => {
                         if let Some(route) = routes.get_mut(slot as usize) {
-                            *route = Route::Tcp {
+                            *route = Route::Stream {
                                 conn: i,
                                 generation: c.generation,
                                 message_id: header.message_id,

@@ -1,0 +1,169 @@
+//! Where the reply of a parked request goes: the rules every transport follows, kept beside
+//! the state machine that parks and decides the requests.
+//!
+//! A blocking `lock()` is answered when it is decided, which may be long after it arrived, and
+//! by then its client may have given up on it. A transport keeps one [`Route`] per client slot
+//! (set when [`Server::handle_data`](super::Server::handle_data) parks a request) and asks it,
+//! when [`Server::take_replies`](super::Server::take_replies) hands the decision over, where
+//! the reply goes:
+//!
+//! | route        | event                                               | then                                   |
+//! |--------------|-----------------------------------------------------|----------------------------------------|
+//! | any          | the request parks                                   | the route of the path it came by       |
+//! | `Mailbox(s)` | a newer mailbox request of the slot is taken        | none; cancel the parked request        |
+//! | `Mailbox(s)` | reply decided, `s` the slot's latest request        | post it in the lane of `s`             |
+//! | `Mailbox(s)` | reply decided, a newer request taken since          | dropped (it would overwrite that one)  |
+//! | `Stream(c)`  | reply decided, echoing the parked message's id      | write it to connection `c`             |
+//! | `Stream(c)`  | reply decided for another message id                | dropped                                |
+//! | `Stream(c)`  | connection `c` closes, or the client leaves it      | none; cancel the parked request        |
+//! | `QueuePair`  | reply decided                                       | send it on the client's queue pair     |
+//! | any          | the slot is registered again                        | none; cancel the parked request        |
+//!
+//! "Cancel" is [`Server::cancel_parked`](super::Server::cancel_parked): a request whose reply
+//! has nowhere to go must not be granted a lock nobody learns of. Connections are named by the
+//! transport (`conn`, `generation`): an index reused for a new connection has a new generation,
+//! so a route never reaches a connection it did not come from.
+
+/// Where the reply of a client slot's parked request goes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Route {
+    /// Nothing parked (or its reply has nowhere to go).
+    #[default]
+    None,
+    /// Into the client's mailbox, answering request `seq`.
+    Mailbox {
+        /// The request's sequence number.
+        seq: u64,
+    },
+    /// Back over stream connection (`conn`, `generation`), answering message `message_id`.
+    Stream {
+        /// The transport's index of the connection.
+        conn: u32,
+        /// The index's generation when the request came.
+        generation: u32,
+        /// The id the reply must echo.
+        message_id: u16,
+    },
+    /// Back over the client's RDMA queue pair.
+    QueuePair,
+}
+
+/// Where a decided reply goes now ([`Route::deliver`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Delivery {
+    /// Post it in the mailbox lane of request `seq`.
+    Mailbox {
+        /// The request's sequence number.
+        seq: u64,
+    },
+    /// Write it to stream connection (`conn`, `generation`).
+    Stream {
+        /// The connection.
+        conn: u32,
+        /// Its generation.
+        generation: u32,
+    },
+    /// Send it on the client's queue pair.
+    QueuePair,
+    /// Drop it: the request it answers is no longer awaited.
+    Nowhere,
+}
+
+impl Route {
+    /// The reply to message `message_id` was decided; `latest_seq` is the slot's last mailbox
+    /// request taken. Says where it goes, and clears the route.
+    #[inline]
+    pub fn deliver(&mut self, message_id: u16, latest_seq: u64) -> Delivery {
+        match core::mem::take(self) {
+            Route::Mailbox { seq } if seq == latest_seq => Delivery::Mailbox { seq },
+            Route::Stream {
+                conn,
+                generation,
+                message_id: id,
+            } if id == message_id => Delivery::Stream { conn, generation },
+            Route::QueuePair => Delivery::QueuePair,
+            Route::None | Route::Mailbox { .. } | Route::Stream { .. } => Delivery::Nowhere,
+        }
+    }
+
+    /// A newer mailbox request of the slot was taken: a request the client parked through its
+    /// mailbox is one it gave up on. True if there was one (the caller cancels it).
+    #[inline]
+    #[must_use]
+    pub fn superseded_in_mailbox(&mut self) -> bool {
+        let parked = matches!(self, Route::Mailbox { .. });
+        if parked {
+            *self = Route::None;
+        }
+        parked
+    }
+
+    /// Stream connection (`conn`, `generation`) closed, or the client left it. True if the
+    /// slot's parked request came over it (the route is cleared; the caller cancels it).
+    #[inline]
+    #[must_use]
+    pub fn leave_stream(&mut self, conn: u32, generation: u32) -> bool {
+        let parked = matches!(*self, Route::Stream { conn: c, generation: g, .. }
+            if c == conn && g == generation);
+        if parked {
+            *self = Route::None;
+        }
+        parked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mailbox_reply_goes_only_to_the_latest_request() {
+        let mut r = Route::Mailbox { seq: 7 };
+        assert_eq!(r.deliver(0, 7), Delivery::Mailbox { seq: 7 });
+        assert_eq!(r, Route::None);
+        let mut r = Route::Mailbox { seq: 7 };
+        assert_eq!(
+            r.deliver(0, 8),
+            Delivery::Nowhere,
+            "the client sent another since"
+        );
+        assert_eq!(r, Route::None);
+    }
+
+    #[test]
+    fn a_stream_reply_needs_the_parked_message_id_and_connection() {
+        let parked = Route::Stream {
+            conn: 3,
+            generation: 9,
+            message_id: 41,
+        };
+        let mut r = parked;
+        assert_eq!(
+            r.deliver(41, 0),
+            Delivery::Stream {
+                conn: 3,
+                generation: 9
+            }
+        );
+        let mut r = parked;
+        assert_eq!(r.deliver(42, 0), Delivery::Nowhere);
+        let mut r = parked;
+        assert!(!r.leave_stream(3, 8), "another generation of the index");
+        assert!(!r.leave_stream(4, 9));
+        assert_eq!(r, parked);
+        assert!(r.leave_stream(3, 9));
+        assert_eq!(r, Route::None);
+        assert_eq!(r.deliver(41, 0), Delivery::Nowhere);
+    }
+
+    #[test]
+    fn a_newer_mailbox_request_supersedes_only_a_mailbox_park() {
+        let mut r = Route::Mailbox { seq: 1 };
+        assert!(r.superseded_in_mailbox());
+        assert_eq!(r, Route::None);
+        let mut r = Route::QueuePair;
+        assert!(!r.superseded_in_mailbox());
+        assert_eq!(r.deliver(0, 0), Delivery::QueuePair);
+    }
+}
