@@ -23,6 +23,23 @@
 //! has nowhere to go must not be granted a lock nobody learns of. Connections are named by the
 //! transport (`conn`, `generation`): an index reused for a new connection has a new generation,
 //! so a route never reaches a connection it did not come from.
+//!
+//! # Who a stream connection speaks for
+//!
+//! A stream connection speaks for the clients bound to it (its attach, and each join since):
+//! one [`Binding`] per client slot names the connection and the registration. [`admit`] says
+//! what becomes of a data message naming `client`:
+//!
+//! | the message's client                                   | then                       |
+//! |--------------------------------------------------------|----------------------------|
+//! | registered, bound to this connection for this registration | executed               |
+//! | registered, not bound here                             | the connection is closed   |
+//! | not registered                                         | answered `ClientNotInit`   |
+//!
+//! The same id registered in another slot is a new registration (a recovering server takes old
+//! ids back), which the connection never proved it belongs to. Closing on a foreign client stops
+//! a peer from speaking for someone else; answering an unknown one lets a multiplexing client's
+//! member that just left learn why, and tells nobody anything.
 
 /// Where the reply of a client slot's parked request goes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -113,9 +130,91 @@ impl Route {
     }
 }
 
+/// Which stream connection speaks for a client slot (`conn`; [`Binding::NONE`]: none), and
+/// for which registration (`client`, the id in the slot when it was bound).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Binding {
+    /// The transport's index of the connection.
+    pub conn: u32,
+    /// The client registered in the slot when the connection proved its session.
+    pub client: u32,
+}
+
+impl Binding {
+    /// No connection.
+    pub const NONE: Binding = Binding {
+        conn: u32::MAX,
+        client: 0,
+    };
+
+    /// Whether a connection is bound.
+    #[inline]
+    pub const fn is_bound(&self) -> bool {
+        self.conn != u32::MAX
+    }
+}
+
+/// What a stream transport does with a data message ([`admit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Admission {
+    /// Execute it for the client in `slot`.
+    Execute {
+        /// The client's slot.
+        slot: u32,
+    },
+    /// Answer every command `ClientNotInit` without executing it.
+    Refuse,
+    /// Close the connection: it spoke for a client it is not bound to.
+    Close,
+}
+
+/// The ownership rule (module doc) for a message on connection `conn` naming `client`, which
+/// is registered in `slot` (`None`: not registered); `bindings` has one entry per slot.
+#[inline]
+pub fn admit(bindings: &[Binding], conn: u32, client: u32, slot: Option<u32>) -> Admission {
+    match slot {
+        None => Admission::Refuse,
+        Some(s) if bindings.get(s as usize) == Some(&Binding { conn, client }) => {
+            Admission::Execute { slot: s }
+        }
+        Some(_) => Admission::Close,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connection_speaks_only_for_the_registrations_bound_to_it() {
+        let mut bindings = [Binding::NONE; 4];
+        bindings[2] = Binding {
+            conn: 7,
+            client: 40,
+        };
+        assert_eq!(
+            admit(&bindings, 7, 40, Some(2)),
+            Admission::Execute { slot: 2 }
+        );
+        assert_eq!(
+            admit(&bindings, 8, 40, Some(2)),
+            Admission::Close,
+            "another connection"
+        );
+        assert_eq!(
+            admit(&bindings, 7, 41, Some(3)),
+            Admission::Close,
+            "another client"
+        );
+        assert_eq!(
+            admit(&bindings, 7, 40, Some(1)),
+            Admission::Close,
+            "the same id registered again elsewhere"
+        );
+        assert_eq!(admit(&bindings, 7, 99, None), Admission::Refuse);
+        assert!(bindings[2].is_bound() && !bindings[0].is_bound());
+    }
 
     #[test]
     fn a_mailbox_reply_goes_only_to_the_latest_request() {

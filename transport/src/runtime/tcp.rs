@@ -47,7 +47,7 @@ use dlock_core::proto::{
     Command, DATA_HEADER_LEN, DATA_MESSAGE_MAX, DecodeError, JOIN_KIND, decode_data_request,
     peek_data_header,
 };
-use dlock_core::server::{Counter, Route, Server};
+use dlock_core::server::{Admission, Binding, Counter, Route, Server, admit};
 use mio::{Events, Interest, Poll, Token};
 
 use super::exchange::Handover;
@@ -77,24 +77,6 @@ const fn write_buf(members: usize) -> usize {
 
 /// Handed-over connections taken per turn (each allocates its buffers).
 const HANDOVERS_PER_TURN: usize = 16;
-
-/// No connection index (in `by_slot`).
-const NONE: u32 = u32::MAX;
-
-/// A client slot's data connection: `conn` (`NONE`: none) speaks for the client `client`
-/// registered in that slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Binding {
-    conn: u32,
-    client: u32,
-}
-
-impl Binding {
-    const NONE: Binding = Binding {
-        conn: NONE,
-        client: 0,
-    };
-}
 
 #[derive(Debug)]
 struct DataConn {
@@ -348,7 +330,7 @@ impl<'s> DataConns<'s> {
         now: u64,
     ) {
         let before = std::mem::replace(&mut self.by_slot[slot as usize], Binding { conn, client });
-        if before.conn == NONE || before.conn == conn {
+        if !before.is_bound() || before.conn == conn {
             return;
         }
         self.cancel_parked(slot, before, server, routes, now);
@@ -453,7 +435,7 @@ impl<'s> DataConns<'s> {
         self.members.clear();
         self.members.resize(self.conns.len(), 0);
         for (slot, b) in self.by_slot.iter_mut().enumerate() {
-            if b.conn == NONE {
+            if !b.is_bound() {
                 continue;
             }
             if server.client_slot_of(b.client) != Some(slot as u32) {
@@ -555,23 +537,15 @@ impl<'s> DataConns<'s> {
                 at += len;
                 continue;
             }
-            // A connection speaks only for its members, each for the registration that joined:
-            // the same id in another slot is a new registration (a recovering server takes old
-            // ids back), which this connection never proved it belongs to.
+            // A connection speaks only for its members (`dlock_core::server::route`).
             let slot = server.client_slot_of(header.client);
-            let member = slot.filter(|&s| {
-                self.by_slot[s as usize]
-                    == Binding {
-                        conn: i,
-                        client: header.client,
-                    }
-            });
-            if !c.make_reply_room() {
+            let admission = admit(&self.by_slot, i, header.client, slot);
+            if admission == Admission::Close || !c.make_reply_room() {
                 return Outcome::Close;
             }
             let (msg, room) = split(c, at, len);
-            let replied = match (member, slot) {
-                (Some(slot), _) => match server.handle_data(msg, room, now) {
+            let replied = match admission {
+                Admission::Execute { slot } => match server.handle_data(msg, room, now) {
                     Ok(0) => {
                         if let Some(route) = routes.get_mut(slot as usize) {
                             *route = Route::Stream {
@@ -585,9 +559,8 @@ impl<'s> DataConns<'s> {
                     Ok(n) => Some(n),
                     Err(_) => return Outcome::Close,
                 },
-                // Registered, and not a member here: someone else's.
-                (None, Some(_)) => return Outcome::Close,
-                (None, None) => match server.refuse_data(msg, room, Status::ClientNotInit) {
+                Admission::Close => return Outcome::Close,
+                Admission::Refuse => match server.refuse_data(msg, room, Status::ClientNotInit) {
                     Ok(n) => Some(n),
                     Err(_) => return Outcome::Close,
                 },
