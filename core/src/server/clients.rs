@@ -104,7 +104,7 @@ impl<'r> Server<'r> {
             self.stats.bump(Counter::RecoveryDone);
             self.recovering = self.recovering.saturating_sub(1);
             if self.recovering == 0 {
-                self.end_recovery(now_ms);
+                self.end_recovery();
             }
         }
         Ok(())
@@ -158,33 +158,27 @@ impl<'r> Server<'r> {
                 continue;
             }
             if past(now_ms, c.last_seen_ms.saturating_add(c.lease_ms as u64)) {
-                let was_awaited =
-                    c.client_state() == ClientState::Recovering && self.recovering > 0;
+                if c.client_state() == ClientState::Recovering && self.recovering > 0 {
+                    // It will not finish recovery: stop waiting for it (the reference waits
+                    // forever).
+                    self.give_up_on(1);
+                }
                 self.remove_client(slot, now_ms);
                 self.stats.bump(Counter::ClientsExpired);
                 died += 1;
-                if was_awaited {
-                    // It will not finish recovery: stop waiting for it (the reference waits
-                    // forever).
-                    self.give_up_on(1, now_ms);
-                }
             }
         }
         died
     }
 
-    /// The server starts serving: a client that re-registered and has not finished re-syncing
-    /// is removed, with what it did re-claim. It cannot finish any more (claims are refused once
-    /// the server serves), and kept registered it would be told at its next `client_reinit`
-    /// that the server is not recovering — which a client reads as "your locks are as you left
-    /// them" — while the locks it never re-claimed were lost (simulator seed 0x85ec716077c31d6:
-    /// two clients believed they held one lock). Removed, it learns at once that it must start
-    /// over (`ClientRemovedByServer`, `ClientNotInit`).
-    pub(super) fn end_recovery(&mut self, now_ms: u64) {
+    /// The server starts serving: clients that re-registered beyond the expected number and
+    /// have not finished re-syncing become ordinary clients (their further claims are refused;
+    /// the locks they did not re-claim are lost to them, as for a claim that failed).
+    pub(super) fn end_recovery(&mut self) {
         for slot in 0..self.t.client_free.high_water() {
-            if self.t.clients[slot as usize].client_state() == ClientState::Recovering {
-                self.remove_client(slot, now_ms);
-                self.stats.bump(Counter::ClientsEvicted);
+            let c = &mut self.t.clients[slot as usize];
+            if c.client_state() == ClientState::Recovering {
+                c.state = ClientState::Active as u8;
             }
         }
     }

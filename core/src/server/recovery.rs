@@ -89,19 +89,19 @@ impl<'r> Server<'r> {
             .deadline_ms
             .get_or_insert(now_ms + u64::from(self.cfg.recovery_deadline_ms));
         if now_ms >= deadline {
-            self.give_up_on(self.recovering, now_ms);
+            self.give_up_on(self.recovering);
             self.progress.deadline_passed = true;
         }
     }
 
     /// Stops waiting for `n` of the expected clients; serves when none is left.
-    pub(super) fn give_up_on(&mut self, n: u32, now_ms: u64) {
+    pub(super) fn give_up_on(&mut self, n: u32) {
         let n = n.min(self.recovering);
         self.recovering -= n;
         self.progress.given_up += n;
         self.stats.add(Counter::RecoveryClientsGivenUp, n.into());
         if self.recovering == 0 {
-            self.end_recovery(now_ms);
+            self.end_recovery();
         }
     }
 
