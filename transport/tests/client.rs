@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::{client, server};
 use dlock_core::LockId;
 use dlock_core::{LockKind, Mode, Status};
-use dlock_transport::client::{AsyncOp, Client, Endpoint, Grant};
+use dlock_transport::client::{AsyncOp, Client, ClientConfig, Endpoint, Grant};
 use dlock_transport::runtime::ServerHandle;
 
 fn endpoints(s: &ServerHandle) -> Vec<Endpoint> {
@@ -698,4 +698,50 @@ fn pipelined_run(s: &ServerHandle, seed: u64) {
             "seed {seed}: lock {k} is still held on the server"
         );
     }
+}
+
+/// A client silent for longer than its lease before a failover may have lost its grants on the
+/// old server (which may have given them to others before it died): it claims none of them on
+/// the replacement, keeps the records as references, and a rival takes the lock. Found by the
+/// simulator (seed 0x85ec716077c31d6): a claim of a lapsed RW grant told the new server the
+/// lock had been held all along.
+#[test]
+fn a_client_silent_past_its_lease_claims_nothing_on_a_replacement_server() {
+    let first = server(true);
+    let addr = first.tcp_addr().expect("tcp");
+    let e = Endpoint::Tcp(addr);
+    let mut c =
+        Client::connect(ClientConfig::new(e.clone()).with_lease(Duration::from_millis(150)))
+            .unwrap();
+    let r = c.get_lock(LockKind::Rw, b"r").unwrap();
+    assert_eq!(
+        c.trylock(r, Mode::Exclusive, 60_000).unwrap().status,
+        Status::Success
+    );
+    first.stop();
+    std::thread::sleep(Duration::from_millis(400));
+
+    let mut cfg = dlock_transport::runtime::ServerConfig::new(dlock_core::Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..common::small()
+    });
+    cfg.tcp = Some(dlock_transport::runtime::TcpConfig::new(addr));
+    let _second = ServerHandle::start(cfg).expect("replacement starts");
+    assert_eq!(c.reinit(), Ok(true));
+    c.update_all_locks().unwrap();
+    c.reinit_done().unwrap();
+    let r = c.get_lock(LockKind::Rw, b"r").unwrap();
+    assert_eq!(
+        local_refs(&c, r),
+        Some(0),
+        "the lapsed grant is not believed"
+    );
+    let mut rival = client(&e);
+    let rr = rival.get_lock(LockKind::Rw, b"r").unwrap();
+    assert_eq!(
+        rival.trylock(rr, Mode::Exclusive, 60_000).unwrap().status,
+        Status::Success,
+        "nobody claimed it"
+    );
 }

@@ -557,6 +557,13 @@ impl World {
             let n = srv
                 .handle_control(&m.bytes, &mut out, now)
                 .map_err(|e| format!("control frame refused: {e:?}"))?;
+            if self.oracle.trace {
+                let req = dlock_core::proto::peek_control_header(&m.bytes).map(|(h, _)| h.msg);
+                let status = dlock_core::proto::peek_control_header(&out[..n])
+                    .ok()
+                    .and_then(|(h, _)| h.status());
+                eprintln!("  control {req:?} -> {status:?}");
+            }
             self.observe_control(srv, &m.bytes, &out[..n], now)
                 .map(|()| Some((Dir::ControlReply, out[..n].to_vec())))
         } else {

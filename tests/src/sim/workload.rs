@@ -540,6 +540,8 @@ impl World {
             c.forget_all();
             return Ok(());
         }
+        // Silent longer than its lease when it asked: the old server may have freed its grants.
+        let lapsed = sent_at > c.lease_anchor + u64::from(c.lease_ms);
         if !matches!(ctl, Ctl::Init | Ctl::Deinit) {
             c.lease_anchor = c.lease_anchor.max(sent_at);
         }
@@ -559,9 +561,16 @@ impl World {
                 c.lease_anchor = sent_at;
                 c.lease_ms = r.lease_ms;
                 if r.recovering {
-                    // A new server: objects are not carried over; locks are re-claimed.
+                    // A new server: objects are not carried over; locks are re-claimed, unless
+                    // the lease lapsed (as the transport client does: seed 0x85ec716077c31d6).
                     c.objects.clear();
                     c.last_value.clear();
+                    if lapsed {
+                        for l in c.locks.iter_mut().flatten() {
+                            l.local = LocalLock::new(l.local.id, l.local.kind);
+                            l.releasing = false;
+                        }
+                    }
                     c.phase = Phase::Claiming;
                     self.send_claims(i, 0);
                 } else {

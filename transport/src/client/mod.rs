@@ -209,6 +209,9 @@ pub struct Client<C: Connection = Link> {
     recovering: bool,
     /// The lease the server granted at the last (re)registration.
     lease: Duration,
+    /// When (ms on this client's clock) the last request the server answered was sent: the
+    /// server saw us alive no earlier, so our registration lasts at least the lease from here.
+    heard_ms: u64,
     message_id: u16,
     locks: LockTable,
     /// Objects this client got, with their cell index.
@@ -327,6 +330,7 @@ impl<C: Connection> Client<C> {
             // Any start will do (message ids only match replies to requests); a random one keeps
             // two instances of one process from looking alike in a capture.
             message_id: getrandom::u32().unwrap_or(0) as u16,
+            heard_ms: 0,
             locks: LockTable::default(),
             objects: IdMap::default(),
             pending: None,
@@ -415,6 +419,7 @@ impl<C: Connection> Client<C> {
             &mut self.ctrl_req,
         )
         .map_err(|_| Status::Einval)?;
+        let sent_ms = self.now_ms();
         let deadline = Some(self.link.now() + self.cfg.timeout);
         let m = self
             .link
@@ -425,7 +430,14 @@ impl<C: Connection> Client<C> {
         if reply.header.message_id != message_id || reply.header.msg != header.msg {
             return Err(Status::BadResponse);
         }
-        match reply.header.status() {
+        let status = reply.header.status();
+        if !matches!(
+            status,
+            Some(Status::ClientNotInit | Status::ClientRemovedByServer)
+        ) {
+            self.heard_ms = self.heard_ms.max(sent_ms);
+        }
+        match status {
             Some(Status::Success) => Ok(reply.body),
             Some(s) => Err(s),
             None => Err(Status::BadResponse),
@@ -436,6 +448,8 @@ impl<C: Connection> Client<C> {
     /// failover (`client_reinit`); keeps the local lock state. Returns whether the server is
     /// recovering (then call [`Client::update_all_locks`] and [`Client::reinit_done`]).
     pub fn reinit(&mut self) -> Result<bool, Status> {
+        // Read before the registration below renews it.
+        let lapsed = self.lease_lapsed();
         self.link.reconnect().map_err(|_| Status::NotReady)?;
         self.pending = None;
         self.pipeline.clear();
@@ -454,6 +468,14 @@ impl<C: Connection> Client<C> {
         if self.recovering {
             // Objects do not survive a failover; the caller re-creates and re-gets them.
             self.objects.clear();
+            if lapsed {
+                // Silent longer than the lease: the old server may have freed our grants and
+                // given them to others before it died. Claiming them would tell the new one we
+                // held them all along; they are lost instead (the locks stay referenced).
+                for e in self.locks.iter_mut() {
+                    e.local = LocalLock::new(e.local.id, e.local.kind);
+                }
+            }
         }
         Ok(self.recovering)
     }
@@ -617,8 +639,30 @@ impl<C: Connection> Client<C> {
         if self.pipeline.len() > 0 {
             return Err(Status::Easync);
         }
+        let sent_ms = self.now_ms();
         let (ticket, message_id) = self.send(commands, flags)?;
-        self.receive(ticket, message_id, commands, || deadline)
+        let n = self.receive(ticket, message_id, commands, || deadline)?;
+        self.heard(sent_ms);
+        Ok(n)
+    }
+
+    /// The server answered a request sent at `sent_ms` (a reply that is not "who are you?").
+    fn heard(&mut self, sent_ms: u64) {
+        if !self.replies.first().is_some_and(|r| {
+            matches!(
+                r.status,
+                Status::ClientNotInit | Status::ClientRemovedByServer
+            )
+        }) {
+            self.heard_ms = self.heard_ms.max(sent_ms);
+        }
+    }
+
+    /// Whether the server may have declared this client dead: nothing it answered was sent
+    /// within the lease. Its grants may then have been given to others, so a replacement
+    /// server must not be told of them ([`Client::reinit`]).
+    fn lease_lapsed(&self) -> bool {
+        self.now_ms() > self.heard_ms + self.lease.as_millis() as u64
     }
 
     /// Encodes and sends `commands` as one data message; returns the link's ticket and the
@@ -886,6 +930,12 @@ impl<C: Connection> Client<C> {
                 let result = r.result;
                 // Counted from the send, as in `run`.
                 let now_ms = p.started.saturating_duration_since(self.start).as_millis() as u64;
+                if !matches!(
+                    result.status,
+                    Status::ClientNotInit | Status::ClientRemovedByServer
+                ) {
+                    self.heard_ms = self.heard_ms.max(now_ms);
+                }
                 let e = self.locks.get_mut(p.lock).ok_or(Status::LockNotGet)?;
                 let status = e.local.apply(&p.request, &result, now_ms);
                 grant(status, &e.local)

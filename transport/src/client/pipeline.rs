@@ -267,6 +267,7 @@ impl<C: Connection> Client<C> {
         // The server granted after the send, so a lease counted from the send never outlives
         // the server's; counted from the reply it would, by the reply's delay.
         let now = self.pipeline.slots[head].sent_ms;
+        self.heard(now);
         let Client {
             pipeline,
             locks,
