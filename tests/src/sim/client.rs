@@ -171,7 +171,12 @@ impl SimClient {
     /// Whether the client believes it may use its locks at `now`: alive, connected and within
     /// the lease the server runs from its last answered request.
     pub fn trusts_lease(&self, now: u64) -> bool {
+        // While it re-claims from a recovering server a client holds nothing for sure: the
+        // server may start serving without its claims (the deadline passed, or it was not among
+        // the clients expected) and grant them to others, which it learns when its claims are
+        // refused. `Client::reinit`'s docs tell applications the same (seed 0x9377aa5bc1e333f).
         self.phase != Phase::Dead
+            && self.phase != Phase::Claiming
             && self.connected
             && now <= self.lease_anchor + u64::from(self.lease_ms)
     }

@@ -708,10 +708,16 @@ impl World {
                 .all(|c| matches!(c.phase, Phase::Idle | Phase::Dead) && c.pending.is_none())
     }
 
-    /// Traffic stopped: let every lease run out, then everything must be free and every table
-    /// empty.
+    /// Traffic stopped: let every lease run out (and a recovery's deadline pass: expected
+    /// clients that never come back are given up only then), then everything must be free and
+    /// every table empty.
     fn finish(&mut self, srv: &mut Server<'_>) -> Result<(), String> {
-        let until = self.now + u64::from(self.p.cfg.client_lease_max_ms) + 4 * TICK_MS;
+        let wait = self
+            .p
+            .cfg
+            .client_lease_max_ms
+            .max(self.p.cfg.recovery_deadline_ms);
+        let until = self.now + u64::from(wait) + 4 * TICK_MS;
         while self.now < until {
             self.now += TICK_MS;
             srv.poll_waiters(self.server_now());

@@ -447,6 +447,13 @@ impl<C: Connection> Client<C> {
     /// Re-registers with the same id over new connections after a network error or a server
     /// failover (`client_reinit`); keeps the local lock state. Returns whether the server is
     /// recovering (then call [`Client::update_all_locks`] and [`Client::reinit_done`]).
+    ///
+    /// When it is, no grant is certain until `update_all_locks` has answered: the replacement
+    /// may start serving without this client's claims (its recovery deadline passed, or it did
+    /// not expect this client) and grant the locks to others; the claims are then refused and
+    /// the records forgotten. Act on a lock again only once it has been re-claimed. A client
+    /// that was silent for longer than its lease claims nothing: the old server may have freed
+    /// its grants before it died.
     pub fn reinit(&mut self) -> Result<bool, Status> {
         // Read before the registration below renews it.
         let lapsed = self.lease_lapsed();
