@@ -27,6 +27,10 @@ const REGRESSIONS: &[u64] = &[0x1, 0x3, 0x5, 0xd10c_0000_000d, 0xf14d_a67b_c962_
 /// silent past its lease, whose grants the old server had freed and handed on, re-registered
 /// with the replacement and re-claimed them as if held all along. A lapsed client now claims
 /// nothing (`Client::reinit`).
+/// 0x0992_060a_53de_32c8 found a client mistake (the model's, and the transport client's lapse
+/// check would have made it): a recovering server answers `NotReady` to every client, so it
+/// does not renew a lease; counted as renewal, a client the old server had expired trusted the
+/// grants it had lost.
 /// 0x0937_7aa5_b2e2_31f2 and 0x0937_7aa5_bc1e_333f found harness mistakes: the end-of-run
 /// wait was shorter than a recovery deadline, and a client re-claiming its locks from a
 /// recovering server was counted as holding them before its claims were answered (the server
@@ -36,6 +40,7 @@ const LONG_REGRESSIONS: &[(u64, u64)] = &[
     (0x085e_c716_077c_31d6, 200_000),
     (0x0937_7aa5_b2e2_31f2, 200_000),
     (0x0937_7aa5_bc1e_333f, 200_000),
+    (0x0992_060a_53de_32c8, 200_000),
 ];
 
 /// Operations per seed in the normal run; short runs over many seeds find more than long runs

@@ -24,6 +24,14 @@ fn registration_gone(s: Status) -> bool {
     matches!(s, Status::ClientNotInit | Status::ClientRemovedByServer)
 }
 
+/// Whether a reply shows the server holds this client's registration, so its lease runs from
+/// the request's send. `NotReady` does not: a recovering server answers it to every client,
+/// registered or not (seed 0x992060a53de32c8: a client the old server had expired took a
+/// recovering server's `NotReady`s as renewals and trusted the grants it had lost).
+fn renews_lease(s: Status) -> bool {
+    !registration_gone(s) && s != Status::NotReady
+}
+
 impl World {
     /// Client `i` takes its turn.
     pub(super) fn act(&mut self, srv: &mut Server<'_>, i: usize) -> Result<(), String> {
@@ -500,7 +508,9 @@ impl World {
             c.forget_all();
             return Ok(());
         }
-        c.lease_anchor = c.lease_anchor.max(sent_at);
+        if (0..rep.len()).any(|k| renews_lease(rep.result(k).result.status)) {
+            c.lease_anchor = c.lease_anchor.max(sent_at);
+        }
         for name in grants {
             self.note_belief(i, name)?;
         }
@@ -519,7 +529,7 @@ impl World {
             c.heartbeat = None;
             if registration_gone(status) {
                 c.forget_all();
-            } else {
+            } else if renews_lease(status) {
                 c.lease_anchor = c.lease_anchor.max(sent_at);
             }
             return Ok(());
@@ -542,7 +552,7 @@ impl World {
         }
         // Silent longer than its lease when it asked: the old server may have freed its grants.
         let lapsed = sent_at > c.lease_anchor + u64::from(c.lease_ms);
-        if !matches!(ctl, Ctl::Init | Ctl::Deinit) {
+        if !matches!(ctl, Ctl::Init | Ctl::Deinit) && renews_lease(status) {
             c.lease_anchor = c.lease_anchor.max(sent_at);
         }
         match (ctl, rep.body) {

@@ -263,6 +263,16 @@ impl<C: Connection> std::future::Future for LockFuture<'_, C> {
     }
 }
 
+/// Whether a reply with `status` shows the server holds this client's registration (so the
+/// lease runs from the request's send). Not "who are you?", and not `NotReady`: a recovering
+/// server answers that to every client, registered or not.
+fn renews_lease(status: Status) -> bool {
+    !matches!(
+        status,
+        Status::ClientNotInit | Status::ClientRemovedByServer | Status::NotReady
+    )
+}
+
 /// A transport failure is the reference's `BAD_RESPONSE` (the caller reinits). The I/O error
 /// is parked for the native API, which attaches it to its [`Error`] (see [`error`]).
 fn io_status(e: std::io::Error) -> Status {
@@ -431,10 +441,7 @@ impl<C: Connection> Client<C> {
             return Err(Status::BadResponse);
         }
         let status = reply.header.status();
-        if !matches!(
-            status,
-            Some(Status::ClientNotInit | Status::ClientRemovedByServer)
-        ) {
+        if status.is_some_and(renews_lease) {
             self.heard_ms = self.heard_ms.max(sent_ms);
         }
         match status {
@@ -655,12 +662,7 @@ impl<C: Connection> Client<C> {
 
     /// The server answered a request sent at `sent_ms` (a reply that is not "who are you?").
     fn heard(&mut self, sent_ms: u64) {
-        if !self.replies.first().is_some_and(|r| {
-            matches!(
-                r.status,
-                Status::ClientNotInit | Status::ClientRemovedByServer
-            )
-        }) {
+        if self.replies.first().is_some_and(|r| renews_lease(r.status)) {
             self.heard_ms = self.heard_ms.max(sent_ms);
         }
     }
@@ -937,10 +939,7 @@ impl<C: Connection> Client<C> {
                 let result = r.result;
                 // Counted from the send, as in `run`.
                 let now_ms = p.started.saturating_duration_since(self.start).as_millis() as u64;
-                if !matches!(
-                    result.status,
-                    Status::ClientNotInit | Status::ClientRemovedByServer
-                ) {
+                if renews_lease(result.status) {
                     self.heard_ms = self.heard_ms.max(now_ms);
                 }
                 let e = self.locks.get_mut(p.lock).ok_or(Status::LockNotGet)?;
