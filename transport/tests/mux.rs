@@ -9,12 +9,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use common::certs::{Ca, TempDir};
 use common::server;
 use dlock_core::{Config, LockKind, Mode, Status};
 use dlock_transport::client::{Client, ClientConfig, Endpoint, Mux, Transport};
-use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
-use dlock_transport::tls::TlsConfig;
 
 fn mux_client(e: &Endpoint, mux: &Mux) -> Client {
     Client::connect(ClientConfig::new(e.clone()).with_mux(mux.clone())).expect("registers")
@@ -134,25 +131,15 @@ fn a_mux_needs_a_tcp_endpoint_of_the_same_server() {
 /// Under TLS: clients on one shared connection take and hand over a lock.
 #[test]
 fn clients_share_a_tls_connection() {
-    let dir = TempDir::new("mux");
-    let ca = Ca::new(&dir, "ca");
-    let srv = ca.server(&dir, "server");
-    let engine = ca.client(&dir, "engine", "engine-1");
-    let mut tcp = TcpConfig::new("127.0.0.1:0".parse().unwrap());
-    tcp.tls = Some(TlsConfig::new(&srv.cert, &srv.key, &ca.cert));
-    let mut cfg = ServerConfig::new(Config {
-        locks_max: 64,
-        clients_max: 8,
-        objects_max: 8,
-        ..Config::default()
-    });
-    cfg.tcp = Some(tcp);
-    let s = ServerHandle::start(cfg).unwrap();
-    let e = Endpoint::tls(
-        s.tcp_addr().unwrap(),
-        &TlsConfig::new(&engine.cert, &engine.key, &ca.cert),
-    )
-    .unwrap();
+    let (_s, e, _dir) = common::tls_server(
+        "mux",
+        Config {
+            locks_max: 64,
+            clients_max: 8,
+            objects_max: 8,
+            ..Config::default()
+        },
+    );
     let mux = Mux::new(&e).unwrap();
     let mut a = mux_client(&e, &mux);
     let id = a.get_lock(LockKind::Atomic, b"t").unwrap();

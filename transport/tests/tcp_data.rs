@@ -11,13 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::certs::{Ca, TempDir};
 use common::{client, server};
 use dlock_core::proto::*;
 use dlock_core::{Config, LockKind, Mode, Status};
 use dlock_transport::client::{Client, ClientConfig, Endpoint};
 use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
-use dlock_transport::tls::TlsConfig;
 
 /// Reads one control frame.
 fn read_control(s: &mut TcpStream) -> Vec<u8> {
@@ -100,24 +98,10 @@ fn raw_attach(data: &mut TcpStream, client: u32, session: dlock_core::Session) {
 
 /// One exclusive trylock of `lock` (waiting up to `wait_ms`) as message `id`, encoded.
 fn trylock_msg(client: u32, lock: u32, wait_ms: u32, id: u16) -> ([u8; DATA_MESSAGE_MAX], usize) {
-    let header = DataHeader {
-        version: PROTO_VERSION,
-        count: 0,
-        message_id: id,
-        client,
-        flags: 0,
-    };
-    let cmd = Command::Lock(LockCommand {
-        kind: LockKind::Atomic,
-        op: LockOp::TryExclusive,
-        lock,
-        expire_ms: 60_000,
-        ticket: dlock_core::Ticket::default(),
-        wait_ms,
-    });
+    let m = lock_msg(client, lock, LockOp::TryExclusive, wait_ms, id);
     let mut buf = [0u8; DATA_MESSAGE_MAX];
-    let n = encode_data_request(&header, &[cmd], &mut buf).unwrap();
-    (buf, n)
+    buf[..m.len()].copy_from_slice(&m);
+    (buf, m.len())
 }
 
 /// Reads one single-command data reply: (message id, status).
@@ -260,25 +244,15 @@ fn a_peer_that_does_not_read_is_held_to_the_window_and_served_once_it_reads() {
 /// server is granted when the holder lets go.
 #[test]
 fn tls_data_connections_serve_pipelined_batches_and_parked_locks() {
-    let dir = TempDir::new("tcp-data");
-    let ca = Ca::new(&dir, "ca");
-    let srv = ca.server(&dir, "server");
-    let engine = ca.client(&dir, "engine", "engine-1");
-    let mut tcp = TcpConfig::new("127.0.0.1:0".parse().unwrap());
-    tcp.tls = Some(TlsConfig::new(&srv.cert, &srv.key, &ca.cert));
-    let mut cfg = ServerConfig::new(Config {
-        locks_max: 256,
-        clients_max: 16,
-        objects_max: 16,
-        ..Config::default()
-    });
-    cfg.tcp = Some(tcp);
-    let s = ServerHandle::start(cfg).unwrap();
-    let endpoint = Endpoint::tls(
-        s.tcp_addr().unwrap(),
-        &TlsConfig::new(&engine.cert, &engine.key, &ca.cert),
-    )
-    .unwrap();
+    let (_s, endpoint, _dir) = common::tls_server(
+        "tcp-data",
+        Config {
+            locks_max: 256,
+            clients_max: 16,
+            objects_max: 16,
+            ..Config::default()
+        },
+    );
 
     let mut c = Client::connect(ClientConfig::new(endpoint.clone())).unwrap();
     let depth = c.pipeline_depth();

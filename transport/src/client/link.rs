@@ -19,6 +19,7 @@ use dlock_core::proto::{
 };
 use dlock_core::table::layout::MAILBOX_LANES;
 
+use super::awaited::AwaitTable;
 use crate::region::Region;
 #[cfg(feature = "server")]
 use crate::runtime::{ServerHandle, Shared};
@@ -593,32 +594,14 @@ pub(crate) fn attach_tcp(
     Ok(s)
 }
 
-/// Replies awaited at once over TCP: the pipeline's depth, plus room for messages the client
-/// gave up on (their late replies are dropped when they come).
-const AWAITED_MAX: usize = 8;
-
-/// A message whose reply is awaited, and the reply once read (it may come while waiting for
-/// another).
-#[derive(Debug)]
-struct Awaited {
-    /// The link's ticket (0: the entry is free).
-    ticket: u64,
-    message_id: u16,
-    /// The reply's length once it has arrived (0: not yet).
-    len: usize,
-    reply: [u8; DATA_MESSAGE_MAX],
-}
-
-/// A TCP data connection and the replies awaited on it. The server answers a connection's
-/// messages in any order (a parked `lock()` when it is granted, the messages behind it
-/// meanwhile), so each reply goes to the message whose id it echoes; a reply nobody awaits any
-/// more (its caller timed out) is dropped.
+/// A TCP data connection and the replies awaited on it ([`AwaitTable`]); a reply nobody
+/// awaits any more (its caller timed out) is dropped.
 #[derive(Debug)]
 struct TcpData {
     wire: Wire,
     /// Bytes of a reply read before a deadline cut the read short.
     partial: Vec<u8>,
-    awaited: [Awaited; AWAITED_MAX],
+    awaited: AwaitTable,
 }
 
 impl TcpData {
@@ -626,42 +609,22 @@ impl TcpData {
         Box::new(Self {
             wire,
             partial: Vec::with_capacity(DATA_MESSAGE_MAX),
-            awaited: std::array::from_fn(|_| Awaited {
-                ticket: 0,
-                message_id: 0,
-                len: 0,
-                reply: [0; DATA_MESSAGE_MAX],
-            }),
+            awaited: AwaitTable::new(),
         })
     }
 
-    /// Sends `req` (a data message) as `ticket`. When every entry is taken, the oldest is
-    /// given up: it belongs to a message its caller stopped waiting for (a caller has at most
-    /// the pipeline's depth in flight, fewer than the entries).
+    /// Sends `req` (a data message) as `ticket`.
     fn send(&mut self, ticket: u64, req: &[u8]) -> io::Result<()> {
         let (header, _) = peek_data_header(req)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not a data message"))?;
-        let k = match self.awaited.iter().position(|a| a.ticket == 0) {
-            Some(k) => k,
-            None => (0..AWAITED_MAX)
-                .min_by_key(|&k| self.awaited[k].ticket)
-                .unwrap_or(0),
-        };
         self.wire.write_all(req)?;
-        let a = &mut self.awaited[k];
-        (a.ticket, a.message_id, a.len) = (ticket, header.message_id, 0);
+        self.awaited.expect(ticket, header.message_id);
         Ok(())
     }
 
     /// The reply to `ticket` if it has been read already (the entry is freed).
     fn take_arrived(&mut self, ticket: u64, reply: &mut [u8]) -> Option<usize> {
-        let a = self
-            .awaited
-            .iter_mut()
-            .find(|a| a.ticket == ticket && ticket != 0 && a.len > 0)?;
-        reply[..a.len].copy_from_slice(&a.reply[..a.len]);
-        a.ticket = 0;
-        Some(a.len)
+        self.awaited.take(ticket, reply)
     }
 
     /// Reads replies until the one to `ticket` arrives or `deadline` passes, filing the others
@@ -673,14 +636,10 @@ impl TcpData {
         deadline: Option<Instant>,
     ) -> io::Result<Option<usize>> {
         loop {
-            if let Some(n) = self.take_arrived(ticket, reply) {
+            if let Some(n) = self.awaited.take(ticket, reply) {
                 return Ok(Some(n));
             }
-            if !self
-                .awaited
-                .iter()
-                .any(|a| a.ticket == ticket && ticket != 0)
-            {
+            if !self.awaited.awaits(ticket) {
                 return Err(io::Error::other(
                     "no data message awaits a reply under this ticket",
                 ));
@@ -689,15 +648,7 @@ impl TcpData {
                 return Ok(None);
             };
             let id = peek_data_header(&self.partial).map_or(0, |(h, _)| h.message_id);
-            if let Some(a) = self
-                .awaited
-                .iter_mut()
-                .find(|a| a.ticket != 0 && a.len == 0 && a.message_id == id)
-            {
-                a.reply[..len].copy_from_slice(&self.partial[..len]);
-                a.len = len;
-            }
-            // Else a late reply to a message given up on: dropped.
+            self.awaited.file(id, &self.partial[..len]);
             self.partial.clear();
         }
     }

@@ -19,6 +19,7 @@
 //! start-up the data path (lock commands and object operations) allocates nothing: frames are
 //! encoded into buffers the client owns.
 
+mod awaited;
 mod connection;
 pub mod error;
 pub mod link;
@@ -1244,18 +1245,7 @@ impl<C: Connection> Client<C> {
 
     /// Compare-and-swap; unlike the reference, the value found is returned too.
     pub fn atomic64_cas(&mut self, id: ObjectId, expected: u64, new: u64) -> Result<Cas, Status> {
-        let r = self.object_op(id, ObjectOp::Cas, expected, new)?;
-        match r.status {
-            Status::Success => Ok(Cas {
-                swapped: true,
-                observed: r.aux,
-            }),
-            Status::ObjectCasFailed => Ok(Cas {
-                swapped: false,
-                observed: r.aux,
-            }),
-            s => Err(s),
-        }
+        cas_outcome(self.object_op(id, ObjectOp::Cas, expected, new)?)
     }
 
     /// Reads the current value (`umo_atomic64_get_snapshot`).
@@ -1279,16 +1269,10 @@ impl<C: Connection> Client<C> {
         expected: u64,
         new: u64,
     ) -> Result<Cas, Status> {
-        let r = self
-            .object_op_async(id, ObjectOp::Cas, expected, new)
-            .await?;
-        match r.status {
-            Status::Success | Status::ObjectCasFailed => Ok(Cas {
-                swapped: r.status == Status::Success,
-                observed: r.aux,
-            }),
-            s => Err(s),
-        }
+        cas_outcome(
+            self.object_op_async(id, ObjectOp::Cas, expected, new)
+                .await?,
+        )
     }
 
     /// One object command, its reply awaited without holding the thread.
@@ -1334,6 +1318,17 @@ impl<C: Connection> Client<C> {
             }
         })
         .await
+    }
+}
+
+/// A CAS result as the API reports it: swapped or not, with the value found.
+fn cas_outcome(r: CommandResult) -> Result<Cas, Status> {
+    match r.status {
+        Status::Success | Status::ObjectCasFailed => Ok(Cas {
+            swapped: r.status == Status::Success,
+            observed: r.aux,
+        }),
+        s => Err(s),
     }
 }
 

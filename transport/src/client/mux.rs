@@ -35,11 +35,8 @@ use dlock_core::proto::{
 };
 use dlock_core::{Session, Status};
 
+use super::awaited::AwaitTable;
 use super::link::{Endpoint, Wire, attach_tcp};
-
-/// Replies one client may await at once: the pipeline's depth, plus room for messages its
-/// caller gave up on (as on a connection of its own).
-const AWAITED_MAX: usize = 8;
 
 /// Plaintext the reader holds at once: many replies per read when many clients are busy.
 const READ_BUF: usize = 64 * DATA_MESSAGE_MAX;
@@ -486,36 +483,19 @@ struct Port {
 
 #[derive(Debug)]
 struct PortState {
-    awaited: [Awaited; AWAITED_MAX],
+    awaited: AwaitTable,
     /// The connection is gone.
     closed: bool,
     /// The task to wake when a reply arrives (an async caller).
     waker: Option<Waker>,
 }
 
-/// A message whose reply is awaited, and the reply once read.
-#[derive(Debug)]
-struct Awaited {
-    /// The link's ticket (0: the entry is free).
-    ticket: u64,
-    message_id: u16,
-    /// The reply's length once it has arrived (0: not yet).
-    len: usize,
-    reply: [u8; DATA_MESSAGE_MAX],
-}
-
 impl Port {
     fn deliver(&self, message_id: u16, reply: &[u8]) {
         let mut s = lock(&self.state);
-        let Some(a) = s
-            .awaited
-            .iter_mut()
-            .find(|a| a.ticket != 0 && a.len == 0 && a.message_id == message_id)
-        else {
+        if !s.awaited.file(message_id, reply) {
             return; // a late reply to a message given up on
-        };
-        a.reply[..reply.len()].copy_from_slice(reply);
-        a.len = reply.len();
+        }
         let waker = s.waker.take();
         drop(s);
         self.arrived.notify_all();
@@ -534,23 +514,6 @@ impl Port {
         if let Some(w) = waker {
             w.wake();
         }
-    }
-}
-
-impl PortState {
-    /// The reply to `ticket` if it has arrived (the entry is freed).
-    fn take(&mut self, ticket: u64, reply: &mut [u8]) -> Option<usize> {
-        let a = self
-            .awaited
-            .iter_mut()
-            .find(|a| a.ticket == ticket && ticket != 0 && a.len > 0)?;
-        reply[..a.len].copy_from_slice(&a.reply[..a.len]);
-        a.ticket = 0;
-        Some(a.len)
-    }
-
-    fn awaits(&self, ticket: u64) -> bool {
-        ticket != 0 && self.awaited.iter().any(|a| a.ticket == ticket)
     }
 }
 
@@ -585,12 +548,7 @@ impl MuxPort {
     fn new(conn: Arc<Conn>, client: u32) -> MuxPort {
         let port = Arc::new(Port {
             state: Mutex::new(PortState {
-                awaited: std::array::from_fn(|_| Awaited {
-                    ticket: 0,
-                    message_id: 0,
-                    len: 0,
-                    reply: [0; DATA_MESSAGE_MAX],
-                }),
+                awaited: AwaitTable::new(),
                 closed: conn.broken.load(Ordering::Acquire),
                 waker: None,
             }),
@@ -621,26 +579,17 @@ impl MuxPort {
     fn expect(&self, ticket: u64, req: &[u8]) -> io::Result<()> {
         let (header, _) = peek_data_header(req)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not a data message"))?;
-        {
-            let mut s = lock(&self.port.state);
-            if s.closed {
-                return Err(lost());
-            }
-            let k = match s.awaited.iter().position(|a| a.ticket == 0) {
-                Some(k) => k,
-                None => (0..AWAITED_MAX)
-                    .min_by_key(|&k| s.awaited[k].ticket)
-                    .unwrap_or(0),
-            };
-            let a = &mut s.awaited[k];
-            (a.ticket, a.message_id, a.len) = (ticket, header.message_id, 0);
+        let mut s = lock(&self.port.state);
+        if s.closed {
+            return Err(lost());
         }
+        s.awaited.expect(ticket, header.message_id);
         Ok(())
     }
 
     /// The reply to `ticket` if it has arrived already.
     pub(crate) fn take_arrived(&self, ticket: u64, reply: &mut [u8]) -> Option<usize> {
-        lock(&self.port.state).take(ticket, reply)
+        lock(&self.port.state).awaited.take(ticket, reply)
     }
 
     /// Waits until `deadline` (`None`: forever) for the reply to `ticket`.
@@ -652,10 +601,10 @@ impl MuxPort {
     ) -> io::Result<Option<usize>> {
         let mut s = lock(&self.port.state);
         loop {
-            if let Some(n) = s.take(ticket, reply) {
+            if let Some(n) = s.awaited.take(ticket, reply) {
                 return Ok(Some(n));
             }
-            if !s.awaits(ticket) {
+            if !s.awaited.awaits(ticket) {
                 return Err(io::Error::other(
                     "no data message awaits a reply under this ticket",
                 ));
@@ -692,7 +641,7 @@ impl MuxPort {
         waker: &Waker,
     ) -> io::Result<Option<usize>> {
         let mut s = lock(&self.port.state);
-        if let Some(n) = s.take(ticket, reply) {
+        if let Some(n) = s.awaited.take(ticket, reply) {
             return Ok(Some(n));
         }
         if s.closed {

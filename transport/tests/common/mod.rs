@@ -31,3 +31,26 @@ pub fn server(tcp: bool) -> ServerHandle {
 pub fn client(e: &Endpoint) -> Client {
     Client::connect(ClientConfig::new(e.clone())).expect("client registers")
 }
+
+/// A server with mutual TLS on a free loopback port and `core`'s capacities, and the endpoint
+/// of a client holding a good certificate. The PEM files live as long as the returned
+/// directory. (Not every test binary that includes this module uses it.)
+#[allow(dead_code)]
+pub fn tls_server(tag: &str, core: Config) -> (ServerHandle, Endpoint, certs::TempDir) {
+    use dlock_transport::tls::TlsConfig;
+    let dir = certs::TempDir::new(tag);
+    let ca = certs::Ca::new(&dir, "ca");
+    let srv = ca.server(&dir, "server");
+    let engine = ca.client(&dir, "engine", "engine-1");
+    let mut tcp = TcpConfig::new("127.0.0.1:0".parse().expect("address"));
+    tcp.tls = Some(TlsConfig::new(&srv.cert, &srv.key, &ca.cert));
+    let mut cfg = ServerConfig::new(core);
+    cfg.tcp = Some(tcp);
+    let s = ServerHandle::start(cfg).expect("server starts");
+    let e = Endpoint::tls(
+        s.tcp_addr().expect("tcp"),
+        &TlsConfig::new(&engine.cert, &engine.key, &ca.cert),
+    )
+    .expect("client TLS settings");
+    (s, e, dir)
+}
