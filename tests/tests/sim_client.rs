@@ -8,15 +8,18 @@
 //! in flight. A client's blocking call steps the world until its reply comes or its deadline
 //! passes in simulated time; other clients act only when the scheduler picks them, so one that
 //! is not picked for a while is a paused process. Clients also crash (dropped without a word),
-//! deinit and come back.
+//! deinit and come back, and the server itself dies now and then: a replacement with a larger
+//! epoch starts recovering for the clients registered with the old one, and each client goes
+//! through the real `reinit`, `update_all_locks` and `reinit_done` (what it claims, and whether
+//! its lease lapsed, is the client's own decision).
 //!
 //! After every step an oracle checks what the clients *believe*, from their own records: never
 //! two exclusive holders (or a writer beside readers) of one lock among clients whose lease and
 //! grant are both still running; fencing tokens of one lock strictly increase; no FAA value is
 //! handed out twice. A failure prints the seed and step; `DLOCK_SIM_SEED=<seed> cargo test
 //! --release -p dlock-tests --test sim_client replay` reruns it, `DLOCK_SIM_OPS` sizes a
-//! campaign. (The wider simulator in `tests/src/sim` adds server crashes, recovery and
-//! duplication, with a model client built on the same `dlock_core::client` records.)
+//! campaign. (The wider simulator in `tests/src/sim` adds duplication, clock jumps and full
+//! tables, with up to 1,000 model clients built on the same `dlock_core::client` records.)
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -64,6 +67,7 @@ struct Faults {
 
 #[derive(Debug, Default)]
 struct Counts {
+    server_crashes: u64,
     messages: u64,
     resets: u64,
     crashes: u64,
@@ -73,6 +77,10 @@ struct Counts {
 
 struct World<'r> {
     server: Server<'r>,
+    /// The configuration the server runs with (its epoch grows at each replacement).
+    cfg: Config,
+    /// Tables for the replacement servers still to come (each in a region of its own).
+    spare: Vec<dlock_core::table::Tables<'r>>,
     now_ms: u64,
     base: Instant,
     rng: Rng,
@@ -105,6 +113,26 @@ impl World<'_> {
             ..ConnState::default()
         });
         self.conns.len() - 1
+    }
+
+    /// The server dies with everything in flight; a replacement with a larger epoch starts on
+    /// the same address, recovering for the `expected` clients registered with the old one.
+    /// False when no replacement is left to start.
+    fn crash(&mut self, expected: u32) -> bool {
+        let Some(tables) = self.spare.pop() else {
+            return false;
+        };
+        self.cfg.epoch += 1;
+        self.cfg.recovery_clients = expected.min(self.cfg.clients_max);
+        self.server = Server::new(tables, &self.cfg, sim_entropy);
+        for c in &mut self.conns {
+            c.alive = false;
+            c.inbox.clear();
+        }
+        self.flights.clear();
+        self.routes.fill(Route::None);
+        self.counts.server_crashes += 1;
+        true
     }
 
     fn reset(&mut self, conn: usize) {
@@ -406,6 +434,9 @@ struct Proc<'r> {
 }
 
 const CLIENT_LEASE_MS: u64 = 400;
+/// Server replacements per run at most, and their rate per scheduled action.
+const SERVER_CRASHES_MAX: usize = 6;
+const SERVER_CRASH_PER_MILLION: u32 = 400;
 
 struct Sim<'r> {
     world: Shared<'r>,
@@ -597,18 +628,39 @@ impl<'r> Sim<'r> {
 
     /// A transport or registration error: reinit, or start over if the server forgot us.
     fn after_error(&mut self, p: usize, now: u64) -> Result<(), String> {
-        let Some(c) = self.procs[p].client.as_mut() else {
+        let names = &self.names;
+        let proc = &mut self.procs[p];
+        let Some(c) = proc.client.as_mut() else {
             return Ok(());
         };
         self.world.borrow_mut().counts.reinits += 1;
         match c.reinit() {
-            Ok(_) => {
-                self.procs[p].lease_anchor_ms = now;
+            // A replacement server: re-claim what it holds (the real client decides what a
+            // claim may say), then tell it this client is done. Until then its grants are
+            // uncertain, so nothing counts as renewed on failure.
+            Ok(true) => {
+                proc.object = None;
+                if c.update_all_locks().and_then(|()| c.reinit_done()).is_ok() {
+                    proc.lease_anchor_ms = now;
+                    // Claims that failed were forgotten, and the ids are the new server's: an
+                    // old id may name another lock now.
+                    proc.ids.retain(|k, id| {
+                        let (name, kind) = &names[*k];
+                        match c.get_lock(*kind, name.as_bytes()) {
+                            Ok(new) => {
+                                *id = new;
+                                true
+                            }
+                            Err(_) => false,
+                        }
+                    });
+                }
             }
+            Ok(false) => proc.lease_anchor_ms = now,
             Err(_) => {
                 // Registration gone: what it believed is void (its locks were freed).
-                self.procs[p].client = None;
-                self.procs[p].down_until = now;
+                proc.client = None;
+                proc.down_until = now;
             }
         }
         Ok(())
@@ -687,12 +739,23 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<String, String> {
         objects_max: 8,
         client_lease_ms: CLIENT_LEASE_MS as u32,
         client_lease_max_ms: CLIENT_LEASE_MS as u32,
+        recovery_deadline_ms: 2 * CLIENT_LEASE_MS as u32,
+        epoch: 1,
         ..Config::default()
     };
-    let mut region = Region::anonymous(&cfg).map_err(|e| e.to_string())?;
+    // One region per server incarnation, made up front: the servers borrow their tables.
+    let mut regions = (0..=SERVER_CRASHES_MAX)
+        .map(|_| Region::anonymous(&cfg))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
     seed_entropy(seed);
-    let tables = region.tables().map_err(|s| s.to_string())?;
-    let server = Server::new(tables, &cfg, sim_entropy);
+    let mut tables = regions
+        .iter_mut()
+        .map(|r| r.tables())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|s| s.to_string())?;
+    let first = tables.pop().ok_or("no region")?;
+    let server = Server::new(first, &cfg, sim_entropy);
     let mut rng = Rng::new(seed);
     let faults = Faults {
         reset: rng.range(0, 3_000) as u32,
@@ -700,6 +763,8 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<String, String> {
     };
     let world = Rc::new(RefCell::new(World {
         server,
+        cfg,
+        spare: tables,
         now_ms: 0,
         base: Instant::now(),
         rng: Rng::new(seed ^ 0x5eed),
@@ -743,6 +808,10 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<String, String> {
     }
     for _ in 0..ops {
         sim.step += 1;
+        if sim.rng.chance(SERVER_CRASH_PER_MILLION) {
+            let expected = sim.procs.iter().filter(|p| p.client.is_some()).count() as u32;
+            world.borrow_mut().crash(expected);
+        }
         let p = sim.rng.index(n_procs);
         sim.act(p)?;
         // Time passes between actions too: messages in flight land, leases run.
@@ -755,8 +824,9 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<String, String> {
     }
     let c = &world.borrow().counts;
     Ok(format!(
-        "{} processes, {} locks, {} messages, {} resets, {} crashes, {} reinits, {} parked",
-        n_procs, n_locks, c.messages, c.resets, c.crashes, c.reinits, c.parked
+        "{} processes, {} locks, {} messages, {} resets, {} crashes, {} reinits, {} parked, \
+         {} server replacements",
+        n_procs, n_locks, c.messages, c.resets, c.crashes, c.reinits, c.parked, c.server_crashes
     ))
 }
 
