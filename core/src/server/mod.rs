@@ -30,7 +30,7 @@ use crate::status::Status;
 use crate::table::{ClientState, Tables};
 pub use frames::FrameError;
 pub use recovery::RecoveryProgress;
-pub use route::{Admission, Binding, Delivery, Route, admit};
+pub use route::{Admission, Binding, Delivery, Route, admit, owns_mailbox};
 pub use stats::{Counter, Stats};
 pub use waiters::{Disposition, WaitReply};
 

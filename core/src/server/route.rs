@@ -37,7 +37,11 @@
 //! | not registered                                         | answered `ClientNotInit`   |
 //!
 //! The same id registered in another slot is a new registration (a recovering server takes old
-//! ids back), which the connection never proved it belongs to. Closing on a foreign client stops
+//! ids back), which the connection never proved it belongs to.
+//!
+//! A mailbox belongs to a client slot: a message in it is executed only if its client is the
+//! one registered in that slot ([`owns_mailbox`]); otherwise it is answered empty (the sender
+//! learns its request could not be read, and nothing runs). Closing on a foreign client stops
 //! a peer from speaking for someone else; answering an unknown one lets a multiplexing client's
 //! member that just left learn why, and tells nobody anything.
 
@@ -182,9 +186,26 @@ pub fn admit(bindings: &[Binding], conn: u32, client: u32, slot: Option<u32>) ->
     }
 }
 
+/// The mailbox rule (module doc): whether a message in the mailbox of slot `mailbox`, naming
+/// a client registered in `client_slot` (`None`: not registered), may run.
+#[inline]
+pub fn owns_mailbox(client_slot: Option<u32>, mailbox: u32) -> bool {
+    client_slot == Some(mailbox)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mailbox_runs_only_its_own_slots_client() {
+        assert!(owns_mailbox(Some(3), 3));
+        assert!(
+            !owns_mailbox(Some(2), 3),
+            "another client's id in this mailbox"
+        );
+        assert!(!owns_mailbox(None, 3), "nobody's id");
+    }
 
     #[test]
     fn a_connection_speaks_only_for_the_registrations_bound_to_it() {

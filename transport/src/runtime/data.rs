@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::proto::{CONTROL_FRAME_MAX, DATA_MESSAGE_MAX};
 use dlock_core::proto::{MsgType, peek_control_header};
-use dlock_core::server::{Counter, Delivery, Route, Server, WaitReply};
+use dlock_core::server::{Counter, Delivery, Route, Server, WaitReply, owns_mailbox};
 
 use super::exchange::{Job, JobKind, data_client, registered};
 use super::idle::Idler;
@@ -202,7 +202,7 @@ impl Data<'_> {
                 *last = seq;
                 // The message must come from the client this mailbox belongs to.
                 let client = data_client(req);
-                if server.client_slot_of(client) != Some(slot) {
+                if !owns_mailbox(server.client_slot_of(client), slot) {
                     mb.post_response(&[], seq);
                     continue;
                 }
