@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use dlock_core::proto::{
     COMMAND_LEN, DATA_HEADER_LEN, DATA_MESSAGE_MAX, LockOp, OBJECT_KIND, peek_data_header,
 };
-use dlock_core::server::{Delivery, Route, Server};
+use dlock_core::server::{Binding, Delivery, Dispatched, Route, Server};
 use dlock_core::{Config, LockId, LockKind, Mode, ObjectId, Session, Status};
 use dlock_tests::sim::Rng;
 use dlock_tests::sim::rng::{seed_entropy, sim_entropy};
@@ -88,8 +88,10 @@ struct World<'r> {
     flights: Vec<Flight>,
     seq: u64,
     conns: Vec<ConnState>,
-    /// Per slot: where a parked request's reply goes (the runtime's rules, from the core).
+    /// Per slot: where a parked request's reply goes, and which connection speaks for it (the
+    /// runtime's rules, from the core).
     routes: Vec<Route>,
+    bindings: Vec<Binding>,
     out: Vec<u8>,
     next_tick: u64,
     counts: Counts,
@@ -131,6 +133,7 @@ impl World<'_> {
         }
         self.flights.clear();
         self.routes.fill(Route::None);
+        self.bindings.fill(Binding::NONE);
         self.counts.server_crashes += 1;
         true
     }
@@ -140,12 +143,15 @@ impl World<'_> {
         self.conns[conn].inbox.clear();
         self.flights.retain(|f| f.conn != conn);
         let now = self.now_ms;
-        for route in &mut self.routes {
+        for (route, binding) in self.routes.iter_mut().zip(&mut self.bindings) {
             // A request parked over the lost connection is cancelled, as the runtime does.
             if route.leave_stream(conn as u32, 0)
                 && let Some(client) = self.conns[conn].client
             {
                 self.server.cancel_parked(client, now);
+            }
+            if binding.conn == conn as u32 {
+                *binding = Binding::NONE;
             }
         }
         self.counts.resets += 1;
@@ -201,45 +207,33 @@ impl World<'_> {
                 continue;
             }
             self.counts.messages += 1;
-            let Ok((header, _)) = peek_data_header(&f.bytes) else {
-                continue;
-            };
-            if self.conns[f.conn].client != Some(header.client) {
-                // Not the attached client's: a real transport closes the connection.
-                self.reset(f.conn);
-                continue;
-            }
+            // What the runtime's TCP connections do with a message (`Server::dispatch_stream`):
+            // ownership, execution, the route of a parked request.
             let mut out = std::mem::take(&mut self.out);
-            match self.server.handle_data(&f.bytes, &mut out, now) {
-                Ok(0) => {
-                    self.counts.parked += 1;
-                    if let Some(slot) = self.server.client_slot_of(header.client) {
-                        self.routes[slot as usize] = Route::Stream {
-                            conn: f.conn as u32,
-                            generation: 0,
-                            message_id: header.message_id,
-                        };
-                    }
-                }
-                Ok(n) => self.enqueue(f.conn, false, out[..n].to_vec()),
-                Err(_) => self.reset(f.conn),
+            let at = (f.conn as u32, 0);
+            match self
+                .server
+                .dispatch_stream(&mut self.routes, &self.bindings, at, &f.bytes, &mut out, now)
+            {
+                Dispatched::Replied(n) => self.enqueue(f.conn, false, out[..n].to_vec()),
+                Dispatched::Parked => self.counts.parked += 1,
+                // Not the connection's client, or no data message: the connection closes.
+                Dispatched::Refused => self.reset(f.conn),
             }
             self.out = out;
         }
         self.server.poll_waiters(now);
         let mut replies = Vec::new();
-        self.server.take_replies(|r| {
-            let mut buf = vec![0u8; DATA_MESSAGE_MAX];
-            if let Ok(n) = r.encode(&mut buf) {
-                buf.truncate(n);
-                replies.push((r.slot, r.header.message_id, buf));
-            }
-        });
-        for (slot, message_id, bytes) in replies {
-            if let Delivery::Stream { conn, .. } = self.routes[slot as usize].deliver(message_id, 0)
-            {
-                self.enqueue(conn as usize, false, bytes);
-            }
+        let mut out = std::mem::take(&mut self.out);
+        self.server
+            .dispatch_replies(&mut self.routes, |_| 0, &mut out, |delivery, _, bytes| {
+                if let Delivery::Stream { conn, .. } = delivery {
+                    replies.push((conn as usize, bytes.to_vec()));
+                }
+            });
+        self.out = out;
+        for (conn, bytes) in replies {
+            self.enqueue(conn, false, bytes);
         }
         if now >= self.next_tick {
             self.server.tick(now);
@@ -343,10 +337,14 @@ impl Connection for SimConn<'_> {
 
     fn attach(&mut self, client: u32, _slot: u32, session: Session) -> io::Result<()> {
         let mut w = self.world.borrow_mut();
-        if w.server.authenticate(client, &session).is_none() {
+        let Some(slot) = w.server.authenticate(client, &session) else {
             return Err(io::Error::new(io::ErrorKind::PermissionDenied, "refused"));
-        }
+        };
         w.conns[self.conn].client = Some(client);
+        w.bindings[slot as usize] = Binding {
+            conn: self.conn as u32,
+            client,
+        };
         Ok(())
     }
 
@@ -773,6 +771,7 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<String, String> {
         seq: 0,
         conns: Vec::new(),
         routes: vec![Route::None; cfg.clients_max as usize],
+        bindings: vec![Binding::NONE; cfg.clients_max as usize],
         out: vec![0; DATA_MESSAGE_MAX],
         next_tick: 0,
         counts: Counts::default(),

@@ -16,6 +16,7 @@
 
 mod clients;
 mod data;
+mod dispatch;
 mod frames;
 mod locks;
 mod objects;
@@ -28,6 +29,7 @@ use crate::config::Config;
 use crate::ids::{ClientId, FencingToken, SessionKey, SessionMac};
 use crate::status::Status;
 use crate::table::{ClientState, Tables};
+pub use dispatch::Dispatched;
 pub use frames::FrameError;
 pub use recovery::RecoveryProgress;
 pub use route::{Admission, Binding, Delivery, Route, admit, owns_mailbox};

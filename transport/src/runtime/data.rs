@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use dlock_core::proto::{CONTROL_FRAME_MAX, DATA_MESSAGE_MAX};
 use dlock_core::proto::{MsgType, peek_control_header};
-use dlock_core::server::{Counter, Delivery, Route, Server, WaitReply, owns_mailbox};
+use dlock_core::server::{Counter, Delivery, Dispatched, Route, Server};
 
-use super::exchange::{Job, JobKind, data_client, registered};
+use super::exchange::{Job, JobKind, registered};
 use super::idle::Idler;
 use super::tcp::DataConns;
 use super::{INBOX_BATCH, ServerConfig, Shared};
@@ -184,7 +184,6 @@ impl Data<'_> {
             ) else {
                 return;
             };
-            let route = &mut routes[slot as usize];
             // Each lane once, and as many retries: a lane can change under us (rewritten by a
             // client that gave up on its request, or being written).
             let mut tries = 2 * lanes.len();
@@ -200,22 +199,14 @@ impl Data<'_> {
                     continue;
                 };
                 *last = seq;
-                // The message must come from the client this mailbox belongs to.
-                let client = data_client(req);
-                if !owns_mailbox(server.client_slot_of(client), slot) {
-                    mb.post_response(&[], seq);
-                    continue;
-                }
-                // A client sends nothing while its blocking request is parked unless it gave up
-                // on it: drop that request, so its lock is not granted to a reply nobody reads.
-                if route.superseded_in_mailbox() {
-                    server.cancel_parked(client, now);
-                }
-                match server.handle_data(&req[..len], resp, now) {
-                    Ok(0) => *route = Route::Mailbox { seq },
-                    Ok(n) => mb.post_response(&resp[..n], seq),
-                    // An empty reply tells the client its request could not be read.
-                    Err(_) => mb.post_response(&[], seq),
+                // Ownership, a parked request given up on, the route of a new one: the core's
+                // rules (`dlock_core::server::dispatch`).
+                match server.dispatch_mailbox(routes, slot, seq, &req[..len], resp, now) {
+                    Dispatched::Replied(n) => mb.post_response(&resp[..n], seq),
+                    Dispatched::Parked => {}
+                    // An empty reply tells the client its request could not be read (or was
+                    // not its own to send).
+                    Dispatched::Refused => mb.post_response(&[], seq),
                 }
             }
         })
@@ -369,28 +360,27 @@ impl Data<'_> {
             rdma,
             ..
         } = self;
-        server.take_replies(|r: WaitReply| {
-            let slot = r.slot as usize;
-            let (Ok(n), Some(route)) = (r.encode(resp), routes.get_mut(slot)) else {
-                return;
-            };
-            match route.deliver(r.header.message_id, last_seq[slot]) {
+        server.dispatch_replies(
+            routes,
+            |slot| last_seq[slot as usize],
+            resp,
+            |delivery, r, reply| match delivery {
                 Delivery::Mailbox { seq } => {
                     if let Some(lanes) = region.client_mailboxes(r.slot) {
-                        lanes[seq as usize % lanes.len()].post_response(&resp[..n], seq);
+                        lanes[seq as usize % lanes.len()].post_response(reply, seq);
                     }
                 }
                 Delivery::Stream { conn, generation } => {
-                    tcp.deliver(conn, generation, &resp[..n]);
+                    tcp.deliver(conn, generation, reply);
                 }
                 #[cfg(feature = "rdma")]
-                Delivery::QueuePair => rdma.deliver(r.slot, r.client, &resp[..n]),
+                Delivery::QueuePair => rdma.deliver(r.slot, r.client, reply),
                 #[cfg(not(feature = "rdma"))]
                 Delivery::QueuePair => {}
                 // A newer request, another message, or the client went away meanwhile.
                 Delivery::Nowhere => {}
-            }
-        });
+            },
+        );
     }
 }
 

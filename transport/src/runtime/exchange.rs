@@ -105,7 +105,8 @@ impl Exchange {
 }
 
 /// The client id a data message's header names (0, which no client has, if the header is not
-/// a data header).
+/// a data header). The RDMA path's ownership check; the others use `Server::dispatch_*`.
+#[cfg(feature = "rdma")]
 pub(crate) fn data_client(msg: &[u8]) -> u32 {
     dlock_core::proto::peek_data_header(msg).map_or(0, |(h, _)| h.client)
 }

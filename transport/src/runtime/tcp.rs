@@ -47,7 +47,7 @@ use dlock_core::proto::{
     Command, DATA_HEADER_LEN, DATA_MESSAGE_MAX, DecodeError, JOIN_KIND, decode_data_request,
     peek_data_header,
 };
-use dlock_core::server::{Admission, Binding, Counter, Route, Server, admit};
+use dlock_core::server::{Binding, Counter, Dispatched, Route, Server};
 use mio::{Events, Interest, Poll, Token};
 
 use super::exchange::Handover;
@@ -522,7 +522,7 @@ impl<'s> DataConns<'s> {
                 blocked = true;
                 break;
             }
-            let (header, len) = match peek_data_header(&c.rbuf[at..c.rlen]) {
+            let (_, len) = match peek_data_header(&c.rbuf[at..c.rlen]) {
                 Ok(peeked) => peeked,
                 Err(DecodeError::Truncated) => break,
                 Err(_) => return Outcome::Close,
@@ -537,37 +537,19 @@ impl<'s> DataConns<'s> {
                 at += len;
                 continue;
             }
-            // A connection speaks only for its members (`dlock_core::server::route`).
-            let slot = server.client_slot_of(header.client);
-            let admission = admit(&self.by_slot, i, header.client, slot);
-            if admission == Admission::Close || !c.make_reply_room() {
+            if !c.make_reply_room() {
                 return Outcome::Close;
             }
+            // A connection speaks only for its members (`dlock_core::server::route`).
+            let generation = c.generation;
             let (msg, room) = split(c, at, len);
-            let replied = match admission {
-                Admission::Execute { slot } => match server.handle_data(msg, room, now) {
-                    Ok(0) => {
-                        if let Some(route) = routes.get_mut(slot as usize) {
-                            *route = Route::Stream {
-                                conn: i,
-                                generation: c.generation,
-                                message_id: header.message_id,
-                            };
-                        }
-                        None
-                    }
-                    Ok(n) => Some(n),
-                    Err(_) => return Outcome::Close,
-                },
-                Admission::Close => return Outcome::Close,
-                Admission::Refuse => match server.refuse_data(msg, room, Status::ClientNotInit) {
-                    Ok(n) => Some(n),
-                    Err(_) => return Outcome::Close,
-                },
-            };
-            if let Some(n) = replied {
-                c.wend += n;
-                c.unwritten += 1;
+            match server.dispatch_stream(routes, &self.by_slot, (i, generation), msg, room, now) {
+                Dispatched::Replied(n) => {
+                    c.wend += n;
+                    c.unwritten += 1;
+                }
+                Dispatched::Parked => {}
+                Dispatched::Refused => return Outcome::Close,
             }
             at += len;
         }
