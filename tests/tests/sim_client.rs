@@ -211,10 +211,14 @@ impl World<'_> {
             // ownership, execution, the route of a parked request.
             let mut out = std::mem::take(&mut self.out);
             let at = (f.conn as u32, 0);
-            match self
-                .server
-                .dispatch_stream(&mut self.routes, &self.bindings, at, &f.bytes, &mut out, now)
-            {
+            match self.server.dispatch_stream(
+                &mut self.routes,
+                &self.bindings,
+                at,
+                &f.bytes,
+                &mut out,
+                now,
+            ) {
                 Dispatched::Replied(n) => self.enqueue(f.conn, false, out[..n].to_vec()),
                 Dispatched::Parked => self.counts.parked += 1,
                 // Not the connection's client, or no data message: the connection closes.
@@ -225,12 +229,16 @@ impl World<'_> {
         self.server.poll_waiters(now);
         let mut replies = Vec::new();
         let mut out = std::mem::take(&mut self.out);
-        self.server
-            .dispatch_replies(&mut self.routes, |_| 0, &mut out, |delivery, _, bytes| {
+        self.server.dispatch_replies(
+            &mut self.routes,
+            |_| 0,
+            &mut out,
+            |delivery, _, bytes| {
                 if let Delivery::Stream { conn, .. } = delivery {
                     replies.push((conn as usize, bytes.to_vec()));
                 }
-            });
+            },
+        );
         self.out = out;
         for (conn, bytes) in replies {
             self.enqueue(conn, false, bytes);

@@ -143,7 +143,20 @@ fn load_signing_key(cfg: &TlsConfig) -> io::Result<Arc<dyn SigningKey>> {
                         format_args!("cannot decrypt the private key (wrong password?): {e}"),
                     )
                 })?;
-            sign(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(plain)))
+            // A wrong password usually breaks the cipher's padding, but about one time in 256
+            // the padding checks out and the bytes are merely garbage: say the same then.
+            rustls::crypto::ring::sign::any_supported_type(&PrivateKeyDer::Pkcs8(
+                PrivatePkcs8KeyDer::from(plain),
+            ))
+            .map_err(|e| {
+                bad_file(
+                    path,
+                    format_args!(
+                        "cannot decrypt the private key (wrong password?): it decrypts to no \
+                         usable key: {e}"
+                    ),
+                )
+            })
         }
         other => Err(bad_file(
             path,

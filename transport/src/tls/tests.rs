@@ -308,6 +308,24 @@ fn refuses_plaintext_peer() {
     assert!(closed.is_err() || rest.is_empty(), "{closed:?} {rest:?}");
 }
 
+/// A wrong password is reported as one whichever way the decryption fails: usually the
+/// cipher's padding breaks, but about one guess in 256 decrypts "cleanly" to garbage (this
+/// test once failed that way in CI). Enough guesses that the rare case comes up.
+#[test]
+fn every_wrong_password_is_reported_as_one() {
+    let pki = Pki::new("guesses");
+    let mut client = pki.client_tls(&pki.client);
+    client.key = certs::encrypt_key_with(&pki.dir, &pki.client.key, "s3cret", 1);
+    for k in 0..1_500 {
+        let guess = format!("guess-{k}");
+        let cfg = client
+            .clone()
+            .with_key_password(move || Ok(Zeroizing::new(guess.clone())));
+        let e = client_config(&cfg).expect_err("a wrong password");
+        assert!(e.to_string().contains("wrong password?"), "guess {k}: {e}");
+    }
+}
+
 #[test]
 fn encrypted_key_is_read_with_the_password_callback() {
     let pki = Pki::new("encrypted");

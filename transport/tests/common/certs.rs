@@ -181,6 +181,12 @@ fn client_params(cn: &str) -> CertificateParams {
 /// Rewrites the PKCS#8 key at `key` as an encrypted PKCS#8 (PBES2: PBKDF2-SHA256, AES-256-CBC)
 /// under `password`, as `openssl pkcs8 -topk8 -v2 aes-256-cbc` would; returns the new file.
 pub fn encrypt_key(dir: &TempDir, key: &Path, password: &str) -> PathBuf {
+    // A low iteration count keeps the debug-build test fast; real keys use more.
+    encrypt_key_with(dir, key, password, 2048)
+}
+
+/// [`encrypt_key`] with `iterations` rounds of PBKDF2 (1 for tests that try many passwords).
+pub fn encrypt_key_with(dir: &TempDir, key: &Path, password: &str, iterations: u32) -> PathBuf {
     use pkcs8::der::asn1::OctetStringRef;
     use pkcs8::der::{Encode, SecretDocument};
     use pkcs8::pkcs5::pbes2;
@@ -188,9 +194,9 @@ pub fn encrypt_key(dir: &TempDir, key: &Path, password: &str) -> PathBuf {
     let pem = fs::read_to_string(key).expect("read key");
     let (label, doc) = SecretDocument::from_pem(&pem).expect("key PEM");
     assert_eq!(label, "PRIVATE KEY");
-    // A low iteration count keeps the debug-build test fast; real keys use more.
-    let params = pbes2::Parameters::generate_pbkdf2_sha256_aes256cbc(2048, &[7u8; 16], [9u8; 16])
-        .expect("PBES2 parameters");
+    let params =
+        pbes2::Parameters::generate_pbkdf2_sha256_aes256cbc(iterations, &[7u8; 16], [9u8; 16])
+            .expect("PBES2 parameters");
     let ciphertext = params
         .encrypt(password, doc.as_bytes())
         .expect("encrypt key");
