@@ -19,7 +19,8 @@
 //! issued; a writer is never granted while `rcnt` counts readers; and after a timeout
 //! preemption every other client's grant and ticket on that lock is forgotten, so a displaced
 //! reader cannot unlock (and count down) the preemptor's grant and a voided ticket cannot come
-//! back to life. What the server cannot check is the mode a ticket was issued in (it keeps two
+//! back to life. A retry with a ticket the record no longer has is answered `Fail`, the word's
+//! and the reference's answer to a passed ticket, so the client's record starts over. What the server cannot check is the mode a ticket was issued in (it keeps two
 //! bits per client and lock): a client that retries an exclusive ticket as a shared one only
 //! hurts the queue's order on a lock it has a reference to, until the next hand-off window.
 //!
@@ -537,10 +538,17 @@ fn fair_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms:
             // No upgrade or downgrade, as the reference's client answers.
             Hold::Exclusive | Hold::Shared => return Step::refused(cell, Status::Einval),
         },
-        LockOp::TicketExclusive | LockOp::TicketShared if hold != Hold::Ticketed => {
+        LockOp::TicketExclusive | LockOp::TicketShared if c.expire_ms == 0 => {
             return Step::refused(cell, Status::Einval);
         }
-        LockOp::TicketExclusive | LockOp::TicketShared if c.expire_ms == 0 => {
+        // No ticket on record: a preemption passed it (and forgot it), it was abandoned or
+        // timed out, or it was never this client's. A passed ticket is `Fail` in the word and in
+        // the reference, and `Fail` is what makes a client's record start over.
+        LockOp::TicketExclusive | LockOp::TicketShared if hold == Hold::None => {
+            return Step::refused(cell, Status::Fail);
+        }
+        // Holds a grant: a retry cannot be for this lock's current state.
+        LockOp::TicketExclusive | LockOp::TicketShared if hold != Hold::Ticketed => {
             return Step::refused(cell, Status::Einval);
         }
         LockOp::TicketExclusive | LockOp::TicketShared => {

@@ -123,7 +123,13 @@ impl<'r> Server<'r> {
             );
             return Disposition::Replied;
         }
-        let (r, note) = self.lock_command(slot, me, c, now_ms);
+        // A ticket that a preemption passed starts over rather than being refused: the
+        // reference's `lock()` loop starts over too, after its trylock is answered `Fail`.
+        let tried = match self.restart_of_void_ticket(slot, c.kind, c.op, c.lock) {
+            Some(op) => LockCommand { op, ..*c },
+            None => *c,
+        };
+        let (r, note) = self.lock_command(slot, me, &tried, now_ms);
         if note.fair_preempted {
             self.forget_preempted_holders(c.lock, slot);
         }
@@ -132,7 +138,7 @@ impl<'r> Server<'r> {
             return Disposition::Replied;
         }
         // A fair first attempt queued with a ticket: from now on the waiter retries with it.
-        let (op, ticket) = match (c.kind, c.op) {
+        let (op, ticket) = match (tried.kind, tried.op) {
             (LockKind::Fair, LockOp::TryExclusive) => (LockOp::TicketExclusive, ticket_of(r.aux)),
             (LockKind::Fair, LockOp::TryShared) => (LockOp::TicketShared, ticket_of(r.aux)),
             _ => (c.op, c.ticket),
@@ -188,23 +194,13 @@ impl<'r> Server<'r> {
         let Some(kind) = LockKind::from_u8(waiter.kind) else {
             return false;
         };
-        let Some(mut op) = LockOp::from_u8(waiter.op & 0xF) else {
+        let Some(op) = LockOp::from_u8(waiter.op & 0xF) else {
             return false;
         };
         // A preemption voids every other fair ticket; a parked waiter whose ticket went that way
         // queues again with a first attempt instead of being refused.
-        let voided = kind == LockKind::Fair
-            && matches!(op, LockOp::TicketExclusive | LockOp::TicketShared)
-            && self.referenced_lock(w, waiter.lock).is_ok_and(|id| {
-                Hold::from_bits(self.t.lock_holds.get(w, id.index())) != Hold::Ticketed
-            });
-        if voided {
-            op = if op == LockOp::TicketExclusive {
-                LockOp::TryExclusive
-            } else {
-                LockOp::TryShared
-            };
-        }
+        let restart = self.restart_of_void_ticket(w, kind, op, waiter.lock);
+        let (voided, op) = (restart.is_some(), restart.unwrap_or(op));
         let c = LockCommand {
             kind,
             op,
@@ -254,6 +250,25 @@ impl<'r> Server<'r> {
         };
         self.finish_waiter(w, r, now_ms);
         true
+    }
+
+    /// The first attempt to make instead of `op` when `op` retries a fair ticket that client
+    /// `slot` no longer holds (a preemption passed and forgot it); `None` otherwise.
+    fn restart_of_void_ticket(
+        &self,
+        slot: u32,
+        kind: LockKind,
+        op: LockOp,
+        raw_lock: u32,
+    ) -> Option<LockOp> {
+        let first = match op {
+            LockOp::TicketExclusive => LockOp::TryExclusive,
+            LockOp::TicketShared => LockOp::TryShared,
+            _ => return None,
+        };
+        let id = self.referenced_lock(slot, raw_lock).ok()?;
+        let hold = Hold::from_bits(self.t.lock_holds.get(slot, id.index()));
+        (kind == LockKind::Fair && hold == Hold::None).then_some(first)
     }
 
     /// Decides waiter `w` with result `r`: off its lock's queue, reply ready. The client's lease
