@@ -745,3 +745,58 @@ fn a_client_silent_past_its_lease_claims_nothing_on_a_replacement_server() {
         "nobody claimed it"
     );
 }
+
+/// Every batch call takes 1 to 31 entries and answers `Einval` for none or more, as the
+/// reference does, also where no entry would have reached the server (a release of ids none
+/// of which may be released) and where only 31 of 32 ids would have been sent.
+#[test]
+fn every_batch_call_refuses_no_entries_and_more_than_31() {
+    let s = server(false);
+    let mut c = client(&Endpoint::embedded(&s));
+    let names: Vec<String> = (0..32).map(|i| format!("count/{i}")).collect();
+    let descs: Vec<(LockKind, &[u8])> = names
+        .iter()
+        .map(|n| (LockKind::Atomic, n.as_bytes()))
+        .collect();
+    assert_eq!(c.batch_get_lock(&[]).unwrap_err(), Status::Einval);
+    assert_eq!(c.batch_get_lock(&descs).unwrap_err(), Status::Einval);
+    let mut ids: Vec<LockId> = c
+        .batch_get_lock(&descs[..31])
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    ids.push(c.get_lock(LockKind::Atomic, descs[31].1).unwrap());
+    let _ = c.trylock(ids[31], Mode::Exclusive, 60_000).unwrap();
+    assert_eq!(c.batch_release_lock(&[]).unwrap_err(), Status::Einval);
+    // 31 of these 32 could be released (the last is held): still too many for one call.
+    assert_eq!(c.batch_release_lock(&ids).unwrap_err(), Status::Einval);
+    assert_eq!(c.locks().count(), 32, "nothing was released");
+    let reqs: Vec<_> = ids.iter().map(|&id| (id, Mode::Exclusive, 1_000)).collect();
+    let mut out = vec![Err(Status::Einval); 32];
+    for aon in [false, true] {
+        assert_eq!(c.batch_trylock(&[], aon, &mut out), Err(Status::Einval));
+        assert_eq!(c.batch_trylock(&reqs, aon, &mut out), Err(Status::Einval));
+        assert_eq!(c.submit_trylock(&[], aon), Err(Status::Einval));
+        assert_eq!(c.submit_trylock(&reqs, aon), Err(Status::Einval));
+    }
+    assert_eq!(c.batch_unlock(&[], &mut out), Err(Status::Einval));
+    assert_eq!(c.batch_unlock(&ids, &mut out), Err(Status::Einval));
+    assert_eq!(c.submit_unlock(&[]), Err(Status::Einval));
+    assert_eq!(c.submit_unlock(&ids), Err(Status::Einval));
+    assert_eq!(
+        c.batch_lock_extend(&[], 1_000, &mut out),
+        Err(Status::Einval)
+    );
+    assert_eq!(
+        c.batch_lock_extend(&ids, 1_000, &mut out),
+        Err(Status::Einval)
+    );
+    // 31 is the limit, not one less.
+    assert!(
+        c.batch_release_lock(&ids[..31])
+            .unwrap()
+            .iter()
+            .all(Result::is_ok)
+    );
+}

@@ -326,3 +326,34 @@ fn refused_fair_try_keeps_its_ticket_until_the_name_is_released() {
     assert_eq!(b.with_client(|c| c.locks().count()), 0);
     drop(g);
 }
+
+/// Sets are not batches: a set of any size goes in as many messages of up to 31 as it needs
+/// (deliberately, unlike `Client::batch_trylock`, which refuses more than 31 as the reference
+/// does), all or nothing across them, and an empty set asks the server nothing.
+#[test]
+fn sets_split_past_31_locks_and_an_empty_set_is_empty() {
+    let s = server(false);
+    let (a, b) = (handle(&s), handle(&s));
+    let names: Vec<String> = (0..40).map(|i| format!("set/{i}")).collect();
+    let la: Vec<_> = names.iter().map(|n| a.atomic(n).unwrap()).collect();
+    let lb: Vec<_> = names.iter().map(|n| b.atomic(n).unwrap()).collect();
+    let all: Vec<_> = la.iter().collect();
+    let set = a.try_lock_all(&all, Mode::Exclusive, LEASE, true).unwrap();
+    assert_eq!((set.len(), set.is_complete()), (40, true));
+    assert!(lb[35].try_exclusive(LEASE).unwrap_err().is_would_block());
+    drop(set);
+    // The 40th lock is busy: the first message (31 locks) was granted and is given back.
+    let busy = lb[39].try_exclusive(LEASE).unwrap();
+    let e = a
+        .try_lock_all(&all, Mode::Exclusive, LEASE, true)
+        .unwrap_err();
+    assert!(e.is_would_block(), "{e}");
+    for l in &lb[..39] {
+        let _free = l
+            .try_exclusive(LEASE)
+            .expect("nothing of the failed set is held");
+    }
+    drop(busy);
+    let empty = a.try_lock_all(&[], Mode::Exclusive, LEASE, true).unwrap();
+    assert!(empty.is_empty() && empty.is_complete());
+}

@@ -540,11 +540,13 @@ impl<C: Connection> Client<C> {
         });
     }
 
-    /// `get_lock` for up to 31 names; each entry succeeds or fails on its own.
+    /// `get_lock` for 1 to 31 names (`Einval` for none or more); each entry succeeds or fails
+    /// on its own.
     pub fn batch_get_lock(
         &mut self,
         names: &[(LockKind, &[u8])],
     ) -> Result<Vec<Result<LockId, Status>>, Status> {
+        batch_count(names.len())?;
         let reply = self.control(
             self.id.get(),
             ControlRequest::BatchGetLock(Batch::from_slice(names)),
@@ -591,11 +593,13 @@ impl<C: Connection> Client<C> {
         Ok(())
     }
 
-    /// `release_lock` for up to 31 ids; each entry on its own.
+    /// `release_lock` for 1 to 31 ids (`Einval` for none or more, as in the reference, even
+    /// when no id could be released and nothing would be sent); each entry on its own.
     pub fn batch_release_lock(
         &mut self,
         ids: &[LockId],
     ) -> Result<Vec<Result<(), Status>>, Status> {
+        batch_count(ids.len())?;
         let eligible: Vec<u32> = ids
             .iter()
             .filter(|id| self.releasable(id).is_ok())
@@ -1345,6 +1349,16 @@ fn object_reply(reply: &[u8], message_id: u16, cmd: &Command) -> Result<CommandR
         return Err(Status::BadResponse);
     }
     Ok(r.result)
+}
+
+/// A batch call's entry count, as the reference checks it: 1 to 31 entries, `Einval`
+/// otherwise (also where every entry would have been answered without the server).
+#[inline]
+pub(super) fn batch_count(n: usize) -> Result<(), Status> {
+    match n {
+        1..=dlock_core::config::BATCH_MAX => Ok(()),
+        _ => Err(Status::Einval),
+    }
 }
 
 const fn ok(aux: u64) -> CommandResult {

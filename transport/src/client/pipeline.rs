@@ -20,7 +20,7 @@ use dlock_core::{LockId, Mode, Status};
 
 use super::local::{Decision, LocalLock, Request};
 use super::table::LockTable;
-use super::{Client, Connection, Grant, Sent, grant, receive};
+use super::{Client, Connection, Grant, Sent, batch_count, grant, receive};
 
 const BATCH: usize = dlock_core::config::BATCH_MAX;
 
@@ -322,9 +322,7 @@ impl<C: Connection> Client<C> {
         id_of: impl Fn(usize) -> LockId,
         mut decide: impl FnMut(&mut LocalLock, usize) -> Result<Decision, Status>,
     ) -> Result<(), Status> {
-        if n == 0 || n > BATCH {
-            return Err(Status::Einval);
-        }
+        batch_count(n)?;
         if self.pending.is_some() || self.pipeline.len >= self.pipeline_depth() {
             return Err(Status::Easync);
         }
@@ -422,7 +420,8 @@ impl<C: Connection> Client<C> {
         out: &mut [Result<Grant, Status>],
         submit: impl FnOnce(&mut Self) -> Result<(), Status>,
     ) -> Result<(), Status> {
-        if n == 0 || n > BATCH || out.len() < n {
+        batch_count(n)?;
+        if out.len() < n {
             return Err(Status::Einval);
         }
         if self.pipeline.len > 0 {

@@ -325,6 +325,12 @@ impl Locks {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
+    /// Unlike the reference's batches (and [`Client::batch_trylock`]), a set has no size limit:
+    /// more than 31 locks go in several messages, and an empty list gives an empty set without
+    /// asking the server. A set of up to 31 is one message, taken atomically on the server;
+    /// a larger one is taken message by message, so another client may see part of it held
+    /// for a moment even when the call then fails all or nothing.
+    ///
     /// With `all_or_nothing` either every lock is granted or the call fails and none stays held
     /// (each message is undone by the server itself, and the messages before it are unlocked).
     /// Without it the set holds what was granted ([`GuardSet::token`] says which, and a refused
