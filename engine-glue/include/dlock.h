@@ -417,7 +417,7 @@ int lock(int client_id, const struct lock_request *req, void *result);
 /* DLOCK_ALREADY_LOCKED: a re-entry was counted down, still held. */
 int unlock(int client_id, int lock_id, void *result);
 
-/* EXTEND_LOCK_EXCLUSIVE/SHARED (the held grant's mode is extended); DLOCK_EINVAL for RW. */
+/* EXTEND_LOCK_EXCLUSIVE/SHARED: DLOCK_EINVAL unless held in that mode, and for RW locks. */
 int lock_extend(int client_id, const struct lock_request *req, void *result);
 
 /* dlock: the fencing token of the grant held. DLOCK_ALREADY_UNLOCKED when none is held. */

@@ -784,14 +784,8 @@ fn every_batch_call_refuses_no_entries_and_more_than_31() {
     assert_eq!(c.batch_unlock(&ids, &mut out), Err(Status::Einval));
     assert_eq!(c.submit_unlock(&[]), Err(Status::Einval));
     assert_eq!(c.submit_unlock(&ids), Err(Status::Einval));
-    assert_eq!(
-        c.batch_lock_extend(&[], 1_000, &mut out),
-        Err(Status::Einval)
-    );
-    assert_eq!(
-        c.batch_lock_extend(&ids, 1_000, &mut out),
-        Err(Status::Einval)
-    );
+    assert_eq!(c.batch_lock_extend(&[], &mut out), Err(Status::Einval));
+    assert_eq!(c.batch_lock_extend(&reqs, &mut out), Err(Status::Einval));
     // 31 is the limit, not one less.
     assert!(
         c.batch_release_lock(&ids[..31])
@@ -799,4 +793,34 @@ fn every_batch_call_refuses_no_entries_and_more_than_31() {
             .iter()
             .all(Result::is_ok)
     );
+}
+
+/// `lock_extend` names the mode it extends, as the reference's op does: the mode not held is
+/// `Einval` (single, batch entry and async alike) and leaves the grant as it was.
+#[test]
+fn extending_the_mode_not_held_is_einval_and_keeps_the_grant() {
+    let s = server(false);
+    let mut c = client(&Endpoint::embedded(&s));
+    let x = c.get_lock(LockKind::Atomic, b"extend/x").unwrap();
+    let f = c.get_lock(LockKind::Fair, b"extend/f").unwrap();
+    let held = [(x, Mode::Exclusive), (f, Mode::Shared)];
+    for (id, mode) in held {
+        let token = c.trylock(id, mode, 1_000).unwrap().token;
+        let other = match mode {
+            Mode::Exclusive => Mode::Shared,
+            Mode::Shared => Mode::Exclusive,
+        };
+        assert_eq!(c.lock_extend(id, other, 5_000), Err(Status::Einval));
+        let async_other = c.lock_request_async(id, AsyncOp::Extend(other, 5_000));
+        assert_eq!(async_other, Err(Status::Einval));
+        assert_eq!(c.lock_extend(id, mode, 5_000).unwrap().token, token);
+    }
+    let reqs = [(x, Mode::Shared, 5_000), (f, Mode::Shared, 5_000)];
+    let mut out = vec![Err(Status::Einval); 2];
+    c.batch_lock_extend(&reqs, &mut out).unwrap();
+    assert_eq!(out[0], Err(Status::Einval), "x is held exclusive");
+    assert!(out[1].is_ok(), "{out:?}");
+    for (id, _) in held {
+        assert_eq!(c.unlock(id), Ok(Status::Success), "still held");
+    }
 }

@@ -14,7 +14,7 @@ use dlock_transport::client::{Client, Grant};
 
 use super::client::{Slot, with_client};
 use super::locks::lock_id;
-use super::ops::{extend_op, lock_mode, reports_word};
+use super::ops::{extend_mode, lock_mode, reports_word};
 use super::types::{lock_op_res, lock_request, lock_state};
 use super::{batch_len, guard, non_null, read_at, seconds_to_ms, write_at};
 
@@ -218,9 +218,8 @@ pub unsafe extern "C" fn batch_unlock(
     })
 }
 
-/// Extends `lock_num` (1..=31) held grants, each on its own; per-entry results as for
-/// `lock_extend`. Entries with the same `expire_time` share a message (one message when all
-/// are equal, the usual case).
+/// Extends `lock_num` (1..=31) grants, each held in its op's mode, in one message, each on its
+/// own; per-entry results as for `lock_extend`.
 ///
 /// # Safety
 ///
@@ -242,34 +241,19 @@ pub unsafe extern "C" fn batch_lock_extend(
         }
         let n = lock_num as usize;
         // SAFETY: `reqs` is not NULL and has `n` entries (caller's contract).
-        let (r, checked) = unsafe { requests(reqs, n, extend_op) };
+        let (r, checked) = unsafe { requests(reqs, n, |op| extend_mode(op).map(drop)) };
         with_client(client_id, Status::ClientNotInit, |slot| {
             let run = |c: &mut Client, pos: &[usize], out: &mut [Result<Grant, Status>]| {
-                let mut done = [false; BATCH_MAX];
-                for j in 0..pos.len() {
-                    if done[j] {
-                        continue;
-                    }
-                    // Every entry with this expiry, in order.
-                    let expire = r[pos[j]].expire_time;
-                    let mut list = [LockId::new(0, 1); BATCH_MAX];
-                    let mut at = [0usize; BATCH_MAX];
-                    let mut m = 0;
-                    for (jj, &i) in pos.iter().enumerate().skip(j) {
-                        if !done[jj] && r[i].expire_time == expire {
-                            done[jj] = true;
-                            list[m] = lock_id(r[i].lock_id)?;
-                            at[m] = jj;
-                            m += 1;
-                        }
-                    }
-                    let mut group = [Err(Status::Einval); BATCH_MAX];
-                    c.batch_lock_extend(&list[..m], seconds_to_ms(expire), &mut group[..m])?;
-                    for (g, &jj) in group[..m].iter().zip(&at[..m]) {
-                        out[jj] = *g;
-                    }
+                let mut list = [(LockId::new(0, 1), Mode::Exclusive, 0); BATCH_MAX];
+                for (l, &i) in list.iter_mut().zip(pos) {
+                    let mode = extend_mode(r[i].lock_op)?;
+                    *l = (
+                        lock_id(r[i].lock_id)?,
+                        mode,
+                        seconds_to_ms(r[i].expire_time),
+                    );
                 }
-                Ok(())
+                c.batch_lock_extend(&list[..pos.len()], out)
             };
             // SAFETY: `results` is not NULL and has `n` entries (caller's contract).
             unsafe { batch(slot, n, &checked, results, run) }

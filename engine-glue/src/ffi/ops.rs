@@ -44,12 +44,13 @@ pub(super) fn lock_mode(op: c_int) -> Result<Mode, Status> {
     }
 }
 
-/// Whether `op` is an extend. The mode extended is the held grant's: the client keeps one
-/// grant per lock, so the op's mode is not checked against it.
+/// The mode an extend op names. The client checks it against the grant held: extending the
+/// other mode is `DLOCK_EINVAL`, as in the reference.
 #[inline]
-pub(super) fn extend_op(op: c_int) -> Result<(), Status> {
+pub(super) fn extend_mode(op: c_int) -> Result<Mode, Status> {
     match op {
-        EXTEND_LOCK_EXCLUSIVE | EXTEND_LOCK_SHARED => Ok(()),
+        EXTEND_LOCK_EXCLUSIVE => Ok(Mode::Exclusive),
+        EXTEND_LOCK_SHARED => Ok(Mode::Shared),
         _ => Err(Status::Einval),
     }
 }
@@ -217,9 +218,10 @@ pub unsafe extern "C" fn unlock(client_id: c_int, lock_id: c_int, result: *mut c
     })
 }
 
-/// Extends the held grant on `req->lock_id` to at least `req->expire_time` seconds from now
-/// (`EXTEND_LOCK_EXCLUSIVE`/`EXTEND_LOCK_SHARED`; 0 only re-validates). `DLOCK_EINVAL` when
-/// not held or for an RW lock (no expiry); `DLOCK_FAIL` when the grant was lost.
+/// Extends the grant on `req->lock_id` held in the op's mode (`EXTEND_LOCK_EXCLUSIVE`,
+/// `EXTEND_LOCK_SHARED`) to at least `req->expire_time` seconds from now (0 only
+/// re-validates). `DLOCK_EINVAL` when it is not held in that mode, as in the reference, or
+/// for an RW lock (no expiry); `DLOCK_FAIL` when the grant was lost.
 ///
 /// # Safety
 ///
@@ -232,14 +234,18 @@ pub unsafe extern "C" fn lock_extend(
 ) -> c_int {
     guard(|| {
         // SAFETY: forwarded from the caller.
-        let r = match unsafe { single(req, result) }.and_then(|r| extend_op(r.lock_op).map(|()| r))
-        {
-            Ok(v) => v,
-            Err(s) => return s.code(),
-        };
+        let (r, mode) =
+            match unsafe { single(req, result) }.and_then(|r| Ok((r, extend_mode(r.lock_op)?))) {
+                Ok(v) => v,
+                Err(s) => return s.code(),
+            };
         let ms = seconds_to_ms(r.expire_time);
         // SAFETY: `single` checked `result` is not NULL; 16 writable bytes (caller's contract).
-        unsafe { on_lock(client_id, r.lock_id, result, |c, id| c.lock_extend(id, ms)) }
+        unsafe {
+            on_lock(client_id, r.lock_id, result, |c, id| {
+                c.lock_extend(id, mode, ms)
+            })
+        }
     })
 }
 
@@ -265,7 +271,8 @@ pub unsafe extern "C" fn lock_request_async(client_id: c_int, req: *const lock_r
             LOCK_EXCLUSIVE => Ok(AsyncOp::Lock(Mode::Exclusive, ms)),
             LOCK_SHARED => Ok(AsyncOp::Lock(Mode::Shared, ms)),
             UNLOCK => Ok(AsyncOp::Unlock),
-            EXTEND_LOCK_EXCLUSIVE | EXTEND_LOCK_SHARED => Ok(AsyncOp::Extend(ms)),
+            EXTEND_LOCK_EXCLUSIVE => Ok(AsyncOp::Extend(Mode::Exclusive, ms)),
+            EXTEND_LOCK_SHARED => Ok(AsyncOp::Extend(Mode::Shared, ms)),
             _ => Err(Status::Einval),
         };
         let op = match op {

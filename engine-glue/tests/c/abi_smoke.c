@@ -178,6 +178,11 @@ static void atomic_lock(int c1, int c2)
     struct lock_request ext = req(id1, EXTEND_LOCK_EXCLUSIVE, 10);
     EXPECT(lock_extend(c2, &ext, &st), DLOCK_SUCCESS);
     CHECK(st.atomic.client_id == c2);
+    /* Extending the mode not held is refused, as in the reference; the grant stays. */
+    struct lock_request ext_sh = req(id1, EXTEND_LOCK_SHARED, 10);
+    EXPECT(lock_extend(c2, &ext_sh, &st), DLOCK_EINVAL);
+    EXPECT(lock_request_async(c2, &ext_sh), DLOCK_EINVAL);
+    EXPECT(lock_fence(c2, id1, &fence2), DLOCK_SUCCESS);
     EXPECT(unlock(c2, id1, &st), DLOCK_SUCCESS);
 
     /* The same through the async pair. */
@@ -257,6 +262,8 @@ static void fair_lock(int c1, int c2)
     CHECK(DLOCK_FAIR_TIMEOUT_MS(st.fl.ext) > 0);
     struct lock_request ext = req(id, EXTEND_LOCK_SHARED, 10);
     EXPECT(lock_extend(c1, &ext, &st), DLOCK_SUCCESS);
+    struct lock_request ext_ex = req(id, EXTEND_LOCK_EXCLUSIVE, 10);
+    EXPECT(lock_extend(c1, &ext_ex, &st), DLOCK_EINVAL); /* held shared */
     EXPECT(unlock(c1, id, &st), DLOCK_SUCCESS);
     EXPECT(unlock(c2, id, &st), DLOCK_SUCCESS);
     EXPECT(release_lock(c1, id), DLOCK_SUCCESS);
@@ -293,10 +300,11 @@ static void batch(int c1, int c2)
     }
     for (int i = 0; i < MAX_LOCK_BATCH_SIZE; i++)
         reqs[i].lock_op = EXTEND_LOCK_EXCLUSIVE;
-    reqs[3].expire_time = 9; /* a second expiry: a second message */
+    reqs[3].expire_time = 9; /* each entry has its own expiry */
+    reqs[4].lock_op = EXTEND_LOCK_SHARED; /* not the mode held: that entry alone fails */
     EXPECT(batch_lock_extend(c1, MAX_LOCK_BATCH_SIZE, reqs, res), DLOCK_SUCCESS);
     for (int i = 0; i < MAX_LOCK_BATCH_SIZE; i++)
-        EXPECT(res[i].op_ret, DLOCK_SUCCESS);
+        EXPECT(res[i].op_ret, i == 4 ? DLOCK_EINVAL : DLOCK_SUCCESS);
     EXPECT(batch_unlock(c1, MAX_LOCK_BATCH_SIZE, ids, res), DLOCK_SUCCESS);
     for (int i = 0; i < MAX_LOCK_BATCH_SIZE; i++)
         EXPECT(res[i].op_ret, DLOCK_SUCCESS);

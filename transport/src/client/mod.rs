@@ -152,8 +152,9 @@ pub enum AsyncOp {
     Lock(Mode, u32),
     /// Unlock.
     Unlock,
-    /// Extend the held mode's lease (ms).
-    Extend(u32),
+    /// Extend the grant held in a mode (`Einval` when it is not held in that mode) by a lease
+    /// (ms).
+    Extend(Mode, u32),
     /// Lock in a mode for a lease (ms), waiting on the server up to the duration for it (a
     /// blocking `lock()` that holds no thread: see [`Client::lock_async`]).
     LockWait(Mode, u32, Duration),
@@ -801,11 +802,11 @@ impl<C: Connection> Client<C> {
         self.run(id, d, None).map(|g| g.status)
     }
 
-    /// Extends the held lease to at least `expire_ms` from now (0 only validates the grant).
-    pub fn lock_extend(&mut self, id: LockId, expire_ms: u32) -> Result<Grant, Status> {
-        let local = self.local(id)?;
-        let mode = local.state.held_mode().ok_or(Status::Einval)?;
-        let d = local.extend(mode, expire_ms);
+    /// Extends the grant held in `mode` to at least `expire_ms` from now (0 only validates
+    /// the grant). `Einval` when `id` is not held in `mode` (or is an RW lock, which has no
+    /// lease), as the reference answers `lock_extend` with the other mode's op.
+    pub fn lock_extend(&mut self, id: LockId, mode: Mode, expire_ms: u32) -> Result<Grant, Status> {
+        let d = self.local(id)?.extend(mode, expire_ms);
         self.run(id, d, None)
     }
 
@@ -834,22 +835,20 @@ impl<C: Connection> Client<C> {
         self.batch(ids.len(), out, |c| c.submit_unlock(ids))
     }
 
-    /// Extends up to 31 held locks in one message (per item).
+    /// Extends up to 31 grants, each held in the mode given, by its own lease (ms), in one
+    /// message (per item; an entry not held in its mode is `Einval`, as in
+    /// [`Client::lock_extend`]).
     pub fn batch_lock_extend(
         &mut self,
-        ids: &[LockId],
-        expire_ms: u32,
+        requests: &[(LockId, Mode, u32)],
         out: &mut [Result<Grant, Status>],
     ) -> Result<(), Status> {
-        self.batch(ids.len(), out, |c| {
+        self.batch(requests.len(), out, |c| {
             c.submit(
-                ids.len(),
+                requests.len(),
                 0,
-                |i| ids[i],
-                |l, _| {
-                    let mode = l.state.held_mode().ok_or(Status::Einval)?;
-                    Ok(l.extend(mode, expire_ms))
-                },
+                |i| requests[i].0,
+                |l, i| Ok(l.extend(requests[i].1, requests[i].2)),
             )
         })
     }
@@ -885,10 +884,7 @@ impl<C: Connection> Client<C> {
             }
             AsyncOp::Lock(..) | AsyncOp::LockWait(..) => return Err(Status::Einval),
             AsyncOp::Unlock => local.unlock(),
-            AsyncOp::Extend(expire) => {
-                let mode = local.state.held_mode().ok_or(Status::Einval)?;
-                local.extend(mode, expire)
-            }
+            AsyncOp::Extend(mode, expire) => local.extend(mode, expire),
         };
         let request = match d {
             // Answered locally: nothing to wait for, the result is final now.

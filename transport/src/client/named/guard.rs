@@ -56,7 +56,7 @@ impl<'a> Guard<'a> {
     /// An RW grant has no lease of its own: this renews the client's, which keeps it.
     /// `NotHeld` when the grant was lost.
     pub fn extend(&mut self, lease: Duration) -> Result<(), Error> {
-        self.lock.extend_grant(lease)
+        self.lock.extend_grant(self.mode, lease)
     }
 
     /// Unlocks now, returning the error a drop would send to the hook.
@@ -146,7 +146,7 @@ impl OwnedGuard {
 
     /// [`Guard::extend`].
     pub fn extend(&mut self, lease: Duration) -> Result<(), Error> {
-        self.lock.extend_grant(lease)
+        self.lock.extend_grant(self.mode, lease)
     }
 
     /// Unlocks now, returning the error a drop would send to the hook.

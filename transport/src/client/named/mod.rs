@@ -561,15 +561,16 @@ impl NamedLock {
         unlocked.map(drop).map_err(|s| slot.error(Op::Unlock, s))
     }
 
-    /// Extends one guard's grant to at least `lease` from now (RW: renews the client's lease).
-    fn extend_grant(&self, lease: Duration) -> Result<(), Error> {
+    /// Extends one guard's grant, held in `mode`, to at least `lease` from now (RW: renews the
+    /// client's lease).
+    fn extend_grant(&self, mode: Mode, lease: Duration) -> Result<(), Error> {
         let lease_ms = lease.as_nanos().div_ceil(1_000_000).min(u32::MAX as u128) as u32;
         let (locks, id) = (&self.inner.locks, self.inner.id);
         let mut st = locks.state();
         let slot = IoSlot::arm();
         let extended = match self.inner.kind {
             LockKind::Rw => st.client.heartbeat(),
-            _ => st.client.lock_extend(id, lease_ms).map(drop),
+            _ => st.client.lock_extend(id, mode, lease_ms).map(drop),
         };
         extended.map_err(|s| slot.error(Op::Extend, s))
     }

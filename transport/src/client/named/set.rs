@@ -158,10 +158,10 @@ impl GuardSet {
     /// the client's lease. Returns the first error; the other grants are extended all the same.
     pub fn extend(&mut self, lease: Duration) -> Result<(), Error> {
         let lease_ms = lease.as_nanos().div_ceil(1_000_000).min(u32::MAX as u128) as u32;
-        let leased: Vec<LockId> = self
+        let leased: Vec<(LockId, Mode, u32)> = self
             .granted()
             .filter(|(l, _)| l.kind() != LockKind::Rw)
-            .map(|(l, _)| l.id())
+            .map(|(l, _)| (l.id(), self.mode, lease_ms))
             .collect();
         let has_rw = self.granted().any(|(l, _)| l.kind() == LockKind::Rw);
         let mut st = self.locks.state();
@@ -170,7 +170,7 @@ impl GuardSet {
         for chunk in leased.chunks(BATCH_MAX) {
             let slot = IoSlot::arm();
             let n = chunk.len();
-            let failed = match st.client.batch_lock_extend(chunk, lease_ms, &mut out[..n]) {
+            let failed = match st.client.batch_lock_extend(chunk, &mut out[..n]) {
                 Err(s) => Some(slot.error(Op::Extend, s)),
                 Ok(()) => out[..n]
                     .iter()
