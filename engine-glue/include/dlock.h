@@ -10,24 +10,18 @@
  * the Rust Status codes, every counter index and constant against the Rust side, and every
  * struct's size and field offsets as the C compiler lays them out against the Rust layout.
  *
- * Differences from the reference, in short (details at each declaration):
- *  - Every function is thread-safe; one client instance is still meant for one thread.
- *  - client_init(id, NULL or "") reaches the server running in this process through shared
- *    memory; "ip" or "ip:port" reaches a server over TCP.
- *  - Lock words (lock_state) are 16 bytes in dlock's layouts, not the reference's; expiry
- *    times in them are server ticks in ms. lock_op_res has a trailing fencing token.
- *  - struct server_cfg / client_cfg keep the reference's field names that mean something here
- *    and drop the URMA settings; they are source-, not binary-compatible. Their TLS settings
- *    (struct ssl_cfg) come last; cert_verify_cb must be NULL (dlock checks the CA and CRL
- *    files itself), the key password callbacks are optional (an unencrypted key needs none).
- *  - A server without TLS listens on a loopback address only, unless insecure_plaintext.
- *  - lock() waits on the server (no polling) and returns DLOCK_ETIMEOUT after 5 s.
- *  - debug_stats holds dlock's counters (enum debug_stats_code below), not the reference's.
- *  - Additions: server_tcp_port, lock_fence, umo_atomic64_cas_value.
+ * Every deliberate difference from the reference is in one table, "Differences from the
+ * reference" in the README; the declarations below say what each call does here.
  *
- * Return values: 0 (DLOCK_SUCCESS), a dlock_status code, or -1 where the reference returns -1.
- * NULL or invalid pointers, bad lengths and unknown ids are refused with a code, never
- * undefined behaviour; a panic inside the library is returned as DLOCK_EINVAL.
+ * Return values: 0 (DLOCK_SUCCESS), a dlock_status code, or -1 exactly where the reference's
+ * call of the same name returns -1. In particular, before dclient_lib_init and for a client id
+ * that is unknown (never registered, or deinitialised) the control-plane calls (client_init,
+ * client_reinit, client_reinit_done, client_deinit, client_heartbeat, get_lock, release_lock,
+ * batch_get_lock, batch_release_lock, update_all_locks) return -1, except where a declaration
+ * names the code the reference returns instead; the lock, object and counter calls return
+ * DLOCK_CLIENTMGR_NOT_INIT and DLOCK_CLIENT_NOT_INIT. NULL or invalid pointers, bad lengths
+ * and unknown ids are refused, never undefined behaviour; a panic inside the library is
+ * returned as DLOCK_EINVAL.
  */
 
 #ifndef DLOCK_H
@@ -349,8 +343,9 @@ void dclient_lib_deinit(void);
  * running = DLOCK_EINVAL, none = DLOCK_NOT_READY); "ip" or "ip:port" (IPv4/IPv6) = TCP, under
  * TLS when dclient_lib_init enabled it. The TLS files are read and the key password asked for
  * once per server IP address, at its first client_init, and kept until dclient_lib_deinit.
- * 0; DLOCK_EINVAL (also: TLS files unusable, key password refused or wrong);
- * DLOCK_CLIENTMGR_NOT_INIT; DLOCK_NOT_READY (also: the TLS handshake failed, e.g. the server
+ * 0; -1 (before dclient_lib_init; server_ip not an address); DLOCK_EINVAL (NULL p_client_id,
+ * several servers in this process, TLS files unusable, key password refused or wrong);
+ * DLOCK_NOT_READY (also: the TLS handshake failed, e.g. the server
  * refused this client's certificate); DLOCK_SERVER_NO_RESOURCE;
  * DLOCK_PROTO_VERSION_NEGOTIATION_FAIL; DLOCK_BAD_RESPONSE (also: a plaintext client reached
  * a TLS server).
@@ -361,16 +356,18 @@ int client_init(int *p_client_id, const char *server_ip);
  * Re-registers with the same id over new connections, keeping the lock state. server_ip:
  * NULL, "" or the address the client registered with (moving to another server is not
  * supported: DLOCK_EINVAL). If the server is recovering, then call update_all_locks and
- * client_reinit_done.
+ * client_reinit_done. DLOCK_EINVAL for an unknown id; -1 for server_ip not an address.
  */
 int client_reinit(int client_id, const char *server_ip);
 
+/* DLOCK_CLIENT_NOT_INIT for an unknown id. */
 int client_reinit_done(int client_id);
 
 /* The id is gone even when the exchange fails (DLOCK_BAD_RESPONSE, DLOCK_NOT_READY). */
 int client_deinit(int client_id);
 
-/* timeout: 1..300 s (checked; the exchange is bounded by the request timeout). */
+/* timeout: 1..300 s (checked; the exchange is bounded by the request timeout). DLOCK_EINVAL
+ * for an unknown id. */
 int client_heartbeat(int client_id, unsigned int timeout);
 
 /* The error statuses this instance returned, under the same counter indices. */
@@ -381,23 +378,24 @@ int clear_client_debug_stats(int client_id);
 /* ---------------------------------------------------------------------------------------- */
 /* Lock management                                                                           */
 
-/* Creates or opens the lock by name. 0; DLOCK_EINVAL; DLOCK_SERVER_NO_RESOURCE; ... */
+/* Creates or opens the lock by name. 0; DLOCK_EINVAL (bad desc); -1 (the name exists with
+ * another type); DLOCK_SERVER_NO_RESOURCE; ... */
 int get_lock(int client_id, const struct lock_desc *desc, int *lock_id);
 
-/* DLOCK_FAIL while held (the reference's -1); DLOCK_TICKET_TO_UNLOCK; DLOCK_EASYNC. */
+/* -1 for a lock never got or still held; DLOCK_TICKET_TO_UNLOCK; DLOCK_EASYNC. */
 int release_lock(int client_id, int lock_id);
 
 /* lock_ids[i]: the id, or minus the entry's status (<= 0). DLOCK_EINVAL if any desc is bad. */
 int batch_get_lock(int client_id, unsigned int lock_num, const struct lock_desc *descs,
                    int *lock_ids);
 
-/* Ids that could not be released are set to 0. */
+/* Ids that could not be released are set to 0; -1 when none could be. */
 int batch_release_lock(int client_id, unsigned int lock_num, int *lock_ids);
 
 /*
  * Re-claims every lock the client knows on a recovering server. The server may give the
  * locks new ids, which this call cannot report: after client_reinit_done, call get_lock by
- * name again to learn them (the lock state is kept).
+ * name again to learn them (the lock state is kept). DLOCK_CLIENT_NOT_INIT for an unknown id.
  */
 int update_all_locks(int client_id);
 

@@ -12,7 +12,7 @@ use dlock_core::config::BATCH_MAX;
 use dlock_core::{LockId, Mode, Status};
 use dlock_transport::client::{Client, Grant};
 
-use super::client::{Slot, with_client};
+use super::client::{Refusals, Slot, with_client};
 use super::locks::lock_id;
 use super::ops::{extend_mode, lock_mode, reports_word};
 use super::types::{lock_op_res, lock_request, lock_state};
@@ -158,7 +158,7 @@ pub unsafe extern "C" fn batch_trylock(
         let n = lock_num as usize;
         // SAFETY: `reqs` is not NULL and has `n` entries (caller's contract).
         let (r, checked) = unsafe { requests(reqs, n, |op| lock_mode(op).map(drop)) };
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::DATA, |slot| {
             let run = |c: &mut Client, pos: &[usize], out: &mut [Result<Grant, Status>]| {
                 let mut list = [(LockId::new(0, 1), Mode::Exclusive, 0); BATCH_MAX];
                 for (l, &i) in list.iter_mut().zip(pos) {
@@ -204,7 +204,7 @@ pub unsafe extern "C" fn batch_unlock(
             // SAFETY: `lock_ids` is not NULL and has `n` entries (caller's contract).
             *c = lock_id(unsafe { read_at(lock_ids, i) });
         }
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::DATA, |slot| {
             let run = |c: &mut Client, pos: &[usize], out: &mut [Result<Grant, Status>]| {
                 let mut list = [LockId::new(0, 1); BATCH_MAX];
                 for (l, &i) in list.iter_mut().zip(pos) {
@@ -242,7 +242,7 @@ pub unsafe extern "C" fn batch_lock_extend(
         let n = lock_num as usize;
         // SAFETY: `reqs` is not NULL and has `n` entries (caller's contract).
         let (r, checked) = unsafe { requests(reqs, n, |op| extend_mode(op).map(drop)) };
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::DATA, |slot| {
             let run = |c: &mut Client, pos: &[usize], out: &mut [Result<Grant, Status>]| {
                 let mut list = [(LockId::new(0, 1), Mode::Exclusive, 0); BATCH_MAX];
                 for (l, &i) in list.iter_mut().zip(pos) {

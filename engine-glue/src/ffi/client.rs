@@ -134,22 +134,55 @@ fn count(stats: &mut Stats, c: c_int) {
     }
 }
 
-/// Runs `f` on client `client_id` with the client locked; returns its code.
-/// `DLOCK_CLIENTMGR_NOT_INIT` before `dclient_lib_init`, `unknown` for an id not registered,
-/// `DLOCK_EINVAL` for a client a panic left untrusted.
+/// What a call returns before `dclient_lib_init` and for a client id it does not know (never
+/// registered, or deinitialised), as the reference's call of the same name does. Its
+/// control-plane calls, which go over its TCP connection, return -1 for both, except that
+/// `client_reinit` and `client_heartbeat` return `DLOCK_EINVAL` and `client_reinit_done` and
+/// `update_all_locks` `DLOCK_CLIENT_NOT_INIT` for an unknown id; its lock, object and counter
+/// calls return `DLOCK_CLIENTMGR_NOT_INIT` and `DLOCK_CLIENT_NOT_INIT`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Refusals {
+    not_init: c_int,
+    unknown: c_int,
+}
+
+impl Refusals {
+    /// A control-plane call: -1 for both.
+    pub(super) const CONTROL: Refusals = Refusals {
+        not_init: FAILURE,
+        unknown: FAILURE,
+    };
+    /// A lock, object or counter call: the two status codes.
+    pub(super) const DATA: Refusals = Refusals {
+        not_init: Status::ClientMgrNotInit.code(),
+        unknown: Status::ClientNotInit.code(),
+    };
+
+    /// A control-plane call that answers an unknown id with `unknown`.
+    pub(super) const fn control_unknown(unknown: Status) -> Refusals {
+        Refusals {
+            not_init: FAILURE,
+            unknown: unknown.code(),
+        }
+    }
+}
+
+/// Runs `f` on client `client_id` with the client locked; returns its code. Before
+/// `dclient_lib_init` and for an id not registered, what `refuse` says; `DLOCK_EINVAL` for a
+/// client a panic left untrusted.
 pub(super) fn with_client(
     client_id: c_int,
-    unknown: Status,
+    refuse: Refusals,
     f: impl FnOnce(&mut Slot) -> c_int,
 ) -> c_int {
     let shared = {
         let lib = lib();
         let Some(lib) = lib.as_ref() else {
-            return Status::ClientMgrNotInit.code();
+            return refuse.not_init;
         };
         match lib.clients.get(&client_id) {
             Some(s) => Arc::clone(s),
-            None => return unknown.code(),
+            None => return refuse.unknown,
         }
     };
     // A poisoned slot: an earlier call panicked half-way through the client's state.
@@ -157,7 +190,7 @@ pub(super) fn with_client(
         return Status::Einval.code();
     };
     let Some(slot) = guard.as_mut() else {
-        return unknown.code();
+        return refuse.unknown;
     };
     let c = f(slot);
     count(&mut slot.stats, c);
@@ -255,8 +288,9 @@ unsafe fn target(ip: *const c_char, port: u16) -> Result<Option<SocketAddr>, Sta
 ///
 /// `server_ip`: NULL or "" for the server in this process, else "ip" or "ip:port" (TCP, under
 /// TLS when the library was initialised with it; see the module docs).
-/// Returns 0; `DLOCK_EINVAL` (NULL `p_client_id`, a bad address, several in-process servers,
-/// TLS files that cannot be used); `DLOCK_CLIENTMGR_NOT_INIT`; `DLOCK_NOT_READY` (no server,
+/// Returns 0; -1 before `dclient_lib_init` and for an address that does not parse (as the
+/// reference); `DLOCK_EINVAL` (NULL `p_client_id`, several in-process servers, TLS files that
+/// cannot be used); `DLOCK_NOT_READY` (no server,
 /// refused, recovering, or a failed TLS handshake: the server refused this client's
 /// certificate or this client the server's); `DLOCK_SERVER_NO_RESOURCE`;
 /// `DLOCK_PROTO_VERSION_NEGOTIATION_FAIL`; `DLOCK_BAD_RESPONSE` (also a plaintext client that
@@ -277,12 +311,11 @@ pub unsafe extern "C" fn client_init(p_client_id: *mut c_int, server_ip: *const 
             .as_ref()
             .map(|l| (l.port, l.lease_ms, l.timeout, l.tls.clone()))
         else {
-            return Status::ClientMgrNotInit.code();
+            return FAILURE;
         };
         // SAFETY: NULL or NUL-terminated (caller's contract).
-        let target = match unsafe { target(server_ip, port) } {
-            Ok(t) => t,
-            Err(s) => return s.code(),
+        let Ok(target) = (unsafe { target(server_ip, port) }) else {
+            return FAILURE;
         };
         let endpoint = match (target, tls) {
             (Some(addr), Some(tls)) => tls.endpoint(addr),
@@ -299,7 +332,7 @@ pub unsafe extern "C" fn client_init(p_client_id: *mut c_int, server_ip: *const 
         if let Some(addr) = target {
             let mut lib = lib();
             let Some(l) = lib.as_mut() else {
-                return Status::ClientMgrNotInit.code();
+                return FAILURE;
             };
             cfg.mux = match l.muxes.get(&addr) {
                 Some(mux) => Some(mux.clone()),
@@ -319,7 +352,7 @@ pub unsafe extern "C" fn client_init(p_client_id: *mut c_int, server_ip: *const 
             let Some(l) = lib.as_mut() else {
                 drop(lib);
                 let _ = client.deinit();
-                return Status::ClientMgrNotInit.code();
+                return FAILURE;
             };
             if l.clients.contains_key(&id) {
                 drop(lib);
@@ -346,7 +379,8 @@ pub unsafe extern "C" fn client_init(p_client_id: *mut c_int, server_ip: *const 
 /// address the client registered with: a client cannot move to another server here.
 ///
 /// Returns 0 (then, if the server is recovering, call `update_all_locks` and
-/// `client_reinit_done`); `DLOCK_EINVAL` (unknown id, another address); `DLOCK_NOT_READY`;
+/// `client_reinit_done`); -1 before `dclient_lib_init` and for an address that does not parse;
+/// `DLOCK_EINVAL` (unknown id, another address); `DLOCK_NOT_READY`;
 /// `DLOCK_CLIENT_REMOVED_BY_SERVER`; `DLOCK_SERVER_NO_RESOURCE`.
 ///
 /// # Safety
@@ -356,65 +390,77 @@ pub unsafe extern "C" fn client_init(p_client_id: *mut c_int, server_ip: *const 
 pub unsafe extern "C" fn client_reinit(client_id: c_int, server_ip: *const c_char) -> c_int {
     guard(|| {
         let port = lib().as_ref().map_or(DLOCK_DEFAULT_PORT, |l| l.port);
-        // SAFETY: NULL or NUL-terminated (caller's contract).
-        let asked = match unsafe { target(server_ip, port) } {
-            Ok(t) => t,
-            Err(s) => return s.code(),
-        };
-        with_client(client_id, Status::Einval, |slot| {
-            if asked.is_some() && asked != slot.target {
-                return Status::Einval.code();
-            }
-            slot.async_lock = None;
-            code(slot.client.reinit().map(drop))
-        })
+        with_client(
+            client_id,
+            Refusals::control_unknown(Status::Einval),
+            |slot| {
+                // SAFETY: NULL or NUL-terminated (caller's contract).
+                let Ok(asked) = (unsafe { target(server_ip, port) }) else {
+                    return FAILURE;
+                };
+                if asked.is_some() && asked != slot.target {
+                    return Status::Einval.code();
+                }
+                slot.async_lock = None;
+                code(slot.client.reinit().map(drop))
+            },
+        )
     })
 }
 
 /// Tells the server client `client_id` finished re-syncing its locks after `client_reinit`.
+/// -1 before `dclient_lib_init`, `DLOCK_CLIENT_NOT_INIT` for an unknown id.
 #[unsafe(no_mangle)]
 pub extern "C" fn client_reinit_done(client_id: c_int) -> c_int {
     guard(|| {
-        with_client(client_id, Status::ClientNotInit, |slot| {
-            code(slot.client.reinit_done())
-        })
+        with_client(
+            client_id,
+            Refusals::control_unknown(Status::ClientNotInit),
+            |slot| code(slot.client.reinit_done()),
+        )
     })
 }
 
 /// Deregisters client `client_id`: the server releases everything it held. The id is gone
-/// even when the exchange fails (then `DLOCK_BAD_RESPONSE` or `DLOCK_NOT_READY`).
+/// even when the exchange fails (then `DLOCK_BAD_RESPONSE` or `DLOCK_NOT_READY`). -1 before
+/// `dclient_lib_init` and for an unknown id, as the reference.
 #[unsafe(no_mangle)]
 pub extern "C" fn client_deinit(client_id: c_int) -> c_int {
     guard(|| {
+        let refuse = Refusals::CONTROL;
         let shared = match lib().as_mut() {
-            None => return Status::ClientMgrNotInit.code(),
+            None => return refuse.not_init,
             Some(l) => l.clients.remove(&client_id),
         };
         let Some(shared) = shared else {
-            return Status::ClientNotInit.code();
+            return refuse.unknown;
         };
         // Even a client a panic left untrusted is told to leave.
         let slot = shared.lock().unwrap_or_else(PoisonError::into_inner).take();
         match slot {
             Some(slot) => code(slot.client.deinit()),
-            None => Status::ClientNotInit.code(),
+            None => refuse.unknown,
         }
     })
 }
 
 /// Renews client `client_id`'s lease. `timeout` (1..=300 s) is checked as in the reference;
 /// the exchange itself is bounded by the library's request timeout.
-/// Returns 0; `DLOCK_EINVAL` (timeout out of range, unknown id); `DLOCK_BAD_RESPONSE`;
-/// `DLOCK_NOT_READY`.
+/// Returns 0; -1 before `dclient_lib_init`; `DLOCK_EINVAL` (timeout out of range, unknown
+/// id); `DLOCK_BAD_RESPONSE`; `DLOCK_NOT_READY`.
 #[unsafe(no_mangle)]
 pub extern "C" fn client_heartbeat(client_id: c_int, timeout: c_uint) -> c_int {
     guard(|| {
-        if !(1..=DLOCK_HEARTBEAT_TIMEOUT_MAX_S).contains(&timeout) {
-            return Status::Einval.code();
-        }
-        with_client(client_id, Status::Einval, |slot| {
-            code(slot.client.heartbeat())
-        })
+        with_client(
+            client_id,
+            Refusals::control_unknown(Status::Einval),
+            |slot| {
+                if !(1..=DLOCK_HEARTBEAT_TIMEOUT_MAX_S).contains(&timeout) {
+                    return Status::Einval.code();
+                }
+                code(slot.client.heartbeat())
+            },
+        )
     })
 }
 
@@ -434,7 +480,7 @@ pub unsafe extern "C" fn get_client_debug_stats(
         if stats.is_null() {
             return Status::Einval.code();
         }
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::DATA, |slot| {
             let out = debug_stats {
                 stats: slot.stats.0,
             };
@@ -449,7 +495,7 @@ pub unsafe extern "C" fn get_client_debug_stats(
 #[unsafe(no_mangle)]
 pub extern "C" fn clear_client_debug_stats(client_id: c_int) -> c_int {
     guard(|| {
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::DATA, |slot| {
             slot.stats = Stats::default();
             Status::Success.code()
         })

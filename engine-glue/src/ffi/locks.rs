@@ -8,9 +8,9 @@ use std::ffi::{c_int, c_uint};
 
 use dlock_core::{LockId, LockKind, Status};
 
-use super::client::with_client;
+use super::client::{Refusals, with_client};
 use super::types::lock_desc;
-use super::{batch_len, code, guard, name, non_null, read, read_at, write_at};
+use super::{FAILURE, batch_len, code, guard, name, non_null, read, read_at, write_at};
 
 /// A lock id as C passes it: `LockNotGet` for a value no server issues (0, negative, or a
 /// zero generation), as for an id this client never got.
@@ -37,8 +37,9 @@ unsafe fn described<'a>(d: &lock_desc) -> Result<(LockKind, &'a [u8]), Status> {
 /// Creates or opens the lock `desc` names, of `desc->lock_type`, and writes its id.
 ///
 /// Returns 0; `DLOCK_EINVAL` (NULL pointers, a name outside 1..=512 bytes, an unknown type);
-/// `DLOCK_CLIENT_NOT_INIT`; `DLOCK_NOT_READY`; `DLOCK_SERVER_NO_RESOURCE` (lock table full);
-/// `DLOCK_BAD_RESPONSE`; the server's refusal when the name exists with another type.
+/// -1 before `dclient_lib_init`, for an unknown client and when the name exists with another
+/// type (as the reference); `DLOCK_NOT_READY`; `DLOCK_SERVER_NO_RESOURCE` (lock table full);
+/// `DLOCK_BAD_RESPONSE`.
 ///
 /// # Safety
 ///
@@ -59,27 +60,36 @@ pub unsafe extern "C" fn get_lock(
         if lock_id.is_null() {
             return Status::Einval.code();
         }
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::CONTROL, |slot| {
             match slot.client.get_lock(kind, name) {
                 Ok(id) => {
                     // SAFETY: not NULL (checked above), writable by the caller's contract.
                     unsafe { write_at(lock_id, 0, id.raw() as c_int) };
                     Status::Success.code()
                 }
+                // The name and type were checked above, so the server refused the type: the
+                // name exists with another.
+                Err(Status::Einval) => FAILURE,
                 Err(s) => s.code(),
             }
         })
     })
 }
 
-/// Drops the client's reference to `lock_id`. Returns 0; `DLOCK_LOCK_NOT_GET`;
-/// `DLOCK_FAIL` while it is held (the reference's -1); `DLOCK_TICKET_TO_UNLOCK` while a fair
-/// ticket is held; `DLOCK_EASYNC` while an async operation on it is outstanding.
+/// Drops the client's reference to `lock_id`. Returns 0; -1 (as the reference) before
+/// `dclient_lib_init`, for an unknown client, a lock it never got and a lock it holds;
+/// `DLOCK_TICKET_TO_UNLOCK` while a fair ticket is held; `DLOCK_EASYNC` while an async
+/// operation on it is outstanding.
 #[unsafe(no_mangle)]
 pub extern "C" fn release_lock(client_id: c_int, lock_id: c_int) -> c_int {
     guard(|| {
-        with_client(client_id, Status::ClientNotInit, |slot| {
-            code(super::locks::lock_id(lock_id).and_then(|id| slot.client.release_lock(id)))
+        with_client(client_id, Refusals::CONTROL, |slot| {
+            match super::locks::lock_id(lock_id).and_then(|id| slot.client.release_lock(id)) {
+                Ok(()) => Status::Success.code(),
+                // The Rust client's answers for "never got" and "still held".
+                Err(Status::LockNotGet | Status::Fail) => FAILURE,
+                Err(s) => s.code(),
+            }
         })
     })
 }
@@ -87,7 +97,8 @@ pub extern "C" fn release_lock(client_id: c_int, lock_id: c_int) -> c_int {
 /// `get_lock` for `lock_num` (1..=31) descriptions in one round trip. Each entry succeeds or
 /// fails on its own: `lock_ids[i]` is the id, or minus the entry's status code (so <= 0, as in
 /// the reference). Returns 0, or an error for the whole call (`DLOCK_EINVAL` when any
-/// description is invalid — nothing is sent then).
+/// description is invalid — nothing is sent then; -1 before `dclient_lib_init` and for an
+/// unknown client).
 ///
 /// # Safety
 ///
@@ -118,7 +129,7 @@ pub unsafe extern "C" fn batch_get_lock(
                 Err(s) => return s.code(),
             }
         }
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::CONTROL, |slot| {
             let got = match slot.client.batch_get_lock(&names) {
                 Ok(g) => g,
                 Err(s) => return s.code(),
@@ -139,7 +150,9 @@ pub unsafe extern "C" fn batch_get_lock(
 
 /// `release_lock` for `lock_num` (1..=31) ids in one round trip. Each entry on its own: an id
 /// that could not be released (unknown, still held, ticketed) is set to 0, as in the
-/// reference; released ones are left as they were. Returns 0, or an error for the whole call.
+/// reference; released ones are left as they were. Returns 0 when at least one was released;
+/// -1 when none was (the reference: when none may be released, so nothing is sent), before
+/// `dclient_lib_init` and for an unknown client; or another error for the whole call.
 ///
 /// # Safety
 ///
@@ -158,7 +171,7 @@ pub unsafe extern "C" fn batch_release_lock(
         // SAFETY: `lock_ids` is not NULL and has `n` entries (caller's contract).
         let raw: Vec<c_int> = (0..n).map(|i| unsafe { read_at(lock_ids, i) }).collect();
         let ids: Vec<LockId> = raw.iter().filter_map(|&r| lock_id(r).ok()).collect();
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::CONTROL, |slot| {
             let released = if ids.is_empty() {
                 Vec::new()
             } else {
@@ -168,27 +181,31 @@ pub unsafe extern "C" fn batch_release_lock(
                 }
             };
             let mut results = ids.iter().zip(released);
+            let mut any = false;
             for (i, &r) in raw.iter().enumerate() {
                 let ok = lock_id(r).is_ok() && results.next().is_some_and(|(_, res)| res.is_ok());
+                any |= ok;
                 if !ok {
                     // SAFETY: `lock_ids` is not NULL and has `n` entries (caller's contract).
                     unsafe { write_at(lock_ids, i, 0) };
                 }
             }
-            Status::Success.code()
+            if any { Status::Success.code() } else { FAILURE }
         })
     })
 }
 
 /// After `client_reinit` found the server recovering: re-claims every lock the client knows.
-/// Returns 0, `DLOCK_CLIENT_NOT_INIT`, `DLOCK_BAD_RESPONSE`. The server may give the locks
+/// Returns 0, -1 before `dclient_lib_init`, `DLOCK_CLIENT_NOT_INIT`, `DLOCK_BAD_RESPONSE`. The server may give the locks
 /// new ids; the C API has no way to report them yet (see the header's note), so call
 /// `get_lock` again by name afterwards.
 #[unsafe(no_mangle)]
 pub extern "C" fn update_all_locks(client_id: c_int) -> c_int {
     guard(|| {
-        with_client(client_id, Status::ClientNotInit, |slot| {
-            code(slot.client.update_all_locks())
-        })
+        with_client(
+            client_id,
+            Refusals::control_unknown(Status::ClientNotInit),
+            |slot| code(slot.client.update_all_locks()),
+        )
     })
 }

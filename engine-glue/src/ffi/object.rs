@@ -10,7 +10,7 @@ use std::ffi::c_int;
 
 use dlock_core::{ObjectId, Status};
 
-use super::client::with_client;
+use super::client::{Refusals, with_client};
 use super::types::umo_atomic64_desc;
 use super::{code, guard, name, non_null, read, write_at};
 
@@ -54,7 +54,7 @@ unsafe fn by_name(
                 Ok(v) => v,
                 Err(s) => return s.code(),
             };
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::DATA, |slot| {
             match op(&mut slot.client, name, lease_s) {
                 Ok(id) => {
                     // SAFETY: not NULL (checked above), writable by the caller's contract.
@@ -101,7 +101,7 @@ pub unsafe extern "C" fn umo_atomic64_create(
 #[unsafe(no_mangle)]
 pub extern "C" fn umo_atomic64_destroy(client_id: c_int, obj_id: c_int) -> c_int {
     guard(|| {
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::DATA, |slot| {
             code(
                 object_id(obj_id, Status::ObjectNotCreate)
                     .and_then(|id| slot.client.atomic64_destroy(id)),
@@ -134,7 +134,7 @@ pub unsafe extern "C" fn umo_atomic64_get(
 #[unsafe(no_mangle)]
 pub extern "C" fn umo_atomic64_release(client_id: c_int, obj_id: c_int) -> c_int {
     guard(|| {
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::DATA, |slot| {
             code(
                 object_id(obj_id, Status::ObjectNotGet)
                     .and_then(|id| slot.client.atomic64_release(id)),
@@ -160,7 +160,7 @@ pub unsafe extern "C" fn umo_atomic64_faa(
         if res_val.is_null() {
             return Status::Einval.code();
         }
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::DATA, |slot| {
             let r = object_id(obj_id, Status::ObjectNotGet)
                 .and_then(|id| slot.client.atomic64_faa(id, add_val));
             match r {
@@ -187,7 +187,7 @@ unsafe fn cas(
     swap_val: u64,
     observed: *mut u64,
 ) -> c_int {
-    with_client(client_id, Status::ClientNotInit, |slot| {
+    with_client(client_id, Refusals::DATA, |slot| {
         let r = object_id(obj_id, Status::ObjectNotGet)
             .and_then(|id| slot.client.atomic64_cas(id, cmp_val, swap_val));
         match r {
@@ -259,7 +259,7 @@ pub unsafe extern "C" fn umo_atomic64_get_snapshot(
         if res_val.is_null() {
             return Status::Einval.code();
         }
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::DATA, |slot| {
             match object_id(obj_id, Status::ObjectNotGet)
                 .and_then(|id| slot.client.atomic64_snapshot(id))
             {

@@ -26,7 +26,7 @@ use std::ffi::{c_int, c_void};
 use dlock_core::{FencingToken, LockId, Mode, Status};
 use dlock_transport::client::{AsyncOp, Client, Grant, LocalLock, REQUEST_TIMEOUT};
 
-use super::client::with_client;
+use super::client::{Refusals, with_client};
 use super::locks::lock_id;
 use super::types::{
     EXTEND_LOCK_EXCLUSIVE, EXTEND_LOCK_SHARED, LOCK_EXCLUSIVE, LOCK_SHARED, UNLOCK, lock_request,
@@ -116,7 +116,7 @@ unsafe fn on_lock(
     result: *mut c_void,
     op: impl FnOnce(&mut Client, LockId) -> Result<Grant, Status>,
 ) -> c_int {
-    with_client(client_id, Status::ClientNotInit, |slot| {
+    with_client(client_id, Refusals::DATA, |slot| {
         let id = match lock_id(raw) {
             Ok(id) => id,
             Err(s) => return s.code(),
@@ -279,7 +279,7 @@ pub unsafe extern "C" fn lock_request_async(client_id: c_int, req: *const lock_r
             Ok(op) => op,
             Err(s) => return s.code(),
         };
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::DATA, |slot| {
             let started = lock_id(r.lock_id).and_then(|id| {
                 slot.client.lock_request_async(id, op)?;
                 slot.async_lock = Some(id);
@@ -306,7 +306,7 @@ pub unsafe extern "C" fn lock_result_check(client_id: c_int, result: *mut c_void
         if result.is_null() {
             return Status::Einval.code();
         }
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::DATA, |slot| {
             let r = slot.client.lock_result_check();
             if r == Err(Status::AsyncAgain) {
                 return Status::AsyncAgain.code();
@@ -338,7 +338,7 @@ pub unsafe extern "C" fn lock_fence(client_id: c_int, lock_id: c_int, fence: *mu
         if fence.is_null() {
             return Status::Einval.code();
         }
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::DATA, |slot| {
             let held = super::locks::lock_id(lock_id).and_then(|id| {
                 let l = record(&slot.client, id).ok_or(Status::LockNotGet)?;
                 l.state.held_mode().ok_or(Status::AlreadyUnlocked)?;

@@ -195,7 +195,7 @@ static void atomic_lock(int c1, int c2)
     EXPECT(rc, DLOCK_SUCCESS);
     CHECK(st.atomic.client_id == c1);
     EXPECT(lock_result_check(c1, &st), DLOCK_NO_ASYNC);
-    EXPECT(release_lock(c1, id1), DLOCK_FAIL); /* still held */
+    EXPECT(release_lock(c1, id1), -1); /* still held: the reference's -1 */
     EXPECT(unlock(c1, id1, &st), DLOCK_SUCCESS);
 
     /* lock() waits on the server: c1's 1 s lease runs out and c2 is granted. */
@@ -327,6 +327,10 @@ static void batch(int c1, int c2)
     ids2[0] = 0x7ffffff0; /* never issued to c2: zeroed */
     EXPECT(batch_release_lock(c2, MAX_LOCK_BATCH_SIZE, ids2), DLOCK_SUCCESS);
     CHECK(ids2[0] == 0 && ids2[1] > 0);
+    /* None of them can be released now: -1, as the reference, and every id zeroed. */
+    ids2[0] = 0x7ffffff0;
+    EXPECT(batch_release_lock(c2, 2, ids2), -1);
+    CHECK(ids2[0] == 0 && ids2[1] == 0);
 }
 
 /* Transaction ids: 1,000 fetch-and-adds from two clients are unique and increasing. */
@@ -426,7 +430,27 @@ static void bad_input(int sid, int c1, int c2)
     if (unknown == c1 || unknown == c2)
         unknown--;
     EXPECT(trylock(unknown, &r, &st), DLOCK_CLIENT_NOT_INIT);
-    EXPECT(get_lock(unknown, &d, &id), DLOCK_CLIENT_NOT_INIT);
+    /* Unknown ids: -1 from the control-plane calls, status codes from the others, each as the
+     * reference's call of the same name answers. */
+    EXPECT(get_lock(unknown, &d, &id), -1);
+    EXPECT(release_lock(unknown, id), -1);
+    EXPECT(batch_get_lock(unknown, 1, &d, &id), -1);
+    int one_id = id;
+    EXPECT(batch_release_lock(unknown, 1, &one_id), -1);
+    EXPECT(client_reinit(unknown, NULL), DLOCK_EINVAL);
+    EXPECT(client_reinit_done(unknown), DLOCK_CLIENT_NOT_INIT);
+    EXPECT(update_all_locks(unknown), DLOCK_CLIENT_NOT_INIT);
+    struct debug_stats unknown_stats;
+    EXPECT(get_client_debug_stats(unknown, &unknown_stats), DLOCK_CLIENT_NOT_INIT);
+    struct lock_request ext = req(id, EXTEND_LOCK_EXCLUSIVE, 5);
+    EXPECT(lock_extend(unknown, &ext, &st), DLOCK_CLIENT_NOT_INIT);
+    EXPECT(lock_extend(unknown, &r, &st), DLOCK_EINVAL); /* the op is checked first */
+    EXPECT(umo_atomic64_release(unknown, 1), DLOCK_CLIENT_NOT_INIT);
+    /* A lock never got, and a name that exists with another type: -1 too. */
+    EXPECT(release_lock(c1, 0x7ffffff0), -1);
+    struct lock_desc other_type = desc("orders/bad", DLOCK_RW);
+    EXPECT(get_lock(c1, &other_type, &id), -1);
+    id = one_id;
     EXPECT(umo_atomic64_faa(unknown, 1, 1, NULL), DLOCK_EINVAL);
     uint64_t v;
     EXPECT(umo_atomic64_faa(unknown, 1 << 20, 1, &v), DLOCK_CLIENT_NOT_INIT);
@@ -439,11 +463,13 @@ static void bad_input(int sid, int c1, int c2)
     EXPECT(client_heartbeat(c1, 0), DLOCK_EINVAL);
     EXPECT(client_heartbeat(c1, DLOCK_HEARTBEAT_TIMEOUT_MAX_S + 1), DLOCK_EINVAL);
     EXPECT(client_heartbeat(c1, 5), DLOCK_SUCCESS);
-    EXPECT(client_deinit(unknown), DLOCK_CLIENT_NOT_INIT);
+    EXPECT(client_deinit(unknown), -1);
     EXPECT(lock_result_check(c1, NULL), DLOCK_EINVAL);
     EXPECT(lock_fence(c1, id, NULL), DLOCK_EINVAL);
     EXPECT(client_init(NULL, NULL), DLOCK_EINVAL);
-    EXPECT(client_init(&id, "db-host-7"), DLOCK_EINVAL);
+    EXPECT(client_init(&id, "db-host-7"), -1); /* not an address: the reference's -1 */
+    EXPECT(client_init(&id, "10.1.2"), -1);
+    EXPECT(client_reinit(c1, "db-host-7"), -1);
     EXPECT(client_reinit(c1, "10.1.2.3"), DLOCK_EINVAL); /* not where it registered */
 
     EXPECT(server_stop(DLOCK_SERVER_ID_MAX + 1), -1);
@@ -463,6 +489,37 @@ static void bad_input(int sid, int c1, int c2)
     cfg.primary.cmd_cpuset = "two";
     EXPECT(server_start(&cfg, &id), DLOCK_EINVAL);
     EXPECT(release_lock(c1, longest_id), DLOCK_SUCCESS);
+}
+
+/* Before dclient_lib_init: -1 from the control-plane calls, DLOCK_CLIENTMGR_NOT_INIT from
+ * the lock, object and counter calls, each as the reference's call of the same name. */
+static void before_lib_init(void)
+{
+    int c = 0, id = 1, ids[1] = {1};
+    struct lock_desc d = desc("early", DLOCK_ATOMIC);
+    struct lock_request r = req(1, LOCK_EXCLUSIVE, 5);
+    struct lock_op_res res[1];
+    struct debug_stats ds;
+    lock_state st;
+    uint64_t v;
+    EXPECT(client_init(&c, NULL), -1);
+    EXPECT(client_reinit(1, NULL), -1);
+    EXPECT(client_reinit_done(1), -1);
+    EXPECT(client_deinit(1), -1);
+    EXPECT(client_heartbeat(1, 0), -1); /* the reference checks the library first */
+    EXPECT(get_lock(1, &d, &id), -1);
+    EXPECT(release_lock(1, 1), -1);
+    EXPECT(batch_get_lock(1, 1, &d, ids), -1);
+    EXPECT(batch_release_lock(1, 1, ids), -1);
+    EXPECT(update_all_locks(1), -1);
+    EXPECT(get_client_debug_stats(1, &ds), DLOCK_CLIENTMGR_NOT_INIT);
+    EXPECT(clear_client_debug_stats(1), DLOCK_CLIENTMGR_NOT_INIT);
+    EXPECT(trylock(1, &r, &st), DLOCK_CLIENTMGR_NOT_INIT);
+    EXPECT(unlock(1, 1, &st), DLOCK_CLIENTMGR_NOT_INIT);
+    EXPECT(batch_trylock(1, 1, &r, res), DLOCK_CLIENTMGR_NOT_INIT);
+    EXPECT(lock_request_async(1, &r), DLOCK_CLIENTMGR_NOT_INIT);
+    EXPECT(umo_atomic64_faa(1, 1, 1, &v), DLOCK_CLIENTMGR_NOT_INIT);
+    EXPECT(umo_atomic64_destroy(1, 1), DLOCK_CLIENTMGR_NOT_INIT);
 }
 
 /* A second server with a TCP listener, reached by address. */
@@ -552,7 +609,7 @@ int main(int argc, char **argv)
     int c1 = 0, c2 = 0, sid = 0;
     struct client_cfg ccfg;
     memset(&ccfg, 0, sizeof ccfg); /* every default, TLS off */
-    EXPECT(client_init(&c1, NULL), DLOCK_CLIENTMGR_NOT_INIT);
+    before_lib_init();
     struct server_cfg cfg = small_server();
     EXPECT(server_start(&cfg, &sid), -1); /* before dserver_lib_init */
     EXPECT(dserver_lib_init(0), -1);
@@ -594,12 +651,17 @@ int main(int argc, char **argv)
     CHECK(ds.stats[DEBUG_STATS_FAIL] == 0);
 
     EXPECT(client_deinit(c1), DLOCK_SUCCESS);
-    EXPECT(client_deinit(c1), DLOCK_CLIENT_NOT_INIT);
+    EXPECT(client_deinit(c1), -1); /* gone: as unknown as an id never issued */
     struct lock_request r = req(1, LOCK_EXCLUSIVE, 5);
     lock_state st;
     EXPECT(trylock(c1, &r, &st), DLOCK_CLIENT_NOT_INIT);
+    struct lock_desc d = desc("after/deinit", DLOCK_ATOMIC);
+    int id = 0;
+    EXPECT(get_lock(c1, &d, &id), -1);
     dclient_lib_deinit(); /* deregisters c2 */
     EXPECT(trylock(c2, &r, &st), DLOCK_CLIENTMGR_NOT_INIT);
+    EXPECT(get_lock(c2, &d, &id), -1);
+    EXPECT(client_deinit(c2), -1);
     EXPECT(server_stop(sid), DLOCK_SUCCESS);
     EXPECT(server_stop(sid), -1);
     dserver_lib_deinit();
