@@ -502,3 +502,47 @@ fn clients_joined_on_one_connection_share_it_and_a_wrong_session_closes_it() {
         "{status:?}"
     );
 }
+
+/// A join among other commands closes the connection, wherever it stands, and nothing of the
+/// message runs (`dlock_core::server::route`): before, a lock ahead of the join was executed
+/// and the join answered `Einval`.
+#[test]
+fn a_join_among_other_commands_closes_the_connection_and_runs_nothing() {
+    let s = server(true);
+    let addr = s.tcp_addr().unwrap();
+    let (_hctl, holder, hsession, locks) = raw_client(addr, &[b"mixed"]);
+    let (_wctl, _, msession, _) = raw_client(addr, &[b"mixed"]);
+    let header = DataHeader {
+        version: PROTO_VERSION,
+        count: 0,
+        message_id: 1,
+        client: holder,
+        flags: 0,
+    };
+    let lock = Command::Lock(LockCommand {
+        kind: LockKind::Atomic,
+        op: LockOp::TryExclusive,
+        lock: locks[0],
+        expire_ms: 60_000,
+        ticket: dlock_core::Ticket::default(),
+        wait_ms: 0,
+    });
+    let join = Command::Join(JoinCommand { session: msession });
+    for commands in [[lock, join], [join, lock]] {
+        let mut data = TcpStream::connect(addr).unwrap();
+        raw_attach(&mut data, holder, hsession);
+        let mut buf = [0u8; DATA_MESSAGE_MAX];
+        let n = encode_data_request(&header, &commands, &mut buf).unwrap();
+        data.write_all(&buf[..n]).unwrap();
+        assert!(
+            closed_within(&mut data, Duration::from_secs(3)),
+            "{commands:?}"
+        );
+    }
+    // The lock was never taken: the holder takes it now, over a connection of its own.
+    let mut data = TcpStream::connect(addr).unwrap();
+    raw_attach(&mut data, holder, hsession);
+    data.write_all(&lock_msg(holder, locks[0], LockOp::TryExclusive, 0, 9))
+        .unwrap();
+    assert_eq!(read_reply(&mut data), (9, Status::Success));
+}

@@ -232,8 +232,9 @@ impl<'r> Server<'r> {
                     r
                 }
                 Command::Object(o) => self.object_command(slot, &o),
-                // A stream transport answers joins before they get here; there is nothing to
-                // join over shared memory.
+                // A stream transport answers a lone join, and closes on one among other
+                // commands, before either gets here (`route::joining`); there is nothing to
+                // join over shared memory or RDMA.
                 Command::Join(_) => result(self.refuse(Status::Einval)),
             };
             reply(i, r);

@@ -32,7 +32,7 @@ use crate::table::{ClientState, Tables};
 pub use dispatch::Dispatched;
 pub use frames::FrameError;
 pub use recovery::RecoveryProgress;
-pub use route::{Admission, Binding, Delivery, Route, admit, owns_mailbox};
+pub use route::{Admission, Binding, Delivery, Joining, Route, admit, joining, owns_mailbox};
 pub use stats::{Counter, Stats};
 pub use waiters::{Disposition, WaitReply};
 

@@ -39,11 +39,27 @@
 //! The same id registered in another slot is a new registration (a recovering server takes old
 //! ids back), which the connection never proved it belongs to.
 //!
+//! A join (`proto::JoinCommand`) binds its client to the connection it arrives on, so it must
+//! come alone. [`joining`] says what a stream message is before any of it runs:
+//!
+//! | the message                                   | then                                        |
+//! |-----------------------------------------------|---------------------------------------------|
+//! | no join                                       | [`admit`] decides                           |
+//! | one join and nothing else                     | the transport checks the session and binds  |
+//! | a join among other commands, at any position  | the connection is closed, nothing executed  |
+//!
+//! No client sends the third kind (a multiplexing client joins with a message of its own), so
+//! it is a broken or hostile peer, which the connection's other rules close on too; executing
+//! the other commands and answering the join `Einval`, as a mailbox does (nothing joins over
+//! shared memory), would make where the join stands decide what happens.
+//!
 //! A mailbox belongs to a client slot: a message in it is executed only if its client is the
 //! one registered in that slot ([`owns_mailbox`]); otherwise it is answered empty (the sender
 //! learns its request could not be read, and nothing runs). Closing on a foreign client stops
 //! a peer from speaking for someone else; answering an unknown one lets a multiplexing client's
 //! member that just left learn why, and tells nobody anything.
+
+use crate::proto::{COMMAND_LEN, DATA_HEADER_LEN, JOIN_KIND};
 
 /// Where the reply of a client slot's parked request goes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -186,6 +202,33 @@ pub fn admit(bindings: &[Binding], conn: u32, client: u32, slot: Option<u32>) ->
     }
 }
 
+/// What a stream data message is, as far as joins go ([`joining`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Joining {
+    /// No join: an ordinary message.
+    None,
+    /// One join, alone: the transport's to answer.
+    Join,
+    /// A join among other commands: close the connection.
+    Mixed,
+}
+
+/// The join rule (module doc) for the data message `msg`, whose header says it holds `count`
+/// commands (`peek_data_header` checked the count and the caller that `msg` is whole). Reads
+/// only each command's kind byte.
+#[inline]
+pub fn joining(msg: &[u8], count: usize) -> Joining {
+    let joins = (0..count)
+        .filter(|i| msg.get(DATA_HEADER_LEN + i * COMMAND_LEN) == Some(&JOIN_KIND))
+        .count();
+    match (joins, count) {
+        (0, _) => Joining::None,
+        (1, 1) => Joining::Join,
+        _ => Joining::Mixed,
+    }
+}
+
 /// The mailbox rule (module doc): whether a message in the mailbox of slot `mailbox`, naming
 /// a client registered in `client_slot` (`None`: not registered), may run.
 #[inline]
@@ -196,6 +239,46 @@ pub fn owns_mailbox(client_slot: Option<u32>, mailbox: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::{LockKind, Session, Ticket};
+    use crate::proto::{
+        Command, DataHeader, JoinCommand, LockCommand, LockOp, encode_data_request,
+        peek_data_header,
+    };
+
+    #[test]
+    fn a_join_must_come_alone_wherever_it_stands() {
+        let join = Command::Join(JoinCommand {
+            session: Session::NONE,
+        });
+        let lock = Command::Lock(LockCommand {
+            kind: LockKind::Atomic,
+            op: LockOp::TryExclusive,
+            lock: 1,
+            expire_ms: 1,
+            ticket: Ticket::default(),
+            wait_ms: 0,
+        });
+        let header = DataHeader {
+            version: 2,
+            count: 0,
+            message_id: 1,
+            client: 9,
+            flags: 0,
+        };
+        let shape = |commands: &[Command]| {
+            let mut buf = [0u8; crate::proto::DATA_MESSAGE_MAX];
+            let n = encode_data_request(&header, commands, &mut buf).unwrap();
+            let (h, len) = peek_data_header(&buf[..n]).unwrap();
+            assert_eq!(len, n);
+            joining(&buf[..n], usize::from(h.count))
+        };
+        assert_eq!(shape(&[lock, lock]), Joining::None);
+        assert_eq!(shape(&[join]), Joining::Join);
+        assert_eq!(shape(&[join, lock]), Joining::Mixed);
+        assert_eq!(shape(&[lock, join]), Joining::Mixed, "a join after a lock");
+        assert_eq!(shape(&[lock, join, lock]), Joining::Mixed);
+        assert_eq!(shape(&[join, join]), Joining::Mixed, "two joins");
+    }
 
     #[test]
     fn a_mailbox_runs_only_its_own_slots_client() {

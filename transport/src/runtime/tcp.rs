@@ -33,8 +33,9 @@
 //! its connection at once (before its id can be registered again: the connection proved nothing
 //! about a new registration) and a connection left with no member is closed, a message begun
 //! must complete within the frame timeout, a reply not taken within it closes the connection,
-//! a join with a wrong session closes it (counted, as a refused attach), and so do bytes that
-//! are no data message and a message speaking for a registered client that is not a member. A
+//! a join with a wrong session closes it (counted, as a refused attach), and so do a join among
+//! other commands (`dlock_core::server::route`), bytes that are no data message and a message
+//! speaking for a registered client that is not a member. A
 //! message for a client not registered at all is answered `ClientNotInit` (a member that just
 //! left learns why; nobody else is concerned).
 
@@ -44,10 +45,9 @@ use std::time::Duration;
 
 use dlock_core::Status;
 use dlock_core::proto::{
-    Command, DATA_HEADER_LEN, DATA_MESSAGE_MAX, DecodeError, JOIN_KIND, decode_data_request,
-    peek_data_header,
+    Command, DATA_MESSAGE_MAX, DecodeError, decode_data_request, peek_data_header,
 };
-use dlock_core::server::{Binding, Counter, Dispatched, Route, Server};
+use dlock_core::server::{Binding, Counter, Dispatched, Joining, Route, Server, joining};
 use mio::{Events, Interest, Poll, Token};
 
 use super::exchange::Handover;
@@ -522,7 +522,7 @@ impl<'s> DataConns<'s> {
                 blocked = true;
                 break;
             }
-            let (_, len) = match peek_data_header(&c.rbuf[at..c.rlen]) {
+            let (header, len) = match peek_data_header(&c.rbuf[at..c.rlen]) {
                 Ok(peeked) => peeked,
                 Err(DecodeError::Truncated) => break,
                 Err(_) => return Outcome::Close,
@@ -530,12 +530,16 @@ impl<'s> DataConns<'s> {
             if c.rlen - at < len {
                 break;
             }
-            if c.rbuf[at + DATA_HEADER_LEN] == JOIN_KIND {
-                if self.join(c, i, at, len, server, routes, now) == Outcome::Close {
-                    return Outcome::Close;
+            match joining(&c.rbuf[at..at + len], usize::from(header.count)) {
+                Joining::None => {}
+                Joining::Join => {
+                    if self.join(c, i, at, len, server, routes, now) == Outcome::Close {
+                        return Outcome::Close;
+                    }
+                    at += len;
+                    continue;
                 }
-                at += len;
-                continue;
+                Joining::Mixed => return Outcome::Close,
             }
             if !c.make_reply_room() {
                 return Outcome::Close;
@@ -567,9 +571,9 @@ impl<'s> DataConns<'s> {
         Outcome::Open
     }
 
-    /// The join command at `rbuf[at..at + len]`: binds its client to this connection if the
-    /// session is the registration's, and answers it; a wrong session (counted by
-    /// `authenticate`) or a join among other commands closes the connection.
+    /// The join message at `rbuf[at..at + len]` (one join, alone: `route::joining`): binds its
+    /// client to this connection if the session is the registration's, and answers it; a wrong
+    /// session (counted by `authenticate`) closes the connection.
     #[allow(clippy::too_many_arguments)]
     fn join(
         &mut self,
