@@ -20,9 +20,17 @@
 //! preemption every other client's grant and ticket on that lock is forgotten, so a displaced
 //! reader cannot unlock (and count down) the preemptor's grant and a voided ticket cannot come
 //! back to life. A retry with a ticket the record no longer has is answered `Fail`, the word's
-//! and the reference's answer to a passed ticket, so the client's record starts over. What the server cannot check is the mode a ticket was issued in (it keeps two
-//! bits per client and lock): a client that retries an exclusive ticket as a shared one only
-//! hurts the queue's order on a lock it has a reference to, until the next hand-off window.
+//! and the reference's answer to a passed ticket, so the client's record starts over.
+//!
+//! What the server cannot check is the mode a ticket was issued in: the holds record has two
+//! bits per client and lock, all four values taken (none, exclusive, shared, ticketed), and a
+//! third bit would cost 6.4 MB of region at the default capacities. The client's record sends
+//! every retry and every unlock of a ticket in the ticket's own mode (`LocalLock::unlock`
+//! takes no mode), so the reference's `Eticket` for a mismatch is answered there. A peer that
+//! sends the other mode anyway gains little: an unlock while ticketed abandons the caller's
+//! own ticket and changes nothing in the word, so either mode abandons the same thing, and a
+//! retry of an exclusive ticket as a shared one only hurts the queue's order on a lock it has a
+//! reference to, until the next hand-off window.
 //!
 //! With `FLAG_ALL_OR_NOTHING` a message is a unit: if any command does not end holding what it
 //! asked for, every lock command of the message is undone (words, holds and fences restored

@@ -18,7 +18,10 @@
 //!   reference to C memory is made except byte slices of names (alignment 1).
 //! - Arguments are checked before anything is sent, so a bad out-pointer never leaves a lock
 //!   taken that the caller cannot learn about. Names are 1..=512 bytes, batches 1..=31 entries.
-//! - Functions return `int`: 0, a `dlock_status` code, or -1 where the reference does.
+//! - Functions return `int`: 0, a `dlock_status` code, or -1 exactly where the reference's
+//!   function of the same name does (`client::Refusals` says which answer to an uninitialised
+//!   library or an unknown client). Every deliberate difference from the reference is a row of
+//!   the README's table "Differences from the reference".
 //!
 //! # Threads
 //!
