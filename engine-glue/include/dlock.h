@@ -14,7 +14,8 @@
  * reference" in the README; the declarations below say what each call does here.
  *
  * Return values: 0 (DLOCK_SUCCESS), a dlock_status code, or -1 exactly where the reference's
- * call of the same name returns -1. In particular, before dclient_lib_init and for a client id
+ * call of the same name returns -1, unless a row of the README's table says otherwise (a
+ * refused TLS handshake is DLOCK_NOT_READY, for one). In particular, before dclient_lib_init and for a client id
  * that is unknown (never registered, or deinitialised) the control-plane calls (client_init,
  * client_reinit, client_reinit_done, client_deinit, client_heartbeat, get_lock, release_lock,
  * batch_get_lock, batch_release_lock, update_all_locks) return -1, except where a declaration
