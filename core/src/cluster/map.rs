@@ -17,7 +17,7 @@
 //! coordinator writes a new map version.
 //!
 //! The map is about 80 KiB at the limits; it lives where the caller puts it (a `Box` in the
-//! agent, a static or the region in a server) and is filled in place by [`super::assign`] and
+//! agent, a static or the region in a server) and is filled in place by [`super::assign()`] and
 //! [`Map::decode`](super::Map::decode).
 
 use super::{ADDRESS_LEN_MAX, PARTITIONS_MAX, Partitions, SERVERS_MAX, ServerId};

@@ -8,17 +8,17 @@
 //! a `{tag}` in a name makes only the tag count, so a table and its row groups share one
 //! partition. The [`Map`] says which server owns each partition at which epoch; it is written
 //! only by the cluster's elected coordinator (the etcd agent, package `dlock-cluster`) with
-//! [`assign`], published in etcd, and fetched by clients from any server in its
+//! [`assign()`], published in etcd, and fetched by clients from any server in its
 //! [wire encoding](Map::encode). Every server checks each request's (partition, epoch) against
-//! its map with [`check`] and never serves a partition it does not own at that epoch.
+//! its map with [`check()`] and never serves a partition it does not own at that epoch.
 //!
 //! | module     | owns                                                                   |
 //! |------------|------------------------------------------------------------------------|
 //! | [`hash`]   | the name hash, `{tag}` extraction, `partition_of`                      |
 //! | [`map`]    | the map: partition → (server, epoch, handover), the server table       |
 //! | `wire`     | the map's versioned byte encoding ([`Map::encode`], [`Map::decode`])    |
-//! | [`check`]  | what a server does with a request's (partition, epoch)                 |
-//! | [`assign`] | the coordinator's rebalancing: even, minimal moves, epochs raised      |
+//! | [`mod@check`]  | what a server does with a request's (partition, epoch)                 |
+//! | [`mod@assign`] | the coordinator's rebalancing: even, minimal moves, epochs raised      |
 //! | [`token`]  | the cluster fencing-token layout (`epoch:32 \| counter:32`)             |
 //! | [`timing`] | self-fencing, the new owner's wait and the grace period, with the proof |
 //! | [`counter`]| high-water marks of `umo_atomic64` counters kept ahead of handed-out values |
@@ -54,7 +54,7 @@ use core::num::NonZeroU32;
 pub const PARTITIONS_MAX: u16 = 4_096;
 /// Partitions of a cluster created without saying how many.
 pub const PARTITIONS_DEFAULT: u16 = 256;
-/// Most servers a cluster's map can name (members beyond it are refused by [`assign`]).
+/// Most servers a cluster's map can name (members beyond it are refused by [`assign()`]).
 /// 256 servers × 51,200 locks is 13 million locks, and at the default `P` every server still
 /// owns at least one partition.
 pub const SERVERS_MAX: usize = 256;
