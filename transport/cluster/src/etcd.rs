@@ -308,7 +308,7 @@ pub(crate) async fn marks(
     client: &Client,
     cfg: &AgentConfig,
     partition: u16,
-) -> Result<Vec<(Vec<u8>, u64)>, AgentError> {
+) -> Result<crate::handle::Marks, AgentError> {
     let keys = Keys::new(&cfg.cluster);
     let prefix = keys.marks(partition);
     let mut kv = client.kv_client();

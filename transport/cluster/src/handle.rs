@@ -141,6 +141,9 @@ impl std::fmt::Display for AgentStatus {
     }
 }
 
+/// A partition's high-water marks: (counter name, mark).
+pub type Marks = Vec<(Vec<u8>, u64)>;
+
 /// A request the handle sends the agent's thread.
 #[derive(Debug)]
 pub(crate) enum Command {
@@ -153,7 +156,7 @@ pub(crate) enum Command {
     },
     Marks {
         partition: u16,
-        reply: std::sync::mpsc::SyncSender<Result<Vec<(Vec<u8>, u64)>, AgentError>>,
+        reply: std::sync::mpsc::SyncSender<Result<Marks, AgentError>>,
     },
     Republish,
     Stop {
@@ -314,7 +317,7 @@ impl AgentHandle {
 
     /// Reads every high-water mark of `partition` (a new owner does, after it learned of the
     /// partition from the map, and starts each counter at its mark).
-    pub fn marks(&self, partition: u16) -> Pending<Vec<(Vec<u8>, u64)>> {
+    pub fn marks(&self, partition: u16) -> Pending<Marks> {
         let (reply, rx) = std::sync::mpsc::sync_channel(1);
         let _ = self.commands.send(Command::Marks { partition, reply });
         Pending(rx)

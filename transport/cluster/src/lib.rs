@@ -73,7 +73,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 pub use config::{AgentConfig, EtcdTls};
-pub use handle::{AgentError, AgentHandle, AgentStatus, Pending, Standing};
+pub use handle::{AgentError, AgentHandle, AgentStatus, Marks, Pending, Standing};
 
 /// Why an agent did not start.
 #[derive(Debug, Clone, PartialEq, Eq)]

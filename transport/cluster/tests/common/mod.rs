@@ -36,11 +36,19 @@ impl Etcd {
         let mut e = Etcd {
             child: None,
             dir,
-            client_port: free_port(),
-            peer_port: free_port(),
+            client_port: 0,
+            peer_port: 0,
         };
-        e.resume();
-        e
+        // A port found free may be taken by another test's etcd before ours binds it: then
+        // etcd exits, and we try other ports.
+        for _ in 0..5 {
+            (e.client_port, e.peer_port) = (free_port(), free_port());
+            if e.try_resume() {
+                return e;
+            }
+            let _ = std::fs::remove_dir_all(&e.dir);
+        }
+        panic!("etcd did not come up on five pairs of ports");
     }
 
     /// The client endpoint.
@@ -58,6 +66,11 @@ impl Etcd {
 
     /// Starts etcd again on the same ports and data, and waits until it accepts connections.
     pub fn resume(&mut self) {
+        assert!(self.try_resume(), "etcd did not come back on its ports");
+    }
+
+    /// Starts etcd and waits until it accepts connections; false if it exits first.
+    fn try_resume(&mut self) -> bool {
         let client = format!("http://127.0.0.1:{}", self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let child = Command::new(ETCD)
@@ -87,9 +100,17 @@ impl Etcd {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while TcpStream::connect(("127.0.0.1", self.client_port)).is_err() {
-            assert!(Instant::now() < deadline, "etcd did not come up");
+            let exited = self
+                .child
+                .as_mut()
+                .is_some_and(|c| !matches!(c.try_wait(), Ok(None)));
+            if exited || Instant::now() >= deadline {
+                self.stop();
+                return false;
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
+        true
     }
 
     /// `etcdctl` against this etcd; its standard output.
