@@ -84,6 +84,37 @@ enum Step {
 
 /// Reads members and map, assigns, and writes the map if it changed.
 async fn step(client: &Client, cfg: &AgentConfig, leader: &LeaderKey) -> EtcdResult<Step> {
+    let snap = read(client, cfg).await?;
+    let Some(next) = next_map(&snap, cfg)? else {
+        return Ok(Step::Unchanged {
+            members_rev: snap.members_rev,
+        });
+    };
+    Ok(
+        match write(client, cfg, leader, &next, snap.map_rev).await? {
+            Write::Written => Step::Written {
+                members_rev: snap.members_rev,
+            },
+            Write::LostRace => Step::LostRace,
+            Write::NotLeader => Step::NotLeader,
+        },
+    )
+}
+
+/// What the coordinator reads before it assigns.
+pub(crate) struct Snapshot {
+    /// The stored map (a new one if none is stored).
+    pub(crate) current: Arc<Map>,
+    /// Its mod revision (0: none stored).
+    pub(crate) map_rev: i64,
+    /// The store's revision when the members were read.
+    pub(crate) members_rev: i64,
+    /// Every member: id, incarnation (lease), record.
+    pub(crate) members: Vec<(ServerId, u64, MemberRecord)>,
+}
+
+/// Reads the members and the map.
+pub(crate) async fn read(client: &Client, cfg: &AgentConfig) -> EtcdResult<Snapshot> {
     let keys = Keys::new(&cfg.cluster);
     let mut kv = client.kv_client();
     let members = timed(
@@ -101,7 +132,7 @@ async fn step(client: &Client, cfg: &AgentConfig, leader: &LeaderKey) -> EtcdRes
         None => (Arc::new(Map::new(cfg.partitions)), 0),
     };
     let prefix = keys.servers();
-    let mut records: Vec<(ServerId, u64, MemberRecord)> = Vec::new();
+    let mut list = Vec::new();
     for item in members.kvs() {
         let (Some(id), Some(rec)) = (
             keys::member_id(item.key(), &prefix),
@@ -114,9 +145,20 @@ async fn step(client: &Client, cfg: &AgentConfig, leader: &LeaderKey) -> EtcdRes
         if item.lease() == 0 {
             continue;
         }
-        records.push((id, item.lease() as u64, rec));
+        list.push((id, item.lease() as u64, rec));
     }
-    let list: Vec<Member<'_>> = records
+    Ok(Snapshot {
+        current,
+        map_rev,
+        members_rev,
+        members: list,
+    })
+}
+
+/// The map `assign` makes of a snapshot; `None` if nothing changes.
+pub(crate) fn next_map(snap: &Snapshot, cfg: &AgentConfig) -> EtcdResult<Option<Box<Map>>> {
+    let list: Vec<Member<'_>> = snap
+        .members
         .iter()
         .map(|(id, incarnation, rec)| Member {
             id: *id,
@@ -127,7 +169,9 @@ async fn step(client: &Client, cfg: &AgentConfig, leader: &LeaderKey) -> EtcdRes
         .collect();
     // A renewal stands only while the map still has the partition at the epoch it was asked
     // for; older requests are done.
-    let renewals: Vec<(ServerId, u16)> = records
+    let current = &snap.current;
+    let renewals: Vec<(ServerId, u16)> = snap
+        .members
         .iter()
         .flat_map(|(id, _, rec)| rec.renewals.iter().map(move |&(p, e)| (*id, p, e)))
         .filter(|&(id, p, e)| {
@@ -138,13 +182,42 @@ async fn step(client: &Client, cfg: &AgentConfig, leader: &LeaderKey) -> EtcdRes
         .map(|(id, p, _)| (id, p))
         .collect();
     let mut next = Box::new(Map::new(cfg.partitions));
-    let change = assign(&current, &list, &renewals, &mut next).map_err(|e| {
+    let change = assign(current, &list, &renewals, &mut next).map_err(|e| {
         tracing::error!(error = %e, "cannot compute a map");
         e.to_string()
     })?;
-    if !change.changed {
-        return Ok(Step::Unchanged { members_rev });
+    if change.changed {
+        tracing::info!(
+            version = next.version(),
+            moved = change.moved,
+            renewed = change.renewed,
+            orphaned = change.orphaned,
+            members = list.len(),
+            "computed a new map"
+        );
     }
+    Ok(change.changed.then_some(next))
+}
+
+/// How a map write ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Write {
+    Written,
+    /// The map changed since it was read: read again.
+    LostRace,
+    /// `leader` no longer leads.
+    NotLeader,
+}
+
+/// Writes `next` if the stored map is still at `map_rev` and `leader` still leads.
+pub(crate) async fn write(
+    client: &Client,
+    cfg: &AgentConfig,
+    leader: &LeaderKey,
+    next: &Map,
+    map_rev: i64,
+) -> EtcdResult<Write> {
+    let keys = Keys::new(&cfg.cluster);
     let mut bytes = vec![0u8; next.encoded_len()];
     next.encode(&mut bytes)
         .map_err(|e| format!("encoding the map: {e}"))?;
@@ -155,17 +228,10 @@ async fn step(client: &Client, cfg: &AgentConfig, leader: &LeaderKey) -> EtcdRes
         ])
         .and_then([TxnOp::put(keys.map(), bytes, None)])
         .or_else([TxnOp::get(leader.key().to_vec(), None)]);
-    let resp = timed(cfg.request_timeout, kv.txn(txn)).await?;
+    let resp = timed(cfg.request_timeout, client.kv_client().txn(txn)).await?;
     if resp.succeeded() {
-        tracing::info!(
-            version = next.version(),
-            moved = change.moved,
-            renewed = change.renewed,
-            orphaned = change.orphaned,
-            members = list.len(),
-            "wrote the map"
-        );
-        return Ok(Step::Written { members_rev });
+        tracing::info!(version = next.version(), "wrote the map");
+        return Ok(Write::Written);
     }
     let still_leader = resp.op_responses().into_iter().any(|op| match op {
         etcd_client::TxnOpResponse::Get(g) => g
@@ -175,9 +241,9 @@ async fn step(client: &Client, cfg: &AgentConfig, leader: &LeaderKey) -> EtcdRes
         _ => false,
     });
     Ok(if still_leader {
-        Step::LostRace
+        Write::LostRace
     } else {
-        Step::NotLeader
+        Write::NotLeader
     })
 }
 
@@ -200,3 +266,7 @@ async fn wait_for_change(client: &Client, cfg: &AgentConfig, from: i64) -> EtcdR
         }
     }
 }
+
+#[cfg(test)]
+#[path = "coordinator_tests.rs"]
+mod tests;

@@ -62,6 +62,10 @@
 //! so, and the agent registers again under a new lease — a new incarnation, whose partitions the
 //! coordinator moves at raised epochs.
 
+// The shared test helper (`tests/common`) names this crate as its users do.
+#[cfg(test)]
+extern crate self as dlock_cluster;
+
 mod config;
 mod coordinator;
 mod etcd;
