@@ -16,6 +16,7 @@
 //! | [`proto`]  | control and data frames, encoded into and decoded from caller buffers  |
 //! | [`server`] | the state machine: `handle_control` and `handle_data`                  |
 //! | [`client`] | the client's record of one lock and its (state × operation) decisions  |
+//! | [`cluster`] | partitions, the map, epochs, rebalancing and the timing rules of a cluster |
 //!
 //! # A first look
 //!
@@ -59,6 +60,7 @@
 #![cfg_attr(not(any(test, dlock_loom)), no_std)]
 
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod ids;
 pub mod proto;
