@@ -29,8 +29,6 @@
 
 pub mod batch;
 pub mod client;
-/// What the reference-compatible C++ headers (`include/ub/umdk/ulock/dlock/`) call where the
-/// reference's API cannot bind to `dlock.h`'s functions as they are.
 pub mod compat;
 pub mod locks;
 pub mod object;

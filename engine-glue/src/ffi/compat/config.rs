@@ -31,7 +31,7 @@ use crate::ffi::types::{self as native, SERVER_PRIMARY, dlock_prkey_pwd_cb_t};
 use crate::ffi::{client, guard, read, server};
 
 /// dlock's `ssl_cfg` for the reference's: the paths and the verify hook as given (dlock refuses
-/// a verify hook), the password callback through `password` (a [`key`] adapter), no erase
+/// a verify hook), the password callback through `password` (a `key` adapter), no erase
 /// callback (the adapter calls the reference's). Everything is ignored without `ssl_enable`.
 pub(super) fn native_ssl(ssl: &ssl_cfg, password: dlock_prkey_pwd_cb_t) -> native::ssl_cfg {
     if ssl.ssl_enable == 0 {

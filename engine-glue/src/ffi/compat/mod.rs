@@ -14,7 +14,7 @@
 //! |----------------------------------------------------------|--------------------------------|------|
 //! | `server_start(const server_cfg &, int &)`                | C++ references; the reference's `server_cfg` | [`config`] |
 //! | `dclient_lib_init(const client_cfg *)`                   | the reference's `client_cfg`   | [`config`] |
-//! | `ssl_cfg` inside both                                    | its password callbacks' shapes | [`key`] |
+//! | `ssl_cfg` inside both                                    | its password callbacks' shapes | `key` |
 //! | `trylock`, `lock`, `unlock`, `lock_extend`, `lock_result_check` | `void *result` is the reference's 8/16-byte state | [`ops`] |
 //! | `batch_trylock`, `batch_unlock`, `batch_lock_extend`     | `void *results` is the reference's 20-byte `lock_op_res` | [`ops`] |
 //! | `get_server_debug_stats`, `get_client_debug_stats`       | 45 counters in the reference's order | [`stats`] |
