@@ -4,7 +4,7 @@
  *
  * The programs in this folder are written the way the reference's examples are (getopt
  * options, pthreads, printf and return codes) against the drop-in headers only; they are
- * compiled and run by engine-glue/tests/reference_headers.rs. Each failed check prints its
+ * compiled and run by engine-glue/tests/reference_programs.rs. Each failed check prints its
  * line and what it saw and counts towards the exit status; a run without failures prints
  * "checks passed".
  */

@@ -26,8 +26,9 @@
 //!
 //! The symbols are `dlock_compat_*`. They are declared in the C++ headers, not in `dlock.h`:
 //! `tests/reference_headers.rs` compares each with its declaration there and every struct
-//! layout with what the C++ compiler computes, and runs programs written in the reference's
-//! style against a server. (`tests/c_abi.rs` reads only the files directly in `src/ffi/`.)
+//! layout with what the C++ compiler computes; `tests/reference_programs.rs` runs programs
+//! written in the reference's style against a server. (`tests/c_abi.rs` reads only the files
+//! directly in `src/ffi/`.)
 
 pub mod config;
 mod key;
