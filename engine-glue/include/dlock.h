@@ -28,6 +28,12 @@
 #ifndef DLOCK_H
 #define DLOCK_H
 
+/* The reference-compatible C++ headers (include/ub/umdk/ulock/dlock/) declare these functions
+   with the reference's layouts in namespace dlock: a translation unit includes one or the other. */
+#ifdef DLOCK_REFERENCE_HEADERS
+#error "dlock.h and the reference-compatible headers (dlock_types.h, ...) cannot be used together"
+#endif
+
 #include <stdbool.h>
 #include <stdint.h>
 

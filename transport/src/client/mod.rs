@@ -1113,6 +1113,12 @@ impl<C: Connection> Client<C> {
         self.locks.iter().map(|e| (&e.local.id, &e.local))
     }
 
+    /// This client's record of lock `id`, if it holds a reference to it: one indexed lookup,
+    /// where [`Client::locks`] scans them all.
+    pub fn local_lock(&self, id: LockId) -> Option<&LocalLock> {
+        self.locks.get(id).map(|e| &e.local)
+    }
+
     /// Creates the object `name` with `init` and a lease in seconds (`umo_atomic64_create`).
     pub fn atomic64_create(
         &mut self,
