@@ -32,7 +32,7 @@ use dlock_core::word::rw::RwWord;
 use dlock_core::{LockId, LockKind, Status};
 
 use super::types::{atomic_state, fairlock_state, lock_op_res, rw_state};
-use crate::ffi::client::with_client;
+use crate::ffi::client::{Refusals, with_client};
 use crate::ffi::locks::lock_id;
 use crate::ffi::ops::reports_word;
 use crate::ffi::types::{self as native, MAX_LOCK_BATCH_SIZE, lock_request, lock_state};
@@ -133,7 +133,7 @@ fn wrote_word(rc: c_int) -> bool {
 /// when the client is unknown: then dlock's call fails alike and writes nothing).
 fn kinds<const N: usize>(client_id: c_int, ids: [Option<LockId>; N]) -> [Option<LockKind>; N] {
     let mut out = [None; N];
-    with_client(client_id, Status::ClientNotInit, |slot| {
+    with_client(client_id, Refusals::DATA, |slot| {
         for (kind, id) in out.iter_mut().zip(ids) {
             *kind = id.and_then(|id| slot.client.local_lock(id)).map(|l| l.kind);
         }
@@ -282,7 +282,7 @@ pub unsafe extern "C" fn dlock_compat_lock_result_check(
 ) -> c_int {
     guard(|| {
         let mut pending = None;
-        with_client(client_id, Status::ClientNotInit, |slot| {
+        with_client(client_id, Refusals::DATA, |slot| {
             pending = slot.async_lock.map(|id| id.raw() as c_int);
             Status::Success.code()
         });
