@@ -20,6 +20,7 @@ mod dispatch;
 mod frames;
 mod locks;
 mod objects;
+mod peers;
 mod recovery;
 pub mod route;
 pub mod stats;
@@ -272,6 +273,8 @@ fn client_tag(id: ClientId) -> u32 {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_peers;
 #[cfg(test)]
 mod tests_recovery;
 #[cfg(test)]

@@ -41,7 +41,7 @@
 //!   registration) always gets through.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -56,9 +56,11 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use super::exchange::{Handover, Job, JobKind, registered};
 use super::fds::{FdReserve, out_of_fds};
 use super::handshakes::{ACCEPTS_PER_TURN, AcceptsPending, HandshakeQueue};
+use super::peer::Peers;
 use super::stream::Stream;
 use super::{ServerConfig, Shared};
 use crate::tls::{HandshakeRefusal, ServerTls};
+use dlock_core::Peer;
 use dlock_core::server::Counter;
 use std::sync::Arc;
 
@@ -68,6 +70,7 @@ fn tls_counter(why: HandshakeRefusal) -> Counter {
         HandshakeRefusal::NoClientCert => Counter::TlsNoClientCert,
         HandshakeRefusal::UnknownCa => Counter::TlsUnknownCa,
         HandshakeRefusal::Expired => Counter::TlsExpired,
+        HandshakeRefusal::NotYetValid => Counter::TlsNotYetValid,
         HandshakeRefusal::Revoked => Counter::TlsRevoked,
         HandshakeRefusal::BadCertificate => Counter::TlsBadCertificate,
         HandshakeRefusal::ProtocolVersion => Counter::TlsProtocolVersion,
@@ -219,6 +222,11 @@ struct Conn {
     writable_interest: bool,
     /// A step of its TLS handshake waits in `Control::handshakes`.
     handshake_queued: bool,
+    /// Who the peer is (`runtime/peer.rs`); `None` under TLS until the first frame, when the
+    /// client certificate is known.
+    peer: Option<Peer>,
+    /// The TCP peer's address.
+    ip: Option<IpAddr>,
 }
 
 impl Conn {
@@ -254,6 +262,8 @@ struct Control<'s> {
     handshakes: HandshakeQueue,
     /// Listeners that may have connections waiting to be accepted.
     accepts: AcceptsPending,
+    /// Peers' tags for the per-peer cap, under this server's key.
+    peers: Peers,
 }
 
 /// Spare job buffers kept at most (a few per size class covers every in-flight request of a
@@ -298,6 +308,7 @@ fn run_loop(shared: &Shared, cfg: &ServerConfig, l: &mut Listeners) -> io::Resul
         spare: Vec::new(),
         handshakes: HandshakeQueue::default(),
         accepts: AcceptsPending::default(),
+        peers: Peers::default(),
     };
     let mut events = Events::with_capacity(EVENTS_PER_POLL);
     let stop = &shared.stop;
@@ -324,7 +335,12 @@ const EXTRA_POLLS_MAX: usize = 32;
 impl Control<'_> {
     /// One turn of the loop: every event (see `handshakes.rs` for what is rationed and why),
     /// then this turn's accepts and handshake steps, then replies and timeouts.
-    fn turn(&mut self, l: &mut Listeners, events: &mut Events, timeout: Duration) -> io::Result<()> {
+    fn turn(
+        &mut self,
+        l: &mut Listeners,
+        events: &mut Events,
+        timeout: Duration,
+    ) -> io::Result<()> {
         let mut timeout = Some(timeout);
         for _ in 0..=EXTRA_POLLS_MAX {
             match self.poll.poll(events, timeout) {
@@ -465,7 +481,7 @@ impl Control<'_> {
                             }
                         },
                     };
-                    self.admit(stream);
+                    self.admit(stream, Some(peer.ip()));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 Err(e) if out_of_fds(&e) => {
@@ -490,7 +506,7 @@ impl Control<'_> {
     fn accept_unix(&mut self, l: &mut Listeners) -> bool {
         for _ in 0..ACCEPTS_PER_TURN {
             match l.unix.accept() {
-                Ok((s, _)) => self.admit(Stream::Unix(s)),
+                Ok((s, _)) => self.admit(Stream::Unix(s), None),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 Err(e) if out_of_fds(&e) => {
                     if !l
@@ -512,7 +528,12 @@ impl Control<'_> {
 
     /// Takes a new connection in, making room by closing the oldest unregistered one when at
     /// the cap (as the reference closes an "empty" socket), or refusing it when none is.
-    fn admit(&mut self, mut stream: Stream) {
+    fn admit(&mut self, mut stream: Stream, ip: Option<IpAddr>) {
+        let stream_kind = match &stream {
+            Stream::Tcp(_) => StreamKind::Tcp,
+            Stream::Tls(..) => StreamKind::Tls,
+            Stream::Unix(_) => StreamKind::Unix,
+        };
         if self.open() >= self.cfg.connections_max {
             let oldest = self
                 .conns
@@ -564,6 +585,12 @@ impl Control<'_> {
             gone: None,
             writable_interest: false,
             handshake_queued: false,
+            peer: match (&stream_kind, ip) {
+                (StreamKind::Tcp, Some(ip)) => Some(self.peers.of_address(ip)),
+                (StreamKind::Tls, _) => None,
+                _ => Some(Peer::EXEMPT),
+            },
+            ip,
         });
     }
 
@@ -583,6 +610,7 @@ impl Control<'_> {
                 kind: JobKind::Disconnected { client },
                 len: 0,
                 buf: Vec::new(),
+                peer: Peer::EXEMPT,
             });
         }
     }
@@ -656,6 +684,7 @@ impl Control<'_> {
             Ok(Some(next)) => next,
             Ok(None) => return,
             Err(()) => {
+                tell_tls_client(c);
                 self.close(i);
                 return;
             }
@@ -680,11 +709,15 @@ impl Control<'_> {
         c.frame_started = (c.rlen > 0).then(Instant::now);
         c.in_flight = true;
         self.in_flight += 1;
+        let peer = *c
+            .peer
+            .get_or_insert_with(|| identify(&c.stream, c.ip, &self.peers));
         if !self.submit(Job {
             conn,
             kind,
             len,
             buf,
+            peer,
         }) {
             self.close(i);
         }
@@ -714,6 +747,7 @@ impl Control<'_> {
                         kind: JobKind::Disconnected { client },
                         len: 0,
                         buf: Vec::new(),
+                        peer: Peer::EXEMPT,
                     });
                 }
                 continue;
@@ -927,6 +961,44 @@ impl Control<'_> {
                 self.shared.counters.bump(Counter::ConnectionsTimedOut);
             }
         }
+    }
+}
+
+/// What a plaintext server answers a TLS client with before it closes the connection: words,
+/// whose first byte no TLS record starts with, so a dlock client reports "server speaks
+/// plaintext, client TLS" (`tls::TlsFailure::ServerSpeaksPlaintext`) rather than a reset, and a
+/// person trying `openssl s_client` reads why.
+const PLAINTEXT_ONLY: &[u8] = b"dlock: this server speaks plaintext TCP, not TLS\n";
+
+/// Before connection `c`, whose first bytes are no dlock frame, is closed: if it is a TLS
+/// ClientHello on a plaintext listener, tells the client (best effort).
+fn tell_tls_client(c: &mut Conn) {
+    let hello = c.role == Role::Unknown && c.rlen > 0 && c.rbuf[0] == 0x16;
+    if let (true, Stream::Tcp(s)) = (hello, &mut c.stream) {
+        use std::io::Write;
+        let _ = s.write_all(PLAINTEXT_ONLY);
+    }
+}
+
+/// How a connection's kind decides its peer (`Conn::peer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StreamKind {
+    Tcp,
+    Tls,
+    Unix,
+}
+
+/// The peer of a TLS connection, whose handshake is complete (a frame was read): its client
+/// certificate's key. Without one (which the server's verifier does not let through), its address.
+fn identify(stream: &Stream, ip: Option<IpAddr>, peers: &Peers) -> Peer {
+    let key = match stream {
+        Stream::Tls(_, tls) => tls.peer_key_info(),
+        Stream::Tcp(_) | Stream::Unix(_) => None,
+    };
+    match (key, ip) {
+        (Some(spki), _) => peers.of_key(spki.as_ref()),
+        (None, Some(ip)) => peers.of_address(ip),
+        (None, None) => Peer::EXEMPT,
     }
 }
 

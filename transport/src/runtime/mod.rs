@@ -30,6 +30,7 @@ mod exchange;
 mod fds;
 mod handshakes;
 mod idle;
+mod peer;
 #[cfg(feature = "rdma")]
 mod rdma;
 mod stream;
@@ -199,7 +200,9 @@ pub(crate) struct TransportCounters([std::sync::atomic::AtomicU64; Counter::COUN
 
 impl Default for TransportCounters {
     fn default() -> Self {
-        Self(std::array::from_fn(|_| std::sync::atomic::AtomicU64::new(0)))
+        Self(std::array::from_fn(|_| {
+            std::sync::atomic::AtomicU64::new(0)
+        }))
     }
 }
 
