@@ -495,7 +495,7 @@ fn stat(addr: SocketAddr, tls: &ClientTlsArgs) -> Result<(), String> {
 /// plaintext"), else the status.
 fn reason(e: &dlock_transport::client::Error) -> String {
     match e.io_error() {
-        Some(io) => format!("{io} ({})", e.status()),
+        Some(io) => format!("{io} [{}]", e.status()),
         None => e.status().to_string(),
     }
 }
