@@ -54,6 +54,11 @@ pub struct Config {
     /// passes the new server grants them to others (fencing tokens still rise, so storage that
     /// checks them refuses the stale holder).
     pub recovery_deadline_ms: u32,
+    /// Registrations one remote peer may hold at once (`server::peers`): past it, its next
+    /// `client_init` gets `ServerNoResource` (unless it has an abnormal client of its own to
+    /// evict), so one peer cannot fill the table and lock everyone else out. 0 means half of
+    /// `clients_max`, rounded up ([`Config::clients_per_peer`]). Local clients are not counted.
+    pub clients_per_peer_max: u32,
 }
 
 impl Config {
@@ -68,6 +73,7 @@ impl Config {
         recovery_clients: 0,
         epoch: 1,
         recovery_deadline_ms: 10_000,
+        clients_per_peer_max: 0,
     };
 
     /// Shortest lease accepted: a client must be able to heartbeat within it.
@@ -110,6 +116,23 @@ impl Config {
         None
     }
 
+    /// The most registrations one remote peer may hold: `clients_per_peer_max`, or half the
+    /// client table when that is 0.
+    ///
+    /// Why half by default: it leaves room for at least one other peer whatever the first one
+    /// does, and it serves an engine node whose every worker thread registers a client of its
+    /// own (the C ABI gives each worker one) up to 500 workers at the reference's 1,000 clients,
+    /// with no setting to change. A deployment that puts more of the table behind one address
+    /// or certificate (many engine processes behind one NAT address, or sharing one
+    /// certificate) raises it; `clients_max` or more turns the cap off.
+    #[inline]
+    pub const fn clients_per_peer(&self) -> u32 {
+        match self.clients_per_peer_max {
+            0 => self.clients_max.div_ceil(2),
+            n => n,
+        }
+    }
+
     /// The lease granted to a client that asks for `asked_ms`: the default for 0, else the
     /// request within `[CLIENT_LEASE_MIN_MS, client_lease_max_ms]`. The server owns leases: a
     /// client may ask for less than the maximum, never more.
@@ -148,6 +171,31 @@ mod tests {
             (51_200, 1_000, 102_400)
         );
         assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn the_per_peer_cap_defaults_to_half_the_client_table() {
+        let d = Config::default();
+        assert_eq!(d.clients_per_peer(), 500);
+        let small = Config {
+            clients_max: 5,
+            ..d
+        };
+        assert_eq!(small.clients_per_peer(), 3, "rounded up");
+        let one = Config {
+            clients_max: 1,
+            ..d
+        };
+        assert_eq!(
+            one.clients_per_peer(),
+            1,
+            "never 0: a peer can always register"
+        );
+        let set = Config {
+            clients_per_peer_max: 7,
+            ..d
+        };
+        assert_eq!(set.clients_per_peer(), 7);
     }
 
     #[test]

@@ -113,6 +113,45 @@ impl ClientId {
     }
 }
 
+/// Who a registration came from, for the per-peer cap on registrations
+/// ([`Config::clients_per_peer`](crate::Config::clients_per_peer)): a 32-bit tag the transport
+/// derives from the peer's identity (a keyed hash of its certificate's key or its address), or
+/// [`Peer::EXEMPT`] for a client the cap does not apply to (a local one). Two peers whose tags
+/// collide share one cap; the key keeps anyone from aiming for that.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct Peer(u32);
+
+impl Peer {
+    /// Not subject to the cap (shared-memory and embedded clients).
+    pub const EXEMPT: Peer = Peer(0);
+
+    /// The peer of tag `tag`; a hash that came out 0 (the exempt tag) becomes 1, so that no
+    /// remote peer is ever exempt.
+    #[inline]
+    pub const fn remote(tag: u32) -> Peer {
+        if tag == 0 { Peer(1) } else { Peer(tag) }
+    }
+
+    /// The peer a client entry stores as `tag` (0: exempt).
+    #[inline]
+    pub const fn from_tag(tag: u32) -> Peer {
+        Peer(tag)
+    }
+
+    /// The tag stored in the client's entry.
+    #[inline]
+    pub const fn tag(self) -> u32 {
+        self.0
+    }
+
+    /// Whether the cap does not apply.
+    #[inline]
+    pub const fn is_exempt(self) -> bool {
+        self.0 == 0
+    }
+}
+
 /// A registration's secret: 128 bits the server draws from its entropy source (the operating
 /// system's CSPRNG in the runtime) when a client registers. Whoever shows it may bind another
 /// channel (a TCP data connection, an RDMA queue pair) to the client or resume the registration;

@@ -143,7 +143,10 @@ typedef enum debug_stats_code {
     DEBUG_STATS_RECOVERY_DONE = 37,
     DEBUG_STATS_RECOVERY_LOCKS_RESTORED = 38,
     DEBUG_STATS_RECOVERY_CLIENTS_GIVEN_UP = 39,
-    DEBUG_STATS_MAX = 40
+    DEBUG_STATS_CLIENTS_REFUSED_PEER_CAP = 40, /* registrations past clients_per_peer_max */
+    DEBUG_STATS_TLS_NOT_YET_VALID = 41,        /* client certificate not valid yet */
+    DEBUG_STATS_TLS_HANDSHAKES_DEFERRED = 42,  /* handshake steps put off to a later turn */
+    DEBUG_STATS_MAX = 43
 } debug_stats_code_t;
 
 /* ---------------------------------------------------------------------------------------- */

@@ -22,6 +22,8 @@ fn tcp_server(clients_max: u32, lease_ms: u32) -> ServerHandle {
         clients_max,
         objects_max: 16,
         client_lease_ms: lease_ms,
+        // Every client comes from 127.0.0.1: one peer, which may use the whole table.
+        clients_per_peer_max: clients_max,
         ..Config::default()
     };
     let mut cfg = ServerConfig::new(core);

@@ -82,6 +82,8 @@ fn child_serves_a_tcp_server_under_a_pinned_fd_limit() {
         locks_max: 256,
         clients_max: 1000,
         objects_max: 16,
+        // The parent registers every client from 127.0.0.1: one peer, which may fill the table.
+        clients_per_peer_max: 1000,
         ..Config::default()
     };
     let mut cfg = ServerConfig::new(core);

@@ -12,7 +12,7 @@
 //! (the reference's eviction rule).
 
 use super::{Counter, Server, client_tag, past};
-use crate::ids::{ClientId, LockId, LockKind, Mode, Session, Ticket};
+use crate::ids::{ClientId, LockId, LockKind, Mode, Peer, Session, Ticket};
 use crate::status::Status;
 use crate::table::{ClientEntry, ClientState, Hold};
 use crate::word::{atomic, fair, rw};
@@ -30,12 +30,24 @@ impl<'r> Server<'r> {
         lease_ms: u32,
         now_ms: u64,
     ) -> Result<ClientId, Status> {
+        self.client_init_from(Peer::EXEMPT, version, lease_ms, now_ms)
+    }
+
+    /// [`Server::client_init`] for a client that came from `peer`, within its per-peer cap
+    /// (`peers.rs`).
+    pub fn client_init_from(
+        &mut self,
+        peer: Peer,
+        version: u8,
+        lease_ms: u32,
+        now_ms: u64,
+    ) -> Result<ClientId, Status> {
         self.stats.bump(Counter::ControlRequests);
         if self.recovering > 0 {
             return Err(self.refuse(Status::NotReady));
         }
         let id = self.fresh_client_id().ok_or(Status::ServerNoResource)?;
-        self.register(id, ClientState::Active, version, lease_ms, now_ms)?;
+        self.register(id, peer, ClientState::Active, version, lease_ms, now_ms)?;
         Ok(id)
     }
 
@@ -51,6 +63,21 @@ impl<'r> Server<'r> {
     /// id and its locks, so a server that may replace another should share its key.
     pub fn client_reinit(
         &mut self,
+        raw: u32,
+        version: u8,
+        lease_ms: u32,
+        session: &Session,
+        now_ms: u64,
+    ) -> Result<ClientId, Status> {
+        self.client_reinit_from(Peer::EXEMPT, raw, version, lease_ms, session, now_ms)
+    }
+
+    /// [`Server::client_reinit`] for a client that came from `peer`: an entry it creates on a
+    /// recovering server counts toward that peer's cap (`peers.rs`); a resumed registration
+    /// keeps the peer it was counted under.
+    pub fn client_reinit_from(
+        &mut self,
+        peer: Peer,
         raw: u32,
         version: u8,
         lease_ms: u32,
@@ -83,7 +110,7 @@ impl<'r> Server<'r> {
             self.stats.bump(Counter::SessionsRefused);
             return Err(self.refuse(Status::Einval));
         }
-        self.register(id, ClientState::Recovering, version, lease_ms, now_ms)?;
+        self.register(id, peer, ClientState::Recovering, version, lease_ms, now_ms)?;
         self.progress.reregistered += 1;
         self.stats.bump(Counter::RecoveryReregistered);
         Ok(id)
@@ -223,16 +250,20 @@ impl<'r> Server<'r> {
     fn register(
         &mut self,
         id: ClientId,
+        peer: Peer,
         state: ClientState,
         version: u8,
         lease_ms: u32,
         now_ms: u64,
     ) -> Result<u32, Status> {
-        let slot = match self.t.client_free.pop() {
+        let slot = match self.peer_room(peer, now_ms)? {
             Some(s) => s,
-            None => self
-                .evict_abnormal(now_ms)
-                .ok_or_else(|| self.refuse(Status::ServerNoResource))?,
+            None => match self.t.client_free.pop() {
+                Some(s) => s,
+                None => self
+                    .evict_abnormal(now_ms)
+                    .ok_or_else(|| self.refuse(Status::ServerNoResource))?,
+            },
         };
         if lease_ms > self.cfg.client_lease_max_ms {
             self.stats.bump(Counter::LeasesCapped);
@@ -246,6 +277,7 @@ impl<'r> Server<'r> {
             lease_ms,
             last_seen_ms: now_ms,
             session,
+            peer: peer.tag(),
             ..ClientEntry::default()
         };
         self.t.client_index.insert(client_tag(id), slot);

@@ -13,6 +13,7 @@
 use super::waiters::{Disposition, MessageMeta};
 use super::{Counter, Server};
 use crate::config::BATCH_MAX;
+use crate::ids::Peer;
 use crate::proto::{
     BatchEntries, BatchEntry, Command, CommandResult, ControlHeader, ControlRequest,
     ControlResponse, DecodeError, EncodeError, InitReply, SERVER_VERSIONS, VersionRange,
@@ -45,8 +46,21 @@ fn version_spoken(v: u8) -> bool {
 
 impl<'r> Server<'r> {
     /// Handles one control frame `req` and writes the reply into `out`; returns its length.
+    /// For a local client, exempt from the per-peer cap ([`Server::handle_control_from`]).
     pub fn handle_control(
         &mut self,
+        req: &[u8],
+        out: &mut [u8],
+        now_ms: u64,
+    ) -> Result<usize, FrameError> {
+        self.handle_control_from(Peer::EXEMPT, req, out, now_ms)
+    }
+
+    /// [`Server::handle_control`] for a frame that came from `peer`: a registration it makes
+    /// counts toward that peer's cap (`peers.rs`).
+    pub fn handle_control_from(
+        &mut self,
+        peer: Peer,
         req: &[u8],
         out: &mut [u8],
         now_ms: u64,
@@ -110,9 +124,9 @@ impl<'r> Server<'r> {
                     Ok(v) => {
                         let registered = match frame.body {
                             ControlRequest::ClientReinit { session, .. } => {
-                                self.client_reinit(client, v, lease_ms, &session, now_ms)
+                                self.client_reinit_from(peer, client, v, lease_ms, &session, now_ms)
                             }
-                            _ => self.client_init(v, lease_ms, now_ms),
+                            _ => self.client_init_from(peer, v, lease_ms, now_ms),
                         };
                         registered.map(|id| self.init_reply(id.get(), v))
                     }

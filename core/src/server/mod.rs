@@ -20,6 +20,7 @@ mod dispatch;
 mod frames;
 mod locks;
 mod objects;
+mod peers;
 mod recovery;
 pub mod route;
 pub mod stats;
@@ -274,6 +275,8 @@ fn client_tag(id: ClientId) -> u32 {
 mod tests;
 #[cfg(test)]
 mod tests_fair;
+#[cfg(test)]
+mod tests_peers;
 #[cfg(test)]
 mod tests_recovery;
 #[cfg(test)]

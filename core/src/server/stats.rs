@@ -68,7 +68,7 @@ pub enum Counter {
     TlsNoClientCert,
     /// TLS handshakes refused: the client certificate is not signed by the configured CA (transport).
     TlsUnknownCa,
-    /// TLS handshakes refused: the client certificate has expired (or is not yet valid) (transport).
+    /// TLS handshakes refused: the client certificate has expired (transport).
     TlsExpired,
     /// TLS handshakes refused: the client certificate is revoked by the configured CRL (transport).
     TlsRevoked,
@@ -93,21 +93,45 @@ pub enum Counter {
     /// Expected clients given up on: their lease ran out while re-syncing, or the recovery
     /// deadline passed before they finished.
     RecoveryClientsGivenUp,
+    // Counters added later go here, at the end, so that every earlier one keeps its index (the
+    // C header's `debug_stats_code` numbers them).
+    /// Registrations refused because their peer already held `clients_per_peer_max` of them.
+    ClientsRefusedPeerCap,
+    /// TLS handshakes refused: the client certificate is not valid yet (its start date is in
+    /// the future: a clock or an issuance problem, not an old certificate) (transport).
+    TlsNotYetValid,
+    /// TLS handshake steps the control thread put off to a later turn of its loop, so that the
+    /// established connections' requests were served first (a burst of new connections)
+    /// (transport).
+    TlsHandshakesDeferred,
 }
 
 impl Counter {
-    /// The first of the counters a transport keeps (connections, TLS refusals), which sit
-    /// together from here to [`Counter::TRANSPORT_LAST`]; the state machine only carries them
-    /// in its `Stats` reply ([`super::Server::set_counter`]).
-    pub const TRANSPORT_FIRST: Counter = Counter::ConnectionsTimedOut;
-    /// The last of the transport's counters.
-    pub const TRANSPORT_LAST: Counter = Counter::TlsOther;
-    /// How many counters the transport keeps.
-    pub const TRANSPORT_COUNT: usize =
-        Counter::TRANSPORT_LAST as usize + 1 - Counter::TRANSPORT_FIRST as usize;
+    /// Whether a transport keeps this counter (connections, TLS handshakes): the state machine
+    /// only carries it in its `Stats` reply ([`super::Server::set_counter`]).
+    pub const fn is_transport(self) -> bool {
+        matches!(
+            self,
+            Counter::ConnectionsTimedOut
+                | Counter::ConnectionsEvicted
+                | Counter::ConnectionsRefused
+                | Counter::ConnectionsOfGoneClients
+                | Counter::TlsNoClientCert
+                | Counter::TlsUnknownCa
+                | Counter::TlsExpired
+                | Counter::TlsRevoked
+                | Counter::TlsBadCertificate
+                | Counter::TlsProtocolVersion
+                | Counter::TlsNoCommonCipher
+                | Counter::TlsNotTls
+                | Counter::TlsOther
+                | Counter::TlsNotYetValid
+                | Counter::TlsHandshakesDeferred
+        )
+    }
 
     /// Number of counters.
-    pub const COUNT: usize = Counter::RecoveryClientsGivenUp as usize + 1;
+    pub const COUNT: usize = Counter::TlsHandshakesDeferred as usize + 1;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT] = [
@@ -151,6 +175,9 @@ impl Counter {
         Counter::RecoveryDone,
         Counter::RecoveryLocksRestored,
         Counter::RecoveryClientsGivenUp,
+        Counter::ClientsRefusedPeerCap,
+        Counter::TlsNotYetValid,
+        Counter::TlsHandshakesDeferred,
     ];
 
     /// A stable snake-case name for printing.
@@ -196,6 +223,9 @@ impl Counter {
             Counter::RecoveryDone => "recovery_done",
             Counter::RecoveryLocksRestored => "recovery_locks_restored",
             Counter::RecoveryClientsGivenUp => "recovery_clients_given_up",
+            Counter::ClientsRefusedPeerCap => "clients_refused_peer_cap",
+            Counter::TlsNotYetValid => "tls_not_yet_valid",
+            Counter::TlsHandshakesDeferred => "tls_handshakes_deferred",
         }
     }
 }

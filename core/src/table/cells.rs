@@ -186,8 +186,9 @@ pub struct ClientEntry {
     pub last_seen_ms: u64,
     /// Object references held.
     pub object_refs: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// The tag of the peer it registered from ([`crate::Peer`]; 0: a local client, exempt from
+    /// the per-peer cap). It takes what was spare room: the entry keeps its size and layout.
+    pub peer: u32,
     /// The registration's secret (see `InitReply::session`).
     pub session: Session,
 }

@@ -201,6 +201,7 @@ unsafe fn settings(cfg: &server_cfg) -> Result<ServerConfig, Status> {
         recovery_clients: p.recovery_client_num,
         epoch: u16::try_from(or_default(cfg.epoch, d.epoch.into())).map_err(|_| Status::Einval)?,
         recovery_deadline_ms: d.recovery_deadline_ms,
+        clients_per_peer_max: d.clients_per_peer_max,
     };
     core.validate()?;
     let mut s = ServerConfig::new(core);

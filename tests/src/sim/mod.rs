@@ -184,6 +184,7 @@ impl Params {
             recovery_clients: 0,
             epoch: 1,
             recovery_deadline_ms: rng.range(u64::from(lease_max), 3_000) as u32,
+            clients_per_peer_max: 0,
         };
         let calm = rng.below(5) == 0;
         let f = |ppm: u64| if calm { 0 } else { ppm as u32 };

@@ -94,6 +94,11 @@ struct ServeArgs {
     /// Registered clients.
     #[arg(long)]
     clients: Option<u32>,
+    /// Registrations one remote peer may hold at once (a client certificate's key under TLS,
+    /// else an address; local clients are not counted): past it that peer is refused
+    /// `SERVER_NO_RESOURCE` while others still register. Default: half of --clients.
+    #[arg(long)]
+    clients_per_peer: Option<u32>,
     /// umo_atomic64 objects.
     #[arg(long)]
     objects: Option<u32>,
@@ -163,6 +168,7 @@ impl ServeArgs {
             bind: self.bind.or(file.bind),
             locks: self.locks.or(file.locks),
             clients: self.clients.or(file.clients),
+            clients_per_peer: self.clients_per_peer.or(file.clients_per_peer),
             objects: self.objects.or(file.objects),
             lease_ms: self.lease_ms.or(file.lease_ms),
             lease_max_ms: self.lease_max_ms.or(file.lease_max_ms),
@@ -383,6 +389,7 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
         recovery_clients: args.recovery_clients.unwrap_or(0),
         epoch: args.epoch.unwrap_or(d.epoch),
         recovery_deadline_ms: d.recovery_deadline_ms,
+        clients_per_peer_max: args.clients_per_peer.unwrap_or(d.clients_per_peer_max),
     };
     if let Some(field) = core.invalid_field() {
         return Err(field.to_string());
@@ -475,11 +482,22 @@ fn serve(args: ServeArgs) -> Result<(), String> {
 fn stat(addr: SocketAddr, tls: &ClientTlsArgs) -> Result<(), String> {
     let stats =
         dlock_transport::client::read_server_stats(&tls.endpoint(addr)?, Duration::from_secs(5))
-            .map_err(|s| format!("{addr}: {s}"))?;
+            .map_err(|e| format!("{addr}: {}", reason(&e)))?;
     for (name, v) in stats {
         println!("{name:<28} {v}");
     }
     Ok(())
+}
+
+/// What a person should read about a failed call: why the transport failed when it did (a TLS
+/// refusal says which: "TLS handshake refused by server: client certificate expired or not yet
+/// valid", "server certificate not trusted", "server name mismatch", "server speaks TLS, client
+/// plaintext"), else the status.
+fn reason(e: &dlock_transport::client::Error) -> String {
+    match e.io_error() {
+        Some(io) => format!("{io} [{}]", e.status()),
+        None => e.status().to_string(),
+    }
 }
 
 fn bench(args: BenchArgs) -> Result<(), String> {
@@ -570,8 +588,8 @@ fn worker(
     done: &AtomicU64,
 ) -> Result<hdrhistogram::Histogram<u64>, String> {
     let mut h = hdrhistogram::Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
-    let mut c = Client::connect(ClientConfig::new(endpoint.clone()))
-        .map_err(|s| format!("connect: {s}"))?;
+    let mut c = Client::open(ClientConfig::new(endpoint.clone()))
+        .map_err(|e| format!("connect: {}", reason(&e)))?;
     let err = |s: Status| s.to_string();
     match mix {
         Mix::Trylock => {
@@ -714,5 +732,15 @@ mod tests {
         assert_eq!(cfg.core.locks_max, 2048, "the flag wins");
         assert_eq!(cfg.core.clients_max, 10, "the file fills in");
         assert_eq!(cfg.idle, IdleStrategy::Spin);
+    }
+
+    #[test]
+    fn clients_per_peer_comes_from_the_flag_or_the_file_and_defaults_to_half_the_table() {
+        let cfg = merged(&["--clients", "100"], "");
+        assert_eq!(cfg.core.clients_per_peer(), 50);
+        let cfg = merged(&["--clients-per-peer", "7"], "clients_per_peer = 9");
+        assert_eq!(cfg.core.clients_per_peer(), 7, "the flag wins");
+        let cfg = merged(&[], "clients_per_peer = 9");
+        assert_eq!(cfg.core.clients_per_peer(), 9, "the file fills in");
     }
 }

@@ -149,3 +149,115 @@ fn a_tls_setting_in_the_config_file_without_certificates_is_refused() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("TLS needs all of"), "{said}");
 }
+
+/// `dlock serve` on a free loopback port with `args`; the address and the server, once
+/// `dlock stat` with `ready` reaches it.
+fn serve(args: &[String], ready: &[String]) -> (String, Serving) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let serving = Serving(
+        Command::new(DLOCK)
+            .args(["serve", "--bind", &addr, "--clients", "4", "--locks", "8"])
+            .args(["--objects", "4"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = Command::new(DLOCK)
+            .args(["stat", "--connect", &addr])
+            .args(ready)
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the server never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (addr, serving)
+}
+
+/// What `dlock <command> --connect addr <args>` printed on stderr; it must have failed.
+fn refusal(command: &[&str], addr: &str, args: &[String]) -> String {
+    let out = Command::new(DLOCK)
+        .args(command)
+        .args(["--connect", addr])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{command:?} {args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `flag value` pairs as arguments.
+fn flags(pairs: &[(&str, &std::path::Path)]) -> Vec<String> {
+    pairs
+        .iter()
+        .flat_map(|(flag, path)| [flag.to_string(), path.to_str().unwrap().to_owned()])
+        .collect()
+}
+
+#[test]
+fn stat_and_bench_print_why_tls_refused_them() {
+    let dir = TempDir::new("cli-reasons");
+    let ca = Ca::new(&dir, "ca");
+    let other = Ca::new(&dir, "other-ca");
+    let server = ca.server(&dir, "server");
+    let good = ca.client(&dir, "good", "operator");
+    let expired = ca.expired_client(&dir, "expired", "old");
+    let revoked = ca.client(&dir, "revoked", "gone");
+    let foreign = other.client(&dir, "foreign", "stranger");
+    let crl = ca.crl(&dir, "ca.crl", &[revoked.serial]);
+    let client = |leaf: &certs::Leaf, trust: &std::path::Path| {
+        flags(&[
+            ("--tls-cert", &leaf.cert),
+            ("--tls-key", &leaf.key),
+            ("--tls-ca", trust),
+        ])
+    };
+    let good_args = client(&good, &ca.cert);
+    let server_args = flags(&[
+        ("--tls-cert", &server.cert),
+        ("--tls-key", &server.key),
+        ("--tls-ca", &ca.cert),
+        ("--tls-crl", &crl),
+    ]);
+    let (addr, _tls) = serve(&server_args, &good_args);
+    let mut wrong_name = good_args.clone();
+    wrong_name.extend(["--tls-server-name".to_owned(), "db.example".to_owned()]);
+    let cases = [
+        (
+            client(&expired, &ca.cert),
+            "TLS handshake refused by server: client certificate expired",
+        ),
+        (
+            client(&revoked, &ca.cert),
+            "TLS handshake refused by server: client certificate revoked",
+        ),
+        (
+            client(&foreign, &ca.cert),
+            "TLS handshake refused by server: client certificate not signed by a trusted CA",
+        ),
+        (client(&good, &other.cert), "server certificate not trusted"),
+        (wrong_name, "server name mismatch"),
+        (Vec::new(), "server speaks TLS, client plaintext"),
+    ];
+    for (args, reason) in &cases {
+        let said = refusal(&["stat"], &addr, args);
+        assert!(said.contains(reason), "stat {args:?}: {said}");
+    }
+    // `dlock bench` says why too.
+    let bench = ["bench", "--duration", "1", "--clients", "1"];
+    let said = refusal(&bench, &addr, &client(&expired, &ca.cert));
+    assert!(said.contains("client certificate expired"), "bench: {said}");
+
+    let (plain, _plaintext) = serve(&[], &[]);
+    let said = refusal(&["stat"], &plain, &good_args);
+    assert!(
+        said.contains("server speaks plaintext, client TLS"),
+        "{said}"
+    );
+}

@@ -45,13 +45,16 @@ impl IoSlot {
     }
 
     /// The error for a call `op` that ended in `status`, with the parked I/O error as its source
-    /// when the status is the one a transport failure becomes.
+    /// when the status is the one a transport failure becomes: `BAD_RESPONSE`, or `NOT_READY`
+    /// from a connect (the reference's `client_init` answers a server it cannot reach so).
     pub(crate) fn error(self, op: Op, status: Status) -> Error {
         let source = LAST_IO_ERROR.with(|slot| slot.borrow_mut().take());
+        let transport =
+            status == Status::BadResponse || (op == Op::Connect && status == Status::NotReady);
         Error {
             op,
             status,
-            source: source.filter(|_| status == Status::BadResponse),
+            source: source.filter(|_| transport),
         }
     }
 }
@@ -91,6 +94,8 @@ pub(crate) enum Op {
     Extend,
     Unlock,
     Heartbeat,
+    /// Reading a server's counters (`read_server_stats`).
+    Stats,
     /// A status converted with `From`, outside any native call.
     Unknown,
 }
@@ -106,6 +111,7 @@ impl Op {
             Op::Extend => "extend",
             Op::Unlock => "unlock",
             Op::Heartbeat => "heartbeat",
+            Op::Stats => "read_server_stats",
             Op::Unknown => "dlock call",
         }
     }
@@ -179,6 +185,14 @@ impl Error {
     pub fn io_error(&self) -> Option<&io::Error> {
         self.source.as_ref()
     }
+
+    /// Why TLS failed, when that is what the transport failure was: the server refused this
+    /// client's certificate (and its alert says why), the server's certificate is not trusted
+    /// or not for this name, or one side speaks TLS and the other plaintext. The same failure
+    /// is the inner error of [`Error::io_error`], and its text is the source's.
+    pub fn tls_failure(&self) -> Option<&crate::tls::TlsFailure> {
+        self.source.as_ref()?.get_ref()?.downcast_ref()
+    }
 }
 
 impl fmt::Display for Error {
@@ -220,6 +234,27 @@ mod tests {
             e.to_string(),
             "dlock unlock failed: DLOCK_BAD_RESPONSE (0x2005)"
         );
+    }
+
+    #[test]
+    fn a_connect_that_could_not_reach_the_server_keeps_the_reason() {
+        let slot = IoSlot::arm();
+        park_io_error(crate::tls::TlsFailure::ServerNotTrusted.into_io());
+        let e = slot.error(Op::Connect, Status::NotReady);
+        assert_eq!(
+            e.tls_failure(),
+            Some(&crate::tls::TlsFailure::ServerNotTrusted)
+        );
+        let source = e.source().expect("the reason is the source");
+        assert!(
+            source
+                .to_string()
+                .starts_with("server certificate not trusted")
+        );
+        // Only a connect's NOT_READY is a transport failure.
+        let slot = IoSlot::arm();
+        park_io_error(io::Error::other("unrelated"));
+        assert!(slot.error(Op::Lock, Status::NotReady).source().is_none());
     }
 
     #[test]

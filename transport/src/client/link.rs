@@ -191,6 +191,32 @@ impl Write for Wire {
     }
 }
 
+/// Reads a reply header into `buf`, or as much of it as comes before the peer closes; returns
+/// how much. (`read_exact` would not say what a short answer was: a TLS server's alert to a
+/// plaintext client is 7 bytes and a close.)
+fn read_header(s: &mut dyn ReadWrite, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if got > 0 && is_tls_record(&buf[..got]) => {
+                tracing::debug!(error = %e, "a TLS record, then an error");
+                break;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Whether `bytes` start a TLS record (an alert or a handshake, TLS 1.0 to 1.3 on the wire):
+/// what a TLS server answers a plaintext client with.
+fn is_tls_record(bytes: &[u8]) -> bool {
+    matches!(bytes, [0x15 | 0x16, 0x03, ..])
+}
+
 /// How long opening a TCP connection (and its TLS handshake) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -318,10 +344,14 @@ impl Link {
         self.control.set_read_timeout(deadline_left(deadline)?)?;
         let s = self.control.stream();
         s.write_all(req)?;
-        s.read_exact(&mut reply[..CONTROL_HEADER_LEN])?;
-        let len = match control_frame_len(&reply[..CONTROL_HEADER_LEN]) {
-            Ok(len) if len <= reply.len() => len,
-            Ok(_) | Err(DecodeError::Truncated) | Err(_) => {
+        let got = read_header(s, &mut reply[..CONTROL_HEADER_LEN])?;
+        let len = match control_frame_len(&reply[..got]) {
+            Ok(len) if got == CONTROL_HEADER_LEN && len <= reply.len() => len,
+            _ if is_tls_record(&reply[..got]) => {
+                return Err(crate::tls::TlsFailure::ServerSpeaksTls.into_io());
+            }
+            _ if got < CONTROL_HEADER_LEN => return Err(io::ErrorKind::UnexpectedEof.into()),
+            _ => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     "bad control reply header",

@@ -305,10 +305,25 @@ impl Client<Link> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn connect(cfg: ClientConfig) -> Result<Client, Status> {
-        let mut link = Link::connect(&cfg.endpoint).map_err(|_| Status::NotReady)?;
+        let mut link = Link::connect(&cfg.endpoint).map_err(|e| {
+            // Kept for `Client::open` and `Locks::connect`, which attach it to their error.
+            tracing::debug!(error = %e, "cannot connect");
+            error::park_io_error(e);
+            Status::NotReady
+        })?;
         link.set_wait_awake(cfg.wait_awake);
         link.set_mux(cfg.mux.clone());
         Client::over(link, cfg)
+    }
+
+    /// As [`Client::connect`], with the native [`Error`]: its status is the one `connect`
+    /// returns, and when the server could not be reached (`NOT_READY`) or the connection failed
+    /// (`BAD_RESPONSE`) the I/O error is its [`source`](std::error::Error::source) — for TLS,
+    /// why ([`Error::tls_failure`]: a refused certificate, an untrusted server, a wrong name,
+    /// TLS against plaintext).
+    pub fn open(cfg: ClientConfig) -> Result<Client, Error> {
+        let slot = error::IoSlot::arm();
+        Client::connect(cfg).map_err(|s| slot.error(error::Op::Connect, s))
     }
 
     /// The data path this client uses: shared memory, TCP, or RDMA. An `Endpoint::Rdma`
@@ -1455,10 +1470,18 @@ const _: () = {
 /// Reads a server's counters without registering: one `Stats` request on a connection of its
 /// own, which the server answers without a client-table entry, so it works while the table is
 /// full (`dlock stat`). Over TLS only an authenticated peer gets this far.
+///
+/// A connection that fails is `BAD_RESPONSE` with the I/O error as the [`Error`]'s source, for
+/// TLS saying why ([`Error::tls_failure`]).
 pub fn read_server_stats(
     endpoint: &Endpoint,
     timeout: Duration,
-) -> Result<Vec<(&'static str, u64)>, Status> {
+) -> Result<Vec<(&'static str, u64)>, Error> {
+    let slot = error::IoSlot::arm();
+    stats_of(endpoint, timeout).map_err(|s| slot.error(error::Op::Stats, s))
+}
+
+fn stats_of(endpoint: &Endpoint, timeout: Duration) -> Result<Vec<(&'static str, u64)>, Status> {
     let mut link = Link::connect(endpoint).map_err(io_status)?;
     let header = ControlHeader {
         version: PROTO_VERSION,

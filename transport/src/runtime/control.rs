@@ -21,6 +21,12 @@
 //! queue pair for the client, answers with the server's endpoint and closes the connection
 //! (`runtime/rdma.rs`).
 //!
+//! Setting connections up is rationed per turn of the loop (at most [`ACCEPTS_PER_TURN`]
+//! accepts per listener and [`HANDSHAKES_PER_TURN`](super::handshakes::HANDSHAKES_PER_TURN) TLS
+//! handshake steps), and every event is
+//! taken before that work, so a burst of new connections cannot hold up the requests of
+//! established ones (`handshakes.rs` gives the measurements and the reasons).
+//!
 //! No peer holds a connection it has no use for:
 //! - a connection that has not registered or attached within the handshake timeout is closed;
 //! - on any connection, a frame must complete, and a reply be taken off the socket, within the
@@ -35,7 +41,7 @@
 //!   registration) always gets through.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -49,9 +55,12 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::exchange::{Handover, Job, JobKind, registered};
 use super::fds::{FdReserve, out_of_fds};
+use super::handshakes::{ACCEPTS_PER_TURN, AcceptsPending, HandshakeQueue};
+use super::peer::Peers;
 use super::stream::Stream;
 use super::{ServerConfig, Shared};
 use crate::tls::{HandshakeRefusal, ServerTls};
+use dlock_core::Peer;
 use dlock_core::server::Counter;
 use std::sync::Arc;
 
@@ -61,6 +70,7 @@ fn tls_counter(why: HandshakeRefusal) -> Counter {
         HandshakeRefusal::NoClientCert => Counter::TlsNoClientCert,
         HandshakeRefusal::UnknownCa => Counter::TlsUnknownCa,
         HandshakeRefusal::Expired => Counter::TlsExpired,
+        HandshakeRefusal::NotYetValid => Counter::TlsNotYetValid,
         HandshakeRefusal::Revoked => Counter::TlsRevoked,
         HandshakeRefusal::BadCertificate => Counter::TlsBadCertificate,
         HandshakeRefusal::ProtocolVersion => Counter::TlsProtocolVersion,
@@ -210,6 +220,13 @@ struct Conn {
     /// When the client this connection is bound to stopped being registered.
     gone: Option<Instant>,
     writable_interest: bool,
+    /// A step of its TLS handshake waits in `Control::handshakes`.
+    handshake_queued: bool,
+    /// Who the peer is (`runtime/peer.rs`); `None` under TLS until the first frame, when the
+    /// client certificate is known.
+    peer: Option<Peer>,
+    /// The TCP peer's address.
+    ip: Option<IpAddr>,
 }
 
 impl Conn {
@@ -241,6 +258,12 @@ struct Control<'s> {
     /// Job buffers the data thread handed back, reused for the next requests: without them
     /// every request would allocate and zero a frame-sized buffer (17 KiB for a control frame).
     spare: Vec<Vec<u8>>,
+    /// TLS handshake steps waiting for a turn (`handshakes.rs`).
+    handshakes: HandshakeQueue,
+    /// Listeners that may have connections waiting to be accepted.
+    accepts: AcceptsPending,
+    /// Peers' tags for the per-peer cap, under this server's key.
+    peers: Peers,
 }
 
 /// Spare job buffers kept at most (a few per size class covers every in-flight request of a
@@ -283,53 +306,137 @@ fn run_loop(shared: &Shared, cfg: &ServerConfig, l: &mut Listeners) -> io::Resul
         swept: Instant::now(),
         refusals: RefusalLog::default(),
         spare: Vec::new(),
+        handshakes: HandshakeQueue::default(),
+        accepts: AcceptsPending::default(),
+        peers: Peers::default(),
     };
-    let mut events = Events::with_capacity(256);
+    let mut events = Events::with_capacity(EVENTS_PER_POLL);
     let stop = &shared.stop;
     while !stop.load(std::sync::atomic::Ordering::Acquire) {
-        match c.poll.poll(&mut events, Some(Duration::from_millis(100))) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-        for ev in events.iter() {
-            match ev.token() {
-                WAKER => c.drain_outbox(),
-                TCP => c.accept_tcp(l),
-                UNIX => c.accept_unix(l),
-                Token(t) => {
-                    let i = t - FIRST_CONN;
-                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                        c.on_readable(i);
-                    }
-                    if ev.is_writable() {
-                        c.flush(i);
-                        // A request may have waited for the previous reply to drain.
-                        c.dispatch(i);
-                    }
-                }
-            }
-        }
-        // Replies may have been queued while we handled events; the waker is edge-triggered.
-        c.drain_outbox();
-        // A request just handed over is usually answered within microseconds: wait for it
-        // awake (yielding) rather than sleep in the poll and pay a wake-up on each side.
-        let awake = Instant::now();
-        while c.in_flight > 0 && awake.elapsed() < REPLY_WAIT_AWAKE {
-            if !c.shared.exchange.outbox.is_empty() {
-                c.drain_outbox();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-        c.expire_idle_connections();
+        // Set-up work left over from the last turn: look at the sockets and go on with it.
+        let timeout = if c.handshakes.is_empty() && !c.accepts.any() {
+            Duration::from_millis(100)
+        } else {
+            Duration::ZERO
+        };
+        c.turn(l, &mut events, timeout)?;
         #[cfg(feature = "rdma")]
         super::rdma::drop_retired(shared);
     }
     Ok(())
 }
 
+/// Events taken from the poll at once.
+const EVENTS_PER_POLL: usize = 256;
+/// Extra polls a turn makes while they come back full: the ready list is at most one entry per
+/// connection, so this takes all of it at the connection caps the server allows.
+const EXTRA_POLLS_MAX: usize = 32;
+
 impl Control<'_> {
+    /// One turn of the loop: every event (see `handshakes.rs` for what is rationed and why),
+    /// then this turn's accepts and handshake steps, then replies and timeouts.
+    fn turn(
+        &mut self,
+        l: &mut Listeners,
+        events: &mut Events,
+        timeout: Duration,
+    ) -> io::Result<()> {
+        let mut timeout = Some(timeout);
+        for _ in 0..=EXTRA_POLLS_MAX {
+            match self.poll.poll(events, timeout) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
+                Err(e) => return Err(e),
+            }
+            let mut taken = 0;
+            for ev in events.iter() {
+                taken += 1;
+                self.on_event(ev);
+            }
+            if taken < EVENTS_PER_POLL {
+                break;
+            }
+            timeout = Some(Duration::ZERO);
+        }
+        // Replies may have been queued while we handled events; the waker is edge-triggered.
+        self.drain_outbox();
+        if self.accepts.tcp {
+            self.accepts.tcp = self.accept_tcp(l);
+        }
+        if self.accepts.unix {
+            self.accepts.unix = self.accept_unix(l);
+        }
+        self.run_handshakes();
+        self.drain_outbox();
+        // A request just handed over is usually answered within microseconds: wait for it
+        // awake (yielding) rather than sleep in the poll and pay a wake-up on each side.
+        let awake = Instant::now();
+        while self.in_flight > 0 && awake.elapsed() < REPLY_WAIT_AWAKE {
+            if !self.shared.exchange.outbox.is_empty() {
+                self.drain_outbox();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        self.expire_idle_connections();
+        Ok(())
+    }
+
+    fn on_event(&mut self, ev: &mio::event::Event) {
+        match ev.token() {
+            WAKER => self.drain_outbox(),
+            TCP => self.accepts.tcp = true,
+            UNIX => self.accepts.unix = true,
+            Token(t) => {
+                let i = t - FIRST_CONN;
+                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                    self.readable(i);
+                }
+                if ev.is_writable() {
+                    self.flush(i);
+                    // A request may have waited for the previous reply to drain.
+                    self.dispatch(i);
+                }
+            }
+        }
+    }
+
+    /// Connection `i` has bytes (or news) to read: read them now, unless they are a TLS
+    /// handshake's, whose step waits in the queue for its turn.
+    fn readable(&mut self, i: usize) {
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            return;
+        };
+        if !c.stream.is_handshaking() {
+            self.on_readable(i);
+            return;
+        }
+        if std::mem::replace(&mut c.handshake_queued, true) {
+            return;
+        }
+        if self.handshakes.push(i, c.generation) {
+            self.shared.counters.bump(Counter::TlsHandshakesDeferred);
+        }
+    }
+
+    /// This turn's handshake steps (`handshakes.rs`).
+    fn run_handshakes(&mut self) {
+        let mut turn = std::mem::take(&mut self.handshakes);
+        for (i, generation) in turn.turn() {
+            let Some(c) = self
+                .conns
+                .get_mut(i)
+                .and_then(Option::as_mut)
+                .filter(|c| c.generation == generation)
+            else {
+                continue; // closed (timed out, evicted) while it waited
+            };
+            c.handshake_queued = false;
+            self.on_readable(i);
+        }
+        self.handshakes = turn;
+    }
+
     /// Open connections: this thread's (every slot not on the free list, kept exact by `admit`
     /// and `close`, so counting costs nothing however many there are) and the data connections
     /// the data thread holds.
@@ -343,9 +450,12 @@ impl Control<'_> {
         self.conns.len() - self.free.len() + data
     }
 
-    fn accept_tcp(&mut self, l: &mut Listeners) {
-        let Some(listener) = &l.tcp else { return };
-        loop {
+    /// Accepts up to [`ACCEPTS_PER_TURN`] TCP connections; true if more may be waiting.
+    fn accept_tcp(&mut self, l: &mut Listeners) -> bool {
+        let Some(listener) = &l.tcp else {
+            return false;
+        };
+        for _ in 0..ACCEPTS_PER_TURN {
             match listener.accept() {
                 Ok((s, peer)) => {
                     if let Some(t) = &l.tcp_cfg {
@@ -371,51 +481,59 @@ impl Control<'_> {
                             }
                         },
                     };
-                    self.admit(stream);
+                    self.admit(stream, Some(peer.ip()));
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 Err(e) if out_of_fds(&e) => {
                     if !l
                         .reserve
                         .refuse(Instant::now(), || listener.accept().map(drop))
                     {
-                        return;
+                        return false;
                     }
                     self.shared.counters.bump(Counter::ConnectionsRefused);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
-                    return;
+                    return false;
                 }
             }
         }
+        true
     }
 
-    fn accept_unix(&mut self, l: &mut Listeners) {
-        loop {
+    /// Accepts up to [`ACCEPTS_PER_TURN`] Unix-socket connections; true if more may be waiting.
+    fn accept_unix(&mut self, l: &mut Listeners) -> bool {
+        for _ in 0..ACCEPTS_PER_TURN {
             match l.unix.accept() {
-                Ok((s, _)) => self.admit(Stream::Unix(s)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Ok((s, _)) => self.admit(Stream::Unix(s), None),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 Err(e) if out_of_fds(&e) => {
                     if !l
                         .reserve
                         .refuse(Instant::now(), || l.unix.accept().map(drop))
                     {
-                        return;
+                        return false;
                     }
                     self.shared.counters.bump(Counter::ConnectionsRefused);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
-                    return;
+                    return false;
                 }
             }
         }
+        true
     }
 
     /// Takes a new connection in, making room by closing the oldest unregistered one when at
     /// the cap (as the reference closes an "empty" socket), or refusing it when none is.
-    fn admit(&mut self, mut stream: Stream) {
+    fn admit(&mut self, mut stream: Stream, ip: Option<IpAddr>) {
+        let stream_kind = match &stream {
+            Stream::Tcp(_) => StreamKind::Tcp,
+            Stream::Tls(..) => StreamKind::Tls,
+            Stream::Unix(_) => StreamKind::Unix,
+        };
         if self.open() >= self.cfg.connections_max {
             let oldest = self
                 .conns
@@ -466,6 +584,13 @@ impl Control<'_> {
             write_blocked: None,
             gone: None,
             writable_interest: false,
+            handshake_queued: false,
+            peer: match (&stream_kind, ip) {
+                (StreamKind::Tcp, Some(ip)) => Some(self.peers.of_address(ip)),
+                (StreamKind::Tls, _) => None,
+                _ => Some(Peer::EXEMPT),
+            },
+            ip,
         });
     }
 
@@ -485,6 +610,7 @@ impl Control<'_> {
                 kind: JobKind::Disconnected { client },
                 len: 0,
                 buf: Vec::new(),
+                peer: Peer::EXEMPT,
             });
         }
     }
@@ -558,6 +684,7 @@ impl Control<'_> {
             Ok(Some(next)) => next,
             Ok(None) => return,
             Err(()) => {
+                tell_tls_client(c);
                 self.close(i);
                 return;
             }
@@ -582,11 +709,15 @@ impl Control<'_> {
         c.frame_started = (c.rlen > 0).then(Instant::now);
         c.in_flight = true;
         self.in_flight += 1;
+        let peer = *c
+            .peer
+            .get_or_insert_with(|| identify(&c.stream, c.ip, &self.peers));
         if !self.submit(Job {
             conn,
             kind,
             len,
             buf,
+            peer,
         }) {
             self.close(i);
         }
@@ -616,6 +747,7 @@ impl Control<'_> {
                         kind: JobKind::Disconnected { client },
                         len: 0,
                         buf: Vec::new(),
+                        peer: Peer::EXEMPT,
                     });
                 }
                 continue;
@@ -829,6 +961,44 @@ impl Control<'_> {
                 self.shared.counters.bump(Counter::ConnectionsTimedOut);
             }
         }
+    }
+}
+
+/// What a plaintext server answers a TLS client with before it closes the connection: words,
+/// whose first byte no TLS record starts with, so a dlock client reports "server speaks
+/// plaintext, client TLS" (`tls::TlsFailure::ServerSpeaksPlaintext`) rather than a reset, and a
+/// person trying `openssl s_client` reads why.
+const PLAINTEXT_ONLY: &[u8] = b"dlock: this server speaks plaintext TCP, not TLS\n";
+
+/// Before connection `c`, whose first bytes are no dlock frame, is closed: if it is a TLS
+/// ClientHello on a plaintext listener, tells the client (best effort).
+fn tell_tls_client(c: &mut Conn) {
+    let hello = c.role == Role::Unknown && c.rlen > 0 && c.rbuf[0] == 0x16;
+    if let (true, Stream::Tcp(s)) = (hello, &mut c.stream) {
+        use std::io::Write;
+        let _ = s.write_all(PLAINTEXT_ONLY);
+    }
+}
+
+/// How a connection's kind decides its peer (`Conn::peer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StreamKind {
+    Tcp,
+    Tls,
+    Unix,
+}
+
+/// The peer of a TLS connection, whose handshake is complete (a frame was read): its client
+/// certificate's key. Without one (which the server's verifier does not let through), its address.
+fn identify(stream: &Stream, ip: Option<IpAddr>, peers: &Peers) -> Peer {
+    let key = match stream {
+        Stream::Tls(_, tls) => tls.peer_key_info(),
+        Stream::Tcp(_) | Stream::Unix(_) => None,
+    };
+    match (key, ip) {
+        (Some(spki), _) => peers.of_key(spki.as_ref()),
+        (None, Some(ip)) => peers.of_address(ip),
+        (None, None) => Peer::EXEMPT,
     }
 }
 

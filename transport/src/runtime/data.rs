@@ -271,6 +271,7 @@ impl Data<'_> {
             kind: JobKind::ClientGone { client },
             len: 0,
             buf: Vec::new(),
+            peer: dlock_core::Peer::EXEMPT,
         });
     }
 
@@ -286,7 +287,12 @@ impl Data<'_> {
                     if is_stats_request(&job.buf[..job.len]) {
                         self.shared.counters.copy_into(server);
                     }
-                    match server.handle_control(&job.buf[..job.len], &mut self.resp, now) {
+                    match server.handle_control_from(
+                        job.peer,
+                        &job.buf[..job.len],
+                        &mut self.resp,
+                        now,
+                    ) {
                         Ok(len) => {
                             job.buf[..len].copy_from_slice(&self.resp[..len]);
                             job.len = len;

@@ -44,6 +44,8 @@ pub(crate) struct Job {
     pub(crate) len: usize,
     /// The frame; the control thread sizes it for the largest reply.
     pub(crate) buf: Vec<u8>,
+    /// Who sent a control frame, for the per-peer cap on registrations (`runtime/peer.rs`).
+    pub(crate) peer: dlock_core::Peer,
 }
 
 /// A TCP data connection whose attach the data thread accepted, on its way to the data thread.

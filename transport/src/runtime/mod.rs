@@ -28,7 +28,9 @@ mod control;
 mod data;
 mod exchange;
 mod fds;
+mod handshakes;
 mod idle;
+mod peer;
 #[cfg(feature = "rdma")]
 mod rdma;
 mod stream;
@@ -190,26 +192,33 @@ pub(crate) struct Shared {
     pub(crate) stop: AtomicBool,
 }
 
-/// The server counters that the transport, not the state machine, counts: the block of
-/// [`Counter`] from [`Counter::TRANSPORT_FIRST`] to [`Counter::TRANSPORT_LAST`].
-#[derive(Debug, Default)]
-pub(crate) struct TransportCounters([std::sync::atomic::AtomicU64; Counter::TRANSPORT_COUNT]);
+/// The server counters that the transport, not the state machine, counts
+/// ([`Counter::is_transport`]), indexed like [`Counter::ALL`] (the others stay zero here): they
+/// do not sit in one block, since counters added later go at the end.
+#[derive(Debug)]
+pub(crate) struct TransportCounters([std::sync::atomic::AtomicU64; Counter::COUNT]);
+
+impl Default for TransportCounters {
+    fn default() -> Self {
+        Self(std::array::from_fn(|_| {
+            std::sync::atomic::AtomicU64::new(0)
+        }))
+    }
+}
 
 impl TransportCounters {
     /// Adds one to `c` (a counter the transport does not keep is ignored).
     pub(crate) fn bump(&self, c: Counter) {
-        let k = (c as usize).wrapping_sub(Counter::TRANSPORT_FIRST as usize);
-        if let Some(slot) = self.0.get(k) {
+        if c.is_transport() {
             // Relaxed: a statistic; nothing is published through it.
-            slot.fetch_add(1, Ordering::Relaxed);
+            self.0[c as usize].fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Copies every counter kept here into the server's stats.
     pub(crate) fn copy_into(&self, server: &mut Server<'_>) {
-        let first = Counter::TRANSPORT_FIRST as usize;
-        for (k, slot) in self.0.iter().enumerate() {
-            server.set_counter(Counter::ALL[first + k], slot.load(Ordering::Relaxed));
+        for c in Counter::ALL.into_iter().filter(|c| c.is_transport()) {
+            server.set_counter(c, self.0[c as usize].load(Ordering::Relaxed));
         }
     }
 }

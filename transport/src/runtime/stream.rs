@@ -61,6 +61,11 @@ impl Stream {
     pub(crate) fn short_read_drains(&self) -> bool {
         !matches!(self, Stream::Tls(..))
     }
+    /// Whether a TLS handshake is still under way (its steps are the control thread's costly
+    /// work, rationed per turn: `runtime/handshakes.rs`).
+    pub(crate) fn is_handshaking(&self) -> bool {
+        matches!(self, Stream::Tls(_, tls) if tls.is_handshaking())
+    }
     /// Whether TLS records wait for the socket to take them.
     pub(crate) fn wants_write(&self) -> bool {
         matches!(self, Stream::Tls(_, tls) if tls.wants_write())

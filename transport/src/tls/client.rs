@@ -7,12 +7,143 @@
 //! see `TicketsAsVerdict` in the parent module), a server that refused it sends its alert. No
 //! guessed timeout is involved; the cost is ~200 bytes per connection.
 
-use std::io;
+use std::fmt;
+use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 
 use rustls::pki_types::ServerName;
-use rustls::{AlertDescription, ClientConfig, ClientConnection, Error, StreamOwned};
+use rustls::{
+    AlertDescription, CertificateError, ClientConfig, ClientConnection, Error, StreamOwned,
+};
+
+/// Why a TLS connection to a dlock server failed, as the client can tell: the inner error of
+/// the [`io::Error`] that [`connect_client`] (and a client call that failed because of it)
+/// returns, so a caller can match on it (`dlock_transport::client::Error::tls_failure`) and a
+/// person reads it (`dlock stat` prints it).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// The server refused this client during the handshake (its certificate, its TLS version
+    /// or suites); the alert the server sent says why.
+    RefusedByServer(AlertDescription),
+    /// The server's certificate does not chain to a CA in this client's CA bundle.
+    ServerNotTrusted,
+    /// The server's certificate is not valid for the name this client expects (`expected`:
+    /// `TlsConfig::server_name`, or the address's IP).
+    ServerNameMismatch {
+        /// The name the client checked for.
+        expected: String,
+    },
+    /// The server's certificate is unusable for another reason (expired, not yet valid,
+    /// revoked, a bad signature, not for server authentication).
+    ServerCertificate(CertificateError),
+    /// The server speaks TLS and this client plaintext (the client has no TLS settings).
+    ServerSpeaksTls,
+    /// The server speaks plaintext and this client TLS.
+    ServerSpeaksPlaintext,
+}
+
+impl TlsFailure {
+    /// The error kind of the [`io::Error`] carrying it: refusals are `PermissionDenied`, a
+    /// protocol mismatch `InvalidData`.
+    fn io_kind(&self) -> io::ErrorKind {
+        match self {
+            Self::ServerSpeaksTls | Self::ServerSpeaksPlaintext => io::ErrorKind::InvalidData,
+            _ => io::ErrorKind::PermissionDenied,
+        }
+    }
+
+    /// As an [`io::Error`] whose inner error is this failure.
+    pub(crate) fn into_io(self) -> io::Error {
+        io::Error::new(self.io_kind(), self)
+    }
+}
+
+impl fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::RefusedByServer(alert) => {
+                write!(f, "TLS handshake refused by server: {}", alert_text(*alert))
+            }
+            Self::ServerNotTrusted => f.write_str(
+                "server certificate not trusted: it is not signed by a CA in this client's CA \
+                 bundle",
+            ),
+            Self::ServerNameMismatch { expected } => write!(
+                f,
+                "server name mismatch: the server's certificate is not valid for {expected:?}"
+            ),
+            Self::ServerCertificate(e) => write!(f, "server certificate rejected: {e}"),
+            Self::ServerSpeaksTls => f.write_str(
+                "server speaks TLS, client plaintext: give the client a certificate, key and CA",
+            ),
+            Self::ServerSpeaksPlaintext => f.write_str(
+                "server speaks plaintext, client TLS: connect without TLS settings (on a \
+                 loopback or trusted network), or configure TLS on the server",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TlsFailure {}
+
+/// What a rustls error seen by this client during a handshake with a server expected to carry
+/// `server_name` means; `None` for errors that are none of [`TlsFailure`]'s cases.
+fn classify(error: &Error, server_name: &str) -> Option<TlsFailure> {
+    Some(match error {
+        Error::AlertReceived(alert) => TlsFailure::RefusedByServer(*alert),
+        Error::InvalidCertificate(CertificateError::UnknownIssuer) => TlsFailure::ServerNotTrusted,
+        Error::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        ) => TlsFailure::ServerNameMismatch {
+            expected: server_name.to_owned(),
+        },
+        Error::InvalidCertificate(e) => TlsFailure::ServerCertificate(e.clone()),
+        _ => return None,
+    })
+}
+
+/// The socket as the client's handshake reads it, remembering the server's first byte: a
+/// server that answers a ClientHello with bytes no TLS record starts with does not speak TLS
+/// (a plaintext dlock server says so in words, `runtime/control.rs`).
+struct FirstByte<'a> {
+    sock: &'a mut TcpStream,
+    first: Option<u8>,
+}
+
+impl FirstByte<'_> {
+    /// Whether the server's first byte was no TLS record's content type (change_cipher_spec,
+    /// alert, handshake, application_data, heartbeat: 20..=24).
+    fn not_tls(&self) -> bool {
+        self.first.is_some_and(|b| !(20..=24).contains(&b))
+    }
+}
+
+impl Read for FirstByte<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.sock.read(buf)?;
+        if n > 0 && self.first.is_none() {
+            self.first = Some(buf[0]);
+        }
+        Ok(n)
+    }
+}
+
+impl Write for FirstByte<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.sock.write(buf)
+    }
+    // rustls writes its queued records with one vectored write, and sends the alert that tells
+    // the server why we refused it with one attempt: the default (first buffer only) would
+    // leave the alert behind a record queued before it.
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.sock.write_vectored(bufs)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.sock.flush()
+    }
+}
 
 /// Connects TLS over `sock` and completes the handshake, including the server's verdict on
 /// this client's certificate, before returning. Meant for a dlock server (configured by
@@ -37,13 +168,34 @@ pub fn connect_client(
     })?;
     let mut conn = ClientConnection::new(config, name)
         .map_err(|e| io::Error::other(format!("TLS: cannot start a connection: {e}")))?;
+    let mut wire = FirstByte {
+        sock: &mut sock,
+        first: None,
+    };
+    handshake(&mut conn, &mut wire).map_err(|e| {
+        if wire.not_tls() {
+            return TlsFailure::ServerSpeaksPlaintext.into_io();
+        }
+        let failure = e
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<Error>())
+            .and_then(|tls| classify(tls, server_name));
+        match failure {
+            Some(failure) => failure.into_io(),
+            None => client_io_error(e),
+        }
+    })?;
+    Ok(StreamOwned::new(conn, sock))
+}
+
+/// The handshake and the server's verdict on this client (see the module docs).
+fn handshake(conn: &mut ClientConnection, wire: &mut FirstByte<'_>) -> io::Result<()> {
     while conn.is_handshaking() {
-        conn.complete_io(&mut sock).map_err(client_io_error)?;
+        conn.complete_io(wire)?;
     }
-    // Wait for the server's verdict; see the module docs. rustls processes whole records only,
-    // so a counted ticket is a whole ticket.
+    // rustls processes whole records only, so a counted ticket is a whole ticket.
     while conn.tls13_tickets_received() == 0 {
-        let n = conn.read_tls(&mut sock).map_err(client_io_error)?;
+        let n = conn.read_tls(wire)?;
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
@@ -52,14 +204,11 @@ pub fn connect_client(
         }
         if let Err(e) = conn.process_new_packets() {
             // Best effort: tell the server why, then report it.
-            let _ = conn.write_tls(&mut sock);
-            return Err(client_io_error(io::Error::new(
-                io::ErrorKind::InvalidData,
-                e,
-            )));
+            let _ = conn.write_tls(wire);
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
         }
     }
-    Ok(StreamOwned::new(conn, sock))
+    Ok(())
 }
 
 /// Rewrites an I/O error from a client TLS connection (from [`connect_client`] or a read on
@@ -75,14 +224,11 @@ pub fn client_io_error(error: io::Error) -> io::Error {
         return error;
     };
     match tls {
-        Error::AlertReceived(alert) => io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("TLS handshake refused by server: {}", alert_text(*alert)),
-        ),
-        Error::InvalidCertificate(e) => io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("TLS: server certificate rejected: {e}"),
-        ),
+        Error::AlertReceived(alert) => TlsFailure::RefusedByServer(*alert).into_io(),
+        Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
+            TlsFailure::ServerNotTrusted.into_io()
+        }
+        Error::InvalidCertificate(e) => TlsFailure::ServerCertificate(e.clone()).into_io(),
         other => io::Error::new(
             io::ErrorKind::InvalidData,
             format!("TLS handshake failed: {other}"),
@@ -95,7 +241,9 @@ fn alert_text(alert: AlertDescription) -> String {
     let text = match alert {
         AlertDescription::CertificateUnknown => "certificate unknown",
         AlertDescription::UnknownCA => "client certificate not signed by a trusted CA",
-        AlertDescription::CertificateExpired => "client certificate expired",
+        // The one alert TLS has for both (RFC 8446: "has expired or is not currently valid");
+        // the server's counters and log say which.
+        AlertDescription::CertificateExpired => "client certificate expired or not yet valid",
         AlertDescription::CertificateRevoked => "client certificate revoked",
         AlertDescription::CertificateRequired => "a client certificate is required",
         AlertDescription::BadCertificate => "bad client certificate",

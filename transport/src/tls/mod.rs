@@ -54,7 +54,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::sign::SingleCertAndKey;
 use zeroize::Zeroizing;
 
-pub use client::{ClientTls, client_io_error, connect_client};
+pub use client::{ClientTls, TlsFailure, client_io_error, connect_client};
 pub use server::{HandshakeRefusal, ServerTls};
 
 /// Where the password of an encrypted PKCS#8 key comes from, asked once when the key is read

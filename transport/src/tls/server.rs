@@ -27,10 +27,14 @@ pub enum HandshakeRefusal {
     UnknownCa,
     /// The client certificate (or one in its chain) has expired.
     Expired,
+    /// The client certificate (or one in its chain) is not valid yet. TLS sends the same alert
+    /// as for an expired one (`certificate_expired`: "expired or not currently valid"), so the
+    /// client hears "expired or not yet valid"; the server's counter and log say which.
+    NotYetValid,
     /// The client certificate (or one in its chain) is revoked by a configured CRL.
     Revoked,
-    /// Any other certificate defect: bad signature or encoding, wrong usage, not yet valid,
-    /// revocation status unknown.
+    /// Any other certificate defect: bad signature or encoding, wrong usage, revocation status
+    /// unknown.
     BadCertificate,
     /// The client does not offer TLS 1.3.
     ProtocolVersion,
@@ -44,13 +48,14 @@ pub enum HandshakeRefusal {
 
 impl HandshakeRefusal {
     /// How many kinds there are: the length of a per-kind counter array.
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
 
     /// Every kind, in `index` order.
     pub const ALL: [Self; Self::COUNT] = [
         Self::NoClientCert,
         Self::UnknownCa,
         Self::Expired,
+        Self::NotYetValid,
         Self::Revoked,
         Self::BadCertificate,
         Self::ProtocolVersion,
@@ -70,6 +75,7 @@ impl HandshakeRefusal {
             Self::NoClientCert => "no_client_cert",
             Self::UnknownCa => "unknown_ca",
             Self::Expired => "expired",
+            Self::NotYetValid => "not_yet_valid",
             Self::Revoked => "revoked",
             Self::BadCertificate => "bad_certificate",
             Self::ProtocolVersion => "protocol_version",
@@ -87,6 +93,9 @@ impl HandshakeRefusal {
                 CertificateError::UnknownIssuer => Self::UnknownCa,
                 CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
                     Self::Expired
+                }
+                CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
+                    Self::NotYetValid
                 }
                 CertificateError::Revoked => Self::Revoked,
                 _ => Self::BadCertificate,
@@ -112,6 +121,7 @@ impl fmt::Display for HandshakeRefusal {
             Self::NoClientCert => "the client presented no certificate",
             Self::UnknownCa => "the client certificate is not signed by the configured CA",
             Self::Expired => "the client certificate has expired",
+            Self::NotYetValid => "the client certificate is not valid yet",
             Self::Revoked => "the client certificate is revoked",
             Self::BadCertificate => "the client certificate is invalid",
             Self::ProtocolVersion => "the client does not offer TLS 1.3",
@@ -143,6 +153,11 @@ impl std::error::Error for Refused {}
 
 /// The first byte of every TLS connection: a handshake record (ClientHello).
 const CONTENT_TYPE_HANDSHAKE: u8 = 0x16;
+
+/// A plaintext TLS record holding a fatal `unexpected_message` alert: content type alert
+/// (21), legacy version TLS 1.2 (as TLS 1.3 writes it), length 2, level fatal (2), description
+/// unexpected_message (10).
+const NOT_TLS_ALERT: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x0a];
 
 /// The server end of one TLS connection over a non-blocking socket it does not own.
 #[derive(Debug)]
@@ -190,8 +205,12 @@ impl ServerTls {
             });
             let n = match read {
                 Ok(n) => n,
-                // No alert: the peer does not speak TLS and could not read one.
+                // The peer does not speak TLS: it cannot decrypt anything, but a plaintext alert
+                // record is what every TLS server answers it with, and a dlock client reading a
+                // reply recognises one ("server speaks TLS, client plaintext").
                 Err(_) if self.first_byte == FirstByte::NotTls => {
+                    // Best effort: the connection is closed next whatever happens here.
+                    let _ = sock.write_all(&NOT_TLS_ALERT);
                     return Err(self.refused(HandshakeRefusal::NotTls, None));
                 }
                 Err(e) => return Err(e),
@@ -249,6 +268,14 @@ impl ServerTls {
         common_name(cert.subject())
             .or_else(|| cert.valid_dns_names().next())
             .map(str::to_owned)
+    }
+
+    /// The client certificate's public key (its DER SubjectPublicKeyInfo): who the peer is for
+    /// the per-peer cap on registrations. `None` before the handshake completes.
+    pub fn peer_key_info(&self) -> Option<rustls::pki_types::SubjectPublicKeyInfoDer<'static>> {
+        let leaf = self.conn.peer_certificates()?.first()?;
+        let cert = webpki::EndEntityCert::try_from(leaf).ok()?;
+        Some(cert.subject_public_key_info())
     }
 
     /// Queues a close_notify alert; [`Self::flush`] then sends it.

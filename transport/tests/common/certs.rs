@@ -132,6 +132,15 @@ impl Ca {
         self.leaf(dir, name, params)
     }
 
+    /// A client certificate with common name `cn` valid only from 2090 (a clock or issuance
+    /// mistake, not an old certificate).
+    pub fn not_yet_valid_client(&self, dir: &TempDir, name: &str, cn: &str) -> Leaf {
+        let mut params = client_params(cn);
+        params.not_before = rcgen::date_time_ymd(2090, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2091, 1, 1);
+        self.leaf(dir, name, params)
+    }
+
     /// A CRL of this CA revoking `serials`, written as `name` in `dir`.
     pub fn crl(&self, dir: &TempDir, name: &str, serials: &[u64]) -> PathBuf {
         // Fixed dates around "now" for any test run: the CRL is current until 2100.

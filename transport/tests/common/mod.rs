@@ -8,12 +8,14 @@ use dlock_core::Config;
 use dlock_transport::client::{Client, ClientConfig, Endpoint};
 use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
 
-/// Capacities big enough for 64 clients contending on a few hundred locks.
+/// Capacities big enough for 64 clients contending on a few hundred locks. Every TCP client
+/// of a test comes from 127.0.0.1, one peer, so the per-peer cap is the whole table.
 pub fn small() -> Config {
     Config {
         locks_max: 256,
         clients_max: 80,
         objects_max: 16,
+        clients_per_peer_max: 80,
         ..Config::default()
     }
 }
