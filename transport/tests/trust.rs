@@ -26,10 +26,13 @@ fn server_with(core: Config, tune: impl FnOnce(&mut ServerConfig)) -> ServerHand
     ServerHandle::start(cfg).expect("server starts")
 }
 
+/// Capacities for these tests, whose clients all come from 127.0.0.1: one peer may fill the
+/// whole client table (the per-peer cap has tests of its own, in `peer_cap.rs`).
 fn small(clients_max: u32, lease_max_ms: u32) -> Config {
     Config {
         locks_max: 256,
         clients_max,
+        clients_per_peer_max: clients_max,
         objects_max: 16,
         client_lease_ms: lease_max_ms.min(5_000),
         client_lease_max_ms: lease_max_ms,
