@@ -1,37 +1,45 @@
 //! dlock beside Redis on the same machine, in the same run: the same workloads through the real
-//! `dlock serve` binary and a `redis-server` (persistence off), both on 127.0.0.1. Each Redis
-//! client is a thread with its own connection; dlock's clients are threads too (tasks of one
-//! executor thread in the `/async` workloads) and share one data connection through the
-//! multiplexing client (`--own-connections`: one each, as Redis). Prints one table
-//! (throughput, their ratio, p50/p99 per operation, and each server's CPU time per operation
-//! from `/proc/<pid>/stat`) and writes an SVG plot.
+//! `dlock serve` binary and a `redis-server` (persistence off), both on 127.0.0.1. Redis's
+//! clients are driven three ways (`run::Driving`): a thread each with its own connection
+//! (`threads`), and as Rust services drive Redis, tasks of one current-thread tokio runtime on
+//! redis-rs's async connection, all sharing one (`async-mux`) or each with its own
+//! (`async-own`). dlock's clients are threads (tasks of one executor thread in the `/async`
+//! workloads) and share one data connection through the multiplexing client
+//! (`--own-connections`: one each). Prints one table (throughput, dlock's ratio to each Redis
+//! driving and to the strongest of them in that row, p50/p99 per operation, and each server's
+//! CPU time per operation from `/proc/<pid>/stat`) and writes an SVG plot.
 //!
 //! Run: `cargo build --release -p dlock-cli && cargo bench -p dlock-benches
 //! --bench compare` (add `-- quick` for a short run; `--idle park` lets dlock's data thread
 //! sleep when idle, as Redis's event loop does; `--own-connections` gives each dlock client its
-//! own data connection; `--secs 2`, `--clients 1,16`, and workload names such as `hand-off` or
+//! own data connection; `--redis threads,async-mux,async-own` chooses Redis's drivings, all three
+//! by default; `--secs 2`, `--clients 1,16`, and workload names such as `hand-off` or
 //! `lock+unlock/async` narrow a run). Needs `redis-server` on PATH (`apt-get install
 //! redis-server`) and exits with a message, not an error, when it is missing. Installs nothing.
 //!
-//! The baseline is Redis itself: every figure is a ratio to Redis measured in the same run.
+//! The baseline is Redis itself: every figure is a ratio to Redis measured in the same run, and
+//! the headline one is to the strongest Redis driving of each row.
 
 mod dlock_async;
 mod dlock_side;
 mod plot;
+mod redis_async;
 mod redis_side;
 mod resp;
 mod run;
 mod servers;
+mod table;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use run::{Cell, RETRY_SLEEP, Shared, Workload};
+use run::{Cell, Driving, RETRY_SLEEP, Shared, Workload};
 use servers::Server;
 
 /// Measurement time of each (workload, clients, server) cell; 7 workloads × 3 client counts × 2
-/// servers make a full run about 2.5 minutes, a quick one about 30 s (measured on 2 vCPUs).
+/// servers made a full run about 2.5 minutes, a quick one about 30 s (measured on 2 vCPUs), before
+/// the two async Redis drivings added as many cells again (`--redis` leaves them out).
 const CELL_FULL: Duration = Duration::from_secs(3);
 const CELL_QUICK: Duration = Duration::from_millis(500);
 /// A smoke run's cell, when `cargo test --benches` (which passes no `--bench`) starts this: it
@@ -46,7 +54,25 @@ pub struct Row {
     pub workload: Workload,
     pub clients: usize,
     pub dlock: Cell,
-    pub redis: Cell,
+    /// Redis, once per driving asked for, in [`Driving::ALL`]'s order.
+    pub redis: Vec<(Driving, Cell)>,
+}
+
+impl Row {
+    /// Redis as `driving` drove it, if it was asked for.
+    pub fn redis_as(&self, driving: Driving) -> Option<&Cell> {
+        self.redis
+            .iter()
+            .find_map(|(d, c)| (*d == driving).then_some(c))
+    }
+
+    /// The Redis driving with the highest throughput in this row: the one the headline ratio is
+    /// taken against.
+    pub fn strongest(&self) -> Option<&(Driving, Cell)> {
+        self.redis
+            .iter()
+            .max_by(|(_, a), (_, b)| a.ops_per_s().total_cmp(&b.ops_per_s()))
+    }
 }
 
 #[derive(Debug)]
@@ -57,6 +83,8 @@ struct Args {
     workloads: Vec<Workload>,
     /// dlock's clients share one data connection (`Mux`).
     mux: bool,
+    /// How Redis's clients are driven, in [`Driving::ALL`]'s order.
+    drivings: Vec<Driving>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -66,6 +94,7 @@ fn parse_args() -> Result<Args, String> {
         clients: vec![1, 16, 64],
         workloads: Vec::new(),
         mux: true,
+        drivings: Driving::ALL.to_vec(),
     };
     let (mut bench, mut cell_given, mut clients_given) = (false, false, false);
     let mut it = std::env::args().skip(1);
@@ -83,6 +112,10 @@ fn parse_args() -> Result<Args, String> {
                 args.cell = Duration::from_secs_f64(s.clamp(0.1, CELL_MAX.as_secs_f64()));
             }
             "--own-connections" => args.mux = false,
+            "--redis" => {
+                let v = it.next().ok_or("--redis threads,async-mux,async-own")?;
+                args.drivings = parse_drivings(&v)?;
+            }
             "--idle" => args.idle = it.next().ok_or("--idle adaptive|park|spin")?,
             "--clients" => {
                 clients_given = true;
@@ -112,6 +145,25 @@ fn parse_args() -> Result<Args, String> {
         args.workloads = Workload::ALL.to_vec();
     }
     Ok(args)
+}
+
+/// `--redis`'s list: known names, at least one, kept in [`Driving::ALL`]'s order.
+fn parse_drivings(list: &str) -> Result<Vec<Driving>, String> {
+    let mut named = Vec::new();
+    for name in list.split(',') {
+        match Driving::ALL.into_iter().find(|d| d.name() == name) {
+            Some(d) => named.push(d),
+            None => {
+                return Err(format!(
+                    "--redis: unknown driving {name:?}; choose from threads,async-mux,async-own"
+                ));
+            }
+        }
+    }
+    Ok(Driving::ALL
+        .into_iter()
+        .filter(|d| named.contains(d))
+        .collect())
 }
 
 fn main() -> ExitCode {
@@ -157,12 +209,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn compare(
-    args: &Args,
-    redis: &std::path::Path,
-    dlock: &std::path::Path,
-    work: &std::path::Path,
-) -> Result<(), String> {
+fn compare(args: &Args, redis: &Path, dlock: &Path, work: &Path) -> Result<(), String> {
     let redis_server = servers::start_redis(redis, work)?;
     let dlock_server = servers::start_dlock(dlock, work, &args.idle)?;
     let redis_version = std::process::Command::new(redis)
@@ -170,58 +217,31 @@ fn compare(
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
-    println!("machine: {} CPUs, {}", cpus(), cpu_model());
-    println!("redis:   {redis_version}");
-    println!(
-        "         pid {} on {}, --save '' --appendonly no",
-        redis_server.pid(),
-        redis_server.addr
-    );
-    println!("dlock:   {} (built {})", dlock.display(), built(dlock));
-    println!(
-        "         pid {} on {}, serve --idle {}; clients {}",
-        dlock_server.pid(),
-        dlock_server.addr,
-        args.idle,
-        if args.mux {
-            "share one data connection (Mux)"
-        } else {
-            "each on its own connections"
-        }
-    );
-    println!(
-        "{:.1} s per cell; Redis lock = SET NX PX {}, unlock = EVALSHA compare-and-delete; \
-         hand-off retry sleep {} ms",
-        args.cell.as_secs_f64(),
-        run::EXPIRE_MS,
-        RETRY_SLEEP.as_millis()
-    );
+    print_header(args, &redis_server, &redis_version, &dlock_server, dlock);
     let mut rows = Vec::new();
+    // Every cell names its keys apart from every other's.
     let mut run_no = 0u32;
     for &workload in &args.workloads {
         for &clients in &args.clients {
-            run_no += 1;
-            let row = measure_row(
-                workload,
-                clients,
-                args.cell,
-                run_no,
-                &dlock_server,
-                &redis_server,
-                args.mux,
-            )?;
+            let servers = (&dlock_server, &redis_server);
+            let row = measure_row(workload, clients, args, &mut run_no, servers)?;
+            let redis: Vec<String> = row
+                .redis
+                .iter()
+                .map(|(d, c)| format!("{} {:.0}", d.name(), c.ops_per_s()))
+                .collect();
             println!(
-                "  {:<12} {clients:>3} clients: dlock {:>9.0} ops/s, redis {:>9.0} ops/s",
+                "  {:<17} {clients:>3} clients: dlock {:.0} ops/s; redis {} ops/s",
                 workload.name(),
                 row.dlock.ops_per_s(),
-                row.redis.ops_per_s()
+                redis.join(", ")
             );
             rows.push(row);
         }
     }
     dlock_server.stop();
     redis_server.stop();
-    print_table(&rows);
+    table::print(&rows, &args.drivings);
     let svg = work.join("compare.svg");
     let title = format!(
         "dlock (TCP{}, --idle {}) vs Redis {}, 127.0.0.1, {} CPUs, {:.1} s per point",
@@ -239,15 +259,85 @@ fn compare(
     Ok(())
 }
 
+/// What is compared with what: the machine, both servers, and how each side's clients are driven.
+fn print_header(args: &Args, redis: &Server, version: &str, dlock: &Server, bin: &Path) {
+    println!("machine: {} CPUs, {}", cpus(), cpu_model());
+    println!("redis:   {version}");
+    println!(
+        "         pid {} on {}, --save '' --appendonly no",
+        redis.pid(),
+        redis.addr
+    );
+    for d in &args.drivings {
+        println!("         {:<9} = {}", d.name(), d.describe());
+    }
+    println!("dlock:   {} (built {})", bin.display(), built(bin));
+    println!(
+        "         pid {} on {}, serve --idle {}; clients {}",
+        dlock.pid(),
+        dlock.addr,
+        args.idle,
+        if args.mux {
+            "share one data connection (Mux)"
+        } else {
+            "each on its own connections"
+        }
+    );
+    println!(
+        "{:.1} s per cell; Redis lock = SET NX PX {}, unlock = EVALSHA compare-and-delete; \
+         hand-off retry sleep {} ms",
+        args.cell.as_secs_f64(),
+        run::EXPIRE_MS,
+        RETRY_SLEEP.as_millis()
+    );
+}
+
+/// `workload` at `clients` clients on dlock, then on Redis once per driving asked for.
 fn measure_row(
+    workload: Workload,
+    clients: usize,
+    args: &Args,
+    run_no: &mut u32,
+    (dlock, redis): (&Server, &Server),
+) -> Result<Row, String> {
+    *run_no += 1;
+    let dlock = measure_dlock(workload, clients, args.cell, *run_no, dlock, args.mux)?;
+    let mut cells = Vec::with_capacity(args.drivings.len());
+    for &driving in &args.drivings {
+        *run_no += 1;
+        let run = *run_no;
+        let cell = match driving {
+            Driving::Threads => {
+                let shared = Shared::default();
+                run::measure(redis, clients, args.cell, &shared, |i, s| {
+                    redis_side::worker(redis.addr, workload, run, i, s)
+                })?
+            }
+            Driving::AsyncMux => {
+                redis_async::measure(redis, workload, clients, args.cell, run, true)?
+            }
+            Driving::AsyncOwn => {
+                redis_async::measure(redis, workload, clients, args.cell, run, false)?
+            }
+        };
+        cells.push((driving, cell));
+    }
+    Ok(Row {
+        workload,
+        clients,
+        dlock,
+        redis: cells,
+    })
+}
+
+fn measure_dlock(
     workload: Workload,
     clients: usize,
     cell: Duration,
     run_no: u32,
     dlock: &Server,
-    redis: &Server,
     mux: bool,
-) -> Result<Row, String> {
+) -> Result<Cell, String> {
     let shared = Shared::default();
     let mux = match mux {
         true => Some(
@@ -256,67 +346,16 @@ fn measure_row(
         ),
         false => None,
     };
-    let d = match (workload.is_async(), &mux) {
-        (true, Some(mux)) => dlock_async::measure(dlock, workload, clients, cell, run_no, mux)?,
-        (true, None) => {
-            return Err(format!(
-                "{} needs the shared connection (leave out --own-connections)",
-                workload.name()
-            ));
-        }
+    match (workload.is_async(), &mux) {
+        (true, Some(mux)) => dlock_async::measure(dlock, workload, clients, cell, run_no, mux),
+        (true, None) => Err(format!(
+            "{} needs the shared connection (leave out --own-connections)",
+            workload.name()
+        )),
         (false, _) => run::measure(dlock, clients, cell, &shared, |i, s| {
             dlock_side::worker(dlock.addr, workload, run_no, i, s, mux.as_ref())
-        })?,
-    };
-    let shared = Shared::default();
-    let r = run::measure(redis, clients, cell, &shared, |i, s| {
-        redis_side::worker(redis.addr, workload, run_no, i, s)
-    })?;
-    Ok(Row {
-        workload,
-        clients,
-        dlock: d,
-        redis: r,
-    })
-}
-
-fn print_table(rows: &[Row]) {
-    println!();
-    println!(
-        "| workload | clients | dlock ops/s | redis ops/s | dlock/redis | dlock p50 / p99 µs \
-         | redis p50 / p99 µs | dlock CPU µs/op | redis CPU µs/op |"
-    );
-    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|");
-    for r in rows {
-        println!(
-            "| {} | {} | {:.0} | {:.0} | {:.2} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} | {:.1} |",
-            r.workload.name(),
-            r.clients,
-            r.dlock.ops_per_s(),
-            r.redis.ops_per_s(),
-            r.dlock.ops_per_s() / r.redis.ops_per_s().max(f64::MIN_POSITIVE),
-            r.dlock.p_us(0.5),
-            r.dlock.p_us(0.99),
-            r.redis.p_us(0.5),
-            r.redis.p_us(0.99),
-            r.dlock.cpu_us_per_op(),
-            r.redis.cpu_us_per_op(),
-        );
+        }),
     }
-    for r in rows.iter().filter(|r| r.workload == Workload::Handoff) {
-        let share = |c: &Cell| 100.0 * c.handoffs as f64 / c.ops.max(1) as f64;
-        println!(
-            "hand-off, {} clients: the lock changed hands on {:.0}% of dlock's acquisitions, \
-             {:.0}% of Redis's",
-            r.clients,
-            share(&r.dlock),
-            share(&r.redis)
-        );
-    }
-    println!(
-        "(ops: one lock+unlock, FAA/INCR, 31-key lock+unlock, or acquisition+release; latency \
-         per op; CPU: the server process's user+system time over the measurement / ops)"
-    );
 }
 
 fn cpus() -> usize {
@@ -335,7 +374,7 @@ fn cpu_model() -> String {
 }
 
 /// How long ago `path` was built, so a stale `dlock` binary shows.
-fn built(path: &std::path::Path) -> String {
+fn built(path: &Path) -> String {
     std::fs::metadata(path)
         .and_then(|m| m.modified())
         .ok()

@@ -1,4 +1,5 @@
-//! The workloads and the harness that drives one of them against one server: `clients` threads,
+//! The workloads, the ways Redis's clients are driven, and the harness that drives a workload
+//! against one server with a thread per client: `clients` threads,
 //! each with its own connection, start together behind a barrier, run operations until a shared
 //! deadline, and stop together behind a second barrier, so the elapsed time and the server's CPU
 //! time cover the measured operations and neither connecting nor disconnecting.
@@ -66,8 +67,8 @@ impl Workload {
         }
     }
 
-    /// The workload itself, whatever drives the clients (Redis runs this one: its clients are
-    /// threads either way).
+    /// The workload itself, whatever drives dlock's clients (Redis runs this one: its drivings
+    /// are chosen apart, with `--redis`).
     pub fn base(self) -> Workload {
         match self {
             Workload::CycleAsync => Workload::Cycle,
@@ -79,6 +80,42 @@ impl Workload {
     /// Whether dlock's clients are futures on one thread rather than a thread each.
     pub fn is_async(self) -> bool {
         self != self.base()
+    }
+}
+
+/// How the Redis side's clients are driven: each driving runs every workload, and every row of
+/// the comparison holds the Redis figures of each driving asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Driving {
+    /// A thread per client, each with its own blocking connection (`redis_side`).
+    Threads,
+    /// Every client a task of one current-thread tokio runtime, all sharing one redis-rs
+    /// `MultiplexedConnection` (`redis_async`): how Rust services commonly use Redis.
+    AsyncMux,
+    /// Every client a task of one current-thread tokio runtime with a redis-rs connection of its
+    /// own (`redis_async`).
+    AsyncOwn,
+}
+
+impl Driving {
+    pub const ALL: [Driving; 3] = [Driving::Threads, Driving::AsyncMux, Driving::AsyncOwn];
+
+    /// The name `--redis` takes and the table and plot show.
+    pub fn name(self) -> &'static str {
+        match self {
+            Driving::Threads => "threads",
+            Driving::AsyncMux => "async-mux",
+            Driving::AsyncOwn => "async-own",
+        }
+    }
+
+    /// What the name means, for the run's header.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Driving::Threads => "a thread and a blocking connection per client",
+            Driving::AsyncMux => "redis-rs tasks on one tokio thread, one shared connection",
+            Driving::AsyncOwn => "redis-rs tasks on one tokio thread, a connection each",
+        }
     }
 }
 
@@ -106,6 +143,12 @@ impl Shared {
         if self.last_owner.swap(me, Ordering::Relaxed) != me {
             self.handoffs.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Acquisitions of the hot key by a client other than the previous holder, so far.
+    pub fn handoffs(&self) -> u64 {
+        // Relaxed: read after the clients have stopped (joined), which orders their counts.
+        self.handoffs.load(Ordering::Relaxed)
     }
 }
 
@@ -201,7 +244,7 @@ where
         secs,
         hist,
         server_cpu_s,
-        handoffs: shared.handoffs.load(Ordering::Relaxed),
+        handoffs: shared.handoffs(),
     })
 }
 
