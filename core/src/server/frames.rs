@@ -171,21 +171,9 @@ impl<'r> Server<'r> {
                     s.release_lock_for(slot, id).map(|()| id)
                 })
             }
-            ControlRequest::BatchUpdateLocks(claims) => {
-                self.stats.bump(Counter::ControlRequests);
-                for (e, claim) in entries.iter_mut().zip(claims.iter()) {
-                    *e = match self.update_lock(client, &claim, now_ms) {
-                        Ok(id) => BatchEntry {
-                            id: id.raw(),
-                            status: Status::Success,
-                        },
-                        Err(status) => BatchEntry { id: 0, status },
-                    };
-                }
-                Ok(ControlResponse::Entries(BatchEntries::from_slice(
-                    &entries[..claims.len()],
-                )))
-            }
+            ControlRequest::BatchUpdateLocks(claims) => self
+                .update_locks(client, &claims, &mut entries, now_ms)
+                .map(ControlResponse::Entries),
         };
         let written = match result {
             Ok(body) => encode_control_response(&reply(Status::Success), &body, out)?,

@@ -1350,8 +1350,11 @@ fn claims_after_the_server_is_ready_are_refused() {
         run(&mut s, c, lock(LockKind::Rw, LockOp::TryExclusive, l, 0), 1).status,
         Status::Success
     );
+    // ids[1] re-registered in the recovery, which is over: its claim restores nothing.
     let steal = claim(LockKind::Rw, Held::Exclusive, b"x", Ticket::default(), 0);
-    assert_eq!(s.update_lock(ids[1].get(), &steal, 2), Err(Status::Einval));
+    assert_eq!(s.update_lock(ids[1].get(), &steal, 2), Err(Status::Fail));
+    // c never re-registered here: a claim from it is refused as out of place.
+    assert_eq!(s.update_lock(c.get(), &steal, 2), Err(Status::Einval));
     let w = crate::word::rw::RwWord::from_bits(s.t.lock_cells[l.index() as usize].word);
     assert_eq!(w.owner(), c.get(), "the new holder keeps it");
 }
