@@ -589,8 +589,13 @@ impl<'r> Sim<'r> {
             87..=92 => self.faa(p),
             93..=96 => c.heartbeat(),
             _ => {
-                let c = self.procs[p].client.take().expect("checked above");
-                let _ = c.deinit();
+                let mut c = self.procs[p].client.take().expect("checked above");
+                if c.try_deinit() == Err(Status::NotReady) {
+                    // A recovering server keeps the client and its locks, and so does the
+                    // process, which leaves later. `NotReady` renews nothing: no new anchor.
+                    self.procs[p].client = Some(c);
+                    return Ok(());
+                }
                 self.procs[p].down_until = now;
                 Ok(())
             }

@@ -129,3 +129,68 @@ fn a_failed_second_claim_batch_keeps_every_record() {
     assert_eq!(c.locks().count(), 32);
     second.stop();
 }
+
+/// The first hole, end to end: `update_all_locks` against a server that is not
+/// recovering made the client drop every record whose claim was refused, so `unlock` of a lock
+/// it still held said `LOCK_NOT_GET` while the server kept the lock. Now the server refuses
+/// the call whole and the client keeps every record.
+#[test]
+fn update_all_locks_on_a_serving_server_keeps_every_record() {
+    let s = server(false);
+    let mut c = client(&Endpoint::embedded(&s));
+    let held = c.get_lock(LockKind::Atomic, b"held").unwrap();
+    let _ = c.trylock(held, Mode::Exclusive, 60_000).unwrap();
+    let idle = c.get_lock(LockKind::Rw, b"idle").unwrap();
+    assert_eq!(c.update_all_locks(), Err(dlock_core::Status::Einval));
+    assert_eq!(c.locks().count(), 2);
+    assert_eq!(c.unlock(held), Ok(dlock_core::Status::Success));
+    c.release_lock(idle).unwrap();
+    s.stop();
+}
+
+/// A recovering server refuses a deinit (`NotReady`) and keeps the client and its locks;
+/// `try_deinit` keeps the client too, and leaves once the server serves.
+#[test]
+fn a_refused_deinit_keeps_the_client_until_the_server_serves() {
+    let first = server(true);
+    let addr = first.tcp_addr().unwrap();
+    let e = Endpoint::Tcp(addr);
+    let (mut a, mut b) = (client(&e), client(&e));
+    let x = a.get_lock(LockKind::Atomic, b"x").unwrap();
+    let _ = a.trylock(x, Mode::Exclusive, 60_000).unwrap();
+    first.stop();
+
+    let mut cfg = ServerConfig::new(dlock_core::Config {
+        recovery_clients: 2,
+        epoch: 2,
+        ..common::small()
+    });
+    cfg.tcp = Some(TcpConfig::new(addr));
+    let second = ServerHandle::start(cfg).unwrap();
+    assert_eq!(a.reinit(), Ok(true));
+    a.update_all_locks().unwrap();
+    a.reinit_done().unwrap();
+    assert_eq!(
+        a.try_deinit(),
+        Err(dlock_core::Status::NotReady),
+        "b has not come back"
+    );
+    assert_eq!(
+        a.locks().count(),
+        1,
+        "the client keeps what the server keeps"
+    );
+    assert_eq!(b.reinit(), Ok(true));
+    b.update_all_locks().unwrap();
+    b.reinit_done().unwrap();
+    a.try_deinit().unwrap();
+    assert_eq!(a.locks().count(), 0);
+    let x = b.get_lock(LockKind::Atomic, b"x").unwrap();
+    let granted = b.trylock(x, Mode::Exclusive, 60_000).unwrap();
+    assert_eq!(
+        granted.status,
+        dlock_core::Status::Success,
+        "a's deinit released x"
+    );
+    second.stop();
+}

@@ -382,23 +382,41 @@ pub extern "C" fn client_reinit_done(client_id: c_int) -> c_int {
 }
 
 /// Deregisters client `client_id`: the server releases everything it held. The id is gone
-/// even when the exchange fails (then `DLOCK_BAD_RESPONSE` or `DLOCK_NOT_READY`).
+/// even when the exchange fails (then `DLOCK_BAD_RESPONSE`), except that a recovering server's
+/// `DLOCK_NOT_READY` keeps it: that server keeps the client and its locks, so the id stays
+/// usable to call `client_deinit` again once it serves (the reference forgets the id here
+/// while its server keeps the locks until the client's connection is found dead).
 #[unsafe(no_mangle)]
 pub extern "C" fn client_deinit(client_id: c_int) -> c_int {
     guard(|| {
-        let shared = match lib().as_mut() {
+        let shared = match lib().as_ref() {
             None => return Status::ClientMgrNotInit.code(),
-            Some(l) => l.clients.remove(&client_id),
+            Some(l) => l.clients.get(&client_id).cloned(),
         };
         let Some(shared) = shared else {
             return Status::ClientNotInit.code();
         };
         // Even a client a panic left untrusted is told to leave.
-        let slot = shared.lock().unwrap_or_else(PoisonError::into_inner).take();
-        match slot {
-            Some(slot) => code(slot.client.deinit()),
-            None => Status::ClientNotInit.code(),
+        let mut guard = shared.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(slot) = guard.as_mut() else {
+            return Status::ClientNotInit.code();
+        };
+        let r = slot.client.try_deinit();
+        if r == Err(Status::NotReady) {
+            return Status::NotReady.code();
         }
+        guard.take();
+        drop(guard);
+        if let Some(l) = lib().as_mut() {
+            // Only this entry: a client registered since under the same id is another one.
+            if l.clients
+                .get(&client_id)
+                .is_some_and(|s| Arc::ptr_eq(s, &shared))
+            {
+                l.clients.remove(&client_id);
+            }
+        }
+        code(r)
     })
 }
 

@@ -175,8 +175,11 @@ impl SimClient {
         // server may start serving without its claims (the deadline passed, or it was not among
         // the clients expected) and grant them to others, which it learns when its claims are
         // refused. `Client::reinit`'s docs tell applications the same (seed 0x9377aa5bc1e333f).
+        // A client leaving (`Deiniting`) has stopped using its locks: the server may release
+        // them before the reply comes.
         self.phase != Phase::Dead
             && self.phase != Phase::Claiming
+            && self.phase != Phase::Deiniting
             && self.connected
             && now <= self.lease_anchor + u64::from(self.lease_ms)
     }

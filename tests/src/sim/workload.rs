@@ -79,8 +79,6 @@ impl World {
                 self.send_control(i, 0, body, Ctl::Init);
             }
             Phase::Ready if self.draining => {
-                self.clients[i].locks.clear();
-                self.clients[i].objects.clear();
                 self.clients[i].phase = Phase::Deiniting;
                 let id = self.clients[i].id.unwrap_or(0);
                 self.send_control(i, id, ControlRequest::ClientDeinit, Ctl::Deinit);
@@ -178,10 +176,10 @@ impl World {
         }
         match r {
             0..=2 => {
-                // Graceful exit; a new registration follows later.
+                // Graceful exit; a new registration follows later. The records stay until the
+                // server says it released them: a recovering one refuses (`NotReady`) and keeps
+                // them.
                 let c = &mut self.clients[i];
-                c.locks.clear();
-                c.objects.clear();
                 c.phase = Phase::Deiniting;
                 let id = c.id.unwrap_or(0);
                 self.send_control(i, id, ControlRequest::ClientDeinit, Ctl::Deinit);
@@ -617,6 +615,21 @@ impl World {
                 c.notice_at = self.now;
             }
             (Ctl::Done, _) => c.phase = Phase::Ready,
+            (Ctl::Deinit, _) if status == Status::NotReady => {
+                // Refused: the server keeps the registration and every lock, and so does the
+                // client, which leaves once the server serves.
+                c.phase = Phase::Ready;
+                let names: Vec<usize> = c
+                    .locks
+                    .iter()
+                    .flatten()
+                    .filter(|l| l.used_mode().is_some())
+                    .map(|l| l.name)
+                    .collect();
+                for n in names {
+                    self.note_belief(i, n)?;
+                }
+            }
             (Ctl::Deinit, _) => c.forget_all(),
             (Ctl::GetLock(names), ControlResponse::Lock { lock }) => {
                 if let (Some(&n), Some(id)) = (names.first(), LockId::from_raw(lock)) {

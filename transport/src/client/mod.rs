@@ -501,10 +501,25 @@ impl<C: Connection> Client<C> {
             .map(drop)
     }
 
-    /// Leaves (`client_deinit`): the server releases everything this client held.
+    /// Leaves (`client_deinit`): the server releases everything this client held. The client
+    /// is gone whatever the answer, as in the reference; to keep it when the server refuses,
+    /// use [`Client::try_deinit`].
     pub fn deinit(mut self) -> Result<(), Status> {
-        self.control(self.id.get(), ControlRequest::ClientDeinit)
-            .map(drop)
+        self.try_deinit()
+    }
+
+    /// Leaves (`client_deinit`) if the server lets it: on success the server has released
+    /// everything this client held, and so has the client (its records are cleared; further
+    /// calls are refused by the server). A recovering server answers `NotReady` and keeps the
+    /// client and its locks: so does this client, to call again once the server serves —
+    /// dropping it instead would leave the server holding its locks until its lease ends.
+    pub fn try_deinit(&mut self) -> Result<(), Status> {
+        self.control(self.id.get(), ControlRequest::ClientDeinit)?;
+        self.locks.drain();
+        self.objects.clear();
+        self.pending = None;
+        self.pipeline.clear();
+        Ok(())
     }
 
     /// Renews the lease.
