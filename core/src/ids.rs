@@ -149,8 +149,84 @@ impl Session {
 /// With it, a session is `nonce ‖ MAC(key, client id, nonce)` (8 bytes each, the MAC supplied by
 /// the runtime as a [`SessionMac`]), so a replacement server can tell a client that
 /// re-registers with the session the failed server gave it from one that only claims its id.
+///
+/// A key is 32 bytes from a CSPRNG (`head -c 32 /dev/urandom`); [`SessionKey::new`] refuses
+/// one of obviously low entropy (see [`WeakSessionKey`]), since everything the key protects is
+/// only as hard to forge as the key is to guess.
 #[derive(Clone)]
-pub struct SessionKey(pub [u8; 32]);
+pub struct SessionKey([u8; SessionKey::LEN]);
+
+/// Why [`SessionKey::new`] refused a key. The rule: a key must hold at least
+/// [`SessionKey::DISTINCT_MIN`] distinct byte values, must not repeat itself with a period of 16
+/// bytes or less, and its bytes must not step by a constant (`00 01 02 …`, `ff fe fd …`, or all
+/// one byte). Thirty-two bytes from a CSPRNG fail the first test with a chance of about
+/// 3 × 10^-17 and the others with less than 2^-128, so a refused key was made by hand, copied
+/// from an example, or read from a file that is not what it should be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeakSessionKey {
+    /// Only this many distinct byte values (all-zero keys have one).
+    FewDistinctBytes(u32),
+    /// The key repeats itself every this many bytes.
+    Repeats(u32),
+    /// Every byte is the one before it plus this constant (mod 256).
+    Progression(u8),
+}
+
+impl core::fmt::Display for WeakSessionKey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            WeakSessionKey::FewDistinctBytes(n) => write!(
+                f,
+                "the session key has only {n} distinct byte values (a random key has about 30; \
+                 at least {} are required): draw one from a CSPRNG",
+                SessionKey::DISTINCT_MIN
+            ),
+            WeakSessionKey::Repeats(p) => write!(
+                f,
+                "the session key repeats itself every {p} bytes: draw one from a CSPRNG"
+            ),
+            WeakSessionKey::Progression(d) => write!(
+                f,
+                "the session key's bytes step by a constant {d:#04x}: draw one from a CSPRNG"
+            ),
+        }
+    }
+}
+
+impl SessionKey {
+    /// Bytes in a key.
+    pub const LEN: usize = 32;
+    /// The fewest distinct byte values a key may have (a random key has about 30).
+    pub const DISTINCT_MIN: u32 = 16;
+
+    /// The key `bytes`, unless it is of obviously low entropy (the rule: [`WeakSessionKey`]).
+    pub fn new(bytes: [u8; SessionKey::LEN]) -> Result<SessionKey, WeakSessionKey> {
+        let mut seen = [false; 256];
+        for &b in &bytes {
+            seen[usize::from(b)] = true;
+        }
+        let distinct = seen.iter().filter(|&&s| s).count() as u32;
+        if distinct < Self::DISTINCT_MIN {
+            return Err(WeakSessionKey::FewDistinctBytes(distinct));
+        }
+        if let Some(p) =
+            (1..=SessionKey::LEN / 2).find(|&p| bytes.iter().zip(&bytes[p..]).all(|(a, b)| a == b))
+        {
+            return Err(WeakSessionKey::Repeats(p as u32));
+        }
+        let step = bytes[1].wrapping_sub(bytes[0]);
+        if bytes.windows(2).all(|w| w[1].wrapping_sub(w[0]) == step) {
+            return Err(WeakSessionKey::Progression(step));
+        }
+        Ok(SessionKey(bytes))
+    }
+
+    /// The key's bytes, for the MAC that uses it.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8; SessionKey::LEN] {
+        &self.0
+    }
+}
 
 impl core::fmt::Debug for SessionKey {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -275,7 +351,7 @@ pub struct Ticket {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -310,6 +386,36 @@ mod tests {
         assert!(!a.matches(&b));
         assert!(!Session::NONE.matches(&Session::NONE));
         assert_eq!(format!("{a:?}"), "Session(..)");
+    }
+
+    /// 32 bytes from a CSPRNG (once, by hand).
+    pub(crate) const GOOD_KEY: [u8; 32] = [
+        0x3c, 0x9a, 0x51, 0xe2, 0x07, 0xbd, 0x68, 0x14, 0xf9, 0x2e, 0x85, 0xc0, 0x4b, 0x76, 0xd3,
+        0x1f, 0xa8, 0x62, 0x0d, 0x97, 0xee, 0x35, 0x5a, 0xc4, 0x81, 0x2b, 0xf0, 0x49, 0xb6, 0x13,
+        0x7d, 0xdc,
+    ];
+
+    #[test]
+    fn session_keys_of_obviously_low_entropy_are_refused() {
+        use WeakSessionKey::*;
+        assert!(SessionKey::new(GOOD_KEY).is_ok());
+        assert_eq!(SessionKey::new([0; 32]).err(), Some(FewDistinctBytes(1)));
+        assert_eq!(SessionKey::new([0x42; 32]).err(), Some(FewDistinctBytes(1)));
+        let mut ascii = [b'a'; 32];
+        ascii[..8].copy_from_slice(b"password");
+        assert_eq!(SessionKey::new(ascii).err(), Some(FewDistinctBytes(7)));
+        // Sixteen distinct bytes, twice over: enough values, but a period of 16.
+        let halves: [u8; 32] = core::array::from_fn(|i| GOOD_KEY[i % 16]);
+        assert_eq!(SessionKey::new(halves).err(), Some(Repeats(16)));
+        let counting: [u8; 32] = core::array::from_fn(|i| i as u8);
+        assert_eq!(SessionKey::new(counting).err(), Some(Progression(1)));
+        let down: [u8; 32] = core::array::from_fn(|i| 0xff - 3 * i as u8);
+        assert_eq!(SessionKey::new(down).err(), Some(Progression(0xfd)));
+        // One byte changed in a good key is still a good key.
+        let mut k = GOOD_KEY;
+        k[31] = k[0];
+        assert!(SessionKey::new(k).is_ok());
+        assert!(format!("{}", FewDistinctBytes(1)).contains("only 1 distinct"));
     }
 
     #[test]

@@ -70,6 +70,6 @@ pub mod word;
 pub use config::Config;
 pub use ids::{
     ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Session, SessionKey, SessionMac,
-    Ticket,
+    Ticket, WeakSessionKey,
 };
 pub use status::Status;

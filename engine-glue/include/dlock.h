@@ -21,6 +21,9 @@
  *    (struct ssl_cfg) come last; cert_verify_cb must be NULL (dlock checks the CA and CRL
  *    files itself), the key password callbacks are optional (an unencrypted key needs none).
  *  - A server without TLS listens on a loopback address only, unless insecure_plaintext.
+ *  - A recovering server (recovery_client_num > 0) needs the failed server's session key
+ *    (session_key_file), unless insecure_recovery: without one, whoever reaches it first could
+ *    re-register as any client and take its locks.
  *  - lock() waits on the server (no polling) and returns DLOCK_ETIMEOUT after 5 s.
  *  - debug_stats holds dlock's counters (enum debug_stats_code below), not the reference's.
  *  - Additions: server_tcp_port, lock_fence, umo_atomic64_cas_value.
@@ -301,6 +304,8 @@ struct server_cfg {
     const char *shm_name;         /* NULL: anonymous region; else /dev/shm/<name> */
     struct ssl_cfg ssl;           /* TLS on the TCP listener; checked even without one */
     bool insecure_plaintext;      /* without TLS: allow a non-loopback server_ip_str */
+    const char *session_key_file; /* NULL, or 64 hex digits shared with the replacement server */
+    bool insecure_recovery;       /* recover (recovery_client_num > 0) without a session key */
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -315,7 +320,9 @@ void dserver_lib_deinit(void);
 /*
  * Starts a server in this process and writes its id (1..0xFFFFF). 0; DLOCK_EINVAL (NULL,
  * settings out of range, TLS files missing or unusable, key password refused or wrong,
- * plaintext on a non-loopback address without insecure_plaintext); -1 (not initialised,
+ * plaintext on a non-loopback address without insecure_plaintext, a session key file that
+ * cannot be read or is of obviously low entropy, recovery_client_num > 0 with neither
+ * session_key_file nor insecure_recovery); -1 (not initialised,
  * address cannot be bound); DLOCK_SERVER_NO_RESOURCE (dserver_lib_init's limit reached, out
  * of resources). With TLS the key is read, and prkey_pwd_cb then erase_prkey_cb called, once,
  * on the calling thread, before this returns; they are never called afterwards.

@@ -104,6 +104,7 @@ fn a_failed_second_claim_batch_keeps_every_record() {
         ..common::small()
     });
     cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
+    cfg.insecure_recovery = true;
     let second = ServerHandle::start(cfg).unwrap();
     *target.lock().unwrap() = second.tcp_addr().unwrap();
 
@@ -166,6 +167,7 @@ fn a_refused_deinit_keeps_the_client_until_the_server_serves() {
         ..common::small()
     });
     cfg.tcp = Some(TcpConfig::new(addr));
+    cfg.insecure_recovery = true;
     let second = ServerHandle::start(cfg).unwrap();
     assert_eq!(a.reinit(), Ok(true));
     a.update_all_locks().unwrap();

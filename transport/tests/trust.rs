@@ -306,12 +306,38 @@ fn a_connection_cap_that_leaves_registered_clients_no_room_is_refused_at_start()
     assert!(err.to_string().contains("connections_max"), "{err}");
 }
 
+/// A session key: 32 bytes from a CSPRNG (once, by hand).
+const KEY: [u8; 32] = [
+    0x3c, 0x9a, 0x51, 0xe2, 0x07, 0xbd, 0x68, 0x14, 0xf9, 0x2e, 0x85, 0xc0, 0x4b, 0x76, 0xd3, 0x1f,
+    0xa8, 0x62, 0x0d, 0x97, 0xee, 0x35, 0x5a, 0xc4, 0x81, 0x2b, 0xf0, 0x49, 0xb6, 0x13, 0x7d, 0xdc,
+];
+
+/// A server that would recover without a session key hands client ids to whoever asks first
+/// (the genuine client is then refused); it starts only when the operator says so.
+#[test]
+fn a_recovering_server_without_a_session_key_starts_only_when_told_to() {
+    let recovering = Config {
+        recovery_clients: 2,
+        epoch: 2,
+        ..small(8, 30_000)
+    };
+    let err = ServerHandle::start(ServerConfig::new(recovering)).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("without a session key"), "{err}");
+    let mut cfg = ServerConfig::new(recovering);
+    cfg.insecure_recovery = true;
+    ServerHandle::start(cfg).expect("told to").stop();
+    let mut cfg = ServerConfig::new(recovering);
+    cfg.session_key = Some(dlock_core::SessionKey::new(KEY).unwrap());
+    ServerHandle::start(cfg).expect("with a key").stop();
+}
+
 /// After a failover, a replacement server that shares the failed one's session key takes back
 /// the client that comes with its session, and refuses a peer that only knows its id — which,
 /// without the key, could re-register as the client and claim its locks.
 #[test]
 fn a_replacement_server_with_the_shared_key_refuses_a_peer_claiming_anothers_id() {
-    let key = dlock_core::SessionKey([0x42; 32]);
+    let key = dlock_core::SessionKey::new(KEY).unwrap();
     let first = server_with(small(8, 30_000), |cfg| cfg.session_key = Some(key.clone()));
     let addr = first.tcp_addr().unwrap();
     let mut victim = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();

@@ -1931,7 +1931,7 @@ fn fair_shared_and_preempted_grants_whose_reply_is_cancelled_are_released() {
 /// A stand-in MAC for the tests (the runtime's is HMAC-SHA-256): any keyed function tells a
 /// session minted under the key from one that was not.
 fn test_mac(key: &SessionKey, client: u32, nonce: &[u8; 8]) -> [u8; 8] {
-    let mut h = u64::from_le_bytes(key.0[..8].try_into().unwrap()) ^ u64::from(client);
+    let mut h = u64::from_le_bytes(key.as_bytes()[..8].try_into().unwrap()) ^ u64::from(client);
     for &b in nonce {
         h = (h ^ u64::from(b))
             .wrapping_mul(0x0100_0000_01b3)
@@ -1942,7 +1942,7 @@ fn test_mac(key: &SessionKey, client: u32, nonce: &[u8; 8]) -> [u8; 8] {
 
 #[test]
 fn a_replacement_server_takes_back_only_sessions_minted_under_the_shared_key() {
-    let key = SessionKey([7; 32]);
+    let key = SessionKey::new(crate::ids::tests::GOOD_KEY).unwrap();
     // The failed server, which minted the client's session.
     let cfg = small();
     let mut region = TestRegion::new(&cfg);

@@ -372,6 +372,7 @@ pub unsafe extern "C" fn client_reinit(client_id: c_int, server_ip: *const c_cha
 }
 
 /// Tells the server client `client_id` finished re-syncing its locks after `client_reinit`.
+/// `DLOCK_EINVAL` (the reference's -1) without a `client_reinit` since the last call.
 #[unsafe(no_mangle)]
 pub extern "C" fn client_reinit_done(client_id: c_int) -> c_int {
     guard(|| {

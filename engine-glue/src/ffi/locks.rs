@@ -181,7 +181,9 @@ pub unsafe extern "C" fn batch_release_lock(
 }
 
 /// After `client_reinit` found the server recovering: re-claims every lock the client knows.
-/// Returns 0, `DLOCK_CLIENT_NOT_INIT`, `DLOCK_BAD_RESPONSE`. The server may give the locks
+/// Returns 0, `DLOCK_CLIENT_NOT_INIT`, `DLOCK_BAD_RESPONSE`, or `DLOCK_EINVAL` when the server
+/// is not recovering for this client (the reference's -1): then every record is kept as it was,
+/// since the server still holds those locks for it. The server may give the locks
 /// new ids; the C API has no way to report them yet (see the header's note), so call
 /// `get_lock` again by name afterwards.
 #[unsafe(no_mangle)]
