@@ -234,17 +234,31 @@ impl core::fmt::Debug for SessionKey {
     }
 }
 
-/// The keyed MAC behind [`SessionKey`]: `mac(key, client, nonce)`, truncated to 8 bytes. A
-/// forger needs about 2^64 guesses, each a registration attempt the server counts. `dlock-core`
-/// computes no cryptography itself; the runtime passes HMAC-SHA-256.
-pub type SessionMac = fn(key: &SessionKey, client: u32, nonce: &[u8; 8]) -> [u8; 8];
+/// The keyed MAC behind [`SessionKey`]: `mac(key, parts)` is the MAC of the concatenation of
+/// `parts` under `key`, 32 bytes, of which each use keeps a prefix (sessions 8 bytes, grant
+/// proofs 16: [`crate::server::proof`]). Every message begins with its own domain string, so
+/// no MAC made for one use is valid for another. `dlock-core` computes no cryptography itself;
+/// the runtime passes HMAC-SHA-256 (`dlock_transport::runtime::hmac_sha256`).
+pub type SessionMac = fn(key: &SessionKey, parts: &[&[u8]]) -> [u8; 32];
+
+/// The domain string of a session's MAC.
+const SESSION_DOMAIN: &[u8] = b"dlock session v1";
 
 impl Session {
-    /// The session minted for `client` from `nonce` under `key`.
+    /// The session minted for `client` from `nonce` under `key`: `nonce ‖ MAC(key, "dlock
+    /// session v1" ‖ client ‖ nonce)[..8]`.
+    ///
+    /// Eight bytes of MAC are enough here: a forger can only check a guess by re-registering
+    /// with it (an online attempt, answered by the server and counted in `sessions_refused`),
+    /// so the 2^63 attempts a forgery takes on average are out of reach at any rate a server
+    /// answers, and a longer MAC would need a longer session on the wire and in every client
+    /// entry. Grant proofs, which a later partition owner may check long after they were
+    /// issued, get 16 bytes.
     pub fn minted(key: &SessionKey, mac: SessionMac, client: u32, nonce: [u8; 8]) -> Session {
         let mut s = Session::NONE;
         s.0[..8].copy_from_slice(&nonce);
-        s.0[8..].copy_from_slice(&mac(key, client, &nonce));
+        let tag = mac(key, &[SESSION_DOMAIN, &client.to_le_bytes(), &nonce]);
+        s.0[8..].copy_from_slice(&tag[..8]);
         s
     }
 
@@ -285,6 +299,69 @@ impl core::fmt::Debug for Session {
 impl core::fmt::Display for ClientId {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "client {}", self.get())
+    }
+}
+
+/// A grant's proof: what a server with a session key hands the client with every grant and
+/// fair-lock ticket, and the client shows when it re-claims the lock from a server that
+/// replaces this one (see [`crate::server::proof`] for what it binds and why). `mac` is
+/// 128 bits of HMAC-SHA-256 under the session key; `epoch` is the epoch of the server that
+/// issued it, one of the values the MAC binds.
+///
+/// All zeros is "no proof": what a server without a key gives, and what a record without a
+/// grant holds. Comparison is constant-time and `Debug` never prints the MAC.
+#[derive(Clone, Copy, Default)]
+pub struct GrantProof {
+    /// The epoch of the server that issued the proof.
+    pub epoch: u16,
+    /// The MAC (zero: none).
+    pub mac: [u8; GrantProof::LEN],
+}
+
+impl GrantProof {
+    /// Bytes of MAC in a proof (and per command in a data response's proof trailer).
+    pub const LEN: usize = 16;
+    /// No proof.
+    pub const NONE: GrantProof = GrantProof {
+        epoch: 0,
+        mac: [0; GrantProof::LEN],
+    };
+
+    /// Whether this is [`GrantProof::NONE`]'s MAC (the epoch is not looked at).
+    #[inline]
+    pub fn is_none(&self) -> bool {
+        self.mac == [0; GrantProof::LEN]
+    }
+}
+
+/// Equality in constant time, as [`Session`]'s.
+impl PartialEq for GrantProof {
+    #[inline]
+    fn eq(&self, other: &GrantProof) -> bool {
+        let mut diff = 0u8;
+        for (a, b) in self.mac.iter().zip(other.mac.iter()) {
+            diff |= a ^ b;
+        }
+        core::hint::black_box(diff) == 0 && self.epoch == other.epoch
+    }
+}
+
+impl Eq for GrantProof {}
+
+impl core::hash::Hash for GrantProof {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        // Proofs are secrets; a hash of the epoch alone is consistent with `==`.
+        self.epoch.hash(state);
+    }
+}
+
+impl core::fmt::Debug for GrantProof {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.is_none() {
+            f.write_str("GrantProof(none)")
+        } else {
+            write!(f, "GrantProof(epoch {}, ..)", self.epoch)
+        }
     }
 }
 

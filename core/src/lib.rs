@@ -69,7 +69,7 @@ pub mod word;
 
 pub use config::Config;
 pub use ids::{
-    ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Session, SessionKey, SessionMac,
-    Ticket, WeakSessionKey,
+    ClientId, FencingToken, GrantProof, LockId, LockKind, Mode, ObjectId, Session, SessionKey,
+    SessionMac, Ticket, WeakSessionKey,
 };
 pub use status::Status;

@@ -16,12 +16,20 @@
 //! | fair   | shared          | no exclusive holder, ticket at the serving position, < 63 readers | Fail |
 //! | fair   | ticketed        | always: next-ticket counters move past it    | —         |
 //!
-//! The first claim accepted keeps the lock. The reference lets a later claim displace an
-//! earlier one (the one expiring later, or acquired later, wins), but the displaced client was
-//! already told its claim succeeded and goes on believing it holds the lock: two holders. Two
-//! exclusive claims of one lock mean one of them is stale (its unlock was executed and the
-//! reply lost), and refusing whichever comes second leaves exactly one believer either way —
-//! at worst a genuine holder is told its grant is lost, which costs a retry, not exclusion.
+//! "Free" is decided after stale grants made way: a grant claim whose fencing token is above
+//! that of every conflicting grant already restored on the lock displaces them (their holds are
+//! forgotten and the word freed, fair counters kept), and one below is refused. Tokens grow with
+//! every grant of a lock, across failovers too, so two exclusive claims of one lock mean the
+//! one with the smaller token is stale — the failed server ended that grant (an unlock whose
+//! reply was lost, say) before it issued the other — and the order of arrival says nothing.
+//! The reference lets the claim that expires (or was acquired) later win instead, which can
+//! displace a genuine holder already told it succeeded; the client displaced here held a grant
+//! that was over before the failover, and learns so at its next unlock or extend (`Fail`).
+//! With a session key every grant claim also carries the proof the failed server gave with the
+//! grant (`proof.rs`), so no client can claim a lock it never held, and ordering by token means
+//! a proof of a grant it held once and gave up cannot take the lock from whoever holds it now.
+//! Shared claims merge beside each other whatever their tokens; only an exclusive grant is
+//! displaced by a later shared one, and readers by a later exclusive one.
 //!
 //! A refused claim tells the client its grant is lost (it resets its local state), so a claim
 //! is refused only when the server does not hold that grant for the client. Claims are
@@ -38,8 +46,10 @@
 //! The second row serves a client whose batch was merged and its reply lost: sent again after
 //! the window closed, it still learns the new ids of its restored locks instead of being told
 //! they are gone. The third is the reference's -1: a per-claim refusal there would make a
-//! client forget every lock the server keeps for it. Every claim raises the server's token counter above the claim's fencing token, so
-//! the tokens of re-claimed locks keep growing; a lock nobody re-claims starts over at the new
+//! client forget every lock the server keeps for it.
+//!
+//! Every claim raises the server's token counter above the claim's fencing token, so the
+//! tokens of re-claimed locks keep growing; a lock nobody re-claims starts over at the new
 //! epoch, which is why a replacement server must be started with a larger epoch than its
 //! predecessor (claims whose token carries an epoch not below ours are refused as forged).
 //!
@@ -54,6 +64,7 @@ use crate::config::BATCH_MAX;
 use crate::config::FAIR_READERS_MAX;
 use crate::ids::{ClientId, FencingToken, LockId, LockKind, Mode};
 use crate::proto::{BatchEntries, BatchEntry, Claims, Held, LockClaim};
+use crate::server::proof::{GrantSubject, proves};
 use crate::status::Status;
 use crate::table::{ClientEntry, ClientState, Hold, SlotState};
 use crate::word::{atomic, deadline, fair, rw};
@@ -208,6 +219,24 @@ impl<'r> Server<'r> {
         if !valid || FencingToken(claim.token).epoch() >= self.cfg.epoch {
             return Err(self.refuse(Status::Einval));
         }
+        // With a session key, a grant or ticket is restored only with its proof: a client that
+        // really was registered could otherwise claim a lock it never held (`proof.rs`).
+        if let Some((key, mac)) = &self.session_key
+            && claim.held != Held::Reference
+        {
+            let subject = GrantSubject {
+                client: raw,
+                kind: claim.kind,
+                held: claim.held,
+                epoch: claim.proof.epoch,
+                token: claim.token,
+                ticket: claim.ticket,
+                name: claim.name,
+            };
+            if claim.proof.epoch >= self.cfg.epoch || !proves(key, *mac, &subject, &claim.proof) {
+                return Err(self.refuse(Status::Einval));
+            }
+        }
         let had_ref = self
             .find_lock(claim.name)
             .is_some_and(|l| self.t.lock_refs.get(slot, l) != 0);
@@ -228,6 +257,9 @@ impl<'r> Server<'r> {
         }
         // Tokens never go backwards, whatever the claim's fate.
         self.next_token = self.next_token.max(claim.token + 1);
+        if self.newer_than_every_holder(lock, me, claim, now_ms) {
+            self.displace_holders(lock, slot);
+        }
         match self.merge_claim(lock, me, claim, now_ms) {
             Ok(hold) => {
                 if hold != Hold::None {
@@ -265,6 +297,65 @@ impl<'r> Server<'r> {
         };
         (Hold::from_bits(self.t.lock_holds.get(slot, lock)) == wanted)
             .then(|| LockId::new(lock, state.generation()))
+    }
+
+    /// Whether grant claim `c` of client `me` conflicts with grants restored
+    /// for other clients, and was granted after every one of them (its token is above the
+    /// lock's fence, the largest token restored on it): they are then stale — the failed
+    /// server had ended them before it granted `c` — and make way (module doc). Checks the
+    /// word first, so the scan of the holds runs only for a conflict.
+    fn newer_than_every_holder(
+        &self,
+        lock: u32,
+        me: ClientId,
+        c: &LockClaim<'_>,
+        now_ms: u64,
+    ) -> bool {
+        let cell = &self.t.lock_cells[lock as usize];
+        let exclusive = match c.held {
+            Held::Exclusive => true,
+            Held::Shared => false,
+            Held::Reference | Held::Ticketed(_) => return false,
+        };
+        let me = me.get();
+        let conflict = match c.kind {
+            LockKind::Atomic => {
+                let w = atomic::AtomicWord::from_bits(cell.word);
+                w.is_held(now_ms) && w.owner() != me
+            }
+            LockKind::Rw => {
+                let w = rw::RwWord::from_bits(cell.word);
+                (w.owner() != 0 && w.owner() != me) || (exclusive && w.readers() != 0)
+            }
+            LockKind::Fair => {
+                let w = fair::FairWord::from_bits(cell.word);
+                (cell.ext != 0 && cell.ext != me) || (exclusive && w.rcnt() != 0)
+            }
+        };
+        conflict && c.token > cell.fence
+    }
+
+    /// Forgets every other client's grant on lock slot `lock` and frees its word for the claim
+    /// that displaces them (fair: the queue's counters and tickets stay).
+    fn displace_holders(&mut self, lock: u32, slot: u32) {
+        for other in 0..self.t.client_free.high_water() {
+            let hold = Hold::from_bits(self.t.lock_holds.get(other, lock));
+            if other != slot && matches!(hold, Hold::Exclusive | Hold::Shared) {
+                self.t.lock_holds.set(other, lock, Hold::None as u8);
+            }
+        }
+        let kind = SlotState(self.t.lock_meta[lock as usize].state).kind();
+        let cell = &mut self.t.lock_cells[lock as usize];
+        match kind {
+            LockKind::Atomic => cell.word = atomic::AtomicWord::new().into_bits(),
+            LockKind::Rw => cell.word = rw::RwWord::new().into_bits(),
+            LockKind::Fair => {
+                cell.word = fair::FairWord::from_bits(cell.word)
+                    .with_rcnt(0)
+                    .into_bits();
+                cell.ext = 0;
+            }
+        }
     }
 
     /// Applies the merge table above to lock slot `lock`; returns what the client now holds.

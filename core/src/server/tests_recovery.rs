@@ -17,6 +17,7 @@ fn claim(token: u64) -> LockClaim<'static> {
         remaining_ms: 60_000,
         age_ms: 0,
         token,
+        proof: crate::GrantProof::NONE,
     }
 }
 

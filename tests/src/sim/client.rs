@@ -67,6 +67,9 @@ impl SimLock {
     }
 }
 
+/// The record index of a forged claim in [`Ctl::Claims`]: no record stands behind it.
+pub const FORGED: usize = usize::MAX;
+
 /// One item of an outstanding data message.
 #[derive(Clone, Copy, Debug)]
 pub enum Item {
@@ -81,7 +84,8 @@ pub enum Item {
 pub enum Ctl {
     Init,
     Reinit,
-    /// Claims for these records (indices into `locks`), in order.
+    /// Claims for these records (indices into `locks`), in order; [`FORGED`] marks a claim of
+    /// a lock the client never held.
     Claims(Vec<usize>),
     Done,
     Deinit,
@@ -120,6 +124,8 @@ pub struct SimClient {
     pub phase: Phase,
     pub id: Option<u32>,
     pub session: Session,
+    /// The epoch of the server it registered with last (its grants' proofs carry it).
+    pub epoch: u16,
     pub lease_ms: u32,
     /// Whether the client has a connection it trusts (cleared when it breaks, set by a
     /// registration reply). Beliefs of a disconnected client do not count: it knows its
@@ -152,6 +158,7 @@ impl SimClient {
             phase: Phase::Idle,
             id: None,
             session: Session::NONE,
+            epoch: 0,
             lease_ms: 0,
             connected: false,
             conn: 0,

@@ -7,15 +7,17 @@
 use dlock_core::config::BATCH_MAX;
 use dlock_core::proto::{
     Batch, BatchEntry, Command, ControlHeader, ControlRequest, ControlRequestFrame,
-    ControlResponse, DATA_MESSAGE_MAX, DataHeader, FLAG_ALL_OR_NOTHING, LockClaim, LockOp,
+    ControlResponse, DATA_MESSAGE_MAX, DataHeader, FLAG_ALL_OR_NOTHING, Held, LockClaim, LockOp,
     ObjectCommand, ObjectOp, PROTO_VERSION, decode_control_response, decode_data_response,
     encode_control_request, encode_data_request,
 };
 use dlock_core::server::Server;
-use dlock_core::{LockId, LockKind, Mode, Status};
+use dlock_core::{GrantProof, LockId, LockKind, Mode, Status, Ticket};
 use dlock_transport::client::{Decision, LocalLock, LocalState};
 
-use super::client::{Ctl, Item, Out, Pending, Phase, SimLock, idle_for_trylock, releasable};
+use super::client::{
+    Ctl, FORGED, Item, Out, Pending, Phase, SimLock, idle_for_trylock, releasable,
+};
 use super::net::Dir;
 use super::{REQUEST_TIMEOUT_MS, World};
 
@@ -485,7 +487,11 @@ impl World {
                     // The grant and its lease are counted from the send: the server's start
                     // no earlier, so the client never trusts a grant longer than the server.
                     let at = if from_reply { now } else { sent_at };
-                    let _ = l.local.apply(&req, &r, at);
+                    let proof = GrantProof {
+                        epoch: c.epoch,
+                        mac: rep.proof_mac(k),
+                    };
+                    let _ = l.local.apply(&req, &r, proof, at);
                     if l.local.state.held_mode().is_none() {
                         l.releasing = false;
                     }
@@ -557,6 +563,7 @@ impl World {
             (Ctl::Init, ControlResponse::Init(r)) => {
                 c.id = Some(r.client);
                 c.session = r.session;
+                c.epoch = r.epoch;
                 c.lease_ms = r.lease_ms;
                 c.lease_anchor = sent_at;
                 c.connected = true;
@@ -566,6 +573,8 @@ impl World {
             (Ctl::Init, _) => c.phase = Phase::Idle,
             (Ctl::Reinit, ControlResponse::Init(r)) => {
                 c.connected = true;
+                c.session = r.session;
+                c.epoch = r.epoch;
                 c.lease_anchor = sent_at;
                 c.lease_ms = r.lease_ms;
                 if r.recovering {
@@ -603,11 +612,22 @@ impl World {
                 if e.len() != recs.len() {
                     return Err("claims answered with the wrong count".into());
                 }
-                let last = recs.last().copied().unwrap_or(0);
+                let last = recs.iter().rev().find(|&&r| r != FORGED).copied();
                 for (rec, entry) in recs.iter().zip(e.iter()) {
+                    if *rec == FORGED {
+                        if entry.status == Status::Success {
+                            return Err(format!(
+                                "client {:?} claimed a lock it never held, and the claim was \
+                                 taken",
+                                c.id
+                            ));
+                        }
+                        continue;
+                    }
                     claim_answered(&mut c.locks[*rec], entry);
                 }
-                self.send_claims(i, last + 1);
+                let next = last.map_or(c.locks.len(), |l| l + 1);
+                self.send_claims(i, next);
             }
             (Ctl::Claims(_), _) => {
                 // The batch was refused whole: try the whole reinit again.
@@ -709,8 +729,62 @@ impl World {
                 remaining_ms: claim.remaining_ms,
                 age_ms: claim.age_ms,
                 token: claim.token,
+                proof: claim.proof,
             });
         }
+        if !recs.is_empty()
+            && recs.len() < BATCH_MAX
+            && self.p.session_key
+            && self.rng.below(4) == 0
+        {
+            // A thief: a client the failed server really registered claims, beside its own,
+            // a lock it holds no grant of, with the best proof it has.
+            let n = self.rng.index(self.names.len());
+            let c = &self.clients[i];
+            let holds = c
+                .record_of(n)
+                .is_some_and(|l| l.local.state.held_mode().is_some());
+            if !holds {
+                let (name, kind) = &self.names[n];
+                let own = c
+                    .locks
+                    .iter()
+                    .flatten()
+                    .map(|l| l.local.proof)
+                    .find(|p| !p.is_none());
+                let proof = match self.rng.below(3) {
+                    0 => GrantProof::NONE,
+                    1 => own.unwrap_or(GrantProof::NONE),
+                    _ => GrantProof {
+                        epoch: self.epoch.saturating_sub(1),
+                        mac: self
+                            .rng
+                            .next_u64()
+                            .to_le_bytes()
+                            .repeat(2)
+                            .try_into()
+                            .unwrap_or([1; 16]),
+                    },
+                };
+                let token =
+                    (u64::from(self.epoch.saturating_sub(1)) << 48) + self.rng.range(1, 1_000);
+                claims.push(LockClaim {
+                    kind: *kind,
+                    held: Held::Exclusive,
+                    name,
+                    old_lock: 0,
+                    word: 0,
+                    ticket: Ticket::default(),
+                    remaining_ms: 60_000,
+                    age_ms: 1,
+                    token,
+                    proof,
+                });
+                recs.push(FORGED);
+                self.faults.forged_claims += 1;
+            }
+        }
+        let c = &mut self.clients[i];
         if recs.is_empty() {
             c.phase = Phase::Finishing;
             self.send_control(i, id, ControlRequest::ReinitDone, Ctl::Done);

@@ -37,11 +37,14 @@ use std::time::{Duration, Instant};
 
 use dlock_core::proto::{
     Batch, BatchEntry, CONTROL_FRAME_MAX, Command, CommandResult, ControlHeader, ControlRequest,
-    ControlRequestFrame, ControlResponse, DATA_MESSAGE_MAX, DataHeader, LockClaim, ObjectCommand,
-    ObjectOp, PROTO_VERSION, decode_control_response, decode_data_response, encode_data_request,
+    ControlRequestFrame, ControlResponse, DATA_MESSAGE_MAX, DATA_RESPONSE_MAX, DataHeader,
+    LockClaim, ObjectCommand, ObjectOp, PROOF_LEN, PROTO_VERSION, decode_control_response,
+    decode_data_response, encode_data_request,
 };
 use dlock_core::server::Counter;
-use dlock_core::{ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Session, Status};
+use dlock_core::{
+    ClientId, FencingToken, GrantProof, LockId, LockKind, Mode, ObjectId, Session, Status,
+};
 
 pub use connection::Connection;
 pub use error::{Error, ErrorKind};
@@ -208,6 +211,9 @@ pub struct Client<C: Connection = Link> {
     session: Session,
     version: u8,
     recovering: bool,
+    /// The epoch of the server this client registered with last: the epoch of the proofs it
+    /// hands out with grants.
+    epoch: u16,
     /// The lease the server granted at the last (re)registration.
     lease: Duration,
     /// When (ms on this client's clock) the last request the server answered was sent: the
@@ -224,9 +230,11 @@ pub struct Client<C: Connection = Link> {
     ctrl_req: Vec<u8>,
     ctrl_reply: Vec<u8>,
     data_req: [u8; DATA_MESSAGE_MAX],
-    data_reply: [u8; DATA_MESSAGE_MAX],
+    data_reply: [u8; DATA_RESPONSE_MAX],
     /// The results of the last data exchange, decoded once.
     replies: [CommandResult; dlock_core::config::BATCH_MAX],
+    /// The proofs of the last data exchange's grants and tickets (zero where none).
+    proofs: [[u8; PROOF_LEN]; dlock_core::config::BATCH_MAX],
 }
 
 /// A lock operation in flight as a future ([`Client::lock_async`]).
@@ -337,6 +345,7 @@ impl<C: Connection> Client<C> {
             session: Session::NONE,
             version: PROTO_VERSION,
             recovering: false,
+            epoch: 0,
             lease: Duration::ZERO,
             // Any start will do (message ids only match replies to requests); a random one keeps
             // two instances of one process from looking alike in a capture.
@@ -350,12 +359,13 @@ impl<C: Connection> Client<C> {
             ctrl_req: vec![0; CONTROL_FRAME_MAX],
             ctrl_reply: vec![0; CONTROL_FRAME_MAX],
             data_req: [0; DATA_MESSAGE_MAX],
-            data_reply: [0; DATA_MESSAGE_MAX],
+            data_reply: [0; DATA_RESPONSE_MAX],
             replies: [CommandResult {
                 status: Status::Success,
                 word: 0,
                 aux: 0,
             }; dlock_core::config::BATCH_MAX],
+            proofs: [[0; PROOF_LEN]; dlock_core::config::BATCH_MAX],
             cfg,
         };
         let lease_ms = c.cfg.lease_ms();
@@ -378,6 +388,7 @@ impl<C: Connection> Client<C> {
         self.id = ClientId::new(init.client).ok_or(Status::BadResponse)?;
         self.version = init.version;
         self.recovering = init.recovering;
+        self.epoch = init.epoch;
         self.lease = Duration::from_millis(init.lease_ms.into());
         self.link
             .attach(init.client, init.slot, init.session)
@@ -740,7 +751,7 @@ impl<C: Connection> Client<C> {
         receive(
             &mut self.link,
             &mut self.data_reply,
-            &mut self.replies,
+            (&mut self.replies, &mut self.proofs),
             sent,
             |i| commands[i],
             deadline,
@@ -750,6 +761,14 @@ impl<C: Connection> Client<C> {
     /// Result `i` of the last data exchange (decoded once, by `exchange`).
     fn result(&self, i: usize) -> CommandResult {
         self.replies[i]
+    }
+
+    /// The proof of result `i` of the last data exchange, issued by this client's server.
+    fn proof(&self, i: usize) -> GrantProof {
+        GrantProof {
+            epoch: self.epoch,
+            mac: self.proofs[i],
+        }
     }
 
     /// Runs one lock decision to its end: sends it (or not), applies the reply.
@@ -770,12 +789,12 @@ impl<C: Connection> Client<C> {
         // check finds two holders that way).
         let now = self.now_ms();
         let sent = self.exchange(&[Command::Lock(request.command())], 0, Some(deadline));
-        let reply = match sent {
-            Ok(_) => self.result(0),
+        let (reply, proof) = match sent {
+            Ok(_) => (self.result(0), self.proof(0)),
             Err(s) => return Err(s),
         };
         let local = &mut self.locks.get_mut(id).ok_or(Status::LockNotGet)?.local;
-        let status = local.apply(&request, &reply, now);
+        let status = local.apply(&request, &reply, proof, now);
         grant(status, local)
     }
 
@@ -953,13 +972,17 @@ impl<C: Connection> Client<C> {
                     return Err(Status::BadResponse);
                 }
                 let result = r.result;
+                let proof = GrantProof {
+                    epoch: self.epoch,
+                    mac: reply.proof_mac(0),
+                };
                 // Counted from the send, as in `run`.
                 let now_ms = p.started.saturating_duration_since(self.start).as_millis() as u64;
                 if renews_lease(result.status) {
                     self.heard_ms = self.heard_ms.max(now_ms);
                 }
                 let e = self.locks.get_mut(p.lock).ok_or(Status::LockNotGet)?;
-                let status = e.local.apply(&p.request, &result, now_ms);
+                let status = e.local.apply(&p.request, &result, proof, now_ms);
                 grant(status, &e.local)
             }
             Ok(None) if now.duration_since(p.started) >= self.cfg.timeout + p.wait => {
@@ -1075,6 +1098,7 @@ impl<C: Connection> Client<C> {
                     remaining_ms: c.remaining_ms,
                     age_ms: c.age_ms,
                     token: c.token,
+                    proof: c.proof,
                 })
                 .collect();
             let body = ControlRequest::BatchUpdateLocks(Batch::from_slice(&claims));
@@ -1388,8 +1412,11 @@ struct Sent {
 /// caller can describe the commands from its own records without copying them out first.
 fn receive<C: Connection>(
     link: &mut C,
-    buf: &mut [u8; DATA_MESSAGE_MAX],
-    replies: &mut [CommandResult; dlock_core::config::BATCH_MAX],
+    buf: &mut [u8; DATA_RESPONSE_MAX],
+    (replies, proofs): (
+        &mut [CommandResult; dlock_core::config::BATCH_MAX],
+        &mut [[u8; PROOF_LEN]; dlock_core::config::BATCH_MAX],
+    ),
     sent: Sent,
     command: impl Fn(usize) -> Command,
     deadline: impl Fn() -> Option<Instant>,
@@ -1420,12 +1447,16 @@ fn receive<C: Connection>(
     if reply.len() != sent.count {
         return Err(Status::BadResponse);
     }
-    for (i, slot) in replies.iter_mut().enumerate().take(sent.count) {
+    for (i, (slot, proof)) in replies.iter_mut().zip(proofs.iter_mut()).enumerate() {
+        if i == sent.count {
+            break;
+        }
         let (r, c) = (reply.result(i), command(i));
         if r.kind != c.kind_code() || r.op != c.op_code() || r.id != c.id() {
             return Err(Status::BadResponse);
         }
         *slot = r.result;
+        *proof = reply.proof_mac(i);
     }
     Ok(reply.len())
 }

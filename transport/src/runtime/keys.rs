@@ -46,16 +46,40 @@ pub fn read_session_key_file(path: &Path) -> io::Result<SessionKey> {
     SessionKey::new(*key).map_err(|weak| bad(weak.to_string()))
 }
 
-/// The server's [`SessionMac`](dlock_core::SessionMac): HMAC-SHA-256 of the client id and the
-/// nonce under the session key, truncated to 8 bytes.
-pub fn hmac_session(key: &SessionKey, client: u32, nonce: &[u8; 8]) -> [u8; 8] {
+/// The server's [`SessionMac`](dlock_core::SessionMac): HMAC-SHA-256 of the concatenated
+/// `parts` under the session key. Allocates nothing (ring's HMAC state lives on the stack).
+pub fn hmac_sha256(key: &SessionKey, parts: &[&[u8]]) -> [u8; 32] {
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key.as_bytes());
     let mut ctx = ring::hmac::Context::with_key(&key);
-    ctx.update(b"dlock session v1");
-    ctx.update(&client.to_le_bytes());
-    ctx.update(nonce);
+    for part in parts {
+        ctx.update(part);
+    }
     let tag = ctx.sign();
-    let mut out = [0u8; 8];
-    out.copy_from_slice(&tag.as_ref()[..8]);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(tag.as_ref());
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The MAC of the parts is HMAC-SHA-256 of their concatenation, so a session is MACed as it
+    /// was when sessions had a function of their own (`"dlock session v1" ‖ id ‖ nonce`), and
+    /// a replacement server of this build recognises the sessions an older one minted.
+    #[test]
+    fn the_mac_is_hmac_sha256_of_the_concatenated_parts() {
+        let bytes = [
+            0x3c, 0x9a, 0x51, 0xe2, 0x07, 0xbd, 0x68, 0x14, 0xf9, 0x2e, 0x85, 0xc0, 0x4b, 0x76,
+            0xd3, 0x1f, 0xa8, 0x62, 0x0d, 0x97, 0xee, 0x35, 0x5a, 0xc4, 0x81, 0x2b, 0xf0, 0x49,
+            0xb6, 0x13, 0x7d, 0xdc,
+        ];
+        let key = SessionKey::new(bytes).unwrap();
+        let whole = ring::hmac::sign(
+            &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes),
+            b"dlock session v1\x07\0\0\0nonce-42",
+        );
+        let parts: [&[u8]; 3] = [b"dlock session v1", &7u32.to_le_bytes(), b"nonce-42"];
+        assert_eq!(hmac_sha256(&key, &parts)[..], whole.as_ref()[..]);
+    }
 }

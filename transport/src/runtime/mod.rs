@@ -49,7 +49,7 @@ use dlock_core::server::Counter;
 pub use dlock_core::server::Server;
 pub use fds::{FdAction, FdBudget, FdLimits, FdNeeds, FdShortfall, plan as plan_fds};
 pub use idle::IdleStrategy;
-pub use keys::{hmac_session, read_session_key_file};
+pub use keys::{hmac_sha256, read_session_key_file};
 
 use crate::region::Region;
 use exchange::Exchange;
