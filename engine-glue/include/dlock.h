@@ -372,9 +372,14 @@ int client_init(int *p_client_id, const char *server_ip);
  */
 int client_reinit(int client_id, const char *server_ip);
 
+/* DLOCK_EINVAL (the reference's -1) without a client_reinit since the last call. */
 int client_reinit_done(int client_id);
 
-/* The id is gone even when the exchange fails (DLOCK_BAD_RESPONSE, DLOCK_NOT_READY). */
+/*
+ * The id is gone even when the exchange fails (DLOCK_BAD_RESPONSE), except on a recovering
+ * server's DLOCK_NOT_READY: that server keeps the client and its locks, and so does this
+ * library; call again once it serves (the reference forgets the id here).
+ */
 int client_deinit(int client_id);
 
 /* timeout: 1..300 s (checked; the exchange is bounded by the request timeout). */
@@ -404,7 +409,9 @@ int batch_release_lock(int client_id, unsigned int lock_num, int *lock_ids);
 /*
  * Re-claims every lock the client knows on a recovering server. The server may give the
  * locks new ids, which this call cannot report: after client_reinit_done, call get_lock by
- * name again to learn them (the lock state is kept).
+ * name again to learn them (the lock state is kept). A lock whose claim is refused is
+ * forgotten (the server does not hold it for this client). DLOCK_EINVAL (the reference's -1)
+ * when the server is not recovering for this client: nothing is claimed and every record kept.
  */
 int update_all_locks(int client_id);
 

@@ -13,9 +13,11 @@ use dlock_tests::sim::{self, Faults, Report};
 /// request not counted as a sign of life); the server was right each time.
 /// 0xf14d_a67b_c962_31dd found a server bug: in a failover a stale exclusive claim (its
 /// unlock executed, the reply lost) displaced a genuine one already accepted, and two clients
-/// believed they held the lock (`recovery.rs`: the first accepted claim now keeps it; the
-/// unit test `a_second_exclusive_claim_cannot_displace_an_accepted_one` pins it, since later
-/// harness changes moved this seed's run away from that interleaving).
+/// believed they held the lock (`recovery.rs`: claims are now ordered by fencing token, so the
+/// stale one loses whichever comes first; the unit tests
+/// `an_older_exclusive_claim_cannot_displace_an_accepted_newer_one` and
+/// `a_stale_grant_loses_to_the_grant_after_it_in_either_order` pin it, since later harness
+/// changes moved this seed's run away from that interleaving).
 const REGRESSIONS: &[u64] = &[0x1, 0x3, 0x5, 0xd10c_0000_000d, 0xf14d_a67b_c962_31dd];
 
 /// Seeds whose violation came late in a long run, with the operations it took.

@@ -196,3 +196,39 @@ fn a_refused_deinit_keeps_the_client_until_the_server_serves() {
     );
     second.stop();
 }
+
+/// Lost replies never make the client forget a grant the server still holds: an unlock, a
+/// pipelined batch of unlocks and an asynchronous unlock whose data path is gone all leave the
+/// record locked, and once the client reinits it releases the lock for real.
+#[test]
+fn a_lost_unlock_reply_keeps_the_grant_until_the_server_answers() {
+    use dlock_transport::client::{AsyncOp, LocalState};
+    let s = server(true);
+    let e = Endpoint::Tcp(s.tcp_addr().unwrap());
+    let mut c = client(&e);
+    let ids: Vec<_> = [&b"sync"[..], b"batch", b"async"]
+        .iter()
+        .map(|n| c.get_lock(LockKind::Rw, n).unwrap())
+        .collect();
+    for &id in &ids {
+        let _ = c.trylock(id, Mode::Exclusive, 60_000).unwrap();
+    }
+    let held = |c: &dlock_transport::client::Client| {
+        c.locks()
+            .filter(|(_, l)| l.state == LocalState::ExclusiveLocked)
+            .count()
+    };
+    c.drop_data_path();
+    assert!(c.unlock(ids[0]).is_err());
+    let mut out = vec![Err(dlock_core::Status::Einval); 1];
+    let bad = Err(dlock_core::Status::BadResponse);
+    assert_eq!(c.batch_unlock(&ids[1..2], &mut out), bad);
+    assert_eq!(c.lock_request_async(ids[2], AsyncOp::Unlock), bad);
+    assert_eq!(held(&c), 3, "nothing forgotten on a lost reply");
+    assert_eq!(c.reinit(), Ok(false), "the same server, still serving");
+    for &id in &ids {
+        assert_eq!(c.unlock(id), Ok(dlock_core::Status::Success));
+    }
+    assert_eq!(held(&c), 0);
+    s.stop();
+}

@@ -249,9 +249,9 @@ impl Oracle {
             return Ok(());
         };
         self.checks += 1;
-        // A claim may take a lock from a claim accepted earlier (the merge prefers the later
-        // RW acquisition, or the atomic grant that expires later): only a still valid grant
-        // of a client that believes it holds it could be hurt, and the belief check sees that.
+        // A claim may take a lock from a claim accepted earlier (the merge prefers the newer
+        // grant, the larger fencing token): only a still valid grant of a client that believes
+        // it holds it could be hurt, and the belief check sees that.
         if let Some(h) = self.conflict(name, client, mode, now) {
             self.holders[name].retain(|o| o.client != h.client);
         }

@@ -1056,12 +1056,16 @@ impl<C: Connection> Client<C> {
     }
 
     /// After a failover (`reinit` said the server recovers): re-claims every lock this client
-    /// knows, in batches of 31, and takes the new ids the server gives them. A lock whose claim
-    /// the server refuses (or whose record is in a state no claim can describe) is forgotten:
-    /// the grant is lost (as a `Fail` would say). On an error every record keeps its old id
-    /// (claims the server already took are filed under the new ids only once all are
-    /// answered); call again after the next `reinit` (the server takes a repeated claim as a
-    /// no-op).
+    /// knows, in batches of 31, each grant or ticket with the proof the failed server gave it,
+    /// and takes the new ids the server gives them. A lock whose claim the server refuses (or
+    /// whose record is in a state no claim can describe) is forgotten: the server does not
+    /// hold it for this client (as a `Fail` would say). On an error every record keeps its old
+    /// id (claims the server already took are filed under the new ids only once all are
+    /// answered); call again after the next `reinit` — the server takes a repeated claim as a
+    /// no-op, and even after its recovery ended it answers a repeated claim of what it restored
+    /// with the lock's id. A server this client did not re-register into while it recovered
+    /// refuses the call whole (`Einval`, the reference's -1): nothing is claimed and every
+    /// record kept, since that server holds them under the ids they have.
     pub fn update_all_locks(&mut self) -> Result<(), Status> {
         let now = self.now_ms();
         // Every record leaves the table and comes back under its new id: the new server numbers
