@@ -35,10 +35,11 @@
 //! client's record.
 //!
 //! **What a proof does not show** is that its grant is still current: a client that held a lock
-//! and released it keeps the proof, and could claim the lock again. The merge in `recovery.rs`
-//! therefore orders exclusive claims by fencing token (tokens grow with every grant of a lock,
-//! also across failovers), so a stale grant cannot displace the one granted after it, whichever
-//! is claimed first.
+//! and released it keeps the proof, and can claim the lock again. The merge in `recovery.rs`
+//! keeps the first claim accepted, so such a claim, if it comes first, makes the current
+//! holder's claim fail (the holder is told its grant is lost): a genuine client can cost another
+//! its grant, never share the lock. Ordering claims by fencing token would stop that only by
+//! revoking claims already answered `Success` (`recovery.rs` says why it does not).
 //!
 //! **Cost.** One HMAC-SHA-256 per grant or ticket a keyed server gives (a few hundred
 //! nanoseconds; nothing without a key), and one per claim it checks. Nothing is allocated: the

@@ -16,20 +16,22 @@
 //! | fair   | shared          | no exclusive holder, ticket at the serving position, < 63 readers | Fail |
 //! | fair   | ticketed        | always: next-ticket counters move past it    | —         |
 //!
-//! "Free" is decided after stale grants made way: a grant claim whose fencing token is above
-//! that of every conflicting grant already restored on the lock displaces them (their holds are
-//! forgotten and the word freed, fair counters kept), and one below is refused. Tokens grow with
-//! every grant of a lock, across failovers too, so two exclusive claims of one lock mean the
-//! one with the smaller token is stale — the failed server ended that grant (an unlock whose
-//! reply was lost, say) before it issued the other — and the order of arrival says nothing.
-//! The reference lets the claim that expires (or was acquired) later win instead, which can
-//! displace a genuine holder already told it succeeded; the client displaced here held a grant
-//! that was over before the failover, and learns so at its next unlock or extend (`Fail`).
+//! The first claim accepted keeps the lock. The reference lets a later claim displace an
+//! earlier one (the one expiring later, or acquired later, wins), but the displaced client was
+//! already told its claim succeeded and goes on believing it holds the lock: two holders. Two
+//! exclusive claims of one lock mean one of them is stale (its unlock was executed and the
+//! reply lost; or it was never re-claimed from a server that came and went in between, and
+//! that server granted the lock again), and refusing whichever comes second leaves exactly one
+//! believer either way — at worst a genuine holder is told its grant is lost, which costs a
+//! retry, not exclusion. Ordering claims by fencing token instead (the newer grant displacing
+//! the older) would pick the genuine holder, but only by revoking a claim already answered
+//! `Success`, which the simulator shows is two believers again.
+//!
 //! With a session key every grant claim also carries the proof the failed server gave with the
-//! grant (`proof.rs`), so no client can claim a lock it never held, and ordering by token means
-//! a proof of a grant it held once and gave up cannot take the lock from whoever holds it now.
-//! Shared claims merge beside each other whatever their tokens; only an exclusive grant is
-//! displaced by a later shared one, and readers by a later exclusive one.
+//! grant (`proof.rs`), so no client can claim a lock it was never granted. What a proof cannot
+//! rule out is a grant that is over: a client that held a lock once and gave it up keeps its
+//! proof, and a claim of it that comes first wins as any stale claim does — a genuine client
+//! can make the current holder lose its grant (told `Fail`), though never share the lock.
 //!
 //! A refused claim tells the client its grant is lost (it resets its local state), so a claim
 //! is refused only when the server does not hold that grant for the client. Claims are
@@ -257,9 +259,6 @@ impl<'r> Server<'r> {
         }
         // Tokens never go backwards, whatever the claim's fate.
         self.next_token = self.next_token.max(claim.token + 1);
-        if self.newer_than_every_holder(lock, me, claim, now_ms) {
-            self.displace_holders(lock, slot);
-        }
         match self.merge_claim(lock, me, claim, now_ms) {
             Ok(hold) => {
                 if hold != Hold::None {
@@ -297,65 +296,6 @@ impl<'r> Server<'r> {
         };
         (Hold::from_bits(self.t.lock_holds.get(slot, lock)) == wanted)
             .then(|| LockId::new(lock, state.generation()))
-    }
-
-    /// Whether grant claim `c` of client `me` conflicts with grants restored
-    /// for other clients, and was granted after every one of them (its token is above the
-    /// lock's fence, the largest token restored on it): they are then stale — the failed
-    /// server had ended them before it granted `c` — and make way (module doc). Checks the
-    /// word first, so the scan of the holds runs only for a conflict.
-    fn newer_than_every_holder(
-        &self,
-        lock: u32,
-        me: ClientId,
-        c: &LockClaim<'_>,
-        now_ms: u64,
-    ) -> bool {
-        let cell = &self.t.lock_cells[lock as usize];
-        let exclusive = match c.held {
-            Held::Exclusive => true,
-            Held::Shared => false,
-            Held::Reference | Held::Ticketed(_) => return false,
-        };
-        let me = me.get();
-        let conflict = match c.kind {
-            LockKind::Atomic => {
-                let w = atomic::AtomicWord::from_bits(cell.word);
-                w.is_held(now_ms) && w.owner() != me
-            }
-            LockKind::Rw => {
-                let w = rw::RwWord::from_bits(cell.word);
-                (w.owner() != 0 && w.owner() != me) || (exclusive && w.readers() != 0)
-            }
-            LockKind::Fair => {
-                let w = fair::FairWord::from_bits(cell.word);
-                (cell.ext != 0 && cell.ext != me) || (exclusive && w.rcnt() != 0)
-            }
-        };
-        conflict && c.token > cell.fence
-    }
-
-    /// Forgets every other client's grant on lock slot `lock` and frees its word for the claim
-    /// that displaces them (fair: the queue's counters and tickets stay).
-    fn displace_holders(&mut self, lock: u32, slot: u32) {
-        for other in 0..self.t.client_free.high_water() {
-            let hold = Hold::from_bits(self.t.lock_holds.get(other, lock));
-            if other != slot && matches!(hold, Hold::Exclusive | Hold::Shared) {
-                self.t.lock_holds.set(other, lock, Hold::None as u8);
-            }
-        }
-        let kind = SlotState(self.t.lock_meta[lock as usize].state).kind();
-        let cell = &mut self.t.lock_cells[lock as usize];
-        match kind {
-            LockKind::Atomic => cell.word = atomic::AtomicWord::new().into_bits(),
-            LockKind::Rw => cell.word = rw::RwWord::new().into_bits(),
-            LockKind::Fair => {
-                cell.word = fair::FairWord::from_bits(cell.word)
-                    .with_rcnt(0)
-                    .into_bits();
-                cell.ext = 0;
-            }
-        }
     }
 
     /// Applies the merge table above to lock slot `lock`; returns what the client now holds.

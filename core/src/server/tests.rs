@@ -2022,11 +2022,10 @@ fn a_join_reaching_the_state_machine_is_refused() {
 /// Found by the simulator (seed 0xf14da67bc96231dd): B's unlock was executed before the
 /// failover and its reply lost, so B re-claimed the lock too, with a later expiry than A's
 /// genuine grant. The reference's rule let the later claim displace the earlier one while A,
-/// told its claim succeeded, went on believing it held the lock. B's grant is older (a smaller
-/// fencing token), so its claim is refused (atomic and RW alike) however it expires; the other
-/// order, the stale claim first, is `tests_proof::a_stale_grant_loses_to_the_grant_after_it_in_either_order`.
+/// told its claim succeeded, went on believing it held the lock. The first accepted claim keeps
+/// an exclusive lock (atomic and RW alike); the second is refused.
 #[test]
-fn an_older_exclusive_claim_cannot_displace_an_accepted_newer_one() {
+fn a_second_exclusive_claim_cannot_displace_an_accepted_one() {
     let cfg = Config {
         recovery_clients: 2,
         epoch: 2,
@@ -2059,6 +2058,6 @@ fn an_older_exclusive_claim_cannot_displace_an_accepted_newer_one() {
                 crate::word::rw::RwWord::from_bits(s.t.lock_cells[l.index() as usize].word).owner()
             }
         };
-        assert_eq!(owner, a, "{kind:?}: the newer grant keeps it");
+        assert_eq!(owner, a, "{kind:?}: the first claim keeps it");
     }
 }

@@ -126,6 +126,9 @@ pub struct SimClient {
     pub session: Session,
     /// The epoch of the server it registered with last (its grants' proofs carry it).
     pub epoch: u16,
+    /// Its records still carry a failed server's ids: it re-registered with a recovering
+    /// server and has not finished re-claiming (see `Client::reinit`).
+    pub reclaim: bool,
     pub lease_ms: u32,
     /// Whether the client has a connection it trusts (cleared when it breaks, set by a
     /// registration reply). Beliefs of a disconnected client do not count: it knows its
@@ -159,6 +162,7 @@ impl SimClient {
             id: None,
             session: Session::NONE,
             epoch: 0,
+            reclaim: false,
             lease_ms: 0,
             connected: false,
             conn: 0,
@@ -217,6 +221,7 @@ impl SimClient {
         self.heartbeat = None;
         self.id = None;
         self.session = Session::NONE;
+        self.reclaim = false;
         self.phase = Phase::Idle;
     }
 

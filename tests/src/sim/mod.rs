@@ -680,6 +680,16 @@ impl World {
             }
             (ControlRequest::BatchUpdateLocks(claims), ControlResponse::Entries(e)) => {
                 for (claim, entry) in claims.iter().zip(e.iter()) {
+                    if self.oracle.trace {
+                        eprintln!(
+                            "tick {now}: client {client:#x} claims {:?} {:?} of lock {} token {:#x}: {}",
+                            claim.kind,
+                            claim.held,
+                            self.name_index[claim.name],
+                            claim.token,
+                            entry.status
+                        );
+                    }
                     if entry.status != Status::Success {
                         continue;
                     }

@@ -573,6 +573,9 @@ impl World {
             (Ctl::Init, _) => c.phase = Phase::Idle,
             (Ctl::Reinit, ControlResponse::Init(r)) => {
                 c.connected = true;
+                // A server that still knows the client hands its session back; a replacement
+                // that took it back in recovery mints a new one (as `Client::reinit` reads it).
+                let resumed = c.session == r.session;
                 c.session = r.session;
                 c.epoch = r.epoch;
                 c.lease_anchor = sent_at;
@@ -582,12 +585,24 @@ impl World {
                     // the lease lapsed (as the transport client does: seed 0x85ec716077c31d6).
                     c.objects.clear();
                     c.last_value.clear();
-                    if lapsed {
+                    // Only a replacement can have lost the grants of a client that lapsed: the
+                    // recovering server it resumes with holds what it restored (seed
+                    // 0xb799db5439a43212: a client whose reinit to that same server found its
+                    // lease lapsed by its own count claimed nothing, and forgot a lock the
+                    // server kept for it).
+                    if lapsed && !resumed {
                         for l in c.locks.iter_mut().flatten() {
                             l.local = LocalLock::new(l.local.id, l.local.kind);
                             l.releasing = false;
                         }
                     }
+                    c.phase = Phase::Claiming;
+                    c.reclaim = true;
+                    self.send_claims(i, 0);
+                } else if c.reclaim {
+                    // Its re-claim was cut short (a reply lost) and the server serves now: the
+                    // records still carry the failed server's ids, so it re-claims late, as the
+                    // transport client does (the server answers with the ids it restored).
                     c.phase = Phase::Claiming;
                     self.send_claims(i, 0);
                 } else {
@@ -613,20 +628,41 @@ impl World {
                     return Err("claims answered with the wrong count".into());
                 }
                 let last = recs.iter().rev().find(|&&r| r != FORGED).copied();
+                let mut forgotten = Vec::new();
                 for (rec, entry) in recs.iter().zip(e.iter()) {
                     if *rec == FORGED {
                         if entry.status == Status::Success {
                             return Err(format!(
-                                "client {:?} claimed a lock it never held, and the claim was \
-                                 taken",
+                                "client {:?} claimed a lock it has no record of, and the claim \
+                                 was taken: a theft, or a lock the server held for a client \
+                                 that had forgotten it",
                                 c.id
                             ));
                         }
                         continue;
                     }
+                    if entry.status != Status::Success
+                        && let Some(l) = &c.locks[*rec]
+                    {
+                        forgotten.push(l.name);
+                    }
                     claim_answered(&mut c.locks[*rec], entry);
                 }
-                let next = last.map_or(c.locks.len(), |l| l + 1);
+                // A refused claim makes the client forget the lock: the server must not hold
+                // it for this client any more.
+                let (id, now) = (c.id.unwrap_or(0), self.server_now());
+                for name in forgotten {
+                    if [Mode::Exclusive, Mode::Shared]
+                        .into_iter()
+                        .any(|m| self.oracle.holds(name, id, m, now))
+                    {
+                        return Err(format!(
+                            "client {id:#x}'s claim of lock {name} was refused, so it forgets \
+                             the lock, while the server still holds it for the client"
+                        ));
+                    }
+                }
+                let next = last.map_or(self.clients[i].locks.len(), |l| l + 1);
                 self.send_claims(i, next);
             }
             (Ctl::Claims(_), _) => {
@@ -741,10 +777,10 @@ impl World {
             // a lock it holds no grant of, with the best proof it has.
             let n = self.rng.index(self.names.len());
             let c = &self.clients[i];
-            let holds = c
-                .record_of(n)
-                .is_some_and(|l| l.local.state.held_mode().is_some());
-            if !holds {
+            // A lock it has no record of, so one the server holds nothing of for it (a claim
+            // of what the server holds for it — a grant whose reply was lost, say — is its own,
+            // not a theft: seed 0xb771773dfebc31f1).
+            if c.record_of(n).is_none() {
                 let (name, kind) = &self.names[n];
                 let own = c
                     .locks
@@ -787,6 +823,7 @@ impl World {
         let c = &mut self.clients[i];
         if recs.is_empty() {
             c.phase = Phase::Finishing;
+            c.reclaim = false;
             self.send_control(i, id, ControlRequest::ReinitDone, Ctl::Done);
             return;
         }

@@ -211,6 +211,10 @@ pub struct Client<C: Connection = Link> {
     session: Session,
     version: u8,
     recovering: bool,
+    /// The records still carry the ids of a server that failed: a reinit found a replacement
+    /// recovering, and `update_all_locks` has not completed since. Until it has, every reinit
+    /// asks for the re-claim again, even once the server serves.
+    reclaim: bool,
     /// The epoch of the server this client registered with last: the epoch of the proofs it
     /// hands out with grants.
     epoch: u16,
@@ -345,6 +349,7 @@ impl<C: Connection> Client<C> {
             session: Session::NONE,
             version: PROTO_VERSION,
             recovering: false,
+            reclaim: false,
             epoch: 0,
             lease: Duration::ZERO,
             // Any start will do (message ids only match replies to requests); a random one keeps
@@ -464,15 +469,22 @@ impl<C: Connection> Client<C> {
     }
 
     /// Re-registers with the same id over new connections after a network error or a server
-    /// failover (`client_reinit`); keeps the local lock state. Returns whether the server is
-    /// recovering (then call [`Client::update_all_locks`] and [`Client::reinit_done`]).
+    /// failover (`client_reinit`); keeps the local lock state. Returns whether to re-claim
+    /// (then call [`Client::update_all_locks`] and [`Client::reinit_done`]): the server is
+    /// recovering, or it was when this client re-registered before and the re-claim has not
+    /// completed since (a reply lost, say). The server answers such a late re-claim with the
+    /// ids of what it restored for this client, so none of it is forgotten; until then the
+    /// records carry the failed server's ids, and `get_lock` answers `NotReady`.
     ///
     /// When it is, no grant is certain until `update_all_locks` has answered: the replacement
     /// may start serving without this client's claims (its recovery deadline passed, or it did
     /// not expect this client) and grant the locks to others; the claims are then refused and
     /// the records forgotten. Act on a lock again only once it has been re-claimed. A client
-    /// that was silent for longer than its lease claims nothing: the old server may have freed
-    /// its grants before it died.
+    /// that was silent for longer than its lease claims nothing when it re-registers with a
+    /// replacement: the old server may have freed its grants before it died. (Resuming its
+    /// registration with the recovering server it already re-claimed from, it keeps them: that
+    /// server still holds what it restored, whatever a recovering server's `NotReady`s did to
+    /// the client's own count of its lease.)
     pub fn reinit(&mut self) -> Result<bool, Status> {
         // Read before the registration below renews it.
         let lapsed = self.lease_lapsed();
@@ -483,18 +495,23 @@ impl<C: Connection> Client<C> {
             e.busy = false;
         }
         let lease_ms = self.cfg.lease_ms();
+        let session = self.session;
         self.register(
             self.id.get(),
             ControlRequest::ClientReinit {
                 min_version: PROTO_VERSION,
                 lease_ms,
-                session: self.session,
+                session,
             },
         )?;
+        // A server that still knows this client hands its session back; a replacement that
+        // took it back in recovery mints a new one. Only a replacement can lack our grants.
+        let resumed = self.session == session;
         if self.recovering {
+            self.reclaim = true;
             // Objects do not survive a failover; the caller re-creates and re-gets them.
             self.objects.clear();
-            if lapsed {
+            if lapsed && !resumed {
                 // Silent longer than the lease: the old server may have freed our grants and
                 // given them to others before it died. Claiming them would tell the new one we
                 // held them all along; they are lost instead (the locks stay referenced).
@@ -503,7 +520,7 @@ impl<C: Connection> Client<C> {
                 }
             }
         }
-        Ok(self.recovering)
+        Ok(self.recovering || self.reclaim)
     }
 
     /// Tells the server this client finished re-syncing (`client_reinit_done`).
@@ -546,7 +563,9 @@ impl<C: Connection> Client<C> {
 
     /// Creates or joins the lock `name` of `kind` (`get_lock`).
     pub fn get_lock(&mut self, kind: LockKind, name: &[u8]) -> Result<LockId, Status> {
-        if self.recovering {
+        // A recovering server answers NotReady; records with a failed server's ids could be
+        // confused with the ids of this one.
+        if self.recovering || self.reclaim {
             return Err(Status::NotReady);
         }
         let reply = self.control(self.id.get(), ControlRequest::GetLock { kind, name })?;
@@ -571,6 +590,9 @@ impl<C: Connection> Client<C> {
         &mut self,
         names: &[(LockKind, &[u8])],
     ) -> Result<Vec<Result<LockId, Status>>, Status> {
+        if self.recovering || self.reclaim {
+            return Err(Status::NotReady);
+        }
         let reply = self.control(
             self.id.get(),
             ControlRequest::BatchGetLock(Batch::from_slice(names)),
@@ -1135,6 +1157,7 @@ impl<C: Connection> Client<C> {
             }
         }
         self.recovering = false;
+        self.reclaim = false;
         Ok(())
     }
 
