@@ -47,21 +47,31 @@
 //!
 //! | request            | reply status  | record after                                       | caller gets   |
 //! |--------------------|---------------|----------------------------------------------------|---------------|
-//! | Try, Ticket        | Success       | Locked(m), refs 1, token = aux, lease from now     | Success       |
+//! | Try, Ticket        | Success       | Locked(m), refs 1, token = aux, proof, lease from now | Success    |
 //! | Extend (relock)    | Success       | refs + 1, lease lengthened                         | AlreadyLocked |
 //! | Extend             | Success       | lease lengthened                                   | Success       |
 //! | Unlock             | Success       | Unlocked (Initialized if it abandoned a ticket)    | Success       |
-//! | Try, Ticket (fair) | Eagain        | Ticketed(m), ticket = aux                          | Eagain        |
+//! | Try, Ticket (fair) | Eagain        | Ticketed(m), ticket = aux, proof                   | Eagain        |
 //! | any                | Fail          | Initialized, refs 0 (the grant or ticket is lost)  | Fail          |
 //! | Try, Ticket (fair) | Etimeout      | Initialized (the server dropped the ticket)        | Etimeout      |
 //! | any                | anything else | unchanged                                          | that status   |
 //!
 //! A fair grant's ticket is the `mx`/`ms` of its reply word (the server writes the caller's
 //! ticket there); unlock and extend must present it.
+//!
+//! # Forgetting
+//!
+//! The record forgets a grant or ticket only when the server said it is gone: `Fail`, a fair
+//! `Etimeout`, a successful unlock, or (in the client module) a deinit, a refused claim, or a
+//! lease the client knows lapsed. Any other answer, and no answer at all (a lost reply, a
+//! timeout), leaves it as it was, because the server may still hold it for this client; the
+//! next operation on the lock then learns the truth from the server. A grant's proof (from a
+//! server with a session key) is kept with it, for the claim that re-establishes it on a
+//! replacement server.
 
 use crate::proto::{CommandResult, Held, LockCommand, LockOp};
 use crate::word::fair::FairWord;
-use crate::{FencingToken, LockId, LockKind, Mode, Status, Ticket};
+use crate::{FencingToken, GrantProof, LockId, LockKind, Mode, Status, Ticket};
 
 /// What the client believes it holds on one lock (the reference's `lock_state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -178,6 +188,9 @@ pub struct Claim {
     pub age_ms: u32,
     /// The grant's fencing token, 0 when not a grant.
     pub token: u64,
+    /// The proof of the grant or ticket ([`GrantProof::NONE`] for a reference, or from a
+    /// server without a session key).
+    pub proof: GrantProof,
 }
 
 /// The client's record of one lock.
@@ -201,6 +214,9 @@ pub struct LocalLock {
     pub granted_at_ms: u64,
     /// Lease of the current grant, counted from `granted_at_ms` (extends lengthen it).
     pub expire_ms: u32,
+    /// The proof the server gave with the current grant or ticket ([`GrantProof::NONE`] when
+    /// none, or when the server has no session key).
+    pub proof: GrantProof,
 }
 
 impl LocalLock {
@@ -220,6 +236,7 @@ impl LocalLock {
             token: FencingToken(0),
             granted_at_ms: 0,
             expire_ms: 0,
+            proof: GrantProof::NONE,
         }
     }
 
@@ -285,7 +302,9 @@ impl LocalLock {
     }
 
     /// Updates the record from the server's reply to `sent` (a request this record decided) and
-    /// returns the status for the caller; see the replies table in the module doc.
+    /// returns the status for the caller; see the replies table in the module doc. `proof` is
+    /// the proof the reply carried for this command (its MAC from the response's trailer, the
+    /// epoch the client's server has), kept with a grant or ticket.
     ///
     /// An all-or-nothing batch that did not fully succeed was undone on the server, which then
     /// reports `Eagain` for the commands that had worked: the caller must apply none of that
@@ -293,7 +312,13 @@ impl LocalLock {
     /// `AlreadyLocked` or `Eticket` to a first attempt (our server's answers when an earlier
     /// reply was lost and it still holds a grant or ticket for us), leave the record unchanged.
     #[inline]
-    pub fn apply(&mut self, sent: &Request, reply: &CommandResult, now_ms: u64) -> Status {
+    pub fn apply(
+        &mut self,
+        sent: &Request,
+        reply: &CommandResult,
+        proof: GrantProof,
+        now_ms: u64,
+    ) -> Status {
         let c = sent.command;
         debug_assert!(
             c.lock == self.id.raw() && c.kind == self.kind,
@@ -313,6 +338,7 @@ impl LocalLock {
         match (sent.verb, status) {
             (Verb::Try | Verb::Ticket, Status::Success | Status::Done) => {
                 self.grant(mode, reply, c.expire_ms, now_ms);
+                self.proof = proof;
                 Status::Success
             }
             (Verb::Extend | Verb::Relock, Status::Success | Status::Done) => {
@@ -341,6 +367,7 @@ impl LocalLock {
                 let (exclusive, shared) = (reply.aux as u16, (reply.aux >> 16) as u16);
                 self.ticket = Ticket { exclusive, shared };
                 self.word = reply.word;
+                self.proof = proof;
                 Status::Eagain
             }
             (_, other) => other,
@@ -373,12 +400,14 @@ impl LocalLock {
             remaining_ms: 0,
             age_ms: 0,
             token: 0,
+            proof: GrantProof::NONE,
         };
         Some(match (self.state.held_mode(), self.state.ticket_mode()) {
             (None, None) => nothing,
             (None, Some(mode)) => Claim {
                 held: Held::Ticketed(mode),
                 ticket: self.ticket,
+                proof: self.proof,
                 ..nothing
             },
             (Some(mode), _) => {
@@ -393,6 +422,7 @@ impl LocalLock {
                     remaining_ms: u64::from(self.expire_ms).saturating_sub(age_ms) as u32,
                     age_ms: age_ms.min(u64::from(u32::MAX)) as u32,
                     token: self.token.0,
+                    proof: self.proof,
                 }
             }
         })
@@ -457,6 +487,7 @@ impl LocalLock {
         self.token = FencingToken(0);
         self.granted_at_ms = 0;
         self.expire_ms = 0;
+        self.proof = GrantProof::NONE;
     }
 
     #[inline]
@@ -516,6 +547,11 @@ mod tests {
     const T: Ticket = t(7, 3);
     const T_AUX: u64 = 0x0003_0007;
     const NO_T: Ticket = t(0, 0);
+    /// The proof every reply in these tests carries.
+    const P: GrantProof = GrantProof {
+        epoch: 2,
+        mac: [7; GrantProof::LEN],
+    };
 
     const fn t(exclusive: u16, shared: u16) -> Ticket {
         Ticket { exclusive, shared }
@@ -548,7 +584,7 @@ mod tests {
             panic!("{d:?} is not a request")
         };
         let (status, word, aux) = r;
-        l.apply(&sent, &CommandResult { status, word, aux }, now_ms)
+        l.apply(&sent, &CommandResult { status, word, aux }, P, now_ms)
     }
 
     /// What the table expects: send this op, send it as a relock, or answer locally.
@@ -672,6 +708,7 @@ mod tests {
         assert_eq!(round(&mut l, d, (Success, 0xAB, 42), 1_000), Success);
         assert_eq!(shape(&l), (ExclusiveLocked, 1, NO_T, 42));
         assert_eq!((l.word, l.granted_at_ms, l.expire_ms), (0xAB, 1_000, 300));
+        assert_eq!(l.proof, P, "the grant's proof is kept with it");
         // A fair grant's ticket is the one the server wrote into the word's `mx`/`ms`.
         let mut f = lock(Fair, Initialized, 0);
         let word = FairWord::new().with_nx(9).with_mx(11).with_ms(4);
@@ -687,8 +724,10 @@ mod tests {
         let d = l.trylock(EX, 100, 0);
         assert_eq!(l.refs, 1, "nothing is counted before the reply");
         assert_eq!(round(&mut l, d, (Success, 1, 99), 0), AlreadyLocked);
-        // An extend reply's aux is the lock's latest fence, not necessarily this grant's.
+        // An extend reply's aux is the lock's latest fence, not necessarily this grant's; an
+        // extend proves nothing new either (the grant's proof stays the grant's).
         assert_eq!(shape(&l), (ExclusiveLocked, 2, T, 77));
+        assert_eq!(l.proof, GrantProof::NONE);
     }
 
     #[test]
@@ -712,7 +751,10 @@ mod tests {
         let mut l = lock(Fair, Initialized, 0);
         let d = l.trylock(SH, 100, 0);
         assert_eq!(round(&mut l, d, (Eagain, 6, T_AUX), 0), Eagain);
-        assert_eq!((shape(&l), l.word), ((SharedTicketed, 0, T, 0), 6));
+        assert_eq!(
+            (shape(&l), l.word, l.proof),
+            ((SharedTicketed, 0, T, 0), 6, P)
+        );
         assert_eq!(l.trylock(EX, 100, 0), Decision::Answer(Eticket));
         // Still queued after a retry: the retry's Eagain keeps the ticket.
         let d = l.trylock(SH, 100, 0);
@@ -843,6 +885,12 @@ mod tests {
         assert_eq!(lease(1 << 40), Some((0, u32::MAX)), "the age clamps");
         let what = |l: LocalLock| l.claim(5).map(|c| (c.held, c.ticket, c.token));
         assert_eq!(what(l), Some((Held::Shared, T, 9)));
+        let proven = LocalLock { proof: P, ..l };
+        assert_eq!(
+            proven.claim(5).map(|c| c.proof),
+            Some(P),
+            "the claim shows it"
+        );
         let queued = lock(Fair, SharedTicketed, 0);
         assert_eq!(what(queued), Some((Held::Ticketed(SH), T, 0)));
         let mut x = lock(Atomic, ExclusiveLocked, 1);

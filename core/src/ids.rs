@@ -188,8 +188,84 @@ impl Session {
 /// With it, a session is `nonce ‖ MAC(key, client id, nonce)` (8 bytes each, the MAC supplied by
 /// the runtime as a [`SessionMac`]), so a replacement server can tell a client that
 /// re-registers with the session the failed server gave it from one that only claims its id.
+///
+/// A key is 32 bytes from a CSPRNG (`head -c 32 /dev/urandom`); [`SessionKey::new`] refuses
+/// one of obviously low entropy (see [`WeakSessionKey`]), since everything the key protects is
+/// only as hard to forge as the key is to guess.
 #[derive(Clone)]
-pub struct SessionKey(pub [u8; 32]);
+pub struct SessionKey([u8; SessionKey::LEN]);
+
+/// Why [`SessionKey::new`] refused a key. The rule: a key must hold at least
+/// [`SessionKey::DISTINCT_MIN`] distinct byte values, must not repeat itself with a period of 16
+/// bytes or less, and its bytes must not step by a constant (`00 01 02 …`, `ff fe fd …`, or all
+/// one byte). Thirty-two bytes from a CSPRNG fail the first test with a chance of about
+/// 3 × 10^-17 and the others with less than 2^-128, so a refused key was made by hand, copied
+/// from an example, or read from a file that is not what it should be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeakSessionKey {
+    /// Only this many distinct byte values (all-zero keys have one).
+    FewDistinctBytes(u32),
+    /// The key repeats itself every this many bytes.
+    Repeats(u32),
+    /// Every byte is the one before it plus this constant (mod 256).
+    Progression(u8),
+}
+
+impl core::fmt::Display for WeakSessionKey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            WeakSessionKey::FewDistinctBytes(n) => write!(
+                f,
+                "the session key has only {n} distinct byte values (a random key has about 30; \
+                 at least {} are required): draw one from a CSPRNG",
+                SessionKey::DISTINCT_MIN
+            ),
+            WeakSessionKey::Repeats(p) => write!(
+                f,
+                "the session key repeats itself every {p} bytes: draw one from a CSPRNG"
+            ),
+            WeakSessionKey::Progression(d) => write!(
+                f,
+                "the session key's bytes step by a constant {d:#04x}: draw one from a CSPRNG"
+            ),
+        }
+    }
+}
+
+impl SessionKey {
+    /// Bytes in a key.
+    pub const LEN: usize = 32;
+    /// The fewest distinct byte values a key may have (a random key has about 30).
+    pub const DISTINCT_MIN: u32 = 16;
+
+    /// The key `bytes`, unless it is of obviously low entropy (the rule: [`WeakSessionKey`]).
+    pub fn new(bytes: [u8; SessionKey::LEN]) -> Result<SessionKey, WeakSessionKey> {
+        let mut seen = [false; 256];
+        for &b in &bytes {
+            seen[usize::from(b)] = true;
+        }
+        let distinct = seen.iter().filter(|&&s| s).count() as u32;
+        if distinct < Self::DISTINCT_MIN {
+            return Err(WeakSessionKey::FewDistinctBytes(distinct));
+        }
+        if let Some(p) =
+            (1..=SessionKey::LEN / 2).find(|&p| bytes.iter().zip(&bytes[p..]).all(|(a, b)| a == b))
+        {
+            return Err(WeakSessionKey::Repeats(p as u32));
+        }
+        let step = bytes[1].wrapping_sub(bytes[0]);
+        if bytes.windows(2).all(|w| w[1].wrapping_sub(w[0]) == step) {
+            return Err(WeakSessionKey::Progression(step));
+        }
+        Ok(SessionKey(bytes))
+    }
+
+    /// The key's bytes, for the MAC that uses it.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8; SessionKey::LEN] {
+        &self.0
+    }
+}
 
 impl core::fmt::Debug for SessionKey {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -197,17 +273,31 @@ impl core::fmt::Debug for SessionKey {
     }
 }
 
-/// The keyed MAC behind [`SessionKey`]: `mac(key, client, nonce)`, truncated to 8 bytes. A
-/// forger needs about 2^64 guesses, each a registration attempt the server counts. `dlock-core`
-/// computes no cryptography itself; the runtime passes HMAC-SHA-256.
-pub type SessionMac = fn(key: &SessionKey, client: u32, nonce: &[u8; 8]) -> [u8; 8];
+/// The keyed MAC behind [`SessionKey`]: `mac(key, parts)` is the MAC of the concatenation of
+/// `parts` under `key`, 32 bytes, of which each use keeps a prefix (sessions 8 bytes, grant
+/// proofs 16: [`crate::server::proof`]). Every message begins with its own domain string, so
+/// no MAC made for one use is valid for another. `dlock-core` computes no cryptography itself;
+/// the runtime passes HMAC-SHA-256 (`dlock_transport::runtime::hmac_sha256`).
+pub type SessionMac = fn(key: &SessionKey, parts: &[&[u8]]) -> [u8; 32];
+
+/// The domain string of a session's MAC.
+const SESSION_DOMAIN: &[u8] = b"dlock session v1";
 
 impl Session {
-    /// The session minted for `client` from `nonce` under `key`.
+    /// The session minted for `client` from `nonce` under `key`: `nonce ‖ MAC(key, "dlock
+    /// session v1" ‖ client ‖ nonce)[..8]`.
+    ///
+    /// Eight bytes of MAC are enough here: a forger can only check a guess by re-registering
+    /// with it (an online attempt, answered by the server and counted in `sessions_refused`),
+    /// so the 2^63 attempts a forgery takes on average are out of reach at any rate a server
+    /// answers, and a longer MAC would need a longer session on the wire and in every client
+    /// entry. Grant proofs, which a later partition owner may check long after they were
+    /// issued, get 16 bytes.
     pub fn minted(key: &SessionKey, mac: SessionMac, client: u32, nonce: [u8; 8]) -> Session {
         let mut s = Session::NONE;
         s.0[..8].copy_from_slice(&nonce);
-        s.0[8..].copy_from_slice(&mac(key, client, &nonce));
+        let tag = mac(key, &[SESSION_DOMAIN, &client.to_le_bytes(), &nonce]);
+        s.0[8..].copy_from_slice(&tag[..8]);
         s
     }
 
@@ -248,6 +338,69 @@ impl core::fmt::Debug for Session {
 impl core::fmt::Display for ClientId {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "client {}", self.get())
+    }
+}
+
+/// A grant's proof: what a server with a session key hands the client with every grant and
+/// fair-lock ticket, and the client shows when it re-claims the lock from a server that
+/// replaces this one (see [`crate::server::proof`] for what it binds and why). `mac` is
+/// 128 bits of HMAC-SHA-256 under the session key; `epoch` is the epoch of the server that
+/// issued it, one of the values the MAC binds.
+///
+/// All zeros is "no proof": what a server without a key gives, and what a record without a
+/// grant holds. Comparison is constant-time and `Debug` never prints the MAC.
+#[derive(Clone, Copy, Default)]
+pub struct GrantProof {
+    /// The epoch of the server that issued the proof.
+    pub epoch: u16,
+    /// The MAC (zero: none).
+    pub mac: [u8; GrantProof::LEN],
+}
+
+impl GrantProof {
+    /// Bytes of MAC in a proof (and per command in a data response's proof trailer).
+    pub const LEN: usize = 16;
+    /// No proof.
+    pub const NONE: GrantProof = GrantProof {
+        epoch: 0,
+        mac: [0; GrantProof::LEN],
+    };
+
+    /// Whether this is [`GrantProof::NONE`]'s MAC (the epoch is not looked at).
+    #[inline]
+    pub fn is_none(&self) -> bool {
+        self.mac == [0; GrantProof::LEN]
+    }
+}
+
+/// Equality in constant time, as [`Session`]'s.
+impl PartialEq for GrantProof {
+    #[inline]
+    fn eq(&self, other: &GrantProof) -> bool {
+        let mut diff = 0u8;
+        for (a, b) in self.mac.iter().zip(other.mac.iter()) {
+            diff |= a ^ b;
+        }
+        core::hint::black_box(diff) == 0 && self.epoch == other.epoch
+    }
+}
+
+impl Eq for GrantProof {}
+
+impl core::hash::Hash for GrantProof {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        // Proofs are secrets; a hash of the epoch alone is consistent with `==`.
+        self.epoch.hash(state);
+    }
+}
+
+impl core::fmt::Debug for GrantProof {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.is_none() {
+            f.write_str("GrantProof(none)")
+        } else {
+            write!(f, "GrantProof(epoch {}, ..)", self.epoch)
+        }
     }
 }
 
@@ -314,7 +467,7 @@ pub struct Ticket {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -349,6 +502,36 @@ mod tests {
         assert!(!a.matches(&b));
         assert!(!Session::NONE.matches(&Session::NONE));
         assert_eq!(format!("{a:?}"), "Session(..)");
+    }
+
+    /// 32 bytes from a CSPRNG (once, by hand).
+    pub(crate) const GOOD_KEY: [u8; 32] = [
+        0x3c, 0x9a, 0x51, 0xe2, 0x07, 0xbd, 0x68, 0x14, 0xf9, 0x2e, 0x85, 0xc0, 0x4b, 0x76, 0xd3,
+        0x1f, 0xa8, 0x62, 0x0d, 0x97, 0xee, 0x35, 0x5a, 0xc4, 0x81, 0x2b, 0xf0, 0x49, 0xb6, 0x13,
+        0x7d, 0xdc,
+    ];
+
+    #[test]
+    fn session_keys_of_obviously_low_entropy_are_refused() {
+        use WeakSessionKey::*;
+        assert!(SessionKey::new(GOOD_KEY).is_ok());
+        assert_eq!(SessionKey::new([0; 32]).err(), Some(FewDistinctBytes(1)));
+        assert_eq!(SessionKey::new([0x42; 32]).err(), Some(FewDistinctBytes(1)));
+        let mut ascii = [b'a'; 32];
+        ascii[..8].copy_from_slice(b"password");
+        assert_eq!(SessionKey::new(ascii).err(), Some(FewDistinctBytes(7)));
+        // Sixteen distinct bytes, twice over: enough values, but a period of 16.
+        let halves: [u8; 32] = core::array::from_fn(|i| GOOD_KEY[i % 16]);
+        assert_eq!(SessionKey::new(halves).err(), Some(Repeats(16)));
+        let counting: [u8; 32] = core::array::from_fn(|i| i as u8);
+        assert_eq!(SessionKey::new(counting).err(), Some(Progression(1)));
+        let down: [u8; 32] = core::array::from_fn(|i| 0xff - 3 * i as u8);
+        assert_eq!(SessionKey::new(down).err(), Some(Progression(0xfd)));
+        // One byte changed in a good key is still a good key.
+        let mut k = GOOD_KEY;
+        k[31] = k[0];
+        assert!(SessionKey::new(k).is_ok());
+        assert!(format!("{}", FewDistinctBytes(1)).contains("only 1 distinct"));
     }
 
     #[test]

@@ -71,7 +71,7 @@ pub mod word;
 
 pub use config::Config;
 pub use ids::{
-    ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Peer, Session, SessionKey,
-    SessionMac, Ticket,
+    ClientId, FencingToken, GrantProof, LockId, LockKind, Mode, ObjectId, Peer, Session,
+    SessionKey, SessionMac, Ticket, WeakSessionKey,
 };
 pub use status::Status;

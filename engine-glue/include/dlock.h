@@ -305,6 +305,8 @@ struct server_cfg {
     const char *shm_name;         /* NULL: anonymous region; else /dev/shm/<name> */
     struct ssl_cfg ssl;           /* TLS on the TCP listener; checked even without one */
     bool insecure_plaintext;      /* without TLS: allow a non-loopback server_ip_str */
+    const char *session_key_file; /* NULL, or 64 hex digits shared with the replacement server */
+    bool insecure_recovery;       /* recover (recovery_client_num > 0) without a session key */
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -319,7 +321,9 @@ void dserver_lib_deinit(void);
 /*
  * Starts a server in this process and writes its id (1..0xFFFFF). 0; DLOCK_EINVAL (NULL,
  * settings out of range, TLS files missing or unusable, key password refused or wrong,
- * plaintext on a non-loopback address without insecure_plaintext); -1 (not initialised,
+ * plaintext on a non-loopback address without insecure_plaintext, a session key file that
+ * cannot be read or is of obviously low entropy, recovery_client_num > 0 with neither
+ * session_key_file nor insecure_recovery); -1 (not initialised,
  * address cannot be bound); DLOCK_SERVER_NO_RESOURCE (dserver_lib_init's limit reached, out
  * of resources). With TLS the key is read, and prkey_pwd_cb then erase_prkey_cb called, once,
  * on the calling thread, before this returns; they are never called afterwards.
@@ -370,10 +374,15 @@ int client_init(int *p_client_id, const char *server_ip);
  */
 int client_reinit(int client_id, const char *server_ip);
 
-/* DLOCK_CLIENT_NOT_INIT for an unknown id. */
+/* DLOCK_CLIENT_NOT_INIT for an unknown id; -1 (as the reference) without a client_reinit
+ * since the last call. */
 int client_reinit_done(int client_id);
 
-/* The id is gone even when the exchange fails (DLOCK_BAD_RESPONSE, DLOCK_NOT_READY). */
+/*
+ * The id is gone even when the exchange fails (DLOCK_BAD_RESPONSE), except on a recovering
+ * server's DLOCK_NOT_READY: that server keeps the client and its locks, and so does this
+ * library; call again once it serves (the reference forgets the id here).
+ */
 int client_deinit(int client_id);
 
 /* timeout: 1..300 s (checked; the exchange is bounded by the request timeout). DLOCK_EINVAL
@@ -405,7 +414,10 @@ int batch_release_lock(int client_id, unsigned int lock_num, int *lock_ids);
 /*
  * Re-claims every lock the client knows on a recovering server. The server may give the
  * locks new ids, which this call cannot report: after client_reinit_done, call get_lock by
- * name again to learn them (the lock state is kept). DLOCK_CLIENT_NOT_INIT for an unknown id.
+ * name again to learn them (the lock state is kept). A lock whose claim is refused is
+ * forgotten (the server does not hold it for this client). DLOCK_CLIENT_NOT_INIT for an unknown
+ * id; -1 (as the reference) when the server is not recovering for this client: nothing is
+ * claimed and every record kept.
  */
 int update_all_locks(int client_id);
 

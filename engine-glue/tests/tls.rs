@@ -122,6 +122,8 @@ fn server_cfg_on_loopback(ssl: ssl_cfg) -> server_cfg {
         shm_name: std::ptr::null(),
         ssl,
         insecure_plaintext: 0,
+        session_key_file: std::ptr::null(),
+        insecure_recovery: 0,
     }
 }
 

@@ -284,6 +284,10 @@ fn corpus(sc: &Scene) -> Vec<(Channel, Vec<u8>)> {
         remaining_ms: 1_000,
         age_ms: 0,
         token: 1,
+        proof: dlock_core::GrantProof {
+            epoch: 1,
+            mac: [9; 16],
+        },
     }];
     let control = [
         ControlRequest::ClientDeinit,

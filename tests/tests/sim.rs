@@ -35,7 +35,21 @@ const REGRESSIONS: &[u64] = &[0x1, 0x3, 0x5, 0xd10c_0000_000d, 0xf14d_a67b_c962_
 /// wait was shorter than a recovery deadline, and a client re-claiming its locks from a
 /// recovering server was counted as holding them before its claims were answered (the server
 /// may start serving without them; `Client::reinit` says so).
+/// 0xb771_772d_f2f0_3200 found a harness mistake: a claim batch re-sent after a lost reply
+/// merges nothing twice on the server, but the oracle counted the repeat's lease from its own,
+/// later arrival and believed a grant outlived the server's. 0xb799_db54_39a4_3212 found a
+/// client bug (the model's and the transport client's): a client that had re-claimed from a
+/// recovering server and reconnected to it before it served found its lease lapsed by its own
+/// count (a recovering server's `NotReady`s renew nothing), claimed nothing, and forgot locks
+/// the server kept for it; a client resuming its registration keeps them (`Client::reinit`).
+/// 0xb80a_044c_c694_34fd found that ordering claims by fencing token (the newer grant displacing
+/// the older) is unsafe: a client that missed a server incarnation in between claimed its old
+/// shared grant, was told it had it, and was displaced unaware by the exclusive grant that
+/// incarnation had given; the first accepted claim keeps the lock again (`recovery.rs`).
 const LONG_REGRESSIONS: &[(u64, u64)] = &[
+    (0xb771_772d_f2f0_3200, 200_000),
+    (0xb799_db54_39a4_3212, 200_000),
+    (0xb80a_044c_c694_34fd, 200_000),
     (0xf14d_a6f4_65e2_31e0, 150_000),
     (0x085e_c716_077c_31d6, 200_000),
     (0x0937_7aa5_b2e2_31f2, 200_000),

@@ -28,7 +28,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use dlock_core::proto::{
-    COMMAND_LEN, DATA_HEADER_LEN, DATA_MESSAGE_MAX, LockOp, OBJECT_KIND, peek_data_header,
+    COMMAND_LEN, DATA_HEADER_LEN, DATA_RESPONSE_MAX, LockOp, OBJECT_KIND, peek_data_header,
 };
 use dlock_core::server::{Binding, Delivery, Dispatched, Route, Server};
 use dlock_core::{Config, LockId, LockKind, Mode, ObjectId, Session, Status};
@@ -98,6 +98,8 @@ struct World<'r> {
     /// Turns refused exclusive trylocks into grants on their way to the client: a broken
     /// server or transport, for the test that proves the oracle sees it.
     sabotage: bool,
+    /// The servers share a session key (see `start_server`).
+    keyed: bool,
 }
 
 impl std::fmt::Debug for World<'_> {
@@ -126,7 +128,7 @@ impl World<'_> {
         };
         self.cfg.epoch += 1;
         self.cfg.recovery_clients = expected.min(self.cfg.clients_max);
-        self.server = Server::new(tables, &self.cfg, sim_entropy);
+        self.server = start_server(tables, &self.cfg, self.keyed);
         for c in &mut self.conns {
             c.alive = false;
             c.inbox.clear();
@@ -306,7 +308,10 @@ impl<'r> SimConn<'r> {
 
 /// Rewrites every refused exclusive trylock in a data reply into a grant (the sabotage).
 fn grant_refused_trylocks(reply: &mut [u8]) {
-    for c in reply[DATA_HEADER_LEN..].chunks_exact_mut(COMMAND_LEN) {
+    // The results only: a proof trailer may follow them.
+    let n = usize::from(reply[5]);
+    let results = DATA_HEADER_LEN..(DATA_HEADER_LEN + n * COMMAND_LEN).min(reply.len());
+    for c in reply[results].chunks_exact_mut(COMMAND_LEN) {
         let status = u16::from_le_bytes([c[2], c[3]]);
         let refused = [Status::Fail as u16, Status::Eagain as u16].contains(&status);
         if c[0] < OBJECT_KIND && c[1] == LockOp::TryExclusive as u8 && refused {
@@ -589,8 +594,13 @@ impl<'r> Sim<'r> {
             87..=92 => self.faa(p),
             93..=96 => c.heartbeat(),
             _ => {
-                let c = self.procs[p].client.take().expect("checked above");
-                let _ = c.deinit();
+                let mut c = self.procs[p].client.take().expect("checked above");
+                if c.try_deinit() == Err(Status::NotReady) {
+                    // A recovering server keeps the client and its locks, and so does the
+                    // process, which leaves later. `NotReady` renews nothing: no new anchor.
+                    self.procs[p].client = Some(c);
+                    return Ok(());
+                }
                 self.procs[p].down_until = now;
                 Ok(())
             }
@@ -733,6 +743,22 @@ impl<'r> Sim<'r> {
     }
 }
 
+/// A server over `tables`; with `keyed`, under the session key every incarnation shares.
+fn start_server<'r>(
+    tables: dlock_core::table::Tables<'r>,
+    cfg: &Config,
+    keyed: bool,
+) -> Server<'r> {
+    let mut server = Server::new(tables, cfg, sim_entropy);
+    if keyed {
+        server.set_session_key(
+            dlock_tests::sim::sim_session_key(),
+            dlock_transport::runtime::hmac_sha256,
+        );
+    }
+    server
+}
+
 /// Runs one seed for `ops` scheduled actions; the report of counts, or the failure.
 fn run(seed: u64, ops: u64) -> Result<String, String> {
     run_with(seed, ops, false)
@@ -761,7 +787,10 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<String, String> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|s| s.to_string())?;
     let first = tables.pop().ok_or("no region")?;
-    let server = Server::new(first, &cfg, sim_entropy);
+    // Three seeds in four run with a session key: every grant then carries a proof the real
+    // client keeps and shows when it re-claims.
+    let keyed = !seed.is_multiple_of(4);
+    let server = start_server(first, &cfg, keyed);
     let mut rng = Rng::new(seed);
     let faults = Faults {
         reset: rng.range(0, 3_000) as u32,
@@ -780,10 +809,11 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<String, String> {
         conns: Vec::new(),
         routes: vec![Route::None; cfg.clients_max as usize],
         bindings: vec![Binding::NONE; cfg.clients_max as usize],
-        out: vec![0; DATA_MESSAGE_MAX],
+        out: vec![0; DATA_RESPONSE_MAX],
         next_tick: 0,
         counts: Counts::default(),
         sabotage,
+        keyed,
     }));
     let kinds = [LockKind::Atomic, LockKind::Rw, LockKind::Fair];
     let n_locks = rng.range(2, 8) as usize;

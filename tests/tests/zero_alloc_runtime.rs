@@ -1,7 +1,9 @@
 //! The running server and its clients allocate nothing on the data path once warmed up: a
 //! counting global allocator sees zero allocations, in the whole process, across a window of
 //! trylock/unlock, batches, uncontended blocking `lock()`, fetch-and-add and lease ticks, over
-//! shared memory and over TCP, with the data thread serving both.
+//! shared memory and over TCP, with the data thread serving both — under a session key, so
+//! every grant's proof (an HMAC on the server, a trailer on the wire, a copy in the client's
+//! record) is on the path too.
 //!
 //! The count is process-wide, so the window must be quiet but for the paths under test: this
 //! file holds one test (nothing else of the harness runs meanwhile), it installs no log
@@ -118,6 +120,9 @@ fn the_data_path_allocates_nothing_over_shared_memory_and_tcp() {
         ..Config::default()
     });
     cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
+    // With a session key every grant also costs an HMAC and travels with a proof trailer: the
+    // longer path, which must allocate nothing either.
+    cfg.session_key = Some(dlock_tests::sim::sim_session_key());
     let server = ServerHandle::start(cfg).expect("server starts");
     let addr = server.tcp_addr().unwrap();
     let mut shm = Work::new(Endpoint::embedded(&server), "shm");

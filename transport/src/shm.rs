@@ -49,7 +49,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::proto::DATA_MESSAGE_MAX;
+use dlock_core::proto::{DATA_MESSAGE_MAX, DATA_RESPONSE_MAX};
 
 use crate::futex;
 use crate::patience::{Next, Patience};
@@ -58,17 +58,20 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
 /// Set in a request's `seq` while the client writes the message (the seqlock's "odd" state).
 pub const WRITING: u64 = 1 << 63;
 
-/// Data words in a mailbox half (1,008 bytes: a full data message).
-const DATA_WORDS: usize = DATA_MESSAGE_MAX / 8;
+/// Data words in a request half (1,008 bytes: a full data request).
+const REQUEST_WORDS: usize = DATA_MESSAGE_MAX / 8;
+/// Data words in a response half (1,504 bytes: a full data response with its proof trailer).
+const RESPONSE_WORDS: usize = DATA_RESPONSE_MAX / 8;
 
-/// One direction of a mailbox: 1 KiB.
+/// One direction of a mailbox, `WORDS` words of message: 1 KiB for requests, 1.5 KiB for
+/// responses.
 ///
 /// The sequence number, length and futex word come first, so a one-command message (48 bytes)
 /// shares their cache line: a single-command round trip moves one line each way instead of two,
 /// and a line crossing cores is the dominant cost of a round trip.
 #[repr(C, align(64))]
 #[derive(Debug)]
-pub struct Half {
+pub struct Half<const WORDS: usize> {
     /// The sequence number of the message in `data`; published last.
     seq: AtomicU64,
     /// The message length in bytes.
@@ -76,24 +79,29 @@ pub struct Half {
     /// Response half: the client sleeps on this futex word (1 = asleep). Unused in the request
     /// half.
     waiting: AtomicU32,
-    data: [AtomicU64; DATA_WORDS],
+    data: [AtomicU64; WORDS],
 }
 
 /// A client's mailbox: its request and the server's response.
 #[repr(C)]
 #[derive(Debug)]
 pub struct Mailbox {
-    request: Half,
-    response: Half,
+    request: Half<REQUEST_WORDS>,
+    response: Half<RESPONSE_WORDS>,
 }
 
 #[cfg(not(dlock_loom))]
 static_assertions::const_assert_eq!(
-    std::mem::size_of::<Half>(),
+    std::mem::size_of::<Half<REQUEST_WORDS>>(),
     dlock_core::table::layout::MAILBOX_HALF
 );
 #[cfg(not(dlock_loom))]
-static_assertions::const_assert_eq!(DATA_WORDS * 8, DATA_MESSAGE_MAX);
+static_assertions::const_assert_eq!(
+    std::mem::size_of::<Half<RESPONSE_WORDS>>(),
+    dlock_core::table::layout::MAILBOX_RESPONSE_HALF
+);
+static_assertions::const_assert_eq!(REQUEST_WORDS * 8, DATA_MESSAGE_MAX);
+static_assertions::const_assert_eq!(RESPONSE_WORDS * 8, DATA_RESPONSE_MAX);
 
 /// Words the runtime keeps in the region's header page (after the core's header), so a client
 /// in another process reaches them too.
@@ -113,8 +121,11 @@ pub struct ShmHeader {
 /// Offset of [`ShmHeader`] inside the header page (the core's header takes the first 48 bytes).
 pub const SHM_HEADER_OFFSET: usize = 2048;
 
-impl Half {
-    /// Copies `msg` in (caller guarantees `msg.len() <= DATA_MESSAGE_MAX`), without publishing.
+impl<const WORDS: usize> Half<WORDS> {
+    /// Bytes of message the half holds.
+    const BYTES: usize = WORDS * 8;
+
+    /// Copies `msg` in (caller guarantees `msg.len() <= Self::BYTES`), without publishing.
     fn write(&self, msg: &[u8]) {
         // Whole words by `chunks_exact`, so each is one load and one store; a variable-length
         // copy per word compiles to a `memcpy` call per word.
@@ -135,12 +146,12 @@ impl Half {
         self.len.store(msg.len() as u32, Ordering::Relaxed);
     }
 
-    /// Copies the message out into `out` (at least `DATA_MESSAGE_MAX` bytes); returns its length,
+    /// Copies the message out into `out` (at least `Self::BYTES` bytes); returns its length,
     /// clamped to the half's size whatever the writer stored.
     fn read(&self, out: &mut [u8]) -> usize {
         // Relaxed: the caller's Acquire load of `seq` ordered these after the writer's stores.
         let len = (self.len.load(Ordering::Relaxed) as usize)
-            .min(DATA_MESSAGE_MAX)
+            .min(Self::BYTES)
             .min(out.len());
         let mut words = out[..len].chunks_exact_mut(8);
         let mut n = 0;
@@ -172,13 +183,14 @@ impl Mailbox {
     /// Client: writes request `msg` under sequence number `seq` (below [`WRITING`]) and
     /// publishes it. The caller rings the doorbell next.
     pub fn post_request(&self, msg: &[u8], seq: u64) {
-        debug_assert!(msg.len() <= DATA_MESSAGE_MAX && seq & WRITING == 0);
+        debug_assert!(msg.len() <= Half::<REQUEST_WORDS>::BYTES && seq & WRITING == 0);
         // The seqlock's writer (see the module doc). Relaxed mark, then a Release fence: any
         // data word below that the data thread reads is ordered after the mark, so its re-read
         // of `seq` (after its Acquire fence) sees the mark or the new number, never the old one.
         self.request.seq.store(seq | WRITING, Ordering::Relaxed);
         fence(Ordering::Release);
-        self.request.write(&msg[..msg.len().min(DATA_MESSAGE_MAX)]);
+        self.request
+            .write(&msg[..msg.len().min(Half::<REQUEST_WORDS>::BYTES)]);
         // Release: publishes the message words and length to the Acquire load in `take_request`.
         self.request.seq.store(seq, Ordering::Release);
     }
@@ -207,7 +219,8 @@ impl Mailbox {
 
     /// Server: publishes the reply to request `seq` and wakes the client if it sleeps.
     pub fn post_response(&self, msg: &[u8], seq: u64) {
-        self.response.write(&msg[..msg.len().min(DATA_MESSAGE_MAX)]);
+        self.response
+            .write(&msg[..msg.len().min(Half::<RESPONSE_WORDS>::BYTES)]);
         // SeqCst (not just Release): this store and the load below take part in the sleep
         // handshake with `wait_response` (see the module doc); it also publishes the words.
         self.response.seq.store(seq, Ordering::SeqCst);
@@ -426,7 +439,7 @@ mod loom_support {
     // such store, so the constructors re-store each handshake word's zero with SeqCst before any
     // model thread starts.
 
-    impl Half {
+    impl<const WORDS: usize> Half<WORDS> {
         /// A zeroed half, as a fresh region holds it.
         #[allow(clippy::new_without_default)] // Built by models only; no `Default` to suggest.
         pub fn new() -> Self {

@@ -109,6 +109,7 @@ fn a_client_re_claims_its_locks_on_a_replacement_server() {
         ..common::small()
     });
     cfg.tcp = Some(dlock_transport::runtime::TcpConfig::new(addr));
+    cfg.insecure_recovery = true;
     let second = ServerHandle::start(cfg).expect("replacement starts");
     assert_eq!(c.reinit(), Ok(true), "the replacement is recovering");
     c.update_all_locks().unwrap();
@@ -727,6 +728,7 @@ fn a_client_silent_past_its_lease_claims_nothing_on_a_replacement_server() {
         ..common::small()
     });
     cfg.tcp = Some(dlock_transport::runtime::TcpConfig::new(addr));
+    cfg.insecure_recovery = true;
     let _second = ServerHandle::start(cfg).expect("replacement starts");
     assert_eq!(c.reinit(), Ok(true));
     c.update_all_locks().unwrap();

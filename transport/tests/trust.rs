@@ -309,12 +309,38 @@ fn a_connection_cap_that_leaves_registered_clients_no_room_is_refused_at_start()
     assert!(err.to_string().contains("connections_max"), "{err}");
 }
 
+/// A session key: 32 bytes from a CSPRNG (once, by hand).
+const KEY: [u8; 32] = [
+    0x3c, 0x9a, 0x51, 0xe2, 0x07, 0xbd, 0x68, 0x14, 0xf9, 0x2e, 0x85, 0xc0, 0x4b, 0x76, 0xd3, 0x1f,
+    0xa8, 0x62, 0x0d, 0x97, 0xee, 0x35, 0x5a, 0xc4, 0x81, 0x2b, 0xf0, 0x49, 0xb6, 0x13, 0x7d, 0xdc,
+];
+
+/// A server that would recover without a session key hands client ids to whoever asks first
+/// (the genuine client is then refused); it starts only when the operator says so.
+#[test]
+fn a_recovering_server_without_a_session_key_starts_only_when_told_to() {
+    let recovering = Config {
+        recovery_clients: 2,
+        epoch: 2,
+        ..small(8, 30_000)
+    };
+    let err = ServerHandle::start(ServerConfig::new(recovering)).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("without a session key"), "{err}");
+    let mut cfg = ServerConfig::new(recovering);
+    cfg.insecure_recovery = true;
+    ServerHandle::start(cfg).expect("told to").stop();
+    let mut cfg = ServerConfig::new(recovering);
+    cfg.session_key = Some(dlock_core::SessionKey::new(KEY).unwrap());
+    ServerHandle::start(cfg).expect("with a key").stop();
+}
+
 /// After a failover, a replacement server that shares the failed one's session key takes back
 /// the client that comes with its session, and refuses a peer that only knows its id — which,
 /// without the key, could re-register as the client and claim its locks.
 #[test]
 fn a_replacement_server_with_the_shared_key_refuses_a_peer_claiming_anothers_id() {
-    let key = dlock_core::SessionKey([0x42; 32]);
+    let key = dlock_core::SessionKey::new(KEY).unwrap();
     let first = server_with(small(8, 30_000), |cfg| cfg.session_key = Some(key.clone()));
     let addr = first.tcp_addr().unwrap();
     let mut victim = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
@@ -357,6 +383,93 @@ fn a_replacement_server_with_the_shared_key_refuses_a_peer_claiming_anothers_id(
             .map(|g| g.status),
         Err(Status::Fail),
         "the victim still holds it"
+    );
+    drop(second);
+}
+
+/// The thief, end to end: a client the failed server really registered (its session
+/// was minted under the shared key) re-registers first and claims a lock it never held. The
+/// replacement refuses the claim, since it comes without the proof the failed server gave the
+/// holder, and the holder, coming second, gets its lock back.
+#[test]
+fn a_registered_client_cannot_reclaim_a_lock_it_never_held() {
+    let key = dlock_core::SessionKey::new(KEY).unwrap();
+    let first = server_with(small(8, 30_000), |cfg| cfg.session_key = Some(key.clone()));
+    let addr = first.tcp_addr().unwrap();
+    let mut holder = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
+    let lock = holder.get_lock(LockKind::Rw, b"orders/rg-17").unwrap();
+    let token = holder.trylock(lock, Mode::Exclusive, 60_000).unwrap().token;
+    let mut t = connect(addr);
+    let thief = register(&mut t, 30_000).expect("the thief registers");
+    first.stop();
+
+    let replacement = Config {
+        recovery_clients: 2,
+        epoch: 2,
+        ..small(8, 30_000)
+    };
+    let second = server_with(replacement, |cfg| {
+        cfg.tcp = Some(TcpConfig::new(addr));
+        cfg.session_key = Some(key.clone());
+    });
+    let mut t = connect(addr);
+    let reinit = ControlRequest::ClientReinit {
+        min_version: PROTO_VERSION,
+        lease_ms: 30_000,
+        session: thief.session,
+    };
+    let reply = control(&mut t, thief.client, reinit).expect("answered");
+    assert_eq!(
+        decode_control_response(&reply).unwrap().header.status(),
+        Some(Status::Success),
+        "a genuine client comes back"
+    );
+    // The holder's token is easy to guess (tokens count up); its proof is not.
+    for mac in [[0u8; 16], [0x5A; 16]] {
+        let steal = dlock_core::proto::LockClaim {
+            kind: LockKind::Rw,
+            held: dlock_core::proto::Held::Exclusive,
+            name: b"orders/rg-17",
+            old_lock: lock.raw(),
+            word: 0,
+            ticket: dlock_core::Ticket::default(),
+            remaining_ms: 60_000,
+            age_ms: 1,
+            token: token.0,
+            proof: dlock_core::GrantProof { epoch: 1, mac },
+        };
+        let claims = [steal];
+        let body = ControlRequest::BatchUpdateLocks(dlock_core::proto::Batch::from_slice(&claims));
+        let reply = control(&mut t, thief.client, body).expect("answered");
+        let reply = decode_control_response(&reply).unwrap();
+        let dlock_core::proto::ControlResponse::Entries(e) = reply.body else {
+            panic!("claims answered per entry: {reply:?}");
+        };
+        assert_eq!(e.get(0).map(|e| e.status), Some(Status::Einval));
+    }
+    assert_eq!(holder.reinit(), Ok(true));
+    holder.update_all_locks().unwrap();
+    holder.reinit_done().unwrap();
+    let reply = control(&mut t, thief.client, ControlRequest::ReinitDone).expect("answered");
+    assert_eq!(
+        decode_control_response(&reply).unwrap().header.status(),
+        Some(Status::Success)
+    );
+    let lock = holder.get_lock(LockKind::Rw, b"orders/rg-17").unwrap();
+    assert_eq!(
+        holder
+            .trylock(lock, Mode::Exclusive, 60_000)
+            .map(|g| g.status),
+        Ok(Status::AlreadyLocked),
+        "the holder kept it"
+    );
+    let mut rival = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
+    let theirs = rival.get_lock(LockKind::Rw, b"orders/rg-17").unwrap();
+    assert_eq!(
+        rival
+            .trylock(theirs, Mode::Exclusive, 1_000)
+            .map(|g| g.status),
+        Err(Status::Fail)
     );
     drop(second);
 }

@@ -21,29 +21,32 @@
 //!
 //! Claim (`BatchUpdateLocks`), [`CLAIM_FIXED_LEN`] bytes + name:
 //!
-//! | off | type | field          | off | type | field          |
-//! |-----|------|----------------|-----|------|----------------|
-//! | 0   | u8   | kind           | 24  | u16  | ticket `tx`    |
-//! | 1   | u8   | held ([`Held`])| 26  | u16  | ticket `ts`    |
-//! | 2   | u16  | `name_len`     | 28  | u32  | `remaining_ms` |
-//! | 4   | u32  | `old_lock`     | 32  | u32  | `age_ms`       |
-//! | 8   | u128 | `word`         | 36  | u64  | `token`        |
-//! |     |      |                | 44  | —    | name           |
+//! | off | type | field          | off | type | field                       |
+//! |-----|------|----------------|-----|------|-----------------------------|
+//! | 0   | u8   | kind           | 24  | u16  | ticket `tx`                 |
+//! | 1   | u8   | held ([`Held`])| 26  | u16  | ticket `ts`                 |
+//! | 2   | u16  | `name_len`     | 28  | u32  | `remaining_ms`              |
+//! | 4   | u32  | `old_lock`     | 32  | u32  | `age_ms`                    |
+//! | 8   | u128 | `word`         | 36  | u64  | `token`                     |
+//! |     |      |                | 44  | u16  | proof epoch                 |
+//! |     |      |                | 46  | u16  | reserved, zero              |
+//! |     |      |                | 48  | 16 B | proof MAC (zero: no proof)  |
+//! |     |      |                | 64  | —    | name                        |
 //!
 //! Lock ids (`BatchReleaseLock`): `u32` each. Results (batch responses): `u32 id | u16 status |
 //! u16 reserved`. Counters (`Stats` response): `u64` each, at most [`COUNTERS_MAX`].
 
 use super::{
-    BATCH_HEADER_LEN, COUNTERS_MAX, DecodeError, EncodeError, check_zero, get_u8, get_u16, get_u32,
-    get_u64, get_u128, name_len_for_encode, put_bytes, put_u8, put_u16, put_u32, put_u64, put_u128,
-    put_zero, take_name,
+    BATCH_HEADER_LEN, COUNTERS_MAX, DecodeError, EncodeError, check_zero, get_array, get_u8,
+    get_u16, get_u32, get_u64, get_u128, name_len_for_encode, put_bytes, put_u8, put_u16, put_u32,
+    put_u64, put_u128, put_zero, take_name,
 };
 use crate::config::BATCH_MAX;
-use crate::ids::{LockKind, Mode, Ticket};
+use crate::ids::{GrantProof, LockKind, Mode, Ticket};
 use crate::status::Status;
 
 /// Bytes of a claim before its name.
-pub const CLAIM_FIXED_LEN: usize = 44;
+pub const CLAIM_FIXED_LEN: usize = 64;
 
 /// An entry read off the front of some bytes, and the bytes after it.
 pub(super) type Parsed<'a, T> = Result<(T, &'a [u8]), DecodeError>;
@@ -443,6 +446,9 @@ pub struct LockClaim<'a> {
     pub age_ms: u32,
     /// The fencing token of the grant (0 when none).
     pub token: u64,
+    /// The proof the failed server gave with the grant or ticket ([`GrantProof::NONE`]
+    /// without one); a server with a session key takes no grant or ticket without it.
+    pub proof: GrantProof,
 }
 
 impl<'a> Entry<'a> for LockClaim<'a> {
@@ -467,7 +473,12 @@ impl<'a> Entry<'a> for LockClaim<'a> {
             remaining_ms: get_u32(b, 28)?,
             age_ms: get_u32(b, 32)?,
             token: get_u64(b, 36)?,
+            proof: GrantProof {
+                epoch: get_u16(b, 44)?,
+                mac: get_array(b, 48)?,
+            },
         };
+        check_zero(b, 46, 2)?;
         let rest = b.get(CLAIM_FIXED_LEN..).ok_or(DecodeError::Truncated)?;
         let (name, rest) = take_name(rest, name_len)?;
         Ok((LockClaim { name, ..claim }, rest))
@@ -485,6 +496,9 @@ impl<'a> Entry<'a> for LockClaim<'a> {
         put_u32(out, off + 28, self.remaining_ms)?;
         put_u32(out, off + 32, self.age_ms)?;
         put_u64(out, off + 36, self.token)?;
+        put_u16(out, off + 44, self.proof.epoch)?;
+        put_zero(out, off + 46, 2)?;
+        put_bytes(out, off + 48, &self.proof.mac)?;
         put_bytes(out, off + CLAIM_FIXED_LEN, self.name)?;
         Ok(off + CLAIM_FIXED_LEN + self.name.len())
     }

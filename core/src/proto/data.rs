@@ -11,7 +11,7 @@
 //! | 5   | u8   | `count`, 1..=31; exactly `count` commands follow          |
 //! | 6   | u16  | `message_id`, copied from request to response             |
 //! | 8   | u32  | client id                                                 |
-//! | 12  | u32  | flags: [`FLAG_ALL_OR_NOTHING`](super::FLAG_ALL_OR_NOTHING); other bits must be zero   |
+//! | 12  | u32  | flags: [`FLAG_ALL_OR_NOTHING`](super::FLAG_ALL_OR_NOTHING), responses also [`FLAG_PROOFS`](super::FLAG_PROOFS); other bits must be zero |
 //!
 //! # Command (32 bytes)
 //!
@@ -34,11 +34,21 @@
 //!
 //! Reserved bytes must be zero. A response echoes the request's header and each command's
 //! kind, op and id, so the client can match every result to what it asked.
+//!
+//! # Proof trailer (responses with [`FLAG_PROOFS`](super::FLAG_PROOFS))
+//!
+//! `count` × [`PROOF_LEN`](super::PROOF_LEN) bytes after the last result: the MAC of the grant
+//! or fair-lock ticket result `i` gave (`crate::server::proof`), all zero where it gave none. A
+//! server with a session key sends it when a message grants or queues anything, so a response
+//! is at most [`DATA_RESPONSE_MAX`](super::DATA_RESPONSE_MAX) long; without a key, or without a
+//! grant, the response is exactly as long as the request. The trailer is per command rather
+//! than per grant so that finding a result's proof needs no counting and the length follows
+//! from the header alone (a stream transport frames a response from its first 16 bytes).
 
 use super::{
-    COMMAND_LEN, DATA_HEADER_LEN, DATA_MAGIC, DecodeError, EncodeError, FLAGS_KNOWN, get_array,
-    get_u8, get_u16, get_u32, get_u64, get_u128, put_bytes, put_u8, put_u16, put_u32, put_u64,
-    put_u128, put_zero,
+    COMMAND_LEN, DATA_HEADER_LEN, DATA_MAGIC, DecodeError, EncodeError, FLAG_PROOFS, FLAGS_KNOWN,
+    PROOF_LEN, REQUEST_FLAGS_KNOWN, get_array, get_u8, get_u16, get_u32, get_u64, get_u128,
+    put_bytes, put_u8, put_u16, put_u32, put_u64, put_u128, put_zero,
 };
 use crate::config::BATCH_MAX;
 use crate::ids::{LockKind, Mode, Session, Ticket};
@@ -51,6 +61,8 @@ pub const JOIN_KIND: u8 = 4;
 
 /// One command's bytes, as a fixed-size array so field reads need no length checks.
 type RawCommand = [u8; COMMAND_LEN];
+/// One command's proof in a response's trailer.
+type RawProof = [u8; PROOF_LEN];
 
 /// Lock operations, with the reference's op codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -323,6 +335,8 @@ pub struct DataResponse<'a> {
     header: DataHeader,
     /// Every result validated by [`decode_data_response`].
     results: &'a [RawCommand],
+    /// The proof trailer: one per result, or none at all.
+    proofs: &'a [RawProof],
 }
 
 impl<'a> DataResponse<'a> {
@@ -359,6 +373,13 @@ impl<'a> DataResponse<'a> {
     pub fn results(&self) -> impl ExactSizeIterator<Item = DataResult> + 'a {
         self.results.iter().map(read_result)
     }
+
+    /// The MAC of the proof of result `i`'s grant or ticket; all zero when the response has no
+    /// proof for it (no trailer, or nothing granted by that command).
+    #[inline]
+    pub fn proof_mac(&self, i: usize) -> [u8; PROOF_LEN] {
+        self.proofs.get(i).copied().unwrap_or([0; PROOF_LEN])
+    }
 }
 
 /// Reads and checks the header at the start of `buf` (magic, count, flags) and returns it with
@@ -387,25 +408,46 @@ pub fn peek_data_header(buf: &[u8]) -> Result<(DataHeader, usize), DecodeError> 
     if header.flags & !FLAGS_KNOWN != 0 {
         return Err(DecodeError::BadFlags);
     }
-    Ok((header, DATA_HEADER_LEN + count * COMMAND_LEN))
+    let proofs = if header.flags & FLAG_PROOFS != 0 {
+        count * PROOF_LEN
+    } else {
+        0
+    };
+    Ok((header, DATA_HEADER_LEN + count * COMMAND_LEN + proofs))
 }
 
-/// Checks the header and the total length; returns the header and the commands.
+/// Checks the header and the total length; returns the header, the commands and the proof
+/// trailer (empty without [`FLAG_PROOFS`]).
 #[inline]
-fn decode_message(buf: &[u8]) -> Result<(DataHeader, &[RawCommand]), DecodeError> {
-    let (header, _) = peek_data_header(buf)?;
-    let count = usize::from(header.count);
-    let body = buf.get(DATA_HEADER_LEN..).ok_or(DecodeError::Truncated)?;
-    let (commands, rest) = body.as_chunks::<COMMAND_LEN>();
-    if commands.len() != count || !rest.is_empty() {
+fn decode_message(buf: &[u8]) -> Result<(DataHeader, &[RawCommand], &[RawProof]), DecodeError> {
+    let (header, len) = peek_data_header(buf)?;
+    if buf.len() != len {
         return Err(DecodeError::BadLength);
     }
+    let count = usize::from(header.count);
+    let body = buf.get(DATA_HEADER_LEN..).ok_or(DecodeError::Truncated)?;
+    let (body, trailer) = body.split_at(count * COMMAND_LEN);
+    let (commands, rest) = body.as_chunks::<COMMAND_LEN>();
+    let (proofs, rest_proofs) = trailer.as_chunks::<PROOF_LEN>();
+    if commands.len() != count || !rest.is_empty() || !rest_proofs.is_empty() {
+        return Err(DecodeError::BadLength);
+    }
+    Ok((header, commands, proofs))
+}
+
+/// A request's header: a proof trailer is the server's to send.
+#[inline]
+fn request_header(buf: &[u8]) -> Result<(DataHeader, &[RawCommand]), DecodeError> {
+    if peek_data_header(buf)?.0.flags & !REQUEST_FLAGS_KNOWN != 0 {
+        return Err(DecodeError::BadFlags);
+    }
+    let (header, commands, _) = decode_message(buf)?;
     Ok((header, commands))
 }
 
 /// Decodes a data request, validating every command so [`DataRequest::command`] cannot fail.
 pub fn decode_data_request(buf: &[u8]) -> Result<DataRequest<'_>, DecodeError> {
-    let (header, commands) = decode_message(buf)?;
+    let (header, commands) = request_header(buf)?;
     for c in commands {
         parse_command(c)?;
     }
@@ -419,7 +461,7 @@ pub fn decode_data_request_into<'a>(
     buf: &'a [u8],
     commands: &mut [Command; BATCH_MAX],
 ) -> Result<DataRequest<'a>, DecodeError> {
-    let (header, raw) = decode_message(buf)?;
+    let (header, raw) = request_header(buf)?;
     for (c, slot) in raw.iter().zip(commands.iter_mut()) {
         *slot = parse_command(c)?;
     }
@@ -431,11 +473,15 @@ pub fn decode_data_request_into<'a>(
 
 /// Decodes a data response, validating every result so [`DataResponse::result`] cannot fail.
 pub fn decode_data_response(buf: &[u8]) -> Result<DataResponse<'_>, DecodeError> {
-    let (header, results) = decode_message(buf)?;
+    let (header, results, proofs) = decode_message(buf)?;
     for c in results {
         parse_result(c)?;
     }
-    Ok(DataResponse { header, results })
+    Ok(DataResponse {
+        header,
+        results,
+        proofs,
+    })
 }
 
 #[inline]
@@ -500,8 +546,12 @@ fn read_command(c: &RawCommand) -> Command {
 fn parse_result(c: &RawCommand) -> Result<DataResult, DecodeError> {
     let (kind, op, id) = kind_op_id(c);
     if kind == JOIN_KIND {
+        // A join result echoes a join, whose op and id are zero.
         if op != 0 {
             return Err(DecodeError::BadOp);
+        }
+        if id != 0 {
+            return Err(DecodeError::BadField);
         }
     } else if kind == OBJECT_KIND {
         ObjectOp::from_u8(op).ok_or(DecodeError::BadOp)?;
@@ -581,6 +631,9 @@ pub fn encode_data_request(
     commands: &[Command],
     out: &mut [u8],
 ) -> Result<usize, EncodeError> {
+    if header.flags & !REQUEST_FLAGS_KNOWN != 0 {
+        return Err(EncodeError::Invalid);
+    }
     let total_len = put_message_header(out, header, commands.len())?;
     for (i, command) in commands.iter().enumerate() {
         let c = command_slot(out, i)?;
@@ -680,4 +733,39 @@ pub fn put_data_result(
     put_u128(c, 8, result.word)?;
     put_u64(c, 24, result.aux)?;
     Ok(())
+}
+
+/// Writes the MAC of command `i`'s proof into the trailer of a response to `n` commands that
+/// was started with [`begin_data_response`]. `first`: this is the message's first proof, so
+/// the trailer is zeroed before it (commands without a proof read as zero). `BufferTooSmall`
+/// unless `out` holds the whole trailer.
+#[inline]
+pub fn put_data_proof(
+    out: &mut [u8],
+    n: usize,
+    i: usize,
+    mac: &[u8; PROOF_LEN],
+    first: bool,
+) -> Result<(), EncodeError> {
+    let start = DATA_HEADER_LEN + n * COMMAND_LEN;
+    let trailer = out
+        .get_mut(start..start + n * PROOF_LEN)
+        .ok_or(EncodeError::BufferTooSmall)?;
+    if first {
+        trailer.fill(0);
+    }
+    let at = trailer
+        .get_mut(i * PROOF_LEN..(i + 1) * PROOF_LEN)
+        .ok_or(EncodeError::Invalid)?;
+    at.copy_from_slice(mac);
+    Ok(())
+}
+
+/// Ends a response to `n` commands whose trailer [`put_data_proof`] wrote: sets
+/// [`FLAG_PROOFS`] in its header and returns the response's length with the trailer.
+#[inline]
+pub fn finish_data_proofs(out: &mut [u8], n: usize) -> Result<usize, EncodeError> {
+    let flags = get_u32(out, 12).map_err(|_| EncodeError::BufferTooSmall)?;
+    put_u32(out, 12, flags | FLAG_PROOFS)?;
+    Ok(DATA_HEADER_LEN + n * (COMMAND_LEN + PROOF_LEN))
 }

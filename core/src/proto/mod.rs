@@ -45,7 +45,8 @@ pub use data::{
     Command, CommandResult, DataHeader, DataRequest, DataResponse, DataResult, JOIN_KIND,
     JoinCommand, LockCommand, LockOp, OBJECT_KIND, ObjectCommand, ObjectOp, begin_data_response,
     decode_data_request, decode_data_request_into, decode_data_response, encode_data_request,
-    encode_data_response, peek_data_header, put_command_result, put_data_result,
+    encode_data_response, finish_data_proofs, peek_data_header, put_command_result, put_data_proof,
+    put_data_result,
 };
 pub use request::{
     ControlRequest, ControlRequestFrame, decode_control_request, encode_control_request,
@@ -63,20 +64,26 @@ pub const CONTROL_MAGIC: u32 = 0xedf7_c94a;
 /// First word of every data message (the reference's value).
 pub const DATA_MAGIC: u32 = 0xedf7_c94b;
 /// The protocol version this build speaks best (`DLOCK_PROTO_VERSION`). 3: 128-bit session
-/// secrets in the registration's reply, the reinit request and the attach record.
-pub const PROTO_VERSION: u8 = 3;
-/// The oldest protocol version this build still speaks (`DLOCK_MIN_PROTO_VERSION`): version 2's
-/// 64-bit sessions are not accepted any more.
-pub const PROTO_VERSION_MIN: u8 = 3;
+/// secrets in the registration's reply, the reinit request and the attach record. 4: grant
+/// proofs, in a data response's trailer ([`FLAG_PROOFS`]) and in every claim.
+pub const PROTO_VERSION: u8 = 4;
+/// The oldest protocol version this build still speaks (`DLOCK_MIN_PROTO_VERSION`): a version
+/// 3 claim carries no proof, which a server with a session key could not take.
+pub const PROTO_VERSION_MIN: u8 = 4;
 /// Bytes in a control header.
 pub const CONTROL_HEADER_LEN: usize = 16;
 /// Bytes in a data-message header.
 pub const DATA_HEADER_LEN: usize = 16;
 /// Bytes in one data command (request or response).
 pub const COMMAND_LEN: usize = 32;
-/// The longest data message: a header and [`BATCH_MAX`] commands (1,008 bytes, inside the
-/// reference's 1 KiB mailbox slot).
+/// The longest data request: a header and [`BATCH_MAX`] commands (1,008 bytes, inside the
+/// reference's 1 KiB mailbox slot). Responses without proofs have the same size.
 pub const DATA_MESSAGE_MAX: usize = DATA_HEADER_LEN + BATCH_MAX * COMMAND_LEN;
+/// Bytes of grant proof per command in a response's proof trailer ([`FLAG_PROOFS`]).
+pub const PROOF_LEN: usize = crate::ids::GrantProof::LEN;
+/// The longest data response: [`DATA_MESSAGE_MAX`] and a proof trailer (1,504 bytes). Every
+/// buffer a response may land in is this long.
+pub const DATA_RESPONSE_MAX: usize = DATA_MESSAGE_MAX + BATCH_MAX * PROOF_LEN;
 /// Bytes before the entries of every counted body: `u8 count | 3 reserved`.
 pub const BATCH_HEADER_LEN: usize = 4;
 /// Counters a `Stats` response may carry.
@@ -97,14 +104,21 @@ static_assertions::const_assert!(
     CONTROL_HEADER_LEN + BATCH_HEADER_LEN + COUNTERS_MAX * 8 < CONTROL_FRAME_MAX
 );
 static_assertions::const_assert!(DATA_MESSAGE_MAX <= 1024);
+static_assertions::const_assert!(DATA_RESPONSE_MAX <= 1536);
 // Counts travel in a u8.
 static_assertions::const_assert!(BATCH_MAX <= u8::MAX as usize);
 static_assertions::const_assert!(COUNTERS_MAX <= u8::MAX as usize);
 
 /// Data-header flag: apply the commands of the message all together or not at all.
 pub const FLAG_ALL_OR_NOTHING: u32 = 1;
-/// Every flag this version defines; any other bit set is refused.
-pub const FLAGS_KNOWN: u32 = FLAG_ALL_OR_NOTHING;
+/// Data-header flag, responses only: a proof trailer follows the results, [`PROOF_LEN`] bytes
+/// per command, the proof of command `i`'s grant or ticket at `i` (zero where there is none).
+/// A server with a session key sets it on a response that grants or queues anything.
+pub const FLAG_PROOFS: u32 = 2;
+/// Every flag a request may carry; any other bit set is refused.
+pub const REQUEST_FLAGS_KNOWN: u32 = FLAG_ALL_OR_NOTHING;
+/// Every flag this version defines (requests and responses); any other bit set is refused.
+pub const FLAGS_KNOWN: u32 = REQUEST_FLAGS_KNOWN | FLAG_PROOFS;
 
 /// Why a frame failed to decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

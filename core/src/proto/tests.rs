@@ -86,6 +86,10 @@ fn claim(name: &[u8], held: Held) -> LockClaim<'_> {
         remaining_ms: 1_500,
         age_ms: 20,
         token: 0x0001_0000_0000_0009,
+        proof: crate::GrantProof {
+            epoch: 1,
+            mac: *b"0123456789abcdef",
+        },
     }
 }
 

@@ -95,6 +95,7 @@ impl<'r> Server<'r> {
             let c = &mut self.t.clients[slot as usize];
             c.last_seen_ms = now_ms;
             c.version = version;
+            c.flags |= ClientEntry::REINITING;
             if c.client_state() == ClientState::Abnormal {
                 c.state = ClientState::Active as u8;
             }
@@ -110,14 +111,19 @@ impl<'r> Server<'r> {
             self.stats.bump(Counter::SessionsRefused);
             return Err(self.refuse(Status::Einval));
         }
-        self.register(id, peer, ClientState::Recovering, version, lease_ms, now_ms)?;
+        let slot = self.register(id, peer, ClientState::Recovering, version, lease_ms, now_ms)?;
+        self.t.clients[slot as usize].flags = ClientEntry::REINITING | ClientEntry::RECOVERED;
         self.progress.reregistered += 1;
         self.stats.bump(Counter::RecoveryReregistered);
         Ok(id)
     }
 
-    /// The client finished re-syncing (`client_reinit_done`). When the last expected client is
-    /// done, the server starts serving.
+    /// The client finished re-syncing (`client_reinit_done`) after a `client_reinit`. When the
+    /// last expected client is done, the server starts serving.
+    ///
+    /// Without a `client_reinit` before it (since the last `reinit_done`) there is nothing to
+    /// finish: `Einval`, as the reference refuses it (-1), and nothing changes — in particular a
+    /// stray call cannot count towards the clients a recovering server waits for.
     pub fn reinit_done(&mut self, raw: u32, now_ms: u64) -> Result<(), Status> {
         self.stats.bump(Counter::ControlRequests);
         let slot = self
@@ -125,6 +131,10 @@ impl<'r> Server<'r> {
             .ok_or_else(|| self.refuse(Status::ClientNotInit))?;
         let c = &mut self.t.clients[slot as usize];
         c.last_seen_ms = now_ms;
+        if !c.has(ClientEntry::REINITING) {
+            return Err(self.refuse(Status::Einval));
+        }
+        c.flags &= !ClientEntry::REINITING;
         if c.client_state() == ClientState::Recovering {
             c.state = ClientState::Active as u8;
             self.progress.done += 1;
@@ -139,8 +149,20 @@ impl<'r> Server<'r> {
 
     /// Graceful exit (`client_deinit`): releases everything the client held and frees its entry
     /// (the reference leaks the client's references until restart).
+    ///
+    /// A recovering server answers `NotReady` and keeps the client, as it answers every request
+    /// but re-registration in that window (the reference does the same): the locks it is
+    /// rebuilding from the clients' claims must not change under them, and a client that
+    /// re-registered is one the recovery counts on.
     pub fn client_deinit(&mut self, raw: u32, now_ms: u64) -> Result<(), Status> {
         self.stats.bump(Counter::ControlRequests);
+        if self.recovering > 0 {
+            if let Some(slot) = self.client_slot(raw) {
+                // Alive, even if it must wait: as `serving_client` renews it.
+                self.t.clients[slot as usize].last_seen_ms = now_ms;
+            }
+            return Err(self.refuse(Status::NotReady));
+        }
         let slot = self
             .client_slot(raw)
             .ok_or_else(|| self.refuse(Status::ClientNotInit))?;

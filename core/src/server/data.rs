@@ -43,7 +43,7 @@ use core::sync::atomic::Ordering;
 use super::waiters::{Disposition, MessageMeta};
 use super::{Counter, Server};
 use crate::config::BATCH_MAX;
-use crate::ids::{ClientId, LockKind, Mode, ObjectId, Ticket};
+use crate::ids::{ClientId, GrantProof, LockKind, Mode, ObjectId, Ticket};
 use crate::proto::{
     Command, CommandResult, FLAG_ALL_OR_NOTHING, LockCommand, LockOp, ObjectCommand, ObjectOp,
     PROTO_VERSION,
@@ -153,7 +153,7 @@ impl<'r> Server<'r> {
             meta,
             commands.len(),
             |i| commands[i],
-            |i, r| {
+            |i, r, _proof| {
                 // Field by field: a whole-struct copy reloads the 16-byte word with one vector
                 // load right after it was stored as two 8-byte halves, a store-forwarding stall
                 // that cost a third of the batch path.
@@ -167,8 +167,9 @@ impl<'r> Server<'r> {
     }
 
     /// The data path proper: `n` commands read through `command(i)`, each outcome handed to
-    /// `reply(i, result)` as soon as it is known — so the bytes path decodes and encodes in
-    /// place, with no array of commands or results to fill per message.
+    /// `reply(i, result, proof)` as soon as it is known — so the bytes path decodes and encodes
+    /// in place, with no array of commands or results to fill per message. `proof` is the
+    /// grant's or ticket's proof when the server has a session key (see [`Self::proof_of`]).
     #[inline]
     pub(super) fn execute_with(
         &mut self,
@@ -176,7 +177,7 @@ impl<'r> Server<'r> {
         meta: MessageMeta,
         n: usize,
         command: impl Fn(usize) -> Command,
-        mut reply: impl FnMut(usize, CommandResult),
+        mut reply: impl FnMut(usize, CommandResult, GrantProof),
         now_ms: u64,
     ) -> Result<Disposition, Status> {
         if n == 0 || n > BATCH_MAX {
@@ -201,7 +202,7 @@ impl<'r> Server<'r> {
             Ok(slot) => slot,
             Err(s) => {
                 for i in 0..n {
-                    reply(i, result(self.refuse(s)));
+                    reply(i, result(self.refuse(s)), GrantProof::NONE);
                 }
                 return Ok(Disposition::Replied);
             }
@@ -218,17 +219,22 @@ impl<'r> Server<'r> {
         }
         if all_or_nothing {
             let mut results = [result(Status::Success); BATCH_MAX];
-            self.execute_all_or_nothing(slot, me, n, command, &mut results[..n], now_ms);
-            results[..n]
-                .iter()
-                .enumerate()
-                .for_each(|(i, r)| reply(i, *r));
+            self.execute_all_or_nothing(slot, me, n, &command, &mut results[..n], now_ms);
+            for (i, r) in results[..n].iter().enumerate() {
+                let proof = match command(i) {
+                    Command::Lock(c) => self.proof_of(raw_client, &c, r, true),
+                    _ => GrantProof::NONE,
+                };
+                reply(i, *r, proof);
+            }
             return Ok(Disposition::Replied);
         }
         for i in 0..n {
-            let r = match command(i) {
+            let (r, proof) = match command(i) {
                 // A waiting request must be alone in its message: its reply may come later.
-                Command::Lock(c) if c.wait_ms != 0 => result(self.refuse(Status::Einval)),
+                Command::Lock(c) if c.wait_ms != 0 => {
+                    (result(self.refuse(Status::Einval)), GrantProof::NONE)
+                }
                 Command::Lock(c) => {
                     let (r, note) = self.lock_command(slot, me, &c, now_ms);
                     if note.fair_preempted {
@@ -237,15 +243,15 @@ impl<'r> Server<'r> {
                     if note.released && self.waiting > 0 {
                         self.wake_waiters(c.lock, now_ms);
                     }
-                    r
+                    (r, self.proof_of(raw_client, &c, &r, false))
                 }
-                Command::Object(o) => self.object_command(slot, &o),
+                Command::Object(o) => (self.object_command(slot, &o), GrantProof::NONE),
                 // A stream transport answers a lone join, and closes on one among other
                 // commands, before either gets here (`route::joining`); there is nothing to
                 // join over shared memory or RDMA.
-                Command::Join(_) => result(self.refuse(Status::Einval)),
+                Command::Join(_) => (result(self.refuse(Status::Einval)), GrantProof::NONE),
             };
-            reply(i, r);
+            reply(i, r, proof);
         }
         Ok(Disposition::Replied)
     }
@@ -258,7 +264,7 @@ impl<'r> Server<'r> {
         slot: u32,
         me: ClientId,
         n: usize,
-        command: impl Fn(usize) -> Command,
+        command: &impl Fn(usize) -> Command,
         results: &mut [CommandResult],
         now_ms: u64,
     ) {

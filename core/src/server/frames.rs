@@ -13,12 +13,13 @@
 use super::waiters::{Disposition, MessageMeta};
 use super::{Counter, Server};
 use crate::config::BATCH_MAX;
-use crate::ids::Peer;
+use crate::ids::{GrantProof, Peer};
 use crate::proto::{
     BatchEntries, BatchEntry, Command, CommandResult, ControlHeader, ControlRequest,
-    ControlResponse, DecodeError, EncodeError, InitReply, SERVER_VERSIONS, VersionRange,
+    ControlResponse, DecodeError, EncodeError, InitReply, PROOF_LEN, SERVER_VERSIONS, VersionRange,
     begin_data_response, decode_control_request, decode_data_request, decode_data_request_into,
-    encode_control_response, negotiate, peek_control_header, put_command_result, put_data_result,
+    encode_control_response, finish_data_proofs, negotiate, peek_control_header,
+    put_command_result, put_data_proof, put_data_result,
 };
 use crate::status::Status;
 
@@ -28,7 +29,7 @@ pub enum FrameError {
     /// The frame could not be read far enough to answer it; close the connection.
     Malformed(DecodeError),
     /// The reply buffer is too small (transports size it with `CONTROL_FRAME_MAX` and
-    /// `DATA_MESSAGE_MAX`, so this is a transport bug).
+    /// `DATA_RESPONSE_MAX`, so this is a transport bug).
     Reply(EncodeError),
 }
 
@@ -185,21 +186,9 @@ impl<'r> Server<'r> {
                     s.release_lock_for(slot, id).map(|()| id)
                 })
             }
-            ControlRequest::BatchUpdateLocks(claims) => {
-                self.stats.bump(Counter::ControlRequests);
-                for (e, claim) in entries.iter_mut().zip(claims.iter()) {
-                    *e = match self.update_lock(client, &claim, now_ms) {
-                        Ok(id) => BatchEntry {
-                            id: id.raw(),
-                            status: Status::Success,
-                        },
-                        Err(status) => BatchEntry { id: 0, status },
-                    };
-                }
-                Ok(ControlResponse::Entries(BatchEntries::from_slice(
-                    &entries[..claims.len()],
-                )))
-            }
+            ControlRequest::BatchUpdateLocks(claims) => self
+                .update_locks(client, &claims, &mut entries, now_ms)
+                .map(ControlResponse::Entries),
         };
         let written = match result {
             Ok(body) => encode_control_response(&reply(Status::Success), &body, out)?,
@@ -313,13 +302,23 @@ impl<'r> Server<'r> {
         })?;
         let header = msg.header();
         let n = msg.len();
-        let len = begin_data_response(&msg, out)?;
+        let mut len = begin_data_response(&msg, out)?;
+        if self.session_key.is_some() && out.len() < len + n * PROOF_LEN {
+            // A keyed server may add a proof trailer: the transport must size `out` for it.
+            return Err(FrameError::Reply(EncodeError::BufferTooSmall));
+        }
         let commands = &commands;
-        // `begin_data_response` checked that `out` holds the whole reply, so no result write
-        // can fail.
-        let mut reply = |i: usize, r: CommandResult| {
+        let mut proofs = false;
+        // `begin_data_response` checked that `out` holds the whole reply (and the check above
+        // its trailer), so no write can fail.
+        let mut reply = |i: usize, r: CommandResult, proof: GrantProof| {
             let written = put_command_result(out, i, &commands[i], &r);
             debug_assert!(written.is_ok());
+            if !proof.is_none() {
+                let written = put_data_proof(out, n, i, &proof.mac, !proofs);
+                debug_assert!(written.is_ok());
+                proofs = true;
+            }
         };
         if version_spoken(header.version) {
             let meta = MessageMeta {
@@ -336,15 +335,16 @@ impl<'r> Server<'r> {
         } else {
             let status = self.refuse(Status::ProtoVersionNegotiationFail);
             (0..n).for_each(|i| {
-                reply(
-                    i,
-                    CommandResult {
-                        status,
-                        word: 0,
-                        aux: 0,
-                    },
-                )
+                let refused = CommandResult {
+                    status,
+                    word: 0,
+                    aux: 0,
+                };
+                reply(i, refused, GrantProof::NONE)
             });
+        }
+        if proofs {
+            len = finish_data_proofs(out, n)?;
         }
         Ok(len)
     }

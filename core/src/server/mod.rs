@@ -21,6 +21,7 @@ mod frames;
 mod locks;
 mod objects;
 mod peers;
+pub mod proof;
 mod recovery;
 pub mod route;
 pub mod stats;
@@ -167,11 +168,13 @@ impl<'r> Server<'r> {
         self.stats
     }
 
-    /// Mints every session from now on under `key` (with `mac`), and — while recovering —
-    /// re-registers a client this server does not know only if its session was minted under
-    /// the same key: a failed server and its replacement share the key, so a client proves it is
-    /// who it was, not just that it knows an id. Without a key a recovering server takes any
-    /// reinit at its word, as the reference does (see `client_reinit`).
+    /// Mints every session from now on under `key` (with `mac`) and gives every grant and
+    /// fair-lock ticket a proof ([`proof`]); while recovering, re-registers a client this
+    /// server does not know only if its session was minted under the same key, and restores a
+    /// grant or ticket only if its claim carries its proof. A failed server and its replacement
+    /// share the key, so a client proves it is who it was and held what it claims, not just
+    /// that it knows an id and a name. Without a key a recovering server takes any reinit and
+    /// claim at its word, as the reference does (the runtime starts one only when told to).
     pub fn set_session_key(&mut self, key: SessionKey, mac: SessionMac) {
         self.session_key = Some((key, mac));
     }
@@ -277,6 +280,8 @@ mod tests;
 mod tests_fair;
 #[cfg(test)]
 mod tests_peers;
+#[cfg(test)]
+mod tests_proof;
 #[cfg(test)]
 mod tests_recovery;
 #[cfg(test)]

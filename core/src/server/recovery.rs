@@ -20,13 +20,38 @@
 //! earlier one (the one expiring later, or acquired later, wins), but the displaced client was
 //! already told its claim succeeded and goes on believing it holds the lock: two holders. Two
 //! exclusive claims of one lock mean one of them is stale (its unlock was executed and the
-//! reply lost), and refusing whichever comes second leaves exactly one believer either way —
-//! at worst a genuine holder is told its grant is lost, which costs a retry, not exclusion.
+//! reply lost; or it was never re-claimed from a server that came and went in between, and
+//! that server granted the lock again), and refusing whichever comes second leaves exactly one
+//! believer either way — at worst a genuine holder is told its grant is lost, which costs a
+//! retry, not exclusion. Ordering claims by fencing token instead (the newer grant displacing
+//! the older) would pick the genuine holder, but only by revoking a claim already answered
+//! `Success`, which the simulator shows is two believers again.
 //!
-//! A refused claim tells the client its grant is lost (it resets its local state). Claims are
-//! idempotent (a re-sent batch merges nothing twice) and accepted only while the server
-//! recovers. Every claim raises the server's token counter above the claim's fencing token, so
-//! the tokens of re-claimed locks keep growing; a lock nobody re-claims starts over at the new
+//! With a session key every grant claim also carries the proof the failed server gave with the
+//! grant (`proof.rs`), so no client can claim a lock it was never granted. What a proof cannot
+//! rule out is a grant that is over: a client that held a lock once and gave it up keeps its
+//! proof, and a claim of it that comes first wins as any stale claim does — a genuine client
+//! can make the current holder lose its grant (told `Fail`), though never share the lock.
+//!
+//! A refused claim tells the client its grant is lost (it resets its local state), so a claim
+//! is refused only when the server does not hold that grant for the client. Claims are
+//! idempotent (a re-sent batch merges nothing twice) and merge only while the server recovers
+//! and the client has not said `reinit_done`. Who may claim:
+//!
+//! | client                                              | `BatchUpdateLocks` answer                                   |
+//! |-----------------------------------------------------|-------------------------------------------------------------|
+//! | re-registered here, server recovering, not done     | per claim: merged (id) or refused (`Fail`, `Einval`)        |
+//! | re-registered here, recovery over or client done    | per claim: the id of what was restored for it, else `Fail` |
+//! | never re-registered into this recovery              | the whole call refused (`Einval`): its records are ours     |
+//! | not registered                                      | the whole call refused (`ClientNotInit`)                    |
+//!
+//! The second row serves a client whose batch was merged and its reply lost: sent again after
+//! the window closed, it still learns the new ids of its restored locks instead of being told
+//! they are gone. The third is the reference's -1: a per-claim refusal there would make a
+//! client forget every lock the server keeps for it.
+//!
+//! Every claim raises the server's token counter above the claim's fencing token, so the
+//! tokens of re-claimed locks keep growing; a lock nobody re-claims starts over at the new
 //! epoch, which is why a replacement server must be started with a larger epoch than its
 //! predecessor (claims whose token carries an epoch not below ours are refused as forged).
 //!
@@ -37,11 +62,13 @@
 //! got.
 
 use super::{Counter, Server};
+use crate::config::BATCH_MAX;
 use crate::config::FAIR_READERS_MAX;
 use crate::ids::{ClientId, FencingToken, LockId, LockKind, Mode};
-use crate::proto::{Held, LockClaim};
+use crate::proto::{BatchEntries, BatchEntry, Claims, Held, LockClaim};
+use crate::server::proof::{GrantSubject, proves};
 use crate::status::Status;
-use crate::table::{ClientState, Hold};
+use crate::table::{ClientEntry, ClientState, Hold, SlotState};
 use crate::word::{atomic, deadline, fair, rw};
 
 /// How a recovering server is doing (all zero on a server that started ready).
@@ -105,8 +132,63 @@ impl<'r> Server<'r> {
         }
     }
 
-    /// Re-claims one lock for recovering client `raw`: creates or joins the lock by name, then
-    /// merges the claimed grant or ticket. Returns the lock's (new) id.
+    /// A `BatchUpdateLocks` frame from client `raw`: refused whole (nothing claimed, nothing
+    /// changed) unless the client has a recovery session on this server, else one entry per
+    /// claim (see [`Server::update_lock`]).
+    ///
+    /// Refusing the whole call is what tells the client its records are still this server's: a
+    /// client that never re-registered into this server's recovery holds its locks here under
+    /// the ids it has, and a per-claim refusal would read as "this grant is gone" and make it
+    /// forget locks the server still keeps for it. The reference refuses the call too (-1).
+    pub fn update_locks<'e>(
+        &mut self,
+        raw: u32,
+        claims: &Claims<'_>,
+        entries: &'e mut [BatchEntry; BATCH_MAX],
+        now_ms: u64,
+    ) -> Result<BatchEntries<'e>, Status> {
+        self.stats.bump(Counter::ControlRequests);
+        let slot = self
+            .client_slot(raw)
+            .ok_or_else(|| self.refuse(Status::ClientNotInit))?;
+        if self.claim_window(slot) == ClaimWindow::Closed {
+            return Err(self.refuse(Status::Einval));
+        }
+        let n = claims.len().min(BATCH_MAX);
+        for (e, claim) in entries.iter_mut().zip(claims.iter()) {
+            *e = match self.update_lock(raw, &claim, now_ms) {
+                Ok(id) => BatchEntry {
+                    id: id.raw(),
+                    status: Status::Success,
+                },
+                Err(status) => BatchEntry { id: 0, status },
+            };
+        }
+        Ok(BatchEntries::from_slice(&entries[..n]))
+    }
+
+    /// Whether client `slot` may re-claim locks now (see [`ClaimWindow`]).
+    fn claim_window(&self, slot: u32) -> ClaimWindow {
+        let c = &self.t.clients[slot as usize];
+        if self.recovering > 0 && c.client_state() == ClientState::Recovering {
+            ClaimWindow::Open
+        } else if c.has(ClientEntry::RECOVERED) {
+            ClaimWindow::Late
+        } else {
+            ClaimWindow::Closed
+        }
+    }
+
+    /// Re-claims one lock for client `raw`, which re-registered while this server recovered:
+    /// creates or joins the lock by name, then merges the claimed grant or ticket. Returns the
+    /// lock's (new) id.
+    ///
+    /// Once the client's window has closed (the server serves, or the client said
+    /// `reinit_done`) a claim merges nothing any more — it could only steal what was granted
+    /// since — but a claim of what the server already restored for this client is still
+    /// answered with the lock's id. So a client whose batch of claims was taken and its reply
+    /// lost learns the new ids of what it holds when it sends the batch again, however late;
+    /// everything else is `Fail` (not restored: the grant is gone).
     pub fn update_lock(
         &mut self,
         raw: u32,
@@ -117,12 +199,14 @@ impl<'r> Server<'r> {
         let slot = self
             .client_slot(raw)
             .ok_or_else(|| self.refuse(Status::ClientNotInit))?;
-        // Claims rebuild state a new server does not have yet; once it serves, they could only
-        // steal locks granted since, so they are refused.
-        if self.recovering == 0
-            || self.t.clients[slot as usize].client_state() != ClientState::Recovering
-        {
-            return Err(self.refuse(Status::Einval));
+        match self.claim_window(slot) {
+            ClaimWindow::Open => {}
+            ClaimWindow::Late => {
+                return self
+                    .restored(slot, claim)
+                    .ok_or_else(|| self.refuse(Status::Fail));
+            }
+            ClaimWindow::Closed => return Err(self.refuse(Status::Einval)),
         }
         self.t.clients[slot as usize].last_seen_ms = now_ms;
         let me = ClientId::new(raw).ok_or(Status::Einval)?;
@@ -136,6 +220,24 @@ impl<'r> Server<'r> {
         );
         if !valid || FencingToken(claim.token).epoch() >= self.cfg.epoch {
             return Err(self.refuse(Status::Einval));
+        }
+        // With a session key, a grant or ticket is restored only with its proof: a client that
+        // really was registered could otherwise claim a lock it never held (`proof.rs`).
+        if let Some((key, mac)) = &self.session_key
+            && claim.held != Held::Reference
+        {
+            let subject = GrantSubject {
+                client: raw,
+                kind: claim.kind,
+                held: claim.held,
+                epoch: claim.proof.epoch,
+                token: claim.token,
+                ticket: claim.ticket,
+                name: claim.name,
+            };
+            if claim.proof.epoch >= self.cfg.epoch || !proves(key, *mac, &subject, &claim.proof) {
+                return Err(self.refuse(Status::Einval));
+            }
         }
         let had_ref = self
             .find_lock(claim.name)
@@ -176,6 +278,24 @@ impl<'r> Server<'r> {
                 Err(self.refuse(s))
             }
         }
+    }
+
+    /// The id of the lock `claim` names if the server already holds for client `slot` exactly
+    /// what the claim says (a reference, or a grant or ticket of that kind): a repeated claim.
+    fn restored(&self, slot: u32, claim: &LockClaim<'_>) -> Option<LockId> {
+        let lock = self.find_lock(claim.name)?;
+        let state = SlotState(self.t.lock_meta[lock as usize].state);
+        if state.kind() != claim.kind || self.t.lock_refs.get(slot, lock) == 0 {
+            return None;
+        }
+        let wanted = match claim.held {
+            Held::Reference => Hold::None,
+            Held::Exclusive => Hold::Exclusive,
+            Held::Shared => Hold::Shared,
+            Held::Ticketed(_) => Hold::Ticketed,
+        };
+        (Hold::from_bits(self.t.lock_holds.get(slot, lock)) == wanted)
+            .then(|| LockId::new(lock, state.generation()))
     }
 
     /// Applies the merge table above to lock slot `lock`; returns what the client now holds.
@@ -246,6 +366,19 @@ impl<'r> Server<'r> {
             | (LockKind::Rw, Held::Ticketed(_)) => Err(Status::Einval),
         }
     }
+}
+
+/// Whether a client may re-claim locks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ClaimWindow {
+    /// It re-registered while the server recovers and has not said `reinit_done`: claims merge.
+    Open,
+    /// It re-registered during this server's recovery, which is over for it: a claim only
+    /// learns the id of what was restored for it.
+    Late,
+    /// It never re-registered into this server's recovery: its records are this server's, and
+    /// a claim is refused whole.
+    Closed,
 }
 
 /// `b` if it is later than `a` in ticket order, else `a`.

@@ -675,6 +675,7 @@ fn recovering_server_answers_not_ready_until_expected_clients_resync() {
         remaining_ms,
         age_ms: 0,
         token,
+        proof: crate::GrantProof::NONE,
     };
     // Old epoch-1 token of a's grant; b's stale claim expires earlier and loses.
     let old_token = (1u64 << 48) + 900;
@@ -1319,6 +1320,7 @@ fn claim(kind: LockKind, held: Held, name: &[u8], ticket: Ticket, token: u64) ->
         remaining_ms: 5_000,
         age_ms: 0,
         token,
+        proof: crate::GrantProof::NONE,
     }
 }
 
@@ -1350,8 +1352,11 @@ fn claims_after_the_server_is_ready_are_refused() {
         run(&mut s, c, lock(LockKind::Rw, LockOp::TryExclusive, l, 0), 1).status,
         Status::Success
     );
+    // ids[1] re-registered in the recovery, which is over: its claim restores nothing.
     let steal = claim(LockKind::Rw, Held::Exclusive, b"x", Ticket::default(), 0);
-    assert_eq!(s.update_lock(ids[1].get(), &steal, 2), Err(Status::Einval));
+    assert_eq!(s.update_lock(ids[1].get(), &steal, 2), Err(Status::Fail));
+    // c never re-registered here: a claim from it is refused as out of place.
+    assert_eq!(s.update_lock(c.get(), &steal, 2), Err(Status::Einval));
     let w = crate::word::rw::RwWord::from_bits(s.t.lock_cells[l.index() as usize].word);
     assert_eq!(w.owner(), c.get(), "the new holder keeps it");
 }
@@ -1930,20 +1935,25 @@ fn fair_shared_and_preempted_grants_whose_reply_is_cancelled_are_released() {
 }
 
 /// A stand-in MAC for the tests (the runtime's is HMAC-SHA-256): any keyed function tells a
-/// session minted under the key from one that was not.
-fn test_mac(key: &SessionKey, client: u32, nonce: &[u8; 8]) -> [u8; 8] {
-    let mut h = u64::from_le_bytes(key.0[..8].try_into().unwrap()) ^ u64::from(client);
-    for &b in nonce {
-        h = (h ^ u64::from(b))
-            .wrapping_mul(0x0100_0000_01b3)
-            .rotate_left(17);
+/// message MACed under the key from one that was not.
+pub(crate) fn test_mac(key: &SessionKey, parts: &[&[u8]]) -> [u8; 32] {
+    let mut h = u64::from_le_bytes(key.as_bytes()[..8].try_into().unwrap());
+    let mut out = [0u8; 32];
+    for (i, chunk) in out.chunks_mut(8).enumerate() {
+        for &b in parts.iter().flat_map(|p| p.iter()) {
+            h = (h ^ u64::from(b))
+                .wrapping_mul(0x0100_0000_01b3)
+                .rotate_left(17);
+        }
+        h ^= i as u64;
+        chunk.copy_from_slice(&h.to_le_bytes());
     }
-    h.to_le_bytes()
+    out
 }
 
 #[test]
 fn a_replacement_server_takes_back_only_sessions_minted_under_the_shared_key() {
-    let key = SessionKey([7; 32]);
+    let key = SessionKey::new(crate::ids::tests::GOOD_KEY).unwrap();
     // The failed server, which minted the client's session.
     let cfg = small();
     let mut region = TestRegion::new(&cfg);

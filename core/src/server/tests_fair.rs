@@ -20,7 +20,8 @@ fn call(s: &mut Server<'_>, me: ClientId, l: &mut LocalLock, d: Decision, now: u
         panic!("{d:?} was answered locally")
     };
     let r = run(s, me, Command::Lock(req.command()), now);
-    l.apply(&req, &r, now)
+    // A server without a session key proves nothing.
+    l.apply(&req, &r, crate::GrantProof::NONE, now)
 }
 
 /// `a` holds the fair lock with a 100 ms lease; `b` and then `c` queue exclusive behind it, so
@@ -123,6 +124,6 @@ fn a_waiting_retry_with_a_passed_ticket_queues_again_instead_of_failing() {
         LockOp::TicketExclusive,
         "the op b sent, echoed"
     );
-    assert_eq!(b_rec.apply(&req, &got[0].result, now), Status::Success);
+    assert_eq!(b_rec.apply(&req, &got[0].result, got[0].proof, now), Status::Success);
     assert_eq!(b_rec.state, LocalState::ExclusiveLocked);
 }

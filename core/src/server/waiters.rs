@@ -19,10 +19,10 @@
 //! lost), so its lease does not run out while it waits.
 
 use super::{Counter, Server};
-use crate::ids::{ClientId, LockId, LockKind, Ticket};
+use crate::ids::{ClientId, GrantProof, LockId, LockKind, Ticket};
 use crate::proto::{
     Command, CommandResult, DataHeader, EncodeError, LockCommand, LockOp, begin_data_response,
-    decode_data_request, encode_data_request, put_data_result,
+    decode_data_request, encode_data_request, finish_data_proofs, put_data_proof, put_data_result,
 };
 use crate::status::Status;
 use crate::table::{Hold, SlotState, Waiter, WaiterState};
@@ -61,17 +61,24 @@ pub struct WaitReply {
     pub command: LockCommand,
     /// The outcome.
     pub result: CommandResult,
+    /// The grant's proof (none without a session key, or without a grant).
+    pub proof: GrantProof,
 }
 
 impl WaitReply {
-    /// Encodes the reply data message (the same bytes `handle_data` would have written).
+    /// Encodes the reply data message (the same bytes `handle_data` would have written, its
+    /// proof trailer included).
     pub fn encode(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
         let mut req = [0u8; 48];
         encode_data_request(&self.header, &[Command::Lock(self.command)], &mut req)?;
         let req = decode_data_request(&req).map_err(|_| EncodeError::Invalid)?;
         let len = begin_data_response(&req, out)?;
         put_data_result(&req, 0, &self.result, out)?;
-        Ok(len)
+        if self.proof.is_none() {
+            return Ok(len);
+        }
+        put_data_proof(out, 1, 0, &self.proof.mac, true)?;
+        finish_data_proofs(out, 1)
     }
 }
 
@@ -93,7 +100,7 @@ impl<'r> Server<'r> {
         me: ClientId,
         c: &LockCommand,
         meta: MessageMeta,
-        reply: &mut impl FnMut(usize, CommandResult),
+        reply: &mut impl FnMut(usize, CommandResult, GrantProof),
         now_ms: u64,
     ) -> Disposition {
         let waitable = matches!(
@@ -113,14 +120,12 @@ impl<'r> Server<'r> {
             None
         };
         if let Some(s) = status {
-            reply(
-                0,
-                CommandResult {
-                    status: self.refuse(s),
-                    word: 0,
-                    aux: 0,
-                },
-            );
+            let refused = CommandResult {
+                status: self.refuse(s),
+                word: 0,
+                aux: 0,
+            };
+            reply(0, refused, GrantProof::NONE);
             return Disposition::Replied;
         }
         // A ticket that a preemption passed starts over rather than being refused: the
@@ -134,7 +139,7 @@ impl<'r> Server<'r> {
             self.forget_preempted_holders(c.lock, slot);
         }
         if !blocked(c.kind, r.status) {
-            reply(0, r);
+            reply(0, r, self.proof_of(me.get(), c, &r, false));
             return Disposition::Replied;
         }
         // A fair first attempt queued with a ticket: from now on the waiter retries with it.
@@ -362,6 +367,24 @@ impl<'r> Server<'r> {
             ) else {
                 continue;
             };
+            let command = LockCommand {
+                kind,
+                op: sent_op,
+                lock: waiter.lock,
+                expire_ms: waiter.expire_ms,
+                ticket: Ticket {
+                    exclusive: waiter.tx,
+                    shared: waiter.ts,
+                },
+                wait_ms: 0,
+            };
+            let result = CommandResult {
+                status,
+                word: waiter.word,
+                aux: waiter.aux,
+            };
+            // A parked request is alone in its message, never all-or-nothing.
+            let proof = self.proof_of(waiter.client, &command, &result, false);
             sink(WaitReply {
                 client: waiter.client,
                 slot: w,
@@ -372,22 +395,9 @@ impl<'r> Server<'r> {
                     client: waiter.client,
                     flags: waiter.flags,
                 },
-                command: LockCommand {
-                    kind,
-                    op: sent_op,
-                    lock: waiter.lock,
-                    expire_ms: waiter.expire_ms,
-                    ticket: Ticket {
-                        exclusive: waiter.tx,
-                        shared: waiter.ts,
-                    },
-                    wait_ms: 0,
-                },
-                result: CommandResult {
-                    status,
-                    word: waiter.word,
-                    aux: waiter.aux,
-                },
+                command,
+                result,
+                proof,
             });
         }
     }

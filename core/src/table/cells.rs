@@ -42,8 +42,9 @@ unsafe impl Pod for Waiter {}
 /// First bytes of every region: `b"DLOCKRGN"` little-endian.
 pub const REGION_MAGIC: u64 = u64::from_le_bytes(*b"DLOCKRGN");
 /// Bumped whenever any record or the order of parts changes (2: four mailbox lanes per client;
-/// 3: 128-bit session secrets in the client entries).
-pub const LAYOUT_VERSION: u32 = 3;
+/// 3: 128-bit session secrets in the client entries; 4: client flags, and response halves that
+/// hold a data response with its grant proofs).
+pub const LAYOUT_VERSION: u32 = 4;
 
 /// The region header: enough for another process to recompute the [`super::Layout`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -176,8 +177,10 @@ pub struct ClientEntry {
     pub state: u8,
     /// Negotiated protocol version.
     pub version: u8,
+    /// [`ClientEntry::REINITING`] and [`ClientEntry::RECOVERED`].
+    pub flags: u8,
     /// Zero.
-    pub pad: u16,
+    pub pad: u8,
     /// The client's lease: silence longer than this declares it dead.
     pub lease_ms: u32,
     /// Lock references held (so cleanup can skip a client with none).
@@ -196,6 +199,18 @@ pub struct ClientEntry {
 const_assert_eq!(size_of::<ClientEntry>(), 48);
 
 impl ClientEntry {
+    /// Flag: the client re-registered (`client_reinit`) and has not said `reinit_done` since.
+    pub const REINITING: u8 = 1;
+    /// Flag: the entry was created by a re-registration while the server recovered, so the
+    /// client may re-send the claims it made then (see `Server::update_lock`).
+    pub const RECOVERED: u8 = 2;
+
+    /// Whether flag `f` is set.
+    #[inline]
+    pub const fn has(&self, f: u8) -> bool {
+        self.flags & f != 0
+    }
+
     /// The entry's state (an unknown byte reads as `Free`; the server only writes valid ones).
     #[inline]
     pub fn client_state(&self) -> ClientState {

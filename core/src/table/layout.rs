@@ -17,14 +17,20 @@ use crate::table::index::{Bucket, Index};
 pub const PART_ALIGN: usize = 64;
 /// The header's page.
 pub const PAGE: usize = 4096;
-/// One mailbox: a request area and a response area, each holding a full data message.
+/// One mailbox's request area: a full data request (1,008 bytes) and its sequence words.
 pub const MAILBOX_HALF: usize = 1024;
+/// One mailbox's response area: a full data response with its proof trailer (1,504 bytes) and
+/// its sequence words, rounded to cache lines. Half a KiB more than the request area, paid by
+/// every client slot whether or not the server has a session key: the region's layout does not
+/// depend on the key.
+pub const MAILBOX_RESPONSE_HALF: usize = 1536;
 /// Mailboxes per client ("lanes"): a client may have this many messages in flight over shared
 /// memory, request `seq` in lane `seq % MAILBOX_LANES`, so that it writes its next batch while
 /// the server executes the one before.
 pub const MAILBOX_LANES: usize = 4;
 
 static_assertions::const_assert!(16 + BATCH_MAX * 32 <= MAILBOX_HALF);
+static_assertions::const_assert!(16 + crate::proto::DATA_RESPONSE_MAX <= MAILBOX_RESPONSE_HALF);
 
 /// A byte range of the region.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -135,7 +141,8 @@ impl Layout {
         let object_refs = c.array::<u64>(clients as usize * words_for(objects, 1));
         let waiters = c.array::<Waiter>(clients as usize);
         let lock_waiters = c.array::<u32>(locks as usize);
-        let mailboxes = c.take(clients as usize * MAILBOX_LANES * 2 * MAILBOX_HALF, PAGE);
+        let mailbox = MAILBOX_HALF + MAILBOX_RESPONSE_HALF;
+        let mailboxes = c.take(clients as usize * MAILBOX_LANES * mailbox, PAGE);
         let doorbells = c.array::<u64>(words_for(clients, 1));
         let total = c.0.next_multiple_of(PAGE);
         Self {
@@ -229,6 +236,6 @@ mod tests {
     fn default_footprint_is_what_the_readme_says() {
         // The README quotes this figure; if the layout changes, update both.
         let total = Layout::new(&Config::default()).total;
-        assert_eq!(total, 130_314_240, "{total} bytes");
+        assert_eq!(total, 132_362_240, "{total} bytes");
     }
 }

@@ -409,38 +409,61 @@ pub unsafe extern "C" fn client_reinit(client_id: c_int, server_ip: *const c_cha
 }
 
 /// Tells the server client `client_id` finished re-syncing its locks after `client_reinit`.
-/// -1 before `dclient_lib_init`, `DLOCK_CLIENT_NOT_INIT` for an unknown id.
+/// -1 before `dclient_lib_init`, `DLOCK_CLIENT_NOT_INIT` for an unknown id, and -1 (as the
+/// reference) without a `client_reinit` since the last call.
 #[unsafe(no_mangle)]
 pub extern "C" fn client_reinit_done(client_id: c_int) -> c_int {
     guard(|| {
         with_client(
             client_id,
             Refusals::control_unknown(Status::ClientNotInit),
-            |slot| code(slot.client.reinit_done()),
+            |slot| match slot.client.reinit_done() {
+                // The server's refusal of a client that is not re-initialising.
+                Err(Status::Einval) => FAILURE,
+                r => code(r),
+            },
         )
     })
 }
 
 /// Deregisters client `client_id`: the server releases everything it held. The id is gone
-/// even when the exchange fails (then `DLOCK_BAD_RESPONSE` or `DLOCK_NOT_READY`). -1 before
+/// even when the exchange fails (then `DLOCK_BAD_RESPONSE`), except that a recovering server's
+/// `DLOCK_NOT_READY` keeps it: that server keeps the client and its locks, so the id stays
+/// usable to call `client_deinit` again once it serves (the reference forgets the id here
+/// while its server keeps the locks until the client's connection is found dead). -1 before
 /// `dclient_lib_init` and for an unknown id, as the reference.
 #[unsafe(no_mangle)]
 pub extern "C" fn client_deinit(client_id: c_int) -> c_int {
     guard(|| {
         let refuse = Refusals::CONTROL;
-        let shared = match lib().as_mut() {
+        let shared = match lib().as_ref() {
             None => return refuse.not_init,
-            Some(l) => l.clients.remove(&client_id),
+            Some(l) => l.clients.get(&client_id).cloned(),
         };
         let Some(shared) = shared else {
             return refuse.unknown;
         };
         // Even a client a panic left untrusted is told to leave.
-        let slot = shared.lock().unwrap_or_else(PoisonError::into_inner).take();
-        match slot {
-            Some(slot) => code(slot.client.deinit()),
-            None => refuse.unknown,
+        let mut guard = shared.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(slot) = guard.as_mut() else {
+            return refuse.unknown;
+        };
+        let r = slot.client.try_deinit();
+        if r == Err(Status::NotReady) {
+            return Status::NotReady.code();
         }
+        guard.take();
+        drop(guard);
+        if let Some(l) = lib().as_mut() {
+            // Only this entry: a client registered since under the same id is another one.
+            if l.clients
+                .get(&client_id)
+                .is_some_and(|s| Arc::ptr_eq(s, &shared))
+            {
+                l.clients.remove(&client_id);
+            }
+        }
+        code(r)
     })
 }
 

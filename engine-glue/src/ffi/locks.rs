@@ -196,7 +196,10 @@ pub unsafe extern "C" fn batch_release_lock(
 }
 
 /// After `client_reinit` found the server recovering: re-claims every lock the client knows.
-/// Returns 0, -1 before `dclient_lib_init`, `DLOCK_CLIENT_NOT_INIT`, `DLOCK_BAD_RESPONSE`. The server may give the locks
+/// Returns 0, -1 before `dclient_lib_init`, `DLOCK_CLIENT_NOT_INIT`, `DLOCK_BAD_RESPONSE`, or
+/// -1 (as the reference) when the server is not recovering for this client: then every record
+/// is kept as it was, since the server still holds those locks for it. The server may give the
+/// locks
 /// new ids; the C API has no way to report them yet (see the header's note), so call
 /// `get_lock` again by name afterwards.
 #[unsafe(no_mangle)]
@@ -205,7 +208,11 @@ pub extern "C" fn update_all_locks(client_id: c_int) -> c_int {
         with_client(
             client_id,
             Refusals::control_unknown(Status::ClientNotInit),
-            |slot| code(slot.client.update_all_locks()),
+            |slot| match slot.client.update_all_locks() {
+                // The server's refusal of a client it is not recovering.
+                Err(Status::Einval) => FAILURE,
+                r => code(r),
+            },
         )
     })
 }

@@ -216,7 +216,16 @@ unsafe fn settings(cfg: &server_cfg) -> Result<ServerConfig, Status> {
         s.tcp = tcp(cfg)?;
         s.pin = (first_cpu(p.ctrl_cpuset)?, first_cpu(p.cmd_cpuset)?);
         s.shm_name = opt_str(cfg.shm_name, 255)?.map(str::to_owned);
+        if let Some(path) = opt_str(cfg.session_key_file, 4096)? {
+            let key = dlock_transport::runtime::read_session_key_file(path.as_ref());
+            s.session_key = Some(key.map_err(|e| {
+                tracing::error!(error = %e, "server_start: session key refused");
+                Status::Einval
+            })?);
+        }
     }
+    // Without a key and without this, the runtime refuses a recovering server (`Einval`).
+    s.insecure_recovery = cfg.insecure_recovery != 0;
     Ok(s)
 }
 
@@ -238,8 +247,10 @@ fn start_error(e: &io::Error) -> c_int {
 ///
 /// Returns 0; `DLOCK_EINVAL` for NULL pointers, settings out of range, TLS settings that
 /// cannot be used (a missing file, not the PEM expected, a key password refused or wrong, a
-/// non-NULL `cert_verify_cb`) or plaintext on a non-loopback address without
-/// `insecure_plaintext`; -1 before `dserver_lib_init` or when the TCP address cannot be bound;
+/// non-NULL `cert_verify_cb`), plaintext on a non-loopback address without
+/// `insecure_plaintext`, a `session_key_file` that cannot be read or holds a key of obviously
+/// low entropy, or `primary.recovery_client_num > 0` with neither a `session_key_file` nor
+/// `insecure_recovery` (the reference recovers without a key); -1 before `dserver_lib_init` or when the TCP address cannot be bound;
 /// `DLOCK_SERVER_NO_RESOURCE` when `dserver_lib_init`'s limit is reached or resources run out.
 ///
 /// With `ssl.ssl_enable` the key is read (and `prkey_pwd_cb`, then `erase_prkey_cb`, called)

@@ -321,6 +321,15 @@ pub struct server_cfg {
     /// a loopback address only unless this is set, because anyone who reaches the port could
     /// register and everything would cross the network in clear.
     pub insecure_plaintext: u8,
+    /// NULL, or a file with the session key this server shares with the server that may
+    /// replace it (64 hex digits on the first line): sessions and grant proofs are minted under
+    /// it, and a recovering server takes back only clients and locks proved with it. A key of
+    /// obviously low entropy is refused.
+    pub session_key_file: *const c_char,
+    /// C `bool`: recover (`primary.recovery_client_num > 0`) without a session key. Without a
+    /// key a recovering server would take every re-registration and claim at its word, so it
+    /// refuses to start unless this is set (the reference has no key and no such check).
+    pub insecure_recovery: u8,
 }
 
 /// Server (or client) counters, indexed by `enum debug_stats_code`.

@@ -8,10 +8,12 @@
  *                      this compiler lays them out, for the Rust test to compare.
  */
 
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dlock.h"
 
@@ -117,6 +119,8 @@ static int print_layout(void)
     LAYOUT_FIELD(struct server_cfg, shm_name);
     LAYOUT_FIELD(struct server_cfg, ssl);
     LAYOUT_FIELD(struct server_cfg, insecure_plaintext);
+    LAYOUT_FIELD(struct server_cfg, session_key_file);
+    LAYOUT_FIELD(struct server_cfg, insecure_recovery);
     LAYOUT_SIZE(struct debug_stats);
     LAYOUT_FIELD(struct debug_stats, stats);
     return 0;
@@ -132,6 +136,17 @@ static struct lock_request req(int lock_id, int op, unsigned expire_s)
 {
     struct lock_request r = {lock_id, op, expire_s};
     return r;
+}
+
+/* Writes `text` to `path` (mode 0600); 0 on success. */
+static int write_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0)
+        return -1;
+    size_t len = strlen(text);
+    int ok = write(fd, text, len) == (ssize_t)len;
+    return close(fd) == 0 && ok ? 0 : -1;
 }
 
 static struct server_cfg small_server(void)
@@ -592,6 +607,25 @@ static void tls_settings(void)
     cfg.insecure_plaintext = true;
     EXPECT(server_start(&cfg, &sid), DLOCK_SUCCESS);
     EXPECT(server_stop(sid), DLOCK_SUCCESS);
+
+    /* A recovering server needs the failed server's session key, or the operator's word. */
+    cfg = small_server();
+    cfg.primary.recovery_client_num = 2;
+    cfg.epoch = 2;
+    EXPECT(server_start(&cfg, &sid), DLOCK_EINVAL);
+    cfg.insecure_recovery = true;
+    EXPECT(server_start(&cfg, &sid), DLOCK_SUCCESS);
+    EXPECT(server_stop(sid), DLOCK_SUCCESS);
+    cfg.insecure_recovery = false;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dlock-abi-key-%ld", (long)getpid());
+    cfg.session_key_file = path;
+    EXPECT(write_file(path, "0000000000000000000000000000000000000000000000000000000000000000\n"), 0);
+    EXPECT(server_start(&cfg, &sid), DLOCK_EINVAL); /* all zeros: obviously low entropy */
+    EXPECT(write_file(path, "3c9a51e207bd6814f92e85c04b76d31fa8620d97ee355ac4812bf049b6137ddc\n"), 0);
+    EXPECT(server_start(&cfg, &sid), DLOCK_SUCCESS);
+    EXPECT(server_stop(sid), DLOCK_SUCCESS);
+    remove(path);
 
     struct client_cfg ccfg;
     memset(&ccfg, 0, sizeof ccfg);

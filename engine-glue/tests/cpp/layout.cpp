@@ -77,6 +77,8 @@ int main()
     FIELD(server_cfg_ext, client_lease_max_ms);
     FIELD(server_cfg_ext, epoch);
     FIELD(server_cfg_ext, insecure_plaintext);
+    FIELD(server_cfg_ext, insecure_recovery);
+    FIELD(server_cfg_ext, session_key_file);
     SIZE(client_cfg_ext);
     FIELD(client_cfg_ext, lease_ms);
     FIELD(client_cfg_ext, timeout_ms);

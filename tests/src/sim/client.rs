@@ -67,6 +67,9 @@ impl SimLock {
     }
 }
 
+/// The record index of a forged claim in [`Ctl::Claims`]: no record stands behind it.
+pub const FORGED: usize = usize::MAX;
+
 /// One item of an outstanding data message.
 #[derive(Clone, Copy, Debug)]
 pub enum Item {
@@ -81,7 +84,8 @@ pub enum Item {
 pub enum Ctl {
     Init,
     Reinit,
-    /// Claims for these records (indices into `locks`), in order.
+    /// Claims for these records (indices into `locks`), in order; [`FORGED`] marks a claim of
+    /// a lock the client never held.
     Claims(Vec<usize>),
     Done,
     Deinit,
@@ -120,6 +124,11 @@ pub struct SimClient {
     pub phase: Phase,
     pub id: Option<u32>,
     pub session: Session,
+    /// The epoch of the server it registered with last (its grants' proofs carry it).
+    pub epoch: u16,
+    /// Its records still carry a failed server's ids: it re-registered with a recovering
+    /// server and has not finished re-claiming (see `Client::reinit`).
+    pub reclaim: bool,
     pub lease_ms: u32,
     /// Whether the client has a connection it trusts (cleared when it breaks, set by a
     /// registration reply). Beliefs of a disconnected client do not count: it knows its
@@ -152,6 +161,8 @@ impl SimClient {
             phase: Phase::Idle,
             id: None,
             session: Session::NONE,
+            epoch: 0,
+            reclaim: false,
             lease_ms: 0,
             connected: false,
             conn: 0,
@@ -175,8 +186,11 @@ impl SimClient {
         // server may start serving without its claims (the deadline passed, or it was not among
         // the clients expected) and grant them to others, which it learns when its claims are
         // refused. `Client::reinit`'s docs tell applications the same (seed 0x9377aa5bc1e333f).
+        // A client leaving (`Deiniting`) has stopped using its locks: the server may release
+        // them before the reply comes.
         self.phase != Phase::Dead
             && self.phase != Phase::Claiming
+            && self.phase != Phase::Deiniting
             && self.connected
             && now <= self.lease_anchor + u64::from(self.lease_ms)
     }
@@ -207,6 +221,7 @@ impl SimClient {
         self.heartbeat = None;
         self.id = None;
         self.session = Session::NONE;
+        self.reclaim = false;
         self.phase = Phase::Idle;
     }
 

@@ -33,7 +33,7 @@ use std::fmt;
 
 use dlock_core::proto::Command;
 use dlock_core::proto::{
-    CONTROL_FRAME_MAX, ControlRequest, ControlResponse, DATA_MESSAGE_MAX, decode_control_request,
+    CONTROL_FRAME_MAX, ControlRequest, ControlResponse, DATA_RESPONSE_MAX, decode_control_request,
     decode_control_response, decode_data_request, decode_data_response,
 };
 use dlock_core::server::{Server, ServerState};
@@ -85,6 +85,8 @@ pub struct Faults {
     pub server_crashes: u64,
     pub recoveries_ended_by_deadline: u64,
     pub tables_full: u64,
+    /// Claims of locks a client never held (a thief's), all of which must be refused.
+    pub forged_claims: u64,
 }
 
 impl Faults {
@@ -103,6 +105,7 @@ impl Faults {
         self.server_crashes += o.server_crashes;
         self.recoveries_ended_by_deadline += o.recoveries_ended_by_deadline;
         self.tables_full += o.tables_full;
+        self.forged_claims += o.forged_claims;
     }
 }
 
@@ -156,6 +159,10 @@ pub struct Params {
     pub pause_ppm: u32,
     pub jump_ppm: u32,
     pub server_crash_ppm: u32,
+    /// The servers share a session key: sessions are minted and grants proved under it, and
+    /// clients sometimes claim locks they never held (a thief), which must be refused. Without
+    /// one, recovery takes claims at their word (`insecure_recovery`) and no client steals.
+    pub session_key: bool,
 }
 
 impl Params {
@@ -200,8 +207,20 @@ impl Params {
             pause_ppm: f(rng.range(0, 400)),
             jump_ppm: f(rng.range(0, 60)),
             server_crash_ppm: f(rng.range(0, 40)),
+            // Not drawn from `rng`, so a seed's other parameters stay what they were.
+            session_key: false,
         }
     }
+}
+
+/// The session key the servers of a keyed run share: 32 bytes from a CSPRNG (once, by hand).
+pub fn sim_session_key() -> dlock_core::SessionKey {
+    const KEY: [u8; 32] = [
+        0x91, 0x4e, 0x07, 0xd2, 0x3b, 0xa8, 0x65, 0xf1, 0x1c, 0xe9, 0x52, 0x8f, 0x36, 0xc4, 0x7a,
+        0x0b, 0xd8, 0x23, 0x9e, 0x61, 0xb5, 0x4c, 0x0f, 0xea, 0x77, 0x18, 0xcd, 0x42, 0xa3, 0x5e,
+        0x89, 0x06,
+    ];
+    dlock_core::SessionKey::new(KEY).expect("a strong key")
 }
 
 /// Whether the event loop goes on with this server.
@@ -273,6 +292,9 @@ fn run_with(seed: u64, ops: u64, lease_from_reply: bool) -> Result<Report, Failu
         rng::seed_entropy(seed ^ u64::from(w.epoch).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let tables = region.tables().expect("carve tables");
         let mut srv = Server::new(tables, &cfg, rng::sim_entropy);
+        if w.p.session_key {
+            srv.set_session_key(sim_session_key(), dlock_transport::runtime::hmac_sha256);
+        }
         match w.serve(&mut srv) {
             Ok(Flow::Finished) => return Ok(w.report()),
             Ok(Flow::Crashed) => continue,
@@ -292,7 +314,9 @@ fn run_with(seed: u64, ops: u64, lease_from_reply: bool) -> Result<Report, Failu
 impl World {
     fn new(seed: u64, ops_max: u64) -> Self {
         let mut rng = Rng::new(seed);
-        let p = Params::draw(&mut rng);
+        let mut p = Params::draw(&mut rng);
+        // Three seeds in four: from a hash of the seed rather than the stream.
+        p.session_key = Rng::new(seed ^ 0x5E55_10E5_0000_0000).below(4) != 0;
         let kinds = [LockKind::Atomic, LockKind::Rw, LockKind::Fair];
         let names: Vec<(Vec<u8>, LockKind)> = (0..p.lock_names)
             .map(|i| (format!("lock-{i}").into_bytes(), kinds[i % 3]))
@@ -334,7 +358,7 @@ impl World {
             next_tick: 0,
             dead: vec![None; p.clients],
             resets: Vec::new(),
-            reply: vec![0; CONTROL_FRAME_MAX.max(DATA_MESSAGE_MAX)],
+            reply: vec![0; CONTROL_FRAME_MAX.max(DATA_RESPONSE_MAX)],
             lease_from_reply: false,
             rng,
         }
@@ -617,7 +641,7 @@ impl World {
             if c.id != Some(w.client) || c.phase == Phase::Dead {
                 continue;
             }
-            let mut buf = vec![0u8; DATA_MESSAGE_MAX];
+            let mut buf = vec![0u8; DATA_RESPONSE_MAX];
             let n = w
                 .encode(&mut buf)
                 .map_err(|e| format!("late reply: {e:?}"))?;
@@ -657,6 +681,16 @@ impl World {
             }
             (ControlRequest::BatchUpdateLocks(claims), ControlResponse::Entries(e)) => {
                 for (claim, entry) in claims.iter().zip(e.iter()) {
+                    if self.oracle.trace {
+                        eprintln!(
+                            "tick {now}: client {client:#x} claims {:?} {:?} of lock {} token {:#x}: {}",
+                            claim.kind,
+                            claim.held,
+                            self.name_index[claim.name],
+                            claim.token,
+                            entry.status
+                        );
+                    }
                     if entry.status != Status::Success {
                         continue;
                     }

@@ -245,13 +245,28 @@ impl Oracle {
         mode: Option<Mode>,
         remaining_ms: u32,
     ) -> Result<(), String> {
+        if self.trace {
+            eprintln!(
+                "tick {now}: client {client:#x} claim of lock {name} ({kind:?}) {mode:?} accepted, {remaining_ms} ms left"
+            );
+        }
         let Some(mode) = mode else {
             return Ok(());
         };
         self.checks += 1;
-        // A claim may take a lock from a claim accepted earlier (the merge prefers the later
-        // RW acquisition, or the atomic grant that expires later): only a still valid grant
-        // of a client that believes it holds it could be hurt, and the belief check sees that.
+        // A repeated claim (its batch re-sent after a lost reply) merges nothing twice: the
+        // server answers with the id and keeps the grant as the first claim left it, expiry
+        // included (seed 0xb771772df2f03200: the repeat, counted from its own later arrival,
+        // stretched the model's grant past the server's).
+        if self.holders[name]
+            .iter()
+            .any(|h| h.client == client && h.mode == mode)
+        {
+            return Ok(());
+        }
+        // A claim may take a lock from a grant the oracle still counts (an atomic one that
+        // expired on the server, say): only a still valid grant of a client that believes it
+        // holds it could be hurt, and the belief check sees that.
         if let Some(h) = self.conflict(name, client, mode, now) {
             self.holders[name].retain(|o| o.client != h.client);
         }

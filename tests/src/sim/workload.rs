@@ -7,15 +7,17 @@
 use dlock_core::config::BATCH_MAX;
 use dlock_core::proto::{
     Batch, BatchEntry, Command, ControlHeader, ControlRequest, ControlRequestFrame,
-    ControlResponse, DATA_MESSAGE_MAX, DataHeader, FLAG_ALL_OR_NOTHING, LockClaim, LockOp,
+    ControlResponse, DATA_MESSAGE_MAX, DataHeader, FLAG_ALL_OR_NOTHING, Held, LockClaim, LockOp,
     ObjectCommand, ObjectOp, PROTO_VERSION, decode_control_response, decode_data_response,
     encode_control_request, encode_data_request,
 };
 use dlock_core::server::Server;
-use dlock_core::{LockId, LockKind, Mode, Status};
+use dlock_core::{GrantProof, LockId, LockKind, Mode, Status, Ticket};
 use dlock_transport::client::{Decision, LocalLock, LocalState};
 
-use super::client::{Ctl, Item, Out, Pending, Phase, SimLock, idle_for_trylock, releasable};
+use super::client::{
+    Ctl, FORGED, Item, Out, Pending, Phase, SimLock, idle_for_trylock, releasable,
+};
 use super::net::Dir;
 use super::{REQUEST_TIMEOUT_MS, World};
 
@@ -79,8 +81,6 @@ impl World {
                 self.send_control(i, 0, body, Ctl::Init);
             }
             Phase::Ready if self.draining => {
-                self.clients[i].locks.clear();
-                self.clients[i].objects.clear();
                 self.clients[i].phase = Phase::Deiniting;
                 let id = self.clients[i].id.unwrap_or(0);
                 self.send_control(i, id, ControlRequest::ClientDeinit, Ctl::Deinit);
@@ -178,10 +178,10 @@ impl World {
         }
         match r {
             0..=2 => {
-                // Graceful exit; a new registration follows later.
+                // Graceful exit; a new registration follows later. The records stay until the
+                // server says it released them: a recovering one refuses (`NotReady`) and keeps
+                // them.
                 let c = &mut self.clients[i];
-                c.locks.clear();
-                c.objects.clear();
                 c.phase = Phase::Deiniting;
                 let id = c.id.unwrap_or(0);
                 self.send_control(i, id, ControlRequest::ClientDeinit, Ctl::Deinit);
@@ -487,7 +487,11 @@ impl World {
                     // The grant and its lease are counted from the send: the server's start
                     // no earlier, so the client never trusts a grant longer than the server.
                     let at = if from_reply { now } else { sent_at };
-                    let _ = l.local.apply(&req, &r, at);
+                    let proof = GrantProof {
+                        epoch: c.epoch,
+                        mac: rep.proof_mac(k),
+                    };
+                    let _ = l.local.apply(&req, &r, proof, at);
                     if l.local.state.held_mode().is_none() {
                         l.releasing = false;
                     }
@@ -559,6 +563,7 @@ impl World {
             (Ctl::Init, ControlResponse::Init(r)) => {
                 c.id = Some(r.client);
                 c.session = r.session;
+                c.epoch = r.epoch;
                 c.lease_ms = r.lease_ms;
                 c.lease_anchor = sent_at;
                 c.connected = true;
@@ -568,6 +573,11 @@ impl World {
             (Ctl::Init, _) => c.phase = Phase::Idle,
             (Ctl::Reinit, ControlResponse::Init(r)) => {
                 c.connected = true;
+                // A server that still knows the client hands its session back; a replacement
+                // that took it back in recovery mints a new one (as `Client::reinit` reads it).
+                let resumed = c.session == r.session;
+                c.session = r.session;
+                c.epoch = r.epoch;
                 c.lease_anchor = sent_at;
                 c.lease_ms = r.lease_ms;
                 if r.recovering {
@@ -575,12 +585,24 @@ impl World {
                     // the lease lapsed (as the transport client does: seed 0x85ec716077c31d6).
                     c.objects.clear();
                     c.last_value.clear();
-                    if lapsed {
+                    // Only a replacement can have lost the grants of a client that lapsed: the
+                    // recovering server it resumes with holds what it restored (seed
+                    // 0xb799db5439a43212: a client whose reinit to that same server found its
+                    // lease lapsed by its own count claimed nothing, and forgot a lock the
+                    // server kept for it).
+                    if lapsed && !resumed {
                         for l in c.locks.iter_mut().flatten() {
                             l.local = LocalLock::new(l.local.id, l.local.kind);
                             l.releasing = false;
                         }
                     }
+                    c.phase = Phase::Claiming;
+                    c.reclaim = true;
+                    self.send_claims(i, 0);
+                } else if c.reclaim {
+                    // Its re-claim was cut short (a reply lost) and the server serves now: the
+                    // records still carry the failed server's ids, so it re-claims late, as the
+                    // transport client does (the server answers with the ids it restored).
                     c.phase = Phase::Claiming;
                     self.send_claims(i, 0);
                 } else {
@@ -605,11 +627,43 @@ impl World {
                 if e.len() != recs.len() {
                     return Err("claims answered with the wrong count".into());
                 }
-                let last = recs.last().copied().unwrap_or(0);
+                let last = recs.iter().rev().find(|&&r| r != FORGED).copied();
+                let mut forgotten = Vec::new();
                 for (rec, entry) in recs.iter().zip(e.iter()) {
+                    if *rec == FORGED {
+                        if entry.status == Status::Success {
+                            return Err(format!(
+                                "client {:?} claimed a lock it has no record of, and the claim \
+                                 was taken: a theft, or a lock the server held for a client \
+                                 that had forgotten it",
+                                c.id
+                            ));
+                        }
+                        continue;
+                    }
+                    if entry.status != Status::Success
+                        && let Some(l) = &c.locks[*rec]
+                    {
+                        forgotten.push(l.name);
+                    }
                     claim_answered(&mut c.locks[*rec], entry);
                 }
-                self.send_claims(i, last + 1);
+                // A refused claim makes the client forget the lock: the server must not hold
+                // it for this client any more.
+                let (id, now) = (c.id.unwrap_or(0), self.server_now());
+                for name in forgotten {
+                    if [Mode::Exclusive, Mode::Shared]
+                        .into_iter()
+                        .any(|m| self.oracle.holds(name, id, m, now))
+                    {
+                        return Err(format!(
+                            "client {id:#x}'s claim of lock {name} was refused, so it forgets \
+                             the lock, while the server still holds it for the client"
+                        ));
+                    }
+                }
+                let next = last.map_or(self.clients[i].locks.len(), |l| l + 1);
+                self.send_claims(i, next);
             }
             (Ctl::Claims(_), _) => {
                 // The batch was refused whole: try the whole reinit again.
@@ -617,6 +671,21 @@ impl World {
                 c.notice_at = self.now;
             }
             (Ctl::Done, _) => c.phase = Phase::Ready,
+            (Ctl::Deinit, _) if status == Status::NotReady => {
+                // Refused: the server keeps the registration and every lock, and so does the
+                // client, which leaves once the server serves.
+                c.phase = Phase::Ready;
+                let names: Vec<usize> = c
+                    .locks
+                    .iter()
+                    .flatten()
+                    .filter(|l| l.used_mode().is_some())
+                    .map(|l| l.name)
+                    .collect();
+                for n in names {
+                    self.note_belief(i, n)?;
+                }
+            }
             (Ctl::Deinit, _) => c.forget_all(),
             (Ctl::GetLock(names), ControlResponse::Lock { lock }) => {
                 if let (Some(&n), Some(id)) = (names.first(), LockId::from_raw(lock)) {
@@ -696,10 +765,65 @@ impl World {
                 remaining_ms: claim.remaining_ms,
                 age_ms: claim.age_ms,
                 token: claim.token,
+                proof: claim.proof,
             });
         }
+        if !recs.is_empty()
+            && recs.len() < BATCH_MAX
+            && self.p.session_key
+            && self.rng.below(4) == 0
+        {
+            // A thief: a client the failed server really registered claims, beside its own,
+            // a lock it holds no grant of, with the best proof it has.
+            let n = self.rng.index(self.names.len());
+            let c = &self.clients[i];
+            // A lock it has no record of, so one the server holds nothing of for it (a claim
+            // of what the server holds for it — a grant whose reply was lost, say — is its own,
+            // not a theft: seed 0xb771773dfebc31f1).
+            if c.record_of(n).is_none() {
+                let (name, kind) = &self.names[n];
+                let own = c
+                    .locks
+                    .iter()
+                    .flatten()
+                    .map(|l| l.local.proof)
+                    .find(|p| !p.is_none());
+                let proof = match self.rng.below(3) {
+                    0 => GrantProof::NONE,
+                    1 => own.unwrap_or(GrantProof::NONE),
+                    _ => GrantProof {
+                        epoch: self.epoch.saturating_sub(1),
+                        mac: self
+                            .rng
+                            .next_u64()
+                            .to_le_bytes()
+                            .repeat(2)
+                            .try_into()
+                            .unwrap_or([1; 16]),
+                    },
+                };
+                let token =
+                    (u64::from(self.epoch.saturating_sub(1)) << 48) + self.rng.range(1, 1_000);
+                claims.push(LockClaim {
+                    kind: *kind,
+                    held: Held::Exclusive,
+                    name,
+                    old_lock: 0,
+                    word: 0,
+                    ticket: Ticket::default(),
+                    remaining_ms: 60_000,
+                    age_ms: 1,
+                    token,
+                    proof,
+                });
+                recs.push(FORGED);
+                self.faults.forged_claims += 1;
+            }
+        }
+        let c = &mut self.clients[i];
         if recs.is_empty() {
             c.phase = Phase::Finishing;
+            c.reclaim = false;
             self.send_control(i, id, ControlRequest::ReinitDone, Ctl::Done);
             return;
         }

@@ -81,9 +81,16 @@ struct ServeArgs {
     tls_cipher_suites: Option<Vec<String>>,
     /// A file with the session key this server shares with the server that may replace it (64
     /// hex digits on the first line, e.g. from `head -c 32 /dev/urandom | xxd -p -c 64`): a
-    /// recovering server then takes back only clients whose session the failed one minted.
+    /// recovering server then takes back only clients whose session the failed one minted, and
+    /// only the locks they prove were granted to them. A key of obviously low entropy (all
+    /// zeros, a repeated pattern, too few distinct bytes) is refused.
     #[arg(long)]
     session_key_file: Option<PathBuf>,
+    /// Recover (--recovery-clients) without a session key: whoever reaches the server first
+    /// while it recovers can re-register as any client and take its locks. Only for a network
+    /// you trust entirely.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    insecure_recovery: Option<bool>,
     /// Serve plaintext TCP on a non-loopback address: anyone who can reach the port can register
     /// and read every lock name and value on the wire. Only for a network you trust entirely.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
@@ -174,6 +181,7 @@ impl ServeArgs {
             lease_max_ms: self.lease_max_ms.or(file.lease_max_ms),
             insecure_plaintext: self.insecure_plaintext.or(file.insecure_plaintext),
             session_key_file: self.session_key_file.or(file.session_key_file),
+            insecure_recovery: self.insecure_recovery.or(file.insecure_recovery),
             tls_cert: self.tls_cert.or(file.tls_cert),
             tls_key: self.tls_key.or(file.tls_key),
             tls_ca: self.tls_ca.or(file.tls_ca),
@@ -275,24 +283,6 @@ fn server_tls(args: &ServeArgs) -> Result<Option<TlsConfig>, String> {
     // Read the files now, so a bad path or key is reported before anything starts.
     dlock_transport::tls::server_config(&cfg).map_err(|e| e.to_string())?;
     Ok(Some(cfg))
-}
-
-/// The session key in `path`: 64 hex digits on the first line.
-fn read_session_key(path: &std::path::Path) -> Result<dlock_core::SessionKey, String> {
-    warn_if_shared(path);
-    let text = zeroize::Zeroizing::new(
-        std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
-    );
-    let hex = text.lines().next().unwrap_or_default().trim();
-    let bad = || format!("{}: a session key is 64 hex digits", path.display());
-    if hex.len() != 64 || !hex.is_ascii() {
-        return Err(bad());
-    }
-    let mut key = [0u8; 32];
-    for (i, byte) in key.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-    }
-    Ok(dlock_core::SessionKey(key))
 }
 
 /// Logs a warning when a secret file can be read by anyone but its owner.
@@ -423,7 +413,18 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
     cfg.unix_socket = args.unix_socket;
     cfg.huge_pages = args.huge_pages.unwrap_or(false);
     if let Some(path) = &args.session_key_file {
-        cfg.session_key = Some(read_session_key(path)?);
+        cfg.session_key =
+            Some(dlock_transport::runtime::read_session_key_file(path).map_err(|e| e.to_string())?);
+    }
+    cfg.insecure_recovery = args.insecure_recovery.unwrap_or(false);
+    if core.recovery_clients > 0 && cfg.session_key.is_none() && !cfg.insecure_recovery {
+        return Err(format!(
+            "refusing to recover {} clients without a session key: anyone who reaches the \
+             server while it recovers could re-register as any client and take its locks; give \
+             the failed server's --session-key-file, or pass --insecure-recovery for a network \
+             you trust entirely",
+            core.recovery_clients
+        ));
     }
     #[cfg(feature = "rdma")]
     if let Some(device) = &args.rdma_device {
@@ -723,6 +724,68 @@ mod tests {
             Cli::try_parse_from(["dlock", "serve", "--huge-pages", "false"]).is_err(),
             "a value needs `=`, so `--huge-pages` never swallows the next argument"
         );
+    }
+
+    /// `dlock serve` with `flags` over the TOML `toml`: the error, if the config is refused.
+    fn refusal(flags: &[&str], toml: &str) -> Option<String> {
+        let argv = ["dlock", "serve"].iter().chain(flags);
+        let Command::Serve(args) = Cli::try_parse_from(argv).expect("flags parse").command else {
+            panic!("not the serve command");
+        };
+        let file: ServeArgs = toml::from_str(toml).expect("TOML parses");
+        serve_config(args.over(file)).err()
+    }
+
+    /// A key file holding `hex`, mode 0600, removed when the returned guard drops.
+    fn key_file(tag: &str, hex: &str) -> (PathBuf, impl Drop) {
+        use std::os::unix::fs::PermissionsExt;
+        struct Rm(PathBuf);
+        impl Drop for Rm {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+        let path = std::env::temp_dir().join(format!("dlock-cli-key-{tag}-{}", std::process::id()));
+        std::fs::write(&path, format!("{hex}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        (path.clone(), Rm(path))
+    }
+
+    #[test]
+    fn recovery_without_a_session_key_needs_the_operator_to_say_so() {
+        let no_key = refusal(&["--recovery-clients", "3"], "").expect("refused");
+        assert!(no_key.contains("without a session key"), "{no_key}");
+        assert!(refusal(&["--recovery-clients", "3", "--insecure-recovery"], "").is_none());
+        assert!(refusal(&["--recovery-clients", "3"], "insecure_recovery = true").is_none());
+        let cfg = merged(&["--recovery-clients", "3", "--insecure-recovery"], "");
+        assert!(cfg.insecure_recovery);
+        let (path, _rm) = key_file(
+            "good",
+            "3c9a51e207bd6814f92e85c04b76d31fa8620d97ee355ac4812bf049b6137ddc",
+        );
+        let cfg = merged(
+            &[
+                "--recovery-clients",
+                "3",
+                "--session-key-file",
+                path.to_str().unwrap(),
+            ],
+            "",
+        );
+        assert!(cfg.session_key.is_some() && !cfg.insecure_recovery);
+    }
+
+    #[test]
+    fn a_session_key_of_obviously_low_entropy_is_refused_at_start() {
+        for (tag, hex) in [("zero", "0".repeat(64)), ("ones", "ab".repeat(32))] {
+            let (path, _rm) = key_file(tag, &hex);
+            let e = refusal(&["--session-key-file", path.to_str().unwrap()], "").expect("refused");
+            assert!(e.contains("distinct byte values"), "{tag}: {e}");
+        }
+        let counting: String = (0..32u8).map(|b| format!("{b:02x}")).collect();
+        let (path, _rm) = key_file("counting", &counting);
+        let e = refusal(&["--session-key-file", path.to_str().unwrap()], "").expect("refused");
+        assert!(e.contains("step by a constant"), "{e}");
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //! locks back from the clients. Checked: every client keeps its locks, nobody else got them
 //! meanwhile, tokens after the failover are above every token before it, and service resumes.
 //!
+//! Both servers share a session key, so the clients' sessions and their grants' proofs minted
+//! by the first are what the replacement takes them back by.
+//!
 //! The clients are this test binary run again (`child_holds_locks_across_a_failover`), talking
 //! to the parent over their standard input and output.
 
@@ -29,8 +32,22 @@ impl Drop for Proc {
     }
 }
 
+/// The session key file both servers are started with (the replacement refuses to recover
+/// without one), written once per test process, mode 0600.
+fn key_file() -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::temp_dir().join(format!("dlock-failover-key-{}", std::process::id()));
+    if !path.exists() {
+        let hex = "3c9a51e207bd6814f92e85c04b76d31fa8620d97ee355ac4812bf049b6137ddc";
+        std::fs::write(&path, format!("{hex}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    path
+}
+
 fn serve(addr: SocketAddr, recovering: bool) -> Proc {
     let addr = addr.to_string();
+    let key = key_file();
     let mut cmd = Command::new(DLOCK);
     cmd.args([
         "serve",
@@ -41,7 +58,9 @@ fn serve(addr: SocketAddr, recovering: bool) -> Proc {
         "--locks",
         "1024",
     ])
-    .args(["--objects", "16", "--lease-ms", "5000"]);
+    .args(["--objects", "16", "--lease-ms", "5000"])
+    .arg("--session-key-file")
+    .arg(&key);
     if recovering {
         cmd.args(["--recovery-clients", &CLIENTS.to_string(), "--epoch", "2"]);
     }
@@ -176,6 +195,7 @@ fn clients_keep_their_locks_when_the_server_is_killed_and_replaced() {
         writeln!(c.to, "EXIT").unwrap();
         assert_eq!(c.expect("BYE"), "ok");
     }
+    let _ = std::fs::remove_file(key_file());
 }
 
 /// One client process: takes its locks, reports their tokens, re-syncs when told, and checks

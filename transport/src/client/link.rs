@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::Session;
 use dlock_core::proto::{
-    ATTACH_MAGIC, Attach, CONTROL_HEADER_LEN, DATA_HEADER_LEN, DATA_MESSAGE_MAX, DecodeError,
+    ATTACH_MAGIC, Attach, CONTROL_HEADER_LEN, DATA_HEADER_LEN, DATA_RESPONSE_MAX, DecodeError,
     control_frame_len, peek_data_header,
 };
 use dlock_core::table::layout::MAILBOX_LANES;
@@ -638,7 +638,7 @@ impl TcpData {
     fn new(wire: Wire) -> Box<Self> {
         Box::new(Self {
             wire,
-            partial: Vec::with_capacity(DATA_MESSAGE_MAX),
+            partial: Vec::with_capacity(DATA_RESPONSE_MAX),
             awaited: AwaitTable::new(),
         })
     }
@@ -711,7 +711,7 @@ fn recv_tcp(
                 .max(Duration::from_micros(1))
         });
         s.socket().set_read_timeout(timeout)?;
-        let mut buf = [0u8; DATA_MESSAGE_MAX];
+        let mut buf = [0u8; DATA_RESPONSE_MAX];
         match s.read(&mut buf[..want - partial.len()]) {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => partial.extend_from_slice(&buf[..n]),

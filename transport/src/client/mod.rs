@@ -37,11 +37,14 @@ use std::time::{Duration, Instant};
 
 use dlock_core::proto::{
     Batch, BatchEntry, CONTROL_FRAME_MAX, Command, CommandResult, ControlHeader, ControlRequest,
-    ControlRequestFrame, ControlResponse, DATA_MESSAGE_MAX, DataHeader, LockClaim, ObjectCommand,
-    ObjectOp, PROTO_VERSION, decode_control_response, decode_data_response, encode_data_request,
+    ControlRequestFrame, ControlResponse, DATA_MESSAGE_MAX, DATA_RESPONSE_MAX, DataHeader,
+    LockClaim, ObjectCommand, ObjectOp, PROOF_LEN, PROTO_VERSION, decode_control_response,
+    decode_data_response, encode_data_request,
 };
 use dlock_core::server::Counter;
-use dlock_core::{ClientId, FencingToken, LockId, LockKind, Mode, ObjectId, Session, Status};
+use dlock_core::{
+    ClientId, FencingToken, GrantProof, LockId, LockKind, Mode, ObjectId, Session, Status,
+};
 
 pub use connection::Connection;
 pub use error::{Error, ErrorKind};
@@ -209,6 +212,13 @@ pub struct Client<C: Connection = Link> {
     session: Session,
     version: u8,
     recovering: bool,
+    /// The records still carry the ids of a server that failed: a reinit found a replacement
+    /// recovering, and `update_all_locks` has not completed since. Until it has, every reinit
+    /// asks for the re-claim again, even once the server serves.
+    reclaim: bool,
+    /// The epoch of the server this client registered with last: the epoch of the proofs it
+    /// hands out with grants.
+    epoch: u16,
     /// The lease the server granted at the last (re)registration.
     lease: Duration,
     /// When (ms on this client's clock) the last request the server answered was sent: the
@@ -225,9 +235,11 @@ pub struct Client<C: Connection = Link> {
     ctrl_req: Vec<u8>,
     ctrl_reply: Vec<u8>,
     data_req: [u8; DATA_MESSAGE_MAX],
-    data_reply: [u8; DATA_MESSAGE_MAX],
+    data_reply: [u8; DATA_RESPONSE_MAX],
     /// The results of the last data exchange, decoded once.
     replies: [CommandResult; dlock_core::config::BATCH_MAX],
+    /// The proofs of the last data exchange's grants and tickets (zero where none).
+    proofs: [[u8; PROOF_LEN]; dlock_core::config::BATCH_MAX],
 }
 
 /// A lock operation in flight as a future ([`Client::lock_async`]).
@@ -353,6 +365,8 @@ impl<C: Connection> Client<C> {
             session: Session::NONE,
             version: PROTO_VERSION,
             recovering: false,
+            reclaim: false,
+            epoch: 0,
             lease: Duration::ZERO,
             // Any start will do (message ids only match replies to requests); a random one keeps
             // two instances of one process from looking alike in a capture.
@@ -366,12 +380,13 @@ impl<C: Connection> Client<C> {
             ctrl_req: vec![0; CONTROL_FRAME_MAX],
             ctrl_reply: vec![0; CONTROL_FRAME_MAX],
             data_req: [0; DATA_MESSAGE_MAX],
-            data_reply: [0; DATA_MESSAGE_MAX],
+            data_reply: [0; DATA_RESPONSE_MAX],
             replies: [CommandResult {
                 status: Status::Success,
                 word: 0,
                 aux: 0,
             }; dlock_core::config::BATCH_MAX],
+            proofs: [[0; PROOF_LEN]; dlock_core::config::BATCH_MAX],
             cfg,
         };
         let lease_ms = c.cfg.lease_ms();
@@ -394,6 +409,7 @@ impl<C: Connection> Client<C> {
         self.id = ClientId::new(init.client).ok_or(Status::BadResponse)?;
         self.version = init.version;
         self.recovering = init.recovering;
+        self.epoch = init.epoch;
         self.lease = Duration::from_millis(init.lease_ms.into());
         self.link
             .attach(init.client, init.slot, init.session)
@@ -469,15 +485,22 @@ impl<C: Connection> Client<C> {
     }
 
     /// Re-registers with the same id over new connections after a network error or a server
-    /// failover (`client_reinit`); keeps the local lock state. Returns whether the server is
-    /// recovering (then call [`Client::update_all_locks`] and [`Client::reinit_done`]).
+    /// failover (`client_reinit`); keeps the local lock state. Returns whether to re-claim
+    /// (then call [`Client::update_all_locks`] and [`Client::reinit_done`]): the server is
+    /// recovering, or it was when this client re-registered before and the re-claim has not
+    /// completed since (a reply lost, say). The server answers such a late re-claim with the
+    /// ids of what it restored for this client, so none of it is forgotten; until then the
+    /// records carry the failed server's ids, and `get_lock` answers `NotReady`.
     ///
     /// When it is, no grant is certain until `update_all_locks` has answered: the replacement
     /// may start serving without this client's claims (its recovery deadline passed, or it did
     /// not expect this client) and grant the locks to others; the claims are then refused and
     /// the records forgotten. Act on a lock again only once it has been re-claimed. A client
-    /// that was silent for longer than its lease claims nothing: the old server may have freed
-    /// its grants before it died.
+    /// that was silent for longer than its lease claims nothing when it re-registers with a
+    /// replacement: the old server may have freed its grants before it died. (Resuming its
+    /// registration with the recovering server it already re-claimed from, it keeps them: that
+    /// server still holds what it restored, whatever a recovering server's `NotReady`s did to
+    /// the client's own count of its lease.)
     pub fn reinit(&mut self) -> Result<bool, Status> {
         // Read before the registration below renews it.
         let lapsed = self.lease_lapsed();
@@ -488,18 +511,23 @@ impl<C: Connection> Client<C> {
             e.busy = false;
         }
         let lease_ms = self.cfg.lease_ms();
+        let session = self.session;
         self.register(
             self.id.get(),
             ControlRequest::ClientReinit {
                 min_version: PROTO_VERSION,
                 lease_ms,
-                session: self.session,
+                session,
             },
         )?;
+        // A server that still knows this client hands its session back; a replacement that
+        // took it back in recovery mints a new one. Only a replacement can lack our grants.
+        let resumed = self.session == session;
         if self.recovering {
+            self.reclaim = true;
             // Objects do not survive a failover; the caller re-creates and re-gets them.
             self.objects.clear();
-            if lapsed {
+            if lapsed && !resumed {
                 // Silent longer than the lease: the old server may have freed our grants and
                 // given them to others before it died. Claiming them would tell the new one we
                 // held them all along; they are lost instead (the locks stay referenced).
@@ -508,7 +536,7 @@ impl<C: Connection> Client<C> {
                 }
             }
         }
-        Ok(self.recovering)
+        Ok(self.recovering || self.reclaim)
     }
 
     /// Tells the server this client finished re-syncing (`client_reinit_done`).
@@ -517,10 +545,25 @@ impl<C: Connection> Client<C> {
             .map(drop)
     }
 
-    /// Leaves (`client_deinit`): the server releases everything this client held.
+    /// Leaves (`client_deinit`): the server releases everything this client held. The client
+    /// is gone whatever the answer, as in the reference; to keep it when the server refuses,
+    /// use [`Client::try_deinit`].
     pub fn deinit(mut self) -> Result<(), Status> {
-        self.control(self.id.get(), ControlRequest::ClientDeinit)
-            .map(drop)
+        self.try_deinit()
+    }
+
+    /// Leaves (`client_deinit`) if the server lets it: on success the server has released
+    /// everything this client held, and so has the client (its records are cleared; further
+    /// calls are refused by the server). A recovering server answers `NotReady` and keeps the
+    /// client and its locks: so does this client, to call again once the server serves —
+    /// dropping it instead would leave the server holding its locks until its lease ends.
+    pub fn try_deinit(&mut self) -> Result<(), Status> {
+        self.control(self.id.get(), ControlRequest::ClientDeinit)?;
+        self.locks.drain();
+        self.objects.clear();
+        self.pending = None;
+        self.pipeline.clear();
+        Ok(())
     }
 
     /// Renews the lease.
@@ -536,7 +579,9 @@ impl<C: Connection> Client<C> {
 
     /// Creates or joins the lock `name` of `kind` (`get_lock`).
     pub fn get_lock(&mut self, kind: LockKind, name: &[u8]) -> Result<LockId, Status> {
-        if self.recovering {
+        // A recovering server answers NotReady; records with a failed server's ids could be
+        // confused with the ids of this one.
+        if self.recovering || self.reclaim {
             return Err(Status::NotReady);
         }
         let reply = self.control(self.id.get(), ControlRequest::GetLock { kind, name })?;
@@ -563,6 +608,9 @@ impl<C: Connection> Client<C> {
         names: &[(LockKind, &[u8])],
     ) -> Result<Vec<Result<LockId, Status>>, Status> {
         batch_count(names.len())?;
+        if self.recovering || self.reclaim {
+            return Err(Status::NotReady);
+        }
         let reply = self.control(
             self.id.get(),
             ControlRequest::BatchGetLock(Batch::from_slice(names)),
@@ -745,7 +793,7 @@ impl<C: Connection> Client<C> {
         receive(
             &mut self.link,
             &mut self.data_reply,
-            &mut self.replies,
+            (&mut self.replies, &mut self.proofs),
             sent,
             |i| commands[i],
             deadline,
@@ -755,6 +803,14 @@ impl<C: Connection> Client<C> {
     /// Result `i` of the last data exchange (decoded once, by `exchange`).
     fn result(&self, i: usize) -> CommandResult {
         self.replies[i]
+    }
+
+    /// The proof of result `i` of the last data exchange, issued by this client's server.
+    fn proof(&self, i: usize) -> GrantProof {
+        GrantProof {
+            epoch: self.epoch,
+            mac: self.proofs[i],
+        }
     }
 
     /// Runs one lock decision to its end: sends it (or not), applies the reply.
@@ -775,12 +831,12 @@ impl<C: Connection> Client<C> {
         // check finds two holders that way).
         let now = self.now_ms();
         let sent = self.exchange(&[Command::Lock(request.command())], 0, Some(deadline));
-        let reply = match sent {
-            Ok(_) => self.result(0),
+        let (reply, proof) = match sent {
+            Ok(_) => (self.result(0), self.proof(0)),
             Err(s) => return Err(s),
         };
         let local = &mut self.locks.get_mut(id).ok_or(Status::LockNotGet)?.local;
-        let status = local.apply(&request, &reply, now);
+        let status = local.apply(&request, &reply, proof, now);
         grant(status, local)
     }
 
@@ -953,13 +1009,17 @@ impl<C: Connection> Client<C> {
                     return Err(Status::BadResponse);
                 }
                 let result = r.result;
+                let proof = GrantProof {
+                    epoch: self.epoch,
+                    mac: reply.proof_mac(0),
+                };
                 // Counted from the send, as in `run`.
                 let now_ms = p.started.saturating_duration_since(self.start).as_millis() as u64;
                 if renews_lease(result.status) {
                     self.heard_ms = self.heard_ms.max(now_ms);
                 }
                 let e = self.locks.get_mut(p.lock).ok_or(Status::LockNotGet)?;
-                let status = e.local.apply(&p.request, &result, now_ms);
+                let status = e.local.apply(&p.request, &result, proof, now_ms);
                 grant(status, &e.local)
             }
             Ok(None) if now.duration_since(p.started) >= self.cfg.timeout + p.wait => {
@@ -1033,12 +1093,16 @@ impl<C: Connection> Client<C> {
     }
 
     /// After a failover (`reinit` said the server recovers): re-claims every lock this client
-    /// knows, in batches of 31, and takes the new ids the server gives them. A lock whose claim
-    /// the server refuses (or whose record is in a state no claim can describe) is forgotten:
-    /// the grant is lost (as a `Fail` would say). On an error every record keeps its old id
-    /// (claims the server already took are filed under the new ids only once all are
-    /// answered); call again after the next `reinit` (the server takes a repeated claim as a
-    /// no-op).
+    /// knows, in batches of 31, each grant or ticket with the proof the failed server gave it,
+    /// and takes the new ids the server gives them. A lock whose claim the server refuses (or
+    /// whose record is in a state no claim can describe) is forgotten: the server does not
+    /// hold it for this client (as a `Fail` would say). On an error every record keeps its old
+    /// id (claims the server already took are filed under the new ids only once all are
+    /// answered); call again after the next `reinit` — the server takes a repeated claim as a
+    /// no-op, and even after its recovery ended it answers a repeated claim of what it restored
+    /// with the lock's id. A server this client did not re-register into while it recovered
+    /// refuses the call whole (`Einval`, the reference's -1): nothing is claimed and every
+    /// record kept, since that server holds them under the ids they have.
     pub fn update_all_locks(&mut self) -> Result<(), Status> {
         let now = self.now_ms();
         // Every record leaves the table and comes back under its new id: the new server numbers
@@ -1075,6 +1139,7 @@ impl<C: Connection> Client<C> {
                     remaining_ms: c.remaining_ms,
                     age_ms: c.age_ms,
                     token: c.token,
+                    proof: c.proof,
                 })
                 .collect();
             let body = ControlRequest::BatchUpdateLocks(Batch::from_slice(&claims));
@@ -1107,6 +1172,7 @@ impl<C: Connection> Client<C> {
             }
         }
         self.recovering = false;
+        self.reclaim = false;
         Ok(())
     }
 
@@ -1404,8 +1470,11 @@ struct Sent {
 /// caller can describe the commands from its own records without copying them out first.
 fn receive<C: Connection>(
     link: &mut C,
-    buf: &mut [u8; DATA_MESSAGE_MAX],
-    replies: &mut [CommandResult; dlock_core::config::BATCH_MAX],
+    buf: &mut [u8; DATA_RESPONSE_MAX],
+    (replies, proofs): (
+        &mut [CommandResult; dlock_core::config::BATCH_MAX],
+        &mut [[u8; PROOF_LEN]; dlock_core::config::BATCH_MAX],
+    ),
     sent: Sent,
     command: impl Fn(usize) -> Command,
     deadline: impl Fn() -> Option<Instant>,
@@ -1436,12 +1505,16 @@ fn receive<C: Connection>(
     if reply.len() != sent.count {
         return Err(Status::BadResponse);
     }
-    for (i, slot) in replies.iter_mut().enumerate().take(sent.count) {
+    for (i, (slot, proof)) in replies.iter_mut().zip(proofs.iter_mut()).enumerate() {
+        if i == sent.count {
+            break;
+        }
         let (r, c) = (reply.result(i), command(i));
         if r.kind != c.kind_code() || r.op != c.op_code() || r.id != c.id() {
             return Err(Status::BadResponse);
         }
         *slot = r.result;
+        *proof = reply.proof_mac(i);
     }
     Ok(reply.len())
 }

@@ -30,7 +30,7 @@ use std::task::Waker;
 use std::time::Instant;
 
 use dlock_core::proto::{
-    Command, DATA_HEADER_LEN, DATA_MESSAGE_MAX, DataHeader, DecodeError, JoinCommand,
+    Command, DATA_HEADER_LEN, DATA_RESPONSE_MAX, DataHeader, DecodeError, JoinCommand,
     PROTO_VERSION, decode_data_response, encode_data_request, peek_data_header,
 };
 use dlock_core::{Session, Status};
@@ -39,7 +39,7 @@ use super::awaited::AwaitTable;
 use super::link::{Endpoint, Wire, attach_tcp};
 
 /// Plaintext the reader holds at once: many replies per read when many clients are busy.
-const READ_BUF: usize = 64 * DATA_MESSAGE_MAX;
+const READ_BUF: usize = 64 * DATA_RESPONSE_MAX;
 
 /// TLS records read at once (rustls's default limit on received plaintext).
 const RAW_READ: usize = 16 * 1024;
@@ -155,7 +155,7 @@ fn join(conn: Arc<Conn>, client: u32, session: Session) -> io::Result<MuxPort> {
     let n = encode_data_request(&header, &[Command::Join(JoinCommand { session })], &mut req)
         .map_err(|_| io::Error::other("cannot encode a join"))?;
     port.send(1, &req[..n])?;
-    let mut reply = [0u8; DATA_MESSAGE_MAX];
+    let mut reply = [0u8; DATA_RESPONSE_MAX];
     let len = port
         .recv(1, &mut reply, Some(Instant::now() + JOIN_TIMEOUT))?
         .ok_or(io::ErrorKind::TimedOut)?;

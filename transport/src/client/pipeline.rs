@@ -16,7 +16,7 @@
 //! synchronous batch is a submission completed at once.
 
 use dlock_core::proto::{Command, FLAG_ALL_OR_NOTHING};
-use dlock_core::{LockId, Mode, Status};
+use dlock_core::{GrantProof, LockId, Mode, Status};
 
 use super::local::{Decision, LocalLock, Request};
 use super::table::LockTable;
@@ -238,6 +238,7 @@ impl<C: Connection> Client<C> {
             link,
             data_reply,
             replies,
+            proofs,
             ..
         } = self;
         let f = &pipeline.slots[head];
@@ -248,7 +249,7 @@ impl<C: Connection> Client<C> {
         };
         // The commands are described from the batch's own records, not copied out first.
         let command = |i: usize| Command::Lock(f.sent[i].request.command());
-        if let Err(s) = receive(link, data_reply, replies, sent, command, deadline) {
+        if let Err(s) = receive(link, data_reply, (replies, proofs), sent, command, deadline) {
             // The batch is over either way: its locks are free for the next operation. What the
             // server did is unknown (the caller reinits and re-claims); an all-or-nothing batch
             // is taken back locally as a whole, so its records stay consistent with each other.
@@ -268,10 +269,12 @@ impl<C: Connection> Client<C> {
         // the server's; counted from the reply it would, by the reply's delay.
         let now = self.pipeline.slots[head].sent_ms;
         self.heard(now);
+        let epoch = self.epoch;
         let Client {
             pipeline,
             locks,
             replies,
+            proofs,
             ..
         } = self;
         let f = &pipeline.slots[head];
@@ -294,12 +297,13 @@ impl<C: Connection> Client<C> {
             }
             return Ok(n);
         }
-        for (s, reply) in f.sent().iter().zip(replies.iter()) {
+        for ((s, reply), mac) in f.sent().iter().zip(replies.iter()).zip(proofs.iter()) {
             out[usize::from(s.entry)] = match locks.get_mut(s.lock) {
                 Some(e) => {
                     // Applied: free for the next operation (what `release` does, in this pass).
                     e.busy = false;
-                    let status = e.local.apply(&s.request, reply, now);
+                    let proof = GrantProof { epoch, mac: *mac };
+                    let status = e.local.apply(&s.request, reply, proof, now);
                     grant(status, &e.local)
                 }
                 None => Err(Status::LockNotGet),

@@ -45,7 +45,7 @@
 //!
 //! | reference (URMA) | here (verbs) |
 //! |---|---|
-//! | lock commands: `lock_cmd_msg` batches (≤ 1 KiB) by send/recv on a jetty | one data message (≤ [`MESSAGE_MAX`] = 1,008 B) by SEND into a pre-posted RECV slot of the server's QP; the reply comes back the same way |
+//! | lock commands: `lock_cmd_msg` batches (≤ 1 KiB) by send/recv on a jetty | one data message (a request ≤ 1,008 B; a reply ≤ [`MESSAGE_MAX`] = 1,504 B with its grant proofs) by SEND into a pre-posted RECV slot of the server's QP; the reply comes back the same way |
 //! | object arena (102,400 × u64) registered as a segment with READ/WRITE/ATOMIC access; descriptor + token sent in the CLIENT_INIT reply | the object cells registered as one memory region; address, rkey and cell count travel in the server's [`Endpoint`] ([`ObjectTable`]) |
 //! | FAA = `URMA_OPC_FADD` (returns old value) | `IBV_WR_ATOMIC_FETCH_AND_ADD` ([`RdmaClient::fetch_add`]) |
 //! | CAS = `URMA_OPC_CAS` (success iff old == cmp) | `IBV_WR_ATOMIC_CMP_AND_SWP` ([`RdmaClient::compare_swap`], returns the observed value) |
@@ -82,7 +82,7 @@ use std::fmt;
 use std::io;
 use std::time::Duration;
 
-use dlock_core::proto::DATA_MESSAGE_MAX;
+use dlock_core::proto::DATA_RESPONSE_MAX;
 
 pub use attach::{AttachRecord, RDMA_ATTACH_LEN, RDMA_ATTACH_MAGIC, RDMA_ATTACH_REPLY_LEN};
 pub use client::RdmaClient;
@@ -90,12 +90,13 @@ pub use endpoint::{ENDPOINT_LEN, Endpoint, ObjectTable};
 pub use registered::{RdmaDevice, RegisteredRegion};
 pub use server::{RdmaServer, ServerConnection};
 
-/// The longest message either side sends: one `dlock-core` data message (1,008 bytes).
-pub const MESSAGE_MAX: usize = DATA_MESSAGE_MAX;
+/// The longest message either side sends: a `dlock-core` data response with its proof trailer
+/// (1,504 bytes; requests are at most 1,008).
+pub const MESSAGE_MAX: usize = DATA_RESPONSE_MAX;
 
-/// Bytes in one message buffer: the same 1 KiB as a shared-memory mailbox half, so a message
-/// never straddles a slot and slots stay cache-line aligned.
-pub const SLOT_BYTES: usize = 1024;
+/// Bytes in one message buffer: 1.5 KiB, as a shared-memory mailbox's response half, so a
+/// message never straddles a slot and slots stay cache-line aligned.
+pub const SLOT_BYTES: usize = 1536;
 
 /// Messages a client may have sent without having taken their replies. Each side posts this
 /// many receive buffers at the handshake, and a client refuses to send more, so a SEND never

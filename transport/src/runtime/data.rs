@@ -72,7 +72,7 @@ pub(super) fn run(
     };
     let mut server = Server::new(tables, &cfg.core, super::os_entropy);
     if let Some(key) = &cfg.session_key {
-        server.set_session_key(key.clone(), super::hmac_session);
+        server.set_session_key(key.clone(), super::hmac_sha256);
     }
     let slots = cfg.core.clients_max as usize;
     let mut d = Data {

@@ -30,6 +30,7 @@ mod exchange;
 mod fds;
 mod handshakes;
 mod idle;
+mod keys;
 mod peer;
 #[cfg(feature = "rdma")]
 mod rdma;
@@ -50,6 +51,7 @@ use dlock_core::server::Counter;
 pub use dlock_core::server::Server;
 pub use fds::{FdAction, FdBudget, FdLimits, FdNeeds, FdShortfall, plan as plan_fds};
 pub use idle::IdleStrategy;
+pub use keys::{hmac_sha256, read_session_key_file};
 
 use crate::region::Region;
 use exchange::Exchange;
@@ -117,8 +119,14 @@ pub struct ServerConfig {
     /// The secret this server shares with the server that may replace it after a failure:
     /// sessions are minted under it, and a recovering server takes back a client it does not
     /// know only if its session was minted under the same key. Without one, a recovering server
-    /// (`Config::recovery_clients > 0`) takes any re-registration at its word.
+    /// (`Config::recovery_clients > 0`) would take any re-registration at its word, so it
+    /// refuses to start unless `insecure_recovery` says so.
     pub session_key: Option<dlock_core::SessionKey>,
+    /// Recover (`Config::recovery_clients > 0`) without a session key: whoever reaches the
+    /// server first while it recovers can re-register as any client id and claim its locks, and
+    /// the genuine client is then refused. For a network trusted entirely, as
+    /// `TcpConfig::insecure_plaintext` is.
+    pub insecure_recovery: bool,
     /// Pin the control and data threads to these CPUs.
     pub pin: (Option<usize>, Option<usize>),
     /// Ask for transparent huge pages on the region.
@@ -157,6 +165,7 @@ impl ServerConfig {
             shm_name: None,
             group_access: false,
             session_key: None,
+            insecure_recovery: false,
             pin: (None, None),
             huge_pages: false,
             handshake_timeout: Duration::from_secs(5),
@@ -268,6 +277,26 @@ impl ServerHandle {
                     tcp.listen
                 ),
             ));
+        }
+        if cfg.core.recovery_clients > 0 && cfg.session_key.is_none() {
+            if !cfg.insecure_recovery {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "refusing to recover {} clients without a session key: anyone who \
+                         reaches the server while it recovers could re-register as any client \
+                         and take its locks; give the failed server's session key \
+                         (ServerConfig::session_key), or set insecure_recovery for a network \
+                         trusted entirely",
+                        cfg.core.recovery_clients
+                    ),
+                ));
+            }
+            tracing::warn!(
+                recovery_clients = cfg.core.recovery_clients,
+                "recovering without a session key (insecure_recovery): re-registrations and \
+                 claims are taken at their word"
+            );
         }
         let clients = cfg.core.clients_max as usize;
         let connections_min = 2 * clients + clients.div_ceil(4);
@@ -434,20 +463,6 @@ pub fn os_entropy(out: &mut [u8]) {
     if let Err(e) = getrandom::fill(out) {
         panic!("the operating system's CSPRNG failed: {e}");
     }
-}
-
-/// The server's [`SessionMac`](dlock_core::SessionMac): HMAC-SHA-256 of the client id and the
-/// nonce under the session key, truncated to 8 bytes.
-pub fn hmac_session(key: &dlock_core::SessionKey, client: u32, nonce: &[u8; 8]) -> [u8; 8] {
-    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key.0);
-    let mut ctx = ring::hmac::Context::with_key(&key);
-    ctx.update(b"dlock session v1");
-    ctx.update(&client.to_le_bytes());
-    ctx.update(nonce);
-    let tag = ctx.sign();
-    let mut out = [0u8; 8];
-    out.copy_from_slice(&tag.as_ref()[..8]);
-    out
 }
 
 /// Pins the calling thread to `cpu`, logging (not failing) when the OS refuses.

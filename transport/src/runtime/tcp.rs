@@ -45,7 +45,8 @@ use std::time::Duration;
 
 use dlock_core::Status;
 use dlock_core::proto::{
-    Command, DATA_MESSAGE_MAX, DecodeError, decode_data_request, peek_data_header,
+    Command, DATA_MESSAGE_MAX, DATA_RESPONSE_MAX, DecodeError, decode_data_request,
+    peek_data_header,
 };
 use dlock_core::server::{Binding, Counter, Dispatched, Joining, Route, Server, joining};
 use mio::{Events, Interest, Poll, Token};
@@ -62,8 +63,8 @@ const FIRST_CONN: usize = 1;
 /// Requests one connection may have executed and not answered on the wire (replies in the
 /// write buffer; parked requests are not counted, see the module doc). A pipelined client
 /// keeps 4 batches in flight; 32 leaves room for clients that multiplex many threads over one
-/// connection while bounding each connection's write buffer at 32 largest replies (32 KiB)
-/// plus one per member.
+/// connection while bounding each connection's write buffer at 32 largest replies (47 KiB,
+/// proof trailers included) plus one per member.
 pub const WINDOW_MAX: usize = 32;
 
 /// The read buffer: enough for the window's worth of small messages (one command: 48 bytes)
@@ -72,7 +73,7 @@ const READ_BUF: usize = 8 * DATA_MESSAGE_MAX;
 /// The write buffer of a connection with `members` members: every reply the window allows, and
 /// the reply of a parked request of each member.
 const fn write_buf(members: usize) -> usize {
-    (WINDOW_MAX + members) * DATA_MESSAGE_MAX
+    (WINDOW_MAX + members) * DATA_RESPONSE_MAX
 }
 
 /// Handed-over connections taken per turn (each allocates its buffers).
@@ -131,12 +132,12 @@ impl DataConn {
     /// false if they did not (a bug: the caller closes the connection rather than overrun).
     #[must_use]
     fn make_reply_room(&mut self) -> bool {
-        if self.wend + DATA_MESSAGE_MAX > self.wbuf.len() {
+        if self.wend + DATA_RESPONSE_MAX > self.wbuf.len() {
             self.wbuf.copy_within(self.wstart..self.wend, 0);
             self.wend -= self.wstart;
             self.wstart = 0;
         }
-        let room = self.wend + DATA_MESSAGE_MAX <= self.wbuf.len();
+        let room = self.wend + DATA_RESPONSE_MAX <= self.wbuf.len();
         debug_assert!(room, "a reply with no room in the write buffer");
         room
     }
@@ -647,7 +648,7 @@ fn read(c: &mut DataConn) -> Outcome {
 fn split(c: &mut DataConn, at: usize, len: usize) -> (&[u8], &mut [u8]) {
     (
         &c.rbuf[at..at + len],
-        &mut c.wbuf[c.wend..c.wend + DATA_MESSAGE_MAX],
+        &mut c.wbuf[c.wend..c.wend + DATA_RESPONSE_MAX],
     )
 }
 

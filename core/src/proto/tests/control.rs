@@ -198,7 +198,7 @@ fn names_of_0_or_513_bytes_are_refused_by_the_decoder() {
         let create = [&[0u8; 12][..], &len16, &[0, 0], &name].concat();
         let get = [&[0u8; 4][..], &len16, &[0, 0], &name].concat();
         let batch_get = [&[1, 0, 0, 0][..], &get_lock].concat();
-        let claim = [&[1, 0, 0, 0, 0, 0][..], &len16, &[0u8; 40], &name].concat();
+        let claim = [&[1, 0, 0, 0, 0, 0][..], &len16, &[0u8; 60], &name].concat();
         for (msg, body) in [
             (MsgType::GetLock, get_lock),
             (MsgType::ObjectCreate, create),

@@ -266,3 +266,64 @@ fn a_join_carries_the_session_and_nothing_else() {
         );
     }
 }
+
+/// A response's proof trailer: one MAC per command after the results, announced by
+/// `FLAG_PROOFS`, so a stream frames the response from its header alone; zero where a command
+/// has no proof. Requests may not carry it.
+#[test]
+fn a_proof_trailer_follows_the_results_and_only_in_responses() {
+    let commands = &every_command()[..3];
+    let req_bytes = encode_data(&data_header(FLAG_ALL_OR_NOTHING), commands);
+    let req = decode_data_request(&req_bytes).unwrap();
+    let mut out = [0xEEu8; DATA_RESPONSE_MAX];
+    let len = begin_data_response(&req, &mut out).unwrap();
+    let ok = CommandResult {
+        status: Status::Success,
+        word: 5,
+        aux: 6,
+    };
+    for i in 0..3 {
+        put_data_result(&req, i, &ok, &mut out).unwrap();
+    }
+    let mac = *b"proof of grant 1";
+    put_data_proof(&mut out, 3, 1, &mac, true).unwrap();
+    let full = finish_data_proofs(&mut out, 3).unwrap();
+    assert_eq!((len, full), (cmd(3), cmd(3) + 3 * PROOF_LEN));
+    let (header, framed) = peek_data_header(&out[..DATA_HEADER_LEN]).unwrap();
+    assert_eq!(framed, full, "the header announces the trailer");
+    assert_eq!(header.flags, FLAG_ALL_OR_NOTHING | FLAG_PROOFS);
+    let resp = decode_data_response(&out[..full]).unwrap();
+    assert_eq!(
+        [resp.proof_mac(0), resp.proof_mac(1), resp.proof_mac(2)],
+        [[0; PROOF_LEN], mac, [0; PROOF_LEN]],
+        "the first proof zeroed the rest of the trailer"
+    );
+    assert_eq!(resp.result(1).result, ok);
+    // Cut or padded, the trailer is refused; a response without it has no proofs.
+    assert_eq!(
+        decode_data_response(&out[..full - 1]),
+        Err(DecodeError::BadLength)
+    );
+    assert_eq!(
+        decode_data_response(&[&out[..full], &[0][..]].concat()),
+        Err(DecodeError::BadLength)
+    );
+    let plain = encode_data_reply(&req_bytes);
+    assert_eq!(
+        decode_data_response(&plain).unwrap().proof_mac(0),
+        [0; PROOF_LEN]
+    );
+    // A request announcing a trailer is refused, whatever follows it.
+    let mut forged = [&req_bytes[..], &[0u8; 3 * PROOF_LEN][..]].concat();
+    forged[12..16].copy_from_slice(&(FLAG_PROOFS | FLAG_ALL_OR_NOTHING).to_le_bytes());
+    assert_eq!(decode_data_request(&forged), Err(DecodeError::BadFlags));
+    assert_eq!(
+        decode_data_request_into(&forged, &mut [Command::NONE; BATCH_MAX]),
+        Err(DecodeError::BadFlags)
+    );
+    // No room for the trailer: refused, not truncated.
+    assert_eq!(
+        put_data_proof(&mut out[..cmd(3) + 10], 3, 0, &mac, true),
+        Err(EncodeError::BufferTooSmall)
+    );
+}

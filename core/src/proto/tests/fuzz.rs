@@ -99,10 +99,22 @@ fn reencode_data_response(resp: &DataResponse<'_>, out: &mut [u8]) -> usize {
         .map(|r| command_with(r.kind, r.op, r.id))
         .collect();
     let mut req_buf = vec![0u8; DATA_MESSAGE_MAX];
-    let n = encode_data_request(&resp.header(), &commands, &mut req_buf).unwrap();
+    // The request had no trailer; the response announces its own.
+    let header = DataHeader {
+        flags: resp.header().flags & !FLAG_PROOFS,
+        ..resp.header()
+    };
+    let n = encode_data_request(&header, &commands, &mut req_buf).unwrap();
     let req = decode_data_request(&req_buf[..n]).unwrap();
     let results: Vec<CommandResult> = resp.results().map(|r| r.result).collect();
-    encode_data_response(&req, &results, out).unwrap()
+    let n = encode_data_response(&req, &results, out).unwrap();
+    if resp.header().flags & FLAG_PROOFS == 0 {
+        return n;
+    }
+    for i in 0..resp.len() {
+        put_data_proof(out, resp.len(), i, &resp.proof_mac(i), i == 0).unwrap();
+    }
+    finish_data_proofs(out, resp.len()).unwrap()
 }
 
 /// A command with this kind, op and id; panics if the decoder let an invalid kind or op through.
@@ -322,6 +334,11 @@ fn claim_from(parts: &ClaimParts) -> LockClaim<'_> {
         remaining_ms,
         age_ms,
         token,
+        // Any bytes will do; the word's give every proof byte a value.
+        proof: crate::GrantProof {
+            epoch: (token >> 48) as u16,
+            mac: word.to_le_bytes(),
+        },
     }
 }
 
@@ -380,7 +397,7 @@ proptest! {
         commands in prop::collection::vec(arb_command(), 1..=BATCH_MAX),
         message_id in any::<u16>(),
         client in any::<u32>(),
-        flags in 0..=FLAGS_KNOWN,
+        flags in 0..=REQUEST_FLAGS_KNOWN,
     ) {
         let header = DataHeader { version: PROTO_VERSION, count: 0, message_id, client, flags };
         let bytes = encode_data(&header, &commands);

@@ -12,7 +12,8 @@
 //! | `dev_name`, `eid`, `tp_mode`, `ub_token_disable` | ignored: there is no URMA; clients reach the server over TCP at the address given |
 //! | `ssl`                                        | dlock's `ssl_cfg` (paths as given; the password callbacks through `super::key`) |
 //! | `primary_port` (client)                      | as is: <= 0 is 21616                         |
-//! | — (dlock's capacities, leases, epoch, `insecure_plaintext`) | from `server_cfg_ext` / `client_cfg_ext`, zero (the defaults) without one |
+//! | — (dlock's capacities, leases, epoch, `insecure_plaintext`, `insecure_recovery`, `session_key_file`) | from `server_cfg_ext` / `client_cfg_ext`, zero (the defaults) without one |
+//! | `recovery_client_num` > 0                    | needs `server_cfg_ext::session_key_file` (the failed server's key) or `insecure_recovery`, else `DLOCK_EINVAL` |
 //!
 //! Plaintext: without `ssl.ssl_enable`, a server listens on a loopback address only, unless
 //! `server_cfg_ext::insecure_plaintext` says otherwise (anyone who reaches the port could
@@ -77,6 +78,8 @@ pub(super) fn native_server_cfg(
         shm_name: std::ptr::null(),
         ssl,
         insecure_plaintext: ext.insecure_plaintext,
+        session_key_file: ext.session_key_file,
+        insecure_recovery: ext.insecure_recovery,
     })
 }
 
@@ -267,6 +270,7 @@ mod tests {
             client_lease_max_ms: 1_000,
             epoch: 2,
             insecure_plaintext: 1,
+            ..server_cfg_ext::default()
         };
         let n = native_server_cfg(&cfg, &ext, native::ssl_cfg::DISABLED).unwrap();
         assert_eq!(

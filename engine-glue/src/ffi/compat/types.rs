@@ -143,7 +143,7 @@ pub struct server_cfg {
 /// reference's (0 in any field: the default). The reference's struct cannot carry these, since
 /// reference code leaves fields it does not know uninitialised.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct server_cfg_ext {
     /// Lock slots (default 51,200).
     pub locks_max: c_uint,
@@ -159,6 +159,27 @@ pub struct server_cfg_ext {
     pub epoch: c_uint,
     /// C `bool`: serve plaintext TCP on a non-loopback address.
     pub insecure_plaintext: u8,
+    /// C `bool`: recover (`recovery_client_num > 0`) without a session key.
+    pub insecure_recovery: u8,
+    /// NULL, or the file holding the session key shared with the failed server (64 hex digits).
+    pub session_key_file: *const std::ffi::c_char,
+}
+
+impl Default for server_cfg_ext {
+    /// Every field zero (NULL): the defaults.
+    fn default() -> Self {
+        server_cfg_ext {
+            locks_max: 0,
+            clients_max: 0,
+            objects_max: 0,
+            client_lease_ms: 0,
+            client_lease_max_ms: 0,
+            epoch: 0,
+            insecure_plaintext: 0,
+            insecure_recovery: 0,
+            session_key_file: std::ptr::null(),
+        }
+    }
 }
 
 /// dlock's addition to `dclient_lib_init` (0 in any field: the default).

@@ -51,6 +51,10 @@ struct server_cfg_ext {
     unsigned int epoch;               /* 1..65535 (default 1); a replacement server needs a
                                          larger one */
     bool insecure_plaintext;          /* without TLS: allow a non-loopback server_ip_str */
+    bool insecure_recovery;           /* recover (recovery_client_num > 0) without a key */
+    const char *session_key_file;     /* NULL, or the failed server's session key (64 hex
+                                         digits); a recovering server needs it unless
+                                         insecure_recovery */
 };
 
 /* dlock's entry points behind the inline functions below (engine-glue/src/ffi/compat/). */
