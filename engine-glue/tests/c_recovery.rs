@@ -105,7 +105,11 @@ fn a_c_client_keeps_its_id_and_locks_when_a_recovering_server_refuses_its_deinit
         assert_eq!(client::client_reinit_done(c2), 0);
         assert_eq!(client::client_heartbeat(c1, 5), 0, "serving, c1 registered");
         assert_eq!(client::client_deinit(c1), 0);
-        assert_eq!(client::client_deinit(c1), -1, "an unknown id, as the reference");
+        assert_eq!(
+            client::client_deinit(c1),
+            -1,
+            "an unknown id, as the reference"
+        );
         // c1's deinit released the lock it had re-claimed.
         let mut id2 = 0;
         assert_eq!(locks::get_lock(c2, &desc, &mut id2), 0);

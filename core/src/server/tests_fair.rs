@@ -124,6 +124,9 @@ fn a_waiting_retry_with_a_passed_ticket_queues_again_instead_of_failing() {
         LockOp::TicketExclusive,
         "the op b sent, echoed"
     );
-    assert_eq!(b_rec.apply(&req, &got[0].result, got[0].proof, now), Status::Success);
+    assert_eq!(
+        b_rec.apply(&req, &got[0].result, got[0].proof, now),
+        Status::Success
+    );
     assert_eq!(b_rec.state, LocalState::ExclusiveLocked);
 }
