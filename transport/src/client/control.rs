@@ -29,7 +29,7 @@ impl<C: Connection> Client<C> {
             return Err(op.err(Status::BadResponse));
         };
         self.session = init.session;
-        self.id = ClientId::new(init.client).ok_or(op.err(Status::BadResponse))?;
+        self.id = ClientId::new(init.client).ok_or_else(|| op.err(Status::BadResponse))?;
         self.version = init.version;
         self.recovering = init.recovering;
         self.epoch = init.epoch;

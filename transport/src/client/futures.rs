@@ -119,7 +119,7 @@ impl<C: Connection> Client<C> {
         let local = &mut self
             .locks
             .get_mut(id)
-            .ok_or(op.err(Status::LockNotGet))?
+            .ok_or_else(|| op.err(Status::LockNotGet))?
             .local;
         let mut wait = Duration::ZERO;
         let d = match async_op {
@@ -163,7 +163,7 @@ impl<C: Connection> Client<C> {
     fn check_pending(&mut self, waker: Option<&Waker>) -> Result<Grant, Error> {
         let p = self
             .pending
-            .ok_or(Op::LockResultCheck.err(Status::NoAsync))?;
+            .ok_or_else(|| Op::LockResultCheck.err(Status::NoAsync))?;
         let command = |_| Command::Lock(p.request.command());
         let timeout = self.cfg.timeout + p.wait;
         let result = match self.poll_reply(p.op, p.sent, command, p.started, timeout, waker) {
@@ -178,7 +178,7 @@ impl<C: Connection> Client<C> {
         let e = self
             .locks
             .get_mut(p.lock)
-            .ok_or(p.op.err(Status::LockNotGet))?;
+            .ok_or_else(|| p.op.err(Status::LockNotGet))?;
         let status = e.local.apply(&p.request, &reply, proof, now_ms);
         grant(status, &e.local).map_err(|s| p.op.err(s))
     }

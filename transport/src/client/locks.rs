@@ -97,7 +97,7 @@ impl<C: Connection> Client<C> {
         self.locks
             .get_mut(id)
             .map(|e| &mut e.local)
-            .ok_or(op.err(Status::LockNotGet))
+            .ok_or_else(|| op.err(Status::LockNotGet))
     }
 
     /// Runs one lock decision to its end: sends it (or not), waiting for the reply up to the
@@ -123,7 +123,7 @@ impl<C: Connection> Client<C> {
         let local = &mut self
             .locks
             .get_mut(id)
-            .ok_or(op.err(Status::LockNotGet))?
+            .ok_or_else(|| op.err(Status::LockNotGet))?
             .local;
         let status = local.apply(&request, &reply, proof, sent_ms);
         grant(status, local).map_err(|s| op.err(s))
@@ -131,7 +131,11 @@ impl<C: Connection> Client<C> {
 
     /// A decision the record made alone, as the call's result.
     pub(super) fn answered(&self, op: Op, id: LockId, s: Status) -> Result<Grant, Error> {
-        let local = &self.locks.get(id).ok_or(op.err(Status::LockNotGet))?.local;
+        let local = &self
+            .locks
+            .get(id)
+            .ok_or_else(|| op.err(Status::LockNotGet))?
+            .local;
         grant(s, local).map_err(|s| op.err(s))
     }
 

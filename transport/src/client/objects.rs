@@ -39,7 +39,7 @@ impl<C: Connection> Client<C> {
         };
         match self.control(op, self.id.get(), body)? {
             ControlResponse::Object { object } => {
-                ObjectId::from_raw(object).ok_or(op.err(Status::BadResponse))
+                ObjectId::from_raw(object).ok_or_else(|| op.err(Status::BadResponse))
             }
             _ => Err(op.err(Status::BadResponse)),
         }
@@ -53,7 +53,7 @@ impl<C: Connection> Client<C> {
         else {
             return Err(op.err(Status::BadResponse));
         };
-        let id = ObjectId::from_raw(object).ok_or(op.err(Status::BadResponse))?;
+        let id = ObjectId::from_raw(object).ok_or_else(|| op.err(Status::BadResponse))?;
         if self
             .link
             .object_cells()
@@ -68,7 +68,9 @@ impl<C: Connection> Client<C> {
     /// Drops the reference (`umo_atomic64_release`).
     pub fn atomic64_release(&mut self, id: ObjectId) -> Result<(), Error> {
         let op = Op::ObjectRelease;
-        self.objects.get(&id).ok_or(op.err(Status::ObjectNotGet))?;
+        self.objects
+            .get(&id)
+            .ok_or_else(|| op.err(Status::ObjectNotGet))?;
         let body = ControlRequest::ObjectRelease { object: id.raw() };
         self.control(op, self.id.get(), body)?;
         self.objects.remove(&id);
@@ -131,7 +133,10 @@ impl<C: Connection> Client<C> {
         a: u64,
         b: u64,
     ) -> Result<CommandResult, Error> {
-        let cell = *self.objects.get(&id).ok_or(op.err(Status::ObjectNotGet))?;
+        let cell = *self
+            .objects
+            .get(&id)
+            .ok_or_else(|| op.err(Status::ObjectNotGet))?;
         #[cfg(feature = "rdma")]
         if let Some(qp) = self.link.rdma_objects() {
             return super::rdma::object_op(qp, cell, kind, a, b).map_err(|e| op.io(e));

@@ -23,7 +23,7 @@ impl<C: Connection> Client<C> {
         let ControlResponse::Lock { lock } = reply else {
             return Err(op.err(Status::BadResponse));
         };
-        let id = LockId::from_raw(lock).ok_or(op.err(Status::BadResponse))?;
+        let id = LockId::from_raw(lock).ok_or_else(|| op.err(Status::BadResponse))?;
         self.track(id, kind, name);
         Ok(id)
     }
