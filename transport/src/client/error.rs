@@ -17,10 +17,10 @@
 //!
 //! # Cost
 //!
-//! An `Error` is two bytes of operation and status and an `Option<io::Error>` (one pointer; an
-//! OS error or a bare kind is stored inline, so building one allocates nothing). A call that
-//! fails on the data path without a transport failure — a busy lock, a fair lock's `EAGAIN` —
-//! allocates nothing.
+//! An `Error` is an operation and a status (three bytes) and an `Option<io::Error>` (one
+//! pointer; an OS error or a bare kind is stored inline, so building one allocates nothing). A
+//! call that fails on the data path without a transport failure — a busy lock, a fair lock's
+//! `EAGAIN` — allocates nothing.
 
 use std::fmt;
 use std::io;
@@ -319,7 +319,7 @@ mod tests {
     fn an_error_without_a_transport_failure_has_no_source_and_stays_small() {
         let e = Op::TryLock.err(Status::Fail);
         assert!(e.source().is_none() && e.io_error().is_none());
-        // Two bytes of operation and status beside one pointer: no box, no string.
+        // An operation and a status beside one pointer: no box, no string.
         assert_eq!(size_of::<Error>(), 2 * size_of::<usize>());
     }
 }
