@@ -259,7 +259,10 @@ impl Counter {
     fn open(mut client: Client, cfg: &IdConfig, floor: u64) -> Result<Counter, Status> {
         // Another client (here or in another process) may have created it first; either way
         // the value it holds stands, and `advance_to` below only moves it forward.
-        match client.atomic64_create(&cfg.name, floor, cfg.object_lease_s()) {
+        match client
+            .atomic64_create(&cfg.name, floor, cfg.object_lease_s())
+            .map_err(Status::from)
+        {
             Ok(_) | Err(Status::ObjectAlreadyCreated | Status::ObjectAlreadyExisted) => {}
             Err(s) => return Err(s),
         }
@@ -451,7 +454,7 @@ impl Lead<'_> {
         let counter = self.counter.as_mut().expect("the leader holds the counter");
         counter.renew_if_due(cfg, self.mark, Instant::now())?;
         if self.want == 0 {
-            return counter.client.atomic64_snapshot(counter.object);
+            return Ok(counter.client.atomic64_snapshot(counter.object)?);
         }
         let base = counter.client.atomic64_faa(counter.object, self.want)?;
         // The counter wrapped: 2^64 values are spent, so refuse rather than repeat one.

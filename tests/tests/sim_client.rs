@@ -533,8 +533,8 @@ impl<'r> Sim<'r> {
         };
         let c = self.procs[p].client.as_mut().expect("checked above");
         let outcome: Result<(), Status> = match roll {
-            2..=35 => c.trylock(id, mode, expire).map(drop),
-            36..=60 => c.unlock(id).map(drop),
+            2..=35 => c.trylock(id, mode, expire).map(drop).map_err(Status::from),
+            36..=60 => c.unlock(id).map(drop).map_err(Status::from),
             61..=70 => c
                 .lock(
                     id,
@@ -542,7 +542,8 @@ impl<'r> Sim<'r> {
                     expire,
                     Duration::from_millis(self.rng.range(1, 40)),
                 )
-                .map(drop),
+                .map(drop)
+                .map_err(Status::from),
             71..=78 => {
                 let n = self.rng.range(2, 5) as usize;
                 let mut reqs = Vec::new();
@@ -562,7 +563,7 @@ impl<'r> Sim<'r> {
                 let aon = self.rng.below(2) == 0;
                 let mut out = vec![Err(Status::Einval); reqs.len()];
                 let c = self.procs[p].client.as_mut().expect("checked above");
-                c.batch_trylock(&reqs, aon, &mut out)
+                c.batch_trylock(&reqs, aon, &mut out).map_err(Status::from)
             }
             79..=82 => {
                 let held: Vec<LockId> = c
@@ -572,14 +573,14 @@ impl<'r> Sim<'r> {
                     .take(31)
                     .collect();
                 let mut out = vec![Err(Status::Einval); held.len()];
-                c.batch_unlock(&held, &mut out)
+                c.batch_unlock(&held, &mut out).map_err(Status::from)
             }
             83..=86 => {
                 // The reference's async pair, driven to its end.
                 let op = AsyncOp::Lock(mode, expire);
-                match c.lock_request_async(id, op) {
+                match c.lock_request_async(id, op).map_err(Status::from) {
                     Ok(()) => loop {
-                        match c.lock_result_check() {
+                        match c.lock_result_check().map_err(Status::from) {
                             Err(Status::AsyncAgain) => {
                                 let until = self.world.borrow().now_ms + 1;
                                 self.world.borrow_mut().step(until);
@@ -592,10 +593,10 @@ impl<'r> Sim<'r> {
                 }
             }
             87..=92 => self.faa(p),
-            93..=96 => c.heartbeat(),
+            93..=96 => c.heartbeat().map_err(Status::from),
             _ => {
                 let mut c = self.procs[p].client.take().expect("checked above");
-                if c.try_deinit() == Err(Status::NotReady) {
+                if c.try_deinit().map_err(Status::from) == Err(Status::NotReady) {
                     // A recovering server keeps the client and its locks, and so does the
                     // process, which leaves later. `NotReady` renews nothing: no new anchor.
                     self.procs[p].client = Some(c);

@@ -54,12 +54,15 @@ fn guard(f: impl FnOnce() -> c_int) -> c_int {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(Status::Einval.code())
 }
 
-/// `Ok(())` as 0, an error as its code.
+/// `Ok(())` as 0, an error as its status's code (a client's [`Error`] carries the status the
+/// reference's function returns; its operation and I/O source have no place in C).
+///
+/// [`Error`]: dlock_transport::client::Error
 #[inline]
-fn code(r: Result<(), Status>) -> c_int {
+fn code<E: Into<Status>>(r: Result<(), E>) -> c_int {
     match r {
         Ok(()) => Status::Success.code(),
-        Err(s) => s.code(),
+        Err(e) => e.into().code(),
     }
 }
 

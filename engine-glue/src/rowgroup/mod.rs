@@ -282,7 +282,7 @@ impl RowGroupLocks {
             return Ok(());
         }
         // Any failure counts: without a renewal the server will let the lease run out.
-        self.client.heartbeat().map_err(|s| self.die(s))?;
+        self.client.heartbeat().map_err(|e| self.die(e.status()))?;
         self.renewed_at = now;
         Ok(())
     }
@@ -360,7 +360,7 @@ impl RowGroupLocks {
                 *id = h.id;
             }
             let failed = match self.client.batch_unlock(&ids[..n], &mut out[..n]) {
-                Err(s) => Some(s),
+                Err(e) => Some(e.status()),
                 Ok(()) => out[..n].iter().find_map(|r| r.err()),
             };
             first = first.or(failed);

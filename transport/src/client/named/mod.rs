@@ -115,7 +115,7 @@ use dlock_core::{ClientId, FencingToken, LockId, LockKind, Mode, Status};
 pub use guard::{Guard, OwnedGuard};
 pub use set::GuardSet;
 
-use super::error::{Error, IoSlot, Op};
+use super::error::{Error, Op};
 use super::{Client, ClientConfig};
 
 /// The longest server-side wait of one request for an atomic or RW lock; the handle's other
@@ -205,12 +205,10 @@ impl From<Client> for Locks {
 }
 
 impl Locks {
-    /// Registers a new client instance and wraps it.
+    /// Registers a new client instance and wraps it ([`Client::connect`]: a server that
+    /// cannot be reached is `NotReady`, with the I/O error as the source).
     pub fn connect(cfg: ClientConfig) -> Result<Locks, Error> {
-        let slot = IoSlot::arm();
-        Client::connect(cfg)
-            .map(Locks::new)
-            .map_err(|s| slot.error(Op::Connect, s))
+        Client::connect(cfg).map(Locks::new)
     }
 
     /// Wraps a registered client (for code that also uses the reference-shaped calls).
@@ -249,11 +247,7 @@ impl Locks {
     pub fn named(&self, kind: LockKind, name: &[u8]) -> Result<NamedLock, Error> {
         let id = {
             let mut st = self.state();
-            let slot = IoSlot::arm();
-            let id = st
-                .client
-                .get_lock(kind, name)
-                .map_err(|s| slot.error(Op::GetLock, s))?;
+            let id = st.client.get_lock(kind, name)?;
             *st.names.entry(id).or_insert(0) += 1;
             id
         };
@@ -278,11 +272,7 @@ impl Locks {
     /// Renews the client's lease, which keeps every RW grant of the registration (atomic and
     /// fair grants have leases of their own: [`Guard::extend`]).
     pub fn heartbeat(&self) -> Result<(), Error> {
-        let mut st = self.state();
-        let slot = IoSlot::arm();
-        st.client
-            .heartbeat()
-            .map_err(|s| slot.error(Op::Heartbeat, s))
+        self.state().client.heartbeat()
     }
 
     /// The registration's client id.
@@ -509,10 +499,10 @@ impl NamedLock {
                 // The server cannot see this conflict (one client holds both): wait for the
                 // guard here, with the client free for it to unlock.
                 let Some(left) = left else {
-                    return Err(Error::new(op, Status::Fail));
+                    return Err(op.err(Status::Fail));
                 };
                 if left.is_zero() {
-                    return Err(Error::new(op, Status::Etimeout));
+                    return Err(op.err(Status::Etimeout));
                 }
                 st = locks
                     .shared
@@ -522,11 +512,10 @@ impl NamedLock {
                     .0;
                 continue;
             }
-            let slot = IoSlot::arm();
             let granted = match left {
                 None => st.client.trylock(id, mode, lease_ms),
                 // A zero wait still asks once, as `try_lock` would.
-                Some(left) if left.is_zero() && asked => Err(Status::Etimeout),
+                Some(left) if left.is_zero() && asked => Err(op.err(Status::Etimeout)),
                 Some(left) if kind == LockKind::Fair => st.client.lock(id, mode, lease_ms, left),
                 Some(left) => st.client.lock(id, mode, lease_ms, left.min(WAIT_SLICE)),
             };
@@ -536,15 +525,17 @@ impl NamedLock {
                     st.hold(id, mode);
                     return Ok(grant.token);
                 }
-                Err(Status::Etimeout)
-                    if kind != LockKind::Fair && deadline.is_some_and(|d| Instant::now() < d) =>
+                Err(e)
+                    if e.status() == Status::Etimeout
+                        && kind != LockKind::Fair
+                        && deadline.is_some_and(|d| Instant::now() < d) =>
                 {
                     // One slice ran out: let the handle's other users in before the next.
                     drop(st);
                     std::thread::yield_now();
                     st = locks.state();
                 }
-                Err(s) => return Err(slot.error(op, s)),
+                Err(e) => return Err(e),
             }
         }
     }
@@ -553,12 +544,11 @@ impl NamedLock {
     fn release_grant(&self) -> Result<(), Error> {
         let (locks, id) = (&self.inner.locks, self.inner.id);
         let mut st = locks.state();
-        let slot = IoSlot::arm();
         let unlocked = st.client.unlock(id);
         st.unhold(id);
         drop(st);
         locks.notify_released();
-        unlocked.map(drop).map_err(|s| slot.error(Op::Unlock, s))
+        unlocked.map(drop)
     }
 
     /// Extends one guard's grant, held in `mode`, to at least `lease` from now (RW: renews the
@@ -567,12 +557,10 @@ impl NamedLock {
         let lease_ms = lease.as_nanos().div_ceil(1_000_000).min(u32::MAX as u128) as u32;
         let (locks, id) = (&self.inner.locks, self.inner.id);
         let mut st = locks.state();
-        let slot = IoSlot::arm();
-        let extended = match self.inner.kind {
+        match self.inner.kind {
             LockKind::Rw => st.client.heartbeat(),
             _ => st.client.lock_extend(id, mode, lease_ms).map(drop),
-        };
-        extended.map_err(|s| slot.error(Op::Extend, s))
+        }
     }
 }
 
@@ -591,16 +579,14 @@ impl NamedInner {
             return Ok(());
         }
         st.names.remove(&self.id);
-        let slot = IoSlot::arm();
-        let released = match st.client.release_lock(self.id) {
+        match st.client.release_lock(self.id) {
             // A refused fair `try_lock` left this handle queued; nobody will retry now.
-            Err(Status::TicketToUnlock) => match st.client.unlock(self.id) {
-                Ok(_) => st.client.release_lock(self.id),
-                Err(s) => Err(s),
-            },
+            Err(e) if e.status() == Status::TicketToUnlock => st
+                .client
+                .unlock(self.id)
+                .and_then(|_| st.client.release_lock(self.id)),
             other => other,
-        };
-        released.map_err(|s| slot.error(Op::ReleaseLock, s))
+        }
     }
 }
 
@@ -619,7 +605,7 @@ impl Drop for NamedInner {
 /// zero lease as "answer from the cache", which grants nothing).
 fn lease_ms(op: Op, lease: Duration) -> Result<u32, Error> {
     if lease.is_zero() {
-        return Err(Error::new(op, Status::Einval));
+        return Err(op.err(Status::Einval));
     }
     Ok(lease.as_nanos().div_ceil(1_000_000).min(u32::MAX as u128) as u32)
 }

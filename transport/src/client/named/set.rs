@@ -12,7 +12,7 @@ use dlock_core::config::BATCH_MAX;
 use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
 
 use super::{Locks, NamedLock, lease_ms};
-use crate::client::error::{Error, IoSlot, Op};
+use crate::client::error::{Error, Op};
 
 /// Grants of several locks in one mode, released together when dropped
 /// ([`Locks::try_lock_all`]).
@@ -40,7 +40,7 @@ pub(super) fn try_lock_all(
         .iter()
         .any(|l| !locks.same(l.locks()) || !ids.insert(l.id()))
     {
-        return Err(Error::new(Op::TryLock, Status::Einval));
+        return Err(Op::BatchTryLock.err(Status::Einval));
     }
     // Declared before the state guard so that on an early return the guard goes first and the
     // set's drop can take the state to unlock what was granted.
@@ -66,7 +66,7 @@ pub(super) fn try_lock_all(
         .collect();
     if all_or_nothing && refused.is_some() {
         set.armed = false;
-        return Err(Error::new(Op::TryLock, Status::Fail));
+        return Err(Op::BatchTryLock.err(Status::Fail));
     }
     let mut requests = [(
         requested.first().map_or(NO_LOCK, |l| l.id()),
@@ -79,14 +79,9 @@ pub(super) fn try_lock_all(
         for (r, &i) in requests.iter_mut().zip(chunk) {
             r.0 = requested[i].id();
         }
-        let slot = IoSlot::arm();
-        if let Err(s) = st
-            .client
-            .batch_trylock(&requests[..n], all_or_nothing, &mut out[..n])
-        {
-            // The set's drop unlocks the messages granted before this one.
-            return Err(slot.error(Op::TryLock, s));
-        }
+        // On an error the set's drop unlocks the messages granted before this one.
+        st.client
+            .batch_trylock(&requests[..n], all_or_nothing, &mut out[..n])?;
         for (r, &i) in out[..n].iter().zip(chunk) {
             match *r {
                 Ok(grant) => {
@@ -104,7 +99,7 @@ pub(super) fn try_lock_all(
     drop(st);
     match refused {
         // The set's drop unlocks the messages granted before the refused one.
-        Some(s) if all_or_nothing => Err(Error::new(Op::TryLock, s)),
+        Some(s) if all_or_nothing => Err(Op::BatchTryLock.err(s)),
         _ => Ok(set),
     }
 }
@@ -168,22 +163,18 @@ impl GuardSet {
         let mut first: Option<Error> = None;
         let mut out = [Err(Status::Einval); BATCH_MAX];
         for chunk in leased.chunks(BATCH_MAX) {
-            let slot = IoSlot::arm();
             let n = chunk.len();
             let failed = match st.client.batch_lock_extend(chunk, &mut out[..n]) {
-                Err(s) => Some(slot.error(Op::Extend, s)),
+                Err(e) => Some(e),
                 Ok(()) => out[..n]
                     .iter()
                     .find_map(|r| r.err())
-                    .map(|s| Error::new(Op::Extend, s)),
+                    .map(|s| Op::BatchExtend.err(s)),
             };
             first = first.or(failed);
         }
-        if has_rw {
-            let slot = IoSlot::arm();
-            if let Err(s) = st.client.heartbeat() {
-                first = first.or(Some(slot.error(Op::Extend, s)));
-            }
+        if has_rw && let Err(e) = st.client.heartbeat() {
+            first = first.or(Some(e));
         }
         first.map_or(Ok(()), Err)
     }
@@ -213,14 +204,14 @@ impl GuardSet {
         let mut st = self.locks.state();
         let mut out = [Err(Status::Einval); BATCH_MAX];
         for chunk in ids.chunks(BATCH_MAX) {
-            let (slot, n) = (IoSlot::arm(), chunk.len());
+            let n = chunk.len();
             match st.client.batch_unlock(chunk, &mut out[..n]) {
-                Err(s) => errors.push(slot.error(Op::Unlock, s)),
+                Err(e) => errors.push(e),
                 Ok(()) => errors.extend(
                     out[..n]
                         .iter()
                         .filter_map(|r| r.err())
-                        .map(|s| Error::new(Op::Unlock, s)),
+                        .map(|s| Op::BatchUnlock.err(s)),
                 ),
             }
             for &id in chunk {
