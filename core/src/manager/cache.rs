@@ -416,10 +416,10 @@ impl CachedLock {
         if !covered && !self.lost {
             return Err("local users the grant held does not cover");
         }
-        if let (Some(held), Some(wanted)) = (self.held, self.revoke) {
-            if !conflicts(held, wanted) {
-                return Err("a revoke recorded that the grant held already answers");
-            }
+        if let (Some(held), Some(wanted)) = (self.held, self.revoke)
+            && !conflicts(held, wanted)
+        {
+            return Err("a revoke recorded that the grant held already answers");
         }
         let asking = matches!(self.flight, Some(Flight::Acquire(_)));
         if self.revoke.is_some() && self.held.is_none() && !asking {

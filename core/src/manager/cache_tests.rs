@@ -379,10 +379,10 @@ proptest! {
                 }
                 Ev::Release(_) => {}
                 Ev::Revoke(w) => {
-                    if srv.held.is_some_and(|h| conflicts(h, w)) {
-                        if let OnRevoke::Send(op) = l.on_revoke(w, srv.fence, 0) {
-                            send(&mut srv, op);
-                        }
+                    if srv.held.is_some_and(|h| conflicts(h, w))
+                        && let OnRevoke::Send(op) = l.on_revoke(w, srv.fence, 0)
+                    {
+                        send(&mut srv, op);
                     }
                 }
                 Ev::Reply(roll) => {

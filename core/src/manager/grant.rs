@@ -297,9 +297,12 @@ mod tests {
     use GrantState::*;
     use Mode::{Exclusive as EX, Shared as SH};
 
-    /// The module doc's table, row by row: (state, grant, ticket, cached, retain, revoking).
+    /// One row of the module doc's table: state, grant, ticket, cached, retain, revoking.
+    type Row = (GrantState, Option<Mode>, Option<Mode>, bool, bool, bool);
+
+    /// The module doc's table, row by row.
     #[rustfmt::skip]
-    const TABLE: [(GrantState, Option<Mode>, Option<Mode>, bool, bool, bool); 15] = [
+    const TABLE: [Row; 15] = [
         (None,                    Option::None, Option::None, false, false, false),
         (Exclusive,               Some(EX), Option::None, false, false, false),
         (Shared,                  Some(SH), Option::None, false, false, false),

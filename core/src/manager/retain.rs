@@ -21,7 +21,7 @@
 //! back, so revoking it is pointless, and the revoke decision reads a dead holder's grant as
 //! `Retained` whatever its bits. The lock keeps the dead client's reference, so its slot and
 //! name stay. An exclusive holder's death invalidates the lock's value block whether or not the
-//! grant is retained ([`super::LockValue::holder_gone`]).
+//! grant is retained ([`super::LockValue::grant_lost`]).
 //!
 //! # The dead client's slot ([`Life`])
 //!
