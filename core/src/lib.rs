@@ -17,6 +17,7 @@
 //! | [`server`] | the state machine: `handle_control` and `handle_data`                  |
 //! | [`client`] | the client's record of one lock and its (state × operation) decisions  |
 //! | [`cluster`] | partitions, the map, epochs, rebalancing and the timing rules of a cluster |
+//! | [`manager`] | cached grants and their revocation, lock value blocks, retained locks |
 //!
 //! # A first look
 //!
@@ -63,6 +64,7 @@ pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod ids;
+pub mod manager;
 pub mod proto;
 pub mod server;
 pub mod status;
