@@ -142,8 +142,9 @@ impl<'r> Server<'r> {
             message_id: 0,
             flags,
         };
+        let found = self.client_slot(raw_client);
         self.execute_with(
-            raw_client,
+            (raw_client, found),
             meta,
             commands.len(),
             |i| commands[i],
@@ -160,14 +161,16 @@ impl<'r> Server<'r> {
         )
     }
 
-    /// The data path proper: `n` commands read through `command(i)`, each outcome handed to
-    /// `reply(i, result, proof)` as soon as it is known — so the bytes path decodes and encodes
-    /// in place, with no array of commands or results to fill per message. `proof` is the
-    /// grant's or ticket's proof when the server has a session key (see [`Self::proof_of`]).
+    /// The data path proper: `n` commands from client `raw_client`, registered in slot `found`
+    /// (the caller looked it up; `None`: not registered), read through `command(i)`, each
+    /// outcome handed to `reply(i, result, proof)` as soon as it is known — so the bytes path
+    /// decodes and encodes in place, with no array of commands or results to fill per message.
+    /// `proof` is the grant's or ticket's proof when the server has a session key (see
+    /// [`Self::proof_of`]).
     #[inline]
     pub(super) fn execute_with(
         &mut self,
-        raw_client: u32,
+        (raw_client, found): (u32, Option<u32>),
         meta: MessageMeta,
         n: usize,
         command: impl Fn(usize) -> Command,
@@ -180,7 +183,7 @@ impl<'r> Server<'r> {
         self.stats.bump(Counter::DataMessages);
         self.stats.add(Counter::DataCommands, n as u64);
         let all_or_nothing = meta.flags & FLAG_ALL_OR_NOTHING != 0;
-        let slot = match self.serving_client(raw_client, now_ms) {
+        let slot = match self.serving_slot(found, now_ms) {
             // Object commands cannot be undone (clients change cells one-sided), so they have
             // no place in an all-or-nothing message.
             Ok(_)
@@ -201,7 +204,7 @@ impl<'r> Server<'r> {
                 return Ok(Disposition::Replied);
             }
         };
-        // `serving_client` found the id registered, so it is a valid id.
+        // `serving_slot` found the id registered, so it is a valid id.
         let Some(me) = ClientId::new(raw_client) else {
             return Err(Status::ClientNotInit);
         };

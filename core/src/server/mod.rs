@@ -15,6 +15,7 @@
 //! the two halves on two threads without changing any semantics.
 
 mod clients;
+pub mod control;
 mod data;
 mod dispatch;
 mod frames;
@@ -24,6 +25,7 @@ mod peers;
 pub mod proof;
 mod recovery;
 pub mod route;
+mod routing;
 pub mod stats;
 mod waiters;
 
@@ -31,10 +33,12 @@ use crate::config::Config;
 use crate::ids::{ClientId, FencingToken, SessionKey, SessionMac};
 use crate::status::Status;
 use crate::table::{ClientState, Tables};
-pub use dispatch::Dispatched;
+pub use control::{ControlAdmission, ControlConn};
+pub use dispatch::{Dispatched, Source, Streamed};
 pub use frames::FrameError;
 pub use recovery::RecoveryProgress;
 pub use route::{Admission, Binding, Delivery, Joining, Route, admit, joining, owns_mailbox};
+pub use routing::{Controlled, Registration, Routing, SlotRouting};
 pub use stats::{Counter, Stats};
 pub use waiters::{Disposition, WaitReply};
 
@@ -224,6 +228,13 @@ impl<'r> Server<'r> {
     #[inline]
     fn serving_client(&mut self, raw: u32, now_ms: u64) -> Result<u32, Status> {
         let slot = self.client_slot(raw);
+        self.serving_slot(slot, now_ms)
+    }
+
+    /// [`Self::serving_client`] for a client its caller found in `slot` (`None`: not
+    /// registered).
+    #[inline]
+    fn serving_slot(&mut self, slot: Option<u32>, now_ms: u64) -> Result<u32, Status> {
         if self.recovering > 0 {
             // A registered client waiting for the others to re-sync is alive: renew its lease
             // even though the request itself must wait.

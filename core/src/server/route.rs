@@ -2,10 +2,10 @@
 //! the state machine that parks and decides the requests.
 //!
 //! A blocking `lock()` is answered when it is decided, which may be long after it arrived, and
-//! by then its client may have given up on it. A transport keeps one [`Route`] per client slot
-//! (set when [`Server::handle_data`](super::Server::handle_data) parks a request) and asks it,
-//! when [`Server::take_replies`](super::Server::take_replies) hands the decision over, where
-//! the reply goes:
+//! by then its client may have given up on it. There is one [`Route`] per client slot (in
+//! [`Routing`](super::Routing), set when [`Server::dispatch`](super::Server::dispatch) parks a
+//! request), asked when [`Server::take_replies`](super::Server::take_replies) hands the decision
+//! over where the reply goes:
 //!
 //! | route        | event                                               | then                                   |
 //! |--------------|-----------------------------------------------------|----------------------------------------|
@@ -17,6 +17,7 @@
 //! | `Stream(c)`  | reply decided for another message id                | dropped                                |
 //! | `Stream(c)`  | connection `c` closes, or the client leaves it      | none; cancel the parked request        |
 //! | `QueuePair`  | reply decided                                       | send it on the client's queue pair     |
+//! | `QueuePair`  | a newer message on the queue pair, or the pair goes | none; cancel the parked request        |
 //! | any          | the slot is registered again                        | none; cancel the parked request        |
 //!
 //! "Cancel" is [`Server::cancel_parked`](super::Server::cancel_parked): a request whose reply
@@ -58,6 +59,10 @@
 //! learns its request could not be read, and nothing runs). Closing on a foreign client stops
 //! a peer from speaking for someone else; answering an unknown one lets a multiplexing client's
 //! member that just left learn why, and tells nobody anything.
+//!
+//! A queue pair speaks for the client whose session attached it: a message naming anyone else
+//! closes it; one naming its client is executed, and answered `ClientNotInit` by the state
+//! machine once that client is gone (the pair is let go on the next lease tick).
 
 use crate::proto::{COMMAND_LEN, DATA_HEADER_LEN, JOIN_KIND};
 
@@ -136,6 +141,19 @@ impl Route {
         parked
     }
 
+    /// A newer message came over the slot's queue pair (a client sends nothing while its
+    /// request is parked unless it gave up on it), or the pair went away. True if the slot's
+    /// parked request came over it (the route is cleared; the caller cancels it).
+    #[inline]
+    #[must_use]
+    pub fn leave_queue_pair(&mut self) -> bool {
+        let parked = matches!(self, Route::QueuePair);
+        if parked {
+            *self = Route::None;
+        }
+        parked
+    }
+
     /// Stream connection (`conn`, `generation`) closed, or the client left it. True if the
     /// slot's parked request came over it (the route is cleared; the caller cancels it).
     #[inline]
@@ -150,20 +168,30 @@ impl Route {
     }
 }
 
-/// Which stream connection speaks for a client slot (`conn`; [`Binding::NONE`]: none), and
-/// for which registration (`client`, the id in the slot when it was bound).
+/// Which stream connection speaks for a client slot (`conn` at `generation`;
+/// [`Binding::NONE`]: none), and for which registration (`client`, the id in the slot when it
+/// was bound).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Binding {
     /// The transport's index of the connection.
     pub conn: u32,
+    /// The index's generation when the connection was bound.
+    pub generation: u32,
     /// The client registered in the slot when the connection proved its session.
     pub client: u32,
+}
+
+impl Default for Binding {
+    fn default() -> Self {
+        Self::NONE
+    }
 }
 
 impl Binding {
     /// No connection.
     pub const NONE: Binding = Binding {
         conn: u32::MAX,
+        generation: 0,
         client: 0,
     };
 
@@ -189,15 +217,14 @@ pub enum Admission {
     Close,
 }
 
-/// The ownership rule (module doc) for a message on connection `conn` naming `client`, which
-/// is registered in `slot` (`None`: not registered); `bindings` has one entry per slot.
+/// The ownership rule (module doc) for a message on a connection naming a client: `from` is
+/// the binding the message claims (its connection and client), `found` the slot that client is
+/// registered in with that slot's binding (`None`: not registered).
 #[inline]
-pub fn admit(bindings: &[Binding], conn: u32, client: u32, slot: Option<u32>) -> Admission {
-    match slot {
+pub fn admit(from: Binding, found: Option<(u32, Binding)>) -> Admission {
+    match found {
         None => Admission::Refuse,
-        Some(s) if bindings.get(s as usize) == Some(&Binding { conn, client }) => {
-            Admission::Execute { slot: s }
-        }
+        Some((slot, bound)) if bound == from => Admission::Execute { slot },
         Some(_) => Admission::Close,
     }
 }
@@ -292,32 +319,42 @@ mod tests {
 
     #[test]
     fn a_connection_speaks_only_for_the_registrations_bound_to_it() {
-        let mut bindings = [Binding::NONE; 4];
-        bindings[2] = Binding {
+        let bound = Binding {
             conn: 7,
+            generation: 3,
             client: 40,
         };
+        let from = |conn, generation, client| Binding {
+            conn,
+            generation,
+            client,
+        };
         assert_eq!(
-            admit(&bindings, 7, 40, Some(2)),
+            admit(from(7, 3, 40), Some((2, bound))),
             Admission::Execute { slot: 2 }
         );
         assert_eq!(
-            admit(&bindings, 8, 40, Some(2)),
+            admit(from(8, 3, 40), Some((2, bound))),
             Admission::Close,
             "another connection"
         );
         assert_eq!(
-            admit(&bindings, 7, 41, Some(3)),
+            admit(from(7, 4, 40), Some((2, bound))),
+            Admission::Close,
+            "a later connection at the same index"
+        );
+        assert_eq!(
+            admit(from(7, 3, 41), Some((3, Binding::NONE))),
             Admission::Close,
             "another client"
         );
         assert_eq!(
-            admit(&bindings, 7, 40, Some(1)),
+            admit(from(7, 3, 40), Some((1, Binding::NONE))),
             Admission::Close,
             "the same id registered again elsewhere"
         );
-        assert_eq!(admit(&bindings, 7, 99, None), Admission::Refuse);
-        assert!(bindings[2].is_bound() && !bindings[0].is_bound());
+        assert_eq!(admit(from(7, 3, 99), None), Admission::Refuse);
+        assert!(bound.is_bound() && !Binding::default().is_bound());
     }
 
     #[test]
@@ -368,5 +405,25 @@ mod tests {
         let mut r = Route::QueuePair;
         assert!(!r.superseded_in_mailbox());
         assert_eq!(r.deliver(0, 0), Delivery::QueuePair);
+    }
+
+    #[test]
+    fn a_queue_pair_park_is_given_up_only_by_its_queue_pair() {
+        let mut r = Route::QueuePair;
+        assert!(r.leave_queue_pair());
+        assert_eq!(r, Route::None);
+        assert!(!r.leave_queue_pair(), "nothing parked any more");
+        for mut other in [
+            Route::Mailbox { seq: 1 },
+            Route::Stream {
+                conn: 1,
+                generation: 1,
+                message_id: 1,
+            },
+        ] {
+            let before = other;
+            assert!(!other.leave_queue_pair());
+            assert_eq!(other, before);
+        }
     }
 }

@@ -9,10 +9,11 @@
 //! toward `connections_max` through `Exchange::data_conns` until the data thread closes it.
 //!
 //! A connection's first bytes decide its role: a control frame starts a control connection,
-//! which the first successful `ClientInit`/`ClientReinit` binds to that client id — after that,
-//! a frame claiming another id closes the connection (the reference drops such "hostile"
-//! connections too); before that, only registration (a reinit must show the session secret)
-//! and the counters are allowed. An attach header (`ATTACH_MAGIC`, client id, session secret)
+//! which the first successful `ClientInit`/`ClientReinit` binds to that client id. What a control
+//! connection may send before and after it is bound — only registration (a reinit must show
+//! the session secret) and the counters before; after, only frames naming its client, and
+//! once that client is gone an answer `CLIENT_NOT_INIT` from here — is the core's rule, with its
+//! table and reasons: `dlock_core::server::control`. An attach header (`ATTACH_MAGIC`, client id, session secret)
 //! starts a data connection bound to that client once the data thread has checked the secret;
 //! a client has one data connection, so a newer attach closes the older one (the data thread
 //! does that when it takes the newer one over). With the `rdma`
@@ -46,14 +47,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use dlock_core::proto::{
-    ATTACH_LEN, ATTACH_MAGIC, Attach, CONTROL_FRAME_MAX, CONTROL_MAGIC, ControlHeader,
-    ControlResponse, DecodeError, MsgType, control_frame_len, encode_control_response,
-    peek_control_header, peek_magic,
+    ATTACH_LEN, ATTACH_MAGIC, Attach, CONTROL_FRAME_MAX, CONTROL_MAGIC, ControlHeader, DecodeError,
+    control_frame_len, peek_control_header, peek_magic,
 };
+use dlock_core::server::control::{GONE_ANSWER_LEN, answer_gone};
+use dlock_core::server::{ControlAdmission, ControlConn};
 use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use super::exchange::{Handover, Job, JobKind, registered};
+use super::exchange::{Handover, Job, JobKind};
 use super::fds::{FdReserve, out_of_fds};
 use super::handshakes::{ACCEPTS_PER_TURN, AcceptsPending, HandshakeQueue};
 use super::peer::Peers;
@@ -197,8 +199,8 @@ fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
 enum Role {
     /// Nothing read yet.
     Unknown,
-    /// Control frames; `Some` once registered.
-    Control(Option<u32>),
+    /// Control frames, speaking for whom the core's rules say.
+    Control(ControlConn),
     /// An attach is being checked.
     Attaching(u32),
 }
@@ -217,7 +219,8 @@ struct Conn {
     frame_started: Option<Instant>,
     /// When a reply first could not be written whole (`None`: nothing waiting to be written).
     write_blocked: Option<Instant>,
-    /// When the client this connection is bound to stopped being registered.
+    /// When the client this connection is bound to stopped being registered
+    /// (`ControlConn::Gone`), for its timeout.
     gone: Option<Instant>,
     writable_interest: bool,
     /// A step of its TLS handshake waits in `Control::handshakes`.
@@ -232,11 +235,8 @@ struct Conn {
 impl Conn {
     /// The registered client this connection speaks for (not one that has gone since).
     fn bound_client(&self) -> Option<u32> {
-        if self.gone.is_some() {
-            return None;
-        }
         match self.role {
-            Role::Control(c) => c,
+            Role::Control(c) => c.serving(),
             Role::Unknown | Role::Attaching(_) => None,
         }
     }
@@ -680,8 +680,21 @@ impl Control<'_> {
             return;
         }
         let conn = (c.generation as u64) << 32 | i as u64;
-        let next = match frame(c) {
-            Ok(Some(next)) => next,
+        let (kind, len, cap) = match frame(c) {
+            Ok(Some(Next::Job(kind, len, cap))) => (kind, len, cap),
+            Ok(Some(Next::AnswerGone(header, len))) => {
+                // Its client is gone: the state machine must not see a frame in its name (the
+                // core's rule). Say so from here.
+                let mut reply = [0u8; GONE_ANSWER_LEN];
+                if let Ok(n) = answer_gone(&header, &mut reply) {
+                    c.wbuf.extend_from_slice(&reply[..n]);
+                }
+                c.rbuf.copy_within(len..c.rlen, 0);
+                c.rlen -= len;
+                c.frame_started = (c.rlen > 0).then(Instant::now);
+                self.flush(i);
+                return;
+            }
             Ok(None) => return,
             Err(()) => {
                 tell_tls_client(c);
@@ -689,18 +702,6 @@ impl Control<'_> {
                 return;
             }
         };
-        let (kind, len, cap) = next;
-        if c.gone.is_some() && kind == JobKind::Control && !registers_or_reads_stats(&c.rbuf[..len])
-        {
-            // Its client is gone: the state machine must not see a frame in its name, since the
-            // id may be registered again by someone else meanwhile. Say so from here.
-            answer_client_gone(&c.rbuf[..len], &mut c.wbuf);
-            c.rbuf.copy_within(len..c.rlen, 0);
-            c.rlen -= len;
-            c.frame_started = (c.rlen > 0).then(Instant::now);
-            self.flush(i);
-            return;
-        }
         let mut buf = take_buf(&mut self.spare, cap);
         buf[..len].copy_from_slice(&c.rbuf[..len]);
         c.rbuf.copy_within(len..c.rlen, 0);
@@ -739,9 +740,7 @@ impl Control<'_> {
             else {
                 // The connection is gone. If this reply registered a client, nobody will hear
                 // it: the connection's loss is that client's loss, as if it had been bound.
-                if job.kind == JobKind::Control
-                    && let Some(client) = registered(&job.buf[..job.len])
-                {
+                if let JobKind::Registered { client } = job.kind {
                     let _ = self.submit(Job {
                         conn: job.conn,
                         kind: JobKind::Disconnected { client },
@@ -756,13 +755,12 @@ impl Control<'_> {
                 self.in_flight -= 1;
             }
             match job.kind {
-                JobKind::Control => {
+                JobKind::Control => c.wbuf.extend_from_slice(&job.buf[..job.len]),
+                JobKind::Registered { client } => {
                     c.wbuf.extend_from_slice(&job.buf[..job.len]);
-                    if let Some(client) = registered(&job.buf[..job.len]) {
-                        c.role = Role::Control(Some(client));
-                        c.gone = None;
-                        self.close_others(i, Role::Control(Some(client)));
-                    }
+                    c.role = Role::Control(ControlConn::Bound(client));
+                    c.gone = None;
+                    self.close_others(i, client);
                 }
                 JobKind::Attached { ok } => {
                     let Role::Attaching(client) = c.role else {
@@ -853,17 +851,17 @@ impl Control<'_> {
         self.shared.wake_data();
     }
 
-    /// One control connection per client: the registration just accepted on connection
-    /// `newest` replaces any other connection of the same `role` (a client connects again when
-    /// it reconnects after a network error, and a half-open old connection may not have been
-    /// noticed yet). A linear scan: binding is rare next to requests.
-    fn close_others(&mut self, newest: usize, role: Role) {
+    /// One control connection per client: the registration of `client` just accepted on
+    /// connection `newest` replaces any other connection bound to it, gone or not (a client
+    /// connects again when it reconnects after a network error, and a half-open old connection
+    /// may not have been noticed yet). A linear scan: binding is rare next to requests.
+    fn close_others(&mut self, newest: usize, client: u32) {
         for j in 0..self.conns.len() {
-            let older = self.conns[j]
-                .as_ref()
-                .is_some_and(|c| j != newest && c.role == role);
+            let older = self.conns[j].as_ref().is_some_and(|c| {
+                j != newest && matches!(c.role, Role::Control(conn) if conn.speaks_for(client))
+            });
             if older {
-                tracing::debug!(?role, "a newer connection replaces this one");
+                tracing::debug!(client, "a newer connection replaces this one");
                 self.close(j);
             }
         }
@@ -880,10 +878,14 @@ impl Control<'_> {
             let Some(c) = self.conns[j].as_mut() else {
                 continue;
             };
-            if c.bound_client() != Some(client) {
+            let Role::Control(conn) = c.role else {
+                continue;
+            };
+            if conn.serving() != Some(client) {
                 continue;
             }
             self.shared.counters.bump(Counter::ConnectionsOfGoneClients);
+            c.role = Role::Control(conn.client_gone(client));
             c.gone = Some(now);
         }
     }
@@ -1002,42 +1004,25 @@ fn identify(stream: &Stream, ip: Option<IpAddr>, peers: &Peers) -> Peer {
     }
 }
 
-/// Whether a control frame registers (init, reinit) or reads the counters: what a connection
-/// whose client is gone may still send.
-fn registers_or_reads_stats(frame: &[u8]) -> bool {
-    peek_control_header(frame).is_ok_and(|(h, _)| {
-        matches!(
-            h.msg,
-            MsgType::ClientInit | MsgType::ClientReinit | MsgType::Stats
-        )
-    })
+/// What the next bytes of a connection are ([`frame`]).
+#[derive(Debug)]
+enum Next {
+    /// A job for the data thread: its kind, the frame's length, and the buffer size its reply
+    /// needs.
+    Job(JobKind, usize, usize),
+    /// A control frame answered here (`ControlAdmission::AnswerGone`): its header and length.
+    AnswerGone(ControlHeader, usize),
 }
 
-/// Appends to `out` the reply a gone client's request gets: `CLIENT_NOT_INIT`, with the
-/// request's type and message id, as the state machine would answer it.
-fn answer_client_gone(frame: &[u8], out: &mut Vec<u8>) {
-    let Ok((h, _)) = peek_control_header(frame) else {
-        return;
-    };
-    let header = ControlHeader {
-        word: dlock_core::Status::ClientNotInit as u32,
-        ..h
-    };
-    let mut reply = [0u8; dlock_core::proto::CONTROL_HEADER_LEN];
-    if let Ok(n) = encode_control_response(&header, &ControlResponse::Empty, &mut reply) {
-        out.extend_from_slice(&reply[..n]);
-    }
-}
-
-/// The next frame of `c`: its job kind, length and the buffer size it needs (for the reply);
-/// `Ok(None)` while incomplete, `Err` when the bytes cannot be a frame.
-fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
+/// The next frame of `c` and what becomes of it; `Ok(None)` while incomplete, `Err` when the
+/// bytes cannot be a frame or the core's rules close the connection.
+fn frame(c: &mut Conn) -> Result<Option<Next>, ()> {
     let buf = &c.rbuf[..c.rlen];
     let Some(magic) = peek_magic(buf) else {
         return Ok(None);
     };
     match c.role {
-        Role::Unknown if magic == CONTROL_MAGIC => c.role = Role::Control(None),
+        Role::Unknown if magic == CONTROL_MAGIC => c.role = Role::Control(ControlConn::Unbound),
         Role::Unknown if magic == ATTACH_MAGIC => {
             if buf.len() < ATTACH_LEN {
                 return Ok(None);
@@ -1046,11 +1031,8 @@ fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
                 client, session, ..
             } = Attach::decode(buf).map_err(|_| ())?;
             c.role = Role::Attaching(client);
-            return Ok(Some((
-                JobKind::Attach { client, session },
-                ATTACH_LEN,
-                ATTACH_LEN,
-            )));
+            let kind = JobKind::Attach { client, session };
+            return Ok(Some(Next::Job(kind, ATTACH_LEN, ATTACH_LEN)));
         }
         #[cfg(feature = "rdma")]
         Role::Unknown if magic == crate::rdma::RDMA_ATTACH_MAGIC => {
@@ -1063,21 +1045,18 @@ fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
             c.role = Role::Attaching(record.client);
             // The data thread checks the session as for a TCP attach and hands the record back
             // unchanged in the job's buffer; the control thread then connects the queue pair.
-            return Ok(Some((
-                JobKind::Attach {
-                    client: record.client,
-                    session: record.session,
-                },
-                RDMA_ATTACH_LEN,
-                RDMA_ATTACH_LEN,
-            )));
+            let kind = JobKind::Attach {
+                client: record.client,
+                session: record.session,
+            };
+            return Ok(Some(Next::Job(kind, RDMA_ATTACH_LEN, RDMA_ATTACH_LEN)));
         }
         Role::Unknown | Role::Attaching(_) => return Err(()),
         Role::Control(_) => {}
     }
     let buf = &c.rbuf[..c.rlen];
     match c.role {
-        Role::Control(bound) => {
+        Role::Control(conn) => {
             let len = match control_frame_len(buf) {
                 Ok(len) => len,
                 Err(DecodeError::Truncated) => return Ok(None),
@@ -1087,18 +1066,13 @@ fn frame(c: &mut Conn) -> Result<Option<(JobKind, usize, usize)>, ()> {
                 return Ok(None);
             }
             let (h, _) = peek_control_header(buf).map_err(|_| ())?;
-            let init = matches!(h.msg, MsgType::ClientInit | MsgType::ClientReinit);
-            match bound {
-                // A client that is gone may register again on its connection.
-                Some(_) if init && c.gone.is_some() => {}
-                // One client per connection: once bound, every frame must carry its id.
-                Some(id) if init || h.word != id => return Err(()),
-                // Unbound, a connection may only register (a reinit shows the session secret)
-                // or read the counters; anything else would speak for a client it is not.
-                None if !init && h.msg != MsgType::Stats => return Err(()),
-                _ => {}
+            match conn.admit(h.msg, h.word) {
+                ControlAdmission::Run => {
+                    Ok(Some(Next::Job(JobKind::Control, len, CONTROL_FRAME_MAX)))
+                }
+                ControlAdmission::AnswerGone => Ok(Some(Next::AnswerGone(h, len))),
+                ControlAdmission::Close => Err(()),
             }
-            Ok(Some((JobKind::Control, len, CONTROL_FRAME_MAX)))
         }
         Role::Unknown | Role::Attaching(_) => Err(()),
     }
