@@ -287,13 +287,3 @@ fn client_tag(id: ClientId) -> u32 {
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_fair;
-#[cfg(test)]
-mod tests_peers;
-#[cfg(test)]
-mod tests_proof;
-#[cfg(test)]
-mod tests_recovery;
-#[cfg(test)]
-mod tests_unlock;
