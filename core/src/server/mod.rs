@@ -9,6 +9,12 @@
 //! tick (`now_ms`, below 2^40) and none reads a clock, allocates or blocks, so a run is a pure
 //! function of its inputs and can be replayed.
 //!
+//! A transport that serves many clients over mailboxes, connections and queue pairs goes
+//! through [`Server::control`], [`Server::dispatch`] and [`Server::dispatch_stream`] instead:
+//! they apply the rules of who may send what on which path and where a reply goes ([`route`],
+//! [`control`]) over the per-slot state of a [`Routing`], so a transport keeps none of it and
+//! only moves bytes and wakes threads.
+//!
 //! The methods take `&mut self`: one thread at a time runs the state machine. Within it the
 //! ownership of ARCHITECTURE.md still holds — lock words and holds change only in `data`,
 //! names, references and the client table only in the control modules — so the runtime can put
