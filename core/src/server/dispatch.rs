@@ -9,11 +9,12 @@
 //! execute the commands — each parsed once — for the slot found:
 //!
 //! ```text
-//! dispatch / dispatch_stream     peek_data_frame: the header, read once
-//!   dispatch_frame               client_slot: the client, found once; the path's rule
-//!     execute_frame              decode_into: each command, parsed once
-//!       execute_with             serving_slot: the client's state, from the slot found
-//!         lock_command           the word's transition
+//! dispatch / dispatch_stream   peek_data_frame: the header, read once
+//!   dispatch_frame             client_slot: the client, found once; the path's rule; a
+//!                              request parked over the same path given up on
+//!     execute_frame            decode_into: each command, parsed once
+//!       execute_with           serving_slot: the client's state, from the slot found
+//!         lock_command         the word's transition
 //! ```
 
 use super::Server;
@@ -137,8 +138,8 @@ impl Server<'_> {
         }
     }
 
-    /// The one way through: the client found once, the rule of `from`, the message run for
-    /// the slot found.
+    /// The one way through: the client found once, the rule of the path `from`, and the
+    /// message run for the slot found, a request it parks routed back the same way.
     #[inline]
     fn dispatch_frame(
         &mut self,
@@ -148,26 +149,30 @@ impl Server<'_> {
         out: &mut [u8],
         now_ms: u64,
     ) -> Dispatched {
-        let client = msg.header().client;
-        match from {
+        let header = msg.header();
+        let client = header.client;
+        // Who the path may speak for: the slot whose route a parked request takes, the slot
+        // the client was found in, and that route.
+        let (slot, found, parked) = match from {
             Source::Mailbox { slot, seq } => {
                 let found = self.client_slot(client);
                 if !owns_mailbox(found, slot) {
                     return Dispatched::Refused;
                 }
-                let Some(e) = routing.entry(slot) else {
-                    return Dispatched::Refused;
-                };
-                // A request the client parked through its mailbox is one it gave up on by
-                // sending this one.
-                if e.route.superseded_in_mailbox() {
-                    self.cancel_parked_in(found, client, now_ms);
-                }
-                let parked = Route::Mailbox { seq };
-                self.execute_routed(found, msg, out, now_ms, (&mut e.route, parked))
+                (slot, found, Route::Mailbox { seq })
             }
             Source::Stream { conn, generation } => {
-                self.dispatch_on_stream(routing, (conn, generation), msg, out, now_ms)
+                match self.admit_on_stream(routing, (conn, generation), msg, out, now_ms) {
+                    Ok(slot) => {
+                        let parked = Route::Stream {
+                            conn,
+                            generation,
+                            message_id: header.message_id,
+                        };
+                        (slot, Some(slot), parked)
+                    }
+                    Err(done) => return done,
+                }
             }
             Source::QueuePair {
                 slot,
@@ -176,34 +181,41 @@ impl Server<'_> {
                 if client != attached {
                     return Dispatched::Refused;
                 }
-                let Some(e) = routing.entry(slot) else {
-                    return Dispatched::Refused;
-                };
-                let found = self.client_slot(client);
-                // A client sends nothing while its request is parked unless it gave up on it.
-                if e.route.leave_queue_pair() {
-                    self.cancel_parked_in(found, client, now_ms);
-                }
-                self.execute_routed(found, msg, out, now_ms, (&mut e.route, Route::QueuePair))
+                (slot, self.client_slot(client), Route::QueuePair)
             }
+        };
+        let Some(e) = routing.entry(slot) else {
+            return Dispatched::Refused;
+        };
+        if e.route.superseded_by(parked) {
+            self.cancel_parked_in(found, client, now_ms);
+        }
+        match self.execute_frame(found, msg, out, now_ms) {
+            Ok(0) => {
+                e.route = parked;
+                Dispatched::Parked
+            }
+            Ok(n) => Dispatched::Replied(n),
+            Err(_) => Dispatched::Refused,
         }
     }
 
-    /// A stream message: a join is bound here, anything else runs if the connection speaks
-    /// for its client.
-    fn dispatch_on_stream(
+    /// Whom a stream message may speak for: the slot of its client if the connection is bound
+    /// to it; otherwise what becomes of the message instead (a join bound and answered, a
+    /// stranger answered `ClientNotInit`, or the connection closed).
+    fn admit_on_stream(
         &mut self,
         routing: &mut Routing<'_>,
         (conn, generation): (u32, u32),
         msg: DataFrame<'_>,
         out: &mut [u8],
         now_ms: u64,
-    ) -> Dispatched {
+    ) -> Result<u32, Dispatched> {
         let header = msg.header();
         match joining(msg.bytes(), usize::from(header.count)) {
             Joining::None => {}
-            Joining::Join => return self.join(routing, (conn, generation), msg, out, now_ms),
-            Joining::Mixed => return Dispatched::Refused,
+            Joining::Join => return Err(self.join(routing, (conn, generation), msg, out, now_ms)),
+            Joining::Mixed => return Err(Dispatched::Refused),
         }
         let found = self.client_slot(header.client);
         let from = Binding {
@@ -212,25 +224,14 @@ impl Server<'_> {
             client: header.client,
         };
         match admit(from, found.map(|slot| (slot, routing.binding(slot)))) {
-            Admission::Close => Dispatched::Refused,
+            Admission::Execute { slot } => Ok(slot),
+            Admission::Close => Err(Dispatched::Refused),
             Admission::Refuse => {
                 let status = self.refuse(Status::ClientNotInit);
-                match self.answer_frame(msg, out, status) {
+                Err(match self.answer_frame(msg, out, status) {
                     Ok(n) => Dispatched::Replied(n),
                     Err(_) => Dispatched::Refused,
-                }
-            }
-            Admission::Execute { slot } => {
-                // `admit` found the slot's binding, so the slot has an entry.
-                let Some(e) = routing.entry(slot) else {
-                    return Dispatched::Refused;
-                };
-                let parked = Route::Stream {
-                    conn,
-                    generation,
-                    message_id: header.message_id,
-                };
-                self.execute_routed(Some(slot), msg, out, now_ms, (&mut e.route, parked))
+                })
             }
         }
     }
@@ -259,27 +260,6 @@ impl Server<'_> {
         let vacated = self.bind_stream(routing, (slot, client), at, now_ms);
         match answer(&req, out, Status::Success) {
             Ok(reply) => Dispatched::Joined { reply, vacated },
-            Err(_) => Dispatched::Refused,
-        }
-    }
-
-    /// Runs `msg` for the client found in `found`; a parked request's reply will go by `parked`,
-    /// recorded in `route`.
-    #[inline]
-    fn execute_routed(
-        &mut self,
-        found: Option<u32>,
-        msg: DataFrame<'_>,
-        out: &mut [u8],
-        now_ms: u64,
-        (route, parked): (&mut Route, Route),
-    ) -> Dispatched {
-        match self.execute_frame(found, msg, out, now_ms) {
-            Ok(0) => {
-                *route = parked;
-                Dispatched::Parked
-            }
-            Ok(n) => Dispatched::Replied(n),
             Err(_) => Dispatched::Refused,
         }
     }

@@ -11,17 +11,22 @@
 //! |--------------|-----------------------------------------------------|----------------------------------------|
 //! | any          | the request parks                                   | the route of the path it came by       |
 //! | `Mailbox(s)` | a newer mailbox request of the slot is taken        | none; cancel the parked request        |
+//! | `QueuePair`  | a newer message comes over the slot's queue pair    | none; cancel the parked request        |
 //! | `Mailbox(s)` | reply decided, `s` the slot's latest request        | post it in the lane of `s`             |
 //! | `Mailbox(s)` | reply decided, a newer request taken since          | dropped (it would overwrite that one)  |
 //! | `Stream(c)`  | reply decided, echoing the parked message's id      | write it to connection `c`             |
 //! | `Stream(c)`  | reply decided for another message id                | dropped                                |
 //! | `Stream(c)`  | connection `c` closes, or the client leaves it      | none; cancel the parked request        |
 //! | `QueuePair`  | reply decided                                       | send it on the client's queue pair     |
-//! | `QueuePair`  | a newer message on the queue pair, or the pair goes | none; cancel the parked request        |
+//! | `QueuePair`  | the queue pair goes away                            | none; cancel the parked request        |
 //! | any          | the slot is registered again                        | none; cancel the parked request        |
 //!
 //! "Cancel" is [`Server::cancel_parked`](super::Server::cancel_parked): a request whose reply
-//! has nowhere to go must not be granted a lock nobody learns of. Connections are named by the
+//! has nowhere to go must not be granted a lock nobody learns of. A mailbox and a queue pair
+//! carry a client's requests one after another, and a client sends nothing while its request is
+//! parked unless it gave up on it, so a newer message over the same path supersedes the parked
+//! one ([`Route::superseded_by`]); a stream carries many requests in flight, matched by message
+//! id, so nothing sent over one supersedes anything. Connections are named by the
 //! transport (`conn`, `generation`): an index reused for a new connection has a new generation,
 //! so a route never reaches a connection it did not come from.
 //!
@@ -129,21 +134,25 @@ impl Route {
         }
     }
 
-    /// A newer mailbox request of the slot was taken: a request the client parked through its
-    /// mailbox is one it gave up on. True if there was one (the caller cancels it).
+    /// A newer message of the slot's client came by the path `by` (the route a request parked
+    /// over it would have): a request parked over the same mailbox or queue pair is one the
+    /// client gave up on (module doc). True if there was one (the route is cleared; the caller
+    /// cancels it).
     #[inline]
     #[must_use]
-    pub fn superseded_in_mailbox(&mut self) -> bool {
-        let parked = matches!(self, Route::Mailbox { .. });
+    pub fn superseded_by(&mut self, by: Route) -> bool {
+        let parked = matches!(
+            (*self, by),
+            (Route::Mailbox { .. }, Route::Mailbox { .. }) | (Route::QueuePair, Route::QueuePair)
+        );
         if parked {
             *self = Route::None;
         }
         parked
     }
 
-    /// A newer message came over the slot's queue pair (a client sends nothing while its
-    /// request is parked unless it gave up on it), or the pair went away. True if the slot's
-    /// parked request came over it (the route is cleared; the caller cancels it).
+    /// The slot's queue pair went away. True if the slot's parked request came over it (the
+    /// route is cleared; the caller cancels it).
     #[inline]
     #[must_use]
     pub fn leave_queue_pair(&mut self) -> bool {
@@ -398,17 +407,37 @@ mod tests {
     }
 
     #[test]
-    fn a_newer_mailbox_request_supersedes_only_a_mailbox_park() {
+    fn a_newer_message_supersedes_only_a_park_over_the_same_mailbox_or_queue_pair() {
+        let mailbox = Route::Mailbox { seq: 2 };
+        let stream = Route::Stream {
+            conn: 1,
+            generation: 1,
+            message_id: 1,
+        };
         let mut r = Route::Mailbox { seq: 1 };
-        assert!(r.superseded_in_mailbox());
+        assert!(r.superseded_by(mailbox));
         assert_eq!(r, Route::None);
         let mut r = Route::QueuePair;
-        assert!(!r.superseded_in_mailbox());
+        assert!(r.superseded_by(Route::QueuePair));
+        assert_eq!(r, Route::None);
+        for (parked, by) in [
+            (Route::QueuePair, mailbox),
+            (Route::Mailbox { seq: 1 }, Route::QueuePair),
+            (stream, stream),
+            (stream, mailbox),
+            (Route::Mailbox { seq: 1 }, stream),
+            (Route::None, mailbox),
+        ] {
+            let mut r = parked;
+            assert!(!r.superseded_by(by), "{parked:?} by {by:?}");
+            assert_eq!(r, parked);
+        }
+        let mut r = Route::QueuePair;
         assert_eq!(r.deliver(0, 0), Delivery::QueuePair);
     }
 
     #[test]
-    fn a_queue_pair_park_is_given_up_only_by_its_queue_pair() {
+    fn a_queue_pair_park_is_given_up_only_when_its_queue_pair_goes() {
         let mut r = Route::QueuePair;
         assert!(r.leave_queue_pair());
         assert_eq!(r, Route::None);
