@@ -89,33 +89,52 @@ pub(super) fn run(
     let mut next_tick = 0;
     while !shared.stop.load(Ordering::Acquire) {
         let now = d.now_ms();
-        let mut work = d.serve_mailboxes(&mut server, now);
-        work += d.serve_inbox(&mut server, now);
-        work += d.tcp.take_handovers(&mut server, &mut d.routing, now);
-        work += d.tcp.serve(&mut server, &mut d.routing, now);
+        let work = d.turn(&mut server, now, &mut next_tick);
+        d.rest(work, &mut idler);
+    }
+    header.serving.store(0, Ordering::Release);
+}
+
+impl Data<'_> {
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    /// One turn of the loop: every source of work once, the decided parked requests, and the
+    /// lease tick when `next_tick` has come; returns how much work there was.
+    fn turn(&mut self, server: &mut Server<'_>, now: u64, next_tick: &mut u64) -> usize {
+        let mut work = self.serve_mailboxes(server, now);
+        work += self.serve_inbox(server, now);
+        work += self.tcp.take_handovers(server, &mut self.routing, now);
+        work += self.tcp.serve(server, &mut self.routing, now);
         #[cfg(feature = "rdma")]
         {
-            work += d.serve_rdma(&mut server, now);
+            work += self.serve_rdma(server, now);
         }
         server.poll_waiters(now);
         if server.replies_ready() > 0 {
-            d.deliver_replies(&mut server);
+            self.deliver_replies(server);
             work += 1;
         }
-        if now >= next_tick {
+        if now >= *next_tick {
             server.tick(now);
-            d.tcp.sweep(&mut server, &mut d.routing, now);
+            self.tcp.sweep(server, &mut self.routing, now);
             #[cfg(feature = "rdma")]
-            d.rdma.sweep(&server);
-            next_tick = now + TICK_MS;
+            self.rdma.sweep(server);
+            *next_tick = now + TICK_MS;
         }
-        d.close_gone_clients(&server);
+        self.close_gone_clients(server);
+        work
+    }
+
+    /// After a turn that found `work`: on, or the idle strategy's next step.
+    fn rest(&mut self, work: usize, idler: &mut Idler) {
         #[cfg(feature = "rdma")]
-        if work == 0 && d.rdma.attached() {
+        if work == 0 && self.rdma.attached() {
             // A SEND cannot ring the futex: with RDMA clients attached, parking would leave
             // their requests waiting for the park timeout.
             idler.idle_awake();
-            continue;
+            return;
         }
         let park = if work > 0 {
             idler.busy();
@@ -124,15 +143,15 @@ pub(super) fn run(
             idler.idle()
         };
         if park {
-            let ex = &shared.exchange;
-            let ready = d.tcp.has_ready();
+            let ex = &self.shared.exchange;
+            let ready = self.tcp.has_ready();
             #[cfg(feature = "rdma")]
-            let rdma = &d.rdma;
-            let bells = &d.bells;
-            let tcp = &mut d.tcp;
+            let rdma = &self.rdma;
+            let bells = &self.bells;
+            let tcp = &mut self.tcp;
             // The one idle wait: sockets and the eventfd every waker rings. The re-check after
             // raising the flag is the park handshake of `shm`'s module doc.
-            header.park_server(
+            self.region.shm_header().park_server(
                 || {
                     #[cfg(feature = "rdma")]
                     if rdma.has_work() {
@@ -142,17 +161,10 @@ pub(super) fn run(
                 },
                 || tcp.wait(Some(PARK_MAX)),
             );
-        } else if d.tcp.open() > 0 {
+        } else if self.tcp.open() > 0 {
             // Awake: a look at the sockets that costs one syscall and never blocks.
-            d.tcp.wait(Some(Duration::ZERO));
+            self.tcp.wait(Some(Duration::ZERO));
         }
-    }
-    header.serving.store(0, Ordering::Release);
-}
-
-impl Data<'_> {
-    fn now_ms(&self) -> u64 {
-        self.start.elapsed().as_millis() as u64
     }
 
     /// Executes the requests of every client whose doorbell rang, up to one per lane, in the
