@@ -11,6 +11,8 @@ use super::{Control, Role, SPARE_MAX};
 use crate::runtime::exchange::{Handover, Job, JobKind};
 
 impl Control<'_> {
+    /// Takes every job the data thread sent back: replies, registrations, checked attaches,
+    /// closes, and notices of gone clients.
     pub(super) fn drain_outbox(&mut self) {
         while let Some(job) = self.shared.exchange.outbox.pop() {
             if let JobKind::ClientGone { client } = job.kind {
@@ -50,42 +52,7 @@ impl Control<'_> {
                     self.close_others(i, client);
                 }
                 JobKind::Attached { ok } => {
-                    let Role::Attaching(client) = c.role else {
-                        continue;
-                    };
-                    // An RDMA attach: connect the queue pair (if the session was good), answer,
-                    // and close; the queue pairs carry the rest.
-                    #[cfg(feature = "rdma")]
-                    if crate::runtime::rdma::is_attach(&job.buf[..job.len]) {
-                        crate::runtime::rdma::complete_attach(
-                            self.shared,
-                            &job.buf[..job.len],
-                            ok,
-                            &mut c.wbuf,
-                        );
-                        c.role = Role::Unknown;
-                        if self.spare.len() < SPARE_MAX {
-                            self.spare.push(job.buf);
-                        }
-                        self.flush(i);
-                        self.close(i);
-                        continue;
-                    }
-                    let status: u32 = if ok {
-                        0
-                    } else {
-                        dlock_core::Status::ClientNotInit as u32
-                    };
-                    c.wbuf.extend_from_slice(&status.to_le_bytes());
-                    if self.spare.len() < SPARE_MAX {
-                        self.spare.push(job.buf);
-                    }
-                    self.flush(i);
-                    if ok {
-                        self.hand_over(i, client);
-                    } else {
-                        self.close(i);
-                    }
+                    self.attached(i, ok, job);
                     continue;
                 }
                 JobKind::Close => {
@@ -104,6 +71,50 @@ impl Control<'_> {
             // Read on: the socket is edge-triggered, and bytes may have waited while a whole
             // frame sat in the buffer.
             self.on_readable(i);
+        }
+    }
+
+    /// The data thread checked the session of connection `i`'s attach (`ok`), whose record
+    /// `job` brings back. An RDMA attach is answered (with the queue pair connected if the
+    /// session was good) and closed: the queue pairs carry the rest. A TCP data attach is
+    /// answered with its status, then handed over to the data thread or closed.
+    fn attached(&mut self, i: usize, ok: bool, job: Job) {
+        let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            return;
+        };
+        let Role::Attaching(client) = c.role else {
+            return;
+        };
+        #[cfg(feature = "rdma")]
+        if crate::runtime::rdma::is_attach(&job.buf[..job.len]) {
+            crate::runtime::rdma::complete_attach(
+                self.shared,
+                &job.buf[..job.len],
+                ok,
+                &mut c.wbuf,
+            );
+            c.role = Role::Unknown;
+            if self.spare.len() < SPARE_MAX {
+                self.spare.push(job.buf);
+            }
+            self.flush(i);
+            self.close(i);
+            return;
+        }
+        let status: u32 = if ok {
+            0
+        } else {
+            dlock_core::Status::ClientNotInit as u32
+        };
+        c.wbuf.extend_from_slice(&status.to_le_bytes());
+        if self.spare.len() < SPARE_MAX {
+            self.spare.push(job.buf);
+        }
+        self.flush(i);
+        if ok {
+            self.hand_over(i, client);
+        } else {
+            self.close(i);
         }
     }
 
