@@ -54,11 +54,11 @@ pub use batch::{
 };
 pub use control::{ControlHeader, MsgType, control_frame_len, peek_control_header};
 pub use data::{
-    Command, CommandResult, DataHeader, DataRequest, DataResponse, DataResult, JOIN_KIND,
-    JoinCommand, LockCommand, LockOp, OBJECT_KIND, ObjectCommand, ObjectOp, begin_data_response,
-    decode_data_request, decode_data_request_into, decode_data_response, encode_data_request,
-    encode_data_response, finish_data_proofs, peek_data_header, put_command_result, put_data_proof,
-    put_data_result,
+    Command, CommandResult, DataFrame, DataHeader, DataRequest, DataResponse, DataResult,
+    JOIN_KIND, JoinCommand, LockCommand, LockOp, OBJECT_KIND, ObjectCommand, ObjectOp,
+    begin_data_response, decode_data_request, decode_data_request_into, decode_data_response,
+    encode_data_request, encode_data_response, finish_data_proofs, peek_data_frame,
+    peek_data_header, put_command_result, put_data_proof, put_data_result,
 };
 pub use event::{
     EVENT_LEN, EVENTS_MAX, Event, EventHeader, EventMessage, FLAG_EVENT, decode_event,
