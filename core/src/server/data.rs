@@ -136,9 +136,10 @@ impl<'r> Server<'r> {
     /// Executes one data message from client `raw_client`: `commands` in order, results into
     /// `results[..commands.len()]`. A message from an unknown client or during recovery gets the
     /// same status for every command. `Err(Einval)` (and nothing executed) for an empty message,
-    /// more than 31 commands, a command naming a partition epoch other than 0
-    /// ([`names_partition_epoch`]), or a `results` slice too short. A waiting trylock that could not be
-    /// granted at once is parked: `Deferred`, and its reply comes from [`Self::take_replies`].
+    /// more than 31 commands, a command naming a partition epoch other than 0 (a standalone
+    /// server owns nothing at any other: `proto::LockCommand::partition_epoch`), or a `results`
+    /// slice too short. A waiting trylock that could not be granted at once is parked:
+    /// `Deferred`, and its reply comes from [`Self::take_replies`].
     pub fn execute_message(
         &mut self,
         raw_client: u32,
