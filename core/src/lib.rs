@@ -47,6 +47,7 @@
 //!     expire_ms: 5_000,
 //!     ticket: Ticket { exclusive: 0, shared: 0 },
 //!     wait_ms: 0,
+//!     partition_epoch: 0, // a standalone server's (a cluster's names the partition's epoch)
 //! });
 //! let mut result = [CommandResult { status: Status::Fail, word: 0, aux: 0 }];
 //! server.execute_message(client.get(), 0, &[take], &mut result, now_ms).unwrap();

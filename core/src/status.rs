@@ -59,8 +59,13 @@ pub enum Status {
     ProtoVersionNegotiationFail = 0x200E,
     /// A server table (clients, locks, waiters) is full.
     ServerNoResource = 0x200F,
+    /// The server does not own the partition at the epoch the request named (or has fenced
+    /// itself); `aux` of the result (a control reply's body) carries the map version the server
+    /// knows; refresh the map and retry. Not in the reference, which has no partitions (a dlock
+    /// cluster's; a standalone server never answers it).
+    PartitionMoved = 0x2010,
     /// The lock is held as retained by a dead client until a recoverer calls `recovery_done`
-    /// (not in the reference; 0x2010 is left to the cluster's `PARTITION_MOVED`).
+    /// (not in the reference).
     LockRetained = 0x2011,
     /// An object of that name was created by another client.
     ObjectAlreadyExisted = 0x3000,
@@ -95,7 +100,7 @@ const BY_CODE: [[Option<Status>; 32]; 4] = {
 
 impl Status {
     /// Every status, in numeric order (for exhaustive tests and code tables).
-    pub const ALL: [Status; 33] = [
+    pub const ALL: [Status; 34] = [
         Status::Success,
         Status::Done,
         Status::Eagain,
@@ -120,6 +125,7 @@ impl Status {
         Status::ClientRemovedByServer,
         Status::ProtoVersionNegotiationFail,
         Status::ServerNoResource,
+        Status::PartitionMoved,
         Status::LockRetained,
         Status::ObjectAlreadyExisted,
         Status::ObjectAlreadyCreated,
@@ -188,6 +194,7 @@ impl Status {
             Status::ClientRemovedByServer => "DLOCK_CLIENT_REMOVED_BY_SERVER",
             Status::ProtoVersionNegotiationFail => "DLOCK_PROTO_VERSION_NEGOTIATION_FAIL",
             Status::ServerNoResource => "DLOCK_SERVER_NO_RESOURCE",
+            Status::PartitionMoved => "DLOCK_PARTITION_MOVED",
             Status::LockRetained => "DLOCK_LOCK_RETAINED",
             Status::ObjectAlreadyExisted => "DLOCK_OBJECT_ALREADY_EXISTED",
             Status::ObjectAlreadyCreated => "DLOCK_OBJECT_ALREADY_CREATED",
@@ -222,6 +229,7 @@ mod tests {
         assert_eq!(Status::Easync.code(), 0x1005);
         assert_eq!(Status::ClientNotInit.code(), 0x2000);
         assert_eq!(Status::ServerNoResource.code(), 0x200F);
+        assert_eq!(Status::PartitionMoved.code(), 0x2010);
         assert_eq!(Status::LockRetained.code(), 0x2011);
         assert_eq!(Status::ObjectAlreadyExisted.code(), 0x3000);
         assert_eq!(Status::ObjectCasFailed.code(), 0x3007);
@@ -232,7 +240,7 @@ mod tests {
         for s in Status::ALL {
             assert_eq!(Status::from_code(s as u16), Some(s));
         }
-        for bad in [2u16, 0x0FFF, 0x1006, 0x2010, 0x2012, 0x3008, 0x4000, 0xFFFF] {
+        for bad in [2u16, 0x0FFF, 0x1006, 0x2012, 0x3008, 0x4000, 0xFFFF] {
             assert_eq!(Status::from_code(bad), None);
         }
         // Every code: known exactly when some status has it.

@@ -343,6 +343,7 @@ fn raw_trylock(data: &mut std::net::TcpStream, client: u32, lock: u32, wait_ms: 
         expire_ms: 60_000,
         ticket: dlock_core::Ticket::default(),
         wait_ms,
+        partition_epoch: 0,
     });
     let mut buf = [0u8; DATA_MESSAGE_MAX];
     let n = encode_data_request(&header, &[cmd], &mut buf).unwrap();

@@ -414,6 +414,7 @@ fn lock_msg(client: u32, lock: u32, op: LockOp, wait_ms: u32, id: u16) -> Vec<u8
         expire_ms: 60_000,
         ticket: dlock_core::Ticket::default(),
         wait_ms,
+        partition_epoch: 0,
     });
     let mut buf = [0u8; DATA_MESSAGE_MAX];
     let n = encode_data_request(&header, &[cmd], &mut buf).unwrap();
@@ -526,6 +527,7 @@ fn a_join_among_other_commands_closes_the_connection_and_runs_nothing() {
         expire_ms: 60_000,
         ticket: dlock_core::Ticket::default(),
         wait_ms: 0,
+        partition_epoch: 0,
     });
     let join = Command::Join(JoinCommand { session: msession });
     for commands in [[lock, join], [join, lock]] {

@@ -27,13 +27,22 @@
 //!
 //! | message  | kind   | payload                                                       |
 //! |----------|--------|---------------------------------------------------------------|
-//! | request  | lock   | `8 u32 expire_ms \| 12 u16 tx \| 14 u16 ts \| 16 u32 wait_ms \| 20 12 reserved` |
-//! | request  | object | `8 u64 a \| 16 u64 b \| 24 8 reserved`                        |
+//! | request  | lock   | `8 u32 expire_ms \| 12 u16 tx \| 14 u16 ts \| 16 u32 wait_ms \| 20 u32 partition_epoch \| 24 8 reserved` |
+//! | request  | object | `8 u64 a \| 16 u64 b \| 24 u32 partition_epoch \| 28 4 reserved` |
 //! | request  | join   | `8 [u8; 16] session \| 24 8 reserved` (op and id zero)         |
 //! | response | any    | `8 u128 word \| 24 u64 aux`                                   |
 //!
 //! Reserved bytes must be zero. A response echoes the request's header and each command's
-//! kind, op and id, so the client can match every result to what it asked.
+//! kind, op and id, so the client can match every result to what it asked. (Byte 24 of a lock
+//! request is issue 19's flags byte once integrated, `lock_flags.rs`.)
+//!
+//! `partition_epoch` (protocol 5) is the epoch the client's map gives the partition of the
+//! lock's or object's name, in a cluster (`crate::cluster`; `docs/cluster.md`, "Wire"); 0 on a
+//! standalone server, which is what a protocol-4 client wrote in those (then reserved) bytes.
+//! The codec carries any value; what a server does with it is the server's: a cluster server
+//! checks it with `cluster::check` and answers a mismatch `PartitionMoved` with its map version
+//! in `aux`, and a standalone server refuses a message that names any other epoch than 0 as
+//! malformed, exactly as it refused those bytes when they were reserved.
 //!
 //! # Proof trailer (responses with [`FLAG_PROOFS`](super::FLAG_PROOFS))
 //!
@@ -155,6 +164,9 @@ pub struct LockCommand {
     /// Trylocks only: how long the server may hold the request waiting for the lock (0 = do
     /// not wait). A waiting request must be alone in its message.
     pub wait_ms: u32,
+    /// The epoch the client's map gives the lock's partition (a cluster's); 0 on a standalone
+    /// server (module doc).
+    pub partition_epoch: u32,
 }
 
 impl LockCommand {
@@ -170,6 +182,7 @@ impl LockCommand {
             shared: 0,
         },
         wait_ms: 0,
+        partition_epoch: 0,
     };
 }
 
@@ -184,6 +197,9 @@ pub struct ObjectCommand {
     pub a: u64,
     /// CAS: the new value. Otherwise unused.
     pub b: u64,
+    /// The epoch the client's map gives the object's partition (a cluster's); 0 on a
+    /// standalone server (module doc).
+    pub partition_epoch: u32,
 }
 
 /// A join command: binds the client in the message header to the stream connection the
@@ -238,6 +254,16 @@ impl Command {
         match self {
             Command::Lock(c) => c.lock,
             Command::Object(c) => c.object,
+            Command::Join(_) => 0,
+        }
+    }
+
+    /// The partition epoch the command names (0 for a join, which names no partition).
+    #[inline]
+    pub const fn partition_epoch(self) -> u32 {
+        match self {
+            Command::Lock(c) => c.partition_epoch,
+            Command::Object(c) => c.partition_epoch,
             Command::Join(_) => 0,
         }
     }
@@ -571,7 +597,7 @@ fn parse_command(c: &RawCommand) -> Result<Command, DecodeError> {
     }
     if kind == OBJECT_KIND {
         let op = ObjectOp::from_u8(op).ok_or(DecodeError::BadOp)?;
-        if get_u64(c, 24)? != 0 {
+        if get_u32(c, 28)? != 0 {
             return Err(DecodeError::BadField);
         }
         return Ok(Command::Object(ObjectCommand {
@@ -579,11 +605,12 @@ fn parse_command(c: &RawCommand) -> Result<Command, DecodeError> {
             object: id,
             a: get_u64(c, 8)?,
             b: get_u64(c, 16)?,
+            partition_epoch: get_u32(c, 24)?,
         }));
     }
     let kind = LockKind::from_u8(kind).ok_or(DecodeError::BadKind)?;
     let op = LockOp::from_u8(op).ok_or(DecodeError::BadOp)?;
-    if get_u32(c, 20)? != 0 || get_u64(c, 24)? != 0 {
+    if get_u64(c, 24)? != 0 {
         return Err(DecodeError::BadField);
     }
     Ok(Command::Lock(LockCommand {
@@ -596,6 +623,7 @@ fn parse_command(c: &RawCommand) -> Result<Command, DecodeError> {
             shared: get_u16(c, 14)?,
         },
         wait_ms: get_u32(c, 16)?,
+        partition_epoch: get_u32(c, 20)?,
     }))
 }
 
@@ -714,12 +742,14 @@ pub fn encode_data_request(
                 put_u16(c, 12, l.ticket.exclusive)?;
                 put_u16(c, 14, l.ticket.shared)?;
                 put_u32(c, 16, l.wait_ms)?;
-                put_zero(c, 20, 12)?;
+                put_u32(c, 20, l.partition_epoch)?;
+                put_zero(c, 24, 8)?;
             }
             Command::Object(o) => {
                 put_u64(c, 8, o.a)?;
                 put_u64(c, 16, o.b)?;
-                put_zero(c, 24, 8)?;
+                put_u32(c, 24, o.partition_epoch)?;
+                put_zero(c, 28, 4)?;
             }
             Command::Join(j) => {
                 put_bytes(c, 8, &j.session.0)?;

@@ -24,8 +24,9 @@
 //! | `value.rs`   | value trailers: lock value blocks written by requests and returned by responses |
 //! | `event.rs`   | event messages: revokes and overflow notices the server sends unasked |
 //! | `recovery.rs`| `RecoveryDone` and `ListRetained` bodies (retained locks)        |
+//! | `cluster.rs` | the cluster's bodies: `GetMap`, `ClientJoin`, `ReclaimDone`, the `PartitionMoved` reply |
 //!
-//! The last four are issue 19's wire forms, not yet wired into the decoders above: the
+//! `lock_flags.rs`, `value.rs`, `event.rs` and `recovery.rs` are issue 19's wire forms, not yet wired into the decoders above: the
 //! integration reads the flags byte in the command decoder, adds `LockOp::Downgrade`, the
 //! trailers to the data-message length and the two bodies to the control messages.
 //!
@@ -36,6 +37,7 @@
 
 mod attach;
 mod batch;
+mod cluster;
 mod control;
 mod data;
 mod event;
@@ -51,6 +53,9 @@ pub use attach::{ATTACH_LEN, ATTACH_MAGIC, Attach};
 pub use batch::{
     Batch, BatchEntries, BatchEntry, BatchGet, BatchIds, BatchIter, CLAIM_FIXED_LEN, Claims,
     Counters, Held, LockClaim,
+};
+pub use cluster::{
+    MAP_CHUNK_FIXED_LEN, MAP_CHUNK_MAX, MOVED_LEN, MapChunk, RECLAIM_DONE_LEN, map_chunk_len,
 };
 pub use control::{ControlHeader, MsgType, control_frame_len, peek_control_header};
 pub use data::{
@@ -92,11 +97,25 @@ pub const CONTROL_MAGIC: u32 = 0xedf7_c94a;
 pub const DATA_MAGIC: u32 = 0xedf7_c94b;
 /// The protocol version this build speaks best (`DLOCK_PROTO_VERSION`). 3: 128-bit session
 /// secrets in the registration's reply, the reinit request and the attach record. 4: grant
-/// proofs, in a data response's trailer ([`FLAG_PROOFS`]) and in every claim.
-pub const PROTO_VERSION: u8 = 4;
+/// proofs, in a data response's trailer ([`FLAG_PROOFS`]) and in every claim. 5: the cluster
+/// (`docs/cluster.md`, "Wire"): a partition epoch in every lock and object command, the status
+/// `PartitionMoved`, the messages `GetMap`, `ClientJoin` and `ReclaimDone`, and a claim's proof
+/// epoch widened to 32 bits over the reserved bytes beside it.
+pub const PROTO_VERSION: u8 = 5;
 /// The oldest protocol version this build still speaks (`DLOCK_MIN_PROTO_VERSION`): a version
 /// 3 claim carries no proof, which a server with a session key could not take.
+///
+/// Version 4 stays: everything 5 adds is zero or absent between a standalone server and a
+/// version 4 client, byte for byte. Such a client writes zeros where 5 has the partition
+/// epoch, which is what a standalone server requires there; it writes a claim's proof epoch as
+/// a `u16` followed by two zero bytes, which is the same `u32`; it never sends the new
+/// messages, and a standalone server never answers `PartitionMoved`. A grant proof's MAC
+/// changed (`server::proof`), but a client only stores and returns its bytes. A cluster
+/// server speaks [`CLUSTER_VERSIONS`] only.
 pub const PROTO_VERSION_MIN: u8 = 4;
+/// The oldest version a cluster server speaks: a client of version 4 cannot name a
+/// partition's epoch and cannot read `PartitionMoved`, so a cluster cannot route it.
+pub const PROTO_VERSION_CLUSTER_MIN: u8 = 5;
 /// Bytes in a control header.
 pub const CONTROL_HEADER_LEN: usize = 16;
 /// Bytes in a data-message header.
@@ -235,9 +254,15 @@ pub struct VersionRange {
     pub max: u8,
 }
 
-/// The versions this server speaks.
+/// The versions a standalone server speaks.
 pub const SERVER_VERSIONS: VersionRange = VersionRange {
     min: PROTO_VERSION_MIN,
+    max: PROTO_VERSION,
+};
+
+/// The versions a cluster server speaks ([`PROTO_VERSION_CLUSTER_MIN`]).
+pub const CLUSTER_VERSIONS: VersionRange = VersionRange {
+    min: PROTO_VERSION_CLUSTER_MIN,
     max: PROTO_VERSION,
 };
 

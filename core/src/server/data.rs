@@ -120,12 +120,26 @@ fn holds_what_it_asked(r: &CommandResult) -> bool {
     matches!(r.status, Status::Success | Status::AlreadyLocked)
 }
 
+/// Whether any of `commands` names a partition epoch other than 0, which a standalone server
+/// refuses: it owns no partition at any other epoch, and a client that names one believes it is
+/// talking to a cluster server. Refusing (rather than ignoring the field) keeps a cluster
+/// client whose map points at a standalone server from being served by a server that owns
+/// nothing of the cluster, and answers such a message as a protocol-4 server answered the
+/// same bytes (then reserved): as malformed. A protocol-4 client writes 0 there, so it sees
+/// no change.
+#[inline]
+pub(super) fn names_partition_epoch(commands: &[Command]) -> bool {
+    commands.iter().any(|c| c.partition_epoch() != 0)
+}
+
 impl<'r> Server<'r> {
     /// Executes one data message from client `raw_client`: `commands` in order, results into
     /// `results[..commands.len()]`. A message from an unknown client or during recovery gets the
     /// same status for every command. `Err(Einval)` (and nothing executed) for an empty message,
-    /// more than 31 commands, or a `results` slice too short. A waiting trylock that could not be
-    /// granted at once is parked: `Deferred`, and its reply comes from [`Self::take_replies`].
+    /// more than 31 commands, a command naming a partition epoch other than 0 (a standalone
+    /// server owns nothing at any other: `proto::LockCommand::partition_epoch`), or a `results`
+    /// slice too short. A waiting trylock that could not be granted at once is parked:
+    /// `Deferred`, and its reply comes from [`Self::take_replies`].
     pub fn execute_message(
         &mut self,
         raw_client: u32,
@@ -134,7 +148,7 @@ impl<'r> Server<'r> {
         results: &mut [CommandResult],
         now_ms: u64,
     ) -> Result<Disposition, Status> {
-        if results.len() < commands.len() {
+        if results.len() < commands.len() || names_partition_epoch(commands) {
             return Err(self.refuse(Status::Einval));
         }
         let meta = MessageMeta {

@@ -10,6 +10,7 @@
 //! that every later control frame on that connection carries the id it was given (the
 //! reference drops a connection that lies), then calls in here.
 
+use super::data::names_partition_epoch;
 use super::waiters::{Disposition, MessageMeta};
 use super::{Counter, Server};
 use crate::config::BATCH_MAX;
@@ -228,6 +229,11 @@ impl<'r> Server<'r> {
             ControlRequest::BatchUpdateLocks(claims) => self
                 .update_locks(client, &claims, entries, now_ms)
                 .map(ControlResponse::Entries),
+            // A standalone server has no map to send, no cluster to join and no partition to
+            // take over (CLUSTER-SPEC §3 lets it answer `GetMap` with `Einval`).
+            ControlRequest::GetMap { .. }
+            | ControlRequest::ClientJoin { .. }
+            | ControlRequest::ReclaimDone { .. } => Err(self.refuse(Status::Einval)),
         }
     }
 
@@ -334,6 +340,11 @@ impl<'r> Server<'r> {
         })?;
         let header = msg.header();
         let n = msg.len();
+        if names_partition_epoch(&commands[..n]) {
+            // Refused whole, as the bytes were when they were reserved (`data.rs`).
+            self.stats.bump(Counter::Einval);
+            return Err(FrameError::Malformed(DecodeError::BadField));
+        }
         let mut len = begin_data_response(&msg, out)?;
         if self.session_key.is_some() && out.len() < len + n * PROOF_LEN {
             // A keyed server may add a proof trailer: the transport must size `out` for it.

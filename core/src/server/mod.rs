@@ -145,7 +145,7 @@ impl<'r> Server<'r> {
                 expected: cfg.recovery_clients,
                 ..RecoveryProgress::default()
             },
-            next_token: ((cfg.epoch as u64) << FencingToken::COUNTER_BITS) + 1,
+            next_token: FencingToken::standalone(cfg.epoch, 1).0,
             entropy,
             session_key: None,
             name_key,

@@ -293,6 +293,7 @@ mod tests {
             expire_ms: 1,
             ticket: Ticket::default(),
             wait_ms: 0,
+            partition_epoch: 0,
         });
         let header = DataHeader {
             version: 2,

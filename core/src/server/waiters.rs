@@ -216,6 +216,8 @@ impl<'r> Server<'r> {
                 shared: waiter.ts,
             },
             wait_ms: 0,
+            // A standalone server parks only commands that named epoch 0 (`execute_frame`).
+            partition_epoch: 0,
         };
         let (r, note) = self.lock_command(w, me, &c, now_ms);
         if note.fair_preempted {
@@ -377,6 +379,8 @@ impl<'r> Server<'r> {
                     shared: waiter.ts,
                 },
                 wait_ms: 0,
+                // A standalone server parks only commands that named epoch 0.
+                partition_epoch: 0,
             };
             let result = CommandResult {
                 status,
@@ -464,6 +468,8 @@ impl<'r> Server<'r> {
             expire_ms: 0,
             ticket,
             wait_ms: 0,
+            // A standalone server parks only commands that named epoch 0 (`execute_frame`).
+            partition_epoch: 0,
         };
         let _ = self.lock_command(slot, me, &c, now_ms);
         self.wake_waiters(waiter.lock, now_ms);

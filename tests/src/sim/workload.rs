@@ -295,7 +295,13 @@ impl World {
                 _ => (ObjectOp::Snapshot, 0, 0),
             };
             items.push(Item::Object { obj: k });
-            commands.push(Command::Object(ObjectCommand { op, object, a, b }));
+            commands.push(Command::Object(ObjectCommand {
+                op,
+                object,
+                a,
+                b,
+                partition_epoch: 0,
+            }));
         }
         self.send_data(i, items, &commands, 0);
     }
@@ -488,7 +494,7 @@ impl World {
                     // no earlier, so the client never trusts a grant longer than the server.
                     let at = if from_reply { now } else { sent_at };
                     let proof = GrantProof {
-                        epoch: c.epoch,
+                        epoch: u32::from(c.epoch),
                         mac: rep.proof_mac(k),
                     };
                     let _ = l.local.apply(&req, &r, proof, at);
@@ -792,7 +798,7 @@ impl World {
                     0 => GrantProof::NONE,
                     1 => own.unwrap_or(GrantProof::NONE),
                     _ => GrantProof {
-                        epoch: self.epoch.saturating_sub(1),
+                        epoch: u32::from(self.epoch.saturating_sub(1)),
                         mac: self
                             .rng
                             .next_u64()

@@ -329,6 +329,8 @@ impl<C: Connection> Client<C> {
             object: id.raw(),
             a,
             b,
+            // A standalone server's (the cluster client names the partition's epoch).
+            partition_epoch: 0,
         });
         let started = self.link.now();
         let sent = self.send(op, &[cmd], 0, Dispatch::Deferred)?;

@@ -409,7 +409,7 @@ impl<C: Connection> Client<C> {
     /// The proof of result `i` of the last data exchange, issued by this client's server.
     fn proof(&self, i: usize) -> GrantProof {
         GrantProof {
-            epoch: self.epoch,
+            epoch: u32::from(self.epoch),
             mac: self.inbox.proofs[i],
         }
     }

@@ -149,6 +149,8 @@ impl<C: Connection> Client<C> {
             object: id.raw(),
             a,
             b,
+            // A standalone server's (the cluster client names the partition's epoch).
+            partition_epoch: 0,
         });
         let deadline = self.link.now() + self.cfg.timeout;
         self.round_trip(op, &[cmd], 0, deadline)?;

@@ -282,7 +282,7 @@ impl<C: Connection> Client<C> {
     /// Applies the reply in the inbox to the batch in slot `at`, writing each sent entry's
     /// result into `out`.
     fn apply_batch(&mut self, at: usize, out: &mut [Result<Grant, Status>]) {
-        let epoch = self.epoch;
+        let epoch = u32::from(self.epoch);
         let Client {
             pipeline,
             locks,

@@ -36,6 +36,7 @@ mod recovery_deadline;
 mod registration;
 mod routing;
 mod rw;
+mod standalone;
 mod unlock;
 mod waiters;
 
@@ -206,6 +207,7 @@ pub(crate) fn lock(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32) -> Co
         expire_ms,
         ticket: Ticket::default(),
         wait_ms: 0,
+        partition_epoch: 0,
     })
 }
 
@@ -217,6 +219,7 @@ fn ticketed(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32, ticket: Tick
         expire_ms,
         ticket,
         wait_ms: 0,
+        partition_epoch: 0,
     })
 }
 
@@ -228,6 +231,7 @@ fn waiting(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32, wait_ms: u32)
         expire_ms,
         ticket: Ticket::default(),
         wait_ms,
+        partition_epoch: 0,
     })
 }
 

@@ -26,6 +26,7 @@ fn objects_follow_the_reference_lifecycle() {
             object: id.raw(),
             a: add,
             b: 0,
+            partition_epoch: 0,
         })
     };
     // Creating is not a reference: the creator must get it too.
@@ -39,6 +40,7 @@ fn objects_follow_the_reference_lifecycle() {
             object: id.raw(),
             a: expect,
             b: new,
+            partition_epoch: 0,
         })
     };
     let miss = s.run(b, cas(1_000, 7), 0);
@@ -54,6 +56,7 @@ fn objects_follow_the_reference_lifecycle() {
         object: id.raw(),
         a: 0,
         b: 0,
+        partition_epoch: 0,
     });
     assert_eq!(s.run(b, snap, 0).aux, 7);
     assert_eq!(

@@ -44,6 +44,7 @@ fn subject(
         client: client.get(),
         kind,
         held,
+        partition: 0,
         epoch: 1,
         token,
         ticket: Ticket::default(),
@@ -244,6 +245,33 @@ fn replacement(cfg: &Config, ids: &[u32]) -> TestServer {
         s.client_reinit(id, 4, 0, &session, 0).unwrap();
     }
     s
+}
+
+/// A standalone server's locks are partition 0's: a proof of the same grant made for another
+/// partition is not taken, while the partition-0 proof is.
+#[test]
+fn a_proof_made_for_another_partition_is_not_taken() {
+    let cfg = Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..small()
+    };
+    let c = ClientId::new(11).unwrap();
+    let mut s = replacement(&cfg, &[c.get()]);
+    let token = crate::FencingToken::standalone(1, 40).0;
+    let subj = subject(c, LockKind::Rw, Held::Exclusive, token, b"x");
+    let other = grant_proof(
+        &key(),
+        test_mac,
+        &GrantSubject {
+            partition: 1,
+            ..subj
+        },
+    );
+    let with = |proof| claim(LockKind::Rw, Held::Exclusive, b"x", token, proof);
+    assert_eq!(s.update_lock(c.get(), &with(other), 1), Err(Status::Einval));
+    let own = grant_proof(&key(), test_mac, &subj);
+    assert!(s.update_lock(c.get(), &with(own), 2).is_ok());
 }
 
 /// The thief: a client that really was registered with the failed server claims a

@@ -58,7 +58,7 @@ fn recovering_server_answers_not_ready_until_expected_clients_resync() {
     );
     let r = s.run(b, lock(LockKind::Atomic, LockOp::TryExclusive, lb, 10), 1);
     assert_eq!(r.status, Status::Success);
-    assert!(r.aux > old_token && FencingToken(r.aux).epoch() == 2);
+    assert!(r.aux > old_token && FencingToken(r.aux).standalone_epoch() == 2);
 }
 
 #[test]

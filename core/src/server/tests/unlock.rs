@@ -54,6 +54,7 @@ fn run_with(
         expire_ms: 60_000,
         ticket,
         wait_ms: 0,
+        partition_epoch: 0,
     });
     let mut r = [CommandResult {
         status: Status::Success,
