@@ -179,6 +179,41 @@ fn a_drop_error_goes_to_the_hook_by_the_next_call_not_a_panic() {
     assert_eq!(*seen.lock().unwrap(), vec![("unlock", Status::Fail)]);
 }
 
+/// A drop whose unlock could not be sent leaves the client's record saying "held" with no
+/// guard left. Asked for the lock again, the record alone would answer a re-entry with the old
+/// grant's token, without the server; the handle gives that grant back first, so the new guard
+/// stands for a new grant.
+#[test]
+fn a_grant_whose_unlock_never_left_is_not_handed_out_again() {
+    let s = server(false);
+    let (c, gate) = gated_client(&Endpoint::embedded(&s), Duration::from_secs(60));
+    let a = Locks::from(c);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&seen);
+    a.set_drop_hook(move |e| sink.lock().unwrap().push(e.operation()));
+    let (x, y) = (a.rw("x").unwrap(), a.atomic("y").unwrap());
+    let (gx, gy) = (x.try_write().unwrap(), y.try_lock(LEASE).unwrap());
+    let (old_x, old_y) = (gx.token(), gy.token());
+    gate.fail_sends(true);
+    drop((gx, gy));
+    assert_eq!(*seen.lock().unwrap(), ["submit_unlock", "submit_unlock"]);
+    gate.fail_sends(false);
+    let again = x.try_write().unwrap();
+    assert!(
+        again.token() > old_x,
+        "a new grant, not the old one re-entered"
+    );
+    let set = a.try_lock_all([&y], LEASE, SetMode::AllOrNothing).unwrap();
+    assert!(set.token(0).is_some_and(|t| t > old_y));
+    // And the other client sees each lock held exactly by the new guards: freed by them.
+    let b = handle(&s);
+    assert!(b.rw("x").unwrap().try_write().unwrap_err().is_would_block());
+    again.unlock().unwrap();
+    set.unlock().unwrap();
+    let _bx = b.rw("x").unwrap().try_write().unwrap();
+    let _by = b.atomic("y").unwrap().try_lock(LEASE).unwrap();
+}
+
 #[test]
 fn a_guard_moves_to_another_thread_and_unlocks_there() {
     let s = server(false);

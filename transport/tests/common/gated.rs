@@ -1,8 +1,8 @@
 //! A real link whose data replies a test can hold back: requests reach the server at once, but
 //! while the gate is closed the client sees no reply, and every wait for one is counted. A
 //! test proves with it that a call did not wait for a reply (the count stays zero), or holds a
-//! caller inside a network wait for as long as it likes. Each test file uses a different
-//! subset, hence the allow.
+//! caller inside a network wait for as long as it likes; it can also make sends fail, as over a
+//! connection that was lost. Each test file uses a different subset, hence the allow.
 #![allow(dead_code)]
 
 use std::io;
@@ -24,6 +24,8 @@ pub struct Gate {
     waits: AtomicUsize,
     /// Set when a caller is inside such a wait.
     waiting: AtomicBool,
+    /// Data messages fail to send (the connection looks lost) while set.
+    failing: AtomicBool,
 }
 
 impl Gate {
@@ -34,6 +36,11 @@ impl Gate {
     pub fn open(&self) {
         *self.closed.lock().unwrap() = false;
         self.opened.notify_all();
+    }
+
+    /// Makes every data send fail (`fail`) or work again.
+    pub fn fail_sends(&self, fail: bool) {
+        self.failing.store(fail, Ordering::SeqCst);
     }
 
     fn is_closed(&self) -> bool {
@@ -114,6 +121,12 @@ impl Connection for Gated {
     }
 
     fn send_data(&mut self, req: &[u8]) -> io::Result<u64> {
+        if self.gate.failing.load(Ordering::SeqCst) {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                "gated: sends fail",
+            ));
+        }
         self.inner.send_data(req)
     }
 

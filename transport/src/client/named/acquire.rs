@@ -7,9 +7,11 @@
 //! 1. take a turn on the client and settle it (`turn.rs`);
 //! 2. if a guard of this handle holds the lock in a mode that excludes the one asked: a `try_`
 //!    is `WouldBlock`; a wait gives the client back and waits for that guard (or its deadline);
-//! 3. ask the server: a trylock, or a lock that waits on the server (atomic and RW: at most one
+//! 3. if the client's record holds a grant no guard stands for (an unlock that never reached
+//!    the server), give it back first: a guard always stands for a grant made for it;
+//! 4. ask the server: a trylock, or a lock that waits on the server (atomic and RW: at most one
 //!    20 ms slice, then back to 1 with the client given back between; fair: the whole wait);
-//! 4. a grant becomes a guard before anything else can happen (so a future dropped after it
+//! 5. a grant becomes a guard before anything else can happen (so a future dropped after it
 //!    drops a guard, which unlocks).
 
 use std::future::poll_fn;
@@ -106,6 +108,9 @@ impl<C: Connection> Named<C> {
                 turn = locks.turn();
                 continue;
             }
+            if turn.stale(self.id) {
+                turn.client().unlock(self.id).map(drop)?;
+            }
             let answer = match self.server_wait(deadline, now) {
                 None => turn.client().trylock(self.id, ask.mode, ask.lease_ms),
                 Some(w) => turn.client().lock(self.id, ask.mode, ask.lease_ms, w),
@@ -140,6 +145,12 @@ impl<C: Connection> Named<C> {
                 }
                 turn = poll_fn(|cx| locks.poll_turn(cx)).await;
                 continue;
+            }
+            if turn.stale(self.id) {
+                turn.expect(self.id, false);
+                let unlocked = turn.client().lock_async(self.id, AsyncOp::Unlock).await;
+                turn.answered();
+                unlocked.map(drop)?;
             }
             let op = match self.server_wait(deadline, now) {
                 None => AsyncOp::Lock(ask.mode, ask.lease_ms),

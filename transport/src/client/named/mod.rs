@@ -486,8 +486,9 @@ impl<C: Connection> Locks<C> {
     /// [`SetMode::AllOrNothing`]: either every lock is granted or the call fails and none
     /// stays held (each message is undone by the server itself, and the messages before it are
     /// unlocked). [`SetMode::PerItem`]: the set holds what was granted ([`GuardSet::token`]
-    /// says which; a refused fair lock keeps its place, as after `try_write`); the call fails
-    /// only when a message fails as a whole, and then nothing stays held. A lock that a guard
+    /// says which; a refused fair lock keeps its place, as after `try_write`); the call fails,
+    /// with nothing held, when a message fails as a whole or a lock is refused for another
+    /// reason than being busy (the server no longer knows the client, say). A lock that a guard
     /// of this handle holds in a conflicting mode counts as busy. `Invalid` for a lock of
     /// another handle or a lock listed twice.
     pub fn try_lock_all<'a, E>(

@@ -23,7 +23,9 @@ use crate::client::link::Link;
 pub enum SetMode {
     /// Every lock is granted, or the call fails and none stays held.
     AllOrNothing,
-    /// Each lock is granted or refused on its own; the set holds those granted.
+    /// Each lock is granted, or refused because it is busy, on its own; the set holds those
+    /// granted. A refusal for any other reason (the client unknown to the server, a full table,
+    /// a lock invalid for this client) fails the call, as it would fail the next one.
     PerItem,
 }
 
@@ -124,6 +126,14 @@ pub(super) fn try_lock_all<'a, C: Connection + 'a, E: Into<SetEntry<'a, C>>>(
     if all_or_nothing && refused.is_some() {
         return Err(op.err(Status::Fail));
     }
+    // A grant left behind by an unlock that never reached the server is given back first
+    // (see `Turn::stale`).
+    for &i in &asked {
+        let id = set.entries[i].0.id;
+        if turn.stale(id) {
+            turn.client().unlock(id).map(drop)?;
+        }
+    }
     let mut requests = [(NO_LOCK, Mode::Exclusive, 0); BATCH_MAX];
     let mut out = [Err(Status::Einval); BATCH_MAX];
     for chunk in asked.chunks(BATCH_MAX) {
@@ -160,15 +170,19 @@ pub(super) fn try_lock_all<'a, C: Connection + 'a, E: Into<SetEntry<'a, C>>>(
     match refused {
         // The set's drop unlocks the messages granted before the refused one.
         Some(s) if all_or_nothing => Err(op.err(s)),
+        // Not busy: a set that hid it (say, every entry refused because the server no longer
+        // knows this client) would read as "all busy" to a caller who should reconnect.
+        Some(s) if !op.err(s).is_would_block() => Err(op.err(s)),
         _ => Ok(set),
     }
 }
 
 /// Notes `s` as the reason a lock was refused, unless a better one is known: in an undone
 /// all-or-nothing message the entries that had worked say `Eagain`, so any other status is the
-/// real reason.
+/// real reason; and a status that is not "busy" says more than one that is.
 fn blame(refused: &mut Option<Status>, s: Status) {
-    if refused.is_none_or(|r| r == Status::Eagain) {
+    let busy = |s: Status| Op::BatchTryLock.err(s).is_would_block();
+    if refused.is_none_or(|r| r == Status::Eagain || (busy(r) && !busy(s))) {
         *refused = Some(s);
     }
 }

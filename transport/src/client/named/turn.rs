@@ -122,6 +122,19 @@ impl<C: Connection> Turn<C> {
         self.locks.state().unhold(id);
     }
 
+    /// Whether the client's record says `id` is held while no guard of the handle holds it: an
+    /// unlock that never reached the server (its send failed, reported to the drop hook) left
+    /// the grant behind. Asked for the lock again, the record would answer a re-entry by
+    /// itself, with the old grant's token and without the server; the caller gives the grant
+    /// back first instead, so that every guard stands for a grant the server made for it.
+    pub(super) fn stale(&mut self, id: LockId) -> bool {
+        let recorded = self
+            .client()
+            .local_lock(id)
+            .and_then(|l| l.state.held_mode());
+        recorded.is_some() && !self.locks.state().held.contains_key(&id)
+    }
+
     /// `id` is to be unlocked (a grant or a fair ticket nobody will use); sent before the
     /// client is given back.
     pub(super) fn queue_unlock(&self, id: LockId) {
