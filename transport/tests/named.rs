@@ -167,7 +167,17 @@ fn an_explicit_unlock_reports_a_grant_lost_to_expiry() {
 #[test]
 fn a_drop_error_goes_to_the_hook_by_the_next_call_not_a_panic() {
     let s = server(false);
-    let (a, seen) = handle_with_hook(&s);
+    let a = handle(&s);
+    let seen: Seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&seen);
+    // The hook may use the handle: it runs once the call that met the error is done with the
+    // client. (It keeps the handle alive for ever: a test may leak it.)
+    let user = a.clone();
+    a.set_drop_hook(move |e| {
+        user.heartbeat()
+            .expect("the handle is usable from its hook");
+        sink.lock().unwrap().push((e.operation(), e.status()));
+    });
     let b = handle(&s);
     let (xa, xb) = (a.atomic("x").unwrap(), b.atomic("x").unwrap());
     let g = xa.try_lock(Duration::from_millis(20)).unwrap();

@@ -213,6 +213,43 @@ extend!(FairLockReadGuard);
 guard! {
     /// A fair lock held exclusive ([`FairLock`](super::FairLock)'s `try_write`, `write`,
     /// `write_async`); unlocked when dropped.
+    ///
+    /// ```
+    /// # use dlock_core::Config;
+    /// # use dlock_transport::runtime::{ServerConfig, ServerHandle};
+    /// # let server = ServerHandle::start(ServerConfig::new(Config {
+    /// #     locks_max: 64, clients_max: 4, objects_max: 4, ..Config::default()
+    /// # }))?;
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     struct Unpark(std::thread::Thread);
+    /// #     impl std::task::Wake for Unpark {
+    /// #         fn wake(self: std::sync::Arc<Self>) { self.0.unpark() }
+    /// #     }
+    /// #     let waker = std::sync::Arc::new(Unpark(std::thread::current())).into();
+    /// #     let mut cx = std::task::Context::from_waker(&waker);
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     loop {
+    /// #         match f.as_mut().poll(&mut cx) {
+    /// #             std::task::Poll::Ready(v) => return v,
+    /// #             std::task::Poll::Pending => std::thread::park(),
+    /// #         }
+    /// #     }
+    /// # }
+    /// use std::time::Duration;
+    /// use dlock_transport::client::{ClientConfig, Endpoint, LockOptions, Locks};
+    ///
+    /// let locks = Locks::connect(ClientConfig::new(Endpoint::embedded(&server)))?;
+    /// let queue = locks.fair("jobs")?;
+    /// let opts = LockOptions::new(Duration::from_secs(2)).with_wait(Duration::from_secs(1));
+    /// block_on(async {
+    ///     let mut writer = queue.write_async(opts).await?; // waits in line, in order
+    ///     writer.extend(Duration::from_secs(10))?; // a longer job than planned
+    ///     writer.unlock_async().await
+    /// })?;
+    /// # drop((queue, locks));
+    /// # server.stop();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     FairLockWriteGuard
 }
 extend!(FairLockWriteGuard);

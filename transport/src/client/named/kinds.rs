@@ -3,7 +3,8 @@
 //!
 //! All three wrap one [`Named`] (the handle, id, kind and name) behind an `Arc`: cloning a
 //! handle is a reference count, and the client's reference on the server is released when the
-//! last clone and the last guard of the name are gone.
+//! last clone and the last guard of the name are gone. Their waiting calls take
+//! [`LockOptions`] where a grant has a lease, a bare wait where it has none (RW).
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,8 +17,42 @@ use super::guard::{
     AtomicLockGuard, FairLockReadGuard, FairLockWriteGuard, RwLockReadGuard, RwLockWriteGuard,
 };
 use super::turn::release_reference;
-use super::{Connection, Error, LockOptions, Locks};
+use super::{Connection, Error, Locks};
 use crate::client::link::Link;
+
+/// How long a grant lasts and how long to wait for it: the two durations of a waiting request,
+/// named so that they cannot be given in the wrong order.
+///
+/// ```
+/// use std::time::Duration;
+/// use dlock_transport::client::LockOptions;
+///
+/// let opts = LockOptions::new(Duration::from_secs(30)).with_wait(Duration::from_secs(1));
+/// assert_eq!(opts, LockOptions { lease: Duration::from_secs(30), wait: Duration::from_secs(1) });
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LockOptions {
+    /// How long the grant lasts unless extended. Not zero.
+    pub lease: Duration,
+    /// How long the request may wait on the server for the lock; zero asks once (and still
+    /// gives the server a millisecond).
+    pub wait: Duration,
+}
+
+impl LockOptions {
+    /// A grant of `lease`, asked for once (no wait).
+    pub const fn new(lease: Duration) -> LockOptions {
+        LockOptions {
+            lease,
+            wait: Duration::ZERO,
+        }
+    }
+
+    /// The same, waiting up to `wait` for the lock.
+    pub const fn with_wait(self, wait: Duration) -> LockOptions {
+        LockOptions { wait, ..self }
+    }
+}
 
 /// One lock name on one handle.
 pub(super) struct Named<C: Connection> {
@@ -157,6 +192,43 @@ impl<C: Connection> AtomicLock<C> {
     }
 
     /// [`AtomicLock::lock`] as a future, for any executor; it holds no thread while it waits.
+    ///
+    /// ```
+    /// # use dlock_core::Config;
+    /// # use dlock_transport::runtime::{ServerConfig, ServerHandle};
+    /// # let server = ServerHandle::start(ServerConfig::new(Config {
+    /// #     locks_max: 64, clients_max: 4, objects_max: 4, ..Config::default()
+    /// # }))?;
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     struct Unpark(std::thread::Thread);
+    /// #     impl std::task::Wake for Unpark {
+    /// #         fn wake(self: std::sync::Arc<Self>) { self.0.unpark() }
+    /// #     }
+    /// #     let waker = std::sync::Arc::new(Unpark(std::thread::current())).into();
+    /// #     let mut cx = std::task::Context::from_waker(&waker);
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     loop {
+    /// #         match f.as_mut().poll(&mut cx) {
+    /// #             std::task::Poll::Ready(v) => return v,
+    /// #             std::task::Poll::Pending => std::thread::park(),
+    /// #         }
+    /// #     }
+    /// # }
+    /// use std::time::Duration;
+    /// use dlock_transport::client::{ClientConfig, Endpoint, LockOptions, Locks};
+    ///
+    /// let locks = Locks::connect(ClientConfig::new(Endpoint::embedded(&server)))?;
+    /// let rg = locks.atomic("orders/rg-17")?;
+    /// let opts = LockOptions::new(Duration::from_secs(5)).with_wait(Duration::from_secs(1));
+    /// block_on(async {
+    ///     let guard = rg.lock_async(opts).await?;
+    ///     // ... writes carrying guard.token(), across .await points ...
+    ///     guard.unlock_async().await
+    /// })?;
+    /// # drop((rg, locks));
+    /// # server.stop();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub async fn lock_async(&self, opts: LockOptions) -> Result<AtomicLockGuard<C>, Error> {
         let ask = Ask::waiting(Mode::Exclusive, Some(opts.lease), opts.wait)?;
         self.0.acquire_async(ask).await.map(AtomicLockGuard)
@@ -164,7 +236,30 @@ impl<C: Connection> AtomicLock<C> {
 }
 
 /// A reader-writer lock: shared or exclusive, a grant lasting while the client's lease does
-/// ([`Locks::rw`]; example there).
+/// ([`Locks::rw`] has an example of the blocking calls, [`RwLockWriteGuard`] of the async
+/// ones).
+///
+/// ```
+/// # use dlock_core::Config;
+/// # use dlock_transport::runtime::{ServerConfig, ServerHandle};
+/// # let server = ServerHandle::start(ServerConfig::new(Config {
+/// #     locks_max: 64, clients_max: 4, objects_max: 4, ..Config::default()
+/// # }))?;
+/// use std::time::Duration;
+/// use dlock_transport::client::{ClientConfig, Endpoint, Locks};
+///
+/// let (a, b) = (
+///     Locks::connect(ClientConfig::new(Endpoint::embedded(&server)))?,
+///     Locks::connect(ClientConfig::new(Endpoint::embedded(&server)))?,
+/// );
+/// let (ta, tb) = (a.rw("t1")?, b.rw("t1")?);
+/// let reader = ta.read(Duration::from_secs(1))?;
+/// assert!(tb.try_write().unwrap_err().is_would_block());
+/// let other_reader = tb.try_read()?; // readers share
+/// # drop((reader, other_reader, ta, tb, a, b));
+/// # server.stop();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct RwLock<C: Connection = Link>(pub(super) Arc<Named<C>>);
 handle!(RwLock);
 

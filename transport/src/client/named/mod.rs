@@ -55,8 +55,8 @@
 //! An atomic lock has no shared mode, so its handle has no `read` and a set takes it without
 //! one: asking for a shared grant does not compile. An RW grant has no lease of its own on the
 //! server (it lasts while the client's does, [`Locks::heartbeat`]), so RW calls take none and
-//! RW guards have no `extend`. (The compile-fail doc tests of `a_kind_error_does_not_compile`
-//! in this file check each of these.)
+//! RW guards have no `extend`. (The compile-fail doc tests of
+//! `claims::a_kind_error_does_not_compile` check each of these.)
 //!
 //! Waiting calls take [`LockOptions`] (`lease` and `wait` named, so the two durations cannot be
 //! swapped); every duration becomes the protocol's milliseconds by the core's one rule
@@ -158,6 +158,7 @@
 //! lock may still say "held"; connect a new handle rather than go on with this one.
 
 mod acquire;
+mod claims;
 mod guard;
 mod kinds;
 mod set;
@@ -176,7 +177,7 @@ use dlock_core::{ClientId, LockId, LockKind, Mode, Status};
 pub use guard::{
     AtomicLockGuard, FairLockReadGuard, FairLockWriteGuard, RwLockReadGuard, RwLockWriteGuard,
 };
-pub use kinds::{AtomicLock, FairLock, RwLock};
+pub use kinds::{AtomicLock, FairLock, LockOptions, RwLock};
 pub use set::{GuardSet, SetEntry, SetMode};
 
 use super::error::{Error, Op};
@@ -187,40 +188,6 @@ use turn::Orphan;
 
 /// Where errors that a drop cannot return go.
 type DropHook = Arc<dyn Fn(&Error) + Send + Sync>;
-
-/// How long a grant lasts and how long to wait for it: the two durations of a waiting request,
-/// named so that they cannot be given in the wrong order.
-///
-/// ```
-/// use std::time::Duration;
-/// use dlock_transport::client::LockOptions;
-///
-/// let opts = LockOptions::new(Duration::from_secs(30)).with_wait(Duration::from_secs(1));
-/// assert_eq!(opts, LockOptions { lease: Duration::from_secs(30), wait: Duration::from_secs(1) });
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct LockOptions {
-    /// How long the grant lasts unless extended. Not zero.
-    pub lease: Duration,
-    /// How long the request may wait on the server for the lock; zero asks once (and still
-    /// gives the server a millisecond).
-    pub wait: Duration,
-}
-
-impl LockOptions {
-    /// A grant of `lease`, asked for once (no wait).
-    pub const fn new(lease: Duration) -> LockOptions {
-        LockOptions {
-            lease,
-            wait: Duration::ZERO,
-        }
-    }
-
-    /// The same, waiting up to `wait` for the lock.
-    pub const fn with_wait(self, wait: Duration) -> LockOptions {
-        LockOptions { wait, ..self }
-    }
-}
 
 /// A handle on one client registration, for the native lock API. Cheap to clone; the clones
 /// share the registration, the guards' bookkeeping and the drop hook. Generic over the
@@ -267,6 +234,9 @@ struct State<C: Connection> {
     releases: Vec<LockId>,
     /// Tasks waiting for the client or for a guard of this handle to let go.
     wakers: Vec<Waker>,
+    /// Errors of drops (and of requests whose futures were dropped) met during a turn, for the
+    /// hook once the client is given back.
+    failures: Vec<Error>,
     hook: Option<DropHook>,
 }
 
@@ -358,6 +328,7 @@ impl<C: Connection> Locks<C> {
                     unlocks: Vec::new(),
                     releases: Vec::new(),
                     wakers: Vec::new(),
+                    failures: Vec::new(),
                     hook: None,
                 }),
                 changed: Condvar::new(),
@@ -414,15 +385,59 @@ impl<C: Connection> Locks<C> {
         Ok(Arc::new(Named::new(self.clone(), id, kind, name)))
     }
 
-    /// Sets where errors go that a drop cannot return (a guard's unlock, a name's release), for
-    /// this handle and its clones. The hook runs without the handle's bookkeeping locked, so it
-    /// may use the handle. The default logs a `tracing` warning.
+    /// Sets where errors go that a drop cannot return (a guard's unlock, a name's release, the
+    /// request of a future dropped before its answer), for this handle and its clones. The hook
+    /// hears of an error when the call that met it (usually the handle's next call) is done
+    /// with the client, on that call's thread and with nothing of the handle locked, so it may
+    /// use the handle. The default logs a `tracing` warning.
+    ///
+    /// ```
+    /// # use dlock_core::Config;
+    /// # use dlock_transport::runtime::{ServerConfig, ServerHandle};
+    /// # let server = ServerHandle::start(ServerConfig::new(Config {
+    /// #     locks_max: 64, clients_max: 4, objects_max: 4, ..Config::default()
+    /// # }))?;
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    /// use dlock_transport::client::{ClientConfig, Endpoint, ErrorKind, Locks};
+    ///
+    /// let a = Locks::connect(ClientConfig::new(Endpoint::embedded(&server)))?;
+    /// let b = Locks::connect(ClientConfig::new(Endpoint::embedded(&server)))?;
+    /// let lost = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = Arc::clone(&lost);
+    /// a.set_drop_hook(move |e| sink.lock().unwrap().push(e.kind()));
+    /// let guard = a.atomic("x")?.try_lock(Duration::from_millis(50))?;
+    /// std::thread::sleep(Duration::from_millis(200)); // the lease runs out,
+    /// let theirs = b.atomic("x")?.try_lock(Duration::from_secs(5))?; // and b takes the lock
+    /// drop(guard); // sends the unlock, which the server refuses: the grant is not a's any more
+    /// a.heartbeat()?; // a's next call reads the answer and tells the hook
+    /// assert_eq!(*lost.lock().unwrap(), [ErrorKind::NotHeld]);
+    /// # drop((theirs, a, b));
+    /// # server.stop();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn set_drop_hook(&self, hook: impl Fn(&Error) + Send + Sync + 'static) {
         self.state().hook = Some(Arc::new(hook));
     }
 
     /// Renews the client's lease, which keeps every RW grant of the registration (atomic and
     /// fair grants have leases of their own: their guards' `extend`).
+    ///
+    /// ```
+    /// # use dlock_core::Config;
+    /// # use dlock_transport::runtime::{ServerConfig, ServerHandle};
+    /// # let server = ServerHandle::start(ServerConfig::new(Config {
+    /// #     locks_max: 64, clients_max: 4, objects_max: 4, ..Config::default()
+    /// # }))?;
+    /// use dlock_transport::client::{ClientConfig, Endpoint, Locks};
+    ///
+    /// let locks = Locks::connect(ClientConfig::new(Endpoint::embedded(&server)))?;
+    /// let writer = locks.rw("t1")?.try_write()?;
+    /// locks.heartbeat()?; // well within the client's lease: the write grant stays
+    /// # drop((writer, locks));
+    /// # server.stop();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn heartbeat(&self) -> Result<(), Error> {
         let mut turn = self.turn();
         turn.settle();
@@ -438,8 +453,31 @@ impl<C: Connection> Locks<C> {
 
     /// Runs `f` on the client, for the reference-shaped calls this API does not cover (objects,
     /// stats, `reinit`), after the unlocks of dropped guards have been answered. Do not unlock
-    /// or release locks a guard or handle of this API holds: their drop would then fail. Waits
-    /// while another caller of the handle uses the client.
+    /// or release locks a guard or handle of this API holds: their drop would then fail; and
+    /// leave no pipelined batch or asynchronous operation outstanding (the handle's next call
+    /// would finish it and drop its result). Waits while another caller of the handle uses the
+    /// client.
+    ///
+    /// ```
+    /// # use dlock_core::Config;
+    /// # use dlock_transport::runtime::{ServerConfig, ServerHandle};
+    /// # let server = ServerHandle::start(ServerConfig::new(Config {
+    /// #     locks_max: 64, clients_max: 4, objects_max: 4, ..Config::default()
+    /// # }))?;
+    /// use dlock_transport::client::{ClientConfig, Endpoint, Locks};
+    ///
+    /// let locks = Locks::connect(ClientConfig::new(Endpoint::embedded(&server)))?;
+    /// // Transaction ids come from an object, which the reference-shaped client reaches.
+    /// let xid = locks.with_client(|c| {
+    ///     c.atomic64_create(b"txn-id", 1, 30)?;
+    ///     let id = c.atomic64_get(b"txn-id", 30)?;
+    ///     c.atomic64_faa(id, 1)
+    /// })?;
+    /// assert_eq!(xid, 1);
+    /// # drop(locks);
+    /// # server.stop();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn with_client<R>(&self, f: impl FnOnce(&mut Client<C>) -> R) -> R {
         let mut turn = self.turn();
         turn.settle();
@@ -514,12 +552,27 @@ impl<C: Connection> Locks<C> {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Tells the drop hook (or the log) about an error no caller can receive.
-    fn report(&self, e: &Error) {
-        let hook = self.state().hook.clone();
-        match hook {
-            Some(hook) => hook(e),
-            None => tracing::warn!(error = %e, "dlock: error in a drop"),
+    /// Keeps an error no caller can receive for the drop hook, which hears of it when the turn
+    /// that met it has given the client back ([`Locks::tell_hook`]).
+    fn report(&self, e: Error) {
+        self.state().failures.push(e);
+    }
+
+    /// Tells the drop hook (or the log) about the errors reported meanwhile. Called with the
+    /// client given back and nothing locked, so the hook may use the handle.
+    fn tell_hook(&self) {
+        let (failures, hook) = {
+            let mut st = self.state();
+            if st.failures.is_empty() {
+                return;
+            }
+            (std::mem::take(&mut st.failures), st.hook.clone())
+        };
+        for e in &failures {
+            match &hook {
+                Some(hook) => hook(e),
+                None => tracing::warn!(error = %e, "dlock: error in a drop"),
+            }
         }
     }
 
@@ -536,68 +589,3 @@ fn lease_ms(op: Op, lease: Duration) -> Result<u32, Error> {
     }
     Ok(dlock_core::time::duration_to_ms(lease))
 }
-
-/// Claims the compiler checks: each example fails to compile, with the error named, because the
-/// kind of a lock is its handle's type.
-///
-/// An atomic lock has no shared mode, so its handle has no `try_read`:
-///
-/// ```compile_fail,E0599
-/// # fn f(locks: dlock_transport::client::Locks) -> Result<(), dlock_transport::client::Error> {
-/// let x = locks.atomic("x")?;
-/// let shared = x.try_read(std::time::Duration::from_secs(5))?;
-/// # Ok(()) }
-/// ```
-///
-/// Nor can a set ask for one (an atomic entry is the handle alone, exclusive):
-///
-/// ```compile_fail,E0277
-/// # fn f(locks: dlock_transport::client::Locks) -> Result<(), dlock_transport::client::Error> {
-/// use dlock_core::Mode;
-/// use dlock_transport::client::SetMode;
-/// let x = locks.atomic("x")?;
-/// let set = locks.try_lock_all([(&x, Mode::Shared)], std::time::Duration::from_secs(5), SetMode::PerItem)?;
-/// # Ok(()) }
-/// ```
-///
-/// An RW grant has no lease of its own, so an RW guard has no `extend`:
-///
-/// ```compile_fail,E0599
-/// # fn f(locks: dlock_transport::client::Locks) -> Result<(), dlock_transport::client::Error> {
-/// let mut w = locks.rw("t")?.try_write()?;
-/// w.extend(std::time::Duration::from_secs(5))?;
-/// # Ok(()) }
-/// ```
-///
-/// And the same calls with the kinds that have them compile:
-///
-/// ```
-/// # fn f(locks: dlock_transport::client::Locks) -> Result<(), dlock_transport::client::Error> {
-/// use dlock_core::Mode;
-/// use dlock_transport::client::SetMode;
-/// let lease = std::time::Duration::from_secs(5);
-/// let (x, f) = (locks.fair("x")?, locks.fair("f")?);
-/// let shared = x.try_read(lease)?;
-/// let set = locks.try_lock_all([(&f, Mode::Shared)], lease, SetMode::PerItem)?;
-/// let mut w = locks.atomic("t")?.try_lock(lease)?;
-/// w.extend(lease)?;
-/// # drop((shared, set)); Ok(()) }
-/// ```
-#[cfg(doctest)]
-pub fn a_kind_error_does_not_compile() {}
-
-/// Handles, typed handles, guards and sets over a real link cross threads and are shared
-/// between them.
-const _: () = {
-    const fn is_send_sync<T: Send + Sync>() {}
-    is_send_sync::<Locks>();
-    is_send_sync::<AtomicLock>();
-    is_send_sync::<RwLock>();
-    is_send_sync::<FairLock>();
-    is_send_sync::<AtomicLockGuard>();
-    is_send_sync::<RwLockReadGuard>();
-    is_send_sync::<RwLockWriteGuard>();
-    is_send_sync::<FairLockReadGuard>();
-    is_send_sync::<FairLockWriteGuard>();
-    is_send_sync::<GuardSet>();
-};

@@ -74,6 +74,37 @@ impl<C: Connection> fmt::Debug for SetEntry<'_, C> {
 }
 
 /// Grants of several locks, released together when dropped ([`Locks::try_lock_all`]).
+///
+/// ```
+/// # use dlock_core::Config;
+/// # use dlock_transport::runtime::{ServerConfig, ServerHandle};
+/// # let server = ServerHandle::start(ServerConfig::new(Config {
+/// #     locks_max: 64, clients_max: 4, objects_max: 4, ..Config::default()
+/// # }))?;
+/// use std::time::Duration;
+/// use dlock_core::Mode;
+/// use dlock_transport::client::{ClientConfig, Endpoint, Locks, SetEntry, SetMode};
+///
+/// let (a, b) = (
+///     Locks::connect(ClientConfig::new(Endpoint::embedded(&server)))?,
+///     Locks::connect(ClientConfig::new(Endpoint::embedded(&server)))?,
+/// );
+/// let (xid, table, queue) = (a.atomic("xid")?, a.rw("t1")?, a.fair("q")?);
+/// let busy = b.rw("t1")?.try_write()?;
+/// let lease = Duration::from_secs(5);
+/// // Kinds mix in one set: an atomic lock as it is, the others with a mode.
+/// let entries: [SetEntry; 3] = [(&xid).into(), (&table, Mode::Shared).into(), (&queue, Mode::Exclusive).into()];
+/// let mut set = a.try_lock_all(entries, lease, SetMode::PerItem)?;
+/// // Counted by entry, in the order asked: the table is the one refused.
+/// assert_eq!(set.len(), 3);
+/// let granted: Vec<bool> = set.tokens().map(|t| t.is_some()).collect();
+/// assert_eq!(granted, [true, false, true]);
+/// set.extend(Duration::from_secs(30))?; // leases of the atomic and fair grants
+/// set.unlock()?; // or drop it
+/// # drop((busy, xid, table, queue, a, b));
+/// # server.stop();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[must_use = "dropping a guard set unlocks at once"]
 pub struct GuardSet<C: Connection = Link> {
     locks: Locks<C>,

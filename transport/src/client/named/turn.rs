@@ -178,7 +178,7 @@ impl<C: Connection> Turn<C> {
             // A refusal or a timeout of a request nobody waits for any more is no news (a fair
             // ticket it leaves is the registration's, as after any fair try).
             Err(e) if o.acquire && e.kind() != super::super::ErrorKind::Disconnected => {}
-            Err(e) => self.locks.report(&e),
+            Err(e) => self.locks.report(e),
             Ok(_) => {}
         }
     }
@@ -211,7 +211,7 @@ impl<C: Connection> Turn<C> {
             if let Err(e) = sent {
                 // Not sent, and the records say held: the grants stay on the server until the
                 // lease ends (or, for RW, the client's does). Only the hook can hear of it.
-                self.locks.report(&e);
+                self.locks.report(e);
             }
         }
     }
@@ -225,10 +225,10 @@ impl<C: Connection> Turn<C> {
             Wait::Wake(w) => ready!(self.client().poll_complete(&mut out, w)),
         };
         match done {
-            Err(e) => self.locks.report(&e),
+            Err(e) => self.locks.report(e),
             Ok(n) => {
                 for s in out[..n].iter().filter_map(|r| r.err()) {
-                    self.locks.report(&Op::Unlock.err(s));
+                    self.locks.report(Op::Unlock.err(s));
                 }
             }
         }
@@ -248,7 +248,7 @@ impl<C: Connection> Turn<C> {
                 }
             };
             if let Err(e) = release_reference(self.client(), id) {
-                self.locks.report(&e);
+                self.locks.report(e);
             }
         }
     }
@@ -295,6 +295,7 @@ impl<C: Connection> Drop for Turn<C> {
             let _ = self.drive(Wait::Block, Upto::Flush);
         }
         self.locks.notify();
+        self.locks.tell_hook();
     }
 }
 
