@@ -201,22 +201,40 @@ fn a_grant_whose_unlock_never_left_is_not_handed_out_again() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&seen);
     a.set_drop_hook(move |e| sink.lock().unwrap().push(e.operation()));
-    let (x, y) = (a.rw("x").unwrap(), a.atomic("y").unwrap());
+    let (x, y, z) = (
+        a.rw("x").unwrap(),
+        a.atomic("y").unwrap(),
+        a.atomic("z").unwrap(),
+    );
     let (gx, gy) = (x.try_write().unwrap(), y.try_lock(LEASE).unwrap());
+    let gz = z.try_lock(Duration::from_millis(20)).unwrap();
     let (old_x, old_y) = (gx.token(), gy.token());
     gate.fail_sends(true);
-    drop((gx, gy));
-    assert_eq!(*seen.lock().unwrap(), ["submit_unlock", "submit_unlock"]);
+    drop((gx, gy, gz));
+    assert_eq!(*seen.lock().unwrap(), ["submit_unlock"; 3]);
     gate.fail_sends(false);
     let again = x.try_write().unwrap();
     assert!(
         again.token() > old_x,
         "a new grant, not the old one re-entered"
     );
+    // A stale grant lost meanwhile (its lease ran out, another client took the lock and let it
+    // go) is simply forgotten: the server says it is not held, and the request goes on.
+    thread::sleep(Duration::from_millis(100));
+    let b = handle(&s);
+    b.atomic("z")
+        .unwrap()
+        .try_lock(LEASE)
+        .unwrap()
+        .unlock()
+        .unwrap();
+    drop(
+        z.try_lock(LEASE)
+            .expect("a lost stale grant does not fail the request"),
+    );
     let set = a.try_lock_all([&y], LEASE, SetMode::AllOrNothing).unwrap();
     assert!(set.token(0).is_some_and(|t| t > old_y));
     // And the other client sees each lock held exactly by the new guards: freed by them.
-    let b = handle(&s);
     assert!(b.rw("x").unwrap().try_write().unwrap_err().is_would_block());
     again.unlock().unwrap();
     set.unlock().unwrap();

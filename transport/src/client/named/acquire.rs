@@ -27,7 +27,7 @@ use super::kinds::Named;
 use super::turn::Turn;
 use super::turn::wait_in;
 use super::{Connection, Error, Locks, Op, lease_ms, timer};
-use crate::client::{AsyncOp, Grant};
+use crate::client::{AsyncOp, ErrorKind, Grant};
 
 /// The longest server-side wait of one request for an atomic or RW lock; the handle's other
 /// callers get the client between two such requests.
@@ -109,7 +109,7 @@ impl<C: Connection> Named<C> {
                 continue;
             }
             if turn.stale(self.id) {
-                turn.client().unlock(self.id).map(drop)?;
+                forgotten(turn.client().unlock(self.id))?;
             }
             let answer = match self.server_wait(deadline, now) {
                 None => turn.client().trylock(self.id, ask.mode, ask.lease_ms),
@@ -150,7 +150,7 @@ impl<C: Connection> Named<C> {
                 turn.expect(self.id, false);
                 let unlocked = turn.client().lock_async(self.id, AsyncOp::Unlock).await;
                 turn.answered();
-                unlocked.map(drop)?;
+                forgotten(unlocked)?;
             }
             let op = match self.server_wait(deadline, now) {
                 None => AsyncOp::Lock(ask.mode, ask.lease_ms),
@@ -239,6 +239,16 @@ impl<C: Connection> Named<C> {
         turn.client()
             .lock_extend(self.id, mode, duration_to_ms(lease))
             .map(drop)
+    }
+}
+
+/// The answer to giving back a stale grant (see [`Turn::stale`]): done, also when the server
+/// says it is not held any more (its lease ran out meanwhile: the record has forgotten it
+/// now), or the error that stopped it.
+pub(super) fn forgotten<T>(unlocked: Result<T, Error>) -> Result<(), Error> {
+    match unlocked {
+        Err(e) if e.kind() != ErrorKind::NotHeld => Err(e),
+        _ => Ok(()),
     }
 }
 

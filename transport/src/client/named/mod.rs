@@ -7,9 +7,9 @@
 //! ([`GuardSet`]), and the bookkeeping that lets any number of threads and tasks share one
 //! registration. It drives a reference-shaped [`Client`] over any [`Connection`], so the
 //! simulators drive guards through the same code as a real link. It uses the client's public
-//! calls, plus four crate-internal ones made for it: the client's clock, finishing an
-//! asynchronous operation a dropped future left behind (blocking or polled), and completing a
-//! pipelined batch without waiting.
+//! calls, plus a few crate-internal ones made for it: the client's clock, whether an
+//! asynchronous operation is outstanding and finishing one a dropped future left behind
+//! (blocking or polled), and completing a pipelined batch without waiting.
 //!
 //! ```
 //! use std::time::Duration;
@@ -93,6 +93,11 @@
 //! ends: give threads that wait on contended fair locks a handle of their own). Use `unlock()`
 //! (or `unlock_async().await`) to wait for the unlock and see its error.
 //!
+//! An unlock that cannot be sent (the connection failed) goes to the hook too, and the grant
+//! stays on the server until the client's lease ends. The client's record still says "held"
+//! then; the handle's next request for that lock gives the grant back before it asks, so a
+//! guard always stands for a grant the server made for it, never for a stale one re-entered.
+//!
 //! # Sharing one registration
 //!
 //! A [`Client`] is one registration used by one caller at a time (`&mut self`). A [`Locks`]
@@ -143,6 +148,13 @@
 //! may go past it, so each try given back at once would cost every waiter behind it up to two
 //! seconds, and a caller retrying a try would queue behind its own abandoned tickets each
 //! time. Kept and reused, the ticket is served in its turn.
+//!
+//! # Names
+//!
+//! Resolving a name ([`Locks::atomic`], [`Locks::rw`], [`Locks::fair`]) is a control exchange
+//! and blocks; so is releasing one, which the handle does at the start of its next call once
+//! the last handle on the name is gone (a drop does not wait for it). Async code resolves its
+//! names once and keeps the handles: a handle is cheap to clone and to keep.
 //!
 //! # Allocation
 //!

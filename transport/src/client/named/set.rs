@@ -14,6 +14,7 @@ use std::time::Duration;
 use dlock_core::config::BATCH_MAX;
 use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
 
+use super::acquire::forgotten;
 use super::kinds::Named;
 use super::{AtomicLock, Connection, Error, FairLock, Locks, Op, RwLock, lease_ms};
 use crate::client::link::Link;
@@ -162,7 +163,7 @@ pub(super) fn try_lock_all<'a, C: Connection + 'a, E: Into<SetEntry<'a, C>>>(
     for &i in &asked {
         let id = set.entries[i].0.id;
         if turn.stale(id) {
-            turn.client().unlock(id).map(drop)?;
+            forgotten(turn.client().unlock(id))?;
         }
     }
     let mut requests = [(NO_LOCK, Mode::Exclusive, 0); BATCH_MAX];
