@@ -16,6 +16,7 @@
 //! | [`proto`]  | control and data frames, encoded into and decoded from caller buffers  |
 //! | [`server`] | the state machine (`handle_control`, `handle_data`) and the rules of who may send what (`dispatch`, `route`, `control`) |
 //! | [`client`] | the client's record of one lock and its (state × operation) decisions  |
+//! | [`time`]   | durations as the protocol carries them: one rounding rule              |
 //! | [`cluster`] | partitions, the map, epochs, rebalancing and the timing rules of a cluster |
 //! | [`manager`] | cached grants and their revocation, lock value blocks, retained locks |
 //!
@@ -70,6 +71,7 @@ pub mod proto;
 pub mod server;
 pub mod status;
 pub mod table;
+pub mod time;
 pub mod word;
 
 pub use config::Config;

@@ -208,9 +208,10 @@ impl IdConfig {
         Self::named(b"csn")
     }
 
-    /// The object lease in the whole seconds the wire carries, rounded up.
+    /// The object lease in the whole seconds the wire carries (the core's one rounding rule:
+    /// up, saturating).
     fn object_lease_s(&self) -> u32 {
-        u32::try_from(self.object_lease.as_millis().div_ceil(1_000)).unwrap_or(u32::MAX)
+        dlock_core::time::duration_to_s(self.object_lease)
     }
 
     /// Checks every field; `Err(Status::Einval)` when one is out of range.

@@ -13,7 +13,12 @@
 //! through the real `reinit`, `update_all_locks` and `reinit_done` (what it claims, and whether
 //! its lease lapsed, is the client's own decision).
 //!
-//! After every step an oracle checks what the clients *believe*, from their own records: never
+//! Some processes use the native API instead (`sim_client/native.rs`): a `Locks` over the same
+//! connection, typed handles, guards held across steps, blocking and async calls, sets, and
+//! drops that send their unlocks without reading the answers.
+//!
+//! After every step an oracle checks what the clients *believe*, from their own records (a
+//! native process: from its live guards): never
 //! two exclusive holders (or a writer beside readers) of one lock among clients whose lease and
 //! grant are both still running; fencing tokens of one lock strictly increase; no FAA value is
 //! handed out twice. A failure prints the seed and step; `DLOCK_SIM_SEED=<seed> cargo test
@@ -36,6 +41,9 @@ use dlock_tests::sim::Rng;
 use dlock_tests::sim::rng::{seed_entropy, sim_entropy};
 use dlock_transport::Region;
 use dlock_transport::client::{AsyncOp, Client, ClientConfig, Connection, Endpoint};
+
+#[path = "sim_client/native.rs"]
+mod native;
 
 /// A message on its way.
 #[derive(Debug)]
@@ -73,6 +81,9 @@ struct Counts {
     crashes: u64,
     reinits: u64,
     parked: u64,
+    /// Guards (and sets) the native processes took, and dropped without an unlock's answer.
+    native_guards: u64,
+    native_drops: u64,
 }
 
 struct World<'r> {
@@ -424,6 +435,8 @@ impl Connection for SimConn<'_> {
 /// A simulated process: its client (none while crashed) and what the oracle needs of it.
 struct Proc<'r> {
     client: Option<Client<SimConn<'r>>>,
+    /// A process of the native API instead (every third one): its handle and guards.
+    native: Option<native::Native<'r>>,
     /// Sim time of the client's start (its records count from there).
     start_ms: u64,
     /// Sim time of the start of the last call the server answered: its lease runs from no
@@ -469,8 +482,24 @@ impl<'r> Sim<'r> {
         .with_timeout(Duration::from_millis(50))
     }
 
+    /// Whether process `p` uses the native API.
+    fn is_native(p: usize) -> bool {
+        p % 3 == 1
+    }
+
     fn start_client(&mut self, p: usize) {
         let now = self.now();
+        if Self::is_native(p) {
+            let started = native::Native::start(&self.world, self.names.len());
+            let proc = &mut self.procs[p];
+            if let Some((n, lease)) = started {
+                proc.native = Some(n);
+                proc.lease_ms = lease.as_millis() as u64;
+                proc.start_ms = now;
+                proc.lease_anchor_ms = now;
+            }
+            return;
+        }
         let conn = SimConn::new(Rc::clone(&self.world));
         let proc = &mut self.procs[p];
         proc.ids.clear();
@@ -489,6 +518,17 @@ impl<'r> Sim<'r> {
     /// One scheduled action of process `p`.
     fn act(&mut self, p: usize) -> Result<(), String> {
         let now = self.now();
+        if let Some(n) = self.procs[p].native.take() {
+            if self.rng.chance(3_000) {
+                n.crash(&self.world);
+                self.procs[p].down_until = now + self.rng.range(0, 2 * CLIENT_LEASE_MS);
+                self.world.borrow_mut().counts.crashes += 1;
+            } else {
+                self.procs[p].native = Some(n);
+                self.act_native(p, now);
+            }
+            return Ok(());
+        }
         if self.procs[p].client.is_none() {
             if now >= self.procs[p].down_until {
                 self.start_client(p);
@@ -683,10 +723,24 @@ impl<'r> Sim<'r> {
         let now = self.now();
         let mut holders: BTreeMap<usize, Vec<(usize, Mode)>> = BTreeMap::new();
         for (p, proc) in self.procs.iter().enumerate() {
-            let Some(c) = &proc.client else { continue };
             if now >= proc.lease_anchor_ms + proc.lease_ms {
                 continue; // its registration may be gone: it must not act on beliefs
             }
+            for b in proc.native.iter().flat_map(|n| n.beliefs()) {
+                if b.until.is_some_and(|until| now >= until) {
+                    continue;
+                }
+                holders.entry(b.k).or_default().push((p, b.mode));
+                observe(
+                    &mut self.tokens,
+                    &mut self.shown,
+                    &self.names,
+                    (p, b.k),
+                    b.mode,
+                    b.token,
+                )?;
+            }
+            let Some(c) = &proc.client else { continue };
             for (&k, &id) in &proc.ids {
                 let Some((_, l)) = c.locks().find(|(lid, _)| **lid == id) else {
                     continue;
@@ -699,28 +753,14 @@ impl<'r> Sim<'r> {
                     continue;
                 }
                 holders.entry(k).or_default().push((p, mode));
-                // A token this process has not shown for this lock is a new grant. Grants are
-                // seen when their replies land, so two shared grants may show in either order;
-                // but a grant that excludes another (either one exclusive) came after the
-                // other's belief ended, and must carry the higher token.
-                let token = l.token.0;
-                if self.shown.insert((p, k), token) != Some(token) {
-                    let (all, exclusive) = self.tokens.entry(k).or_insert((0, 0));
-                    let above = match mode {
-                        Mode::Exclusive => *all,
-                        Mode::Shared => *exclusive,
-                    };
-                    if token <= above {
-                        return Err(format!(
-                            "lock {}: a {mode:?} grant with token {token:#x} after {above:#x}",
-                            self.names[k].0
-                        ));
-                    }
-                    *all = (*all).max(token);
-                    if mode == Mode::Exclusive {
-                        *exclusive = token;
-                    }
-                }
+                observe(
+                    &mut self.tokens,
+                    &mut self.shown,
+                    &self.names,
+                    (p, k),
+                    mode,
+                    l.token.0,
+                )?;
             }
         }
         for (k, hs) in holders {
@@ -734,6 +774,39 @@ impl<'r> Sim<'r> {
         }
         Ok(())
     }
+}
+
+/// The oracle's check of one believed grant's token: a token this process has not shown for
+/// this lock is a new grant. Grants are seen when their replies land, so two shared grants may
+/// show in either order; but a grant that excludes another (either one exclusive) came after
+/// the other's belief ended, and must carry the higher token.
+fn observe(
+    tokens: &mut HashMap<usize, (u64, u64)>,
+    shown: &mut HashMap<(usize, usize), u64>,
+    names: &[(String, LockKind)],
+    (p, k): (usize, usize),
+    mode: Mode,
+    token: u64,
+) -> Result<(), String> {
+    if shown.insert((p, k), token) == Some(token) {
+        return Ok(());
+    }
+    let (all, exclusive) = tokens.entry(k).or_insert((0, 0));
+    let above = match mode {
+        Mode::Exclusive => *all,
+        Mode::Shared => *exclusive,
+    };
+    if token <= above {
+        return Err(format!(
+            "lock {}: a {mode:?} grant with token {token:#x} after {above:#x}",
+            names[k].0
+        ));
+    }
+    *all = (*all).max(token);
+    if mode == Mode::Exclusive {
+        *exclusive = token;
+    }
+    Ok(())
 }
 
 /// A server over `tables`; with `keyed`, under the session key every incarnation shares.
@@ -820,6 +893,7 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<String, String> {
         procs: (0..n_procs)
             .map(|_| Proc {
                 client: None,
+                native: None,
                 start_ms: 0,
                 lease_anchor_ms: 0,
                 lease_ms: 0,
@@ -839,7 +913,13 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<String, String> {
     for _ in 0..ops {
         sim.step += 1;
         if sim.rng.chance(SERVER_CRASH_PER_MILLION) {
-            let expected = sim.procs.iter().filter(|p| p.client.is_some()).count() as u32;
+            // Native processes count: registered with the old server, they do not re-claim, so
+            // the replacement waits out its recovery deadline for them, past their leases.
+            let expected = sim
+                .procs
+                .iter()
+                .filter(|p| p.client.is_some() || p.native.is_some())
+                .count() as u32;
             world.borrow_mut().crash(expected);
         }
         let p = sim.rng.index(n_procs);
@@ -855,8 +935,17 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<String, String> {
     let c = &world.borrow().counts;
     Ok(format!(
         "{} processes, {} locks, {} messages, {} resets, {} crashes, {} reinits, {} parked, \
-         {} server replacements",
-        n_procs, n_locks, c.messages, c.resets, c.crashes, c.reinits, c.parked, c.server_crashes
+         {} server replacements, {} native guards ({} dropped)",
+        n_procs,
+        n_locks,
+        c.messages,
+        c.resets,
+        c.crashes,
+        c.reinits,
+        c.parked,
+        c.server_crashes,
+        c.native_guards,
+        c.native_drops
     ))
 }
 

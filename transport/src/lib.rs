@@ -6,17 +6,20 @@
 //!
 //! # Which API to start with
 //!
-//! **The native API is the default: [`client::Locks`] and its guards.** Locks are named, a
-//! grant is a guard ([`client::Guard`]) that unlocks when dropped and carries the fencing token
-//! storage checks writes against, a handle is shared by threads, and a busy lock is an
-//! [`ErrorKind::WouldBlock`](client::ErrorKind::WouldBlock). Nothing can be left locked by a
+//! **The native API is the default: [`client::Locks`], its typed lock handles and their
+//! guards.** Locks are named and typed by kind ([`client::AtomicLock`], [`client::RwLock`],
+//! [`client::FairLock`]), so a call the kind does not support does not compile; every taking
+//! call is blocking or `async` (any executor); a grant is a guard (e.g.
+//! [`client::RwLockWriteGuard`]) that unlocks when dropped and carries the fencing token
+//! storage checks writes against; a handle is shared by threads and tasks; and a busy lock is
+//! an [`ErrorKind::WouldBlock`](client::ErrorKind::WouldBlock). Nothing can be left locked by a
 //! forgotten unlock. New Rust code starts here.
 //!
 //! **The reference-shaped [`client::Client`] is the port path**: the reference's client API call
 //! by call (raw ids, `trylock(id, mode, expire_ms)`, batches of 31, the async pair,
 //! `umo_atomic64` objects, `update_all_locks` after a failover), for code written against the
 //! reference and for the C ABI that `dlock-engine-glue` builds on it. It also reaches what the
-//! native API does not yet: objects, pipelined batches, lock operations as futures, recovery.
+//! native API does not yet: objects, pipelined batches, recovery.
 //!
 //! Both return [`client::Error`]: the reference's `Status`, the call that failed and the I/O
 //! error behind a transport failure.
@@ -41,7 +44,7 @@
 //! ```
 //! use std::time::Duration;
 //!
-//! use dlock_core::{Config, Mode};
+//! use dlock_core::Config;
 //! use dlock_transport::client::{ClientConfig, Endpoint, Locks};
 //! use dlock_transport::runtime::{ServerConfig, ServerHandle};
 //!
@@ -53,9 +56,9 @@
 //! }))?;
 //! let locks = Locks::connect(ClientConfig::new(Endpoint::embedded(&server)))?;
 //! let row_group = locks.rw("orders/rg-17")?;
-//! let guard = row_group.try_lock(Mode::Exclusive, Duration::from_secs(5))?;
+//! let guard = row_group.write(Duration::from_secs(1))?; // waits up to 1 s on the server
 //! println!("writing under fencing token {:?}", guard.token());
-//! drop(guard); // unlocked
+//! drop(guard); // unlocks (sent at once; the answer is read by the handle's next call)
 //! # drop((row_group, locks));
 //! # server.stop();
 //! # Ok::<(), Box<dyn std::error::Error>>(())

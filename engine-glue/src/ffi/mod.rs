@@ -156,10 +156,11 @@ unsafe fn opt_str<'a>(p: *const c_char, max: usize) -> Result<Option<&'a str>, S
     }
 }
 
-/// Seconds (the reference's unit for leases) to milliseconds, saturating at `u32::MAX` ms.
+/// Seconds (the reference's unit for leases) to milliseconds, by the core's one rounding rule
+/// (exact here, saturating at `u32::MAX` ms).
 #[inline]
 fn seconds_to_ms(s: std::ffi::c_uint) -> u32 {
-    s.saturating_mul(1000)
+    dlock_core::time::duration_to_ms(std::time::Duration::from_secs(s.into()))
 }
 
 #[cfg(test)]

@@ -12,9 +12,9 @@ use super::{AcquireOptions, Held, RowGroup, RowGroupLocks};
 /// Fills unused slots of fixed request arrays; never sent.
 pub(super) const NO_LOCK: LockId = LockId::new(0, 1);
 
-/// The longest wait the client's `lock()` can express (its `wait_ms` is 32 bits); longer waits
-/// are cut to it, which also keeps `Instant + wait` from overflowing.
-const WAIT_MAX: Duration = Duration::from_millis(u32::MAX as u64);
+/// The longest wait the client's `lock()` can express (its `wait_ms` is 32 bits, the core's
+/// `MS_MAX`); longer waits are cut to it, which also keeps `Instant + wait` from overflowing.
+const WAIT_MAX: Duration = dlock_core::time::MS_MAX;
 
 /// A key the current call must take.
 #[derive(Clone, Copy, Debug)]

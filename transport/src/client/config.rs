@@ -66,8 +66,9 @@ impl ClientConfig {
         self
     }
 
-    /// The lease as the wire carries it: whole milliseconds, rounded up, at most `u32::MAX`.
+    /// The lease as the wire carries it, by the core's one rounding rule
+    /// ([`dlock_core::time::duration_to_ms`]: rounded up, saturating).
     pub(super) fn lease_ms(&self) -> u32 {
-        u32::try_from(self.lease.as_micros().div_ceil(1_000)).unwrap_or(u32::MAX)
+        dlock_core::time::duration_to_ms(self.lease)
     }
 }

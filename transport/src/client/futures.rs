@@ -51,6 +51,17 @@ impl AsyncOp {
     }
 }
 
+/// How a check of an outstanding reply waits for it.
+#[derive(Clone, Copy, Debug)]
+enum Await<'w> {
+    /// Only looks: the reference's `lock_result_check`.
+    Look,
+    /// Looks, and arranges for the waker to be woken when the reply may have come: a future.
+    Wake(&'w Waker),
+    /// Waits until the reply comes or the operation's time is up.
+    Block,
+}
+
 /// The asynchronous lock operation outstanding.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Pending {
@@ -88,10 +99,7 @@ impl<C: Connection> Future for LockFuture<'_, C> {
                 Ok(None) => {}
             }
         }
-        match this.client.check_pending(Some(cx.waker())) {
-            Err(e) if e.status() == Status::AsyncAgain => Poll::Pending,
-            done => Poll::Ready(done),
-        }
+        this.client.poll_async(cx.waker())
     }
 }
 
@@ -155,18 +163,46 @@ impl<C: Connection> Client<C> {
     /// until its reply arrives, `Err(Etimeout)` after the request timeout (and the wait of a
     /// [`AsyncOp::LockWait`]), `Err(NoAsync)` when nothing is outstanding.
     pub fn lock_result_check(&mut self) -> Result<Grant, Error> {
-        self.check_pending(None)
+        self.check_pending(Await::Look)
     }
 
-    /// [`Client::lock_result_check`], arranging for `waker` to be woken when the reply may have
-    /// come (see [`Link::poll_recv_data`]).
-    fn check_pending(&mut self, waker: Option<&Waker>) -> Result<Grant, Error> {
+    /// The outstanding asynchronous operation's result, waiting for it as long as it may take
+    /// (the request timeout and the operation's wait, counted from its send): for a caller that
+    /// gave a future up and must finish its operation before the client can be used again (the
+    /// native API's handles). `Err(NoAsync)` when nothing is outstanding.
+    pub(crate) fn finish_async(&mut self) -> Result<Grant, Error> {
+        loop {
+            match self.check_pending(Await::Block) {
+                // A connection's wait may end a moment before its deadline: wait again.
+                Err(e) if e.status() == Status::AsyncAgain => {}
+                done => return done,
+            }
+        }
+    }
+
+    /// The outstanding asynchronous operation's result once its reply has come; pending until
+    /// then, with `waker` woken when it may have (see [`Link::poll_recv_data`]).
+    pub(crate) fn poll_async(&mut self, waker: &Waker) -> Poll<Result<Grant, Error>> {
+        match self.check_pending(Await::Wake(waker)) {
+            Err(e) if e.status() == Status::AsyncAgain => Poll::Pending,
+            done => Poll::Ready(done),
+        }
+    }
+
+    /// Whether an asynchronous operation is outstanding.
+    pub(crate) fn has_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// [`Client::lock_result_check`], looking, arranging for a waker to be woken when the reply
+    /// may have come (see [`Link::poll_recv_data`]), or waiting for it.
+    fn check_pending(&mut self, how: Await<'_>) -> Result<Grant, Error> {
         let p = self
             .pending
             .ok_or_else(|| Op::LockResultCheck.err(Status::NoAsync))?;
         let command = |_| Command::Lock(p.request.command());
         let timeout = self.cfg.timeout + p.wait;
-        let result = match self.poll_reply(p.op, p.sent, command, p.started, timeout, waker) {
+        let result = match self.poll_reply(p.op, p.sent, command, p.started, timeout, how) {
             Poll::Pending => return Err(p.op.err(Status::AsyncAgain)),
             Poll::Ready(r) => r,
         };
@@ -174,7 +210,7 @@ impl<C: Connection> Client<C> {
         let reply = result?;
         let proof = self.proof(0);
         // Counted from the send, as in `run`.
-        let now_ms = p.started.saturating_duration_since(self.start).as_millis() as u64;
+        let now_ms = self.tick(p.started);
         let e = self
             .locks
             .get_mut(p.lock)
@@ -185,8 +221,8 @@ impl<C: Connection> Client<C> {
 
     /// The reply to `sent` (one command, `command(0)`), sent at `started`: ready with its result
     /// once it has arrived (the lease is then renewed from `started`), or with `Etimeout` after
-    /// `timeout`; pending otherwise, with `waker` (if any) woken when it may have come. Without
-    /// a waker it only looks.
+    /// `timeout`; pending otherwise. `how` says whether to look, to arrange a wake-up, or to
+    /// wait until `started + timeout`.
     fn poll_reply(
         &mut self,
         op: Op,
@@ -194,17 +230,20 @@ impl<C: Connection> Client<C> {
         command: impl Fn(usize) -> Command,
         started: Instant,
         timeout: Duration,
-        waker: Option<&Waker>,
+        how: Await<'_>,
     ) -> Poll<Result<CommandResult, Error>> {
-        let now = self.link.now();
-        let got = match waker {
-            Some(w) => self
+        let buf = &mut self.inbox.buf;
+        let got = match how {
+            Await::Wake(w) => self.link.poll_recv_data(sent.ticket, buf, w),
+            Await::Look => {
+                let now = self.link.now();
+                self.link.recv_data(sent.ticket, buf, Some(now))
+            }
+            Await::Block => self
                 .link
-                .poll_recv_data(sent.ticket, &mut self.inbox.buf, w),
-            None => self
-                .link
-                .recv_data(sent.ticket, &mut self.inbox.buf, Some(now)),
+                .recv_data(sent.ticket, buf, Some(started + timeout)),
         };
+        let now = self.link.now();
         let len = match got {
             Ok(Some(len)) => len,
             Ok(None) if now.saturating_duration_since(started) >= timeout => {
@@ -219,7 +258,7 @@ impl<C: Connection> Client<C> {
             return Poll::Ready(Err(op.err(Status::BadResponse)));
         }
         let result = self.inbox.results[0];
-        let sent_ms = started.saturating_duration_since(self.start).as_millis() as u64;
+        let sent_ms = self.tick(started);
         self.heard(sent_ms);
         Poll::Ready(Ok(result))
     }
@@ -336,7 +375,7 @@ impl<C: Connection> Client<C> {
         let sent = self.send(op, &[cmd], 0, Dispatch::Deferred)?;
         let timeout = self.cfg.timeout;
         std::future::poll_fn(|cx| {
-            self.poll_reply(op, sent, |_| cmd, started, timeout, Some(cx.waker()))
+            self.poll_reply(op, sent, |_| cmd, started, timeout, Await::Wake(cx.waker()))
         })
         .await
     }

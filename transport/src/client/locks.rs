@@ -42,10 +42,11 @@ pub(super) fn grant(status: Status, local: &LocalLock) -> Result<Grant, Status> 
     }
 }
 
-/// The wait a blocking request carries in its command: whole milliseconds, at least one (zero
-/// would make it a `trylock`), at most `u32::MAX`.
+/// The wait a blocking request carries in its command: the core's one rounding rule
+/// ([`dlock_core::time::duration_to_ms`]: rounded up, saturating), and at least one
+/// millisecond, because zero would make it a `trylock`.
 pub(super) fn wait_ms(wait: Duration) -> u32 {
-    wait.as_millis().clamp(1, u32::MAX as u128) as u32
+    dlock_core::time::duration_to_ms(wait).max(1)
 }
 
 impl<C: Connection> Client<C> {

@@ -2,9 +2,13 @@
 //!
 //! # Which API to start with
 //!
-//! - **The native API — [`Locks`], [`NamedLock`] and the guards ([`Guard`], [`OwnedGuard`],
-//!   [`GuardSet`]) — is the default.** Locks are named, a grant is a guard that unlocks when it
-//!   is dropped and carries its fencing token, and a handle is shared by any number of threads.
+//! - **The native API — [`Locks`], the typed lock handles ([`AtomicLock`], [`RwLock`],
+//!   [`FairLock`]) and their guards ([`AtomicLockGuard`], [`RwLockReadGuard`],
+//!   [`RwLockWriteGuard`], [`FairLockReadGuard`], [`FairLockWriteGuard`], [`GuardSet`]) — is the
+//!   default.** Locks are named and typed by kind (asking an atomic lock for a read guard does
+//!   not compile), every taking call has a blocking and an async form usable from any
+//!   executor, a grant is a guard that unlocks when dropped (without waiting for the answer)
+//!   and carries its fencing token, and a handle is shared by any number of threads and tasks.
 //!   It cannot leave a lock held by forgetting an unlock, and a busy lock is an
 //!   [`ErrorKind::WouldBlock`] rather than a status to look up. Start here for new code.
 //! - **The reference-shaped [`Client`] is the port path**: the reference's client API call by
@@ -12,9 +16,12 @@
 //!   `lock_request_async`/`lock_result_check` pair, `umo_atomic64` objects,
 //!   `update_all_locks` after a failover), with raw ids and `&mut self`, as the C ABI
 //!   (`dlock-engine-glue`) and code written against the reference need it. It is also where the
-//!   native API does not reach yet: objects, pipelined batches ([`Client::submit_trylock`]),
-//!   lock operations as futures ([`Client::lock_async`]) and recovery.
-//!   [`Locks::with_client`] lends a handle's client for those.
+//!   native API does not reach yet: objects, pipelined batches ([`Client::submit_trylock`])
+//!   and recovery. [`Locks::with_client`] lends a handle's client for those.
+//!
+//! Both take their durations the same way: the reference-shaped calls' `u32` milliseconds keep
+//! the reference's names, and every [`Duration`] becomes milliseconds by the core's one rule
+//! ([`dlock_core::time::duration_to_ms`]).
 //!
 //! Both return one error type, [`Error`]: the reference's [`Status`] ([`Error::status`], what
 //! the C ABI returns), the call that failed, and the I/O error behind a transport failure as its
@@ -76,6 +83,7 @@ use dlock_core::proto::{
     ControlResponse, DATA_MESSAGE_MAX, DATA_RESPONSE_MAX, DataHeader, PROOF_LEN, PROTO_VERSION,
     decode_control_response, decode_data_response, encode_data_request,
 };
+use dlock_core::time::{duration_to_ms, elapsed_ms};
 use dlock_core::{ClientId, GrantProof, ObjectId, Session, Status};
 
 pub use config::{ClientConfig, REQUEST_TIMEOUT};
@@ -90,7 +98,10 @@ pub use link::{Endpoint, Transport};
 pub use local::{Decision, LocalLock, LocalState, Request};
 pub use locks::Grant;
 pub use mux::Mux;
-pub use named::{Guard, GuardSet, Locks, NamedLock, OwnedGuard};
+pub use named::{
+    AtomicLock, AtomicLockGuard, FairLock, FairLockReadGuard, FairLockWriteGuard, GuardSet,
+    LockOptions, Locks, RwLock, RwLockReadGuard, RwLockWriteGuard, SetEntry, SetMode,
+};
 pub use objects::Cas;
 use pipeline::Pipeline;
 use table::LockTable;
@@ -280,11 +291,20 @@ impl<C: Connection> Client<C> {
         self.recovering
     }
 
+    /// Now, on the clock of this client's connection (what its deadlines are measured with).
+    pub(crate) fn now(&self) -> Instant {
+        self.link.now()
+    }
+
+    /// Now as a tick of this client's clock (whole milliseconds since it started).
     fn now_ms(&self) -> u64 {
-        self.link
-            .now()
-            .saturating_duration_since(self.start)
-            .as_millis() as u64
+        self.tick(self.link.now())
+    }
+
+    /// `at` as a tick of this client's clock: rounded down, so a grant counted from a send's
+    /// tick began no later than it did (`dlock_core::time::elapsed_ms`).
+    fn tick(&self, at: Instant) -> u64 {
+        elapsed_ms(at.saturating_duration_since(self.start))
     }
 
     fn next_id(&mut self) -> u16 {
@@ -385,9 +405,15 @@ impl<C: Connection> Client<C> {
         let sent_ms = self.now_ms();
         let sent = self.send(op, commands, flags, Dispatch::Now)?;
         let command = |i: usize| commands[i];
-        receive(&mut self.link, &mut self.inbox, op, sent, command, || {
-            Some(deadline)
-        })?;
+        receive(
+            &mut self.link,
+            &mut self.inbox,
+            op,
+            sent,
+            command,
+            None,
+            || Some(deadline),
+        )?;
         self.heard(sent_ms);
         Ok(sent_ms)
     }
@@ -403,7 +429,7 @@ impl<C: Connection> Client<C> {
     /// within the lease. Its grants may then have been given to others, so a replacement
     /// server must not be told of them ([`Client::reinit`]).
     fn lease_lapsed(&self) -> bool {
-        self.now_ms() > self.heard_ms + self.lease.as_millis() as u64
+        self.now_ms() > self.heard_ms + u64::from(duration_to_ms(self.lease))
     }
 
     /// The proof of result `i` of the last data exchange, issued by this client's server.
@@ -488,7 +514,8 @@ impl Inbox {
 }
 
 /// Waits until `deadline()` (asked only if the reply has not arrived yet) for the reply to
-/// `sent`, whose command `i` was `command(i)`, and accepts it into `inbox`. Takes the client's
+/// `sent`, whose command `i` was `command(i)`, and accepts it into `inbox`; `arrived` is the
+/// length of the reply already in `inbox` when the caller polled for it. Takes the client's
 /// parts rather than the client, so a caller can describe the commands from its own records
 /// without copying them out first (a pipelined batch).
 fn receive<C: Connection>(
@@ -497,13 +524,17 @@ fn receive<C: Connection>(
     op: Op,
     sent: Sent,
     command: impl Fn(usize) -> Command,
+    arrived: Option<usize>,
     deadline: impl Fn() -> Option<Instant>,
 ) -> Result<usize, Error> {
     let mut asked = None;
     let mut deadline = || *asked.get_or_insert_with(&deadline);
-    let mut arrived = link
-        .try_recv_data(sent.ticket, &mut inbox.buf)
-        .map_err(|e| op.io(e))?;
+    let mut arrived = match arrived {
+        Some(len) => Some(len),
+        None => link
+            .try_recv_data(sent.ticket, &mut inbox.buf)
+            .map_err(|e| op.io(e))?,
+    };
     loop {
         let len = match arrived {
             Some(len) => len,

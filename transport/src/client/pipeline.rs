@@ -15,7 +15,11 @@
 //! whole), and no single-lock call or synchronous batch runs while batches are in flight. A
 //! synchronous batch is a submission completed at once.
 
+use std::task::{Poll, Waker};
+use std::time::Instant;
+
 use dlock_core::proto::{Command, FLAG_ALL_OR_NOTHING};
+use dlock_core::time::duration_to_ms;
 use dlock_core::{GrantProof, LockId, Mode, Status};
 
 use super::local::{Decision, LocalLock, Request};
@@ -220,6 +224,50 @@ impl<C: Connection> Client<C> {
     /// ends this batch only; later ones may still complete. A failure is reported as the
     /// failure of the call that submitted the batch.
     pub fn complete(&mut self, out: &mut [Result<Grant, Status>]) -> Result<usize, Error> {
+        let deadline = self.link.now() + self.cfg.timeout;
+        self.complete_with(out, None, deadline)
+    }
+
+    /// [`Client::complete`] for a caller that must not wait (a future, or a drop that only
+    /// completes what has arrived): ready once the oldest batch's reply is here or its request
+    /// timeout has passed since its send; pending until then, with `waker` woken when the reply
+    /// may have come.
+    pub(crate) fn poll_complete(
+        &mut self,
+        out: &mut [Result<Grant, Status>],
+        waker: &Waker,
+    ) -> Poll<Result<usize, Error>> {
+        if self.pipeline.len == 0 {
+            return Poll::Ready(Err(Op::Complete.err(Status::NoAsync)));
+        }
+        let f = &self.pipeline.slots[self.pipeline.head];
+        let (ticket, sent_ms, k) = (f.ticket, f.sent_ms, f.k);
+        let now = self.link.now();
+        if k == 0 {
+            // Answered without the server: nothing to wait for.
+            return Poll::Ready(self.complete_with(out, None, now));
+        }
+        match self.link.poll_recv_data(ticket, &mut self.inbox.buf, waker) {
+            Ok(Some(len)) => {
+                Poll::Ready(self.complete_with(out, Some(len), now + self.cfg.timeout))
+            }
+            Ok(None) if self.tick(now) < sent_ms + duration_to_ms(self.cfg.timeout) as u64 => {
+                Poll::Pending
+            }
+            // Out of time, or the connection failed: completing with a deadline of now looks
+            // once more and fails the batch as a blocking completion would.
+            _ => Poll::Ready(self.complete_with(out, None, now)),
+        }
+    }
+
+    /// Completes the oldest batch with its reply, given when a caller already read it
+    /// (`arrived`), otherwise waited for until `deadline`.
+    fn complete_with(
+        &mut self,
+        out: &mut [Result<Grant, Status>],
+        arrived: Option<usize>,
+        deadline: Instant,
+    ) -> Result<usize, Error> {
         if self.pipeline.len == 0 {
             return Err(Op::Complete.err(Status::NoAsync));
         }
@@ -238,7 +286,7 @@ impl<C: Connection> Client<C> {
             release(&self.pipeline.slots[head], &mut self.locks);
             return Ok(n);
         }
-        self.receive_batch(head, out)?;
+        self.receive_batch(head, out, arrived, deadline)?;
         // The server granted after the send, so a lease counted from the send never outlives
         // the server's; counted from the reply it would, by the reply's delay.
         self.heard(self.pipeline.slots[head].sent_ms);
@@ -246,12 +294,18 @@ impl<C: Connection> Client<C> {
         Ok(n)
     }
 
-    /// Waits (up to the request timeout) for the reply to the batch in slot `at`. On a failure
-    /// the batch is over either way, its locks free for the next operation: what the server did
-    /// is unknown (the caller reinits and re-claims), and an all-or-nothing batch is taken back
-    /// locally as a whole, so its records stay consistent with each other.
-    fn receive_batch(&mut self, at: usize, out: &mut [Result<Grant, Status>]) -> Result<(), Error> {
-        let deadline = self.link.now() + self.cfg.timeout;
+    /// Waits until `deadline` for the reply to the batch in slot `at` (or takes the one a caller
+    /// read already, `arrived`). On a failure the batch is over either way, its locks free for
+    /// the next operation: what the server did is unknown (the caller reinits and re-claims),
+    /// and an all-or-nothing batch is taken back locally as a whole, so its records stay
+    /// consistent with each other.
+    fn receive_batch(
+        &mut self,
+        at: usize,
+        out: &mut [Result<Grant, Status>],
+        arrived: Option<usize>,
+        deadline: Instant,
+    ) -> Result<(), Error> {
         let Client {
             pipeline,
             link,
@@ -267,7 +321,7 @@ impl<C: Connection> Client<C> {
         };
         // The commands are described from the batch's own records, not copied out first.
         let command = |i: usize| Command::Lock(f.sent[i].request.command());
-        let Err(e) = receive(link, inbox, f.op, sent, command, || Some(deadline)) else {
+        let Err(e) = receive(link, inbox, f.op, sent, command, arrived, || Some(deadline)) else {
             return Ok(());
         };
         if f.all_or_nothing() {
