@@ -30,12 +30,13 @@ use super::waiters::{Disposition, MessageMeta};
 use super::{Counter, Server};
 use crate::config::BATCH_MAX;
 use crate::ids::{ClientId, GrantProof, LockKind, Mode, ObjectId, Ticket};
+use crate::manager::GrantState;
 use crate::proto::{
     Command, CommandResult, FLAG_ALL_OR_NOTHING, LockCommand, LockOp, ObjectCommand, ObjectOp,
     PROTO_VERSION,
 };
 use crate::status::Status;
-use crate::table::{Hold, LockCell, SlotState};
+use crate::table::{LockCell, SlotState};
 use crate::word::{Effect, Outcome, atomic, fair, rw};
 
 /// A transition's result in the slot's own terms (word and fair-lock owner).
@@ -394,12 +395,8 @@ impl<'r> Server<'r> {
             Effect::Granted { mode, preempted } => {
                 let token = self.issue_token();
                 self.t.lock_cells[lock as usize].fence = token.0;
-                let h = if mode == Mode::Exclusive {
-                    Hold::Exclusive
-                } else {
-                    Hold::Shared
-                };
-                self.t.lock_holds.set(slot, lock, h as u8);
+                let granted = GrantState::granted(mode, false, false);
+                self.t.lock_holds.set(slot, lock, granted.bits());
                 self.stats.bump(Counter::Grants);
                 if preempted {
                     self.stats.bump(Counter::Preemptions);
@@ -408,18 +405,19 @@ impl<'r> Server<'r> {
                 token.0
             }
             Effect::Queued(t) => {
-                self.t.lock_holds.set(slot, lock, Hold::Ticketed as u8);
+                let ticket = GrantState::ticketed(c.op.mode());
+                self.t.lock_holds.set(slot, lock, ticket.bits());
                 t.exclusive as u64 | (t.shared as u64) << 16
             }
             Effect::Released(_) => {
-                self.t.lock_holds.set(slot, lock, Hold::None as u8);
+                self.t.lock_holds.set(slot, lock, GrantState::None.bits());
                 note.released = true;
                 cell.fence
             }
             Effect::Extended => cell.fence,
             Effect::None => {
                 if step.ticket_void {
-                    self.t.lock_holds.set(slot, lock, Hold::None as u8);
+                    self.t.lock_holds.set(slot, lock, GrantState::None.bits());
                 }
                 0
             }
@@ -438,8 +436,8 @@ impl<'r> Server<'r> {
         };
         let lock = id.index();
         for other in 0..self.t.client_free.high_water() {
-            if other != slot && self.t.lock_holds.get(other, lock) != Hold::None as u8 {
-                self.t.lock_holds.set(other, lock, Hold::None as u8);
+            if other != slot && self.t.lock_holds.get(other, lock) != GrantState::None.bits() {
+                self.t.lock_holds.set(other, lock, GrantState::None.bits());
             }
         }
     }
@@ -489,13 +487,19 @@ impl<'r> Server<'r> {
 }
 
 #[inline]
-fn atomic_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms: u64) -> Step {
+fn atomic_step(
+    cell: &LockCell,
+    me: ClientId,
+    c: &LockCommand,
+    hold: GrantState,
+    now_ms: u64,
+) -> Step {
     let w = atomic::AtomicWord::from_bits(cell.word);
     let o = match c.op {
         // A lock that expires the moment it is taken is a client bug, not a request.
         LockOp::TryExclusive if c.expire_ms == 0 => return Step::refused(cell, Status::Einval),
         LockOp::TryExclusive => atomic::try_lock(w, me, c.expire_ms, now_ms),
-        LockOp::UnlockExclusive if hold != Hold::Exclusive => {
+        LockOp::UnlockExclusive if hold.grant_mode() != Some(Mode::Exclusive) => {
             return Step::refused(cell, Status::Fail);
         }
         LockOp::UnlockExclusive => atomic::unlock(w, me),
@@ -506,12 +510,12 @@ fn atomic_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_m
 }
 
 #[inline]
-fn rw_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms: u64) -> Step {
+fn rw_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: GrantState, now_ms: u64) -> Step {
     let w = rw::RwWord::from_bits(cell.word);
-    let reader = hold == Hold::Shared;
+    let reader = hold.grant_mode() == Some(Mode::Shared);
     let o = match c.op {
         LockOp::TryExclusive => rw::try_exclusive(w, me, now_ms),
-        LockOp::UnlockExclusive if hold != Hold::Exclusive => {
+        LockOp::UnlockExclusive if hold.grant_mode() != Some(Mode::Exclusive) => {
             return Step::refused(cell, Status::Fail);
         }
         LockOp::UnlockExclusive => rw::unlock_exclusive(w, me),
@@ -526,7 +530,13 @@ fn rw_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms: u
 }
 
 #[inline]
-fn fair_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms: u64) -> Step {
+fn fair_step(
+    cell: &LockCell,
+    me: ClientId,
+    c: &LockCommand,
+    hold: GrantState,
+    now_ms: u64,
+) -> Step {
     let s = fair::FairLock {
         word: fair::FairWord::from_bits(cell.word),
         owner: cell.ext,

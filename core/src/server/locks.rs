@@ -8,9 +8,10 @@
 
 use super::{Counter, Server};
 use crate::config::NAME_LEN_MAX;
-use crate::ids::{ClientId, LockId, LockKind, next_generation};
+use crate::ids::{ClientId, LockId, LockKind, Mode, next_generation};
+use crate::manager::GrantState;
 use crate::status::Status;
-use crate::table::{Hold, LockCell, LockMeta, SlotState};
+use crate::table::{LockCell, LockMeta, SlotState};
 use crate::word::{atomic, fair, rw};
 
 /// Whether `name` is a valid lock or object name.
@@ -111,10 +112,12 @@ impl<'r> Server<'r> {
     pub(super) fn release_lock_for(&mut self, slot: u32, raw_lock: u32) -> Result<(), Status> {
         let id = self.referenced_lock(slot, raw_lock)?;
         let me = ClientId::new(self.t.clients[slot as usize].id).ok_or(Status::ClientNotInit)?;
-        match self.current_hold(slot, me, id.index()) {
-            Hold::None => {}
-            Hold::Ticketed => return Err(Status::TicketToUnlock),
-            Hold::Exclusive | Hold::Shared => return Err(Status::Fail),
+        let hold = self.current_hold(slot, me, id.index());
+        if hold.ticket_mode().is_some() {
+            return Err(Status::TicketToUnlock);
+        }
+        if !hold.is_none() {
+            return Err(Status::Fail);
         }
         self.drop_lock_ref(slot, id);
         Ok(())
@@ -150,12 +153,20 @@ impl<'r> Server<'r> {
         Ok((id, state))
     }
 
+    /// What client `slot` holds on `lock`, as the holds grid records it. A code no state has
+    /// (only a bug or memory scribbled from outside can write one) reads as nothing held: the
+    /// data path never panics on it, and a grant it hid is one the lock word still names.
+    #[inline]
+    pub(super) fn recorded_hold(&self, slot: u32, lock: u32) -> GrantState {
+        GrantState::from_bits(self.t.lock_holds.get(slot, lock)).unwrap_or(GrantState::None)
+    }
+
     /// What client `slot` holds on `lock`, after discarding an exclusive record that the lock
     /// word no longer backs (the grant was taken over after it expired).
     #[inline]
-    pub(super) fn current_hold(&mut self, slot: u32, me: ClientId, lock: u32) -> Hold {
-        let hold = Hold::from_bits(self.t.lock_holds.get(slot, lock));
-        if hold != Hold::Exclusive {
+    pub(super) fn current_hold(&mut self, slot: u32, me: ClientId, lock: u32) -> GrantState {
+        let hold = self.recorded_hold(slot, lock);
+        if hold.grant_mode() != Some(Mode::Exclusive) {
             return hold;
         }
         let cell = self.t.lock_cells[lock as usize];
@@ -171,10 +182,10 @@ impl<'r> Server<'r> {
             }
         };
         if owner == me.get() {
-            Hold::Exclusive
+            hold
         } else {
-            self.t.lock_holds.set(slot, lock, Hold::None as u8);
-            Hold::None
+            self.t.lock_holds.set(slot, lock, GrantState::None.bits());
+            GrantState::None
         }
     }
 
@@ -182,7 +193,7 @@ impl<'r> Server<'r> {
     pub(super) fn drop_lock_ref(&mut self, slot: u32, id: LockId) {
         let lock = id.index();
         self.t.lock_refs.set(slot, lock, 0);
-        self.t.lock_holds.set(slot, lock, Hold::None as u8);
+        self.t.lock_holds.set(slot, lock, GrantState::None.bits());
         self.t.clients[slot as usize].lock_refs -= 1;
         let meta = &mut self.t.lock_meta[lock as usize];
         meta.refs -= 1;

@@ -20,12 +20,13 @@
 
 use super::{Counter, Server};
 use crate::ids::{ClientId, GrantProof, LockId, LockKind, Ticket};
+use crate::manager::GrantState;
 use crate::proto::{
     Command, CommandResult, DataHeader, EncodeError, LockCommand, LockOp, begin_data_response,
     decode_data_request, encode_data_request, finish_data_proofs, put_data_proof, put_data_result,
 };
 use crate::status::Status;
-use crate::table::{Hold, SlotState, Waiter, WaiterState};
+use crate::table::{SlotState, Waiter, WaiterState};
 use crate::word::{atomic, fair};
 
 /// Whether a data message was answered now or parked.
@@ -244,7 +245,9 @@ impl<'r> Server<'r> {
             if let Ok(id) = self.referenced_lock(w, waiter.lock)
                 && kind == LockKind::Fair
             {
-                self.t.lock_holds.set(w, id.index(), Hold::None as u8);
+                self.t
+                    .lock_holds
+                    .set(w, id.index(), GrantState::None.bits());
             }
             self.stats.bump(Counter::WaitTimeouts);
             CommandResult {
@@ -274,8 +277,8 @@ impl<'r> Server<'r> {
             _ => return None,
         };
         let id = self.referenced_lock(slot, raw_lock).ok()?;
-        let hold = Hold::from_bits(self.t.lock_holds.get(slot, id.index()));
-        (kind == LockKind::Fair && hold == Hold::None).then_some(first)
+        let hold = self.recorded_hold(slot, id.index());
+        (kind == LockKind::Fair && hold.is_none()).then_some(first)
     }
 
     /// Decides waiter `w` with result `r`: off its lock's queue, reply ready. The client's lease

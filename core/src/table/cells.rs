@@ -43,8 +43,9 @@ unsafe impl Pod for Waiter {}
 pub const REGION_MAGIC: u64 = u64::from_le_bytes(*b"DLOCKRGN");
 /// Bumped whenever any record or the order of parts changes (2: four mailbox lanes per client;
 /// 3: 128-bit session secrets in the client entries; 4: client flags, and response halves that
-/// hold a data response with its grant proofs).
-pub const LAYOUT_VERSION: u32 = 4;
+/// hold a data response with its grant proofs; 5: four-bit holds entries, a
+/// [`crate::manager::GrantState`] each).
+pub const LAYOUT_VERSION: u32 = 5;
 
 /// The region header: enough for another process to recompute the [`super::Layout`].
 #[derive(Clone, Copy, Debug, Default)]

@@ -27,35 +27,10 @@ pub use index::Index;
 pub use layout::{Layout, Part};
 
 use crate::config::Config;
+#[cfg(doc)]
+use crate::manager::GrantState;
 use crate::status::Status;
 use cells::{LAYOUT_VERSION, Pod, REGION_MAGIC, RegionHeader};
-
-/// What a client holds on a lock, two bits in the holds grid.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Hold {
-    /// Nothing (or only a reference).
-    None = 0,
-    /// An exclusive grant (the lock word names the owner; this is the index for cleanup).
-    Exclusive = 1,
-    /// A shared grant.
-    Shared = 2,
-    /// A fair-lock ticket, waiting.
-    Ticketed = 3,
-}
-
-impl Hold {
-    /// Decodes two bits.
-    #[inline]
-    pub const fn from_bits(v: u8) -> Self {
-        match v & 3 {
-            1 => Hold::Exclusive,
-            2 => Hold::Shared,
-            3 => Hold::Ticketed,
-            _ => Hold::None,
-        }
-    }
-}
 
 /// A stack of free slot indexes, plus a high-water mark of never-used ones, so a zeroed region
 /// needs no initialisation pass: slots are handed out fresh until the first one is freed.
@@ -150,8 +125,8 @@ pub struct Tables<'r> {
     pub client_free: FreeList<'r>,
     /// (client, lock): has a reference.
     pub lock_refs: BitGrid<'r, 1>,
-    /// (client, lock): what it holds, a [`Hold`].
-    pub lock_holds: BitGrid<'r, 2>,
+    /// (client, lock): what it holds, a [`GrantState`]'s code.
+    pub lock_holds: BitGrid<'r, { crate::manager::GrantState::BITS }>,
     /// (client, object): has a reference.
     pub object_refs: BitGrid<'r, 1>,
     /// Parked blocking-lock requests, one slot per client slot.
