@@ -371,11 +371,19 @@ impl<'r> Server<'r> {
             from = lock + 1;
             self.t.lock_holds.set(slot, lock, GrantState::None.bits());
             let kind = crate::table::SlotState(self.t.lock_meta[lock as usize].state).kind();
-            let cell = &mut self.t.lock_cells[lock as usize];
             // A code no state has was a grant nobody can name: nothing to give back here.
             let granted = GrantState::from_bits(bits)
                 .ok()
                 .and_then(GrantState::grant_mode);
+            if granted == Some(Mode::Exclusive)
+                && super::locks::exclusive_owner(kind, &self.t.lock_cells[lock as usize])
+                    == me.get()
+            {
+                // Gone without an unlock that could have written it (death or deinit): the
+                // block may no longer describe what the holder left behind.
+                self.t.lock_values[lock as usize].grant_lost(Mode::Exclusive);
+            }
+            let cell = &mut self.t.lock_cells[lock as usize];
             match (kind, granted) {
                 (_, None) => {}
                 (LockKind::Atomic, _) => {

@@ -9,10 +9,10 @@
 use super::{Counter, Server};
 use crate::config::NAME_LEN_MAX;
 use crate::ids::{ClientId, LockId, LockKind, Mode, next_generation};
-use crate::manager::GrantState;
+use crate::manager::{GrantState, LockValue};
 use crate::status::Status;
 use crate::table::{LockCell, LockMeta, SlotState};
-use crate::word::{atomic, fair, rw};
+use crate::word::{atomic, rw};
 
 /// Whether `name` is a valid lock or object name.
 #[inline]
@@ -71,6 +71,13 @@ impl<'r> Server<'r> {
             refs: 0,
         };
         self.t.lock_cells[lock as usize] = LockCell::default();
+        // A new lock never inherits its slot's last block. One created while the server
+        // recovers may be one a failed server held, whose block nobody knows until a re-claim
+        // supplies it: invalid until then (the Linux DLM's rule after recovery).
+        self.t.lock_values[lock as usize] = match self.recovering {
+            0 => LockValue::FRESH,
+            _ => LockValue::UNKNOWN,
+        };
         self.t.lock_names[lock as usize].set(hash, name);
         self.t.lock_index.insert(hash, lock);
         self.add_lock_ref(slot, lock);
@@ -169,19 +176,8 @@ impl<'r> Server<'r> {
         if hold.grant_mode() != Some(Mode::Exclusive) {
             return hold;
         }
-        let cell = self.t.lock_cells[lock as usize];
-        let owner = match SlotState(self.t.lock_meta[lock as usize].state).kind() {
-            LockKind::Atomic => atomic::AtomicWord::from_bits(cell.word).owner(),
-            LockKind::Rw => rw::RwWord::from_bits(cell.word).owner(),
-            LockKind::Fair => {
-                fair::FairLock {
-                    word: fair::FairWord::from_bits(cell.word),
-                    owner: cell.ext,
-                }
-                .owner
-            }
-        };
-        if owner == me.get() {
+        let kind = SlotState(self.t.lock_meta[lock as usize].state).kind();
+        if exclusive_owner(kind, &self.t.lock_cells[lock as usize]) == me.get() {
             hold
         } else {
             self.t.lock_holds.set(slot, lock, GrantState::None.bits());
@@ -203,5 +199,18 @@ impl<'r> Server<'r> {
             self.t.lock_index.remove(name.hash, lock);
             self.t.lock_free.push(lock);
         }
+    }
+}
+
+/// The client the word of a `kind` lock names as its exclusive holder (0: none). The holds
+/// record says who holds; the word says whether that grant is still the live one (an expired
+/// atomic or fair grant may have been taken over since).
+#[inline]
+pub(super) fn exclusive_owner(kind: LockKind, cell: &LockCell) -> u32 {
+    match kind {
+        LockKind::Atomic => atomic::AtomicWord::from_bits(cell.word).owner(),
+        LockKind::Rw => rw::RwWord::from_bits(cell.word).owner(),
+        // The fair lock keeps its exclusive owner beside the word (`fair::FairLock::owner`).
+        LockKind::Fair => cell.ext,
     }
 }

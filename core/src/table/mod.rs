@@ -29,6 +29,7 @@ pub use layout::{Layout, Part};
 use crate::config::Config;
 #[cfg(doc)]
 use crate::manager::GrantState;
+use crate::manager::LockValue;
 use crate::status::Status;
 use cells::{LAYOUT_VERSION, Pod, REGION_MAGIC, RegionHeader};
 
@@ -133,6 +134,8 @@ pub struct Tables<'r> {
     pub waiters: &'r mut [Waiter],
     /// Per lock, the first waiter of its FIFO (waiter slot + 1, 0 = none).
     pub lock_waiters: &'r mut [u32],
+    /// Per lock, its value block (data path; all zero is a fresh, valid block).
+    pub lock_values: &'r mut [LockValue],
 }
 
 /// Typed view of one part.
@@ -220,6 +223,7 @@ impl<'r> Tables<'r> {
                 object_refs: BitGrid::new(carve(base, l.object_refs), cfg.objects_max),
                 waiters: carve(base, l.waiters),
                 lock_waiters: carve(base, l.lock_waiters),
+                lock_values: carve(base, l.lock_values),
             })
         }
     }
@@ -286,6 +290,12 @@ impl Tables<'_> {
             d.word(w.next as u64 | (w.status as u64) << 32);
         }
         self.lock_waiters.iter().for_each(|&h| d.word(h as u64));
+        for v in self.lock_values.iter() {
+            let r = v.read();
+            let (words, _) = r.block.0.as_chunks::<8>();
+            words.iter().for_each(|&w| d.word(u64::from_le_bytes(w)));
+            d.word(r.seq as u64 | (r.valid as u64) << 32);
+        }
         d.0
     }
 }

@@ -56,6 +56,7 @@ fn run_with(
         ticket,
         wait_ms: 0,
         partition_epoch: 0,
+        flags: crate::proto::LockFlags::NONE,
     });
     let mut r = [CommandResult {
         status: Status::Success,
