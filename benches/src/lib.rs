@@ -36,6 +36,7 @@ pub fn cmd(op: LockOp, id: LockId) -> Command {
         ticket: Ticket::default(),
         wait_ms: 0,
         partition_epoch: 0,
+        flags: dlock_core::proto::LockFlags::NONE,
     })
 }
 

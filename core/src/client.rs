@@ -69,7 +69,7 @@
 //! server with a session key) is kept with it, for the claim that re-establishes it on a
 //! replacement server.
 
-use crate::proto::{CommandResult, Held, LockCommand, LockOp};
+use crate::proto::{CommandResult, Held, LockCommand, LockFlags, LockOp};
 use crate::word::fair::FairWord;
 use crate::{FencingToken, GrantProof, LockId, LockKind, Mode, Status, Ticket};
 
@@ -467,6 +467,8 @@ impl LocalLock {
             wait_ms,
             // A standalone server's: the cluster client names its partition's epoch.
             partition_epoch: 0,
+            // The lock manager's options are the caller's to add (`LockCommand::flags`).
+            flags: LockFlags::NONE,
         };
         Decision::Send(Request { command, verb })
     }

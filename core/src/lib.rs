@@ -26,7 +26,7 @@
 //! client registers, names a lock and takes it, all without a thread or a socket:
 //!
 //! ```
-//! use dlock_core::proto::{Command, CommandResult, LockCommand, LockOp, PROTO_VERSION};
+//! use dlock_core::proto::{Command, CommandResult, LockCommand, LockFlags, LockOp, PROTO_VERSION};
 //! use dlock_core::server::{Server, predictable_entropy};
 //! use dlock_core::{Config, LockKind, Status, Ticket, table::Tables};
 //!
@@ -49,6 +49,7 @@
 //!     ticket: Ticket { exclusive: 0, shared: 0 },
 //!     wait_ms: 0,
 //!     partition_epoch: 0, // a standalone server's (a cluster's names the partition's epoch)
+//!     flags: LockFlags::NONE, // no lock-manager options (cached, retained, value block)
 //! });
 //! let mut result = [CommandResult { status: Status::Fail, word: 0, aux: 0 }];
 //! server.execute_message(client.get(), 0, &[take], &mut result, now_ms).unwrap();

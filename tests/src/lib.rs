@@ -41,6 +41,7 @@ pub fn lock_cmd(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32) -> Comma
         ticket: Ticket::default(),
         wait_ms: 0,
         partition_epoch: 0,
+        flags: dlock_core::proto::LockFlags::NONE,
     })
 }
 
@@ -95,6 +96,7 @@ pub fn ticket_cmd(
         ticket,
         wait_ms: 0,
         partition_epoch: 0,
+        flags: dlock_core::proto::LockFlags::NONE,
     })
 }
 

@@ -118,6 +118,7 @@ fn lock(kind: LockKind, op: LockOp, lock: u32, expire_ms: u32, ticket: Ticket) -
         ticket,
         wait_ms: 0,
         partition_epoch: 0,
+        flags: dlock_core::proto::LockFlags::NONE,
     })
 }
 

@@ -49,7 +49,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::proto::{DATA_MESSAGE_MAX, DATA_RESPONSE_MAX};
+use dlock_core::proto::{DATA_REQUEST_WITH_VALUES_MAX, DATA_RESPONSE_WITH_VALUES_MAX};
 
 use crate::futex;
 use crate::patience::{Next, Patience};
@@ -58,12 +58,13 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
 /// Set in a request's `seq` while the client writes the message (the seqlock's "odd" state).
 pub const WRITING: u64 = 1 << 63;
 
-/// Data words in a request half (1,008 bytes: a full data request).
-const REQUEST_WORDS: usize = DATA_MESSAGE_MAX / 8;
-/// Data words in a response half (1,504 bytes: a full data response with its proof trailer).
-const RESPONSE_WORDS: usize = DATA_RESPONSE_MAX / 8;
+/// Data words in a request half (2,000 bytes: a full data request with its value trailer).
+const REQUEST_WORDS: usize = DATA_REQUEST_WITH_VALUES_MAX / 8;
+/// Data words in a response half (2,744 bytes: a full data response with its value and proof
+/// trailers).
+const RESPONSE_WORDS: usize = DATA_RESPONSE_WITH_VALUES_MAX / 8;
 
-/// One direction of a mailbox, `WORDS` words of message: 1 KiB for requests, 1.5 KiB for
+/// One direction of a mailbox, `WORDS` words of message: 2 KiB for requests, 2.75 KiB for
 /// responses.
 ///
 /// The sequence number, length and futex word come first, so a one-command message (48 bytes)
@@ -100,8 +101,8 @@ static_assertions::const_assert_eq!(
     std::mem::size_of::<Half<RESPONSE_WORDS>>(),
     dlock_core::table::layout::MAILBOX_RESPONSE_HALF
 );
-static_assertions::const_assert_eq!(REQUEST_WORDS * 8, DATA_MESSAGE_MAX);
-static_assertions::const_assert_eq!(RESPONSE_WORDS * 8, DATA_RESPONSE_MAX);
+static_assertions::const_assert_eq!(REQUEST_WORDS * 8, DATA_REQUEST_WITH_VALUES_MAX);
+static_assertions::const_assert_eq!(RESPONSE_WORDS * 8, DATA_RESPONSE_WITH_VALUES_MAX);
 
 /// Words the runtime keeps in the region's header page (after the core's header), so a client
 /// in another process reaches them too.

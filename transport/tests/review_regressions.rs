@@ -344,6 +344,7 @@ fn raw_trylock(data: &mut std::net::TcpStream, client: u32, lock: u32, wait_ms: 
         ticket: dlock_core::Ticket::default(),
         wait_ms,
         partition_epoch: 0,
+        flags: dlock_core::proto::LockFlags::NONE,
     });
     let mut buf = [0u8; DATA_MESSAGE_MAX];
     let n = encode_data_request(&header, &[cmd], &mut buf).unwrap();

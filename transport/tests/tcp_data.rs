@@ -415,6 +415,7 @@ fn lock_msg(client: u32, lock: u32, op: LockOp, wait_ms: u32, id: u16) -> Vec<u8
         ticket: dlock_core::Ticket::default(),
         wait_ms,
         partition_epoch: 0,
+        flags: dlock_core::proto::LockFlags::NONE,
     });
     let mut buf = [0u8; DATA_MESSAGE_MAX];
     let n = encode_data_request(&header, &[cmd], &mut buf).unwrap();
@@ -528,6 +529,7 @@ fn a_join_among_other_commands_closes_the_connection_and_runs_nothing() {
         ticket: dlock_core::Ticket::default(),
         wait_ms: 0,
         partition_epoch: 0,
+        flags: dlock_core::proto::LockFlags::NONE,
     });
     let join = Command::Join(JoinCommand { session: msession });
     for commands in [[lock, join], [join, lock]] {

@@ -1,7 +1,7 @@
 //! What one client holds on one lock: a [`GrantState`], four bits in the holds grid.
 //!
-//! Today's grid has two bits per (client, lock) — none, exclusive, shared, ticketed — all four
-//! values used, so the server cannot tell a ticket's mode. A lock manager needs more: whether a
+//! The grid had two bits per (client, lock) — none, exclusive, shared, ticketed — all four
+//! values used, so the server could not tell a ticket's mode. A lock manager needs more: whether a
 //! grant is *cached* (its holder gives it back when asked, so it may be revoked), whether it
 //! is *retained* on its holder's death, and whether a revoke is *outstanding* on it (at most
 //! one per holder and lock). Four bits hold all of it:
@@ -57,7 +57,6 @@
 
 use crate::ids::Mode;
 use crate::proto::Held;
-use crate::table::Hold;
 
 /// What one client holds on one lock (module doc: the table of codes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -255,18 +254,6 @@ impl GrantState {
         }
     }
 
-    /// Today's two-bit view (none, exclusive, shared, ticketed), for call sites that do not
-    /// care about the rest while the server moves to four bits.
-    #[inline]
-    pub const fn hold(self) -> Hold {
-        match (self.grant_mode(), self.ticket_mode()) {
-            (Some(Mode::Exclusive), _) => Hold::Exclusive,
-            (Some(Mode::Shared), _) => Hold::Shared,
-            (None, Some(_)) => Hold::Ticketed,
-            (None, None) => Hold::None,
-        }
-    }
-
     /// What a client re-claims for this state after a failover.
     #[inline]
     pub const fn held(self) -> Held {
@@ -414,22 +401,10 @@ mod tests {
             assert_eq!(plain.grant_mode(), state.grant_mode());
             assert_eq!(plain.ticket_mode(), state.ticket_mode());
             assert!(!plain.is_cached() && !plain.retains());
-            // The two-bit view is the low bits of the old encoding.
-            let want = match (state.grant_mode(), state.ticket_mode()) {
-                (Some(EX), _) => Hold::Exclusive,
-                (Some(SH), _) => Hold::Shared,
-                (Option::None, Some(_)) => Hold::Ticketed,
-                _ => Hold::None,
-            };
-            assert_eq!(state.hold(), want, "{state:?}");
             // A claim restores the plain state, which claims again the same way.
             assert_eq!(GrantState::from_held(state.held()), plain, "{state:?}");
         }
-        assert_eq!(
-            Exclusive.hold() as u8,
-            Exclusive.bits(),
-            "today's codes kept"
-        );
-        assert_eq!(Shared.hold() as u8, Shared.bits(), "today's codes kept");
+        // The plain grants keep the two-bit grid's codes (1 exclusive, 2 shared).
+        assert_eq!((Exclusive.bits(), Shared.bits()), (1, 2));
     }
 }

@@ -11,7 +11,7 @@
 //! | 5   | u8   | `count`, 1..=31; exactly `count` commands follow          |
 //! | 6   | u16  | `message_id`, copied from request to response             |
 //! | 8   | u32  | client id                                                 |
-//! | 12  | u32  | flags: [`FLAG_ALL_OR_NOTHING`](super::FLAG_ALL_OR_NOTHING), responses also [`FLAG_PROOFS`](super::FLAG_PROOFS); other bits must be zero |
+//! | 12  | u32  | flags: [`FLAG_ALL_OR_NOTHING`](super::FLAG_ALL_OR_NOTHING), [`FLAG_VALUES`], responses also [`FLAG_PROOFS`](super::FLAG_PROOFS); other bits must be zero |
 //!
 //! # Command (32 bytes)
 //!
@@ -27,14 +27,23 @@
 //!
 //! | message  | kind   | payload                                                       |
 //! |----------|--------|---------------------------------------------------------------|
-//! | request  | lock   | `8 u32 expire_ms \| 12 u16 tx \| 14 u16 ts \| 16 u32 wait_ms \| 20 u32 partition_epoch \| 24 8 reserved` |
+//! | request  | lock   | `8 u32 expire_ms \| 12 u16 tx \| 14 u16 ts \| 16 u32 wait_ms \| 20 u32 partition_epoch \| 24 u8 flags \| 25 7 reserved` |
 //! | request  | object | `8 u64 a \| 16 u64 b \| 24 u32 partition_epoch \| 28 4 reserved` |
 //! | request  | join   | `8 [u8; 16] session \| 24 8 reserved` (op and id zero)         |
 //! | response | any    | `8 u128 word \| 24 u64 aux`                                   |
 //!
 //! Reserved bytes must be zero. A response echoes the request's header and each command's
-//! kind, op and id, so the client can match every result to what it asked. (Byte 24 of a lock
-//! request is issue 19's flags byte once integrated, `lock_flags.rs`.)
+//! kind, op and id, so the client can match every result to what it asked. Byte 24 of a lock
+//! request is its [`LockFlags`] (`lock_flags.rs`: which flags each op may carry); zero is what
+//! every earlier client wrote there, and means what it always meant.
+//!
+//! # Value trailer ([`FLAG_VALUES`], `value.rs`)
+//!
+//! Lock value blocks travel after the commands (requests: the block an exclusive unlock
+//! writes) or the results (responses: the block each flagged grant returns), before the proof
+//! trailer. Whether a message has one is in its header, so its length still follows from the
+//! header alone — but the two directions' entries differ in size, so a reader frames a request
+//! with [`peek_data_header`] and a response with [`peek_data_response_header`].
 //!
 //! `partition_epoch` (protocol 5) is the epoch the client's map gives the partition of the
 //! lock's or object's name, in a cluster (`crate::cluster`; `docs/cluster.md`, "Wire"); 0 on a
@@ -54,6 +63,10 @@
 //! than per grant so that finding a result's proof needs no counting and the length follows
 //! from the header alone (a stream transport frames a response from its first 16 bytes).
 
+use super::lock_flags::{LockFlags, read_lock_flags};
+use super::value::{
+    FLAG_VALUES, VALUE_REPLY_LEN, VALUE_REQUEST_LEN, ValueReplies, ValueRequests, data_message_len,
+};
 use super::{
     COMMAND_LEN, DATA_HEADER_LEN, DATA_MAGIC, DecodeError, EncodeError, FLAG_PROOFS, FLAGS_KNOWN,
     PROOF_LEN, REQUEST_FLAGS_KNOWN, get_array, get_u8, get_u16, get_u32, get_u64, get_u128,
@@ -61,6 +74,7 @@ use super::{
 };
 use crate::config::BATCH_MAX;
 use crate::ids::{LockKind, Mode, Session, Ticket};
+use crate::manager::value::{ValueBlock, ValueRead};
 use crate::status::Status;
 
 /// The command kind byte of an object command (lock kinds are 0..=2).
@@ -167,6 +181,10 @@ pub struct LockCommand {
     /// The epoch the client's map gives the lock's partition (a cluster's); 0 on a standalone
     /// server (module doc).
     pub partition_epoch: u32,
+    /// What the lock manager is asked for beyond the plain operation (byte 24):
+    /// [`LockFlags::VALUE_BLOCK`] on an acquisition returns the lock's value block, on an
+    /// exclusive unlock writes the one in the request's value trailer.
+    pub flags: LockFlags,
 }
 
 impl LockCommand {
@@ -183,6 +201,7 @@ impl LockCommand {
         },
         wait_ms: 0,
         partition_epoch: 0,
+        flags: LockFlags::NONE,
     };
 }
 
@@ -317,6 +336,8 @@ pub struct DataRequest<'a> {
     header: DataHeader,
     /// Every command validated by [`decode_data_request`].
     commands: &'a [RawCommand],
+    /// The value trailer ([`FLAG_VALUES`]): one block per command, or none at all.
+    values: ValueRequests<'a>,
 }
 
 impl<'a> DataRequest<'a> {
@@ -353,6 +374,26 @@ impl<'a> DataRequest<'a> {
     pub fn commands(&self) -> impl ExactSizeIterator<Item = Command> + 'a {
         self.commands.iter().map(read_command)
     }
+
+    /// Command `i`'s entry in the value trailer: the block an exclusive unlock flagged
+    /// [`LockFlags::VALUE_BLOCK`] writes (the decoder refused a writer without a trailer, and a
+    /// non-zero entry for any other command); `None` when the message has no trailer.
+    #[inline]
+    pub fn value_block(&self, i: usize) -> Option<ValueBlock> {
+        self.values.block(i)
+    }
+
+    /// Whether the response must carry a value trailer: some command is an acquisition
+    /// flagged [`LockFlags::VALUE_BLOCK`] (known before anything runs).
+    #[inline]
+    pub fn wants_values(&self) -> bool {
+        self.commands.iter().any(|c| {
+            let [_, op, ..] = *c;
+            c[super::LOCK_FLAGS_OFFSET] & LockFlags::VALUE_BLOCK.bits() != 0
+                && !LockFlags::VALUE_BLOCK.writes_value(op)
+                && usize::from(c[0]) < 3
+        })
+    }
 }
 
 /// A validated data response, borrowing the message bytes.
@@ -361,6 +402,8 @@ pub struct DataResponse<'a> {
     header: DataHeader,
     /// Every result validated by [`decode_data_response`].
     results: &'a [RawCommand],
+    /// The value trailer: one entry per result, or none at all.
+    values: ValueReplies<'a>,
     /// The proof trailer: one per result, or none at all.
     proofs: &'a [RawProof],
 }
@@ -406,14 +449,34 @@ impl<'a> DataResponse<'a> {
     pub fn proof_mac(&self, i: usize) -> [u8; PROOF_LEN] {
         self.proofs.get(i).copied().unwrap_or([0; PROOF_LEN])
     }
+
+    /// The value block result `i`'s grant returned: `None` unless the command asked for it and
+    /// was granted.
+    #[inline]
+    pub fn value(&self, i: usize) -> Option<ValueRead> {
+        self.values.get(i)
+    }
 }
 
 /// Reads and checks the header at the start of `buf` (magic, count, flags) and returns it with
-/// the length of the whole message it announces; `Truncated` while the header is incomplete.
-/// A stream transport frames messages with it, and reads the sender's id from the header
-/// without decoding the commands.
+/// the length of the whole *request* it announces; `Truncated` while the header is incomplete.
+/// A server's stream transport frames requests with it, and anyone reads the sender's id from
+/// the header without decoding the commands. (A response's trailers are longer: frame one with
+/// [`peek_data_response_header`].)
 #[inline]
 pub fn peek_data_header(buf: &[u8]) -> Result<(DataHeader, usize), DecodeError> {
+    peek(buf, false)
+}
+
+/// [`peek_data_header`] for a response: the length counts a response's value and proof
+/// trailers. A client's stream transport frames responses with it.
+#[inline]
+pub fn peek_data_response_header(buf: &[u8]) -> Result<(DataHeader, usize), DecodeError> {
+    peek(buf, true)
+}
+
+#[inline]
+fn peek(buf: &[u8], response: bool) -> Result<(DataHeader, usize), DecodeError> {
     if buf.len() < DATA_HEADER_LEN {
         return Err(DecodeError::Truncated);
     }
@@ -434,12 +497,7 @@ pub fn peek_data_header(buf: &[u8]) -> Result<(DataHeader, usize), DecodeError> 
     if header.flags & !FLAGS_KNOWN != 0 {
         return Err(DecodeError::BadFlags);
     }
-    let proofs = if header.flags & FLAG_PROOFS != 0 {
-        count * PROOF_LEN
-    } else {
-        0
-    };
-    Ok((header, DATA_HEADER_LEN + count * COMMAND_LEN + proofs))
+    Ok((header, data_message_len(count, header.flags, response)))
 }
 
 /// A data message's bytes with its header read and checked ([`peek_data_frame`]): what a
@@ -460,6 +518,13 @@ pub struct DataFrame<'a> {
 pub fn peek_data_frame(buf: &[u8]) -> Result<DataFrame<'_>, DecodeError> {
     let (header, len) = peek_data_header(buf)?;
     Ok(DataFrame { header, len, buf })
+}
+
+/// The parts of a data message after its header.
+struct Parts<'a> {
+    commands: &'a [RawCommand],
+    values: &'a [u8],
+    proofs: &'a [RawProof],
 }
 
 impl<'a> DataFrame<'a> {
@@ -489,10 +554,11 @@ impl<'a> DataFrame<'a> {
         Some(DataFrame { buf, ..self })
     }
 
-    /// Checks the total length and splits the commands from the proof trailer (empty without
-    /// [`FLAG_PROOFS`]).
+    /// Checks the total length and splits the commands from the value trailer (empty without
+    /// [`FLAG_VALUES`]) and the proof trailer (empty without [`FLAG_PROOFS`]); `response` says
+    /// whose value entries these are.
     #[inline]
-    fn split(&self) -> Result<(&'a [RawCommand], &'a [RawProof]), DecodeError> {
+    fn split(&self, response: bool) -> Result<Parts<'a>, DecodeError> {
         if self.buf.len() != self.len {
             return Err(DecodeError::BadLength);
         }
@@ -501,34 +567,71 @@ impl<'a> DataFrame<'a> {
             .buf
             .get(DATA_HEADER_LEN..)
             .ok_or(DecodeError::Truncated)?;
+        let value_len = match (self.header.flags & FLAG_VALUES != 0, response) {
+            (false, _) => 0,
+            (true, false) => VALUE_REQUEST_LEN,
+            (true, true) => VALUE_REPLY_LEN,
+        };
         let (body, trailer) = body.split_at(count * COMMAND_LEN);
+        let (values, trailer) = trailer
+            .split_at_checked(count * value_len)
+            .ok_or(DecodeError::BadLength)?;
         let (commands, rest) = body.as_chunks::<COMMAND_LEN>();
         let (proofs, rest_proofs) = trailer.as_chunks::<PROOF_LEN>();
         if commands.len() != count || !rest.is_empty() || !rest_proofs.is_empty() {
             return Err(DecodeError::BadLength);
         }
-        Ok((commands, proofs))
+        Ok(Parts {
+            commands,
+            values,
+            proofs,
+        })
     }
 
-    /// The commands of a request (a proof trailer is the server's to send).
+    /// The commands of a request (a proof trailer is the server's to send) and its value
+    /// trailer, checked against the commands: a block exactly for each command that writes one.
     #[inline]
-    fn request_commands(&self) -> Result<&'a [RawCommand], DecodeError> {
+    fn request_parts(&self) -> Result<(&'a [RawCommand], ValueRequests<'a>), DecodeError> {
         if self.header.flags & !REQUEST_FLAGS_KNOWN != 0 {
             return Err(DecodeError::BadFlags);
         }
-        Ok(self.split()?.0)
+        let parts = self.split(false)?;
+        let commands = parts.commands;
+        let writes = |i: usize| {
+            let c = &commands[i];
+            usize::from(c[0]) < 3
+                && LockFlags::VALUE_BLOCK.writes_value(c[1])
+                && c[super::LOCK_FLAGS_OFFSET] & LockFlags::VALUE_BLOCK.bits() != 0
+        };
+        let writers = (0..commands.len()).filter(|&i| writes(i)).count();
+        if self.header.flags & FLAG_VALUES == 0 {
+            // A command that writes a block needs the trailer that carries it.
+            return match writers {
+                0 => Ok((commands, ValueRequests::NONE)),
+                _ => Err(DecodeError::BadFlags),
+            };
+        }
+        // A trailer is sent exactly when some command writes (one encoding per message).
+        if writers == 0 {
+            return Err(DecodeError::BadFlags);
+        }
+        Ok((
+            commands,
+            ValueRequests::decode(parts.values, commands.len(), writes)?,
+        ))
     }
 
     /// Decodes the message as a request, validating every command so
     /// [`DataRequest::command`] cannot fail; the header is not read again.
     pub fn decode(&self) -> Result<DataRequest<'a>, DecodeError> {
-        let commands = self.request_commands()?;
+        let (commands, values) = self.request_parts()?;
         for c in commands {
             parse_command(c)?;
         }
         Ok(DataRequest {
             header: self.header,
             commands,
+            values,
         })
     }
 
@@ -538,13 +641,14 @@ impl<'a> DataFrame<'a> {
         &self,
         commands: &mut [Command; BATCH_MAX],
     ) -> Result<DataRequest<'a>, DecodeError> {
-        let raw = self.request_commands()?;
+        let (raw, values) = self.request_parts()?;
         for (c, slot) in raw.iter().zip(commands.iter_mut()) {
             *slot = parse_command(c)?;
         }
         Ok(DataRequest {
             header: self.header,
             commands: raw,
+            values,
         })
     }
 }
@@ -565,15 +669,20 @@ pub fn decode_data_request_into<'a>(
 
 /// Decodes a data response, validating every result so [`DataResponse::result`] cannot fail.
 pub fn decode_data_response(buf: &[u8]) -> Result<DataResponse<'_>, DecodeError> {
-    let frame = peek_data_frame(buf)?;
-    let (header, (results, proofs)) = (frame.header, frame.split()?);
-    for c in results {
+    let (header, len) = peek_data_response_header(buf)?;
+    let parts = DataFrame { header, len, buf }.split(true)?;
+    for c in parts.commands {
         parse_result(c)?;
     }
+    let values = match header.flags & FLAG_VALUES {
+        0 => ValueReplies::NONE,
+        _ => ValueReplies::decode(parts.values, parts.commands.len())?,
+    };
     Ok(DataResponse {
         header,
-        results,
-        proofs,
+        results: parts.commands,
+        values,
+        proofs: parts.proofs,
     })
 }
 
@@ -610,9 +719,7 @@ fn parse_command(c: &RawCommand) -> Result<Command, DecodeError> {
     }
     let kind = LockKind::from_u8(kind).ok_or(DecodeError::BadKind)?;
     let op = LockOp::from_u8(op).ok_or(DecodeError::BadOp)?;
-    if get_u64(c, 24)? != 0 {
-        return Err(DecodeError::BadField);
-    }
+    let flags = read_lock_flags(c)?;
     Ok(Command::Lock(LockCommand {
         kind,
         op,
@@ -624,6 +731,7 @@ fn parse_command(c: &RawCommand) -> Result<Command, DecodeError> {
         },
         wait_ms: get_u32(c, 16)?,
         partition_epoch: get_u32(c, 20)?,
+        flags,
     }))
 }
 
@@ -743,7 +851,11 @@ pub fn encode_data_request(
                 put_u16(c, 14, l.ticket.shared)?;
                 put_u32(c, 16, l.wait_ms)?;
                 put_u32(c, 20, l.partition_epoch)?;
-                put_zero(c, 24, 8)?;
+                if !LockFlags::allowed_for(l.op as u8).contains(l.flags) {
+                    return Err(EncodeError::Invalid);
+                }
+                put_u8(c, 24, l.flags.bits())?;
+                put_zero(c, 25, 7)?;
             }
             Command::Object(o) => {
                 put_u64(c, 8, o.a)?;
@@ -782,8 +894,15 @@ pub fn encode_data_response(
 /// whole response, so the [`put_data_result`] calls that follow cannot run out of room. Returns
 /// the response length. This is the streaming form of [`encode_data_response`] for a server that
 /// writes each result as it is computed, without an array of them.
+///
+/// The request's [`FLAG_VALUES`] is not echoed: on a response it announces the response's own
+/// value trailer, which [`super::finish_value_replies`] writes and flags.
 pub fn begin_data_response(req: &DataRequest<'_>, out: &mut [u8]) -> Result<usize, EncodeError> {
-    put_message_header(out, &req.header, req.len())
+    let header = DataHeader {
+        flags: req.header.flags & !FLAG_VALUES,
+        ..req.header
+    };
+    put_message_header(out, &header, req.len())
 }
 
 /// Writes the outcome of `command` — command `i` of the request, as
@@ -833,7 +952,8 @@ pub fn put_data_result(
 }
 
 /// Writes the MAC of command `i`'s proof into the trailer of a response to `n` commands that
-/// was started with [`begin_data_response`]. `first`: this is the message's first proof, so
+/// was started with [`begin_data_response`] (after its value trailer, if
+/// [`super::finish_value_replies`] already wrote one). `first`: this is the message's first proof, so
 /// the trailer is zeroed before it (commands without a proof read as zero). `BufferTooSmall`
 /// unless `out` holds the whole trailer.
 #[inline]
@@ -844,7 +964,9 @@ pub fn put_data_proof(
     mac: &[u8; PROOF_LEN],
     first: bool,
 ) -> Result<(), EncodeError> {
-    let start = DATA_HEADER_LEN + n * COMMAND_LEN;
+    let flags = get_u32(out, 12).map_err(|_| EncodeError::BufferTooSmall)?;
+    // The proofs follow the value trailer, when there is one.
+    let start = data_message_len(n, flags & FLAG_VALUES, true);
     let trailer = out
         .get_mut(start..start + n * PROOF_LEN)
         .ok_or(EncodeError::BufferTooSmall)?;
@@ -864,5 +986,5 @@ pub fn put_data_proof(
 pub fn finish_data_proofs(out: &mut [u8], n: usize) -> Result<usize, EncodeError> {
     let flags = get_u32(out, 12).map_err(|_| EncodeError::BufferTooSmall)?;
     put_u32(out, 12, flags | FLAG_PROOFS)?;
-    Ok(DATA_HEADER_LEN + n * (COMMAND_LEN + PROOF_LEN))
+    Ok(data_message_len(n, flags | FLAG_PROOFS, true))
 }

@@ -63,7 +63,8 @@ pub use data::{
     JOIN_KIND, JoinCommand, LockCommand, LockOp, OBJECT_KIND, ObjectCommand, ObjectOp,
     begin_data_response, decode_data_request, decode_data_request_into, decode_data_response,
     encode_data_request, encode_data_response, finish_data_proofs, peek_data_frame,
-    peek_data_header, put_command_result, put_data_proof, put_data_result,
+    peek_data_header, peek_data_response_header, put_command_result, put_data_proof,
+    put_data_result,
 };
 pub use event::{
     EVENT_LEN, EVENTS_MAX, Event, EventHeader, EventMessage, FLAG_EVENT, decode_event,
@@ -162,7 +163,7 @@ pub const FLAG_ALL_OR_NOTHING: u32 = 1;
 /// A server with a session key sets it on a response that grants or queues anything.
 pub const FLAG_PROOFS: u32 = 2;
 /// Every flag a request may carry; any other bit set is refused.
-pub const REQUEST_FLAGS_KNOWN: u32 = FLAG_ALL_OR_NOTHING;
+pub const REQUEST_FLAGS_KNOWN: u32 = FLAG_ALL_OR_NOTHING | FLAG_VALUES;
 /// Every flag this version defines (requests and responses); any other bit set is refused.
 pub const FLAGS_KNOWN: u32 = REQUEST_FLAGS_KNOWN | FLAG_PROOFS;
 

@@ -252,6 +252,7 @@ fn every_command() -> Vec<Command> {
                     shared: u16::from(op),
                 },
                 partition_epoch: u32::MAX - u32::from(op),
+                flags: crate::proto::LockFlags::NONE,
             }));
         }
     }

@@ -178,6 +178,9 @@ pub struct ValueRequests<'a> {
 }
 
 impl<'a> ValueRequests<'a> {
+    /// No trailer: a request without [`FLAG_VALUES`].
+    pub const NONE: ValueRequests<'static> = ValueRequests { entries: &[] };
+
     /// The trailer of a request of `n` commands: `trailer` must be exactly `n` entries, and the
     /// entry of every command that writes no block (`writes(i)` false) must be zero, so that a
     /// request re-encodes to its own bytes.
@@ -212,6 +215,9 @@ pub struct ValueReplies<'a> {
 }
 
 impl<'a> ValueReplies<'a> {
+    /// No trailer: a response without [`FLAG_VALUES`].
+    pub const NONE: ValueReplies<'static> = ValueReplies { entries: &[] };
+
     /// The trailer of a response of `n` results: exactly `n` entries, each with known flag bits,
     /// zero reserved bytes, and all zero unless present.
     pub fn decode(trailer: &'a [u8], n: usize) -> Result<Self, DecodeError> {

@@ -13,8 +13,9 @@
 
 use super::{Counter, Server, client_tag, past};
 use crate::ids::{ClientId, LockId, LockKind, Mode, Peer, Session, Ticket};
+use crate::manager::GrantState;
 use crate::status::Status;
-use crate::table::{ClientEntry, ClientState, Hold};
+use crate::table::{ClientEntry, ClientState};
 use crate::word::{atomic, fair, rw};
 
 /// Candidate ids drawn per registration. One collides with a registered id with a chance of
@@ -368,24 +369,36 @@ impl<'r> Server<'r> {
         let mut from = 0;
         while let Some((lock, bits)) = self.t.lock_holds.next_in_row(slot, from) {
             from = lock + 1;
-            self.t.lock_holds.set(slot, lock, Hold::None as u8);
+            self.t.lock_holds.set(slot, lock, GrantState::None.bits());
             let kind = crate::table::SlotState(self.t.lock_meta[lock as usize].state).kind();
+            // A code no state has was a grant nobody can name: nothing to give back here.
+            let granted = GrantState::from_bits(bits)
+                .ok()
+                .and_then(GrantState::grant_mode);
+            if granted == Some(Mode::Exclusive)
+                && super::locks::exclusive_owner(kind, &self.t.lock_cells[lock as usize])
+                    == me.get()
+            {
+                // Gone without an unlock that could have written it (death or deinit): the
+                // block may no longer describe what the holder left behind.
+                self.t.lock_values[lock as usize].grant_lost(Mode::Exclusive);
+            }
             let cell = &mut self.t.lock_cells[lock as usize];
-            match (kind, Hold::from_bits(bits)) {
-                (_, Hold::None | Hold::Ticketed) => {}
+            match (kind, granted) {
+                (_, None) => {}
                 (LockKind::Atomic, _) => {
                     let o = atomic::unlock(atomic::AtomicWord::from_bits(cell.word), me);
                     cell.word = o.state.into_bits();
                 }
-                (LockKind::Rw, Hold::Exclusive) => {
+                (LockKind::Rw, Some(Mode::Exclusive)) => {
                     let o = rw::unlock_exclusive(rw::RwWord::from_bits(cell.word), me);
                     cell.word = o.state.into_bits();
                 }
-                (LockKind::Rw, Hold::Shared) => {
+                (LockKind::Rw, Some(Mode::Shared)) => {
                     let o = rw::unlock_shared(rw::RwWord::from_bits(cell.word), true);
                     cell.word = o.state.into_bits();
                 }
-                (LockKind::Fair, hold) => {
+                (LockKind::Fair, Some(mode)) => {
                     let s = fair::FairLock {
                         word: fair::FairWord::from_bits(cell.word),
                         owner: cell.ext,
@@ -393,21 +406,12 @@ impl<'r> Server<'r> {
                     // A live grant is always at the serving ticket: exclusive at (nx, ns), shared
                     // at nx with a shared ticket that was not voided (preemptions clear the holds
                     // they void, so `rms` is a ticket that is never "passed").
-                    let (mode, ticket) = match hold {
-                        Hold::Exclusive => (
-                            Mode::Exclusive,
-                            Ticket {
-                                exclusive: s.word.nx(),
-                                shared: s.word.ns(),
-                            },
-                        ),
-                        _ => (
-                            Mode::Shared,
-                            Ticket {
-                                exclusive: s.word.nx(),
-                                shared: s.word.rms(),
-                            },
-                        ),
+                    let ticket = Ticket {
+                        exclusive: s.word.nx(),
+                        shared: match mode {
+                            Mode::Exclusive => s.word.ns(),
+                            Mode::Shared => s.word.rms(),
+                        },
                     };
                     let o = fair::unlock(s, me, mode, ticket, now_ms);
                     cell.word = o.state.word.into_bits();

@@ -26,16 +26,19 @@
 
 use core::sync::atomic::Ordering;
 
+use super::locks::exclusive_owner;
 use super::waiters::{Disposition, MessageMeta};
 use super::{Counter, Server};
 use crate::config::BATCH_MAX;
 use crate::ids::{ClientId, GrantProof, LockKind, Mode, ObjectId, Ticket};
+use crate::manager::value::ValueRead;
+use crate::manager::{GrantState, LockValue, ValueBlock};
 use crate::proto::{
-    Command, CommandResult, FLAG_ALL_OR_NOTHING, LockCommand, LockOp, ObjectCommand, ObjectOp,
-    PROTO_VERSION,
+    Command, CommandResult, FLAG_ALL_OR_NOTHING, LockCommand, LockFlags, LockOp, ObjectCommand,
+    ObjectOp, PROTO_VERSION,
 };
 use crate::status::Status;
-use crate::table::{Hold, LockCell, SlotState};
+use crate::table::{LockCell, SlotState};
 use crate::word::{Effect, Outcome, atomic, fair, rw};
 
 /// A transition's result in the slot's own terms (word and fair-lock owner).
@@ -81,11 +84,23 @@ impl Step {
 
 /// A copy of one lock slot's state for this client, taken before a command of an
 /// all-or-nothing message touched it.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Undo {
     lock: u32,
     cell: LockCell,
     hold: u8,
+    value: LockValue,
+}
+
+impl Default for Undo {
+    fn default() -> Self {
+        Undo {
+            lock: 0,
+            cell: LockCell::default(),
+            hold: 0,
+            value: LockValue::FRESH,
+        }
+    }
 }
 
 /// What a lock command did beyond its reply, for the caller's follow-up work.
@@ -161,8 +176,10 @@ impl<'r> Server<'r> {
             (raw_client, found),
             meta,
             commands.len(),
-            |i| commands[i],
-            |i, r, _proof| {
+            // The embedded API writes no value blocks and reads none back (yet): its commands
+            // carry no value trailer.
+            (|i| commands[i], |_| None),
+            |i, r, _proof, _value| {
                 // Field by field: a whole-struct copy reloads the 16-byte word with one vector
                 // load right after it was stored as two 8-byte halves, a store-forwarding stall
                 // that cost a third of the batch path.
@@ -177,18 +194,23 @@ impl<'r> Server<'r> {
 
     /// The data path proper: `n` commands from client `raw_client`, registered in slot `found`
     /// (the caller looked it up; `None`: not registered), read through `command(i)`, each
-    /// outcome handed to `reply(i, result, proof)` as soon as it is known — so the bytes path
+    /// outcome handed to `reply(i, result, proof, value)` as soon as it is known — so the bytes path
     /// decodes and encodes in place, with no array of commands or results to fill per message.
     /// `proof` is the grant's or ticket's proof when the server has a session key (see
-    /// [`Self::proof_of`]).
+    /// [`Self::proof_of`]); `value` the lock's value block when the command asked for it and
+    /// was granted ([`Self::value_of`]). `block(i)` is the value block command `i` writes, from
+    /// the request's value trailer.
     #[inline]
     pub(super) fn execute_with(
         &mut self,
         (raw_client, found): (u32, Option<u32>),
         meta: MessageMeta,
         n: usize,
-        command: impl Fn(usize) -> Command,
-        mut reply: impl FnMut(usize, CommandResult, GrantProof),
+        (command, block): (
+            impl Fn(usize) -> Command,
+            impl Fn(usize) -> Option<ValueBlock>,
+        ),
+        mut reply: impl FnMut(usize, CommandResult, GrantProof, Option<ValueRead>),
         now_ms: u64,
     ) -> Result<Disposition, Status> {
         if n == 0 || n > BATCH_MAX {
@@ -213,7 +235,7 @@ impl<'r> Server<'r> {
             Ok(slot) => slot,
             Err(s) => {
                 for i in 0..n {
-                    reply(i, result(self.refuse(s)), GrantProof::NONE);
+                    reply(i, result(self.refuse(s)), GrantProof::NONE, None);
                 }
                 return Ok(Disposition::Replied);
             }
@@ -230,39 +252,47 @@ impl<'r> Server<'r> {
         }
         if all_or_nothing {
             let mut results = [result(Status::Success); BATCH_MAX];
-            self.execute_all_or_nothing(slot, me, n, &command, &mut results[..n], now_ms);
+            let commands = (&command, &block);
+            self.execute_all_or_nothing(slot, me, n, commands, &mut results[..n], now_ms);
             for (i, r) in results[..n].iter().enumerate() {
-                let proof = match command(i) {
-                    Command::Lock(c) => self.proof_of(raw_client, &c, r, true),
-                    _ => GrantProof::NONE,
+                // The message is a unit, so the values it returns are those after all of it.
+                let (proof, value) = match command(i) {
+                    Command::Lock(c) => {
+                        (self.proof_of(raw_client, &c, r, true), self.value_of(&c, r))
+                    }
+                    _ => (GrantProof::NONE, None),
                 };
-                reply(i, *r, proof);
+                reply(i, *r, proof, value);
             }
             return Ok(Disposition::Replied);
         }
         for i in 0..n {
-            let (r, proof) = match command(i) {
+            let (r, proof, value) = match command(i) {
                 // A waiting request must be alone in its message: its reply may come later.
                 Command::Lock(c) if c.wait_ms != 0 => {
-                    (result(self.refuse(Status::Einval)), GrantProof::NONE)
+                    (result(self.refuse(Status::Einval)), GrantProof::NONE, None)
                 }
                 Command::Lock(c) => {
-                    let (r, note) = self.lock_command(slot, me, &c, now_ms);
+                    let (r, note) = self.lock_command(slot, me, &c, block(i).as_ref(), now_ms);
                     if note.fair_preempted {
                         self.forget_preempted_holders(c.lock, slot);
                     }
+                    // Read before waking waiters: a waiter granted now cannot change it (only
+                    // an exclusive holder writes, at its unlock), but the order keeps that
+                    // obvious.
+                    let value = self.value_of(&c, &r);
                     if note.released && self.waiting > 0 {
                         self.wake_waiters(c.lock, now_ms);
                     }
-                    (r, self.proof_of(raw_client, &c, &r, false))
+                    (r, self.proof_of(raw_client, &c, &r, false), value)
                 }
-                Command::Object(o) => (self.object_command(slot, &o), GrantProof::NONE),
+                Command::Object(o) => (self.object_command(slot, &o), GrantProof::NONE, None),
                 // A stream transport answers a lone join, and closes on one among other
                 // commands, before either gets here (`route::joining`); there is nothing to
                 // join over shared memory or RDMA.
-                Command::Join(_) => (result(self.refuse(Status::Einval)), GrantProof::NONE),
+                Command::Join(_) => (result(self.refuse(Status::Einval)), GrantProof::NONE, None),
             };
-            reply(i, r, proof);
+            reply(i, r, proof, value);
         }
         Ok(Disposition::Replied)
     }
@@ -275,7 +305,10 @@ impl<'r> Server<'r> {
         slot: u32,
         me: ClientId,
         n: usize,
-        command: &impl Fn(usize) -> Command,
+        (command, block): (
+            &impl Fn(usize) -> Command,
+            &impl Fn(usize) -> Option<ValueBlock>,
+        ),
         results: &mut [CommandResult],
         now_ms: u64,
     ) {
@@ -297,7 +330,7 @@ impl<'r> Server<'r> {
                 continue;
             }
             self.record_undo(slot, c.lock, &mut s);
-            let (out, note) = self.lock_command(slot, me, &c, now_ms);
+            let (out, note) = self.lock_command(slot, me, &c, block(i).as_ref(), now_ms);
             if note.fair_preempted {
                 s.preempted[s.preempted_len] = c.lock;
                 s.preempted_len += 1;
@@ -329,6 +362,7 @@ impl<'r> Server<'r> {
                 lock,
                 cell: self.t.lock_cells[lock as usize],
                 hold: self.t.lock_holds.get(slot, lock),
+                value: self.t.lock_values[lock as usize],
             };
             s.undo_len += 1;
         }
@@ -339,6 +373,7 @@ impl<'r> Server<'r> {
         for u in s.undo[..s.undo_len].iter().rev() {
             self.t.lock_cells[u.lock as usize] = u.cell;
             self.t.lock_holds.set(slot, u.lock, u.hold);
+            self.t.lock_values[u.lock as usize] = u.value;
         }
         // Nobody was displaced after all.
         s.preempted_len = 0;
@@ -361,6 +396,7 @@ impl<'r> Server<'r> {
         slot: u32,
         me: ClientId,
         c: &LockCommand,
+        written: Option<&ValueBlock>,
         now_ms: u64,
     ) -> (CommandResult, Note) {
         let (id, state) = match self.referenced_lock_state(slot, c.lock) {
@@ -373,6 +409,7 @@ impl<'r> Server<'r> {
         }
         let hold = self.current_hold(slot, me, lock);
         let cell = self.t.lock_cells[lock as usize];
+        let before = cell;
         let step = match c.kind {
             LockKind::Atomic => atomic_step(&cell, me, c, hold, now_ms),
             LockKind::Rw => rw_step(&cell, me, c, hold, now_ms),
@@ -392,14 +429,16 @@ impl<'r> Server<'r> {
         let mut note = Note::default();
         let aux = match step.effect {
             Effect::Granted { mode, preempted } => {
+                let owner_before = exclusive_owner(c.kind, &before);
+                if owner_before != 0 && owner_before != me.get() {
+                    // An expired exclusive grant taken over, or preempted: its holder may have
+                    // changed what the value block describes without writing it.
+                    self.t.lock_values[lock as usize].grant_lost(Mode::Exclusive);
+                }
                 let token = self.issue_token();
                 self.t.lock_cells[lock as usize].fence = token.0;
-                let h = if mode == Mode::Exclusive {
-                    Hold::Exclusive
-                } else {
-                    Hold::Shared
-                };
-                self.t.lock_holds.set(slot, lock, h as u8);
+                let granted = GrantState::granted(mode, false, false);
+                self.t.lock_holds.set(slot, lock, granted.bits());
                 self.stats.bump(Counter::Grants);
                 if preempted {
                     self.stats.bump(Counter::Preemptions);
@@ -408,18 +447,24 @@ impl<'r> Server<'r> {
                 token.0
             }
             Effect::Queued(t) => {
-                self.t.lock_holds.set(slot, lock, Hold::Ticketed as u8);
+                let ticket = GrantState::ticketed(c.op.mode());
+                self.t.lock_holds.set(slot, lock, ticket.bits());
                 t.exclusive as u64 | (t.shared as u64) << 16
             }
-            Effect::Released(_) => {
-                self.t.lock_holds.set(slot, lock, Hold::None as u8);
+            Effect::Released(mode) => {
+                self.t.lock_holds.set(slot, lock, GrantState::None.bits());
+                if c.flags.writes_value(c.op as u8) {
+                    // The decoder gives a block to exactly the commands that write one, and
+                    // `writes_value` holds only for exclusive unlocks, so this is `Written`.
+                    let _ = self.t.lock_values[lock as usize].release(mode, written);
+                }
                 note.released = true;
                 cell.fence
             }
             Effect::Extended => cell.fence,
             Effect::None => {
                 if step.ticket_void {
-                    self.t.lock_holds.set(slot, lock, Hold::None as u8);
+                    self.t.lock_holds.set(slot, lock, GrantState::None.bits());
                 }
                 0
             }
@@ -438,10 +483,32 @@ impl<'r> Server<'r> {
         };
         let lock = id.index();
         for other in 0..self.t.client_free.high_water() {
-            if other != slot && self.t.lock_holds.get(other, lock) != Hold::None as u8 {
-                self.t.lock_holds.set(other, lock, Hold::None as u8);
+            if other != slot && self.t.lock_holds.get(other, lock) != GrantState::None.bits() {
+                self.t.lock_holds.set(other, lock, GrantState::None.bits());
             }
         }
+    }
+
+    /// The value block result `r` of lock command `c` returns: the lock's, when `c` is an
+    /// acquisition flagged [`LockFlags::VALUE_BLOCK`] that was granted; `None` otherwise (one
+    /// branch when the flag is not set).
+    #[inline]
+    pub(super) fn value_of(&self, c: &LockCommand, r: &CommandResult) -> Option<ValueRead> {
+        let acquires = matches!(
+            c.op,
+            LockOp::TryExclusive
+                | LockOp::TryShared
+                | LockOp::TicketExclusive
+                | LockOp::TicketShared
+        );
+        if !c.flags.contains(LockFlags::VALUE_BLOCK) || !acquires || r.status != Status::Success {
+            return None;
+        }
+        let id = crate::ids::LockId::from_raw(c.lock)?;
+        self.t
+            .lock_values
+            .get(id.index() as usize)
+            .map(LockValue::read)
     }
 
     /// One object command: FAA, CAS or snapshot on a cell the client has a reference to.
@@ -489,13 +556,19 @@ impl<'r> Server<'r> {
 }
 
 #[inline]
-fn atomic_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms: u64) -> Step {
+fn atomic_step(
+    cell: &LockCell,
+    me: ClientId,
+    c: &LockCommand,
+    hold: GrantState,
+    now_ms: u64,
+) -> Step {
     let w = atomic::AtomicWord::from_bits(cell.word);
     let o = match c.op {
         // A lock that expires the moment it is taken is a client bug, not a request.
         LockOp::TryExclusive if c.expire_ms == 0 => return Step::refused(cell, Status::Einval),
         LockOp::TryExclusive => atomic::try_lock(w, me, c.expire_ms, now_ms),
-        LockOp::UnlockExclusive if hold != Hold::Exclusive => {
+        LockOp::UnlockExclusive if hold.grant_mode() != Some(Mode::Exclusive) => {
             return Step::refused(cell, Status::Fail);
         }
         LockOp::UnlockExclusive => atomic::unlock(w, me),
@@ -506,12 +579,12 @@ fn atomic_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_m
 }
 
 #[inline]
-fn rw_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms: u64) -> Step {
+fn rw_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: GrantState, now_ms: u64) -> Step {
     let w = rw::RwWord::from_bits(cell.word);
-    let reader = hold == Hold::Shared;
+    let reader = hold.grant_mode() == Some(Mode::Shared);
     let o = match c.op {
         LockOp::TryExclusive => rw::try_exclusive(w, me, now_ms),
-        LockOp::UnlockExclusive if hold != Hold::Exclusive => {
+        LockOp::UnlockExclusive if hold.grant_mode() != Some(Mode::Exclusive) => {
             return Step::refused(cell, Status::Fail);
         }
         LockOp::UnlockExclusive => rw::unlock_exclusive(w, me),
@@ -526,7 +599,13 @@ fn rw_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms: u
 }
 
 #[inline]
-fn fair_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms: u64) -> Step {
+fn fair_step(
+    cell: &LockCell,
+    me: ClientId,
+    c: &LockCommand,
+    hold: GrantState,
+    now_ms: u64,
+) -> Step {
     let s = fair::FairLock {
         word: fair::FairWord::from_bits(cell.word),
         owner: cell.ext,

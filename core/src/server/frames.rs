@@ -15,12 +15,14 @@ use super::waiters::{Disposition, MessageMeta};
 use super::{Counter, Server};
 use crate::config::BATCH_MAX;
 use crate::ids::{ClientId, GrantProof, Peer, Session};
+use crate::manager::value::ValueRead;
 use crate::proto::{
     BatchEntries, BatchEntry, Command, CommandResult, ControlHeader, ControlRequest,
-    ControlResponse, DataFrame, DataRequest, DecodeError, EncodeError, InitReply, PROOF_LEN,
-    SERVER_VERSIONS, VersionRange, begin_data_response, decode_control_request,
-    encode_control_response, finish_data_proofs, negotiate, peek_control_header, peek_data_frame,
-    put_command_result, put_data_proof, put_data_result,
+    ControlResponse, DataFrame, DataRequest, DecodeError, EncodeError, FLAG_PROOFS, FLAG_VALUES,
+    InitReply, SERVER_VERSIONS, VersionRange, begin_data_response, data_message_len,
+    decode_control_request, encode_control_response, finish_data_proofs, finish_value_replies,
+    negotiate, peek_control_header, peek_data_frame, put_command_result, put_data_proof,
+    put_data_result, put_value_reply,
 };
 use crate::status::Status;
 
@@ -346,23 +348,42 @@ impl<'r> Server<'r> {
             return Err(FrameError::Malformed(DecodeError::BadField));
         }
         let mut len = begin_data_response(&msg, out)?;
-        if self.session_key.is_some() && out.len() < len + n * PROOF_LEN {
-            // A keyed server may add a proof trailer: the transport must size `out` for it.
+        let values = msg.wants_values();
+        let proof_flag = if self.session_key.is_some() {
+            FLAG_PROOFS
+        } else {
+            0
+        };
+        let value_flag = if values { FLAG_VALUES } else { 0 };
+        if out.len() < data_message_len(n, proof_flag | value_flag, true) {
+            // A keyed server may add a proof trailer, and a request that asks for value blocks
+            // gets a value trailer: the transport must size `out` for both.
             return Err(FrameError::Reply(EncodeError::BufferTooSmall));
+        }
+        if values {
+            // Decided before anything runs, so that proofs land after it; entries of commands
+            // that were not granted stay zero ("not present").
+            put_value_reply(out, n, 0, None, true)?;
+            len = finish_value_replies(out, n)?;
         }
         let commands = &commands;
         let mut proofs = false;
         // `begin_data_response` checked that `out` holds the whole reply (and the check above
-        // its trailer), so no write can fail.
-        let mut reply = |i: usize, r: CommandResult, proof: GrantProof| {
-            let written = put_command_result(out, i, &commands[i], &r);
-            debug_assert!(written.is_ok());
-            if !proof.is_none() {
-                let written = put_data_proof(out, n, i, &proof.mac, !proofs);
+        // its trailers), so no write can fail.
+        let mut reply =
+            |i: usize, r: CommandResult, proof: GrantProof, value: Option<ValueRead>| {
+                let written = put_command_result(out, i, &commands[i], &r);
                 debug_assert!(written.is_ok());
-                proofs = true;
-            }
-        };
+                if value.is_some() {
+                    let written = put_value_reply(out, n, i, value.as_ref(), false);
+                    debug_assert!(written.is_ok());
+                }
+                if !proof.is_none() {
+                    let written = put_data_proof(out, n, i, &proof.mac, !proofs);
+                    debug_assert!(written.is_ok());
+                    proofs = true;
+                }
+            };
         if version_spoken(header.version) {
             let meta = MessageMeta {
                 version: header.version,
@@ -374,7 +395,7 @@ impl<'r> Server<'r> {
                 (header.client, found),
                 meta,
                 n,
-                |i| commands[i],
+                (|i| commands[i], |i| msg.value_block(i)),
                 &mut reply,
                 now_ms,
             );
@@ -389,7 +410,7 @@ impl<'r> Server<'r> {
                     word: 0,
                     aux: 0,
                 };
-                reply(i, refused, GrantProof::NONE)
+                reply(i, refused, GrantProof::NONE, None)
             });
         }
         if proofs {

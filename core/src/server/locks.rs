@@ -8,10 +8,11 @@
 
 use super::{Counter, Server};
 use crate::config::NAME_LEN_MAX;
-use crate::ids::{ClientId, LockId, LockKind, next_generation};
+use crate::ids::{ClientId, LockId, LockKind, Mode, next_generation};
+use crate::manager::{GrantState, LockValue};
 use crate::status::Status;
-use crate::table::{Hold, LockCell, LockMeta, SlotState};
-use crate::word::{atomic, fair, rw};
+use crate::table::{LockCell, LockMeta, SlotState};
+use crate::word::{atomic, rw};
 
 /// Whether `name` is a valid lock or object name.
 #[inline]
@@ -70,6 +71,13 @@ impl<'r> Server<'r> {
             refs: 0,
         };
         self.t.lock_cells[lock as usize] = LockCell::default();
+        // A new lock never inherits its slot's last block. One created while the server
+        // recovers may be one a failed server held, whose block nobody knows until a re-claim
+        // supplies it: invalid until then (the Linux DLM's rule after recovery).
+        self.t.lock_values[lock as usize] = match self.recovering {
+            0 => LockValue::FRESH,
+            _ => LockValue::UNKNOWN,
+        };
         self.t.lock_names[lock as usize].set(hash, name);
         self.t.lock_index.insert(hash, lock);
         self.add_lock_ref(slot, lock);
@@ -111,10 +119,12 @@ impl<'r> Server<'r> {
     pub(super) fn release_lock_for(&mut self, slot: u32, raw_lock: u32) -> Result<(), Status> {
         let id = self.referenced_lock(slot, raw_lock)?;
         let me = ClientId::new(self.t.clients[slot as usize].id).ok_or(Status::ClientNotInit)?;
-        match self.current_hold(slot, me, id.index()) {
-            Hold::None => {}
-            Hold::Ticketed => return Err(Status::TicketToUnlock),
-            Hold::Exclusive | Hold::Shared => return Err(Status::Fail),
+        let hold = self.current_hold(slot, me, id.index());
+        if hold.ticket_mode().is_some() {
+            return Err(Status::TicketToUnlock);
+        }
+        if !hold.is_none() {
+            return Err(Status::Fail);
         }
         self.drop_lock_ref(slot, id);
         Ok(())
@@ -150,31 +160,28 @@ impl<'r> Server<'r> {
         Ok((id, state))
     }
 
+    /// What client `slot` holds on `lock`, as the holds grid records it. A code no state has
+    /// (only a bug or memory scribbled from outside can write one) reads as nothing held: the
+    /// data path never panics on it, and a grant it hid is one the lock word still names.
+    #[inline]
+    pub(super) fn recorded_hold(&self, slot: u32, lock: u32) -> GrantState {
+        GrantState::from_bits(self.t.lock_holds.get(slot, lock)).unwrap_or(GrantState::None)
+    }
+
     /// What client `slot` holds on `lock`, after discarding an exclusive record that the lock
     /// word no longer backs (the grant was taken over after it expired).
     #[inline]
-    pub(super) fn current_hold(&mut self, slot: u32, me: ClientId, lock: u32) -> Hold {
-        let hold = Hold::from_bits(self.t.lock_holds.get(slot, lock));
-        if hold != Hold::Exclusive {
+    pub(super) fn current_hold(&mut self, slot: u32, me: ClientId, lock: u32) -> GrantState {
+        let hold = self.recorded_hold(slot, lock);
+        if hold.grant_mode() != Some(Mode::Exclusive) {
             return hold;
         }
-        let cell = self.t.lock_cells[lock as usize];
-        let owner = match SlotState(self.t.lock_meta[lock as usize].state).kind() {
-            LockKind::Atomic => atomic::AtomicWord::from_bits(cell.word).owner(),
-            LockKind::Rw => rw::RwWord::from_bits(cell.word).owner(),
-            LockKind::Fair => {
-                fair::FairLock {
-                    word: fair::FairWord::from_bits(cell.word),
-                    owner: cell.ext,
-                }
-                .owner
-            }
-        };
-        if owner == me.get() {
-            Hold::Exclusive
+        let kind = SlotState(self.t.lock_meta[lock as usize].state).kind();
+        if exclusive_owner(kind, &self.t.lock_cells[lock as usize]) == me.get() {
+            hold
         } else {
-            self.t.lock_holds.set(slot, lock, Hold::None as u8);
-            Hold::None
+            self.t.lock_holds.set(slot, lock, GrantState::None.bits());
+            GrantState::None
         }
     }
 
@@ -182,7 +189,7 @@ impl<'r> Server<'r> {
     pub(super) fn drop_lock_ref(&mut self, slot: u32, id: LockId) {
         let lock = id.index();
         self.t.lock_refs.set(slot, lock, 0);
-        self.t.lock_holds.set(slot, lock, Hold::None as u8);
+        self.t.lock_holds.set(slot, lock, GrantState::None.bits());
         self.t.clients[slot as usize].lock_refs -= 1;
         let meta = &mut self.t.lock_meta[lock as usize];
         meta.refs -= 1;
@@ -192,5 +199,18 @@ impl<'r> Server<'r> {
             self.t.lock_index.remove(name.hash, lock);
             self.t.lock_free.push(lock);
         }
+    }
+}
+
+/// The client the word of a `kind` lock names as its exclusive holder (0: none). The holds
+/// record says who holds; the word says whether that grant is still the live one (an expired
+/// atomic or fair grant may have been taken over since).
+#[inline]
+pub(super) fn exclusive_owner(kind: LockKind, cell: &LockCell) -> u32 {
+    match kind {
+        LockKind::Atomic => atomic::AtomicWord::from_bits(cell.word).owner(),
+        LockKind::Rw => rw::RwWord::from_bits(cell.word).owner(),
+        // The fair lock keeps its exclusive owner beside the word (`fair::FairLock::owner`).
+        LockKind::Fair => cell.ext,
     }
 }

@@ -65,10 +65,11 @@ use super::{Counter, Server};
 use crate::config::BATCH_MAX;
 use crate::config::FAIR_READERS_MAX;
 use crate::ids::{ClientId, FencingToken, LockId, LockKind, Mode};
+use crate::manager::GrantState;
 use crate::proto::{BatchEntries, BatchEntry, Claims, Held, LockClaim};
 use crate::server::proof::{GrantSubject, proves};
 use crate::status::Status;
-use crate::table::{ClientEntry, ClientState, Hold, SlotState};
+use crate::table::{ClientEntry, ClientState, SlotState};
 use crate::word::{atomic, deadline, fair, rw};
 
 /// How a recovering server is doing (all zero on a server that started ready).
@@ -251,24 +252,19 @@ impl<'r> Server<'r> {
             .map_err(|s| self.refuse(s))?;
         let lock = id.index();
         // Claims are idempotent: a batch re-sent after a lost echo merges nothing twice.
-        let held = Hold::from_bits(self.t.lock_holds.get(slot, lock));
-        let wanted = match claim.held {
-            Held::Reference => Hold::None,
-            Held::Exclusive => Hold::Exclusive,
-            Held::Shared => Hold::Shared,
-            Held::Ticketed(_) => Hold::Ticketed,
-        };
-        if held != Hold::None && held == wanted {
+        let held = self.recorded_hold(slot, lock);
+        let wanted = GrantState::from_held(claim.held);
+        if !held.is_none() && held == wanted {
             return Ok(id);
         }
         // Tokens never go backwards, whatever the claim's fate.
         self.next_token = self.next_token.max(claim.token + 1);
         match self.merge_claim(lock, me, claim, now_ms) {
             Ok(hold) => {
-                if hold != Hold::None {
+                if !hold.is_none() {
                     self.progress.locks_restored += 1;
                     self.stats.bump(Counter::RecoveryLocksRestored);
-                    self.t.lock_holds.set(slot, lock, hold as u8);
+                    self.t.lock_holds.set(slot, lock, hold.bits());
                     let cell = &mut self.t.lock_cells[lock as usize];
                     cell.fence = cell.fence.max(claim.token);
                 }
@@ -292,13 +288,7 @@ impl<'r> Server<'r> {
         if state.kind() != claim.kind || self.t.lock_refs.get(slot, lock) == 0 {
             return None;
         }
-        let wanted = match claim.held {
-            Held::Reference => Hold::None,
-            Held::Exclusive => Hold::Exclusive,
-            Held::Shared => Hold::Shared,
-            Held::Ticketed(_) => Hold::Ticketed,
-        };
-        (Hold::from_bits(self.t.lock_holds.get(slot, lock)) == wanted)
+        (self.recorded_hold(slot, lock) == GrantState::from_held(claim.held))
             .then(|| LockId::new(lock, state.generation()))
     }
 
@@ -309,12 +299,12 @@ impl<'r> Server<'r> {
         me: ClientId,
         c: &LockClaim<'_>,
         now_ms: u64,
-    ) -> Result<Hold, Status> {
+    ) -> Result<GrantState, Status> {
         let cell = &mut self.t.lock_cells[lock as usize];
         let until = deadline(now_ms, c.remaining_ms);
         let acquired = now_ms.saturating_sub(c.age_ms as u64);
         match (c.kind, c.held) {
-            (_, Held::Reference) => Ok(Hold::None),
+            (_, Held::Reference) => Ok(GrantState::None),
             (LockKind::Atomic, Held::Exclusive) => {
                 let w = atomic::AtomicWord::from_bits(cell.word);
                 // Whoever claimed it first keeps it (module doc).
@@ -325,7 +315,7 @@ impl<'r> Server<'r> {
                     .with_owner(me.get())
                     .with_expiry_ms(until.max(w.expiry_ms()))
                     .into_bits();
-                Ok(Hold::Exclusive)
+                Ok(GrantState::Exclusive)
             }
             (LockKind::Rw, Held::Exclusive) => {
                 let w = rw::RwWord::from_bits(cell.word);
@@ -337,7 +327,7 @@ impl<'r> Server<'r> {
                     .with_owner(me.get())
                     .with_since_ms(acquired)
                     .into_bits();
-                Ok(Hold::Exclusive)
+                Ok(GrantState::Exclusive)
             }
             (LockKind::Rw, Held::Shared) => {
                 let w = rw::RwWord::from_bits(cell.word);
@@ -353,7 +343,7 @@ impl<'r> Server<'r> {
                     .with_readers(w.readers() + 1)
                     .with_since_ms(since)
                     .into_bits();
-                Ok(Hold::Shared)
+                Ok(GrantState::Shared)
             }
             (LockKind::Fair, held) => {
                 let mut s = fair::FairLock {
@@ -396,7 +386,7 @@ fn merge_fair(
     held: Held,
     c: &LockClaim<'_>,
     until: u64,
-) -> Result<Hold, Status> {
+) -> Result<GrantState, Status> {
     let (tx, ts) = (c.ticket.exclusive, c.ticket.shared);
     // Counters compare only within half their range, and the old server's may be anywhere in
     // it: the first claim on a lock this server has not seen positions an empty queue at its
@@ -428,7 +418,7 @@ fn merge_fair(
                 .with_mx(later(w.mx(), tx.wrapping_add(1)))
                 .with_ms(later(w.ms(), ts))
                 .with_timeout_ms(timeout);
-            Ok(Hold::Exclusive)
+            Ok(GrantState::Exclusive)
         }
         Held::Shared => {
             let nx = later(w.nx(), tx);
@@ -441,7 +431,7 @@ fn merge_fair(
                 .with_ms(later(w.ms(), ts.wrapping_add(1)))
                 .with_rcnt(w.rcnt() + 1)
                 .with_timeout_ms(timeout);
-            Ok(Hold::Shared)
+            Ok(GrantState::Shared)
         }
         Held::Ticketed(mode) => {
             let (mx, ms) = match mode {
@@ -449,8 +439,8 @@ fn merge_fair(
                 Mode::Shared => (later(w.mx(), tx), later(w.ms(), ts.wrapping_add(1))),
             };
             s.word = w.with_mx(mx).with_ms(ms);
-            Ok(Hold::Ticketed)
+            Ok(GrantState::ticketed(mode))
         }
-        Held::Reference => Ok(Hold::None),
+        Held::Reference => Ok(GrantState::None),
     }
 }

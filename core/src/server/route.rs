@@ -294,6 +294,7 @@ mod tests {
             ticket: Ticket::default(),
             wait_ms: 0,
             partition_epoch: 0,
+            flags: crate::proto::LockFlags::NONE,
         });
         let header = DataHeader {
             version: 2,

@@ -20,12 +20,15 @@
 
 use super::{Counter, Server};
 use crate::ids::{ClientId, GrantProof, LockId, LockKind, Ticket};
+use crate::manager::GrantState;
+use crate::manager::value::ValueRead;
 use crate::proto::{
-    Command, CommandResult, DataHeader, EncodeError, LockCommand, LockOp, begin_data_response,
-    decode_data_request, encode_data_request, finish_data_proofs, put_data_proof, put_data_result,
+    Command, CommandResult, DataHeader, EncodeError, LockCommand, LockFlags, LockOp,
+    begin_data_response, decode_data_request, encode_data_request, finish_data_proofs,
+    finish_value_replies, put_data_proof, put_data_result, put_value_reply,
 };
 use crate::status::Status;
-use crate::table::{Hold, SlotState, Waiter, WaiterState};
+use crate::table::{SlotState, Waiter, WaiterState};
 use crate::word::{atomic, fair};
 
 /// Whether a data message was answered now or parked.
@@ -63,6 +66,8 @@ pub struct WaitReply {
     pub result: CommandResult,
     /// The grant's proof (none without a session key, or without a grant).
     pub proof: GrantProof,
+    /// The lock's value block, when the request asked for it and was granted.
+    pub value: Option<ValueRead>,
 }
 
 impl WaitReply {
@@ -72,14 +77,28 @@ impl WaitReply {
         let mut req = [0u8; 48];
         encode_data_request(&self.header, &[Command::Lock(self.command)], &mut req)?;
         let req = decode_data_request(&req).map_err(|_| EncodeError::Invalid)?;
-        let len = begin_data_response(&req, out)?;
+        let mut len = begin_data_response(&req, out)?;
         put_data_result(&req, 0, &self.result, out)?;
+        if req.wants_values() {
+            put_value_reply(out, 1, 0, self.value.as_ref(), true)?;
+            len = finish_value_replies(out, 1)?;
+        }
         if self.proof.is_none() {
             return Ok(len);
         }
         put_data_proof(out, 1, 0, &self.proof.mac, true)?;
         finish_data_proofs(out, 1)
     }
+}
+
+/// Where a parked request's [`LockFlags`] sit in [`Waiter::flags`]: the top byte (the header's
+/// flags use the low four bits).
+const WAITER_LOCK_FLAGS_SHIFT: u32 = 24;
+
+/// The lock flags a parked request was sent with (a zeroed or corrupted byte reads as none).
+#[inline]
+fn waiter_lock_flags(flags: u32) -> LockFlags {
+    LockFlags::from_bits((flags >> WAITER_LOCK_FLAGS_SHIFT) as u8).unwrap_or(LockFlags::NONE)
 }
 
 /// Whether `status` for this kind means "busy: worth waiting for".
@@ -100,7 +119,7 @@ impl<'r> Server<'r> {
         me: ClientId,
         c: &LockCommand,
         meta: MessageMeta,
-        reply: &mut impl FnMut(usize, CommandResult, GrantProof),
+        reply: &mut impl FnMut(usize, CommandResult, GrantProof, Option<ValueRead>),
         now_ms: u64,
     ) -> Disposition {
         let waitable = matches!(
@@ -125,7 +144,7 @@ impl<'r> Server<'r> {
                 word: 0,
                 aux: 0,
             };
-            reply(0, refused, GrantProof::NONE);
+            reply(0, refused, GrantProof::NONE, None);
             return Disposition::Replied;
         }
         // A ticket that a preemption passed starts over rather than being refused: the
@@ -134,12 +153,17 @@ impl<'r> Server<'r> {
             Some(op) => LockCommand { op, ..*c },
             None => *c,
         };
-        let (r, note) = self.lock_command(slot, me, &tried, now_ms);
+        let (r, note) = self.lock_command(slot, me, &tried, None, now_ms);
         if note.fair_preempted {
             self.forget_preempted_holders(c.lock, slot);
         }
         if !blocked(c.kind, r.status) {
-            reply(0, r, self.proof_of(me.get(), c, &r, false));
+            reply(
+                0,
+                r,
+                self.proof_of(me.get(), c, &r, false),
+                self.value_of(c, &r),
+            );
             return Disposition::Replied;
         }
         // A fair first attempt queued with a ticket: from now on the waiter retries with it.
@@ -153,7 +177,9 @@ impl<'r> Server<'r> {
             lock: c.lock,
             expire_ms: c.expire_ms,
             client: me.get(),
-            flags: meta.flags,
+            // The header's flags use the low bits; the command's lock flags ride in the top
+            // byte, for the late grant and its value trailer.
+            flags: meta.flags | u32::from(c.flags.bits()) << WAITER_LOCK_FLAGS_SHIFT,
             message_id: meta.message_id,
             tx: ticket.exclusive,
             ts: ticket.shared,
@@ -218,8 +244,9 @@ impl<'r> Server<'r> {
             wait_ms: 0,
             // A standalone server parks only commands that named epoch 0 (`execute_frame`).
             partition_epoch: 0,
+            flags: waiter_lock_flags(waiter.flags),
         };
-        let (r, note) = self.lock_command(w, me, &c, now_ms);
+        let (r, note) = self.lock_command(w, me, &c, None, now_ms);
         if note.fair_preempted {
             self.forget_preempted_holders(c.lock, w);
         }
@@ -244,7 +271,9 @@ impl<'r> Server<'r> {
             if let Ok(id) = self.referenced_lock(w, waiter.lock)
                 && kind == LockKind::Fair
             {
-                self.t.lock_holds.set(w, id.index(), Hold::None as u8);
+                self.t
+                    .lock_holds
+                    .set(w, id.index(), GrantState::None.bits());
             }
             self.stats.bump(Counter::WaitTimeouts);
             CommandResult {
@@ -274,8 +303,8 @@ impl<'r> Server<'r> {
             _ => return None,
         };
         let id = self.referenced_lock(slot, raw_lock).ok()?;
-        let hold = Hold::from_bits(self.t.lock_holds.get(slot, id.index()));
-        (kind == LockKind::Fair && hold == Hold::None).then_some(first)
+        let hold = self.recorded_hold(slot, id.index());
+        (kind == LockKind::Fair && hold.is_none()).then_some(first)
     }
 
     /// Decides waiter `w` with result `r`: off its lock's queue, reply ready. The client's lease
@@ -381,6 +410,7 @@ impl<'r> Server<'r> {
                 wait_ms: 0,
                 // A standalone server parks only commands that named epoch 0.
                 partition_epoch: 0,
+                flags: waiter_lock_flags(waiter.flags),
             };
             let result = CommandResult {
                 status,
@@ -389,6 +419,9 @@ impl<'r> Server<'r> {
             };
             // A parked request is alone in its message, never all-or-nothing.
             let proof = self.proof_of(waiter.client, &command, &result, false);
+            // Read now, in the turn that granted it: nobody can have written it since (the
+            // waiter holds the grant, and only an exclusive holder writes).
+            let value = self.value_of(&command, &result);
             sink(WaitReply {
                 client: waiter.client,
                 slot: w,
@@ -397,11 +430,12 @@ impl<'r> Server<'r> {
                     count: 1,
                     message_id: waiter.message_id,
                     client: waiter.client,
-                    flags: waiter.flags,
+                    flags: waiter.flags & !(0xFF << WAITER_LOCK_FLAGS_SHIFT),
                 },
                 command,
                 result,
                 proof,
+                value,
             });
         }
     }
@@ -470,8 +504,9 @@ impl<'r> Server<'r> {
             wait_ms: 0,
             // A standalone server parks only commands that named epoch 0 (`execute_frame`).
             partition_epoch: 0,
+            flags: LockFlags::NONE,
         };
-        let _ = self.lock_command(slot, me, &c, now_ms);
+        let _ = self.lock_command(slot, me, &c, None, now_ms);
         self.wake_waiters(waiter.lock, now_ms);
     }
 

@@ -38,13 +38,16 @@ unsafe impl Pod for ClientEntry {}
 unsafe impl Pod for crate::table::index::Bucket {}
 // SAFETY: as above.
 unsafe impl Pod for Waiter {}
+// SAFETY: as above (`repr(C)`: a byte array and two `u32`s, no padding, 40 bytes).
+unsafe impl Pod for crate::manager::LockValue {}
 
 /// First bytes of every region: `b"DLOCKRGN"` little-endian.
 pub const REGION_MAGIC: u64 = u64::from_le_bytes(*b"DLOCKRGN");
 /// Bumped whenever any record or the order of parts changes (2: four mailbox lanes per client;
 /// 3: 128-bit session secrets in the client entries; 4: client flags, and response halves that
-/// hold a data response with its grant proofs).
-pub const LAYOUT_VERSION: u32 = 4;
+/// hold a data response with its grant proofs; 5: four-bit holds entries, a
+/// [`crate::manager::GrantState`] each, and a value block per lock).
+pub const LAYOUT_VERSION: u32 = 5;
 
 /// The region header: enough for another process to recompute the [`super::Layout`].
 #[derive(Clone, Copy, Debug, Default)]

@@ -8,6 +8,7 @@
 use core::mem::size_of;
 
 use crate::config::{BATCH_MAX, Config};
+use crate::manager::{GrantState, LockValue};
 use crate::table::cells::{
     ClientEntry, LockCell, LockMeta, NameCell, ObjectMeta, RegionHeader, Waiter,
 };
@@ -17,20 +18,24 @@ use crate::table::index::{Bucket, Index};
 pub const PART_ALIGN: usize = 64;
 /// The header's page.
 pub const PAGE: usize = 4096;
-/// One mailbox's request area: a full data request (1,008 bytes) and its sequence words.
-pub const MAILBOX_HALF: usize = 1024;
-/// One mailbox's response area: a full data response with its proof trailer (1,504 bytes) and
-/// its sequence words, rounded to cache lines. Half a KiB more than the request area, paid by
-/// every client slot whether or not the server has a session key: the region's layout does not
-/// depend on the key.
-pub const MAILBOX_RESPONSE_HALF: usize = 1536;
+/// One mailbox's request area: a full data request with a value block per command (2,000
+/// bytes) and its sequence words, rounded to cache lines.
+pub const MAILBOX_HALF: usize = 2048;
+/// One mailbox's response area: a full data response with its value and proof trailers (2,744
+/// bytes) and its sequence words, rounded to cache lines. Paid by every client slot whether or
+/// not the server has a session key or a client asks for value blocks: the region's layout
+/// depends on neither.
+pub const MAILBOX_RESPONSE_HALF: usize = 2816;
 /// Mailboxes per client ("lanes"): a client may have this many messages in flight over shared
 /// memory, request `seq` in lane `seq % MAILBOX_LANES`, so that it writes its next batch while
 /// the server executes the one before.
 pub const MAILBOX_LANES: usize = 4;
 
-static_assertions::const_assert!(16 + BATCH_MAX * 32 <= MAILBOX_HALF);
-static_assertions::const_assert!(16 + crate::proto::DATA_RESPONSE_MAX <= MAILBOX_RESPONSE_HALF);
+static_assertions::const_assert!(16 + crate::proto::DATA_REQUEST_WITH_VALUES_MAX <= MAILBOX_HALF);
+static_assertions::const_assert!(
+    16 + crate::proto::DATA_RESPONSE_WITH_VALUES_MAX <= MAILBOX_RESPONSE_HALF
+);
+static_assertions::const_assert!(BATCH_MAX <= 31);
 
 /// A byte range of the region.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -81,12 +86,14 @@ pub struct Layout {
     pub client_free: Part,
     /// One bit per (client, lock): the client did `get_lock`.
     pub lock_refs: Part,
-    /// Two bits per (client, lock): what the client holds (see `Hold`).
+    /// Four bits per (client, lock): what the client holds, a [`GrantState`].
     pub lock_holds: Part,
     /// One bit per (client, object): the client did object `get`.
     pub object_refs: Part,
     /// `clients_max` × [`Waiter`]: one parked blocking-lock request per client.
     pub waiters: Part,
+    /// `locks_max` × [`LockValue`]: each lock's value block, its write count and validity.
+    pub lock_values: Part,
     /// `locks_max` × `u32`: the first waiter of each lock's FIFO (waiter slot + 1, 0 = none).
     pub lock_waiters: Part,
     /// `clients_max` × (request 1 KiB + response 1 KiB), interpreted by the shared-memory
@@ -137,10 +144,12 @@ impl Layout {
         let client_index = c.array::<Bucket>(Index::buckets_for(clients));
         let client_free = c.array::<u32>(clients as usize);
         let lock_refs = c.array::<u64>(clients as usize * words_for(locks, 1));
-        let lock_holds = c.array::<u64>(clients as usize * words_for(locks, 2));
+        let lock_holds =
+            c.array::<u64>(clients as usize * words_for(locks, GrantState::BITS as usize));
         let object_refs = c.array::<u64>(clients as usize * words_for(objects, 1));
         let waiters = c.array::<Waiter>(clients as usize);
         let lock_waiters = c.array::<u32>(locks as usize);
+        let lock_values = c.array::<LockValue>(locks as usize);
         let mailbox = MAILBOX_HALF + MAILBOX_RESPONSE_HALF;
         let mailboxes = c.take(clients as usize * MAILBOX_LANES * mailbox, PAGE);
         let doorbells = c.array::<u64>(words_for(clients, 1));
@@ -165,6 +174,7 @@ impl Layout {
             object_refs,
             waiters,
             lock_waiters,
+            lock_values,
             mailboxes,
             doorbells,
             total,
@@ -172,7 +182,7 @@ impl Layout {
     }
 
     /// Every part, in address order (for the disjointness check and the README footprint).
-    pub fn parts(&self) -> [(&'static str, Part); 21] {
+    pub fn parts(&self) -> [(&'static str, Part); 22] {
         [
             ("header", self.header),
             ("lock cells", self.lock_cells),
@@ -193,6 +203,7 @@ impl Layout {
             ("object references", self.object_refs),
             ("waiters", self.waiters),
             ("lock waiter queues", self.lock_waiters),
+            ("lock value blocks", self.lock_values),
             ("mailboxes", self.mailboxes),
             ("doorbells", self.doorbells),
         ]
@@ -236,6 +247,6 @@ mod tests {
     fn default_footprint_is_what_the_readme_says() {
         // The README quotes this figure; if the layout changes, update both.
         let total = Layout::new(&Config::default()).total;
-        assert_eq!(total, 132_362_240, "{total} bytes");
+        assert_eq!(total, 156_426_240, "{total} bytes");
     }
 }

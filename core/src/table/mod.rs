@@ -27,35 +27,11 @@ pub use index::Index;
 pub use layout::{Layout, Part};
 
 use crate::config::Config;
+#[cfg(doc)]
+use crate::manager::GrantState;
+use crate::manager::LockValue;
 use crate::status::Status;
 use cells::{LAYOUT_VERSION, Pod, REGION_MAGIC, RegionHeader};
-
-/// What a client holds on a lock, two bits in the holds grid.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Hold {
-    /// Nothing (or only a reference).
-    None = 0,
-    /// An exclusive grant (the lock word names the owner; this is the index for cleanup).
-    Exclusive = 1,
-    /// A shared grant.
-    Shared = 2,
-    /// A fair-lock ticket, waiting.
-    Ticketed = 3,
-}
-
-impl Hold {
-    /// Decodes two bits.
-    #[inline]
-    pub const fn from_bits(v: u8) -> Self {
-        match v & 3 {
-            1 => Hold::Exclusive,
-            2 => Hold::Shared,
-            3 => Hold::Ticketed,
-            _ => Hold::None,
-        }
-    }
-}
 
 /// A stack of free slot indexes, plus a high-water mark of never-used ones, so a zeroed region
 /// needs no initialisation pass: slots are handed out fresh until the first one is freed.
@@ -150,14 +126,16 @@ pub struct Tables<'r> {
     pub client_free: FreeList<'r>,
     /// (client, lock): has a reference.
     pub lock_refs: BitGrid<'r, 1>,
-    /// (client, lock): what it holds, a [`Hold`].
-    pub lock_holds: BitGrid<'r, 2>,
+    /// (client, lock): what it holds, a [`GrantState`]'s code.
+    pub lock_holds: BitGrid<'r, { crate::manager::GrantState::BITS }>,
     /// (client, object): has a reference.
     pub object_refs: BitGrid<'r, 1>,
     /// Parked blocking-lock requests, one slot per client slot.
     pub waiters: &'r mut [Waiter],
     /// Per lock, the first waiter of its FIFO (waiter slot + 1, 0 = none).
     pub lock_waiters: &'r mut [u32],
+    /// Per lock, its value block (data path; all zero is a fresh, valid block).
+    pub lock_values: &'r mut [LockValue],
 }
 
 /// Typed view of one part.
@@ -245,6 +223,7 @@ impl<'r> Tables<'r> {
                 object_refs: BitGrid::new(carve(base, l.object_refs), cfg.objects_max),
                 waiters: carve(base, l.waiters),
                 lock_waiters: carve(base, l.lock_waiters),
+                lock_values: carve(base, l.lock_values),
             })
         }
     }
@@ -311,6 +290,12 @@ impl Tables<'_> {
             d.word(w.next as u64 | (w.status as u64) << 32);
         }
         self.lock_waiters.iter().for_each(|&h| d.word(h as u64));
+        for v in self.lock_values.iter() {
+            let r = v.read();
+            let (words, _) = r.block.0.as_chunks::<8>();
+            words.iter().for_each(|&w| d.word(u64::from_le_bytes(w)));
+            d.word(r.seq as u64 | (r.valid as u64) << 32);
+        }
         d.0
     }
 }

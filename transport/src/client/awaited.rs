@@ -3,7 +3,7 @@
 //! meanwhile), so each reply is filed under the message that echoes its id until its caller
 //! takes it. Shared by a connection of the client's own (`link.rs`) and a shared one (`mux.rs`).
 
-use dlock_core::proto::DATA_RESPONSE_MAX;
+use dlock_core::proto::DATA_RESPONSE_WITH_VALUES_MAX;
 
 /// Replies awaited at once: the pipeline's depth, plus room for messages the caller gave up on
 /// (their late replies are dropped when they come).
@@ -17,7 +17,7 @@ struct Awaited {
     message_id: u16,
     /// The reply's length once it has arrived (0: not yet).
     len: usize,
-    reply: [u8; DATA_RESPONSE_MAX],
+    reply: [u8; DATA_RESPONSE_WITH_VALUES_MAX],
 }
 
 /// A fixed table of awaited replies (allocated once, with its connection).
@@ -33,7 +33,7 @@ impl AwaitTable {
                 ticket: 0,
                 message_id: 0,
                 len: 0,
-                reply: [0; DATA_RESPONSE_MAX],
+                reply: [0; DATA_RESPONSE_WITH_VALUES_MAX],
             }),
         }
     }
@@ -95,7 +95,7 @@ mod tests {
         t.expect(2, 11);
         assert!(t.file(11, b"second"));
         assert!(!t.file(12, b"nobody"), "not awaited: dropped");
-        let mut buf = [0u8; DATA_RESPONSE_MAX];
+        let mut buf = [0u8; DATA_RESPONSE_WITH_VALUES_MAX];
         assert_eq!(t.take(1, &mut buf), None, "not arrived yet");
         assert_eq!(t.take(2, &mut buf), Some(6));
         assert_eq!(&buf[..6], b"second");

@@ -80,8 +80,8 @@ use std::time::{Duration, Instant};
 
 use dlock_core::proto::{
     CONTROL_FRAME_MAX, Command, CommandResult, ControlHeader, ControlRequest, ControlRequestFrame,
-    ControlResponse, DATA_MESSAGE_MAX, DATA_RESPONSE_MAX, DataHeader, PROOF_LEN, PROTO_VERSION,
-    decode_control_response, decode_data_response, encode_data_request,
+    ControlResponse, DATA_REQUEST_WITH_VALUES_MAX, DATA_RESPONSE_WITH_VALUES_MAX, DataHeader,
+    PROOF_LEN, PROTO_VERSION, decode_control_response, decode_data_response, encode_data_request,
 };
 use dlock_core::time::{duration_to_ms, elapsed_ms};
 use dlock_core::{ClientId, GrantProof, ObjectId, Session, Status};
@@ -167,7 +167,7 @@ pub struct Client<C: Connection = Link> {
     start: Instant,
     ctrl_req: Vec<u8>,
     ctrl_reply: Vec<u8>,
-    data_req: [u8; DATA_MESSAGE_MAX],
+    data_req: [u8; DATA_REQUEST_WITH_VALUES_MAX],
     /// The last data reply, and its results decoded once.
     inbox: Inbox,
 }
@@ -262,7 +262,7 @@ impl<C: Connection> Client<C> {
             start,
             ctrl_req: vec![0; CONTROL_FRAME_MAX],
             ctrl_reply: vec![0; CONTROL_FRAME_MAX],
-            data_req: [0; DATA_MESSAGE_MAX],
+            data_req: [0; DATA_REQUEST_WITH_VALUES_MAX],
             inbox: Inbox::new(),
             cfg,
         };
@@ -465,7 +465,7 @@ struct Sent {
 /// The last data reply as it came, and its results decoded once.
 #[derive(Debug)]
 struct Inbox {
-    buf: [u8; DATA_RESPONSE_MAX],
+    buf: [u8; DATA_RESPONSE_WITH_VALUES_MAX],
     results: [CommandResult; BATCH],
     /// The proofs of its grants and tickets (zero where none).
     proofs: [[u8; PROOF_LEN]; BATCH],
@@ -474,7 +474,7 @@ struct Inbox {
 impl Inbox {
     fn new() -> Inbox {
         Inbox {
-            buf: [0; DATA_RESPONSE_MAX],
+            buf: [0; DATA_RESPONSE_WITH_VALUES_MAX],
             results: [CommandResult {
                 status: Status::Success,
                 word: 0,

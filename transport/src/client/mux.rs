@@ -30,8 +30,9 @@ use std::task::Waker;
 use std::time::Instant;
 
 use dlock_core::proto::{
-    Command, DATA_HEADER_LEN, DATA_RESPONSE_MAX, DataHeader, DecodeError, JoinCommand,
+    Command, DATA_HEADER_LEN, DATA_RESPONSE_WITH_VALUES_MAX, DataHeader, DecodeError, JoinCommand,
     PROTO_VERSION, decode_data_response, encode_data_request, peek_data_header,
+    peek_data_response_header,
 };
 use dlock_core::{Session, Status};
 
@@ -40,7 +41,7 @@ use super::link::Endpoint;
 use super::wire::{ClientTls, Wire, attach_tcp};
 
 /// Plaintext the reader holds at once: many replies per read when many clients are busy.
-const READ_BUF: usize = 64 * DATA_RESPONSE_MAX;
+const READ_BUF: usize = 64 * DATA_RESPONSE_WITH_VALUES_MAX;
 
 /// TLS records read at once (rustls's default limit on received plaintext).
 const RAW_READ: usize = 16 * 1024;
@@ -157,7 +158,7 @@ fn join(conn: Arc<Conn>, client: u32, session: Session) -> io::Result<MuxPort> {
     let n = encode_data_request(&header, &[Command::Join(JoinCommand { session })], &mut req)
         .map_err(|_| io::Error::other("cannot encode a join"))?;
     port.send(1, &req[..n])?;
-    let mut reply = [0u8; DATA_RESPONSE_MAX];
+    let mut reply = [0u8; DATA_RESPONSE_WITH_VALUES_MAX];
     let len = port
         .recv(1, &mut reply, Some(Instant::now() + JOIN_TIMEOUT))?
         .ok_or(io::ErrorKind::TimedOut)?;
@@ -481,7 +482,7 @@ impl Conn {
         let ports = lock(&self.ports);
         let mut at = 0;
         loop {
-            let (header, len) = match peek_data_header(&bytes[at..]) {
+            let (header, len) = match peek_data_response_header(&bytes[at..]) {
                 Ok(peeked) => peeked,
                 Err(DecodeError::Truncated) => return Ok(at),
                 Err(_) => return Err(()),

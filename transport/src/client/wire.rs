@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use dlock_core::Session;
 use dlock_core::proto::{
-    ATTACH_MAGIC, Attach, DATA_HEADER_LEN, DATA_RESPONSE_MAX, DecodeError, peek_data_header,
+    ATTACH_MAGIC, Attach, DATA_HEADER_LEN, DATA_RESPONSE_WITH_VALUES_MAX, DecodeError,
+    peek_data_header, peek_data_response_header,
 };
 
 use super::awaited::AwaitTable;
@@ -143,7 +144,7 @@ impl TcpData {
     pub(super) fn new(wire: Wire) -> Box<Self> {
         Box::new(Self {
             wire,
-            partial: Vec::with_capacity(DATA_RESPONSE_MAX),
+            partial: Vec::with_capacity(DATA_RESPONSE_WITH_VALUES_MAX),
             awaited: AwaitTable::new(),
         })
     }
@@ -197,7 +198,7 @@ fn recv_tcp(
     deadline: Option<Instant>,
 ) -> io::Result<Option<usize>> {
     loop {
-        let want = match peek_data_header(partial) {
+        let want = match peek_data_response_header(partial) {
             Ok((_, len)) => len,
             Err(DecodeError::Truncated) => DATA_HEADER_LEN,
             Err(_) => {
@@ -216,7 +217,7 @@ fn recv_tcp(
                 .max(Duration::from_micros(1))
         });
         s.socket().set_read_timeout(timeout)?;
-        let mut buf = [0u8; DATA_RESPONSE_MAX];
+        let mut buf = [0u8; DATA_RESPONSE_WITH_VALUES_MAX];
         match s.read(&mut buf[..want - partial.len()]) {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => partial.extend_from_slice(&buf[..n]),

@@ -82,7 +82,7 @@ use std::fmt;
 use std::io;
 use std::time::Duration;
 
-use dlock_core::proto::DATA_RESPONSE_MAX;
+use dlock_core::proto::DATA_RESPONSE_WITH_VALUES_MAX;
 
 pub use attach::{AttachRecord, RDMA_ATTACH_LEN, RDMA_ATTACH_MAGIC, RDMA_ATTACH_REPLY_LEN};
 pub use client::RdmaClient;
@@ -90,9 +90,9 @@ pub use endpoint::{ENDPOINT_LEN, Endpoint, ObjectTable};
 pub use registered::{RdmaDevice, RegisteredRegion};
 pub use server::{RdmaServer, ServerConnection};
 
-/// The longest message either side sends: a `dlock-core` data response with its proof trailer
-/// (1,504 bytes; requests are at most 1,008).
-pub const MESSAGE_MAX: usize = DATA_RESPONSE_MAX;
+/// The longest message either side sends: a `dlock-core` data response with its value and
+/// proof trailers (2,744 bytes; requests are at most 2,000).
+pub const MESSAGE_MAX: usize = DATA_RESPONSE_WITH_VALUES_MAX;
 
 /// Bytes in one message buffer: 1.5 KiB, as a shared-memory mailbox's response half, so a
 /// message never straddles a slot and slots stay cache-line aligned.

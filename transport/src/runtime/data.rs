@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
 
-use dlock_core::proto::{CONTROL_FRAME_MAX, DATA_MESSAGE_MAX};
+use dlock_core::proto::{CONTROL_FRAME_MAX, DATA_REQUEST_WITH_VALUES_MAX};
 use dlock_core::proto::{MsgType, peek_control_header};
 use dlock_core::server::{
     Delivery, Dispatched, Registration, Routing, Server, SlotRouting, Source,
@@ -36,7 +36,7 @@ struct Data<'s> {
     /// Per client slot: its mailboxes, routes and bindings (`dlock_core::server::Routing`, whose
     /// methods apply the rules).
     routing: Routing<'s>,
-    req: [u8; DATA_MESSAGE_MAX],
+    req: [u8; DATA_REQUEST_WITH_VALUES_MAX],
     resp: Vec<u8>,
     start: Instant,
     /// The TCP data connections, and the poll the thread waits in.
@@ -75,7 +75,7 @@ pub(super) fn run(
         region: &shared.region,
         bells: Doorbells::new(shared.region.doorbell_words()),
         routing: Routing::new(&mut routing),
-        req: [0; DATA_MESSAGE_MAX],
+        req: [0; DATA_REQUEST_WITH_VALUES_MAX],
         resp: vec![0; CONTROL_FRAME_MAX],
         start: Instant::now(),
         tcp: DataConns::new(shared, cfg, poll),

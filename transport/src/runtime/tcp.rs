@@ -44,7 +44,7 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use dlock_core::proto::{DATA_MESSAGE_MAX, DATA_RESPONSE_MAX, peek_data_header};
+use dlock_core::proto::{DATA_MESSAGE_MAX, DATA_RESPONSE_WITH_VALUES_MAX, peek_data_header};
 use dlock_core::server::{Counter, Dispatched, Routing, Server, Streamed};
 use mio::{Events, Interest, Poll, Token};
 
@@ -60,8 +60,8 @@ const FIRST_CONN: usize = 1;
 /// Requests one connection may have executed and not answered on the wire (replies in the
 /// write buffer; parked requests are not counted, see the module doc). A pipelined client
 /// keeps 4 batches in flight; 32 leaves room for clients that multiplex many threads over one
-/// connection while bounding each connection's write buffer at 32 largest replies (47 KiB,
-/// proof trailers included) plus one per member.
+/// connection while bounding each connection's write buffer at 32 largest replies (86 KiB,
+/// value and proof trailers included) plus one per member.
 pub const WINDOW_MAX: usize = 32;
 
 /// The read buffer: enough for the window's worth of small messages (one command: 48 bytes)
@@ -70,7 +70,7 @@ const READ_BUF: usize = 8 * DATA_MESSAGE_MAX;
 /// The write buffer of a connection with `members` members: every reply the window allows, and
 /// the reply of a parked request of each member.
 const fn write_buf(members: usize) -> usize {
-    (WINDOW_MAX + members) * DATA_RESPONSE_MAX
+    (WINDOW_MAX + members) * DATA_RESPONSE_WITH_VALUES_MAX
 }
 
 /// Handed-over connections taken per turn (each allocates its buffers).
@@ -129,12 +129,12 @@ impl DataConn {
     /// false if they did not (a bug: the caller closes the connection rather than overrun).
     #[must_use]
     fn make_reply_room(&mut self) -> bool {
-        if self.wend + DATA_RESPONSE_MAX > self.wbuf.len() {
+        if self.wend + DATA_RESPONSE_WITH_VALUES_MAX > self.wbuf.len() {
             self.wbuf.copy_within(self.wstart..self.wend, 0);
             self.wend -= self.wstart;
             self.wstart = 0;
         }
-        let room = self.wend + DATA_RESPONSE_MAX <= self.wbuf.len();
+        let room = self.wend + DATA_RESPONSE_WITH_VALUES_MAX <= self.wbuf.len();
         debug_assert!(room, "a reply with no room in the write buffer");
         room
     }
@@ -471,7 +471,7 @@ impl<'s> DataConns<'s> {
             // Framing, joins, who the connection speaks for, execution and the route of a
             // parked request: the core's (`Server::dispatch_stream`).
             let msg = &c.rbuf[at..c.rlen];
-            let room = &mut c.wbuf[c.wend..c.wend + DATA_RESPONSE_MAX];
+            let room = &mut c.wbuf[c.wend..c.wend + DATA_RESPONSE_WITH_VALUES_MAX];
             let (len, dispatched) =
                 match server.dispatch_stream(routing, (i, c.generation), msg, room, now) {
                     Streamed::Incomplete => break,

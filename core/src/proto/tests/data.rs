@@ -290,7 +290,7 @@ fn a_proof_trailer_follows_the_results_and_only_in_responses() {
     put_data_proof(&mut out, 3, 1, &mac, true).unwrap();
     let full = finish_data_proofs(&mut out, 3).unwrap();
     assert_eq!((len, full), (cmd(3), cmd(3) + 3 * PROOF_LEN));
-    let (header, framed) = peek_data_header(&out[..DATA_HEADER_LEN]).unwrap();
+    let (header, framed) = peek_data_response_header(&out[..DATA_HEADER_LEN]).unwrap();
     assert_eq!(framed, full, "the header announces the trailer");
     assert_eq!(header.flags, FLAG_ALL_OR_NOTHING | FLAG_PROOFS);
     let resp = decode_data_response(&out[..full]).unwrap();

@@ -143,6 +143,7 @@ pub(super) fn command_with(kind: u8, op: u8, id: u32) -> Command {
         ticket: Ticket::default(),
         wait_ms: 0,
         partition_epoch: 0,
+        flags: crate::proto::LockFlags::NONE,
     })
 }
 
@@ -295,6 +296,7 @@ fn arb_command() -> impl Strategy<Value = Command> {
                             shared: ts,
                         },
                         partition_epoch,
+                        flags: crate::proto::LockFlags::NONE,
                     }
                 )
             ),
@@ -412,7 +414,8 @@ proptest! {
         commands in prop::collection::vec(arb_command(), 1..=BATCH_MAX),
         message_id in any::<u16>(),
         client in any::<u32>(),
-        flags in 0..=REQUEST_FLAGS_KNOWN,
+        // A value trailer needs a command that writes (`value_trailers_*` in `tests/manager.rs`).
+        flags in 0..=FLAG_ALL_OR_NOTHING,
     ) {
         let header = DataHeader { version: PROTO_VERSION, count: 0, message_id, client, flags };
         let bytes = encode_data(&header, &commands);

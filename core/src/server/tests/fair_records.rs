@@ -7,8 +7,8 @@ use super::*;
 use crate::LockKind;
 use crate::client::{Decision, LocalLock, LocalState};
 use crate::ids::Mode;
+use crate::manager::GrantState;
 use crate::proto::{Command, CommandResult, LockOp};
-use crate::table::Hold;
 
 const LEASE_MS: u32 = 100;
 
@@ -52,8 +52,8 @@ fn b_passed_by_c(s: &mut TestServer) -> [(ClientId, LocalLock); 3] {
     assert_eq!(rec.state, LocalState::ExclusiveTicketed);
     let slot = s.client_slot_of(b.get()).unwrap();
     assert_eq!(
-        Hold::from_bits(s.t.lock_holds.get(slot, rec.id.index())),
-        Hold::None,
+        s.recorded_hold(slot, rec.id.index()),
+        GrantState::None,
         "the preemption forgot b's ticket"
     );
     all

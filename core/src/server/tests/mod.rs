@@ -38,6 +38,7 @@ mod routing;
 mod rw;
 mod standalone;
 mod unlock;
+mod values;
 mod waiters;
 
 use super::*;
@@ -208,6 +209,7 @@ pub(crate) fn lock(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32) -> Co
         ticket: Ticket::default(),
         wait_ms: 0,
         partition_epoch: 0,
+        flags: crate::proto::LockFlags::NONE,
     })
 }
 
@@ -220,6 +222,7 @@ fn ticketed(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32, ticket: Tick
         ticket,
         wait_ms: 0,
         partition_epoch: 0,
+        flags: crate::proto::LockFlags::NONE,
     })
 }
 
@@ -232,6 +235,7 @@ fn waiting(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32, wait_ms: u32)
         ticket: Ticket::default(),
         wait_ms,
         partition_epoch: 0,
+        flags: crate::proto::LockFlags::NONE,
     })
 }
 

@@ -10,8 +10,9 @@
 use super::*;
 use crate::LockKind;
 use crate::ids::{LockId, Ticket};
+use crate::manager::GrantState;
 use crate::proto::{Command, CommandResult, LockCommand, LockOp};
-use crate::table::{Hold, LockCell};
+use crate::table::LockCell;
 use crate::word::fair::FairWord;
 
 /// Registers a client: the one place these tests spell out `client_init`'s arguments.
@@ -55,6 +56,7 @@ fn run_with(
         ticket,
         wait_ms: 0,
         partition_epoch: 0,
+        flags: crate::proto::LockFlags::NONE,
     });
     let mut r = [CommandResult {
         status: Status::Success,
@@ -77,9 +79,9 @@ fn ticket_now(s: &Server<'_>, id: LockId) -> Ticket {
     }
 }
 
-fn hold(s: &Server<'_>, client: ClientId, id: LockId) -> Hold {
+fn hold(s: &Server<'_>, client: ClientId, id: LockId) -> GrantState {
     let slot = s.client_slot(client.get()).unwrap();
-    Hold::from_bits(s.t.lock_holds.get(slot, id.index()))
+    s.recorded_hold(slot, id.index())
 }
 
 fn cell(s: &Server<'_>, id: LockId) -> LockCell {
@@ -100,7 +102,7 @@ fn intruder_unlock_is_refused(
     let p = pair(&mut s, kind);
     assert_eq!(run(&mut s, p.a, kind, take, p.la), Status::Success);
     let held = hold(&s, p.a, p.la);
-    assert_eq!(hold(&s, p.b, p.lb), Hold::None);
+    assert_eq!(hold(&s, p.b, p.lb), GrantState::None);
     let before = s.tables().digest();
     assert_eq!(
         run(&mut s, p.b, kind, unlock, p.lb),
@@ -114,7 +116,7 @@ fn intruder_unlock_is_refused(
     );
     assert_eq!(hold(&s, p.a, p.la), held);
     assert_eq!(run(&mut s, p.a, kind, release, p.la), Status::Success);
-    assert_eq!(hold(&s, p.a, p.la), Hold::None);
+    assert_eq!(hold(&s, p.a, p.la), GrantState::None);
 }
 
 #[test]
@@ -202,44 +204,93 @@ fn unlock_in_the_mode_not_held_fails_and_changes_nothing() {
 }
 
 /// The review saw `Success` for `b`'s shared unlock of a fair lock `a` held exclusively. That is
-/// `b` abandoning the ticket its own shared attempt queued for — in either unlock mode, since the
-/// server's two bits cannot say which mode a ticket was issued in: the word, the owner, the
-/// fence and `a`'s record stay as they were, `a` still unlocks, and only `b`'s ticket is gone.
+/// `b` abandoning the ticket its own shared attempt queued for: the word, the owner, the fence
+/// and `a`'s record stay as they were, `a` still unlocks, and only `b`'s ticket is gone. An
+/// unlock in the other mode is the reference's `DLOCK_ETICKET` and changes nothing at all: the
+/// holds record says which mode the ticket is for.
 #[test]
 fn fair_unlock_from_a_queued_client_abandons_only_its_own_ticket() {
     use LockOp::*;
-    for unlock in [UnlockShared, UnlockExclusive] {
-        let cfg = small();
-        let mut s = TestServer::new(&cfg);
-        let p = pair(&mut s, LockKind::Fair);
-        let kind = LockKind::Fair;
-        assert_eq!(run(&mut s, p.a, kind, TryExclusive, p.la), Status::Success);
-        let queued = run_with(&mut s, p.b, kind, TryShared, p.lb, Ticket::default());
-        assert_eq!(queued.status, Status::Eagain);
-        let ticket = Ticket {
-            exclusive: queued.aux as u16,
-            shared: (queued.aux >> 16) as u16,
-        };
-        assert_eq!(hold(&s, p.b, p.lb), Hold::Ticketed);
-        let before = cell(&s, p.la);
-        let r = run_with(&mut s, p.b, kind, unlock, p.lb, ticket);
-        assert_eq!(r.status, Status::Success, "{unlock:?} abandons the ticket");
-        let after = cell(&s, p.la);
-        assert_eq!(
-            (after.word, after.ext, after.fence),
-            (before.word, before.ext, before.fence),
-            "{unlock:?}: abandoning a ticket changed the lock"
-        );
-        assert_eq!(hold(&s, p.a, p.la), Hold::Exclusive);
-        assert_eq!(hold(&s, p.b, p.lb), Hold::None);
-        // The ticket is gone for good: a second unlock is an unlock by a non-holder.
-        assert_eq!(run(&mut s, p.b, kind, unlock, p.lb), Status::Fail);
-        assert_eq!(
-            run(&mut s, p.a, kind, UnlockExclusive, p.la),
-            Status::Success
-        );
-        s.release_lock(p.b.get(), p.lb.raw(), 1).unwrap();
-    }
+    let cfg = small();
+    let mut s = TestServer::new(&cfg);
+    let p = pair(&mut s, LockKind::Fair);
+    let kind = LockKind::Fair;
+    assert_eq!(run(&mut s, p.a, kind, TryExclusive, p.la), Status::Success);
+    let queued = run_with(&mut s, p.b, kind, TryShared, p.lb, Ticket::default());
+    assert_eq!(queued.status, Status::Eagain);
+    let ticket = Ticket {
+        exclusive: queued.aux as u16,
+        shared: (queued.aux >> 16) as u16,
+    };
+    assert_eq!(hold(&s, p.b, p.lb), GrantState::TicketShared);
+    let before = s.tables().digest();
+    let wrong = run_with(&mut s, p.b, kind, UnlockExclusive, p.lb, ticket);
+    assert_eq!(
+        wrong.status,
+        Status::Eticket,
+        "the ticket is for a shared grant"
+    );
+    assert_eq!(
+        s.tables().digest(),
+        before,
+        "a refused unlock changed nothing"
+    );
+    let before = cell(&s, p.la);
+    let r = run_with(&mut s, p.b, kind, UnlockShared, p.lb, ticket);
+    assert_eq!(
+        r.status,
+        Status::Success,
+        "its own mode abandons the ticket"
+    );
+    let after = cell(&s, p.la);
+    assert_eq!(
+        (after.word, after.ext, after.fence),
+        (before.word, before.ext, before.fence),
+        "abandoning a ticket changed the lock"
+    );
+    assert_eq!(hold(&s, p.a, p.la), GrantState::Exclusive);
+    assert_eq!(hold(&s, p.b, p.lb), GrantState::None);
+    // The ticket is gone for good: a second unlock is an unlock by a non-holder.
+    assert_eq!(run(&mut s, p.b, kind, UnlockShared, p.lb), Status::Fail);
+    assert_eq!(
+        run(&mut s, p.a, kind, UnlockExclusive, p.la),
+        Status::Success
+    );
+    s.release_lock(p.b.get(), p.lb.raw(), 1).unwrap();
+}
+
+/// A retry of a queued ticket in the other mode is refused with `Eticket` and keeps the ticket
+/// (before the holds record knew a ticket's mode, it reached the word and could disorder the
+/// queue).
+#[test]
+fn fair_retry_in_the_other_mode_is_refused_and_keeps_the_ticket() {
+    use LockOp::*;
+    let cfg = small();
+    let mut s = TestServer::new(&cfg);
+    let p = pair(&mut s, LockKind::Fair);
+    let kind = LockKind::Fair;
+    assert_eq!(run(&mut s, p.a, kind, TryExclusive, p.la), Status::Success);
+    let queued = run_with(&mut s, p.b, kind, TryExclusive, p.lb, Ticket::default());
+    assert_eq!(queued.status, Status::Eagain);
+    let ticket = Ticket {
+        exclusive: queued.aux as u16,
+        shared: (queued.aux >> 16) as u16,
+    };
+    let before = s.tables().digest();
+    let wrong = run_with(&mut s, p.b, kind, TicketShared, p.lb, ticket);
+    assert_eq!(wrong.status, Status::Eticket);
+    assert_eq!(
+        s.tables().digest(),
+        before,
+        "a refused retry changed nothing"
+    );
+    assert_eq!(hold(&s, p.b, p.lb), GrantState::TicketExclusive);
+    assert_eq!(
+        run(&mut s, p.a, kind, UnlockExclusive, p.la),
+        Status::Success
+    );
+    let right = run_with(&mut s, p.b, kind, TicketExclusive, p.lb, ticket);
+    assert_eq!(right.status, Status::Success, "the ticket is still good");
 }
 
 /// The authority to unlock is the server's record of the grant, not the word alone: a word that
@@ -257,7 +308,8 @@ fn exclusive_unlock_needs_the_grant_in_the_holds_record() {
             Status::Success
         );
         let slot = s.client_slot(p.a.get()).unwrap();
-        s.t.lock_holds.set(slot, p.la.index(), Hold::None as u8);
+        s.t.lock_holds
+            .set(slot, p.la.index(), GrantState::None.bits());
         let before = s.tables().digest();
         assert_eq!(
             run(&mut s, p.a, kind, LockOp::UnlockExclusive, p.la),

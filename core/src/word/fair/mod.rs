@@ -83,7 +83,8 @@
 //! # The server's guards
 //!
 //! The server runs every request through [`serve`], which applies what it knows of the caller
-//! — its holds record on this lock ([`Hold`]: nothing, a grant in a mode, or a ticket) — before
+//! — its holds record on this lock ([`GrantState`]: nothing, a grant in a mode, or a ticket in a
+//! mode) — before
 //! and after the transitions above. `x` is the request's mode, `t` its expiry.
 //!
 //! | caller's record          | request                                  | then                                             |
@@ -96,6 +97,7 @@
 //! | any                      | retry, `t = 0`                           | `Einval`                                         |
 //! | nothing                  | retry                                    | `Fail`: passed, abandoned, or never the caller's |
 //! | a grant                  | retry                                    | `Einval`                                         |
+//! | a ticket in the other mode | retry, unlock                          | `Eticket`: the ticket is kept                    |
 //! | a ticket                 | retry with a ticket the lock never issued| `Fail` (guard 1)                                 |
 //! | a ticket                 | retry                                    | `try_ticket`                                     |
 //! | a ticket                 | unlock                                   | the ticket is abandoned; the word is unchanged   |
@@ -129,23 +131,19 @@
 //! A retry with a ticket the record no longer has is answered `Fail`, the word's and the
 //! reference's answer to a passed ticket, so the client's record starts over.
 //!
-//! What the server cannot check is the mode a ticket was issued in: the holds record has two
-//! bits per client and lock, all four values taken (none, exclusive, shared, ticketed), and a
-//! third bit would cost 6.4 MB of region at the default capacities. The client's record sends
-//! every retry and every unlock of a ticket in the ticket's own mode (`LocalLock::unlock`
-//! takes no mode), so the reference's `Eticket` for a mismatch is answered there. A peer that
-//! sends the other mode anyway gains little: an unlock while ticketed abandons the caller's
-//! own ticket and changes nothing in the word, so either mode abandons the same thing, and a
-//! retry of an exclusive ticket as a shared one only hurts the queue's order on a lock it has a
-//! reference to, until the next hand-off window.
+//! The server checks the mode a ticket was issued in, as the reference's client does
+//! (`DLOCK_ETICKET`, "requested mode differs from held ticket's mode"): the holds record says
+//! which mode each ticket is for. A retry or unlock in the other mode is refused and changes
+//! nothing — the ticket stays queued, so a peer that sends the wrong mode can neither disorder
+//! the queue (an exclusive ticket retried as a shared one) nor lose its place by mistake.
 
 use bitfield_struct::bitfield;
 
 use super::{Effect, Outcome, deadline};
 use crate::config::FAIR_READERS_MAX;
 use crate::ids::{ClientId, Mode, Ticket};
+use crate::manager::GrantState;
 use crate::status::Status;
-use crate::table::Hold;
 
 /// Tickets outstanding per mode before first attempts fail (`mx − nx`, `ms − ns`). It keeps the
 /// distance between any live ticket and `nx`/`ns` inside the half range [`ticket_before`] needs.
@@ -459,7 +457,7 @@ pub struct Caller {
     /// Who asks.
     pub id: ClientId,
     /// Its holds record on this lock.
-    pub hold: Hold,
+    pub hold: GrantState,
 }
 
 /// A request's outcome under the server's guards, with what the server's records must forget.
@@ -548,34 +546,32 @@ fn guarded(
     now_ms: u64,
 ) -> (Outcome<FairLock>, Option<Ticket>) {
     let (me, hold) = (caller.id, caller.hold);
-    let holds_mode = matches!(
-        (hold, mode),
-        (Hold::Exclusive, Mode::Exclusive) | (Hold::Shared, Mode::Shared)
-    );
+    let holds_mode = hold.grant_mode() == Some(mode);
     let refused = |status| (Outcome::refused(s, status), None);
-    match req {
-        Request::First => match hold {
-            Hold::None if expire_ms == 0 => refused(Status::Einval),
-            Hold::None => (
-                try_lock(s, me, mode, expire_ms, now_ms),
-                Some(s.next_ticket()),
-            ),
-            Hold::Ticketed => refused(Status::Eticket),
-            Hold::Exclusive | Hold::Shared if holds_mode => refused(Status::AlreadyLocked),
-            Hold::Exclusive | Hold::Shared => refused(Status::Einval),
-        },
-        Request::Retry(_) if expire_ms == 0 => refused(Status::Einval),
-        Request::Retry(_) if hold == Hold::None => refused(Status::Fail),
-        Request::Retry(_) if hold != Hold::Ticketed => refused(Status::Einval),
-        Request::Retry(t) if !issued(s.word, mode, t) => refused(Status::Fail),
-        Request::Retry(t) => (try_ticket(s, me, mode, t, expire_ms, now_ms), Some(t)),
-        // The reference only forgets an abandoned ticket in its client.
-        Request::Unlock(_) if hold == Hold::Ticketed => {
-            (Outcome::ok(s, Effect::Released(mode)), None)
+    match (req, hold.ticket_mode()) {
+        (Request::First, Some(_)) => refused(Status::Eticket),
+        (Request::First, None) if hold.is_none() && expire_ms == 0 => refused(Status::Einval),
+        (Request::First, None) if hold.is_none() => (
+            try_lock(s, me, mode, expire_ms, now_ms),
+            Some(s.next_ticket()),
+        ),
+        (Request::First, None) if holds_mode => refused(Status::AlreadyLocked),
+        (Request::First, None) => refused(Status::Einval),
+        (Request::Retry(_), _) if expire_ms == 0 => refused(Status::Einval),
+        (Request::Retry(_), None) if hold.is_none() => refused(Status::Fail),
+        (Request::Retry(_), None) => refused(Status::Einval),
+        (Request::Retry(_) | Request::Unlock(_), Some(ticket)) if ticket != mode => {
+            refused(Status::Eticket)
         }
-        Request::Unlock(t) if holds_mode => (unlock(s, me, mode, t, now_ms), None),
-        Request::Extend(t) if holds_mode => (extend(s, me, mode, t, expire_ms, now_ms), None),
-        Request::Unlock(_) | Request::Extend(_) => refused(Status::Fail),
+        (Request::Retry(t), Some(_)) if !issued(s.word, mode, t) => refused(Status::Fail),
+        (Request::Retry(t), Some(_)) => (try_ticket(s, me, mode, t, expire_ms, now_ms), Some(t)),
+        // The reference only forgets an abandoned ticket in its client.
+        (Request::Unlock(_), Some(_)) => (Outcome::ok(s, Effect::Released(mode)), None),
+        (Request::Unlock(t), None) if holds_mode => (unlock(s, me, mode, t, now_ms), None),
+        (Request::Extend(t), None) if holds_mode => {
+            (extend(s, me, mode, t, expire_ms, now_ms), None)
+        }
+        (Request::Unlock(_) | Request::Extend(_), _) => refused(Status::Fail),
     }
 }
 

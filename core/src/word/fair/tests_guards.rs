@@ -9,7 +9,7 @@ fn t(exclusive: u16, shared: u16) -> Ticket {
     Ticket { exclusive, shared }
 }
 
-fn caller(hold: Hold) -> Caller {
+fn caller(hold: GrantState) -> Caller {
     Caller {
         id: ClientId::new(7).unwrap(),
         hold,
@@ -35,7 +35,7 @@ fn held() -> FairLock {
 }
 
 /// The status and effect of `req` in `mode` from a caller with record `hold`, at tick 50.
-fn run(s: FairLock, hold: Hold, mode: Mode, req: Request, expire_ms: u32) -> Served {
+fn run(s: FairLock, hold: GrantState, mode: Mode, req: Request, expire_ms: u32) -> Served {
     serve(s, caller(hold), mode, req, expire_ms, 50)
 }
 
@@ -48,37 +48,41 @@ fn refused(served: Served, s: FairLock, status: Status) {
 #[test]
 fn a_first_attempt_depends_on_what_the_caller_already_has() {
     let s = held();
-    refused(run(s, Hold::None, EX, Request::First, 0), s, Status::Einval);
     refused(
-        run(s, Hold::Ticketed, EX, Request::First, 10),
+        run(s, GrantState::None, EX, Request::First, 0),
+        s,
+        Status::Einval,
+    );
+    refused(
+        run(s, GrantState::TicketExclusive, EX, Request::First, 10),
         s,
         Status::Eticket,
     );
     refused(
-        run(s, Hold::Shared, SH, Request::First, 10),
+        run(s, GrantState::Shared, SH, Request::First, 10),
         s,
         Status::AlreadyLocked,
     );
     refused(
-        run(s, Hold::Shared, EX, Request::First, 10),
+        run(s, GrantState::Shared, EX, Request::First, 10),
         s,
         Status::Einval,
     );
     refused(
-        run(s, Hold::Exclusive, SH, Request::First, 10),
+        run(s, GrantState::Exclusive, SH, Request::First, 10),
         s,
         Status::Einval,
     );
     // With nothing on record it is the word's first attempt, and the reply carries its ticket.
-    let queued = run(s, Hold::None, EX, Request::First, 10);
+    let queued = run(s, GrantState::None, EX, Request::First, 10);
     assert_eq!(
         queued.outcome,
-        try_lock(s, caller(Hold::None).id, EX, 10, 50)
+        try_lock(s, caller(GrantState::None).id, EX, 10, 50)
     );
     assert_eq!(queued.outcome.effect, Effect::Queued(t(3, 0)));
     assert_eq!(queued.ticket, Some(t(3, 0)));
     let idle = FairLock::default();
-    let granted = run(idle, Hold::None, SH, Request::First, 10);
+    let granted = run(idle, GrantState::None, SH, Request::First, 10);
     assert_eq!(granted.outcome.status, Status::Success);
     assert_eq!(granted.ticket, Some(t(0, 0)));
 }
@@ -87,27 +91,65 @@ fn a_first_attempt_depends_on_what_the_caller_already_has() {
 fn a_retry_needs_a_ticket_on_record_that_the_lock_issued() {
     let s = held();
     refused(
-        run(s, Hold::Ticketed, EX, Request::Retry(t(2, 0)), 0),
+        run(
+            s,
+            GrantState::TicketExclusive,
+            EX,
+            Request::Retry(t(2, 0)),
+            0,
+        ),
         s,
         Status::Einval,
     );
-    let none = run(s, Hold::None, EX, Request::Retry(t(2, 0)), 10);
+    let none = run(s, GrantState::None, EX, Request::Retry(t(2, 0)), 10);
     refused(none, s, Status::Fail);
     assert!(none.ticket_void, "a refused retry voids the ticket");
-    let granted = run(s, Hold::Exclusive, EX, Request::Retry(t(2, 0)), 10);
+    let granted = run(s, GrantState::Exclusive, EX, Request::Retry(t(2, 0)), 10);
     refused(granted, s, Status::Einval);
     assert!(!granted.ticket_void, "an Einval keeps the record");
     // Guard 1: ticket 3 (or a shared half beyond `ms`) was never handed out.
     for forged in [t(3, 0), t(2, 1)] {
-        let void = run(s, Hold::Ticketed, EX, Request::Retry(forged), 10);
+        let void = run(
+            s,
+            GrantState::TicketExclusive,
+            EX,
+            Request::Retry(forged),
+            10,
+        );
         refused(void, s, Status::Fail);
         assert!(void.ticket_void);
     }
     // A real ticket reaches the word: not its turn and the holder not late, so it waits.
-    let waits = run(s, Hold::Ticketed, EX, Request::Retry(t(2, 0)), 10);
+    let waits = run(
+        s,
+        GrantState::TicketExclusive,
+        EX,
+        Request::Retry(t(2, 0)),
+        10,
+    );
     assert_eq!(waits.outcome.effect, Effect::Queued(t(2, 0)));
     assert_eq!(waits.ticket, Some(t(2, 0)));
     assert!(!waits.ticket_void);
+}
+
+#[test]
+fn a_ticket_is_retried_and_unlocked_only_in_its_own_mode() {
+    // The reference's `DLOCK_ETICKET`: the record knows the ticket's mode, and the other mode
+    // is refused without touching the word or voiding the ticket.
+    let s = held();
+    for (hold, mode) in [
+        (GrantState::TicketExclusive, SH),
+        (GrantState::TicketShared, EX),
+    ] {
+        for req in [Request::Retry(t(2, 0)), Request::Unlock(t(2, 0))] {
+            let wrong = run(s, hold, mode, req, 10);
+            refused(wrong, s, Status::Eticket);
+            assert!(!wrong.ticket_void, "{hold:?} {req:?}: the ticket is kept");
+        }
+    }
+    // The ticket's own mode still reaches the word.
+    let right = run(s, GrantState::TicketShared, SH, Request::Unlock(t(2, 0)), 0);
+    assert_eq!(right.outcome.effect, Effect::Released(SH));
 }
 
 #[test]
@@ -131,23 +173,29 @@ fn ticket_issue_is_judged_per_mode() {
 #[test]
 fn an_unlock_or_extend_needs_the_grant_or_abandons_the_ticket() {
     let s = held();
-    let abandoned = run(s, Hold::Ticketed, SH, Request::Unlock(t(2, 0)), 0);
+    let abandoned = run(s, GrantState::TicketShared, SH, Request::Unlock(t(2, 0)), 0);
     assert_eq!(abandoned.outcome, Outcome::ok(s, Effect::Released(SH)));
     assert_eq!(abandoned.outcome.state, s, "the word is unchanged");
     let mine = lock((1, 0, 2, 0), 7, 0, 100);
-    let me = caller(Hold::Exclusive).id;
-    let unlocked = run(mine, Hold::Exclusive, EX, Request::Unlock(t(1, 0)), 0);
+    let me = caller(GrantState::Exclusive).id;
+    let unlocked = run(mine, GrantState::Exclusive, EX, Request::Unlock(t(1, 0)), 0);
     assert_eq!(unlocked.outcome, unlock(mine, me, EX, t(1, 0), 50));
     assert_eq!(unlocked.outcome.effect, Effect::Released(EX));
-    let extended = run(mine, Hold::Exclusive, EX, Request::Extend(t(1, 0)), 500);
+    let extended = run(
+        mine,
+        GrantState::Exclusive,
+        EX,
+        Request::Extend(t(1, 0)),
+        500,
+    );
     assert_eq!(extended.outcome, extend(mine, me, EX, t(1, 0), 500, 50));
     assert_eq!(extended.outcome.effect, Effect::Extended);
     for (hold, mode, req) in [
-        (Hold::None, EX, Request::Unlock(t(1, 0))),
-        (Hold::Shared, EX, Request::Unlock(t(1, 0))),
-        (Hold::None, EX, Request::Extend(t(1, 0))),
-        (Hold::Ticketed, EX, Request::Extend(t(1, 0))),
-        (Hold::Exclusive, SH, Request::Extend(t(1, 0))),
+        (GrantState::None, EX, Request::Unlock(t(1, 0))),
+        (GrantState::Shared, EX, Request::Unlock(t(1, 0))),
+        (GrantState::None, EX, Request::Extend(t(1, 0))),
+        (GrantState::TicketExclusive, EX, Request::Extend(t(1, 0))),
+        (GrantState::Exclusive, SH, Request::Extend(t(1, 0))),
     ] {
         refused(run(mine, hold, mode, req, 10), mine, Status::Fail);
     }
@@ -158,9 +206,9 @@ fn a_writer_is_queued_rather_than_granted_beside_a_reader() {
     // A reader the counters do not show (a voided ticket revived after `rflag` reset): the word
     // alone would grant a writer.
     let s = lock((1, 2, 1, 2), 0, 1, 100);
-    let me = caller(Hold::None).id;
+    let me = caller(GrantState::None).id;
     assert_eq!(try_lock(s, me, EX, 10, 50).status, Status::Success);
-    let first = run(s, Hold::None, EX, Request::First, 10);
+    let first = run(s, GrantState::None, EX, Request::First, 10);
     assert_eq!(first.outcome.status, Status::Eagain);
     assert_eq!(first.outcome.effect, Effect::Queued(t(1, 2)));
     assert_eq!(
@@ -170,7 +218,13 @@ fn a_writer_is_queued_rather_than_granted_beside_a_reader() {
     );
     assert_eq!(first.outcome.state.owner, 0);
     let s = lock((1, 2, 2, 2), 0, 1, 100);
-    let retry = run(s, Hold::Ticketed, EX, Request::Retry(t(1, 2)), 10);
+    let retry = run(
+        s,
+        GrantState::TicketExclusive,
+        EX,
+        Request::Retry(t(1, 2)),
+        10,
+    );
     assert_eq!(retry.outcome, queued(s, t(1, 2)));
 }
 
@@ -180,7 +234,7 @@ fn a_preempting_grant_voids_everyone_elses_record() {
     let s = held();
     let won = serve(
         s,
-        caller(Hold::Ticketed),
+        caller(GrantState::TicketExclusive),
         EX,
         Request::Retry(t(2, 0)),
         10,
@@ -194,6 +248,12 @@ fn a_preempting_grant_voids_everyone_elses_record() {
         }
     );
     assert!(won.others_void && !won.ticket_void);
-    let plain = run(FairLock::default(), Hold::None, EX, Request::First, 10);
+    let plain = run(
+        FairLock::default(),
+        GrantState::None,
+        EX,
+        Request::First,
+        10,
+    );
     assert!(!plain.others_void, "a grant that displaces nobody");
 }
