@@ -304,3 +304,140 @@ fn faa_futures_on_one_thread_hand_out_distinct_values() {
         Ok(220)
     );
 }
+
+/// Blocking callers on their own threads and futures on one executor thread share one
+/// connection: whoever waits reads for the others (a blocked caller for the futures too, the
+/// standby thread when no caller reads), and every fetch-and-add of either kind hands out a
+/// value nobody else got.
+#[test]
+fn blocking_callers_and_futures_mixed_on_one_connection_are_all_served() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    const THREADS: usize = 6;
+    const ROUNDS: usize = 40;
+    let s = server(true);
+    let e = Endpoint::Tcp(s.tcp_addr().unwrap());
+    let mux = Mux::new(&e).unwrap();
+    let mut first = mux_client(&e, &mux);
+    first.atomic64_create(b"xid", 0, 60).unwrap();
+    let start = Arc::new(Barrier::new(THREADS + 1));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (e, mux, start) = (e.clone(), mux.clone(), Arc::clone(&start));
+            std::thread::spawn(move || {
+                let mut c = mux_client(&e, &mux);
+                let xid = c.atomic64_get(b"xid", 60).unwrap();
+                let own = c
+                    .get_lock(LockKind::Atomic, format!("m{t}").as_bytes())
+                    .unwrap();
+                start.wait();
+                let mut got = Vec::new();
+                for _ in 0..ROUNDS {
+                    got.push(c.atomic64_faa(xid, 1).unwrap());
+                    assert_eq!(
+                        c.trylock(own, Mode::Exclusive, 5_000).unwrap().status,
+                        Status::Success
+                    );
+                    assert_eq!(c.unlock(own).map_err(Status::from), Ok(Status::Success));
+                }
+                c.deinit().unwrap();
+                got
+            })
+        })
+        .collect();
+    let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
+    let mut cx = Context::from_waker(&waker);
+    let mut tasks: Vec<Client> = (0..4).map(|_| mux_client(&e, &mux)).collect();
+    let xids: Vec<_> = tasks
+        .iter_mut()
+        .map(|c| c.atomic64_get(b"xid", 60).unwrap())
+        .collect();
+    start.wait();
+    let mut seen = Vec::new();
+    for _ in 0..ROUNDS {
+        let mut futures: Vec<_> = tasks
+            .iter_mut()
+            .zip(&xids)
+            .map(|(c, &o)| Box::pin(c.atomic64_faa_async(o, 1)))
+            .collect();
+        let mut done = vec![false; futures.len()];
+        let t = std::time::Instant::now();
+        while done.iter().any(|d| !d) {
+            assert!(t.elapsed() < Duration::from_secs(20), "futures stalled");
+            for (f, d) in futures.iter_mut().zip(done.iter_mut()) {
+                if !*d && let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                    seen.push(v.unwrap());
+                    *d = true;
+                }
+            }
+        }
+    }
+    for t in threads {
+        seen.extend(t.join().unwrap());
+    }
+    let total = (THREADS + 4) * ROUNDS;
+    seen.sort_unstable();
+    assert_eq!(seen, (0..total as u64).collect::<Vec<u64>>());
+    let xid = first.atomic64_get(b"xid", 60).unwrap();
+    assert_eq!(
+        first.atomic64_snapshot(xid).map_err(Status::from),
+        Ok(total as u64)
+    );
+}
+
+/// An asynchronous lock request polled with `lock_result_check` and no other client waiting:
+/// nobody reads the connection but the poller, whose look at it (a deadline already passed)
+/// reads the reply when the lock is handed over.
+#[test]
+fn a_polled_request_is_read_by_its_poller_when_nobody_else_reads() {
+    use dlock_transport::client::AsyncOp;
+
+    let s = server(true);
+    let e = Endpoint::Tcp(s.tcp_addr().unwrap());
+    let mux = Mux::new(&e).unwrap();
+    let mut holder = common::client(&e);
+    let mut poller = mux_client(&e, &mux);
+    let held = holder.get_lock(LockKind::Atomic, b"p").unwrap();
+    let id = poller.get_lock(LockKind::Atomic, b"p").unwrap();
+    assert_eq!(
+        holder
+            .trylock(held, Mode::Exclusive, 10_000)
+            .unwrap()
+            .status,
+        Status::Success
+    );
+    let wait = AsyncOp::LockWait(Mode::Exclusive, 10_000, Duration::from_secs(10));
+    poller.lock_request_async(id, wait).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        poller
+            .lock_result_check()
+            .map(|g| g.status)
+            .map_err(Status::from),
+        Err(Status::AsyncAgain),
+        "held by the other client"
+    );
+    assert_eq!(
+        holder.unlock(held).map_err(Status::from),
+        Ok(Status::Success)
+    );
+    let t = std::time::Instant::now();
+    let granted = loop {
+        match poller
+            .lock_result_check()
+            .map(|g| g.status)
+            .map_err(Status::from)
+        {
+            Err(Status::AsyncAgain) => {
+                assert!(
+                    t.elapsed() < Duration::from_secs(5),
+                    "the reply was never read"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            other => break other,
+        }
+    };
+    assert_eq!(granted, Ok(Status::Success));
+}
