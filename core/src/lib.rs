@@ -14,9 +14,10 @@
 //! | [`config`] | capacities, validation and the exact region size                       |
 //! | [`table`]  | the fixed tables laid over the region                                  |
 //! | [`proto`]  | control and data frames, encoded into and decoded from caller buffers  |
-//! | [`server`] | the state machine: `handle_control` and `handle_data`                  |
+//! | [`server`] | the state machine (`handle_control`, `handle_data`) and the rules of who may send what (`dispatch`, `route`, `control`) |
 //! | [`client`] | the client's record of one lock and its (state × operation) decisions  |
 //! | [`cluster`] | partitions, the map, epochs, rebalancing and the timing rules of a cluster |
+//! | [`manager`] | cached grants and their revocation, lock value blocks, retained locks |
 //!
 //! # A first look
 //!
@@ -63,6 +64,7 @@ pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod ids;
+pub mod manager;
 pub mod proto;
 pub mod server;
 pub mod status;

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use dlock_core::proto::{
     COMMAND_LEN, DATA_HEADER_LEN, DATA_RESPONSE_MAX, LockOp, OBJECT_KIND, peek_data_header,
 };
-use dlock_core::server::{Binding, Delivery, Dispatched, Route, Server};
+use dlock_core::server::{Delivery, Dispatched, Routing, Server, SlotRouting, Source};
 use dlock_core::{Config, LockId, LockKind, Mode, ObjectId, Session, Status};
 use dlock_tests::sim::Rng;
 use dlock_tests::sim::rng::{seed_entropy, sim_entropy};
@@ -89,9 +89,8 @@ struct World<'r> {
     seq: u64,
     conns: Vec<ConnState>,
     /// Per slot: where a parked request's reply goes, and which connection speaks for it (the
-    /// runtime's rules, from the core).
-    routes: Vec<Route>,
-    bindings: Vec<Binding>,
+    /// runtime's rules and state, from the core).
+    routing: Routing<'r>,
     out: Vec<u8>,
     next_tick: u64,
     counts: Counts,
@@ -134,8 +133,7 @@ impl World<'_> {
             c.inbox.clear();
         }
         self.flights.clear();
-        self.routes.fill(Route::None);
-        self.bindings.fill(Binding::NONE);
+        self.routing.clear();
         self.counts.server_crashes += 1;
         true
     }
@@ -144,18 +142,10 @@ impl World<'_> {
         self.conns[conn].alive = false;
         self.conns[conn].inbox.clear();
         self.flights.retain(|f| f.conn != conn);
+        // A request parked over the lost connection is cancelled, as the runtime does.
         let now = self.now_ms;
-        for (route, binding) in self.routes.iter_mut().zip(&mut self.bindings) {
-            // A request parked over the lost connection is cancelled, as the runtime does.
-            if route.leave_stream(conn as u32, 0)
-                && let Some(client) = self.conns[conn].client
-            {
-                self.server.cancel_parked(client, now);
-            }
-            if binding.conn == conn as u32 {
-                *binding = Binding::NONE;
-            }
-        }
+        self.server
+            .stream_closed(&mut self.routing, conn as u32, now);
         self.counts.resets += 1;
     }
 
@@ -212,16 +202,18 @@ impl World<'_> {
             // What the runtime's TCP connections do with a message (`Server::dispatch_stream`):
             // ownership, execution, the route of a parked request.
             let mut out = std::mem::take(&mut self.out);
-            let at = (f.conn as u32, 0);
-            match self.server.dispatch_stream(
-                &mut self.routes,
-                &self.bindings,
-                at,
-                &f.bytes,
-                &mut out,
-                now,
-            ) {
-                Dispatched::Replied(n) => self.enqueue(f.conn, false, out[..n].to_vec()),
+            let at = Source::Stream {
+                conn: f.conn as u32,
+                generation: 0,
+            };
+            match self
+                .server
+                .dispatch(&mut self.routing, at, &f.bytes, &mut out, now)
+            {
+                // The simulated clients send no joins.
+                Dispatched::Replied(n) | Dispatched::Joined { reply: n, .. } => {
+                    self.enqueue(f.conn, false, out[..n].to_vec())
+                }
                 Dispatched::Parked => self.counts.parked += 1,
                 // Not the connection's client, or no data message: the connection closes.
                 Dispatched::Refused => self.reset(f.conn),
@@ -231,16 +223,12 @@ impl World<'_> {
         self.server.poll_waiters(now);
         let mut replies = Vec::new();
         let mut out = std::mem::take(&mut self.out);
-        self.server.dispatch_replies(
-            &mut self.routes,
-            |_| 0,
-            &mut out,
-            |delivery, _, bytes| {
+        self.server
+            .dispatch_replies(&mut self.routing, &mut out, |delivery, _, bytes| {
                 if let Delivery::Stream { conn, .. } = delivery {
                     replies.push((conn as usize, bytes.to_vec()));
                 }
-            },
-        );
+            });
         self.out = out;
         for (conn, bytes) in replies {
             self.enqueue(conn, false, bytes);
@@ -354,10 +342,14 @@ impl Connection for SimConn<'_> {
             return Err(io::Error::new(io::ErrorKind::PermissionDenied, "refused"));
         };
         w.conns[self.conn].client = Some(client);
-        w.bindings[slot as usize] = Binding {
-            conn: self.conn as u32,
-            client,
-        };
+        // The runtime binds as the core says; an older connection it vacates is left to the
+        // simulated client, which no longer uses it.
+        let now = w.now_ms;
+        let w = &mut *w;
+        let at = (self.conn as u32, 0);
+        let _vacated = w
+            .server
+            .bind_stream(&mut w.routing, (slot, client), at, now);
         Ok(())
     }
 
@@ -788,6 +780,7 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<String, String> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|s| s.to_string())?;
     let first = tables.pop().ok_or("no region")?;
+    let mut routing = vec![SlotRouting::default(); cfg.clients_max as usize];
     // Three seeds in four run with a session key: every grant then carries a proof the real
     // client keeps and shows when it re-claims.
     let keyed = !seed.is_multiple_of(4);
@@ -808,8 +801,7 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<String, String> {
         flights: Vec::new(),
         seq: 0,
         conns: Vec::new(),
-        routes: vec![Route::None; cfg.clients_max as usize],
-        bindings: vec![Binding::NONE; cfg.clients_max as usize],
+        routing: Routing::new(&mut routing),
         out: vec![0; DATA_RESPONSE_MAX],
         next_tick: 0,
         counts: Counts::default(),

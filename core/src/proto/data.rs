@@ -416,64 +416,131 @@ pub fn peek_data_header(buf: &[u8]) -> Result<(DataHeader, usize), DecodeError> 
     Ok((header, DATA_HEADER_LEN + count * COMMAND_LEN + proofs))
 }
 
-/// Checks the header and the total length; returns the header, the commands and the proof
-/// trailer (empty without [`FLAG_PROOFS`]).
-#[inline]
-fn decode_message(buf: &[u8]) -> Result<(DataHeader, &[RawCommand], &[RawProof]), DecodeError> {
-    let (header, len) = peek_data_header(buf)?;
-    if buf.len() != len {
-        return Err(DecodeError::BadLength);
-    }
-    let count = usize::from(header.count);
-    let body = buf.get(DATA_HEADER_LEN..).ok_or(DecodeError::Truncated)?;
-    let (body, trailer) = body.split_at(count * COMMAND_LEN);
-    let (commands, rest) = body.as_chunks::<COMMAND_LEN>();
-    let (proofs, rest_proofs) = trailer.as_chunks::<PROOF_LEN>();
-    if commands.len() != count || !rest.is_empty() || !rest_proofs.is_empty() {
-        return Err(DecodeError::BadLength);
-    }
-    Ok((header, commands, proofs))
+/// A data message's bytes with its header read and checked ([`peek_data_frame`]): what a
+/// server frames a stream with and decodes the commands from, so that the header of a message
+/// is read once on its way from the wire to the state machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataFrame<'a> {
+    header: DataHeader,
+    /// The length the header announces.
+    len: usize,
+    /// The bytes the header was read from: the message, or (a stream's) more or less than it.
+    buf: &'a [u8],
 }
 
-/// A request's header: a proof trailer is the server's to send.
+/// Reads and checks the header at the start of `buf`, as [`peek_data_header`] does, and keeps
+/// the bytes with it.
 #[inline]
-fn request_header(buf: &[u8]) -> Result<(DataHeader, &[RawCommand]), DecodeError> {
-    if peek_data_header(buf)?.0.flags & !REQUEST_FLAGS_KNOWN != 0 {
-        return Err(DecodeError::BadFlags);
+pub fn peek_data_frame(buf: &[u8]) -> Result<DataFrame<'_>, DecodeError> {
+    let (header, len) = peek_data_header(buf)?;
+    Ok(DataFrame { header, len, buf })
+}
+
+impl<'a> DataFrame<'a> {
+    /// The header.
+    #[inline]
+    pub const fn header(&self) -> DataHeader {
+        self.header
     }
-    let (header, commands, _) = decode_message(buf)?;
-    Ok((header, commands))
+
+    /// The length of the whole message the header announces.
+    #[inline]
+    pub const fn message_len(&self) -> usize {
+        self.len
+    }
+
+    /// The bytes the header was read from.
+    #[inline]
+    pub const fn bytes(&self) -> &'a [u8] {
+        self.buf
+    }
+
+    /// The message alone, if all of it is here: a stream's first message, cut from the bytes
+    /// behind it. `None` while the stream owes some of it.
+    #[inline]
+    pub fn first_message(self) -> Option<DataFrame<'a>> {
+        let buf = self.buf.get(..self.len)?;
+        Some(DataFrame { buf, ..self })
+    }
+
+    /// Checks the total length and splits the commands from the proof trailer (empty without
+    /// [`FLAG_PROOFS`]).
+    #[inline]
+    fn split(&self) -> Result<(&'a [RawCommand], &'a [RawProof]), DecodeError> {
+        if self.buf.len() != self.len {
+            return Err(DecodeError::BadLength);
+        }
+        let count = usize::from(self.header.count);
+        let body = self
+            .buf
+            .get(DATA_HEADER_LEN..)
+            .ok_or(DecodeError::Truncated)?;
+        let (body, trailer) = body.split_at(count * COMMAND_LEN);
+        let (commands, rest) = body.as_chunks::<COMMAND_LEN>();
+        let (proofs, rest_proofs) = trailer.as_chunks::<PROOF_LEN>();
+        if commands.len() != count || !rest.is_empty() || !rest_proofs.is_empty() {
+            return Err(DecodeError::BadLength);
+        }
+        Ok((commands, proofs))
+    }
+
+    /// The commands of a request (a proof trailer is the server's to send).
+    #[inline]
+    fn request_commands(&self) -> Result<&'a [RawCommand], DecodeError> {
+        if self.header.flags & !REQUEST_FLAGS_KNOWN != 0 {
+            return Err(DecodeError::BadFlags);
+        }
+        Ok(self.split()?.0)
+    }
+
+    /// Decodes the message as a request, validating every command so
+    /// [`DataRequest::command`] cannot fail; the header is not read again.
+    pub fn decode(&self) -> Result<DataRequest<'a>, DecodeError> {
+        let commands = self.request_commands()?;
+        for c in commands {
+            parse_command(c)?;
+        }
+        Ok(DataRequest {
+            header: self.header,
+            commands,
+        })
+    }
+
+    /// [`Self::decode`], reading the commands into `commands` in the same pass
+    /// (`commands[..len()]`) so that each is parsed once: the server's hot path.
+    pub fn decode_into(
+        &self,
+        commands: &mut [Command; BATCH_MAX],
+    ) -> Result<DataRequest<'a>, DecodeError> {
+        let raw = self.request_commands()?;
+        for (c, slot) in raw.iter().zip(commands.iter_mut()) {
+            *slot = parse_command(c)?;
+        }
+        Ok(DataRequest {
+            header: self.header,
+            commands: raw,
+        })
+    }
 }
 
 /// Decodes a data request, validating every command so [`DataRequest::command`] cannot fail.
 pub fn decode_data_request(buf: &[u8]) -> Result<DataRequest<'_>, DecodeError> {
-    let (header, commands) = request_header(buf)?;
-    for c in commands {
-        parse_command(c)?;
-    }
-    Ok(DataRequest { header, commands })
+    peek_data_frame(buf)?.decode()
 }
 
 /// Decodes a data request as [`decode_data_request`] does and reads its commands into
-/// `commands` in the same pass (`commands[..len()]`), so that each is parsed once: the server's
-/// hot path.
+/// `commands` in the same pass (`commands[..len()]`), so that each is parsed once.
 pub fn decode_data_request_into<'a>(
     buf: &'a [u8],
     commands: &mut [Command; BATCH_MAX],
 ) -> Result<DataRequest<'a>, DecodeError> {
-    let (header, raw) = request_header(buf)?;
-    for (c, slot) in raw.iter().zip(commands.iter_mut()) {
-        *slot = parse_command(c)?;
-    }
-    Ok(DataRequest {
-        header,
-        commands: raw,
-    })
+    peek_data_frame(buf)?.decode_into(commands)
 }
 
 /// Decodes a data response, validating every result so [`DataResponse::result`] cannot fail.
 pub fn decode_data_response(buf: &[u8]) -> Result<DataResponse<'_>, DecodeError> {
-    let (header, results, proofs) = decode_message(buf)?;
+    let frame = peek_data_frame(buf)?;
+    let (header, (results, proofs)) = (frame.header, frame.split()?);
     for c in results {
         parse_result(c)?;
     }

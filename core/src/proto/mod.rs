@@ -20,6 +20,14 @@
 //! | `response.rs`| control response bodies                                          |
 //! | `batch.rs`   | the counted lists inside control bodies, as borrowing views      |
 //! | `data.rs`    | data messages: a header and up to [`BATCH_MAX`] 32-byte commands |
+//! | `lock_flags.rs` | a lock command's flags byte (cached, retained, value block) and the downgrade op |
+//! | `value.rs`   | value trailers: lock value blocks written by requests and returned by responses |
+//! | `event.rs`   | event messages: revokes and overflow notices the server sends unasked |
+//! | `recovery.rs`| `RecoveryDone` and `ListRetained` bodies (retained locks)        |
+//!
+//! The last four are issue 19's wire forms, not yet wired into the decoders above: the
+//! integration reads the flags byte in the command decoder, adds `LockOp::Downgrade`, the
+//! trailers to the data-message length and the two bodies to the control messages.
 //!
 //! The layout follows the reference's (§5 of `shared/reference/dlock-reference.md`) in its
 //! magics, version numbers, message types and the 16-byte control header; bodies are our own,
@@ -30,10 +38,14 @@ mod attach;
 mod batch;
 mod control;
 mod data;
+mod event;
+mod lock_flags;
+mod recovery;
 mod request;
 mod response;
 #[cfg(test)]
 mod tests;
+mod value;
 
 pub use attach::{ATTACH_LEN, ATTACH_MAGIC, Attach};
 pub use batch::{
@@ -42,11 +54,21 @@ pub use batch::{
 };
 pub use control::{ControlHeader, MsgType, control_frame_len, peek_control_header};
 pub use data::{
-    Command, CommandResult, DataHeader, DataRequest, DataResponse, DataResult, JOIN_KIND,
-    JoinCommand, LockCommand, LockOp, OBJECT_KIND, ObjectCommand, ObjectOp, begin_data_response,
-    decode_data_request, decode_data_request_into, decode_data_response, encode_data_request,
-    encode_data_response, finish_data_proofs, peek_data_header, put_command_result, put_data_proof,
-    put_data_result,
+    Command, CommandResult, DataFrame, DataHeader, DataRequest, DataResponse, DataResult,
+    JOIN_KIND, JoinCommand, LockCommand, LockOp, OBJECT_KIND, ObjectCommand, ObjectOp,
+    begin_data_response, decode_data_request, decode_data_request_into, decode_data_response,
+    encode_data_request, encode_data_response, finish_data_proofs, peek_data_frame,
+    peek_data_header, put_command_result, put_data_proof, put_data_result,
+};
+pub use event::{
+    EVENT_LEN, EVENTS_MAX, Event, EventHeader, EventMessage, FLAG_EVENT, decode_event,
+    decode_event_message, encode_event, encode_event_message, event_message_len,
+};
+pub use lock_flags::{DOWNGRADE_OP, LOCK_FLAGS_OFFSET, LockFlags, put_lock_flags, read_lock_flags};
+pub use recovery::{
+    LIST_RETAINED_CODE, ListRetained, RECOVERY_DONE_CODE, RETAINED_FIXED_LEN, RetainedEntries,
+    RetainedEntry, RetainedPage, decode_recovery_done, decode_recovery_done_reply,
+    encode_recovery_done, encode_recovery_done_reply,
 };
 pub use request::{
     ControlRequest, ControlRequestFrame, decode_control_request, encode_control_request,
@@ -54,6 +76,11 @@ pub use request::{
 pub use response::{
     ControlResponse, ControlResponseFrame, InitReply, decode_control_response,
     encode_control_response,
+};
+pub use value::{
+    DATA_REQUEST_WITH_VALUES_MAX, DATA_RESPONSE_WITH_VALUES_MAX, FLAG_VALUES, VALUE_REPLY_LEN,
+    VALUE_REQUEST_LEN, ValueReplies, ValueRequests, data_message_len, finish_value_replies,
+    finish_value_requests, put_value_reply, put_value_request,
 };
 
 use crate::config::{BATCH_MAX, NAME_LEN_MAX};

@@ -6,6 +6,7 @@
 mod control;
 mod data;
 mod fuzz;
+mod manager;
 mod version;
 
 use super::*;

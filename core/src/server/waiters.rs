@@ -411,7 +411,13 @@ impl<'r> Server<'r> {
     /// grant, the lock is released again at `now_ms`: the client never learns it holds it, so
     /// it would never unlock it (an RW grant has no lease to run out).
     pub fn cancel_parked(&mut self, raw: u32, now_ms: u64) {
-        let Some(slot) = self.client_slot(raw) else {
+        self.cancel_parked_in(self.client_slot(raw), raw, now_ms);
+    }
+
+    /// [`Self::cancel_parked`] for a client its caller found in `slot` (`None`: not
+    /// registered).
+    pub(super) fn cancel_parked_in(&mut self, slot: Option<u32>, raw: u32, now_ms: u64) {
+        let Some(slot) = slot else {
             return;
         };
         let waiter = self.t.waiters[slot as usize];

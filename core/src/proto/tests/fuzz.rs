@@ -22,7 +22,7 @@ const CASES_DEFAULT: u32 = 1_000;
 
 /// The campaign's size: `DLOCK_FUZZ_CASES` if set (a bad value is a mistake worth stopping
 /// for, not a silent fallback), else [`CASES_DEFAULT`].
-fn cases() -> u32 {
+pub(super) fn cases() -> u32 {
     match std::env::var("DLOCK_FUZZ_CASES") {
         Ok(v) => v.parse().expect("DLOCK_FUZZ_CASES is a case count"),
         Err(_) => CASES_DEFAULT,
@@ -118,7 +118,7 @@ fn reencode_data_response(resp: &DataResponse<'_>, out: &mut [u8]) -> usize {
 }
 
 /// A command with this kind, op and id; panics if the decoder let an invalid kind or op through.
-fn command_with(kind: u8, op: u8, id: u32) -> Command {
+pub(super) fn command_with(kind: u8, op: u8, id: u32) -> Command {
     if kind == JOIN_KIND {
         assert_eq!((op, id), (0, 0), "decoder validated the join");
         return Command::Join(JoinCommand {

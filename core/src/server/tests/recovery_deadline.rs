@@ -1,6 +1,5 @@
 //! The recovery deadline and the progress a recovering server reports.
 
-use super::tests::{TestRegion, lock, run, server, small};
 use super::*;
 use crate::LockKind;
 use crate::ids::Ticket;
@@ -29,8 +28,7 @@ fn recovery_deadline_serves_without_the_clients_that_never_came_back() {
         epoch: 2,
         ..small()
     };
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     s.tick(100); // the recovery clock starts
     let a = 11;
     let session = s.client_session(a).map_or(crate::Session::NONE, |(_, x)| x);
@@ -72,7 +70,7 @@ fn recovery_deadline_serves_without_the_clients_that_never_came_back() {
     let b = s.client_init(3, 0, 1_101).unwrap();
     let id = s.get_lock(b.get(), LockKind::Atomic, b"x", 1_101).unwrap();
     let try_x = lock(LockKind::Atomic, crate::proto::LockOp::TryExclusive, id, 10);
-    let r = run(&mut s, b, try_x, 1_102);
+    let r = s.run(b, try_x, 1_102);
     assert_eq!(r.status, Status::Fail);
     // A client that comes back after the deadline finds its registration gone.
     assert_eq!(
@@ -89,8 +87,7 @@ fn zero_recovery_deadline_waits_for_every_expected_client_as_the_reference() {
         epoch: 2,
         ..small()
     };
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     s.tick(0);
     s.tick(10_000_000);
     assert_eq!(s.state(), ServerState::Recovering { remaining: 1 });
@@ -101,8 +98,7 @@ fn zero_recovery_deadline_waits_for_every_expected_client_as_the_reference() {
 #[test]
 fn a_server_that_starts_ready_reports_no_recovery() {
     let cfg = small();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     s.tick(50_000);
     assert_eq!(s.recovery_progress(), RecoveryProgress::default());
     assert_eq!(s.stats().get(Counter::RecoveryExpected), 0);
@@ -111,7 +107,7 @@ fn a_server_that_starts_ready_reports_no_recovery() {
 /// One `BatchUpdateLocks` frame from client `raw` through the bytes path: the reply's status
 /// and entries.
 fn claim_frame(
-    s: &mut Server<'_>,
+    s: &mut TestServer,
     raw: u32,
     claims: &[LockClaim<'_>],
 ) -> (Status, Vec<(u32, Status)>) {
@@ -144,8 +140,7 @@ fn claim_frame(
 #[test]
 fn claims_from_a_client_without_a_recovery_session_are_refused_whole() {
     let cfg = small();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     let a = s.client_init(3, 0, 0).unwrap();
     let l = s.get_lock(a.get(), LockKind::Atomic, b"x", 0).unwrap();
     let take = lock(
@@ -154,7 +149,7 @@ fn claims_from_a_client_without_a_recovery_session_are_refused_whole() {
         l,
         60_000,
     );
-    assert_eq!(run(&mut s, a, take, 0).status, Status::Success);
+    assert_eq!(s.run(a, take, 0).status, Status::Success);
     let before = s.tables().lock_cells[l.index() as usize];
     let (status, entries) = claim_frame(&mut s, a.get(), &[claim(1 << 48)]);
     assert_eq!((status, entries), (Status::Einval, Vec::new()));
@@ -165,11 +160,7 @@ fn claims_from_a_client_without_a_recovery_session_are_refused_whole() {
         l,
         0,
     );
-    assert_eq!(
-        run(&mut s, a, unlock, 1).status,
-        Status::Success,
-        "still a's"
-    );
+    assert_eq!(s.run(a, unlock, 1).status, Status::Success, "still a's");
     // An unknown client is told so, whole.
     assert_eq!(
         claim_frame(&mut s, 4242, &[claim(1)]).0,
@@ -186,8 +177,7 @@ fn a_late_claim_learns_the_id_of_what_was_restored_and_nothing_else() {
         epoch: 2,
         ..small()
     };
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     let a = 11;
     s.client_reinit(a, 3, 0, &crate::Session::NONE, 0).unwrap();
     let held = claim((1 << 48) + 5);
@@ -210,7 +200,7 @@ fn a_late_claim_learns_the_id_of_what_was_restored_and_nothing_else() {
         y,
         60_000,
     );
-    assert_eq!(run(&mut s, b, take, 20).status, Status::Success);
+    assert_eq!(s.run(b, take, 20).status, Status::Success);
     let never = LockClaim {
         name: b"y",
         ..claim((1 << 48) + 6)
@@ -229,8 +219,7 @@ fn a_late_claim_learns_the_id_of_what_was_restored_and_nothing_else() {
 #[test]
 fn reinit_done_without_a_reinit_is_refused() {
     let cfg = small();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     let a = s.client_init(3, 0, 0).unwrap();
     assert_eq!(s.reinit_done(a.get(), 1), Err(Status::Einval));
     let session = s.client_session(a.get()).unwrap().1;
@@ -243,8 +232,7 @@ fn reinit_done_without_a_reinit_is_refused() {
         epoch: 2,
         ..small()
     };
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     s.client_reinit(11, 3, 0, &crate::Session::NONE, 0).unwrap();
     assert_eq!(s.reinit_done(11, 1), Ok(()));
     assert_eq!(s.reinit_done(11, 2), Err(Status::Einval));
@@ -260,8 +248,7 @@ fn deinit_while_recovering_is_not_ready_and_keeps_the_client() {
         epoch: 2,
         ..small()
     };
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     s.client_reinit(11, 3, 0, &crate::Session::NONE, 0).unwrap();
     s.update_lock(11, &claim((1 << 48) + 5), 0).unwrap();
     assert_eq!(s.client_deinit(11, 900), Err(Status::NotReady));
