@@ -1,7 +1,8 @@
-//! Many clients of one process over one shared data connection ([`Mux`]): each is served as
-//! itself, blocking `lock()`s parked for some do not hold up the others, mutual exclusion holds
-//! among them, a connection closed is reopened by the next attach, and the same works under
-//! TLS.
+//! Many clients of one process over one shared connection ([`Mux`]): each is served as itself,
+//! blocking `lock()`s parked for some do not hold up the others, mutual exclusion holds among
+//! them, blocked callers and futures mixed are all served (whoever waits reads), a connection
+//! closed is reopened by the next attach, control frames go over the shared connection (a
+//! hundred workers, two sockets), and the same works under TLS.
 
 mod common;
 
@@ -440,4 +441,131 @@ fn a_polled_request_is_read_by_its_poller_when_nobody_else_reads() {
         }
     };
     assert_eq!(granted, Ok(Status::Success));
+}
+
+/// Established TCP connections from this process (clients) to port `port` on the loopback: the
+/// client ends in `/proc/net/tcp` whose remote port is `port`.
+fn sockets_to(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("Linux's TCP table");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let remote_port = f
+                .get(2)
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            remote_port == Some(port) && f.get(3) == Some(&"01")
+        })
+        .count()
+}
+
+/// A hundred workers of one process, each its own client on one `Mux`: the first registers over
+/// a control connection of its own and opens the shared connection; the other 99 register over
+/// the shared connection, and all of them send their control frames (heartbeats, lock names)
+/// and data messages over it, from a thread each at once. Two sockets in all; one after the
+/// first worker leaves, and a newcomer still registers over the shared one.
+#[test]
+fn a_hundred_workers_register_and_heartbeat_over_two_sockets() {
+    const WORKERS: usize = 100;
+    let cfg = Config {
+        locks_max: 256,
+        clients_max: 128,
+        objects_max: 16,
+        clients_per_peer_max: 128,
+        ..Config::default()
+    };
+    let mut server_cfg = dlock_transport::runtime::ServerConfig::new(cfg);
+    server_cfg.tcp = Some(dlock_transport::runtime::TcpConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+    ));
+    let s = dlock_transport::runtime::ServerHandle::start(server_cfg).unwrap();
+    let addr = s.tcp_addr().unwrap();
+    let e = Endpoint::Tcp(addr);
+    let mux = Mux::new(&e).unwrap();
+    let first = mux_client(&e, &mux);
+    assert_eq!(sockets_to(addr.port()), 2);
+    let start = Arc::new(Barrier::new(WORKERS));
+    let workers: Vec<_> = (1..WORKERS)
+        .map(|k| {
+            let (e, mux, start) = (e.clone(), mux.clone(), Arc::clone(&start));
+            std::thread::spawn(move || {
+                let mut c = mux_client(&e, &mux);
+                start.wait();
+                for _ in 0..5 {
+                    c.heartbeat().unwrap();
+                }
+                let id = c
+                    .get_lock(LockKind::Atomic, format!("w{k}").as_bytes())
+                    .unwrap();
+                assert_eq!(
+                    c.trylock(id, Mode::Exclusive, 5_000).unwrap().status,
+                    Status::Success
+                );
+                assert_eq!(c.unlock(id).map_err(Status::from), Ok(Status::Success));
+                c
+            })
+        })
+        .collect();
+    start.wait();
+    let mut workers: Vec<Client> = workers.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(mux.clients(), WORKERS);
+    assert_eq!(
+        sockets_to(addr.port()),
+        2,
+        "the first worker's control connection and the shared one"
+    );
+    first.deinit().unwrap();
+    let mut late = mux_client(&e, &mux);
+    late.heartbeat().unwrap();
+    workers[0].heartbeat().unwrap();
+    let t = std::time::Instant::now();
+    while sockets_to(addr.port()) != 1 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the first worker's socket stays"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(mux.clients(), WORKERS);
+    for w in workers {
+        w.deinit().unwrap();
+    }
+    late.deinit().unwrap();
+}
+
+/// A member that registered over the shared connection sends the largest control frame there
+/// is over it — 31 lock names of 512 bytes, more than a data connection's read buffer holds
+/// (the server grows it once) — and the names it got serve its data messages.
+#[test]
+fn the_largest_control_frame_goes_over_the_shared_connection() {
+    let s = server(true);
+    let e = Endpoint::Tcp(s.tcp_addr().unwrap());
+    let mux = Mux::new(&e).unwrap();
+    let _first = mux_client(&e, &mux);
+    let mut member = mux_client(&e, &mux);
+    let names: Vec<Vec<u8>> = (0..31u8).map(|k| vec![b'a' + k % 26; 512]).collect();
+    let names: Vec<Vec<u8>> = names
+        .into_iter()
+        .enumerate()
+        .map(|(k, mut n)| {
+            n[..2].copy_from_slice(&(k as u16).to_le_bytes());
+            n
+        })
+        .collect();
+    let req: Vec<(LockKind, &[u8])> = names
+        .iter()
+        .map(|n| (LockKind::Atomic, n.as_slice()))
+        .collect();
+    let ids = member.batch_get_lock(&req).unwrap();
+    assert_eq!(ids.len(), 31);
+    for id in ids {
+        let id = id.unwrap();
+        assert_eq!(
+            member.trylock(id, Mode::Exclusive, 5_000).unwrap().status,
+            Status::Success
+        );
+    }
+    member.heartbeat().unwrap();
 }

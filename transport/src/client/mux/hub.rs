@@ -63,6 +63,16 @@
 //!   so every waiter's reply comes, or the connection fails and everyone learns it.
 //! - **A reader that times out** hands reading on exactly as one whose reply came.
 //!
+//! # Control frames
+//!
+//! The clients on the connection send their control frames over it too (registration,
+//! heartbeats, names: [`Hub::control`]), so they need no control connection each. A control
+//! reply names no client (its header carries a status where a request carries the client), so
+//! one control exchange at a time goes onto the connection, whoever's it is (the slow path:
+//! a heartbeat every few seconds per client), and its reply is filed under a place of its own
+//! ([`CONTROL`](super::sched::CONTROL)) with the message id it echoes. Its caller waits as any
+//! blocked caller does, and reads when nobody else does.
+//!
 //! The loom models in `transport/tests/loom.rs` check these on this code, with an in-memory
 //! connection ([`Pipe`]) in place of the socket.
 
@@ -71,10 +81,13 @@ use std::sync::PoisonError;
 use std::task::Waker;
 use std::time::Instant;
 
-use dlock_core::proto::{DecodeError, peek_data_header};
+use dlock_core::proto::{
+    CONTROL_FRAME_MAX, CONTROL_MAGIC, DecodeError, control_frame_len, peek_control_header,
+    peek_data_header, peek_magic,
+};
 
 pub use super::sched::Reader;
-use super::sched::{Bell, Duties, Sched, Step, Successor, Wakes};
+use super::sched::{Bell, CONTROL, Duties, Sched, Step, Successor, Wakes};
 use crate::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// A connection's two directions, as the hand-off uses them: whole writes, and reads that
@@ -119,6 +132,11 @@ pub struct Hub<P> {
     standby: Condvar,
     /// The flusher sleeps here until a flush is wanted or the hub is gone.
     flusher: Condvar,
+    /// The caller of the control exchange in flight sleeps on this.
+    control_bell: Arc<Bell>,
+    /// Held through a control exchange, one at a time (the module doc says why), with the last
+    /// exchange's ticket.
+    control_turn: Mutex<u64>,
 }
 
 /// Locks `m`, taking the data over from a thread that panicked holding it (every update under
@@ -142,9 +160,10 @@ fn not_a_data_message() -> io::Error {
 impl<P: Pipe> Hub<P> {
     /// A hand-off over `pipe`, reading up to `read_max` bytes at once.
     pub fn new(pipe: P, read_max: usize) -> Self {
+        let control_bell = Arc::new(Bell::default());
         Self {
             pipe,
-            sched: Mutex::new(Sched::new(read_max)),
+            sched: Mutex::new(Sched::new(read_max, Arc::clone(&control_bell))),
             inbound: Mutex::new(Inbound {
                 plain: vec![0; read_max],
                 filled: 0,
@@ -152,6 +171,8 @@ impl<P: Pipe> Hub<P> {
             writing: Mutex::new(Vec::with_capacity(read_max)),
             standby: Condvar::new(),
             flusher: Condvar::new(),
+            control_bell,
+            control_turn: Mutex::new(0),
         }
     }
 
@@ -264,6 +285,40 @@ impl<P: Pipe> Hub<P> {
                 return Ok(());
             }
         }
+    }
+
+    /// Sends control frame `req` and waits until `deadline` (`None`: forever) for its reply
+    /// into `reply` (room for the largest: `CONTROL_FRAME_MAX`); the reply's length. One
+    /// exchange at a time: a caller waits for the one before to end.
+    pub fn control(
+        &self,
+        req: &[u8],
+        reply: &mut [u8],
+        deadline: Option<Instant>,
+    ) -> io::Result<usize> {
+        let (header, _) = peek_control_header(req)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not a control frame"))?;
+        if reply.len() < CONTROL_FRAME_MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no room for the largest control reply",
+            ));
+        }
+        let mut turn = lock(&self.control_turn);
+        *turn += 1;
+        let ticket = *turn;
+        let write = {
+            let mut s = self.lock();
+            if !s.expect(CONTROL, ticket, header.message_id) {
+                return Err(lost());
+            }
+            s.enqueue(req)
+        };
+        if write {
+            self.flush()?;
+        }
+        self.recv(CONTROL, &self.control_bell, ticket, reply, deadline)?
+            .ok_or_else(|| io::ErrorKind::TimedOut.into())
     }
 
     /// The reply to `ticket` if it has arrived already.
@@ -493,12 +548,29 @@ fn sleep<'a>(
 }
 
 /// Files the whole replies at the start of `bytes` until `wakes` is full; returns how many bytes
-/// they took and whether it stopped for lack of room. `Err` on bytes that are no data reply.
+/// they took and whether it stopped for lack of room. `Err` on bytes that are no data reply or
+/// control reply.
 fn file_replies(s: &mut Sched, bytes: &[u8], wakes: &mut Wakes) -> Result<(usize, bool), ()> {
     let mut at = 0;
     loop {
         if !wakes.room() {
             return Ok((at, true));
+        }
+        if peek_magic(&bytes[at..]) == Some(CONTROL_MAGIC) {
+            let len = match control_frame_len(&bytes[at..]) {
+                Ok(len) => len,
+                Err(DecodeError::Truncated) => return Ok((at, false)),
+                Err(_) => return Err(()),
+            };
+            let Some(reply) = bytes.get(at..at + len) else {
+                return Ok((at, false));
+            };
+            match peek_control_header(reply) {
+                Ok((header, true)) => s.file(CONTROL, header.message_id, reply, wakes),
+                _ => return Err(()),
+            }
+            at += len;
+            continue;
         }
         let (header, len) = match peek_data_header(&bytes[at..]) {
             Ok(peeked) => peeked,

@@ -1,10 +1,14 @@
 //! One TCP (or TLS) data connection shared by many clients of this process: the multiplexing
 //! client.
 //!
-//! A process that runs many clients — one per worker thread of an engine, say — gives each
-//! its own control connection (registration, names, heartbeats: the slow path) and lets all of
-//! them share one data connection through a [`Mux`]. The first client to attach opens it with
-//! its attach record; every later one joins it with a join command proving its session
+//! A process that runs many clients — one per worker thread of an engine, say — lets all of
+//! them share one connection through a [`Mux`]: their data messages, and their control frames
+//! too (registration, names, heartbeats: the slow path), so a thousand workers cost two sockets,
+//! not a thousand and one. The first client registers over a control connection of its own
+//! (there is no shared connection yet), which it keeps, and opens the shared one with its
+//! attach record. Every later client registers over the shared connection, which makes it a
+//! member at once (`dlock_core::server::control` has the server's rules); a client that
+//! registered elsewhere joins with a join command proving its session
 //! (`dlock_core::proto::JoinCommand`). The server then serves all of them on that connection,
 //! each as itself, with one read and one write per turn however many of them have requests
 //! in flight.
@@ -150,6 +154,15 @@ impl Mux {
             .map_or(0, |c| c.hub.clients())
     }
 
+    /// The open shared connection, for a client to register over (and then send its control
+    /// frames over); `None` when none is open.
+    pub(crate) fn open_connection(&self) -> Option<MuxConn> {
+        lock(&self.shared.current)
+            .upgrade()
+            .filter(|c| !c.hub.is_closed())
+            .map(MuxConn)
+    }
+
     /// Binds registered `client` to the shared connection: joins the open one, or opens one
     /// with this client's attach.
     pub(crate) fn attach(&self, client: u32, session: Session) -> io::Result<MuxPort> {
@@ -226,6 +239,28 @@ impl Conn {
             .name("dlock-mux-flusher".into())
             .spawn(move || hub.run_flusher())?;
         Ok(conn)
+    }
+}
+
+/// A shared connection a client sends its control frames over (held by its link).
+#[derive(Debug)]
+pub(crate) struct MuxConn(std::sync::Arc<Conn>);
+
+impl MuxConn {
+    /// One control exchange over the shared connection (see [`Hub::control`]).
+    pub(crate) fn control(
+        &self,
+        req: &[u8],
+        reply: &mut [u8],
+        deadline: Option<Instant>,
+    ) -> io::Result<usize> {
+        self.0.hub.control(req, reply, deadline)
+    }
+
+    /// A place on this connection for `client`, which registered over it: the registration
+    /// bound it here already, so no join is needed.
+    pub(crate) fn port(&self, client: u32) -> MuxPort {
+        MuxPort::new(std::sync::Arc::clone(&self.0), client)
     }
 }
 

@@ -22,12 +22,21 @@
 //!    to write, the flusher raised).
 //! 3. A caller is in `parked` iff its port says `parked`; `pending` counts the ports that say
 //!    `woken`; `tasks` counts the ports holding a waker.
+//!
+//! Control replies are filed under a place of their own, [`CONTROL`] (no client has id 0): the
+//! hub lets one control exchange at a time onto the connection, whoever's it is, and its caller
+//! waits like any blocked caller.
 
 use std::collections::HashMap;
 use std::task::Waker;
 
+use dlock_core::proto::CONTROL_FRAME_MAX;
+
 use super::super::awaited::AwaitTable;
 use crate::sync::{Arc, Condvar};
+
+/// The place control replies are filed under: no client has id 0.
+pub(super) const CONTROL: u32 = 0;
 
 /// Wake-ups one lock hold may collect before it must let go and deliver them.
 const WAKES_MAX: usize = 32;
@@ -49,10 +58,80 @@ pub enum Reader {
     Thread,
 }
 
-/// One client's place on the connection.
+/// Where a place keeps the replies it awaits.
+#[derive(Debug)]
+enum Inbox {
+    /// A client's data replies, by message id (12 KiB: boxed, so a place is small).
+    Data(Box<AwaitTable>),
+    /// The reply of the control exchange in flight ([`CONTROL`]).
+    Control(ControlSlot),
+}
+
+/// The one control exchange in flight on the connection, and its reply once read.
+#[derive(Debug)]
+struct ControlSlot {
+    /// The exchange's ticket (0: none awaited).
+    ticket: u64,
+    message_id: u16,
+    /// The reply's length once it has arrived (0: not yet).
+    len: usize,
+    reply: Vec<u8>,
+}
+
+impl Inbox {
+    fn expect(&mut self, ticket: u64, message_id: u16) {
+        match self {
+            Inbox::Data(t) => t.expect(ticket, message_id),
+            Inbox::Control(c) => (c.ticket, c.message_id, c.len) = (ticket, message_id, 0),
+        }
+    }
+
+    /// Files `reply` under the awaited message with `message_id`; false if none awaits it.
+    fn file(&mut self, message_id: u16, reply: &[u8]) -> bool {
+        match self {
+            Inbox::Data(t) => t.file(message_id, reply),
+            Inbox::Control(c) => {
+                let awaited = c.ticket != 0 && c.len == 0 && c.message_id == message_id;
+                if awaited {
+                    c.reply[..reply.len()].copy_from_slice(reply);
+                    c.len = reply.len();
+                }
+                awaited
+            }
+        }
+    }
+
+    fn take(&mut self, ticket: u64, reply: &mut [u8]) -> Option<usize> {
+        match self {
+            Inbox::Data(t) => t.take(ticket, reply),
+            Inbox::Control(c) if ticket != 0 && c.ticket == ticket && c.len > 0 => {
+                reply[..c.len].copy_from_slice(&c.reply[..c.len]);
+                c.ticket = 0;
+                Some(c.len)
+            }
+            Inbox::Control(_) => None,
+        }
+    }
+
+    fn arrived(&self, ticket: u64) -> bool {
+        match self {
+            Inbox::Data(t) => t.arrived(ticket),
+            Inbox::Control(c) => ticket != 0 && c.ticket == ticket && c.len > 0,
+        }
+    }
+
+    fn awaits(&self, ticket: u64) -> bool {
+        match self {
+            Inbox::Data(t) => t.awaits(ticket),
+            Inbox::Control(c) => ticket != 0 && c.ticket == ticket,
+        }
+    }
+}
+
+/// One client's place on the connection (or the control replies').
 #[derive(Debug)]
 struct Entry {
-    awaited: AwaitTable,
+    awaited: Inbox,
     bell: Arc<Bell>,
     /// The task to wake when a reply arrives.
     waker: Option<Waker>,
@@ -154,12 +233,13 @@ pub(super) struct Sched {
     pub(super) closed: bool,
     /// Nobody holds the connection any more: its threads end.
     pub(super) gone: bool,
-    ports: HashMap<u32, Box<Entry>>,
+    ports: HashMap<u32, Entry>,
 }
 
 impl Sched {
-    pub(super) fn new(queue_capacity: usize) -> Self {
-        Self {
+    /// Nothing attached but the control replies' place, whose caller sleeps on `control`.
+    pub(super) fn new(queue_capacity: usize, control: Arc<Bell>) -> Self {
+        let mut s = Self {
             reader: Reader::Vacant,
             parked: Vec::new(),
             pending: 0,
@@ -170,11 +250,20 @@ impl Sched {
             closed: false,
             gone: false,
             ports: HashMap::new(),
-        }
+        };
+        let slot = ControlSlot {
+            ticket: 0,
+            message_id: 0,
+            len: 0,
+            reply: vec![0; CONTROL_FRAME_MAX],
+        };
+        s.add(CONTROL, control, Inbox::Control(slot));
+        s
     }
 
+    /// Clients with a place (the control replies' is not one).
     pub(super) fn clients(&self) -> usize {
-        self.ports.len()
+        self.ports.len() - 1
     }
 
     /// Who reads now.
@@ -191,17 +280,22 @@ impl Sched {
     /// Adds `client`'s place, ringing `bell` for its caller. `parked` gets room for it now, so
     /// that parking never allocates.
     pub(super) fn attach(&mut self, client: u32, bell: Arc<Bell>) {
+        debug_assert_ne!(client, CONTROL, "no client has id 0");
+        self.add(client, bell, Inbox::Data(Box::new(AwaitTable::new())));
+    }
+
+    fn add(&mut self, client: u32, bell: Arc<Bell>, awaited: Inbox) {
         self.parked
             .reserve(self.ports.len() + 1 - self.parked.len());
         self.ports.insert(
             client,
-            Box::new(Entry {
-                awaited: AwaitTable::new(),
+            Entry {
+                awaited,
                 bell,
                 waker: None,
                 parked: false,
                 woken: false,
-            }),
+            },
         );
     }
 

@@ -12,7 +12,7 @@ const C: u32 = 3;
 
 /// A scheduler with clients `ids` attached, and their bells.
 fn sched(ids: &[u32]) -> (Sched, Vec<Arc<Bell>>) {
-    let mut s = Sched::new(64);
+    let mut s = Sched::new(64, Arc::new(Bell::default()));
     let bells = ids
         .iter()
         .map(|&id| {
