@@ -52,7 +52,9 @@ pub use batch::{
     Batch, BatchEntries, BatchEntry, BatchGet, BatchIds, BatchIter, CLAIM_FIXED_LEN, Claims,
     Counters, Held, LockClaim,
 };
-pub use control::{ControlHeader, MsgType, control_frame_len, peek_control_header};
+pub use control::{
+    ControlHeader, MsgType, control_frame_len, peek_control_header, set_control_message_id,
+};
 pub use data::{
     Command, CommandResult, DataFrame, DataHeader, DataRequest, DataResponse, DataResult,
     JOIN_KIND, JoinCommand, LockCommand, LockOp, OBJECT_KIND, ObjectCommand, ObjectOp,

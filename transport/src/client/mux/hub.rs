@@ -71,7 +71,10 @@
 //! one control exchange at a time goes onto the connection, whoever's it is (the slow path:
 //! a heartbeat every few seconds per client), and its reply is filed under a place of its own
 //! ([`CONTROL`](super::sched::CONTROL)) with the message id it echoes. Its caller waits as any
-//! blocked caller does, and reads when nobody else does.
+//! blocked caller does, and reads when nobody else does. The hub numbers the exchanges on the
+//! wire itself and gives each caller its own number back: every client numbers its messages
+//! from 1, so a reply that comes after its caller gave up could otherwise pass for the answer
+//! to the next exchange, another client's with the same number.
 //!
 //! The loom models in `transport/tests/loom.rs` check these on this code, with an in-memory
 //! connection ([`Pipe`]) in place of the socket.
@@ -83,7 +86,7 @@ use std::time::Instant;
 
 use dlock_core::proto::{
     CONTROL_FRAME_MAX, CONTROL_MAGIC, DecodeError, control_frame_len, peek_control_header,
-    peek_data_header, peek_magic,
+    peek_data_header, peek_magic, set_control_message_id,
 };
 
 pub use super::sched::Reader;
@@ -307,18 +310,25 @@ impl<P: Pipe> Hub<P> {
         let mut turn = lock(&self.control_turn);
         *turn += 1;
         let ticket = *turn;
+        // The exchange's number on the wire (module doc): one of 65,536 in turn, so a late
+        // reply would have to come 65,535 exchanges late to be taken for another's.
+        let wire_id = ticket as u16;
         let write = {
             let mut s = self.lock();
-            if !s.expect(CONTROL, ticket, header.message_id) {
+            if !s.expect(CONTROL, ticket, wire_id) {
                 return Err(lost());
             }
-            s.enqueue(req)
+            s.enqueue_control(req, wire_id)
         };
         if write {
             self.flush()?;
         }
-        self.recv(CONTROL, &self.control_bell, ticket, reply, deadline)?
-            .ok_or_else(|| io::ErrorKind::TimedOut.into())
+        let n = self
+            .recv(CONTROL, &self.control_bell, ticket, reply, deadline)?
+            .ok_or(io::ErrorKind::TimedOut)?;
+        set_control_message_id(&mut reply[..n], header.message_id)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad control reply"))?;
+        Ok(n)
     }
 
     /// The reply to `ticket` if it has arrived already.

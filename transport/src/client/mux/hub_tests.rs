@@ -6,11 +6,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
-use dlock_core::Session;
 use dlock_core::proto::{
-    Command, DATA_HEADER_LEN, DATA_RESPONSE_MAX, DataHeader, JoinCommand, PROTO_VERSION,
-    encode_data_request,
+    CONTROL_FRAME_MAX, Command, ControlHeader, ControlRequest, ControlRequestFrame,
+    ControlResponse, DATA_HEADER_LEN, DATA_RESPONSE_MAX, DataHeader, JoinCommand, MsgType,
+    PROTO_VERSION, decode_control_response, encode_control_request, encode_control_response,
+    encode_data_request, peek_control_header,
 };
+use dlock_core::{Session, Status};
 
 use super::hub::Hub;
 use super::mem::MemPipe;
@@ -145,6 +147,65 @@ fn futures_are_read_for_by_the_standby_thread_until_none_waits() {
     });
     hub.close_down();
     standby.join().unwrap();
+}
+
+/// A heartbeat of `client` numbered `message_id`.
+fn heartbeat(client: u32, message_id: u16) -> Vec<u8> {
+    let header = ControlHeader {
+        version: PROTO_VERSION,
+        msg: MsgType::Heartbeat,
+        message_id,
+        word: client,
+    };
+    let frame = ControlRequestFrame {
+        header,
+        body: ControlRequest::Heartbeat,
+    };
+    let mut out = vec![0u8; CONTROL_FRAME_MAX];
+    let n = encode_control_request(&frame, &mut out).unwrap();
+    out.truncate(n);
+    out
+}
+
+/// The server's answer `status` to control request `req`, echoing its type and message id.
+fn answer(req: &[u8], status: Status) -> Vec<u8> {
+    let (header, _) = peek_control_header(req).unwrap();
+    let header = ControlHeader {
+        word: status as u32,
+        ..header
+    };
+    let mut out = vec![0u8; CONTROL_FRAME_MAX];
+    let n = encode_control_response(&header, &ControlResponse::Empty, &mut out).unwrap();
+    out.truncate(n);
+    out
+}
+
+/// Clients number their messages each from 1, so two members' control requests often carry the
+/// same message id. A reply that comes after its caller gave up must not pass for the answer to
+/// the next exchange, whoever's it is: each exchange is numbered by the hub on the wire, and
+/// the caller gets its own number back.
+#[test]
+fn a_late_control_reply_is_not_taken_for_the_next_exchanges() {
+    let hub = hub();
+    let mut reply = vec![0u8; CONTROL_FRAME_MAX];
+    let soon = Some(Instant::now() + Duration::from_millis(50));
+    let e = hub.control(&heartbeat(A, 7), &mut reply, soon).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+    let late = hub.pipe().take_control().unwrap();
+    let h = Arc::clone(&hub);
+    let b = std::thread::spawn(move || {
+        let mut reply = vec![0u8; CONTROL_FRAME_MAX];
+        let n = h.control(&heartbeat(B, 7), &mut reply, None).unwrap();
+        reply.truncate(n);
+        reply
+    });
+    let asked = hub.pipe().take_control().unwrap();
+    hub.pipe().answer(&answer(&late, Status::ClientNotInit));
+    hub.pipe().answer(&answer(&asked, Status::Success));
+    let got = b.join().unwrap();
+    let got = decode_control_response(&got).unwrap().header;
+    assert_eq!(got.status(), Some(Status::Success), "B's own answer");
+    assert_eq!(got.message_id, 7, "under B's own number");
 }
 
 #[derive(Default)]

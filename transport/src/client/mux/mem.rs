@@ -6,7 +6,7 @@ use std::io;
 use std::sync::PoisonError;
 use std::time::Instant;
 
-use dlock_core::proto::peek_data_header;
+use dlock_core::proto::{control_frame_len, peek_data_header};
 
 use super::hub::{Pipe, Wait};
 use crate::sync::{Condvar, Mutex, MutexGuard};
@@ -52,6 +52,29 @@ impl MemPipe {
             }
             s = self.cv.wait(s).unwrap_or_else(PoisonError::into_inner);
         }
+    }
+
+    /// The server's side: waits for one whole control request and takes it, unanswered.
+    /// `None` once the connection is shut.
+    pub fn take_control(&self) -> Option<Vec<u8>> {
+        let mut s = self.lock();
+        loop {
+            if let Ok(len) = control_frame_len(&s.to_server)
+                && s.to_server.len() >= len
+            {
+                return Some(s.to_server.drain(..len).collect());
+            }
+            if s.shut {
+                return None;
+            }
+            s = self.cv.wait(s).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// The server's side: sends `bytes` to the hub.
+    pub fn answer(&self, bytes: &[u8]) {
+        self.lock().to_client.extend_from_slice(bytes);
+        self.cv.notify_all();
     }
 
     /// The server closes the connection: the hub's reads end.

@@ -30,7 +30,7 @@
 use std::collections::HashMap;
 use std::task::Waker;
 
-use dlock_core::proto::CONTROL_FRAME_MAX;
+use dlock_core::proto::{CONTROL_FRAME_MAX, set_control_message_id};
 
 use super::super::awaited::AwaitTable;
 use crate::sync::{Arc, Condvar};
@@ -336,6 +336,16 @@ impl Sched {
     /// reply is still to come back and write it: invariant 2).
     pub(super) fn enqueue(&mut self, bytes: &[u8]) -> bool {
         self.queue.extend_from_slice(bytes);
+        self.pending == 0
+    }
+
+    /// Queues control request `bytes` as [`Sched::enqueue`] does, numbered `message_id` on the
+    /// wire (the hub's number for the exchange, see `Hub::control`).
+    pub(super) fn enqueue_control(&mut self, bytes: &[u8], message_id: u16) -> bool {
+        let at = self.queue.len();
+        self.queue.extend_from_slice(bytes);
+        let renumbered = set_control_message_id(&mut self.queue[at..], message_id);
+        debug_assert!(renumbered.is_ok(), "the hub checked the frame's header");
         self.pending == 0
     }
 
