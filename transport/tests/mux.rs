@@ -569,3 +569,45 @@ fn the_largest_control_frame_goes_over_the_shared_connection() {
     }
     member.heartbeat().unwrap();
 }
+
+/// The server closes a shared connection left with no member — here, the first client left and
+/// the other's lease ran out — while this process still holds it and nobody reads it yet. A
+/// client registering next does not fail on it: it registers over a connection of its own, as
+/// the first client does, and opens a new shared connection; the one after it registers over
+/// that.
+#[test]
+fn a_registration_that_finds_the_shared_connection_closed_registers_anew() {
+    let s = server(true);
+    let addr = s.tcp_addr().unwrap();
+    let e = Endpoint::Tcp(addr);
+    let mux = Mux::new(&e).unwrap();
+    let first = mux_client(&e, &mux);
+    let short = ClientConfig::new(e.clone())
+        .with_mux(mux.clone())
+        .with_lease(Duration::from_millis(100));
+    let _lapsed = Client::connect(short).unwrap();
+    first.deinit().unwrap();
+    let t = std::time::Instant::now();
+    while sockets_to(addr.port()) != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the server keeps the shared connection"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut next = mux_client(&e, &mux);
+    let mut after = mux_client(&e, &mux);
+    assert_eq!(
+        sockets_to(addr.port()),
+        2,
+        "a control connection, a shared one"
+    );
+    for c in [&mut next, &mut after] {
+        c.heartbeat().unwrap();
+        let id = c.get_lock(LockKind::Rw, b"anew").unwrap();
+        assert_eq!(
+            c.trylock(id, Mode::Shared, 5_000).unwrap().status,
+            Status::Success
+        );
+    }
+}

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock_core::Session;
-use dlock_core::proto::{CONTROL_HEADER_LEN, control_frame_len};
+use dlock_core::proto::{CONTROL_HEADER_LEN, MsgType, control_frame_len, peek_control_header};
 use dlock_core::table::layout::MAILBOX_LANES;
 
 use super::wire::{ClientTls, TcpData, Wire, attach_tcp, server_speaks_tls};
@@ -125,6 +125,27 @@ enum Control {
     Mux(super::mux::MuxConn),
 }
 
+impl Control {
+    /// A control connection of its own to `endpoint`.
+    fn open(endpoint: &Endpoint) -> io::Result<Control> {
+        Ok(match (endpoint, endpoint.remote()) {
+            #[cfg(feature = "server")]
+            (Endpoint::Embedded(e), _) => Control::Unix(UnixStream::connect(&e.unix_socket)?),
+            (Endpoint::Local { unix_socket, .. }, _) => {
+                Control::Unix(UnixStream::connect(unix_socket)?)
+            }
+            (_, Some((addr, tls))) => Control::Tcp(Wire::open(addr, tls)?),
+            (_, None) => unreachable!("every endpoint is local or remote"),
+        })
+    }
+}
+
+/// Whether control request `req` registers its client (`ClientInit`, `ClientReinit`).
+fn registers(req: &[u8]) -> bool {
+    peek_control_header(req)
+        .is_ok_and(|(h, _)| matches!(h.msg, MsgType::ClientInit | MsgType::ClientReinit))
+}
+
 /// Reads a reply header into `buf`, or as much of it as comes before the peer closes; returns
 /// how much. (`read_exact` would not say what a short answer was: a TLS server's alert to a
 /// plaintext client is 7 bytes and a close.)
@@ -225,18 +246,9 @@ fn deadline_left(deadline: Option<Instant>) -> io::Result<Option<Duration>> {
 impl Link {
     /// Opens the control connection.
     pub fn connect(endpoint: &Endpoint) -> io::Result<Link> {
-        let control = match (endpoint, endpoint.remote()) {
-            #[cfg(feature = "server")]
-            (Endpoint::Embedded(e), _) => Control::Unix(UnixStream::connect(&e.unix_socket)?),
-            (Endpoint::Local { unix_socket, .. }, _) => {
-                Control::Unix(UnixStream::connect(unix_socket)?)
-            }
-            (_, Some((addr, tls))) => Control::Tcp(Wire::open(addr, tls)?),
-            (_, None) => unreachable!("every endpoint is local or remote"),
-        };
         Ok(Link {
             endpoint: endpoint.clone(),
-            control,
+            control: Control::open(endpoint)?,
             data: Data::None,
             seq: 0,
             awake: Duration::ZERO,
@@ -298,7 +310,19 @@ impl Link {
     ) -> io::Result<usize> {
         let left = deadline_left(deadline)?;
         let s: &mut dyn ReadWrite = match &mut self.control {
-            Control::Mux(conn) => return conn.control(req, reply, deadline),
+            Control::Mux(conn) => match conn.control(req, reply, deadline) {
+                // The server closes a shared connection left with no member (its clients'
+                // leases ran out, say), and this process may not have read that yet: a
+                // registration that finds it closed registers over a connection of its own, as
+                // the first client does, and attaching opens a new shared connection. Sending
+                // it again is safe: had it run before the connection went, the registration it
+                // made went with the connection and lapses with its lease.
+                Err(_) if conn.is_closed() && registers(req) => {
+                    self.control = Control::open(&self.endpoint)?;
+                    return self.control(req, reply, deadline);
+                }
+                done => return done,
+            },
             Control::Unix(s) => {
                 s.set_read_timeout(left)?;
                 s

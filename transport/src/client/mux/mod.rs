@@ -257,6 +257,11 @@ impl MuxConn {
         self.0.hub.control(req, reply, deadline)
     }
 
+    /// Whether the connection is known to be closed (see [`Hub::is_closed`]).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.0.hub.is_closed()
+    }
+
     /// A place on this connection for `client`, which registered over it: the registration
     /// bound it here already, so no join is needed.
     pub(crate) fn port(&self, client: u32) -> MuxPort {
