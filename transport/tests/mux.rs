@@ -2,7 +2,8 @@
 //! blocking `lock()`s parked for some do not hold up the others, mutual exclusion holds among
 //! them, blocked callers and futures mixed are all served (whoever waits reads), a connection
 //! closed is reopened by the next attach, control frames go over the shared connection (a
-//! hundred workers, two sockets), and the same works under TLS.
+//! thousand members, two sockets; registration, heartbeat, reinit, deinit), and the same works
+//! under TLS.
 
 mod common;
 
@@ -443,22 +444,121 @@ fn a_polled_request_is_read_by_its_poller_when_nobody_else_reads() {
     assert_eq!(granted, Ok(Status::Success));
 }
 
-/// Established TCP connections from this process (clients) to port `port` on the loopback: the
-/// client ends in `/proc/net/tcp` whose remote port is `port`.
-fn sockets_to(port: u16) -> usize {
+/// Established TCP connections to port `port` on the loopback, counted at one end: the client
+/// ends (`/proc/net/tcp` rows whose remote port is `port`) or, with `server_end`, the server's
+/// (whose local port is `port`; the listener is not established).
+fn established(port: u16, server_end: bool) -> usize {
+    let field = if server_end { 1 } else { 2 };
     let table = std::fs::read_to_string("/proc/net/tcp").expect("Linux's TCP table");
     table
         .lines()
         .skip(1)
         .filter(|line| {
             let f: Vec<&str> = line.split_whitespace().collect();
-            let remote_port = f
-                .get(2)
+            let at_port = f
+                .get(field)
                 .and_then(|a| a.rsplit_once(':'))
                 .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
-            remote_port == Some(port) && f.get(3) == Some(&"01")
+            at_port == Some(port) && f.get(3) == Some(&"01")
         })
         .count()
+}
+
+/// Established TCP connections from this process's clients to port `port`.
+fn sockets_to(port: u16) -> usize {
+    established(port, false)
+}
+
+/// Counter `name` of `stats`.
+fn counter(stats: &[(&'static str, u64)], name: &str) -> u64 {
+    stats.iter().find(|(n, _)| *n == name).expect("a counter").1
+}
+
+/// A thousand clients on one `Mux` (the C ABI's layout at a thousand worker threads) cost the
+/// server two connections, however many join: the first client's control connection and the
+/// shared one. Every member's registration, heartbeat and lock names go over the shared one.
+#[test]
+fn a_thousand_members_cost_the_server_two_connections() {
+    const MEMBERS: usize = 1_000;
+    let cfg = Config {
+        locks_max: 256,
+        clients_max: MEMBERS as u32,
+        objects_max: 16,
+        clients_per_peer_max: MEMBERS as u32,
+        ..Config::default()
+    };
+    let mut server_cfg = dlock_transport::runtime::ServerConfig::new(cfg);
+    server_cfg.tcp = Some(dlock_transport::runtime::TcpConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+    ));
+    let s = dlock_transport::runtime::ServerHandle::start(server_cfg).unwrap();
+    let addr = s.tcp_addr().unwrap();
+    let e = Endpoint::Tcp(addr);
+    let mux = Mux::new(&e).unwrap();
+    let mut members = vec![mux_client(&e, &mux)];
+    assert_eq!(established(addr.port(), true), 2, "the first member's two");
+    members.extend((1..MEMBERS).map(|_| mux_client(&e, &mux)));
+    assert_eq!(mux.clients(), MEMBERS);
+    for (k, m) in members.iter_mut().enumerate() {
+        m.heartbeat().unwrap();
+        if k % 100 == 0 {
+            let id = m.get_lock(LockKind::Rw, b"shared").unwrap();
+            assert_eq!(
+                m.trylock(id, Mode::Shared, 5_000).unwrap().status,
+                Status::Success
+            );
+        }
+    }
+    let stats = members[MEMBERS - 1].server_stats().unwrap();
+    assert_eq!(counter(&stats, "clients_registered"), MEMBERS as u64);
+    assert_eq!(established(addr.port(), true), 2, "server ends");
+    assert_eq!(sockets_to(addr.port()), 2, "client ends");
+}
+
+/// A member's control operations over the shared connection: a heartbeat, a reinit (which
+/// registers it again over the shared connection, keeping its locks), a deinit (the server
+/// releases what it held). None opens a socket.
+#[test]
+fn a_members_heartbeat_reinit_and_deinit_go_over_the_shared_connection() {
+    let s = server(true);
+    let addr = s.tcp_addr().unwrap();
+    let e = Endpoint::Tcp(addr);
+    let mux = Mux::new(&e).unwrap();
+    let mut first = mux_client(&e, &mux);
+    let mut member = mux_client(&e, &mux);
+    assert_eq!(sockets_to(addr.port()), 2);
+    let id = member.get_lock(LockKind::Atomic, b"held").unwrap();
+    assert_eq!(
+        member.trylock(id, Mode::Exclusive, 60_000).unwrap().status,
+        Status::Success
+    );
+    member.heartbeat().unwrap();
+    assert_eq!(member.reinit().map_err(Status::from), Ok(false));
+    assert_eq!(mux.clients(), 2, "still a member, once");
+    let other = first.get_lock(LockKind::Atomic, b"held").unwrap();
+    assert_eq!(
+        first
+            .trylock(other, Mode::Exclusive, 60_000)
+            .map(|g| g.status)
+            .map_err(Status::from),
+        Err(Status::Fail),
+        "the reinit kept the member's grant"
+    );
+    member.heartbeat().unwrap();
+    assert_eq!(sockets_to(addr.port()), 2, "no socket opened");
+    let deinits = counter(&first.server_stats().unwrap(), "clients_deinit");
+    member.deinit().unwrap();
+    assert_eq!(
+        counter(&first.server_stats().unwrap(), "clients_deinit"),
+        deinits + 1
+    );
+    assert_eq!(mux.clients(), 1);
+    assert_eq!(
+        first.trylock(other, Mode::Exclusive, 60_000).unwrap().status,
+        Status::Success,
+        "the deinit released the grant"
+    );
+    assert_eq!(sockets_to(addr.port()), 2);
 }
 
 /// A hundred workers of one process, each its own client on one `Mux`: the first registers over
