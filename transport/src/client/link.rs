@@ -295,12 +295,6 @@ impl Link {
         self.awake = awake;
     }
 
-    /// Attaches the data path through `mux` (a connection shared with other clients) rather
-    /// than a connection of its own; for a TCP or TLS endpoint only.
-    pub fn set_mux(&mut self, mux: Option<super::Mux>) {
-        self.mux = mux;
-    }
-
     /// Sends a control frame and reads the reply frame into `reply`.
     pub fn control(
         &mut self,
