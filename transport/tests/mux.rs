@@ -554,7 +554,10 @@ fn a_members_heartbeat_reinit_and_deinit_go_over_the_shared_connection() {
     );
     assert_eq!(mux.clients(), 1);
     assert_eq!(
-        first.trylock(other, Mode::Exclusive, 60_000).unwrap().status,
+        first
+            .trylock(other, Mode::Exclusive, 60_000)
+            .unwrap()
+            .status,
         Status::Success,
         "the deinit released the grant"
     );

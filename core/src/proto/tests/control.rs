@@ -45,7 +45,10 @@ fn renumbering_a_frame_changes_its_message_id_and_nothing_else() {
             ..frame.header
         };
         assert_eq!(peek_control_header(&bytes), Ok((header, false)));
-        assert_eq!(decode_control_request(&bytes).map(|f| f.body), Ok(frame.body));
+        assert_eq!(
+            decode_control_request(&bytes).map(|f| f.body),
+            Ok(frame.body)
+        );
     });
     for_each_response(|header, body| {
         let mut bytes = encode_response(header, body);
