@@ -8,6 +8,8 @@
 //! which loom cannot see into; the last two models use a stand-in with their orderings
 //! (`QueueStandIn`).
 //!
+//! The models of a shared connection's leader/follower hand-off are in `loom_models/mux.rs`.
+//!
 //! Run with `RUSTFLAGS="--cfg dlock_loom" cargo test -p dlock-transport --test loom --release`.
 //! Each model explores at most `PREEMPTIONS` preemptions per execution (`LOOM_MAX_PREEMPTIONS`
 //! overrides it). To print every step of a failing interleaving, add
@@ -28,6 +30,9 @@ use dlock_transport::shm::{Doorbells, Mailbox, ShmHeader, next_lane};
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use loom::thread;
+
+#[path = "loom_models/mux.rs"]
+mod mux;
 
 /// Preemptions explored per execution. Each weakening these models catch was caught within 2
 /// (most within 1); 3 leaves a margin and still finishes all six in about 2.5 s (the doorbell

@@ -196,6 +196,15 @@ pub fn peek_control_header(buf: &[u8]) -> Result<(ControlHeader, bool), DecodeEr
     Ok((header, is_response))
 }
 
+/// Writes `message_id` into the header of the control frame (request or response) at the start
+/// of `frame`, whose header must be valid. A client that lets many registrations share one
+/// connection numbers their control exchanges on the wire itself, each of them numbering its
+/// own from 1, and gives each caller its own number back (`dlock-transport`'s `client::mux`).
+pub fn set_control_message_id(frame: &mut [u8], message_id: u16) -> Result<(), DecodeError> {
+    parse_header(frame)?;
+    put_u16(frame, 10, message_id).map_err(|_| DecodeError::Truncated)
+}
+
 /// The body of a frame whose `total_len` must be exactly `buf.len()`.
 pub(super) fn whole_frame_body(buf: &[u8], total_len: usize) -> Result<&[u8], DecodeError> {
     if total_len > buf.len() {

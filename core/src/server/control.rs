@@ -34,7 +34,36 @@
 //! else meanwhile; the answer (rather than a reset) tells the client why, and it may register
 //! again on the same connection. How long an unbound or gone connection may hold its place is
 //! the transport's (a timeout, and the first to go at the connection cap).
+//!
+//! # Control frames over a stream connection
+//!
+//! The members of a multiplexing client send their control frames over the stream connection
+//! they share (a control frame's magic tells it from a data message), and each reply comes back
+//! on it, so a thousand workers of one process cost the server one connection rather than a
+//! thousand and one. (The first member registered before there was a shared connection, over
+//! a control connection of its own, which it keeps.) A frame names its client in its header as
+//! on a control connection; [`admit_on_stream`] says what becomes of it, taking the data path's
+//! ownership rule ([`route::admit`](super::route::admit)) for the client it names:
+//!
+//! | the frame                      | the client it names                      | then                          |
+//! |--------------------------------|------------------------------------------|-------------------------------|
+//! | `ClientInit`, `ClientReinit`   | any (a reinit shows the session)         | run; see below                |
+//! | `Stats`                        | any                                      | run                           |
+//! | anything else                  | bound to this connection                 | run                           |
+//! | anything else                  | registered, not bound to this connection | close, as for a data message  |
+//! | anything else                  | not registered                           | answer `ClientNotInit`        |
+//!
+//! A registration over a stream binds its client to that connection (it speaks for the client
+//! from then on, as after a join) and makes the connection the client's control path: its
+//! closing is the client's loss, as a control connection's is ([`Server::control_closed`] and
+//! [`Server::stream_closed`](super::Server::stream_closed)), and a control connection still
+//! bound to the client is closed (one control path per client). Registering needs nothing the
+//! connection's peer could not get by opening a control connection, and counts toward that
+//! peer's cap the same way.
+//!
+//! [`Server::control_closed`]: super::Server::control_closed
 
+use super::route::Admission;
 use crate::proto::{
     CONTROL_HEADER_LEN, ControlHeader, ControlResponse, EncodeError, MsgType,
     encode_control_response,
@@ -109,6 +138,21 @@ impl ControlConn {
     #[inline]
     pub const fn speaks_for(self, client: u32) -> bool {
         matches!(self, ControlConn::Bound(id) | ControlConn::Gone(id) if id == client)
+    }
+}
+
+/// The rule for a control frame of type `msg` on a stream connection (module doc), given what
+/// the data path's rule says of the client it names (`named`: [`route::admit`] for the
+/// connection and that client).
+///
+/// [`route::admit`]: super::route::admit
+#[inline]
+pub const fn admit_on_stream(msg: MsgType, named: Admission) -> ControlAdmission {
+    match (msg, named) {
+        (MsgType::ClientInit | MsgType::ClientReinit | MsgType::Stats, _) => ControlAdmission::Run,
+        (_, Admission::Execute { .. }) => ControlAdmission::Run,
+        (_, Admission::Refuse) => ControlAdmission::AnswerGone,
+        (_, Admission::Close) => ControlAdmission::Close,
     }
 }
 
@@ -213,6 +257,40 @@ mod tests {
         );
         assert!(!ControlConn::Bound(7).speaks_for(8));
         assert!(!ControlConn::Unbound.speaks_for(0));
+    }
+
+    #[test]
+    fn on_a_stream_anyone_may_register_or_read_the_counters() {
+        let named = [
+            Admission::Execute { slot: 3 },
+            Admission::Refuse,
+            Admission::Close,
+        ];
+        for msg in [MsgType::ClientInit, MsgType::ClientReinit, MsgType::Stats] {
+            for n in named {
+                assert_eq!(
+                    admit_on_stream(msg, n),
+                    ControlAdmission::Run,
+                    "{msg:?} {n:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn on_a_stream_other_frames_follow_the_data_paths_rule_for_their_client() {
+        for msg in OTHER.into_iter().filter(|&m| m != MsgType::Stats) {
+            let run = admit_on_stream(msg, Admission::Execute { slot: 3 });
+            assert_eq!(run, ControlAdmission::Run, "{msg:?} of a member");
+            let stranger = admit_on_stream(msg, Admission::Refuse);
+            assert_eq!(stranger, ControlAdmission::AnswerGone, "{msg:?} of nobody");
+            let other = admit_on_stream(msg, Admission::Close);
+            assert_eq!(
+                other,
+                ControlAdmission::Close,
+                "{msg:?} of another's client"
+            );
+        }
     }
 
     #[test]

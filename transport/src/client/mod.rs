@@ -214,10 +214,12 @@ impl Client<Link> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn connect(cfg: ClientConfig) -> Result<Client, Error> {
-        let mut link =
-            Link::connect(&cfg.endpoint).map_err(|e| Op::Connect.io_as(Status::NotReady, e))?;
+        let link = match &cfg.mux {
+            Some(mux) => Link::connect_shared(&cfg.endpoint, mux.clone()),
+            None => Link::connect(&cfg.endpoint),
+        };
+        let mut link = link.map_err(|e| Op::Connect.io_as(Status::NotReady, e))?;
         link.set_wait_awake(cfg.wait_awake);
-        link.set_mux(cfg.mux.clone());
         Client::over(link, cfg)
     }
 

@@ -232,12 +232,7 @@ impl Data<'_> {
     /// not run now. The client numbers its next request above every number in the lanes, which
     /// it reads only after this registration's reply.
     fn registered(&mut self, r: Registration) {
-        if let Some(lanes) = self.region.client_mailboxes(r.slot) {
-            self.routing.fence_mailbox(r.slot, lanes_current_seq(lanes));
-        }
-        if let Some(before) = r.displaced {
-            client_gone(self.shared, before);
-        }
+        registered(self.shared, &mut self.routing, r);
     }
 
     /// Takes up to `INBOX_BATCH` jobs from the control thread; returns how many.
@@ -280,6 +275,7 @@ impl Data<'_> {
                 JobKind::Attached { .. }
                 | JobKind::Registered { .. }
                 | JobKind::ClientGone { .. }
+                | JobKind::MovedToStream { .. }
                 | JobKind::Close
                 | JobKind::Nothing => job.kind = JobKind::Nothing,
             }
@@ -330,6 +326,32 @@ impl Data<'_> {
     }
 }
 
+/// A client (new, or the same one re-registering) has just been given a slot, over a control
+/// connection or a stream (`Data::registered` says why): its mailboxes are fenced, and a client
+/// it displaced is reported gone.
+pub(super) fn registered(shared: &Shared, routing: &mut Routing<'_>, r: Registration) {
+    if let Some(lanes) = shared.region.client_mailboxes(r.slot) {
+        routing.fence_mailbox(r.slot, lanes_current_seq(lanes));
+    }
+    if let Some(before) = r.displaced {
+        client_gone(shared, before);
+    }
+}
+
+/// Tells the control thread that `client`'s control path is now a stream connection: it closes
+/// any control connection bound to it.
+pub(super) fn moved_to_stream(shared: &Shared, client: u32) {
+    // The outbox has room for one such notice per client beside every reply (see `Exchange`).
+    let _ = shared.exchange.outbox.push(Job {
+        conn: 0,
+        kind: JobKind::MovedToStream { client },
+        len: 0,
+        buf: Vec::new(),
+        peer: dlock_core::Peer::EXEMPT,
+    });
+    shared.exchange.wake_control();
+}
+
 /// Tells the control thread that `client` is no longer registered: it closes its connections.
 fn client_gone(shared: &Shared, client: u32) {
     // The outbox has room for one notice per client beside every reply (see `Exchange`).
@@ -343,6 +365,6 @@ fn client_gone(shared: &Shared, client: u32) {
 }
 
 /// Whether `frame` is a `Stats` request (whose reply must carry the transport's counters too).
-fn is_stats_request(frame: &[u8]) -> bool {
+pub(super) fn is_stats_request(frame: &[u8]) -> bool {
     peek_control_header(frame).is_ok_and(|(h, _)| h.msg == MsgType::Stats)
 }
