@@ -28,16 +28,13 @@
 //! client whose id it has not persisted yet ([`Server::client_persisted`]), so the list a
 //! successor reads covers every client that can hold a grant here.
 
-use super::{Counter, Server};
-use crate::cluster::counter::Reserve;
+use super::Server;
 use crate::cluster::token::PartitionTokens;
 use crate::cluster::{
     Class, Handover, Local, Map, PARTITIONS_MAX, Phase, ServerId, Timing, Verdict,
 };
-use crate::ids::{ClientId, Peer, Session};
-use crate::proto::{MAP_CHUNK_MAX, MapChunk};
 use crate::status::Status;
-use crate::table::{ClientEntry, ClientState, SlotState};
+use crate::table::{ClientEntry, SlotState};
 
 /// Client ids of old owners a server tracks for an early end of recovery (per server, across
 /// all partitions recovering at once).
@@ -189,13 +186,13 @@ impl ClusterCore<'_> {
         self.verdict(partition, self.epoch_of(partition), Class::Ordinary, now_ms)
     }
 
-    fn tracked_index(&self, client: u32) -> Option<usize> {
+    pub(super) fn tracked_index(&self, client: u32) -> Option<usize> {
         self.side.expected[..self.expected_len]
             .iter()
             .position(|&c| c == client)
     }
 
-    fn grid_bit(p: u16, i: usize) -> (usize, u64) {
+    pub(super) fn grid_bit(p: u16, i: usize) -> (usize, u64) {
         let bit = usize::from(p) * RECLAIM_CLIENTS_MAX + i;
         (bit / 64, 1u64 << (bit % 64))
     }
@@ -324,6 +321,11 @@ impl<'r> Server<'r> {
             inc != 0 && m.is_for(me, inc) && m.owner(p).is_some_and(|o| o.server == Some(me))
         };
         let mut moved = [0u64; PARTITIONS_MAX as usize / 64];
+        // Partitions taken (again) whose slots of an earlier ownership here are still live:
+        // freed before serving, so no grant of the earlier epoch revives (its holders
+        // re-claim with proofs like everyone else's).
+        let mut reset = [0u64; PARTITIONS_MAX as usize / 64];
+        let mut any_reset = false;
         for p in 0..map.partitions().get() {
             let before = (was_mine(c.side.map, c.incarnation, p), c.epoch_of(p));
             let now_mine = was_mine(map, incarnation, p);
@@ -345,6 +347,10 @@ impl<'r> Server<'r> {
                     s.renewal_asked = false;
                     continue;
                 }
+                if before.0 || s.lost {
+                    reset[usize::from(p) / 64] |= 1 << (p % 64);
+                    any_reset = true;
+                }
                 let t = c.timing.takeover(now_ms, handover);
                 *s = PartState {
                     tokens: PartitionTokens::at(epoch),
@@ -354,8 +360,8 @@ impl<'r> Server<'r> {
                     grace_end_ms: t.grace_end_ms,
                     awaiting: u32::MAX,
                     renewal_asked: false,
-                    lost: s.lost,
-                    free_at_ms: s.free_at_ms,
+                    lost: false,
+                    free_at_ms: 0,
                 };
                 c.untrack(p);
                 let list = old_clients
@@ -382,6 +388,9 @@ impl<'r> Server<'r> {
         c.incarnation = incarnation;
         c.encoded_len = map.encode(c.side.encoded).unwrap_or(0);
         self.answer_moved_waiters(&moved, now_ms);
+        if any_reset {
+            self.free_lost_slots(&reset, now_ms);
+        }
         self.cluster_tick(now_ms);
         true
     }
@@ -548,196 +557,5 @@ impl<'r> Server<'r> {
     #[inline]
     pub(super) fn grantable_client(&self, slot: u32) -> bool {
         self.cluster.is_none() || self.t.clients[slot as usize].has(ClientEntry::PERSISTED)
-    }
-
-    /// `GetMap { offset }`: the chunk of the applied map's encoding (`Einval`: standalone, no
-    /// map yet, or an offset outside it).
-    pub(super) fn map_chunk(&self, offset: u32) -> Result<MapChunk<'_>, Status> {
-        let c = self.cluster.as_ref().ok_or(Status::Einval)?;
-        if c.incarnation == 0 || c.encoded_len == 0 {
-            return Err(Status::Einval);
-        }
-        debug_assert!(MAP_CHUNK_MAX <= c.encoded_len || offset == 0 || c.encoded_len > 0);
-        MapChunk::of(
-            c.side.map.version(),
-            &c.side.encoded[..c.encoded_len],
-            offset,
-        )
-        .ok_or(Status::Einval)
-    }
-
-    /// `ClientJoin`: registers client `raw`, registered with another server of the cluster,
-    /// here with the same id and session (verified under the cluster's session key). A join of
-    /// an id registered here under another session is `ServerNoResource`: the id is in use
-    /// (two servers minted it; their index bits make that impossible, see
-    /// [`Server::fresh_client_id`]'s cluster rule). A join of the same session resumes it.
-    pub(super) fn client_join(
-        &mut self,
-        peer: Peer,
-        raw: u32,
-        version: u8,
-        lease_ms: u32,
-        session: &Session,
-        now_ms: u64,
-    ) -> Result<ClientId, Status> {
-        self.stats.bump(Counter::ControlRequests);
-        if self.cluster.is_none() {
-            return Err(self.refuse(Status::Einval));
-        }
-        let id = ClientId::new(raw).ok_or_else(|| self.refuse(Status::Einval))?;
-        let Some((key, mac)) = &self.session_key else {
-            return Err(self.refuse(Status::Einval));
-        };
-        if !session.is_minted_for(key, *mac, raw) {
-            self.stats.bump(Counter::SessionsRefused);
-            return Err(self.refuse(Status::Einval));
-        }
-        if let Some(slot) = self.client_slot(raw) {
-            let c = &mut self.t.clients[slot as usize];
-            if !c.session.matches(session) {
-                return Err(self.refuse(Status::ServerNoResource));
-            }
-            c.last_seen_ms = now_ms;
-            c.version = version;
-            if c.client_state() == ClientState::Abnormal {
-                c.state = ClientState::Active as u8;
-            }
-            return Ok(id);
-        }
-        let slot = self.register(id, peer, ClientState::Active, version, lease_ms, now_ms)?;
-        self.t.clients[slot as usize].session = *session;
-        Ok(id)
-    }
-
-    /// `ReclaimDone { partition, epoch }` from client `raw`: it has re-claimed what it held in
-    /// `partition`. Counted only while the partition recovers at `epoch` here, and only for a
-    /// client the old owner had persisted.
-    pub(super) fn reclaim_done(
-        &mut self,
-        raw: u32,
-        partition: u16,
-        epoch: u32,
-        now_ms: u64,
-    ) -> Result<(), Status> {
-        self.stats.bump(Counter::ControlRequests);
-        let slot = self.client_slot(raw).ok_or(Status::ClientNotInit);
-        let slot = slot.map_err(|s| self.refuse(s))?;
-        self.t.clients[slot as usize].last_seen_ms = now_ms;
-        let Some(c) = self.cluster.as_mut() else {
-            return Err(self.refuse(Status::Einval));
-        };
-        match c.verdict(partition, epoch, Class::Reclaim, now_ms) {
-            Verdict::Serve => {}
-            // Recovery is over already: nothing left to count.
-            Verdict::ReclaimClosed => return Ok(()),
-            v => {
-                let (s, _) = verdict_status(v).unwrap_or((Status::Einval, 0));
-                return Err(self.refuse(s));
-            }
-        }
-        if let Some(i) = c.tracked_index(raw) {
-            let (w, m) = ClusterCore::grid_bit(partition, i);
-            let s = &mut c.side.parts[usize::from(partition)];
-            if c.side.reclaims[w] & m != 0 && s.awaiting != u32::MAX {
-                c.side.reclaims[w] &= !m;
-                s.awaiting -= 1;
-            }
-        }
-        self.cluster_tick(now_ms);
-        Ok(())
-    }
-
-    /// A `Reserve` the membership persisted: the counter may now go up to `mark`.
-    pub fn mark_confirmed(&mut self, object: u32, mark: u64) {
-        if let Some(index) = self.live_object_slot(object) {
-            let meta = &mut self.t.object_meta[index as usize];
-            let mut r = meta.reserve();
-            r.confirmed(mark);
-            meta.set_reserve(r);
-        }
-    }
-
-    /// A `Reserve` that failed: asked again at the next fetch-and-add that needs it.
-    pub fn mark_failed(&mut self, object: u32) {
-        if let Some(index) = self.live_object_slot(object) {
-            let meta = &mut self.t.object_meta[index as usize];
-            let mut r = meta.reserve();
-            r.failed();
-            meta.set_reserve(r);
-        }
-    }
-
-    /// The slot of object `raw` if it is live at the id's generation.
-    fn live_object_slot(&self, raw: u32) -> Option<u32> {
-        let id = crate::ids::ObjectId::from_raw(raw)?;
-        let meta = self.t.object_meta.get(id.index() as usize)?;
-        let state = SlotState(meta.state);
-        (state.is_live() && state.generation() == id.generation()).then_some(id.index())
-    }
-
-    /// Whether a counter in a cluster may move from its value to `to`; when it runs low, queues
-    /// a reservation ahead. Standalone: always.
-    pub(super) fn counter_gate(&mut self, index: u32, object: u32, value: u64, to: u64) -> bool {
-        let Some(c) = self.cluster.as_mut() else {
-            return true;
-        };
-        let meta = &mut self.t.object_meta[index as usize];
-        let mut r = meta.reserve();
-        let ask = r.wants(to.max(value), c.counter_step);
-        if ask.is_some() {
-            if c.reserve_len < RESERVE_QUEUE_MAX {
-                c.reserve_queue[c.reserve_len] = object;
-                c.reserve_len += 1;
-            } else {
-                // No room to ask now: forget the ask, the next fetch-and-add asks again.
-                r.failed();
-            }
-        }
-        meta.set_reserve(r);
-        crate::cluster::counter::may_advance(to, r.persisted)
-    }
-
-    /// A counter's state for a new owner: the object `name` of `partition` starts at
-    /// `start_value(mark)`, with `mark` persisted. Creates the object (ownerless, so the first
-    /// client to create it takes it, as an orphan is taken) if it does not exist.
-    pub fn counter_mark(&mut self, name: &[u8], mark: u64, now_ms: u64) -> Result<(), Status> {
-        let Some(c) = self.cluster.as_ref() else {
-            return Err(Status::Einval);
-        };
-        let p = crate::cluster::partition_of(name, c.side.map.partitions());
-        let start = crate::cluster::counter::start_value(mark);
-        let index = self.adopt_object(name, p, start, now_ms)?;
-        let meta = &mut self.t.object_meta[index as usize];
-        let mut r = meta.reserve();
-        r.confirmed(mark);
-        meta.set_reserve(r);
-        Ok(())
-    }
-}
-
-/// Reservation state in an object's metadata: the confirmed mark in `spare`, a reservation in
-/// flight as `reserved = 1`. The mark asked for is not kept: the request is built from the
-/// counter's value when the runtime takes it ([`Server::cluster_work`]), which is at least the
-/// value it was asked at, so the mark persisted is at least the one `Reserve::wants` chose.
-trait ReserveMeta {
-    fn reserve(&self) -> Reserve;
-    fn set_reserve(&mut self, r: Reserve);
-}
-
-impl ReserveMeta for crate::table::ObjectMeta {
-    #[inline]
-    fn reserve(&self) -> Reserve {
-        Reserve {
-            persisted: self.spare,
-            // Any confirmation ends the one reservation in flight (`Reserve::confirmed` clears
-            // an ask at or below the mark).
-            asked: (self.reserved != 0).then_some(0),
-        }
-    }
-
-    #[inline]
-    fn set_reserve(&mut self, r: Reserve) {
-        self.spare = r.persisted;
-        self.reserved = u32::from(r.asked.is_some());
     }
 }

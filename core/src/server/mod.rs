@@ -23,6 +23,8 @@
 mod clients;
 mod cluster;
 mod cluster_claims;
+mod cluster_counters;
+mod cluster_requests;
 mod cluster_slots;
 pub mod control;
 mod data;

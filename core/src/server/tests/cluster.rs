@@ -462,3 +462,26 @@ fn a_join_takes_the_clusters_session_and_refuses_another_for_the_same_id() {
     );
     assert_eq!(join(&mut s2, &other), Err(Status::ServerNoResource));
 }
+
+#[test]
+fn a_partition_taken_again_under_a_new_registration_revives_no_grant_of_the_old_one() {
+    let m1 = first_map();
+    let mut s = member(1);
+    s.apply_map(&m1, 11, &[], 0);
+    let c = persisted_client(&mut s, 0);
+    let name = name_owned_by(&m1, 1, 0);
+    let id = s.get_lock(c.get(), LockKind::Atomic, &name, 0).unwrap();
+    assert_eq!(s.run(c, try_x(id, 1), 1).status, Status::Success);
+    // Server 1 lost its lease and registered again (incarnation 12): a new member, whose
+    // partitions the coordinator hands over at raised epochs, here back to it.
+    let m2 = next(&m1, &[(1, 12, false), (2, 22, false)]);
+    let p = partition(&name);
+    assert_eq!(m2.owner(p).unwrap().server, Some(sid(1)));
+    assert!(m2.owner(p).unwrap().epoch > 1);
+    s.apply_map(&m2, 12, &[], 10);
+    assert_eq!(s.usage().locks, 0, "the old ownership's slots are gone");
+    assert!(
+        !s.partition_state(p).unwrap().serving,
+        "it recovers like any takeover"
+    );
+}
