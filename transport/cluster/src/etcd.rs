@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::cluster::{Map, Partitions};
+use dlock_core::cluster::{Map, Partitions, ServerId};
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, PutOptions,
     TlsOptions, Txn, TxnOp,
@@ -329,4 +329,51 @@ pub(crate) async fn marks(
         }
     }
     Ok(out)
+}
+
+/// Writes the client ids registered with this server in registration `incarnation`.
+pub(crate) async fn persist_clients(
+    client: &Client,
+    cfg: &AgentConfig,
+    incarnation: u64,
+    ids: &[u32],
+) -> Result<(), AgentError> {
+    let key = Keys::new(&cfg.cluster).clients(cfg.server_id, incarnation);
+    let value = ids
+        .iter()
+        .map(|id| id.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut kv = client.kv_client();
+    timed(cfg.request_timeout, kv.put(key, value, None))
+        .await
+        .map_err(AgentError::Etcd)?;
+    Ok(())
+}
+
+/// The client ids `server` persisted in registration `incarnation` (none: empty).
+pub(crate) async fn persisted_clients(
+    client: &Client,
+    cfg: &AgentConfig,
+    server: ServerId,
+    incarnation: u64,
+) -> Result<Vec<u32>, AgentError> {
+    let key = Keys::new(&cfg.cluster).clients(server, incarnation);
+    let mut kv = client.kv_client();
+    let resp = timed(cfg.request_timeout, kv.get(key.clone(), None))
+        .await
+        .map_err(AgentError::Etcd)?;
+    let Some(item) = resp.kvs().first() else {
+        return Ok(Vec::new());
+    };
+    let text = std::str::from_utf8(item.value())
+        .map_err(|_| AgentError::Etcd(format!("{key} is not text")))?;
+    text.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.trim()
+                .parse::<u32>()
+                .map_err(|_| AgentError::Etcd(format!("{key} holds {s:?}, not a client id")))
+        })
+        .collect()
 }
