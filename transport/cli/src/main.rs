@@ -13,6 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "cluster")]
+mod cluster;
+
 use clap::{Parser, Subcommand, ValueEnum};
 use dlock_core::{Config, LockKind, Mode, Status};
 use dlock_transport::client::{Client, ClientConfig, Endpoint, Error};
@@ -164,6 +167,10 @@ struct ServeArgs {
     #[cfg(feature = "rdma")]
     #[arg(long, requires = "rdma_device")]
     rdma_gid_index: Option<u8>,
+    /// Cluster membership (feature `cluster`; the TOML file's `[cluster]` table).
+    #[cfg(feature = "cluster")]
+    #[command(flatten)]
+    cluster: cluster::ClusterArgs,
 }
 
 impl ServeArgs {
@@ -202,6 +209,8 @@ impl ServeArgs {
             rdma_port: self.rdma_port.or(file.rdma_port),
             #[cfg(feature = "rdma")]
             rdma_gid_index: self.rdma_gid_index.or(file.rdma_gid_index),
+            #[cfg(feature = "cluster")]
+            cluster: self.cluster.over(file.cluster),
         }
     }
 }
@@ -442,7 +451,30 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
-    let cfg = serve_config(args)?;
+    #[cfg(feature = "cluster")]
+    let (args, cluster) = {
+        let mut args = args;
+        let cluster = std::mem::take(&mut args.cluster);
+        (args, cluster)
+    };
+    #[cfg(feature = "cluster")]
+    if cluster.enabled() && args.epoch.is_some() {
+        return Err("--epoch is for a standalone server: a cluster's epochs come from etcd".into());
+    }
+    #[allow(unused_mut)]
+    let mut cfg = serve_config(args)?;
+    #[cfg(feature = "cluster")]
+    let agent = match cluster.enabled() {
+        true => {
+            let bind = cfg
+                .tcp
+                .as_ref()
+                .map(|t| t.listen)
+                .ok_or("a cluster server needs TCP")?;
+            Some(cluster.join(&mut cfg, bind)?)
+        }
+        false => None,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|e| e.to_string())?;
@@ -477,6 +509,11 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     }
     tracing::info!("shutting down");
     server.stop();
+    // Only now, with nothing granted any more, may the partitions move at once.
+    #[cfg(feature = "cluster")]
+    if let Some(agent) = agent {
+        agent.leave();
+    }
     Ok(())
 }
 
