@@ -139,6 +139,9 @@ pub(super) struct ClusterCore<'c> {
     pub(super) reserve_len: usize,
     /// Partitions lost with slots to free, or recovering: `cluster_tick` has work.
     pub(super) pending: u32,
+    /// A token counter crossed its renewal point: `cluster_work` looks for it (and only then
+    /// walks the partitions).
+    pub(super) renewals_due: bool,
 }
 
 /// `PartitionMoved` with the map version in `aux`, or the status a verdict answers.
@@ -256,6 +259,7 @@ impl<'r> Server<'r> {
             reserve_queue: [0; RESERVE_QUEUE_MAX],
             reserve_len: 0,
             pending: 0,
+            renewals_due: false,
         });
     }
 
@@ -487,7 +491,10 @@ impl<'r> Server<'r> {
         };
         let s = &mut c.side.parts[usize::from(partition)];
         match s.tokens.issue() {
-            Ok(t) => t,
+            Ok(t) => {
+                c.renewals_due |= !s.renewal_asked && s.tokens.wants_renewal();
+                t
+            }
             Err(e) => {
                 debug_assert!(false, "a cluster grant without a token: {e:?}");
                 crate::cluster::token::token(s.tokens.epoch(), crate::cluster::token::COUNTER_MAX)
@@ -533,6 +540,9 @@ impl<'r> Server<'r> {
             });
         }
         c.reserve_len = 0;
+        if !core::mem::take(&mut c.renewals_due) {
+            return;
+        }
         for p in 0..c.side.map.partitions().get() {
             let s = &mut c.side.parts[usize::from(p)];
             if s.owned && !s.renewal_asked && s.tokens.wants_renewal() {

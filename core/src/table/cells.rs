@@ -142,11 +142,13 @@ pub struct ObjectMeta {
     pub owner: u32,
     /// Clients holding a reference (object `get` without `release`).
     pub refs: u32,
-    /// Zero.
+    /// Zero on a standalone server; on a cluster server 1 while a reservation of the counter's
+    /// high-water mark is in flight (`server::cluster_counters`).
     pub reserved: u32,
     /// The latest lease deadline any client asked for (create or get), in ticks.
     pub lease_until_ms: u64,
-    /// Spare, zero.
+    /// Zero on a standalone server; on a cluster server the counter's high-water mark the
+    /// membership confirmed persisted (`server::cluster_counters`).
     pub spare: u64,
 }
 

@@ -95,6 +95,11 @@ pub(crate) struct ClusterExchange {
     pub(crate) to_cluster: ArrayQueue<ToCluster>,
     /// Until when (exclusive, in the data thread's ticks) the server may grant; 0: not at all.
     pub(crate) authority_until_ms: AtomicU64,
+    /// The map version the data thread has applied, plus one (0: none). Only a confirmation
+    /// of that version may extend the authority: one of a newer map the data thread has not
+    /// applied yet would let it go on serving a partition the newer map moved away, past the
+    /// point its new owner starts (`dlock_core::cluster::timing`, "The new owner's wait").
+    pub(crate) applied_version: AtomicU64,
 }
 
 impl ClusterExchange {
@@ -105,6 +110,7 @@ impl ClusterExchange {
             to_data: ArrayQueue::new(QUEUE_MAX),
             to_cluster: ArrayQueue::new(QUEUE_MAX),
             authority_until_ms: AtomicU64::new(0),
+            applied_version: AtomicU64::new(0),
         }
     }
 
@@ -164,6 +170,11 @@ pub(crate) fn serve(cx: &ClusterExchange, server: &mut Server<'_>, now: u64) -> 
                     .map(|(s, i, ids)| (*s, *i, ids.as_slice()))
                     .collect();
                 server.apply_map(&u.map, u.incarnation, &lists, now);
+                if let Some(v) = server.map_version() {
+                    // Release: the cluster thread that reads it extends the authority for
+                    // this version only after the map is applied here.
+                    cx.applied_version.store(v + 1, Ordering::Release);
+                }
             }
             ToData::CounterMark(name, mark) => {
                 if let Err(s) = server.counter_mark(&name, mark, now) {
@@ -397,14 +408,20 @@ impl Poller<'_> {
     }
 
     /// Publishes until when the data thread may grant: only a confirmation of the map it has
-    /// been handed extends it.
+    /// applied extends it.
     fn publish_authority(&mut self) {
         let standing = self.cx.membership.standing();
-        let Some((map, _)) = &self.applied else {
+        // Acquire: pairs with the data thread's Release store after it applied the map.
+        let Some(applied) = self
+            .cx
+            .applied_version
+            .load(Ordering::Acquire)
+            .checked_sub(1)
+        else {
             return;
         };
         let until = match standing.authority_until {
-            Some(t) if standing.map_version == map.version() => t,
+            Some(t) if standing.map_version == applied => t,
             Some(_) => return,
             None => {
                 // Release: pairs with the data thread's Acquire load.

@@ -485,3 +485,76 @@ fn a_partition_taken_again_under_a_new_registration_revives_no_grant_of_the_old_
         "it recovers like any takeover"
     );
 }
+
+#[test]
+fn a_renewal_keeps_the_partition_serving_at_the_new_epoch_with_larger_tokens() {
+    let m1 = first_map();
+    let mut s = member(1);
+    s.apply_map(&m1, 11, &[], 0);
+    let c = persisted_client(&mut s, 0);
+    let name = name_owned_by(&m1, 1, 0);
+    let p = partition(&name);
+    let id = s.get_lock(c.get(), LockKind::Rw, &name, 0).unwrap();
+    let shared = |epoch| at_epoch(lock(LockKind::Rw, LockOp::TryShared, id, 0), epoch);
+    let first = s.run(c, shared(1), 1);
+    assert_eq!(first.aux, FencingToken::cluster(1, 1).0);
+    let members: Vec<Member<'_>> = [(1, 11), (2, 22)]
+        .iter()
+        .map(|&(n, inc)| Member {
+            id: sid(n),
+            incarnation: inc,
+            address: b"127.0.0.1:1",
+            draining: false,
+        })
+        .collect();
+    let mut m2 = Box::new(Map::new(m1.partitions()));
+    assign(&m1, &members, &[(sid(1), p)], &mut m2).unwrap();
+    assert_eq!(m2.owner(p).unwrap().epoch, 2);
+    s.apply_map(&m2, 11, &[], 10);
+    assert!(
+        s.partition_state(p).unwrap().serving,
+        "no recovery for a renewal"
+    );
+    let r = s.run(c, shared(1), 11);
+    assert_eq!((r.status, r.aux), (Status::PartitionMoved, m2.version()));
+    let unlock = at_epoch(lock(LockKind::Rw, LockOp::UnlockShared, id, 0), 2);
+    assert_eq!(
+        s.run(c, unlock, 12).status,
+        Status::Success,
+        "the grant lives on"
+    );
+    let again = s.run(c, shared(2), 13);
+    assert_eq!(again.aux, FencingToken::cluster(2, 1).0);
+    assert!(again.aux > first.aux);
+}
+
+#[test]
+fn a_parked_request_is_answered_partition_moved_when_its_partition_moves() {
+    let m1 = first_map();
+    let mut s = member(1);
+    s.apply_map(&m1, 11, &[], 0);
+    let (c, d) = (persisted_client(&mut s, 0), persisted_client(&mut s, 0));
+    let name = name_owned_by(&m1, 1, 0);
+    let held = s.get_lock(c.get(), LockKind::Atomic, &name, 0).unwrap();
+    let wanted = s.get_lock(d.get(), LockKind::Atomic, &name, 0).unwrap();
+    assert_eq!(s.run(c, try_x(held, 1), 1).status, Status::Success);
+    let wait = at_epoch(
+        waiting(
+            LockKind::Atomic,
+            LockOp::TryExclusive,
+            wanted,
+            60_000,
+            10_000,
+        ),
+        1,
+    );
+    assert_eq!(s.wait_for(d, wait, 2), None, "parked");
+    let m2 = next(&m1, &[(1, 11, true), (2, 22, false)]);
+    s.apply_map(&m2, 11, &[], 3);
+    let replies = s.replies();
+    assert_eq!(replies.len(), 1);
+    assert_eq!(
+        (replies[0].result.status, replies[0].result.aux),
+        (Status::PartitionMoved, m2.version())
+    );
+}
