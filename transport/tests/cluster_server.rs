@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dlock_core::GrantProof;
 use dlock_core::cluster::{Map, Member, Partitions, ServerId, Timing, assign, partition_of};
+use dlock_core::proto::{Batch, Held, LockClaim};
 use dlock_core::proto::{
     CONTROL_FRAME_MAX, Command, CommandResult, ControlHeader, ControlRequest, ControlRequestFrame,
     ControlResponse, DATA_MESSAGE_MAX, DataHeader, InitReply, LockCommand, LockOp, ObjectCommand,
@@ -83,6 +85,11 @@ impl Raw {
     }
 
     fn data(&mut self, cmds: &[Command]) -> Vec<CommandResult> {
+        self.data_proved(cmds).into_iter().map(|(r, _)| r).collect()
+    }
+
+    /// The results with each one's proof MAC (zero without a proof).
+    fn data_proved(&mut self, cmds: &[Command]) -> Vec<(CommandResult, [u8; 16])> {
         self.next_id += 1;
         let header = DataHeader {
             version: PROTO_VERSION,
@@ -97,7 +104,9 @@ impl Raw {
         let deadline = Some(Instant::now() + Duration::from_secs(5));
         let m = self.link.data(&req[..n], &mut reply, deadline).unwrap();
         let r = decode_data_response(&reply[..m]).unwrap();
-        r.results().map(|x| x.result).collect()
+        (0..r.len())
+            .map(|i| (r.result(i).result, r.proof_mac(i)))
+            .collect()
     }
 }
 
@@ -353,4 +362,108 @@ fn a_counters_values_never_repeat_when_its_partition_moves() {
         assert!(seen.insert(v), "{v} handed out again after the move");
     }
     assert!(cluster.mark(p, &name).unwrap() > *seen.iter().max().unwrap());
+}
+
+#[test]
+fn a_moved_partition_is_served_again_after_its_old_clients_reclaimed() {
+    let cluster = StaticCluster::new();
+    let m1 = map_after(
+        &Map::new(Partitions::new(P).unwrap()),
+        &[(1, false), (2, false)],
+    );
+    cluster.set_map(m1.clone());
+    let (s1, _member1) = server(&cluster, 1);
+    let (s2, _member2) = server(&cluster, 2);
+    let name = name_of(&m1, 1);
+    let p = partition_of(&name, m1.partitions());
+    let e1 = m1.owner(p).unwrap().epoch;
+    let mut c = register(&s1, None);
+    let (_, reply) = settled(|| get_lock(&mut c, &name));
+    let lock = lock_id(&reply);
+    let granted = settled(|| {
+        let r = c.data_proved(&[trylock(lock, e1)]);
+        (r[0].0.status, r[0])
+    })
+    .1;
+    assert_eq!(granted.0.status, Status::Success);
+    let (token, mac) = (granted.0.aux, granted.1);
+    // Server 1 drains: the partition moves to server 2 (a `Moved` handover).
+    let m2 = map_after(&m1, &[(1, true), (2, false)]);
+    cluster.set_map(m2.clone());
+    let e2 = m2.owner(p).unwrap().epoch;
+    let start = Instant::now();
+    while c.data(&[trylock(lock, e1)])[0].status != Status::PartitionMoved {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "server 1 kept the partition"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut cj = register(&s2, Some(&c.init));
+    let mut d = register(&s2, None);
+    // Recovering: names of the partition are not served to anyone yet.
+    let start = Instant::now();
+    let status = loop {
+        let (s, _) = get_lock(&mut d, &name);
+        if s != Status::PartitionMoved || start.elapsed() > Duration::from_secs(10) {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(status, Status::NotReady);
+    let claim = LockClaim {
+        kind: LockKind::Atomic,
+        held: Held::Exclusive,
+        name: &name,
+        old_lock: lock,
+        word: 0,
+        ticket: Ticket::default(),
+        remaining_ms: 50_000,
+        age_ms: 10,
+        token,
+        proof: GrantProof { epoch: e1, mac },
+    };
+    let claims = [claim];
+    let (status, entries) = settled(|| {
+        let reply = cj.control(ControlRequest::BatchUpdateLocks(Batch::from_slice(&claims)));
+        let f = decode_control_response(&reply).unwrap();
+        let ControlResponse::Entries(e) = f.body else {
+            return (f.header.status().unwrap(), Vec::new());
+        };
+        let e: Vec<_> = e.iter().collect();
+        (e[0].status, e)
+    });
+    assert_eq!(status, Status::Success, "the proved grant is re-claimed");
+    let reclaimed = entries[0].id;
+    let done = cj.control(ControlRequest::ReclaimDone {
+        partition: p,
+        epoch: e2,
+    });
+    assert_eq!(
+        decode_control_response(&done).unwrap().header.status(),
+        Some(Status::Success)
+    );
+    let (status, reply) = settled(|| get_lock(&mut d, &name));
+    assert_eq!(
+        status,
+        Status::Success,
+        "served once its old clients re-claimed"
+    );
+    let theirs = lock_id(&reply);
+    assert_eq!(
+        d.data(&[trylock(theirs, e2)])[0].status,
+        Status::Fail,
+        "still held"
+    );
+    let unlock = match trylock(reclaimed, e2) {
+        Command::Lock(l) => Command::Lock(LockCommand {
+            op: LockOp::UnlockExclusive,
+            ..l
+        }),
+        other => other,
+    };
+    assert_eq!(cj.data(&[unlock])[0].status, Status::Success);
+    let r = d.data(&[trylock(theirs, e2)]);
+    assert_eq!(r[0].status, Status::Success);
+    assert!(r[0].aux > token, "tokens grow across the move");
 }
