@@ -28,7 +28,7 @@
 //! client whose id it has not persisted yet ([`Server::client_persisted`]), so the list a
 //! successor reads covers every client that can hold a grant here.
 
-use super::Server;
+use super::{Counter, Server};
 use crate::cluster::token::PartitionTokens;
 use crate::cluster::{
     Class, Handover, Local, Map, PARTITIONS_MAX, Phase, ServerId, Timing, Verdict,
@@ -390,6 +390,8 @@ impl<'r> Server<'r> {
         }
         c.side.map.clone_from(map);
         c.incarnation = incarnation;
+        let owned = c.side.parts.iter().filter(|s| s.owned).count();
+        self.stats.0[Counter::PartitionsOwned as usize] = owned as u64;
         c.encoded_len = map.encode(c.side.encoded).unwrap_or(0);
         self.answer_moved_waiters(&moved, now_ms);
         if any_reset {
@@ -406,8 +408,10 @@ impl<'r> Server<'r> {
             return;
         };
         if c.pending == 0 {
+            self.stats.0[Counter::PartitionsRecovering as usize] = 0;
             return;
         }
+        let mut recovering = 0;
         let mut pending = 0;
         let mut free = [0u64; PARTITIONS_MAX as usize / 64];
         let mut any_free = false;
@@ -423,6 +427,7 @@ impl<'r> Server<'r> {
                     s.serving = true;
                 } else {
                     pending += 1;
+                    recovering += 1;
                 }
             }
             if s.lost {
@@ -438,6 +443,7 @@ impl<'r> Server<'r> {
             }
         }
         c.pending = pending;
+        self.stats.0[Counter::PartitionsRecovering as usize] = recovering;
         if c.expected_len > 0 && c.side.parts.iter().all(|s| s.serving || !s.owned) {
             // No partition recovers: the tracked ids can go.
             c.side.reclaims.fill(0);
@@ -457,14 +463,18 @@ impl<'r> Server<'r> {
     /// The verdict for a lock or object command whose slot is in `partition`, at `epoch`.
     #[inline]
     pub(super) fn command_verdict(
-        &self,
+        &mut self,
         partition: u16,
         epoch: u32,
         class: Class,
         now_ms: u64,
     ) -> Option<(Status, u64)> {
         let c = self.cluster.as_ref()?;
-        verdict_status(c.verdict(partition, epoch, class, now_ms))
+        let v = c.verdict(partition, epoch, class, now_ms);
+        if matches!(v, Verdict::Fenced { .. }) {
+            self.stats.bump(Counter::Fenced);
+        }
+        verdict_status(v)
     }
 
     /// The partition a new name goes in, if this server owns and serves it now; the status to
@@ -529,6 +539,7 @@ impl<'r> Server<'r> {
             if !state.is_live() || meta.reserved == 0 {
                 continue;
             }
+            self.stats.bump(Counter::CounterReservations);
             sink(ClusterWork::Reserve {
                 partition: state.partition(),
                 object: raw,
@@ -547,6 +558,7 @@ impl<'r> Server<'r> {
             let s = &mut c.side.parts[usize::from(p)];
             if s.owned && !s.renewal_asked && s.tokens.wants_renewal() {
                 s.renewal_asked = true;
+                self.stats.bump(Counter::TokenRenewals);
                 sink(ClusterWork::Renew {
                     partition: p,
                     epoch: s.tokens.epoch(),

@@ -2,8 +2,8 @@
 //! requests of a partition that moved, the slots of a lost partition, counters a new owner
 //! adopts. The rules are in `cluster.rs`'s module doc.
 
+use super::Server;
 use super::cluster::verdict_status;
-use super::{Counter, Server};
 use crate::cluster::Class;
 use crate::cluster::PARTITIONS_MAX;
 use crate::ids::{LockId, next_generation};
@@ -68,8 +68,7 @@ impl<'r> Server<'r> {
         };
         if let Some((status, aux)) = self.command_verdict(partition, epoch, Class::Ordinary, now_ms)
         {
-            self.stats.bump(Counter::Einval);
-            return Some(refused(status, aux));
+            return Some(refused(self.refuse(status), aux));
         }
         if grants && (!self.grantable_client(slot) || !self.tokens_left(partition)) {
             return Some(refused(self.refuse(Status::NotReady), 0));

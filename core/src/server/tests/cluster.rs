@@ -558,3 +558,36 @@ fn a_parked_request_is_answered_partition_moved_when_its_partition_moves() {
         (Status::PartitionMoved, m2.version())
     );
 }
+
+#[test]
+fn the_cluster_counters_count_moved_and_fenced_answers_and_owned_and_recovering_partitions() {
+    let (mut s2, _c, name, _token, _proof, m2) = takeover(false);
+    let owned = m2.owned_by(sid(2)).count() as u64;
+    let stats = s2.stats();
+    assert_eq!(stats.0[Counter::PartitionsOwned as usize], owned);
+    s2.tick(1_001);
+    let recovering = s2.stats().0[Counter::PartitionsRecovering as usize];
+    assert!(
+        recovering > 0 && recovering <= owned,
+        "{recovering} of {owned}"
+    );
+    s2.tick(10_000);
+    assert_eq!(s2.stats().0[Counter::PartitionsRecovering as usize], 0);
+    let c = persisted_client(&mut s2, 10_000);
+    let id = s2
+        .get_lock(c.get(), LockKind::Atomic, &name, 10_000)
+        .unwrap();
+    let epoch = m2.owner(partition(&name)).unwrap().epoch;
+    assert_eq!(
+        s2.run(c, try_x(id, epoch - 1), 10_001).status,
+        Status::PartitionMoved
+    );
+    s2.set_authority_until(Some(10_002));
+    assert_eq!(
+        s2.run(c, try_x(id, epoch), 10_002).status,
+        Status::PartitionMoved
+    );
+    let stats = s2.stats();
+    assert_eq!(stats.0[Counter::PartitionMoved as usize], 2);
+    assert_eq!(stats.0[Counter::Fenced as usize], 1);
+}
