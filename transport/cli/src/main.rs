@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 #[cfg(feature = "cluster")]
 mod cluster;
+mod status;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use dlock_core::{Config, LockKind, Mode, Status};
@@ -49,6 +50,24 @@ enum Command {
     },
     /// Drive a workload and print throughput and latency percentiles.
     Bench(BenchArgs),
+    /// A cluster's state as its servers see it (no etcd needed).
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCommand {
+    /// The map (members, partitions, epochs, takeovers) from any server, and each member's
+    /// counters (partitions owned and recovering, moved and fenced answers, clients).
+    Status {
+        /// Any server of the cluster.
+        #[arg(long, default_value = "127.0.0.1:21616")]
+        connect: SocketAddr,
+        #[command(flatten)]
+        tls: ClientTlsArgs,
+    },
 }
 
 /// Server settings; every flag can also come from the TOML file (flags win).
@@ -360,6 +379,9 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(*args),
         Command::Stat { connect, tls } => stat(connect, &tls),
         Command::Bench(args) => bench(args),
+        Command::Cluster {
+            command: ClusterCommand::Status { connect, tls },
+        } => status::status(connect, &|a| tls.endpoint(a)),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -504,8 +526,25 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             );
         }
     }
+    // `kill -USR1 <pid>` drains a cluster server: the coordinator moves its partitions away
+    // (their clients re-claim at the new owners); stop it with SIGTERM once `dlock cluster
+    // status` shows it owns nothing.
+    #[cfg(feature = "cluster")]
+    let drain = {
+        let drain = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&drain))
+            .map_err(|e| e.to_string())?;
+        drain
+    };
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(100));
+        #[cfg(feature = "cluster")]
+        if drain.swap(false, Ordering::AcqRel)
+            && let Some(agent) = &agent
+        {
+            tracing::info!("draining: the cluster moves this server's partitions away");
+            agent.handle().drain();
+        }
     }
     tracing::info!("shutting down");
     server.stop();
