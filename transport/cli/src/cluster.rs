@@ -8,11 +8,13 @@
 //! ```
 //!
 //! or, in the TOML file, a `[cluster]` table with the same names (`endpoints = [...]`,
-//! `name`, `server_id`, `partitions`, `ttl_ms`, `advertise`, `counter_step`).
+//! `name`, `server_id`, `partitions`, `ttl_ms`, `advertise`, `counter_step`, and for etcd over
+//! TLS with a client certificate `etcd_tls_ca`, `etcd_tls_cert`, `etcd_tls_key`,
+//! `etcd_tls_domain`).
 
 use std::sync::Arc;
 
-use dlock_cluster::{Agent, AgentConfig, AgentMembership};
+use dlock_cluster::{Agent, AgentConfig, AgentMembership, EtcdTls};
 use dlock_core::cluster::{Partitions, ServerId};
 use dlock_transport::runtime::{ClusterConfig, ServerConfig};
 use serde::Deserialize;
@@ -48,6 +50,23 @@ pub(crate) struct ClusterArgs {
     /// 100000): a few seconds' worth of fetch-and-adds.
     #[arg(long = "counter-step", value_name = "N", requires = "endpoints")]
     counter_step: Option<u64>,
+    /// etcd over TLS: the CA that signed etcd's server certificate (PEM); the endpoints then
+    /// start `https://`. Needs `--etcd-tls-cert` and `--etcd-tls-key`.
+    #[arg(long = "etcd-tls-ca", value_name = "PEM", requires_all = ["etcd_tls_cert", "etcd_tls_key"])]
+    etcd_tls_ca: Option<std::path::PathBuf>,
+    /// This server's client certificate chain for etcd (PEM).
+    #[arg(long = "etcd-tls-cert", value_name = "PEM", requires = "etcd_tls_ca")]
+    etcd_tls_cert: Option<std::path::PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long = "etcd-tls-key", value_name = "PEM", requires = "etcd_tls_ca")]
+    etcd_tls_key: Option<std::path::PathBuf>,
+    /// The name etcd's certificate carries, if not the endpoints' host.
+    #[arg(
+        long = "etcd-tls-domain",
+        value_name = "NAME",
+        requires = "etcd_tls_ca"
+    )]
+    etcd_tls_domain: Option<String>,
 }
 
 impl ClusterArgs {
@@ -61,6 +80,10 @@ impl ClusterArgs {
             ttl_ms: self.ttl_ms.or(file.ttl_ms),
             advertise: self.advertise.or(file.advertise),
             counter_step: self.counter_step.or(file.counter_step),
+            etcd_tls_ca: self.etcd_tls_ca.or(file.etcd_tls_ca),
+            etcd_tls_cert: self.etcd_tls_cert.or(file.etcd_tls_cert),
+            etcd_tls_key: self.etcd_tls_key.or(file.etcd_tls_key),
+            etcd_tls_domain: self.etcd_tls_domain.or(file.etcd_tls_domain),
         }
     }
 
@@ -96,10 +119,30 @@ impl ClusterArgs {
         if let Some(ms) = self.ttl_ms {
             cfg.lease_ttl_s = ms.div_ceil(1_000);
         }
+        cfg.tls = self.etcd_tls()?;
         if let Some(why) = cfg.invalid_field() {
             return Err(why);
         }
         Ok(cfg)
+    }
+
+    /// The etcd TLS settings: all of CA, certificate and key, or none (the TOML file is not
+    /// checked by the flags' `requires`).
+    fn etcd_tls(&self) -> Result<Option<EtcdTls>, String> {
+        let read =
+            |p: &std::path::Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+        match (&self.etcd_tls_ca, &self.etcd_tls_cert, &self.etcd_tls_key) {
+            (None, None, None) if self.etcd_tls_domain.is_none() => Ok(None),
+            (Some(ca), Some(cert), Some(key)) => Ok(Some(EtcdTls {
+                ca_pem: read(ca)?,
+                cert_pem: read(cert)?,
+                key_pem: read(key)?,
+                domain: self.etcd_tls_domain.clone(),
+            })),
+            _ => {
+                Err("etcd over TLS needs --etcd-tls-ca, --etcd-tls-cert and --etcd-tls-key".into())
+            }
+        }
     }
 
     /// Joins the cluster and makes `cfg` a member of it; the agent must outlive the server and
@@ -199,6 +242,22 @@ mod tests {
         ]);
         assert!(ok.agent_config(any).unwrap_err().contains("--advertise"));
         assert!(!parse(&[]).enabled(), "standalone without --cluster");
+        let half = ClusterArgs {
+            etcd_tls_ca: Some("/nonexistent/ca.pem".into()),
+            ..parse(&[
+                "--cluster",
+                "http://e:2379",
+                "--cluster-name",
+                "x",
+                "--server-id",
+                "1",
+            ])
+        };
+        assert!(
+            half.agent_config(bind)
+                .unwrap_err()
+                .contains("--etcd-tls-cert")
+        );
     }
 
     #[test]
