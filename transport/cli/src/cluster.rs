@@ -152,13 +152,6 @@ impl ClusterArgs {
         cfg: &mut ServerConfig,
         bind: std::net::SocketAddr,
     ) -> Result<Agent, String> {
-        if cfg.session_key.is_none() {
-            return Err(
-                "a cluster server needs the cluster's --session-key-file (the same file on every \
-                 server): each server verifies the sessions and grant proofs of the others"
-                    .into(),
-            );
-        }
         if cfg.core.recovery_clients > 0 {
             return Err(
                 "--recovery-clients is for a standalone replacement server; a cluster recovers \
@@ -166,7 +159,29 @@ impl ClusterArgs {
                     .into(),
             );
         }
-        let agent = Agent::start(self.agent_config(bind)?).map_err(|e| e.to_string())?;
+        let agent_cfg = self.agent_config(bind)?;
+        let etcd_tls = agent_cfg.tls.is_some();
+        let agent = Agent::start(agent_cfg).map_err(|e| e.to_string())?;
+        if cfg.session_key.is_none() {
+            // Every server must verify the others' sessions and grant proofs: without a key
+            // file they share the one etcd keeps (created by the first server that asks).
+            if !etcd_tls {
+                tracing::warn!(
+                    "the cluster's session key is kept in etcd, which this server reaches \
+                     without TLS: whoever reads etcd can impersonate any client; give \
+                     --session-key-file or run etcd with TLS and client certificates"
+                );
+            }
+            let bytes = agent
+                .handle()
+                .session_key()
+                .wait(std::time::Duration::from_secs(10))
+                .ok_or("etcd did not answer for the cluster's session key")?
+                .map_err(|e| format!("the cluster's session key: {e}"))?;
+            let key = dlock_core::SessionKey::new(bytes)
+                .map_err(|e| format!("the session key in etcd is refused: {e:?}"))?;
+            cfg.session_key = Some(key);
+        }
         cfg.cluster = Some(ClusterConfig {
             membership: Arc::new(AgentMembership::new(agent.handle())),
             counter_step: self.counter_step.unwrap_or(100_000).max(1),

@@ -158,6 +158,9 @@ pub(crate) enum Command {
         partition: u16,
         reply: std::sync::mpsc::SyncSender<Result<Marks, AgentError>>,
     },
+    SessionKey {
+        reply: std::sync::mpsc::SyncSender<Result<[u8; 32], AgentError>>,
+    },
     PersistClients {
         ids: Vec<u32>,
         reply: std::sync::mpsc::SyncSender<Result<(), AgentError>>,
@@ -329,6 +332,17 @@ impl AgentHandle {
     pub fn marks(&self, partition: u16) -> Pending<Marks> {
         let (reply, rx) = std::sync::mpsc::sync_channel(1);
         let _ = self.commands.send(Command::Marks { partition, reply });
+        Pending(rx)
+    }
+
+    /// The cluster's session key kept in etcd under `/dlock/<cluster>/key`: read, or created
+    /// once (from the OS CSPRNG, by compare-and-swap, so every server reads the same) if no
+    /// server created it yet. For a cluster whose servers are not given a key file: etcd must
+    /// then run with TLS and client certificates, since whoever reads the key can mint any
+    /// client's session.
+    pub fn session_key(&self) -> Pending<[u8; 32]> {
+        let (reply, rx) = std::sync::mpsc::sync_channel(1);
+        let _ = self.commands.send(Command::SessionKey { reply });
         Pending(rx)
     }
 

@@ -244,6 +244,9 @@ fn spawn_request(client: &Client, cfg: &Arc<AgentConfig>, shared: &Arc<Shared>, 
             Command::Marks { partition, reply } => {
                 let _ = reply.send(etcd::marks(&client, &cfg, partition).await);
             }
+            Command::SessionKey { reply } => {
+                let _ = reply.send(etcd::session_key(&client, &cfg).await);
+            }
             Command::PersistClients { ids, reply } => {
                 let incarnation = lock(&shared.standing).incarnation;
                 let r = match incarnation {
@@ -277,6 +280,9 @@ fn drain_commands(commands: &mut UnboundedReceiver<Command>) -> Option<Lost> {
                 let _ = reply.send(Err(AgentError::Etcd("not registered".into())));
             }
             Command::PersistClients { reply, .. } => {
+                let _ = reply.send(Err(AgentError::Etcd("not registered".into())));
+            }
+            Command::SessionKey { reply } => {
                 let _ = reply.send(Err(AgentError::Etcd("not registered".into())));
             }
             Command::Clients { reply, .. } => {

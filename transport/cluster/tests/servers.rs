@@ -157,3 +157,17 @@ fn two_servers_split_the_partitions_and_one_takes_over_when_the_other_dies() {
         "not before the lease expired"
     );
 }
+
+#[test]
+fn servers_without_a_key_file_share_the_key_etcd_keeps() {
+    let etcd = Etcd::start();
+    let a1 = etcd.agent("keyed", 1, P);
+    let a2 = etcd.agent("keyed", 2, P);
+    let wait = Duration::from_secs(10);
+    let k1 = a1.handle().session_key().wait(wait).unwrap().unwrap();
+    let k2 = a2.handle().session_key().wait(wait).unwrap().unwrap();
+    assert_eq!(k1, k2, "created once, read by every server");
+    assert!(SessionKey::new(k1).is_ok(), "a key of full entropy");
+    let again = a1.handle().session_key().wait(wait).unwrap().unwrap();
+    assert_eq!(again, k1);
+}
