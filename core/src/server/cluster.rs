@@ -200,38 +200,68 @@ impl ClusterCore<'_> {
         (bit / 64, 1u64 << (bit % 64))
     }
 
-    /// Tracks `clients` (the old owner's persisted ids) for partition `p`; false if they do not
-    /// fit (the partition then waits for its grace end).
-    fn track(&mut self, p: u16, clients: &[u32]) -> bool {
-        for &c in clients {
-            if self.tracked_index(c).is_none() {
-                if self.expected_len == RECLAIM_CLIENTS_MAX {
-                    return false;
+    /// Tracks `clients` (one old owner's persisted ids) in the expected table, writing each
+    /// one's index into `indices`; `None` if they do not fit (its partitions then wait for
+    /// their grace end). Once per old owner per map, not per partition: the lookups are linear.
+    fn track<'i>(&mut self, clients: &[u32], indices: &'i mut [u16]) -> Option<&'i [u16]> {
+        let indices = indices.get_mut(..clients.len())?;
+        for (&c, slot) in clients.iter().zip(indices.iter_mut()) {
+            let i = match self.tracked_index(c) {
+                Some(i) => i,
+                None if self.expected_len < RECLAIM_CLIENTS_MAX => {
+                    self.side.expected[self.expected_len] = c;
+                    self.expected_len += 1;
+                    self.expected_len - 1
                 }
-                self.side.expected[self.expected_len] = c;
-                self.expected_len += 1;
-            }
-        }
-        let mut awaiting = 0;
-        for &c in clients {
-            let Some(i) = self.tracked_index(c) else {
-                continue;
+                None => return None,
             };
-            let (w, m) = Self::grid_bit(p, i);
+            *slot = i as u16;
+        }
+        Some(indices)
+    }
+
+    /// Marks the tracked clients at `indices` as awaited in partition `p`.
+    fn await_in(&mut self, p: u16, indices: &[u16]) {
+        let mut awaiting = 0;
+        for &i in indices {
+            let (w, m) = Self::grid_bit(p, usize::from(i));
             if self.side.reclaims[w] & m == 0 {
                 self.side.reclaims[w] |= m;
                 awaiting += 1;
             }
         }
         self.side.parts[usize::from(p)].awaiting = awaiting;
-        true
     }
 
-    /// Forgets partition `p`'s tracked clients.
+    /// Forgets partition `p`'s tracked clients: its bits are one run of words.
     fn untrack(&mut self, p: u16) {
-        for i in 0..self.expected_len {
-            let (w, m) = Self::grid_bit(p, i);
-            self.side.reclaims[w] &= !m;
+        const WORDS: usize = RECLAIM_CLIENTS_MAX / 64;
+        let start = usize::from(p) * WORDS;
+        self.side.reclaims[start..start + WORDS].fill(0);
+    }
+
+    /// For every old owner in `old_clients`, tracks its ids and marks them awaited in each
+    /// partition of `taken` it owned under the map still applied (the one being replaced).
+    fn track_takeovers(
+        &mut self,
+        taken: &[u64; PARTITIONS_MAX as usize / 64],
+        old_clients: &[(ServerId, u64, &[u32])],
+    ) {
+        let mut indices = [0u16; RECLAIM_CLIENTS_MAX];
+        for &(server, incarnation, ids) in old_clients {
+            let Some(idx) = self.track(ids, &mut indices) else {
+                continue;
+            };
+            let was_theirs = |m: &Map, p: u16| {
+                m.owner(p).is_some_and(|o| o.server == Some(server))
+                    && m.server(server)
+                        .is_some_and(|e| e.incarnation() == incarnation)
+            };
+            for p in 0..self.side.map.partitions().get() {
+                if taken[usize::from(p) / 64] & 1 << (p % 64) != 0 && was_theirs(self.side.map, p) {
+                    self.await_in(p, idx);
+                }
+            }
         }
     }
 }
@@ -329,6 +359,8 @@ impl<'r> Server<'r> {
         // freed before serving, so no grant of the earlier epoch revives (its holders
         // re-claim with proofs like everyone else's).
         let mut reset = [0u64; PARTITIONS_MAX as usize / 64];
+        // Partitions taken over: their old owners' clients are tracked after the loop.
+        let mut taken = [0u64; PARTITIONS_MAX as usize / 64];
         let mut any_reset = false;
         for p in 0..map.partitions().get() {
             let before = (was_mine(c.side.map, c.incarnation, p), c.epoch_of(p));
@@ -338,10 +370,6 @@ impl<'r> Server<'r> {
                 continue;
             }
             moved[usize::from(p) / 64] |= 1 << (p % 64);
-            let old_owner = c.side.map.owner(p).and_then(|o| o.server);
-            let old_inc = old_owner
-                .and_then(|s| c.side.map.server(s))
-                .map_or(0, |e| e.incarnation());
             let handover = map.owner(p).map_or(Handover::First, |o| o.handover);
             let s = &mut c.side.parts[usize::from(p)];
             if now_mine {
@@ -368,14 +396,7 @@ impl<'r> Server<'r> {
                     free_at_ms: 0,
                 };
                 c.untrack(p);
-                let list = old_clients
-                    .iter()
-                    .find(|(id, inc, _)| Some(*id) == old_owner && *inc == old_inc);
-                if let Some((_, _, ids)) = list
-                    && !c.track(p, ids)
-                {
-                    c.side.parts[usize::from(p)].awaiting = u32::MAX;
-                }
+                taken[usize::from(p) / 64] |= 1 << (p % 64);
                 c.pending += 1;
             } else if before.0 {
                 let free_at = now_ms + c.timing.stretch_ms(u64::from(c.timing.grant_lease_max_ms));
@@ -388,6 +409,8 @@ impl<'r> Server<'r> {
                 c.pending += 1;
             }
         }
+        // Before the old map is replaced: it says who owned each partition taken.
+        c.track_takeovers(&taken, old_clients);
         c.side.map.clone_from(map);
         c.incarnation = incarnation;
         let owned = c.side.parts.iter().filter(|s| s.owned).count();

@@ -591,3 +591,42 @@ fn the_cluster_counters_count_moved_and_fenced_answers_and_owned_and_recovering_
     assert_eq!(stats.0[Counter::PartitionMoved as usize], 2);
     assert_eq!(stats.0[Counter::Fenced as usize], 1);
 }
+
+#[test]
+fn recovery_ends_early_only_when_every_client_of_the_old_owner_is_done() {
+    let m1 = first_map();
+    let mut s2 = member(2);
+    s2.apply_map(&m1, 22, &[], 0);
+    let m2 = next(&m1, &[(2, 22, false)]);
+    let key = SessionKey::new(crate::ids::tests::GOOD_KEY).unwrap();
+    let (a, b, stranger) = (1 << 23 | 5, 1 << 23 | 6, 1 << 23 | 7);
+    let old: &[u32] = &[a, b];
+    s2.apply_map(&m2, 22, &[(sid(1), 11, old)], 1_000);
+    for id in [a, b, stranger] {
+        let session = Session::minted(&key, test_mac, id, [id as u8; 8]);
+        s2.client_join(Peer::EXEMPT, id, PROTO_VERSION, 0, &session, 1_000)
+            .unwrap();
+        s2.client_persisted(id);
+    }
+    let p = m2
+        .owned_by(sid(2))
+        .find(|&p| m1.owner(p).unwrap().server == Some(sid(1)))
+        .unwrap();
+    let epoch = m2.owner(p).unwrap().epoch;
+    let after_wait = 1_000 + TIMING.margin_ms();
+    s2.reclaim_done(a, p, epoch, after_wait).unwrap();
+    s2.reclaim_done(stranger, p, epoch, after_wait).unwrap();
+    s2.reclaim_done(a, p, epoch, after_wait).unwrap();
+    s2.tick(after_wait);
+    assert!(
+        !s2.partition_state(p).unwrap().serving,
+        "one of two done; a stranger and a repeat do not count"
+    );
+    assert_eq!(
+        s2.reclaim_done(b, p, epoch + 1, after_wait),
+        Err(Status::PartitionMoved),
+        "a done for another epoch is not this takeover's"
+    );
+    s2.reclaim_done(b, p, epoch, after_wait).unwrap();
+    assert!(s2.partition_state(p).unwrap().serving);
+}
