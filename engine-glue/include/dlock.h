@@ -148,7 +148,13 @@ typedef enum debug_stats_code {
     DEBUG_STATS_CLIENTS_REFUSED_PEER_CAP = 40, /* registrations past clients_per_peer_max */
     DEBUG_STATS_TLS_NOT_YET_VALID = 41,        /* client certificate not valid yet */
     DEBUG_STATS_TLS_HANDSHAKES_DEFERRED = 42,  /* handshake steps put off to a later turn */
-    DEBUG_STATS_MAX = 43
+    DEBUG_STATS_PARTITION_MOVED = 43,          /* cluster: answered DLOCK_PARTITION_MOVED */
+    DEBUG_STATS_FENCED = 44,                   /* cluster: of those, while fenced */
+    DEBUG_STATS_PARTITIONS_OWNED = 45,         /* cluster: partitions owned now (gauge) */
+    DEBUG_STATS_PARTITIONS_RECOVERING = 46,    /* cluster: owned and recovering now (gauge) */
+    DEBUG_STATS_TOKEN_RENEWALS = 47,           /* cluster: epoch renewals asked for */
+    DEBUG_STATS_COUNTER_RESERVATIONS = 48,     /* cluster: high-water marks reserved */
+    DEBUG_STATS_MAX = 49
 } debug_stats_code_t;
 
 /* ---------------------------------------------------------------------------------------- */

@@ -9,8 +9,8 @@
 //!
 //! | the connection        | the frame                                  | then                                  |
 //! |-----------------------|--------------------------------------------|---------------------------------------|
-//! | unbound               | `ClientInit`, `ClientReinit`               | run (a reinit shows the session)      |
-//! | unbound               | `Stats`                                    | run: the counters need no registration|
+//! | unbound               | `ClientInit`, `ClientReinit`, `ClientJoin` | run (a reinit or join shows the session) |
+//! | unbound               | `Stats`, `GetMap`                          | run: neither needs a registration     |
 //! | unbound               | anything else                              | close                                 |
 //! | bound to `c`          | `ClientInit`, `ClientReinit`               | close: one registration per connection|
 //! | bound to `c`          | anything else naming `c`                   | run                                   |
@@ -98,8 +98,12 @@ impl ControlConn {
     /// The admission rule (module doc) for a frame of type `msg` whose header names `client`.
     #[inline]
     pub const fn admit(self, msg: MsgType, client: u32) -> ControlAdmission {
-        let registers = matches!(msg, MsgType::ClientInit | MsgType::ClientReinit);
-        let stats = matches!(msg, MsgType::Stats);
+        let registers = matches!(
+            msg,
+            MsgType::ClientInit | MsgType::ClientReinit | MsgType::ClientJoin
+        );
+        // The map, like the counters, needs no registration: a client fetches it first.
+        let stats = matches!(msg, MsgType::Stats | MsgType::GetMap);
         match self {
             ControlConn::Unbound if registers || stats => ControlAdmission::Run,
             ControlConn::Unbound => ControlAdmission::Close,

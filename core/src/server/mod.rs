@@ -21,6 +21,11 @@
 //! the two halves on two threads without changing any semantics.
 
 mod clients;
+mod cluster;
+mod cluster_claims;
+mod cluster_counters;
+mod cluster_requests;
+mod cluster_slots;
 pub mod control;
 mod data;
 mod dispatch;
@@ -39,6 +44,10 @@ use crate::config::Config;
 use crate::ids::{ClientId, FencingToken, SessionKey, SessionMac};
 use crate::status::Status;
 use crate::table::{ClientState, Tables};
+pub use cluster::{
+    ClusterSettings, ClusterSide, ClusterWork, PartState, RECLAIM_CLIENTS_MAX, RECLAIM_GRID_WORDS,
+    RESERVE_QUEUE_MAX,
+};
 pub use control::{ControlAdmission, ControlConn};
 pub use dispatch::{Dispatched, Source, Streamed};
 pub use frames::FrameError;
@@ -88,6 +97,8 @@ pub struct Server<'r> {
     ready: u32,
     /// The earliest tick at which a parked request may need a time-based retry.
     next_timer_ms: u64,
+    /// The cluster half (`cluster.rs`); `None` on a standalone server.
+    cluster: Option<cluster::ClusterCore<'r>>,
 }
 
 /// Where a server draws the values a peer must not be able to predict: client ids, session
@@ -157,6 +168,7 @@ impl<'r> Server<'r> {
             waiting: 0,
             ready: 0,
             next_timer_ms: u64::MAX,
+            cluster: None,
         }
     }
 

@@ -44,6 +44,7 @@ impl<'r> Server<'r> {
         if !valid_name(name) || lease_s == 0 {
             return Err(Status::Einval);
         }
+        let partition = self.partition_for_name(name, now_ms)?;
         let me = self.t.clients[slot as usize].id;
         let lease_until = now_ms.saturating_add(lease_s as u64 * 1_000);
         let hash = crate::table::index::hash_name(self.name_key, name);
@@ -58,7 +59,9 @@ impl<'r> Server<'r> {
                 // Refresh a lingering destroyed object: new owner and lease, every old reference
                 // dropped, value kept.
                 *meta = ObjectMeta {
-                    state: SlotState::live(state.generation(), crate::LockKind::Atomic).0,
+                    state: SlotState::live(state.generation(), crate::LockKind::Atomic)
+                        .in_partition(partition)
+                        .0,
                     owner: me,
                     refs: 0,
                     lease_until_ms: lease_until,
@@ -78,7 +81,9 @@ impl<'r> Server<'r> {
         let generation =
             next_generation(SlotState(self.t.object_meta[index as usize].state).generation());
         self.t.object_meta[index as usize] = ObjectMeta {
-            state: SlotState::live(generation, crate::LockKind::Atomic).0,
+            state: SlotState::live(generation, crate::LockKind::Atomic)
+                .in_partition(partition)
+                .0,
             owner: me,
             refs: 0,
             lease_until_ms: lease_until,
@@ -109,6 +114,8 @@ impl<'r> Server<'r> {
         if !valid_name(name) {
             return Err(self.refuse(Status::Einval));
         }
+        self.partition_for_name(name, now_ms)
+            .map_err(|s| self.refuse(s))?;
         let hash = crate::table::index::hash_name(self.name_key, name);
         let index = self
             .find_object(hash, name)

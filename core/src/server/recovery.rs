@@ -152,7 +152,9 @@ impl<'r> Server<'r> {
         let slot = self
             .client_slot(raw)
             .ok_or_else(|| self.refuse(Status::ClientNotInit))?;
-        if self.claim_window(slot) == ClaimWindow::Closed {
+        // A cluster server takes claims per partition (`cluster_claims.rs`), from any
+        // registered client.
+        if !self.is_cluster() && self.claim_window(slot) == ClaimWindow::Closed {
             return Err(self.refuse(Status::Einval));
         }
         let n = claims.len().min(BATCH_MAX);
@@ -196,6 +198,9 @@ impl<'r> Server<'r> {
         claim: &LockClaim<'_>,
         now_ms: u64,
     ) -> Result<LockId, Status> {
+        if self.is_cluster() {
+            return self.cluster_claim(raw, claim, now_ms);
+        }
         self.stats.bump(Counter::ControlRequests);
         let slot = self
             .client_slot(raw)
@@ -248,7 +253,7 @@ impl<'r> Server<'r> {
             .find_lock(claim.name)
             .is_some_and(|l| self.t.lock_refs.get(slot, l) != 0);
         let id = self
-            .get_lock_for(slot, claim.kind, claim.name)
+            .get_lock_for(slot, claim.kind, claim.name, now_ms)
             .map_err(|s| self.refuse(s))?;
         let lock = id.index();
         // Claims are idempotent: a batch re-sent after a lost echo merges nothing twice.
@@ -282,7 +287,7 @@ impl<'r> Server<'r> {
 
     /// The id of the lock `claim` names if the server already holds for client `slot` exactly
     /// what the claim says (a reference, or a grant or ticket of that kind): a repeated claim.
-    fn restored(&self, slot: u32, claim: &LockClaim<'_>) -> Option<LockId> {
+    pub(super) fn restored(&self, slot: u32, claim: &LockClaim<'_>) -> Option<LockId> {
         let lock = self.find_lock(claim.name)?;
         let state = SlotState(self.t.lock_meta[lock as usize].state);
         if state.kind() != claim.kind || self.t.lock_refs.get(slot, lock) == 0 {
@@ -293,7 +298,7 @@ impl<'r> Server<'r> {
     }
 
     /// Applies the merge table above to lock slot `lock`; returns what the client now holds.
-    fn merge_claim(
+    pub(super) fn merge_claim(
         &mut self,
         lock: u32,
         me: ClientId,

@@ -104,6 +104,19 @@ pub enum Counter {
     /// established connections' requests were served first (a burst of new connections)
     /// (transport).
     TlsHandshakesDeferred,
+    /// Commands and names answered `PartitionMoved` (cluster: not owned here at the epoch
+    /// named, or fenced).
+    PartitionMoved,
+    /// Of those, answered because this server fenced itself (its authority lapsed).
+    Fenced,
+    /// Partitions this server owns under its applied map (a gauge, set at each map).
+    PartitionsOwned,
+    /// Owned partitions still recovering from a takeover (a gauge, set at each tick).
+    PartitionsRecovering,
+    /// Epoch renewals asked for (a partition's token counter ran half out).
+    TokenRenewals,
+    /// Counter high-water-mark reservations asked for.
+    CounterReservations,
 }
 
 impl Counter {
@@ -131,7 +144,7 @@ impl Counter {
     }
 
     /// Number of counters.
-    pub const COUNT: usize = Counter::TlsHandshakesDeferred as usize + 1;
+    pub const COUNT: usize = Counter::CounterReservations as usize + 1;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT] = [
@@ -178,6 +191,12 @@ impl Counter {
         Counter::ClientsRefusedPeerCap,
         Counter::TlsNotYetValid,
         Counter::TlsHandshakesDeferred,
+        Counter::PartitionMoved,
+        Counter::Fenced,
+        Counter::PartitionsOwned,
+        Counter::PartitionsRecovering,
+        Counter::TokenRenewals,
+        Counter::CounterReservations,
     ];
 
     /// A stable snake-case name for printing.
@@ -226,6 +245,12 @@ impl Counter {
             Counter::ClientsRefusedPeerCap => "clients_refused_peer_cap",
             Counter::TlsNotYetValid => "tls_not_yet_valid",
             Counter::TlsHandshakesDeferred => "tls_handshakes_deferred",
+            Counter::PartitionMoved => "partition_moved",
+            Counter::Fenced => "fenced",
+            Counter::PartitionsOwned => "partitions_owned",
+            Counter::PartitionsRecovering => "partitions_recovering",
+            Counter::TokenRenewals => "token_renewals",
+            Counter::CounterReservations => "counter_reservations",
         }
     }
 }
@@ -273,6 +298,7 @@ impl Stats {
             S::ServerNoResource | S::ObjectTooMany => Counter::NoResource,
             S::ObjectNotGet => Counter::ObjectNotGet,
             S::ObjectCasFailed => Counter::ObjectCasFailed,
+            S::PartitionMoved => Counter::PartitionMoved,
             _ => return,
         };
         self.bump(c);

@@ -13,6 +13,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "cluster")]
+mod cluster;
+mod status;
+
 use clap::{Parser, Subcommand, ValueEnum};
 use dlock_core::{Config, LockKind, Mode, Status};
 use dlock_transport::client::{Client, ClientConfig, Endpoint, Error};
@@ -46,6 +50,24 @@ enum Command {
     },
     /// Drive a workload and print throughput and latency percentiles.
     Bench(BenchArgs),
+    /// A cluster's state as its servers see it (no etcd needed).
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCommand {
+    /// The map (members, partitions, epochs, takeovers) from any server, and each member's
+    /// counters (partitions owned and recovering, moved and fenced answers, clients).
+    Status {
+        /// Any server of the cluster.
+        #[arg(long, default_value = "127.0.0.1:21616")]
+        connect: SocketAddr,
+        #[command(flatten)]
+        tls: ClientTlsArgs,
+    },
 }
 
 /// Server settings; every flag can also come from the TOML file (flags win).
@@ -164,6 +186,10 @@ struct ServeArgs {
     #[cfg(feature = "rdma")]
     #[arg(long, requires = "rdma_device")]
     rdma_gid_index: Option<u8>,
+    /// Cluster membership (feature `cluster`; the TOML file's `[cluster]` table).
+    #[cfg(feature = "cluster")]
+    #[command(flatten)]
+    cluster: cluster::ClusterArgs,
 }
 
 impl ServeArgs {
@@ -202,6 +228,8 @@ impl ServeArgs {
             rdma_port: self.rdma_port.or(file.rdma_port),
             #[cfg(feature = "rdma")]
             rdma_gid_index: self.rdma_gid_index.or(file.rdma_gid_index),
+            #[cfg(feature = "cluster")]
+            cluster: self.cluster.over(file.cluster),
         }
     }
 }
@@ -351,6 +379,9 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(*args),
         Command::Stat { connect, tls } => stat(connect, &tls),
         Command::Bench(args) => bench(args),
+        Command::Cluster {
+            command: ClusterCommand::Status { connect, tls },
+        } => status::status(connect, &|a| tls.endpoint(a)),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -442,7 +473,30 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
-    let cfg = serve_config(args)?;
+    #[cfg(feature = "cluster")]
+    let (args, cluster) = {
+        let mut args = args;
+        let cluster = std::mem::take(&mut args.cluster);
+        (args, cluster)
+    };
+    #[cfg(feature = "cluster")]
+    if cluster.enabled() && args.epoch.is_some() {
+        return Err("--epoch is for a standalone server: a cluster's epochs come from etcd".into());
+    }
+    #[allow(unused_mut)]
+    let mut cfg = serve_config(args)?;
+    #[cfg(feature = "cluster")]
+    let agent = match cluster.enabled() {
+        true => {
+            let bind = cfg
+                .tcp
+                .as_ref()
+                .map(|t| t.listen)
+                .ok_or("a cluster server needs TCP")?;
+            Some(cluster.join(&mut cfg, bind)?)
+        }
+        false => None,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|e| e.to_string())?;
@@ -472,11 +526,33 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             );
         }
     }
+    // `kill -USR1 <pid>` drains a cluster server: the coordinator moves its partitions away
+    // (their clients re-claim at the new owners); stop it with SIGTERM once `dlock cluster
+    // status` shows it owns nothing.
+    #[cfg(feature = "cluster")]
+    let drain = {
+        let drain = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&drain))
+            .map_err(|e| e.to_string())?;
+        drain
+    };
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(100));
+        #[cfg(feature = "cluster")]
+        if drain.swap(false, Ordering::AcqRel)
+            && let Some(agent) = &agent
+        {
+            tracing::info!("draining: the cluster moves this server's partitions away");
+            agent.handle().drain();
+        }
     }
     tracing::info!("shutting down");
     server.stop();
+    // Only now, with nothing granted any more, may the partitions move at once.
+    #[cfg(feature = "cluster")]
+    if let Some(agent) = agent {
+        agent.leave();
+    }
     Ok(())
 }
 

@@ -63,9 +63,22 @@ pub(super) fn run(
             return;
         }
     };
+    // Declared before the server, which borrows it for its whole life.
+    let mut cluster_memory = shared
+        .cluster
+        .as_ref()
+        .map(|_| super::cluster::ClusterMemory::new());
     let mut server = Server::new(tables, &cfg.core, super::os_entropy);
     if let Some(key) = &cfg.session_key {
         server.set_session_key(key.clone(), super::hmac_sha256);
+    }
+    if let (Some(mem), Some(cx)) = (cluster_memory.as_mut(), shared.cluster.as_ref()) {
+        let settings = dlock_core::server::ClusterSettings {
+            me: cx.membership.server_id(),
+            timing: cx.membership.timing(),
+            counter_step: cx.counter_step,
+        };
+        server.enable_cluster(mem.side(), settings);
     }
     let slots = cfg.core.clients_max as usize;
     // Allocated once, here: the core keeps the routing state in it and allocates nothing.
@@ -77,7 +90,7 @@ pub(super) fn run(
         routing: Routing::new(&mut routing),
         req: [0; DATA_REQUEST_WITH_VALUES_MAX],
         resp: vec![0; CONTROL_FRAME_MAX],
-        start: Instant::now(),
+        start: shared.started,
         tcp: DataConns::new(shared, cfg, poll),
         #[cfg(feature = "rdma")]
         rdma: super::rdma::Peers::new(shared, slots),
@@ -104,6 +117,9 @@ impl Data<'_> {
     /// lease tick when `next_tick` has come; returns how much work there was.
     fn turn(&mut self, server: &mut Server<'_>, now: u64, next_tick: &mut u64) -> usize {
         let mut work = self.serve_mailboxes(server, now);
+        if let Some(cx) = &self.shared.cluster {
+            work += super::cluster::serve(cx, server, now);
+        }
         work += self.serve_inbox(server, now);
         work += self.tcp.take_handovers(server, &mut self.routing, now);
         work += self.tcp.serve(server, &mut self.routing, now);
@@ -254,6 +270,9 @@ impl Data<'_> {
                             job.buf[..done.len].copy_from_slice(&self.resp[..done.len]);
                             job.len = done.len;
                             if let Some(r) = done.registered {
+                                if let Some(cx) = &self.shared.cluster {
+                                    cx.note(super::cluster::ToCluster::Registered(r.client));
+                                }
                                 self.registered(r);
                                 job.kind = JobKind::Registered { client: r.client };
                             }
@@ -354,6 +373,9 @@ pub(super) fn moved_to_stream(shared: &Shared, client: u32) {
 
 /// Tells the control thread that `client` is no longer registered: it closes its connections.
 fn client_gone(shared: &Shared, client: u32) {
+    if let Some(cx) = &shared.cluster {
+        cx.note(super::cluster::ToCluster::Gone(client));
+    }
     // The outbox has room for one notice per client beside every reply (see `Exchange`).
     let _ = shared.exchange.outbox.push(Job {
         conn: 0,
