@@ -54,6 +54,7 @@
 //! [`Error`] without a source, built without allocating.
 
 mod awaited;
+pub mod cluster;
 mod config;
 mod connection;
 mod control;
@@ -284,6 +285,12 @@ impl<C: Connection> Client<C> {
     /// or less when that was above the server's maximum. Heartbeat well within it.
     pub fn lease(&self) -> Duration {
         self.lease
+    }
+
+    /// The connection this client runs over (a cluster client's
+    /// [`ClusterLink`](cluster::ClusterLink): its map version, the servers it joined).
+    pub fn connection(&self) -> &C {
+        &self.link
     }
 
     /// Whether the server said it was recovering at the last (re)registration.

@@ -1,0 +1,248 @@
+//! The client's control requests over the cluster: registration to one server, lock names
+//! routed to their partition's owner (with the handle filed under a cluster id), references
+//! released where they live, heartbeats and leaving sent to every server the client joined.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use dlock_core::cluster::partition_of;
+use dlock_core::proto::{
+    CONTROL_FRAME_MAX, ControlHeader, ControlRequest, ControlResponse, decode_control_request,
+    decode_control_response, encode_control_response,
+};
+use dlock_core::{LockKind, Status};
+
+use super::routes::{Route, Routes};
+use super::{ClusterLink, Dial, garbage};
+use crate::client::LocalLock;
+
+/// The first pause before a request refused `NotReady` (or `PartitionMoved` by a map that did
+/// not change yet) is sent again; it doubles up to [`PAUSE_MAX`].
+pub(super) const PAUSE_MIN: Duration = Duration::from_millis(2);
+/// The longest pause between two retries.
+pub(super) const PAUSE_MAX: Duration = Duration::from_millis(100);
+
+/// What one attempt at a routed control request came to.
+enum Attempt {
+    /// The reply is final (a success or a refusal the client reads): its length.
+    Done(usize),
+    /// Refused by a partition check (`PartitionMoved`, `NotReady`): the reply's length.
+    Retry(usize),
+}
+
+impl<D: Dial> ClusterLink<D> {
+    /// Answers the client's control frame `req` into `reply` (module doc of `cluster`).
+    pub(super) fn route_control(
+        &mut self,
+        req: &[u8],
+        reply: &mut [u8],
+        deadline: Instant,
+    ) -> io::Result<usize> {
+        let frame = decode_control_request(req).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the client sent a malformed request",
+            )
+        })?;
+        let h = frame.header;
+        match frame.body {
+            ControlRequest::ClientInit { .. } => self.register(req, reply, deadline),
+            ControlRequest::Heartbeat | ControlRequest::ClientDeinit => {
+                self.everywhere(h, frame.body, reply, deadline)
+            }
+            ControlRequest::GetLock { kind, name } => self.get_lock(h, kind, name, reply, deadline),
+            ControlRequest::ReleaseLock { lock } => self.release_lock(h, lock, reply, deadline),
+            ControlRequest::Stats => {
+                let home = self.home().ok_or_else(|| garbage("not registered"))?;
+                let m = self.control_with(home, frame.body, reply, deadline)?;
+                rewrite_id(reply, m, h)
+            }
+            _ => answer(h, Status::Einval, ControlResponse::Empty, reply),
+        }
+    }
+
+    /// The server the client registered with first (any joined one would do for `Stats`).
+    fn home(&self) -> Option<dlock_core::cluster::ServerId> {
+        self.joined().into_iter().next()
+    }
+
+    /// Sends `body` to every server the client joined; `Success` when all said so, else the
+    /// first refusal. A server that cannot be reached fails the call.
+    fn everywhere(
+        &mut self,
+        h: ControlHeader,
+        body: ControlRequest<'_>,
+        reply: &mut [u8],
+        deadline: Instant,
+    ) -> io::Result<usize> {
+        let mut status = Status::Success;
+        for server in self.joined() {
+            let m = self.control_with(server, body, reply, deadline)?;
+            let s = decode_control_response(&reply[..m])
+                .ok()
+                .and_then(|f| f.header.status())
+                .ok_or_else(|| garbage("a reply carries no status"))?;
+            if status == Status::Success {
+                status = s;
+            }
+        }
+        if matches!(body, ControlRequest::ClientDeinit) && status == Status::Success {
+            self.routes.clear();
+            self.members.clear();
+        }
+        answer(h, status, ControlResponse::Empty, reply)
+    }
+
+    /// `GetLock` at the owner of the name's partition; the handle is filed under a cluster id,
+    /// which is what the client gets.
+    fn get_lock(
+        &mut self,
+        h: ControlHeader,
+        kind: LockKind,
+        name: &[u8],
+        reply: &mut [u8],
+        deadline: Instant,
+    ) -> io::Result<usize> {
+        if let Some(id) = self.routes.by_name(kind, name) {
+            return answer(
+                h,
+                Status::Success,
+                ControlResponse::Lock { lock: id },
+                reply,
+            );
+        }
+        let body = ControlRequest::GetLock { kind, name };
+        let mut pause = PAUSE_MIN;
+        loop {
+            let partition = partition_of(name, self.map.partitions());
+            let owner = self.map.owner(partition).copied().unwrap_or_default();
+            let attempt = match owner.server {
+                Some(server) => {
+                    let m = self.control_with(server, body, reply, deadline)?;
+                    let frame = decode_control_response(&reply[..m])
+                        .map_err(|_| garbage("a GetLock reply is malformed"))?;
+                    match (frame.header.status(), frame.body) {
+                        (Some(Status::Success), ControlResponse::Lock { lock }) => {
+                            let incarnation =
+                                self.map.server(server).map_or(0, |e| e.incarnation());
+                            let id = self.routes.insert(Route {
+                                name: name.to_vec(),
+                                partition,
+                                server,
+                                incarnation,
+                                epoch: owner.epoch,
+                                server_lock: Some(lock),
+                                record: LocalLock::new(Routes::unfiled(), kind),
+                            });
+                            return answer(
+                                h,
+                                Status::Success,
+                                ControlResponse::Lock { lock: id },
+                                reply,
+                            );
+                        }
+                        (Some(Status::PartitionMoved | Status::NotReady), _) => Attempt::Retry(m),
+                        _ => Attempt::Done(m),
+                    }
+                }
+                None => Attempt::Retry(answer(
+                    h,
+                    Status::PartitionMoved,
+                    moved(self.map.version()),
+                    reply,
+                )?),
+            };
+            match attempt {
+                Attempt::Done(m) => return rewrite_id(reply, m, h),
+                Attempt::Retry(m) if Instant::now() >= deadline => return rewrite_id(reply, m, h),
+                Attempt::Retry(_) => {
+                    if !self.follow_map(owner.server, deadline) {
+                        pause = self.pause(pause, deadline);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `ReleaseLock` of a cluster id, at the server the lock lives on now.
+    fn release_lock(
+        &mut self,
+        h: ControlHeader,
+        lock: u32,
+        reply: &mut [u8],
+        deadline: Instant,
+    ) -> io::Result<usize> {
+        let mut pause = PAUSE_MIN;
+        loop {
+            let Some(route) = self.routes.get(lock) else {
+                return answer(h, Status::Einval, ControlResponse::Empty, reply);
+            };
+            let (server, server_lock) = (route.server, route.server_lock);
+            let Some(server_lock) = server_lock else {
+                // The server refused this lock's re-claim: it holds no reference to give back.
+                self.routes.remove(lock);
+                return answer(h, Status::Success, ControlResponse::Empty, reply);
+            };
+            let body = ControlRequest::ReleaseLock { lock: server_lock };
+            let m = self.control_with(server, body, reply, deadline)?;
+            let status = decode_control_response(&reply[..m])
+                .ok()
+                .and_then(|f| f.header.status())
+                .ok_or_else(|| garbage("a ReleaseLock reply carries no status"))?;
+            match status {
+                Status::Success => {
+                    self.routes.remove(lock);
+                    return rewrite_id(reply, m, h);
+                }
+                Status::PartitionMoved | Status::NotReady if Instant::now() < deadline => {
+                    if !self.follow_map(Some(server), deadline) {
+                        pause = self.pause(pause, deadline);
+                    }
+                }
+                _ => return rewrite_id(reply, m, h),
+            }
+        }
+    }
+
+    /// Sleeps `pause` (never past `deadline`); the next pause.
+    pub(super) fn pause(&self, pause: Duration, deadline: Instant) -> Duration {
+        let left = deadline.saturating_duration_since(Instant::now());
+        std::thread::sleep(pause.min(left));
+        (pause * 2).min(PAUSE_MAX)
+    }
+}
+
+/// The body of a `PartitionMoved` answer.
+pub(super) fn moved(map_version: u64) -> ControlResponse<'static> {
+    ControlResponse::PartitionMoved { map_version }
+}
+
+/// Writes the link's own answer to the request with header `h`.
+fn answer(
+    h: ControlHeader,
+    status: Status,
+    body: ControlResponse<'_>,
+    reply: &mut [u8],
+) -> io::Result<usize> {
+    let header = ControlHeader {
+        word: status as u32,
+        ..h
+    };
+    encode_control_response(&header, &body, reply)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "an answer did not encode"))
+}
+
+/// A server's reply in `reply[..m]` (to the link's own message id) re-addressed to the
+/// client's request `h`.
+fn rewrite_id(reply: &mut [u8], m: usize, h: ControlHeader) -> io::Result<usize> {
+    let mut copy = [0u8; CONTROL_FRAME_MAX];
+    copy[..m].copy_from_slice(&reply[..m]);
+    let frame =
+        decode_control_response(&copy[..m]).map_err(|_| garbage("a control reply is malformed"))?;
+    let header = ControlHeader {
+        message_id: h.message_id,
+        ..frame.header
+    };
+    encode_control_response(&header, &frame.body, reply)
+        .map_err(|_| garbage("a control reply did not encode again"))
+}
