@@ -4,14 +4,22 @@
 //! change with the old owner's proofs, and the bad days (garbage maps, a server that vanishes).
 
 mod cluster_fake;
+// Only the server half of the shared helpers is used here.
+#[allow(dead_code)]
+mod common;
 
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::{self, Thread};
 use std::time::Duration;
 
 use cluster_fake::{Fake, FakeDial, Seen, SeenClaim, address, mac};
 use dlock_core::proto::Held;
 use dlock_core::{GrantProof, LockKind, Mode, Status};
 use dlock_transport::client::cluster::{ClusterConfig, ClusterLink};
-use dlock_transport::client::{Client, Locks};
+use dlock_transport::client::{Client, LockOptions, Locks};
 
 type Cluster = Client<ClusterLink<FakeDial>>;
 
@@ -293,4 +301,95 @@ fn the_native_api_runs_over_the_cluster() {
     guard.unlock().unwrap();
     let again = theirs.try_lock(lease).unwrap();
     assert!(again.token() > token);
+}
+
+#[test]
+fn a_name_whose_partition_moved_is_looked_up_at_its_new_owner() {
+    let fake = Fake::new(&[1, 2]);
+    let mut c = connect(&fake);
+    let before = c.connection().map_version();
+    let name = fake.name_on(2, "late");
+    fake.members(&[1]);
+    // The cached map still names server 2, which answers PartitionMoved; the client refreshes.
+    let id = c.get_lock(LockKind::Atomic, &name).unwrap();
+    assert!(c.connection().map_version() > before);
+    assert_eq!(
+        c.trylock(id, Mode::Exclusive, LEASE_MS).unwrap().status,
+        Status::Success
+    );
+    assert_eq!(fake.holder(&name), Some(c.id().get()));
+}
+
+#[test]
+fn a_client_silent_past_the_old_owners_lease_claims_nothing() {
+    let fake = Fake::new(&[1, 2]);
+    fake.set_lease_ms(20);
+    let mut c = connect(&fake);
+    let name = fake.name_on(2, "silent");
+    let id = c.get_lock(LockKind::Atomic, &name).unwrap();
+    let _held = c.trylock(id, Mode::Exclusive, LEASE_MS).unwrap();
+    // Silent for longer than server 2's lease: it may have freed the grant before it died.
+    thread::sleep(Duration::from_millis(100));
+    fake.members(&[1]);
+    let _ = c.unlock(id);
+    let claims: Vec<SeenClaim> = fake
+        .seen()
+        .into_iter()
+        .filter_map(|s| match s {
+            Seen::Claim(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0].held, Held::Reference, "{claims:?}");
+    assert!(claims[0].proof.is_none());
+}
+
+#[test]
+fn a_standalone_server_has_no_map_for_a_cluster_client() {
+    let s = common::server(true);
+    let addr = s.tcp_addr().unwrap().to_string();
+    let e = ClusterLink::connect(ClusterConfig::new([addr])).unwrap_err();
+    // Refused, with the I/O error that says why (the server answers `Einval`, or closes a
+    // connection that asks what it does not serve), never a panic.
+    assert_eq!(e.status(), Status::NotReady);
+    assert!(std::error::Error::source(&e).is_some(), "{e}");
+}
+
+/// Wakes a parked thread.
+struct Unpark(Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// The smallest executor: polls `f` on this thread, parking between wake-ups.
+fn block_on<F: Future>(f: F) -> F::Output {
+    let waker = Waker::from(Arc::new(Unpark(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = pin!(f);
+    loop {
+        match f.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => return v,
+            Poll::Pending => thread::park(),
+        }
+    }
+}
+
+#[test]
+fn async_guards_work_over_the_cluster() {
+    let fake = Fake::new(&[1, 2]);
+    let locks = Locks::connect_cluster(config(&fake, &[1])).unwrap();
+    let name = fake.name_on(2, "async");
+    let lock = locks.atomic(&name).unwrap();
+    let opts = LockOptions {
+        lease: Duration::from_secs(5),
+        wait: Duration::from_secs(1),
+    };
+    let guard = block_on(lock.lock_async(opts)).unwrap();
+    assert_eq!(fake.holder(&name), Some(locks.client_id().get()));
+    block_on(guard.unlock_async()).unwrap();
+    assert_eq!(fake.holder(&name), None);
 }

@@ -88,6 +88,8 @@ struct State {
     holders: HashMap<Vec<u8>, (u32, u64)>,
     next_client: u32,
     next_token: u64,
+    /// The lease every server grants.
+    lease_ms: u32,
     seen: Vec<Seen>,
 }
 
@@ -116,6 +118,7 @@ impl Fake {
             holders: HashMap::new(),
             next_client: 0x100,
             next_token: 0,
+            lease_ms: 60_000,
             seen: Vec::new(),
         };
         let fake = Fake(Arc::new(Mutex::new(state)));
@@ -147,6 +150,11 @@ impl Fake {
         for &s in live {
             st.servers.entry(s).or_default();
         }
+    }
+
+    /// Every server grants `lease_ms` from now on.
+    pub fn set_lease_ms(&self, lease_ms: u32) {
+        self.state().lease_ms = lease_ms;
     }
 
     pub fn map_version(&self) -> u64 {
@@ -376,7 +384,7 @@ impl State {
             version: 5,
             recovering: false,
             epoch: 0,
-            lease_ms: 60_000,
+            lease_ms: self.lease_ms,
             objects_max: 0,
             slot: 0,
             session,

@@ -16,11 +16,17 @@ use super::{ClusterLink, Dial, Identity, Member, fetch, garbage};
 use crate::client::Connection;
 
 /// Whether a reply with `status` shows the server holds the client's registration (its lease
-/// then runs from the request's send), as the single-server client's `renews_lease`.
+/// then runs from the request's send), as the single-server client's `renews_lease`, and not
+/// `PartitionMoved` either: a server that fenced itself answers that to everyone, and the old
+/// owner of a moved partition answering it says nothing about grants it may have freed while
+/// the client was silent (the lease-lapse rule of a re-claim reads this record).
 pub(super) fn renews_lease(status: Status) -> bool {
     !matches!(
         status,
-        Status::ClientNotInit | Status::ClientRemovedByServer | Status::NotReady
+        Status::ClientNotInit
+            | Status::ClientRemovedByServer
+            | Status::NotReady
+            | Status::PartitionMoved
     )
 }
 

@@ -18,7 +18,8 @@
 //! | `routes.rs`  | lock handles: cluster id → (name, partition, server, server's `LockId`) |
 //! | `members.rs` | registering once, joining each other server lazily, heartbeats, refreshing the map |
 //! | `control.rs` | the client's control requests, routed by name or by handle            |
-//! | `data.rs`    | data messages split per server, epochs stamped, retried, batches ordered |
+//! | `data.rs`    | data messages split per server, epochs stamped, batches ordered        |
+//! | `replies.rs` | their replies gathered, refused commands retried, failed runs undone   |
 //! | `reclaim.rs` | after a partition moved: re-claims with proofs, then `ReclaimDone`     |
 //!
 //! # Identity and leases
@@ -56,10 +57,12 @@ mod dial;
 mod fetch;
 mod members;
 mod reclaim;
+mod replies;
 mod routes;
 
 use std::collections::HashMap;
 use std::io;
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use dlock_core::Session;
@@ -70,6 +73,7 @@ pub use dial::{Dial, NetDial};
 use super::error::Op;
 use super::{Client, ClientConfig, Connection, Endpoint, Error, Locks, REQUEST_TIMEOUT};
 use data::Flight;
+use replies::Wait;
 use routes::Routes;
 
 /// How the cluster client starts: the servers to ask for the map first, how to reach a
@@ -283,7 +287,18 @@ impl<D: Dial> Connection for ClusterLink<D> {
     }
 
     fn try_recv_data(&mut self, ticket: u64, reply: &mut [u8]) -> io::Result<Option<usize>> {
-        self.drive(ticket, reply, None)
+        self.drive(ticket, reply, Wait::Look)
+    }
+
+    /// Each server's connection wakes `waker` when its reply may have come (a `Mux`'s reader
+    /// does), so a future over the cluster is polled again when there is news, not in a loop.
+    fn poll_recv_data(
+        &mut self,
+        ticket: u64,
+        reply: &mut [u8],
+        waker: &Waker,
+    ) -> io::Result<Option<usize>> {
+        self.drive(ticket, reply, Wait::Poll(waker))
     }
 
     fn recv_data(
@@ -295,7 +310,7 @@ impl<D: Dial> Connection for ClusterLink<D> {
         // "Forever" is bounded by the link's own timeout for its retries, not for the wait:
         // a parked request's reply may take as long as its wait.
         let deadline = deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400));
-        self.drive(ticket, reply, Some(deadline))
+        self.drive(ticket, reply, Wait::Until(deadline))
     }
 }
 
