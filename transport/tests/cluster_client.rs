@@ -393,3 +393,37 @@ fn async_guards_work_over_the_cluster() {
     block_on(guard.unlock_async()).unwrap();
     assert_eq!(fake.holder(&name), None);
 }
+
+#[test]
+fn a_heartbeat_learns_of_a_move_and_reclaims_without_other_traffic() {
+    let fake = Fake::new(&[1, 2]);
+    let mut c = connect(&fake);
+    let name = fake.name_on(2, "idle");
+    let id = c.get_lock(LockKind::Atomic, &name).unwrap();
+    let _held = c.trylock(id, Mode::Exclusive, LEASE_MS).unwrap();
+    // Server 2 dies; the coordinator gives its partitions to 1.
+    fake.with_server(2, |s| s.dead(true));
+    fake.members(&[1]);
+    let (_, epoch) = fake.owner_of(&name);
+    c.heartbeat().unwrap();
+    let seen = fake.seen();
+    assert!(seen.iter().any(|s| matches!(
+        s,
+        Seen::Claim(SeenClaim {
+            server: 1,
+            held: Held::Exclusive,
+            ..
+        })
+    )));
+    let p = fake.partition(&name);
+    assert!(seen.contains(&Seen::ReclaimDone {
+        server: 1,
+        partition: p,
+        epoch
+    }));
+    assert_eq!(
+        c.connection().joined().len(),
+        1,
+        "server 2 is no longer counted on"
+    );
+}

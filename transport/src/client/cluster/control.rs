@@ -13,7 +13,7 @@ use dlock_core::proto::{
 use dlock_core::{LockKind, Status};
 
 use super::routes::{Route, Routes};
-use super::{ClusterLink, Dial, garbage};
+use super::{ClusterLink, Dial, fetch, garbage};
 use crate::client::LocalLock;
 
 /// The first pause before a request refused `NotReady` (or `PartitionMoved` by a map that did
@@ -66,8 +66,12 @@ impl<D: Dial> ClusterLink<D> {
         self.joined().into_iter().next()
     }
 
-    /// Sends `body` to every server the client joined; `Success` when all said so, else the
-    /// first refusal. A server that cannot be reached fails the call.
+    /// Sends `body` to every server the client registered with that the map still names (in
+    /// the same incarnation: one that left owns nothing of the client's, and its lease no
+    /// longer matters); `Success` when all said so, else the first refusal. A server that
+    /// cannot be reached fails the call. A heartbeat first checks the map's version, so that a
+    /// client learns of a move (and re-claims) within a heartbeat even in partitions it is not
+    /// using, and does not count on a server that left.
     fn everywhere(
         &mut self,
         h: ControlHeader,
@@ -75,8 +79,26 @@ impl<D: Dial> ClusterLink<D> {
         reply: &mut [u8],
         deadline: Instant,
     ) -> io::Result<usize> {
+        if matches!(body, ControlRequest::Heartbeat) {
+            self.check_map(deadline);
+        }
+        let gone: Vec<_> = self
+            .members
+            .iter()
+            .filter(|(id, m)| {
+                self.map
+                    .server(**id)
+                    .is_none_or(|e| e.incarnation() != m.incarnation)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.members.remove(&id);
+        }
+        let mut servers: Vec<_> = self.members.keys().copied().collect();
+        servers.sort_unstable();
         let mut status = Status::Success;
-        for server in self.joined() {
+        for server in servers {
             let m = self.control_with(server, body, reply, deadline)?;
             let s = decode_control_response(&reply[..m])
                 .ok()
@@ -91,6 +113,35 @@ impl<D: Dial> ClusterLink<D> {
             self.members.clear();
         }
         answer(h, status, ControlResponse::Empty, reply)
+    }
+
+    /// Asks the servers the client joined, in turn, for their map's version (one `GetMap`
+    /// chunk) until one answers, and follows a newer map. Failures are logged: the next
+    /// heartbeat asks again.
+    fn check_map(&mut self, deadline: Instant) {
+        let mut message_id = self.message_id;
+        let mut seen = None;
+        for server in self.joined() {
+            let Some(m) = self.members.get_mut(&server) else {
+                continue;
+            };
+            match fetch::map_version(&mut m.conn, deadline, &mut message_id) {
+                Ok(v) => {
+                    seen = Some((server, v));
+                    break;
+                }
+                Err(e) => {
+                    m.broken = true;
+                    tracing::debug!(%server, error = %e, "dlock: map version not read");
+                }
+            }
+        }
+        self.message_id = message_id;
+        if let Some((server, v)) = seen
+            && v > self.map.version()
+        {
+            self.follow_map(Some(server), deadline);
+        }
     }
 
     /// `GetLock` at the owner of the name's partition; the handle is filed under a cluster id,

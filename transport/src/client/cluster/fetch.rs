@@ -18,6 +18,59 @@ use crate::client::Connection;
 /// up: a map changes when servers join or leave, far less often than four round trips take.
 const RESTARTS_MAX: usize = 4;
 
+/// The version of the map `conn`'s server has: its first `GetMap` chunk's, without the rest.
+pub(super) fn map_version<C: Connection>(
+    conn: &mut C,
+    deadline: Instant,
+    message_id: &mut u16,
+) -> io::Result<u64> {
+    let mut reply = vec![0u8; CONTROL_FRAME_MAX];
+    chunk_at(conn, 0, &mut reply, deadline, message_id).map(|(version, ..)| version)
+}
+
+/// Asks for the chunk at `offset`; its map version, the map's total length, and the chunk's
+/// bytes (in `reply`, at the returned range).
+fn chunk_at<C: Connection>(
+    conn: &mut C,
+    offset: u32,
+    reply: &mut [u8],
+    deadline: Instant,
+    message_id: &mut u16,
+) -> io::Result<(u64, Option<u32>, std::ops::Range<usize>)> {
+    let mut req = [0u8; 32];
+    *message_id = message_id.wrapping_add(1);
+    let header = ControlHeader {
+        version: PROTO_VERSION,
+        msg: MsgType::GetMap,
+        message_id: *message_id,
+        word: 0,
+    };
+    let body = ControlRequest::GetMap { offset };
+    let n = encode_control_request(&ControlRequestFrame { header, body }, &mut req)
+        .map_err(|_| invalid("a GetMap request could not be encoded"))?;
+    let m = conn.control(&req[..n], reply, Some(deadline))?;
+    let frame =
+        decode_control_response(&reply[..m]).map_err(|_| invalid("a GetMap reply is malformed"))?;
+    if frame.header.msg != MsgType::GetMap || frame.header.message_id != *message_id {
+        return Err(invalid("a GetMap reply answers another request"));
+    }
+    let chunk = match (frame.header.status(), frame.body) {
+        (Some(Status::Success), ControlResponse::MapChunk(c)) => c,
+        (Some(Status::Einval), _) => {
+            return Err(invalid(
+                "the server has no cluster map (a standalone server?)",
+            ));
+        }
+        _ => return Err(invalid("a GetMap reply carries no map chunk")),
+    };
+    if chunk.offset != offset || chunk.total_len as usize > MAP_ENCODED_MAX {
+        return Err(invalid("a GetMap reply is not the chunk asked for"));
+    }
+    // The chunk is the reply's tail: where it starts in `reply`.
+    let start = m - chunk.chunk.len();
+    Ok((chunk.version, chunk.next_offset(), start..m))
+}
+
 /// The map `conn`'s server has, read by `GetMap` chunks until `deadline`. `InvalidData` when
 /// the server answers anything but a well-formed chunk, or the bytes do not decode.
 pub(super) fn fetch_map<C: Connection>(
@@ -25,51 +78,23 @@ pub(super) fn fetch_map<C: Connection>(
     deadline: Instant,
     message_id: &mut u16,
 ) -> io::Result<Box<Map>> {
-    let mut req = [0u8; 32];
     let mut reply = vec![0u8; CONTROL_FRAME_MAX];
     for _ in 0..RESTARTS_MAX {
         let mut bytes: Vec<u8> = Vec::new();
-        let mut version = None;
+        let mut first = None;
         let mut offset = 0u32;
         loop {
-            *message_id = message_id.wrapping_add(1);
-            let header = ControlHeader {
-                version: PROTO_VERSION,
-                msg: MsgType::GetMap,
-                message_id: *message_id,
-                word: 0,
-            };
-            let body = ControlRequest::GetMap { offset };
-            let n = encode_control_request(&ControlRequestFrame { header, body }, &mut req)
-                .map_err(|_| invalid("a GetMap request could not be encoded"))?;
-            let m = conn.control(&req[..n], &mut reply, Some(deadline))?;
-            let frame = decode_control_response(&reply[..m])
-                .map_err(|_| invalid("a GetMap reply is malformed"))?;
-            if frame.header.msg != MsgType::GetMap || frame.header.message_id != *message_id {
-                return Err(invalid("a GetMap reply answers another request"));
-            }
-            let chunk = match (frame.header.status(), frame.body) {
-                (Some(Status::Success), ControlResponse::MapChunk(c)) => c,
-                (Some(Status::Einval), _) => {
-                    return Err(invalid(
-                        "the server has no cluster map (a standalone server?)",
-                    ));
-                }
-                _ => return Err(invalid("a GetMap reply carries no map chunk")),
-            };
-            if chunk.offset != offset || chunk.total_len as usize > MAP_ENCODED_MAX {
-                return Err(invalid("a GetMap reply is not the chunk asked for"));
-            }
-            match version {
-                None => version = Some(chunk.version),
+            let (version, next, range) = chunk_at(conn, offset, &mut reply, deadline, message_id)?;
+            match first {
+                None => first = Some(version),
                 // The map changed between chunks: its bytes do not go together.
-                Some(v) if v != chunk.version => break,
+                Some(v) if v != version => break,
                 Some(_) => {}
             }
-            bytes.extend_from_slice(chunk.chunk);
-            match chunk.next_offset() {
+            bytes.extend_from_slice(&reply[range]);
+            match next {
                 Some(next) => offset = next,
-                None => return decode(&bytes, version),
+                None => return decode(&bytes, first),
             }
         }
     }

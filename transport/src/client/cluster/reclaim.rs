@@ -21,7 +21,8 @@ use std::time::Instant;
 use dlock_core::Status;
 use dlock_core::cluster::ServerId;
 use dlock_core::proto::{
-    Batch, CONTROL_FRAME_MAX, ControlRequest, ControlResponse, LockClaim, decode_control_response,
+    Batch, BatchEntry, CONTROL_FRAME_MAX, ControlRequest, ControlResponse, LockClaim,
+    decode_control_response,
 };
 
 use super::{ClusterLink, Dial, garbage};
@@ -87,55 +88,38 @@ impl<D: Dial> ClusterLink<D> {
         ids: &[u32],
         deadline: Instant,
     ) -> io::Result<()> {
+        // Read before the new owner is joined (which replaces the old one's record when the
+        // same server came back as another incarnation).
         let now = Instant::now();
-        // Read before the new owner is joined (which may replace the old one's record, when
-        // the same server came back as another incarnation).
         for &id in ids {
-            let old = self.routes.get(id).map(|r| r.server);
-            if old.is_some_and(|old| self.lapsed(old, now))
-                && let Some(r) = self.routes.get_mut(id)
-            {
+            let lapsed = self
+                .routes
+                .get(id)
+                .is_some_and(|r| self.lapsed(r.server, now));
+            if lapsed && let Some(r) = self.routes.get_mut(id) {
                 r.record = LocalLock::new(r.record.id, r.record.kind);
             }
         }
         let mut reply = vec![0u8; CONTROL_FRAME_MAX];
         let mut all = true;
+        let new = Owned {
+            server,
+            incarnation,
+            epoch,
+        };
         for chunk in ids.chunks(CLAIMS_MAX) {
-            let now_ms = self.now_ms();
-            let owned: Vec<(u32, Vec<u8>, LockClaim<'static>)> = chunk
+            let (ids, names, claims) = self.claims(chunk);
+            let claims: Vec<LockClaim<'_>> = claims
                 .iter()
-                .filter_map(|&id| {
-                    let r = self.routes.get(id)?;
-                    let c = r.record.claim(now_ms).unwrap_or_else(|| {
-                        LocalLock::new(r.record.id, r.record.kind)
-                            .claim(now_ms)
-                            .expect("a fresh record can always claim its reference")
-                    });
-                    let claim = LockClaim {
-                        kind: r.record.kind,
-                        held: c.held,
-                        name: &[],
-                        old_lock: r.server_lock.unwrap_or(0),
-                        word: r.record.word,
-                        ticket: c.ticket,
-                        remaining_ms: c.remaining_ms,
-                        age_ms: c.age_ms,
-                        token: c.token,
-                        proof: c.proof,
-                    };
-                    Some((id, r.name.clone(), claim))
-                })
-                .collect();
-            let claims: Vec<LockClaim<'_>> = owned
-                .iter()
-                .map(|(_, name, c)| LockClaim { name, ..*c })
+                .zip(&names)
+                .map(|(c, name)| LockClaim { name, ..*c })
                 .collect();
             let body = ControlRequest::BatchUpdateLocks(Batch::from_slice(&claims));
             let m = self.control_with(server, body, &mut reply, deadline)?;
             let frame = decode_control_response(&reply[..m])
                 .map_err(|_| garbage("a re-claim reply is malformed"))?;
-            let entries: Vec<_> = match (frame.header.status(), frame.body) {
-                (Some(Status::Success), ControlResponse::Entries(e)) if e.len() == owned.len() => {
+            let entries: Vec<BatchEntry> = match (frame.header.status(), frame.body) {
+                (Some(Status::Success), ControlResponse::Entries(e)) if e.len() == ids.len() => {
                     e.iter().collect()
                 }
                 (Some(Status::Success), _) => {
@@ -147,31 +131,7 @@ impl<D: Dial> ClusterLink<D> {
                     )));
                 }
             };
-            for ((id, ..), entry) in owned.iter().zip(entries) {
-                let Some(r) = self.routes.get_mut(*id) else {
-                    continue;
-                };
-                match entry.status {
-                    Status::Success => {
-                        r.server = server;
-                        r.incarnation = incarnation;
-                        r.epoch = epoch;
-                        r.server_lock = Some(entry.id);
-                    }
-                    Status::Fail => {
-                        // The new owner says the grant is gone: forget it, keep the name.
-                        r.record = LocalLock::new(r.record.id, r.record.kind);
-                        r.server = server;
-                        r.incarnation = incarnation;
-                        r.epoch = epoch;
-                        r.server_lock = None;
-                    }
-                    other => {
-                        tracing::debug!(lock = ?r.name, status = ?other, "dlock: a claim was not taken; kept");
-                        all = false;
-                    }
-                }
-            }
+            all &= self.file(&ids, &entries, new);
         }
         if all {
             let body = ControlRequest::ReclaimDone {
@@ -188,4 +148,74 @@ impl<D: Dial> ClusterLink<D> {
         }
         Ok(())
     }
+
+    /// The claims of the routes `chunk` (each with its name apart, for the borrow): a grant
+    /// or ticket with its proof, or the reference alone for a record no claim can describe.
+    fn claims(&self, chunk: &[u32]) -> (Vec<u32>, Vec<Vec<u8>>, Vec<LockClaim<'static>>) {
+        let now_ms = self.now_ms();
+        let (mut ids, mut names, mut claims) = (Vec::new(), Vec::new(), Vec::new());
+        for &id in chunk {
+            let Some(r) = self.routes.get(id) else {
+                continue;
+            };
+            let c = r.record.claim(now_ms).unwrap_or_else(|| {
+                tracing::warn!(lock = ?r.name, "dlock: lock record inconsistent; only its reference is claimed");
+                LocalLock::new(r.record.id, r.record.kind)
+                    .claim(now_ms)
+                    .expect("a fresh record can always claim its reference")
+            });
+            ids.push(id);
+            names.push(r.name.clone());
+            claims.push(LockClaim {
+                kind: r.record.kind,
+                held: c.held,
+                name: &[],
+                old_lock: r.server_lock.unwrap_or(0),
+                word: r.record.word,
+                ticket: c.ticket,
+                remaining_ms: c.remaining_ms,
+                age_ms: c.age_ms,
+                token: c.token,
+                proof: c.proof,
+            });
+        }
+        (ids, names, claims)
+    }
+
+    /// Files the new owner's answers to the claims of `ids` (the table in the module doc);
+    /// whether every claim was answered for good (taken or refused).
+    fn file(&mut self, ids: &[u32], entries: &[BatchEntry], new: Owned) -> bool {
+        let mut all = true;
+        for (id, entry) in ids.iter().zip(entries) {
+            let Some(r) = self.routes.get_mut(*id) else {
+                continue;
+            };
+            let server_lock = match entry.status {
+                Status::Success => Some(entry.id),
+                Status::Fail => {
+                    // The new owner says the grant is gone: forget it, keep the name.
+                    r.record = LocalLock::new(r.record.id, r.record.kind);
+                    None
+                }
+                other => {
+                    tracing::debug!(lock = ?r.name, status = ?other, "dlock: a claim was not taken; kept");
+                    all = false;
+                    continue;
+                }
+            };
+            r.server = new.server;
+            r.incarnation = new.incarnation;
+            r.epoch = new.epoch;
+            r.server_lock = server_lock;
+        }
+        all
+    }
+}
+
+/// A partition's new owner, as the map gives it.
+#[derive(Clone, Copy, Debug)]
+struct Owned {
+    server: ServerId,
+    incarnation: u64,
+    epoch: u32,
 }
