@@ -2,12 +2,24 @@
 //! of a dlock cluster, without etcd (`docs/cluster.md`, "Client").
 //!
 //! [`ClusterLink`] stands where a [`Link`](crate::client::Link) stands under a
-//! [`Client`](crate::client::Client), so the reference-shaped client and the native API
-//! ([`Locks`](crate::client::Locks), typed handles, guards, async) run over a cluster with
+//! [`Client`], so the reference-shaped client and the native API
+//! ([`Locks`], typed handles, guards, async) run over a cluster with
 //! their code unchanged: `Client::over(ClusterLink::connect(cfg)?, client_cfg)` or
 //! [`Locks::connect_cluster`](crate::client::Locks::connect_cluster). The seam is the one the
 //! simulators already use; the alternative, a second client generic over a routing layer,
 //! would have doubled every call of the native API.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use dlock_transport::client::Locks;
+//! use dlock_transport::client::cluster::ClusterConfig;
+//!
+//! let locks = Locks::connect_cluster(ClusterConfig::new(["10.0.0.1:21616", "10.0.0.2:21616"]))?;
+//! let table = locks.rw("orders/{t1}")?; // `{t1}`: the table and its row groups share a partition
+//! let guard = table.write(Duration::from_secs(1))?;
+//! # drop(guard);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! What the link does, each in one file:
 //!
