@@ -427,3 +427,25 @@ fn a_heartbeat_learns_of_a_move_and_reclaims_without_other_traffic() {
         "server 2 is no longer counted on"
     );
 }
+
+#[test]
+fn a_client_whose_only_server_died_learns_the_new_map_from_another() {
+    let fake = Fake::new(&[1, 2]);
+    let mut c = connect(&fake); // registers with server 1, the map's first
+    let name = fake.name_on(1, "home");
+    let id = c.get_lock(LockKind::Atomic, &name).unwrap();
+    let _held = c.trylock(id, Mode::Exclusive, LEASE_MS).unwrap();
+    assert_eq!(c.connection().joined().len(), 1);
+    fake.with_server(1, |s| s.dead(true));
+    fake.members(&[2]);
+    c.heartbeat().unwrap();
+    let (owner, epoch) = fake.owner_of(&name);
+    assert_eq!(owner, 2);
+    let p = fake.partition(&name);
+    assert!(fake.seen().contains(&Seen::ReclaimDone {
+        server: 2,
+        partition: p,
+        epoch
+    }));
+    assert_eq!(c.unlock(id).unwrap(), Status::Success);
+}

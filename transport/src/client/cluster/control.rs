@@ -116,8 +116,9 @@ impl<D: Dial> ClusterLink<D> {
     }
 
     /// Asks the servers the client joined, in turn, for their map's version (one `GetMap`
-    /// chunk) until one answers, and follows a newer map. Failures are logged: the next
-    /// heartbeat asks again.
+    /// chunk) until one answers, and follows a newer map; when none answers (the only one
+    /// died, say), fetches the map from any server of the map or a seed. Failures are logged:
+    /// the next heartbeat asks again.
     fn check_map(&mut self, deadline: Instant) {
         let mut message_id = self.message_id;
         let mut seen = None;
@@ -137,10 +138,14 @@ impl<D: Dial> ClusterLink<D> {
             }
         }
         self.message_id = message_id;
-        if let Some((server, v)) = seen
-            && v > self.map.version()
-        {
-            self.follow_map(Some(server), deadline);
+        match seen {
+            Some((server, v)) if v > self.map.version() => {
+                self.follow_map(Some(server), deadline);
+            }
+            Some(_) => {}
+            None => {
+                self.follow_map(None, deadline);
+            }
         }
     }
 
