@@ -449,3 +449,19 @@ fn a_client_whose_only_server_died_learns_the_new_map_from_another() {
     }));
     assert_eq!(c.unlock(id).unwrap(), Status::Success);
 }
+
+#[test]
+fn a_counter_is_reached_at_its_owner_and_got_again_after_a_move() {
+    let fake = Fake::new(&[1, 2]);
+    let mut c = connect(&fake);
+    let name = fake.name_on(2, "xid-");
+    c.atomic64_create(&name, 100, 60).unwrap();
+    let xid = c.atomic64_get(&name, 60).unwrap();
+    assert_eq!(c.atomic64_faa(xid, 1).unwrap(), 100);
+    assert_eq!(c.atomic64_faa(xid, 1).unwrap(), 101);
+    fake.members(&[1]);
+    // The new owner starts the counter above what was handed out; the same handle reaches it.
+    assert_eq!(c.atomic64_faa(xid, 1).unwrap(), 102);
+    assert_eq!(c.atomic64_snapshot(xid).unwrap(), 103);
+    assert_eq!(fake.owner_of(&name).0, 1);
+}

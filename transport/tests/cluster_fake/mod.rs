@@ -62,6 +62,9 @@ struct Server {
     /// Lock ids here by name, and names by id.
     ids: HashMap<Vec<u8>, u32>,
     names: HashMap<u32, (LockKind, Vec<u8>)>,
+    /// Object ids here by name, and names by id.
+    objects: HashMap<Vec<u8>, u32>,
+    object_names: HashMap<u32, Vec<u8>>,
     clients: HashSet<u32>,
     next_lock: u32,
     /// Data commands to answer `NotReady` before serving.
@@ -86,6 +89,9 @@ struct State {
     sessions: HashMap<u32, Session>,
     /// Holders by lock name, cluster-wide (a moved partition's grants move with their claims).
     holders: HashMap<Vec<u8>, (u32, u64)>,
+    /// Counter values by name, cluster-wide: a new owner starts a counter where the old one's
+    /// persisted mark says (here: exactly where it was).
+    values: HashMap<Vec<u8>, u64>,
     next_client: u32,
     next_token: u64,
     /// The lease every server grants.
@@ -116,6 +122,7 @@ impl Fake {
             servers: servers.iter().map(|&s| (s, Server::default())).collect(),
             sessions: HashMap::new(),
             holders: HashMap::new(),
+            values: HashMap::new(),
             next_client: 0x100,
             next_token: 0,
             lease_ms: 60_000,
@@ -378,6 +385,34 @@ impl State {
         id
     }
 
+    fn object_id(&mut self, server: u32, name: &[u8]) -> u32 {
+        let s = self.servers.get_mut(&server).unwrap();
+        if let Some(&id) = s.objects.get(name) {
+            return id;
+        }
+        s.next_lock += 1;
+        let id = server * 1000 + s.next_lock;
+        s.objects.insert(name.to_vec(), id);
+        s.object_names.insert(id, name.to_vec());
+        id
+    }
+
+    /// Fetch-and-add and snapshot on a counter.
+    fn object(&mut self, server: u32, o: &dlock_core::proto::ObjectCommand) -> (Status, u64) {
+        let Some(name) = self.servers[&server].object_names.get(&o.object).cloned() else {
+            return (Status::ObjectNotGet, 0);
+        };
+        if !self.serves(server, &name, Some(o.partition_epoch)) {
+            return (Status::PartitionMoved, self.map.version());
+        }
+        let v = self.values.get_mut(&name).unwrap();
+        let before = *v;
+        if o.op == dlock_core::proto::ObjectOp::Faa {
+            *v += o.a;
+        }
+        (Status::Success, before)
+    }
+
     fn init(&self, client: u32, session: Session) -> Body {
         Body::Plain(ControlResponse::Init(InitReply {
             client,
@@ -451,6 +486,33 @@ impl State {
                 (Status::Success, Body::Plain(ControlResponse::Lock { lock }))
             }
             ControlRequest::ReleaseLock { .. } => (Status::Success, EMPTY),
+            ControlRequest::ObjectCreate { name, init, .. } => {
+                if !self.serves(server, name, None) {
+                    return Ok(self.moved());
+                }
+                if self.values.contains_key(name) {
+                    return Ok((Status::ObjectAlreadyExisted, EMPTY));
+                }
+                self.values.insert(name.to_vec(), init);
+                let object = self.object_id(server, name);
+                (
+                    Status::Success,
+                    Body::Plain(ControlResponse::Object { object }),
+                )
+            }
+            ControlRequest::ObjectGet { name, .. } => {
+                if !self.serves(server, name, None) {
+                    return Ok(self.moved());
+                }
+                if !self.values.contains_key(name) {
+                    return Ok((Status::ObjectNotCreate, EMPTY));
+                }
+                let object = self.object_id(server, name);
+                (
+                    Status::Success,
+                    Body::Plain(ControlResponse::ObjectRef { object, cell: 0 }),
+                )
+            }
             ControlRequest::BatchUpdateLocks(claims) => {
                 let mut entries = Vec::new();
                 for c in claims.iter() {
@@ -504,17 +566,19 @@ impl State {
         let mut results = Vec::new();
         let mut granted = Vec::new();
         for c in req.commands() {
-            let Command::Lock(l) = c else {
-                panic!("only locks")
+            let (status, aux) = match c {
+                Command::Lock(l) => self.command(server, client, &l, &mut granted),
+                Command::Object(o) => self.object(server, &o),
+                Command::Join(_) => (Status::Einval, 0),
             };
-            let (status, aux) = self.command(server, client, &l, &mut granted);
+            let proof = matches!(c, Command::Lock(_)) && status == Status::Success && aux != 0;
             results.push((
                 CommandResult {
                     status,
                     word: 0,
                     aux,
                 },
-                status == Status::Success && aux != 0,
+                proof,
             ));
         }
         if aon && results.iter().any(|(r, _)| r.status != Status::Success) {

@@ -57,6 +57,16 @@ impl<D: Dial> ClusterLink<D> {
                 let m = self.control_with(home, frame.body, reply, deadline)?;
                 rewrite_id(reply, m, h)
             }
+            ControlRequest::ObjectCreate { name, lease_s, .. }
+            | ControlRequest::ObjectGet { name, lease_s } => {
+                self.object_by_name(h, frame.body, name, lease_s, reply, deadline)
+            }
+            ControlRequest::ObjectRelease { object } => {
+                self.object_by_id(h, object, false, reply, deadline)
+            }
+            ControlRequest::ObjectDestroy { object } => {
+                self.object_by_id(h, object, true, reply, deadline)
+            }
             _ => answer(h, Status::Einval, ControlResponse::Empty, reply),
         }
     }
@@ -110,6 +120,7 @@ impl<D: Dial> ClusterLink<D> {
         }
         if matches!(body, ControlRequest::ClientDeinit) && status == Status::Success {
             self.routes.clear();
+            self.objects.clear();
             self.members.clear();
         }
         answer(h, status, ControlResponse::Empty, reply)
@@ -274,7 +285,7 @@ pub(super) fn moved(map_version: u64) -> ControlResponse<'static> {
 }
 
 /// Writes the link's own answer to the request with header `h`.
-fn answer(
+pub(super) fn answer(
     h: ControlHeader,
     status: Status,
     body: ControlResponse<'_>,
@@ -290,7 +301,7 @@ fn answer(
 
 /// A server's reply in `reply[..m]` (to the link's own message id) re-addressed to the
 /// client's request `h`.
-fn rewrite_id(reply: &mut [u8], m: usize, h: ControlHeader) -> io::Result<usize> {
+pub(super) fn rewrite_id(reply: &mut [u8], m: usize, h: ControlHeader) -> io::Result<usize> {
     let mut copy = [0u8; CONTROL_FRAME_MAX];
     copy[..m].copy_from_slice(&reply[..m]);
     let frame =

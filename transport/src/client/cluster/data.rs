@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use dlock_core::Status;
 use dlock_core::cluster::ServerId;
 use dlock_core::proto::{
-    Command, CommandResult, DataHeader, FLAG_ALL_OR_NOTHING, LockCommand, LockOp, PROOF_LEN,
-    decode_data_request, encode_data_request,
+    Command, CommandResult, DataHeader, FLAG_ALL_OR_NOTHING, LockCommand, LockOp, ObjectCommand,
+    PROOF_LEN, decode_data_request, encode_data_request,
 };
 
 use super::control::PAUSE_MIN;
@@ -43,6 +43,8 @@ pub(super) struct Flight {
     pub shadow: Vec<Option<Request>>,
     /// The epoch each command was last sent with: the epoch of a grant's proof.
     pub epochs: Vec<u32>,
+    /// The server each command was last sent to (the first to ask for a newer map).
+    pub sent_to: Vec<Option<ServerId>>,
     /// Messages sent and not answered yet.
     pub parts: Vec<Part>,
     /// All-or-nothing: the run being answered, the runs still to send (in global order), and
@@ -63,6 +65,12 @@ pub(super) struct Part {
     pub idx: Vec<usize>,
     pub ids: Vec<u32>,
     pub sent: Instant,
+}
+
+/// A client's command made ready for its server, or answered without one.
+enum Addressed {
+    To(ServerId, Command),
+    Answer(Status),
 }
 
 /// Whether a partition check refused the command (it was not executed: send it again).
@@ -97,6 +105,7 @@ impl<D: Dial> ClusterLink<D> {
             results: vec![None; n],
             shadow: vec![None; n],
             epochs: vec![0; n],
+            sent_to: vec![None; n],
             parts: Vec::new(),
             current: Vec::new(),
             runs: VecDeque::new(),
@@ -106,17 +115,20 @@ impl<D: Dial> ClusterLink<D> {
         };
         let mut routed = Vec::new();
         for (i, c) in flight.commands.iter().enumerate() {
-            let route = match c {
-                Command::Lock(l) => self.routes.get_mut(l.lock).map(|r| (r, l)),
-                // Objects are not routed yet (module doc); a join is the transport's own.
-                _ => None,
-            };
-            match route {
-                Some((r, l)) => {
-                    flight.shadow[i] = decide(&mut r.record, l);
-                    routed.push(i);
+            match c {
+                Command::Lock(l) => match self.routes.get_mut(l.lock) {
+                    Some(r) => {
+                        flight.shadow[i] = decide(&mut r.record, l);
+                        routed.push(i);
+                    }
+                    None => flight.results[i] = Some((result(Status::Einval), [0; PROOF_LEN])),
+                },
+                // Objects are routed at send time (`objects.rs`); no record follows them.
+                Command::Object(_) => routed.push(i),
+                // A join is a transport's own, never the client's.
+                Command::Join(_) => {
+                    flight.results[i] = Some((result(Status::Einval), [0; PROOF_LEN]));
                 }
-                None => flight.results[i] = Some((result(Status::Einval), [0; PROOF_LEN])),
             }
         }
         let deadline = Instant::now() + self.cfg.timeout;
@@ -137,12 +149,14 @@ impl<D: Dial> ClusterLink<D> {
     /// The commands `idx` of an all-or-nothing message in the global order (partition, then
     /// name), cut into runs of consecutive commands whose partitions one server owns.
     fn runs(&self, idx: &[usize], commands: &[Command]) -> VecDeque<Vec<usize>> {
-        let key = |i: &usize| {
-            let r = self
+        // Only lock commands come in all-or-nothing messages (the client sends objects one by
+        // one); anything else sorts last, in its own run.
+        let key = |i: &usize| match commands[*i] {
+            Command::Lock(c) => self
                 .routes
-                .get(commands[*i].id())
-                .expect("routed commands have routes");
-            (r.partition, r.name.clone())
+                .get(c.lock)
+                .map_or((u16::MAX, Vec::new()), |r| (r.partition, r.name.clone())),
+            _ => (u16::MAX, Vec::new()),
         };
         let mut order = idx.to_vec();
         order.sort_by_cached_key(key);
@@ -170,21 +184,15 @@ impl<D: Dial> ClusterLink<D> {
     ) -> io::Result<()> {
         let mut by_server: Vec<(ServerId, Vec<usize>, Vec<Command>)> = Vec::new();
         for i in idx {
-            let Command::Lock(c) = flight.commands[i] else {
-                continue;
+            let (server, command) = match self.addressed(flight.commands[i], deadline)? {
+                Addressed::To(server, command) => (server, command),
+                Addressed::Answer(status) => {
+                    flight.results[i] = Some((result(status), [0; PROOF_LEN]));
+                    continue;
+                }
             };
-            let Some(route) = self.current_route(c.lock, deadline)? else {
-                // The grant this command is about was refused at a re-claim: gone.
-                flight.results[i] = Some((result(Status::Fail), [0; PROOF_LEN]));
-                continue;
-            };
-            let (server, server_lock, epoch) = route;
-            flight.epochs[i] = epoch;
-            let command = Command::Lock(LockCommand {
-                lock: server_lock,
-                partition_epoch: epoch,
-                ..c
-            });
+            flight.epochs[i] = command.partition_epoch();
+            flight.sent_to[i] = Some(server);
             match by_server.iter_mut().find(|(s, ..)| *s == server) {
                 Some((_, is, cs)) => {
                     is.push(i);
@@ -221,6 +229,37 @@ impl<D: Dial> ClusterLink<D> {
             });
         }
         Ok(())
+    }
+
+    /// The client's command `c` as its server takes it: with the server's id and the
+    /// partition's epoch, or answered here.
+    fn addressed(&mut self, c: Command, deadline: Instant) -> io::Result<Addressed> {
+        Ok(match c {
+            Command::Lock(l) => match self.current_route(l.lock, deadline)? {
+                Some((server, lock, partition_epoch)) => Addressed::To(
+                    server,
+                    Command::Lock(LockCommand {
+                        lock,
+                        partition_epoch,
+                        ..l
+                    }),
+                ),
+                // The grant this command is about was refused at a re-claim: gone.
+                None => Addressed::Answer(Status::Fail),
+            },
+            Command::Object(o) => match self.current_object(o.object, deadline)? {
+                Ok((server, object, partition_epoch)) => Addressed::To(
+                    server,
+                    Command::Object(ObjectCommand {
+                        object,
+                        partition_epoch,
+                        ..o
+                    }),
+                ),
+                Err(status) => Addressed::Answer(status),
+            },
+            Command::Join(_) => Addressed::Answer(Status::Einval),
+        })
     }
 
     /// Where the lock with cluster id `lock` is now: (server, its id there, epoch), after

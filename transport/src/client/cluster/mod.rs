@@ -28,6 +28,7 @@
 //! | `dial.rs`    | reaching a server by its map address ([`Dial`], [`NetDial`]: one `Mux` per server) |
 //! | `fetch.rs`   | `GetMap` chunk by chunk, reassembled, decoded or refused              |
 //! | `routes.rs`  | lock handles: cluster id → (name, partition, server, server's `LockId`) |
+//! | `objects.rs` | `umo_atomic64` objects at their partition's owner, got again after a move |
 //! | `members.rs` | registering once, joining each other server lazily, heartbeats, refreshing the map |
 //! | `control.rs` | the client's control requests, routed by name or by handle            |
 //! | `data.rs`    | data messages split per server, epochs stamped, batches ordered        |
@@ -57,9 +58,9 @@
 //! when a later one fails: deadlock-free (no client holds a later lock while it waits for an
 //! earlier one), **not atomic** (another client may see part of the batch held for a moment).
 //!
-//! # Not routed yet
+//! # Not routed
 //!
-//! `umo_atomic64` objects, `BatchGetLock`/`BatchReleaseLock`, and the reference's recovery
+//! `BatchGetLock`/`BatchReleaseLock` (take names one by one), and the reference's recovery
 //! calls (`reinit`, `update_all_locks`: in a cluster, re-claims happen per partition inside
 //! the link) are answered `Einval`.
 
@@ -68,6 +69,7 @@ mod data;
 mod dial;
 mod fetch;
 mod members;
+mod objects;
 mod reclaim;
 mod replies;
 mod routes;
@@ -85,6 +87,7 @@ pub use dial::{Dial, NetDial};
 use super::error::Op;
 use super::{Client, ClientConfig, Connection, Endpoint, Error, Locks, REQUEST_TIMEOUT};
 use data::Flight;
+use objects::ObjectRoutes;
 use replies::Wait;
 use routes::Routes;
 
@@ -192,6 +195,7 @@ pub struct ClusterLink<D: Dial = NetDial> {
     members: HashMap<ServerId, Member<D::Conn>>,
     identity: Option<Identity>,
     routes: Routes,
+    objects: ObjectRoutes,
     flights: HashMap<u64, Flight>,
     next_ticket: u64,
     message_id: u16,
@@ -220,6 +224,7 @@ impl<D: Dial> ClusterLink<D> {
                         members: HashMap::new(),
                         identity: None,
                         routes: Routes::default(),
+                        objects: ObjectRoutes::default(),
                         flights: HashMap::new(),
                         next_ticket: 0,
                         message_id,

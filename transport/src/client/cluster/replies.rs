@@ -199,10 +199,7 @@ impl<D: Dial> ClusterLink<D> {
     /// what moved); otherwise, or if the map had not changed yet, pause.
     fn wait_for_owner(&mut self, flight: &mut Flight, refused: &[usize], deadline: Instant) {
         let moved_at = refused.iter().find_map(|&i| match flight.results[i] {
-            Some((r, _)) if r.status == Status::PartitionMoved => self
-                .routes
-                .get(flight.commands[i].id())
-                .map(|route| route.server),
+            Some((r, _)) if r.status == Status::PartitionMoved => flight.sent_to[i],
             _ => None,
         });
         let followed = moved_at.is_some() && self.follow_map(moved_at, deadline);
@@ -237,6 +234,7 @@ impl<D: Dial> ClusterLink<D> {
             results: vec![None; commands.len()],
             shadow: unlocks.into_iter().map(Some).collect(),
             epochs: vec![0; commands.len()],
+            sent_to: vec![None; commands.len()],
             parts: Vec::new(),
             current: Vec::new(),
             runs: VecDeque::new(),
