@@ -465,3 +465,30 @@ fn a_counter_is_reached_at_its_owner_and_got_again_after_a_move() {
     assert_eq!(c.atomic64_snapshot(xid).unwrap(), 103);
     assert_eq!(fake.owner_of(&name).0, 1);
 }
+
+#[test]
+fn a_batch_of_names_is_looked_up_at_each_owner() {
+    let fake = Fake::new(&[1, 2]);
+    let mut c = connect(&fake);
+    let (a, b) = (fake.name_on(1, "bg-"), fake.name_on(2, "bg-"));
+    let names = [
+        (LockKind::Atomic, a.as_slice()),
+        (LockKind::Atomic, b.as_slice()),
+    ];
+    let ids: Vec<_> = c
+        .batch_get_lock(&names)
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    for (id, name) in ids.iter().zip([&a, &b]) {
+        assert_eq!(
+            c.trylock(*id, Mode::Exclusive, LEASE_MS).unwrap().status,
+            Status::Success
+        );
+        assert_eq!(c.unlock(*id).unwrap(), Status::Success);
+        assert_eq!(fake.holder(name), None);
+    }
+    let released = c.batch_release_lock(&ids).unwrap();
+    assert!(released.iter().all(Result::is_ok), "{released:?}");
+}

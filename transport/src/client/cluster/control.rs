@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use dlock_core::cluster::partition_of;
 use dlock_core::proto::{
-    CONTROL_FRAME_MAX, ControlHeader, ControlRequest, ControlResponse, decode_control_request,
-    decode_control_response, encode_control_response,
+    Batch, BatchEntry, CONTROL_FRAME_MAX, ControlHeader, ControlRequest, ControlResponse, MsgType,
+    decode_control_request, decode_control_response, encode_control_response,
 };
 use dlock_core::{LockKind, Status};
 
@@ -52,6 +52,27 @@ impl<D: Dial> ClusterLink<D> {
             }
             ControlRequest::GetLock { kind, name } => self.get_lock(h, kind, name, reply, deadline),
             ControlRequest::ReleaseLock { lock } => self.release_lock(h, lock, reply, deadline),
+            ControlRequest::BatchGetLock(names) => {
+                let names: Vec<(LockKind, &[u8])> = names.iter().collect();
+                let one = ControlHeader {
+                    msg: MsgType::GetLock,
+                    ..h
+                };
+                self.one_by_one(h, names.len(), reply, deadline, |link, i, r, d| {
+                    let (kind, name) = names[i];
+                    link.get_lock(one, kind, name, r, d)
+                })
+            }
+            ControlRequest::BatchReleaseLock(ids) => {
+                let ids: Vec<u32> = ids.iter().collect();
+                let one = ControlHeader {
+                    msg: MsgType::ReleaseLock,
+                    ..h
+                };
+                self.one_by_one(h, ids.len(), reply, deadline, |link, i, r, d| {
+                    link.release_lock(one, ids[i], r, d)
+                })
+            }
             ControlRequest::Stats => {
                 let home = self.home().ok_or_else(|| garbage("not registered"))?;
                 let m = self.control_with(home, frame.body, reply, deadline)?;
@@ -158,6 +179,35 @@ impl<D: Dial> ClusterLink<D> {
                 self.follow_map(None, deadline);
             }
         }
+    }
+
+    /// A batch of names or ids, entry by entry (each may live on another server): `entry(i)`
+    /// answers entry `i` as its single request would be answered; the batch's reply lists
+    /// each entry's id and status. Each entry succeeds or fails on its own, as in a batch to
+    /// one server; a transport failure fails the call.
+    fn one_by_one(
+        &mut self,
+        h: ControlHeader,
+        n: usize,
+        reply: &mut [u8],
+        deadline: Instant,
+        mut entry: impl FnMut(&mut Self, usize, &mut [u8], Instant) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        let mut one = vec![0u8; CONTROL_FRAME_MAX];
+        let mut entries = Vec::with_capacity(n);
+        for i in 0..n {
+            let m = entry(self, i, &mut one, deadline)?;
+            let frame = decode_control_response(&one[..m])
+                .map_err(|_| garbage("an entry's answer is malformed"))?;
+            let status = frame.header.status().unwrap_or(Status::BadResponse);
+            let id = match frame.body {
+                ControlResponse::Lock { lock } => lock,
+                _ => 0,
+            };
+            entries.push(BatchEntry { id, status });
+        }
+        let body = ControlResponse::Entries(Batch::from_slice(&entries));
+        answer(h, Status::Success, body, reply)
     }
 
     /// `GetLock` at the owner of the name's partition; the handle is filed under a cluster id,

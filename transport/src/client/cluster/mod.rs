@@ -60,9 +60,9 @@
 //!
 //! # Not routed
 //!
-//! `BatchGetLock`/`BatchReleaseLock` (take names one by one), and the reference's recovery
-//! calls (`reinit`, `update_all_locks`: in a cluster, re-claims happen per partition inside
-//! the link) are answered `Einval`.
+//! The reference's recovery calls (`reinit`, `update_all_locks`: in a cluster, re-claims
+//! happen per partition inside the link) are answered `Einval`. Batches of names and of
+//! releases are routed entry by entry (each entry may live on another server).
 
 mod control;
 mod data;
