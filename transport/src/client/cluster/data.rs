@@ -1,6 +1,7 @@
 //! Data messages over the cluster: each of the client's messages (a *flight*) is split per
 //! server, its commands' ids turned into the servers' own and stamped with their partitions'
-//! epochs, the replies gathered and given back as one reply to the client's message.
+//! epochs; `replies.rs` gathers the replies and gives them back as one reply to the client's
+//! message.
 //!
 //! A command refused by a partition check (`PartitionMoved`, `NotReady`) was not executed, so
 //! it is sent again, after a map refresh (and the re-claims it calls for) or a pause, while the
@@ -28,6 +29,11 @@ use crate::client::{Connection, Decision, LocalLock, LocalState, Request};
 ///
 /// [`Mux`]: crate::client::Mux
 pub(super) const DEPTH: usize = 4;
+
+/// Most flights kept at once. The client has at most [`DEPTH`] messages awaiting replies; the
+/// rest are messages it gave up on (a timeout), whose replies nobody will ask for: the oldest
+/// are dropped, as a connection drops a late reply.
+const FLIGHTS_MAX: usize = 64;
 
 /// One of the client's data messages on its way through the cluster.
 #[derive(Debug)]
@@ -140,6 +146,10 @@ impl<D: Dial> ClusterLink<D> {
             }
         } else {
             self.send_set(&mut flight, routed, deadline)?;
+        }
+        while self.flights.len() >= FLIGHTS_MAX {
+            let oldest = *self.flights.keys().min().expect("not empty");
+            self.flights.remove(&oldest);
         }
         self.next_ticket += 1;
         self.flights.insert(self.next_ticket, flight);
