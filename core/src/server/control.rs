@@ -47,8 +47,8 @@
 //!
 //! | the frame                      | the client it names                      | then                          |
 //! |--------------------------------|------------------------------------------|-------------------------------|
-//! | `ClientInit`, `ClientReinit`   | any (a reinit shows the session)         | run; see below                |
-//! | `Stats`                        | any                                      | run                           |
+//! | `ClientInit`, `ClientReinit`, `ClientJoin` | any (a reinit or join shows the session) | run; see below |
+//! | `Stats`, `GetMap`              | any                                      | run                           |
 //! | anything else                  | bound to this connection                 | run                           |
 //! | anything else                  | registered, not bound to this connection | close, as for a data message  |
 //! | anything else                  | not registered                           | answer `ClientNotInit`        |
@@ -153,7 +153,16 @@ impl ControlConn {
 #[inline]
 pub const fn admit_on_stream(msg: MsgType, named: Admission) -> ControlAdmission {
     match (msg, named) {
-        (MsgType::ClientInit | MsgType::ClientReinit | MsgType::Stats, _) => ControlAdmission::Run,
+        // A cluster client joins, and reads the map, over a shared connection as over a control
+        // connection of its own: the same rule as there (`ControlConn::admit`).
+        (
+            MsgType::ClientInit
+            | MsgType::ClientReinit
+            | MsgType::ClientJoin
+            | MsgType::Stats
+            | MsgType::GetMap,
+            _,
+        ) => ControlAdmission::Run,
         (_, Admission::Execute { .. }) => ControlAdmission::Run,
         (_, Admission::Refuse) => ControlAdmission::AnswerGone,
         (_, Admission::Close) => ControlAdmission::Close,
@@ -264,13 +273,19 @@ mod tests {
     }
 
     #[test]
-    fn on_a_stream_anyone_may_register_or_read_the_counters() {
+    fn on_a_stream_anyone_may_register_join_or_read_the_counters_and_the_map() {
         let named = [
             Admission::Execute { slot: 3 },
             Admission::Refuse,
             Admission::Close,
         ];
-        for msg in [MsgType::ClientInit, MsgType::ClientReinit, MsgType::Stats] {
+        for msg in [
+            MsgType::ClientInit,
+            MsgType::ClientReinit,
+            MsgType::ClientJoin,
+            MsgType::Stats,
+            MsgType::GetMap,
+        ] {
             for n in named {
                 assert_eq!(
                     admit_on_stream(msg, n),
