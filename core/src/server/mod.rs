@@ -18,6 +18,7 @@ mod clients;
 mod data;
 mod dispatch;
 mod frames;
+pub mod invariants;
 mod locks;
 mod objects;
 mod peers;
