@@ -19,6 +19,7 @@
 //! |--------------------|--------------------------------------|--------------------------------------------------------------------------------------------|
 //! | `MergeClaimOwner`  | `server/recovery.rs`, `merge_claim`  | a later exclusive RW claim displaces one already accepted (the owner check is dropped)      |
 //! | `ClientLeaseLapse` | `dlock-transport`, `Client::reinit`  | a client silent past its lease re-claims, on a replacement, grants the old server freed     |
+//! | `FairClaimServing` | `server/recovery.rs`, `merge_fair`   | fair readers re-claimed newest first leave `ns` past the oldest one's ticket (the lock wedges) |
 //!
 //! The model clients of `dlock-tests` mirror the transport client's registration protocol, so
 //! their copy of a client rule reads the same switch.
@@ -38,17 +39,24 @@ pub enum Mutation {
     /// `Client::reinit`: a client whose lease lapsed still re-claims its grants from a
     /// replacement server.
     ClientLeaseLapse = 1,
+    /// `merge_fair`, shared: the serving counter stays where the first claim put it.
+    FairClaimServing = 2,
 }
 
 impl Mutation {
     /// Every mutation point.
-    pub const ALL: [Mutation; 2] = [Mutation::MergeClaimOwner, Mutation::ClientLeaseLapse];
+    pub const ALL: [Mutation; 3] = [
+        Mutation::MergeClaimOwner,
+        Mutation::ClientLeaseLapse,
+        Mutation::FairClaimServing,
+    ];
 
     /// The mutation's name, as [`Mutation::from_name`] reads it.
     pub const fn name(self) -> &'static str {
         match self {
             Mutation::MergeClaimOwner => "MergeClaimOwner",
             Mutation::ClientLeaseLapse => "ClientLeaseLapse",
+            Mutation::FairClaimServing => "FairClaimServing",
         }
     }
 

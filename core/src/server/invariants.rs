@@ -383,13 +383,21 @@ impl Server<'_> {
                 });
             }
             if readers != 0 {
-                return Err(Violation::Word { lock });
+                return Err(Violation::Word {
+                    lock,
+                    word: cell.word,
+                    owner,
+                });
             }
         }
         if kind == LockKind::Fair {
             let w = fair::FairWord::from_bits(cell.word);
             if fair::ticket_before(w.mx(), w.nx()) || fair::ticket_before(w.ms(), w.ns()) {
-                return Err(Violation::Word { lock });
+                return Err(Violation::Word {
+                    lock,
+                    word: cell.word,
+                    owner,
+                });
             }
         }
         if cell.fence >= self.next_token {

@@ -388,6 +388,27 @@ fn later(a: u16, b: u16) -> u16 {
     if fair::ticket_before(a, b) { b } else { a }
 }
 
+/// `b` if it is earlier than `a` in ticket order, else `a`.
+fn earlier(a: u16, b: u16) -> u16 {
+    if fair::ticket_before(b, a) { b } else { a }
+}
+
+/// The serving counter `ns` once a reader holding or queued with shared ticket `ts` is merged
+/// into `w` (no writer holds it).
+///
+/// `ns` counts the shared grants completed, and every reader's unlock moves it on by one, so
+/// it must not be past any outstanding shared ticket: it goes back to the oldest claimed. Left
+/// where the first claim put it (a newer reader's ticket, say), it runs past `ms` once the
+/// readers have unlocked, `ms − ns` wraps to "queue full", and every first attempt on the lock
+/// fails for good. Found by `check_invariants` in the simulator; `FairClaimServing` puts the
+/// bug back.
+fn serving_readers(w: fair::FairWord, ts: u16) -> u16 {
+    if crate::mutated!(FairClaimServing) {
+        return w.ns();
+    }
+    earlier(w.ns(), ts)
+}
+
 fn merge_fair(
     s: &mut fair::FairLock,
     me: ClientId,
@@ -435,6 +456,7 @@ fn merge_fair(
             }
             s.word = w
                 .with_nx(nx)
+                .with_ns(serving_readers(w, ts))
                 .with_mx(later(w.mx(), nx))
                 .with_ms(later(w.ms(), ts.wrapping_add(1)))
                 .with_rcnt(w.rcnt() + 1)
@@ -446,7 +468,11 @@ fn merge_fair(
                 Mode::Exclusive => (later(w.mx(), tx.wrapping_add(1)), later(w.ms(), ts)),
                 Mode::Shared => (later(w.mx(), tx), later(w.ms(), ts.wrapping_add(1))),
             };
-            s.word = w.with_mx(mx).with_ms(ms);
+            let ns = match mode {
+                Mode::Shared if s.owner == 0 => serving_readers(w, ts),
+                _ => w.ns(),
+            };
+            s.word = w.with_mx(mx).with_ms(ms).with_ns(ns);
             Ok(Hold::Ticketed)
         }
         Held::Reference => Ok(Hold::None),

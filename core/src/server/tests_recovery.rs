@@ -3,8 +3,8 @@
 use super::tests::{TestRegion, lock, run, server, small};
 use super::*;
 use crate::LockKind;
-use crate::ids::Ticket;
-use crate::proto::{Held, LockClaim};
+use crate::ids::{Mode, Ticket};
+use crate::proto::{Command, Held, LockClaim};
 
 fn claim(token: u64) -> LockClaim<'static> {
     LockClaim {
@@ -276,4 +276,135 @@ fn deinit_while_recovering_is_not_ready_and_keeps_the_client() {
     s.reinit_done(22, 1_000).unwrap();
     assert_eq!(s.client_deinit(11, 1_001), Ok(()));
     assert_eq!(s.usage().locks, 0);
+}
+
+/// Two readers of a fair lock re-claim their grants newest ticket first. The first claim sets
+/// the serving counter `ns` at its own ticket, past the older reader's; found by
+/// `check_invariants` in the model simulator: once both unlocked, `ns` ran ahead of `ms`, so
+/// `ms − ns` wrapped to "queue full" and every first attempt on the lock failed for good.
+#[test]
+fn fair_readers_reclaimed_newest_first_leave_the_lock_usable() {
+    let cfg = Config {
+        recovery_clients: 2,
+        epoch: 2,
+        ..small()
+    };
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let reader = |ts: u16, token: u64| LockClaim {
+        kind: LockKind::Fair,
+        held: Held::Shared,
+        name: b"f",
+        ticket: Ticket {
+            exclusive: 7,
+            shared: ts,
+        },
+        ..claim((1 << 48) + token)
+    };
+    let (a, b) = (11, 12);
+    let mut ids = [None; 2];
+    for (k, (who, ts)) in [(a, 3), (b, 2)].into_iter().enumerate() {
+        s.client_reinit(who, 3, 0, &crate::Session::NONE, 0)
+            .unwrap();
+        ids[k] = Some(
+            s.update_lock(who, &reader(ts, 9 - u64::from(ts)), 1)
+                .unwrap(),
+        );
+    }
+    for who in [a, b] {
+        s.reinit_done(who, 1).unwrap();
+    }
+    let id = ids[0].unwrap();
+    for (who, ts) in [(a, 3), (b, 2)] {
+        let unlock = Command::Lock(crate::proto::LockCommand {
+            kind: LockKind::Fair,
+            op: crate::proto::LockOp::UnlockShared,
+            lock: id.raw(),
+            expire_ms: 0,
+            ticket: Ticket {
+                exclusive: 7,
+                shared: ts,
+            },
+            wait_ms: 0,
+        });
+        let me = ClientId::new(who).unwrap();
+        assert_eq!(run(&mut s, me, unlock, 2).status, Status::Success);
+    }
+    assert_eq!(s.check_invariants(), Ok(()));
+    let me = ClientId::new(a).unwrap();
+    let take = lock(LockKind::Fair, crate::proto::LockOp::TryExclusive, id, 100);
+    assert_eq!(
+        run(&mut s, me, take, 3).status,
+        Status::Success,
+        "the lock is free, nothing is queued"
+    );
+}
+
+/// A writer's ticket re-claimed first positions the queue at its own shared count; a reader
+/// queued just before it, re-claimed next, is served first and must leave the count where the
+/// writer's turn comes (seed 0x1 of the model simulator, found by `check_invariants`).
+#[test]
+fn a_queued_reader_reclaimed_after_a_writer_ticket_is_served_before_it() {
+    let cfg = Config {
+        recovery_clients: 2,
+        epoch: 2,
+        ..small()
+    };
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let ticket = |mode, ts| LockClaim {
+        kind: LockKind::Fair,
+        held: Held::Ticketed(mode),
+        name: b"f",
+        ticket: Ticket {
+            exclusive: 11,
+            shared: ts,
+        },
+        ..claim(0)
+    };
+    let (writer, reader) = (11, 12);
+    let mut id = None;
+    for (who, mode, ts) in [(writer, Mode::Exclusive, 6), (reader, Mode::Shared, 5)] {
+        s.client_reinit(who, 3, 0, &crate::Session::NONE, 0)
+            .unwrap();
+        id = Some(s.update_lock(who, &ticket(mode, ts), 1).unwrap());
+        s.reinit_done(who, 1).unwrap();
+    }
+    let id = id.unwrap();
+    let retry = |op, ts| {
+        Command::Lock(crate::proto::LockCommand {
+            kind: LockKind::Fair,
+            op,
+            lock: id.raw(),
+            expire_ms: 100,
+            ticket: Ticket {
+                exclusive: 11,
+                shared: ts,
+            },
+            wait_ms: 0,
+        })
+    };
+    use crate::proto::LockOp::{TicketExclusive, TicketShared, UnlockShared};
+    let (w, r) = (
+        ClientId::new(writer).unwrap(),
+        ClientId::new(reader).unwrap(),
+    );
+    assert_eq!(
+        run(&mut s, r, retry(TicketShared, 5), 2).status,
+        Status::Success
+    );
+    assert_eq!(
+        run(&mut s, w, retry(TicketExclusive, 6), 2).status,
+        Status::Eagain
+    );
+    assert_eq!(
+        run(&mut s, r, retry(UnlockShared, 5), 3).status,
+        Status::Success
+    );
+    assert_eq!(s.check_invariants(), Ok(()));
+    assert_eq!(
+        run(&mut s, w, retry(TicketExclusive, 6), 4).status,
+        Status::Success,
+        "the writer's turn comes after the reader queued before it"
+    );
 }

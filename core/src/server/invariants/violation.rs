@@ -61,7 +61,7 @@ pub enum Violation {
         counted: u32,
     },
     /// A lock word out of shape: readers beside an owner, fair counters out of order.
-    Word { lock: u32 },
+    Word { lock: u32, word: u128, owner: u32 },
     /// A live lock's fencing token is not below the next one the server issues.
     Fence { lock: u32, fence: u64, next: u64 },
     /// A waiter not blank while free, of another client than its slot's, waiting on no FIFO,
@@ -145,7 +145,12 @@ impl fmt::Display for Violation {
                 f,
                 "lock {lock}: {recorded} readers in the word, {counted} shared holds"
             ),
-            Violation::Word { lock } => write!(f, "lock {lock}: word out of shape"),
+            Violation::Word { lock, word, owner } => {
+                write!(
+                    f,
+                    "lock {lock}: word {word:#034x} (owner {owner:#x}) out of shape"
+                )
+            }
             Violation::Fence { lock, fence, next } => write!(
                 f,
                 "lock {lock}: fencing token {fence:#x} not below the next token {next:#x}"
