@@ -20,6 +20,7 @@
 //! | `MergeClaimOwner`  | `server/recovery.rs`, `merge_claim`  | a later exclusive RW claim displaces one already accepted (the owner check is dropped)      |
 //! | `ClientLeaseLapse` | `dlock-transport`, `Client::reinit`  | a client silent past its lease re-claims, on a replacement, grants the old server freed     |
 //! | `FairClaimServing` | `server/recovery.rs`, `merge_fair`   | fair readers re-claimed newest first leave `ns` past the oldest one's ticket (the lock wedges) |
+//! | `FairClaimExpired` | `server/recovery.rs`, `merge_claim`  | a fair grant that ran out is restored, and an extend revives it under an older token than its successor's |
 //!
 //! The model clients of `dlock-tests` mirror the transport client's registration protocol, so
 //! their copy of a client rule reads the same switch.
@@ -41,14 +42,17 @@ pub enum Mutation {
     ClientLeaseLapse = 1,
     /// `merge_fair`, shared: the serving counter stays where the first claim put it.
     FairClaimServing = 2,
+    /// `merge_claim`, fair: a grant with no time left is restored.
+    FairClaimExpired = 3,
 }
 
 impl Mutation {
     /// Every mutation point.
-    pub const ALL: [Mutation; 3] = [
+    pub const ALL: [Mutation; 4] = [
         Mutation::MergeClaimOwner,
         Mutation::ClientLeaseLapse,
         Mutation::FairClaimServing,
+        Mutation::FairClaimExpired,
     ];
 
     /// The mutation's name, as [`Mutation::from_name`] reads it.
@@ -57,6 +61,7 @@ impl Mutation {
             Mutation::MergeClaimOwner => "MergeClaimOwner",
             Mutation::ClientLeaseLapse => "ClientLeaseLapse",
             Mutation::FairClaimServing => "FairClaimServing",
+            Mutation::FairClaimExpired => "FairClaimExpired",
         }
     }
 

@@ -319,7 +319,8 @@ impl Server<'_> {
             Table::Locks,
             hw,
             |s| self.lock_live(s),
-            |s| hash_name(key, names[s as usize].name()),
+            // The stored hash, checked against the name below.
+            |s| names[s as usize].hash,
             |a, b| names[a as usize].name() == names[b as usize].name(),
         )?;
         let (mut refs, mut readers) = (0u64, 0u64);
@@ -472,15 +473,18 @@ impl Server<'_> {
             Table::Objects,
             hw,
             |s| self.object_live(s),
-            |s| hash_name(key, names[s as usize].name()),
+            |s| names[s as usize].hash,
             |a, b| names[a as usize].name() == names[b as usize].name(),
         )?;
         let mut refs = 0u64;
         for object in 0..hw {
             let meta = &t.object_meta[object as usize];
             let state = SlotState(meta.state);
+            let name = &names[object as usize];
             let bad = if state.is_live() {
-                (meta.owner != 0 && self.client_slot(meta.owner).is_none())
+                name.name().is_empty()
+                    || name.hash != hash_name(key, name.name())
+                    || (meta.owner != 0 && self.client_slot(meta.owner).is_none())
                     || (state.is_destroyed() && meta.refs == 0)
             } else {
                 *meta

@@ -9,11 +9,11 @@
 //!
 //! | kind   | claim           | merged when                                  | otherwise |
 //! |--------|-----------------|----------------------------------------------|-----------|
-//! | atomic | exclusive       | free (or already this client's)              | Fail      |
+//! | atomic | exclusive       | time left, free (or already this client's)   | Fail      |
 //! | RW     | exclusive       | free (or already this client's)              | Fail      |
 //! | RW     | shared          | no exclusive holder                          | Fail      |
-//! | fair   | exclusive       | no holder, ticket not behind the counters    | Fail      |
-//! | fair   | shared          | no exclusive holder, ticket at the serving position, < 63 readers | Fail |
+//! | fair   | exclusive       | time left, no holder, ticket not behind the counters | Fail |
+//! | fair   | shared          | time left, no exclusive holder, ticket at the serving position, < 63 readers | Fail |
 //! | fair   | ticketed        | always: next-ticket counters move past it    | —         |
 //!
 //! The first claim accepted keeps the lock. The reference lets a later claim displace an
@@ -352,6 +352,14 @@ impl<'r> Server<'r> {
                     .with_since_ms(since)
                     .into_bits();
                 Ok(Hold::Shared)
+            }
+            // A fair grant that ran out may have been preempted and handed on: restored, an
+            // extend would revive it under an older token than its successor's (the simulator's
+            // fencing rule found it; `FairClaimExpired` puts it back). As for an atomic one.
+            (LockKind::Fair, Held::Exclusive | Held::Shared)
+                if c.remaining_ms == 0 && !crate::mutated!(FairClaimExpired) =>
+            {
+                Err(Status::Fail)
             }
             (LockKind::Fair, held) => {
                 let mut s = fair::FairLock {
