@@ -111,10 +111,16 @@ fn campaign(total: u64, half: u64) -> Result<(), Failure> {
         }
         i += 1;
         if i.is_multiple_of(100) {
-            eprintln!("campaign: {done} operations, {i} seeds, {:.1?}", start.elapsed());
+            eprintln!(
+                "campaign: {done} operations, {i} seeds, {:.1?}",
+                start.elapsed()
+            );
         }
     }
-    eprintln!("campaign: {done} operations over {i} seeds in {:.1?}", start.elapsed());
+    eprintln!(
+        "campaign: {done} operations over {i} seeds in {:.1?}",
+        start.elapsed()
+    );
     Ok(())
 }
 

@@ -12,7 +12,7 @@
 //!
 //! | compound             | what happens                                                                   | the bug it once took |
 //! |----------------------|--------------------------------------------------------------------------------|----------------------|
-//! | `unlock_then_crash`  | an unlock executes, its reply is held back, and the server crashes before it lands (others may take the lock meanwhile) | a stale exclusive claim displacing an accepted one (`MergeClaimOwner`) |
+//! | `unlock_then_crash`  | an unlock executes, its reply is held back (or its link breaks under it), and the server crashes before the client retries (others may take the lock meanwhile) | a stale exclusive claim displacing an accepted one (`MergeClaimOwner`) |
 //! | `lapse_then_crash`   | a client holding locks stops past its lease; the server expires it, others take its locks, and the server crashes before the client wakes | a lapsed client re-claiming grants it lost (`ClientLeaseLapse`) |
 //! | `unlock_then_lapse`  | an unlock executes, the link breaks under its reply, and the client stops past its lease | a client that cannot know whether it still holds a lock it asked to release |
 //! | `claims_reply_lost`  | a recovering server merges a batch of claims and the link breaks under the reply | claims answered late, after the window closed |
@@ -115,6 +115,9 @@ pub enum ReplyFate {
     /// Delivered after `delay_ms`, and the server crashes after `crash_in_ms` (sooner): the
     /// reply is lost with it.
     HeldThenCrash { delay_ms: u64, crash_in_ms: u64 },
+    /// The link breaks under it, and the server crashes after `crash_in_ms`: the client
+    /// re-registers with the old server meanwhile, still holding the grant by its record.
+    LostThenCrash { crash_in_ms: u64 },
     /// The link breaks under it; and if `lapse`, its client stops past its lease.
     Lost { lapse: bool },
 }
@@ -187,9 +190,14 @@ impl FaultPlan {
             ReplyTo::Unlock if rng.chance(self.unlock_then_crash_ppm) => {
                 faults.unlock_then_crash += 1;
                 let delay_ms = rng.range(30, 400);
-                ReplyFate::HeldThenCrash {
-                    delay_ms,
-                    crash_in_ms: rng.range(10, delay_ms - 5),
+                let crash_in_ms = rng.range(10, delay_ms - 5);
+                if rng.below(2) == 0 {
+                    ReplyFate::HeldThenCrash {
+                        delay_ms,
+                        crash_in_ms,
+                    }
+                } else {
+                    ReplyFate::LostThenCrash { crash_in_ms }
                 }
             }
             ReplyTo::Unlock if rng.chance(self.unlock_then_lapse_ppm) => {

@@ -69,6 +69,11 @@ impl World {
                 let at = now + crash_in_ms;
                 self.crash_at = Some(self.crash_at.map_or(at, |c| c.min(at)));
             }
+            ReplyFate::LostThenCrash { crash_in_ms } => {
+                self.net.break_link(link);
+                let at = now + crash_in_ms;
+                self.crash_at = Some(self.crash_at.map_or(at, |c| c.min(at)));
+            }
             ReplyFate::Lost { lapse } => {
                 self.net.break_link(link);
                 if lapse {

@@ -99,6 +99,11 @@ impl Oracle {
         &self.names
     }
 
+    /// The name a lock id of this server incarnation stands for, if the server gave it out.
+    pub fn name_of_id(&self, raw: u32) -> Option<usize> {
+        self.ids.get(&raw).copied()
+    }
+
     /// The index of lock name `name`.
     pub fn name_index(&self, name: &[u8]) -> Option<usize> {
         self.name_index.get(name).copied()

@@ -228,8 +228,10 @@ impl Sim<'_> {
         let mut w = self.world.borrow_mut();
         let (now, incarnation) = (w.now_ms, w.incarnation);
         let mut by_lock: BTreeMap<usize, Vec<Belief>> = BTreeMap::new();
+        let oracle = &w.oracle;
+        let name_of = |id: dlock_core::LockId| oracle.name_of_id(id.raw());
         for (p, proc) in self.procs.iter().enumerate() {
-            for (k, b) in proc.beliefs(p, now, incarnation) {
+            for (k, b) in proc.beliefs(p, now, incarnation, name_of) {
                 by_lock.entry(k).or_default().push(b);
             }
         }

@@ -54,8 +54,14 @@ impl Proc<'_> {
     }
 
     /// What the process believes it holds at `now` while the server is incarnation
-    /// `incarnation`, by lock index.
-    pub fn beliefs(&self, p: usize, now: u64, incarnation: u32) -> Vec<(usize, Belief)> {
+    /// `incarnation`, by lock name (`name_of` reads it from the lock's id on that server).
+    pub fn beliefs(
+        &self,
+        p: usize,
+        now: u64,
+        incarnation: u32,
+        name_of: impl Fn(LockId) -> Option<usize>,
+    ) -> Vec<(usize, Belief)> {
         let Some(c) = &self.client else {
             return Vec::new();
         };
@@ -77,8 +83,11 @@ impl Proc<'_> {
             if now > self.grant_until(l) {
                 continue;
             }
+            let Some(name) = name_of(id) else {
+                continue;
+            };
             out.push((
-                k,
+                name,
                 Belief {
                     holder: p,
                     mode,
@@ -164,7 +173,10 @@ impl<'r> Sim<'r> {
     /// Whether process `p` believes it holds any lock now.
     pub fn holding(&self, p: usize) -> bool {
         let w = self.world.borrow();
-        !self.procs[p].beliefs(p, w.now_ms, w.incarnation).is_empty()
+        let name_of = |id: LockId| w.oracle.name_of_id(id.raw());
+        !self.procs[p]
+            .beliefs(p, w.now_ms, w.incarnation, name_of)
+            .is_empty()
     }
 
     /// One scheduled action of process `p`.
@@ -353,36 +365,37 @@ impl<'r> Sim<'r> {
             return Ok(());
         };
         self.reinits += 1;
-        match c.reinit() {
+        let resynced = match c.reinit() {
             // A replacement server: re-claim what it holds (the real client decides what a
             // claim may say), then tell it this client is done. Until then its grants are
-            // uncertain, so nothing counts as renewed on failure.
-            Ok(true) => {
-                proc.object = None;
-                if c.update_all_locks().and_then(|()| c.reinit_done()).is_ok() {
-                    proc.synced = world.borrow().incarnation;
-                    // Claims that failed were forgotten, and the ids are the new server's: an
-                    // old id may name another lock now.
-                    proc.ids.retain(|k, id| {
-                        let (name, kind) = &names[*k];
-                        match c.get_lock(*kind, name.as_bytes()) {
-                            Ok(new) => {
-                                *id = new;
-                                true
-                            }
-                            Err(_) => false,
-                        }
-                    });
-                }
-            }
-            Ok(false) => {
-                proc.synced = world.borrow().incarnation;
-            }
+            // uncertain, so nothing counts as believed on failure.
+            Ok(true) => c.update_all_locks().and_then(|()| c.reinit_done()).is_ok(),
+            Ok(false) => true,
             Err(_) => {
                 // Registration gone: what it believed is void (its locks were freed).
                 proc.client = None;
                 proc.down_until = now;
+                return Ok(());
             }
+        };
+        let incarnation = world.borrow().incarnation;
+        if resynced && proc.synced != incarnation {
+            // Re-synced with a replacement: objects are gone, and the ids are the new
+            // server's (an old id may name another lock now).
+            proc.object = None;
+            proc.ids.retain(|k, id| {
+                let (name, kind) = &names[*k];
+                match c.get_lock(*kind, name.as_bytes()) {
+                    Ok(new) => {
+                        *id = new;
+                        true
+                    }
+                    Err(_) => false,
+                }
+            });
+        }
+        if resynced {
+            proc.synced = incarnation;
         }
         Ok(())
     }
