@@ -31,9 +31,9 @@
 //! high-water marks (a slot never handed out was never written). It allocates nothing and
 //! changes nothing: a broken invariant is a bug, reported as the first [`Violation`] found.
 
-use super::{Server, client_tag};
-use crate::ids::{ClientId, LockId, LockKind};
-use crate::table::index::{Index, hash_name};
+use super::Server;
+use crate::ids::{LockId, LockKind};
+use crate::table::index::{Index, hash_name, mix32};
 use crate::table::{
     ClientEntry, ClientState, FreeList, Hold, ObjectMeta, SlotState, Waiter, WaiterState,
 };
@@ -132,6 +132,17 @@ fn owner_and_readers(kind: LockKind, cell: &crate::table::LockCell) -> (u32, u32
     }
 }
 
+/// A client's reference count that is not its number of bits.
+#[cold]
+fn client_refs(slot: u32, table: Table, recorded: u32, counted: u32) -> Violation {
+    Violation::ClientRefs {
+        slot,
+        table,
+        recorded,
+        counted,
+    }
+}
+
 /// Sums over the reference and hold bits, standing in for per-slot counts.
 #[derive(Default)]
 struct Sums {
@@ -187,7 +198,8 @@ impl Server<'_> {
             Table::Clients,
             hw,
             |s| clients[s as usize].id != 0,
-            |s| ClientId::new(clients[s as usize].id).map_or(0, client_tag),
+            // `client_tag` of the id, without re-checking it is one.
+            |s| mix32(clients[s as usize].id),
             |a, b| clients[a as usize].id == clients[b as usize].id,
         )?;
         self.check_peer_caps()
@@ -255,19 +267,16 @@ impl Server<'_> {
                 objects += 1;
                 sums.object_refs = sums.object_refs.wrapping_add(weight(object));
             }
-            for (table, recorded, counted) in [
-                (Table::Locks, entry.lock_refs, locks),
-                (Table::Objects, entry.object_refs, objects),
-            ] {
-                if recorded != counted {
-                    let slot = client;
-                    return Err(Violation::ClientRefs {
-                        slot,
-                        table,
-                        recorded,
-                        counted,
-                    });
-                }
+            if entry.lock_refs != locks {
+                return Err(client_refs(client, Table::Locks, entry.lock_refs, locks));
+            }
+            if entry.object_refs != objects {
+                return Err(client_refs(
+                    client,
+                    Table::Objects,
+                    entry.object_refs,
+                    objects,
+                ));
             }
             self.check_holds(client, entry.id, &mut sums)?;
         }
@@ -513,7 +522,8 @@ impl Server<'_> {
             let w = &t.waiters[slot as usize];
             let mine = w.client != 0 && w.client == t.clients[slot as usize].id;
             let bad = match w.state {
-                s if s == WaiterState::Free as u8 => *w != Waiter::default(),
+                // Blank: no client, lock or link left behind.
+                s if s == WaiterState::Free as u8 => w.client != 0 || w.lock != 0 || w.next != 0,
                 s if s == WaiterState::Ready as u8 => {
                     ready += 1;
                     !mine || w.next != 0
