@@ -132,7 +132,7 @@ const REGRESSIONS: &[(Mutation, u64, u64)] = &[
     (Mutation::MergeClaimOwner, 0xa4f1_0671_89a3_31e8, 7_000),
     (Mutation::ClientLeaseLapse, 0x659a_cf3d_c17a_550d, 3_000),
     (Mutation::FairClaimServing, 0x90df_11e8_af56_f1c4, 9_000),
-    (Mutation::FairClaimExpired, 0x9dc6_c15c_82de_cfd7, 4_000),
+    (Mutation::FairClaimExpired, 0x917e_b576_e558_42cb, 5_000),
 ];
 
 #[test]

@@ -37,6 +37,9 @@ pub struct SimLock {
     /// An unlock of the current grant was sent: the engine stopped using the lock, whatever the
     /// reply (a lost reply leaves the record locked; only an unlock retry may follow).
     pub releasing: bool,
+    /// The token of a grant the client re-claimed across a server incarnation it missed
+    /// (`oracle::beliefs` says why the fencing rule skips it).
+    pub unfenced: Option<u64>,
 }
 
 impl SimLock {
@@ -46,6 +49,11 @@ impl SimLock {
             return None;
         }
         self.local.state.held_mode()
+    }
+
+    /// Whether the fencing rule applies to the grant the record holds.
+    pub fn fenced(&self) -> bool {
+        self.unfenced != Some(self.local.token.0)
     }
 
     /// The last tick at which the grant is valid by the client's own reckoning.

@@ -422,6 +422,7 @@ impl World {
                     holder: i,
                     mode,
                     token: l.local.token.0,
+                    fenced: l.fenced(),
                 })
             })
             .collect();

@@ -194,6 +194,8 @@ impl World {
                 // A server that still knows the client hands its session back; a replacement
                 // that took it back in recovery mints a new one (as `Client::reinit` reads it).
                 let resumed = c.session == r.session;
+                // A server between the last one it re-synced with and this one ran without it.
+                let gap = r.epoch > c.epoch.wrapping_add(1);
                 c.session = r.session;
                 c.epoch = r.epoch;
                 c.lease_anchor = sent_at;
@@ -216,6 +218,11 @@ impl World {
                         for l in c.locks.iter_mut().flatten() {
                             l.local = LocalLock::new(l.local.id, l.local.kind);
                             l.releasing = false;
+                        }
+                    }
+                    if gap {
+                        for l in c.locks.iter_mut().flatten() {
+                            l.unfenced = Some(l.local.token.0);
                         }
                     }
                     c.phase = Phase::Claiming;
@@ -302,6 +309,7 @@ impl World {
                         name: n,
                         local: LocalLock::new(id, kind),
                         releasing: false,
+                        unfenced: None,
                     }));
                 }
             }
@@ -314,6 +322,7 @@ impl World {
                             name: *n,
                             local: LocalLock::new(id, kind),
                             releasing: false,
+                            unfenced: None,
                         }));
                     }
                 }

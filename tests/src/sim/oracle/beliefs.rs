@@ -18,6 +18,14 @@
 //!   taken back and given on (its lease lapsed) would break, even when it is the only
 //!   believer left.
 //!
+//! One case is outside the fencing rule, as recovery is designed (`recovery.rs`: the first
+//! accepted claim keeps a lock, and a proof cannot show a grant is still current): a holder
+//! that misses a whole server incarnation — a replacement that served without it, handed its
+//! lock on and crashed before it re-registered — re-claims its grant from the next one, and
+//! nothing it or that server sees tells it the grant went elsewhere meanwhile. Mutual exclusion
+//! still holds, and a fencing token at the storage orders the two holders; a simulator marks
+//! such beliefs `fenced: false` (restored across an epoch gap) and the rule skips them.
+//!
 //! A server crash ends every belief until its client re-syncs with the replacement: the
 //! kernel resets a dead process's connections, so each client learns of it before it could act
 //! on a lock again. (A server host that vanishes without a word is outside this model: a client
@@ -34,6 +42,9 @@ pub struct Belief {
     pub mode: Mode,
     /// The fencing token of the grant the record holds.
     pub token: u64,
+    /// Whether the fencing rule applies: false for a grant re-claimed across a missed server
+    /// incarnation (the module doc says why).
+    pub fenced: bool,
 }
 
 /// The belief rules' memory: per lock name, the newest tokens believers have held it under.
@@ -95,7 +106,7 @@ impl Beliefs {
                 Mode::Exclusive => self.newest[name],
                 Mode::Shared => self.newest_exclusive[name],
             };
-            if b.token < above {
+            if b.fenced && b.token < above {
                 return Err(format!(
                     "lock {name}: {} believes it holds it {:?} under token {:#x} at {now}, \
                      after {} held it under the newer token {above:#x}",

@@ -235,8 +235,12 @@ impl Sim<'_> {
                 by_lock.entry(k).or_default().push(b);
             }
         }
+        let procs = &self.procs;
         for (k, believers) in by_lock {
-            let describe = |p: usize| format!("process {p}");
+            let describe = |p: usize| match procs.get(p).and_then(|x| x.client.as_ref()) {
+                Some(c) => format!("process {p} (client {:#x})", c.id().get()),
+                None => format!("process {p}"),
+            };
             w.oracle
                 .beliefs
                 .check(k, now, &believers, describe)

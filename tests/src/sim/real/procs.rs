@@ -27,9 +27,15 @@ pub(super) struct Proc<'r> {
     pub lease_ms: u64,
     /// The server incarnation it last re-synced with; its beliefs count only in that one.
     pub synced: u32,
+    /// The server incarnation it last registered with (re-syncing or not).
+    pub registered: u32,
+    /// Tokens of grants it re-claimed across a server incarnation it missed
+    /// (`oracle::beliefs` says why the fencing rule skips them).
+    pub unfenced: HashSet<u64>,
     pub ids: HashMap<usize, LockId>,
-    /// Locks the application asked to release and does not use, whatever the client's record
-    /// says (an unlock whose reply was lost leaves the record holding).
+    /// Locks (by name) the application asked to release and does not use, whatever the
+    /// client's record says (an unlock whose reply was lost leaves the record holding, and a
+    /// trylock would be answered from it as a re-entry).
     pub releasing: HashSet<usize>,
     pub object: Option<ObjectId>,
     /// Down (crashed) or stopped (paused) until this sim time.
@@ -45,6 +51,8 @@ impl Proc<'_> {
             heard: Rc::new(Cell::new(0)),
             lease_ms: 0,
             synced: 0,
+            registered: 0,
+            unfenced: HashSet::new(),
             ids: HashMap::new(),
             releasing: HashSet::new(),
             object: None,
@@ -70,13 +78,7 @@ impl Proc<'_> {
             return Vec::new();
         }
         let mut out = Vec::new();
-        for (&k, &id) in &self.ids {
-            if self.releasing.contains(&k) {
-                continue;
-            }
-            let Some((_, l)) = c.locks().find(|(lid, _)| **lid == id) else {
-                continue;
-            };
+        for (&id, l) in c.locks() {
             let Some(mode) = l.state.held_mode() else {
                 continue;
             };
@@ -86,12 +88,16 @@ impl Proc<'_> {
             let Some(name) = name_of(id) else {
                 continue;
             };
+            if self.releasing.contains(&name) {
+                continue;
+            }
             out.push((
                 name,
                 Belief {
                     holder: p,
                     mode,
                     token: l.token.0,
+                    fenced: !self.unfenced.contains(&l.token.0),
                 },
             ));
         }
@@ -150,6 +156,8 @@ impl<'r> Sim<'r> {
                 proc.client = Some(c);
                 proc.start_ms = now;
                 proc.synced = incarnation;
+                proc.registered = incarnation;
+                proc.unfenced.clear();
             }
             Err(_) => proc.client = None,
         }
@@ -269,16 +277,21 @@ impl<'r> Sim<'r> {
                     .collect();
                 let mut out = vec![Err(Status::Einval); held.len()];
                 let r = c.batch_unlock(&held, &mut out);
+                // Every lock it asked to release, by name: some may have records from before a
+                // failover that this process never looked up again.
+                let w = self.world.borrow();
                 let proc = &mut self.procs[p];
-                let c = proc.client.as_mut().expect("a live client");
-                for (k, id) in &proc.ids {
+                let c = proc.client.as_ref().expect("a live client");
+                for id in held {
                     let still = c
                         .locks()
-                        .any(|(lid, l)| lid == id && l.state.held_mode().is_some());
-                    if held.contains(id) && still {
-                        proc.releasing.insert(*k);
-                    } else if !still {
-                        proc.releasing.remove(k);
+                        .any(|(lid, l)| *lid == id && l.state.held_mode().is_some());
+                    if let Some(name) = w.oracle.name_of_id(id.raw()) {
+                        if still {
+                            proc.releasing.insert(name);
+                        } else {
+                            proc.releasing.remove(&name);
+                        }
                     }
                 }
                 r
@@ -369,8 +382,20 @@ impl<'r> Sim<'r> {
             // A replacement server: re-claim what it holds (the real client decides what a
             // claim may say), then tell it this client is done. Until then its grants are
             // uncertain, so nothing counts as believed on failure.
-            Ok(true) => c.update_all_locks().and_then(|()| c.reinit_done()).is_ok(),
-            Ok(false) => true,
+            Ok(true) => {
+                // A server between the last one it registered with and this one ran without it.
+                let incarnation = world.borrow().incarnation;
+                if proc.registered + 1 < incarnation {
+                    let held = c.locks().filter(|(_, l)| l.state.held_mode().is_some());
+                    proc.unfenced.extend(held.map(|(_, l)| l.token.0));
+                }
+                proc.registered = incarnation;
+                c.update_all_locks().and_then(|()| c.reinit_done()).is_ok()
+            }
+            Ok(false) => {
+                proc.registered = world.borrow().incarnation;
+                true
+            }
             Err(_) => {
                 // Registration gone: what it believed is void (its locks were freed).
                 proc.client = None;
