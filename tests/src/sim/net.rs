@@ -13,8 +13,8 @@
 //! deduplicate (a repeated unlock or FAA is a second operation); a data reply may be, which a
 //! client must recognise by its message id and drop.
 //!
-//! Which faults a run has and how often is the seed's [`FaultPlan`](super::swarm::FaultPlan);
-//! the counts of those injected go to [`Faults`](super::swarm::Faults).
+//! Which faults a run has and how often is the seed's [`FaultPlan`];
+//! the counts of those injected go to [`Faults`].
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
