@@ -441,3 +441,55 @@ fn an_expired_fair_grant_is_not_restored() {
     }
     assert_eq!(s.check_invariants(), Ok(()));
 }
+
+/// A reader's queued ticket older than a writer's restored grant cannot be current (the reader
+/// would have been served before the writer), so it is a stale claim: it may move the queue's
+/// counters, never the serving counter under the writer, or the writer could not unlock.
+#[test]
+fn a_stale_reader_ticket_claimed_after_a_writer_leaves_the_writers_grant_whole() {
+    let cfg = Config {
+        recovery_clients: 2,
+        epoch: 2,
+        ..small()
+    };
+    let mut region = TestRegion::new(&cfg);
+    let mut s = server(&mut region, &cfg);
+    let ticket = Ticket {
+        exclusive: 7,
+        shared: 4,
+    };
+    let writer = LockClaim {
+        kind: LockKind::Fair,
+        name: b"f",
+        ticket,
+        ..claim((1 << 48) + 9)
+    };
+    let stale_reader = LockClaim {
+        held: Held::Ticketed(Mode::Shared),
+        ticket: Ticket {
+            exclusive: 7,
+            shared: 3,
+        },
+        remaining_ms: 0,
+        ..writer
+    };
+    let (w, r) = (11, 12);
+    let mut id = None;
+    for (who, c) in [(w, &writer), (r, &stale_reader)] {
+        s.client_reinit(who, 3, 0, &crate::Session::NONE, 0)
+            .unwrap();
+        id = Some(s.update_lock(who, c, 1).unwrap());
+        s.reinit_done(who, 1).unwrap();
+    }
+    let unlock = Command::Lock(crate::proto::LockCommand {
+        kind: LockKind::Fair,
+        op: crate::proto::LockOp::UnlockExclusive,
+        lock: id.unwrap().raw(),
+        expire_ms: 0,
+        ticket,
+        wait_ms: 0,
+    });
+    let me = ClientId::new(w).unwrap();
+    assert_eq!(run(&mut s, me, unlock, 2).status, Status::Success);
+    assert_eq!(s.check_invariants(), Ok(()));
+}
