@@ -131,6 +131,7 @@ fn dlock_object_faa(bencher: Bencher) {
         object: id.raw(),
         a: 1,
         b: 0,
+        partition_epoch: 0,
     })];
     let mut r = [BLANK];
     bencher.counter(ItemsCount::new(1usize)).bench_local(|| {

@@ -569,7 +569,10 @@ fn hand_off(n: usize, idle: IdleStrategy, awake: Duration, layout: Layout) -> Hi
                     .lock_request_async(lh, AsyncOp::Unlock)
                     .expect("unlock");
                 let _ = h.record(waiter.join().expect("waiter"));
-                while holder.lock_result_check() == Err(Status::AsyncAgain) {}
+                while holder
+                    .lock_result_check()
+                    .is_err_and(|e| e == Status::AsyncAgain)
+                {}
             }
         }
     }

@@ -35,6 +35,7 @@ pub fn cmd(op: LockOp, id: LockId) -> Command {
         expire_ms: 5_000,
         ticket: Ticket::default(),
         wait_ms: 0,
+        partition_epoch: 0,
     })
 }
 

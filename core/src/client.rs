@@ -465,6 +465,8 @@ impl LocalLock {
             expire_ms,
             ticket,
             wait_ms,
+            // A standalone server's: the cluster client names its partition's epoch.
+            partition_epoch: 0,
         };
         Decision::Send(Request { command, verb })
     }

@@ -344,15 +344,25 @@ impl core::fmt::Display for ClientId {
 /// A grant's proof: what a server with a session key hands the client with every grant and
 /// fair-lock ticket, and the client shows when it re-claims the lock from a server that
 /// replaces this one (see [`crate::server::proof`] for what it binds and why). `mac` is
-/// 128 bits of HMAC-SHA-256 under the session key; `epoch` is the epoch of the server that
-/// issued it, one of the values the MAC binds.
+/// 128 bits of HMAC-SHA-256 under the session key; `epoch` is one of the values the MAC binds:
+/// the epoch the grant was made at, which is the server's epoch (widened) on a standalone server
+/// and the partition's epoch in a cluster.
+///
+/// The partition the MAC also binds is not carried: whoever checks a proof computes it from the
+/// lock's name (`cluster::partition_of`; 0 on a standalone server), so a claim cannot name
+/// another partition than its lock's.
+///
+/// A data response's proof trailer carries only the MAC; the client files it under the epoch
+/// the grant was made at, which it knows without asking: the epoch its request named
+/// (`LockCommand::partition_epoch`) in a cluster, where a server serves a request only at
+/// exactly that epoch, and the registration's `InitReply::epoch` on a standalone server.
 ///
 /// All zeros is "no proof": what a server without a key gives, and what a record without a
 /// grant holds. Comparison is constant-time and `Debug` never prints the MAC.
 #[derive(Clone, Copy, Default)]
 pub struct GrantProof {
-    /// The epoch of the server that issued the proof.
-    pub epoch: u16,
+    /// The epoch the grant was made at (module doc of [`crate::server::proof`]).
+    pub epoch: u32,
     /// The MAC (zero: none).
     pub mac: [u8; GrantProof::LEN],
 }
@@ -405,20 +415,68 @@ impl core::fmt::Debug for GrantProof {
 }
 
 /// A fencing token: strictly greater than every token issued before it for the same lock, also
-/// across a server failover (the server epoch is in the high bits). Storage that remembers the
+/// across a server failover (the epoch is in the high bits). Storage that remembers the
 /// largest token it has seen for a resource can reject a write from a paused ex-holder.
+///
+/// The token is one `u64` on the wire and compares as one; how it splits depends on who
+/// issued it, and the constructors and accessors name the layout they use:
+///
+/// | issued by            | layout                  | epoch from                                  |
+/// |----------------------|-------------------------|---------------------------------------------|
+/// | a standalone server  | `epoch:16 \| counter:48` | the operator ([`crate::Config::epoch`])     |
+/// | a cluster partition  | `epoch:32 \| counter:32` | the map, per partition ([`crate::cluster::token`]) |
+///
+/// A lock is served either standalone or in one cluster, never both, so the tokens of one lock
+/// all have one layout and grow as integers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 #[repr(transparent)]
 pub struct FencingToken(pub u64);
 
 impl FencingToken {
-    /// Bits below the epoch.
-    pub const COUNTER_BITS: u32 = 48;
+    /// Bits below the epoch in a standalone server's token.
+    pub const STANDALONE_COUNTER_BITS: u32 = 48;
+    /// The largest counter a standalone token carries.
+    pub const STANDALONE_COUNTER_MAX: u64 = (1 << Self::STANDALONE_COUNTER_BITS) - 1;
+    /// Bits below the epoch in a cluster token ([`crate::cluster::token::COUNTER_BITS`]).
+    pub const CLUSTER_COUNTER_BITS: u32 = crate::cluster::token::COUNTER_BITS;
 
-    /// The server epoch this token was issued in (see [`crate::Config::epoch`]).
+    /// Grant `counter` of a standalone server at `epoch`. Panics (a bug, not bad input: only
+    /// servers make tokens) when `counter` does not fit 48 bits.
     #[inline]
-    pub const fn epoch(self) -> u16 {
-        (self.0 >> Self::COUNTER_BITS) as u16
+    pub const fn standalone(epoch: u16, counter: u64) -> FencingToken {
+        assert!(counter <= Self::STANDALONE_COUNTER_MAX);
+        FencingToken((epoch as u64) << Self::STANDALONE_COUNTER_BITS | counter)
+    }
+
+    /// Grant `counter` of a cluster partition at `epoch` ([`crate::cluster::token::token`]).
+    #[inline]
+    pub const fn cluster(epoch: u32, counter: u32) -> FencingToken {
+        FencingToken(crate::cluster::token::token(epoch, counter))
+    }
+
+    /// The server epoch a standalone server's token was issued at.
+    #[inline]
+    pub const fn standalone_epoch(self) -> u16 {
+        (self.0 >> Self::STANDALONE_COUNTER_BITS) as u16
+    }
+
+    /// The counter of a standalone server's token.
+    #[inline]
+    pub const fn standalone_counter(self) -> u64 {
+        self.0 & Self::STANDALONE_COUNTER_MAX
+    }
+
+    /// The partition epoch a cluster token was issued at
+    /// ([`crate::cluster::token::token_epoch`]).
+    #[inline]
+    pub const fn cluster_epoch(self) -> u32 {
+        crate::cluster::token::token_epoch(self.0)
+    }
+
+    /// The counter of a cluster token.
+    #[inline]
+    pub const fn cluster_counter(self) -> u32 {
+        self.0 as u32
     }
 }
 
@@ -532,6 +590,28 @@ pub(crate) mod tests {
         k[31] = k[0];
         assert!(SessionKey::new(k).is_ok());
         assert!(format!("{}", FewDistinctBytes(1)).contains("only 1 distinct"));
+    }
+
+    #[test]
+    fn fencing_tokens_name_their_layout() {
+        let s = FencingToken::standalone(7, FencingToken::STANDALONE_COUNTER_MAX);
+        assert_eq!(s.0, 0x0007_FFFF_FFFF_FFFF);
+        assert_eq!(
+            (s.standalone_epoch(), s.standalone_counter()),
+            (7, (1 << 48) - 1)
+        );
+        let c = FencingToken::cluster(0x0001_0002, 9);
+        assert_eq!(c.0, crate::cluster::token::token(0x0001_0002, 9));
+        assert_eq!((c.cluster_epoch(), c.cluster_counter()), (0x0001_0002, 9));
+        // Within one layout, tokens order as (epoch, counter); on the wire they are one u64.
+        assert!(FencingToken::cluster(2, 1) > FencingToken::cluster(1, u32::MAX));
+        assert!(FencingToken::standalone(2, 1) > FencingToken::standalone(1, (1 << 48) - 1));
+    }
+
+    #[test]
+    #[should_panic]
+    fn a_standalone_counter_past_48_bits_is_a_bug() {
+        let _ = FencingToken::standalone(1, 1 << 48);
     }
 
     #[test]

@@ -14,9 +14,11 @@
 //! | [`config`] | capacities, validation and the exact region size                       |
 //! | [`table`]  | the fixed tables laid over the region                                  |
 //! | [`proto`]  | control and data frames, encoded into and decoded from caller buffers  |
-//! | [`server`] | the state machine: `handle_control` and `handle_data`                  |
+//! | [`server`] | the state machine (`handle_control`, `handle_data`) and the rules of who may send what (`dispatch`, `route`, `control`) |
 //! | [`client`] | the client's record of one lock and its (state × operation) decisions  |
+//! | [`time`]   | durations as the protocol carries them: one rounding rule              |
 //! | [`cluster`] | partitions, the map, epochs, rebalancing and the timing rules of a cluster |
+//! | [`manager`] | cached grants and their revocation, lock value blocks, retained locks |
 //!
 //! # A first look
 //!
@@ -46,6 +48,7 @@
 //!     expire_ms: 5_000,
 //!     ticket: Ticket { exclusive: 0, shared: 0 },
 //!     wait_ms: 0,
+//!     partition_epoch: 0, // a standalone server's (a cluster's names the partition's epoch)
 //! });
 //! let mut result = [CommandResult { status: Status::Fail, word: 0, aux: 0 }];
 //! server.execute_message(client.get(), 0, &[take], &mut result, now_ms).unwrap();
@@ -63,12 +66,14 @@ pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod ids;
+pub mod manager;
 #[cfg(feature = "sim-mutations")]
 pub mod mutation;
 pub mod proto;
 pub mod server;
 pub mod status;
 pub mod table;
+pub mod time;
 pub mod word;
 
 pub use config::Config;

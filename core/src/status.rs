@@ -59,6 +59,14 @@ pub enum Status {
     ProtoVersionNegotiationFail = 0x200E,
     /// A server table (clients, locks, waiters) is full.
     ServerNoResource = 0x200F,
+    /// The server does not own the partition at the epoch the request named (or has fenced
+    /// itself); `aux` of the result (a control reply's body) carries the map version the server
+    /// knows; refresh the map and retry. Not in the reference, which has no partitions (a dlock
+    /// cluster's; a standalone server never answers it).
+    PartitionMoved = 0x2010,
+    /// The lock is held as retained by a dead client until a recoverer calls `recovery_done`
+    /// (not in the reference).
+    LockRetained = 0x2011,
     /// An object of that name was created by another client.
     ObjectAlreadyExisted = 0x3000,
     /// This client (or an orphaned owner) created the object before.
@@ -78,8 +86,8 @@ pub enum Status {
 }
 
 /// Statuses by code: `BY_CODE[code >> 12][code & 0xFFF]`.
-const BY_CODE: [[Option<Status>; 16]; 4] = {
-    let mut table = [[None; 16]; 4];
+const BY_CODE: [[Option<Status>; 32]; 4] = {
+    let mut table = [[None; 32]; 4];
     let mut i = 0;
     while i < Status::ALL.len() {
         let code = Status::ALL[i] as u16;
@@ -92,7 +100,7 @@ const BY_CODE: [[Option<Status>; 16]; 4] = {
 
 impl Status {
     /// Every status, in numeric order (for exhaustive tests and code tables).
-    pub const ALL: [Status; 32] = [
+    pub const ALL: [Status; 34] = [
         Status::Success,
         Status::Done,
         Status::Eagain,
@@ -117,6 +125,8 @@ impl Status {
         Status::ClientRemovedByServer,
         Status::ProtoVersionNegotiationFail,
         Status::ServerNoResource,
+        Status::PartitionMoved,
+        Status::LockRetained,
         Status::ObjectAlreadyExisted,
         Status::ObjectAlreadyCreated,
         Status::ObjectNotCreate,
@@ -136,7 +146,7 @@ impl Status {
     /// The status with this wire code, or `None` for a code the reference does not define.
     #[inline]
     pub const fn from_code(code: u16) -> Option<Status> {
-        // Codes are a group in the top nibble (0..=3) and an index below 16 in the low 12 bits;
+        // Codes are a group in the top nibble (0..=3) and an index below 32 in the low 12 bits;
         // anything else is unknown. Every reply a client reads goes through here.
         let (group, index) = ((code >> 12) as usize, (code & 0x0FFF) as usize);
         if group >= BY_CODE.len() || index >= BY_CODE[0].len() {
@@ -184,6 +194,8 @@ impl Status {
             Status::ClientRemovedByServer => "DLOCK_CLIENT_REMOVED_BY_SERVER",
             Status::ProtoVersionNegotiationFail => "DLOCK_PROTO_VERSION_NEGOTIATION_FAIL",
             Status::ServerNoResource => "DLOCK_SERVER_NO_RESOURCE",
+            Status::PartitionMoved => "DLOCK_PARTITION_MOVED",
+            Status::LockRetained => "DLOCK_LOCK_RETAINED",
             Status::ObjectAlreadyExisted => "DLOCK_OBJECT_ALREADY_EXISTED",
             Status::ObjectAlreadyCreated => "DLOCK_OBJECT_ALREADY_CREATED",
             Status::ObjectNotCreate => "DLOCK_OBJECT_NOT_CREATE",
@@ -217,6 +229,8 @@ mod tests {
         assert_eq!(Status::Easync.code(), 0x1005);
         assert_eq!(Status::ClientNotInit.code(), 0x2000);
         assert_eq!(Status::ServerNoResource.code(), 0x200F);
+        assert_eq!(Status::PartitionMoved.code(), 0x2010);
+        assert_eq!(Status::LockRetained.code(), 0x2011);
         assert_eq!(Status::ObjectAlreadyExisted.code(), 0x3000);
         assert_eq!(Status::ObjectCasFailed.code(), 0x3007);
     }
@@ -226,7 +240,7 @@ mod tests {
         for s in Status::ALL {
             assert_eq!(Status::from_code(s as u16), Some(s));
         }
-        for bad in [2u16, 0x0FFF, 0x1006, 0x2010, 0x3008, 0x4000, 0xFFFF] {
+        for bad in [2u16, 0x0FFF, 0x1006, 0x2012, 0x3008, 0x4000, 0xFFFF] {
             assert_eq!(Status::from_code(bad), None);
         }
         // Every code: known exactly when some status has it.

@@ -41,16 +41,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let server = EmbeddedServer::start(EmbeddedServer::config(core))?;
     let status = |s: Status| -> Box<dyn std::error::Error> { s.to_string().into() };
-    let xids = TxnIdAllocator::open(
-        server.client().map_err(status)?,
-        IdConfig::txn_ids(),
-        Volatile,
-    )
-    .map_err(status)?;
-    let csns = Arc::new(
-        CsnAllocator::open(server.client().map_err(status)?, IdConfig::csns(), Volatile)
-            .map_err(status)?,
-    );
+    let xids =
+        TxnIdAllocator::open(server.client()?, IdConfig::txn_ids(), Volatile).map_err(status)?;
+    let csns =
+        Arc::new(CsnAllocator::open(server.client()?, IdConfig::csns(), Volatile).map_err(status)?);
     let (committed, aborted, ids_taken) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let start = Instant::now();

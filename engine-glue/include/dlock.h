@@ -78,6 +78,8 @@ typedef enum dlock_status {
     DLOCK_CLIENT_REMOVED_BY_SERVER = 0x200D,
     DLOCK_PROTO_VERSION_NEGOTIATION_FAIL = 0x200E,
     DLOCK_SERVER_NO_RESOURCE = 0x200F,
+    DLOCK_PARTITION_MOVED = 0x2010, /* cluster: not the partition's owner at that epoch (dlock's) */
+    DLOCK_LOCK_RETAINED = 0x2011,   /* held by a dead client until recovery_done (dlock's) */
     DLOCK_OBJECT_ALREADY_EXISTED = 0x3000,
     DLOCK_OBJECT_ALREADY_CREATED = 0x3001,
     DLOCK_OBJECT_NOT_CREATE = 0x3002,

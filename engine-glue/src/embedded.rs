@@ -3,8 +3,8 @@
 use std::io;
 use std::net::SocketAddr;
 
-use dlock_core::{Config, Status};
-use dlock_transport::client::{Client, ClientConfig, Endpoint};
+use dlock_core::Config;
+use dlock_transport::client::{Client, ClientConfig, Endpoint, Error};
 use dlock_transport::runtime::{ServerConfig, ServerHandle};
 
 /// A dlock server running inside the engine. Dropping it (or [`EmbeddedServer::shutdown`])
@@ -32,8 +32,8 @@ impl EmbeddedServer {
         })
     }
 
-    /// A new client instance over shared memory, for one worker thread.
-    pub fn client(&self) -> Result<Client, Status> {
+    /// A new client instance over shared memory, for one worker thread ([`Client::connect`]).
+    pub fn client(&self) -> Result<Client, Error> {
         Client::connect(ClientConfig::new(self.endpoint()))
     }
 

@@ -208,9 +208,10 @@ impl IdConfig {
         Self::named(b"csn")
     }
 
-    /// The object lease in the whole seconds the wire carries, rounded up.
+    /// The object lease in the whole seconds the wire carries (the core's one rounding rule:
+    /// up, saturating).
     fn object_lease_s(&self) -> u32 {
-        u32::try_from(self.object_lease.as_millis().div_ceil(1_000)).unwrap_or(u32::MAX)
+        dlock_core::time::duration_to_s(self.object_lease)
     }
 
     /// Checks every field; `Err(Status::Einval)` when one is out of range.
@@ -259,7 +260,10 @@ impl Counter {
     fn open(mut client: Client, cfg: &IdConfig, floor: u64) -> Result<Counter, Status> {
         // Another client (here or in another process) may have created it first; either way
         // the value it holds stands, and `advance_to` below only moves it forward.
-        match client.atomic64_create(&cfg.name, floor, cfg.object_lease_s()) {
+        match client
+            .atomic64_create(&cfg.name, floor, cfg.object_lease_s())
+            .map_err(Status::from)
+        {
             Ok(_) | Err(Status::ObjectAlreadyCreated | Status::ObjectAlreadyExisted) => {}
             Err(s) => return Err(s),
         }
@@ -451,7 +455,7 @@ impl Lead<'_> {
         let counter = self.counter.as_mut().expect("the leader holds the counter");
         counter.renew_if_due(cfg, self.mark, Instant::now())?;
         if self.want == 0 {
-            return counter.client.atomic64_snapshot(counter.object);
+            return Ok(counter.client.atomic64_snapshot(counter.object)?);
         }
         let base = counter.client.atomic64_faa(counter.object, self.want)?;
         // The counter wrapped: 2^64 values are spent, so refuse rather than repeat one.

@@ -54,9 +54,9 @@ fn free_for(probe: &mut Client, key: RowGroup, mode: Mode) -> bool {
     let id = probe
         .get_lock(LockKind::Rw, &key.lock_name())
         .expect("get_lock");
-    match probe.trylock(id, mode, 1_000) {
+    match probe.trylock(id, mode, 1_000).map_err(Status::from) {
         Ok(_) => {
-            assert_eq!(probe.unlock(id), Ok(Status::Success));
+            assert_eq!(probe.unlock(id).map_err(Status::from), Ok(Status::Success));
             true
         }
         Err(Status::Fail) => false,
@@ -162,7 +162,7 @@ fn a_busy_key_is_waited_for_until_its_holder_lets_go() {
         .expect("holder locks");
     let releaser = thread::spawn(move || {
         thread::sleep(Duration::from_millis(100));
-        assert_eq!(holder.unlock(id), Ok(Status::Success));
+        assert_eq!(holder.unlock(id).map_err(Status::from), Ok(Status::Success));
         holder
     });
     let t = Instant::now();

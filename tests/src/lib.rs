@@ -40,6 +40,7 @@ pub fn lock_cmd(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32) -> Comma
         expire_ms,
         ticket: Ticket::default(),
         wait_ms: 0,
+        partition_epoch: 0,
     })
 }
 
@@ -50,6 +51,7 @@ pub fn object_cmd(op: ObjectOp, id: ObjectId, a: u64, b: u64) -> Command {
         object: id.raw(),
         a,
         b,
+        partition_epoch: 0,
     })
 }
 
@@ -96,6 +98,7 @@ pub fn ticket_cmd(
         expire_ms,
         ticket,
         wait_ms: 0,
+        partition_epoch: 0,
     })
 }
 

@@ -92,17 +92,23 @@ fn version_negotiation_accepts_downgrades_and_rejects() {
     let mut s = server(&mut region);
     assert_eq!(init(&mut s, V, V).map(|(_, v)| v), Ok(V), "same version");
     assert_eq!(
-        init(&mut s, 5, V).map(|(_, v)| v),
+        init(&mut s, V + 1, V).map(|(_, v)| v),
         Ok(V),
         "a newer client is answered at ours"
     );
+    let oldest = dlock_core::proto::PROTO_VERSION_MIN;
     assert_eq!(
-        init(&mut s, 5, V + 1),
+        init(&mut s, oldest, 1).map(|(_, v)| v),
+        Ok(oldest),
+        "an older client is answered at its own"
+    );
+    assert_eq!(
+        init(&mut s, V + 2, V + 1),
         Err(Status::ProtoVersionNegotiationFail),
         "client.min > server.max"
     );
     assert_eq!(
-        init(&mut s, V - 1, 1),
+        init(&mut s, oldest - 1, 1),
         Err(Status::ProtoVersionNegotiationFail),
         "client.max < server.min"
     );

@@ -27,7 +27,7 @@ const REGRESSIONS: &[(Mutation, u64, u64)] = &[
     (Mutation::MergeClaimOwner, 0xc105_8374_c84e_31d6, 96_000),
     (Mutation::ClientLeaseLapse, 0xc105_b972_2ba8_31e6, 12_000),
     (Mutation::FairClaimServing, 0xc106_e16c_8324_31e8, 21_000),
-    (Mutation::FairClaimExpired, 0xc108_13ce_0f36_3202, 37_000),
+    (Mutation::FairClaimExpired, 0xc87b_9b5d_14a4_3264, 26_000),
 ];
 
 /// Operations per seed in the normal run; short runs over many seeds find more than long runs

@@ -98,11 +98,17 @@ impl Work {
     fn round(&mut self) {
         let c = &mut self.client;
         let _grant = c.trylock(self.lock, Mode::Exclusive, 5_000).unwrap();
-        assert_eq!(c.unlock(self.lock), Ok(dlock_core::Status::Success));
+        assert_eq!(
+            c.unlock(self.lock).map_err(dlock_core::Status::from),
+            Ok(dlock_core::Status::Success)
+        );
         let _grant = c
             .lock(self.lock, Mode::Shared, 5_000, Duration::from_secs(1))
             .unwrap();
-        assert_eq!(c.unlock(self.lock), Ok(dlock_core::Status::Success));
+        assert_eq!(
+            c.unlock(self.lock).map_err(dlock_core::Status::from),
+            Ok(dlock_core::Status::Success)
+        );
         c.batch_trylock(&self.batch, true, &mut self.results)
             .unwrap();
         assert!(self.results.iter().all(Result::is_ok));

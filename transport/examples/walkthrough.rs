@@ -117,6 +117,7 @@ fn lock(kind: LockKind, op: LockOp, lock: u32, expire_ms: u32, ticket: Ticket) -
         expire_ms,
         ticket,
         wait_ms: 0,
+        partition_epoch: 0,
     })
 }
 
@@ -204,7 +205,7 @@ fn main() {
         "  b trylock at +501ms -> {} token {:#x} (epoch {}, larger than a's)",
         r[0].result.status,
         token.0,
-        token.epoch()
+        token.standalone_epoch()
     );
     let r = w.data(
         a,
@@ -347,6 +348,7 @@ fn main() {
         object,
         a: 1_000,
         b: 0,
+        partition_epoch: 0,
     });
     let r = w.data(a, 0, &[faa, faa, faa]);
     let blocks: Vec<u64> = r.iter().map(|r| r.result.aux).collect();

@@ -64,19 +64,26 @@ fn every_lock_kind_locks_and_unlocks_with_reentrancy_over_both_transports() {
                 Status::AlreadyLocked,
                 "{kind:?} re-entry"
             );
-            let other = b.trylock(lb, Mode::Exclusive, 5_000);
+            let other = b.trylock(lb, Mode::Exclusive, 5_000).map_err(Status::from);
             assert!(
                 matches!(other, Err(Status::Fail | Status::Eagain)),
                 "{kind:?}: {other:?}"
             );
-            assert_eq!(a.unlock(la), Ok(Status::AlreadyLocked));
-            assert_eq!(a.release_lock(la), Err(Status::Fail), "still locked once");
-            assert_eq!(a.unlock(la), Ok(Status::Success));
-            assert_eq!(a.release_lock(la), Ok(()));
+            assert_eq!(
+                a.unlock(la).map_err(Status::from),
+                Ok(Status::AlreadyLocked)
+            );
+            assert_eq!(
+                a.release_lock(la).map_err(Status::from),
+                Err(Status::Fail),
+                "still locked once"
+            );
+            assert_eq!(a.unlock(la).map_err(Status::from), Ok(Status::Success));
+            assert_eq!(a.release_lock(la).map_err(Status::from), Ok(()));
             // b gets it now (a fair lock with a ticket retries it).
             let g2 = b.trylock(lb, Mode::Exclusive, 5_000).unwrap();
             assert!(g2.token > g.token, "tokens grow");
-            assert_eq!(b.unlock(lb), Ok(Status::Success));
+            assert_eq!(b.unlock(lb).map_err(Status::from), Ok(Status::Success));
         }
         a.deinit().unwrap();
         b.deinit().unwrap();
@@ -111,7 +118,11 @@ fn a_client_re_claims_its_locks_on_a_replacement_server() {
     cfg.tcp = Some(dlock_transport::runtime::TcpConfig::new(addr));
     cfg.insecure_recovery = true;
     let second = ServerHandle::start(cfg).expect("replacement starts");
-    assert_eq!(c.reinit(), Ok(true), "the replacement is recovering");
+    assert_eq!(
+        c.reinit().map_err(Status::from),
+        Ok(true),
+        "the replacement is recovering"
+    );
     c.update_all_locks().unwrap();
     c.reinit_done().unwrap();
 
@@ -140,12 +151,13 @@ fn a_client_re_claims_its_locks_on_a_replacement_server() {
     assert_eq!(
         rival
             .trylock(rival_a, Mode::Exclusive, 1_000)
-            .map(|g| g.status),
+            .map(|g| g.status)
+            .map_err(Status::from),
         Err(Status::Fail),
         "the re-claimed grant holds on the new server"
     );
     for id in new {
-        assert_eq!(c.unlock(id), Ok(Status::Success));
+        assert_eq!(c.unlock(id).map_err(Status::from), Ok(Status::Success));
     }
     assert!(rival.trylock(rival_a, Mode::Exclusive, 1_000).is_ok());
     second.stop();
@@ -235,27 +247,36 @@ fn pipelined_batches_complete_in_order_and_refuse_what_would_race() {
         }
         assert_eq!(a.in_flight(), depth);
         let more = [(sets[0][0], Mode::Exclusive, 60_000)];
-        assert_eq!(a.submit_trylock(&more, false), Err(Status::Easync), "full");
         assert_eq!(
-            a.trylock(sets[0][0], Mode::Exclusive, 60_000),
+            a.submit_trylock(&more, false).map_err(Status::from),
+            Err(Status::Easync),
+            "full"
+        );
+        assert_eq!(
+            a.trylock(sets[0][0], Mode::Exclusive, 60_000)
+                .map_err(Status::from),
             Err(Status::Easync),
             "a single call would read a batch's reply"
         );
         let mut out = vec![Err(Status::Einval); 31];
         assert_eq!(
-            a.batch_unlock(&sets[0], &mut out),
+            a.batch_unlock(&sets[0], &mut out).map_err(Status::from),
             Err(Status::Easync),
             "a synchronous batch would too"
         );
         assert_eq!(
-            a.release_lock(sets[0][1]),
+            a.release_lock(sets[0][1]).map_err(Status::from),
             Err(Status::Easync),
             "the batch's reply must find the lock's record"
         );
 
         let mut tokens = Vec::new();
         for (n, set) in sets.iter().enumerate() {
-            assert_eq!(a.complete(&mut out), Ok(set.len()), "batch {n}");
+            assert_eq!(
+                a.complete(&mut out).map_err(Status::from),
+                Ok(set.len()),
+                "batch {n}"
+            );
             for (k, r) in out[..set.len()].iter().enumerate() {
                 if n == 2 && k == 5 {
                     assert!(matches!(r, Err(Status::Fail | Status::Eagain)), "{r:?}");
@@ -296,9 +317,15 @@ fn pipelined_batches_complete_in_order_and_refuse_what_would_race() {
                 }
             }
         }
-        assert_eq!(a.complete(&mut out), Err(Status::NoAsync));
+        assert_eq!(
+            a.complete(&mut out).map_err(Status::from),
+            Err(Status::NoAsync)
+        );
         // Everything a held is free again; b still holds its lock.
-        assert_eq!(a.unlock(sets[1][0]), Err(Status::AlreadyUnlocked));
+        assert_eq!(
+            a.unlock(sets[1][0]).map_err(Status::from),
+            Err(Status::AlreadyUnlocked)
+        );
         for set in &sets {
             let reqs: Vec<_> = set
                 .iter()
@@ -310,7 +337,10 @@ fn pipelined_batches_complete_in_order_and_refuse_what_would_race() {
                 set.len() - usize::from(set.contains(&sets[2][5]))
             );
         }
-        assert_eq!(b.unlock(contested), Ok(Status::Success));
+        assert_eq!(
+            b.unlock(contested).map_err(Status::from),
+            Ok(Status::Success)
+        );
     }
 }
 
@@ -361,7 +391,11 @@ fn an_undone_batch_restores_a_lock_named_twice_to_its_state_before() {
     ];
     a.batch_trylock(&reqs, true, &mut out).unwrap();
     assert!(out[2].is_err(), "x is b's: the batch is undone");
-    assert_eq!(a.unlock(r), Ok(Status::Success), "released on the server");
+    assert_eq!(
+        a.unlock(r).map_err(Status::from),
+        Ok(Status::Success),
+        "released on the server"
+    );
 }
 
 /// A batch whose message cannot be sent changes nothing locally, also where an entry was
@@ -421,7 +455,11 @@ fn pipelined_all_or_nothing_batches_never_undo_each_other() {
     );
     assert_eq!(out[1], Err(Status::Eagain), "so the second sent nothing");
     assert_eq!(local_refs(&a, r), Some(1), "only the first trylock holds r");
-    assert_eq!(a.unlock(r), Ok(Status::Success), "released on the server");
+    assert_eq!(
+        a.unlock(r).map_err(Status::from),
+        Ok(Status::Success),
+        "released on the server"
+    );
     // Nothing stays busy: both batches' locks take new operations.
     a.batch_unlock(&[x, y], &mut out).unwrap();
 }
@@ -432,19 +470,28 @@ fn async_request_completes_and_a_second_op_meanwhile_is_easync() {
     let e = Endpoint::embedded(&s);
     let mut a = client(&e);
     let l = a.get_lock(LockKind::Atomic, b"async").unwrap();
-    assert_eq!(a.lock_result_check(), Err(Status::NoAsync));
+    assert_eq!(
+        a.lock_result_check().map_err(Status::from),
+        Err(Status::NoAsync)
+    );
     a.lock_request_async(l, AsyncOp::Lock(Mode::Exclusive, 1_000))
         .unwrap();
-    assert_eq!(a.trylock(l, Mode::Exclusive, 1_000), Err(Status::Easync));
+    assert_eq!(
+        a.trylock(l, Mode::Exclusive, 1_000).map_err(Status::from),
+        Err(Status::Easync)
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
     let g = loop {
         match a.lock_result_check() {
-            Err(Status::AsyncAgain) if Instant::now() < deadline => thread::yield_now(),
+            Err(e) if e == Status::AsyncAgain && Instant::now() < deadline => thread::yield_now(),
             other => break other,
         }
     };
-    assert_eq!(g.map(|g| g.status), Ok(Status::Success));
-    assert_eq!(a.unlock(l), Ok(Status::Success));
+    assert_eq!(
+        g.map(|g| g.status).map_err(Status::from),
+        Ok(Status::Success)
+    );
+    assert_eq!(a.unlock(l).map_err(Status::from), Ok(Status::Success));
 }
 
 #[test]
@@ -478,7 +525,7 @@ fn objects_allocate_unique_increasing_ids_from_many_threads() {
         all.dedup();
         assert_eq!(all.len(), 2_000, "every value handed out once");
         let id = owner.atomic64_get(name.as_bytes(), 60).unwrap();
-        assert_eq!(owner.atomic64_snapshot(id), Ok(2_001));
+        assert_eq!(owner.atomic64_snapshot(id).map_err(Status::from), Ok(2_001));
         let miss = owner.atomic64_cas(id, 5, 9).unwrap();
         assert_eq!(
             (miss.swapped, miss.observed),
@@ -514,7 +561,7 @@ fn blocking_lock_is_granted_when_the_holder_unlocks_not_after_a_poll() {
         };
         thread::sleep(Duration::from_millis(200));
         unlocked_at.store(start.elapsed().as_micros() as u64, Ordering::Release);
-        assert_eq!(holder.unlock(lh), Ok(Status::Success));
+        assert_eq!(holder.unlock(lh).map_err(Status::from), Ok(Status::Success));
         let hand_off_us = waiter.join().unwrap();
         // The reference polls every 100 ms; a parked waiter is answered at once.
         assert!(
@@ -536,7 +583,8 @@ fn blocking_lock_times_out_with_etimeout() {
     let _ = holder.trylock(lh, Mode::Exclusive, 60_000).unwrap();
     let start = Instant::now();
     assert_eq!(
-        w.lock(lw, Mode::Exclusive, 1_000, Duration::from_millis(300)),
+        w.lock(lw, Mode::Exclusive, 1_000, Duration::from_millis(300))
+            .map_err(Status::from),
         Err(Status::Etimeout)
     );
     let waited = start.elapsed();
@@ -565,12 +613,12 @@ fn fair_waiters_are_granted_in_ticket_order() {
                 .unwrap();
             order.lock().unwrap().push(i);
             thread::sleep(Duration::from_millis(5));
-            assert_eq!(c.unlock(l), Ok(Status::Success));
+            assert_eq!(c.unlock(l).map_err(Status::from), Ok(Status::Success));
         }));
         // Queue them one after the other so their tickets are in `i` order.
         thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(holder.unlock(lh), Ok(Status::Success));
+    assert_eq!(holder.unlock(lh).map_err(Status::from), Ok(Status::Success));
     for t in threads {
         t.join().unwrap();
     }
@@ -660,7 +708,11 @@ fn pipelined_run(s: &ServerHandle, seed: u64) {
             }
             5..=7 if !flight.is_empty() => {
                 let (trylock, picks) = flight.pop_front().unwrap();
-                assert_eq!(a.complete(&mut out), Ok(picks.len()), "step {step}");
+                assert_eq!(
+                    a.complete(&mut out).map_err(Status::from),
+                    Ok(picks.len()),
+                    "step {step}"
+                );
                 count(&mut refs, trylock, &picks, &out);
                 // Entries answered locally count at submission, so compare once nothing is in
                 // flight.
@@ -675,7 +727,7 @@ fn pipelined_run(s: &ServerHandle, seed: u64) {
                 // b takes or drops a lock, so a's batches meet held locks.
                 let k = next(LOCKS as u64) as usize;
                 if b_holds[k] {
-                    assert_eq!(b.unlock(lb[k]), Ok(Status::Success));
+                    assert_eq!(b.unlock(lb[k]).map_err(Status::from), Ok(Status::Success));
                     b_holds[k] = false;
                 } else {
                     b_holds[k] = b.trylock(lb[k], Mode::Exclusive, 60_000).is_ok();
@@ -684,7 +736,7 @@ fn pipelined_run(s: &ServerHandle, seed: u64) {
         }
     }
     while let Some((trylock, picks)) = flight.pop_front() {
-        assert_eq!(a.complete(&mut out), Ok(picks.len()));
+        assert_eq!(a.complete(&mut out).map_err(Status::from), Ok(picks.len()));
         count(&mut refs, trylock, &picks, &out);
     }
     for (k, &id) in la.iter().enumerate() {
@@ -692,7 +744,7 @@ fn pipelined_run(s: &ServerHandle, seed: u64) {
             assert!(a.unlock(id).is_ok(), "lock {k}");
         }
         if b_holds[k] {
-            assert_eq!(b.unlock(lb[k]), Ok(Status::Success));
+            assert_eq!(b.unlock(lb[k]).map_err(Status::from), Ok(Status::Success));
         }
         assert!(
             b.trylock(lb[k], Mode::Exclusive, 60_000).is_ok(),
@@ -730,7 +782,7 @@ fn a_client_silent_past_its_lease_claims_nothing_on_a_replacement_server() {
     cfg.tcp = Some(dlock_transport::runtime::TcpConfig::new(addr));
     cfg.insecure_recovery = true;
     let _second = ServerHandle::start(cfg).expect("replacement starts");
-    assert_eq!(c.reinit(), Ok(true));
+    assert_eq!(c.reinit().map_err(Status::from), Ok(true));
     c.update_all_locks().unwrap();
     c.reinit_done().unwrap();
     let r = c.get_lock(LockKind::Rw, b"r").unwrap();
@@ -777,17 +829,47 @@ fn every_batch_call_refuses_no_entries_and_more_than_31() {
     let reqs: Vec<_> = ids.iter().map(|&id| (id, Mode::Exclusive, 1_000)).collect();
     let mut out = vec![Err(Status::Einval); 32];
     for aon in [false, true] {
-        assert_eq!(c.batch_trylock(&[], aon, &mut out), Err(Status::Einval));
-        assert_eq!(c.batch_trylock(&reqs, aon, &mut out), Err(Status::Einval));
-        assert_eq!(c.submit_trylock(&[], aon), Err(Status::Einval));
-        assert_eq!(c.submit_trylock(&reqs, aon), Err(Status::Einval));
+        assert_eq!(
+            c.batch_trylock(&[], aon, &mut out).map_err(Status::from),
+            Err(Status::Einval)
+        );
+        assert_eq!(
+            c.batch_trylock(&reqs, aon, &mut out).map_err(Status::from),
+            Err(Status::Einval)
+        );
+        assert_eq!(
+            c.submit_trylock(&[], aon).map_err(Status::from),
+            Err(Status::Einval)
+        );
+        assert_eq!(
+            c.submit_trylock(&reqs, aon).map_err(Status::from),
+            Err(Status::Einval)
+        );
     }
-    assert_eq!(c.batch_unlock(&[], &mut out), Err(Status::Einval));
-    assert_eq!(c.batch_unlock(&ids, &mut out), Err(Status::Einval));
-    assert_eq!(c.submit_unlock(&[]), Err(Status::Einval));
-    assert_eq!(c.submit_unlock(&ids), Err(Status::Einval));
-    assert_eq!(c.batch_lock_extend(&[], &mut out), Err(Status::Einval));
-    assert_eq!(c.batch_lock_extend(&reqs, &mut out), Err(Status::Einval));
+    assert_eq!(
+        c.batch_unlock(&[], &mut out).map_err(Status::from),
+        Err(Status::Einval)
+    );
+    assert_eq!(
+        c.batch_unlock(&ids, &mut out).map_err(Status::from),
+        Err(Status::Einval)
+    );
+    assert_eq!(
+        c.submit_unlock(&[]).map_err(Status::from),
+        Err(Status::Einval)
+    );
+    assert_eq!(
+        c.submit_unlock(&ids).map_err(Status::from),
+        Err(Status::Einval)
+    );
+    assert_eq!(
+        c.batch_lock_extend(&[], &mut out).map_err(Status::from),
+        Err(Status::Einval)
+    );
+    assert_eq!(
+        c.batch_lock_extend(&reqs, &mut out).map_err(Status::from),
+        Err(Status::Einval)
+    );
     // 31 is the limit, not one less.
     assert!(
         c.batch_release_lock(&ids[..31])
@@ -812,9 +894,12 @@ fn extending_the_mode_not_held_is_einval_and_keeps_the_grant() {
             Mode::Exclusive => Mode::Shared,
             Mode::Shared => Mode::Exclusive,
         };
-        assert_eq!(c.lock_extend(id, other, 5_000), Err(Status::Einval));
+        assert_eq!(
+            c.lock_extend(id, other, 5_000).map_err(Status::from),
+            Err(Status::Einval)
+        );
         let async_other = c.lock_request_async(id, AsyncOp::Extend(other, 5_000));
-        assert_eq!(async_other, Err(Status::Einval));
+        assert_eq!(async_other.map_err(Status::from), Err(Status::Einval));
         assert_eq!(c.lock_extend(id, mode, 5_000).unwrap().token, token);
     }
     let reqs = [(x, Mode::Shared, 5_000), (f, Mode::Shared, 5_000)];
@@ -823,6 +908,10 @@ fn extending_the_mode_not_held_is_einval_and_keeps_the_grant() {
     assert_eq!(out[0], Err(Status::Einval), "x is held exclusive");
     assert!(out[1].is_ok(), "{out:?}");
     for (id, _) in held {
-        assert_eq!(c.unlock(id), Ok(Status::Success), "still held");
+        assert_eq!(
+            c.unlock(id).map_err(Status::from),
+            Ok(Status::Success),
+            "still held"
+        );
     }
 }

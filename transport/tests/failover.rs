@@ -12,7 +12,7 @@ use std::thread;
 
 use common::{client, server};
 use dlock_core::proto::{CONTROL_MAGIC, MsgType, control_frame_len, peek_control_header};
-use dlock_core::{LockKind, Mode};
+use dlock_core::{LockKind, Mode, Status};
 use dlock_transport::client::Endpoint;
 use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
 
@@ -122,9 +122,9 @@ fn a_failed_second_claim_batch_keeps_every_record() {
     let second = ServerHandle::start(cfg).unwrap();
     *target.lock().unwrap() = second.tcp_addr().unwrap();
 
-    assert_eq!(other.reinit(), Ok(true));
+    assert_eq!(other.reinit().map_err(Status::from), Ok(true));
     other.update_all_locks().unwrap(); // "x" takes slot 0
-    assert_eq!(c.reinit(), Ok(true));
+    assert_eq!(c.reinit().map_err(Status::from), Ok(true));
     assert!(
         c.update_all_locks().is_err(),
         "the second claim batch is cut"
@@ -139,7 +139,7 @@ fn a_failed_second_claim_batch_keeps_every_record() {
         "records not yet re-claimed must be kept (to re-claim after the next reinit)"
     );
     // Retried after the next reinit, every record is re-claimed.
-    assert_eq!(c.reinit(), Ok(true));
+    assert_eq!(c.reinit().map_err(Status::from), Ok(true));
     c.update_all_locks().unwrap();
     assert_eq!(c.locks().count(), 32);
     second.stop();
@@ -156,9 +156,15 @@ fn update_all_locks_on_a_serving_server_keeps_every_record() {
     let held = c.get_lock(LockKind::Atomic, b"held").unwrap();
     let _ = c.trylock(held, Mode::Exclusive, 60_000).unwrap();
     let idle = c.get_lock(LockKind::Rw, b"idle").unwrap();
-    assert_eq!(c.update_all_locks(), Err(dlock_core::Status::Einval));
+    assert_eq!(
+        c.update_all_locks().map_err(Status::from),
+        Err(dlock_core::Status::Einval)
+    );
     assert_eq!(c.locks().count(), 2);
-    assert_eq!(c.unlock(held), Ok(dlock_core::Status::Success));
+    assert_eq!(
+        c.unlock(held).map_err(Status::from),
+        Ok(dlock_core::Status::Success)
+    );
     c.release_lock(idle).unwrap();
     s.stop();
 }
@@ -183,11 +189,11 @@ fn a_refused_deinit_keeps_the_client_until_the_server_serves() {
     cfg.tcp = Some(TcpConfig::new(addr));
     cfg.insecure_recovery = true;
     let second = ServerHandle::start(cfg).unwrap();
-    assert_eq!(a.reinit(), Ok(true));
+    assert_eq!(a.reinit().map_err(Status::from), Ok(true));
     a.update_all_locks().unwrap();
     a.reinit_done().unwrap();
     assert_eq!(
-        a.try_deinit(),
+        a.try_deinit().map_err(Status::from),
         Err(dlock_core::Status::NotReady),
         "b has not come back"
     );
@@ -196,7 +202,7 @@ fn a_refused_deinit_keeps_the_client_until_the_server_serves() {
         1,
         "the client keeps what the server keeps"
     );
-    assert_eq!(b.reinit(), Ok(true));
+    assert_eq!(b.reinit().map_err(Status::from), Ok(true));
     b.update_all_locks().unwrap();
     b.reinit_done().unwrap();
     a.try_deinit().unwrap();
@@ -236,12 +242,26 @@ fn a_lost_unlock_reply_keeps_the_grant_until_the_server_answers() {
     assert!(c.unlock(ids[0]).is_err());
     let mut out = vec![Err(dlock_core::Status::Einval); 1];
     let bad = Err(dlock_core::Status::BadResponse);
-    assert_eq!(c.batch_unlock(&ids[1..2], &mut out), bad);
-    assert_eq!(c.lock_request_async(ids[2], AsyncOp::Unlock), bad);
+    assert_eq!(
+        c.batch_unlock(&ids[1..2], &mut out).map_err(Status::from),
+        bad
+    );
+    assert_eq!(
+        c.lock_request_async(ids[2], AsyncOp::Unlock)
+            .map_err(Status::from),
+        bad
+    );
     assert_eq!(held(&c), 3, "nothing forgotten on a lost reply");
-    assert_eq!(c.reinit(), Ok(false), "the same server, still serving");
+    assert_eq!(
+        c.reinit().map_err(Status::from),
+        Ok(false),
+        "the same server, still serving"
+    );
     for &id in &ids {
-        assert_eq!(c.unlock(id), Ok(dlock_core::Status::Success));
+        assert_eq!(
+            c.unlock(id).map_err(Status::from),
+            Ok(dlock_core::Status::Success)
+        );
     }
     assert_eq!(held(&c), 0);
     s.stop();
@@ -276,7 +296,7 @@ fn a_claim_batch_whose_reply_was_lost_is_answered_after_the_recovery_ended() {
     cfg.insecure_recovery = true;
     let second = ServerHandle::start(cfg).unwrap();
     *target.lock().unwrap() = second.tcp_addr().unwrap();
-    assert_eq!(c.reinit(), Ok(true));
+    assert_eq!(c.reinit().map_err(Status::from), Ok(true));
     assert!(
         c.update_all_locks().is_err(),
         "the first batch's reply is lost"
@@ -292,12 +312,16 @@ fn a_claim_batch_whose_reply_was_lost_is_answered_after_the_recovery_ended() {
         thread::sleep(std::time::Duration::from_millis(5));
     }
     // The one client the server waits for finishes: it serves without c's second batch.
-    assert_eq!(other.reinit(), Ok(true));
+    assert_eq!(other.reinit().map_err(Status::from), Ok(true));
     other.update_all_locks().unwrap();
     other.reinit_done().unwrap();
-    assert_eq!(c.reinit(), Ok(true), "the re-claim is not done yet");
     assert_eq!(
-        c.get_lock(LockKind::Atomic, b"n00"),
+        c.reinit().map_err(Status::from),
+        Ok(true),
+        "the re-claim is not done yet"
+    );
+    assert_eq!(
+        c.get_lock(LockKind::Atomic, b"n00").map_err(Status::from),
         Err(dlock_core::Status::NotReady),
         "no id of the new server while the records carry the old one's"
     );
@@ -312,7 +336,11 @@ fn a_claim_batch_whose_reply_was_lost_is_answered_after_the_recovery_ended() {
         let id = c
             .get_lock(LockKind::Atomic, format!("n{k:02}").as_bytes())
             .unwrap();
-        assert_eq!(c.unlock(id), Ok(dlock_core::Status::Success), "n{k:02}");
+        assert_eq!(
+            c.unlock(id).map_err(Status::from),
+            Ok(dlock_core::Status::Success),
+            "n{k:02}"
+        );
     }
     second.stop();
 }
@@ -353,16 +381,23 @@ fn a_client_resuming_with_the_server_it_reclaimed_from_keeps_its_locks() {
     cfg.tcp = Some(TcpConfig::new(addr));
     cfg.insecure_recovery = true;
     let second = ServerHandle::start(cfg).unwrap();
-    assert_eq!(c.reinit(), Ok(true));
+    assert_eq!(c.reinit().map_err(Status::from), Ok(true));
     c.update_all_locks().unwrap();
     c.reinit_done().unwrap();
     // Waiting for the other client: every heartbeat is NOT_READY, which the server takes as a
     // sign of life and the client does not count as a renewal.
     for _ in 0..15 {
-        assert_eq!(c.heartbeat(), Err(dlock_core::Status::NotReady));
+        assert_eq!(
+            c.heartbeat().map_err(Status::from),
+            Err(dlock_core::Status::NotReady)
+        );
         thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert_eq!(c.reinit(), Ok(true), "still recovering");
+    assert_eq!(
+        c.reinit().map_err(Status::from),
+        Ok(true),
+        "still recovering"
+    );
     c.update_all_locks().unwrap();
     c.reinit_done().unwrap();
     let held = c
@@ -370,10 +405,13 @@ fn a_client_resuming_with_the_server_it_reclaimed_from_keeps_its_locks() {
         .filter(|(_, l)| l.state == dlock_transport::client::LocalState::ExclusiveLocked)
         .count();
     assert_eq!(held, 1, "the re-claimed lock is kept");
-    assert_eq!(other.reinit(), Ok(true));
+    assert_eq!(other.reinit().map_err(Status::from), Ok(true));
     other.update_all_locks().unwrap();
     other.reinit_done().unwrap();
     let x = c.get_lock(LockKind::Rw, b"x").unwrap();
-    assert_eq!(c.unlock(x), Ok(dlock_core::Status::Success));
+    assert_eq!(
+        c.unlock(x).map_err(Status::from),
+        Ok(dlock_core::Status::Success)
+    );
     second.stop();
 }

@@ -214,7 +214,7 @@ fn bounded<T: Send + 'static>(
     }
 }
 
-fn tcp_client(addr: SocketAddr) -> Result<Client, Status> {
+fn tcp_client(addr: SocketAddr) -> Result<Client, dlock_transport::client::Error> {
     let mut cfg = ClientConfig::new(Endpoint::Tcp(addr));
     cfg.timeout = CLIENT_TIMEOUT;
     Client::connect(cfg)
@@ -294,7 +294,11 @@ fn a_server_at_fd_limit_1024_serves_what_it_plans_and_refuses_the_rest_with_an_e
             &mut child,
             move || tcp_client(addr).map(|_| ()),
         );
-        assert_eq!(refused, Err(Status::ServerNoResource), "extra client {k}");
+        assert_eq!(
+            refused.map_err(Status::from),
+            Err(Status::ServerNoResource),
+            "extra client {k}"
+        );
         assert!(
             t.elapsed() < CLIENT_TIMEOUT,
             "refused only after {:?}",

@@ -81,6 +81,7 @@ fn message(client: u32, message_id: u16, op: LockOp, lock: u32) -> Vec<u8> {
         expire_ms: 0,
         ticket: Ticket::default(),
         wait_ms: 0,
+        partition_epoch: 0,
     });
     let mut req = vec![0u8; DATA_MESSAGE_MAX];
     let n = encode_data_request(&header, &[cmd], &mut req).unwrap();

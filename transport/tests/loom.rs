@@ -494,7 +494,7 @@ fn inbox_hand_off_and_park_never_lose_a_job() {
 /// registers a new client in the same slot and hands it the slot through the outbox (the
 /// registration reply); the new owner takes the mailbox over with `current_seq` and sends its
 /// first request. Proves that the takeover never reuses a sequence number: the data thread
-/// (whose `last_seq` is the previous owner's) finds the new request fresh and intact, and the
+/// (whose last request taken in the slot, `Routing::mailbox_seq`, is the previous owner's) finds the new request fresh and intact, and the
 /// new owner never accepts the previous owner's reply as its own (the race of the regression
 /// test `a_client_in_a_reused_slot_never_takes_the_previous_owners_reply`).
 ///

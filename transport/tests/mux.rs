@@ -32,7 +32,10 @@ fn a_client_of_its_own_connection_and_mux_clients_share_a_server() {
         Status::Success
     );
     assert_eq!(
-        shared.trylock(b, Mode::Exclusive, 5_000).map(|g| g.status),
+        shared
+            .trylock(b, Mode::Exclusive, 5_000)
+            .map(|g| g.status)
+            .map_err(Status::from),
         Err(Status::Fail)
     );
 }
@@ -67,7 +70,7 @@ fn threads_sharing_one_connection_keep_mutual_exclusion_and_are_each_served() {
                         c.trylock(own, Mode::Exclusive, 10_000).unwrap().status,
                         Status::Success
                     );
-                    assert_eq!(c.unlock(own), Ok(Status::Success));
+                    assert_eq!(c.unlock(own).map_err(Status::from), Ok(Status::Success));
                     let g = c
                         .lock(hot, Mode::Exclusive, 10_000, Duration::from_secs(20))
                         .unwrap();
@@ -76,7 +79,7 @@ fn threads_sharing_one_connection_keep_mutual_exclusion_and_are_each_served() {
                     entries.fetch_add(1, Ordering::Relaxed);
                     std::thread::yield_now();
                     inside.store(false, Ordering::SeqCst);
-                    assert_eq!(c.unlock(hot), Ok(Status::Success));
+                    assert_eq!(c.unlock(hot).map_err(Status::from), Ok(Status::Success));
                 }
                 done.wait();
                 c.deinit().unwrap();
@@ -110,7 +113,12 @@ fn a_closed_shared_connection_is_reopened_by_the_next_attach() {
         b.trylock(id, Mode::Shared, 5_000).unwrap().status,
         Status::Success
     );
-    assert_eq!(b.atomic64_create(b"xid", 0, 60).map(|_| ()), Ok(()));
+    assert_eq!(
+        b.atomic64_create(b"xid", 0, 60)
+            .map(|_| ())
+            .map_err(Status::from),
+        Ok(())
+    );
 }
 
 /// A `Mux` only shares TCP data connections, and only with clients of its own server.
@@ -158,8 +166,11 @@ fn clients_share_a_tls_connection() {
         std::thread::sleep(Duration::from_millis(5));
     }
     std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(a.unlock(id), Ok(Status::Success));
-    assert_eq!(waiter.join().unwrap(), Ok(Status::Success));
+    assert_eq!(a.unlock(id).map_err(Status::from), Ok(Status::Success));
+    assert_eq!(
+        waiter.join().unwrap().map_err(Status::from),
+        Ok(Status::Success)
+    );
 }
 
 /// A waker that counts its wakes.
@@ -207,7 +218,7 @@ fn lock_futures_of_many_clients_run_on_one_thread_and_are_woken_by_replies() {
             if r.is_none()
                 && let Poll::Ready(v) = f.as_mut().poll(&mut cx)
             {
-                *r = Some(v.map(|g| g.status));
+                *r = Some(v.map(|g| g.status).map_err(Status::from));
             }
         }
     }
@@ -229,7 +240,10 @@ fn lock_futures_of_many_clients_run_on_one_thread_and_are_woken_by_replies() {
         "held by clients[0]"
     );
     let before = count.0.load(Ordering::SeqCst);
-    assert_eq!(first[0].unlock(ids[0]), Ok(Status::Success));
+    assert_eq!(
+        first[0].unlock(ids[0]).map_err(Status::from),
+        Ok(Status::Success)
+    );
     let t = std::time::Instant::now();
     while count.0.load(Ordering::SeqCst) == before {
         assert!(
@@ -239,7 +253,10 @@ fn lock_futures_of_many_clients_run_on_one_thread_and_are_woken_by_replies() {
         std::thread::sleep(Duration::from_millis(1));
     }
     match parked.as_mut().poll(&mut cx) {
-        Poll::Ready(r) => assert_eq!(r.map(|g| g.status), Ok(Status::Success)),
+        Poll::Ready(r) => assert_eq!(
+            r.map(|g| g.status).map_err(Status::from),
+            Ok(Status::Success)
+        ),
         Poll::Pending => panic!("woken with its reply there"),
     }
 }
@@ -280,5 +297,10 @@ fn faa_futures_on_one_thread_hand_out_distinct_values() {
     }
     seen.sort_unstable();
     assert_eq!(seen, (100..100 + 120).collect::<Vec<u64>>());
-    assert_eq!(clients[0].atomic64_snapshot(objects[0]), Ok(220));
+    assert_eq!(
+        clients[0]
+            .atomic64_snapshot(objects[0])
+            .map_err(Status::from),
+        Ok(220)
+    );
 }

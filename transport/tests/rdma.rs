@@ -408,13 +408,13 @@ mod wired {
             c.trylock(id, Mode::Exclusive, 5_000).unwrap().status,
             Status::Success
         );
-        assert_eq!(c.unlock(id), Ok(Status::Success));
+        assert_eq!(c.unlock(id).map_err(Status::from), Ok(Status::Success));
         let xid = c.atomic64_create(b"xid", 100, 60).unwrap();
         let xid_ref = c.atomic64_get(b"xid", 60).unwrap();
         assert_eq!(xid, xid_ref);
-        assert_eq!(c.atomic64_faa(xid, 5), Ok(100));
-        assert_eq!(c.atomic64_faa(xid, 1), Ok(105));
-        assert_eq!(c.atomic64_snapshot(xid), Ok(106));
+        assert_eq!(c.atomic64_faa(xid, 5).map_err(Status::from), Ok(100));
+        assert_eq!(c.atomic64_faa(xid, 1).map_err(Status::from), Ok(105));
+        assert_eq!(c.atomic64_snapshot(xid).map_err(Status::from), Ok(106));
         c.deinit().unwrap();
     }
 
@@ -545,12 +545,12 @@ mod wired {
             b.trylock(lb, Mode::Exclusive, 5_000).is_err(),
             "b got a held lock"
         );
-        assert_eq!(a.unlock(la), Ok(Status::Success));
+        assert_eq!(a.unlock(la).map_err(Status::from), Ok(Status::Success));
         assert_eq!(
             b.trylock(lb, Mode::Exclusive, 5_000).unwrap().status,
             Status::Success
         );
-        assert_eq!(b.unlock(lb), Ok(Status::Success));
+        assert_eq!(b.unlock(lb).map_err(Status::from), Ok(Status::Success));
 
         let names: Vec<String> = (0..31).map(|k| format!("row-{k}")).collect();
         let req: Vec<(LockKind, &[u8])> = names
@@ -589,7 +589,7 @@ mod wired {
             (g, t.elapsed(), b)
         });
         thread::sleep(Duration::from_millis(200));
-        assert_eq!(a.unlock(la), Ok(Status::Success));
+        assert_eq!(a.unlock(la).map_err(Status::from), Ok(Status::Success));
         let (g, waited, _b) = waiter.join().unwrap();
         assert_eq!(g.unwrap().status, Status::Success);
         assert!(
@@ -606,8 +606,8 @@ mod wired {
         let mut c = rdma_client(&s, &dev, 0);
         let id = c.atomic64_create(b"csn", 10, 60).unwrap();
         assert_eq!(c.atomic64_get(b"csn", 60).unwrap(), id);
-        assert_eq!(c.atomic64_faa(id, 5), Ok(10));
-        assert_eq!(c.atomic64_snapshot(id), Ok(15));
+        assert_eq!(c.atomic64_faa(id, 5).map_err(Status::from), Ok(10));
+        assert_eq!(c.atomic64_snapshot(id).map_err(Status::from), Ok(15));
         let swapped = c.atomic64_cas(id, 15, 100).unwrap();
         assert!(swapped.swapped && swapped.observed == 15);
         let stale = c.atomic64_cas(id, 15, 7).unwrap();
@@ -616,9 +616,9 @@ mod wired {
         let mut t =
             Client::connect(ClientConfig::new(Endpoint::Tcp(s.tcp_addr().unwrap()))).unwrap();
         let tid = t.atomic64_get(b"csn", 60).unwrap();
-        assert_eq!(t.atomic64_snapshot(tid), Ok(100));
-        assert_eq!(t.atomic64_faa(tid, 1), Ok(100));
-        assert_eq!(c.atomic64_snapshot(id), Ok(101));
+        assert_eq!(t.atomic64_snapshot(tid).map_err(Status::from), Ok(100));
+        assert_eq!(t.atomic64_faa(tid, 1).map_err(Status::from), Ok(100));
+        assert_eq!(c.atomic64_snapshot(id).map_err(Status::from), Ok(101));
     }
 
     #[test]

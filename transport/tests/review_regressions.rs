@@ -167,7 +167,11 @@ fn a_late_tcp_reply_does_not_put_later_exchanges_out_of_step() {
     let id = c.get_lock(LockKind::Atomic, b"q").unwrap();
     let mut got = vec![];
     for _ in 0..5 {
-        got.push(c.trylock(id, Mode::Exclusive, 1000).map(|g| g.status));
+        got.push(
+            c.trylock(id, Mode::Exclusive, 1000)
+                .map(|g| g.status)
+                .map_err(Status::from),
+        );
     }
     // The first times out (its reply comes 400 ms late); the ones after it must not read the
     // late reply as theirs and stay one behind.
@@ -232,7 +236,7 @@ fn closing_a_connection_that_failed_to_reinit_leaves_the_parked_request_alone() 
     std::thread::sleep(Duration::from_millis(200));
     drop(raw); // the stale connection goes away
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(holder.unlock(lh), Ok(Status::Success));
+    assert_eq!(holder.unlock(lh).map_err(Status::from), Ok(Status::Success));
     let (r, waited, next) = t.join().unwrap();
     assert!(
         r.is_ok(),
@@ -339,6 +343,7 @@ fn raw_trylock(data: &mut std::net::TcpStream, client: u32, lock: u32, wait_ms: 
         expire_ms: 60_000,
         ticket: dlock_core::Ticket::default(),
         wait_ms,
+        partition_epoch: 0,
     });
     let mut buf = [0u8; DATA_MESSAGE_MAX];
     let n = encode_data_request(&header, &[cmd], &mut buf).unwrap();
@@ -392,7 +397,10 @@ fn a_second_attach_replaces_the_first_data_connection() {
     // (not `Easync`), and the grant answers that one, on the new connection.
     raw_trylock(&mut second, id, lock, 60_000, 2);
     std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(holder.unlock(held), Ok(Status::Success));
+    assert_eq!(
+        holder.unlock(held).map_err(Status::from),
+        Ok(Status::Success)
+    );
     assert_eq!(
         raw_data_reply(&mut second),
         (2, Status::Success),
@@ -443,7 +451,7 @@ fn a_reinit_drops_the_request_parked_on_the_path_it_gave_up() {
         "the reinit is accepted"
     );
 
-    assert_eq!(holder.unlock(lh), Ok(Status::Success));
+    assert_eq!(holder.unlock(lh).map_err(Status::from), Ok(Status::Success));
     let mut other = client(&e);
     let lo = other.get_lock(LockKind::Atomic, b"given-up").unwrap();
     assert!(

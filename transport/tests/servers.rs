@@ -35,11 +35,15 @@ fn thirty_two_servers_run_independently_and_a_thirty_third_is_refused() {
     let la = a.get_lock(LockKind::Atomic, b"same").unwrap();
     let lb = b.get_lock(LockKind::Atomic, b"same").unwrap();
     assert_eq!(
-        a.trylock(la, Mode::Exclusive, 1_000).map(|g| g.status),
+        a.trylock(la, Mode::Exclusive, 1_000)
+            .map(|g| g.status)
+            .map_err(Status::from),
         Ok(Status::Success)
     );
     assert_eq!(
-        b.trylock(lb, Mode::Exclusive, 1_000).map(|g| g.status),
+        b.trylock(lb, Mode::Exclusive, 1_000)
+            .map(|g| g.status)
+            .map_err(Status::from),
         Ok(Status::Success)
     );
     drop((a, b));
@@ -65,7 +69,9 @@ fn an_ipv6_listener_serves_tcp_clients() {
     let mut c = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
     let l = c.get_lock(LockKind::Rw, b"v6").unwrap();
     assert_eq!(
-        c.trylock(l, Mode::Shared, 1_000).map(|g| g.status),
+        c.trylock(l, Mode::Shared, 1_000)
+            .map(|g| g.status)
+            .map_err(Status::from),
         Ok(Status::Success)
     );
 }

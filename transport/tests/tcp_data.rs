@@ -161,7 +161,7 @@ fn a_parked_lock_does_not_hold_back_later_requests_on_its_connection() {
         "no reply for the parked lock yet"
     );
 
-    assert_eq!(holder.unlock(a), Ok(Status::Success));
+    assert_eq!(holder.unlock(a).map_err(Status::from), Ok(Status::Success));
     data.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     assert_eq!(
         read_reply(&mut data),
@@ -285,9 +285,9 @@ fn tls_data_connections_serve_pipelined_batches_and_parked_locks() {
         (r.map(|g| g.status), t.elapsed())
     });
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(c.unlock(ids[0]), Ok(Status::Success));
+    assert_eq!(c.unlock(ids[0]).map_err(Status::from), Ok(Status::Success));
     let (r, waited) = waiter.join().unwrap();
-    assert_eq!(r, Ok(Status::Success));
+    assert_eq!(r.map_err(Status::from), Ok(Status::Success));
     assert!(
         waited >= Duration::from_millis(200),
         "it waited: {waited:?}"
@@ -414,6 +414,7 @@ fn lock_msg(client: u32, lock: u32, op: LockOp, wait_ms: u32, id: u16) -> Vec<u8
         expire_ms: 60_000,
         ticket: dlock_core::Ticket::default(),
         wait_ms,
+        partition_epoch: 0,
     });
     let mut buf = [0u8; DATA_MESSAGE_MAX];
     let n = encode_data_request(&header, &[cmd], &mut buf).unwrap();
@@ -526,6 +527,7 @@ fn a_join_among_other_commands_closes_the_connection_and_runs_nothing() {
         expire_ms: 60_000,
         ticket: dlock_core::Ticket::default(),
         wait_ms: 0,
+        partition_epoch: 0,
     });
     let join = Command::Join(JoinCommand { session: msession });
     for commands in [[lock, join], [join, lock]] {

@@ -79,7 +79,10 @@ fn an_idle_server_uses_no_cpu_and_wakes_for_tcp_and_shared_memory() {
 
     // Parked, it still answers both transports promptly.
     let t = Instant::now();
-    assert_eq!(tcp[0].unlock(ids[0]), Ok(Status::Success));
+    assert_eq!(
+        tcp[0].unlock(ids[0]).map_err(Status::from),
+        Ok(Status::Success)
+    );
     let tcp_wake = t.elapsed();
     std::thread::sleep(Duration::from_millis(100));
     let t = Instant::now();

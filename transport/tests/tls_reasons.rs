@@ -127,7 +127,7 @@ fn refused_client_certificates_say_why() {
     assert_eq!(pki.counter("tls_unknown_ca"), 1);
     // Registering says the same, through the native API's error.
     let e = pki.endpoint(&expired, &ca, None);
-    let error = Client::open(ClientConfig::new(e)).expect_err("refused");
+    let error = Client::connect(ClientConfig::new(e)).expect_err("refused");
     assert_eq!(error.status(), Status::NotReady);
     assert_eq!(
         error.tls_failure(),

@@ -371,7 +371,11 @@ fn a_replacement_server_with_the_shared_key_refuses_a_peer_claiming_anothers_id(
         Some(Status::Einval)
     );
     // The victim comes back with its session and gets its lock back.
-    assert_eq!(victim.reinit(), Ok(true), "the replacement is recovering");
+    assert_eq!(
+        victim.reinit().map_err(Status::from),
+        Ok(true),
+        "the replacement is recovering"
+    );
     victim.update_all_locks().unwrap();
     victim.reinit_done().unwrap();
     assert_eq!(counter(addr, "sessions_refused"), 1);
@@ -380,7 +384,8 @@ fn a_replacement_server_with_the_shared_key_refuses_a_peer_claiming_anothers_id(
     assert_eq!(
         rival
             .trylock(rival_lock, Mode::Exclusive, 1_000)
-            .map(|g| g.status),
+            .map(|g| g.status)
+            .map_err(Status::from),
         Err(Status::Fail),
         "the victim still holds it"
     );
@@ -447,7 +452,7 @@ fn a_registered_client_cannot_reclaim_a_lock_it_never_held() {
         };
         assert_eq!(e.get(0).map(|e| e.status), Some(Status::Einval));
     }
-    assert_eq!(holder.reinit(), Ok(true));
+    assert_eq!(holder.reinit().map_err(Status::from), Ok(true));
     holder.update_all_locks().unwrap();
     holder.reinit_done().unwrap();
     let reply = control(&mut t, thief.client, ControlRequest::ReinitDone).expect("answered");
@@ -459,7 +464,8 @@ fn a_registered_client_cannot_reclaim_a_lock_it_never_held() {
     assert_eq!(
         holder
             .trylock(lock, Mode::Exclusive, 60_000)
-            .map(|g| g.status),
+            .map(|g| g.status)
+            .map_err(Status::from),
         Ok(Status::AlreadyLocked),
         "the holder kept it"
     );
@@ -468,7 +474,8 @@ fn a_registered_client_cannot_reclaim_a_lock_it_never_held() {
     assert_eq!(
         rival
             .trylock(theirs, Mode::Exclusive, 1_000)
-            .map(|g| g.status),
+            .map(|g| g.status)
+            .map_err(Status::from),
         Err(Status::Fail)
     );
     drop(second);

@@ -112,15 +112,17 @@ async fn one_op(
             let _grant = c
                 .lock_async(id, AsyncOp::Lock(Mode::Exclusive, EXPIRE_MS))
                 .await
-                .map_err(err)?;
-            match c.lock_async(id, AsyncOp::Unlock).await.map_err(err)?.status {
+                .map_err(|e| err(e.status()))?;
+            let unlocked = c.lock_async(id, AsyncOp::Unlock).await;
+            match unlocked.map_err(|e| err(e.status()))?.status {
                 Status::Success => Ok(()),
                 s => Err(err(s)),
             }
         }
         Workload::FaaAsync => {
             let id = object.ok_or("no object")?;
-            c.atomic64_faa_async(id, 1).await.map(drop).map_err(err)
+            let faa = c.atomic64_faa_async(id, 1).await;
+            faa.map(drop).map_err(|e| err(e.status()))
         }
         w => Err(format!("{} has no async form", w.name())),
     }

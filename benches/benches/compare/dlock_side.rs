@@ -75,7 +75,7 @@ pub fn setup(
         Workload::Cycle => {
             ids.push(
                 c.get_lock(LockKind::Atomic, format!("r{run}-c{me}").as_bytes())
-                    .map_err(err)?,
+                    .map_err(|e| err(e.status()))?,
             );
         }
         Workload::Batch | Workload::BatchAon => {
@@ -86,7 +86,7 @@ pub fn setup(
                 .iter()
                 .map(|n| (LockKind::Atomic, n.as_bytes()))
                 .collect();
-            for id in c.batch_get_lock(&req).map_err(err)? {
+            for id in c.batch_get_lock(&req).map_err(|e| err(e.status()))? {
                 ids.push(id.map_err(err)?);
             }
         }
@@ -94,14 +94,17 @@ pub fn setup(
             // A read-write lock, whose exclusive waiters queue on the server.
             ids.push(
                 c.get_lock(LockKind::Rw, format!("r{run}-hot").as_bytes())
-                    .map_err(err)?,
+                    .map_err(|e| err(e.status()))?,
             );
         }
         Workload::Faa => {
             let name = format!("r{run}-xid");
             // Every client tries to create it; all but the first find it exists.
             let _ = c.atomic64_create(name.as_bytes(), 0, 3_600);
-            object = Some(c.atomic64_get(name.as_bytes(), 3_600).map_err(err)?);
+            object = Some(
+                c.atomic64_get(name.as_bytes(), 3_600)
+                    .map_err(|e| err(e.status()))?,
+            );
         }
         Workload::CycleAsync | Workload::FaaAsync => {
             return Err("base() maps the async workloads to their own".into());
@@ -119,20 +122,22 @@ impl Worker for DlockWorker<'_> {
                 let _grant = self
                     .c
                     .trylock(self.ids[0], Mode::Exclusive, EXPIRE_MS)
-                    .map_err(err)?;
+                    .map_err(|e| err(e.status()))?;
                 released(self.c.unlock(self.ids[0])).map_err(err)?;
             }
             Workload::Faa => {
                 let id = self.object.ok_or("no object")?;
-                self.c.atomic64_faa(id, 1).map_err(err)?;
+                self.c.atomic64_faa(id, 1).map_err(|e| err(e.status()))?;
             }
             Workload::Batch | Workload::BatchAon => {
                 let aon = self.workload == Workload::BatchAon;
                 self.c
                     .batch_trylock(&self.reqs, aon, &mut self.out)
-                    .map_err(err)?;
+                    .map_err(|e| err(e.status()))?;
                 all_granted(&self.out).map_err(err)?;
-                self.c.batch_unlock(&self.ids, &mut self.out).map_err(err)?;
+                self.c
+                    .batch_unlock(&self.ids, &mut self.out)
+                    .map_err(|e| err(e.status()))?;
                 all_granted(&self.out).map_err(err)?;
             }
             Workload::CycleAsync | Workload::FaaAsync => {
@@ -151,8 +156,8 @@ impl Worker for DlockWorker<'_> {
                         self.shared.acquired(self.me);
                         released(self.c.unlock(self.ids[0])).map_err(err)?;
                     }
-                    Err(Status::Etimeout) => return Ok(false),
-                    Err(s) => return Err(err(s)),
+                    Err(e) if e == Status::Etimeout => return Ok(false),
+                    Err(e) => return Err(err(e.status())),
                 }
             }
         }
@@ -166,7 +171,7 @@ impl Worker for DlockWorker<'_> {
 
 /// An unlock that released the lock on the server: a counted-down re-entry would mean this
 /// benchmark locked twice.
-fn released(r: Result<Status, Status>) -> Result<(), Status> {
+fn released(r: Result<Status, dlock_transport::client::Error>) -> Result<(), Status> {
     match r? {
         Status::Success => Ok(()),
         s => Err(s),

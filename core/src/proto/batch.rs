@@ -28,10 +28,13 @@
 //! | 2   | u16  | `name_len`     | 28  | u32  | `remaining_ms`              |
 //! | 4   | u32  | `old_lock`     | 32  | u32  | `age_ms`                    |
 //! | 8   | u128 | `word`         | 36  | u64  | `token`                     |
-//! |     |      |                | 44  | u16  | proof epoch                 |
-//! |     |      |                | 46  | u16  | reserved, zero              |
+//! |     |      |                | 44  | u32  | proof epoch                 |
 //! |     |      |                | 48  | 16 B | proof MAC (zero: no proof)  |
 //! |     |      |                | 64  | —    | name                        |
+//!
+//! The proof epoch was a `u16` followed by two reserved zero bytes up to protocol 4; a cluster
+//! partition's epoch is 32 bits (protocol 5), and an old claim's bytes read as the same value.
+//! The proof's partition is not carried: the checking server computes it from the name.
 //!
 //! Lock ids (`BatchReleaseLock`): `u32` each. Results (batch responses): `u32 id | u16 status |
 //! u16 reserved`. Counters (`Stats` response): `u64` each, at most [`COUNTERS_MAX`].
@@ -474,11 +477,10 @@ impl<'a> Entry<'a> for LockClaim<'a> {
             age_ms: get_u32(b, 32)?,
             token: get_u64(b, 36)?,
             proof: GrantProof {
-                epoch: get_u16(b, 44)?,
+                epoch: get_u32(b, 44)?,
                 mac: get_array(b, 48)?,
             },
         };
-        check_zero(b, 46, 2)?;
         let rest = b.get(CLAIM_FIXED_LEN..).ok_or(DecodeError::Truncated)?;
         let (name, rest) = take_name(rest, name_len)?;
         Ok((LockClaim { name, ..claim }, rest))
@@ -496,8 +498,7 @@ impl<'a> Entry<'a> for LockClaim<'a> {
         put_u32(out, off + 28, self.remaining_ms)?;
         put_u32(out, off + 32, self.age_ms)?;
         put_u64(out, off + 36, self.token)?;
-        put_u16(out, off + 44, self.proof.epoch)?;
-        put_zero(out, off + 46, 2)?;
+        put_u32(out, off + 44, self.proof.epoch)?;
         put_bytes(out, off + 48, &self.proof.mac)?;
         put_bytes(out, off + CLAIM_FIXED_LEN, self.name)?;
         Ok(off + CLAIM_FIXED_LEN + self.name.len())

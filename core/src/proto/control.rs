@@ -1,4 +1,5 @@
-//! Control frames: registration, lock and object naming, recovery and statistics, over TCP.
+//! Control frames: registration, lock and object naming, recovery, statistics and the
+//! cluster's map, joins and re-claims, over TCP.
 //!
 //! # Header (16 bytes)
 //!
@@ -60,11 +61,19 @@ pub enum MsgType {
     BatchUpdateLocks = 38,
     /// Read the server's counters (not in the reference).
     Stats = 40,
+    /// Read a chunk of the cluster's map (dlock's, protocol 5: `cluster.rs`).
+    GetMap = 42,
+    /// Register with this server a client id another server of the cluster gave (dlock's,
+    /// protocol 5: `cluster.rs`).
+    ClientJoin = 48,
+    /// The client has re-claimed everything it held in a partition (dlock's, protocol 5:
+    /// `cluster.rs`).
+    ReclaimDone = 50,
 }
 
 impl MsgType {
     /// Every message type, in wire order.
-    pub const ALL: [MsgType; 15] = [
+    pub const ALL: [MsgType; 18] = [
         MsgType::ClientInit,
         MsgType::ClientDeinit,
         MsgType::Heartbeat,
@@ -80,6 +89,9 @@ impl MsgType {
         MsgType::ReinitDone,
         MsgType::BatchUpdateLocks,
         MsgType::Stats,
+        MsgType::GetMap,
+        MsgType::ClientJoin,
+        MsgType::ReclaimDone,
     ];
 
     /// The type byte of a request.
@@ -114,15 +126,15 @@ impl MsgType {
 /// the codec's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ControlHeader {
-    /// Protocol version: in `ClientInit`/`ClientReinit` the client's newest, elsewhere the
-    /// negotiated one.
+    /// Protocol version: in `ClientInit`/`ClientReinit`/`ClientJoin` the client's newest,
+    /// elsewhere the negotiated one.
     pub version: u8,
     /// The request type (for a response, the request it answers).
     pub msg: MsgType,
     /// Chosen by the client, copied into the response.
     pub message_id: u16,
     /// Requests: the client id (0 in `ClientInit`, the id being re-registered in
-    /// `ClientReinit`). Responses: the status code.
+    /// `ClientReinit` or registered in `ClientJoin`). Responses: the status code.
     pub word: u32,
 }
 

@@ -27,13 +27,22 @@
 //!
 //! | message  | kind   | payload                                                       |
 //! |----------|--------|---------------------------------------------------------------|
-//! | request  | lock   | `8 u32 expire_ms \| 12 u16 tx \| 14 u16 ts \| 16 u32 wait_ms \| 20 12 reserved` |
-//! | request  | object | `8 u64 a \| 16 u64 b \| 24 8 reserved`                        |
+//! | request  | lock   | `8 u32 expire_ms \| 12 u16 tx \| 14 u16 ts \| 16 u32 wait_ms \| 20 u32 partition_epoch \| 24 8 reserved` |
+//! | request  | object | `8 u64 a \| 16 u64 b \| 24 u32 partition_epoch \| 28 4 reserved` |
 //! | request  | join   | `8 [u8; 16] session \| 24 8 reserved` (op and id zero)         |
 //! | response | any    | `8 u128 word \| 24 u64 aux`                                   |
 //!
 //! Reserved bytes must be zero. A response echoes the request's header and each command's
-//! kind, op and id, so the client can match every result to what it asked.
+//! kind, op and id, so the client can match every result to what it asked. (Byte 24 of a lock
+//! request is issue 19's flags byte once integrated, `lock_flags.rs`.)
+//!
+//! `partition_epoch` (protocol 5) is the epoch the client's map gives the partition of the
+//! lock's or object's name, in a cluster (`crate::cluster`; `docs/cluster.md`, "Wire"); 0 on a
+//! standalone server, which is what a protocol-4 client wrote in those (then reserved) bytes.
+//! The codec carries any value; what a server does with it is the server's: a cluster server
+//! checks it with `cluster::check` and answers a mismatch `PartitionMoved` with its map version
+//! in `aux`, and a standalone server refuses a message that names any other epoch than 0 as
+//! malformed, exactly as it refused those bytes when they were reserved.
 //!
 //! # Proof trailer (responses with [`FLAG_PROOFS`](super::FLAG_PROOFS))
 //!
@@ -155,6 +164,9 @@ pub struct LockCommand {
     /// Trylocks only: how long the server may hold the request waiting for the lock (0 = do
     /// not wait). A waiting request must be alone in its message.
     pub wait_ms: u32,
+    /// The epoch the client's map gives the lock's partition (a cluster's); 0 on a standalone
+    /// server (module doc).
+    pub partition_epoch: u32,
 }
 
 impl LockCommand {
@@ -170,6 +182,7 @@ impl LockCommand {
             shared: 0,
         },
         wait_ms: 0,
+        partition_epoch: 0,
     };
 }
 
@@ -184,6 +197,9 @@ pub struct ObjectCommand {
     pub a: u64,
     /// CAS: the new value. Otherwise unused.
     pub b: u64,
+    /// The epoch the client's map gives the object's partition (a cluster's); 0 on a
+    /// standalone server (module doc).
+    pub partition_epoch: u32,
 }
 
 /// A join command: binds the client in the message header to the stream connection the
@@ -238,6 +254,16 @@ impl Command {
         match self {
             Command::Lock(c) => c.lock,
             Command::Object(c) => c.object,
+            Command::Join(_) => 0,
+        }
+    }
+
+    /// The partition epoch the command names (0 for a join, which names no partition).
+    #[inline]
+    pub const fn partition_epoch(self) -> u32 {
+        match self {
+            Command::Lock(c) => c.partition_epoch,
+            Command::Object(c) => c.partition_epoch,
             Command::Join(_) => 0,
         }
     }
@@ -416,64 +442,131 @@ pub fn peek_data_header(buf: &[u8]) -> Result<(DataHeader, usize), DecodeError> 
     Ok((header, DATA_HEADER_LEN + count * COMMAND_LEN + proofs))
 }
 
-/// Checks the header and the total length; returns the header, the commands and the proof
-/// trailer (empty without [`FLAG_PROOFS`]).
-#[inline]
-fn decode_message(buf: &[u8]) -> Result<(DataHeader, &[RawCommand], &[RawProof]), DecodeError> {
-    let (header, len) = peek_data_header(buf)?;
-    if buf.len() != len {
-        return Err(DecodeError::BadLength);
-    }
-    let count = usize::from(header.count);
-    let body = buf.get(DATA_HEADER_LEN..).ok_or(DecodeError::Truncated)?;
-    let (body, trailer) = body.split_at(count * COMMAND_LEN);
-    let (commands, rest) = body.as_chunks::<COMMAND_LEN>();
-    let (proofs, rest_proofs) = trailer.as_chunks::<PROOF_LEN>();
-    if commands.len() != count || !rest.is_empty() || !rest_proofs.is_empty() {
-        return Err(DecodeError::BadLength);
-    }
-    Ok((header, commands, proofs))
+/// A data message's bytes with its header read and checked ([`peek_data_frame`]): what a
+/// server frames a stream with and decodes the commands from, so that the header of a message
+/// is read once on its way from the wire to the state machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataFrame<'a> {
+    header: DataHeader,
+    /// The length the header announces.
+    len: usize,
+    /// The bytes the header was read from: the message, or (a stream's) more or less than it.
+    buf: &'a [u8],
 }
 
-/// A request's header: a proof trailer is the server's to send.
+/// Reads and checks the header at the start of `buf`, as [`peek_data_header`] does, and keeps
+/// the bytes with it.
 #[inline]
-fn request_header(buf: &[u8]) -> Result<(DataHeader, &[RawCommand]), DecodeError> {
-    if peek_data_header(buf)?.0.flags & !REQUEST_FLAGS_KNOWN != 0 {
-        return Err(DecodeError::BadFlags);
+pub fn peek_data_frame(buf: &[u8]) -> Result<DataFrame<'_>, DecodeError> {
+    let (header, len) = peek_data_header(buf)?;
+    Ok(DataFrame { header, len, buf })
+}
+
+impl<'a> DataFrame<'a> {
+    /// The header.
+    #[inline]
+    pub const fn header(&self) -> DataHeader {
+        self.header
     }
-    let (header, commands, _) = decode_message(buf)?;
-    Ok((header, commands))
+
+    /// The length of the whole message the header announces.
+    #[inline]
+    pub const fn message_len(&self) -> usize {
+        self.len
+    }
+
+    /// The bytes the header was read from.
+    #[inline]
+    pub const fn bytes(&self) -> &'a [u8] {
+        self.buf
+    }
+
+    /// The message alone, if all of it is here: a stream's first message, cut from the bytes
+    /// behind it. `None` while the stream owes some of it.
+    #[inline]
+    pub fn first_message(self) -> Option<DataFrame<'a>> {
+        let buf = self.buf.get(..self.len)?;
+        Some(DataFrame { buf, ..self })
+    }
+
+    /// Checks the total length and splits the commands from the proof trailer (empty without
+    /// [`FLAG_PROOFS`]).
+    #[inline]
+    fn split(&self) -> Result<(&'a [RawCommand], &'a [RawProof]), DecodeError> {
+        if self.buf.len() != self.len {
+            return Err(DecodeError::BadLength);
+        }
+        let count = usize::from(self.header.count);
+        let body = self
+            .buf
+            .get(DATA_HEADER_LEN..)
+            .ok_or(DecodeError::Truncated)?;
+        let (body, trailer) = body.split_at(count * COMMAND_LEN);
+        let (commands, rest) = body.as_chunks::<COMMAND_LEN>();
+        let (proofs, rest_proofs) = trailer.as_chunks::<PROOF_LEN>();
+        if commands.len() != count || !rest.is_empty() || !rest_proofs.is_empty() {
+            return Err(DecodeError::BadLength);
+        }
+        Ok((commands, proofs))
+    }
+
+    /// The commands of a request (a proof trailer is the server's to send).
+    #[inline]
+    fn request_commands(&self) -> Result<&'a [RawCommand], DecodeError> {
+        if self.header.flags & !REQUEST_FLAGS_KNOWN != 0 {
+            return Err(DecodeError::BadFlags);
+        }
+        Ok(self.split()?.0)
+    }
+
+    /// Decodes the message as a request, validating every command so
+    /// [`DataRequest::command`] cannot fail; the header is not read again.
+    pub fn decode(&self) -> Result<DataRequest<'a>, DecodeError> {
+        let commands = self.request_commands()?;
+        for c in commands {
+            parse_command(c)?;
+        }
+        Ok(DataRequest {
+            header: self.header,
+            commands,
+        })
+    }
+
+    /// [`Self::decode`], reading the commands into `commands` in the same pass
+    /// (`commands[..len()]`) so that each is parsed once: the server's hot path.
+    pub fn decode_into(
+        &self,
+        commands: &mut [Command; BATCH_MAX],
+    ) -> Result<DataRequest<'a>, DecodeError> {
+        let raw = self.request_commands()?;
+        for (c, slot) in raw.iter().zip(commands.iter_mut()) {
+            *slot = parse_command(c)?;
+        }
+        Ok(DataRequest {
+            header: self.header,
+            commands: raw,
+        })
+    }
 }
 
 /// Decodes a data request, validating every command so [`DataRequest::command`] cannot fail.
 pub fn decode_data_request(buf: &[u8]) -> Result<DataRequest<'_>, DecodeError> {
-    let (header, commands) = request_header(buf)?;
-    for c in commands {
-        parse_command(c)?;
-    }
-    Ok(DataRequest { header, commands })
+    peek_data_frame(buf)?.decode()
 }
 
 /// Decodes a data request as [`decode_data_request`] does and reads its commands into
-/// `commands` in the same pass (`commands[..len()]`), so that each is parsed once: the server's
-/// hot path.
+/// `commands` in the same pass (`commands[..len()]`), so that each is parsed once.
 pub fn decode_data_request_into<'a>(
     buf: &'a [u8],
     commands: &mut [Command; BATCH_MAX],
 ) -> Result<DataRequest<'a>, DecodeError> {
-    let (header, raw) = request_header(buf)?;
-    for (c, slot) in raw.iter().zip(commands.iter_mut()) {
-        *slot = parse_command(c)?;
-    }
-    Ok(DataRequest {
-        header,
-        commands: raw,
-    })
+    peek_data_frame(buf)?.decode_into(commands)
 }
 
 /// Decodes a data response, validating every result so [`DataResponse::result`] cannot fail.
 pub fn decode_data_response(buf: &[u8]) -> Result<DataResponse<'_>, DecodeError> {
-    let (header, results, proofs) = decode_message(buf)?;
+    let frame = peek_data_frame(buf)?;
+    let (header, (results, proofs)) = (frame.header, frame.split()?);
     for c in results {
         parse_result(c)?;
     }
@@ -504,7 +597,7 @@ fn parse_command(c: &RawCommand) -> Result<Command, DecodeError> {
     }
     if kind == OBJECT_KIND {
         let op = ObjectOp::from_u8(op).ok_or(DecodeError::BadOp)?;
-        if get_u64(c, 24)? != 0 {
+        if get_u32(c, 28)? != 0 {
             return Err(DecodeError::BadField);
         }
         return Ok(Command::Object(ObjectCommand {
@@ -512,11 +605,12 @@ fn parse_command(c: &RawCommand) -> Result<Command, DecodeError> {
             object: id,
             a: get_u64(c, 8)?,
             b: get_u64(c, 16)?,
+            partition_epoch: get_u32(c, 24)?,
         }));
     }
     let kind = LockKind::from_u8(kind).ok_or(DecodeError::BadKind)?;
     let op = LockOp::from_u8(op).ok_or(DecodeError::BadOp)?;
-    if get_u32(c, 20)? != 0 || get_u64(c, 24)? != 0 {
+    if get_u64(c, 24)? != 0 {
         return Err(DecodeError::BadField);
     }
     Ok(Command::Lock(LockCommand {
@@ -529,6 +623,7 @@ fn parse_command(c: &RawCommand) -> Result<Command, DecodeError> {
             shared: get_u16(c, 14)?,
         },
         wait_ms: get_u32(c, 16)?,
+        partition_epoch: get_u32(c, 20)?,
     }))
 }
 
@@ -647,12 +742,14 @@ pub fn encode_data_request(
                 put_u16(c, 12, l.ticket.exclusive)?;
                 put_u16(c, 14, l.ticket.shared)?;
                 put_u32(c, 16, l.wait_ms)?;
-                put_zero(c, 20, 12)?;
+                put_u32(c, 20, l.partition_epoch)?;
+                put_zero(c, 24, 8)?;
             }
             Command::Object(o) => {
                 put_u64(c, 8, o.a)?;
                 put_u64(c, 16, o.b)?;
-                put_zero(c, 24, 8)?;
+                put_u32(c, 24, o.partition_epoch)?;
+                put_zero(c, 28, 4)?;
             }
             Command::Join(j) => {
                 put_bytes(c, 8, &j.session.0)?;

@@ -20,6 +20,15 @@
 //! | `response.rs`| control response bodies                                          |
 //! | `batch.rs`   | the counted lists inside control bodies, as borrowing views      |
 //! | `data.rs`    | data messages: a header and up to [`BATCH_MAX`] 32-byte commands |
+//! | `lock_flags.rs` | a lock command's flags byte (cached, retained, value block) and the downgrade op |
+//! | `value.rs`   | value trailers: lock value blocks written by requests and returned by responses |
+//! | `event.rs`   | event messages: revokes and overflow notices the server sends unasked |
+//! | `recovery.rs`| `RecoveryDone` and `ListRetained` bodies (retained locks)        |
+//! | `cluster.rs` | the cluster's bodies: `GetMap`, `ClientJoin`, `ReclaimDone`, the `PartitionMoved` reply |
+//!
+//! `lock_flags.rs`, `value.rs`, `event.rs` and `recovery.rs` are issue 19's wire forms, not yet wired into the decoders above: the
+//! integration reads the flags byte in the command decoder, adds `LockOp::Downgrade`, the
+//! trailers to the data-message length and the two bodies to the control messages.
 //!
 //! The layout follows the reference's (§5 of `shared/reference/dlock-reference.md`) in its
 //! magics, version numbers, message types and the 16-byte control header; bodies are our own,
@@ -28,25 +37,43 @@
 
 mod attach;
 mod batch;
+mod cluster;
 mod control;
 mod data;
+mod event;
+mod lock_flags;
+mod recovery;
 mod request;
 mod response;
 #[cfg(test)]
 mod tests;
+mod value;
 
 pub use attach::{ATTACH_LEN, ATTACH_MAGIC, Attach};
 pub use batch::{
     Batch, BatchEntries, BatchEntry, BatchGet, BatchIds, BatchIter, CLAIM_FIXED_LEN, Claims,
     Counters, Held, LockClaim,
 };
+pub use cluster::{
+    MAP_CHUNK_FIXED_LEN, MAP_CHUNK_MAX, MOVED_LEN, MapChunk, RECLAIM_DONE_LEN, map_chunk_len,
+};
 pub use control::{ControlHeader, MsgType, control_frame_len, peek_control_header};
 pub use data::{
-    Command, CommandResult, DataHeader, DataRequest, DataResponse, DataResult, JOIN_KIND,
-    JoinCommand, LockCommand, LockOp, OBJECT_KIND, ObjectCommand, ObjectOp, begin_data_response,
-    decode_data_request, decode_data_request_into, decode_data_response, encode_data_request,
-    encode_data_response, finish_data_proofs, peek_data_header, put_command_result, put_data_proof,
-    put_data_result,
+    Command, CommandResult, DataFrame, DataHeader, DataRequest, DataResponse, DataResult,
+    JOIN_KIND, JoinCommand, LockCommand, LockOp, OBJECT_KIND, ObjectCommand, ObjectOp,
+    begin_data_response, decode_data_request, decode_data_request_into, decode_data_response,
+    encode_data_request, encode_data_response, finish_data_proofs, peek_data_frame,
+    peek_data_header, put_command_result, put_data_proof, put_data_result,
+};
+pub use event::{
+    EVENT_LEN, EVENTS_MAX, Event, EventHeader, EventMessage, FLAG_EVENT, decode_event,
+    decode_event_message, encode_event, encode_event_message, event_message_len,
+};
+pub use lock_flags::{DOWNGRADE_OP, LOCK_FLAGS_OFFSET, LockFlags, put_lock_flags, read_lock_flags};
+pub use recovery::{
+    LIST_RETAINED_CODE, ListRetained, RECOVERY_DONE_CODE, RETAINED_FIXED_LEN, RetainedEntries,
+    RetainedEntry, RetainedPage, decode_recovery_done, decode_recovery_done_reply,
+    encode_recovery_done, encode_recovery_done_reply,
 };
 pub use request::{
     ControlRequest, ControlRequestFrame, decode_control_request, encode_control_request,
@@ -54,6 +81,11 @@ pub use request::{
 pub use response::{
     ControlResponse, ControlResponseFrame, InitReply, decode_control_response,
     encode_control_response,
+};
+pub use value::{
+    DATA_REQUEST_WITH_VALUES_MAX, DATA_RESPONSE_WITH_VALUES_MAX, FLAG_VALUES, VALUE_REPLY_LEN,
+    VALUE_REQUEST_LEN, ValueReplies, ValueRequests, data_message_len, finish_value_replies,
+    finish_value_requests, put_value_reply, put_value_request,
 };
 
 use crate::config::{BATCH_MAX, NAME_LEN_MAX};
@@ -65,11 +97,25 @@ pub const CONTROL_MAGIC: u32 = 0xedf7_c94a;
 pub const DATA_MAGIC: u32 = 0xedf7_c94b;
 /// The protocol version this build speaks best (`DLOCK_PROTO_VERSION`). 3: 128-bit session
 /// secrets in the registration's reply, the reinit request and the attach record. 4: grant
-/// proofs, in a data response's trailer ([`FLAG_PROOFS`]) and in every claim.
-pub const PROTO_VERSION: u8 = 4;
+/// proofs, in a data response's trailer ([`FLAG_PROOFS`]) and in every claim. 5: the cluster
+/// (`docs/cluster.md`, "Wire"): a partition epoch in every lock and object command, the status
+/// `PartitionMoved`, the messages `GetMap`, `ClientJoin` and `ReclaimDone`, and a claim's proof
+/// epoch widened to 32 bits over the reserved bytes beside it.
+pub const PROTO_VERSION: u8 = 5;
 /// The oldest protocol version this build still speaks (`DLOCK_MIN_PROTO_VERSION`): a version
 /// 3 claim carries no proof, which a server with a session key could not take.
+///
+/// Version 4 stays: everything 5 adds is zero or absent between a standalone server and a
+/// version 4 client, byte for byte. Such a client writes zeros where 5 has the partition
+/// epoch, which is what a standalone server requires there; it writes a claim's proof epoch as
+/// a `u16` followed by two zero bytes, which is the same `u32`; it never sends the new
+/// messages, and a standalone server never answers `PartitionMoved`. A grant proof's MAC
+/// changed (`server::proof`), but a client only stores and returns its bytes. A cluster
+/// server speaks [`CLUSTER_VERSIONS`] only.
 pub const PROTO_VERSION_MIN: u8 = 4;
+/// The oldest version a cluster server speaks: a client of version 4 cannot name a
+/// partition's epoch and cannot read `PartitionMoved`, so a cluster cannot route it.
+pub const PROTO_VERSION_CLUSTER_MIN: u8 = 5;
 /// Bytes in a control header.
 pub const CONTROL_HEADER_LEN: usize = 16;
 /// Bytes in a data-message header.
@@ -208,9 +254,15 @@ pub struct VersionRange {
     pub max: u8,
 }
 
-/// The versions this server speaks.
+/// The versions a standalone server speaks.
 pub const SERVER_VERSIONS: VersionRange = VersionRange {
     min: PROTO_VERSION_MIN,
+    max: PROTO_VERSION,
+};
+
+/// The versions a cluster server speaks ([`PROTO_VERSION_CLUSTER_MIN`]).
+pub const CLUSTER_VERSIONS: VersionRange = VersionRange {
+    min: PROTO_VERSION_CLUSTER_MIN,
     max: PROTO_VERSION,
 };
 

@@ -10,10 +10,15 @@
 //! | `BatchGetLock`, `BatchReleaseLock`, `BatchUpdateLocks` | a counted list (see `batch.rs`)        |
 //! | `ObjectCreate` | `0 u64 init \| 8 u32 lease_s \| 12 u16 name_len \| 14 u16 reserved \| 16 name` |
 //! | `ObjectGet`    | `0 u32 lease_s \| 4 u16 name_len \| 6 u16 reserved \| 8 name`                |
+//! | `GetMap`       | `0 u32 offset`                                                              |
+//! | `ClientJoin`   | `ClientReinit`'s                                                            |
+//! | `ReclaimDone`  | `0 u16 partition \| 2 u16 reserved \| 4 u32 epoch`                          |
 //!
-//! Lock request entries and counted lists are laid out in `batch.rs`.
+//! Lock request entries and counted lists are laid out in `batch.rs`, the cluster's bodies in
+//! `cluster.rs`.
 
 use super::batch::{decode_lock_request, encode_lock_request};
+use super::cluster::{decode_get_map, decode_reclaim_done, encode_get_map, encode_reclaim_done};
 use super::control::{ControlHeader, MsgType, exact, parse_header, put_header, whole_frame_body};
 use super::{
     BatchGet, BatchIds, CONTROL_HEADER_LEN, Claims, DecodeError, EncodeError, check_zero,
@@ -94,6 +99,28 @@ pub enum ControlRequest<'a> {
     BatchUpdateLocks(Claims<'a>),
     /// Read the server counters.
     Stats,
+    /// Read the chunk of the cluster's map at `offset` (`cluster.rs`).
+    GetMap {
+        /// Where in the map's encoding to read.
+        offset: u32,
+    },
+    /// Register the id in the header word, which another server of the cluster gave, with
+    /// this one (`cluster.rs`).
+    ClientJoin {
+        /// The client's oldest version.
+        min_version: u8,
+        /// The lease the client asks for.
+        lease_ms: u32,
+        /// The secret the other server gave with the id, minted under the cluster's key.
+        session: Session,
+    },
+    /// The client has re-claimed everything it held in `partition` (`cluster.rs`).
+    ReclaimDone {
+        /// The partition.
+        partition: u16,
+        /// The partition's epoch in the client's map: the takeover the re-claims were for.
+        epoch: u32,
+    },
 }
 
 impl ControlRequest<'_> {
@@ -115,6 +142,9 @@ impl ControlRequest<'_> {
             ControlRequest::ReinitDone => MsgType::ReinitDone,
             ControlRequest::BatchUpdateLocks(_) => MsgType::BatchUpdateLocks,
             ControlRequest::Stats => MsgType::Stats,
+            ControlRequest::GetMap { .. } => MsgType::GetMap,
+            ControlRequest::ClientJoin { .. } => MsgType::ClientJoin,
+            ControlRequest::ReclaimDone { .. } => MsgType::ReclaimDone,
         }
     }
 }
@@ -141,29 +171,40 @@ pub fn decode_control_request(buf: &[u8]) -> Result<ControlRequestFrame<'_>, Dec
 
 fn decode_request_body(msg: MsgType, b: &[u8]) -> Result<ControlRequest<'_>, DecodeError> {
     Ok(match msg {
-        MsgType::ClientInit | MsgType::ClientReinit => {
-            let reinit = msg == MsgType::ClientReinit;
-            exact(b, if reinit { 8 + Session::LEN } else { 8 })?;
+        MsgType::ClientInit | MsgType::ClientReinit | MsgType::ClientJoin => {
+            let with_session = msg != MsgType::ClientInit;
+            exact(b, if with_session { 8 + Session::LEN } else { 8 })?;
             let min_version = get_u8(b, 0)?;
             check_zero(b, 1, 3)?;
             let lease_ms = get_u32(b, 4)?;
-            if reinit {
-                ControlRequest::ClientReinit {
+            match msg {
+                MsgType::ClientReinit => ControlRequest::ClientReinit {
                     min_version,
                     lease_ms,
                     session: Session(get_array(b, 8)?),
-                }
-            } else {
-                ControlRequest::ClientInit {
+                },
+                MsgType::ClientJoin => ControlRequest::ClientJoin {
                     min_version,
                     lease_ms,
-                }
+                    session: Session(get_array(b, 8)?),
+                },
+                _ => ControlRequest::ClientInit {
+                    min_version,
+                    lease_ms,
+                },
             }
         }
         MsgType::ClientDeinit => exact(b, 0).map(|()| ControlRequest::ClientDeinit)?,
         MsgType::Heartbeat => exact(b, 0).map(|()| ControlRequest::Heartbeat)?,
         MsgType::ReinitDone => exact(b, 0).map(|()| ControlRequest::ReinitDone)?,
         MsgType::Stats => exact(b, 0).map(|()| ControlRequest::Stats)?,
+        MsgType::GetMap => ControlRequest::GetMap {
+            offset: decode_get_map(b)?,
+        },
+        MsgType::ReclaimDone => {
+            let (partition, epoch) = decode_reclaim_done(b)?;
+            ControlRequest::ReclaimDone { partition, epoch }
+        }
         MsgType::GetLock => {
             let ((kind, name), rest) = decode_lock_request(b)?;
             exact(rest, 0)?;
@@ -250,6 +291,11 @@ fn encode_request_body(body: &ControlRequest<'_>, b: &mut [u8]) -> Result<usize,
             min_version,
             lease_ms,
             session,
+        }
+        | ControlRequest::ClientJoin {
+            min_version,
+            lease_ms,
+            session,
         } => {
             put_u8(b, 0, min_version)?;
             put_zero(b, 1, 3)?;
@@ -267,6 +313,10 @@ fn encode_request_body(body: &ControlRequest<'_>, b: &mut [u8]) -> Result<usize,
         | ControlRequest::ObjectDestroy { object: id } => {
             put_u32(b, 0, id)?;
             Ok(4)
+        }
+        ControlRequest::GetMap { offset } => encode_get_map(offset, b),
+        ControlRequest::ReclaimDone { partition, epoch } => {
+            encode_reclaim_done(partition, epoch, b)
         }
         ControlRequest::BatchGetLock(batch) => batch.encode(b),
         ControlRequest::BatchReleaseLock(batch) => batch.encode(b),

@@ -1,16 +1,19 @@
 //! Control response bodies.
 //!
-//! A response whose status is not `Success` has an empty body, whatever its type.
+//! A response whose status is not `Success` has an empty body, whatever its type, except
+//! `PartitionMoved`'s: `0 u64 map_version`, exactly (`cluster.rs`).
 //!
 //! | type                                   | body                                                   |
 //! |----------------------------------------|--------------------------------------------------------|
-//! | `ClientInit`, `ClientReinit`           | `0 u32 client \| 4 u8 version \| 5 u8 recovering (0/1) \| 6 u16 epoch \| 8 u32 lease_ms \| 12 u32 objects_max \| 16 u32 slot \| 20 u32 reserved \| 24 [u8; 16] session` |
+//! | `ClientInit`, `ClientReinit`, `ClientJoin` | `0 u32 client \| 4 u8 version \| 5 u8 recovering (0/1) \| 6 u16 epoch \| 8 u32 lease_ms \| 12 u32 objects_max \| 16 u32 slot \| 20 u32 reserved \| 24 [u8; 16] session` |
 //! | `GetLock`, `ObjectCreate`              | `0 u32 id`                                             |
 //! | `ObjectGet`                            | `0 u32 object \| 4 u32 cell`                          |
 //! | the three batches                      | a counted list of `u32 id \| u16 status \| u16 reserved` |
 //! | `Stats`                                | a counted list of `u64`                                |
+//! | `GetMap`                               | `0 u64 version \| 8 u32 total_len \| 12 u32 offset \| 16 chunk` (`cluster.rs`) |
 //! | the others                             | empty                                                  |
 
+use super::cluster::{MapChunk, decode_moved, encode_moved};
 use super::control::{ControlHeader, MsgType, exact, parse_header, put_header, whole_frame_body};
 use super::{
     BatchEntries, CONTROL_HEADER_LEN, Counters, DecodeError, EncodeError, get_array, get_u8,
@@ -22,7 +25,7 @@ use crate::status::Status;
 /// Bytes in an `InitReply` body.
 const INIT_REPLY_LEN: usize = 24 + Session::LEN;
 
-/// The reply to `ClientInit` and `ClientReinit`.
+/// The reply to `ClientInit`, `ClientReinit` and `ClientJoin`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InitReply {
     /// The client id assigned (or confirmed, on reinit).
@@ -31,7 +34,8 @@ pub struct InitReply {
     pub version: u8,
     /// The server is waiting for clients to re-sync; only recovery requests are served.
     pub recovering: bool,
-    /// The server's epoch (high bits of every fencing token).
+    /// The server's epoch (high bits of every fencing token) on a standalone server; 0 from a
+    /// cluster server, whose epochs are per partition (the map's).
     pub epoch: u16,
     /// The lease granted; heartbeat well within it. The server owns leases: this is at most
     /// its `client_lease_max_ms`, whatever the client asked for.
@@ -51,7 +55,7 @@ pub struct InitReply {
 pub enum ControlResponse<'a> {
     /// No body: any failed request, and the successes that return nothing.
     Empty,
-    /// `ClientInit` / `ClientReinit` success.
+    /// `ClientInit` / `ClientReinit` / `ClientJoin` success.
     Init(InitReply),
     /// `GetLock` success.
     Lock {
@@ -74,6 +78,13 @@ pub enum ControlResponse<'a> {
     Entries(BatchEntries<'a>),
     /// `Stats` success.
     Counters(Counters<'a>),
+    /// `GetMap` success.
+    MapChunk(MapChunk<'a>),
+    /// The body of any response with status `PartitionMoved` (and of no other).
+    PartitionMoved {
+        /// The map version the refusing server knows.
+        map_version: u64,
+    },
 }
 
 /// A decoded (or to-be-encoded) control response.
@@ -93,18 +104,19 @@ pub fn decode_control_response(buf: &[u8]) -> Result<ControlResponseFrame<'_>, D
     }
     let b = whole_frame_body(buf, total_len)?;
     let status = header.status().ok_or(DecodeError::BadField)?;
-    let body = if status == Status::Success {
-        decode_response_body(header.msg, b)?
-    } else {
-        exact(b, 0)?;
-        ControlResponse::Empty
+    let body = match status {
+        Status::Success => decode_response_body(header.msg, b)?,
+        Status::PartitionMoved => ControlResponse::PartitionMoved {
+            map_version: decode_moved(b)?,
+        },
+        _ => exact(b, 0).map(|()| ControlResponse::Empty)?,
     };
     Ok(ControlResponseFrame { header, body })
 }
 
 fn decode_response_body(msg: MsgType, b: &[u8]) -> Result<ControlResponse<'_>, DecodeError> {
     Ok(match msg {
-        MsgType::ClientInit | MsgType::ClientReinit => {
+        MsgType::ClientInit | MsgType::ClientReinit | MsgType::ClientJoin => {
             exact(b, INIT_REPLY_LEN)?;
             if get_u32(b, 20)? != 0 {
                 return Err(DecodeError::BadField);
@@ -128,6 +140,7 @@ fn decode_response_body(msg: MsgType, b: &[u8]) -> Result<ControlResponse<'_>, D
         MsgType::ClientDeinit
         | MsgType::Heartbeat
         | MsgType::ReinitDone
+        | MsgType::ReclaimDone
         | MsgType::ReleaseLock
         | MsgType::ObjectRelease
         | MsgType::ObjectDestroy => exact(b, 0).map(|()| ControlResponse::Empty)?,
@@ -154,12 +167,14 @@ fn decode_response_body(msg: MsgType, b: &[u8]) -> Result<ControlResponse<'_>, D
             ControlResponse::Entries(BatchEntries::decode(b)?)
         }
         MsgType::Stats => ControlResponse::Counters(Counters::decode(b)?),
+        MsgType::GetMap => ControlResponse::MapChunk(MapChunk::decode(b)?),
     })
 }
 
 /// Encodes a control response into `out`, returning the frame length. `header.msg` is the
 /// request answered and `header.word` the status code. `Invalid` when the word is not a status
-/// code, when a failure carries a body, or when a success carries the wrong body for its type.
+/// code, when a failure other than `PartitionMoved` carries a body, when `PartitionMoved` does
+/// not carry its own, or when a success carries the wrong body for its type.
 pub fn encode_control_response(
     header: &ControlHeader,
     body: &ControlResponse<'_>,
@@ -171,6 +186,10 @@ pub fn encode_control_response(
         .ok_or(EncodeError::BufferTooSmall)?;
     let body_len = match (status, body) {
         (Status::Success, body) => encode_response_body(header.msg, body, b)?,
+        (Status::PartitionMoved, ControlResponse::PartitionMoved { map_version }) => {
+            encode_moved(*map_version, b)?
+        }
+        (Status::PartitionMoved, _) => return Err(EncodeError::Invalid),
         (_, ControlResponse::Empty) => 0,
         (_, _) => return Err(EncodeError::Invalid),
     };
@@ -188,7 +207,10 @@ fn encode_response_body(
     b: &mut [u8],
 ) -> Result<usize, EncodeError> {
     match (msg, *body) {
-        (MsgType::ClientInit | MsgType::ClientReinit, ControlResponse::Init(r)) => {
+        (
+            MsgType::ClientInit | MsgType::ClientReinit | MsgType::ClientJoin,
+            ControlResponse::Init(r),
+        ) => {
             put_u32(b, 0, r.client)?;
             put_u8(b, 4, r.version)?;
             put_u8(b, 5, u8::from(r.recovering))?;
@@ -204,6 +226,7 @@ fn encode_response_body(
             MsgType::ClientDeinit
             | MsgType::Heartbeat
             | MsgType::ReinitDone
+            | MsgType::ReclaimDone
             | MsgType::ReleaseLock
             | MsgType::ObjectRelease
             | MsgType::ObjectDestroy,
@@ -224,6 +247,7 @@ fn encode_response_body(
             ControlResponse::Entries(entries),
         ) => entries.encode(b),
         (MsgType::Stats, ControlResponse::Counters(counters)) => counters.encode(b),
+        (MsgType::GetMap, ControlResponse::MapChunk(chunk)) => chunk.encode(b),
         _ => Err(EncodeError::Invalid),
     }
 }

@@ -3,9 +3,11 @@
 //!
 //! Shared builders live here; the checks are split by topic.
 
+mod cluster;
 mod control;
 mod data;
 mod fuzz;
+mod manager;
 mod version;
 
 use super::*;
@@ -142,6 +144,16 @@ fn for_each_request(mut f: impl FnMut(&ControlRequestFrame<'_>)) {
         ControlRequest::ReinitDone,
         ControlRequest::BatchUpdateLocks(Batch::from_slice(&claims)),
         ControlRequest::Stats,
+        ControlRequest::GetMap { offset: 0x4000 },
+        ControlRequest::ClientJoin {
+            min_version: 5,
+            lease_ms: 2_500,
+            session: Session([0xA5; Session::LEN]),
+        },
+        ControlRequest::ReclaimDone {
+            partition: 4_095,
+            epoch: 0x0102_0304,
+        },
     ];
     for body in bodies {
         f(&frame(body));
@@ -149,8 +161,15 @@ fn for_each_request(mut f: impl FnMut(&ControlRequestFrame<'_>)) {
 }
 
 /// Calls `f` with a success response of every type (in [`MsgType::ALL`] order), then a failure
-/// response of every type.
+/// response of every type, then a `PartitionMoved` of every type.
 fn for_each_response(mut f: impl FnMut(&ControlHeader, &ControlResponse<'_>)) {
+    let map = [0x6Du8; 3_000];
+    let chunk = MapChunk {
+        version: u64::MAX - 1,
+        total_len: (MAP_CHUNK_MAX + map.len()) as u32,
+        offset: MAP_CHUNK_MAX as u32,
+        chunk: &map,
+    };
     let entries = [
         BatchEntry {
             id: 0x0010_0001,
@@ -179,6 +198,8 @@ fn for_each_response(mut f: impl FnMut(&ControlHeader, &ControlResponse<'_>)) {
                 recovering: true,
                 ..init
             }),
+            MsgType::ClientJoin => ControlResponse::Init(InitReply { epoch: 0, ..init }),
+            MsgType::GetMap => ControlResponse::MapChunk(chunk),
             MsgType::GetLock => ControlResponse::Lock { lock: 0x0020_0005 },
             MsgType::ObjectCreate => ControlResponse::Object { object: 9 },
             MsgType::ObjectGet => ControlResponse::ObjectRef {
@@ -195,6 +216,12 @@ fn for_each_response(mut f: impl FnMut(&ControlHeader, &ControlResponse<'_>)) {
     }
     for msg in MsgType::ALL {
         f(&resp_header(msg, Status::Fail), &ControlResponse::Empty);
+    }
+    for (i, msg) in MsgType::ALL.into_iter().enumerate() {
+        let moved = ControlResponse::PartitionMoved {
+            map_version: 0x0F00 + i as u64,
+        };
+        f(&resp_header(msg, Status::PartitionMoved), &moved);
     }
 }
 
@@ -224,6 +251,7 @@ fn every_command() -> Vec<Command> {
                     exclusive: 0xFFFF,
                     shared: u16::from(op),
                 },
+                partition_epoch: u32::MAX - u32::from(op),
             }));
         }
     }
@@ -233,6 +261,7 @@ fn every_command() -> Vec<Command> {
             object: 0x0010_0100 | u32::from(op),
             a: u64::MAX - u64::from(op),
             b: 0x8000_0000_0000_0000 | u64::from(op),
+            partition_epoch: 0x0001_0000 | u32::from(op),
         }));
     }
     commands

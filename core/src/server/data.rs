@@ -13,24 +13,10 @@
 //! with no owner. The record is loaded for every command anyway, so the check is one compare.
 //! Anything else is `Fail`, the reference's answer to an unlock that is not the caller's.
 //!
-//! The fair lock keeps the reference's word exactly (see `crate::word::fair`); the weaknesses
-//! its module doc lists are guarded here, where the server knows what each client holds: a
-//! ticket retry needs a ticket this client was given (the holds record) that the lock really
-//! issued; a writer is never granted while `rcnt` counts readers; and after a timeout
-//! preemption every other client's grant and ticket on that lock is forgotten, so a displaced
-//! reader cannot unlock (and count down) the preemptor's grant and a voided ticket cannot come
-//! back to life. A retry with a ticket the record no longer has is answered `Fail`, the word's
-//! and the reference's answer to a passed ticket, so the client's record starts over.
-//!
-//! What the server cannot check is the mode a ticket was issued in: the holds record has two
-//! bits per client and lock, all four values taken (none, exclusive, shared, ticketed), and a
-//! third bit would cost 6.4 MB of region at the default capacities. The client's record sends
-//! every retry and every unlock of a ticket in the ticket's own mode (`LocalLock::unlock`
-//! takes no mode), so the reference's `Eticket` for a mismatch is answered there. A peer that
-//! sends the other mode anyway gains little: an unlock while ticketed abandons the caller's
-//! own ticket and changes nothing in the word, so either mode abandons the same thing, and a
-//! retry of an exclusive ticket as a shared one only hurts the queue's order on a lock it has a
-//! reference to, until the next hand-off window.
+//! The fair lock keeps the reference's word exactly, and the server's guards of its weaknesses
+//! — which need what the server knows of each client — sit beside it in `crate::word::fair`
+//! ([`fair::serve`] and its table): this file loads the word and the caller's holds record,
+//! calls it, and stores what it returns, forgetting the tickets and grants it says are void.
 //!
 //! With `FLAG_ALL_OR_NOTHING` a message is a unit: if any command does not end holding what it
 //! asked for, every lock command of the message is undone (words, holds and fences restored
@@ -60,6 +46,10 @@ struct Step {
     effect: Effect,
     /// The fair-lock ticket this request was served under, reported back in the word.
     ticket: Option<Ticket>,
+    /// The caller's fair-lock ticket is void (`fair::Served::ticket_void`).
+    ticket_void: bool,
+    /// Every other client's fair-lock grant and ticket is void (`fair::Served::others_void`).
+    others_void: bool,
 }
 
 impl Step {
@@ -71,6 +61,8 @@ impl Step {
             status: o.status,
             effect: o.effect,
             ticket: None,
+            ticket_void: false,
+            others_void: false,
         }
     }
 
@@ -81,6 +73,8 @@ impl Step {
             status,
             effect: Effect::None,
             ticket: None,
+            ticket_void: false,
+            others_void: false,
         }
     }
 }
@@ -126,12 +120,26 @@ fn holds_what_it_asked(r: &CommandResult) -> bool {
     matches!(r.status, Status::Success | Status::AlreadyLocked)
 }
 
+/// Whether any of `commands` names a partition epoch other than 0, which a standalone server
+/// refuses: it owns no partition at any other epoch, and a client that names one believes it is
+/// talking to a cluster server. Refusing (rather than ignoring the field) keeps a cluster
+/// client whose map points at a standalone server from being served by a server that owns
+/// nothing of the cluster, and answers such a message as a protocol-4 server answered the
+/// same bytes (then reserved): as malformed. A protocol-4 client writes 0 there, so it sees
+/// no change.
+#[inline]
+pub(super) fn names_partition_epoch(commands: &[Command]) -> bool {
+    commands.iter().any(|c| c.partition_epoch() != 0)
+}
+
 impl<'r> Server<'r> {
     /// Executes one data message from client `raw_client`: `commands` in order, results into
     /// `results[..commands.len()]`. A message from an unknown client or during recovery gets the
     /// same status for every command. `Err(Einval)` (and nothing executed) for an empty message,
-    /// more than 31 commands, or a `results` slice too short. A waiting trylock that could not be
-    /// granted at once is parked: `Deferred`, and its reply comes from [`Self::take_replies`].
+    /// more than 31 commands, a command naming a partition epoch other than 0 (a standalone
+    /// server owns nothing at any other: `proto::LockCommand::partition_epoch`), or a `results`
+    /// slice too short. A waiting trylock that could not be granted at once is parked:
+    /// `Deferred`, and its reply comes from [`Self::take_replies`].
     pub fn execute_message(
         &mut self,
         raw_client: u32,
@@ -140,7 +148,7 @@ impl<'r> Server<'r> {
         results: &mut [CommandResult],
         now_ms: u64,
     ) -> Result<Disposition, Status> {
-        if results.len() < commands.len() {
+        if results.len() < commands.len() || names_partition_epoch(commands) {
             return Err(self.refuse(Status::Einval));
         }
         let meta = MessageMeta {
@@ -148,8 +156,9 @@ impl<'r> Server<'r> {
             message_id: 0,
             flags,
         };
+        let found = self.client_slot(raw_client);
         self.execute_with(
-            raw_client,
+            (raw_client, found),
             meta,
             commands.len(),
             |i| commands[i],
@@ -166,14 +175,16 @@ impl<'r> Server<'r> {
         )
     }
 
-    /// The data path proper: `n` commands read through `command(i)`, each outcome handed to
-    /// `reply(i, result, proof)` as soon as it is known — so the bytes path decodes and encodes
-    /// in place, with no array of commands or results to fill per message. `proof` is the
-    /// grant's or ticket's proof when the server has a session key (see [`Self::proof_of`]).
+    /// The data path proper: `n` commands from client `raw_client`, registered in slot `found`
+    /// (the caller looked it up; `None`: not registered), read through `command(i)`, each
+    /// outcome handed to `reply(i, result, proof)` as soon as it is known — so the bytes path
+    /// decodes and encodes in place, with no array of commands or results to fill per message.
+    /// `proof` is the grant's or ticket's proof when the server has a session key (see
+    /// [`Self::proof_of`]).
     #[inline]
     pub(super) fn execute_with(
         &mut self,
-        raw_client: u32,
+        (raw_client, found): (u32, Option<u32>),
         meta: MessageMeta,
         n: usize,
         command: impl Fn(usize) -> Command,
@@ -186,7 +197,7 @@ impl<'r> Server<'r> {
         self.stats.bump(Counter::DataMessages);
         self.stats.add(Counter::DataCommands, n as u64);
         let all_or_nothing = meta.flags & FLAG_ALL_OR_NOTHING != 0;
-        let slot = match self.serving_client(raw_client, now_ms) {
+        let slot = match self.serving_slot(found, now_ms) {
             // Object commands cannot be undone (clients change cells one-sided), so they have
             // no place in an all-or-nothing message.
             Ok(_)
@@ -207,7 +218,7 @@ impl<'r> Server<'r> {
                 return Ok(Disposition::Replied);
             }
         };
-        // `serving_client` found the id registered, so it is a valid id.
+        // `serving_slot` found the id registered, so it is a valid id.
         let Some(me) = ClientId::new(raw_client) else {
             return Err(Status::ClientNotInit);
         };
@@ -392,8 +403,8 @@ impl<'r> Server<'r> {
                 self.stats.bump(Counter::Grants);
                 if preempted {
                     self.stats.bump(Counter::Preemptions);
-                    note.fair_preempted = c.kind == LockKind::Fair;
                 }
+                note.fair_preempted = step.others_void;
                 token.0
             }
             Effect::Queued(t) => {
@@ -407,10 +418,7 @@ impl<'r> Server<'r> {
             }
             Effect::Extended => cell.fence,
             Effect::None => {
-                // A refused ticket retry means the ticket was passed: it is void.
-                if matches!(c.op, LockOp::TicketExclusive | LockOp::TicketShared)
-                    && step.status == Status::Fail
-                {
+                if step.ticket_void {
                     self.t.lock_holds.set(slot, lock, Hold::None as u8);
                 }
                 0
@@ -422,14 +430,8 @@ impl<'r> Server<'r> {
 
     /// After a fair-lock timeout preemption by client `slot`, no other client holds a grant on
     /// `raw_lock` any more, and every other outstanding ticket is void: forget them all, so
-    /// cleanup and `release_lock` see the truth and no voided ticket can be retried.
-    ///
-    /// Voiding *every* ticket, not only those the preemption passed, is deliberate: the server
-    /// does not store which ticket each client holds, and a shared ticket the reference voids
-    /// comes back to life once `rflag` resets (50 shared unlocks later), after which its unlock
-    /// pushes `ns` past `ms` and wedges the lock for good. Waiters whose ticket is voided queue
-    /// again (parked ones automatically); a preemption only happens when a holder overran its
-    /// lease, so this trades some order in a failure case for a lock that cannot wedge.
+    /// cleanup and `release_lock` see the truth and no voided ticket can be retried (guard 3 of
+    /// `crate::word::fair`, which says why every ticket goes).
     pub(super) fn forget_preempted_holders(&mut self, raw_lock: u32, slot: u32) {
         let Some(id) = crate::ids::LockId::from_raw(raw_lock) else {
             return;
@@ -529,114 +531,22 @@ fn fair_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: Hold, now_ms:
         word: fair::FairWord::from_bits(cell.word),
         owner: cell.ext,
     };
-    let mode = c.op.mode();
-    let holds_mode = matches!(
-        (hold, mode),
-        (Hold::Exclusive, Mode::Exclusive) | (Hold::Shared, Mode::Shared)
-    );
-    let (o, ticket) = match c.op {
-        LockOp::TryExclusive | LockOp::TryShared => match hold {
-            Hold::None if c.expire_ms == 0 => return Step::refused(cell, Status::Einval),
-            Hold::None => {
-                let first = s.next_ticket();
-                (
-                    fair::try_lock(s, me, mode, c.expire_ms, now_ms),
-                    Some(first),
-                )
-            }
-            // Queued already: the client must retry with its ticket.
-            Hold::Ticketed => return Step::refused(cell, Status::Eticket),
-            // Holds it already (re-entry is counted by the client, which sends an extend).
-            Hold::Exclusive | Hold::Shared if holds_mode => {
-                return Step::refused(cell, Status::AlreadyLocked);
-            }
-            // No upgrade or downgrade, as the reference's client answers.
-            Hold::Exclusive | Hold::Shared => return Step::refused(cell, Status::Einval),
-        },
-        LockOp::TicketExclusive | LockOp::TicketShared if c.expire_ms == 0 => {
-            return Step::refused(cell, Status::Einval);
-        }
-        // No ticket on record: a preemption passed it (and forgot it), it was abandoned or
-        // timed out, or it was never this client's. A passed ticket is `Fail` in the word and in
-        // the reference, and `Fail` is what makes a client's record start over.
-        LockOp::TicketExclusive | LockOp::TicketShared if hold == Hold::None => {
-            return Step::refused(cell, Status::Fail);
-        }
-        // Holds a grant: a retry cannot be for this lock's current state.
-        LockOp::TicketExclusive | LockOp::TicketShared if hold != Hold::Ticketed => {
-            return Step::refused(cell, Status::Einval);
-        }
-        LockOp::TicketExclusive | LockOp::TicketShared => {
-            // Guard 1: a ticket the lock never issued (beyond `mx`/`ms`) would move `nx` past
-            // `mx` on a late retry and wedge the queue; it is void.
-            // The half in the caller's own mode must have been taken; the other half can be
-            // at most the next ticket of that mode (nothing issued yet) but never beyond it.
-            let (tx, ts) = (c.ticket.exclusive, c.ticket.shared);
-            let (mx, ms) = (s.word.mx(), s.word.ms());
-            let issued = match mode {
-                Mode::Exclusive => {
-                    fair::ticket_before(tx, mx) && (ts == ms || fair::ticket_before(ts, ms))
-                }
-                Mode::Shared => {
-                    fair::ticket_before(ts, ms) && (tx == mx || fair::ticket_before(tx, mx))
-                }
-            };
-            if !issued {
-                return Step::refused(cell, Status::Fail);
-            }
-            (
-                fair::try_ticket(s, me, mode, c.ticket, c.expire_ms, now_ms),
-                Some(c.ticket),
-            )
-        }
-        // Unlocking while queued abandons the ticket (the reference only forgets it locally).
-        LockOp::UnlockExclusive | LockOp::UnlockShared if hold == Hold::Ticketed => {
-            (Outcome::ok(s, Effect::Released(mode)), None)
-        }
-        LockOp::UnlockExclusive | LockOp::UnlockShared if holds_mode => {
-            (fair::unlock(s, me, mode, c.ticket, now_ms), None)
-        }
-        LockOp::ExtendExclusive | LockOp::ExtendShared if holds_mode => (
-            fair::extend(s, me, mode, c.ticket, c.expire_ms, now_ms),
-            None,
-        ),
-        LockOp::UnlockExclusive
-        | LockOp::UnlockShared
-        | LockOp::ExtendExclusive
-        | LockOp::ExtendShared => {
-            return Step::refused(cell, Status::Fail);
-        }
+    let req = match c.op {
+        LockOp::TryExclusive | LockOp::TryShared => fair::Request::First,
+        LockOp::TicketExclusive | LockOp::TicketShared => fair::Request::Retry(c.ticket),
+        LockOp::UnlockExclusive | LockOp::UnlockShared => fair::Request::Unlock(c.ticket),
+        LockOp::ExtendExclusive | LockOp::ExtendShared => fair::Request::Extend(c.ticket),
     };
-    // Guard 2: never grant a writer while readers hold. The reference's exclusive grant checks
-    // the shared counters, not `rcnt`, and a voided shared ticket revived after `rflag` resets
-    // can make them agree while a reader still holds; the writer waits its turn instead.
-    let o = match o.effect {
-        Effect::Granted {
-            mode: Mode::Exclusive,
-            preempted: false,
-        } if s.word.rcnt() != 0 => {
-            let state = match c.op {
-                // A first attempt still takes its ticket, as a queued one would.
-                LockOp::TryExclusive => fair::FairLock {
-                    word: s.word.with_mx(s.word.mx().wrapping_add(1)),
-                    ..s
-                },
-                _ => s,
-            };
-            let ticket = ticket.unwrap_or(c.ticket);
-            Outcome {
-                state,
-                status: Status::Eagain,
-                effect: Effect::Queued(ticket),
-            }
-        }
-        _ => o,
-    };
+    let caller = fair::Caller { id: me, hold };
+    let served = fair::serve(s, caller, c.op.mode(), req, c.expire_ms, now_ms);
+    let o = served.outcome;
     Step {
         word: o.state.word.into_bits(),
         ext: o.state.owner,
         status: o.status,
         effect: o.effect,
-        ticket,
+        ticket: served.ticket,
+        ticket_void: served.ticket_void,
+        others_void: served.others_void,
     }
 }

@@ -10,15 +10,16 @@
 //! that every later control frame on that connection carries the id it was given (the
 //! reference drops a connection that lies), then calls in here.
 
+use super::data::names_partition_epoch;
 use super::waiters::{Disposition, MessageMeta};
 use super::{Counter, Server};
 use crate::config::BATCH_MAX;
-use crate::ids::{GrantProof, Peer};
+use crate::ids::{ClientId, GrantProof, Peer, Session};
 use crate::proto::{
     BatchEntries, BatchEntry, Command, CommandResult, ControlHeader, ControlRequest,
-    ControlResponse, DecodeError, EncodeError, InitReply, PROOF_LEN, SERVER_VERSIONS, VersionRange,
-    begin_data_response, decode_control_request, decode_data_request, decode_data_request_into,
-    encode_control_response, finish_data_proofs, negotiate, peek_control_header,
+    ControlResponse, DataFrame, DataRequest, DecodeError, EncodeError, InitReply, PROOF_LEN,
+    SERVER_VERSIONS, VersionRange, begin_data_response, decode_control_request,
+    encode_control_response, finish_data_proofs, negotiate, peek_control_header, peek_data_frame,
     put_command_result, put_data_proof, put_data_result,
 };
 use crate::status::Status;
@@ -66,6 +67,19 @@ impl<'r> Server<'r> {
         out: &mut [u8],
         now_ms: u64,
     ) -> Result<usize, FrameError> {
+        self.control_frame(peer, req, out, now_ms)
+            .map(|(len, _)| len)
+    }
+
+    /// [`Server::handle_control_from`], with the client a successful `ClientInit` or
+    /// `ClientReinit` registered, so a transport learns of it without reading the reply.
+    pub(super) fn control_frame(
+        &mut self,
+        peer: Peer,
+        req: &[u8],
+        out: &mut [u8],
+        now_ms: u64,
+    ) -> Result<(usize, Option<ClientId>), FrameError> {
         let (header, is_response) = peek_control_header(req).map_err(FrameError::Malformed)?;
         if is_response {
             return Err(FrameError::Malformed(DecodeError::UnknownType(
@@ -81,14 +95,10 @@ impl<'r> Server<'r> {
             Err(e) => {
                 self.stats.bump(Counter::ControlRequests);
                 let status = self.refuse(e.status());
-                return Ok(encode_control_response(
-                    &reply(status),
-                    &ControlResponse::Empty,
-                    out,
-                )?);
+                let empty = ControlResponse::Empty;
+                return Ok((encode_control_response(&reply(status), &empty, out)?, None));
             }
         };
-        let client = header.word;
         let is_init = matches!(
             frame.body,
             ControlRequest::ClientInit { .. } | ControlRequest::ClientReinit { .. }
@@ -96,44 +106,74 @@ impl<'r> Server<'r> {
         if !is_init && !version_spoken(header.version) {
             self.stats.bump(Counter::ControlRequests);
             let status = self.refuse(Status::ProtoVersionNegotiationFail);
-            return Ok(encode_control_response(
-                &reply(status),
-                &ControlResponse::Empty,
-                out,
-            )?);
+            let empty = ControlResponse::Empty;
+            return Ok((encode_control_response(&reply(status), &empty, out)?, None));
         }
         let mut entries = [BatchEntry {
             id: 0,
             status: Status::Success,
         }; BATCH_MAX];
         let counters = self.stats.0;
-        let result: Result<ControlResponse<'_>, Status> = match frame.body {
+        let result =
+            self.control_request(peer, &header, frame.body, &mut entries, &counters, now_ms);
+        let registered = match &result {
+            Ok(ControlResponse::Init(init)) => ClientId::new(init.client),
+            _ => None,
+        };
+        let written = match result {
+            Ok(body) => encode_control_response(&reply(Status::Success), &body, out)?,
+            Err(status) => encode_control_response(&reply(status), &ControlResponse::Empty, out)?,
+        };
+        Ok((written, registered))
+    }
+
+    /// A `ClientInit` (`session` `None`) or a `ClientReinit` of `header.word` from `peer`: the
+    /// version negotiated, then the registration.
+    fn registration(
+        &mut self,
+        peer: Peer,
+        header: &ControlHeader,
+        min_version: u8,
+        lease_ms: u32,
+        session: Option<&Session>,
+        now_ms: u64,
+    ) -> Result<ControlResponse<'static>, Status> {
+        let client_range = VersionRange {
+            min: min_version,
+            max: header.version,
+        };
+        let v = negotiate(client_range, SERVER_VERSIONS).map_err(|s| self.refuse(s))?;
+        let registered = match session {
+            Some(session) => {
+                self.client_reinit_from(peer, header.word, v, lease_ms, session, now_ms)
+            }
+            None => self.client_init_from(peer, v, lease_ms, now_ms),
+        };
+        registered.map(|id| self.init_reply(id.get(), v))
+    }
+
+    /// Runs control request `body` from `peer` (its header `header`), whose reply may borrow
+    /// `entries` and `counters`.
+    fn control_request<'e>(
+        &mut self,
+        peer: Peer,
+        header: &ControlHeader,
+        body: ControlRequest<'_>,
+        entries: &'e mut [BatchEntry; BATCH_MAX],
+        counters: &'e [u64],
+        now_ms: u64,
+    ) -> Result<ControlResponse<'e>, Status> {
+        let client = header.word;
+        match body {
             ControlRequest::ClientInit {
                 min_version,
                 lease_ms,
-            }
-            | ControlRequest::ClientReinit {
+            } => self.registration(peer, header, min_version, lease_ms, None, now_ms),
+            ControlRequest::ClientReinit {
                 min_version,
                 lease_ms,
-                ..
-            } => {
-                let client_range = VersionRange {
-                    min: min_version,
-                    max: header.version,
-                };
-                match negotiate(client_range, SERVER_VERSIONS) {
-                    Ok(v) => {
-                        let registered = match frame.body {
-                            ControlRequest::ClientReinit { session, .. } => {
-                                self.client_reinit_from(peer, client, v, lease_ms, &session, now_ms)
-                            }
-                            _ => self.client_init_from(peer, v, lease_ms, now_ms),
-                        };
-                        registered.map(|id| self.init_reply(id.get(), v))
-                    }
-                    Err(s) => Err(self.refuse(s)),
-                }
-            }
+                session,
+            } => self.registration(peer, header, min_version, lease_ms, Some(&session), now_ms),
             ControlRequest::ClientDeinit => self
                 .client_deinit(client, now_ms)
                 .map(|()| ControlResponse::Empty),
@@ -146,7 +186,7 @@ impl<'r> Server<'r> {
             ControlRequest::Stats => {
                 self.stats.bump(Counter::ControlRequests);
                 Ok(ControlResponse::Counters(
-                    crate::proto::Counters::from_slice(&counters),
+                    crate::proto::Counters::from_slice(counters),
                 ))
             }
             ControlRequest::GetLock { kind, name } => self
@@ -175,26 +215,26 @@ impl<'r> Server<'r> {
                 .object_destroy(client, object, now_ms)
                 .map(|()| ControlResponse::Empty),
             ControlRequest::BatchGetLock(batch) => {
-                self.batch(client, now_ms, &mut entries, batch.len(), |s, slot, i| {
+                self.batch(client, now_ms, entries, batch.len(), |s, slot, i| {
                     let (kind, name) = batch.get(i).unwrap_or((crate::LockKind::Atomic, &[]));
                     s.get_lock_for(slot, kind, name).map(|id| id.raw())
                 })
             }
             ControlRequest::BatchReleaseLock(ids) => {
-                self.batch(client, now_ms, &mut entries, ids.len(), |s, slot, i| {
+                self.batch(client, now_ms, entries, ids.len(), |s, slot, i| {
                     let id = ids.get(i).unwrap_or(0);
                     s.release_lock_for(slot, id).map(|()| id)
                 })
             }
             ControlRequest::BatchUpdateLocks(claims) => self
-                .update_locks(client, &claims, &mut entries, now_ms)
+                .update_locks(client, &claims, entries, now_ms)
                 .map(ControlResponse::Entries),
-        };
-        let written = match result {
-            Ok(body) => encode_control_response(&reply(Status::Success), &body, out)?,
-            Err(status) => encode_control_response(&reply(status), &ControlResponse::Empty, out)?,
-        };
-        Ok(written)
+            // A standalone server has no map to send, no cluster to join and no partition to
+            // take over (CLUSTER-SPEC §3 lets it answer `GetMap` with `Einval`).
+            ControlRequest::GetMap { .. }
+            | ControlRequest::ClientJoin { .. }
+            | ControlRequest::ReclaimDone { .. } => Err(self.refuse(Status::Einval)),
+        }
     }
 
     fn init_reply(&self, client: u32, version: u8) -> ControlResponse<'static> {
@@ -248,60 +288,63 @@ impl<'r> Server<'r> {
         )))
     }
 
-    /// Answers data message `req` without executing it: every command gets `status` (counted
-    /// as a refusal). A transport uses it for a message it will not let run, such as one naming
-    /// a client its connection does not speak for; the sender learns nothing else.
-    pub fn refuse_data(
+    /// Answers data message `msg` without executing it: every command gets `status`. For a
+    /// message a transport will not let run (one naming a client its connection does not speak
+    /// for) or runs itself (a join). The sender learns nothing else.
+    pub(super) fn answer_frame(
         &mut self,
-        req: &[u8],
+        msg: DataFrame<'_>,
         out: &mut [u8],
         status: Status,
     ) -> Result<usize, FrameError> {
-        let status = self.refuse(status);
-        self.answer_data(req, out, status)
-    }
-
-    /// Answers data message `req` without executing it: every command gets `status`. For a
-    /// transport that executes the message itself (a join) or refuses it ([`Self::refuse_data`]).
-    pub fn answer_data(
-        &mut self,
-        req: &[u8],
-        out: &mut [u8],
-        status: Status,
-    ) -> Result<usize, FrameError> {
-        let msg = decode_data_request(req).map_err(|e| {
+        let msg = msg.decode().map_err(|e| {
             self.stats.bump(Counter::Einval);
             FrameError::Malformed(e)
         })?;
-        let len = begin_data_response(&msg, out)?;
-        let answer = CommandResult {
-            status,
-            word: 0,
-            aux: 0,
-        };
-        for i in 0..msg.len() {
-            put_data_result(&msg, i, &answer, out)?;
-        }
-        Ok(len)
+        answer(&msg, out, status)
     }
 
     /// Handles one data message `req` and writes the reply into `out`; returns its length, or 0
     /// when the message is a waiting trylock that was parked (its reply will come from
-    /// [`Server::take_replies`]).
+    /// [`Server::take_replies`]). A transport that decides who may send what goes through
+    /// [`Server::dispatch`] instead, which applies the rules of `route` around the same steps.
     pub fn handle_data(
         &mut self,
         req: &[u8],
         out: &mut [u8],
         now_ms: u64,
     ) -> Result<usize, FrameError> {
+        let msg = peek_data_frame(req).map_err(|e| {
+            self.stats.bump(Counter::Einval);
+            FrameError::Malformed(e)
+        })?;
+        let found = self.client_slot(msg.header().client);
+        self.execute_frame(found, msg, out, now_ms)
+    }
+
+    /// Executes data message `msg` for its client, registered in slot `found` (`None`: not
+    /// registered) — the header read and the client found once, by the caller — and writes the
+    /// reply into `out`: [`Server::handle_data`]'s contract.
+    pub(super) fn execute_frame(
+        &mut self,
+        found: Option<u32>,
+        msg: DataFrame<'_>,
+        out: &mut [u8],
+        now_ms: u64,
+    ) -> Result<usize, FrameError> {
         // Each command is parsed once, here, and read back from this array.
         let mut commands = [Command::NONE; BATCH_MAX];
-        let msg = decode_data_request_into(req, &mut commands).map_err(|e| {
+        let msg = msg.decode_into(&mut commands).map_err(|e| {
             self.stats.bump(Counter::Einval);
             FrameError::Malformed(e)
         })?;
         let header = msg.header();
         let n = msg.len();
+        if names_partition_epoch(&commands[..n]) {
+            // Refused whole, as the bytes were when they were reserved (`data.rs`).
+            self.stats.bump(Counter::Einval);
+            return Err(FrameError::Malformed(DecodeError::BadField));
+        }
         let mut len = begin_data_response(&msg, out)?;
         if self.session_key.is_some() && out.len() < len + n * PROOF_LEN {
             // A keyed server may add a proof trailer: the transport must size `out` for it.
@@ -327,8 +370,14 @@ impl<'r> Server<'r> {
                 flags: header.flags,
             };
             // The decoder bounds the count to 1..=31, so the message is never refused whole.
-            let done =
-                self.execute_with(header.client, meta, n, |i| commands[i], &mut reply, now_ms);
+            let done = self.execute_with(
+                (header.client, found),
+                meta,
+                n,
+                |i| commands[i],
+                &mut reply,
+                now_ms,
+            );
             if done == Ok(Disposition::Deferred) {
                 return Ok(0);
             }
@@ -348,4 +397,22 @@ impl<'r> Server<'r> {
         }
         Ok(len)
     }
+}
+
+/// Writes the reply to `msg` in which every command gets `status`.
+pub(super) fn answer(
+    msg: &DataRequest<'_>,
+    out: &mut [u8],
+    status: Status,
+) -> Result<usize, FrameError> {
+    let len = begin_data_response(msg, out)?;
+    let answer = CommandResult {
+        status,
+        word: 0,
+        aux: 0,
+    };
+    for i in 0..msg.len() {
+        put_data_result(msg, i, &answer, out)?;
+    }
+    Ok(len)
 }

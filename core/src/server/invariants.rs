@@ -18,6 +18,9 @@
 //! | waiters             | the waiting and ready counts match the table; a waiting request is on its own lock's FIFO once, a FIFO holds only those and ends; a parked request is its slot's client's; a free waiter is blank; a queued fair retry holds a ticket the lock issued |
 //! | objects             | a live object's owner is registered (or none); a destroyed one is still referenced (it would have been freed); a free slot is blank |
 //!
+//! [`Server::check_routing`] checks the per-slot routing state a transport keeps through the
+//! core ([`Routing`](crate::server::Routing)) against the waiter table (`routing.rs`).
+//!
 //! An atomic lock's exclusive hold may name a grant that expired and was taken over: the word
 //! then names the new owner, and `current_hold` drops the stale hold on its client's next
 //! command. RW locks never expire and fair locks forget preempted holders at once, so their
@@ -39,6 +42,7 @@ use crate::table::{
 };
 use crate::word::{atomic, fair, rw};
 
+mod routing;
 mod violation;
 pub use violation::{Table, Violation};
 

@@ -9,12 +9,19 @@
 //! tick (`now_ms`, below 2^40) and none reads a clock, allocates or blocks, so a run is a pure
 //! function of its inputs and can be replayed.
 //!
+//! A transport that serves many clients over mailboxes, connections and queue pairs goes
+//! through [`Server::control`], [`Server::dispatch`] and [`Server::dispatch_stream`] instead:
+//! they apply the rules of who may send what on which path and where a reply goes ([`route`],
+//! [`control`]) over the per-slot state of a [`Routing`], so a transport keeps none of it and
+//! only moves bytes and wakes threads.
+//!
 //! The methods take `&mut self`: one thread at a time runs the state machine. Within it the
 //! ownership of ARCHITECTURE.md still holds — lock words and holds change only in `data`,
 //! names, references and the client table only in the control modules — so the runtime can put
 //! the two halves on two threads without changing any semantics.
 
 mod clients;
+pub mod control;
 mod data;
 mod dispatch;
 mod frames;
@@ -25,6 +32,7 @@ mod peers;
 pub mod proof;
 mod recovery;
 pub mod route;
+mod routing;
 pub mod stats;
 mod waiters;
 
@@ -32,10 +40,12 @@ use crate::config::Config;
 use crate::ids::{ClientId, FencingToken, SessionKey, SessionMac};
 use crate::status::Status;
 use crate::table::{ClientState, Tables};
-pub use dispatch::Dispatched;
+pub use control::{ControlAdmission, ControlConn};
+pub use dispatch::{Dispatched, Source, Streamed};
 pub use frames::FrameError;
 pub use recovery::RecoveryProgress;
 pub use route::{Admission, Binding, Delivery, Joining, Route, admit, joining, owns_mailbox};
+pub use routing::{Controlled, Registration, Routing, SlotRouting};
 pub use stats::{Counter, Stats};
 pub use waiters::{Disposition, WaitReply};
 
@@ -136,7 +146,7 @@ impl<'r> Server<'r> {
                 expected: cfg.recovery_clients,
                 ..RecoveryProgress::default()
             },
-            next_token: ((cfg.epoch as u64) << FencingToken::COUNTER_BITS) + 1,
+            next_token: FencingToken::standalone(cfg.epoch, 1).0,
             entropy,
             session_key: None,
             name_key,
@@ -225,6 +235,13 @@ impl<'r> Server<'r> {
     #[inline]
     fn serving_client(&mut self, raw: u32, now_ms: u64) -> Result<u32, Status> {
         let slot = self.client_slot(raw);
+        self.serving_slot(slot, now_ms)
+    }
+
+    /// [`Self::serving_client`] for a client its caller found in `slot` (`None`: not
+    /// registered).
+    #[inline]
+    fn serving_slot(&mut self, slot: Option<u32>, now_ms: u64) -> Result<u32, Status> {
         if self.recovering > 0 {
             // A registered client waiting for the others to re-sync is alive: renew its lease
             // even though the request itself must wait.
@@ -277,13 +294,3 @@ fn client_tag(id: ClientId) -> u32 {
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_fair;
-#[cfg(test)]
-mod tests_peers;
-#[cfg(test)]
-mod tests_proof;
-#[cfg(test)]
-mod tests_recovery;
-#[cfg(test)]
-mod tests_unlock;

@@ -9,8 +9,8 @@
 //! ticket comes with a proof, which the client keeps beside its record and shows with its claim:
 //!
 //! ```text
-//! proof = HMAC-SHA-256(key, "dlock grant v1" ‖ client u32 ‖ kind u8 ‖ held u8 ‖ epoch u16
-//!                           ‖ token u64 ‖ tx u16 ‖ ts u16 ‖ name_len u16 ‖ name)[..16]
+//! proof = HMAC-SHA-256(key, "dlock grant v2" ‖ client u32 ‖ kind u8 ‖ held u8 ‖ partition u16
+//!                           ‖ epoch u32 ‖ token u64 ‖ tx u16 ‖ ts u16 ‖ name_len u16 ‖ name)[..16]
 //! ```
 //!
 //! (all little-endian, `held` the claim's [`Held`] code). What each part stops:
@@ -22,7 +22,19 @@
 //! | held           | a shared grant or a ticket shown as an exclusive grant               |
 //! | token          | a proof of one grant shown with the token of a later one             |
 //! | ticket         | a fair grant or ticket moved to another place in the queue           |
-//! | epoch          | a proof issued by one incarnation replayed as another's              |
+//! | epoch          | a proof issued by one incarnation (or partition owner) replayed as another's |
+//! | partition      | a proof of partition `p` at epoch `e` taken for another partition's epoch `e` |
+//!
+//! **Epoch and partition.** On a standalone server the epoch is the server's (a `u16` the
+//! operator picks, widened) and the partition is 0. In a cluster they are the lock's partition
+//! (`cluster::partition_of(name)`, which the checker computes itself: a claim does not carry
+//! it) and that partition's `u32` epoch at the grant. Epochs of different partitions are
+//! unrelated numbers, so the partition is bound beside the epoch: the name alone would pin it
+//! only as long as every server agreed on the partition count, which the MAC then need not
+//! trust. Version 1 of this MAC (`"dlock grant v1"`, a `u16` epoch and no partition, protocol 4
+//! servers) has another domain string, so no v1 proof ever verifies as a v2 one: a server of
+//! this build refuses the claims of grants a protocol-4 server gave (the clients are told their
+//! grants are lost), which is the safe side of a mixed-version failover.
 //!
 //! The name is MACed whole rather than hashed first: a hash would be one more step that must
 //! resist collisions, for a saving of nothing (the MAC reads the name once either way).
@@ -55,7 +67,7 @@ use crate::status::Status;
 use crate::word::fair;
 
 /// The domain string of a grant proof's MAC (a session's has another).
-const GRANT_DOMAIN: &[u8] = b"dlock grant v1";
+const GRANT_DOMAIN: &[u8] = b"dlock grant v2";
 
 /// What a proof is about: one grant or ticket of one client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,8 +78,11 @@ pub struct GrantSubject<'a> {
     pub kind: LockKind,
     /// What is held: a grant in a mode or a ticket ([`Held::Reference`] needs no proof).
     pub held: Held,
-    /// The epoch of the server that granted.
-    pub epoch: u16,
+    /// The lock's partition (0 on a standalone server).
+    pub partition: u16,
+    /// The epoch the grant was made at: the server's on a standalone server, the partition's
+    /// in a cluster.
+    pub epoch: u32,
     /// The grant's fencing token (0 for a ticket).
     pub token: u64,
     /// Fair locks: the ticket granted under or queued with (zero otherwise).
@@ -86,6 +101,7 @@ pub fn grant_proof(key: &SessionKey, mac: SessionMac, subject: &GrantSubject<'_>
             GRANT_DOMAIN,
             &s.client.to_le_bytes(),
             &[s.kind as u8, s.held.code()],
+            &s.partition.to_le_bytes(),
             &s.epoch.to_le_bytes(),
             &s.token.to_le_bytes(),
             &s.ticket.exclusive.to_le_bytes(),
@@ -184,7 +200,9 @@ impl Server<'_> {
             client: raw_client,
             kind: c.kind,
             held,
-            epoch: self.cfg.epoch,
+            // A standalone server's lock is in partition 0, granted at the server's epoch.
+            partition: 0,
+            epoch: u32::from(self.cfg.epoch),
             token,
             ticket,
             name: name.name(),
@@ -205,8 +223,9 @@ mod tests {
             client: 77,
             kind: LockKind::Fair,
             held: Held::Exclusive,
+            partition: 5,
             epoch: 3,
-            token: (3 << 48) + 9,
+            token: crate::FencingToken::cluster(3, 9).0,
             ticket: Ticket {
                 exclusive: 4,
                 shared: 2,
@@ -238,6 +257,11 @@ mod tests {
             },
             GrantSubject { epoch: 4, ..s },
             GrantSubject {
+                epoch: 3 + (1 << 16),
+                ..s
+            },
+            GrantSubject { partition: 6, ..s },
+            GrantSubject {
                 token: s.token + 1,
                 ..s
             },
@@ -268,5 +292,43 @@ mod tests {
         assert!(!proves(&other_key, test_mac, &s, &p), "another key");
         assert!(!proves(&key, test_mac, &s, &GrantProof::NONE));
         assert_eq!(format!("{p:?}"), "GrantProof(epoch 3, ..)");
+    }
+
+    /// A proof a protocol-4 server made (`"dlock grant v1"`, a `u16` epoch, no partition) is
+    /// not a proof of the same grant now, whatever partition it is checked for.
+    #[test]
+    fn a_v1_proof_never_verifies_as_v2() {
+        let key = SessionKey::new(GOOD_KEY).unwrap();
+        let s = GrantSubject {
+            partition: 0,
+            ..subject()
+        };
+        let tag = test_mac(
+            &key,
+            &[
+                b"dlock grant v1",
+                &s.client.to_le_bytes(),
+                &[s.kind as u8, s.held.code()],
+                &(s.epoch as u16).to_le_bytes(),
+                &s.token.to_le_bytes(),
+                &s.ticket.exclusive.to_le_bytes(),
+                &s.ticket.shared.to_le_bytes(),
+                &(s.name.len() as u16).to_le_bytes(),
+                s.name,
+            ],
+        );
+        let mut v1 = GrantProof {
+            epoch: s.epoch,
+            mac: [0; GrantProof::LEN],
+        };
+        v1.mac.copy_from_slice(&tag[..GrantProof::LEN]);
+        for partition in [0, 1, 5, u16::MAX] {
+            let subject = GrantSubject { partition, ..s };
+            assert!(
+                !proves(&key, test_mac, &subject, &v1),
+                "partition {partition}"
+            );
+        }
+        assert!(proves(&key, test_mac, &s, &grant_proof(&key, test_mac, &s)));
     }
 }

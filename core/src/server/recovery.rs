@@ -218,7 +218,7 @@ impl<'r> Server<'r> {
                 | (LockKind::Rw | LockKind::Fair, Held::Shared)
                 | (LockKind::Fair, Held::Ticketed(_))
         );
-        if !valid || FencingToken(claim.token).epoch() >= self.cfg.epoch {
+        if !valid || FencingToken(claim.token).standalone_epoch() >= self.cfg.epoch {
             return Err(self.refuse(Status::Einval));
         }
         // With a session key, a grant or ticket is restored only with its proof: a client that
@@ -230,12 +230,16 @@ impl<'r> Server<'r> {
                 client: raw,
                 kind: claim.kind,
                 held: claim.held,
+                // A standalone server's locks are all in partition 0.
+                partition: 0,
                 epoch: claim.proof.epoch,
                 token: claim.token,
                 ticket: claim.ticket,
                 name: claim.name,
             };
-            if claim.proof.epoch >= self.cfg.epoch || !proves(key, *mac, &subject, &claim.proof) {
+            if claim.proof.epoch >= u32::from(self.cfg.epoch)
+                || !proves(key, *mac, &subject, &claim.proof)
+            {
                 return Err(self.refuse(Status::Einval));
             }
         }

@@ -2,25 +2,31 @@
 //! the state machine that parks and decides the requests.
 //!
 //! A blocking `lock()` is answered when it is decided, which may be long after it arrived, and
-//! by then its client may have given up on it. A transport keeps one [`Route`] per client slot
-//! (set when [`Server::handle_data`](super::Server::handle_data) parks a request) and asks it,
-//! when [`Server::take_replies`](super::Server::take_replies) hands the decision over, where
-//! the reply goes:
+//! by then its client may have given up on it. There is one [`Route`] per client slot (in
+//! [`Routing`](super::Routing), set when [`Server::dispatch`](super::Server::dispatch) parks a
+//! request), asked when [`Server::take_replies`](super::Server::take_replies) hands the decision
+//! over where the reply goes:
 //!
 //! | route        | event                                               | then                                   |
 //! |--------------|-----------------------------------------------------|----------------------------------------|
 //! | any          | the request parks                                   | the route of the path it came by       |
 //! | `Mailbox(s)` | a newer mailbox request of the slot is taken        | none; cancel the parked request        |
+//! | `QueuePair`  | a newer message comes over the slot's queue pair    | none; cancel the parked request        |
 //! | `Mailbox(s)` | reply decided, `s` the slot's latest request        | post it in the lane of `s`             |
 //! | `Mailbox(s)` | reply decided, a newer request taken since          | dropped (it would overwrite that one)  |
 //! | `Stream(c)`  | reply decided, echoing the parked message's id      | write it to connection `c`             |
 //! | `Stream(c)`  | reply decided for another message id                | dropped                                |
 //! | `Stream(c)`  | connection `c` closes, or the client leaves it      | none; cancel the parked request        |
 //! | `QueuePair`  | reply decided                                       | send it on the client's queue pair     |
+//! | `QueuePair`  | the queue pair goes away                            | none; cancel the parked request        |
 //! | any          | the slot is registered again                        | none; cancel the parked request        |
 //!
 //! "Cancel" is [`Server::cancel_parked`](super::Server::cancel_parked): a request whose reply
-//! has nowhere to go must not be granted a lock nobody learns of. Connections are named by the
+//! has nowhere to go must not be granted a lock nobody learns of. A mailbox and a queue pair
+//! carry a client's requests one after another, and a client sends nothing while its request is
+//! parked unless it gave up on it, so a newer message over the same path supersedes the parked
+//! one ([`Route::superseded_by`]); a stream carries many requests in flight, matched by message
+//! id, so nothing sent over one supersedes anything. Connections are named by the
 //! transport (`conn`, `generation`): an index reused for a new connection has a new generation,
 //! so a route never reaches a connection it did not come from.
 //!
@@ -58,6 +64,10 @@
 //! learns its request could not be read, and nothing runs). Closing on a foreign client stops
 //! a peer from speaking for someone else; answering an unknown one lets a multiplexing client's
 //! member that just left learn why, and tells nobody anything.
+//!
+//! A queue pair speaks for the client whose session attached it: a message naming anyone else
+//! closes it; one naming its client is executed, and answered `ClientNotInit` by the state
+//! machine once that client is gone (the pair is let go on the next lease tick).
 
 use crate::proto::{COMMAND_LEN, DATA_HEADER_LEN, JOIN_KIND};
 
@@ -124,12 +134,29 @@ impl Route {
         }
     }
 
-    /// A newer mailbox request of the slot was taken: a request the client parked through its
-    /// mailbox is one it gave up on. True if there was one (the caller cancels it).
+    /// A newer message of the slot's client came by the path `by` (the route a request parked
+    /// over it would have): a request parked over the same mailbox or queue pair is one the
+    /// client gave up on (module doc). True if there was one (the route is cleared; the caller
+    /// cancels it).
     #[inline]
     #[must_use]
-    pub fn superseded_in_mailbox(&mut self) -> bool {
-        let parked = matches!(self, Route::Mailbox { .. });
+    pub fn superseded_by(&mut self, by: Route) -> bool {
+        let parked = matches!(
+            (*self, by),
+            (Route::Mailbox { .. }, Route::Mailbox { .. }) | (Route::QueuePair, Route::QueuePair)
+        );
+        if parked {
+            *self = Route::None;
+        }
+        parked
+    }
+
+    /// The slot's queue pair went away. True if the slot's parked request came over it (the
+    /// route is cleared; the caller cancels it).
+    #[inline]
+    #[must_use]
+    pub fn leave_queue_pair(&mut self) -> bool {
+        let parked = matches!(self, Route::QueuePair);
         if parked {
             *self = Route::None;
         }
@@ -150,20 +177,30 @@ impl Route {
     }
 }
 
-/// Which stream connection speaks for a client slot (`conn`; [`Binding::NONE`]: none), and
-/// for which registration (`client`, the id in the slot when it was bound).
+/// Which stream connection speaks for a client slot (`conn` at `generation`;
+/// [`Binding::NONE`]: none), and for which registration (`client`, the id in the slot when it
+/// was bound).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Binding {
     /// The transport's index of the connection.
     pub conn: u32,
+    /// The index's generation when the connection was bound.
+    pub generation: u32,
     /// The client registered in the slot when the connection proved its session.
     pub client: u32,
+}
+
+impl Default for Binding {
+    fn default() -> Self {
+        Self::NONE
+    }
 }
 
 impl Binding {
     /// No connection.
     pub const NONE: Binding = Binding {
         conn: u32::MAX,
+        generation: 0,
         client: 0,
     };
 
@@ -189,15 +226,14 @@ pub enum Admission {
     Close,
 }
 
-/// The ownership rule (module doc) for a message on connection `conn` naming `client`, which
-/// is registered in `slot` (`None`: not registered); `bindings` has one entry per slot.
+/// The ownership rule (module doc) for a message on a connection naming a client: `from` is
+/// the binding the message claims (its connection and client), `found` the slot that client is
+/// registered in with that slot's binding (`None`: not registered).
 #[inline]
-pub fn admit(bindings: &[Binding], conn: u32, client: u32, slot: Option<u32>) -> Admission {
-    match slot {
+pub fn admit(from: Binding, found: Option<(u32, Binding)>) -> Admission {
+    match found {
         None => Admission::Refuse,
-        Some(s) if bindings.get(s as usize) == Some(&Binding { conn, client }) => {
-            Admission::Execute { slot: s }
-        }
+        Some((slot, bound)) if bound == from => Admission::Execute { slot },
         Some(_) => Admission::Close,
     }
 }
@@ -257,6 +293,7 @@ mod tests {
             expire_ms: 1,
             ticket: Ticket::default(),
             wait_ms: 0,
+            partition_epoch: 0,
         });
         let header = DataHeader {
             version: 2,
@@ -292,32 +329,42 @@ mod tests {
 
     #[test]
     fn a_connection_speaks_only_for_the_registrations_bound_to_it() {
-        let mut bindings = [Binding::NONE; 4];
-        bindings[2] = Binding {
+        let bound = Binding {
             conn: 7,
+            generation: 3,
             client: 40,
         };
+        let from = |conn, generation, client| Binding {
+            conn,
+            generation,
+            client,
+        };
         assert_eq!(
-            admit(&bindings, 7, 40, Some(2)),
+            admit(from(7, 3, 40), Some((2, bound))),
             Admission::Execute { slot: 2 }
         );
         assert_eq!(
-            admit(&bindings, 8, 40, Some(2)),
+            admit(from(8, 3, 40), Some((2, bound))),
             Admission::Close,
             "another connection"
         );
         assert_eq!(
-            admit(&bindings, 7, 41, Some(3)),
+            admit(from(7, 4, 40), Some((2, bound))),
+            Admission::Close,
+            "a later connection at the same index"
+        );
+        assert_eq!(
+            admit(from(7, 3, 41), Some((3, Binding::NONE))),
             Admission::Close,
             "another client"
         );
         assert_eq!(
-            admit(&bindings, 7, 40, Some(1)),
+            admit(from(7, 3, 40), Some((1, Binding::NONE))),
             Admission::Close,
             "the same id registered again elsewhere"
         );
-        assert_eq!(admit(&bindings, 7, 99, None), Admission::Refuse);
-        assert!(bindings[2].is_bound() && !bindings[0].is_bound());
+        assert_eq!(admit(from(7, 3, 99), None), Admission::Refuse);
+        assert!(bound.is_bound() && !Binding::default().is_bound());
     }
 
     #[test]
@@ -361,12 +408,52 @@ mod tests {
     }
 
     #[test]
-    fn a_newer_mailbox_request_supersedes_only_a_mailbox_park() {
+    fn a_newer_message_supersedes_only_a_park_over_the_same_mailbox_or_queue_pair() {
+        let mailbox = Route::Mailbox { seq: 2 };
+        let stream = Route::Stream {
+            conn: 1,
+            generation: 1,
+            message_id: 1,
+        };
         let mut r = Route::Mailbox { seq: 1 };
-        assert!(r.superseded_in_mailbox());
+        assert!(r.superseded_by(mailbox));
         assert_eq!(r, Route::None);
         let mut r = Route::QueuePair;
-        assert!(!r.superseded_in_mailbox());
+        assert!(r.superseded_by(Route::QueuePair));
+        assert_eq!(r, Route::None);
+        for (parked, by) in [
+            (Route::QueuePair, mailbox),
+            (Route::Mailbox { seq: 1 }, Route::QueuePair),
+            (stream, stream),
+            (stream, mailbox),
+            (Route::Mailbox { seq: 1 }, stream),
+            (Route::None, mailbox),
+        ] {
+            let mut r = parked;
+            assert!(!r.superseded_by(by), "{parked:?} by {by:?}");
+            assert_eq!(r, parked);
+        }
+        let mut r = Route::QueuePair;
         assert_eq!(r.deliver(0, 0), Delivery::QueuePair);
+    }
+
+    #[test]
+    fn a_queue_pair_park_is_given_up_only_when_its_queue_pair_goes() {
+        let mut r = Route::QueuePair;
+        assert!(r.leave_queue_pair());
+        assert_eq!(r, Route::None);
+        assert!(!r.leave_queue_pair(), "nothing parked any more");
+        for mut other in [
+            Route::Mailbox { seq: 1 },
+            Route::Stream {
+                conn: 1,
+                generation: 1,
+                message_id: 1,
+            },
+        ] {
+            let before = other;
+            assert!(!other.leave_queue_pair());
+            assert_eq!(other, before);
+        }
     }
 }

@@ -216,6 +216,8 @@ impl<'r> Server<'r> {
                 shared: waiter.ts,
             },
             wait_ms: 0,
+            // A standalone server parks only commands that named epoch 0 (`execute_frame`).
+            partition_epoch: 0,
         };
         let (r, note) = self.lock_command(w, me, &c, now_ms);
         if note.fair_preempted {
@@ -377,6 +379,8 @@ impl<'r> Server<'r> {
                     shared: waiter.ts,
                 },
                 wait_ms: 0,
+                // A standalone server parks only commands that named epoch 0.
+                partition_epoch: 0,
             };
             let result = CommandResult {
                 status,
@@ -411,7 +415,13 @@ impl<'r> Server<'r> {
     /// grant, the lock is released again at `now_ms`: the client never learns it holds it, so
     /// it would never unlock it (an RW grant has no lease to run out).
     pub fn cancel_parked(&mut self, raw: u32, now_ms: u64) {
-        let Some(slot) = self.client_slot(raw) else {
+        self.cancel_parked_in(self.client_slot(raw), raw, now_ms);
+    }
+
+    /// [`Self::cancel_parked`] for a client its caller found in `slot` (`None`: not
+    /// registered).
+    pub(super) fn cancel_parked_in(&mut self, slot: Option<u32>, raw: u32, now_ms: u64) {
+        let Some(slot) = slot else {
             return;
         };
         let waiter = self.t.waiters[slot as usize];
@@ -458,6 +468,8 @@ impl<'r> Server<'r> {
             expire_ms: 0,
             ticket,
             wait_ms: 0,
+            // A standalone server parks only commands that named epoch 0 (`execute_frame`).
+            partition_epoch: 0,
         };
         let _ = self.lock_command(slot, me, &c, now_ms);
         self.wake_waiters(waiter.lock, now_ms);

@@ -170,6 +170,7 @@ pub unsafe extern "C" fn batch_trylock(
                     );
                 }
                 c.batch_trylock(&list[..pos.len()], false, out)
+                    .map_err(Status::from)
             };
             // SAFETY: `results` is not NULL and has `n` entries (caller's contract).
             unsafe { batch(slot, n, &checked, results, run) }
@@ -211,6 +212,7 @@ pub unsafe extern "C" fn batch_unlock(
                     *l = checked[i]?;
                 }
                 c.batch_unlock(&list[..pos.len()], out)
+                    .map_err(Status::from)
             };
             // SAFETY: `results` is not NULL and has `n` entries (caller's contract).
             unsafe { batch(slot, n, &checked, results, run) }
@@ -254,6 +256,7 @@ pub unsafe extern "C" fn batch_lock_extend(
                     );
                 }
                 c.batch_lock_extend(&list[..pos.len()], out)
+                    .map_err(Status::from)
             };
             // SAFETY: `results` is not NULL and has `n` entries (caller's contract).
             unsafe { batch(slot, n, &checked, results, run) }

@@ -345,7 +345,7 @@ pub unsafe extern "C" fn client_init(p_client_id: *mut c_int, server_ip: *const 
         for _ in 0..ID_CLASH_ATTEMPTS {
             let client = match Client::connect(cfg.clone()) {
                 Ok(c) => c,
-                Err(s) => return s.code(),
+                Err(e) => return e.status().code(),
             };
             let id = client.id().get() as c_int;
             let mut lib = lib();
@@ -419,7 +419,7 @@ pub extern "C" fn client_reinit_done(client_id: c_int) -> c_int {
             Refusals::control_unknown(Status::ClientNotInit),
             |slot| match slot.client.reinit_done() {
                 // The server's refusal of a client that is not re-initialising.
-                Err(Status::Einval) => FAILURE,
+                Err(e) if e == Status::Einval => FAILURE,
                 r => code(r),
             },
         )
@@ -449,7 +449,7 @@ pub extern "C" fn client_deinit(client_id: c_int) -> c_int {
             return refuse.unknown;
         };
         let r = slot.client.try_deinit();
-        if r == Err(Status::NotReady) {
+        if r.as_ref().is_err_and(|e| *e == Status::NotReady) {
             return Status::NotReady.code();
         }
         guard.take();

@@ -61,7 +61,7 @@ pub unsafe extern "C" fn get_lock(
             return Status::Einval.code();
         }
         with_client(client_id, Refusals::CONTROL, |slot| {
-            match slot.client.get_lock(kind, name) {
+            match slot.client.get_lock(kind, name).map_err(Status::from) {
                 Ok(id) => {
                     // SAFETY: not NULL (checked above), writable by the caller's contract.
                     unsafe { write_at(lock_id, 0, id.raw() as c_int) };
@@ -84,7 +84,9 @@ pub unsafe extern "C" fn get_lock(
 pub extern "C" fn release_lock(client_id: c_int, lock_id: c_int) -> c_int {
     guard(|| {
         with_client(client_id, Refusals::CONTROL, |slot| {
-            match super::locks::lock_id(lock_id).and_then(|id| slot.client.release_lock(id)) {
+            let released = super::locks::lock_id(lock_id)
+                .and_then(|id| slot.client.release_lock(id).map_err(Status::from));
+            match released {
                 Ok(()) => Status::Success.code(),
                 // The Rust client's answers for "never got" and "still held".
                 Err(Status::LockNotGet | Status::Fail) => FAILURE,
@@ -132,7 +134,7 @@ pub unsafe extern "C" fn batch_get_lock(
         with_client(client_id, Refusals::CONTROL, |slot| {
             let got = match slot.client.batch_get_lock(&names) {
                 Ok(g) => g,
-                Err(s) => return s.code(),
+                Err(e) => return e.status().code(),
             };
             for i in 0..n {
                 let v = match got.get(i) {
@@ -177,7 +179,7 @@ pub unsafe extern "C" fn batch_release_lock(
             } else {
                 match slot.client.batch_release_lock(&ids) {
                     Ok(r) => r,
-                    Err(s) => return s.code(),
+                    Err(e) => return e.status().code(),
                 }
             };
             let mut results = ids.iter().zip(released);
@@ -208,7 +210,7 @@ pub extern "C" fn update_all_locks(client_id: c_int) -> c_int {
         with_client(
             client_id,
             Refusals::control_unknown(Status::ClientNotInit),
-            |slot| match slot.client.update_all_locks() {
+            |slot| match slot.client.update_all_locks().map_err(Status::from) {
                 // The server's refusal of a client it is not recovering.
                 Err(Status::Einval) => FAILURE,
                 r => code(r),

@@ -54,12 +54,15 @@ fn guard(f: impl FnOnce() -> c_int) -> c_int {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(Status::Einval.code())
 }
 
-/// `Ok(())` as 0, an error as its code.
+/// `Ok(())` as 0, an error as its status's code (a client's [`Error`] carries the status the
+/// reference's function returns; its operation and I/O source have no place in C).
+///
+/// [`Error`]: dlock_transport::client::Error
 #[inline]
-fn code(r: Result<(), Status>) -> c_int {
+fn code<E: Into<Status>>(r: Result<(), E>) -> c_int {
     match r {
         Ok(()) => Status::Success.code(),
-        Err(s) => s.code(),
+        Err(e) => e.into().code(),
     }
 }
 
@@ -153,10 +156,11 @@ unsafe fn opt_str<'a>(p: *const c_char, max: usize) -> Result<Option<&'a str>, S
     }
 }
 
-/// Seconds (the reference's unit for leases) to milliseconds, saturating at `u32::MAX` ms.
+/// Seconds (the reference's unit for leases) to milliseconds, by the core's one rounding rule
+/// (exact here, saturating at `u32::MAX` ms).
 #[inline]
 fn seconds_to_ms(s: std::ffi::c_uint) -> u32 {
-    s.saturating_mul(1000)
+    dlock_core::time::duration_to_ms(std::time::Duration::from_secs(s.into()))
 }
 
 #[cfg(test)]

@@ -91,6 +91,7 @@ pub unsafe extern "C" fn umo_atomic64_create(
     unsafe {
         by_name(client_id, desc, obj_id, |c, name, lease_s| {
             c.atomic64_create(name, init_val, lease_s)
+                .map_err(Status::from)
         })
     }
 }
@@ -104,7 +105,7 @@ pub extern "C" fn umo_atomic64_destroy(client_id: c_int, obj_id: c_int) -> c_int
         with_client(client_id, Refusals::DATA, |slot| {
             code(
                 object_id(obj_id, Status::ObjectNotCreate)
-                    .and_then(|id| slot.client.atomic64_destroy(id)),
+                    .and_then(|id| slot.client.atomic64_destroy(id).map_err(Status::from)),
             )
         })
     })
@@ -125,7 +126,7 @@ pub unsafe extern "C" fn umo_atomic64_get(
     // SAFETY: forwarded from the caller.
     unsafe {
         by_name(client_id, desc, obj_id, |c, name, lease_s| {
-            c.atomic64_get(name, lease_s)
+            c.atomic64_get(name, lease_s).map_err(Status::from)
         })
     }
 }
@@ -137,7 +138,7 @@ pub extern "C" fn umo_atomic64_release(client_id: c_int, obj_id: c_int) -> c_int
         with_client(client_id, Refusals::DATA, |slot| {
             code(
                 object_id(obj_id, Status::ObjectNotGet)
-                    .and_then(|id| slot.client.atomic64_release(id)),
+                    .and_then(|id| slot.client.atomic64_release(id).map_err(Status::from)),
             )
         })
     })
@@ -162,7 +163,7 @@ pub unsafe extern "C" fn umo_atomic64_faa(
         }
         with_client(client_id, Refusals::DATA, |slot| {
             let r = object_id(obj_id, Status::ObjectNotGet)
-                .and_then(|id| slot.client.atomic64_faa(id, add_val));
+                .and_then(|id| slot.client.atomic64_faa(id, add_val).map_err(Status::from));
             match r {
                 Ok(old) => {
                     // SAFETY: not NULL (checked above), writable by the caller's contract.
@@ -188,8 +189,11 @@ unsafe fn cas(
     observed: *mut u64,
 ) -> c_int {
     with_client(client_id, Refusals::DATA, |slot| {
-        let r = object_id(obj_id, Status::ObjectNotGet)
-            .and_then(|id| slot.client.atomic64_cas(id, cmp_val, swap_val));
+        let r = object_id(obj_id, Status::ObjectNotGet).and_then(|id| {
+            slot.client
+                .atomic64_cas(id, cmp_val, swap_val)
+                .map_err(Status::from)
+        });
         match r {
             Ok(c) => {
                 if !observed.is_null() {
@@ -261,7 +265,7 @@ pub unsafe extern "C" fn umo_atomic64_get_snapshot(
         }
         with_client(client_id, Refusals::DATA, |slot| {
             match object_id(obj_id, Status::ObjectNotGet)
-                .and_then(|id| slot.client.atomic64_snapshot(id))
+                .and_then(|id| slot.client.atomic64_snapshot(id).map_err(Status::from))
             {
                 Ok(v) => {
                     // SAFETY: not NULL (checked above), writable by the caller's contract.

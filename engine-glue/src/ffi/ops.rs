@@ -24,7 +24,7 @@
 use std::ffi::{c_int, c_void};
 
 use dlock_core::{FencingToken, LockId, Mode, Status};
-use dlock_transport::client::{AsyncOp, Client, Grant, LocalLock, REQUEST_TIMEOUT};
+use dlock_transport::client::{AsyncOp, Client, Error, Grant, LocalLock, REQUEST_TIMEOUT};
 
 use super::client::{Refusals, with_client};
 use super::locks::lock_id;
@@ -114,14 +114,14 @@ unsafe fn on_lock(
     client_id: c_int,
     raw: c_int,
     result: *mut c_void,
-    op: impl FnOnce(&mut Client, LockId) -> Result<Grant, Status>,
+    op: impl FnOnce(&mut Client, LockId) -> Result<Grant, Error>,
 ) -> c_int {
     with_client(client_id, Refusals::DATA, |slot| {
         let id = match lock_id(raw) {
             Ok(id) => id,
             Err(s) => return s.code(),
         };
-        let g = op(&mut slot.client, id);
+        let g = op(&mut slot.client, id).map_err(Status::from);
         // SAFETY: forwarded from the caller.
         unsafe { finish(&slot.client, id, g, result) }
     })
@@ -307,7 +307,7 @@ pub unsafe extern "C" fn lock_result_check(client_id: c_int, result: *mut c_void
             return Status::Einval.code();
         }
         with_client(client_id, Refusals::DATA, |slot| {
-            let r = slot.client.lock_result_check();
+            let r = slot.client.lock_result_check().map_err(Status::from);
             if r == Err(Status::AsyncAgain) {
                 return Status::AsyncAgain.code();
             }

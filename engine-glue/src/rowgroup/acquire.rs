@@ -12,9 +12,9 @@ use super::{AcquireOptions, Held, RowGroup, RowGroupLocks};
 /// Fills unused slots of fixed request arrays; never sent.
 pub(super) const NO_LOCK: LockId = LockId::new(0, 1);
 
-/// The longest wait the client's `lock()` can express (its `wait_ms` is 32 bits); longer waits
-/// are cut to it, which also keeps `Instant + wait` from overflowing.
-const WAIT_MAX: Duration = Duration::from_millis(u32::MAX as u64);
+/// The longest wait the client's `lock()` can express (its `wait_ms` is 32 bits, the core's
+/// `MS_MAX`); longer waits are cut to it, which also keeps `Instant + wait` from overflowing.
+const WAIT_MAX: Duration = dlock_core::time::MS_MAX;
 
 /// A key the current call must take.
 #[derive(Clone, Copy, Debug)]
@@ -138,7 +138,7 @@ impl RowGroupLocks {
         let got = self
             .client
             .batch_get_lock(&batch[..names.len()])
-            .map_err(|s| self.check(s))?;
+            .map_err(|e| self.check(e.status()))?;
         for (&i, r) in at.iter().zip(got) {
             let id = r.map_err(|s| self.check(s))?;
             self.names.insert(self.todo[i].key, id);
@@ -166,7 +166,7 @@ impl RowGroupLocks {
             let released = self
                 .client
                 .batch_release_lock(&ids[..chunk.len()])
-                .map_err(|s| self.check(s))?;
+                .map_err(|e| self.check(e.status()))?;
             // A name the server would not release stays cached: it is still ours.
             for (&(key, _), r) in chunk.iter().zip(released) {
                 if r.is_ok() {
@@ -199,7 +199,7 @@ impl RowGroupLocks {
             }
             self.client
                 .batch_trylock(&requests[..n], atomic_batches, &mut out[..n])
-                .map_err(|s| self.check(s))?;
+                .map_err(|e| self.check(e.status()))?;
             let granted = out[..n].iter().take_while(|r| r.is_ok()).count();
             for (w, r) in self.todo[i..i + granted].iter().zip(&out) {
                 if let Ok(g) = r {
@@ -246,7 +246,7 @@ impl RowGroupLocks {
         let mut undone = [Err(Status::Einval); BATCH_MAX];
         self.client
             .batch_unlock(&ids[..n], &mut undone[..n])
-            .map_err(|s| self.check(s))?;
+            .map_err(|e| self.check(e.status()))?;
         // Only a fatal status matters: anything else means the grant is not held.
         match undone[..n]
             .iter()
@@ -279,7 +279,7 @@ impl RowGroupLocks {
         let expire_ms = self.lease_ms();
         self.client
             .lock(want.id(), want.mode, expire_ms, left)
-            .map_err(|s| self.check(s))
+            .map_err(|e| self.check(e.status()))
     }
 }
 

@@ -282,7 +282,7 @@ impl RowGroupLocks {
             return Ok(());
         }
         // Any failure counts: without a renewal the server will let the lease run out.
-        self.client.heartbeat().map_err(|s| self.die(s))?;
+        self.client.heartbeat().map_err(|e| self.die(e.status()))?;
         self.renewed_at = now;
         Ok(())
     }
@@ -299,9 +299,9 @@ impl RowGroupLocks {
         self.client.lease()
     }
 
-    /// The same, in the milliseconds the wire carries.
+    /// The same, in the milliseconds the wire carries (the core's one rounding rule).
     pub(super) fn lease_ms(&self) -> u32 {
-        u32::try_from(self.client.lease().as_millis()).unwrap_or(u32::MAX)
+        dlock_core::time::duration_to_ms(self.client.lease())
     }
 
     /// The client's id.
@@ -360,7 +360,7 @@ impl RowGroupLocks {
                 *id = h.id;
             }
             let failed = match self.client.batch_unlock(&ids[..n], &mut out[..n]) {
-                Err(s) => Some(s),
+                Err(e) => Some(e.status()),
                 Ok(()) => out[..n].iter().find_map(|r| r.err()),
             };
             first = first.or(failed);
@@ -382,7 +382,9 @@ impl RowGroupLocks {
 ///
 /// This is the row-group form of the native API's guard set
 /// ([`dlock_transport::client::GuardSet`]): it borrows the worker's [`RowGroupLocks`] rather
-/// than sharing a client, because a worker runs one transaction at a time.
+/// than sharing a client, because a worker runs one transaction at a time, and it unlocks when
+/// it ends rather than sending the unlocks for a later call to read, because a transaction's
+/// end is where the engine wants its locks released.
 ///
 /// ```
 /// # use dlock_engine_glue::EmbeddedServer;

@@ -1,14 +1,18 @@
 //! The server's end of the network: what the runtime does with what arrives on a link, run
-//! through the same rules of `dlock_core::server` (`route`, `dispatch`) the runtime uses, and
-//! shown to the oracle on the way.
+//! through the same rules of `dlock_core::server` (`control`, `route`, `dispatch`, over the
+//! core's per-slot [`Routing`]) the runtime uses, and shown to the oracle on the way.
+//!
+//! A link stands for a client's two connections, control and data, and its id names both (the
+//! data connection `link`, the control connection `link + 1`: the core reserves 0).
 //!
 //! | event                                   | the runtime's rule                                        |
 //! |-----------------------------------------|-----------------------------------------------------------|
-//! | a control frame on a link               | `handle_control`; a registration answered over a link makes it the client's control link |
-//! | a data message on a link                | `dispatch_stream`: run if the link is bound to its client, answered `ClientNotInit` for an unknown one, the link closed otherwise; a blocking request parks with a route back |
-//! | a client attaches its data channel      | `authenticate` with the session, then the link is bound to its slot |
-//! | a link breaks                           | parked requests routed over it are cancelled, its bindings dropped, and a client whose control link it was is marked abnormal (`client_disconnected`) |
+//! | a control frame on a link               | `ControlConn::admit` (run, answer `ClientNotInit` for a gone client, or close), then `Server::control`; a registration binds the link's control channel to its client and closes the client's other links |
+//! | a data message on a link                | `Server::dispatch`: run if the link is bound to its client, answered `ClientNotInit` for an unknown one, the link closed otherwise; a blocking request parks with a route back |
+//! | a client attaches its data channel      | `authenticate` with the session, then `bind_stream` |
+//! | a link breaks                           | `stream_closed` (parked requests routed over it cancelled, its members leave), and `control_closed` if it carried its client's registration (the client is marked abnormal) |
 //! | a parked request is decided             | `dispatch_replies`: sent on the link it came by, or dropped when nobody waits for it |
+//! | the lease tick                          | `forget_gone_clients` (the control channels of clients removed are gone), `sweep_streams` (a link left with no member closes) |
 //!
 //! The oracle sees every request and its reply as the server answers it; the server's tables
 //! are checked ([`Oracle::tables`]) by [`Endpoint::check`], which a simulator calls after every
@@ -17,11 +21,15 @@
 use std::collections::HashMap;
 
 use dlock_core::proto::{
-    CONTROL_FRAME_MAX, Command, ControlResponse, DATA_RESPONSE_MAX, LockOp, MsgType,
-    decode_control_response, decode_data_request, decode_data_response, peek_control_header,
+    CONTROL_FRAME_MAX, Command, DATA_RESPONSE_MAX, LockOp, MsgType, decode_data_request,
+    decode_data_response, peek_control_header,
 };
-use dlock_core::server::{Binding, Delivery, Dispatched, Route, Server, WaitReply};
-use dlock_core::{Session, Status};
+use dlock_core::server::control::answer_gone;
+use dlock_core::server::{
+    ControlAdmission, ControlConn, Delivery, Dispatched, Routing, Server, SlotRouting, Source,
+    WaitReply,
+};
+use dlock_core::{Peer, Session, Status};
 
 use super::net::{Channel, LinkId};
 use super::oracle::Oracle;
@@ -75,47 +83,65 @@ pub struct Decided {
     pub bytes: Vec<u8>,
 }
 
-/// The runtime's per-slot state for one server incarnation.
+/// A control frame's fate ([`Endpoint::control`]).
 #[derive(Debug)]
-pub struct Endpoint {
-    routes: Vec<Route>,
-    bindings: Vec<Binding>,
-    /// The link each client's registration was last answered over.
-    control_link: HashMap<u32, LinkId>,
+pub enum Controlled {
+    /// Answered with these bytes, of this status.
+    Reply(Vec<u8>, Option<Status>),
+    /// Not admitted on its link: the link is closed.
+    Close,
+}
+
+/// The runtime's state for one server incarnation: the core's per-slot [`Routing`], and who
+/// each link's control channel speaks for.
+#[derive(Debug)]
+pub struct Endpoint<'s> {
+    routing: Routing<'s>,
+    control: HashMap<LinkId, ControlConn>,
     out: Vec<u8>,
     /// The server's state changed since the last [`Endpoint::check`].
     dirty: bool,
 }
 
-impl Endpoint {
-    /// The state for a server of `clients_max` slots.
-    pub fn new(clients_max: u32) -> Self {
+/// The control connection a link stands for (never 0, which the core reserves).
+fn control_conn(link: LinkId) -> u64 {
+    link as u64 + 1
+}
+
+impl<'s> Endpoint<'s> {
+    /// The state over `slots`, one per client slot of the server (`Config::clients_max`).
+    pub fn new(slots: &'s mut [SlotRouting]) -> Self {
         Endpoint {
-            routes: vec![Route::None; clients_max as usize],
-            bindings: vec![Binding::NONE; clients_max as usize],
-            control_link: HashMap::new(),
+            routing: Routing::new(slots),
+            control: HashMap::new(),
             out: vec![0; CONTROL_FRAME_MAX.max(DATA_RESPONSE_MAX)],
             dirty: false,
         }
+    }
+
+    /// The per-slot routing the core keeps for the runtime.
+    pub fn routing(&self) -> &Routing<'s> {
+        &self.routing
     }
 
     /// Checks the server's tables if anything reached the server since the last check: call
     /// it at the end of every step.
     pub fn check(&mut self, srv: &Server<'_>, oracle: &mut Oracle) -> Result<(), String> {
         if std::mem::take(&mut self.dirty) {
-            oracle.tables(srv)?;
+            oracle.tables(srv, &self.routing)?;
         }
         Ok(())
     }
 
     /// A replacement server starts: no routes, bindings or registrations.
     pub fn restart(&mut self) {
-        self.routes.fill(Route::None);
-        self.bindings.fill(Binding::NONE);
-        self.control_link.clear();
+        self.routing.clear();
+        self.control.clear();
     }
 
-    /// A control frame arrived on `link`: its reply and the reply's status.
+    /// A control frame arrived on `link`: its reply and the reply's status, or the link
+    /// closes. Returns also the links a registration replaced (the runtime closes them: one
+    /// control connection per client).
     pub fn control(
         &mut self,
         srv: &mut Server<'_>,
@@ -123,17 +149,48 @@ impl Endpoint {
         link: LinkId,
         req: &[u8],
         now: u64,
-    ) -> Result<(Vec<u8>, Option<Status>), String> {
-        let n = srv
-            .handle_control(req, &mut self.out, now)
-            .map_err(|e| format!("control frame refused: {e:?}"))?;
+    ) -> Result<(Controlled, Vec<LinkId>), String> {
+        let (h, _) = peek_control_header(req).map_err(|e| format!("own request: {e:?}"))?;
+        let conn = self.control.get(&link).copied().unwrap_or_default();
+        let mut replaced = Vec::new();
+        let n = match conn.admit(h.msg, h.word) {
+            ControlAdmission::Close => return Ok((Controlled::Close, replaced)),
+            ControlAdmission::AnswerGone => answer_gone(&h, &mut self.out)
+                .map_err(|e| format!("answer to a gone client: {e:?}"))?,
+            ControlAdmission::Run => {
+                let at = (control_conn(link), Peer::EXEMPT);
+                let done = srv
+                    .control(&mut self.routing, at, req, &mut self.out, now)
+                    .map_err(|e| format!("control frame refused: {e:?}"))?;
+                if let Some(r) = done.registered {
+                    self.control.insert(link, ControlConn::Bound(r.client));
+                    replaced = self
+                        .control
+                        .iter()
+                        .filter(|&(&l, c)| l != link && c.speaks_for(r.client))
+                        .map(|(&l, _)| l)
+                        .collect();
+                    if let Some(before) = r.displaced {
+                        self.client_gone(before);
+                    }
+                }
+                done.len
+            }
+        };
         let reply = self.out[..n].to_vec();
-        if let Ok(ControlResponse::Init(r)) = decode_control_response(&reply).map(|r| r.body) {
-            self.control_link.insert(r.client, link);
-        }
         let status = oracle.control(req, &reply, now, |id| srv.is_registered(id))?;
         self.dirty = true;
-        Ok((reply, status))
+        Ok((Controlled::Reply(reply, status), replaced))
+    }
+
+    /// `client` is registered nowhere any more: the control channels bound to it are gone
+    /// (they answer `ClientNotInit` until their client registers again).
+    fn client_gone(&mut self, client: u32) {
+        for c in self.control.values_mut() {
+            if c.serving() == Some(client) {
+                *c = c.client_gone(client);
+            }
+        }
     }
 
     /// A data message arrived on `link`.
@@ -145,16 +202,13 @@ impl Endpoint {
         req: &[u8],
         now: u64,
     ) -> Result<Served, String> {
-        let at = (link as u32, 0);
-        let served = match srv.dispatch_stream(
-            &mut self.routes,
-            &self.bindings,
-            at,
-            req,
-            &mut self.out,
-            now,
-        ) {
-            Dispatched::Replied(n) => {
+        let at = Source::Stream {
+            conn: link as u32,
+            generation: 0,
+        };
+        let served = match srv.dispatch(&mut self.routing, at, req, &mut self.out, now) {
+            // The simulated clients send no joins (a link's data channel is its own).
+            Dispatched::Replied(n) | Dispatched::Joined { reply: n, .. } => {
                 let reply = self.out[..n].to_vec();
                 oracle.data(req, &reply, now)?;
                 Served::Reply(reply)
@@ -174,38 +228,22 @@ impl Endpoint {
         link: LinkId,
         client: u32,
         session: &Session,
+        now: u64,
     ) -> bool {
         let Some(slot) = srv.authenticate(client, session) else {
             return false;
         };
         self.dirty = true;
-        self.bindings[slot as usize] = Binding {
-            conn: link as u32,
-            client,
-        };
+        // A link the client left (it reconnected) keeps no member: the client broke it already.
+        let _vacated = srv.bind_stream(&mut self.routing, (slot, client), (link as u32, 0), now);
         true
     }
 
-    /// `link` broke: what the runtime does when it sees a connection close.
+    /// `link` broke: what the runtime does when it sees its connections close.
     pub fn link_lost(&mut self, srv: &mut Server<'_>, link: LinkId, now: u64) {
-        for (route, binding) in self.routes.iter_mut().zip(&mut self.bindings) {
-            // A request parked over the lost link is cancelled, as the runtime does.
-            if route.leave_stream(link as u32, 0) {
-                srv.cancel_parked(binding.client, now);
-            }
-            if binding.conn == link as u32 {
-                *binding = Binding::NONE;
-            }
-        }
-        let gone: Vec<u32> = self
-            .control_link
-            .iter()
-            .filter(|&(_, &l)| l == link)
-            .map(|(&c, _)| c)
-            .collect();
-        for client in gone {
-            self.control_link.remove(&client);
-            srv.client_disconnected(client, now);
+        srv.stream_closed(&mut self.routing, link as u32, now);
+        if let Some(client) = self.control.remove(&link).and_then(ControlConn::serving) {
+            srv.control_closed(&mut self.routing, client, control_conn(link), now);
         }
         self.dirty = true;
     }
@@ -222,18 +260,13 @@ impl Endpoint {
             return Ok(Vec::new());
         }
         let mut ready: Vec<(WaitReply, Option<LinkId>, Vec<u8>)> = Vec::new();
-        srv.dispatch_replies(
-            &mut self.routes,
-            |_| 0,
-            &mut self.out,
-            |d, w, bytes| {
-                let link = match d {
-                    Delivery::Stream { conn, .. } => Some(conn as LinkId),
-                    _ => None,
-                };
-                ready.push((*w, link, bytes.to_vec()));
-            },
-        );
+        srv.dispatch_replies(&mut self.routing, &mut self.out, |d, w, bytes| {
+            let link = match d {
+                Delivery::Stream { conn, .. } => Some(conn as LinkId),
+                _ => None,
+            };
+            ready.push((*w, link, bytes.to_vec()));
+        });
         // `take_replies` hands replies over in waiter-slot order; the grants happened in token
         // order, which is the order the oracle must see them in.
         ready.sort_by_key(|(w, _, _)| match w.result.status {
@@ -254,13 +287,15 @@ impl Endpoint {
     }
 
     /// The runtime's timers: parked requests due a retry, and (at `tick`) silent clients
-    /// declared dead. Returns what was decided.
+    /// declared dead and the connections of removed clients dealt with (links left with no
+    /// member go into `emptied`: the caller closes them). Returns what was decided.
     pub fn timers(
         &mut self,
         srv: &mut Server<'_>,
         oracle: &mut Oracle,
         now: u64,
         tick: bool,
+        emptied: &mut Vec<LinkId>,
     ) -> Result<Vec<Decided>, String> {
         // Most polls find nothing due; a check after one that changed nothing checks nothing.
         let before = parked_state(srv);
@@ -272,6 +307,13 @@ impl Endpoint {
             // The dead clients' grants end before the waiters their release woke are granted.
             oracle.forget_gone(|id| srv.is_registered(id));
             decided.extend(self.decided(srv, oracle, now)?);
+            srv.sweep_streams(&mut self.routing, |conn| emptied.push(conn as LinkId));
+        }
+        // The runtime looks for removed clients after every turn; one comparison when none was.
+        let mut gone = Vec::new();
+        srv.forget_gone_clients(&mut self.routing, |c| gone.push(c));
+        for c in gone {
+            self.client_gone(c);
         }
         Ok(decided)
     }

@@ -4,15 +4,15 @@
 //! | simulator | clients                                                                     | test file          |
 //! |-----------|-----------------------------------------------------------------------------|--------------------|
 //! | [`model`] | up to 1,000 model clients built on the client's own lock records (`dlock_core::client`), a thief among them under a session key | `tests/sim.rs`      |
-//! | [`real`]  | the real `dlock_transport::client::Client` over a simulated `Connection`: its batches, async pair, records, reinit and re-claims | `tests/sim_client.rs` |
+//! | [`real`]  | the real `dlock_transport::client::Client` over a simulated `Connection`: its batches, async pair, records, reinit and re-claims; and the native API (`Locks`, typed handles, guards held across steps, blocking and async calls, sets, drops) | `tests/sim_client.rs` |
 //!
 //! and everything else:
 //!
 //! | part         | what it is                                                                   |
 //! |--------------|------------------------------------------------------------------------------|
 //! | [`net`]      | the one network model: links with a control and a data channel, in-order delivery per channel, delays, losses that break a link, duplicated data replies, server crashes that break every link |
-//! | [`endpoint`] | the server's end of it: the runtime's routing and binding rules from `dlock_core::server` around the state machine |
-//! | [`oracle`]   | the one oracle: a model of grants, claims, tokens, fair order and objects built from the bytes on the wire, the rules about what clients believe, and `Server::check_invariants` after every step that reached the server |
+//! | [`endpoint`] | the server's end of it: the runtime's rules from `dlock_core::server` (control admission, routing, binding, over the core's `Routing`) around the state machine |
+//! | [`oracle`]   | the one oracle: a model of grants, claims, tokens, fair order and objects built from the bytes on the wire, the rules about what clients believe, and `Server::check_invariants` and `check_routing` after every step that reached the server |
 //! | [`swarm`]    | each seed's fault mix: which kinds are on, how often, and the compound faults the bugs found so far needed |
 //! | [`rng`]      | the one source of randomness                                                 |
 //!
@@ -86,6 +86,8 @@ pub struct Report {
     pub checks: u64,
     pub clients: usize,
     pub faults: Faults,
+    /// Guards (and sets of them) the native API's processes took (the real-client simulator).
+    pub guards: u64,
 }
 
 impl Report {
@@ -95,6 +97,7 @@ impl Report {
         self.steps += o.steps;
         self.checks += o.checks;
         self.faults.add(&o.faults);
+        self.guards += o.guards;
     }
 }
 

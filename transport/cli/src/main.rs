@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use dlock_core::{Config, LockKind, Mode, Status};
-use dlock_transport::client::{Client, ClientConfig, Endpoint};
+use dlock_transport::client::{Client, ClientConfig, Endpoint, Error};
 use dlock_transport::runtime::{IdleStrategy, ServerConfig, ServerHandle, TcpConfig};
 use dlock_transport::tls::{Tls13Suite, TlsConfig};
 use serde::Deserialize;
@@ -494,7 +494,7 @@ fn stat(addr: SocketAddr, tls: &ClientTlsArgs) -> Result<(), String> {
 /// refusal says which: "TLS handshake refused by server: client certificate expired or not yet
 /// valid", "server certificate not trusted", "server name mismatch", "server speaks TLS, client
 /// plaintext"), else the status.
-fn reason(e: &dlock_transport::client::Error) -> String {
+fn reason(e: &Error) -> String {
     match e.io_error() {
         Some(io) => format!("{io} [{}]", e.status()),
         None => e.status().to_string(),
@@ -589,9 +589,9 @@ fn worker(
     done: &AtomicU64,
 ) -> Result<hdrhistogram::Histogram<u64>, String> {
     let mut h = hdrhistogram::Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
-    let mut c = Client::open(ClientConfig::new(endpoint.clone()))
+    let mut c = Client::connect(ClientConfig::new(endpoint.clone()))
         .map_err(|e| format!("connect: {}", reason(&e)))?;
-    let err = |s: Status| s.to_string();
+    let err = |e: Error| reason(&e);
     match mix {
         Mix::Trylock => {
             let id = c
@@ -625,8 +625,8 @@ fn worker(
                         let _unlocked = c.unlock(id).map_err(err)?;
                         done.fetch_add(2, Ordering::Relaxed);
                     }
-                    Err(Status::Etimeout) => {}
-                    Err(s) => return Err(s.to_string()),
+                    Err(e) if e == Status::Etimeout => {}
+                    Err(e) => return Err(reason(&e)),
                 }
             }
         }
@@ -644,8 +644,8 @@ fn worker(
                     .batch_get_lock(&req)
                     .map_err(err)?
                     .into_iter()
-                    .collect::<Result<_, _>>()
-                    .map_err(err)?;
+                    .collect::<Result<_, Status>>()
+                    .map_err(|s| s.to_string())?;
                 let reqs: Vec<_> = ids.iter().map(|&id| (id, Mode::Exclusive, 5_000)).collect();
                 sets.push((ids, reqs));
             }

@@ -1,63 +1,31 @@
-//! The native API's error: what failed, the reference's [`Status`], and the I/O error behind it.
+//! The client's one error: which call failed, the reference's [`Status`], and the I/O error
+//! behind it when a transport failure caused it.
 //!
-//! This module owns [`Error`], [`ErrorKind`] and the per-thread slot in which the client leaves
-//! the last transport failure. The reference-shaped [`Client`](super::Client) calls keep
-//! returning a bare `Status` (the C ABI and ported code switch on it); the named-lock API
-//! ([`super::named`]) returns an `Error` built from that status plus the slot's content.
+//! This module owns [`Error`] and [`ErrorKind`]. Every call of the reference-shaped
+//! [`Client`](super::Client) and of the native API ([`super::named`]) returns it, so one `?`
+//! carries the whole story from a socket to the caller: the operation is named where the call
+//! starts (each call passes its `Op` down to the plumbing that builds the error), and the
+//! [`io::Error`] is kept where the transport reported it. The C ABI and code ported from the
+//! reference switch on [`Error::status`] (or convert with `Status::from`), which is the status
+//! the reference's function of the same name returns.
 //!
-//! # Why a per-thread slot
+//! # Why the operation is explicit
 //!
-//! The client turns every transport failure into the reference's `BAD_RESPONSE` in one place
-//! (`io_status` in `client/mod.rs`), and its signatures, which the C ABI mirrors, have no room
-//! for an `io::Error`. Threading one through would mean touching every call site, the connection
-//! code included. Instead `io_status` also parks the error in a thread-local slot. A client call
-//! is synchronous and runs on the calling thread, so the native API empties the slot before a
-//! call (`IoSlot::arm`) and takes what is there after it: whatever it finds came from that call.
-//! Only an error that ended in `BAD_RESPONSE` is attached, so a transport failure the client
-//! recovered from is never blamed for a status it did not cause.
+//! A status alone does not say what to do: `DLOCK_FAIL` from a `trylock` means "busy", from an
+//! `unlock` "not held". An error built from a bare status would have to guess, so there is no
+//! `From<Status> for Error`: every error is made by a call that knows what it was doing.
+//!
+//! # Cost
+//!
+//! An `Error` is an operation and a status (three bytes) and an `Option<io::Error>` (one
+//! pointer; an OS error or a bare kind is stored inline, so building one allocates nothing). A
+//! call that fails on the data path without a transport failure — a busy lock, a fair lock's
+//! `EAGAIN` — allocates nothing.
 
-use std::cell::RefCell;
 use std::fmt;
 use std::io;
 
 use dlock_core::Status;
-
-thread_local! {
-    /// The last transport failure on this thread, if any was parked since the slot was armed.
-    static LAST_IO_ERROR: RefCell<Option<io::Error>> = const { RefCell::new(None) };
-}
-
-/// Parks a transport failure for the native API to attach as an [`Error`]'s source.
-pub(crate) fn park_io_error(e: io::Error) {
-    LAST_IO_ERROR.with(|slot| *slot.borrow_mut() = Some(e));
-}
-
-/// The slot's state across one client call: armed before, read after.
-#[derive(Debug)]
-pub(crate) struct IoSlot(());
-
-impl IoSlot {
-    /// Empties this thread's slot, so that what is found after the call came from it.
-    #[inline]
-    pub(crate) fn arm() -> IoSlot {
-        LAST_IO_ERROR.with(|slot| slot.borrow_mut().take());
-        IoSlot(())
-    }
-
-    /// The error for a call `op` that ended in `status`, with the parked I/O error as its source
-    /// when the status is the one a transport failure becomes: `BAD_RESPONSE`, or `NOT_READY`
-    /// from a connect (the reference's `client_init` answers a server it cannot reach so).
-    pub(crate) fn error(self, op: Op, status: Status) -> Error {
-        let source = LAST_IO_ERROR.with(|slot| slot.borrow_mut().take());
-        let transport =
-            status == Status::BadResponse || (op == Op::Connect && status == Status::NotReady);
-        Error {
-            op,
-            status,
-            source: source.filter(|_| transport),
-        }
-    }
-}
 
 /// What the caller can do about an [`Error`], independent of which operation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -83,50 +51,128 @@ pub enum ErrorKind {
     Other,
 }
 
-/// Which native operation failed (for [`Error`]'s message and [`ErrorKind`]).
+/// Which client call failed: named after the reference-shaped [`Client`](super::Client) call
+/// (the native API's calls are made of those), for [`Error`]'s message and [`ErrorKind`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Op {
     Connect,
+    Reinit,
+    ReinitDone,
+    Deinit,
+    Heartbeat,
+    ServerStats,
+    /// Reading a server's counters without registering (`read_server_stats`).
+    ReadServerStats,
     GetLock,
+    BatchGetLock,
     ReleaseLock,
+    BatchReleaseLock,
     TryLock,
     Lock,
-    Extend,
     Unlock,
-    Heartbeat,
-    /// Reading a server's counters (`read_server_stats`).
-    Stats,
-    /// A status converted with `From`, outside any native call.
-    Unknown,
+    Extend,
+    BatchTryLock,
+    BatchUnlock,
+    BatchExtend,
+    SubmitTryLock,
+    SubmitUnlock,
+    /// Completing a pipelined batch with nothing in flight (a batch's own failure carries the
+    /// batch's operation).
+    Complete,
+    /// Polling with no asynchronous operation outstanding (an outstanding one's failure
+    /// carries its own operation).
+    LockResultCheck,
+    UpdateAllLocks,
+    ObjectCreate,
+    ObjectGet,
+    ObjectRelease,
+    ObjectDestroy,
+    Faa,
+    Cas,
+    Snapshot,
 }
 
 impl Op {
     fn as_str(self) -> &'static str {
         match self {
             Op::Connect => "connect",
-            Op::GetLock => "get_lock",
-            Op::ReleaseLock => "release_lock",
-            Op::TryLock => "try_lock",
-            Op::Lock => "lock",
-            Op::Extend => "extend",
-            Op::Unlock => "unlock",
+            Op::Reinit => "reinit",
+            Op::ReinitDone => "reinit_done",
+            Op::Deinit => "deinit",
             Op::Heartbeat => "heartbeat",
-            Op::Stats => "read_server_stats",
-            Op::Unknown => "dlock call",
+            Op::ServerStats => "server_stats",
+            Op::ReadServerStats => "read_server_stats",
+            Op::GetLock => "get_lock",
+            Op::BatchGetLock => "batch_get_lock",
+            Op::ReleaseLock => "release_lock",
+            Op::BatchReleaseLock => "batch_release_lock",
+            Op::TryLock => "trylock",
+            Op::Lock => "lock",
+            Op::Unlock => "unlock",
+            Op::Extend => "lock_extend",
+            Op::BatchTryLock => "batch_trylock",
+            Op::BatchUnlock => "batch_unlock",
+            Op::BatchExtend => "batch_lock_extend",
+            Op::SubmitTryLock => "submit_trylock",
+            Op::SubmitUnlock => "submit_unlock",
+            Op::Complete => "complete",
+            Op::LockResultCheck => "lock_result_check",
+            Op::UpdateAllLocks => "update_all_locks",
+            Op::ObjectCreate => "atomic64_create",
+            Op::ObjectGet => "atomic64_get",
+            Op::ObjectRelease => "atomic64_release",
+            Op::ObjectDestroy => "atomic64_destroy",
+            Op::Faa => "atomic64_faa",
+            Op::Cas => "atomic64_cas",
+            Op::Snapshot => "atomic64_snapshot",
         }
     }
 
     /// Whether the operation asks for a grant (a refusal means "busy", not "lost").
     fn acquires(self) -> bool {
-        matches!(self, Op::TryLock | Op::Lock)
+        matches!(
+            self,
+            Op::TryLock | Op::Lock | Op::BatchTryLock | Op::SubmitTryLock
+        )
+    }
+
+    /// This operation failed with `status`, no transport failure behind it.
+    #[inline]
+    pub(crate) fn err(self, status: Status) -> Error {
+        Error {
+            op: self,
+            status,
+            source: None,
+        }
+    }
+
+    /// This operation failed because the transport did: the reference's `BAD_RESPONSE` (the
+    /// caller reinits), with `e` as the source.
+    #[cold]
+    pub(crate) fn io(self, e: io::Error) -> Error {
+        self.io_as(Status::BadResponse, e)
+    }
+
+    /// This operation failed with `status` because of the transport failure `e` (a connect
+    /// that could not reach the server is the reference's `NOT_READY`).
+    #[cold]
+    pub(crate) fn io_as(self, status: Status, e: io::Error) -> Error {
+        tracing::debug!(op = self.as_str(), error = %e, "transport failure");
+        Error {
+            op: self,
+            status,
+            source: Some(e),
+        }
     }
 }
 
-/// The error of the native lock API.
+/// The error of every client call, reference-shaped and native.
 ///
 /// Carries the reference's [`Status`] ([`Error::status`], numeric code via
-/// [`Status::code`]), what the caller can do about it ([`Error::kind`]) and, when a transport
-/// failure caused it, the [`io::Error`] as [`std::error::Error::source`].
+/// [`Status::code`]), the call that failed ([`Error::operation`]), what the caller can do about
+/// it ([`Error::kind`]) and, when a transport failure caused it, the [`io::Error`] as
+/// [`std::error::Error::source`] — for TLS, why ([`Error::tls_failure`]). It compares equal to
+/// the [`Status`] it carries (`assert_eq!(err, Status::Fail)`).
 #[derive(Debug)]
 pub struct Error {
     op: Op,
@@ -135,15 +181,8 @@ pub struct Error {
 }
 
 impl Error {
-    pub(crate) fn new(op: Op, status: Status) -> Error {
-        Error {
-            op,
-            status,
-            source: None,
-        }
-    }
-
-    /// The reference's status for this failure (never `Success`).
+    /// The reference's status for this failure (never `Success`): what the reference's
+    /// function of the same name returns, and what the C ABI returns.
     #[inline]
     pub fn status(&self) -> Status {
         self.status
@@ -175,13 +214,14 @@ impl Error {
         self.kind() == ErrorKind::WouldBlock
     }
 
-    /// The name of the operation that failed (`"try_lock"`, `"unlock"`, …).
+    /// The name of the [`Client`](super::Client) call that failed (`"trylock"`, `"unlock"`,
+    /// `"connect"`, …); a native call reports the client call it was made of.
     #[inline]
     pub fn operation(&self) -> &'static str {
         self.op.as_str()
     }
 
-    /// The I/O error behind a transport failure, if it was kept.
+    /// The I/O error behind a transport failure, if there was one.
     pub fn io_error(&self) -> Option<&io::Error> {
         self.source.as_ref()
     }
@@ -190,6 +230,7 @@ impl Error {
     /// client's certificate (and its alert says why), the server's certificate is not trusted
     /// or not for this name, or one side speaks TLS and the other plaintext. The same failure
     /// is the inner error of [`Error::io_error`], and its text is the source's.
+    #[cfg(feature = "tls")]
     pub fn tls_failure(&self) -> Option<&crate::tls::TlsFailure> {
         self.source.as_ref()?.get_ref()?.downcast_ref()
     }
@@ -208,11 +249,18 @@ impl std::error::Error for Error {
     }
 }
 
-impl From<Status> for Error {
-    /// An error for `status` with no operation or source attached (for code that mixes the
-    /// reference-shaped calls with the native ones and uses `?` on both).
-    fn from(status: Status) -> Error {
-        Error::new(Op::Unknown, status)
+impl PartialEq<Status> for Error {
+    fn eq(&self, status: &Status) -> bool {
+        self.status == *status
+    }
+}
+
+impl From<Error> for Status {
+    /// The status alone, for code that answers in statuses (the C ABI, ported code): the
+    /// operation and the I/O source are dropped.
+    #[inline]
+    fn from(e: Error) -> Status {
+        e.status
     }
 }
 
@@ -223,11 +271,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bad_response_keeps_the_parked_io_error_as_source() {
-        let slot = IoSlot::arm();
-        park_io_error(io::Error::new(io::ErrorKind::ConnectionReset, "peer gone"));
-        let e = slot.error(Op::Unlock, Status::BadResponse);
+    fn a_transport_failure_is_bad_response_with_the_io_error_as_source() {
+        let e = Op::Unlock.io(io::Error::new(io::ErrorKind::ConnectionReset, "peer gone"));
         assert_eq!(e.kind(), ErrorKind::Disconnected);
+        assert_eq!(e, Status::BadResponse);
         let source = e.source().expect("the I/O error is the source");
         assert_eq!(source.to_string(), "peer gone");
         assert_eq!(
@@ -236,11 +283,12 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "tls")]
     #[test]
     fn a_connect_that_could_not_reach_the_server_keeps_the_reason() {
-        let slot = IoSlot::arm();
-        park_io_error(crate::tls::TlsFailure::ServerNotTrusted.into_io());
-        let e = slot.error(Op::Connect, Status::NotReady);
+        let reason = crate::tls::TlsFailure::ServerNotTrusted.into_io();
+        let e = Op::Connect.io_as(Status::NotReady, reason);
+        assert_eq!(e.kind(), ErrorKind::Disconnected);
         assert_eq!(
             e.tls_failure(),
             Some(&crate::tls::TlsFailure::ServerNotTrusted)
@@ -251,45 +299,27 @@ mod tests {
                 .to_string()
                 .starts_with("server certificate not trusted")
         );
-        // Only a connect's NOT_READY is a transport failure.
-        let slot = IoSlot::arm();
-        park_io_error(io::Error::other("unrelated"));
-        assert!(slot.error(Op::Lock, Status::NotReady).source().is_none());
-    }
-
-    #[test]
-    fn a_stale_io_error_is_not_blamed_for_a_later_call() {
-        park_io_error(io::Error::other("earlier call"));
-        let slot = IoSlot::arm();
-        let e = slot.error(Op::Lock, Status::BadResponse);
-        assert!(e.source().is_none());
-    }
-
-    #[test]
-    fn an_io_error_is_not_attached_to_an_unrelated_status() {
-        let slot = IoSlot::arm();
-        park_io_error(io::Error::other("recovered from"));
-        let e = slot.error(Op::TryLock, Status::Fail);
-        assert!(e.source().is_none());
-        assert!(e.is_would_block());
     }
 
     #[test]
     fn fail_means_busy_on_acquire_and_lost_on_unlock() {
-        assert_eq!(
-            Error::new(Op::TryLock, Status::Fail).kind(),
-            ErrorKind::WouldBlock
-        );
-        assert_eq!(
-            Error::new(Op::Unlock, Status::Fail).kind(),
-            ErrorKind::NotHeld
-        );
-        assert_eq!(
-            Error::new(Op::Extend, Status::Fail).kind(),
-            ErrorKind::NotHeld
-        );
-        let from: Error = Status::Etimeout.into();
-        assert_eq!(from.kind(), ErrorKind::TimedOut);
-        assert_eq!(from.status().code(), 0x1002);
+        for op in [Op::TryLock, Op::Lock, Op::BatchTryLock, Op::SubmitTryLock] {
+            assert_eq!(op.err(Status::Fail).kind(), ErrorKind::WouldBlock, "{op:?}");
+            assert_eq!(op.err(Status::Eagain).kind(), ErrorKind::WouldBlock);
+        }
+        for op in [Op::Unlock, Op::Extend, Op::BatchUnlock, Op::BatchExtend] {
+            assert_eq!(op.err(Status::Fail).kind(), ErrorKind::NotHeld, "{op:?}");
+        }
+        let timed_out = Op::Lock.err(Status::Etimeout);
+        assert_eq!(timed_out.kind(), ErrorKind::TimedOut);
+        assert_eq!(Status::from(timed_out).code(), 0x1002);
+    }
+
+    #[test]
+    fn an_error_without_a_transport_failure_has_no_source_and_stays_small() {
+        let e = Op::TryLock.err(Status::Fail);
+        assert!(e.source().is_none() && e.io_error().is_none());
+        // An operation and a status beside one pointer: no box, no string.
+        assert_eq!(size_of::<Error>(), 2 * size_of::<usize>());
     }
 }

@@ -6,20 +6,17 @@
 //! encodes, decodes and keeps the local lock state.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock_core::Session;
-use dlock_core::proto::{
-    ATTACH_MAGIC, Attach, CONTROL_HEADER_LEN, DATA_HEADER_LEN, DATA_RESPONSE_MAX, DecodeError,
-    control_frame_len, peek_data_header,
-};
+use dlock_core::proto::{CONTROL_HEADER_LEN, control_frame_len};
 use dlock_core::table::layout::MAILBOX_LANES;
 
-use super::awaited::AwaitTable;
+use super::wire::{ClientTls, TcpData, Wire, attach_tcp, server_speaks_tls};
 use crate::region::Region;
 #[cfg(feature = "server")]
 use crate::runtime::{ServerHandle, Shared};
@@ -44,7 +41,8 @@ pub enum Endpoint {
     /// loopback address, or when its operator allowed plaintext explicitly).
     Tcp(SocketAddr),
     /// A server anywhere: control and data over TCP under TLS 1.3 with this client's
-    /// certificate ([`Endpoint::tls`]).
+    /// certificate ([`Endpoint::tls`]; feature `tls`).
+    #[cfg(feature = "tls")]
     Tls {
         /// The server's TCP address.
         addr: SocketAddr,
@@ -86,6 +84,7 @@ pub struct EmbeddedRef {
 
 impl Endpoint {
     /// A server at `addr` reached over TLS with `cfg` (its files are read here, once).
+    #[cfg(feature = "tls")]
     pub fn tls(addr: SocketAddr, cfg: &crate::tls::TlsConfig) -> io::Result<Endpoint> {
         Ok(Endpoint::Tls {
             addr,
@@ -94,12 +93,13 @@ impl Endpoint {
     }
 
     /// The TCP address and TLS settings of a remote endpoint (`None` for a local one).
-    fn remote(&self) -> Option<(SocketAddr, Option<&crate::tls::ClientTls>)> {
+    fn remote(&self) -> Option<(SocketAddr, Option<&ClientTls>)> {
         match self {
             #[cfg(feature = "server")]
             Endpoint::Embedded(_) => None,
             Endpoint::Local { .. } => None,
             Endpoint::Tcp(addr) => Some((*addr, None)),
+            #[cfg(feature = "tls")]
             Endpoint::Tls { addr, tls } => Some((*addr, Some(tls))),
             #[cfg(feature = "rdma")]
             Endpoint::Rdma { addr, .. } => Some((*addr, None)),
@@ -137,60 +137,6 @@ impl Control {
     }
 }
 
-/// A TCP connection to the server, in plaintext or under TLS.
-#[derive(Debug)]
-pub(crate) enum Wire {
-    Plain(TcpStream),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
-}
-
-impl Wire {
-    /// Connects to `addr` (and completes the TLS handshake, server's verdict included, within
-    /// [`CONNECT_TIMEOUT`]).
-    fn open(addr: SocketAddr, tls: Option<&crate::tls::ClientTls>) -> io::Result<Wire> {
-        let s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
-        s.set_nodelay(true)?;
-        match tls {
-            None => Ok(Wire::Plain(s)),
-            Some(tls) => {
-                s.set_read_timeout(Some(CONNECT_TIMEOUT))?;
-                Ok(Wire::Tls(Box::new(tls.connect(s)?)))
-            }
-        }
-    }
-
-    fn socket(&self) -> &TcpStream {
-        match self {
-            Wire::Plain(s) => s,
-            Wire::Tls(s) => s.get_ref(),
-        }
-    }
-}
-
-impl Read for Wire {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Wire::Plain(s) => s.read(buf),
-            Wire::Tls(s) => s.read(buf).map_err(crate::tls::client_io_error),
-        }
-    }
-}
-
-impl Write for Wire {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Wire::Plain(s) => s.write(buf),
-            Wire::Tls(s) => s.write(buf),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Wire::Plain(s) => s.flush(),
-            Wire::Tls(s) => s.flush(),
-        }
-    }
-}
-
 /// Reads a reply header into `buf`, or as much of it as comes before the peer closes; returns
 /// how much. (`read_exact` would not say what a short answer was: a TLS server's alert to a
 /// plaintext client is 7 bytes and a close.)
@@ -216,9 +162,6 @@ fn read_header(s: &mut dyn ReadWrite, buf: &mut [u8]) -> io::Result<usize> {
 fn is_tls_record(bytes: &[u8]) -> bool {
     matches!(bytes, [0x15 | 0x16, 0x03, ..])
 }
-
-/// How long opening a TCP connection (and its TLS handshake) may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
@@ -347,9 +290,7 @@ impl Link {
         let got = read_header(s, &mut reply[..CONTROL_HEADER_LEN])?;
         let len = match control_frame_len(&reply[..got]) {
             Ok(len) if got == CONTROL_HEADER_LEN && len <= reply.len() => len,
-            _ if is_tls_record(&reply[..got]) => {
-                return Err(crate::tls::TlsFailure::ServerSpeaksTls.into_io());
-            }
+            _ if is_tls_record(&reply[..got]) => return Err(server_speaks_tls()),
             _ if got < CONTROL_HEADER_LEN => return Err(io::ErrorKind::UnexpectedEof.into()),
             _ => {
                 return Err(io::Error::new(
@@ -390,6 +331,7 @@ impl Link {
             Endpoint::Tcp(addr) => {
                 Data::Tcp(TcpData::new(attach_tcp(*addr, None, client, session)?))
             }
+            #[cfg(feature = "tls")]
             Endpoint::Tls { addr, tls } => {
                 Data::Tcp(TcpData::new(attach_tcp(*addr, Some(tls), client, session)?))
             }
@@ -595,138 +537,5 @@ fn mailbox_reply(len: Option<usize>) -> io::Result<Option<usize>> {
             "request refused as malformed",
         )),
         other => Ok(other),
-    }
-}
-
-/// Opens a TCP data connection to `addr` and binds it to `client` with its session secret.
-pub(crate) fn attach_tcp(
-    addr: SocketAddr,
-    tls: Option<&crate::tls::ClientTls>,
-    client: u32,
-    session: Session,
-) -> io::Result<Wire> {
-    let mut s = Wire::open(addr, tls)?;
-    let hello = Attach {
-        magic: ATTACH_MAGIC,
-        client,
-        session,
-    };
-    s.write_all(&hello.encode())?;
-    let mut status = [0u8; 4];
-    s.socket().set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.read_exact(&mut status)?;
-    if u32::from_le_bytes(status) != 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "data channel refused",
-        ));
-    }
-    Ok(s)
-}
-
-/// A TCP data connection and the replies awaited on it ([`AwaitTable`]); a reply nobody
-/// awaits any more (its caller timed out) is dropped.
-#[derive(Debug)]
-struct TcpData {
-    wire: Wire,
-    /// Bytes of a reply read before a deadline cut the read short.
-    partial: Vec<u8>,
-    awaited: AwaitTable,
-}
-
-impl TcpData {
-    fn new(wire: Wire) -> Box<Self> {
-        Box::new(Self {
-            wire,
-            partial: Vec::with_capacity(DATA_RESPONSE_MAX),
-            awaited: AwaitTable::new(),
-        })
-    }
-
-    /// Sends `req` (a data message) as `ticket`.
-    fn send(&mut self, ticket: u64, req: &[u8]) -> io::Result<()> {
-        let (header, _) = peek_data_header(req)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not a data message"))?;
-        self.wire.write_all(req)?;
-        self.awaited.expect(ticket, header.message_id);
-        Ok(())
-    }
-
-    /// The reply to `ticket` if it has been read already (the entry is freed).
-    fn take_arrived(&mut self, ticket: u64, reply: &mut [u8]) -> Option<usize> {
-        self.awaited.take(ticket, reply)
-    }
-
-    /// Reads replies until the one to `ticket` arrives or `deadline` passes, filing the others
-    /// under the messages that await them.
-    fn recv(
-        &mut self,
-        ticket: u64,
-        reply: &mut [u8],
-        deadline: Option<Instant>,
-    ) -> io::Result<Option<usize>> {
-        loop {
-            if let Some(n) = self.awaited.take(ticket, reply) {
-                return Ok(Some(n));
-            }
-            if !self.awaited.awaits(ticket) {
-                return Err(io::Error::other(
-                    "no data message awaits a reply under this ticket",
-                ));
-            }
-            let Some(len) = recv_tcp(&mut self.wire, &mut self.partial, deadline)? else {
-                return Ok(None);
-            };
-            let id = peek_data_header(&self.partial).map_or(0, |(h, _)| h.message_id);
-            self.awaited.file(id, &self.partial[..len]);
-            self.partial.clear();
-        }
-    }
-}
-
-/// Reads one data message off `s` into `partial` (which may hold its start already), keeping
-/// what arrived there if the deadline cuts in; returns its length once whole.
-fn recv_tcp(
-    s: &mut Wire,
-    partial: &mut Vec<u8>,
-    deadline: Option<Instant>,
-) -> io::Result<Option<usize>> {
-    loop {
-        let want = match peek_data_header(partial) {
-            Ok((_, len)) => len,
-            Err(DecodeError::Truncated) => DATA_HEADER_LEN,
-            Err(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "bad data reply header",
-                ));
-            }
-        };
-        if partial.len() >= want && want > DATA_HEADER_LEN {
-            return Ok(Some(want));
-        }
-        // A deadline already passed still gets one quick look.
-        let timeout = deadline.map(|d| {
-            d.saturating_duration_since(Instant::now())
-                .max(Duration::from_micros(1))
-        });
-        s.socket().set_read_timeout(timeout)?;
-        let mut buf = [0u8; DATA_RESPONSE_MAX];
-        match s.read(&mut buf[..want - partial.len()]) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => partial.extend_from_slice(&buf[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                if deadline.is_some_and(|d| d <= Instant::now()) {
-                    return Ok(None);
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
     }
 }

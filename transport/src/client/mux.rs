@@ -36,7 +36,8 @@ use dlock_core::proto::{
 use dlock_core::{Session, Status};
 
 use super::awaited::AwaitTable;
-use super::link::{Endpoint, Wire, attach_tcp};
+use super::link::Endpoint;
+use super::wire::{ClientTls, Wire, attach_tcp};
 
 /// Plaintext the reader holds at once: many replies per read when many clients are busy.
 const READ_BUF: usize = 64 * DATA_RESPONSE_MAX;
@@ -84,7 +85,7 @@ pub struct Mux {
 #[derive(Debug)]
 struct Shared {
     addr: SocketAddr,
-    tls: Option<crate::tls::ClientTls>,
+    tls: Option<ClientTls>,
     /// The open connection, if any (weak: the clients on it keep it open, not the `Mux`).
     current: Mutex<Weak<Conn>>,
 }
@@ -95,6 +96,7 @@ impl Mux {
     pub fn new(endpoint: &Endpoint) -> io::Result<Mux> {
         let (addr, tls) = match endpoint {
             Endpoint::Tcp(addr) => (*addr, None),
+            #[cfg(feature = "tls")]
             Endpoint::Tls { addr, tls } => (*addr, Some(tls.clone())),
             _ => {
                 return Err(io::Error::new(
@@ -176,6 +178,7 @@ fn join(conn: Arc<Conn>, client: u32, session: Session) -> io::Result<MuxPort> {
 struct Conn {
     /// The socket: plaintext writes go straight to it; under TLS records do.
     sock: TcpStream,
+    #[cfg(feature = "tls")]
     tls: Option<Mutex<rustls::ClientConnection>>,
     /// Requests queued for the next write.
     queued: Mutex<Vec<u8>>,
@@ -215,7 +218,7 @@ impl Signal {
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Conn")
-            .field("tls", &self.tls.is_some())
+            .field("tls", &self.is_tls())
             .field("broken", &self.broken)
             .finish_non_exhaustive()
     }
@@ -233,6 +236,7 @@ impl Drop for Conn {
 impl Conn {
     /// Takes over an attached connection and starts its reader.
     fn start(wire: Wire) -> io::Result<Arc<Conn>> {
+        #[cfg(feature = "tls")]
         let (sock, tls) = match wire {
             Wire::Plain(s) => (s, None),
             Wire::Tls(s) => {
@@ -240,10 +244,13 @@ impl Conn {
                 (sock, Some(Mutex::new(conn)))
             }
         };
+        #[cfg(not(feature = "tls"))]
+        let Wire::Plain(sock) = wire;
         sock.set_read_timeout(None)?;
         let reader = sock.try_clone()?;
         let conn = Arc::new(Conn {
             sock,
+            #[cfg(feature = "tls")]
             tls,
             queued: Mutex::new(Vec::with_capacity(READ_BUF)),
             writing: Mutex::new(Vec::with_capacity(READ_BUF)),
@@ -309,6 +316,20 @@ impl Conn {
         }
     }
 
+    /// Whether the connection is under TLS (never without the `tls` feature).
+    fn is_tls(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        false
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
+        (&self.sock).write_all(bytes)
+    }
+
+    #[cfg(feature = "tls")]
     fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
         let Some(tls) = &self.tls else {
             return (&self.sock).write_all(bytes);
@@ -364,7 +385,7 @@ fn read_replies(mut sock: TcpStream, conn: Weak<Conn>) {
     let mut raw = vec![0u8; RAW_READ];
     let mut filled = 0;
     loop {
-        let got = match conn.upgrade().map(|c| c.tls.is_some()) {
+        let got = match conn.upgrade().map(|c| c.is_tls()) {
             None => return,
             Some(false) => sock.read(&mut plain[filled..]),
             Some(true) => match sock.read(&mut raw) {
@@ -406,9 +427,17 @@ fn read_replies(mut sock: TcpStream, conn: Weak<Conn>) {
 }
 
 impl Conn {
+    /// Without the `tls` feature there is no TLS session (`is_tls` is false, so the reader
+    /// never calls this): the answer for a connection without one.
+    #[cfg(not(feature = "tls"))]
+    fn decrypt(&self, _records: &[u8], _out: &mut [u8]) -> io::Result<usize> {
+        Err(io::Error::other("not a TLS connection"))
+    }
+
     /// Feeds TLS records to the session and takes out the plaintext they carry (as much as
     /// `out` holds; the rest stays in the session for the next call). `Ok(0)` only when the
     /// peer closed the session.
+    #[cfg(feature = "tls")]
     fn decrypt(&self, mut records: &[u8], out: &mut [u8]) -> io::Result<usize> {
         let Some(tls) = &self.tls else {
             return Err(io::Error::other("not a TLS connection"));

@@ -15,14 +15,17 @@
 //! whole), and no single-lock call or synchronous batch runs while batches are in flight. A
 //! synchronous batch is a submission completed at once.
 
+use std::task::{Poll, Waker};
+use std::time::Instant;
+
 use dlock_core::proto::{Command, FLAG_ALL_OR_NOTHING};
+use dlock_core::time::duration_to_ms;
 use dlock_core::{GrantProof, LockId, Mode, Status};
 
 use super::local::{Decision, LocalLock, Request};
+use super::locks::grant;
 use super::table::LockTable;
-use super::{Client, Connection, Grant, Sent, batch_count, grant, receive};
-
-const BATCH: usize = dlock_core::config::BATCH_MAX;
+use super::{BATCH, Client, Connection, Dispatch, Error, Grant, Op, Sent, batch_count, receive};
 
 /// The most batches a client can have in flight on any transport (the link may allow fewer).
 pub(super) const DEPTH_MAX: usize = dlock_core::table::layout::MAILBOX_LANES;
@@ -43,6 +46,8 @@ struct SentCommand {
 /// to the server writes one record per entry and nothing else.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct InFlight {
+    /// The call that submitted it: a failure to complete it is that call's.
+    op: Op,
     /// The link's ticket for the message (unused when `k == 0`: nothing was sent).
     ticket: u64,
     /// The message id its reply must echo.
@@ -73,6 +78,7 @@ impl InFlight {
     pub(super) fn new() -> Self {
         let blank = LocalLock::new(NO_LOCK, dlock_core::LockKind::Atomic);
         InFlight {
+            op: Op::SubmitTryLock,
             ticket: 0,
             message_id: 0,
             sent_ms: 0,
@@ -182,104 +188,165 @@ impl<C: Connection> Client<C> {
         &mut self,
         requests: &[(LockId, Mode, u32)],
         all_or_nothing: bool,
-    ) -> Result<(), Status> {
+    ) -> Result<(), Error> {
+        self.submit_trylocks(Op::SubmitTryLock, requests, all_or_nothing)
+    }
+
+    /// Sends up to 31 unlocks as one message without waiting for the reply; complete it with
+    /// [`Client::complete`].
+    pub fn submit_unlock(&mut self, ids: &[LockId]) -> Result<(), Error> {
+        let op = Op::SubmitUnlock;
+        self.submit(op, ids.len(), 0, |i| ids[i], |l, _| Ok(l.unlock()))
+    }
+
+    /// The trylocks of `submit_trylock` and `batch_trylock` (`op`).
+    pub(super) fn submit_trylocks(
+        &mut self,
+        op: Op,
+        requests: &[(LockId, Mode, u32)],
+        all_or_nothing: bool,
+    ) -> Result<(), Error> {
         let flags = if all_or_nothing {
             FLAG_ALL_OR_NOTHING
         } else {
             0
         };
-        self.submit(
-            requests.len(),
-            flags,
-            |i| requests[i].0,
-            |l, i| {
-                let (_, mode, expire) = requests[i];
-                Ok(l.trylock(mode, expire, 0))
-            },
-        )
-    }
-
-    /// Sends up to 31 unlocks as one message without waiting for the reply; complete it with
-    /// [`Client::complete`].
-    pub fn submit_unlock(&mut self, ids: &[LockId]) -> Result<(), Status> {
-        self.submit(ids.len(), 0, |i| ids[i], |l, _| Ok(l.unlock()))
+        let decide = |l: &mut LocalLock, i: usize| {
+            let (_, mode, expire) = requests[i];
+            Ok(l.trylock(mode, expire, 0))
+        };
+        self.submit(op, requests.len(), flags, |i| requests[i].0, decide)
     }
 
     /// Waits for the reply of the oldest batch in flight, applies it and writes its per-entry
     /// results into `out` (at least as long as that batch); returns the batch's length.
     /// `Err(NoAsync)` when nothing is in flight. A transport failure (`BadResponse`, `Etimeout`)
-    /// ends this batch only; later ones may still complete.
-    pub fn complete(&mut self, out: &mut [Result<Grant, Status>]) -> Result<usize, Status> {
+    /// ends this batch only; later ones may still complete. A failure is reported as the
+    /// failure of the call that submitted the batch.
+    pub fn complete(&mut self, out: &mut [Result<Grant, Status>]) -> Result<usize, Error> {
+        let deadline = self.link.now() + self.cfg.timeout;
+        self.complete_with(out, None, deadline)
+    }
+
+    /// [`Client::complete`] for a caller that must not wait (a future, or a drop that only
+    /// completes what has arrived): ready once the oldest batch's reply is here or its request
+    /// timeout has passed since its send; pending until then, with `waker` woken when the reply
+    /// may have come.
+    pub(crate) fn poll_complete(
+        &mut self,
+        out: &mut [Result<Grant, Status>],
+        waker: &Waker,
+    ) -> Poll<Result<usize, Error>> {
         if self.pipeline.len == 0 {
-            return Err(Status::NoAsync);
+            return Poll::Ready(Err(Op::Complete.err(Status::NoAsync)));
         }
-        let p = &self.pipeline;
-        let f = &p.slots[p.head];
+        let f = &self.pipeline.slots[self.pipeline.head];
+        let (ticket, sent_ms, k) = (f.ticket, f.sent_ms, f.k);
+        let now = self.link.now();
+        if k == 0 {
+            // Answered without the server: nothing to wait for.
+            return Poll::Ready(self.complete_with(out, None, now));
+        }
+        match self.link.poll_recv_data(ticket, &mut self.inbox.buf, waker) {
+            Ok(Some(len)) => {
+                Poll::Ready(self.complete_with(out, Some(len), now + self.cfg.timeout))
+            }
+            Ok(None) if self.tick(now) < sent_ms + duration_to_ms(self.cfg.timeout) as u64 => {
+                Poll::Pending
+            }
+            // Out of time, or the connection failed: completing with a deadline of now looks
+            // once more and fails the batch as a blocking completion would.
+            _ => Poll::Ready(self.complete_with(out, None, now)),
+        }
+    }
+
+    /// Completes the oldest batch with its reply, given when a caller already read it
+    /// (`arrived`), otherwise waited for until `deadline`.
+    fn complete_with(
+        &mut self,
+        out: &mut [Result<Grant, Status>],
+        arrived: Option<usize>,
+        deadline: Instant,
+    ) -> Result<usize, Error> {
+        if self.pipeline.len == 0 {
+            return Err(Op::Complete.err(Status::NoAsync));
+        }
+        let head = self.pipeline.head;
+        let f = &self.pipeline.slots[head];
         if out.len() < f.n {
-            return Err(Status::Einval);
+            return Err(f.op.err(Status::Einval));
         }
-        let (n, k, all_or_nothing) = (f.n, f.k, f.all_or_nothing());
+        let (n, k) = (f.n, f.k);
         for &(i, r) in f.answered() {
             out[usize::from(i)] = r;
         }
-        let head = self.pipeline.head;
         self.pipeline.head = (head + 1) % DEPTH_MAX;
         self.pipeline.len -= 1;
         if k == 0 {
             release(&self.pipeline.slots[head], &mut self.locks);
             return Ok(n);
         }
-        let timeout = self.cfg.timeout;
-        // The wait is bounded by the request timeout from when it starts.
-        let deadline_at = self.link.now() + timeout;
-        let deadline = || Some(deadline_at);
+        self.receive_batch(head, out, arrived, deadline)?;
+        // The server granted after the send, so a lease counted from the send never outlives
+        // the server's; counted from the reply it would, by the reply's delay.
+        self.heard(self.pipeline.slots[head].sent_ms);
+        self.apply_batch(head, out);
+        Ok(n)
+    }
+
+    /// Waits until `deadline` for the reply to the batch in slot `at` (or takes the one a caller
+    /// read already, `arrived`). On a failure the batch is over either way, its locks free for
+    /// the next operation: what the server did is unknown (the caller reinits and re-claims),
+    /// and an all-or-nothing batch is taken back locally as a whole, so its records stay
+    /// consistent with each other.
+    fn receive_batch(
+        &mut self,
+        at: usize,
+        out: &mut [Result<Grant, Status>],
+        arrived: Option<usize>,
+        deadline: Instant,
+    ) -> Result<(), Error> {
         let Client {
             pipeline,
             link,
-            data_reply,
-            replies,
-            proofs,
+            inbox,
+            locks,
             ..
         } = self;
-        let f = &pipeline.slots[head];
+        let f = &pipeline.slots[at];
         let sent = Sent {
             ticket: f.ticket,
             message_id: f.message_id,
-            count: k,
+            count: f.k,
         };
         // The commands are described from the batch's own records, not copied out first.
         let command = |i: usize| Command::Lock(f.sent[i].request.command());
-        if let Err(s) = receive(link, data_reply, (replies, proofs), sent, command, deadline) {
-            // The batch is over either way: its locks are free for the next operation. What the
-            // server did is unknown (the caller reinits and re-claims); an all-or-nothing batch
-            // is taken back locally as a whole, so its records stay consistent with each other.
-            let Client {
-                pipeline, locks, ..
-            } = self;
-            let f = &pipeline.slots[head];
-            if all_or_nothing {
-                unwind(f, locks);
-                out[..n].fill(Err(s));
-            } else {
-                release(f, locks);
-            }
-            return Err(s);
+        let Err(e) = receive(link, inbox, f.op, sent, command, arrived, || Some(deadline)) else {
+            return Ok(());
+        };
+        if f.all_or_nothing() {
+            unwind(f, locks);
+            out[..f.n].fill(Err(e.status()));
+        } else {
+            release(f, locks);
         }
-        // The server granted after the send, so a lease counted from the send never outlives
-        // the server's; counted from the reply it would, by the reply's delay.
-        let now = self.pipeline.slots[head].sent_ms;
-        self.heard(now);
-        let epoch = self.epoch;
+        Err(e)
+    }
+
+    /// Applies the reply in the inbox to the batch in slot `at`, writing each sent entry's
+    /// result into `out`.
+    fn apply_batch(&mut self, at: usize, out: &mut [Result<Grant, Status>]) {
+        let epoch = u32::from(self.epoch);
         let Client {
             pipeline,
             locks,
-            replies,
-            proofs,
+            inbox,
             ..
         } = self;
-        let f = &pipeline.slots[head];
-        let undone = all_or_nothing
-            && replies[..k]
+        let f = &pipeline.slots[at];
+        let replies = &inbox.results[..f.k];
+        let undone = f.all_or_nothing()
+            && replies
                 .iter()
                 .any(|r| !matches!(r.status, Status::Success | Status::AlreadyLocked));
         if undone {
@@ -288,127 +355,64 @@ impl<C: Connection> Client<C> {
             for &(i, _) in f.saved() {
                 out[usize::from(i)] = Err(Status::Eagain);
             }
-            for (s, r) in f.sent().iter().zip(replies.iter()) {
+            for (s, r) in f.sent().iter().zip(replies) {
                 out[usize::from(s.entry)] = Err(if r.status == Status::AlreadyLocked {
                     Status::Eagain
                 } else {
                     r.status
                 });
             }
-            return Ok(n);
+            return;
         }
-        for ((s, reply), mac) in f.sent().iter().zip(replies.iter()).zip(proofs.iter()) {
+        for ((s, reply), mac) in f.sent().iter().zip(replies).zip(&inbox.proofs) {
             out[usize::from(s.entry)] = match locks.get_mut(s.lock) {
                 Some(e) => {
                     // Applied: free for the next operation (what `release` does, in this pass).
                     e.busy = false;
                     let proof = GrantProof { epoch, mac: *mac };
-                    let status = e.local.apply(&s.request, reply, proof, now);
+                    let status = e.local.apply(&s.request, reply, proof, f.sent_ms);
                     grant(status, &e.local)
                 }
                 None => Err(Status::LockNotGet),
             };
         }
-        if all_or_nothing {
+        if f.all_or_nothing() {
             // Locks it decided on without sending are busy too until now.
             release(f, locks);
         }
-        Ok(n)
     }
 
     /// The batch engine: decides each entry locally and sends those that need the server as
-    /// one message, recording the batch as in flight. No allocation: decisions live in the
-    /// pipeline's fixed slots.
+    /// one message, recording the batch (submitted by `op`) as in flight. No allocation:
+    /// decisions live in the pipeline's fixed slots.
     pub(super) fn submit(
         &mut self,
+        op: Op,
         n: usize,
         flags: u32,
         id_of: impl Fn(usize) -> LockId,
-        mut decide: impl FnMut(&mut LocalLock, usize) -> Result<Decision, Status>,
-    ) -> Result<(), Status> {
-        batch_count(n)?;
+        decide: impl FnMut(&mut LocalLock, usize) -> Result<Decision, Status>,
+    ) -> Result<(), Error> {
+        batch_count(op, n)?;
         if self.pending.is_some() || self.pipeline.len >= self.pipeline_depth() {
-            return Err(Status::Easync);
+            return Err(op.err(Status::Easync));
         }
-        let all_or_nothing = flags & FLAG_ALL_OR_NOTHING != 0;
         let at = (self.pipeline.head + self.pipeline.len) % DEPTH_MAX;
+        let f = &mut self.pipeline.slots[at];
+        (f.op, f.n, f.flags) = (op, n, flags);
         let mut commands = [Command::NONE; BATCH];
-        let Client {
-            pipeline, locks, ..
-        } = self;
-        let f = &mut pipeline.slots[at];
-        f.answered_len = 0;
-        f.saved_len = 0;
-        let mut k = 0;
-        for i in 0..n {
-            let id = id_of(i);
-            let Some(e) = locks.get_mut(id) else {
-                f.answer(i, Err(Status::LockNotGet));
-                continue;
-            };
-            if e.busy {
-                f.answer(i, Err(Status::Easync));
-                continue;
-            }
-            let before = e.local;
-            let decision = decide(&mut e.local, i);
-            // Keep the record as it was before the decision wherever the batch may have to be
-            // taken back: an all-or-nothing batch that fails changes nothing on the server, so
-            // it must change nothing here either; and an entry answered locally (a re-entry
-            // counted) is undone if the message cannot be sent.
-            if all_or_nothing || matches!(decision, Ok(Decision::Answer(_))) {
-                f.saved[f.saved_len] = (i as u8, before);
-                f.saved_len += 1;
-            }
-            // Busy until the batch completes: a lock it sends, and in an all-or-nothing batch
-            // any lock it decided on (see `release`).
-            e.busy = all_or_nothing || matches!(decision, Ok(Decision::Send(_)));
-            match decision {
-                Ok(Decision::Send(r)) => {
-                    f.sent[k] = SentCommand {
-                        entry: i as u8,
-                        lock: id,
-                        request: r,
-                    };
-                    commands[k] = Command::Lock(r.command());
-                    k += 1;
-                }
-                Ok(Decision::Answer(s)) => f.answer(i, grant(s, &e.local)),
-                Err(s) => f.answer(i, Err(s)),
-            }
-        }
-        f.n = n;
-        f.k = k;
-        f.flags = flags;
-        if all_or_nothing && f.answered().iter().any(|(_, a)| a.is_err()) {
-            // An entry failed before reaching the server: the batch cannot be all, so it is
-            // nothing, and nothing is sent. Failed entries keep their status, the rest `Eagain`.
-            unwind(f, locks);
-            let mut all: [(u8, Result<Grant, Status>); BATCH] =
-                std::array::from_fn(|i| (i as u8, Err(Status::Eagain)));
-            for &(i, r) in f.answered() {
-                if r.is_err() {
-                    all[usize::from(i)].1 = r;
-                }
-            }
-            (f.answered, f.answered_len) = (all, n);
-            // Taken back and freed already: completing it must not free these locks again
-            // (a later batch may have marked them busy by then).
-            f.saved_len = 0;
-            f.k = 0;
-            k = 0;
-        }
+        let k = decide_batch(f, &mut self.locks, id_of, decide, &mut commands);
         if k > 0 {
             let sent_ms = self.now_ms();
-            match self.send(&commands[..k], flags) {
-                Ok((ticket, message_id)) => {
+            match self.send(op, &commands[..k], flags, Dispatch::Now) {
+                Ok(sent) => {
                     let f = &mut self.pipeline.slots[at];
-                    (f.ticket, f.message_id, f.sent_ms) = (ticket, message_id, sent_ms);
+                    (f.ticket, f.message_id, f.sent_ms) = (sent.ticket, sent.message_id, sent_ms);
                 }
-                Err(s) => {
+                Err(e) => {
                     // Not sent: nothing of it is in flight, and nothing of it happened.
                     unwind(&self.pipeline.slots[at], &mut self.locks);
-                    return Err(s);
+                    return Err(e);
                 }
             }
         }
@@ -416,22 +420,98 @@ impl<C: Connection> Client<C> {
         Ok(())
     }
 
-    /// A synchronous batch of `n` entries: submitted by `submit` and completed at once, refused
-    /// while batches are in flight (their replies come first).
+    /// A synchronous batch of `n` entries (the call `op`): submitted by `submit` and completed
+    /// at once, refused while batches are in flight (their replies come first).
     pub(super) fn batch(
         &mut self,
+        op: Op,
         n: usize,
         out: &mut [Result<Grant, Status>],
-        submit: impl FnOnce(&mut Self) -> Result<(), Status>,
-    ) -> Result<(), Status> {
-        batch_count(n)?;
+        submit: impl FnOnce(&mut Self) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        batch_count(op, n)?;
         if out.len() < n {
-            return Err(Status::Einval);
+            return Err(op.err(Status::Einval));
         }
         if self.pipeline.len > 0 {
-            return Err(Status::Easync);
+            return Err(op.err(Status::Easync));
         }
         submit(self)?;
         self.complete(out).map(|_| ())
     }
+}
+
+/// Decides each of the `f.n` entries of the batch in `f` on its record, filling `f` and the
+/// `commands` to send; returns how many there are. An all-or-nothing batch with an entry that
+/// failed before reaching the server sends nothing: it cannot be all, so it is nothing.
+fn decide_batch(
+    f: &mut InFlight,
+    locks: &mut LockTable,
+    id_of: impl Fn(usize) -> LockId,
+    mut decide: impl FnMut(&mut LocalLock, usize) -> Result<Decision, Status>,
+    commands: &mut [Command; BATCH],
+) -> usize {
+    let all_or_nothing = f.all_or_nothing();
+    (f.answered_len, f.saved_len) = (0, 0);
+    let mut k = 0;
+    for i in 0..f.n {
+        let id = id_of(i);
+        let Some(e) = locks.get_mut(id) else {
+            f.answer(i, Err(Status::LockNotGet));
+            continue;
+        };
+        if e.busy {
+            f.answer(i, Err(Status::Easync));
+            continue;
+        }
+        let before = e.local;
+        let decision = decide(&mut e.local, i);
+        // Keep the record as it was before the decision wherever the batch may have to be
+        // taken back: an all-or-nothing batch that fails changes nothing on the server, so
+        // it must change nothing here either; and an entry answered locally (a re-entry
+        // counted) is undone if the message cannot be sent.
+        if all_or_nothing || matches!(decision, Ok(Decision::Answer(_))) {
+            f.saved[f.saved_len] = (i as u8, before);
+            f.saved_len += 1;
+        }
+        // Busy until the batch completes: a lock it sends, and in an all-or-nothing batch
+        // any lock it decided on (see `release`).
+        e.busy = all_or_nothing || matches!(decision, Ok(Decision::Send(_)));
+        match decision {
+            Ok(Decision::Send(r)) => {
+                f.sent[k] = SentCommand {
+                    entry: i as u8,
+                    lock: id,
+                    request: r,
+                };
+                commands[k] = Command::Lock(r.command());
+                k += 1;
+            }
+            Ok(Decision::Answer(s)) => f.answer(i, grant(s, &e.local)),
+            Err(s) => f.answer(i, Err(s)),
+        }
+    }
+    f.k = k;
+    if all_or_nothing && f.answered().iter().any(|(_, a)| a.is_err()) {
+        refuse_whole(f, locks);
+    }
+    f.k
+}
+
+/// Takes back an all-or-nothing batch refused before it was sent. Failed entries keep their
+/// status, the rest `Eagain`.
+fn refuse_whole(f: &mut InFlight, locks: &mut LockTable) {
+    unwind(f, locks);
+    let mut all: [(u8, Result<Grant, Status>); BATCH] =
+        std::array::from_fn(|i| (i as u8, Err(Status::Eagain)));
+    for &(i, r) in f.answered() {
+        if r.is_err() {
+            all[usize::from(i)].1 = r;
+        }
+    }
+    (f.answered, f.answered_len) = (all, f.n);
+    // Taken back and freed already: completing it must not free these locks again (a later
+    // batch may have marked them busy by then).
+    f.saved_len = 0;
+    f.k = 0;
 }

@@ -143,18 +143,19 @@ pub(super) fn recv(
 
 /// One object operation as a one-sided verb on cell `cell` of the server's object table: FAA,
 /// CAS (which returns the value it found, so success is `found == expected`) or an 8-byte READ.
+/// A failed verb is the caller's transport failure.
 pub(super) fn object_op(
     qp: &mut RdmaClient,
     cell: u32,
     op: ObjectOp,
     a: u64,
     b: u64,
-) -> Result<CommandResult, Status> {
+) -> io::Result<CommandResult> {
     let done = match op {
-        ObjectOp::Faa => qp.fetch_add(cell, a).map(super::ok),
+        ObjectOp::Faa => qp.fetch_add(cell, a).map(super::objects::ok),
         ObjectOp::Cas => qp.compare_swap(cell, a, b).map(|found| {
             if found == a {
-                super::ok(found)
+                super::objects::ok(found)
             } else {
                 CommandResult {
                     status: Status::ObjectCasFailed,
@@ -163,10 +164,10 @@ pub(super) fn object_op(
                 }
             }
         }),
-        ObjectOp::Snapshot => qp.read(cell).map(super::ok),
+        ObjectOp::Snapshot => qp.read(cell).map(super::objects::ok),
     };
     done.map_err(|e| {
         tracing::debug!(error = %e, cell, "one-sided object operation failed");
-        Status::BadResponse
+        io::Error::other(e)
     })
 }

@@ -12,9 +12,11 @@ use std::time::{Duration, Instant};
 
 use dlock_core::proto::{CONTROL_FRAME_MAX, DATA_MESSAGE_MAX};
 use dlock_core::proto::{MsgType, peek_control_header};
-use dlock_core::server::{Counter, Delivery, Dispatched, Route, Server};
+use dlock_core::server::{
+    Delivery, Dispatched, Registration, Routing, Server, SlotRouting, Source,
+};
 
-use super::exchange::{Job, JobKind, registered};
+use super::exchange::{Job, JobKind};
 use super::idle::Idler;
 use super::tcp::DataConns;
 use super::{INBOX_BATCH, ServerConfig, Shared};
@@ -31,18 +33,9 @@ struct Data<'s> {
     shared: &'s Shared,
     region: &'s Region,
     bells: Doorbells<'s>,
-    /// Per client slot: the last mailbox request sequence number taken.
-    last_seq: Vec<u64>,
-    /// Per client slot: where a parked request's reply goes (the rules: `dlock_core::server::route`).
-    routes: Vec<Route>,
-    /// Per client slot: the connection its registration came over (0: none, e.g. in-process
-    /// clients whose Unix-socket connection is their control connection too).
-    control_conn: Vec<u64>,
-    /// Per client slot: the client that registered over a socket (0: none). When it is no longer
-    /// registered, the control thread is told to close its connections.
-    bound: Vec<u32>,
-    /// Clients removed so far (deinit, expiry, eviction), to notice a removal cheaply.
-    removed: u64,
+    /// Per client slot: its mailboxes, routes and bindings (`dlock_core::server::Routing`, whose
+    /// methods apply the rules).
+    routing: Routing<'s>,
     req: [u8; DATA_MESSAGE_MAX],
     resp: Vec<u8>,
     start: Instant,
@@ -75,15 +68,13 @@ pub(super) fn run(
         server.set_session_key(key.clone(), super::hmac_sha256);
     }
     let slots = cfg.core.clients_max as usize;
+    // Allocated once, here: the core keeps the routing state in it and allocates nothing.
+    let mut routing = vec![SlotRouting::default(); slots];
     let mut d = Data {
         shared,
         region: &shared.region,
         bells: Doorbells::new(shared.region.doorbell_words()),
-        last_seq: vec![0; slots],
-        routes: (0..slots).map(|_| Route::None).collect(),
-        control_conn: vec![0; slots],
-        bound: vec![0; slots],
-        removed: 0,
+        routing: Routing::new(&mut routing),
         req: [0; DATA_MESSAGE_MAX],
         resp: vec![0; CONTROL_FRAME_MAX],
         start: Instant::now(),
@@ -98,63 +89,8 @@ pub(super) fn run(
     let mut next_tick = 0;
     while !shared.stop.load(Ordering::Acquire) {
         let now = d.now_ms();
-        let mut work = d.serve_mailboxes(&mut server, now);
-        work += d.serve_inbox(&mut server, now);
-        work += d.tcp.take_handovers(&mut server, &mut d.routes, now);
-        work += d.tcp.serve(&mut server, &mut d.routes, now);
-        #[cfg(feature = "rdma")]
-        {
-            work += d.serve_rdma(&mut server, now);
-        }
-        server.poll_waiters(now);
-        if server.replies_ready() > 0 {
-            d.deliver_replies(&mut server);
-            work += 1;
-        }
-        if now >= next_tick {
-            server.tick(now);
-            d.tcp.sweep(&mut server, &mut d.routes, now);
-            #[cfg(feature = "rdma")]
-            d.rdma.sweep(&server);
-            next_tick = now + TICK_MS;
-        }
-        d.close_gone_clients(&server);
-        #[cfg(feature = "rdma")]
-        if work == 0 && d.rdma.attached() {
-            // A SEND cannot ring the futex: with RDMA clients attached, parking would leave
-            // their requests waiting for the park timeout.
-            idler.idle_awake();
-            continue;
-        }
-        let park = if work > 0 {
-            idler.busy();
-            false
-        } else {
-            idler.idle()
-        };
-        if park {
-            let ex = &shared.exchange;
-            let ready = d.tcp.has_ready();
-            #[cfg(feature = "rdma")]
-            let rdma = &d.rdma;
-            let bells = &d.bells;
-            let tcp = &mut d.tcp;
-            // The one idle wait: sockets and the eventfd every waker rings. The re-check after
-            // raising the flag is the park handshake of `shm`'s module doc.
-            header.park_server(
-                || {
-                    #[cfg(feature = "rdma")]
-                    if rdma.has_work() {
-                        return true;
-                    }
-                    ready || bells.any() || !ex.inbox.is_empty() || !ex.handover.is_empty()
-                },
-                || tcp.wait(Some(PARK_MAX)),
-            );
-        } else if d.tcp.open() > 0 {
-            // Awake: a look at the sockets that costs one syscall and never blocks.
-            d.tcp.wait(Some(Duration::ZERO));
-        }
+        let work = d.turn(&mut server, now, &mut next_tick);
+        d.rest(work, &mut idler);
     }
     header.serving.store(0, Ordering::Release);
 }
@@ -164,30 +100,95 @@ impl Data<'_> {
         self.start.elapsed().as_millis() as u64
     }
 
+    /// One turn of the loop: every source of work once, the decided parked requests, and the
+    /// lease tick when `next_tick` has come; returns how much work there was.
+    fn turn(&mut self, server: &mut Server<'_>, now: u64, next_tick: &mut u64) -> usize {
+        let mut work = self.serve_mailboxes(server, now);
+        work += self.serve_inbox(server, now);
+        work += self.tcp.take_handovers(server, &mut self.routing, now);
+        work += self.tcp.serve(server, &mut self.routing, now);
+        #[cfg(feature = "rdma")]
+        {
+            work += self.serve_rdma(server, now);
+        }
+        server.poll_waiters(now);
+        if server.replies_ready() > 0 {
+            self.deliver_replies(server);
+            work += 1;
+        }
+        if now >= *next_tick {
+            server.tick(now);
+            self.tcp.sweep(server, &mut self.routing, now);
+            #[cfg(feature = "rdma")]
+            self.rdma.sweep(server);
+            *next_tick = now + TICK_MS;
+        }
+        self.close_gone_clients(server);
+        work
+    }
+
+    /// After a turn that found `work`: on, or the idle strategy's next step.
+    fn rest(&mut self, work: usize, idler: &mut Idler) {
+        #[cfg(feature = "rdma")]
+        if work == 0 && self.rdma.attached() {
+            // A SEND cannot ring the futex: with RDMA clients attached, parking would leave
+            // their requests waiting for the park timeout.
+            idler.idle_awake();
+            return;
+        }
+        let park = if work > 0 {
+            idler.busy();
+            false
+        } else {
+            idler.idle()
+        };
+        if park {
+            let ex = &self.shared.exchange;
+            let ready = self.tcp.has_ready();
+            #[cfg(feature = "rdma")]
+            let rdma = &self.rdma;
+            let bells = &self.bells;
+            let tcp = &mut self.tcp;
+            // The one idle wait: sockets and the eventfd every waker rings. The re-check after
+            // raising the flag is the park handshake of `shm`'s module doc.
+            self.region.shm_header().park_server(
+                || {
+                    #[cfg(feature = "rdma")]
+                    if rdma.has_work() {
+                        return true;
+                    }
+                    ready || bells.any() || !ex.inbox.is_empty() || !ex.handover.is_empty()
+                },
+                || tcp.wait(Some(PARK_MAX)),
+            );
+        } else if self.tcp.open() > 0 {
+            // Awake: a look at the sockets that costs one syscall and never blocks.
+            self.tcp.wait(Some(Duration::ZERO));
+        }
+    }
+
     /// Executes the requests of every client whose doorbell rang, up to one per lane, in the
     /// order the client numbered them; returns how many clients rang.
     fn serve_mailboxes(&mut self, server: &mut Server<'_>, now: u64) -> usize {
         let Data {
             region,
             bells,
-            last_seq,
-            routes,
+            routing,
             req,
             resp,
             ..
         } = self;
         let bells = &*bells;
         bells.drain(|slot| {
-            let (Some(lanes), Some(last)) = (
-                region.client_mailboxes(slot),
-                last_seq.get_mut(slot as usize),
-            ) else {
+            let Some(lanes) = region.client_mailboxes(slot) else {
                 return;
             };
             // Each lane once, and as many retries: a lane can change under us (rewritten by a
             // client that gave up on its request, or being written).
             let mut tries = 2 * lanes.len();
-            while let Some((seq, mb)) = next_lane(lanes, *last) {
+            while let Some(last) = routing.mailbox_seq(slot)
+                && let Some((seq, mb)) = next_lane(lanes, last)
+            {
                 if tries == 0 {
                     // More than a client can have in flight: leave the rest to the next turn,
                     // which the bell rung again guarantees.
@@ -198,12 +199,13 @@ impl Data<'_> {
                 let Some(len) = mb.take_exact(seq, req) else {
                     continue;
                 };
-                *last = seq;
-                // Ownership, a parked request given up on, the route of a new one: the core's
-                // rules (`dlock_core::server::dispatch`).
-                match server.dispatch_mailbox(routes, slot, seq, &req[..len], resp, now) {
+                // Ownership, a parked request given up on, the route of a new one, and `seq` as
+                // the slot's latest: the core's rules (`dlock_core::server::dispatch`).
+                let from = Source::Mailbox { slot, seq };
+                match server.dispatch(routing, from, &req[..len], resp, now) {
                     Dispatched::Replied(n) => mb.post_response(&resp[..n], seq),
-                    Dispatched::Parked => {}
+                    // Nothing joins over shared memory.
+                    Dispatched::Parked | Dispatched::Joined { .. } => {}
                     // An empty reply tells the client its request could not be read (or was
                     // not its own to send).
                     Dispatched::Refused => mb.post_response(&[], seq),
@@ -212,67 +214,30 @@ impl Data<'_> {
         })
     }
 
-    /// A client (new, or the same one re-registering) has just been given `slot`: whatever its
-    /// lanes still hold was sent before — by a previous owner, or by this client before it
-    /// gave up on it and reinitialised — and must not run now. The client numbers its next
-    /// request above every number in the lanes, which it reads only after this registration's
-    /// reply. A request it had parked, over any data path, is dropped for the same reason (a
-    /// path it no longer reads, whose loss the server may not have noticed yet).
-    fn fence_lanes(&mut self, server: &mut Server<'_>, slot: u32, client: u32, now: u64) {
-        if let Some(lanes) = self.region.client_mailboxes(slot) {
-            self.last_seq[slot as usize] = lanes_current_seq(lanes);
-        }
-        server.cancel_parked(client, now);
-        self.routes[slot as usize] = Route::None;
-        #[cfg(feature = "rdma")]
-        self.rdma.forget_parked_flag(slot);
-    }
-
-    /// Records that `client`, registered over a socket, now has `slot`. A different client that
-    /// had the slot before is gone: its connections are closed.
-    fn bind(&mut self, server: &Server<'_>, slot: u32, client: u32) {
-        let before = std::mem::replace(&mut self.bound[slot as usize], client);
-        if before != 0 && before != client && !server.is_registered(before) {
-            self.client_gone(before);
-        }
-    }
-
     /// After any client was removed (deinit, expiry, eviction): tells the control thread to
     /// close the connections of every socket-registered client that is no longer registered,
     /// so a departed client holds no connection (and no descriptor) of ours.
     fn close_gone_clients(&mut self, server: &Server<'_>) {
-        let s = server.stats();
-        let removed = s.get(Counter::ClientsDeinit)
-            + s.get(Counter::ClientsExpired)
-            + s.get(Counter::ClientsEvicted);
-        if removed == self.removed {
-            return;
+        let Data {
+            shared, routing, ..
+        } = self;
+        if server.forget_gone_clients(routing, |client| client_gone(shared, client)) {
+            shared.exchange.wake_control();
         }
-        self.removed = removed;
-        for slot in 0..self.bound.len() {
-            let client = self.bound[slot];
-            if client != 0 && server.client_slot_of(client) != Some(slot as u32) {
-                self.bound[slot] = 0;
-                self.control_conn[slot] = 0;
-                // Registered again in another slot (a recovering server takes old ids back):
-                // its connections are live, the new slot's binding speaks for them.
-                if !server.is_registered(client) {
-                    self.client_gone(client);
-                }
-            }
-        }
-        self.shared.exchange.wake_control();
     }
 
-    fn client_gone(&self, client: u32) {
-        // The outbox has room for one notice per client beside every reply (see `Exchange`).
-        let _ = self.shared.exchange.outbox.push(Job {
-            conn: 0,
-            kind: JobKind::ClientGone { client },
-            len: 0,
-            buf: Vec::new(),
-            peer: dlock_core::Peer::EXEMPT,
-        });
+    /// A client (new, or the same one re-registering) has just been given a slot: the core
+    /// routed it (`Server::control`); whatever the slot's lanes still hold was sent before — by
+    /// a previous owner, or by this client before it gave up on it and reinitialised — and must
+    /// not run now. The client numbers its next request above every number in the lanes, which
+    /// it reads only after this registration's reply.
+    fn registered(&mut self, r: Registration) {
+        if let Some(lanes) = self.region.client_mailboxes(r.slot) {
+            self.routing.fence_mailbox(r.slot, lanes_current_seq(lanes));
+        }
+        if let Some(before) = r.displaced {
+            client_gone(self.shared, before);
+        }
     }
 
     /// Takes up to `INBOX_BATCH` jobs from the control thread; returns how many.
@@ -287,23 +252,15 @@ impl Data<'_> {
                     if is_stats_request(&job.buf[..job.len]) {
                         self.shared.counters.copy_into(server);
                     }
-                    match server.handle_control_from(
-                        job.peer,
-                        &job.buf[..job.len],
-                        &mut self.resp,
-                        now,
-                    ) {
-                        Ok(len) => {
-                            job.buf[..len].copy_from_slice(&self.resp[..len]);
-                            job.len = len;
-                            // A registration's control connection is the one whose loss means
-                            // the client is lost (see `Disconnected` below).
-                            if let Some(client) = registered(&job.buf[..len])
-                                && let Some(slot) = server.client_slot_of(client)
-                            {
-                                self.control_conn[slot as usize] = job.conn;
-                                self.bind(server, slot, client);
-                                self.fence_lanes(server, slot, client, now);
+                    let req = &job.buf[..job.len];
+                    let at = (job.conn, job.peer);
+                    match server.control(&mut self.routing, at, req, &mut self.resp, now) {
+                        Ok(done) => {
+                            job.buf[..done.len].copy_from_slice(&self.resp[..done.len]);
+                            job.len = done.len;
+                            if let Some(r) = done.registered {
+                                self.registered(r);
+                                job.kind = JobKind::Registered { client: r.client };
                             }
                         }
                         Err(_) => job.kind = JobKind::Close,
@@ -314,20 +271,14 @@ impl Data<'_> {
                     job.kind = JobKind::Attached { ok };
                 }
                 JobKind::Disconnected { client } => {
-                    // Only the connection that carried the client's registration matters: a
-                    // stale connection of a client that has since re-registered going away must
-                    // not cancel anything. (Data connections are the data thread's own; their
-                    // loss is handled in `tcp.rs`.)
-                    if let Some(slot) = server.client_slot_of(client) {
-                        let slot = slot as usize;
-                        if self.control_conn[slot] == job.conn {
-                            self.control_conn[slot] = 0;
-                            server.client_disconnected(client, now);
-                        }
-                    }
+                    // Only the connection that carried the client's registration matters (the
+                    // core's rule). Data connections are the data thread's own; their loss is
+                    // handled in `tcp.rs`.
+                    server.control_closed(&mut self.routing, client, job.conn, now);
                     job.kind = JobKind::Nothing;
                 }
                 JobKind::Attached { .. }
+                | JobKind::Registered { .. }
                 | JobKind::ClientGone { .. }
                 | JobKind::Close
                 | JobKind::Nothing => job.kind = JobKind::Nothing,
@@ -346,48 +297,49 @@ impl Data<'_> {
     /// queue pair.
     #[cfg(feature = "rdma")]
     fn serve_rdma(&mut self, server: &mut Server<'_>, now: u64) -> usize {
-        let Data { rdma, routes, .. } = self;
-        rdma.serve(server, now, |slot| {
-            if let Some(route) = routes.get_mut(slot as usize) {
-                *route = Route::QueuePair;
-            }
-        })
+        self.rdma.serve(server, &mut self.routing, now)
     }
 
     /// Sends the replies of decided parked requests where their requests came from.
     fn deliver_replies(&mut self, server: &mut Server<'_>) {
         let Data {
             region,
-            routes,
+            routing,
             resp,
-            last_seq,
             tcp,
             #[cfg(feature = "rdma")]
             rdma,
             ..
         } = self;
-        server.dispatch_replies(
-            routes,
-            |slot| last_seq[slot as usize],
-            resp,
-            |delivery, r, reply| match delivery {
-                Delivery::Mailbox { seq } => {
-                    if let Some(lanes) = region.client_mailboxes(r.slot) {
-                        lanes[seq as usize % lanes.len()].post_response(reply, seq);
-                    }
+        server.dispatch_replies(routing, resp, |delivery, r, reply| match delivery {
+            Delivery::Mailbox { seq } => {
+                if let Some(lanes) = region.client_mailboxes(r.slot) {
+                    lanes[seq as usize % lanes.len()].post_response(reply, seq);
                 }
-                Delivery::Stream { conn, generation } => {
-                    tcp.deliver(conn, generation, reply);
-                }
-                #[cfg(feature = "rdma")]
-                Delivery::QueuePair => rdma.deliver(r.slot, r.client, reply),
-                #[cfg(not(feature = "rdma"))]
-                Delivery::QueuePair => {}
-                // A newer request, another message, or the client went away meanwhile.
-                Delivery::Nowhere => {}
-            },
-        );
+            }
+            Delivery::Stream { conn, generation } => {
+                tcp.deliver(conn, generation, reply);
+            }
+            #[cfg(feature = "rdma")]
+            Delivery::QueuePair => rdma.deliver(r.slot, r.client, reply),
+            #[cfg(not(feature = "rdma"))]
+            Delivery::QueuePair => {}
+            // A newer request, another message, or the client went away meanwhile.
+            Delivery::Nowhere => {}
+        });
     }
+}
+
+/// Tells the control thread that `client` is no longer registered: it closes its connections.
+fn client_gone(shared: &Shared, client: u32) {
+    // The outbox has room for one notice per client beside every reply (see `Exchange`).
+    let _ = shared.exchange.outbox.push(Job {
+        conn: 0,
+        kind: JobKind::ClientGone { client },
+        len: 0,
+        buf: Vec::new(),
+        peer: dlock_core::Peer::EXEMPT,
+    });
 }
 
 /// Whether `frame` is a `Stats` request (whose reply must carry the transport's counters too).

@@ -16,8 +16,11 @@ use super::stream::Stream;
 /// What a job asks for, or (on the way back) what its reply is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum JobKind {
-    /// A control frame; its reply is a control frame (or `Close`).
+    /// A control frame; its reply is a control frame (or `Registered`, or `Close`).
     Control,
+    /// Reply to `Control`: a control frame that registered `client` (a successful init or
+    /// reinit), which binds the connection to it.
+    Registered { client: u32 },
     /// A TCP data connection asks to be bound to `client` (proving it knows the session).
     Attach { client: u32, session: Session },
     /// Reply to `Attach`: bound or refused.
@@ -103,20 +106,5 @@ impl Exchange {
         {
             tracing::warn!(error = %e, "cannot wake the control thread");
         }
-    }
-}
-
-/// The client id a data message's header names (0, which no client has, if the header is not
-/// a data header). The RDMA path's ownership check; the others use `Server::dispatch_*`.
-#[cfg(feature = "rdma")]
-pub(crate) fn data_client(msg: &[u8]) -> u32 {
-    dlock_core::proto::peek_data_header(msg).map_or(0, |(h, _)| h.client)
-}
-
-/// The client id a successful init/reinit reply registers, if `reply` is one.
-pub(crate) fn registered(reply: &[u8]) -> Option<u32> {
-    match dlock_core::proto::decode_control_response(reply).ok()?.body {
-        dlock_core::proto::ControlResponse::Init(init) => Some(init.client),
-        _ => None,
     }
 }

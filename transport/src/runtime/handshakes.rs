@@ -24,6 +24,12 @@
 //! thread can serve ends in timeouts and evictions, as before, not in a growing queue.
 
 use std::collections::VecDeque;
+use std::io;
+use std::time::{Duration, Instant};
+
+use dlock_core::server::Counter;
+
+use crate::tls::HandshakeRefusal;
 
 /// Handshake steps one turn runs at most: ~1 ms of work at ~125 µs a step.
 pub(super) const HANDSHAKES_PER_TURN: usize = 8;
@@ -121,5 +127,47 @@ mod tests {
             assert!(!q.push(i, 0));
         }
         assert!(q.push(HANDSHAKES_PER_TURN, 0));
+    }
+}
+
+/// The server counter of each reason a TLS handshake is refused for.
+pub(super) fn tls_counter(why: HandshakeRefusal) -> Counter {
+    match why {
+        HandshakeRefusal::NoClientCert => Counter::TlsNoClientCert,
+        HandshakeRefusal::UnknownCa => Counter::TlsUnknownCa,
+        HandshakeRefusal::Expired => Counter::TlsExpired,
+        HandshakeRefusal::NotYetValid => Counter::TlsNotYetValid,
+        HandshakeRefusal::Revoked => Counter::TlsRevoked,
+        HandshakeRefusal::BadCertificate => Counter::TlsBadCertificate,
+        HandshakeRefusal::ProtocolVersion => Counter::TlsProtocolVersion,
+        HandshakeRefusal::NoCommonCipher => Counter::TlsNoCommonCipher,
+        HandshakeRefusal::NotTls => Counter::TlsNotTls,
+        HandshakeRefusal::Other => Counter::TlsOther,
+    }
+}
+
+/// Logs refused TLS handshakes, at most one line per [`REFUSAL_LOG_INTERVAL`] with the number
+/// left unlogged since the last: a peer that retries in a loop must not fill the log.
+#[derive(Debug, Default)]
+pub(super) struct RefusalLog {
+    last: Option<Instant>,
+    quiet: u64,
+}
+
+/// The least time between two log lines about refused handshakes.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+impl RefusalLog {
+    pub(super) fn log(&mut self, why: HandshakeRefusal, error: &io::Error) {
+        if self
+            .last
+            .is_some_and(|t| t.elapsed() < REFUSAL_LOG_INTERVAL)
+        {
+            self.quiet += 1;
+            return;
+        }
+        tracing::warn!(reason = why.name(), %error, also_refused = self.quiet, "TLS handshake refused");
+        self.last = Some(Instant::now());
+        self.quiet = 0;
     }
 }

@@ -24,7 +24,9 @@
 //! that speaks for another client, or when its client is no longer registered with that session
 //! (deinit, or declared dead after its lease). Losing a queue pair is what losing a TCP data
 //! connection is: the parked reply it was waiting for is dropped, and the client itself lives
-//! on until its control connection closes or its lease runs out.
+//! on until its control connection closes or its lease runs out. Who a pair speaks for and
+//! where a parked reply goes are the core's rules (`Server::dispatch` with
+//! `Source::QueuePair`, `dlock_core::server::route`); this file moves the bytes.
 //!
 //! # Cost
 //!
@@ -36,10 +38,9 @@ use std::fmt;
 
 use crossbeam_queue::ArrayQueue;
 use dlock_core::Status;
-use dlock_core::server::Server;
+use dlock_core::server::{Dispatched, Routing, Server, Source};
 use dlock_core::table::Part;
 
-use super::exchange::data_client;
 use super::{ServerConfig, Shared};
 use crate::rdma::{
     AttachRecord, ENDPOINT_LEN, MESSAGE_MAX, MESSAGES_INFLIGHT_MAX, RDMA_ATTACH_LEN,
@@ -95,8 +96,6 @@ pub(crate) struct Peer {
     /// one: a client has at most one parked request.
     deferred: Box<[u8; MESSAGE_MAX]>,
     deferred_len: usize,
-    /// A request of this client's came over this pair and is parked on the server.
-    parked: bool,
     retired: Option<Why>,
 }
 
@@ -207,7 +206,6 @@ fn attach(shared: &Shared, record: &[u8], ok: bool) -> Result<[u8; ENDPOINT_LEN]
         conn,
         deferred: Box::new([0; MESSAGE_MAX]),
         deferred_len: 0,
-        parked: false,
         retired: None,
     };
     // The queue holds one peer per connection, so it is full only if connections pile up
@@ -239,14 +237,6 @@ pub(super) fn drop_retired(shared: &Shared) {
 }
 
 // ---- data thread ----------------------------------------------------------------------------
-
-/// What one served request turned into.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Outcome {
-    Replied,
-    Parked,
-    Refused,
-}
 
 /// The data thread's queue pairs, one per client slot; allocated at start.
 #[derive(Debug)]
@@ -281,13 +271,13 @@ impl<'s> Peers<'s> {
     }
 
     /// Installs new queue pairs and serves each attached one: up to [`MESSAGES_INFLIGHT_MAX`]
-    /// requests each (all a client may have outstanding). `parked(slot)` is told of every
-    /// request that `handle_data` parked. Returns how much work was done.
+    /// requests each (all a client may have outstanding), through the core's dispatch (which
+    /// routes a parked request's reply back here). Returns how much work was done.
     pub(super) fn serve(
         &mut self,
         server: &mut Server<'_>,
+        routing: &mut Routing<'_>,
         now: u64,
-        mut parked: impl FnMut(u32),
     ) -> usize {
         let Some(side) = self.side else { return 0 };
         let mut work = 0;
@@ -295,20 +285,20 @@ impl<'s> Peers<'s> {
             let Some(peer) = side.attached.pop() else {
                 break;
             };
-            self.install(server, peer, now);
+            self.install(server, routing, peer, now);
             work += 1;
         }
         let mut k = 0;
         while k < self.active.len() {
             let slot = self.active[k];
-            match self.serve_peer(server, slot, now, &mut parked) {
+            match self.serve_peer(server, routing, slot, now) {
                 Ok(n) => {
                     work += n;
                     k += 1;
                 }
                 // `retire` moved the last active slot into position `k`: visit it next.
                 Err(why) => {
-                    self.forget_parked(server, slot, now);
+                    self.forget_parked(server, routing, slot, now);
                     self.retire(slot, why);
                     work += 1;
                 }
@@ -320,9 +310,9 @@ impl<'s> Peers<'s> {
     fn serve_peer(
         &mut self,
         server: &mut Server<'_>,
+        routing: &mut Routing<'_>,
         slot: u32,
         now: u64,
-        parked: &mut impl FnMut(u32),
     ) -> Result<usize, Why> {
         let Some(peer) = self.slots[slot as usize].as_mut() else {
             return Ok(0);
@@ -338,50 +328,36 @@ impl<'s> Peers<'s> {
             }
             peer.deferred_len = 0;
         }
-        let client = peer.client;
+        // A queue pair speaks only for the client whose session attached it; a request it
+        // parks is answered over it (`deliver`) unless the client sends another first.
+        let from = Source::QueuePair {
+            slot,
+            client: peer.client,
+        };
         let mut served = 0;
         while served < MESSAGES_INFLIGHT_MAX {
-            let mut outcome = Outcome::Replied;
-            let was_parked = &mut peer.parked;
+            let mut refused = false;
             let took = peer
                 .conn
-                .try_serve(|req, out| {
-                    // A queue pair speaks only for the client whose session attached it.
-                    if data_client(req) != client {
-                        outcome = Outcome::Refused;
-                        return 0;
-                    }
-                    // A client sends nothing while its blocking request is parked unless it gave
-                    // up on it: drop that request, so its lock is not granted to a reply nobody
-                    // reads (as the shared-memory path does).
-                    if std::mem::take(was_parked) {
-                        server.cancel_parked(client, now);
-                    }
-                    match server.handle_data(req, out, now) {
-                        Ok(0) => {
-                            outcome = Outcome::Parked;
+                .try_serve(
+                    |req, out| match server.dispatch(routing, from, req, out, now) {
+                        Dispatched::Replied(n) => n,
+                        // Nothing joins over a queue pair.
+                        Dispatched::Parked | Dispatched::Joined { .. } => 0,
+                        Dispatched::Refused => {
+                            refused = true;
                             0
                         }
-                        Ok(n) => n,
-                        Err(_) => {
-                            outcome = Outcome::Refused;
-                            0
-                        }
-                    }
-                })
+                    },
+                )
                 .map_err(Why::Failed)?;
             if !took {
                 break;
             }
             served += 1;
-            match outcome {
-                Outcome::Replied => {}
-                Outcome::Parked => {
-                    peer.parked = true;
-                    parked(slot)
-                }
-                // As a TCP data connection that sends bytes no message can start with.
-                Outcome::Refused => return Err(Why::Refused),
+            // As a TCP data connection that sends bytes no message can start with.
+            if refused {
+                return Err(Why::Refused);
             }
         }
         Ok(served)
@@ -399,8 +375,6 @@ impl<'s> Peers<'s> {
         else {
             return;
         };
-        // Decided: nothing of this client's is parked any more.
-        peer.parked = false;
         if reply.is_empty() || reply.len() > MESSAGE_MAX {
             return;
         }
@@ -440,7 +414,13 @@ impl<'s> Peers<'s> {
 
     /// Puts a connected queue pair in its client's slot, replacing the slot's previous one, if
     /// the client is still registered with the session it attached with.
-    fn install(&mut self, server: &mut Server<'_>, peer: Peer, now: u64) {
+    fn install(
+        &mut self,
+        server: &mut Server<'_>,
+        routing: &mut Routing<'_>,
+        peer: Peer,
+        now: u64,
+    ) {
         let slot = server
             .client_session(peer.client)
             .filter(|&(slot, session)| {
@@ -453,7 +433,7 @@ impl<'s> Peers<'s> {
         };
         if self.slots[slot as usize].is_some() {
             // The client reconnected: it gave up on what the old pair had in flight.
-            self.forget_parked(server, slot, now);
+            self.forget_parked(server, routing, slot, now);
             self.retire(slot, Why::Replaced);
         }
         // `active` was allocated for every slot and holds each at most once: no reallocation.
@@ -463,22 +443,17 @@ impl<'s> Peers<'s> {
     }
 
     /// The pair in `slot` is going away while its client lives on (it failed, sent what no
-    /// message starts with, or was replaced): a request parked over it is dropped, as one whose
-    /// TCP data connection closed, so its lock is not granted to a reply nobody reads and the
-    /// client can park another.
-    fn forget_parked(&mut self, server: &mut Server<'_>, slot: u32, now: u64) {
-        if let Some(peer) = self.slots[slot as usize].as_mut()
-            && std::mem::take(&mut peer.parked)
-        {
-            server.cancel_parked(peer.client, now);
-        }
-    }
-
-    /// The client in `slot` re-registered and the data thread dropped its parked request: a
-    /// reply for it will never come over this pair.
-    pub(super) fn forget_parked_flag(&mut self, slot: u32) {
-        if let Some(peer) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) {
-            peer.parked = false;
+    /// message starts with, or was replaced): a request parked over it is dropped (the core's
+    /// `Server::queue_pair_lost`).
+    fn forget_parked(
+        &mut self,
+        server: &mut Server<'_>,
+        routing: &mut Routing<'_>,
+        slot: u32,
+        now: u64,
+    ) {
+        if let Some(peer) = self.slots[slot as usize].as_ref() {
+            server.queue_pair_lost(routing, slot, peer.client, now);
         }
     }
 

@@ -15,9 +15,10 @@
 //! A connection speaks for its *members*: the client its attach proved, and every client that
 //! joined it since with a join command (`proto::JoinCommand`, the session checked as for an
 //! attach). A multiplexing client thus serves many registrations of one process over one
-//! connection. Membership is kept per client slot (`by_slot`): a slot names at most one
-//! connection, and a message is executed only if its header's client is the member bound in its
-//! slot on the connection it came on.
+//! connection. Membership, and every rule about who may send what here, is the core's
+//! (`dlock_core::server::Routing`, `route` and `Server::dispatch_stream`): a slot names at most
+//! one connection, and a message is executed only if its header's client is the member bound in
+//! its slot on the connection it came on. This file moves the bytes.
 //!
 //! The window bounds what one connection can make us hold: at most [`WINDOW_MAX`] requests
 //! executed whose replies have not left the write buffer. Parked requests stand outside it —
@@ -43,12 +44,8 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use dlock_core::Status;
-use dlock_core::proto::{
-    Command, DATA_MESSAGE_MAX, DATA_RESPONSE_MAX, DecodeError, decode_data_request,
-    peek_data_header,
-};
-use dlock_core::server::{Binding, Counter, Dispatched, Joining, Route, Server, joining};
+use dlock_core::proto::{DATA_MESSAGE_MAX, DATA_RESPONSE_MAX, peek_data_header};
+use dlock_core::server::{Counter, Dispatched, Routing, Server, Streamed};
 use mio::{Events, Interest, Poll, Token};
 
 use super::exchange::Handover;
@@ -142,6 +139,13 @@ impl DataConn {
         room
     }
 
+    /// A reply of `n` bytes was written at the end of the write buffer (in the room
+    /// [`Self::make_reply_room`] made).
+    fn reply_written(&mut self, n: usize) {
+        self.wend += n;
+        self.unwritten += 1;
+    }
+
     /// Grows the write buffer to hold what `members` members may have answered at once.
     fn fit_members(&mut self, members: usize) {
         let want = write_buf(members);
@@ -175,10 +179,6 @@ pub(super) struct DataConns<'s> {
     free: Vec<u32>,
     /// Connections to serve this turn (each once: `DataConn::queued`).
     ready: Vec<u32>,
-    /// Per client slot: its data connection and the client it speaks for there.
-    by_slot: Vec<Binding>,
-    /// Scratch for `sweep`: members per connection.
-    members: Vec<u32>,
     frame_timeout_ms: u64,
 }
 
@@ -193,8 +193,6 @@ impl<'s> DataConns<'s> {
             generations: Vec::with_capacity(max),
             free: Vec::with_capacity(max),
             ready: Vec::with_capacity(max),
-            by_slot: vec![Binding::NONE; cfg.core.clients_max as usize],
-            members: Vec::with_capacity(max),
             frame_timeout_ms: millis(cfg.frame_timeout),
         }
     }
@@ -244,7 +242,7 @@ impl<'s> DataConns<'s> {
     pub(super) fn take_handovers(
         &mut self,
         server: &mut Server<'_>,
-        routes: &mut [Route],
+        routing: &mut Routing<'_>,
         now: u64,
     ) -> usize {
         let mut n = 0;
@@ -253,12 +251,12 @@ impl<'s> DataConns<'s> {
                 break;
             };
             n += 1;
-            self.adopt(h, server, routes, now);
+            self.adopt(h, server, routing, now);
         }
         n
     }
 
-    fn adopt(&mut self, h: Handover, server: &mut Server<'_>, routes: &mut [Route], now: u64) {
+    fn adopt(&mut self, h: Handover, server: &mut Server<'_>, routing: &mut Routing<'_>, now: u64) {
         let Handover {
             mut stream,
             client,
@@ -314,55 +312,12 @@ impl<'s> DataConns<'s> {
             write_blocked: None,
         });
         self.ready.push(i as u32);
-        self.bind(slot, i as u32, client, server, routes, now);
-    }
-
-    /// Makes connection `conn` speak for `client`, registered in `slot`. One data connection per
-    /// client: if another spoke for it, the client gave up on that one (it reconnected, or
-    /// joined here), so its request parked there is cancelled, and that connection, left with
-    /// no member, is closed.
-    fn bind(
-        &mut self,
-        slot: u32,
-        conn: u32,
-        client: u32,
-        server: &mut Server<'_>,
-        routes: &mut [Route],
-        now: u64,
-    ) {
-        let before = std::mem::replace(&mut self.by_slot[slot as usize], Binding { conn, client });
-        if !before.is_bound() || before.conn == conn {
-            return;
+        // One data connection per client: an older one the client left, now with no member,
+        // closes.
+        let at = (i as u32, self.generations[i]);
+        if let Some(vacated) = server.bind_stream(routing, (slot, client), at, now) {
+            self.close(vacated as usize, server, routing, now);
         }
-        self.cancel_parked(slot, before, server, routes, now);
-        if self.member_count(before.conn) == 0 {
-            self.close(before.conn as usize, server, routes, now);
-        }
-    }
-
-    /// Cancels the request `binding`'s client parked on `binding.conn`, if it has one: its
-    /// reply would have nowhere to go, and a lock granted to it nobody would learn of.
-    fn cancel_parked(
-        &self,
-        slot: u32,
-        binding: Binding,
-        server: &mut Server<'_>,
-        routes: &mut [Route],
-        now: u64,
-    ) {
-        let Some(&generation) = self.generations.get(binding.conn as usize) else {
-            return;
-        };
-        if let Some(route) = routes.get_mut(slot as usize)
-            && route.leave_stream(binding.conn, generation)
-        {
-            server.cancel_parked(binding.client, now);
-        }
-    }
-
-    /// Clients connection `conn` speaks for (a scan of the slots: joins and closes only).
-    fn member_count(&self, conn: u32) -> usize {
-        self.by_slot.iter().filter(|b| b.conn == conn).count()
     }
 
     /// A handed-over connection was dropped before it was served: it no longer counts.
@@ -378,7 +333,7 @@ impl<'s> DataConns<'s> {
     pub(super) fn serve(
         &mut self,
         server: &mut Server<'_>,
-        routes: &mut [Route],
+        routing: &mut Routing<'_>,
         now: u64,
     ) -> usize {
         // Those with more to do after their turn (the read buffer filled, the window reopened)
@@ -391,12 +346,12 @@ impl<'s> DataConns<'s> {
                 continue;
             };
             c.queued = false;
-            let outcome = self.serve_one(&mut c, i as u32, server, routes, now);
+            let outcome = self.serve_one(&mut c, i as u32, server, routing, now);
             let again = outcome == Outcome::Open && c.has_work();
             c.queued = again;
             self.conns[i] = Some(c);
             if outcome == Outcome::Close {
-                self.close(i, server, routes, now);
+                self.close(i, server, routing, now);
             } else if again {
                 self.ready.push(i as u32);
             }
@@ -432,57 +387,44 @@ impl<'s> DataConns<'s> {
 
     /// Every tick: members whose client is no longer registered (in its slot) leave their
     /// connection, and connections left with no member or past their timeouts are closed.
-    pub(super) fn sweep(&mut self, server: &mut Server<'_>, routes: &mut [Route], now: u64) {
-        self.members.clear();
-        self.members.resize(self.conns.len(), 0);
-        for (slot, b) in self.by_slot.iter_mut().enumerate() {
-            if !b.is_bound() {
-                continue;
-            }
-            if server.client_slot_of(b.client) != Some(slot as u32) {
-                // Gone, its parked request with it: this connection proved nothing about
-                // whoever registers the id or the slot next.
-                *b = Binding::NONE;
-                continue;
-            }
-            self.members[b.conn as usize] += 1;
-        }
+    pub(super) fn sweep(&mut self, server: &mut Server<'_>, routing: &mut Routing<'_>, now: u64) {
+        server.sweep_streams(routing, |conn| {
+            // Its clients are gone: their control connections tell them why. It has no member
+            // whose parked request closing it would cancel.
+            self.shared.counters.bump(Counter::ConnectionsOfGoneClients);
+            self.drop_conn(conn as usize);
+        });
         let late = |since: Option<u64>, limit: u64| since.is_some_and(|t| now > t + limit);
         for i in 0..self.conns.len() {
             let Some(c) = &self.conns[i] else {
                 continue;
             };
-            if self.members[i] == 0 {
-                // Its clients are gone: their control connections tell them why.
-                self.shared.counters.bump(Counter::ConnectionsOfGoneClients);
-                self.close(i, server, routes, now);
-                continue;
-            }
             let stale = late(c.frame_started, self.frame_timeout_ms)
                 || late(c.write_blocked, self.frame_timeout_ms);
             if stale {
                 tracing::debug!(client = c.client, "data connection timed out");
                 self.shared.counters.bump(Counter::ConnectionsTimedOut);
-                self.close(i, server, routes, now);
+                self.close(i, server, routing, now);
             }
         }
     }
 
-    /// Closes connection `i`: its members' parked requests are cancelled, their slots unbound,
-    /// and it stops counting.
-    fn close(&mut self, i: usize, server: &mut Server<'_>, routes: &mut [Route], now: u64) {
+    /// Closes connection `i`: its members' parked requests are cancelled, they leave it, and it
+    /// stops counting.
+    fn close(&mut self, i: usize, server: &mut Server<'_>, routing: &mut Routing<'_>, now: u64) {
+        if self.conns.get(i).is_some_and(Option::is_some) {
+            server.stream_closed(routing, i as u32, now);
+            self.drop_conn(i);
+        }
+    }
+
+    /// Takes connection `i` out of the poll and the table: its socket closes.
+    fn drop_conn(&mut self, i: usize) {
         let Some(mut c) = self.conns.get_mut(i).and_then(Option::take) else {
             return;
         };
         let _ = self.poll.registry().deregister(c.stream.source());
         self.free.push(i as u32);
-        for slot in 0..self.by_slot.len() {
-            let b = self.by_slot[slot];
-            if b.conn == i as u32 {
-                self.cancel_parked(slot as u32, b, server, routes, now);
-                self.by_slot[slot] = Binding::NONE;
-            }
-        }
         self.dropped();
     }
 
@@ -492,13 +434,13 @@ impl<'s> DataConns<'s> {
         c: &mut DataConn,
         i: u32,
         server: &mut Server<'_>,
-        routes: &mut [Route],
+        routing: &mut Routing<'_>,
         now: u64,
     ) -> Outcome {
         if c.window_open() && c.readable && read(c) == Outcome::Close {
             return Outcome::Close;
         }
-        if self.execute(c, i, server, routes, now) == Outcome::Close {
+        if self.execute(c, i, server, routing, now) == Outcome::Close {
             return Outcome::Close;
         }
         if c.writable && c.pending_write() {
@@ -513,7 +455,7 @@ impl<'s> DataConns<'s> {
         c: &mut DataConn,
         i: u32,
         server: &mut Server<'_>,
-        routes: &mut [Route],
+        routing: &mut Routing<'_>,
         now: u64,
     ) -> Outcome {
         let mut at = 0;
@@ -523,37 +465,30 @@ impl<'s> DataConns<'s> {
                 blocked = true;
                 break;
             }
-            let (header, len) = match peek_data_header(&c.rbuf[at..c.rlen]) {
-                Ok(peeked) => peeked,
-                Err(DecodeError::Truncated) => break,
-                Err(_) => return Outcome::Close,
-            };
-            if c.rlen - at < len {
-                break;
-            }
-            match joining(&c.rbuf[at..at + len], usize::from(header.count)) {
-                Joining::None => {}
-                Joining::Join => {
-                    if self.join(c, i, at, len, server, routes, now) == Outcome::Close {
-                        return Outcome::Close;
-                    }
-                    at += len;
-                    continue;
-                }
-                Joining::Mixed => return Outcome::Close,
-            }
             if !c.make_reply_room() {
                 return Outcome::Close;
             }
-            // A connection speaks only for its members (`dlock_core::server::route`).
-            let generation = c.generation;
-            let (msg, room) = split(c, at, len);
-            match server.dispatch_stream(routes, &self.by_slot, (i, generation), msg, room, now) {
-                Dispatched::Replied(n) => {
-                    c.wend += n;
-                    c.unwritten += 1;
-                }
+            // Framing, joins, who the connection speaks for, execution and the route of a
+            // parked request: the core's (`Server::dispatch_stream`).
+            let msg = &c.rbuf[at..c.rlen];
+            let room = &mut c.wbuf[c.wend..c.wend + DATA_RESPONSE_MAX];
+            let (len, dispatched) =
+                match server.dispatch_stream(routing, (i, c.generation), msg, room, now) {
+                    Streamed::Incomplete => break,
+                    Streamed::Malformed => return Outcome::Close,
+                    Streamed::Message { len, dispatched } => (len, dispatched),
+                };
+            match dispatched {
+                Dispatched::Replied(n) => c.reply_written(n),
                 Dispatched::Parked => {}
+                Dispatched::Joined { reply, vacated } => {
+                    c.reply_written(reply);
+                    // A parked request's reply of each member must fit besides the window's.
+                    c.fit_members(routing.members(i));
+                    if let Some(old) = vacated {
+                        self.close(old as usize, server, routing, now);
+                    }
+                }
                 Dispatched::Refused => return Outcome::Close,
             }
             at += len;
@@ -570,48 +505,6 @@ impl<'s> DataConns<'s> {
             _ => c.frame_started.or(Some(now)),
         };
         Outcome::Open
-    }
-
-    /// The join message at `rbuf[at..at + len]` (one join, alone: `route::joining`): binds its
-    /// client to this connection if the session is the registration's, and answers it; a wrong
-    /// session (counted by `authenticate`) closes the connection.
-    #[allow(clippy::too_many_arguments)]
-    fn join(
-        &mut self,
-        c: &mut DataConn,
-        i: u32,
-        at: usize,
-        len: usize,
-        server: &mut Server<'_>,
-        routes: &mut [Route],
-        now: u64,
-    ) -> Outcome {
-        let msg = &c.rbuf[at..at + len];
-        let (client, session) = match decode_data_request(msg) {
-            Ok(req) if req.len() == 1 => match req.command(0) {
-                Command::Join(j) => (req.header().client, j.session),
-                _ => return Outcome::Close,
-            },
-            _ => return Outcome::Close,
-        };
-        let Some(slot) = server.authenticate(client, &session) else {
-            tracing::debug!(client, "join refused: wrong session");
-            return Outcome::Close;
-        };
-        self.bind(slot, i, client, server, routes, now);
-        c.fit_members(self.member_count(i));
-        if !c.make_reply_room() {
-            return Outcome::Close;
-        }
-        let (msg, room) = split(c, at, len);
-        match server.answer_data(msg, room, Status::Success) {
-            Ok(n) => {
-                c.wend += n;
-                c.unwritten += 1;
-                Outcome::Open
-            }
-            Err(_) => Outcome::Close,
-        }
     }
 }
 
@@ -641,15 +534,6 @@ fn read(c: &mut DataConn) -> Outcome {
         c.writable = true;
     }
     Outcome::Open
-}
-
-/// The message at `rbuf[at..at + len]` and the room for its reply in the write buffer (made
-/// by the caller: [`DataConn::make_reply_room`]).
-fn split(c: &mut DataConn, at: usize, len: usize) -> (&[u8], &mut [u8]) {
-    (
-        &c.rbuf[at..at + len],
-        &mut c.wbuf[c.wend..c.wend + DATA_RESPONSE_MAX],
-    )
 }
 
 /// Writes what waits, with one write (plus sending the TLS records it sealed).

@@ -2,6 +2,7 @@
 //! client of it.
 
 pub mod certs;
+pub mod gated;
 pub mod raw;
 
 use dlock_core::Config;

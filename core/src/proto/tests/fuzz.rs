@@ -14,6 +14,7 @@
 //! `tests/tests/frames.rs` reads the same variable for the server fed the same kind of frames.
 
 use super::*;
+use crate::cluster::MAP_ENCODED_MAX;
 use proptest::prelude::*;
 use std::sync::OnceLock;
 
@@ -22,7 +23,7 @@ const CASES_DEFAULT: u32 = 1_000;
 
 /// The campaign's size: `DLOCK_FUZZ_CASES` if set (a bad value is a mistake worth stopping
 /// for, not a silent fallback), else [`CASES_DEFAULT`].
-fn cases() -> u32 {
+pub(super) fn cases() -> u32 {
     match std::env::var("DLOCK_FUZZ_CASES") {
         Ok(v) => v.parse().expect("DLOCK_FUZZ_CASES is a case count"),
         Err(_) => CASES_DEFAULT,
@@ -118,7 +119,7 @@ fn reencode_data_response(resp: &DataResponse<'_>, out: &mut [u8]) -> usize {
 }
 
 /// A command with this kind, op and id; panics if the decoder let an invalid kind or op through.
-fn command_with(kind: u8, op: u8, id: u32) -> Command {
+pub(super) fn command_with(kind: u8, op: u8, id: u32) -> Command {
     if kind == JOIN_KIND {
         assert_eq!((op, id), (0, 0), "decoder validated the join");
         return Command::Join(JoinCommand {
@@ -131,6 +132,7 @@ fn command_with(kind: u8, op: u8, id: u32) -> Command {
             object: id,
             a: 0,
             b: 0,
+            partition_epoch: 0,
         });
     }
     Command::Lock(LockCommand {
@@ -140,6 +142,7 @@ fn command_with(kind: u8, op: u8, id: u32) -> Command {
         expire_ms: 0,
         ticket: Ticket::default(),
         wait_ms: 0,
+        partition_epoch: 0,
     })
 }
 
@@ -259,11 +262,12 @@ fn apply(bytes: &mut Vec<u8>, mutation: &Mutation) {
 
 /// Nudges 32 random bytes towards a valid command (small kind and op, zero status and reserved
 /// bytes) so the fuzzer reaches the accepting paths, while still producing kinds 3..=4 and op 8.
+/// The partition epoch (lock 20..24, object 24..28) keeps its random value.
 fn tidy_command(c: &mut [u8]) {
     c[0] %= 5;
     c[1] %= 9;
     c[2..4].fill(0);
-    let reserved = if c[0] == OBJECT_KIND { 24 } else { 16 };
+    let reserved = if c[0] == OBJECT_KIND { 28 } else { 24 };
     c[reserved..].fill(0);
 }
 
@@ -276,29 +280,40 @@ fn arb_command() -> impl Strategy<Value = Command> {
             any::<u32>(),
             any::<u16>(),
             any::<u16>(),
-            any::<u32>()
+            (any::<u32>(), any::<u32>())
         )
             .prop_map(
-                |(kind, op, lock, expire_ms, tx, ts, wait_ms)| Command::Lock(LockCommand {
-                    kind: LockKind::from_u8(kind).unwrap(),
-                    op: LockOp::from_u8(op).unwrap(),
-                    lock,
-                    expire_ms,
-                    wait_ms,
-                    ticket: Ticket {
-                        exclusive: tx,
-                        shared: ts,
-                    },
-                })
+                |(kind, op, lock, expire_ms, tx, ts, (wait_ms, partition_epoch))| Command::Lock(
+                    LockCommand {
+                        kind: LockKind::from_u8(kind).unwrap(),
+                        op: LockOp::from_u8(op).unwrap(),
+                        lock,
+                        expire_ms,
+                        wait_ms,
+                        ticket: Ticket {
+                            exclusive: tx,
+                            shared: ts,
+                        },
+                        partition_epoch,
+                    }
+                )
             ),
-        (0u8..3, any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(op, object, a, b)| {
-            Command::Object(ObjectCommand {
-                op: ObjectOp::from_u8(op).unwrap(),
-                object,
-                a,
-                b,
-            })
-        }),
+        (
+            0u8..3,
+            any::<u32>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>()
+        )
+            .prop_map(|(op, object, a, b, partition_epoch)| {
+                Command::Object(ObjectCommand {
+                    op: ObjectOp::from_u8(op).unwrap(),
+                    object,
+                    a,
+                    b,
+                    partition_epoch,
+                })
+            }),
         any::<[u8; 16]>().prop_map(|s| Command::Join(JoinCommand {
             session: crate::ids::Session(s)
         })),
@@ -336,7 +351,7 @@ fn claim_from(parts: &ClaimParts) -> LockClaim<'_> {
         token,
         // Any bytes will do; the word's give every proof byte a value.
         proof: crate::GrantProof {
-            epoch: (token >> 48) as u16,
+            epoch: (token >> 32) as u32,
             mac: word.to_le_bytes(),
         },
     }
@@ -354,7 +369,7 @@ proptest! {
 
     #[test]
     fn random_control_bodies_are_refused_or_reencoded_exactly(
-        code in 10u8..44,
+        code in 10u8..54,
         word in prop_oneof![Just(0u32), 0u32..0x3010, any::<u32>()],
         body in prop::collection::vec(any::<u8>(), 0..600),
     ) {
@@ -423,6 +438,47 @@ proptest! {
             let bytes = encode_request(&frame);
             prop_assert_eq!(decode_control_request(&bytes), Ok(frame));
         }
+    }
+
+    #[test]
+    fn any_cluster_request_round_trips(
+        offset in any::<u32>(),
+        (partition, epoch) in any::<(u16, u32)>(),
+        (min_version, lease_ms) in any::<(u8, u32)>(),
+        session in any::<[u8; 16]>(),
+    ) {
+        for body in [
+            ControlRequest::GetMap { offset },
+            ControlRequest::ReclaimDone { partition, epoch },
+            ControlRequest::ClientJoin { min_version, lease_ms, session: crate::ids::Session(session) },
+        ] {
+            let frame = frame(body);
+            let bytes = encode_request(&frame);
+            prop_assert_eq!(decode_control_request(&bytes), Ok(frame));
+        }
+    }
+
+    /// Any chunk of any map length, and a `PartitionMoved` of any type and version, round trip;
+    /// the chunk is exactly as long as its place says.
+    #[test]
+    fn any_map_chunk_and_moved_reply_round_trips(
+        total_len in 1..=MAP_ENCODED_MAX as u32,
+        at in any::<prop::sample::Index>(),
+        version in any::<u64>(),
+        msg in any::<prop::sample::Index>(),
+    ) {
+        let map: Vec<u8> = (0..total_len).map(|i| i as u8).collect();
+        let offset = at.index(map.len()) as u32;
+        let chunk = MapChunk::of(version, &map, offset).unwrap();
+        prop_assert_eq!(Some(chunk.chunk.len()), map_chunk_len(total_len, offset));
+        let header = resp_header(MsgType::GetMap, Status::Success);
+        let bytes = encode_response(&header, &ControlResponse::MapChunk(chunk));
+        let back = decode_control_response(&bytes).unwrap();
+        prop_assert_eq!(back.body, ControlResponse::MapChunk(chunk));
+        let msg = MsgType::ALL[msg.index(MsgType::ALL.len())];
+        let moved = ControlResponse::PartitionMoved { map_version: version };
+        let bytes = encode_response(&resp_header(msg, Status::PartitionMoved), &moved);
+        prop_assert_eq!(decode_control_response(&bytes).unwrap().body, moved);
     }
 
     #[test]

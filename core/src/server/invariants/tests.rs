@@ -43,6 +43,7 @@ fn cmd(kind: LockKind, op: LockOp, lock: LockId, expire_ms: u32, wait_ms: u32) -
         expire_ms,
         ticket: Ticket::default(),
         wait_ms,
+        partition_epoch: 0,
     })
 }
 

@@ -69,6 +69,9 @@ pub enum Violation {
     Waiter { slot: u32 },
     /// A FIFO that does not end, or holds a waiter that is not waiting on that lock.
     Queue { lock: u32 },
+    /// A parked request with no route for its reply, or one over a stream that answers
+    /// another message or goes over a connection that no longer speaks for the slot.
+    Route { slot: u32 },
     /// The counts of waiting and decided requests are not what the waiter table holds.
     WaiterCounts {
         waiting: u32,
@@ -157,6 +160,9 @@ impl fmt::Display for Violation {
             ),
             Violation::Waiter { slot } => write!(f, "waiter slot {slot}: inconsistent"),
             Violation::Queue { lock } => write!(f, "lock {lock}: waiter FIFO broken"),
+            Violation::Route { slot } => {
+                write!(f, "slot {slot}: a parked request's reply has no route")
+            }
             Violation::WaiterCounts {
                 waiting,
                 ready,

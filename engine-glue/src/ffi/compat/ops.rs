@@ -38,9 +38,10 @@ use crate::ffi::ops::reports_word;
 use crate::ffi::types::{self as native, MAX_LOCK_BATCH_SIZE, lock_request, lock_state};
 use crate::ffi::{self, guard, read_at, write_at};
 
-/// A ms tick as the reference's `u32` seconds, rounded up, saturating.
+/// A ms tick as the reference's `u32` seconds, by the core's one rounding rule (up,
+/// saturating).
 fn seconds(ms: u64) -> u32 {
-    u32::try_from(ms.div_ceil(1000)).unwrap_or(u32::MAX)
+    dlock_core::time::duration_to_s(std::time::Duration::from_millis(ms))
 }
 
 /// A lock state in the reference's layout.

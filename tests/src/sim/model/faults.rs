@@ -6,7 +6,7 @@ use dlock_core::server::Server;
 use super::client::{self, Phase};
 use super::{Flow, TICK_MS, World};
 
-impl World {
+impl World<'_> {
     /// Maybe one fault; `Some(Crashed)` when the server crashed.
     pub(super) fn inject_fault(&mut self, srv: &mut Server<'_>) -> Result<Option<Flow>, String> {
         let p = self.plan;

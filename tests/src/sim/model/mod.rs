@@ -26,7 +26,7 @@ mod workload;
 
 use std::collections::HashMap;
 
-use dlock_core::server::{Server, ServerState};
+use dlock_core::server::{Server, ServerState, SlotRouting};
 use dlock_core::{Config, LockKind};
 
 use super::endpoint::Endpoint;
@@ -103,7 +103,7 @@ enum Flow {
 
 /// The whole simulated system but the server, which each incarnation borrows from its region.
 #[derive(Debug)]
-pub struct World {
+pub struct World<'s> {
     seed: u64,
     rng: Rng,
     p: Params,
@@ -116,7 +116,7 @@ pub struct World {
     draining: bool,
     drain_started: u64,
     net: Net,
-    endpoint: Endpoint,
+    endpoint: Endpoint<'s>,
     clients: Vec<SimClient>,
     by_id: HashMap<u32, usize>,
     object_names: Vec<Vec<u8>>,
@@ -149,7 +149,11 @@ pub fn run_counting_leases_from_reply(seed: u64, ops: u64) -> Result<Report, Fai
 }
 
 fn run_with(seed: u64, ops: u64, lease_from_reply: bool) -> Result<Report, Failure> {
-    let mut w = World::new(seed, ops);
+    let mut rng = Rng::new(seed);
+    let p = Params::draw(&mut rng);
+    // The runtime's per-slot routing, which every server incarnation starts afresh.
+    let mut slots = vec![SlotRouting::default(); p.cfg.clients_max as usize];
+    let mut w = World::new(seed, ops, (rng, p), &mut slots);
     w.lease_from_reply = lease_from_reply;
     loop {
         let mut cfg = w.p.cfg;
@@ -185,10 +189,14 @@ fn run_with(seed: u64, ops: u64, lease_from_reply: bool) -> Result<Report, Failu
     }
 }
 
-impl World {
-    fn new(seed: u64, ops_max: u64) -> Self {
-        let mut rng = Rng::new(seed);
-        let p = Params::draw(&mut rng);
+impl<'s> World<'s> {
+    /// The world of seed `seed`, whose draws so far are `rng` and `p`.
+    fn new(
+        seed: u64,
+        ops_max: u64,
+        (mut rng, p): (Rng, Params),
+        slots: &'s mut [SlotRouting],
+    ) -> Self {
         let kinds = [LockKind::Atomic, LockKind::Rw, LockKind::Fair];
         let names: Vec<(Vec<u8>, LockKind)> = (0..p.lock_names)
             .map(|i| (format!("lock-{i}").into_bytes(), kinds[i % 3]))
@@ -208,7 +216,7 @@ impl World {
             draining: false,
             drain_started: 0,
             net: Net::default(),
-            endpoint: Endpoint::new(p.cfg.clients_max),
+            endpoint: Endpoint::new(slots),
             clients,
             by_id: HashMap::new(),
             believers: vec![Vec::new(); names.len()],
@@ -235,6 +243,7 @@ impl World {
             checks: self.oracle.checks + self.oracle.beliefs.checks,
             clients: self.p.clients,
             faults: self.faults,
+            guards: 0,
         }
     }
 
@@ -318,8 +327,15 @@ impl World {
     /// their lease.
     fn timers(&mut self, srv: &mut Server<'_>, tick: bool) -> Result<(), String> {
         let now = self.server_now();
-        let decided = self.endpoint.timers(srv, &mut self.oracle, now, tick)?;
+        let mut emptied = Vec::new();
+        let decided = self
+            .endpoint
+            .timers(srv, &mut self.oracle, now, tick, &mut emptied)?;
         self.send_decided(decided);
+        // Links whose clients were all removed close, as the runtime closes such connections.
+        for link in emptied {
+            self.net.break_link(link);
+        }
         if !tick {
             return Ok(());
         }

@@ -25,7 +25,7 @@ pub(super) fn renews_lease(s: Status) -> bool {
     !registration_gone(s) && s != Status::NotReady
 }
 
-impl World {
+impl World<'_> {
     /// A reply reached client `i`.
     pub(super) fn on_reply(
         &mut self,
@@ -97,7 +97,7 @@ impl World {
                     // no earlier, so the client never trusts a grant longer than the server.
                     let at = if from_reply { now } else { sent_at };
                     let proof = GrantProof {
-                        epoch: c.epoch,
+                        epoch: u32::from(c.epoch),
                         mac: rep.proof_mac(k),
                     };
                     let _ = l.local.apply(&req, &r, proof, at);
@@ -139,6 +139,7 @@ impl World {
         let rep =
             decode_control_response(bytes).map_err(|e| format!("client decodes reply: {e:?}"))?;
         let status = rep.header.status().unwrap_or(Status::BadResponse);
+        let server_now = self.server_now();
         let c = &mut self.clients[i];
         if let Some(hb) = &c.heartbeat
             && hb.message_id == rep.header.message_id
@@ -185,7 +186,8 @@ impl World {
                 self.by_id.insert(r.client, i);
                 // Its data channel attaches with the session, as a transport's does.
                 if let Some(link) = c.link {
-                    self.endpoint.attach(srv, link, r.client, &r.session);
+                    self.endpoint
+                        .attach(srv, link, r.client, &r.session, server_now);
                 }
             }
             (Ctl::Init, _) => c.phase = Phase::Idle,
@@ -201,7 +203,8 @@ impl World {
                 c.lease_anchor = sent_at;
                 c.lease_ms = r.lease_ms;
                 if let Some(link) = c.link {
-                    self.endpoint.attach(srv, link, r.client, &r.session);
+                    self.endpoint
+                        .attach(srv, link, r.client, &r.session, server_now);
                 }
                 if r.recovering {
                     // A new server: objects are not carried over; locks are re-claimed, unless
@@ -286,9 +289,14 @@ impl World {
                 self.send_claims(i, next);
             }
             (Ctl::Claims(_), _) => {
-                // The batch was refused whole: try the whole reinit again.
+                // The batch was refused whole: try the whole reinit again, over a new link (as
+                // `Client::reinit` reconnects first: the runtime closes a control connection
+                // that registers twice).
                 c.connected = false;
                 c.notice_at = self.now;
+                if let Some(link) = c.link.take() {
+                    self.net.break_link(link);
+                }
             }
             (Ctl::Done, _) => {
                 // Re-synced: what it re-claimed it believes it holds again.

@@ -7,11 +7,11 @@ use dlock_core::server::Server;
 
 use super::World;
 use super::client::Phase;
-use crate::sim::endpoint::{Decided, Served, reply_to};
+use crate::sim::endpoint::{Controlled, Decided, Served, reply_to};
 use crate::sim::net::{Channel, Dir, LinkId, Message};
 use crate::sim::swarm::ReplyFate;
 
-impl World {
+impl World<'_> {
     /// Sends `bytes` from client `i` to the server on `channel` of its link, opening a link
     /// if it has none (it registers, or re-registers after its last one broke). On a link
     /// that broke and that the client has not noticed yet, the message is lost with it.
@@ -114,9 +114,16 @@ impl World {
         }
         match m.channel {
             Channel::Control => {
-                let (reply, status) =
+                let (controlled, replaced) =
                     self.endpoint
                         .control(srv, &mut self.oracle, m.link, &m.bytes, now)?;
+                for link in replaced {
+                    self.net.break_link(link);
+                }
+                let Controlled::Reply(reply, status) = controlled else {
+                    self.net.break_link(m.link);
+                    return Ok(());
+                };
                 if self.oracle.trace {
                     let req = dlock_core::proto::peek_control_header(&m.bytes).map(|(h, _)| h);
                     eprintln!("  control {req:?} -> {status:?}");

@@ -18,7 +18,7 @@ use super::client::{Ctl, FORGED, Item, Out, Pending, Phase, idle_for_trylock, re
 use super::{REQUEST_TIMEOUT_MS, World};
 use crate::sim::net::Channel;
 
-impl World {
+impl World<'_> {
     /// Client `i` takes its turn.
     pub(super) fn act(&mut self, srv: &mut Server<'_>, i: usize) -> Result<(), String> {
         let now = self.server_now();
@@ -283,7 +283,13 @@ impl World {
                 _ => (ObjectOp::Snapshot, 0, 0),
             };
             items.push(Item::Object { obj: k });
-            commands.push(Command::Object(ObjectCommand { op, object, a, b }));
+            commands.push(Command::Object(ObjectCommand {
+                op,
+                object,
+                a,
+                b,
+                partition_epoch: 0,
+            }));
         }
         self.send_data(i, items, &commands, 0);
     }
@@ -459,7 +465,7 @@ impl World {
                     0 => GrantProof::NONE,
                     1 => own.unwrap_or(GrantProof::NONE),
                     _ => GrantProof {
-                        epoch: self.epoch.saturating_sub(1),
+                        epoch: u32::from(self.epoch.saturating_sub(1)),
                         mac: self
                             .rng
                             .next_u64()

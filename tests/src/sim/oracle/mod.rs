@@ -34,7 +34,7 @@ use dlock_core::proto::{
     ObjectOp, decode_control_request, decode_control_response, decode_data_request,
     decode_data_response,
 };
-use dlock_core::server::{Server, WaitReply};
+use dlock_core::server::{Routing, Server, WaitReply};
 use dlock_core::word::fair::{FairWord, ticket_before};
 use dlock_core::{LockKind, Mode, Status};
 
@@ -109,10 +109,12 @@ impl Oracle {
         self.name_index.get(name).copied()
     }
 
-    /// The server's tables agree (checked after every step that reached the server).
-    pub fn tables(&mut self, srv: &Server<'_>) -> Result<(), String> {
+    /// The server's tables agree, and the routing the runtime keeps through it (checked after
+    /// every step that reached the server).
+    pub fn tables(&mut self, srv: &Server<'_>, routing: &Routing<'_>) -> Result<(), String> {
         self.checks += 1;
         srv.check_invariants()
+            .and_then(|()| srv.check_routing(routing))
             .map_err(|v| format!("server tables: {v}"))
     }
 

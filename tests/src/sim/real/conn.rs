@@ -72,6 +72,11 @@ impl<'r> SimConn<'r> {
         }
     }
 
+    /// The link it sends on now.
+    pub fn link(&self) -> LinkId {
+        self.link
+    }
+
     /// The server answered a request sent at `sent`, renewing the lease or not.
     fn heard_back(&self, sent: u64, renewed: bool) {
         if renewed {
@@ -205,9 +210,10 @@ impl Connection for SimConn<'_> {
         if !w.net.is_alive(self.link) {
             return Err(lost());
         }
+        let now = w.now_ms;
         if !w
             .endpoint
-            .attach(&mut w.server, self.link, client, &session)
+            .attach(&mut w.server, self.link, client, &session, now)
         {
             return Err(io::Error::new(io::ErrorKind::PermissionDenied, "refused"));
         }

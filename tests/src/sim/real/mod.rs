@@ -13,16 +13,23 @@
 //! one, and each client goes through the real `reinit`, `update_all_locks` and `reinit_done`
 //! (what it claims, and whether its lease lapsed, is the client's own decision).
 //!
+//! Every third process uses the native API instead (`native`): a `Locks` over the same
+//! connection, typed handles, guards held across steps, blocking and async calls, sets, and
+//! drops that send their unlocks without reading the answers.
+//!
 //! After every step the oracle checks the server's answers and its tables, and what the
-//! clients *believe* from their own records ([`beliefs`](super::oracle::beliefs)).
+//! clients *believe* from their own records, or a native process from its live guards
+//! ([`beliefs`](super::oracle::beliefs)).
 //!
 //! | part      | what it is                                                        |
 //! |-----------|-------------------------------------------------------------------|
 //! | `world`   | the server incarnations, the network, the clock                   |
 //! | `conn`    | `SimConn`, a client's `Connection` through the world              |
 //! | `procs`   | the processes: a real client each, the application driving it, and its beliefs |
+//! | `native`  | the processes of the native API: a `Locks` each, its handles and guards |
 
 mod conn;
+mod native;
 mod procs;
 mod world;
 
@@ -30,6 +37,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+use dlock_core::server::SlotRouting;
 use dlock_core::{Config, LockKind};
 use dlock_transport::Region;
 
@@ -84,6 +92,8 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<Report, Failure> {
         .collect::<Result<Vec<_>, _>>()
         .expect("carve tables");
     let first = tables.pop().expect("a region");
+    // The runtime's per-slot routing, which every server incarnation starts afresh.
+    let mut slots = vec![SlotRouting::default(); cfg.clients_max as usize];
     // Three seeds in four run with a session key: every grant then carries a proof the real
     // client keeps and shows when it re-claims.
     let keyed = !seed.is_multiple_of(4);
@@ -109,6 +119,7 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<Report, Failure> {
         oracle,
         Rng::new(seed ^ 0x5eed),
         FaultPlan::draw(seed),
+        &mut slots,
     );
     world.sabotage = sabotage;
     let world = Rc::new(RefCell::new(world));
@@ -118,6 +129,8 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<Report, Failure> {
         names,
         procs: (0..n_procs).map(|_| Proc::new()).collect(),
         ops: 0,
+        native_guards: 0,
+        native_drops: 0,
         crashes: 0,
         reinits: 0,
     };
@@ -147,6 +160,7 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<Report, Failure> {
         checks: w.oracle.checks + w.oracle.beliefs.checks,
         clients: n_procs,
         faults: w.faults,
+        guards: sim.native_guards,
     })
 }
 
@@ -166,7 +180,7 @@ impl Sim<'_> {
         let n = self.procs.len();
         if self.rng.chance(rate(plan.crash_ppm)) {
             let p = self.rng.index(n);
-            if self.procs[p].client.is_some() {
+            if self.running(p) {
                 self.world.borrow_mut().faults.crashes_other += 1;
                 self.crash(p);
             }

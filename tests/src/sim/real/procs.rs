@@ -1,5 +1,6 @@
-//! The simulated processes: each a real `Client` driven by a random application, and what
-//! each believes it holds.
+//! The simulated processes: each a real `Client` driven by a random application (every third
+//! one through the native API instead: [`native`](super::native)), and what each believes it
+//! holds.
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
@@ -10,6 +11,7 @@ use dlock_core::{LockId, LockKind, Mode, ObjectId, Status};
 use dlock_transport::client::{AsyncOp, Client, ClientConfig, Endpoint, LocalLock};
 
 use super::conn::{Shared, SimConn};
+use super::native::Native;
 use crate::sim::Rng;
 use crate::sim::oracle::beliefs::Belief;
 
@@ -19,6 +21,8 @@ pub(super) const CLIENT_LEASE_MS: u64 = 400;
 /// A simulated process: its client (none while crashed) and what the oracle needs of it.
 pub(super) struct Proc<'r> {
     pub client: Option<Client<SimConn<'r>>>,
+    /// A process of the native API instead (every third one): its handle and guards.
+    pub native: Option<Native<'r>>,
     /// Sim time of the client's start (its records count from there).
     pub start_ms: u64,
     /// The send time of the last request whose reply showed the server renewing its lease
@@ -47,6 +51,7 @@ impl Proc<'_> {
     pub fn new() -> Self {
         Proc {
             client: None,
+            native: None,
             start_ms: 0,
             heard: Rc::new(Cell::new(0)),
             lease_ms: 0,
@@ -70,13 +75,26 @@ impl Proc<'_> {
         incarnation: u32,
         name_of: impl Fn(LockId) -> Option<usize>,
     ) -> Vec<(usize, Belief)> {
-        let Some(c) = &self.client else {
-            return Vec::new();
-        };
         if self.synced != incarnation || now >= self.heard.get() + self.lease_ms {
             // Its registration may be gone: it must not act on beliefs.
             return Vec::new();
         }
+        if let Some(n) = &self.native {
+            // What its live guards say, each within its own lease.
+            let live = n
+                .beliefs()
+                .filter(|h| h.until.is_none_or(|until| now < until));
+            let belief = |mode, token| Belief {
+                holder: p,
+                mode,
+                token,
+                fenced: true,
+            };
+            return live.map(|h| (h.k, belief(h.mode, h.token))).collect();
+        }
+        let Some(c) = &self.client else {
+            return Vec::new();
+        };
         let mut out = Vec::new();
         for (&id, l) in c.locks() {
             let Some(mode) = l.state.held_mode() else {
@@ -122,6 +140,9 @@ pub(super) struct Sim<'r> {
     pub names: Vec<(String, LockKind)>,
     pub procs: Vec<Proc<'r>>,
     pub ops: u64,
+    /// Guards (and sets) the native processes took, and dropped without an unlock's answer.
+    pub native_guards: u64,
+    pub native_drops: u64,
     pub crashes: u64,
     pub reinits: u64,
 }
@@ -131,7 +152,7 @@ impl<'r> Sim<'r> {
         self.world.borrow().now_ms
     }
 
-    fn config() -> ClientConfig {
+    pub(super) fn config() -> ClientConfig {
         // The endpoint is not used by a client over a `Connection` of its own.
         ClientConfig::new(Endpoint::Local {
             unix_socket: "/nonexistent".into(),
@@ -141,11 +162,32 @@ impl<'r> Sim<'r> {
         .with_timeout(Duration::from_millis(50))
     }
 
+    /// Whether process `p` uses the native API.
+    fn is_native(p: usize) -> bool {
+        p % 3 == 1
+    }
+
+    /// Whether process `p` is running (not crashed or gone).
+    pub fn running(&self, p: usize) -> bool {
+        self.procs[p].client.is_some() || self.procs[p].native.is_some()
+    }
+
     pub fn start_client(&mut self, p: usize) {
         let now = self.now();
         let incarnation = self.world.borrow().incarnation;
         let proc = &mut self.procs[p];
         proc.heard = Rc::new(Cell::new(0));
+        if Self::is_native(p) {
+            let heard = Rc::clone(&proc.heard);
+            if let Some((n, lease)) = Native::start(&self.world, p, heard, self.names.len()) {
+                proc.native = Some(n);
+                proc.lease_ms = lease.as_millis() as u64;
+                proc.start_ms = now;
+                proc.synced = incarnation;
+                proc.registered = incarnation;
+            }
+            return;
+        }
         let conn = SimConn::new(Rc::clone(&self.world), p, Rc::clone(&proc.heard));
         proc.ids.clear();
         proc.releasing.clear();
@@ -167,6 +209,9 @@ impl<'r> Sim<'r> {
     pub fn crash(&mut self, p: usize) {
         let now = self.now();
         self.procs[p].client = None;
+        if let Some(n) = self.procs[p].native.take() {
+            n.crash(&self.world);
+        }
         self.procs[p].down_until = now + self.rng.range(0, 2 * CLIENT_LEASE_MS);
         self.crashes += 1;
     }
@@ -193,10 +238,14 @@ impl<'r> Sim<'r> {
         if now < self.procs[p].paused_until {
             return Ok(());
         }
-        if self.procs[p].client.is_none() {
+        if !self.running(p) {
             if now >= self.procs[p].down_until {
                 self.start_client(p);
             }
+            return Ok(());
+        }
+        if self.procs[p].native.is_some() {
+            self.act_native(p, now);
             return Ok(());
         }
         let k = self.rng.index(self.names.len());
@@ -248,11 +297,11 @@ impl<'r> Sim<'r> {
         let proc = &mut self.procs[p];
         let c = proc.client.as_mut().expect("a live client");
         match roll {
-            2..=35 => c.trylock(id, mode, expire).map(drop),
+            2..=35 => c.trylock(id, mode, expire).map(drop).map_err(Status::from),
             36..=60 => {
                 // The application stops using the lock now, whatever the answer; a record that
                 // still holds after a lost reply keeps it "releasing" until an unlock lands.
-                let r = c.unlock(id).map(drop);
+                let r = c.unlock(id).map(drop).map_err(Status::from);
                 let held = c
                     .locks()
                     .any(|(lid, l)| *lid == id && l.state.held_mode().is_some());
@@ -265,7 +314,9 @@ impl<'r> Sim<'r> {
             }
             61..=70 => {
                 let wait = Duration::from_millis(self.rng.range(1, 40));
-                c.lock(id, mode, expire, wait).map(drop)
+                c.lock(id, mode, expire, wait)
+                    .map(drop)
+                    .map_err(Status::from)
             }
             71..=78 => self.batch(p, mode, expire),
             79..=82 => {
@@ -276,7 +327,7 @@ impl<'r> Sim<'r> {
                     .take(31)
                     .collect();
                 let mut out = vec![Err(Status::Einval); held.len()];
-                let r = c.batch_unlock(&held, &mut out);
+                let r = c.batch_unlock(&held, &mut out).map_err(Status::from);
                 // Every lock it asked to release, by name: some may have records from before a
                 // failover that this process never looked up again.
                 let w = self.world.borrow();
@@ -298,10 +349,10 @@ impl<'r> Sim<'r> {
             }
             83..=86 => self.async_lock(p, id, mode, expire),
             87..=92 => self.faa(p),
-            93..=96 => c.heartbeat(),
+            93..=96 => c.heartbeat().map_err(Status::from),
             _ => {
                 let mut c = proc.client.take().expect("a live client");
-                if c.try_deinit() == Err(Status::NotReady) {
+                if c.try_deinit().map_err(Status::from) == Err(Status::NotReady) {
                     // A recovering server keeps the client and its locks, and so does the
                     // process, which leaves later. `NotReady` renews nothing: no new anchor.
                     self.procs[p].client = Some(c);
@@ -334,7 +385,7 @@ impl<'r> Sim<'r> {
         let aon = self.rng.below(2) == 0;
         let mut out = vec![Err(Status::Einval); reqs.len()];
         let c = self.procs[p].client.as_mut().expect("a live client");
-        c.batch_trylock(&reqs, aon, &mut out)
+        c.batch_trylock(&reqs, aon, &mut out).map_err(Status::from)
     }
 
     /// The reference's async pair, driven to its end.
@@ -342,7 +393,7 @@ impl<'r> Sim<'r> {
         let c = self.procs[p].client.as_mut().expect("a live client");
         c.lock_request_async(id, AsyncOp::Lock(mode, expire))?;
         loop {
-            match c.lock_result_check() {
+            match c.lock_result_check().map_err(Status::from) {
                 Err(Status::AsyncAgain) => {
                     let until = self.world.borrow().now_ms + 1;
                     self.world.borrow_mut().step(until);
@@ -366,7 +417,7 @@ impl<'r> Sim<'r> {
             }
         };
         // The oracle checks the value against the server's sequence of FAAs.
-        c.atomic64_faa(object, 1).map(drop)
+        c.atomic64_faa(object, 1).map(drop).map_err(Status::from)
     }
 
     /// A transport or registration error: reinit, or start over if the server forgot us.

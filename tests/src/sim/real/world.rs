@@ -4,11 +4,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use dlock_core::server::Server;
+use dlock_core::server::{Server, SlotRouting};
 use dlock_core::table::Tables;
 use dlock_core::{Config, Status};
 
-use crate::sim::endpoint::{Decided, Endpoint, Served, reply_to};
+use crate::sim::endpoint::{Controlled, Decided, Endpoint, Served, reply_to};
 use crate::sim::net::{Channel, Dir, LinkId, Message, Net};
 use crate::sim::oracle::Oracle;
 use crate::sim::swarm::{FaultPlan, Faults, ReplyFate};
@@ -34,7 +34,7 @@ pub(super) struct World<'r> {
     /// The servers share a session key (see [`start_server`]).
     keyed: bool,
     pub net: Net,
-    pub endpoint: Endpoint,
+    pub endpoint: Endpoint<'r>,
     pub oracle: Oracle,
     pub inbox: HashMap<LinkId, Inbox>,
     pub now_ms: u64,
@@ -86,6 +86,7 @@ impl<'r> World<'r> {
         oracle: Oracle,
         rng: Rng,
         plan: FaultPlan,
+        slots: &'r mut [SlotRouting],
     ) -> Self {
         World {
             server,
@@ -93,7 +94,7 @@ impl<'r> World<'r> {
             spare,
             keyed,
             net: Net::default(),
-            endpoint: Endpoint::new(cfg.clients_max),
+            endpoint: Endpoint::new(slots),
             oracle,
             inbox: HashMap::new(),
             now_ms: 0,
@@ -176,11 +177,16 @@ impl<'r> World<'r> {
         if tick {
             self.next_tick = now + TICK_MS;
         }
+        let mut emptied = Vec::new();
         let r = self
             .endpoint
-            .timers(&mut self.server, &mut self.oracle, now, tick)
+            .timers(&mut self.server, &mut self.oracle, now, tick, &mut emptied)
             .map(|decided| self.send_decided(decided));
         self.fail(r);
+        // Links whose clients were all removed close, as the runtime closes such connections.
+        for link in emptied {
+            self.net.break_link(link);
+        }
         self.links_broken();
         let r = self.endpoint.check(&self.server, &mut self.oracle);
         self.fail(r);
@@ -191,13 +197,20 @@ impl<'r> World<'r> {
         let now = self.now_ms;
         let (reply, channel) = match m.channel {
             Channel::Control => {
-                let (reply, status) = self.endpoint.control(
+                let (controlled, replaced) = self.endpoint.control(
                     &mut self.server,
                     &mut self.oracle,
                     m.link,
                     &m.bytes,
                     now,
                 )?;
+                for link in replaced {
+                    self.net.break_link(link);
+                }
+                let Controlled::Reply(reply, status) = controlled else {
+                    self.net.break_link(m.link);
+                    return Ok(());
+                };
                 if matches!(
                     status,
                     Some(Status::ServerNoResource | Status::ObjectTooMany)

@@ -359,6 +359,8 @@ typedef enum dlock_status {
     DLOCK_CLIENT_REMOVED_BY_SERVER,
     DLOCK_PROTO_VERSION_NEGOTIATION_FAIL,
     DLOCK_SERVER_NO_RESOURCE,
+    DLOCK_PARTITION_MOVED = 0x2010, /* dlock's: not the partition's owner at that epoch */
+    DLOCK_LOCK_RETAINED = 0x2011, /* dlock's: held by a dead client until recovery_done */
     DLOCK_OBJECT_ALREADY_EXISTED = 0x3000,
     DLOCK_OBJECT_ALREADY_CREATED,
     DLOCK_OBJECT_NOT_CREATE,

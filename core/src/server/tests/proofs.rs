@@ -2,8 +2,6 @@
 //! recovering server takes — including a genuine client's claim of a lock it never held, and a
 //! stale grant's claim against the grant issued after it.
 
-use super::proof::{GrantSubject, grant_proof, proves};
-use super::tests::{TestRegion, lock, run, server, small, test_mac};
 use super::*;
 use crate::LockKind;
 use crate::ids::tests::GOOD_KEY;
@@ -12,19 +10,14 @@ use crate::proto::{
     Command, DATA_RESPONSE_MAX, DataHeader, FLAG_ALL_OR_NOTHING, FLAG_PROOFS, Held, LockClaim,
     LockCommand, LockOp, PROOF_LEN, decode_data_response, encode_data_request,
 };
+use crate::server::proof::{GrantSubject, grant_proof, proves};
 
 fn key() -> SessionKey {
     SessionKey::new(GOOD_KEY).unwrap()
 }
 
-fn keyed<'r>(region: &'r mut TestRegion, cfg: &Config) -> Server<'r> {
-    let mut s = server(region, cfg);
-    s.set_session_key(key(), test_mac);
-    s
-}
-
 /// Sends `cmds` from `client` through the bytes path; the response's bytes.
-fn exchange(s: &mut Server<'_>, client: ClientId, flags: u32, cmds: &[Command]) -> Vec<u8> {
+fn exchange(s: &mut TestServer, client: ClientId, flags: u32, cmds: &[Command]) -> Vec<u8> {
     let header = DataHeader {
         version: crate::proto::PROTO_VERSION,
         count: 0,
@@ -51,6 +44,7 @@ fn subject(
         client: client.get(),
         kind,
         held,
+        partition: 0,
         epoch: 1,
         token,
         ticket: Ticket::default(),
@@ -61,8 +55,7 @@ fn subject(
 #[test]
 fn a_keyed_server_proves_each_grant_and_ticket_and_nothing_else() {
     let cfg = small();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = keyed(&mut region, &cfg);
+    let mut s = TestServer::keyed(&cfg);
     let (a, b) = (
         s.client_init(3, 0, 0).unwrap(),
         s.client_init(3, 0, 0).unwrap(),
@@ -166,8 +159,7 @@ fn a_keyed_server_proves_each_grant_and_ticket_and_nothing_else() {
 #[test]
 fn a_server_without_a_key_sends_no_proofs() {
     let cfg = small();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     let a = s.client_init(3, 0, 0).unwrap();
     let x = s.get_lock(a.get(), LockKind::Rw, b"x", 0).unwrap();
     let bytes = exchange(&mut s, a, 0, &[lock(LockKind::Rw, LockOp::TryShared, x, 0)]);
@@ -186,8 +178,7 @@ fn a_server_without_a_key_sends_no_proofs() {
 #[test]
 fn a_parked_grant_is_proved_when_it_is_answered() {
     let cfg = small();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = keyed(&mut region, &cfg);
+    let mut s = TestServer::keyed(&cfg);
     let (a, b) = (
         s.client_init(3, 0, 0).unwrap(),
         s.client_init(3, 0, 0).unwrap(),
@@ -195,13 +186,8 @@ fn a_parked_grant_is_proved_when_it_is_answered() {
     let la = s.get_lock(a.get(), LockKind::Rw, b"x", 0).unwrap();
     let lb = s.get_lock(b.get(), LockKind::Rw, b"x", 0).unwrap();
     assert_eq!(
-        run(
-            &mut s,
-            a,
-            lock(LockKind::Rw, LockOp::TryExclusive, la, 0),
-            0
-        )
-        .status,
+        s.run(a, lock(LockKind::Rw, LockOp::TryExclusive, la, 0), 0)
+            .status,
         Status::Success
     );
     let mut park = lock(LockKind::Rw, LockOp::TryExclusive, lb, 0);
@@ -209,12 +195,7 @@ fn a_parked_grant_is_proved_when_it_is_answered() {
         c.wait_ms = 10_000;
     }
     assert!(exchange(&mut s, b, 0, &[park]).is_empty(), "parked");
-    run(
-        &mut s,
-        a,
-        lock(LockKind::Rw, LockOp::UnlockExclusive, la, 0),
-        1,
-    );
+    s.run(a, lock(LockKind::Rw, LockOp::UnlockExclusive, la, 0), 1);
     let mut got = Vec::new();
     s.take_replies(|r| got.push(r));
     let r = got.pop().unwrap();
@@ -257,13 +238,40 @@ fn claim<'n>(
 
 /// A replacement server for `n` clients, with the key, and those clients re-registered with
 /// the sessions the failed server (same key) minted for them.
-fn replacement<'r>(region: &'r mut TestRegion, cfg: &Config, ids: &[u32]) -> Server<'r> {
-    let mut s = keyed(region, cfg);
+fn replacement(cfg: &Config, ids: &[u32]) -> TestServer {
+    let mut s = TestServer::keyed(cfg);
     for &id in ids {
         let session = Session::minted(&key(), test_mac, id, [id as u8; 8]);
         s.client_reinit(id, 4, 0, &session, 0).unwrap();
     }
     s
+}
+
+/// A standalone server's locks are partition 0's: a proof of the same grant made for another
+/// partition is not taken, while the partition-0 proof is.
+#[test]
+fn a_proof_made_for_another_partition_is_not_taken() {
+    let cfg = Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..small()
+    };
+    let c = ClientId::new(11).unwrap();
+    let mut s = replacement(&cfg, &[c.get()]);
+    let token = crate::FencingToken::standalone(1, 40).0;
+    let subj = subject(c, LockKind::Rw, Held::Exclusive, token, b"x");
+    let other = grant_proof(
+        &key(),
+        test_mac,
+        &GrantSubject {
+            partition: 1,
+            ..subj
+        },
+    );
+    let with = |proof| claim(LockKind::Rw, Held::Exclusive, b"x", token, proof);
+    assert_eq!(s.update_lock(c.get(), &with(other), 1), Err(Status::Einval));
+    let own = grant_proof(&key(), test_mac, &subj);
+    assert!(s.update_lock(c.get(), &with(own), 2).is_ok());
 }
 
 /// The thief: a client that really was registered with the failed server claims a
@@ -276,9 +284,8 @@ fn a_genuine_client_cannot_reclaim_a_lock_it_never_held() {
         epoch: 2,
         ..small()
     };
-    let mut region = TestRegion::new(&cfg);
     let (holder, thief) = (ClientId::new(11).unwrap(), ClientId::new(22).unwrap());
-    let mut s = replacement(&mut region, &cfg, &[holder.get(), thief.get()]);
+    let mut s = replacement(&cfg, &[holder.get(), thief.get()]);
     let token = (1 << 48) + 40;
     let holders = grant_proof(
         &key(),
@@ -380,8 +387,7 @@ fn a_stale_proven_claim_first_wins_and_the_holder_is_told_it_lost() {
     let (t_old, t_new) = ((1u64 << 48) + 5, (1u64 << 48) + 8);
     for kind in [LockKind::Atomic, LockKind::Rw, LockKind::Fair] {
         for stale_first in [true, false] {
-            let mut region = TestRegion::new(&cfg);
-            let mut s = replacement(&mut region, &cfg, &[old.get(), new.get()]);
+            let mut s = replacement(&cfg, &[old.get(), new.get()]);
             let ticket = |t: u16| Ticket {
                 exclusive: t,
                 shared: 0,
@@ -428,11 +434,7 @@ fn a_stale_proven_claim_first_wins_and_the_holder_is_told_it_lost() {
                 }),
                 c => c,
             };
-            assert_eq!(
-                run(&mut s, winner.0, unlock, 4).status,
-                Status::Success,
-                "{case}"
-            );
+            assert_eq!(s.run(winner.0, unlock, 4).status, Status::Success, "{case}");
         }
     }
 }

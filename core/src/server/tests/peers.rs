@@ -1,6 +1,5 @@
 //! The per-peer cap on registrations (`peers.rs`).
 
-use super::tests::{TestRegion, server, small};
 use super::*;
 use crate::ids::Peer;
 
@@ -18,8 +17,7 @@ fn capped() -> Config {
 #[test]
 fn a_peer_at_its_cap_is_refused_while_another_still_registers() {
     let cfg = capped();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     for _ in 0..3 {
         s.client_init_from(A, 3, 0, 0).unwrap();
     }
@@ -38,8 +36,7 @@ fn a_peer_at_its_cap_is_refused_while_another_still_registers() {
 fn heartbeating_registrations_of_one_peer_cannot_fill_the_table() {
     // The case: every registration of one peer keeps heartbeating, so none expires.
     let cfg = small(); // the default cap: half of 8
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     let mut held = 0;
     for now in 0..cfg.clients_max as u64 {
         if s.client_init_from(A, 3, 0, now).is_ok() {
@@ -55,8 +52,7 @@ fn heartbeating_registrations_of_one_peer_cannot_fill_the_table() {
 #[test]
 fn every_way_out_gives_the_place_back() {
     let cfg = capped();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     let ids: Vec<u32> = (0..3)
         .map(|_| s.client_init_from(A, 3, 0, 0).unwrap().get())
         .collect();
@@ -83,8 +79,7 @@ fn every_way_out_gives_the_place_back() {
 #[test]
 fn at_its_cap_a_peer_evicts_its_own_abnormal_client_and_no_one_else_s() {
     let cfg = capped();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     let b = s.client_init_from(B, 3, 0, 0).unwrap().get();
     s.client_disconnected(b, 1);
     let a: Vec<u32> = (0..3)
@@ -105,8 +100,7 @@ fn at_its_cap_a_peer_evicts_its_own_abnormal_client_and_no_one_else_s() {
 #[test]
 fn local_clients_are_not_counted() {
     let cfg = capped();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     for _ in 0..cfg.clients_max {
         let c = s.client_init(3, 0, 0).unwrap();
         assert_eq!(s.client_peer(c.get()), Some(Peer::EXEMPT));
@@ -117,8 +111,7 @@ fn local_clients_are_not_counted() {
 #[test]
 fn a_resumed_registration_keeps_its_peer_and_adds_nothing() {
     let cfg = capped();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     let a: Vec<u32> = (0..3)
         .map(|_| s.client_init_from(A, 3, 0, 0).unwrap().get())
         .collect();
@@ -136,8 +129,7 @@ fn re_registrations_on_a_recovering_server_count_toward_the_cap() {
         epoch: 2,
         ..capped()
     };
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     let none = crate::Session::NONE;
     for id in 1..=3 {
         s.client_reinit_from(A, id, 3, 0, &none, 0).unwrap();

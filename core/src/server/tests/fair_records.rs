@@ -3,7 +3,6 @@
 //! client's record (`crate::client::LocalLock`) starts over instead of retrying a dead ticket
 //! forever; a waiting retry starts over on the server, as the reference's `lock()` loop does.
 
-use super::tests::{TestRegion, run, server, small};
 use super::*;
 use crate::LockKind;
 use crate::client::{Decision, LocalLock, LocalState};
@@ -15,7 +14,7 @@ const LEASE_MS: u32 = 100;
 
 /// Sends what the record decided and applies the reply, as the transport's client does.
 #[track_caller]
-fn call(s: &mut Server<'_>, me: ClientId, l: &mut LocalLock, d: Decision, now: u64) -> Status {
+fn call(s: &mut TestServer, me: ClientId, l: &mut LocalLock, d: Decision, now: u64) -> Status {
     let Decision::Send(req) = d else {
         panic!("{d:?} was answered locally")
     };
@@ -27,9 +26,9 @@ fn call(s: &mut Server<'_>, me: ClientId, l: &mut LocalLock, d: Decision, now: u
 /// `a` holds the fair lock with a 100 ms lease; `b` and then `c` queue exclusive behind it, so
 /// `c`'s retry after the lease preempts past `b`'s ticket. Returns each client with its record:
 /// `b` ticketed (its ticket passed), `c` holding the lock.
-fn b_passed_by_c(s: &mut Server<'_>) -> [(ClientId, LocalLock); 3] {
+fn b_passed_by_c(s: &mut TestServer) -> [(ClientId, LocalLock); 3] {
     let mut all = [0; 3].map(|_| {
-        let c = s.client_init(2, 0, 0).unwrap();
+        let c = s.client(0);
         let id = s.get_lock(c.get(), LockKind::Fair, b"f", 0).unwrap();
         (c, LocalLock::new(id, LockKind::Fair))
     });
@@ -61,7 +60,7 @@ fn b_passed_by_c(s: &mut Server<'_>) -> [(ClientId, LocalLock); 3] {
 }
 
 /// `c` unlocks what it holds.
-fn c_unlocks(s: &mut Server<'_>, (c, rec): &mut (ClientId, LocalLock), now: u64) {
+fn c_unlocks(s: &mut TestServer, (c, rec): &mut (ClientId, LocalLock), now: u64) {
     let d = rec.unlock();
     assert_eq!(call(s, *c, rec, d, now), Status::Success);
 }
@@ -69,8 +68,7 @@ fn c_unlocks(s: &mut Server<'_>, (c, rec): &mut (ClientId, LocalLock), now: u64)
 #[test]
 fn a_retry_with_a_ticket_a_preemption_passed_fails_and_the_record_starts_over() {
     let cfg = small();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     let [_, (b, mut b_rec), mut c] = b_passed_by_c(&mut s);
     let now = u64::from(LEASE_MS) + 2;
     let d = b_rec.trylock(Mode::Exclusive, LEASE_MS, 0);
@@ -94,8 +92,7 @@ fn a_retry_with_a_ticket_a_preemption_passed_fails_and_the_record_starts_over() 
 #[test]
 fn a_waiting_retry_with_a_passed_ticket_queues_again_instead_of_failing() {
     let cfg = small();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     let [_, (b, mut b_rec), mut c] = b_passed_by_c(&mut s);
     let now = u64::from(LEASE_MS) + 2;
     let Decision::Send(req) = b_rec.trylock(Mode::Exclusive, LEASE_MS, 5_000) else {

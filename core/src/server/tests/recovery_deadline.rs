@@ -1,10 +1,9 @@
 //! The recovery deadline and the progress a recovering server reports.
 
-use super::tests::{TestRegion, lock, run, server, small};
 use super::*;
 use crate::LockKind;
-use crate::ids::{Mode, Ticket};
-use crate::proto::{Command, Held, LockClaim};
+use crate::ids::Ticket;
+use crate::proto::{Held, LockClaim};
 
 fn claim(token: u64) -> LockClaim<'static> {
     LockClaim {
@@ -29,8 +28,7 @@ fn recovery_deadline_serves_without_the_clients_that_never_came_back() {
         epoch: 2,
         ..small()
     };
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     s.tick(100); // the recovery clock starts
     let a = 11;
     let session = s.client_session(a).map_or(crate::Session::NONE, |(_, x)| x);
@@ -72,7 +70,7 @@ fn recovery_deadline_serves_without_the_clients_that_never_came_back() {
     let b = s.client_init(3, 0, 1_101).unwrap();
     let id = s.get_lock(b.get(), LockKind::Atomic, b"x", 1_101).unwrap();
     let try_x = lock(LockKind::Atomic, crate::proto::LockOp::TryExclusive, id, 10);
-    let r = run(&mut s, b, try_x, 1_102);
+    let r = s.run(b, try_x, 1_102);
     assert_eq!(r.status, Status::Fail);
     // A client that comes back after the deadline finds its registration gone.
     assert_eq!(
@@ -89,8 +87,7 @@ fn zero_recovery_deadline_waits_for_every_expected_client_as_the_reference() {
         epoch: 2,
         ..small()
     };
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     s.tick(0);
     s.tick(10_000_000);
     assert_eq!(s.state(), ServerState::Recovering { remaining: 1 });
@@ -101,8 +98,7 @@ fn zero_recovery_deadline_waits_for_every_expected_client_as_the_reference() {
 #[test]
 fn a_server_that_starts_ready_reports_no_recovery() {
     let cfg = small();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     s.tick(50_000);
     assert_eq!(s.recovery_progress(), RecoveryProgress::default());
     assert_eq!(s.stats().get(Counter::RecoveryExpected), 0);
@@ -111,7 +107,7 @@ fn a_server_that_starts_ready_reports_no_recovery() {
 /// One `BatchUpdateLocks` frame from client `raw` through the bytes path: the reply's status
 /// and entries.
 fn claim_frame(
-    s: &mut Server<'_>,
+    s: &mut TestServer,
     raw: u32,
     claims: &[LockClaim<'_>],
 ) -> (Status, Vec<(u32, Status)>) {
@@ -144,8 +140,7 @@ fn claim_frame(
 #[test]
 fn claims_from_a_client_without_a_recovery_session_are_refused_whole() {
     let cfg = small();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     let a = s.client_init(3, 0, 0).unwrap();
     let l = s.get_lock(a.get(), LockKind::Atomic, b"x", 0).unwrap();
     let take = lock(
@@ -154,7 +149,7 @@ fn claims_from_a_client_without_a_recovery_session_are_refused_whole() {
         l,
         60_000,
     );
-    assert_eq!(run(&mut s, a, take, 0).status, Status::Success);
+    assert_eq!(s.run(a, take, 0).status, Status::Success);
     let before = s.tables().lock_cells[l.index() as usize];
     let (status, entries) = claim_frame(&mut s, a.get(), &[claim(1 << 48)]);
     assert_eq!((status, entries), (Status::Einval, Vec::new()));
@@ -165,11 +160,7 @@ fn claims_from_a_client_without_a_recovery_session_are_refused_whole() {
         l,
         0,
     );
-    assert_eq!(
-        run(&mut s, a, unlock, 1).status,
-        Status::Success,
-        "still a's"
-    );
+    assert_eq!(s.run(a, unlock, 1).status, Status::Success, "still a's");
     // An unknown client is told so, whole.
     assert_eq!(
         claim_frame(&mut s, 4242, &[claim(1)]).0,
@@ -186,8 +177,7 @@ fn a_late_claim_learns_the_id_of_what_was_restored_and_nothing_else() {
         epoch: 2,
         ..small()
     };
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     let a = 11;
     s.client_reinit(a, 3, 0, &crate::Session::NONE, 0).unwrap();
     let held = claim((1 << 48) + 5);
@@ -210,7 +200,7 @@ fn a_late_claim_learns_the_id_of_what_was_restored_and_nothing_else() {
         y,
         60_000,
     );
-    assert_eq!(run(&mut s, b, take, 20).status, Status::Success);
+    assert_eq!(s.run(b, take, 20).status, Status::Success);
     let never = LockClaim {
         name: b"y",
         ..claim((1 << 48) + 6)
@@ -229,8 +219,7 @@ fn a_late_claim_learns_the_id_of_what_was_restored_and_nothing_else() {
 #[test]
 fn reinit_done_without_a_reinit_is_refused() {
     let cfg = small();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     let a = s.client_init(3, 0, 0).unwrap();
     assert_eq!(s.reinit_done(a.get(), 1), Err(Status::Einval));
     let session = s.client_session(a.get()).unwrap().1;
@@ -243,8 +232,7 @@ fn reinit_done_without_a_reinit_is_refused() {
         epoch: 2,
         ..small()
     };
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     s.client_reinit(11, 3, 0, &crate::Session::NONE, 0).unwrap();
     assert_eq!(s.reinit_done(11, 1), Ok(()));
     assert_eq!(s.reinit_done(11, 2), Err(Status::Einval));
@@ -260,8 +248,7 @@ fn deinit_while_recovering_is_not_ready_and_keeps_the_client() {
         epoch: 2,
         ..small()
     };
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     s.client_reinit(11, 3, 0, &crate::Session::NONE, 0).unwrap();
     s.update_lock(11, &claim((1 << 48) + 5), 0).unwrap();
     assert_eq!(s.client_deinit(11, 900), Err(Status::NotReady));
@@ -276,220 +263,4 @@ fn deinit_while_recovering_is_not_ready_and_keeps_the_client() {
     s.reinit_done(22, 1_000).unwrap();
     assert_eq!(s.client_deinit(11, 1_001), Ok(()));
     assert_eq!(s.usage().locks, 0);
-}
-
-/// Two readers of a fair lock re-claim their grants newest ticket first. The first claim sets
-/// the serving counter `ns` at its own ticket, past the older reader's; found by
-/// `check_invariants` in the model simulator: once both unlocked, `ns` ran ahead of `ms`, so
-/// `ms − ns` wrapped to "queue full" and every first attempt on the lock failed for good.
-#[test]
-fn fair_readers_reclaimed_newest_first_leave_the_lock_usable() {
-    let cfg = Config {
-        recovery_clients: 2,
-        epoch: 2,
-        ..small()
-    };
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
-    let reader = |ts: u16, token: u64| LockClaim {
-        kind: LockKind::Fair,
-        held: Held::Shared,
-        name: b"f",
-        ticket: Ticket {
-            exclusive: 7,
-            shared: ts,
-        },
-        ..claim((1 << 48) + token)
-    };
-    let (a, b) = (11, 12);
-    let mut ids = [None; 2];
-    for (k, (who, ts)) in [(a, 3), (b, 2)].into_iter().enumerate() {
-        s.client_reinit(who, 3, 0, &crate::Session::NONE, 0)
-            .unwrap();
-        ids[k] = Some(
-            s.update_lock(who, &reader(ts, 9 - u64::from(ts)), 1)
-                .unwrap(),
-        );
-    }
-    for who in [a, b] {
-        s.reinit_done(who, 1).unwrap();
-    }
-    let id = ids[0].unwrap();
-    for (who, ts) in [(a, 3), (b, 2)] {
-        let unlock = Command::Lock(crate::proto::LockCommand {
-            kind: LockKind::Fair,
-            op: crate::proto::LockOp::UnlockShared,
-            lock: id.raw(),
-            expire_ms: 0,
-            ticket: Ticket {
-                exclusive: 7,
-                shared: ts,
-            },
-            wait_ms: 0,
-        });
-        let me = ClientId::new(who).unwrap();
-        assert_eq!(run(&mut s, me, unlock, 2).status, Status::Success);
-    }
-    assert_eq!(s.check_invariants(), Ok(()));
-    let me = ClientId::new(a).unwrap();
-    let take = lock(LockKind::Fair, crate::proto::LockOp::TryExclusive, id, 100);
-    assert_eq!(
-        run(&mut s, me, take, 3).status,
-        Status::Success,
-        "the lock is free, nothing is queued"
-    );
-}
-
-/// A writer's ticket re-claimed first positions the queue at its own shared count; a reader
-/// queued just before it, re-claimed next, is served first and must leave the count where the
-/// writer's turn comes (seed 0x1 of the model simulator, found by `check_invariants`).
-#[test]
-fn a_queued_reader_reclaimed_after_a_writer_ticket_is_served_before_it() {
-    let cfg = Config {
-        recovery_clients: 2,
-        epoch: 2,
-        ..small()
-    };
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
-    let ticket = |mode, ts| LockClaim {
-        kind: LockKind::Fair,
-        held: Held::Ticketed(mode),
-        name: b"f",
-        ticket: Ticket {
-            exclusive: 11,
-            shared: ts,
-        },
-        ..claim(0)
-    };
-    let (writer, reader) = (11, 12);
-    let mut id = None;
-    for (who, mode, ts) in [(writer, Mode::Exclusive, 6), (reader, Mode::Shared, 5)] {
-        s.client_reinit(who, 3, 0, &crate::Session::NONE, 0)
-            .unwrap();
-        id = Some(s.update_lock(who, &ticket(mode, ts), 1).unwrap());
-        s.reinit_done(who, 1).unwrap();
-    }
-    let id = id.unwrap();
-    let retry = |op, ts| {
-        Command::Lock(crate::proto::LockCommand {
-            kind: LockKind::Fair,
-            op,
-            lock: id.raw(),
-            expire_ms: 100,
-            ticket: Ticket {
-                exclusive: 11,
-                shared: ts,
-            },
-            wait_ms: 0,
-        })
-    };
-    use crate::proto::LockOp::{TicketExclusive, TicketShared, UnlockShared};
-    let (w, r) = (
-        ClientId::new(writer).unwrap(),
-        ClientId::new(reader).unwrap(),
-    );
-    assert_eq!(
-        run(&mut s, r, retry(TicketShared, 5), 2).status,
-        Status::Success
-    );
-    assert_eq!(
-        run(&mut s, w, retry(TicketExclusive, 6), 2).status,
-        Status::Eagain
-    );
-    assert_eq!(
-        run(&mut s, r, retry(UnlockShared, 5), 3).status,
-        Status::Success
-    );
-    assert_eq!(s.check_invariants(), Ok(()));
-    assert_eq!(
-        run(&mut s, w, retry(TicketExclusive, 6), 4).status,
-        Status::Success,
-        "the writer's turn comes after the reader queued before it"
-    );
-}
-
-/// A fair grant that ran out before the failover is not restored: its queue may have moved on
-/// to another holder on the failed server, and once restored, an extend would bring the
-/// expired grant back to life under an older token than the other holder's (the model
-/// simulator's fencing rule found that). Refused, as an expired atomic grant is.
-#[test]
-fn an_expired_fair_grant_is_not_restored() {
-    let cfg = Config {
-        recovery_clients: 1,
-        epoch: 2,
-        ..small()
-    };
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
-    let a = 11;
-    s.client_reinit(a, 3, 0, &crate::Session::NONE, 0).unwrap();
-    for held in [Held::Exclusive, Held::Shared] {
-        let expired = LockClaim {
-            kind: LockKind::Fair,
-            held,
-            name: b"f",
-            ticket: Ticket {
-                exclusive: 10,
-                shared: 8,
-            },
-            remaining_ms: 0,
-            age_ms: 1_700,
-            ..claim((1 << 48) + 0xb2)
-        };
-        assert_eq!(s.update_lock(a, &expired, 1), Err(Status::Fail), "{held:?}");
-    }
-    assert_eq!(s.check_invariants(), Ok(()));
-}
-
-/// A reader's queued ticket older than a writer's restored grant cannot be current (the reader
-/// would have been served before the writer), so it is a stale claim: it may move the queue's
-/// counters, never the serving counter under the writer, or the writer could not unlock.
-#[test]
-fn a_stale_reader_ticket_claimed_after_a_writer_leaves_the_writers_grant_whole() {
-    let cfg = Config {
-        recovery_clients: 2,
-        epoch: 2,
-        ..small()
-    };
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
-    let ticket = Ticket {
-        exclusive: 7,
-        shared: 4,
-    };
-    let writer = LockClaim {
-        kind: LockKind::Fair,
-        name: b"f",
-        ticket,
-        ..claim((1 << 48) + 9)
-    };
-    let stale_reader = LockClaim {
-        held: Held::Ticketed(Mode::Shared),
-        ticket: Ticket {
-            exclusive: 7,
-            shared: 3,
-        },
-        remaining_ms: 0,
-        ..writer
-    };
-    let (w, r) = (11, 12);
-    let mut id = None;
-    for (who, c) in [(w, &writer), (r, &stale_reader)] {
-        s.client_reinit(who, 3, 0, &crate::Session::NONE, 0)
-            .unwrap();
-        id = Some(s.update_lock(who, c, 1).unwrap());
-        s.reinit_done(who, 1).unwrap();
-    }
-    let unlock = Command::Lock(crate::proto::LockCommand {
-        kind: LockKind::Fair,
-        op: crate::proto::LockOp::UnlockExclusive,
-        lock: id.unwrap().raw(),
-        expire_ms: 0,
-        ticket,
-        wait_ms: 0,
-    });
-    let me = ClientId::new(w).unwrap();
-    assert_eq!(run(&mut s, me, unlock, 2).status, Status::Success);
-    assert_eq!(s.check_invariants(), Ok(()));
 }

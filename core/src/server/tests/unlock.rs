@@ -7,7 +7,6 @@
 //! own ticket (the transport's client sends it so the queue need not stall and `release_lock`
 //! is possible again), and these tests pin that it touches nothing but that ticket.
 
-use super::tests::{TestRegion, server, small};
 use super::*;
 use crate::LockKind;
 use crate::ids::{LockId, Ticket};
@@ -16,8 +15,8 @@ use crate::table::{Hold, LockCell};
 use crate::word::fair::FairWord;
 
 /// Registers a client: the one place these tests spell out `client_init`'s arguments.
-fn register(s: &mut Server<'_>) -> ClientId {
-    s.client_init(2, 0, 0).unwrap()
+fn register(s: &mut TestServer) -> ClientId {
+    s.client(0)
 }
 
 /// Two clients with a reference each to the same lock: `a` will hold it, `b` will try to unlock.
@@ -28,7 +27,7 @@ struct Pair {
     lb: LockId,
 }
 
-fn pair(s: &mut Server<'_>, kind: LockKind) -> Pair {
+fn pair(s: &mut TestServer, kind: LockKind) -> Pair {
     let a = register(s);
     let b = register(s);
     let la = s.get_lock(a.get(), kind, b"contested", 0).unwrap();
@@ -36,12 +35,12 @@ fn pair(s: &mut Server<'_>, kind: LockKind) -> Pair {
     Pair { a, b, la, lb }
 }
 
-fn run(s: &mut Server<'_>, client: ClientId, kind: LockKind, op: LockOp, id: LockId) -> Status {
+fn run(s: &mut TestServer, client: ClientId, kind: LockKind, op: LockOp, id: LockId) -> Status {
     run_with(s, client, kind, op, id, ticket_now(s, id)).status
 }
 
 fn run_with(
-    s: &mut Server<'_>,
+    s: &mut TestServer,
     client: ClientId,
     kind: LockKind,
     op: LockOp,
@@ -55,6 +54,7 @@ fn run_with(
         expire_ms: 60_000,
         ticket,
         wait_ms: 0,
+        partition_epoch: 0,
     });
     let mut r = [CommandResult {
         status: Status::Success,
@@ -96,8 +96,7 @@ fn intruder_unlock_is_refused(
     release: LockOp,
 ) {
     let cfg = small();
-    let mut region = TestRegion::new(&cfg);
-    let mut s = server(&mut region, &cfg);
+    let mut s = TestServer::new(&cfg);
     let p = pair(&mut s, kind);
     assert_eq!(run(&mut s, p.a, kind, take, p.la), Status::Success);
     let held = hold(&s, p.a, p.la);
@@ -188,8 +187,7 @@ fn unlock_in_the_mode_not_held_fails_and_changes_nothing() {
     ];
     for (kind, take, wrong, release) in cases {
         let cfg = small();
-        let mut region = TestRegion::new(&cfg);
-        let mut s = server(&mut region, &cfg);
+        let mut s = TestServer::new(&cfg);
         let p = pair(&mut s, kind);
         assert_eq!(run(&mut s, p.a, kind, take, p.la), Status::Success);
         let before = s.tables().digest();
@@ -212,8 +210,7 @@ fn fair_unlock_from_a_queued_client_abandons_only_its_own_ticket() {
     use LockOp::*;
     for unlock in [UnlockShared, UnlockExclusive] {
         let cfg = small();
-        let mut region = TestRegion::new(&cfg);
-        let mut s = server(&mut region, &cfg);
+        let mut s = TestServer::new(&cfg);
         let p = pair(&mut s, LockKind::Fair);
         let kind = LockKind::Fair;
         assert_eq!(run(&mut s, p.a, kind, TryExclusive, p.la), Status::Success);
@@ -253,8 +250,7 @@ fn fair_unlock_from_a_queued_client_abandons_only_its_own_ticket() {
 fn exclusive_unlock_needs_the_grant_in_the_holds_record() {
     for kind in [LockKind::Atomic, LockKind::Rw, LockKind::Fair] {
         let cfg = small();
-        let mut region = TestRegion::new(&cfg);
-        let mut s = server(&mut region, &cfg);
+        let mut s = TestServer::new(&cfg);
         let p = pair(&mut s, kind);
         assert_eq!(
             run(&mut s, p.a, kind, LockOp::TryExclusive, p.la),

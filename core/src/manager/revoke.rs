@@ -1,0 +1,335 @@
+//! The revoke decision: when a request conflicts with a lock's holders, which of them to ask
+//! for the lock back, now or at what time, and what the request is answered.
+//!
+//! The rules are those of the DLMs that grew up around caching nodes. The VMS lock manager
+//! and the Linux DLM deliver a *blocking AST* to each holder whose granted mode blocks a new
+//! request, once per conflict, and the holder converts down or unlocks when it is done; a
+//! request that may not queue is refused at once but can still trigger the blocking ASTs
+//! (the Linux DLM's `DLM_LKF_NOQUEUEBAST`), so that its retry can succeed. GFS2 on top of it
+//! keeps a glock for a minimum hold time after it was granted before it honours a demote
+//! request, so two nodes cannot bounce a hot lock between them faster than either gets work
+//! done. dlock applies the minimum hold on the server, which sends the revoke only when the
+//! hold is over (the server's timer retries a parked request at that moment).
+//!
+//! # One holder ([`judge`])
+//!
+//! With `granted` the holder's grant time, `sent` the time its outstanding revoke went out and
+//! `timeout` the revoke timeout ([`Timing::revoke_timeout_ms`], or the holder's lease):
+//!
+//! | holder                                   | conflicts | when                         | action            |
+//! |------------------------------------------|-----------|------------------------------|-------------------|
+//! | the requester itself, nothing, a ticket  | —         | —                            | `Compatible`      |
+//! | a grant                                  | no        | —                            | `Compatible`      |
+//! | a grant of a dead (retaining) client     | yes       | —                            | `Retained`        |
+//! | plain or retain-only (not cached)        | yes       | —                            | `Blocks`          |
+//! | cached, no revoke outstanding            | yes       | `now < granted + min_hold`   | `RevokeAt(granted + min_hold)` |
+//! | cached, no revoke outstanding            | yes       | otherwise                    | `Revoke(wanted)`  |
+//! | revoke outstanding                       | yes       | `now < sent + timeout`       | `AwaitGiveBack(sent + timeout)` |
+//! | revoke outstanding                       | yes       | otherwise                    | `Lapse`           |
+//!
+//! "Conflicts" is [`super::conflicts`]: only two shared grants coexist. `wanted` is the
+//! requested mode: a revoke that wants shared lets an exclusive holder of an RW or fair lock
+//! downgrade instead of unlocking (atomic locks have no shared mode, so their revokes always
+//! want exclusive). Tickets are queued requests, not grants: the fair word orders them.
+//!
+//! # The request ([`Verdict::answer`])
+//!
+//! | holders' actions                                  | `wait_ms > 0`          | no wait                  |
+//! |---------------------------------------------------|------------------------|--------------------------|
+//! | any `Retained`                                    | `Wait { retained }`    | `Refuse(LockRetained)`   |
+//! | else any `Blocks`, `Revoke`, `RevokeAt`, `AwaitGiveBack` | `Wait`          | `Refuse(Fail)`           |
+//! | else (only `Compatible` and `Lapse`)              | `Grant { cached }`     | `Grant { cached }`       |
+//!
+//! Revokes go out whatever the answer: a trylock without a wait fails *and* revokes. A request
+//! that does not wait leaves nobody to act at a `RevokeAt` time, so the server drops that
+//! revoke and the request's retry after the hold sends it. `Lapse`d grants are released by the
+//! server (as if the holder's lease had run out) before it runs the lock word, which is why
+//! they do not block. A grant is `cached` only if the request asked for it, no holder of the
+//! lock has a revoke outstanding or due (a conflicting request is on its way in), and no other
+//! request is parked on the lock: a grant that would be revoked at once is worth nothing but a
+//! round trip.
+//!
+//! The verdict says what the holders allow; the lock word still decides (a fair lock grants in
+//! ticket order and may queue a request the holders would allow).
+
+use super::conflicts;
+use super::grant::GrantState;
+use crate::ids::{LockKind, Mode};
+use crate::status::Status;
+
+/// The manager's timing settings (the integration adds them to `Config`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// How long a cached grant is kept before it may be revoked, counted from its grant.
+    pub min_hold_ms: u32,
+    /// How long a holder has to answer a revoke before its grant lapses; 0: the holder's
+    /// client lease (the integration spec's default).
+    pub revoke_timeout_ms: u32,
+}
+
+impl Timing {
+    /// A 5 ms minimum hold, and revokes that lapse after the holder's lease.
+    ///
+    /// 5 ms is hundreds of round trips over shared memory or TCP here (a 31-command batch over
+    /// TCP is tens of µs), enough for a holder to run a few transactions under a lock it was
+    /// just granted before it must give it back, and short enough that a waiter never notices
+    /// it against a disk write. GFS2 adapts its hold time per glock between about 10 ms and
+    /// 200 ms; its locks guard disk blocks, ours guard row groups in memory.
+    pub const DEFAULT: Timing = Timing {
+        min_hold_ms: 5,
+        revoke_timeout_ms: 0,
+    };
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// The request being decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The lock's kind (checked against the request by the server before).
+    pub kind: LockKind,
+    /// The mode asked for.
+    pub mode: Mode,
+    /// The requester's client slot: its own grant is never in its way.
+    pub slot: u32,
+    /// Whether the request may wait (`wait_ms > 0`).
+    pub waits: bool,
+    /// Whether the request asked for a cached grant (`CACHEABLE`).
+    pub cacheable: bool,
+    /// Whether other requests are parked on the lock.
+    pub others_waiting: bool,
+}
+
+/// One holder of the lock, as the server's tables know it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// Its client slot.
+    pub slot: u32,
+    /// What it holds.
+    pub state: GrantState,
+    /// Its client is dead and retains its grants until `recovery_done`.
+    pub dead: bool,
+    /// When its grant began. A later time is safe (it only delays the revoke), so the server
+    /// may pass the lock's latest cached grant for every holder.
+    pub granted_ms: u64,
+    /// When its outstanding revoke went out (read only if one is). A later time is safe (it
+    /// only delays the lapse), so the server may pass the lock's latest revoke.
+    pub revoke_sent_ms: u64,
+    /// Its client's lease, the revoke timeout when [`Timing::revoke_timeout_ms`] is 0.
+    pub lease_ms: u32,
+}
+
+/// What to do about one holder ([`judge`]; module doc: the table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum HolderAction {
+    /// Not in the way.
+    Compatible,
+    /// Send it a revoke now, wanting this mode, and mark its grant revoking.
+    Revoke {
+        /// The mode the request wants (shared: the holder may downgrade).
+        wanted: Mode,
+    },
+    /// Cached but inside its minimum hold: revoke it at `due_ms`.
+    RevokeAt {
+        /// When the hold ends.
+        due_ms: u64,
+    },
+    /// Already asked: wait for it to give the lock back, until `lapses_ms`.
+    AwaitGiveBack {
+        /// When its grant lapses if it has not answered.
+        lapses_ms: u64,
+    },
+    /// Asked and silent past the revoke timeout: release its grant as an expired lease.
+    Lapse,
+    /// A grant that is not cached: never revoked; it goes by unlock or lease.
+    Blocks,
+    /// A dead client's retained grant: held until `recovery_done`.
+    Retained,
+}
+
+/// What one holder means for `req` at `now_ms` (module doc: the holder table).
+#[inline]
+pub fn judge(req: &Request, h: &Holder, timing: &Timing, now_ms: u64) -> HolderAction {
+    let Some(held) = h.state.grant_mode() else {
+        return HolderAction::Compatible;
+    };
+    if h.slot == req.slot || !conflicts(held, req.mode) {
+        return HolderAction::Compatible;
+    }
+    if h.dead {
+        return HolderAction::Retained;
+    }
+    if !h.state.is_cached() {
+        return HolderAction::Blocks;
+    }
+    if h.state.revoke_outstanding() {
+        let timeout = match timing.revoke_timeout_ms {
+            0 => h.lease_ms,
+            t => t,
+        };
+        let lapses_ms = h.revoke_sent_ms.saturating_add(u64::from(timeout));
+        return if now_ms < lapses_ms {
+            HolderAction::AwaitGiveBack { lapses_ms }
+        } else {
+            HolderAction::Lapse
+        };
+    }
+    // A clock behind the grant reads as "just granted": the hold is not cut short.
+    let due_ms = h.granted_ms.saturating_add(u64::from(timing.min_hold_ms));
+    if now_ms < due_ms {
+        return HolderAction::RevokeAt { due_ms };
+    }
+    let wanted = match req.kind {
+        LockKind::Atomic => Mode::Exclusive,
+        LockKind::Rw | LockKind::Fair => req.mode,
+    };
+    HolderAction::Revoke { wanted }
+}
+
+/// What the request is answered ([`Verdict::answer`]; module doc: the request table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Answer {
+    /// Nothing in the way: run the lock word, and record a grant as cached if `cached`.
+    Grant {
+        /// Whether the grant may be cached.
+        cached: bool,
+    },
+    /// Park the request. At its deadline it is answered `LockRetained` if `retained` (a
+    /// retained grant was among what blocked it when it was last tried), else `Etimeout`.
+    Wait {
+        /// Whether a retained grant blocks it.
+        retained: bool,
+    },
+    /// Answer at once with this status (`Fail` or `LockRetained`).
+    Refuse(Status),
+}
+
+/// The holders' actions folded together: the request's answer and when to look again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub struct Verdict {
+    blocked: bool,
+    retained: bool,
+    revoking: bool,
+    revokes: u32,
+    lapses: u32,
+    retry_at_ms: u64,
+}
+
+impl Default for Verdict {
+    fn default() -> Self {
+        Self::NONE
+    }
+}
+
+impl Verdict {
+    /// Before any holder is judged.
+    pub const NONE: Verdict = Verdict {
+        blocked: false,
+        retained: false,
+        revoking: false,
+        revokes: 0,
+        lapses: 0,
+        retry_at_ms: u64::MAX,
+    };
+
+    /// The verdict with one more holder, `h`, judged `action`.
+    #[inline]
+    pub const fn with(self, h: &Holder, action: HolderAction) -> Verdict {
+        let mut v = self;
+        match action {
+            HolderAction::Compatible => v.revoking |= h.state.revoke_outstanding(),
+            HolderAction::Revoke { .. } => {
+                (v.blocked, v.revoking) = (true, true);
+                v.revokes += 1;
+            }
+            HolderAction::RevokeAt { due_ms: at }
+            | HolderAction::AwaitGiveBack { lapses_ms: at } => {
+                (v.blocked, v.revoking) = (true, true);
+                if at < v.retry_at_ms {
+                    v.retry_at_ms = at;
+                }
+            }
+            HolderAction::Lapse => v.lapses += 1,
+            HolderAction::Blocks => v.blocked = true,
+            HolderAction::Retained => v.retained = true,
+        }
+        v
+    }
+
+    /// What `req` is answered (module doc: the request table).
+    #[inline]
+    pub const fn answer(&self, req: &Request) -> Answer {
+        if self.retained {
+            return match req.waits {
+                true => Answer::Wait { retained: true },
+                false => Answer::Refuse(Status::LockRetained),
+            };
+        }
+        if self.blocked {
+            return match req.waits {
+                true => Answer::Wait { retained: false },
+                false => Answer::Refuse(Status::Fail),
+            };
+        }
+        Answer::Grant {
+            cached: req.cacheable && !self.revoking && !req.others_waiting,
+        }
+    }
+
+    /// Revokes to send now.
+    #[inline]
+    pub const fn revokes(&self) -> u32 {
+        self.revokes
+    }
+
+    /// Grants that lapse now.
+    #[inline]
+    pub const fn lapses(&self) -> u32 {
+        self.lapses
+    }
+
+    /// When the holders' situation changes without anyone sending anything (a minimum hold
+    /// ends, an outstanding revoke lapses): when a parked request deserves a retry.
+    #[inline]
+    pub const fn retry_at_ms(&self) -> Option<u64> {
+        match self.retry_at_ms {
+            u64::MAX => None,
+            at => Some(at),
+        }
+    }
+}
+
+/// Judges every holder of the lock for `req` at `now_ms`, telling `act` what to do about each
+/// (the server sends a revoke for [`HolderAction::Revoke`] and releases the grant for
+/// [`HolderAction::Lapse`]), and returns the verdict. `holders` may be any iterator, such as a
+/// scan of the holds grid's column for the lock; nothing is allocated.
+#[inline]
+pub fn decide<I>(
+    req: &Request,
+    holders: I,
+    timing: &Timing,
+    now_ms: u64,
+    mut act: impl FnMut(&Holder, HolderAction),
+) -> Verdict
+where
+    I: IntoIterator<Item = Holder>,
+{
+    let mut verdict = Verdict::NONE;
+    for h in holders {
+        let action = judge(req, &h, timing, now_ms);
+        act(&h, action);
+        verdict = verdict.with(&h, action);
+    }
+    verdict
+}
+
+#[cfg(test)]
+#[path = "revoke_tests.rs"]
+mod tests;

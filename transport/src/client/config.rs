@@ -1,0 +1,74 @@
+//! What a client is built from: [`ClientConfig`].
+
+use std::time::Duration;
+
+use super::{Endpoint, Mux};
+
+/// How long a synchronous request may take before the client gives up (the reference's 5 s).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Client settings: [`ClientConfig::new`] and the `with_*` methods, or field by field.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ClientConfig {
+    /// Where the server is.
+    pub endpoint: Endpoint,
+    /// The lease to ask for (zero: the server's default), in whole milliseconds. The server
+    /// grants at most its maximum ([`Client::lease`](super::Client::lease) says what it
+    /// granted). Heartbeat well within it.
+    pub lease: Duration,
+    /// The synchronous request timeout.
+    pub timeout: Duration,
+    /// How long a wait for a reply over shared memory stays awake (polling, then backing off
+    /// and yielding) before it sleeps. A sleeping waiter is woken by a futex, which costs tens of
+    /// microseconds; a waiter that stays awake sees a lock handed over within microseconds but
+    /// keeps a core busy meanwhile. Default zero: the 20 µs every wait polls first (enough for
+    /// any reply that is not a parked `lock()`), then sleep.
+    pub wait_awake: Duration,
+    /// A data connection to share with other clients of this process (TCP and TLS
+    /// endpoints); `None`: a connection of its own.
+    pub mux: Option<Mux>,
+}
+
+impl ClientConfig {
+    /// Defaults for `endpoint`: the server's lease, the reference's 5 s timeout.
+    pub fn new(endpoint: Endpoint) -> Self {
+        Self {
+            endpoint,
+            lease: Duration::ZERO,
+            timeout: REQUEST_TIMEOUT,
+            wait_awake: Duration::ZERO,
+            mux: None,
+        }
+    }
+
+    /// Shares `mux`'s data connection with the other clients given it (see [`Mux`]).
+    pub fn with_mux(mut self, mux: Mux) -> Self {
+        self.mux = Some(mux);
+        self
+    }
+
+    /// Asks for `lease` (see [`ClientConfig::lease`]).
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Gives up a synchronous request after `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Stays awake `awake` waiting for a shared-memory reply (see [`ClientConfig::wait_awake`]).
+    pub fn with_wait_awake(mut self, awake: Duration) -> Self {
+        self.wait_awake = awake;
+        self
+    }
+
+    /// The lease as the wire carries it, by the core's one rounding rule
+    /// ([`dlock_core::time::duration_to_ms`]: rounded up, saturating).
+    pub(super) fn lease_ms(&self) -> u32 {
+        dlock_core::time::duration_to_ms(self.lease)
+    }
+}

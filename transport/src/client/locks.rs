@@ -1,0 +1,186 @@
+//! Lock operations on referenced locks: `trylock`, `lock` (waiting on the server), `unlock`,
+//! `lock_extend`, and their batches of up to 31.
+//!
+//! Each call asks the client's record of the lock what to do ([`LocalLock`]'s decision table in
+//! `dlock-core`): answer locally (a re-entry, a cached refusal) or send one command. A command
+//! goes through [`Client::round_trip`] and its reply back into the record; a batch goes through
+//! the pipeline's batch engine (`pipeline.rs`), submitted and completed at once.
+
+use std::time::Duration;
+
+use dlock_core::proto::Command;
+use dlock_core::{FencingToken, LockId, Mode, Status};
+
+use super::{Client, Connection, Decision, Error, LocalLock, Op};
+
+/// A granted (or re-entered) lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a grant's fencing token must go with every write the lock protects"]
+pub struct Grant {
+    /// `Success`, or `AlreadyLocked` for a re-entry.
+    pub status: Status,
+    /// The grant's fencing token: pass it with every write the lock protects.
+    pub token: FencingToken,
+    /// The lock word the server returned.
+    pub word: u128,
+}
+
+/// A record's answer as the API reports it: a grant (`Done` is the reference's internal
+/// "handled", a success), or the status that refused it.
+pub(super) fn grant(status: Status, local: &LocalLock) -> Result<Grant, Status> {
+    match status {
+        Status::Success | Status::Done | Status::AlreadyLocked => Ok(Grant {
+            status: if status == Status::Done {
+                Status::Success
+            } else {
+                status
+            },
+            token: local.token,
+            word: local.word,
+        }),
+        s => Err(s),
+    }
+}
+
+/// The wait a blocking request carries in its command: the core's one rounding rule
+/// ([`dlock_core::time::duration_to_ms`]: rounded up, saturating), and at least one
+/// millisecond, because zero would make it a `trylock`.
+pub(super) fn wait_ms(wait: Duration) -> u32 {
+    dlock_core::time::duration_to_ms(wait).max(1)
+}
+
+impl<C: Connection> Client<C> {
+    /// Non-blocking lock in `mode` with a lease of `expire_ms` (`trylock`). A fair lock that
+    /// queues returns `Err(Eagain)` holding a ticket: call again to retry with it.
+    pub fn trylock(&mut self, id: LockId, mode: Mode, expire_ms: u32) -> Result<Grant, Error> {
+        let op = Op::TryLock;
+        let d = self.local(op, id)?.trylock(mode, expire_ms, 0);
+        self.run(op, id, d, Duration::ZERO)
+    }
+
+    /// Lock, waiting on the server up to `wait` (`lock`): answered the moment it is granted, or
+    /// `Err(Etimeout)` when the wait runs out.
+    pub fn lock(
+        &mut self,
+        id: LockId,
+        mode: Mode,
+        expire_ms: u32,
+        wait: Duration,
+    ) -> Result<Grant, Error> {
+        let op = Op::Lock;
+        let d = self.local(op, id)?.trylock(mode, expire_ms, wait_ms(wait));
+        self.run(op, id, d, wait)
+    }
+
+    /// Unlock: `Ok(Success)` when released on the server, `Ok(AlreadyLocked)` when only a
+    /// re-entry was counted down.
+    pub fn unlock(&mut self, id: LockId) -> Result<Status, Error> {
+        let op = Op::Unlock;
+        let d = self.local(op, id)?.unlock();
+        self.run(op, id, d, Duration::ZERO).map(|g| g.status)
+    }
+
+    /// Extends the grant held in `mode` to at least `expire_ms` from now (0 only validates
+    /// the grant). `Einval` when `id` is not held in `mode` (or is an RW lock, which has no
+    /// lease), as the reference answers `lock_extend` with the other mode's op.
+    pub fn lock_extend(&mut self, id: LockId, mode: Mode, expire_ms: u32) -> Result<Grant, Error> {
+        let op = Op::Extend;
+        let d = self.local(op, id)?.extend(mode, expire_ms);
+        self.run(op, id, d, Duration::ZERO)
+    }
+
+    /// The record of `id` for a single-lock call: refused (`Easync`) while an asynchronous
+    /// operation or pipelined batches are outstanding (their replies come first).
+    fn local(&mut self, op: Op, id: LockId) -> Result<&mut LocalLock, Error> {
+        if self.pending.is_some() || self.pipeline.len() > 0 {
+            return Err(op.err(Status::Easync));
+        }
+        self.locks
+            .get_mut(id)
+            .map(|e| &mut e.local)
+            .ok_or_else(|| op.err(Status::LockNotGet))
+    }
+
+    /// Runs one lock decision to its end: sends it (or not), waiting for the reply up to the
+    /// request timeout plus the server-side `wait`, and applies the reply to the record.
+    fn run(
+        &mut self,
+        op: Op,
+        id: LockId,
+        decision: Decision,
+        wait: Duration,
+    ) -> Result<Grant, Error> {
+        let request = match decision {
+            Decision::Answer(s) => return self.answered(op, id, s),
+            Decision::Send(r) => r,
+        };
+        let deadline = self.link.now() + self.cfg.timeout + wait;
+        // Grants and leases are counted from the send: the server granted no earlier, so the
+        // client never trusts a grant longer than the server keeps it (counted from the reply,
+        // a delayed reply would stretch it past the server's expiry; the simulator's belief
+        // check finds two holders that way).
+        let sent_ms = self.round_trip(op, &[Command::Lock(request.command())], 0, deadline)?;
+        let (reply, proof) = (self.inbox.results[0], self.proof(0));
+        let local = &mut self
+            .locks
+            .get_mut(id)
+            .ok_or_else(|| op.err(Status::LockNotGet))?
+            .local;
+        let status = local.apply(&request, &reply, proof, sent_ms);
+        grant(status, local).map_err(|s| op.err(s))
+    }
+
+    /// A decision the record made alone, as the call's result.
+    pub(super) fn answered(&self, op: Op, id: LockId, s: Status) -> Result<Grant, Error> {
+        let local = &self
+            .locks
+            .get(id)
+            .ok_or_else(|| op.err(Status::LockNotGet))?
+            .local;
+        grant(s, local).map_err(|s| op.err(s))
+    }
+
+    /// Trylocks up to 31 locks in one message. Per item unless `all_or_nothing`, in which case
+    /// either every lock is granted or none stays held (entries undone report `Eagain`). A lock
+    /// that needs the server for an earlier entry of the same batch is answered `Easync` for the
+    /// later one: one operation per lock per message. `Err(Easync)` while pipelined batches are
+    /// in flight ([`Client::submit_trylock`]). Each entry's result is a bare status: the call
+    /// (`batch_trylock`) and its transport are the batch's, reported by the call's own error.
+    pub fn batch_trylock(
+        &mut self,
+        requests: &[(LockId, Mode, u32)],
+        all_or_nothing: bool,
+        out: &mut [Result<Grant, Status>],
+    ) -> Result<(), Error> {
+        self.batch(Op::BatchTryLock, requests.len(), out, |c| {
+            c.submit_trylocks(Op::BatchTryLock, requests, all_or_nothing)
+        })
+    }
+
+    /// Unlocks up to 31 locks in one message (per item).
+    pub fn batch_unlock(
+        &mut self,
+        ids: &[LockId],
+        out: &mut [Result<Grant, Status>],
+    ) -> Result<(), Error> {
+        let op = Op::BatchUnlock;
+        self.batch(op, ids.len(), out, |c| {
+            c.submit(op, ids.len(), 0, |i| ids[i], |l, _| Ok(l.unlock()))
+        })
+    }
+
+    /// Extends up to 31 grants, each held in the mode given, by its own lease (ms), in one
+    /// message (per item; an entry not held in its mode is `Einval`, as in
+    /// [`Client::lock_extend`]).
+    pub fn batch_lock_extend(
+        &mut self,
+        requests: &[(LockId, Mode, u32)],
+        out: &mut [Result<Grant, Status>],
+    ) -> Result<(), Error> {
+        let op = Op::BatchExtend;
+        self.batch(op, requests.len(), out, |c| {
+            let extend = |l: &mut LocalLock, i: usize| Ok(l.extend(requests[i].1, requests[i].2));
+            c.submit(op, requests.len(), 0, |i| requests[i].0, extend)
+        })
+    }
+}

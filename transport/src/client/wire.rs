@@ -1,0 +1,237 @@
+//! A TCP connection to the server, in plaintext or under TLS 1.3 (feature `tls`), and a
+//! client's own TCP data connection over one: opening it, binding it to a registration, and
+//! reading whole replies off it, each filed under the message it answers.
+//!
+//! Without the `tls` feature a connection is plaintext only and none of the TLS code is built;
+//! a server that answers in TLS records is then reported in words (`server_speaks_tls`).
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use dlock_core::Session;
+use dlock_core::proto::{
+    ATTACH_MAGIC, Attach, DATA_HEADER_LEN, DATA_RESPONSE_MAX, DecodeError, peek_data_header,
+};
+
+use super::awaited::AwaitTable;
+
+/// A remote endpoint's TLS settings. Without the `tls` feature no endpoint has any: the type
+/// then has no values, so the code that would use one is unreachable and compiled away.
+#[cfg(feature = "tls")]
+pub(crate) type ClientTls = crate::tls::ClientTls;
+/// A remote endpoint's TLS settings: none without the `tls` feature (the type has no values).
+#[cfg(not(feature = "tls"))]
+#[derive(Clone, Debug)]
+pub(crate) enum ClientTls {}
+
+/// How long opening a TCP connection (and its TLS handshake) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A TCP connection to the server, in plaintext or under TLS.
+#[derive(Debug)]
+pub(crate) enum Wire {
+    Plain(TcpStream),
+    #[cfg(feature = "tls")]
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Wire {
+    /// Connects to `addr` (and completes the TLS handshake, server's verdict included, within
+    /// [`CONNECT_TIMEOUT`]).
+    pub(super) fn open(addr: SocketAddr, tls: Option<&ClientTls>) -> io::Result<Wire> {
+        let s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
+        s.set_nodelay(true)?;
+        match tls {
+            None => Ok(Wire::Plain(s)),
+            #[cfg(feature = "tls")]
+            Some(tls) => {
+                s.set_read_timeout(Some(CONNECT_TIMEOUT))?;
+                Ok(Wire::Tls(Box::new(tls.connect(s)?)))
+            }
+            #[cfg(not(feature = "tls"))]
+            Some(no_tls) => match *no_tls {},
+        }
+    }
+
+    pub(super) fn socket(&self) -> &TcpStream {
+        match self {
+            Wire::Plain(s) => s,
+            #[cfg(feature = "tls")]
+            Wire::Tls(s) => s.get_ref(),
+        }
+    }
+}
+
+impl Read for Wire {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Wire::Plain(s) => s.read(buf),
+            #[cfg(feature = "tls")]
+            Wire::Tls(s) => s.read(buf).map_err(crate::tls::client_io_error),
+        }
+    }
+}
+
+impl Write for Wire {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Wire::Plain(s) => s.write(buf),
+            #[cfg(feature = "tls")]
+            Wire::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Wire::Plain(s) => s.flush(),
+            #[cfg(feature = "tls")]
+            Wire::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// What a client without TLS settings reads when the server answers in TLS records: under the
+/// `tls` feature the [`TlsFailure`](crate::tls::TlsFailure) callers match on, without it the
+/// same words.
+pub(super) fn server_speaks_tls() -> io::Error {
+    #[cfg(feature = "tls")]
+    return crate::tls::TlsFailure::ServerSpeaksTls.into_io();
+    #[cfg(not(feature = "tls"))]
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        "server speaks TLS, client plaintext: this client is built without TLS (feature `tls`)",
+    )
+}
+
+/// Opens a TCP data connection to `addr` and binds it to `client` with its session secret.
+pub(crate) fn attach_tcp(
+    addr: SocketAddr,
+    tls: Option<&ClientTls>,
+    client: u32,
+    session: Session,
+) -> io::Result<Wire> {
+    let mut s = Wire::open(addr, tls)?;
+    let hello = Attach {
+        magic: ATTACH_MAGIC,
+        client,
+        session,
+    };
+    s.write_all(&hello.encode())?;
+    let mut status = [0u8; 4];
+    s.socket().set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.read_exact(&mut status)?;
+    if u32::from_le_bytes(status) != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "data channel refused",
+        ));
+    }
+    Ok(s)
+}
+
+/// A TCP data connection and the replies awaited on it ([`AwaitTable`]); a reply nobody
+/// awaits any more (its caller timed out) is dropped.
+#[derive(Debug)]
+pub(super) struct TcpData {
+    wire: Wire,
+    /// Bytes of a reply read before a deadline cut the read short.
+    partial: Vec<u8>,
+    awaited: AwaitTable,
+}
+
+impl TcpData {
+    pub(super) fn new(wire: Wire) -> Box<Self> {
+        Box::new(Self {
+            wire,
+            partial: Vec::with_capacity(DATA_RESPONSE_MAX),
+            awaited: AwaitTable::new(),
+        })
+    }
+
+    /// Sends `req` (a data message) as `ticket`.
+    pub(super) fn send(&mut self, ticket: u64, req: &[u8]) -> io::Result<()> {
+        let (header, _) = peek_data_header(req)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not a data message"))?;
+        self.wire.write_all(req)?;
+        self.awaited.expect(ticket, header.message_id);
+        Ok(())
+    }
+
+    /// The reply to `ticket` if it has been read already (the entry is freed).
+    pub(super) fn take_arrived(&mut self, ticket: u64, reply: &mut [u8]) -> Option<usize> {
+        self.awaited.take(ticket, reply)
+    }
+
+    /// Reads replies until the one to `ticket` arrives or `deadline` passes, filing the others
+    /// under the messages that await them.
+    pub(super) fn recv(
+        &mut self,
+        ticket: u64,
+        reply: &mut [u8],
+        deadline: Option<Instant>,
+    ) -> io::Result<Option<usize>> {
+        loop {
+            if let Some(n) = self.awaited.take(ticket, reply) {
+                return Ok(Some(n));
+            }
+            if !self.awaited.awaits(ticket) {
+                return Err(io::Error::other(
+                    "no data message awaits a reply under this ticket",
+                ));
+            }
+            let Some(len) = recv_tcp(&mut self.wire, &mut self.partial, deadline)? else {
+                return Ok(None);
+            };
+            let id = peek_data_header(&self.partial).map_or(0, |(h, _)| h.message_id);
+            self.awaited.file(id, &self.partial[..len]);
+            self.partial.clear();
+        }
+    }
+}
+
+/// Reads one data message off `s` into `partial` (which may hold its start already), keeping
+/// what arrived there if the deadline cuts in; returns its length once whole.
+fn recv_tcp(
+    s: &mut Wire,
+    partial: &mut Vec<u8>,
+    deadline: Option<Instant>,
+) -> io::Result<Option<usize>> {
+    loop {
+        let want = match peek_data_header(partial) {
+            Ok((_, len)) => len,
+            Err(DecodeError::Truncated) => DATA_HEADER_LEN,
+            Err(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "bad data reply header",
+                ));
+            }
+        };
+        if partial.len() >= want && want > DATA_HEADER_LEN {
+            return Ok(Some(want));
+        }
+        // A deadline already passed still gets one quick look.
+        let timeout = deadline.map(|d| {
+            d.saturating_duration_since(Instant::now())
+                .max(Duration::from_micros(1))
+        });
+        s.socket().set_read_timeout(timeout)?;
+        let mut buf = [0u8; DATA_RESPONSE_MAX];
+        match s.read(&mut buf[..want - partial.len()]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => partial.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                if deadline.is_some_and(|d| d <= Instant::now()) {
+                    return Ok(None);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
