@@ -12,7 +12,8 @@
 //! | a client attaches its data channel      | `authenticate` with the session, then `bind_stream` |
 //! | a link breaks                           | `stream_closed` (parked requests routed over it cancelled, its members leave), and `control_closed` if it carried its client's registration (the client is marked abnormal) |
 //! | a parked request is decided             | `dispatch_replies`: sent on the link it came by, or dropped when nobody waits for it |
-//! | the lease tick                          | `forget_gone_clients` (the control channels of clients removed are gone), `sweep_streams` (a link left with no member closes) |
+//! | after every turn                        | `forget_gone_clients`: the control channels of clients removed since are gone |
+//! | the lease tick                          | `sweep_streams`: a link left with no member closes (its control channel with it: a link is both) |
 //!
 //! The oracle sees every request and its reply as the server answers it; the server's tables
 //! are checked ([`Oracle::tables`]) by [`Endpoint::check`], which a simulator calls after every
@@ -117,11 +118,6 @@ impl<'s> Endpoint<'s> {
             out: vec![0; CONTROL_FRAME_MAX.max(DATA_RESPONSE_MAX)],
             dirty: false,
         }
-    }
-
-    /// The per-slot routing the core keeps for the runtime.
-    pub fn routing(&self) -> &Routing<'s> {
-        &self.routing
     }
 
     /// Checks the server's tables if anything reached the server since the last check: call

@@ -130,7 +130,6 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<Report, Failure> {
         procs: (0..n_procs).map(|_| Proc::new()).collect(),
         ops: 0,
         native_guards: 0,
-        native_drops: 0,
         crashes: 0,
         reinits: 0,
     };

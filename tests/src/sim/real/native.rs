@@ -146,7 +146,7 @@ impl<'r> Native<'r> {
 }
 
 /// Polls `f` to its end, moving the simulated world a millisecond whenever it waits.
-pub(super) fn block_on<F: Future>(world: &Shared<'_>, f: F) -> F::Output {
+fn block_on<F: Future>(world: &Shared<'_>, f: F) -> F::Output {
     let mut cx = Context::from_waker(Waker::noop());
     let mut f = pin!(f);
     loop {
@@ -178,7 +178,6 @@ impl<'r> Sim<'r> {
                 // Dropped: the unlock goes out, its answer is read by a later call.
                 if let Some(i) = self.pick_held(p) {
                     drop(self.native(p).held.swap_remove(i));
-                    self.native_drops += 1;
                 }
                 Ok(())
             }

@@ -140,9 +140,8 @@ pub(super) struct Sim<'r> {
     pub names: Vec<(String, LockKind)>,
     pub procs: Vec<Proc<'r>>,
     pub ops: u64,
-    /// Guards (and sets) the native processes took, and dropped without an unlock's answer.
+    /// Guards (and sets) the native processes took.
     pub native_guards: u64,
-    pub native_drops: u64,
     pub crashes: u64,
     pub reinits: u64,
 }
