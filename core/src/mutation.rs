@@ -18,7 +18,7 @@
 //! | mutation           | where                                | puts back                                                                                  |
 //! |--------------------|--------------------------------------|--------------------------------------------------------------------------------------------|
 //! | `MergeClaimOwner`  | `server/recovery.rs`, `merge_claim`  | a later exclusive RW claim displaces one already accepted (the owner check is dropped)      |
-//! | `ClientLeaseLapse` | `dlock-transport`, `Client::reinit`  | a client silent past its lease re-claims, on a replacement, grants the old server freed     |
+//! | `ClientLeaseLapse` | `dlock-transport`, `Client::reinit` (`client/control.rs`) | a client silent past its lease re-claims, on a replacement, grants the old server freed     |
 //! | `FairClaimServing` | `server/recovery.rs`, `merge_fair`   | fair readers re-claimed newest first leave `ns` past the oldest one's ticket (the lock wedges) |
 //! | `FairClaimExpired` | `server/recovery.rs`, `merge_claim`  | a fair grant that ran out is restored, and an extend revives it under an older token than its successor's |
 //!
