@@ -30,6 +30,7 @@ pub mod control;
 mod data;
 mod dispatch;
 mod frames;
+pub mod invariants;
 mod locks;
 mod objects;
 mod peers;

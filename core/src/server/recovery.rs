@@ -9,11 +9,11 @@
 //!
 //! | kind   | claim           | merged when                                  | otherwise |
 //! |--------|-----------------|----------------------------------------------|-----------|
-//! | atomic | exclusive       | free (or already this client's)              | Fail      |
+//! | atomic | exclusive       | time left, free (or already this client's)   | Fail      |
 //! | RW     | exclusive       | free (or already this client's)              | Fail      |
 //! | RW     | shared          | no exclusive holder                          | Fail      |
-//! | fair   | exclusive       | no holder, ticket not behind the counters    | Fail      |
-//! | fair   | shared          | no exclusive holder, ticket at the serving position, < 63 readers | Fail |
+//! | fair   | exclusive       | time left, no holder, ticket not behind the counters | Fail |
+//! | fair   | shared          | time left, no exclusive holder, ticket at the serving position, < 63 readers | Fail |
 //! | fair   | ticketed        | always: next-ticket counters move past it    | —         |
 //!
 //! The first claim accepted keeps the lock. The reference lets a later claim displace an
@@ -324,8 +324,10 @@ impl<'r> Server<'r> {
             }
             (LockKind::Rw, Held::Exclusive) => {
                 let w = rw::RwWord::from_bits(cell.word);
-                // Whoever claimed it first keeps it (module doc).
-                if w.readers() != 0 || (w.owner() != 0 && w.owner() != me.get()) {
+                // Whoever claimed it first keeps it (module doc). The simulator's first find;
+                // `MergeClaimOwner` drops the owner check to prove its seed still finds it.
+                let taken = w.owner() != 0 && w.owner() != me.get();
+                if w.readers() != 0 || (taken && !crate::mutated!(MergeClaimOwner)) {
                     return Err(Status::Fail);
                 }
                 cell.word = rw::RwWord::new()
@@ -349,6 +351,14 @@ impl<'r> Server<'r> {
                     .with_since_ms(since)
                     .into_bits();
                 Ok(GrantState::Shared)
+            }
+            // A fair grant that ran out may have been preempted and handed on: restored, an
+            // extend would revive it under an older token than its successor's (the simulator's
+            // fencing rule found it; `FairClaimExpired` puts it back). As for an atomic one.
+            (LockKind::Fair, Held::Exclusive | Held::Shared)
+                if c.remaining_ms == 0 && !crate::mutated!(FairClaimExpired) =>
+            {
+                Err(Status::Fail)
             }
             (LockKind::Fair, held) => {
                 let mut s = fair::FairLock {
@@ -383,6 +393,27 @@ enum ClaimWindow {
 /// `b` if it is later than `a` in ticket order, else `a`.
 fn later(a: u16, b: u16) -> u16 {
     if fair::ticket_before(a, b) { b } else { a }
+}
+
+/// `b` if it is earlier than `a` in ticket order, else `a`.
+fn earlier(a: u16, b: u16) -> u16 {
+    if fair::ticket_before(b, a) { b } else { a }
+}
+
+/// The serving counter `ns` once a reader holding or queued with shared ticket `ts` is merged
+/// into `w` (no writer holds it).
+///
+/// `ns` counts the shared grants completed, and every reader's unlock moves it on by one, so
+/// it must not be past any outstanding shared ticket: it goes back to the oldest claimed. Left
+/// where the first claim put it (a newer reader's ticket, say), it runs past `ms` once the
+/// readers have unlocked, `ms − ns` wraps to "queue full", and every first attempt on the lock
+/// fails for good. Found by `check_invariants` in the simulator; `FairClaimServing` puts the
+/// bug back.
+fn serving_readers(w: fair::FairWord, ts: u16) -> u16 {
+    if crate::mutated!(FairClaimServing) {
+        return w.ns();
+    }
+    earlier(w.ns(), ts)
 }
 
 fn merge_fair(
@@ -432,6 +463,7 @@ fn merge_fair(
             }
             s.word = w
                 .with_nx(nx)
+                .with_ns(serving_readers(w, ts))
                 .with_mx(later(w.mx(), nx))
                 .with_ms(later(w.ms(), ts.wrapping_add(1)))
                 .with_rcnt(w.rcnt() + 1)
@@ -443,7 +475,11 @@ fn merge_fair(
                 Mode::Exclusive => (later(w.mx(), tx.wrapping_add(1)), later(w.ms(), ts)),
                 Mode::Shared => (later(w.mx(), tx), later(w.ms(), ts.wrapping_add(1))),
             };
-            s.word = w.with_mx(mx).with_ms(ms);
+            let ns = match mode {
+                Mode::Shared if s.owner == 0 => serving_readers(w, ts),
+                _ => w.ns(),
+            };
+            s.word = w.with_mx(mx).with_ms(ms).with_ns(ns);
             Ok(GrantState::ticketed(mode))
         }
         Held::Reference => Ok(GrantState::None),

@@ -477,3 +477,21 @@ fn a_reinit_over_a_stream_moves_the_client_and_its_control_path_there() {
     s.stream_closed(&mut routing, 3, 2);
     assert_eq!(state(&s), ClientState::Abnormal);
 }
+
+#[test]
+fn check_routing_finds_a_parked_request_whose_reply_has_no_route() {
+    let mut s = TestServer::new(&small());
+    let mut entries = slots(&s);
+    let mut routing = Routing::new(&mut entries);
+    let (holder, a) = (s.client(0), s.client(0));
+    let x = held_x(&mut s, holder, &[a]);
+    park(&mut s, &mut routing, a, x);
+    assert_eq!(s.check_routing(&routing), Ok(()));
+    // The route forgotten while the request stays parked: its grant would go nowhere.
+    let slot = s.client_slot_of(a.get()).unwrap();
+    routing.clear();
+    assert_eq!(
+        s.check_routing(&routing),
+        Err(crate::server::invariants::Violation::Route { slot })
+    );
+}
