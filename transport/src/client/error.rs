@@ -76,6 +76,10 @@ pub(crate) enum Op {
     BatchExtend,
     SubmitTryLock,
     SubmitUnlock,
+    /// Asking (or no longer asking) for a lock's value block with its grants.
+    SetValueBlocks,
+    /// Staging the value block an exclusive unlock writes.
+    StageValue,
     /// Completing a pipelined batch with nothing in flight (a batch's own failure carries the
     /// batch's operation).
     Complete,
@@ -115,6 +119,8 @@ impl Op {
             Op::BatchExtend => "batch_lock_extend",
             Op::SubmitTryLock => "submit_trylock",
             Op::SubmitUnlock => "submit_unlock",
+            Op::SetValueBlocks => "set_value_blocks",
+            Op::StageValue => "stage_value",
             Op::Complete => "complete",
             Op::LockResultCheck => "lock_result_check",
             Op::UpdateAllLocks => "update_all_locks",
