@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use dlock_core::manager::value::{ValueBlock, ValueRead};
 use dlock_core::{Config, LockId, LockKind, Mode, Status};
-use dlock_transport::client::{AsyncOp, Client, ClientConfig, Endpoint, Grant, Mux};
+use dlock_transport::client::{AsyncOp, Client, ClientConfig, Endpoint, Grant, Locks, Mux};
 use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
 
 /// A server with a short client lease (a dropped client is declared dead soon), on TCP too.
@@ -228,4 +228,57 @@ fn an_expired_exclusive_grant_taken_over_leaves_the_block_invalid() {
         .lock(lb, Mode::Exclusive, 5_000, Duration::from_secs(10))
         .unwrap();
     assert_eq!(g.value, read(0, 0, false));
+}
+
+/// The native API: a write guard's `set_value` is written when it is dropped or unlocked
+/// (blocking or async), and every guard of a lock that asks returns the block.
+#[test]
+fn native_guards_read_the_block_and_write_guards_write_it_when_they_go() {
+    let s = server();
+    for way in [Way::Shm, Way::Tcp] {
+        let (a, b) = pair(&s, way);
+        let (a, b) = (Locks::from(a), Locks::from(b));
+        let name = format!("native-{way:?}");
+        let (wa, rb) = (a.rw(&name).unwrap(), b.rw(&name).unwrap());
+        wa.set_value_blocks(true).unwrap();
+        rb.set_value_blocks(true).unwrap();
+        let mut w = wa.try_write().unwrap();
+        assert_eq!(w.value(), read(0, 0, true), "{way:?}");
+        w.set_value(&block(1));
+        drop(w);
+        let r = rb.read(Duration::from_secs(5)).unwrap();
+        assert_eq!(r.value(), read(1, 1, true), "{way:?}: written by the drop");
+        r.unlock().unwrap();
+        let mut w = wa.try_write().unwrap();
+        w.set_value(&block(2));
+        w.unlock().unwrap();
+        assert_eq!(rb.try_read().unwrap().value(), read(2, 2, true), "{way:?}");
+        // An unlock without a `set_value` leaves the block; a handle that stops asking gets none.
+        wa.try_write().unwrap().unlock().unwrap();
+        rb.set_value_blocks(false).unwrap();
+        assert_eq!(rb.try_read().unwrap().value(), None, "{way:?}");
+        let f = a.fair(format!("native-fair-{way:?}")).unwrap();
+        f.set_value_blocks(true).unwrap();
+        let lease = Duration::from_secs(5);
+        let mut w = f.try_write(lease).unwrap();
+        w.set_value(&block(3));
+        run_blocking(w.unlock_async()).unwrap();
+        assert_eq!(
+            f.try_read(lease).unwrap().value(),
+            read(3, 1, true),
+            "{way:?}"
+        );
+    }
+}
+
+/// Polls `f` to completion on this thread (the futures of this crate need no runtime).
+fn run_blocking<F: std::future::Future>(f: F) -> F::Output {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::yield_now();
+    }
 }
