@@ -414,6 +414,10 @@ fn header_constants_and_enums_are_the_rust_ones() {
         define("DLOCK_KEY_PASSWORD_LEN_MAX"),
         dlock_engine_glue::ffi::tls::KEY_PASSWORD_LEN_MAX as i64
     );
+    assert_eq!(
+        define("DLOCK_VALUE_BLOCK_LEN"),
+        dlock_core::manager::value::VALUE_BLOCK_LEN as i64
+    );
     let ops = enum_values("enum lock_ops");
     for (name, v) in [
         ("LOCK_EXCLUSIVE", LOCK_EXCLUSIVE),

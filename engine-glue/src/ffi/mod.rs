@@ -39,6 +39,7 @@ pub mod ops;
 pub mod server;
 pub mod tls;
 pub mod types;
+pub mod values;
 
 use std::ffi::{CStr, c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
