@@ -176,8 +176,7 @@ impl<'r> Server<'r> {
             (raw_client, found),
             meta,
             commands.len(),
-            // The embedded API writes no value blocks and reads none back (yet): its commands
-            // carry no value trailer.
+            // This entry carries no value blocks: `execute_message_with_values` does.
             (|i| commands[i], |_| None),
             |i, r, _proof, _value| {
                 // Field by field: a whole-struct copy reloads the 16-byte word with one vector
