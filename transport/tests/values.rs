@@ -282,3 +282,57 @@ fn run_blocking<F: std::future::Future>(f: F) -> F::Output {
         std::thread::yield_now();
     }
 }
+
+/// After a server failover a lock's block comes back valid only from a holder's re-claim that
+/// kept a copy; a lock nobody held (or held without asking for blocks) reads invalid.
+#[test]
+fn after_a_failover_blocks_come_back_only_from_reclaiming_holders() {
+    let first = common::server(true);
+    let addr = first.tcp_addr().unwrap();
+    let e = Endpoint::Tcp(addr);
+    let (mut a, mut b) = (common::client(&e), common::client(&e));
+    let kept = a.get_lock(LockKind::Rw, b"kept").unwrap();
+    let lost = b.get_lock(LockKind::Rw, b"lost").unwrap();
+    let blind = a.get_lock(LockKind::Rw, b"blind").unwrap();
+    a.set_value_blocks(kept, true).unwrap();
+    b.set_value_blocks(lost, true).unwrap();
+    let _ = a.trylock(kept, Mode::Exclusive, 60_000).unwrap();
+    let _ = a.unlock_with_value(kept, &block(7)).unwrap();
+    let g = a.trylock(kept, Mode::Shared, 60_000).unwrap();
+    assert_eq!(g.value, read(7, 1, true), "a keeps a copy with its grant");
+    let _ = b.trylock(lost, Mode::Exclusive, 60_000).unwrap();
+    let _ = b.unlock_with_value(lost, &block(8)).unwrap();
+    // Held, but without asking: its claim offers no copy.
+    let _ = a.trylock(blind, Mode::Exclusive, 60_000).unwrap();
+    first.stop();
+
+    let mut cfg = ServerConfig::new(Config {
+        recovery_clients: 2,
+        epoch: 2,
+        ..common::small()
+    });
+    cfg.tcp = Some(TcpConfig::new(addr));
+    cfg.insecure_recovery = true;
+    let second = ServerHandle::start(cfg).unwrap();
+    for c in [&mut a, &mut b] {
+        assert_eq!(c.reinit().map_err(Status::from), Ok(true));
+        c.update_all_locks().unwrap();
+        c.reinit_done().unwrap();
+    }
+    let kept = a.get_lock(LockKind::Rw, b"kept").unwrap();
+    let blind = a.get_lock(LockKind::Rw, b"blind").unwrap();
+    let _ = a.unlock(kept).unwrap();
+    let _ = a.unlock(blind).unwrap();
+    for (name, want) in [
+        (&b"kept"[..], read(7, 1, true)),
+        (b"lost", read(0, 0, false)),
+        (b"blind", read(0, 0, false)),
+    ] {
+        let id = b.get_lock(LockKind::Rw, name).unwrap();
+        b.set_value_blocks(id, true).unwrap();
+        let g = b.trylock(id, Mode::Shared, 60_000).unwrap();
+        assert_eq!(g.value, want, "{}", String::from_utf8_lossy(name));
+        let _ = b.unlock(id).unwrap();
+    }
+    second.stop();
+}

@@ -76,6 +76,11 @@ fn fix_total_len(b: &mut [u8]) {
 
 fn claim(name: &[u8], held: Held) -> LockClaim<'_> {
     LockClaim {
+        value: Some(crate::manager::value::ValueRead {
+            block: crate::manager::ValueBlock([0xA5; 32]),
+            seq: 0xDEAD_0001,
+            valid: false,
+        }),
         kind: LockKind::Fair,
         held,
         name,

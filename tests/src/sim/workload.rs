@@ -762,6 +762,7 @@ impl World {
             };
             recs.push(rec);
             claims.push(LockClaim {
+                value: None,
                 kind: l.local.kind,
                 held: claim.held,
                 name: &self.names[l.name].0,
@@ -811,6 +812,7 @@ impl World {
                 let token =
                     (u64::from(self.epoch.saturating_sub(1)) << 48) + self.rng.range(1, 1_000);
                 claims.push(LockClaim {
+                    value: None,
                     kind: *kind,
                     held: Held::Exclusive,
                     name,
