@@ -340,7 +340,7 @@ fn claim_from(parts: &ClaimParts) -> LockClaim<'_> {
     let (kind, held, ref name, old_lock, word, (tx, ts), (remaining_ms, age_ms, token)) = *parts;
     LockClaim {
         // Present or not, valid or not: the old id's low bits pick.
-        value: (old_lock % 3 != 0).then(|| crate::manager::value::ValueRead {
+        value: (old_lock % 3 != 0).then_some(crate::manager::value::ValueRead {
             block: crate::manager::ValueBlock([word as u8; 32]),
             seq: old_lock,
             valid: old_lock % 2 == 0,
