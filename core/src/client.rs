@@ -253,8 +253,9 @@ pub struct LocalLock {
     /// The proof the server gave with the current grant or ticket ([`GrantProof::NONE`] when
     /// none, or when the server has no session key).
     pub proof: GrantProof,
-    /// The lock-manager flags every acquisition of this lock carries (only
-    /// [`LockFlags::VALUE_BLOCK`] is asked for so far; see "Lock value blocks").
+    /// The lock-manager flags every acquisition of this lock carries:
+    /// [`LockFlags::VALUE_BLOCK`] (see "Lock value blocks") and [`LockFlags::RETAIN`] (the
+    /// server keeps the grant for recovery if this client dies).
     pub ask: LockFlags,
     /// The value block the current grant returned (`None` unless `ask` asked for it).
     pub value: Option<ValueRead>,

@@ -149,7 +149,11 @@ typedef enum debug_stats_code {
     DEBUG_STATS_CLIENTS_REFUSED_PEER_CAP = 40, /* registrations past clients_per_peer_max */
     DEBUG_STATS_TLS_NOT_YET_VALID = 41,        /* client certificate not valid yet */
     DEBUG_STATS_TLS_HANDSHAKES_DEFERRED = 42,  /* handshake steps put off to a later turn */
-    DEBUG_STATS_MAX = 43
+    DEBUG_STATS_LOCKS_RETAINED = 43,           /* grants kept when their holder died */
+    DEBUG_STATS_RETAINED_RELEASED = 44,        /* retained grants released by recovery_done */
+    DEBUG_STATS_RECOVERY_DONE_REFUSED = 45,    /* recovery_done without the recoverer role */
+    DEBUG_STATS_LOCK_RETAINED = 46,            /* requests answered DLOCK_LOCK_RETAINED */
+    DEBUG_STATS_MAX = 47
 } debug_stats_code_t;
 
 /* ---------------------------------------------------------------------------------------- */

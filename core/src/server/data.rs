@@ -406,8 +406,18 @@ impl<'r> Server<'r> {
         if state.kind() != c.kind {
             return (result(self.refuse(Status::Einval)), Note::default());
         }
-        let hold = self.current_hold(slot, me, lock);
         let cell = self.t.lock_cells[lock as usize];
+        if c.op.acquires() && self.retained_blocks(lock, c.kind, c.op.mode()) {
+            // Before the word, which would let an expired retained grant be taken over
+            // (`retained.rs`).
+            let refused = CommandResult {
+                status: self.refuse(Status::LockRetained),
+                word: cell.word,
+                aux: 0,
+            };
+            return (refused, Note::default());
+        }
+        let hold = self.current_hold(slot, me, lock);
         let before = cell;
         let step = match c.kind {
             LockKind::Atomic => atomic_step(&cell, me, c, hold, now_ms),
@@ -436,7 +446,8 @@ impl<'r> Server<'r> {
                 }
                 let token = self.issue_token();
                 self.t.lock_cells[lock as usize].fence = token.0;
-                let granted = GrantState::granted(mode, false, false);
+                let retain = c.flags.contains(LockFlags::RETAIN);
+                let granted = GrantState::granted(mode, false, retain);
                 self.t.lock_holds.set(slot, lock, granted.bits());
                 self.stats.bump(Counter::Grants);
                 if preempted {

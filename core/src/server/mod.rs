@@ -31,6 +31,7 @@ mod objects;
 mod peers;
 pub mod proof;
 mod recovery;
+pub mod retained;
 pub mod route;
 mod routing;
 pub mod stats;
@@ -71,6 +72,9 @@ pub struct Server<'r> {
     cfg: Config,
     /// Clients still expected to finish recovery; 0 = ready.
     recovering: u32,
+    /// Dead clients' slots keeping retained grants (`ClientState::Retaining`): while zero, no
+    /// acquisition looks for a retained grant in its way (`retained.rs`).
+    retaining: u32,
     /// How recovery went so far (see [`Server::recovery_progress`]).
     progress: RecoveryProgress,
     /// The next fencing token: the epoch in the high bits, a counter below. One counter for the
@@ -143,6 +147,7 @@ impl<'r> Server<'r> {
             t: tables,
             cfg: *cfg,
             recovering: cfg.recovery_clients,
+            retaining: 0,
             progress: RecoveryProgress {
                 expected: cfg.recovery_clients,
                 ..RecoveryProgress::default()
@@ -261,6 +266,8 @@ impl<'r> Server<'r> {
                 Ok(slot)
             }
             ClientState::Recovering => Err(Status::NotReady),
+            // Out of the client index, so never found by id: its client learns it was removed.
+            ClientState::Retaining => Err(Status::ClientRemovedByServer),
             ClientState::Free => Err(Status::ClientNotInit),
         }
     }

@@ -104,6 +104,16 @@ pub enum Counter {
     /// established connections' requests were served first (a burst of new connections)
     /// (transport).
     TlsHandshakesDeferred,
+    /// Grants kept, retained, when their holder died (`manager::retain`).
+    LocksRetained,
+    /// Retained grants released by a recoverer's `recovery_done`. `locks_retained` minus this
+    /// is how many are retained now.
+    RetainedReleased,
+    /// `recovery_done` (and `ListRetained`) calls refused: the caller has no recoverer role.
+    RecoveryDoneRefused,
+    /// Requests refused (or, waiting, answered at their deadline) `DLOCK_LOCK_RETAINED`: a dead
+    /// client's retained grant was in the way.
+    LockRetained,
 }
 
 impl Counter {
@@ -131,7 +141,7 @@ impl Counter {
     }
 
     /// Number of counters.
-    pub const COUNT: usize = Counter::TlsHandshakesDeferred as usize + 1;
+    pub const COUNT: usize = Counter::LockRetained as usize + 1;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT] = [
@@ -178,6 +188,10 @@ impl Counter {
         Counter::ClientsRefusedPeerCap,
         Counter::TlsNotYetValid,
         Counter::TlsHandshakesDeferred,
+        Counter::LocksRetained,
+        Counter::RetainedReleased,
+        Counter::RecoveryDoneRefused,
+        Counter::LockRetained,
     ];
 
     /// A stable snake-case name for printing.
@@ -226,6 +240,10 @@ impl Counter {
             Counter::ClientsRefusedPeerCap => "clients_refused_peer_cap",
             Counter::TlsNotYetValid => "tls_not_yet_valid",
             Counter::TlsHandshakesDeferred => "tls_handshakes_deferred",
+            Counter::LocksRetained => "locks_retained",
+            Counter::RetainedReleased => "retained_released",
+            Counter::RecoveryDoneRefused => "recovery_done_refused",
+            Counter::LockRetained => "lock_retained",
         }
     }
 }
@@ -273,6 +291,7 @@ impl Stats {
             S::ServerNoResource | S::ObjectTooMany => Counter::NoResource,
             S::ObjectNotGet => Counter::ObjectNotGet,
             S::ObjectCasFailed => Counter::ObjectCasFailed,
+            S::LockRetained => Counter::LockRetained,
             _ => return,
         };
         self.bump(c);

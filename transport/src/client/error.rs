@@ -36,6 +36,9 @@ pub enum ErrorKind {
     WouldBlock,
     /// A wait for the lock ran out.
     TimedOut,
+    /// The lock is held for a client that died, retained until a recoverer replays its work
+    /// and calls `recovery_done` (`DLOCK_LOCK_RETAINED`): retry after the recovery.
+    Retained,
     /// The grant this guard stood for is gone: its lease ran out and the server gave the lock
     /// to someone else, or it was already released. Writes made under its token may be fenced.
     NotHeld,
@@ -80,6 +83,8 @@ pub(crate) enum Op {
     SetValueBlocks,
     /// Staging the value block an exclusive unlock writes.
     StageValue,
+    /// Asking (or no longer asking) for a lock's grants to be retained if the client dies.
+    SetRetain,
     /// Completing a pipelined batch with nothing in flight (a batch's own failure carries the
     /// batch's operation).
     Complete,
@@ -121,6 +126,7 @@ impl Op {
             Op::SubmitUnlock => "submit_unlock",
             Op::SetValueBlocks => "set_value_blocks",
             Op::StageValue => "stage_value",
+            Op::SetRetain => "set_retain",
             Op::Complete => "complete",
             Op::LockResultCheck => "lock_result_check",
             Op::UpdateAllLocks => "update_all_locks",
@@ -200,6 +206,7 @@ impl Error {
             Status::Fail | Status::Eagain if self.op.acquires() => ErrorKind::WouldBlock,
             Status::Fail | Status::AlreadyUnlocked => ErrorKind::NotHeld,
             Status::Etimeout => ErrorKind::TimedOut,
+            Status::LockRetained => ErrorKind::Retained,
             Status::BadResponse
             | Status::NotReady
             | Status::ClientNotInit

@@ -103,18 +103,33 @@ impl<C: Connection> Client<C> {
     /// block with a lock for the lock's whole life, and every call shape then carries it
     /// without a variant of its own. Local only; `LockNotGet` for a lock not got.
     pub fn set_value_blocks(&mut self, id: LockId, on: bool) -> Result<(), Error> {
-        let op = Op::SetValueBlocks;
+        self.set_ask(Op::SetValueBlocks, id, LockFlags::VALUE_BLOCK, on)
+    }
+
+    /// Asks for every grant of `id` from now on to be *retained* if this client dies holding
+    /// it (`on`; the server's `manager::retain`): its lease running out or its connection
+    /// lost and not resumed leaves the grant held by the dead client, and others are refused
+    /// `LockRetained` (a waiting request waits) until a recoverer calls `recovery_done` for
+    /// this client after replaying its work. A graceful `deinit` releases it as any grant.
+    /// Local only; `LockNotGet` for a lock not got.
+    pub fn set_retain(&mut self, id: LockId, on: bool) -> Result<(), Error> {
+        self.set_ask(Op::SetRetain, id, LockFlags::RETAIN, on)
+    }
+
+    /// Sets (`on`) or clears `flag` in what `id`'s acquisitions ask for.
+    fn set_ask(&mut self, op: Op, id: LockId, flag: LockFlags, on: bool) -> Result<(), Error> {
         let local = &mut self
             .locks
             .get_mut(id)
             .ok_or_else(|| op.err(Status::LockNotGet))?
             .local;
-        local.ask = if on {
-            local.ask.union(LockFlags::VALUE_BLOCK)
+        let bits = if on {
+            local.ask.bits() | flag.bits()
         } else {
-            LockFlags::from_bits(local.ask.bits() & !LockFlags::VALUE_BLOCK.bits())
-                .unwrap_or(LockFlags::NONE)
+            local.ask.bits() & !flag.bits()
         };
+        // Only known flags are ever set here.
+        local.ask = LockFlags::from_bits(bits).unwrap_or(local.ask);
         Ok(())
     }
 
