@@ -10,13 +10,13 @@
 //! | the connection        | the frame                                  | then                                  |
 //! |-----------------------|--------------------------------------------|---------------------------------------|
 //! | unbound               | `ClientInit`, `ClientReinit`               | run (a reinit shows the session)      |
-//! | unbound               | `Stats`                                    | run: the counters need no registration|
+//! | unbound               | `Stats`, `RecoveryDone`, `ListRetained`    | run: they need no registration (the recoverer role is the transport's to give) |
 //! | unbound               | anything else                              | close                                 |
 //! | bound to `c`          | `ClientInit`, `ClientReinit`               | close: one registration per connection|
 //! | bound to `c`          | anything else naming `c`                   | run                                   |
 //! | bound to `c`          | a frame naming another id                  | close                                 |
 //! | bound, `c` gone       | `ClientInit`, `ClientReinit`               | run: it may register again here       |
-//! | bound, `c` gone       | `Stats` naming `c`                         | run                                   |
+//! | bound, `c` gone       | `Stats`, `RecoveryDone`, `ListRetained` naming `c` | run                           |
 //! | bound, `c` gone       | anything else naming `c`                   | answer `ClientNotInit` ([`answer_gone`]) |
 //! | bound, `c` gone       | a frame naming another id                  | close                                 |
 //!
@@ -70,7 +70,12 @@ impl ControlConn {
     #[inline]
     pub const fn admit(self, msg: MsgType, client: u32) -> ControlAdmission {
         let registers = matches!(msg, MsgType::ClientInit | MsgType::ClientReinit);
-        let stats = matches!(msg, MsgType::Stats);
+        // Needing no registration: the counters, and the recoverer's calls, whose authority is
+        // the role the transport gives the connection (`manager::retain`).
+        let stats = matches!(
+            msg,
+            MsgType::Stats | MsgType::RecoveryDone | MsgType::ListRetained
+        );
         match self {
             ControlConn::Unbound if registers || stats => ControlAdmission::Run,
             ControlConn::Unbound => ControlAdmission::Close,

@@ -36,10 +36,15 @@
 //! until `recovery_done` frees it. [`Server::recovery_done`] finds it by a scan of the table:
 //! the call is a control-path rarity.
 
-use super::{Counter, Server};
+use super::{Counter, FrameError, Server};
+use crate::config::BATCH_MAX;
 use crate::ids::{ClientId, LockId, LockKind, Mode};
 use crate::manager::GrantState;
 use crate::manager::retain::{Life, RecoveryDone, Role, may_list_retained, recovery_done};
+use crate::proto::{
+    Batch, ControlHeader, ControlResponse, ListRetained, RetainedEntry, RetainedPage,
+    encode_control_response,
+};
 use crate::status::Status;
 use crate::table::{ClientEntry, ClientState, SlotState};
 
@@ -199,5 +204,68 @@ impl Server<'_> {
         let index = id.index() as usize;
         let state = SlotState(self.t.lock_meta.get(index)?.state);
         (state.generation() == id.generation()).then(|| self.t.lock_names[index].name())
+    }
+}
+
+impl Server<'_> {
+    /// Answers a `ListRetained` request (header `header`) from a sender with `role` into `out`;
+    /// returns the reply's length. Its entries borrow the locks' names from the tables, so the
+    /// page is encoded here.
+    pub(super) fn list_retained_frame(
+        &mut self,
+        role: Role,
+        header: &ControlHeader,
+        q: ListRetained,
+        out: &mut [u8],
+    ) -> Result<usize, FrameError> {
+        let blank = Retained {
+            client: 0,
+            lock: LockId::new(0, 1),
+            kind: LockKind::Atomic,
+            mode: Mode::Exclusive,
+        };
+        let mut found = [blank; BATCH_MAX];
+        let listed = self.retained(role, q.client, q.cursor, &mut found);
+        let reply = |status: Status| ControlHeader {
+            word: status as u16 as u32,
+            ..*header
+        };
+        let (n, next) = match listed {
+            Ok(page) => page,
+            Err(s) => {
+                return Ok(encode_control_response(
+                    &reply(s),
+                    &ControlResponse::Empty,
+                    out,
+                )?);
+            }
+        };
+        let mut entries = [RetainedEntry {
+            client: 0,
+            lock: 0,
+            kind: LockKind::Atomic,
+            mode: Mode::Exclusive,
+            name: &[],
+        }; BATCH_MAX];
+        for (e, r) in entries.iter_mut().zip(&found[..n]) {
+            *e = RetainedEntry {
+                client: r.client,
+                lock: r.lock.raw(),
+                kind: r.kind,
+                mode: r.mode,
+                // A retained lock is referenced by its dead holder, so it is live and named.
+                name: self.lock_name(r.lock).unwrap_or(&[]),
+            };
+        }
+        let page = RetainedPage {
+            next,
+            entries: Batch::from_slice(&entries[..n]),
+        };
+        let body = ControlResponse::Retained(page);
+        Ok(encode_control_response(
+            &reply(Status::Success),
+            &body,
+            out,
+        )?)
     }
 }

@@ -149,18 +149,19 @@ pub struct Registration {
 
 impl Server<'_> {
     /// Handles control frame `req` from `peer`, which came over control connection `conn` (the
-    /// transport's name for it, never 0), as [`Server::handle_control_from`] does; if it
+    /// transport's name for it, never 0) and whose sender the transport gave `role`, as
+    /// [`Server::handle_control_as`] does; if it
     /// registered a client, the slot is routed for the new registration (module doc). `out`
     /// holds the reply.
     pub fn control(
         &mut self,
         routing: &mut Routing<'_>,
-        (conn, peer): (u64, Peer),
+        (conn, peer, role): (u64, Peer, crate::manager::retain::Role),
         req: &[u8],
         out: &mut [u8],
         now_ms: u64,
     ) -> Result<Controlled, FrameError> {
-        let (len, registered) = self.control_frame(peer, req, out, now_ms)?;
+        let (len, registered) = self.control_frame((peer, role), req, out, now_ms)?;
         let registered =
             registered.and_then(|id| self.route_registration(routing, conn, id.get(), now_ms));
         Ok(Controlled { len, registered })

@@ -85,6 +85,10 @@ pub(crate) enum Op {
     StageValue,
     /// Asking (or no longer asking) for a lock's grants to be retained if the client dies.
     SetRetain,
+    /// Releasing a dead client's retained locks.
+    RecoveryDone,
+    /// Listing retained locks.
+    ListRetained,
     /// Completing a pipelined batch with nothing in flight (a batch's own failure carries the
     /// batch's operation).
     Complete,
@@ -127,6 +131,8 @@ impl Op {
             Op::SetValueBlocks => "set_value_blocks",
             Op::StageValue => "stage_value",
             Op::SetRetain => "set_retain",
+            Op::RecoveryDone => "recovery_done",
+            Op::ListRetained => "list_retained",
             Op::Complete => "complete",
             Op::LockResultCheck => "lock_result_check",
             Op::UpdateAllLocks => "update_all_locks",

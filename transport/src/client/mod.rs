@@ -71,6 +71,7 @@ mod pipeline;
 mod rdma;
 mod recovery;
 mod refs;
+mod retained;
 mod table;
 mod wire;
 
@@ -106,6 +107,7 @@ pub use named::{
 };
 pub use objects::Cas;
 use pipeline::Pipeline;
+pub use retained::{RetainedLock, list_retained, recovery_done};
 use table::LockTable;
 
 const BATCH: usize = dlock_core::config::BATCH_MAX;

@@ -253,7 +253,7 @@ impl Data<'_> {
                         self.shared.counters.copy_into(server);
                     }
                     let req = &job.buf[..job.len];
-                    let at = (job.conn, job.peer);
+                    let at = (job.conn, job.peer, job.role);
                     match server.control(&mut self.routing, at, req, &mut self.resp, now) {
                         Ok(done) => {
                             job.buf[..done.len].copy_from_slice(&self.resp[..done.len]);
@@ -339,6 +339,7 @@ fn client_gone(shared: &Shared, client: u32) {
         len: 0,
         buf: Vec::new(),
         peer: dlock_core::Peer::EXEMPT,
+        role: dlock_core::manager::retain::Role::Client,
     });
 }
 

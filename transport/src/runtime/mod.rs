@@ -34,6 +34,7 @@ mod keys;
 mod peer;
 #[cfg(feature = "rdma")]
 mod rdma;
+mod recoverers;
 mod stream;
 mod tcp;
 mod wake;
@@ -52,6 +53,7 @@ pub use dlock_core::server::Server;
 pub use fds::{FdAction, FdBudget, FdLimits, FdNeeds, FdShortfall, plan as plan_fds};
 pub use idle::IdleStrategy;
 pub use keys::{hmac_sha256, read_session_key_file};
+pub use recoverers::Recoverers;
 
 use crate::region::Region;
 use exchange::Exchange;
@@ -146,6 +148,9 @@ pub struct ServerConfig {
     /// closed. A peer cannot hold a connection (and its buffers) by sending half a frame or by
     /// never reading.
     pub frame_timeout: Duration,
+    /// Who may release dead clients' retained locks (`recovery_done`) and list them: nobody
+    /// by default ([`Recoverers`]).
+    pub recoverers: Recoverers,
     /// Serve data messages and one-sided object operations over RDMA on this device. At start
     /// the device is opened and the object cells registered; if that fails (no device, no
     /// kernel support, port down) the server logs why and serves TCP and shared memory only.
@@ -170,6 +175,7 @@ impl ServerConfig {
             huge_pages: false,
             handshake_timeout: Duration::from_secs(5),
             frame_timeout: Duration::from_secs(5),
+            recoverers: Recoverers::default(),
             #[cfg(feature = "rdma")]
             rdma: None,
         }

@@ -243,3 +243,59 @@ fn retained_grants_are_listed_by_dead_client_a_page_at_a_time() {
         "b is alive"
     );
 }
+
+/// The control frames: `RecoveryDone` and `ListRetained` are served to the role the transport
+/// gives the sender, never by the frame's own say.
+#[test]
+fn recovery_frames_serve_only_a_recoverer() {
+    use crate::proto::{
+        ControlHeader, ControlRequest, ControlRequestFrame, ControlResponse, ListRetained,
+        decode_control_response, encode_control_request,
+    };
+    let mut s = TestServer::new(&small());
+    let (a, b, _, _) = dead_holder(&mut s, LockKind::Rw);
+    let frame = |s: &mut TestServer, role, body: ControlRequest<'_>| {
+        let header = ControlHeader {
+            version: crate::proto::PROTO_VERSION,
+            msg: body.msg_type(),
+            message_id: 4,
+            word: b.get(),
+        };
+        let mut req = vec![0u8; crate::proto::CONTROL_FRAME_MAX];
+        let n = encode_control_request(&ControlRequestFrame { header, body }, &mut req).unwrap();
+        let mut out = vec![0u8; crate::proto::CONTROL_FRAME_MAX];
+        let m = s.handle_control_as((crate::Peer::EXEMPT, role), &req[..n], &mut out, 1_600);
+        let reply = decode_control_response(&out[..m.unwrap()]).unwrap();
+        let status = reply.header.status().unwrap();
+        let listed: Vec<(u32, Vec<u8>)> = match reply.body {
+            ControlResponse::Retained(page) => page
+                .entries
+                .iter()
+                .map(|e| (e.client, e.name.to_vec()))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let released = match reply.body {
+            ControlResponse::Released { locks } => Some(locks),
+            _ => None,
+        };
+        (status, listed, released)
+    };
+    let list = ControlRequest::ListRetained(ListRetained {
+        client: 0,
+        cursor: 0,
+    });
+    let done = ControlRequest::RecoveryDone { dead: a.get() };
+    assert_eq!(frame(&mut s, Role::Client, list).0, Status::Einval);
+    assert_eq!(frame(&mut s, Role::Client, done).0, Status::Einval);
+    assert_eq!(s.stats().get(Counter::RecoveryDoneRefused), 2);
+    let (status, listed, _) = frame(&mut s, Role::Recoverer, list);
+    assert_eq!(
+        (status, listed),
+        (Status::Success, vec![(a.get(), b"page".to_vec())])
+    );
+    let (status, _, released) = frame(&mut s, Role::Recoverer, done);
+    assert_eq!((status, released), (Status::Success, Some(1)));
+    let (status, listed, _) = frame(&mut s, Role::Recoverer, list);
+    assert_eq!((status, listed), (Status::Success, vec![]));
+}
