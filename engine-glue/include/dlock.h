@@ -314,6 +314,7 @@ struct server_cfg {
     bool insecure_plaintext;      /* without TLS: allow a non-loopback server_ip_str */
     const char *session_key_file; /* NULL, or 64 hex digits shared with the replacement server */
     bool insecure_recovery;       /* recover (recovery_client_num > 0) without a session key */
+    bool recoverer_local;         /* local clients may call recovery_done (dlock's; default no one) */
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -475,6 +476,24 @@ int lock_value_get(int client_id, int lock_id, void *value, unsigned int len, in
  * grant held. 0; DLOCK_EINVAL (len > 32, NULL with len > 0, no exclusive grant held: readers
  * cannot write the block); DLOCK_LOCK_NOT_GET; DLOCK_EASYNC (an operation on it outstanding). */
 int lock_value_set(int client_id, int lock_id, const void *value, unsigned int len);
+
+/*
+ * dlock: retained locks. A grant of a lock whose client enabled retention outlives the client
+ * when it dies (its lease runs out or its connection is lost; not client_deinit): the lock stays
+ * held by the dead client and others get DLOCK_LOCK_RETAINED (lock() waits, then returns it)
+ * until a recoverer, having replayed the dead client's work, calls recovery_done. Who is a
+ * recoverer is the server's configuration (server_cfg.recoverer_local; dlock serve
+ * --recoverer), never the caller's claim.
+ */
+
+/* enable: 1 = every grant of lock_id from now on is retained if this client dies, 0 = not.
+ * 0; DLOCK_LOCK_NOT_GET; DLOCK_EINVAL (another enable). Sends nothing. */
+int lock_retain_enable(int client_id, int lock_id, int enable);
+
+/* Releases the locks dead client dead_client_id retains; *released (may be NULL) receives how
+ * many. 0; DLOCK_EINVAL (this client is no recoverer, counted as recovery_done_refused; or
+ * dead_client_id is alive); DLOCK_CLIENT_NOT_INIT (no client has that id). */
+int recovery_done(int client_id, int dead_client_id, unsigned int *released);
 
 /*
  * Batches of 1..31 entries, one message, each entry on its own (results[i].op_ret). A bad op

@@ -531,7 +531,7 @@ fn rust_layout() -> BTreeSet<String> {
         "struct server_cfg", server_cfg, [
             r#type, log_level, sleep_mode_enable, primary, locks_max, clients_max, objects_max,
             client_lease_ms, client_lease_max_ms, epoch, shm_name, ssl, insecure_plaintext,
-            session_key_file, insecure_recovery,
+            session_key_file, insecure_recovery, recoverer_local,
         ];
         "struct debug_stats", debug_stats, [stats];
     }
@@ -687,5 +687,6 @@ fn default_server_cfg() -> server_cfg {
         insecure_plaintext: 0,
         session_key_file: std::ptr::null(),
         insecure_recovery: 0,
+        recoverer_local: 0,
     }
 }

@@ -36,6 +36,7 @@ pub mod compat;
 pub mod locks;
 pub mod object;
 pub mod ops;
+pub mod retained;
 pub mod server;
 pub mod tls;
 pub mod types;

@@ -121,6 +121,7 @@ static int print_layout(void)
     LAYOUT_FIELD(struct server_cfg, insecure_plaintext);
     LAYOUT_FIELD(struct server_cfg, session_key_file);
     LAYOUT_FIELD(struct server_cfg, insecure_recovery);
+    LAYOUT_FIELD(struct server_cfg, recoverer_local);
     LAYOUT_SIZE(struct debug_stats);
     LAYOUT_FIELD(struct debug_stats, stats);
     return 0;
@@ -279,6 +280,15 @@ static void value_blocks(int c1, int c2)
     CHECK(valid == 1 && memcmp(got, lsn, sizeof lsn) == 0 && got[8] == 0 && got[31] == 0);
     EXPECT(lock_value_set(c2, id2, lsn, sizeof lsn), DLOCK_EINVAL); /* readers cannot write */
     EXPECT(unlock(c2, id2, &st), DLOCK_SUCCESS);
+    /* Retention is asked per lock; only a configured recoverer may release a dead client's
+       locks (this server names none), and asking tells nothing about who retains. */
+    EXPECT(lock_retain_enable(c1, id, 1), DLOCK_SUCCESS);
+    EXPECT(lock_retain_enable(c1, id, 2), DLOCK_EINVAL);
+    EXPECT(lock_retain_enable(c1, id, 0), DLOCK_SUCCESS);
+    unsigned int released = 99;
+    EXPECT(recovery_done(c1, c2, &released), DLOCK_EINVAL);
+    EXPECT(recovery_done(c1, 0x1234567, NULL), DLOCK_EINVAL);
+    CHECK(released == 99);
     EXPECT(release_lock(c1, id), DLOCK_SUCCESS);
     EXPECT(release_lock(c2, id2), DLOCK_SUCCESS);
 }

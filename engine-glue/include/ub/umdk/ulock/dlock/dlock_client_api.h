@@ -103,6 +103,10 @@ int lock_value_enable(int client_id, int lock_id, int enable);
 int lock_value_get(int client_id, int lock_id, void *value, unsigned int len, int *valid);
 int lock_value_set(int client_id, int lock_id, const void *value, unsigned int len);
 
+/* dlock additions: retained locks (dlock.h has the rules and return codes). */
+int lock_retain_enable(int client_id, int lock_id, int enable);
+int recovery_done(int client_id, int dead_client_id, unsigned int *released);
+
 } /* extern "C" */
 
 /* dlock addition: what dlock.h's client_cfg has beyond the reference's (0: the default). */
