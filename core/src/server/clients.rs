@@ -326,7 +326,9 @@ impl<'r> Server<'r> {
         (self.entropy)(&mut bytes);
         bytes.chunks_exact(4).find_map(|b| {
             let raw = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) >> 1; // 31 bits
-            ClientId::new(raw).filter(|_| self.client_slot(raw).is_none())
+            // Nor a dead one's that retains grants: `recovery_done` names it by its id.
+            ClientId::new(raw)
+                .filter(|_| self.client_slot(raw).is_none() && self.retaining_slot(raw).is_none())
         })
     }
 

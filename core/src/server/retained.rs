@@ -83,7 +83,7 @@ impl Server<'_> {
     }
 
     /// The slot of dead client `raw`, retaining grants.
-    fn retaining_slot(&self, raw: u32) -> Option<u32> {
+    pub(super) fn retaining_slot(&self, raw: u32) -> Option<u32> {
         if raw == 0 || self.retaining == 0 {
             return None;
         }
