@@ -36,7 +36,7 @@ impl Recoverers {
         let recoverer = match stream {
             Stream::Tls(_, tls) => tls
                 .peer_identity()
-                .is_some_and(|name| self.names.iter().any(|n| *n == name)),
+                .is_some_and(|name| self.names.contains(&name)),
             Stream::Tcp(_) => ip.is_some_and(|ip| self.addresses.contains(&ip)),
             Stream::Unix(_) => self.local,
         };
