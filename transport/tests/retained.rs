@@ -164,3 +164,28 @@ fn by_default_nobody_is_a_recoverer() {
         Status::Einval
     );
 }
+
+/// The native API waits out a retained grant across its 20 ms slices and is granted once a
+/// recoverer releases it; a `try_` is told why it cannot have the lock.
+#[test]
+fn a_native_wait_outlasts_its_slices_until_the_recoverer_is_done() {
+    use dlock_transport::client::Locks;
+    let s = server();
+    let (tcp, local) = (Endpoint::Tcp(s.tcp_addr().unwrap()), Endpoint::embedded(&s));
+    let dead = Locks::from(common::client(&tcp));
+    let page = dead.rw("page").unwrap();
+    page.set_retain(true).unwrap();
+    let guard = page.try_write().unwrap();
+    let dead_id = dead.client_id().get();
+    std::mem::forget(guard); // never unlocked: its client dies holding it
+    drop(page);
+    drop(dead);
+    assert_eq!(retained_soon(&local, 1).len(), 1);
+    let other = Locks::from(common::client(&tcp));
+    let page = other.rw("page").unwrap();
+    assert_eq!(page.try_read().unwrap_err().kind(), ErrorKind::Retained);
+    let waiter = std::thread::spawn(move || page.write(Duration::from_secs(20)).map(drop));
+    std::thread::sleep(Duration::from_millis(100)); // several slices
+    assert_eq!(recovery_done(&local, dead_id, TIMEOUT).unwrap(), 1);
+    waiter.join().unwrap().expect("granted after the recovery");
+}

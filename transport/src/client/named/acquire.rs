@@ -200,7 +200,10 @@ impl<C: Connection> Named<C> {
                 Ok(Some(Held::new(Arc::clone(self), ask.mode, token, value)))
             }
             Err(e) => {
-                let sliced = self.kind != LockKind::Fair && e.status() == Status::Etimeout;
+                // A slice that ran out, busy or behind a dead client's retained grant
+                // (answered `LockRetained` at the slice's end): ask again while time is left.
+                let sliced = self.kind != LockKind::Fair
+                    && matches!(e.status(), Status::Etimeout | Status::LockRetained);
                 let now = turn.client().now();
                 match deadline {
                     Some(d) if sliced && now < d => Ok(None),
