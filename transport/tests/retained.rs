@@ -189,3 +189,46 @@ fn a_native_wait_outlasts_its_slices_until_the_recoverer_is_done() {
     assert_eq!(recovery_done(&local, dead_id, TIMEOUT).unwrap(), 1);
     waiter.join().unwrap().expect("granted after the recovery");
 }
+
+/// Under TLS the role follows the client certificate's name, as the server's CA vouched for
+/// it: a certificate named in `recoverers.names` lists and releases, another is refused.
+#[test]
+fn under_tls_the_recoverer_is_the_certificate_the_server_names() {
+    use common::certs::{Ca, TempDir};
+    use dlock_transport::tls::TlsConfig;
+    let dir = TempDir::new("recoverer");
+    let ca = Ca::new(&dir, "ca");
+    let srv = ca.server(&dir, "server");
+    let engine = ca.client(&dir, "engine", "engine-1");
+    let ops = ca.client(&dir, "ops", "recovery-node");
+    let mut tcp = TcpConfig::new("127.0.0.1:0".parse().expect("address"));
+    tcp.tls = Some(TlsConfig::new(&srv.cert, &srv.key, &ca.cert));
+    let mut cfg = ServerConfig::new(Config {
+        client_lease_ms: 200,
+        ..common::small()
+    });
+    cfg.tcp = Some(tcp);
+    cfg.recoverers.names = vec!["recovery-node".to_string()];
+    let s = ServerHandle::start(cfg).expect("server starts");
+    let addr = s.tcp_addr().unwrap();
+    let endpoint = |leaf: &common::certs::Leaf| {
+        Endpoint::tls(addr, &TlsConfig::new(&leaf.cert, &leaf.key, &ca.cert)).expect("settings")
+    };
+    let (as_engine, as_ops) = (endpoint(&engine), endpoint(&ops));
+    let mut dead = common::client(&as_engine);
+    let id = dead.get_lock(LockKind::Rw, b"page").unwrap();
+    dead.set_retain(id, true).unwrap();
+    let _ = dead.trylock(id, Mode::Exclusive, 60_000).unwrap();
+    let dead_id = dead.id().get();
+    drop(dead);
+    assert_eq!(retained_soon(&as_ops, 1).len(), 1);
+    assert_eq!(
+        list_retained(&as_engine, 0, TIMEOUT).unwrap_err(),
+        Status::Einval
+    );
+    assert_eq!(
+        recovery_done(&as_engine, dead_id, TIMEOUT).unwrap_err(),
+        Status::Einval
+    );
+    assert_eq!(recovery_done(&as_ops, dead_id, TIMEOUT).unwrap(), 1);
+}
