@@ -59,6 +59,27 @@
 //! A fair grant's ticket is the `mx`/`ms` of its reply word (the server writes the caller's
 //! ticket there); unlock and extend must present it.
 //!
+//! # Lock value blocks
+//!
+//! A record asks for its lock's value block (`crate::manager::value`) with every acquisition
+//! while [`LocalLock::ask`] has [`LockFlags::VALUE_BLOCK`] (the Linux DLM's `LKF_VALBLK`, which
+//! it passes per request; an engine keeps a page's LSN with the page's lock and asks for it on
+//! every grant, so here it is a property of the record and reaches single calls, batches,
+//! pipelined batches and asynchronous calls alike). A grant's reply then carries the block,
+//! kept in [`LocalLock::value`] until the grant ends (a claim after a failover offers it). An
+//! exclusive holder writes the block by staging it ([`LocalLock::stage_value`]): the unlock
+//! that releases the grant on the server carries it (a re-entrant unlock only counted down
+//! keeps it staged). Only an exclusive grant can stage one; readers cannot write, and the wire
+//! has no place for a shared unlock's block.
+//!
+//! | event                                   | `value`              | `write` (staged)       |
+//! |-----------------------------------------|----------------------|------------------------|
+//! | Try, Ticket granted                     | the reply's block (`None` unless asked) | none |
+//! | Extend, Relock, local re-entry          | unchanged            | unchanged              |
+//! | `stage_value` while exclusively locked  | unchanged            | the block              |
+//! | `stage_value` otherwise                 | unchanged (`Einval`) | unchanged              |
+//! | the grant forgotten (any reset)         | none                 | none                   |
+//!
 //! # Forgetting
 //!
 //! The record forgets a grant or ticket only when the server said it is gone: `Fail`, a fair
@@ -69,6 +90,7 @@
 //! server with a session key) is kept with it, for the claim that re-establishes it on a
 //! replacement server.
 
+use crate::manager::value::{ValueBlock, ValueRead};
 use crate::proto::{CommandResult, Held, LockCommand, LockFlags, LockOp};
 use crate::word::fair::FairWord;
 use crate::{FencingToken, GrantProof, LockId, LockKind, Mode, Status, Ticket};
@@ -139,6 +161,8 @@ pub struct Request {
     command: LockCommand,
     /// What the command is for; a relock's success adds a reference and reads `AlreadyLocked`.
     verb: Verb,
+    /// The value block an exclusive unlock writes (its command is flagged `VALUE_BLOCK`).
+    value: Option<ValueBlock>,
 }
 
 impl Request {
@@ -147,7 +171,15 @@ impl Request {
         Request {
             command: LockCommand::NONE,
             verb: Verb::Try,
+            value: None,
         }
+    }
+
+    /// The block this request writes, for the request's value trailer: `Some` exactly for an
+    /// exclusive unlock whose command is flagged [`LockFlags::VALUE_BLOCK`].
+    #[inline]
+    pub const fn value_block(&self) -> Option<ValueBlock> {
+        self.value
     }
 
     /// The command to put on the wire.
@@ -191,6 +223,10 @@ pub struct Claim {
     /// The proof of the grant or ticket ([`GrantProof::NONE`] for a reference, or from a
     /// server without a session key).
     pub proof: GrantProof,
+    /// The value block the grant came with, when the record asked for it: the replacement
+    /// server restores a block only from a claim that offers a valid one
+    /// (`LockValue::reclaim`); `None` for a ticket or a reference.
+    pub value: Option<ValueRead>,
 }
 
 /// The client's record of one lock.
@@ -217,6 +253,14 @@ pub struct LocalLock {
     /// The proof the server gave with the current grant or ticket ([`GrantProof::NONE`] when
     /// none, or when the server has no session key).
     pub proof: GrantProof,
+    /// The lock-manager flags every acquisition of this lock carries:
+    /// [`LockFlags::VALUE_BLOCK`] (see "Lock value blocks") and [`LockFlags::RETAIN`] (the
+    /// server keeps the grant for recovery if this client dies).
+    pub ask: LockFlags,
+    /// The value block the current grant returned (`None` unless `ask` asked for it).
+    pub value: Option<ValueRead>,
+    /// The value block staged for the unlock that releases the current exclusive grant.
+    pub write: Option<ValueBlock>,
 }
 
 impl LocalLock {
@@ -237,7 +281,22 @@ impl LocalLock {
             granted_at_ms: 0,
             expire_ms: 0,
             proof: GrantProof::NONE,
+            ask: LockFlags::NONE,
+            value: None,
+            write: None,
         }
+    }
+
+    /// Stages `block` for the unlock that releases the exclusive grant held (see "Lock value
+    /// blocks"): `Success`, or `Einval` when no exclusive grant is held (a reader cannot write
+    /// the block, and without a grant there is nothing to release).
+    #[inline]
+    pub fn stage_value(&mut self, block: ValueBlock) -> Status {
+        if self.state != LocalState::ExclusiveLocked || !self.is_consistent() {
+            return Status::Einval;
+        }
+        self.write = Some(block);
+        Status::Success
     }
 
     /// Trylock in `mode` for `expire_ms`; a first attempt or ticket retry may wait `wait_ms` on
@@ -304,7 +363,8 @@ impl LocalLock {
     /// Updates the record from the server's reply to `sent` (a request this record decided) and
     /// returns the status for the caller; see the replies table in the module doc. `proof` is
     /// the proof the reply carried for this command (its MAC from the response's trailer, the
-    /// epoch the client's server has), kept with a grant or ticket.
+    /// epoch the client's server has), kept with a grant or ticket; `value` the value block the
+    /// reply carried for it (kept with a grant).
     ///
     /// An all-or-nothing batch that did not fully succeed was undone on the server, which then
     /// reports `Eagain` for the commands that had worked: the caller must apply none of that
@@ -317,6 +377,7 @@ impl LocalLock {
         sent: &Request,
         reply: &CommandResult,
         proof: GrantProof,
+        value: Option<ValueRead>,
         now_ms: u64,
     ) -> Status {
         let c = sent.command;
@@ -339,6 +400,7 @@ impl LocalLock {
             (Verb::Try | Verb::Ticket, Status::Success | Status::Done) => {
                 self.grant(mode, reply, c.expire_ms, now_ms);
                 self.proof = proof;
+                self.value = value;
                 Status::Success
             }
             (Verb::Extend | Verb::Relock, Status::Success | Status::Done) => {
@@ -401,6 +463,7 @@ impl LocalLock {
             age_ms: 0,
             token: 0,
             proof: GrantProof::NONE,
+            value: None,
         };
         Some(match (self.state.held_mode(), self.state.ticket_mode()) {
             (None, None) => nothing,
@@ -423,6 +486,7 @@ impl LocalLock {
                     age_ms: age_ms.min(u64::from(u32::MAX)) as u32,
                     token: self.token.0,
                     proof: self.proof,
+                    value: self.value,
                 }
             }
         })
@@ -458,6 +522,17 @@ impl LocalLock {
             _ => self.wire_ticket(),
         };
         let (kind, lock) = (self.kind, self.id.raw());
+        // An acquisition asks for what the record asks; an exclusive unlock of a grant writes
+        // the block staged for it. Nothing else carries a flag.
+        let value = match (verb, self.state) {
+            (Verb::Unlock, LocalState::ExclusiveLocked) => self.write,
+            _ => None,
+        };
+        let flags = match verb {
+            Verb::Try | Verb::Ticket => self.ask.intersection(LockFlags::allowed_for(op as u8)),
+            _ if value.is_some() => LockFlags::VALUE_BLOCK,
+            _ => LockFlags::NONE,
+        };
         let command = LockCommand {
             kind,
             op,
@@ -467,10 +542,13 @@ impl LocalLock {
             wait_ms,
             // A standalone server's: the cluster client names its partition's epoch.
             partition_epoch: 0,
-            // The lock manager's options are the caller's to add (`LockCommand::flags`).
-            flags: LockFlags::NONE,
+            flags,
         };
-        Decision::Send(Request { command, verb })
+        Decision::Send(Request {
+            command,
+            verb,
+            value,
+        })
     }
 
     /// The ticket a request or claim presents: only fair locks have one.
@@ -492,6 +570,8 @@ impl LocalLock {
         self.granted_at_ms = 0;
         self.expire_ms = 0;
         self.proof = GrantProof::NONE;
+        self.value = None;
+        self.write = None;
     }
 
     #[inline]
@@ -588,7 +668,7 @@ mod tests {
             panic!("{d:?} is not a request")
         };
         let (status, word, aux) = r;
-        l.apply(&sent, &CommandResult { status, word, aux }, P, now_ms)
+        l.apply(&sent, &CommandResult { status, word, aux }, P, None, now_ms)
     }
 
     /// What the table expects: send this op, send it as a relock, or answer locally.
@@ -913,6 +993,121 @@ mod tests {
             what(lock(Rw, SharedTicketed, 0)),
             None,
             "RW locks hold no tickets"
+        );
+    }
+
+    fn block(b: u8) -> ValueBlock {
+        ValueBlock([b; 32])
+    }
+
+    #[test]
+    fn acquisitions_ask_for_the_value_block_when_the_record_asks_and_nothing_else_does() {
+        let flags = |d| req(d).flags;
+        for kind in [Atomic, Rw, Fair] {
+            let mut l = lock(kind, Initialized, 0);
+            assert_eq!(flags(l.trylock(EX, 100, 0)), LockFlags::NONE, "{kind:?}");
+            l.ask = LockFlags::VALUE_BLOCK;
+            assert_eq!(flags(l.trylock(EX, 100, 5)), LockFlags::VALUE_BLOCK);
+            // An extend (or a relock sent as one) returns no block: the op may not carry it.
+            (l.state, l.refs) = (ExclusiveLocked, 1);
+            if kind != Rw {
+                assert_eq!(flags(l.extend(EX, 100)), LockFlags::NONE, "{kind:?}");
+                assert_eq!(flags(l.trylock(EX, 100, 0)), LockFlags::NONE, "{kind:?}");
+            }
+            // Unlocking with nothing staged writes nothing.
+            assert_eq!(flags(l.unlock()), LockFlags::NONE, "{kind:?}");
+        }
+        let mut queued = lock(Fair, SharedTicketed, 0);
+        queued.ask = LockFlags::VALUE_BLOCK;
+        assert_eq!(flags(queued.trylock(SH, 100, 0)), LockFlags::VALUE_BLOCK);
+    }
+
+    #[test]
+    fn a_grant_keeps_the_block_its_reply_carried_until_it_ends() {
+        let read = ValueRead {
+            block: block(4),
+            seq: 3,
+            valid: false,
+        };
+        let mut l = lock(Fair, Initialized, 0);
+        l.ask = LockFlags::VALUE_BLOCK;
+        let Decision::Send(sent) = l.trylock(EX, 100, 0) else {
+            panic!("a first attempt is sent")
+        };
+        let ok = CommandResult {
+            status: Success,
+            word: 0,
+            aux: 9,
+        };
+        assert_eq!(l.apply(&sent, &ok, P, Some(read), 10), Success);
+        assert_eq!(l.value, Some(read));
+        assert_eq!(
+            l.claim(20).and_then(|c| c.value),
+            Some(read),
+            "a claim offers it"
+        );
+        let Decision::Send(relock) = l.trylock(EX, 100, 0) else {
+            panic!("a fair re-entry is sent")
+        };
+        assert_eq!(l.apply(&relock, &ok, P, None, 11), AlreadyLocked);
+        assert_eq!(l.value, Some(read), "a relock keeps the grant's block");
+        // Two unlocks: the first only counts down, the second releases and forgets.
+        assert_eq!(l.unlock(), Decision::Answer(AlreadyLocked));
+        let Decision::Send(unlock) = l.unlock() else {
+            panic!("the last unlock is sent")
+        };
+        assert_eq!(l.apply(&unlock, &ok, P, None, 12), Success);
+        assert_eq!((l.value, l.write), (None, None));
+        assert_eq!(l.claim(13).and_then(|c| c.value), None);
+    }
+
+    #[test]
+    fn only_an_exclusive_grant_stages_a_block_and_its_releasing_unlock_carries_it() {
+        for (kind, state) in [
+            (Atomic, Initialized),
+            (Rw, SharedLocked),
+            (Fair, ExclusiveTicketed),
+        ] {
+            let mut l = lock(kind, state, u32::from(state == SharedLocked));
+            assert_eq!(l.stage_value(block(1)), Einval, "{kind:?} {state:?}");
+            assert_eq!(l.write, None);
+        }
+        let mut l = lock(Rw, ExclusiveLocked, 2);
+        assert_eq!(l.stage_value(block(1)), Success);
+        assert_eq!(l.stage_value(block(2)), Success, "the last staged wins");
+        // A count-down keeps it staged for the unlock that releases.
+        assert_eq!(l.unlock(), Decision::Answer(AlreadyLocked));
+        assert_eq!(l.write, Some(block(2)));
+        let Decision::Send(sent) = l.unlock() else {
+            panic!("the releasing unlock is sent")
+        };
+        assert_eq!(sent.command().flags, LockFlags::VALUE_BLOCK);
+        assert_eq!(sent.value_block(), Some(block(2)));
+        // Lost instead (`Fail`): the staged block goes with the grant.
+        let mut lost = lock(Atomic, ExclusiveLocked, 1);
+        assert_eq!(lost.stage_value(block(3)), Success);
+        let Decision::Send(sent) = lost.unlock() else {
+            panic!("sent")
+        };
+        let fail = CommandResult {
+            status: Fail,
+            word: 0,
+            aux: 0,
+        };
+        assert_eq!(lost.apply(&sent, &fail, P, None, 1), Fail);
+        assert_eq!(lost.write, None);
+    }
+
+    #[test]
+    fn abandoning_a_fair_ticket_writes_no_block() {
+        let mut l = lock(Fair, ExclusiveTicketed, 0);
+        l.write = Some(block(5));
+        let Decision::Send(sent) = l.unlock() else {
+            panic!("an abandon is sent")
+        };
+        assert_eq!(
+            (sent.command().flags, sent.value_block()),
+            (LockFlags::NONE, None)
         );
     }
 }

@@ -52,6 +52,7 @@ extern "C" {
 #define DLOCK_SERVER_ID_MAX 0xFFFFF     /* server ids run 1..DLOCK_SERVER_ID_MAX */
 #define DLOCK_HEARTBEAT_TIMEOUT_MAX_S 300
 #define DLOCK_KEY_PASSWORD_LEN_MAX 1024 /* bytes of the buffer prkey_pwd_cb fills */
+#define DLOCK_VALUE_BLOCK_LEN 32        /* bytes of a lock value block (dlock's) */
 
 typedef enum dlock_status {
     DLOCK_SUCCESS = 0,
@@ -154,7 +155,11 @@ typedef enum debug_stats_code {
     DEBUG_STATS_PARTITIONS_RECOVERING = 46,    /* cluster: owned and recovering now (gauge) */
     DEBUG_STATS_TOKEN_RENEWALS = 47,           /* cluster: epoch renewals asked for */
     DEBUG_STATS_COUNTER_RESERVATIONS = 48,     /* cluster: high-water marks reserved */
-    DEBUG_STATS_MAX = 49
+    DEBUG_STATS_LOCKS_RETAINED = 49,           /* grants kept when their holder died */
+    DEBUG_STATS_RETAINED_RELEASED = 50,        /* retained grants released by recovery_done */
+    DEBUG_STATS_RECOVERY_DONE_REFUSED = 51,    /* recovery_done without the recoverer role */
+    DEBUG_STATS_LOCK_RETAINED = 52,            /* requests answered DLOCK_LOCK_RETAINED */
+    DEBUG_STATS_MAX = 53
 } debug_stats_code_t;
 
 /* ---------------------------------------------------------------------------------------- */
@@ -315,6 +320,7 @@ struct server_cfg {
     bool insecure_plaintext;      /* without TLS: allow a non-loopback server_ip_str */
     const char *session_key_file; /* NULL, or 64 hex digits shared with the replacement server */
     bool insecure_recovery;       /* recover (recovery_client_num > 0) without a session key */
+    bool recoverer_local;         /* local clients may call recovery_done (dlock's; default no one) */
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -450,6 +456,50 @@ int lock_extend(int client_id, const struct lock_request *req, void *result);
 
 /* dlock: the fencing token of the grant held. DLOCK_ALREADY_UNLOCKED when none is held. */
 int lock_fence(int client_id, int lock_id, uint64_t *fence);
+
+/*
+ * dlock: lock value blocks, DLOCK_VALUE_BLOCK_LEN bytes a lock keeps for the engine (a page's
+ * LSN, the node with its newest copy: the Linux DLM's lock value block). Every grant of a lock
+ * whose client enabled them returns the block, which lock_value_get reads while the grant is
+ * held; the unlock that releases an exclusive grant writes the block lock_value_set staged
+ * (unlock, batch_unlock, an async UNLOCK; an unlock that only counts a re-entry down keeps it
+ * staged). When an exclusive holder is lost without writing (its client died, its lease ran
+ * out, its grant expired and was taken over), the next grant reads the block not valid, with
+ * the bytes last written, until an exclusive holder writes again; after a server failover a
+ * block is not valid unless a re-claiming holder's copy restored it. These calls send nothing.
+ */
+
+/* enable: 1 = every grant of lock_id from now on returns its block, 0 = none. 0;
+ * DLOCK_LOCK_NOT_GET; DLOCK_EINVAL (another enable). */
+int lock_value_enable(int client_id, int lock_id, int enable);
+
+/* Copies the first len (0..32) bytes of the block the grant held came with and writes *valid
+ * (1, or 0: see above). 0; DLOCK_ALREADY_UNLOCKED (no grant held); DLOCK_LOCK_NOT_GET;
+ * DLOCK_EINVAL (NULL, len > 32, the grant came without a block). */
+int lock_value_get(int client_id, int lock_id, void *value, unsigned int len, int *valid);
+
+/* Stages value[0..len) (0..32 bytes, zero-padded) for the unlock that releases the exclusive
+ * grant held. 0; DLOCK_EINVAL (len > 32, NULL with len > 0, no exclusive grant held: readers
+ * cannot write the block); DLOCK_LOCK_NOT_GET; DLOCK_EASYNC (an operation on it outstanding). */
+int lock_value_set(int client_id, int lock_id, const void *value, unsigned int len);
+
+/*
+ * dlock: retained locks. A grant of a lock whose client enabled retention outlives the client
+ * when it dies (its lease runs out or its connection is lost; not client_deinit): the lock stays
+ * held by the dead client and others get DLOCK_LOCK_RETAINED (lock() waits, then returns it)
+ * until a recoverer, having replayed the dead client's work, calls recovery_done. Who is a
+ * recoverer is the server's configuration (server_cfg.recoverer_local; dlock serve
+ * --recoverer), never the caller's claim.
+ */
+
+/* enable: 1 = every grant of lock_id from now on is retained if this client dies, 0 = not.
+ * 0; DLOCK_LOCK_NOT_GET; DLOCK_EINVAL (another enable). Sends nothing. */
+int lock_retain_enable(int client_id, int lock_id, int enable);
+
+/* Releases the locks dead client dead_client_id retains; *released (may be NULL) receives how
+ * many. 0; DLOCK_EINVAL (this client is no recoverer, counted as recovery_done_refused; or
+ * dead_client_id is alive); DLOCK_CLIENT_NOT_INIT (no client has that id). */
+int recovery_done(int client_id, int dead_client_id, unsigned int *released);
 
 /*
  * Batches of 1..31 entries, one message, each entry on its own (results[i].op_ret). A bad op

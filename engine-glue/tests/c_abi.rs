@@ -414,6 +414,10 @@ fn header_constants_and_enums_are_the_rust_ones() {
         define("DLOCK_KEY_PASSWORD_LEN_MAX"),
         dlock_engine_glue::ffi::tls::KEY_PASSWORD_LEN_MAX as i64
     );
+    assert_eq!(
+        define("DLOCK_VALUE_BLOCK_LEN"),
+        dlock_core::manager::value::VALUE_BLOCK_LEN as i64
+    );
     let ops = enum_values("enum lock_ops");
     for (name, v) in [
         ("LOCK_EXCLUSIVE", LOCK_EXCLUSIVE),
@@ -527,7 +531,7 @@ fn rust_layout() -> BTreeSet<String> {
         "struct server_cfg", server_cfg, [
             r#type, log_level, sleep_mode_enable, primary, locks_max, clients_max, objects_max,
             client_lease_ms, client_lease_max_ms, epoch, shm_name, ssl, insecure_plaintext,
-            session_key_file, insecure_recovery,
+            session_key_file, insecure_recovery, recoverer_local,
         ];
         "struct debug_stats", debug_stats, [stats];
     }
@@ -683,5 +687,6 @@ fn default_server_cfg() -> server_cfg {
         insecure_plaintext: 0,
         session_key_file: std::ptr::null(),
         insecure_recovery: 0,
+        recoverer_local: 0,
     }
 }

@@ -35,6 +35,7 @@ fn server_cfg(port: c_int, recovery_client_num: u32, epoch: u32) -> server_cfg {
         insecure_plaintext: 0,
         session_key_file: std::ptr::null(),
         insecure_recovery: u8::from(recovery_client_num > 0),
+        recoverer_local: 0,
     }
 }
 

@@ -415,7 +415,7 @@ fn rust_layout() -> BTreeSet<String> {
         ];
         "server_cfg_ext", compat::server_cfg_ext, [
             locks_max, clients_max, objects_max, client_lease_ms, client_lease_max_ms, epoch,
-            insecure_plaintext, insecure_recovery, session_key_file,
+            insecure_plaintext, insecure_recovery, session_key_file, recoverer_local,
         ];
         "client_cfg_ext", compat::client_cfg_ext, [lease_ms, timeout_ms];
         "debug_stats", compat::debug_stats, [];

@@ -124,6 +124,7 @@ fn server_cfg_on_loopback(ssl: ssl_cfg) -> server_cfg {
         insecure_plaintext: 0,
         session_key_file: std::ptr::null(),
         insecure_recovery: 0,
+        recoverer_local: 0,
     }
 }
 

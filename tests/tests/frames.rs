@@ -281,6 +281,7 @@ fn corpus(sc: &Scene) -> Vec<(Channel, Vec<u8>)> {
     let ids = [atomic.raw(), rw.raw(), fair.raw(), 0xDEAD];
     let gets: [(LockKind, &[u8]); 2] = [(LockKind::Rw, b"rw"), (LockKind::Fair, b"fresh")];
     let claims = [LockClaim {
+        value: None,
         kind: LockKind::Fair,
         held: Held::Exclusive,
         name: b"fair",

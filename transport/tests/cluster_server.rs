@@ -423,6 +423,7 @@ fn a_moved_partition_is_served_again_after_its_old_clients_reclaimed() {
         age_ms: 10,
         token,
         proof: GrantProof { epoch: e1, mac },
+        value: None,
     };
     let claims = [claim];
     let (status, entries) = settled(|| {

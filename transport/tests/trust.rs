@@ -432,6 +432,7 @@ fn a_registered_client_cannot_reclaim_a_lock_it_never_held() {
     // The holder's token is easy to guess (tokens count up); its proof is not.
     for mac in [[0u8; 16], [0x5A; 16]] {
         let steal = dlock_core::proto::LockClaim {
+            value: None,
             kind: LockKind::Rw,
             held: dlock_core::proto::Held::Exclusive,
             name: b"orders/rg-17",

@@ -117,8 +117,7 @@ pub enum Life {
 }
 
 impl Life {
-    /// The stage of a live entry in `state`; `None` for a free one. (The integration adds a
-    /// `ClientState::Retaining` and maps it to [`Life::Retaining`].)
+    /// The stage of a live entry in `state`; `None` for a free one.
     #[inline]
     pub const fn of(state: ClientState) -> Option<Life> {
         match state {
@@ -126,6 +125,7 @@ impl Life {
             ClientState::Active => Some(Life::Active),
             ClientState::Abnormal => Some(Life::Abnormal),
             ClientState::Recovering => Some(Life::Recovering),
+            ClientState::Retaining => Some(Life::Retaining),
         }
     }
 

@@ -30,7 +30,17 @@
 //! | 8   | u128 | `word`         | 36  | u64  | `token`                     |
 //! |     |      |                | 44  | u32  | proof epoch                 |
 //! |     |      |                | 48  | 16 B | proof MAC (zero: no proof)  |
-//! |     |      |                | 64  | —    | name                        |
+//! |     |      |                | 64  | 40 B | value block, only with [`CLAIM_HAS_VALUE`] |
+//! |     |      |                | 64 or 104 | — | name                  |
+//!
+//! A claim offers the value block its grant came with (issue 19) by setting
+//! [`CLAIM_HAS_VALUE`] in the `held` byte: a 40-byte value entry in the response value
+//! trailer's layout (`value.rs`: block, write count, flags present/valid, reserved) then sits
+//! between the fixed part and the name, and must be present. A claim without the bit is byte
+//! for byte what protocol 4 sent, so a version-4 client's re-claim still decodes. A
+//! recovering server creates every lock's block invalid and takes the newest valid one a
+//! grant's claim offers (`LockValue::reclaim`), so blocks come back valid exactly where a
+//! holder kept a copy.
 //!
 //! The proof epoch was a `u16` followed by two reserved zero bytes up to protocol 4; a cluster
 //! partition's epoch is 32 bits (protocol 5), and an old claim's bytes read as the same value.
@@ -39,6 +49,7 @@
 //! Lock ids (`BatchReleaseLock`): `u32` each. Results (batch responses): `u32 id | u16 status |
 //! u16 reserved`. Counters (`Stats` response): `u64` each, at most [`COUNTERS_MAX`].
 
+use super::value::{put_value_entry, read_value_entry};
 use super::{
     BATCH_HEADER_LEN, COUNTERS_MAX, DecodeError, EncodeError, check_zero, get_array, get_u8,
     get_u16, get_u32, get_u64, get_u128, name_len_for_encode, put_bytes, put_u8, put_u16, put_u32,
@@ -46,10 +57,15 @@ use super::{
 };
 use crate::config::BATCH_MAX;
 use crate::ids::{GrantProof, LockKind, Mode, Ticket};
+use crate::manager::value::ValueRead;
 use crate::status::Status;
 
-/// Bytes of a claim before its name.
+/// Bytes of a claim before its name (and its value entry, if any).
 pub const CLAIM_FIXED_LEN: usize = 64;
+/// Bytes of a claim's value entry, between the fixed part and the name.
+pub const CLAIM_VALUE_LEN: usize = super::value::VALUE_REPLY_LEN;
+/// The bit of a claim's `held` byte that says a value entry follows the fixed part.
+pub const CLAIM_HAS_VALUE: u8 = 0x80;
 
 /// An entry read off the front of some bytes, and the bytes after it.
 pub(super) type Parsed<'a, T> = Result<(T, &'a [u8]), DecodeError>;
@@ -452,6 +468,9 @@ pub struct LockClaim<'a> {
     /// The proof the failed server gave with the grant or ticket ([`GrantProof::NONE`]
     /// without one); a server with a session key takes no grant or ticket without it.
     pub proof: GrantProof,
+    /// The value block the grant came with, when the client asked for blocks (`None`
+    /// otherwise, and for a ticket or a reference).
+    pub value: Option<ValueRead>,
 }
 
 impl<'a> Entry<'a> for LockClaim<'a> {
@@ -461,7 +480,8 @@ impl<'a> Entry<'a> for LockClaim<'a> {
 
     fn decode(b: &'a [u8]) -> Parsed<'a, Self> {
         let kind = LockKind::from_u8(get_u8(b, 0)?).ok_or(DecodeError::BadKind)?;
-        let held = Held::from_code(get_u8(b, 1)?).ok_or(DecodeError::BadField)?;
+        let held_byte = get_u8(b, 1)?;
+        let held = Held::from_code(held_byte & !CLAIM_HAS_VALUE).ok_or(DecodeError::BadField)?;
         let name_len = get_u16(b, 2)?;
         let claim = LockClaim {
             kind,
@@ -480,8 +500,20 @@ impl<'a> Entry<'a> for LockClaim<'a> {
                 epoch: get_u32(b, 44)?,
                 mac: get_array(b, 48)?,
             },
+            value: None,
         };
-        let rest = b.get(CLAIM_FIXED_LEN..).ok_or(DecodeError::Truncated)?;
+        let (value, name_at) = if held_byte & CLAIM_HAS_VALUE == 0 {
+            (None, CLAIM_FIXED_LEN)
+        } else {
+            // Offered means present: an absent value is sent as no entry (one encoding).
+            let value = read_value_entry(&get_array(b, CLAIM_FIXED_LEN)?)?;
+            (
+                Some(value.ok_or(DecodeError::BadField)?),
+                CLAIM_FIXED_LEN + CLAIM_VALUE_LEN,
+            )
+        };
+        let claim = LockClaim { value, ..claim };
+        let rest = b.get(name_at..).ok_or(DecodeError::Truncated)?;
         let (name, rest) = take_name(rest, name_len)?;
         Ok((LockClaim { name, ..claim }, rest))
     }
@@ -489,7 +521,12 @@ impl<'a> Entry<'a> for LockClaim<'a> {
     fn encode(&self, out: &mut [u8], off: usize) -> Result<usize, EncodeError> {
         let name_len = name_len_for_encode(self.name)?;
         put_u8(out, off, self.kind as u8)?;
-        put_u8(out, off + 1, self.held.code())?;
+        let flag = if self.value.is_some() {
+            CLAIM_HAS_VALUE
+        } else {
+            0
+        };
+        put_u8(out, off + 1, self.held.code() | flag)?;
         put_u16(out, off + 2, name_len)?;
         put_u32(out, off + 4, self.old_lock)?;
         put_u128(out, off + 8, self.word)?;
@@ -500,7 +537,15 @@ impl<'a> Entry<'a> for LockClaim<'a> {
         put_u64(out, off + 36, self.token)?;
         put_u32(out, off + 44, self.proof.epoch)?;
         put_bytes(out, off + 48, &self.proof.mac)?;
-        put_bytes(out, off + CLAIM_FIXED_LEN, self.name)?;
-        Ok(off + CLAIM_FIXED_LEN + self.name.len())
+        let mut name_at = off + CLAIM_FIXED_LEN;
+        if let Some(value) = &self.value {
+            let entry = out
+                .get_mut(name_at..name_at + CLAIM_VALUE_LEN)
+                .ok_or(EncodeError::BufferTooSmall)?;
+            put_value_entry(entry, Some(value));
+            name_at += CLAIM_VALUE_LEN;
+        }
+        put_bytes(out, name_at, self.name)?;
+        Ok(name_at + self.name.len())
     }
 }

@@ -63,6 +63,12 @@ pub enum MsgType {
     Stats = 40,
     /// Read a chunk of the cluster's map (dlock's, protocol 5: `cluster.rs`).
     GetMap = 42,
+    /// A recoverer releases a dead client's retained locks (dlock's, protocol 5:
+    /// `recovery.rs`).
+    RecoveryDone = 44,
+    /// List the locks dead clients retain, a page at a time (dlock's, protocol 5:
+    /// `recovery.rs`).
+    ListRetained = 46,
     /// Register with this server a client id another server of the cluster gave (dlock's,
     /// protocol 5: `cluster.rs`).
     ClientJoin = 48,
@@ -73,7 +79,7 @@ pub enum MsgType {
 
 impl MsgType {
     /// Every message type, in wire order.
-    pub const ALL: [MsgType; 18] = [
+    pub const ALL: [MsgType; 20] = [
         MsgType::ClientInit,
         MsgType::ClientDeinit,
         MsgType::Heartbeat,
@@ -90,6 +96,8 @@ impl MsgType {
         MsgType::BatchUpdateLocks,
         MsgType::Stats,
         MsgType::GetMap,
+        MsgType::RecoveryDone,
+        MsgType::ListRetained,
         MsgType::ClientJoin,
         MsgType::ReclaimDone,
     ];

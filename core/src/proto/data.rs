@@ -126,6 +126,18 @@ impl LockOp {
         })
     }
 
+    /// Whether the op asks for a grant: a first attempt or a fair ticket retry.
+    #[inline]
+    pub const fn acquires(self) -> bool {
+        matches!(
+            self,
+            LockOp::TryExclusive
+                | LockOp::TicketExclusive
+                | LockOp::TryShared
+                | LockOp::TicketShared
+        )
+    }
+
     /// The mode the op acts in: codes 0..=3 are exclusive, 4..=7 shared.
     #[inline]
     pub const fn mode(self) -> Mode {

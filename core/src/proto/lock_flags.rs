@@ -83,6 +83,12 @@ impl LockFlags {
         LockFlags(self.0 | other.0)
     }
 
+    /// The flags set in both.
+    #[inline]
+    pub const fn intersection(self, other: LockFlags) -> LockFlags {
+        LockFlags(self.0 & other.0)
+    }
+
     /// The flags a command with op code `op` may carry (module doc: the table); `NONE` for
     /// the others, unknown codes included.
     #[inline]

@@ -51,8 +51,8 @@ mod value;
 
 pub use attach::{ATTACH_LEN, ATTACH_MAGIC, Attach};
 pub use batch::{
-    Batch, BatchEntries, BatchEntry, BatchGet, BatchIds, BatchIter, CLAIM_FIXED_LEN, Claims,
-    Counters, Held, LockClaim,
+    Batch, BatchEntries, BatchEntry, BatchGet, BatchIds, BatchIter, CLAIM_FIXED_LEN,
+    CLAIM_HAS_VALUE, CLAIM_VALUE_LEN, Claims, Counters, Held, LockClaim,
 };
 pub use cluster::{
     MAP_CHUNK_FIXED_LEN, MAP_CHUNK_MAX, MOVED_LEN, MapChunk, RECLAIM_DONE_LEN, map_chunk_len,
@@ -143,6 +143,7 @@ pub const CONTROL_FRAME_MAX: usize = CONTROL_HEADER_LEN // the header
     + BATCH_HEADER_LEN // the count and its padding
     + BATCH_MAX // entries, each
         * (CLAIM_FIXED_LEN // the fixed part of a claim
+            + CLAIM_VALUE_LEN // the value block it offers
             + NAME_LEN_MAX); // and the longest name
 
 // `total_len` is a u16, so the largest frame must fit it.

@@ -1,8 +1,9 @@
 //! Control bodies for retained locks: `RecoveryDone` (a recoverer releases a dead client's
 //! retained locks) and `ListRetained` (which locks dead clients retain, a page at a time).
 //!
-//! The integration adds the two to [`MsgType`](super::MsgType) with the request codes below
-//! and routes their bodies here; 42 is left to the cluster's `GetMap` (`CLUSTER-SPEC` §3).
+//! [`MsgType::RecoveryDone`](super::MsgType::RecoveryDone) and
+//! [`MsgType::ListRetained`](super::MsgType::ListRetained) carry the request codes below and
+//! their bodies are read and written here; 42 is the cluster's `GetMap` (`CLUSTER-SPEC` §3).
 //!
 //! | type           | request body                                             | response body (on `Success`)          |
 //! |----------------|----------------------------------------------------------|---------------------------------------|
@@ -33,9 +34,9 @@ use super::{
 use crate::config::{BATCH_MAX, NAME_LEN_MAX};
 use crate::ids::{LockKind, Mode};
 
-/// The request type byte of `RecoveryDone` (`MsgType::RecoveryDone` once integrated).
+/// The request type byte of `RecoveryDone` ([`MsgType::RecoveryDone`](super::MsgType::RecoveryDone)).
 pub const RECOVERY_DONE_CODE: u8 = 44;
-/// The request type byte of `ListRetained` (`MsgType::ListRetained` once integrated).
+/// The request type byte of `ListRetained` ([`MsgType::ListRetained`](super::MsgType::ListRetained)).
 pub const LIST_RETAINED_CODE: u8 = 46;
 /// Bytes of a retained entry before its name.
 pub const RETAINED_FIXED_LEN: usize = 12;

@@ -13,6 +13,7 @@
 //! | `GetMap`       | `0 u32 offset`                                                              |
 //! | `ClientJoin`   | `ClientReinit`'s                                                            |
 //! | `ReclaimDone`  | `0 u16 partition \| 2 u16 reserved \| 4 u32 epoch`                          |
+//! | `RecoveryDone`, `ListRetained` | `recovery.rs`                                               |
 //!
 //! Lock request entries and counted lists are laid out in `batch.rs`, the cluster's bodies in
 //! `cluster.rs`.
@@ -20,6 +21,7 @@
 use super::batch::{decode_lock_request, encode_lock_request};
 use super::cluster::{decode_get_map, decode_reclaim_done, encode_get_map, encode_reclaim_done};
 use super::control::{ControlHeader, MsgType, exact, parse_header, put_header, whole_frame_body};
+use super::recovery::{ListRetained, decode_recovery_done, encode_recovery_done};
 use super::{
     BatchGet, BatchIds, CONTROL_HEADER_LEN, Claims, DecodeError, EncodeError, check_zero,
     get_array, get_u8, get_u16, get_u32, get_u64, name_len_for_encode, put_bytes, put_u8, put_u16,
@@ -121,6 +123,14 @@ pub enum ControlRequest<'a> {
         /// The partition's epoch in the client's map: the takeover the re-claims were for.
         epoch: u32,
     },
+    /// A recoverer replayed dead client `dead`'s work: release its retained locks
+    /// (`recovery.rs`).
+    RecoveryDone {
+        /// The dead client's id.
+        dead: u32,
+    },
+    /// List retained locks, a page at a time (`recovery.rs`).
+    ListRetained(ListRetained),
 }
 
 impl ControlRequest<'_> {
@@ -145,6 +155,8 @@ impl ControlRequest<'_> {
             ControlRequest::GetMap { .. } => MsgType::GetMap,
             ControlRequest::ClientJoin { .. } => MsgType::ClientJoin,
             ControlRequest::ReclaimDone { .. } => MsgType::ReclaimDone,
+            ControlRequest::RecoveryDone { .. } => MsgType::RecoveryDone,
+            ControlRequest::ListRetained(_) => MsgType::ListRetained,
         }
     }
 }
@@ -205,6 +217,10 @@ fn decode_request_body(msg: MsgType, b: &[u8]) -> Result<ControlRequest<'_>, Dec
             let (partition, epoch) = decode_reclaim_done(b)?;
             ControlRequest::ReclaimDone { partition, epoch }
         }
+        MsgType::RecoveryDone => ControlRequest::RecoveryDone {
+            dead: decode_recovery_done(b)?,
+        },
+        MsgType::ListRetained => ControlRequest::ListRetained(ListRetained::decode(b)?),
         MsgType::GetLock => {
             let ((kind, name), rest) = decode_lock_request(b)?;
             exact(rest, 0)?;
@@ -318,6 +334,8 @@ fn encode_request_body(body: &ControlRequest<'_>, b: &mut [u8]) -> Result<usize,
         ControlRequest::ReclaimDone { partition, epoch } => {
             encode_reclaim_done(partition, epoch, b)
         }
+        ControlRequest::RecoveryDone { dead } => encode_recovery_done(dead, b),
+        ControlRequest::ListRetained(q) => q.encode(b),
         ControlRequest::BatchGetLock(batch) => batch.encode(b),
         ControlRequest::BatchReleaseLock(batch) => batch.encode(b),
         ControlRequest::BatchUpdateLocks(batch) => batch.encode(b),

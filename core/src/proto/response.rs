@@ -11,10 +11,12 @@
 //! | the three batches                      | a counted list of `u32 id \| u16 status \| u16 reserved` |
 //! | `Stats`                                | a counted list of `u64`                                |
 //! | `GetMap`                               | `0 u64 version \| 8 u32 total_len \| 12 u32 offset \| 16 chunk` (`cluster.rs`) |
+//! | `RecoveryDone`, `ListRetained`         | `recovery.rs`                                          |
 //! | the others                             | empty                                                  |
 
 use super::cluster::{MapChunk, decode_moved, encode_moved};
 use super::control::{ControlHeader, MsgType, exact, parse_header, put_header, whole_frame_body};
+use super::recovery::{RetainedPage, decode_recovery_done_reply, encode_recovery_done_reply};
 use super::{
     BatchEntries, CONTROL_HEADER_LEN, Counters, DecodeError, EncodeError, get_array, get_u8,
     get_u16, get_u32, put_bytes, put_u8, put_u16, put_u32,
@@ -80,6 +82,13 @@ pub enum ControlResponse<'a> {
     Counters(Counters<'a>),
     /// `GetMap` success.
     MapChunk(MapChunk<'a>),
+    /// `RecoveryDone` success: how many retained locks were released.
+    Released {
+        /// Retained grants released.
+        locks: u32,
+    },
+    /// `ListRetained` success: one page.
+    Retained(RetainedPage<'a>),
     /// The body of any response with status `PartitionMoved` (and of no other).
     PartitionMoved {
         /// The map version the refusing server knows.
@@ -168,6 +177,10 @@ fn decode_response_body(msg: MsgType, b: &[u8]) -> Result<ControlResponse<'_>, D
         }
         MsgType::Stats => ControlResponse::Counters(Counters::decode(b)?),
         MsgType::GetMap => ControlResponse::MapChunk(MapChunk::decode(b)?),
+        MsgType::RecoveryDone => ControlResponse::Released {
+            locks: decode_recovery_done_reply(b)?,
+        },
+        MsgType::ListRetained => ControlResponse::Retained(RetainedPage::decode(b)?),
     })
 }
 
@@ -248,6 +261,10 @@ fn encode_response_body(
         ) => entries.encode(b),
         (MsgType::Stats, ControlResponse::Counters(counters)) => counters.encode(b),
         (MsgType::GetMap, ControlResponse::MapChunk(chunk)) => chunk.encode(b),
+        (MsgType::RecoveryDone, ControlResponse::Released { locks }) => {
+            encode_recovery_done_reply(locks, b)
+        }
+        (MsgType::ListRetained, ControlResponse::Retained(page)) => page.encode(b),
         _ => Err(EncodeError::Invalid),
     }
 }

@@ -76,6 +76,11 @@ fn fix_total_len(b: &mut [u8]) {
 
 fn claim(name: &[u8], held: Held) -> LockClaim<'_> {
     LockClaim {
+        value: Some(crate::manager::value::ValueRead {
+            block: crate::manager::ValueBlock([0xA5; 32]),
+            seq: 0xDEAD_0001,
+            valid: false,
+        }),
         kind: LockKind::Fair,
         held,
         name,
@@ -145,6 +150,11 @@ fn for_each_request(mut f: impl FnMut(&ControlRequestFrame<'_>)) {
         ControlRequest::BatchUpdateLocks(Batch::from_slice(&claims)),
         ControlRequest::Stats,
         ControlRequest::GetMap { offset: 0x4000 },
+        ControlRequest::RecoveryDone { dead: 0x7FFF_0001 },
+        ControlRequest::ListRetained(crate::proto::ListRetained {
+            client: 9,
+            cursor: 0x0000_0003_0000_0011,
+        }),
         ControlRequest::ClientJoin {
             min_version: 5,
             lease_ms: 2_500,
@@ -181,6 +191,13 @@ fn for_each_response(mut f: impl FnMut(&ControlHeader, &ControlResponse<'_>)) {
         },
     ];
     let counters = [0u64, 1, u64::MAX];
+    let retained = [crate::proto::RetainedEntry {
+        client: 0x0123_4567,
+        lock: 0x0010_0002,
+        kind: LockKind::Rw,
+        mode: Mode::Shared,
+        name: b"page/9",
+    }];
     let init = InitReply {
         client: 0x7ABC_DEF0,
         version: 2,
@@ -210,6 +227,11 @@ fn for_each_response(mut f: impl FnMut(&ControlHeader, &ControlResponse<'_>)) {
                 ControlResponse::Entries(Batch::from_slice(&entries))
             }
             MsgType::Stats => ControlResponse::Counters(Batch::from_slice(&counters)),
+            MsgType::RecoveryDone => ControlResponse::Released { locks: 3 },
+            MsgType::ListRetained => ControlResponse::Retained(crate::proto::RetainedPage {
+                next: 0x0000_0002_0000_0005,
+                entries: Batch::from_slice(&retained),
+            }),
             _ => ControlResponse::Empty,
         };
         f(&resp_header(msg, Status::Success), &body);

@@ -150,6 +150,15 @@ pub fn put_value_reply(
     first: bool,
 ) -> Result<(), EncodeError> {
     let entry = trailer_entry(out, n, VALUE_REPLY_LEN, i, first)?;
+    put_value_entry(entry, value);
+    Ok(())
+}
+
+/// Writes one value entry (the response trailer's layout, also a failover claim's) into the
+/// first [`VALUE_REPLY_LEN`] bytes of `entry`, which holds at least that many.
+#[inline]
+pub(super) fn put_value_entry(entry: &mut [u8], value: Option<&ValueRead>) {
+    let entry = &mut entry[..VALUE_REPLY_LEN];
     match value {
         None => entry.fill(0),
         Some(v) => {
@@ -159,7 +168,36 @@ pub fn put_value_reply(
             entry[VALUE_BLOCK_LEN + 5..].fill(0);
         }
     }
-    Ok(())
+}
+
+/// Reads one value entry: `None` when not present; `BadField` for unknown flag bits, non-zero
+/// reserved bytes, or bytes in an entry that is not present (one encoding per value).
+#[inline]
+pub(super) fn read_value_entry(
+    e: &[u8; VALUE_REPLY_LEN],
+) -> Result<Option<ValueRead>, DecodeError> {
+    let flags = e[VALUE_BLOCK_LEN + 4];
+    let reserved = &e[VALUE_BLOCK_LEN + 5..];
+    let well_formed = match flags {
+        0 => e.iter().all(|&b| b == 0),
+        f if f & !(PRESENT | VALID) == 0 && f & PRESENT != 0 => reserved.iter().all(|&b| b == 0),
+        _ => false,
+    };
+    if !well_formed {
+        return Err(DecodeError::BadField);
+    }
+    if flags & PRESENT == 0 {
+        return Ok(None);
+    }
+    let mut block = [0u8; VALUE_BLOCK_LEN];
+    block.copy_from_slice(&e[..VALUE_BLOCK_LEN]);
+    let mut seq = [0u8; 4];
+    seq.copy_from_slice(&e[VALUE_BLOCK_LEN..VALUE_BLOCK_LEN + 4]);
+    Ok(Some(ValueRead {
+        block: ValueBlock(block),
+        seq: u32::from_le_bytes(seq),
+        valid: flags & VALID != 0,
+    }))
 }
 
 /// Ends a response of `n` results whose value trailer [`put_value_reply`] wrote: sets
@@ -226,18 +264,7 @@ impl<'a> ValueReplies<'a> {
             return Err(DecodeError::BadLength);
         }
         for e in entries {
-            let flags = e[VALUE_BLOCK_LEN + 4];
-            let reserved = &e[VALUE_BLOCK_LEN + 5..];
-            let well_formed = match flags {
-                0 => e.iter().all(|&b| b == 0),
-                f if f & !(PRESENT | VALID) == 0 && f & PRESENT != 0 => {
-                    reserved.iter().all(|&b| b == 0)
-                }
-                _ => false,
-            };
-            if !well_formed {
-                return Err(DecodeError::BadField);
-            }
+            read_value_entry(e)?;
         }
         Ok(Self { entries })
     }
@@ -245,20 +272,8 @@ impl<'a> ValueReplies<'a> {
     /// The value block result `i` carries, if it carries one.
     #[inline]
     pub fn get(&self, i: usize) -> Option<ValueRead> {
-        let e = self.entries.get(i)?;
-        let flags = e[VALUE_BLOCK_LEN + 4];
-        if flags & PRESENT == 0 {
-            return None;
-        }
-        let mut block = [0u8; VALUE_BLOCK_LEN];
-        block.copy_from_slice(&e[..VALUE_BLOCK_LEN]);
-        let mut seq = [0u8; 4];
-        seq.copy_from_slice(&e[VALUE_BLOCK_LEN..VALUE_BLOCK_LEN + 4]);
-        Some(ValueRead {
-            block: ValueBlock(block),
-            seq: u32::from_le_bytes(seq),
-            valid: flags & VALID != 0,
-        })
+        // Every entry was validated by `decode`.
+        read_value_entry(self.entries.get(i)?).ok().flatten()
     }
 
     /// Number of entries.

@@ -14,6 +14,7 @@
 use super::{Counter, Server, client_tag, past};
 use crate::ids::{ClientId, LockId, LockKind, Mode, Peer, Session, Ticket};
 use crate::manager::GrantState;
+use crate::manager::retain::{AtDeparture, Departure, at_departure};
 use crate::status::Status;
 use crate::table::{ClientEntry, ClientState};
 use crate::word::{atomic, fair, rw};
@@ -167,7 +168,7 @@ impl<'r> Server<'r> {
         let slot = self
             .client_slot(raw)
             .ok_or_else(|| self.refuse(Status::ClientNotInit))?;
-        self.remove_client(slot, now_ms);
+        self.remove_client(slot, Departure::Deinit, now_ms);
         self.stats.bump(Counter::ClientsDeinit);
         Ok(())
     }
@@ -203,7 +204,8 @@ impl<'r> Server<'r> {
             let c = self.t.clients[slot as usize];
             // A client with a parked request (or its reply not yet delivered) is waiting on
             // us, not silent.
-            if c.client_state() == ClientState::Free
+            // A retaining slot is dead already: it has no lease to run out.
+            if matches!(c.client_state(), ClientState::Free | ClientState::Retaining)
                 || self.t.waiters[slot as usize].state != crate::table::WaiterState::Free as u8
             {
                 continue;
@@ -214,7 +216,7 @@ impl<'r> Server<'r> {
                     // forever).
                     self.give_up_on(1);
                 }
-                self.remove_client(slot, now_ms);
+                self.remove_client(slot, Departure::Died, now_ms);
                 self.stats.bump(Counter::ClientsExpired);
                 died += 1;
             }
@@ -313,8 +315,9 @@ impl<'r> Server<'r> {
     fn evict_abnormal(&mut self, now_ms: u64) -> Option<u32> {
         let slot = (0..self.t.client_free.high_water())
             .find(|&s| self.t.clients[s as usize].client_state() == ClientState::Abnormal)?;
-        self.remove_client(slot, now_ms);
+        self.remove_client(slot, Departure::Died, now_ms);
         self.stats.bump(Counter::ClientsEvicted);
+        // A client that kept retained grants keeps its slot: then there is no room after all.
         self.t.client_free.pop()
     }
 
@@ -335,7 +338,9 @@ impl<'r> Server<'r> {
                 Some(top) => top | drawn & 0x7F_FFFF,
                 None => drawn,
             };
-            ClientId::new(raw).filter(|_| self.client_slot(raw).is_none())
+            // Nor a dead one's that retains grants: `recovery_done` names it by its id.
+            ClientId::new(raw)
+                .filter(|_| self.client_slot(raw).is_none() && self.retaining_slot(raw).is_none())
         })
     }
 
@@ -359,90 +364,128 @@ impl<'r> Server<'r> {
         s
     }
 
-    /// Releases everything client `slot` held and frees its entry.
-    pub(super) fn remove_client(&mut self, slot: u32, now_ms: u64) {
+    /// Releases everything client `slot` held and frees its entry; `how` it left decides the
+    /// grants it asked to be retained (`manager::retain`): a death keeps them, held by the dead
+    /// client, whose entry then stays, retaining, out of the client index and off the free list
+    /// until a recoverer's `recovery_done` (`retained.rs`).
+    pub(super) fn remove_client(&mut self, slot: u32, how: Departure, now_ms: u64) {
         let entry = self.t.clients[slot as usize];
         let Some(me) = ClientId::new(entry.id) else {
             return;
         };
         // A parked request goes with its client: the slot's next owner must not inherit it.
         self.cancel_waiter(slot);
-        self.release_all_holds(slot, me, now_ms);
+        let kept = self.release_all_holds(slot, me, how, now_ms);
         self.release_all_lock_refs(slot);
         self.release_all_objects(slot, me, now_ms);
         self.t.client_index.remove(client_tag(me), slot);
+        if kept > 0 {
+            let c = &mut self.t.clients[slot as usize];
+            c.state = ClientState::Retaining as u8;
+            c.session = Session::NONE;
+            self.retaining += 1;
+            self.stats.add(Counter::LocksRetained, kept.into());
+            return;
+        }
         self.t.clients[slot as usize] = ClientEntry::default();
         self.t.client_free.push(slot);
     }
 
     /// Gives up every grant and ticket of client `slot`, as the client itself would by
-    /// unlocking.
-    fn release_all_holds(&mut self, slot: u32, me: ClientId, now_ms: u64) {
+    /// unlocking, except the grants a death retains (`how`): those stay in the holds grid as
+    /// retained grants and in the lock words. Returns how many were kept.
+    fn release_all_holds(&mut self, slot: u32, me: ClientId, how: Departure, now_ms: u64) -> u32 {
         let mut from = 0;
+        let mut kept = 0;
         while let Some((lock, bits)) = self.t.lock_holds.next_in_row(slot, from) {
             from = lock + 1;
-            self.t.lock_holds.set(slot, lock, GrantState::None.bits());
-            let kind = crate::table::SlotState(self.t.lock_meta[lock as usize].state).kind();
             // A code no state has was a grant nobody can name: nothing to give back here.
-            let granted = GrantState::from_bits(bits)
-                .ok()
-                .and_then(GrantState::grant_mode);
-            if granted == Some(Mode::Exclusive)
-                && super::locks::exclusive_owner(kind, &self.t.lock_cells[lock as usize])
-                    == me.get()
-            {
-                // Gone without an unlock that could have written it (death or deinit): the
-                // block may no longer describe what the holder left behind.
-                self.t.lock_values[lock as usize].grant_lost(Mode::Exclusive);
+            let state = GrantState::from_bits(bits).unwrap_or(GrantState::None);
+            if let AtDeparture::Retain(retained) = at_departure(state, how) {
+                self.t.lock_holds.set(slot, lock, retained.bits());
+                if retained.grant_mode() == Some(Mode::Exclusive) {
+                    // Its holder may have changed what the block describes without writing it.
+                    self.t.lock_values[lock as usize].grant_lost(Mode::Exclusive);
+                }
+                kept += 1;
+                continue;
             }
-            let cell = &mut self.t.lock_cells[lock as usize];
-            match (kind, granted) {
-                (_, None) => {}
-                (LockKind::Atomic, _) => {
-                    let o = atomic::unlock(atomic::AtomicWord::from_bits(cell.word), me);
-                    cell.word = o.state.into_bits();
-                }
-                (LockKind::Rw, Some(Mode::Exclusive)) => {
-                    let o = rw::unlock_exclusive(rw::RwWord::from_bits(cell.word), me);
-                    cell.word = o.state.into_bits();
-                }
-                (LockKind::Rw, Some(Mode::Shared)) => {
-                    let o = rw::unlock_shared(rw::RwWord::from_bits(cell.word), true);
-                    cell.word = o.state.into_bits();
-                }
-                (LockKind::Fair, Some(mode)) => {
-                    let s = fair::FairLock {
-                        word: fair::FairWord::from_bits(cell.word),
-                        owner: cell.ext,
-                    };
-                    // A live grant is always at the serving ticket: exclusive at (nx, ns), shared
-                    // at nx with a shared ticket that was not voided (preemptions clear the holds
-                    // they void, so `rms` is a ticket that is never "passed").
-                    let ticket = Ticket {
-                        exclusive: s.word.nx(),
-                        shared: match mode {
-                            Mode::Exclusive => s.word.ns(),
-                            Mode::Shared => s.word.rms(),
-                        },
-                    };
-                    let o = fair::unlock(s, me, mode, ticket, now_ms);
-                    cell.word = o.state.word.into_bits();
-                    cell.ext = o.state.owner;
-                }
+            self.release_hold(slot, me, lock, state.grant_mode(), now_ms);
+        }
+        kept
+    }
+
+    /// Gives up client `slot`'s hold on lock slot `lock` (a grant in `granted`, or a ticket
+    /// when `None`) as the client itself would by unlocking, and retries the lock's waiters.
+    pub(super) fn release_hold(
+        &mut self,
+        slot: u32,
+        me: ClientId,
+        lock: u32,
+        granted: Option<Mode>,
+        now_ms: u64,
+    ) {
+        self.t.lock_holds.set(slot, lock, GrantState::None.bits());
+        let kind = crate::table::SlotState(self.t.lock_meta[lock as usize].state).kind();
+        if granted == Some(Mode::Exclusive)
+            && super::locks::exclusive_owner(kind, &self.t.lock_cells[lock as usize]) == me.get()
+        {
+            // Gone without an unlock that could have written it (death or deinit): the
+            // block may no longer describe what the holder left behind.
+            self.t.lock_values[lock as usize].grant_lost(Mode::Exclusive);
+        }
+        let cell = &mut self.t.lock_cells[lock as usize];
+        match (kind, granted) {
+            (_, None) => {}
+            (LockKind::Atomic, _) => {
+                let o = atomic::unlock(atomic::AtomicWord::from_bits(cell.word), me);
+                cell.word = o.state.into_bits();
             }
-            if self.waiting > 0 {
-                let generation =
-                    crate::table::SlotState(self.t.lock_meta[lock as usize].state).generation();
-                self.wake_waiters(LockId::new(lock, generation).raw(), now_ms);
+            (LockKind::Rw, Some(Mode::Exclusive)) => {
+                let o = rw::unlock_exclusive(rw::RwWord::from_bits(cell.word), me);
+                cell.word = o.state.into_bits();
             }
+            (LockKind::Rw, Some(Mode::Shared)) => {
+                let o = rw::unlock_shared(rw::RwWord::from_bits(cell.word), true);
+                cell.word = o.state.into_bits();
+            }
+            (LockKind::Fair, Some(mode)) => {
+                let s = fair::FairLock {
+                    word: fair::FairWord::from_bits(cell.word),
+                    owner: cell.ext,
+                };
+                // A live grant is always at the serving ticket: exclusive at (nx, ns), shared
+                // at nx with a shared ticket that was not voided (preemptions clear the holds
+                // they void, so `rms` is a ticket that is never "passed").
+                let ticket = Ticket {
+                    exclusive: s.word.nx(),
+                    shared: match mode {
+                        Mode::Exclusive => s.word.ns(),
+                        Mode::Shared => s.word.rms(),
+                    },
+                };
+                let o = fair::unlock(s, me, mode, ticket, now_ms);
+                cell.word = o.state.word.into_bits();
+                cell.ext = o.state.owner;
+            }
+        }
+        if self.waiting > 0 {
+            let generation =
+                crate::table::SlotState(self.t.lock_meta[lock as usize].state).generation();
+            self.wake_waiters(LockId::new(lock, generation).raw(), now_ms);
         }
     }
 
-    /// Drops every lock reference of client `slot`, freeing locks nobody references any more.
-    fn release_all_lock_refs(&mut self, slot: u32) {
+    /// Drops every lock reference of client `slot`, freeing locks nobody references any more,
+    /// except the references of locks it still holds (a dead client's retained grants): the
+    /// lock, its name and its word stay until `recovery_done`.
+    pub(super) fn release_all_lock_refs(&mut self, slot: u32) {
         let mut from = 0;
         while let Some((lock, _)) = self.t.lock_refs.next_in_row(slot, from) {
             from = lock + 1;
+            if self.t.lock_holds.get(slot, lock) != GrantState::None.bits() {
+                continue;
+            }
             let meta = self.t.lock_meta[lock as usize];
             let id = LockId::new(lock, crate::table::SlotState(meta.state).generation());
             self.drop_lock_ref(slot, id);

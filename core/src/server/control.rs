@@ -10,13 +10,13 @@
 //! | the connection        | the frame                                  | then                                  |
 //! |-----------------------|--------------------------------------------|---------------------------------------|
 //! | unbound               | `ClientInit`, `ClientReinit`, `ClientJoin` | run (a reinit or join shows the session) |
-//! | unbound               | `Stats`, `GetMap`                          | run: neither needs a registration     |
+//! | unbound               | `Stats`, `GetMap`, `RecoveryDone`, `ListRetained` | run: they need no registration (the recoverer role is the transport's to give) |
 //! | unbound               | anything else                              | close                                 |
 //! | bound to `c`          | `ClientInit`, `ClientReinit`               | close: one registration per connection|
 //! | bound to `c`          | anything else naming `c`                   | run                                   |
 //! | bound to `c`          | a frame naming another id                  | close                                 |
 //! | bound, `c` gone       | `ClientInit`, `ClientReinit`               | run: it may register again here       |
-//! | bound, `c` gone       | `Stats` naming `c`                         | run                                   |
+//! | bound, `c` gone       | `Stats`, `RecoveryDone`, `ListRetained` naming `c` | run                           |
 //! | bound, `c` gone       | anything else naming `c`                   | answer `ClientNotInit` ([`answer_gone`]) |
 //! | bound, `c` gone       | a frame naming another id                  | close                                 |
 //!
@@ -102,8 +102,13 @@ impl ControlConn {
             msg,
             MsgType::ClientInit | MsgType::ClientReinit | MsgType::ClientJoin
         );
-        // The map, like the counters, needs no registration: a client fetches it first.
-        let stats = matches!(msg, MsgType::Stats | MsgType::GetMap);
+        // Needing no registration: the counters, the map (a client fetches it first), and the
+        // recoverer's calls, whose authority is the role the transport gives the connection
+        // (`manager::retain`).
+        let stats = matches!(
+            msg,
+            MsgType::Stats | MsgType::GetMap | MsgType::RecoveryDone | MsgType::ListRetained
+        );
         match self {
             ControlConn::Unbound if registers || stats => ControlAdmission::Run,
             ControlConn::Unbound => ControlAdmission::Close,

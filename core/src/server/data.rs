@@ -177,8 +177,7 @@ impl<'r> Server<'r> {
             (raw_client, found),
             meta,
             commands.len(),
-            // The embedded API writes no value blocks and reads none back (yet): its commands
-            // carry no value trailer.
+            // This entry carries no value blocks: `execute_message_with_values` does.
             (|i| commands[i], |_| None),
             |i, r, _proof, _value| {
                 // Field by field: a whole-struct copy reloads the 16-byte word with one vector
@@ -420,8 +419,18 @@ impl<'r> Server<'r> {
         if state.kind() != c.kind {
             return (result(self.refuse(Status::Einval)), Note::default());
         }
-        let hold = self.current_hold(slot, me, lock);
         let cell = self.t.lock_cells[lock as usize];
+        if c.op.acquires() && self.retained_blocks(lock, c.kind, c.op.mode()) {
+            // Before the word, which would let an expired retained grant be taken over
+            // (`retained.rs`).
+            let refused = CommandResult {
+                status: self.refuse(Status::LockRetained),
+                word: cell.word,
+                aux: 0,
+            };
+            return (refused, Note::default());
+        }
+        let hold = self.current_hold(slot, me, lock);
         let before = cell;
         let step = match c.kind {
             LockKind::Atomic => atomic_step(&cell, me, c, hold, now_ms),
@@ -451,7 +460,8 @@ impl<'r> Server<'r> {
                 // A cluster partition's counter has room: `cluster_refusal` checked it before.
                 let token = FencingToken(self.issue_token_in(state.partition()));
                 self.t.lock_cells[lock as usize].fence = token.0;
-                let granted = GrantState::granted(mode, false, false);
+                let retain = c.flags.contains(LockFlags::RETAIN);
+                let granted = GrantState::granted(mode, false, retain);
                 self.t.lock_holds.set(slot, lock, granted.bits());
                 self.stats.bump(Counter::Grants);
                 if preempted {

@@ -15,6 +15,7 @@ use super::waiters::{Disposition, MessageMeta};
 use super::{Counter, Server};
 use crate::config::BATCH_MAX;
 use crate::ids::{ClientId, GrantProof, Peer, Session};
+use crate::manager::retain::Role;
 use crate::manager::value::ValueRead;
 use crate::proto::{
     BatchEntries, BatchEntry, CLUSTER_VERSIONS, Command, CommandResult, ControlHeader,
@@ -80,7 +81,21 @@ impl<'r> Server<'r> {
         out: &mut [u8],
         now_ms: u64,
     ) -> Result<usize, FrameError> {
-        self.control_frame(peer, req, out, now_ms)
+        self.control_frame((peer, Role::Client), req, out, now_ms)
+            .map(|(len, _)| len)
+    }
+
+    /// [`Server::handle_control_from`] for a sender the transport gave `role` (its
+    /// configuration names it a recoverer, or not): only a recoverer's `RecoveryDone` and
+    /// `ListRetained` are served.
+    pub fn handle_control_as(
+        &mut self,
+        (peer, role): (Peer, Role),
+        req: &[u8],
+        out: &mut [u8],
+        now_ms: u64,
+    ) -> Result<usize, FrameError> {
+        self.control_frame((peer, role), req, out, now_ms)
             .map(|(len, _)| len)
     }
 
@@ -88,7 +103,7 @@ impl<'r> Server<'r> {
     /// `ClientReinit` registered, so a transport learns of it without reading the reply.
     pub(super) fn control_frame(
         &mut self,
-        peer: Peer,
+        (peer, role): (Peer, Role),
         req: &[u8],
         out: &mut [u8],
         now_ms: u64,
@@ -139,13 +154,18 @@ impl<'r> Server<'r> {
             };
             return Ok((written, None));
         }
+        if let ControlRequest::ListRetained(q) = frame.body {
+            // Its reply borrows lock names from the tables: written here, not returned.
+            let written = self.list_retained_frame(role, &header, q, out)?;
+            return Ok((written, None));
+        }
         let mut entries = [BatchEntry {
             id: 0,
             status: Status::Success,
         }; BATCH_MAX];
         let counters = self.stats.0;
-        let result =
-            self.control_request(peer, &header, frame.body, &mut entries, &counters, now_ms);
+        let at = (peer, role);
+        let result = self.control_request(at, &header, frame.body, &mut entries, &counters, now_ms);
         let registered = match &result {
             Ok(ControlResponse::Init(init)) => ClientId::new(init.client),
             _ => None,
@@ -197,7 +217,7 @@ impl<'r> Server<'r> {
     /// `entries` and `counters`.
     fn control_request<'e>(
         &mut self,
-        peer: Peer,
+        (peer, role): (Peer, Role),
         header: &ControlHeader,
         body: ControlRequest<'_>,
         entries: &'e mut [BatchEntry; BATCH_MAX],
@@ -287,6 +307,11 @@ impl<'r> Server<'r> {
             // Answered in `control_frame` (its reply borrows the map); a standalone server
             // answers it `Einval`: it has no map.
             ControlRequest::GetMap { .. } => Err(self.refuse(Status::Einval)),
+            ControlRequest::RecoveryDone { dead } => self
+                .recovery_done(role, dead, now_ms)
+                .map(|locks| ControlResponse::Released { locks }),
+            // `control_frame` answers it before it gets here.
+            ControlRequest::ListRetained(_) => Err(self.refuse(Status::Einval)),
         }
     }
 

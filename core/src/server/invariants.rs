@@ -215,6 +215,8 @@ impl Server<'_> {
                 ClientState::Free => *c != ClientEntry::default(),
                 ClientState::Recovering => c.id == 0 || self.recovering == 0,
                 ClientState::Active | ClientState::Abnormal => c.id == 0,
+                // A dead client keeping retained grants until `recovery_done`.
+                ClientState::Retaining => c.id == 0 || self.retaining_clients() == 0,
             };
             if bad {
                 return Err(Violation::ClientEntry { slot });
@@ -225,7 +227,11 @@ impl Server<'_> {
             &t.client_index,
             Table::Clients,
             hw,
-            |s| clients[s as usize].id != 0,
+            // A retaining entry has left the index: nothing may speak for a dead client.
+            |s| {
+                let c = &clients[s as usize];
+                c.id != 0 && c.client_state() != ClientState::Retaining
+            },
             // `client_tag` of the id, without re-checking it is one.
             |s| mix32(clients[s as usize].id),
             |a, b| clients[a as usize].id == clients[b as usize].id,
@@ -409,7 +415,11 @@ impl Server<'_> {
         let kind = SlotState(t.lock_meta[lock as usize].state).kind();
         let (owner, readers) = owner_and_readers(kind, cell);
         if owner != 0 {
-            let held = self.client_slot(owner).map(|c| {
+            // A dead client's retained grant still owns the word.
+            let slot = self
+                .client_slot(owner)
+                .or_else(|| self.retaining_slot(owner));
+            let held = slot.map(|c| {
                 let hold = Hold::of(t.lock_holds.get(c, lock));
                 (c, hold == Some(Hold::Exclusive))
             });

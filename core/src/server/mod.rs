@@ -29,6 +29,7 @@ mod cluster_slots;
 pub mod control;
 mod data;
 mod dispatch;
+mod embedded;
 mod frames;
 pub mod invariants;
 mod locks;
@@ -36,6 +37,7 @@ mod objects;
 mod peers;
 pub mod proof;
 mod recovery;
+pub mod retained;
 pub mod route;
 mod routing;
 pub mod stats;
@@ -51,6 +53,7 @@ pub use cluster::{
 };
 pub use control::{ControlAdmission, ControlConn};
 pub use dispatch::{Dispatched, Source, Streamed};
+pub use embedded::MessageValues;
 pub use frames::FrameError;
 pub use recovery::RecoveryProgress;
 pub use route::{Admission, Binding, Delivery, Joining, Route, admit, joining, owns_mailbox};
@@ -79,6 +82,9 @@ pub struct Server<'r> {
     cfg: Config,
     /// Clients still expected to finish recovery; 0 = ready.
     recovering: u32,
+    /// Dead clients' slots keeping retained grants (`ClientState::Retaining`): while zero, no
+    /// acquisition looks for a retained grant in its way (`retained.rs`).
+    retaining: u32,
     /// How recovery went so far (see [`Server::recovery_progress`]).
     progress: RecoveryProgress,
     /// The next fencing token: the epoch in the high bits, a counter below. One counter for the
@@ -153,6 +159,7 @@ impl<'r> Server<'r> {
             t: tables,
             cfg: *cfg,
             recovering: cfg.recovery_clients,
+            retaining: 0,
             progress: RecoveryProgress {
                 expected: cfg.recovery_clients,
                 ..RecoveryProgress::default()
@@ -272,6 +279,8 @@ impl<'r> Server<'r> {
                 Ok(slot)
             }
             ClientState::Recovering => Err(Status::NotReady),
+            // Out of the client index, so never found by id: its client learns it was removed.
+            ClientState::Retaining => Err(Status::ClientRemovedByServer),
             ClientState::Free => Err(Status::ClientNotInit),
         }
     }

@@ -31,6 +31,7 @@
 
 use super::{Counter, Server};
 use crate::ids::Peer;
+use crate::manager::retain::Departure;
 use crate::status::Status;
 use crate::table::ClientState;
 
@@ -51,8 +52,13 @@ impl Server<'_> {
             self.stats.bump(Counter::ClientsRefusedPeerCap);
             return Err(self.refuse(Status::ServerNoResource));
         };
-        self.remove_client(slot, now_ms);
+        self.remove_client(slot, Departure::Died, now_ms);
         self.stats.bump(Counter::ClientsEvicted);
+        if self.t.clients[slot as usize].client_state() == ClientState::Retaining {
+            // It kept retained grants, so its slot still counts against the peer: no room.
+            self.stats.bump(Counter::ClientsRefusedPeerCap);
+            return Err(self.refuse(Status::ServerNoResource));
+        }
         Ok(self.t.client_free.pop())
     }
 

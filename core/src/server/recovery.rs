@@ -272,6 +272,14 @@ impl<'r> Server<'r> {
                     self.t.lock_holds.set(slot, lock, hold.bits());
                     let cell = &mut self.t.lock_cells[lock as usize];
                     cell.fence = cell.fence.max(claim.token);
+                    // A restored grant's copy of the block is the failed server's (nobody
+                    // else could write while it was held): the newest valid one offered
+                    // wins, and a lock nobody offers one for stays invalid.
+                    if hold.grant_mode().is_some()
+                        && let Some(offered) = &claim.value
+                    {
+                        let _ = self.t.lock_values[lock as usize].reclaim(offered);
+                    }
                 }
                 Ok(id)
             }

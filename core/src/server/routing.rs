@@ -27,6 +27,7 @@ use super::control::{ControlAdmission, admit_on_stream, answer_gone};
 use super::route::{Binding, Route, admit};
 use super::stats::Counter;
 use crate::ids::Peer;
+use crate::manager::retain::Role;
 use crate::proto::peek_control_header;
 use crate::server::FrameError;
 
@@ -183,18 +184,19 @@ pub struct Registration {
 
 impl Server<'_> {
     /// Handles control frame `req` from `peer`, which came over control connection `conn` (the
-    /// transport's name for it, never 0), as [`Server::handle_control_from`] does; if it
+    /// transport's name for it, never 0) and whose sender the transport gave `role`, as
+    /// [`Server::handle_control_as`] does; if it
     /// registered a client, the slot is routed for the new registration (module doc). `out`
     /// holds the reply.
     pub fn control(
         &mut self,
         routing: &mut Routing<'_>,
-        (conn, peer): (u64, Peer),
+        (conn, peer, role): (u64, Peer, crate::manager::retain::Role),
         req: &[u8],
         out: &mut [u8],
         now_ms: u64,
     ) -> Result<Controlled, FrameError> {
-        let (len, registered) = self.control_frame(peer, req, out, now_ms)?;
+        let (len, registered) = self.control_frame((peer, role), req, out, now_ms)?;
         let carrier = Carrier::Control(conn);
         let registered =
             registered.and_then(|id| self.route_registration(routing, carrier, id.get(), now_ms));
@@ -240,7 +242,10 @@ impl Server<'_> {
             }
             ControlAdmission::Close => return StreamControlled::Refused,
         }
-        let Ok((len, registered)) = self.control_frame(peer, req, out, now_ms) else {
+        // A stream carries no recoverer role: `recovery_done` and `ListRetained` come over a
+        // control connection of their own, whose peer the transport vouches for.
+        let Ok((len, registered)) = self.control_frame((peer, Role::Client), req, out, now_ms)
+        else {
             return StreamControlled::Refused;
         };
         let Some(id) = registered else {

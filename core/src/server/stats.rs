@@ -117,6 +117,16 @@ pub enum Counter {
     TokenRenewals,
     /// Counter high-water-mark reservations asked for.
     CounterReservations,
+    /// Grants kept, retained, when their holder died (`manager::retain`).
+    LocksRetained,
+    /// Retained grants released by a recoverer's `recovery_done`. `locks_retained` minus this
+    /// is how many are retained now.
+    RetainedReleased,
+    /// `recovery_done` (and `ListRetained`) calls refused: the caller has no recoverer role.
+    RecoveryDoneRefused,
+    /// Requests refused (or, waiting, answered at their deadline) `DLOCK_LOCK_RETAINED`: a dead
+    /// client's retained grant was in the way.
+    LockRetained,
 }
 
 impl Counter {
@@ -144,7 +154,7 @@ impl Counter {
     }
 
     /// Number of counters.
-    pub const COUNT: usize = Counter::CounterReservations as usize + 1;
+    pub const COUNT: usize = Counter::LockRetained as usize + 1;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT] = [
@@ -197,6 +207,10 @@ impl Counter {
         Counter::PartitionsRecovering,
         Counter::TokenRenewals,
         Counter::CounterReservations,
+        Counter::LocksRetained,
+        Counter::RetainedReleased,
+        Counter::RecoveryDoneRefused,
+        Counter::LockRetained,
     ];
 
     /// A stable snake-case name for printing.
@@ -251,6 +265,10 @@ impl Counter {
             Counter::PartitionsRecovering => "partitions_recovering",
             Counter::TokenRenewals => "token_renewals",
             Counter::CounterReservations => "counter_reservations",
+            Counter::LocksRetained => "locks_retained",
+            Counter::RetainedReleased => "retained_released",
+            Counter::RecoveryDoneRefused => "recovery_done_refused",
+            Counter::LockRetained => "lock_retained",
         }
     }
 }
@@ -299,6 +317,7 @@ impl Stats {
             S::ObjectNotGet => Counter::ObjectNotGet,
             S::ObjectCasFailed => Counter::ObjectCasFailed,
             S::PartitionMoved => Counter::PartitionMoved,
+            S::LockRetained => Counter::LockRetained,
             _ => return,
         };
         self.bump(c);

@@ -104,10 +104,12 @@ fn waiter_lock_flags(flags: u32) -> LockFlags {
 /// Whether `status` for this kind means "busy: worth waiting for".
 #[inline]
 fn blocked(kind: LockKind, status: Status) -> bool {
-    match kind {
-        LockKind::Atomic | LockKind::Rw => status == Status::Fail,
-        LockKind::Fair => status == Status::Eagain,
-    }
+    // A retained grant in the way is waited out like a busy lock (`retained.rs`).
+    status == Status::LockRetained
+        || match kind {
+            LockKind::Atomic | LockKind::Rw => status == Status::Fail,
+            LockKind::Fair => status == Status::Eagain,
+        }
 }
 
 impl<'r> Server<'r> {
@@ -167,9 +169,15 @@ impl<'r> Server<'r> {
             return Disposition::Replied;
         }
         // A fair first attempt queued with a ticket: from now on the waiter retries with it.
+        // (One refused for a retained grant holds no ticket: it retries its first attempt.)
+        let queued = r.status == Status::Eagain;
         let (op, ticket) = match (tried.kind, tried.op) {
-            (LockKind::Fair, LockOp::TryExclusive) => (LockOp::TicketExclusive, ticket_of(r.aux)),
-            (LockKind::Fair, LockOp::TryShared) => (LockOp::TicketShared, ticket_of(r.aux)),
+            (LockKind::Fair, LockOp::TryExclusive) if queued => {
+                (LockOp::TicketExclusive, ticket_of(r.aux))
+            }
+            (LockKind::Fair, LockOp::TryShared) if queued => {
+                (LockOp::TicketShared, ticket_of(r.aux))
+            }
             _ => (c.op, c.ticket),
         };
         self.t.waiters[slot as usize] = Waiter {
@@ -262,7 +270,12 @@ impl<'r> Server<'r> {
             self.forget_preempted_holders(c.lock, w);
         }
         if blocked(kind, r.status) && !super::past(now_ms, waiter.deadline_ms) {
-            if voided {
+            // A first attempt that queued: a voided ticket's restart, or a fair request that
+            // was first refused for a retained grant and has now taken its ticket.
+            let first_queued = matches!(op, LockOp::TryExclusive | LockOp::TryShared)
+                && kind == LockKind::Fair
+                && r.status == Status::Eagain;
+            if voided || first_queued {
                 // Queued afresh: keep waiting, retrying with the new ticket.
                 let retry = if op == LockOp::TryExclusive {
                     LockOp::TicketExclusive
@@ -287,8 +300,14 @@ impl<'r> Server<'r> {
                     .set(w, id.index(), GrantState::None.bits());
             }
             self.stats.bump(Counter::WaitTimeouts);
+            // Still blocked by a dead client's retained grant: say so, not just "timed out".
+            let status = if r.status == Status::LockRetained {
+                Status::LockRetained
+            } else {
+                Status::Etimeout
+            };
             CommandResult {
-                status: Status::Etimeout,
+                status,
                 word: r.word,
                 aux: 0,
             }

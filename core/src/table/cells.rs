@@ -170,6 +170,10 @@ pub enum ClientState {
     Abnormal = 2,
     /// Re-registered during server recovery and still re-syncing its locks.
     Recovering = 3,
+    /// Dead, keeping the grants it asked to be retained (`manager::retain`) until a recoverer's
+    /// `recovery_done`: out of the client index (nothing speaks for it), its slot not reused,
+    /// counted against its peer's cap, no lease.
+    Retaining = 4,
 }
 
 /// A registered client.
@@ -227,6 +231,7 @@ impl ClientEntry {
             1 => ClientState::Active,
             2 => ClientState::Abnormal,
             3 => ClientState::Recovering,
+            4 => ClientState::Retaining,
             _ => ClientState::Free,
         }
     }

@@ -36,9 +36,11 @@ pub mod compat;
 pub mod locks;
 pub mod object;
 pub mod ops;
+pub mod retained;
 pub mod server;
 pub mod tls;
 pub mod types;
+pub mod values;
 
 use std::ffi::{CStr, c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};

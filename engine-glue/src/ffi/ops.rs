@@ -211,6 +211,7 @@ pub unsafe extern "C" fn unlock(client_id: c_int, lock_id: c_int, result: *mut c
                 status,
                 token,
                 word,
+                value: None,
             })
         };
         // SAFETY: `result` is not NULL (checked above); 16 writable bytes (caller's contract).

@@ -226,6 +226,7 @@ unsafe fn settings(cfg: &server_cfg) -> Result<ServerConfig, Status> {
     }
     // Without a key and without this, the runtime refuses a recovering server (`Einval`).
     s.insecure_recovery = cfg.insecure_recovery != 0;
+    s.recoverers.local = cfg.recoverer_local != 0;
     Ok(s)
 }
 

@@ -330,6 +330,10 @@ pub struct server_cfg {
     /// key a recovering server would take every re-registration and claim at its word, so it
     /// refuses to start unless this is set (the reference has no key and no such check).
     pub insecure_recovery: u8,
+    /// C `bool`: every local client (this process's, and others' over the Unix socket) is a
+    /// recoverer: its `recovery_done` releases a dead client's retained locks. Remote clients
+    /// never are through this ABI. False: nobody is, and retained locks stay until restart.
+    pub recoverer_local: u8,
 }
 
 /// Server (or client) counters, indexed by `enum debug_stats_code`.

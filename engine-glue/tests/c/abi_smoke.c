@@ -121,6 +121,7 @@ static int print_layout(void)
     LAYOUT_FIELD(struct server_cfg, insecure_plaintext);
     LAYOUT_FIELD(struct server_cfg, session_key_file);
     LAYOUT_FIELD(struct server_cfg, insecure_recovery);
+    LAYOUT_FIELD(struct server_cfg, recoverer_local);
     LAYOUT_SIZE(struct debug_stats);
     LAYOUT_FIELD(struct debug_stats, stats);
     return 0;
@@ -248,6 +249,48 @@ static void rw_lock(int c1, int c2)
     EXPECT(unlock(c1, id, &st), DLOCK_SUCCESS);
     EXPECT(release_lock(c1, id), DLOCK_SUCCESS);
     EXPECT(release_lock(c2, id), DLOCK_SUCCESS);
+}
+
+/* Lock value blocks: written by an exclusive unlock, read by the next grant; a block longer
+   than DLOCK_VALUE_BLOCK_LEN and a reader's write are refused, and nothing is unlocked. */
+static void value_blocks(int c1, int c2)
+{
+    struct lock_desc d = desc("orders/page-9", DLOCK_RW);
+    int id = 0, id2 = 0, valid = -1;
+    EXPECT(get_lock(c1, &d, &id), DLOCK_SUCCESS);
+    EXPECT(get_lock(c2, &d, &id2), DLOCK_SUCCESS);
+    EXPECT(lock_value_enable(c1, id, 1), DLOCK_SUCCESS);
+    EXPECT(lock_value_enable(c2, id2, 1), DLOCK_SUCCESS);
+    EXPECT(lock_value_enable(c2, id2, 2), DLOCK_EINVAL);
+    unsigned char lsn[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[DLOCK_VALUE_BLOCK_LEN + 1];
+    lock_state st;
+    struct lock_request ex = req(id, LOCK_EXCLUSIVE, 5);
+    struct lock_request sh = req(id2, LOCK_SHARED, 5);
+    EXPECT(lock_value_get(c1, id, got, 8, &valid), DLOCK_ALREADY_UNLOCKED);
+    EXPECT(trylock(c1, &ex, &st), DLOCK_SUCCESS);
+    EXPECT(lock_value_get(c1, id, got, 8, &valid), DLOCK_SUCCESS);
+    CHECK(valid == 1 && got[0] == 0);
+    EXPECT(lock_value_get(c1, id, got, DLOCK_VALUE_BLOCK_LEN + 1, &valid), DLOCK_EINVAL);
+    EXPECT(lock_value_set(c1, id, got, DLOCK_VALUE_BLOCK_LEN + 1), DLOCK_EINVAL);
+    EXPECT(lock_value_set(c1, id, lsn, sizeof lsn), DLOCK_SUCCESS);
+    EXPECT(unlock(c1, id, &st), DLOCK_SUCCESS);
+    EXPECT(trylock(c2, &sh, &st), DLOCK_SUCCESS);
+    memset(got, 0xEE, sizeof got);
+    EXPECT(lock_value_get(c2, id2, got, DLOCK_VALUE_BLOCK_LEN, &valid), DLOCK_SUCCESS);
+    CHECK(valid == 1 && memcmp(got, lsn, sizeof lsn) == 0 && got[8] == 0 && got[31] == 0);
+    EXPECT(lock_value_set(c2, id2, lsn, sizeof lsn), DLOCK_EINVAL); /* readers cannot write */
+    EXPECT(unlock(c2, id2, &st), DLOCK_SUCCESS);
+    /* Retention is asked per lock; only a configured recoverer may release a dead client's
+       locks (this server names none), and asking tells nothing about who retains. */
+    EXPECT(lock_retain_enable(c1, id, 1), DLOCK_SUCCESS);
+    EXPECT(lock_retain_enable(c1, id, 2), DLOCK_EINVAL);
+    EXPECT(lock_retain_enable(c1, id, 0), DLOCK_SUCCESS);
+    unsigned int released = 99;
+    EXPECT(recovery_done(c1, c2, &released), DLOCK_EINVAL);
+    EXPECT(recovery_done(c1, 0x1234567, NULL), DLOCK_EINVAL);
+    CHECK(released == 99);
+    EXPECT(release_lock(c1, id), DLOCK_SUCCESS);
+    EXPECT(release_lock(c2, id2), DLOCK_SUCCESS);
 }
 
 /* Fair lock: FIFO tickets, a queued waiter granted by lock(), shared readers counted. */
@@ -662,6 +705,7 @@ int main(int argc, char **argv)
 
     atomic_lock(c1, c2);
     rw_lock(c1, c2);
+    value_blocks(c1, c2);
     fair_lock(c1, c2);
     batch(c1, c2);
     xids(c1, c2);

@@ -79,6 +79,7 @@ int main()
     FIELD(server_cfg_ext, insecure_plaintext);
     FIELD(server_cfg_ext, insecure_recovery);
     FIELD(server_cfg_ext, session_key_file);
+    FIELD(server_cfg_ext, recoverer_local);
     SIZE(client_cfg_ext);
     FIELD(client_cfg_ext, lease_ms);
     FIELD(client_cfg_ext, timeout_ms);

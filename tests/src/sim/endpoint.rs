@@ -21,6 +21,7 @@
 
 use std::collections::HashMap;
 
+use dlock_core::manager::retain::Role;
 use dlock_core::proto::{
     CONTROL_FRAME_MAX, Command, DATA_RESPONSE_MAX, LockOp, MsgType, decode_data_request,
     decode_data_response, peek_control_header,
@@ -154,7 +155,7 @@ impl<'s> Endpoint<'s> {
             ControlAdmission::AnswerGone => answer_gone(&h, &mut self.out)
                 .map_err(|e| format!("answer to a gone client: {e:?}"))?,
             ControlAdmission::Run => {
-                let at = (control_conn(link), Peer::EXEMPT);
+                let at = (control_conn(link), Peer::EXEMPT, Role::Client);
                 let done = srv
                     .control(&mut self.routing, at, req, &mut self.out, now)
                     .map_err(|e| format!("control frame refused: {e:?}"))?;

@@ -48,6 +48,29 @@ enum Command {
         #[command(flatten)]
         tls: ClientTlsArgs,
     },
+    /// List the locks dead clients retain for recovery (needs the recoverer role: see
+    /// `serve --recoverer`).
+    Retained {
+        /// The server's TCP address.
+        #[arg(long, default_value = "127.0.0.1:21616")]
+        connect: SocketAddr,
+        /// Only this dead client's (default: every dead client's).
+        #[arg(long, default_value_t = 0)]
+        client: u32,
+        #[command(flatten)]
+        tls: ClientTlsArgs,
+    },
+    /// Release the locks dead client CLIENT retains, once its work is replayed (needs the
+    /// recoverer role).
+    RecoveryDone {
+        /// The server's TCP address.
+        #[arg(long, default_value = "127.0.0.1:21616")]
+        connect: SocketAddr,
+        /// The dead client's id (as `dlock retained` lists it).
+        client: u32,
+        #[command(flatten)]
+        tls: ClientTlsArgs,
+    },
     /// Drive a workload and print throughput and latency percentiles.
     Bench(BenchArgs),
     /// A cluster's state as its servers see it (no etcd needed).
@@ -117,6 +140,17 @@ struct ServeArgs {
     /// and read every lock name and value on the wire. Only for a network you trust entirely.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
     insecure_plaintext: Option<bool>,
+    /// A TLS client certificate identity (its subject's common name, or else its first DNS
+    /// name) that may release dead clients' retained locks (`dlock recovery-done`) and list
+    /// them; may be given more than once. Nobody may by default.
+    #[arg(long)]
+    recoverer: Option<Vec<String>>,
+    /// A plaintext TCP client address that is a recoverer; may be given more than once.
+    #[arg(long)]
+    recoverer_address: Option<Vec<std::net::IpAddr>>,
+    /// Make every local client (Unix socket, embedded) a recoverer.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    recoverer_local: Option<bool>,
     /// Lock slots.
     #[arg(long)]
     locks: Option<u32>,
@@ -208,6 +242,9 @@ impl ServeArgs {
             insecure_plaintext: self.insecure_plaintext.or(file.insecure_plaintext),
             session_key_file: self.session_key_file.or(file.session_key_file),
             insecure_recovery: self.insecure_recovery.or(file.insecure_recovery),
+            recoverer: self.recoverer.or(file.recoverer),
+            recoverer_address: self.recoverer_address.or(file.recoverer_address),
+            recoverer_local: self.recoverer_local.or(file.recoverer_local),
             tls_cert: self.tls_cert.or(file.tls_cert),
             tls_key: self.tls_key.or(file.tls_key),
             tls_ca: self.tls_ca.or(file.tls_ca),
@@ -378,6 +415,16 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Stat { connect, tls } => stat(connect, &tls),
+        Command::Retained {
+            connect,
+            client,
+            tls,
+        } => retained(connect, client, &tls),
+        Command::RecoveryDone {
+            connect,
+            client,
+            tls,
+        } => recovered(connect, client, &tls),
         Command::Bench(args) => bench(args),
         Command::Cluster {
             command: ClusterCommand::Status { connect, tls },
@@ -448,6 +495,11 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
             Some(dlock_transport::runtime::read_session_key_file(path).map_err(|e| e.to_string())?);
     }
     cfg.insecure_recovery = args.insecure_recovery.unwrap_or(false);
+    cfg.recoverers = dlock_transport::runtime::Recoverers {
+        names: args.recoverer.unwrap_or_default(),
+        addresses: args.recoverer_address.unwrap_or_default(),
+        local: args.recoverer_local.unwrap_or(false),
+    };
     if core.recovery_clients > 0 && cfg.session_key.is_none() && !cfg.insecure_recovery {
         return Err(format!(
             "refusing to recover {} clients without a session key: anyone who reaches the \
@@ -560,9 +612,47 @@ fn stat(addr: SocketAddr, tls: &ClientTlsArgs) -> Result<(), String> {
     let stats =
         dlock_transport::client::read_server_stats(&tls.endpoint(addr)?, Duration::from_secs(5))
             .map_err(|e| format!("{addr}: {}", reason(&e)))?;
-    for (name, v) in stats {
+    let count = |n: &str| stats.iter().find(|(k, _)| *k == n).map_or(0, |(_, v)| *v);
+    let retained_now = count("locks_retained").saturating_sub(count("retained_released"));
+    for (name, v) in &stats {
         println!("{name:<28} {v}");
     }
+    println!("{:<28} {retained_now}", "retained_now");
+    Ok(())
+}
+
+fn retained(addr: SocketAddr, client: u32, tls: &ClientTlsArgs) -> Result<(), String> {
+    let locks = dlock_transport::client::list_retained(
+        &tls.endpoint(addr)?,
+        client,
+        Duration::from_secs(5),
+    )
+    .map_err(|e| format!("{addr}: {}", reason(&e)))?;
+    println!(
+        "{:<12} {:<12} {:<6} {:<9} name",
+        "client", "lock", "kind", "mode"
+    );
+    for l in locks {
+        println!(
+            "{:<12} {:<12} {:<6} {:<9} {}",
+            l.client,
+            l.lock,
+            format!("{:?}", l.kind),
+            format!("{:?}", l.mode),
+            String::from_utf8_lossy(&l.name)
+        );
+    }
+    Ok(())
+}
+
+fn recovered(addr: SocketAddr, client: u32, tls: &ClientTlsArgs) -> Result<(), String> {
+    let n = dlock_transport::client::recovery_done(
+        &tls.endpoint(addr)?,
+        client,
+        Duration::from_secs(5),
+    )
+    .map_err(|e| format!("{addr}: {}", reason(&e)))?;
+    println!("released {n} retained locks of client {client}");
     Ok(())
 }
 
@@ -769,6 +859,7 @@ fn worker(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dlock_transport::runtime::Recoverers;
 
     /// `dlock serve` with `flags`, over a TOML file holding `toml`: the server's config.
     fn merged(flags: &[&str], toml: &str) -> ServerConfig {
@@ -881,5 +972,26 @@ mod tests {
         assert_eq!(cfg.core.clients_per_peer(), 7, "the flag wins");
         let cfg = merged(&[], "clients_per_peer = 9");
         assert_eq!(cfg.core.clients_per_peer(), 9, "the file fills in");
+    }
+
+    #[test]
+    fn recoverers_come_from_the_flags_or_the_file_and_default_to_nobody() {
+        assert_eq!(merged(&[], "").recoverers, Recoverers::default());
+        let cfg = merged(
+            &[
+                "--recoverer",
+                "node-a",
+                "--recoverer",
+                "node-b",
+                "--recoverer-local",
+            ],
+            "recoverer_address = [\"10.0.0.7\"]",
+        );
+        assert_eq!(cfg.recoverers.names, ["node-a", "node-b"]);
+        assert_eq!(
+            cfg.recoverers.addresses,
+            ["10.0.0.7".parse::<std::net::IpAddr>().unwrap()]
+        );
+        assert!(cfg.recoverers.local);
     }
 }

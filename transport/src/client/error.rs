@@ -36,6 +36,9 @@ pub enum ErrorKind {
     WouldBlock,
     /// A wait for the lock ran out.
     TimedOut,
+    /// The lock is held for a client that died, retained until a recoverer replays its work
+    /// and calls `recovery_done` (`DLOCK_LOCK_RETAINED`): retry after the recovery.
+    Retained,
     /// The grant this guard stood for is gone: its lease ran out and the server gave the lock
     /// to someone else, or it was already released. Writes made under its token may be fenced.
     NotHeld,
@@ -76,6 +79,16 @@ pub(crate) enum Op {
     BatchExtend,
     SubmitTryLock,
     SubmitUnlock,
+    /// Asking (or no longer asking) for a lock's value block with its grants.
+    SetValueBlocks,
+    /// Staging the value block an exclusive unlock writes.
+    StageValue,
+    /// Asking (or no longer asking) for a lock's grants to be retained if the client dies.
+    SetRetain,
+    /// Releasing a dead client's retained locks.
+    RecoveryDone,
+    /// Listing retained locks.
+    ListRetained,
     /// Completing a pipelined batch with nothing in flight (a batch's own failure carries the
     /// batch's operation).
     Complete,
@@ -115,6 +128,11 @@ impl Op {
             Op::BatchExtend => "batch_lock_extend",
             Op::SubmitTryLock => "submit_trylock",
             Op::SubmitUnlock => "submit_unlock",
+            Op::SetValueBlocks => "set_value_blocks",
+            Op::StageValue => "stage_value",
+            Op::SetRetain => "set_retain",
+            Op::RecoveryDone => "recovery_done",
+            Op::ListRetained => "list_retained",
             Op::Complete => "complete",
             Op::LockResultCheck => "lock_result_check",
             Op::UpdateAllLocks => "update_all_locks",
@@ -194,6 +212,7 @@ impl Error {
             Status::Fail | Status::Eagain if self.op.acquires() => ErrorKind::WouldBlock,
             Status::Fail | Status::AlreadyUnlocked => ErrorKind::NotHeld,
             Status::Etimeout => ErrorKind::TimedOut,
+            Status::LockRetained => ErrorKind::Retained,
             Status::BadResponse
             | Status::NotReady
             | Status::ClientNotInit

@@ -147,7 +147,7 @@ impl<C: Connection> Client<C> {
         };
         let started = self.link.now();
         let cmd = [Command::Lock(request.command())];
-        let sent = self.send(op, &cmd, 0, Dispatch::Deferred)?;
+        let sent = self.send(op, &cmd, &[request.value_block()], 0, Dispatch::Deferred)?;
         self.pending = Some(Pending {
             lock: id,
             op,
@@ -208,14 +208,14 @@ impl<C: Connection> Client<C> {
         };
         self.pending = None;
         let reply = result?;
-        let proof = self.proof(0);
+        let (proof, value) = (self.proof(0), self.value(0));
         // Counted from the send, as in `run`.
         let now_ms = self.tick(p.started);
         let e = self
             .locks
             .get_mut(p.lock)
             .ok_or_else(|| p.op.err(Status::LockNotGet))?;
-        let status = e.local.apply(&p.request, &reply, proof, now_ms);
+        let status = e.local.apply(&p.request, &reply, proof, value, now_ms);
         grant(status, &e.local).map_err(|s| p.op.err(s))
     }
 
@@ -373,7 +373,7 @@ impl<C: Connection> Client<C> {
             partition_epoch: 0,
         });
         let started = self.link.now();
-        let sent = self.send(op, &[cmd], 0, Dispatch::Deferred)?;
+        let sent = self.send(op, &[cmd], &[], 0, Dispatch::Deferred)?;
         let timeout = self.cfg.timeout;
         std::future::poll_fn(|cx| {
             self.poll_reply(op, sent, |_| cmd, started, timeout, Await::Wake(cx.waker()))

@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use dlock_core::proto::Command;
+use dlock_core::manager::value::{ValueBlock, ValueRead};
+use dlock_core::proto::{Command, LockFlags};
 use dlock_core::{FencingToken, LockId, Mode, Status};
 
 use super::{Client, Connection, Decision, Error, LocalLock, Op};
@@ -23,6 +24,11 @@ pub struct Grant {
     pub token: FencingToken,
     /// The lock word the server returned.
     pub word: u128,
+    /// The lock's value block as the grant returned it, when the lock asks for it
+    /// ([`Client::set_value_blocks`]); a re-entry reports the block of the grant it re-enters.
+    /// `valid` is false when an exclusive holder was lost without writing it (its node died,
+    /// its lease ran out) or after a server failover no re-claim restored it.
+    pub value: Option<ValueRead>,
 }
 
 /// A record's answer as the API reports it: a grant (`Done` is the reference's internal
@@ -45,6 +51,7 @@ pub(super) fn grant(status: Status, local: &LocalLock) -> Result<Grant, Status> 
             },
             token: local.token,
             word: local.word,
+            value: local.value,
         }),
         s => Err(s),
     }
@@ -97,6 +104,74 @@ impl<C: Connection> Client<C> {
         self.run(op, id, d, Duration::ZERO)
     }
 
+    /// Asks for `id`'s value block with every grant of it from now on (`on`), or stops asking:
+    /// single calls, batches, pipelined batches and asynchronous calls alike then return it in
+    /// [`Grant::value`] (and a failover claim offers it back). A per-lock setting rather than
+    /// a per-call flag (the Linux DLM's `LKF_VALBLK` is per request) because an engine keeps a
+    /// block with a lock for the lock's whole life, and every call shape then carries it
+    /// without a variant of its own. Local only; `LockNotGet` for a lock not got.
+    pub fn set_value_blocks(&mut self, id: LockId, on: bool) -> Result<(), Error> {
+        self.set_ask(Op::SetValueBlocks, id, LockFlags::VALUE_BLOCK, on)
+    }
+
+    /// Asks for every grant of `id` from now on to be *retained* if this client dies holding
+    /// it (`on`; the server's `manager::retain`): its lease running out or its connection
+    /// lost and not resumed leaves the grant held by the dead client, and others are refused
+    /// `LockRetained` (a waiting request waits) until a recoverer calls `recovery_done` for
+    /// this client after replaying its work. A graceful `deinit` releases it as any grant.
+    /// Local only; `LockNotGet` for a lock not got.
+    pub fn set_retain(&mut self, id: LockId, on: bool) -> Result<(), Error> {
+        self.set_ask(Op::SetRetain, id, LockFlags::RETAIN, on)
+    }
+
+    /// Sets (`on`) or clears `flag` in what `id`'s acquisitions ask for.
+    fn set_ask(&mut self, op: Op, id: LockId, flag: LockFlags, on: bool) -> Result<(), Error> {
+        let local = &mut self
+            .locks
+            .get_mut(id)
+            .ok_or_else(|| op.err(Status::LockNotGet))?
+            .local;
+        let bits = if on {
+            local.ask.bits() | flag.bits()
+        } else {
+            local.ask.bits() & !flag.bits()
+        };
+        // Only known flags are ever set here.
+        local.ask = LockFlags::from_bits(bits).unwrap_or(local.ask);
+        Ok(())
+    }
+
+    /// Stages `block` (at most 32 bytes, zero-padded) as `id`'s value block, written by the
+    /// unlock that releases the exclusive grant held: [`Client::unlock`], a batch or
+    /// pipelined unlock, or an asynchronous one (a re-entrant unlock that only counts down
+    /// keeps it staged; staging again replaces it). `Einval` for a block longer than 32 bytes
+    /// or when `id` is not held exclusively (readers cannot write the block); `Easync` while an
+    /// operation on `id` is in flight.
+    pub fn stage_value(&mut self, id: LockId, block: &[u8]) -> Result<(), Error> {
+        let op = Op::StageValue;
+        let block = ValueBlock::from_slice(block).map_err(|s| op.err(s))?;
+        let e = self
+            .locks
+            .get_mut(id)
+            .ok_or_else(|| op.err(Status::LockNotGet))?;
+        if e.busy {
+            return Err(op.err(Status::Easync));
+        }
+        match e.local.stage_value(block) {
+            Status::Success => Ok(()),
+            s => Err(op.err(s)),
+        }
+    }
+
+    /// [`Client::stage_value`] then [`Client::unlock`]: releases the exclusive grant of `id`
+    /// and writes `block` as its value block. Nothing is unlocked when the block is refused
+    /// (`Einval`: longer than 32 bytes, or `id` not held exclusively).
+    pub fn unlock_with_value(&mut self, id: LockId, block: &[u8]) -> Result<Status, Error> {
+        self.stage_value(id, block)
+            .map_err(|e| Op::Unlock.err(e.status()))?;
+        self.unlock(id)
+    }
+
     /// The record of `id` for a single-lock call: refused (`Easync`) while an asynchronous
     /// operation or pipelined batches are outstanding (their replies come first).
     fn local(&mut self, op: Op, id: LockId) -> Result<&mut LocalLock, Error> {
@@ -127,14 +202,15 @@ impl<C: Connection> Client<C> {
         // client never trusts a grant longer than the server keeps it (counted from the reply,
         // a delayed reply would stretch it past the server's expiry; the simulator's belief
         // check finds two holders that way).
-        let sent_ms = self.round_trip(op, &[Command::Lock(request.command())], 0, deadline)?;
-        let (reply, proof) = (self.inbox.results[0], self.proof(0));
+        let command = [Command::Lock(request.command())];
+        let sent_ms = self.round_trip(op, &command, &[request.value_block()], 0, deadline)?;
+        let (reply, proof, value) = (self.inbox.results[0], self.proof(0), self.value(0));
         let local = &mut self
             .locks
             .get_mut(id)
             .ok_or_else(|| op.err(Status::LockNotGet))?
             .local;
-        let status = local.apply(&request, &reply, proof, sent_ms);
+        let status = local.apply(&request, &reply, proof, value, sent_ms);
         grant(status, local).map_err(|s| op.err(s))
     }
 

@@ -77,6 +77,7 @@ mod pipeline;
 mod rdma;
 mod recovery;
 mod refs;
+mod retained;
 mod table;
 mod wire;
 
@@ -84,10 +85,12 @@ use std::collections::HashMap;
 use std::io;
 use std::time::{Duration, Instant};
 
+use dlock_core::manager::value::{ValueBlock, ValueRead};
 use dlock_core::proto::{
     CONTROL_FRAME_MAX, Command, CommandResult, ControlHeader, ControlRequest, ControlRequestFrame,
     ControlResponse, DATA_REQUEST_WITH_VALUES_MAX, DATA_RESPONSE_WITH_VALUES_MAX, DataHeader,
     PROOF_LEN, PROTO_VERSION, decode_control_response, decode_data_response, encode_data_request,
+    finish_value_requests, put_value_request,
 };
 use dlock_core::time::{duration_to_ms, elapsed_ms};
 use dlock_core::{ClientId, GrantProof, ObjectId, Session, Status};
@@ -110,6 +113,7 @@ pub use named::{
 };
 pub use objects::Cas;
 use pipeline::Pipeline;
+pub use retained::{RetainedLock, list_retained, recovery_done};
 use table::LockTable;
 
 const BATCH: usize = dlock_core::config::BATCH_MAX;
@@ -369,12 +373,15 @@ impl<C: Connection> Client<C> {
 
     /// Encodes `commands` as one data message and sends it: `Dispatch::Now`, or deferred for a
     /// caller that will not wait for the reply now (see
-    /// [`Link::send_data_deferred`](link::Link::send_data_deferred)). Returns what the reply
-    /// must match.
+    /// [`Link::send_data_deferred`](link::Link::send_data_deferred)). `blocks` is empty or has
+    /// one entry per command: the value block command `i` writes (an exclusive unlock flagged
+    /// `VALUE_BLOCK`, [`Request::value_block`]), sent in the request's value trailer. Returns
+    /// what the reply must match.
     fn send(
         &mut self,
         op: Op,
         commands: &[Command],
+        blocks: &[Option<ValueBlock>],
         flags: u32,
         dispatch: Dispatch,
     ) -> Result<Sent, Error> {
@@ -386,8 +393,20 @@ impl<C: Connection> Client<C> {
             client: self.id.get(),
             flags,
         };
-        let n = encode_data_request(&header, commands, &mut self.data_req)
+        let mut n = encode_data_request(&header, commands, &mut self.data_req)
             .map_err(|_| op.err(Status::Einval))?;
+        let mut first = true;
+        for (i, block) in blocks.iter().enumerate() {
+            if let Some(block) = block {
+                put_value_request(&mut self.data_req, commands.len(), i, block, first)
+                    .map_err(|_| op.err(Status::Einval))?;
+                first = false;
+            }
+        }
+        if !first {
+            n = finish_value_requests(&mut self.data_req, commands.len())
+                .map_err(|_| op.err(Status::Einval))?;
+        }
         let req = &self.data_req[..n];
         let ticket = match dispatch {
             Dispatch::Now => self.link.send_data(req),
@@ -409,6 +428,7 @@ impl<C: Connection> Client<C> {
         &mut self,
         op: Op,
         commands: &[Command],
+        blocks: &[Option<ValueBlock>],
         flags: u32,
         deadline: Instant,
     ) -> Result<u64, Error> {
@@ -417,7 +437,7 @@ impl<C: Connection> Client<C> {
             return Err(op.err(Status::Easync));
         }
         let sent_ms = self.now_ms();
-        let sent = self.send(op, commands, flags, Dispatch::Now)?;
+        let sent = self.send(op, commands, blocks, flags, Dispatch::Now)?;
         let command = |i: usize| commands[i];
         receive(
             &mut self.link,
@@ -453,6 +473,12 @@ impl<C: Connection> Client<C> {
             mac: self.inbox.proofs[i],
         }
     }
+
+    /// The value block result `i` of the last data exchange returned (its command asked for
+    /// it and was granted).
+    fn value(&self, i: usize) -> Option<ValueRead> {
+        self.inbox.values[i]
+    }
 }
 
 /// When a data message leaves ([`Client::send`]).
@@ -483,6 +509,8 @@ struct Inbox {
     results: [CommandResult; BATCH],
     /// The proofs of its grants and tickets (zero where none).
     proofs: [[u8; PROOF_LEN]; BATCH],
+    /// The value blocks its grants returned (`None` where not asked or not granted).
+    values: [Option<ValueRead>; BATCH],
 }
 
 impl Inbox {
@@ -495,6 +523,7 @@ impl Inbox {
                 aux: 0,
             }; BATCH],
             proofs: [[0; PROOF_LEN]; BATCH],
+            values: [None; BATCH],
         }
     }
 
@@ -522,6 +551,7 @@ impl Inbox {
             }
             self.results[i] = r.result;
             self.proofs[i] = reply.proof_mac(i);
+            self.values[i] = reply.value(i);
         }
         Ok(Some(sent.count))
     }

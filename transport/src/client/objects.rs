@@ -153,7 +153,7 @@ impl<C: Connection> Client<C> {
             partition_epoch: 0,
         });
         let deadline = self.link.now() + self.cfg.timeout;
-        self.round_trip(op, &[cmd], 0, deadline)?;
+        self.round_trip(op, &[cmd], &[], 0, deadline)?;
         Ok(self.inbox.results[0])
     }
 }

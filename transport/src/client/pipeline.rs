@@ -364,13 +364,16 @@ impl<C: Connection> Client<C> {
             }
             return;
         }
-        for ((s, reply), mac) in f.sent().iter().zip(replies).zip(&inbox.proofs) {
+        let values = &inbox.values;
+        for (((s, reply), mac), value) in
+            f.sent().iter().zip(replies).zip(&inbox.proofs).zip(values)
+        {
             out[usize::from(s.entry)] = match locks.get_mut(s.lock) {
                 Some(e) => {
                     // Applied: free for the next operation (what `release` does, in this pass).
                     e.busy = false;
                     let proof = GrantProof { epoch, mac: *mac };
-                    let status = e.local.apply(&s.request, reply, proof, f.sent_ms);
+                    let status = e.local.apply(&s.request, reply, proof, *value, f.sent_ms);
                     grant(status, &e.local)
                 }
                 None => Err(Status::LockNotGet),
@@ -404,7 +407,12 @@ impl<C: Connection> Client<C> {
         let k = decide_batch(f, &mut self.locks, id_of, decide, &mut commands);
         if k > 0 {
             let sent_ms = self.now_ms();
-            match self.send(op, &commands[..k], flags, Dispatch::Now) {
+            let f = &self.pipeline.slots[at];
+            let mut blocks = [None; BATCH];
+            for (b, s) in blocks.iter_mut().zip(f.sent()) {
+                *b = s.request.value_block();
+            }
+            match self.send(op, &commands[..k], &blocks[..k], flags, Dispatch::Now) {
                 Ok(sent) => {
                     let f = &mut self.pipeline.slots[at];
                     (f.ticket, f.message_id, f.sent_ms) = (sent.ticket, sent.message_id, sent_ms);

@@ -86,6 +86,7 @@ impl<C: Connection> Client<C> {
                 age_ms: c.age_ms,
                 token: c.token,
                 proof: c.proof,
+                value: c.value,
             })
             .collect();
         let body = ControlRequest::BatchUpdateLocks(Batch::from_slice(&claims));

@@ -264,7 +264,7 @@ impl Data<'_> {
                         self.shared.counters.copy_into(server);
                     }
                     let req = &job.buf[..job.len];
-                    let at = (job.conn, job.peer);
+                    let at = (job.conn, job.peer, job.role);
                     match server.control(&mut self.routing, at, req, &mut self.resp, now) {
                         Ok(done) => {
                             job.buf[..done.len].copy_from_slice(&self.resp[..done.len]);
@@ -367,6 +367,7 @@ pub(super) fn moved_to_stream(shared: &Shared, client: u32) {
         len: 0,
         buf: Vec::new(),
         peer: dlock_core::Peer::EXEMPT,
+        role: dlock_core::manager::retain::Role::Client,
     });
     shared.exchange.wake_control();
 }
@@ -383,6 +384,7 @@ fn client_gone(shared: &Shared, client: u32) {
         len: 0,
         buf: Vec::new(),
         peer: dlock_core::Peer::EXEMPT,
+        role: dlock_core::manager::retain::Role::Client,
     });
 }
 

@@ -52,6 +52,8 @@ pub(crate) struct Job {
     pub(crate) buf: Vec<u8>,
     /// Who sent a control frame, for the per-peer cap on registrations (`runtime/peer.rs`).
     pub(crate) peer: dlock_core::Peer,
+    /// Whether its sender is a recoverer (`runtime/recoverers.rs`).
+    pub(crate) role: dlock_core::manager::retain::Role,
 }
 
 /// A TCP data connection whose attach the data thread accepted, on its way to the data thread.

@@ -36,6 +36,7 @@ pub mod membership;
 mod peer;
 #[cfg(feature = "rdma")]
 mod rdma;
+mod recoverers;
 mod stream;
 mod tcp;
 mod wake;
@@ -55,6 +56,7 @@ pub use dlock_core::server::Server;
 pub use fds::{FdAction, FdBudget, FdLimits, FdNeeds, FdShortfall, plan as plan_fds};
 pub use idle::IdleStrategy;
 pub use keys::{hmac_sha256, read_session_key_file};
+pub use recoverers::Recoverers;
 
 use crate::region::Region;
 use exchange::Exchange;
@@ -153,6 +155,9 @@ pub struct ServerConfig {
     /// A cluster server needs the cluster's `session_key`: any server of the cluster must be
     /// able to verify a client's session and a grant's proof.
     pub cluster: Option<ClusterConfig>,
+    /// Who may release dead clients' retained locks (`recovery_done`) and list them: nobody
+    /// by default ([`Recoverers`]).
+    pub recoverers: Recoverers,
     /// Serve data messages and one-sided object operations over RDMA on this device. At start
     /// the device is opened and the object cells registered; if that fails (no device, no
     /// kernel support, port down) the server logs why and serves TCP and shared memory only.
@@ -178,6 +183,7 @@ impl ServerConfig {
             handshake_timeout: Duration::from_secs(5),
             frame_timeout: Duration::from_secs(5),
             cluster: None,
+            recoverers: Recoverers::default(),
             #[cfg(feature = "rdma")]
             rdma: None,
         }

@@ -319,3 +319,51 @@ fn map_chunk_lengths_cover_a_map_exactly_once() {
     assert_eq!(map_chunk_len(0, 0), None);
     assert_eq!(map_chunk_len(MAP_ENCODED_MAX as u32 + 1, 0), None);
 }
+
+/// A claim offers its grant's value block behind a bit of its `held` byte, so a claim without
+/// one is what protocol 4 sent; an offered block must be present.
+#[test]
+fn a_claims_value_block_follows_its_fixed_part_only_when_flagged() {
+    use crate::manager::value::{ValueBlock, ValueRead};
+    use crate::proto::{CLAIM_FIXED_LEN, CLAIM_HAS_VALUE, CLAIM_VALUE_LEN};
+    let mut c = claim(b"page", Held::Exclusive);
+    c.value = None;
+    let plain = encode_request(&frame(ControlRequest::BatchUpdateLocks(Batch::from_slice(
+        &[c],
+    ))));
+    let held_at = CONTROL_HEADER_LEN + BATCH_HEADER_LEN + 1;
+    assert_eq!(plain[held_at], Held::Exclusive.code(), "no flag, no entry");
+    let name_at = CONTROL_HEADER_LEN + BATCH_HEADER_LEN + CLAIM_FIXED_LEN;
+    assert_eq!(&plain[name_at..], b"page");
+    let offered = ValueRead {
+        block: ValueBlock([3; 32]),
+        seq: 9,
+        valid: true,
+    };
+    c.value = Some(offered);
+    let bytes = encode_request(&frame(ControlRequest::BatchUpdateLocks(Batch::from_slice(
+        &[c],
+    ))));
+    assert_eq!(bytes[held_at], Held::Exclusive.code() | CLAIM_HAS_VALUE);
+    assert_eq!(bytes.len(), plain.len() + CLAIM_VALUE_LEN);
+    assert_eq!(&bytes[name_at + CLAIM_VALUE_LEN..], b"page");
+    let ControlRequest::BatchUpdateLocks(back) = decode_control_request(&bytes).unwrap().body
+    else {
+        panic!("claims");
+    };
+    assert_eq!(back.get(0).unwrap().value, Some(offered));
+    // Flagged with an entry that is not present: refused, as is an unknown entry flag.
+    for (at, byte) in [(name_at + 36, 0), (name_at + 36, 0x41)] {
+        let mut bad = bytes.clone();
+        if byte == 0 {
+            bad[name_at..name_at + CLAIM_VALUE_LEN].fill(0);
+        } else {
+            bad[at] = byte;
+        }
+        assert_eq!(
+            decode_control_request(&bad).map(|_| ()),
+            Err(DecodeError::BadField),
+            "entry flags {byte:#x}"
+        );
+    }
+}

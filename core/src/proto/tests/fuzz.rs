@@ -339,6 +339,12 @@ fn arb_claim_parts() -> impl Strategy<Value = ClaimParts> {
 fn claim_from(parts: &ClaimParts) -> LockClaim<'_> {
     let (kind, held, ref name, old_lock, word, (tx, ts), (remaining_ms, age_ms, token)) = *parts;
     LockClaim {
+        // Present or not, valid or not: the old id's low bits pick.
+        value: (old_lock % 3 != 0).then_some(crate::manager::value::ValueRead {
+            block: crate::manager::ValueBlock([word as u8; 32]),
+            seq: old_lock,
+            valid: old_lock % 2 == 0,
+        }),
         kind: LockKind::from_u8(kind).unwrap(),
         held: Held::from_code(held).unwrap(),
         name,

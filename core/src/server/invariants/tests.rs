@@ -424,6 +424,7 @@ fn rw_claim(token: u64) -> LockClaim<'static> {
         age_ms: 1,
         token,
         proof: GrantProof::NONE,
+        value: None,
     }
 }
 

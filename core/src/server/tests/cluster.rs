@@ -232,6 +232,7 @@ fn claim_of<'n>(name: &'n [u8], token: u64, proof: GrantProof) -> LockClaim<'n> 
         age_ms: 10,
         token,
         proof,
+        value: None,
     }
 }
 

@@ -20,7 +20,7 @@ fn call(s: &mut TestServer, me: ClientId, l: &mut LocalLock, d: Decision, now: u
     };
     let r = run(s, me, Command::Lock(req.command()), now);
     // A server without a session key proves nothing.
-    l.apply(&req, &r, crate::GrantProof::NONE, now)
+    l.apply(&req, &r, crate::GrantProof::NONE, None, now)
 }
 
 /// `a` holds the fair lock with a 100 ms lease; `b` and then `c` queue exclusive behind it, so
@@ -122,7 +122,7 @@ fn a_waiting_retry_with_a_passed_ticket_queues_again_instead_of_failing() {
         "the op b sent, echoed"
     );
     assert_eq!(
-        b_rec.apply(&req, &got[0].result, got[0].proof, now),
+        b_rec.apply(&req, &got[0].result, got[0].proof, None, now),
         Status::Success
     );
     assert_eq!(b_rec.state, LocalState::ExclusiveLocked);

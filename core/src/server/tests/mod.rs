@@ -36,6 +36,7 @@ mod proofs;
 mod recovery;
 mod recovery_deadline;
 mod registration;
+mod retained;
 mod routing;
 mod rw;
 mod standalone;

@@ -223,6 +223,7 @@ fn claim<'n>(
     proof: GrantProof,
 ) -> LockClaim<'n> {
     LockClaim {
+        value: None,
         kind,
         held,
         name,
@@ -345,6 +346,7 @@ fn a_genuine_client_cannot_reclaim_a_lock_it_never_held() {
     let ok = claim(LockKind::Rw, Held::Exclusive, b"y", token + 1, own_y);
     assert!(s.update_lock(thief.get(), &ok, 3).is_ok());
     let ticket = LockClaim {
+        value: None,
         ticket: Ticket {
             exclusive: 3,
             shared: 0,
@@ -402,6 +404,7 @@ fn a_stale_proven_claim_first_wins_and_the_holder_is_told_it_lost() {
                     ..subject(c, kind, Held::Exclusive, token, b"x")
                 };
                 LockClaim {
+                    value: None,
                     ticket: subj.ticket,
                     ..claim(
                         kind,

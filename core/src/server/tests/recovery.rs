@@ -20,6 +20,7 @@ fn recovering_server_answers_not_ready_until_expected_clients_resync() {
         Err(Status::NotReady)
     );
     let claim = |held, remaining_ms, token| LockClaim {
+        value: None,
         kind: LockKind::Atomic,
         held,
         name: b"x",
@@ -76,6 +77,7 @@ fn recovering_client_that_never_returns_stops_blocking_recovery_after_its_lease(
 
 fn claim(kind: LockKind, held: Held, name: &[u8], ticket: Ticket, token: u64) -> LockClaim<'_> {
     LockClaim {
+        value: None,
         kind,
         held,
         name,
@@ -494,4 +496,63 @@ fn a_stale_reader_ticket_claimed_after_a_writer_leaves_the_writers_grant_whole()
     let me = ClientId::new(w).unwrap();
     assert_eq!(s.run(me, unlock, 2).status, Status::Success);
     assert_eq!(s.check_invariants(), Ok(()));
+}
+
+/// After a failover every lock's value block is unknown (invalid) until a grant's claim offers
+/// a valid copy; the newest offered wins, and neither a reference's nor an invalid copy counts.
+#[test]
+fn value_blocks_come_back_only_from_the_grants_that_kept_a_valid_copy() {
+    use crate::manager::value::{ValueBlock, ValueRead};
+    let cfg = Config {
+        recovery_clients: 3,
+        epoch: 2,
+        ..small()
+    };
+    let (mut s, ids) = TestServer::recovering(&cfg, 3);
+    let copy = |b: u8, seq: u32, valid: bool| ValueRead {
+        block: ValueBlock([b; 32]),
+        seq,
+        valid,
+    };
+    let offer = |kind, held, name, value| LockClaim {
+        value,
+        ..claim(kind, held, name, Ticket::default(), 0)
+    };
+    let rw = LockKind::Rw;
+    let claims = [
+        (0, offer(rw, Held::Shared, b"p", Some(copy(1, 3, true)))),
+        (1, offer(rw, Held::Shared, b"p", Some(copy(2, 5, true)))),
+        (2, offer(rw, Held::Shared, b"p", Some(copy(9, 4, true)))),
+        (0, offer(rw, Held::Exclusive, b"q", None)),
+        (1, offer(rw, Held::Exclusive, b"r", Some(copy(3, 7, false)))),
+        (2, offer(rw, Held::Reference, b"t", Some(copy(4, 8, true)))),
+        (
+            2,
+            offer(
+                LockKind::Atomic,
+                Held::Exclusive,
+                b"u",
+                Some(copy(5, 1, true)),
+            ),
+        ),
+    ];
+    for (who, c) in &claims {
+        s.update_lock(ids[*who].get(), c, 0).unwrap();
+    }
+    let value = |s: &TestServer, name: &[u8]| {
+        let lock = s.find_lock(name).expect("created by its claim");
+        s.t.lock_values[lock as usize].read()
+    };
+    assert_eq!(value(&s, b"p"), copy(2, 5, true), "the newest valid copy");
+    for name in [&b"q"[..], b"r", b"t"] {
+        assert!(
+            !value(&s, name).valid,
+            "{name:?}: nothing valid was offered"
+        );
+    }
+    assert_eq!(
+        value(&s, b"u"),
+        copy(5, 1, true),
+        "an exclusive holder's copy"
+    );
 }

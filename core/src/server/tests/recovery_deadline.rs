@@ -7,6 +7,7 @@ use crate::proto::{Held, LockClaim};
 
 fn claim(token: u64) -> LockClaim<'static> {
     LockClaim {
+        value: None,
         kind: LockKind::Atomic,
         held: Held::Exclusive,
         name: b"x",
@@ -182,6 +183,7 @@ fn a_late_claim_learns_the_id_of_what_was_restored_and_nothing_else() {
     s.client_reinit(a, 3, 0, &crate::Session::NONE, 0).unwrap();
     let held = claim((1 << 48) + 5);
     let reference = LockClaim {
+        value: None,
         held: Held::Reference,
         name: b"r",
         ..claim(0)
@@ -202,6 +204,7 @@ fn a_late_claim_learns_the_id_of_what_was_restored_and_nothing_else() {
     );
     assert_eq!(s.run(b, take, 20).status, Status::Success);
     let never = LockClaim {
+        value: None,
         name: b"y",
         ..claim((1 << 48) + 6)
     };

@@ -39,7 +39,13 @@ fn register_over(s: &mut TestServer, routing: &mut Routing<'_>, conn: u64) -> Re
     );
     let mut out = vec![0u8; CONTROL_FRAME_MAX];
     let done = s
-        .control(routing, (conn, Peer::EXEMPT), &init, &mut out, 0)
+        .control(
+            routing,
+            (conn, Peer::EXEMPT, crate::manager::retain::Role::Client),
+            &init,
+            &mut out,
+            0,
+        )
         .unwrap();
     done.registered.expect("a registration")
 }
@@ -94,7 +100,13 @@ fn a_registration_routes_its_slot_afresh_and_reports_a_gone_predecessor() {
     );
     let mut out = vec![0u8; CONTROL_FRAME_MAX];
     let again = s
-        .control(&mut routing, (8, Peer::EXEMPT), &reinit, &mut out, 2)
+        .control(
+            &mut routing,
+            (8, Peer::EXEMPT, crate::manager::retain::Role::Client),
+            &reinit,
+            &mut out,
+            2,
+        )
         .unwrap()
         .registered
         .unwrap();
@@ -109,7 +121,13 @@ fn a_registration_routes_its_slot_afresh_and_reports_a_gone_predecessor() {
     // A control frame that registers nobody reports nothing.
     let stats = control(0, ControlRequest::Stats);
     let done = s
-        .control(&mut routing, (10, Peer::EXEMPT), &stats, &mut out, 4)
+        .control(
+            &mut routing,
+            (10, Peer::EXEMPT, crate::manager::retain::Role::Client),
+            &stats,
+            &mut out,
+            4,
+        )
         .unwrap();
     assert_eq!(done.registered, None);
 }
@@ -169,7 +187,13 @@ fn a_client_registered_again_elsewhere_keeps_its_connections() {
     );
     let mut out = vec![0u8; CONTROL_FRAME_MAX];
     let first = s
-        .control(&mut routing, (7, Peer::EXEMPT), &reinit, &mut out, 0)
+        .control(
+            &mut routing,
+            (7, Peer::EXEMPT, crate::manager::retain::Role::Client),
+            &reinit,
+            &mut out,
+            0,
+        )
         .unwrap()
         .registered
         .unwrap();

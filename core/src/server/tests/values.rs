@@ -254,3 +254,58 @@ fn a_parked_request_is_granted_with_the_block_its_holder_wrote() {
         })
     );
 }
+
+/// The in-process entry carries both trailers as slices, under the bytes decoder's rules: a
+/// block exactly for the commands that write one, or nothing runs.
+#[test]
+fn the_in_process_entry_writes_and_returns_blocks_like_the_bytes_path() {
+    use crate::server::MessageValues;
+    use LockOp::*;
+    let mut s = TestServer::new(&small());
+    let (a, la, b, lb) = pair(&mut s, LockKind::Fair);
+    let fair = LockKind::Fair;
+    let blank = CommandResult {
+        status: Status::Einval,
+        word: 0,
+        aux: 0,
+    };
+    let run =
+        |s: &mut TestServer, who: ClientId, cmd: LockCommand, block: Option<ValueBlock>, now| {
+            let (mut results, mut read) = ([blank], [None]);
+            let blocks = [block];
+            let values = MessageValues {
+                blocks: if block.is_some() { &blocks } else { &[] },
+                read: &mut read,
+            };
+            let cmds = [Command::Lock(cmd)];
+            s.execute_message_with_values(who.get(), 0, &cmds, &mut results, values, now)
+                .map(|_| (results[0].status, read[0]))
+        };
+    let got = run(&mut s, a, flagged(fair, TryExclusive, la), None, 1);
+    assert_eq!(got.map(|g| g.1.map(|v| v.valid)), Ok(Some(true)));
+    let before = s.tables().digest();
+    let unlock = flagged(fair, UnlockExclusive, la);
+    assert_eq!(
+        run(&mut s, a, unlock, None, 2),
+        Err(Status::Einval),
+        "a writer without its block"
+    );
+    let shared = flagged(fair, TryShared, lb);
+    let lsn = ValueBlock([3; 32]);
+    assert_eq!(
+        run(&mut s, b, shared, Some(lsn), 2),
+        Err(Status::Einval),
+        "a block for a command that writes none"
+    );
+    assert_eq!(s.tables().digest(), before, "refused: nothing ran");
+    // The lock's first ticket is zero, as `flagged` leaves it.
+    let got = run(&mut s, a, unlock, Some(lsn), 3);
+    assert_eq!(got, Ok((Status::Success, None)));
+    let got = run(&mut s, b, shared, None, 4);
+    let want = ValueRead {
+        block: lsn,
+        seq: 1,
+        valid: true,
+    };
+    assert_eq!(got, Ok((Status::Success, Some(want))));
+}

@@ -80,6 +80,7 @@ pub(super) fn native_server_cfg(
         insecure_plaintext: ext.insecure_plaintext,
         session_key_file: ext.session_key_file,
         insecure_recovery: ext.insecure_recovery,
+        recoverer_local: ext.recoverer_local,
     })
 }
 

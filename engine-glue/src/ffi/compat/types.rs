@@ -163,6 +163,8 @@ pub struct server_cfg_ext {
     pub insecure_recovery: u8,
     /// NULL, or the file holding the session key shared with the failed server (64 hex digits).
     pub session_key_file: *const std::ffi::c_char,
+    /// C `bool`: local clients are recoverers (dlock.h's `server_cfg::recoverer_local`).
+    pub recoverer_local: u8,
 }
 
 impl Default for server_cfg_ext {
@@ -178,6 +180,7 @@ impl Default for server_cfg_ext {
             insecure_plaintext: 0,
             insecure_recovery: 0,
             session_key_file: std::ptr::null(),
+            recoverer_local: 0,
         }
     }
 }

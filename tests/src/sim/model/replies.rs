@@ -100,7 +100,7 @@ impl World<'_> {
                         epoch: u32::from(c.epoch),
                         mac: rep.proof_mac(k),
                     };
-                    let _ = l.local.apply(&req, &r, proof, at);
+                    let _ = l.local.apply(&req, &r, proof, None, at);
                     if l.local.state.held_mode().is_none() {
                         l.releasing = false;
                     }

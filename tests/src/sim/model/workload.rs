@@ -429,6 +429,7 @@ impl World<'_> {
             };
             recs.push(rec);
             claims.push(LockClaim {
+                value: None,
                 kind: l.local.kind,
                 held: claim.held,
                 name: &self.oracle.names()[l.name].0,
@@ -478,6 +479,7 @@ impl World<'_> {
                 let token =
                     (u64::from(self.epoch.saturating_sub(1)) << 48) + self.rng.range(1, 1_000);
                 claims.push(LockClaim {
+                    value: None,
                     kind: *kind,
                     held: Held::Exclusive,
                     name,

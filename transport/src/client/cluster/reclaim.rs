@@ -177,6 +177,7 @@ impl<D: Dial> ClusterLink<D> {
                 age_ms: c.age_ms,
                 token: c.token,
                 proof: c.proof,
+                value: c.value,
             });
         }
         (ids, names, claims)

@@ -272,7 +272,9 @@ impl<D: Dial> ClusterLink<D> {
                 epoch: flight.epochs[i],
                 mac,
             };
-            let _ = r.record.apply(&req, &res, proof, now);
+            // The link's record keeps no value block (the client's own record does): a
+            // partition's re-claim offers none, and the new owner marks the block invalid.
+            let _ = r.record.apply(&req, &res, proof, None, now);
         }
     }
 

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use dlock_core::manager::value::ValueBlock;
 use dlock_core::time::{MS_MAX, duration_to_ms};
 use dlock_core::{LockKind, Mode, Status};
 
@@ -195,10 +196,14 @@ impl<C: Connection> Named<C> {
         match answer {
             Ok(grant) => {
                 turn.hold(self.id, ask.mode);
-                Ok(Some(Held::new(Arc::clone(self), ask.mode, grant.token)))
+                let (token, value) = (grant.token, grant.value);
+                Ok(Some(Held::new(Arc::clone(self), ask.mode, token, value)))
             }
             Err(e) => {
-                let sliced = self.kind != LockKind::Fair && e.status() == Status::Etimeout;
+                // A slice that ran out, busy or behind a dead client's retained grant
+                // (answered `LockRetained` at the slice's end): ask again while time is left.
+                let sliced = self.kind != LockKind::Fair
+                    && matches!(e.status(), Status::Etimeout | Status::LockRetained);
                 let now = turn.client().now();
                 match deadline {
                     Some(d) if sliced && now < d => Ok(None),
@@ -208,11 +213,13 @@ impl<C: Connection> Named<C> {
         }
     }
 
-    /// Gives one guard's grant back and waits for the answer.
-    pub(super) fn unlock(&self) -> Result<(), Error> {
+    /// Gives one guard's grant back, writing `write` as the lock's value block (an exclusive
+    /// guard's `set_value`), and waits for the answer.
+    pub(super) fn unlock(&self, write: Option<ValueBlock>) -> Result<(), Error> {
         let mut turn = self.locks.turn();
         turn.settle();
         turn.unhold(self.id);
+        turn.stage(self.id, write);
         turn.client().unlock(self.id).map(drop)
     }
 
@@ -224,6 +231,7 @@ impl<C: Connection> Named<C> {
         poll_fn(|cx| turn.poll_settle(cx)).await;
         held.disarm();
         turn.unhold(self.id);
+        turn.stage(self.id, held.write());
         turn.expect(self.id, false);
         let answer = turn.client().lock_async(self.id, AsyncOp::Unlock).await;
         turn.answered();

@@ -39,6 +39,15 @@ use super::{
 /// # Ok(()) }
 /// ```
 ///
+/// Readers cannot write a lock's value block, so a read guard has no `set_value`:
+///
+/// ```compile_fail,E0599
+/// # fn f(locks: dlock_transport::client::Locks) -> Result<(), dlock_transport::client::Error> {
+/// let mut r = locks.rw("t")?.try_read()?;
+/// r.set_value(&[0; 32]);
+/// # Ok(()) }
+/// ```
+///
 /// And the same calls with the kinds that have them compile:
 ///
 /// ```
@@ -51,7 +60,10 @@ use super::{
 /// let set = locks.try_lock_all([(&f, Mode::Shared)], lease, SetMode::PerItem)?;
 /// let mut w = locks.atomic("t")?.try_lock(lease)?;
 /// w.extend(lease)?;
-/// # drop((shared, set)); Ok(()) }
+/// w.set_value(&[0; 32]);
+/// let mut rw = locks.rw("r")?.try_write()?;
+/// rw.set_value(&[0; 32]);
+/// # drop((shared, set, rw)); Ok(()) }
 /// ```
 #[cfg(doctest)]
 pub fn a_kind_error_does_not_compile() {}

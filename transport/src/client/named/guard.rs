@@ -13,6 +13,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use dlock_core::manager::value::{ValueBlock, ValueRead};
 use dlock_core::{FencingToken, Mode};
 
 use super::kinds::Named;
@@ -24,15 +25,26 @@ pub(super) struct Held<C: Connection> {
     lock: Arc<Named<C>>,
     mode: Mode,
     token: FencingToken,
+    /// The value block the grant returned (when the lock asks for it).
+    value: Option<ValueRead>,
+    /// The block the unlock writes (exclusive guards only: `set_value`).
+    write: Option<ValueBlock>,
     armed: bool,
 }
 
 impl<C: Connection> Held<C> {
-    pub(super) fn new(lock: Arc<Named<C>>, mode: Mode, token: FencingToken) -> Held<C> {
+    pub(super) fn new(
+        lock: Arc<Named<C>>,
+        mode: Mode,
+        token: FencingToken,
+        value: Option<ValueRead>,
+    ) -> Held<C> {
         Held {
             lock,
             mode,
             token,
+            value,
+            write: None,
             armed: true,
         }
     }
@@ -42,9 +54,14 @@ impl<C: Connection> Held<C> {
         self.armed = false;
     }
 
+    /// The block the unlock writes (see [`Named::unlock`]).
+    pub(super) fn write(&self) -> Option<ValueBlock> {
+        self.write
+    }
+
     fn unlock(mut self) -> Result<(), Error> {
         self.disarm();
-        self.lock.unlock()
+        self.lock.unlock(self.write)
     }
 
     async fn unlock_async(mut self) -> Result<(), Error> {
@@ -61,6 +78,7 @@ impl<C: Connection> Held<C> {
             .field("lock", &self.lock)
             .field("mode", &self.mode)
             .field("token", &self.token)
+            .field("value", &self.value)
             .finish()
     }
 }
@@ -68,7 +86,7 @@ impl<C: Connection> Held<C> {
 impl<C: Connection> Drop for Held<C> {
     fn drop(&mut self) {
         if self.armed {
-            self.lock.locks.let_go([self.lock.id]);
+            self.lock.locks.let_go([(self.lock.id, self.write)]);
         }
     }
 }
@@ -89,6 +107,16 @@ macro_rules! guard {
                 self.0.token
             }
 
+            /// The lock's value block as this grant returned it, when the lock asks for it
+            /// (the handle's `set_value_blocks`): the bytes last written by an exclusive
+            /// holder's unlock, with `valid` false when such a holder was lost without
+            /// writing (its client died, its lease ran out) or a server failover left the
+            /// block unknown. `None` when the lock does not ask.
+            #[inline]
+            pub fn value(&self) -> Option<ValueRead> {
+                self.0.value
+            }
+
             /// Unlocks now and waits for the server's answer: the error a drop would report to
             /// the drop hook (`NotHeld` when the grant was lost, its lease having run out).
             pub fn unlock(self) -> Result<(), Error> {
@@ -106,6 +134,25 @@ macro_rules! guard {
         impl<C: Connection> fmt::Debug for $name<C> {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 self.0.fmt(f, stringify!($name))
+            }
+        }
+    };
+}
+
+/// `set_value` for the guards of exclusive grants: only an exclusive holder writes the value
+/// block.
+macro_rules! set_value {
+    ($name:ident) => {
+        impl<C: Connection> $name<C> {
+            /// Sets the lock's value block this guard's unlock writes (its drop, `unlock` or
+            /// `unlock_async`): the next grant of the lock, to any client that asks for the
+            /// block, returns it, valid. Without a call the unlock leaves the block as it was.
+            /// A second call replaces the first. (An engine with fewer than 32 bytes to keep
+            /// pads them; the reference-shaped `Client::stage_value` takes a slice and refuses
+            /// more than 32 bytes.)
+            #[inline]
+            pub fn set_value(&mut self, block: &[u8; 32]) {
+                self.0.write = Some(ValueBlock(*block));
             }
         }
     };
@@ -151,6 +198,7 @@ guard! {
     AtomicLockGuard
 }
 extend!(AtomicLockGuard);
+set_value!(AtomicLockGuard);
 
 guard! {
     /// A reader-writer lock held shared ([`RwLock`](super::RwLock)'s `try_read`, `read`,
@@ -202,6 +250,7 @@ guard! {
     /// ```
     RwLockWriteGuard
 }
+set_value!(RwLockWriteGuard);
 
 guard! {
     /// A fair lock held shared ([`FairLock`](super::FairLock)'s `try_read`, `read`,
@@ -253,3 +302,4 @@ guard! {
     FairLockWriteGuard
 }
 extend!(FairLockWriteGuard);
+set_value!(FairLockWriteGuard);

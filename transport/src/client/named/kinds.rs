@@ -137,6 +137,25 @@ macro_rules! handle {
                 self.0.id
             }
 
+            /// Asks for the lock's value block with every grant from now on (`on`), or stops
+            /// asking: each guard's `value()` then returns it. The setting belongs to the
+            /// registration's record of the lock, so it holds for every handle and guard of
+            /// this name on this [`Locks`] (as [`Client::set_value_blocks`](crate::client::Client::set_value_blocks)).
+            /// Waits for the client like any call of the handle.
+            pub fn set_value_blocks(&self, on: bool) -> Result<(), Error> {
+                self.0
+                    .locks
+                    .with_client(|c| c.set_value_blocks(self.0.id, on))
+            }
+
+            /// Asks for every grant of the lock from now on to be retained if this
+            /// registration dies holding it (`on`), or stops asking: see
+            /// [`Client::set_retain`](crate::client::Client::set_retain). Like
+            /// `set_value_blocks`, a setting of the registration's record of the lock.
+            pub fn set_retain(&self, on: bool) -> Result<(), Error> {
+                self.0.locks.with_client(|c| c.set_retain(self.0.id, on))
+            }
+
             /// Drops this handle and, when it is the last on the name (no clone, no guard
             /// left), releases the client's reference on the server now, returning the error
             /// a drop would report to the hook (a drop releases it at the handle's next call).

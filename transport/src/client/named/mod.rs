@@ -149,6 +149,16 @@
 //! seconds, and a caller retrying a try would queue behind its own abandoned tickets each
 //! time. Kept and reused, the ticket is served in its turn.
 //!
+//! # Lock value blocks
+//!
+//! A lock can carry 32 bytes for the engine (a page's LSN, the node with its newest copy: the
+//! Linux DLM's lock value block; `dlock_core::manager::value`). A handle asks for them with
+//! `set_value_blocks(true)`; every guard of the lock then returns the block its grant came with
+//! ([`RwLockReadGuard::value`], …), `valid` false when an exclusive holder was lost without
+//! writing it. An exclusive guard (atomic, RW write, fair write) writes one with `set_value`,
+//! written by its unlock, whether dropped or explicit. A read guard has no `set_value`: readers
+//! cannot write the block. A [`GuardSet`] neither returns nor writes blocks.
+//!
 //! # Names
 //!
 //! Resolving a name ([`Locks::atomic`], [`Locks::rw`], [`Locks::fair`]) is a control exchange
@@ -184,6 +194,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::Duration;
 
+use dlock_core::manager::value::ValueBlock;
 use dlock_core::{ClientId, LockId, LockKind, Mode, Status};
 
 pub use guard::{
@@ -241,7 +252,7 @@ struct State<C: Connection> {
     held: HashMap<LockId, Hold>,
     /// Unlocks of dropped guards (and fair tickets given back) not sent yet: the client was
     /// lent out when they were dropped. Whoever has it sends them before giving it back.
-    unlocks: Vec<LockId>,
+    unlocks: Vec<(LockId, Option<ValueBlock>)>,
     /// Lock references whose last handle went, released at the start of the next turn.
     releases: Vec<LockId>,
     /// Tasks waiting for the client or for a guard of this handle to let go.

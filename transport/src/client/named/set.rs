@@ -317,7 +317,8 @@ impl<C: Connection> GuardSet<C> {
 impl<C: Connection> Drop for GuardSet<C> {
     fn drop(&mut self) {
         if self.armed {
-            let ids: Vec<LockId> = self.granted().map(|(l, _)| l.id).collect();
+            // A set writes no value blocks (its entries have no `set_value`).
+            let ids: Vec<_> = self.granted().map(|(l, _)| (l.id, None)).collect();
             if !ids.is_empty() {
                 self.locks.let_go(ids);
             }

@@ -20,6 +20,7 @@ use std::sync::PoisonError;
 use std::task::{Context, Poll, Waker, ready};
 
 use dlock_core::config::BATCH_MAX;
+use dlock_core::manager::value::ValueBlock;
 use dlock_core::{LockId, Mode, Status};
 
 use super::{Client, Connection, Error, Locks, Op, State};
@@ -138,7 +139,16 @@ impl<C: Connection> Turn<C> {
     /// `id` is to be unlocked (a grant or a fair ticket nobody will use); sent before the
     /// client is given back.
     pub(super) fn queue_unlock(&self, id: LockId) {
-        self.locks.state().unlocks.push(id);
+        self.locks.state().unlocks.push((id, None));
+    }
+
+    /// Stages `write` (if any) as the value block the next unlock of `id` writes. A guard
+    /// stages only for an exclusive grant its handle holds, so the record refuses it only when
+    /// the grant was lost meanwhile; the unlock that follows then reports that.
+    pub(super) fn stage(&mut self, id: LockId, write: Option<ValueBlock>) {
+        if let Some(block) = write {
+            let _ = self.client().stage_value(id, block.as_bytes());
+        }
     }
 
     /// The steps of the module doc's table, in order, as far as `upto`.
@@ -188,11 +198,15 @@ impl<C: Connection> Turn<C> {
     /// then the oldest is waited for (an unlock is answered without waiting on the server).
     fn send_unlocks(&mut self, how: Wait<'_>) -> Poll<()> {
         let mut ids = [LockId::new(0, 1); BATCH_MAX];
+        let mut writes = [None; BATCH_MAX];
         loop {
             let n = {
                 let st = self.locks.state();
                 let n = st.unlocks.len().min(BATCH_MAX);
-                ids[..n].copy_from_slice(&st.unlocks[..n]);
+                for ((id, write), &queued) in ids.iter_mut().zip(&mut writes).zip(&st.unlocks[..n])
+                {
+                    (*id, *write) = queued;
+                }
                 n
             };
             if n == 0 {
@@ -205,6 +219,9 @@ impl<C: Connection> Turn<C> {
             if self.client().in_flight() >= self.client().pipeline_depth() {
                 ready!(self.complete_oldest(how));
                 continue;
+            }
+            for (&id, &write) in ids[..n].iter().zip(&writes[..n]) {
+                self.stage(id, write);
             }
             let sent = self.client().submit_unlock(&ids[..n]);
             self.locks.state().unlocks.drain(..n);
@@ -347,14 +364,15 @@ impl<C: Connection> Locks<C> {
         }
     }
 
-    /// A guard of `id` is gone: its unlock is sent now if the client is free, else by whoever
-    /// has it (see "Dropping a guard" in the module doc).
-    pub(super) fn let_go(&self, ids: impl IntoIterator<Item = LockId>) {
+    /// A guard of `id` is gone: its unlock (writing the value block paired with it, if any)
+    /// is sent now if the client is free, else by whoever has it (see "Dropping a guard" in
+    /// the module doc).
+    pub(super) fn let_go(&self, ids: impl IntoIterator<Item = (LockId, Option<ValueBlock>)>) {
         let turn = {
             let mut st = self.state();
-            for id in ids {
+            for (id, write) in ids {
                 st.unhold(id);
-                st.unlocks.push(id);
+                st.unlocks.push((id, write));
             }
             Turn::take(self, &mut st)
         };

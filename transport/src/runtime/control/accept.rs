@@ -239,6 +239,7 @@ impl Control<'_> {
                 (StreamKind::Tls, _) => None,
                 _ => Some(Peer::EXEMPT),
             },
+            recovery: None,
             ip,
         });
     }

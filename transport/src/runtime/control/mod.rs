@@ -50,6 +50,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use dlock_core::Peer;
+use dlock_core::manager::retain::Role as RecoveryRole;
 use dlock_core::server::control::{GONE_ANSWER_LEN, answer_gone};
 use dlock_core::server::{ControlConn, Counter};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -107,6 +108,8 @@ struct Conn {
     /// Who the peer is (`runtime/peer.rs`); `None` under TLS until the first frame, when the
     /// client certificate is known.
     peer: Option<Peer>,
+    /// Whether it is a recoverer (`runtime/recoverers.rs`); decided with `peer`.
+    recovery: Option<RecoveryRole>,
     /// The TCP peer's address.
     ip: Option<IpAddr>,
 }
@@ -346,6 +349,7 @@ impl Control<'_> {
                 len: 0,
                 buf: Vec::new(),
                 peer: Peer::EXEMPT,
+                role: RecoveryRole::Client,
             });
         }
     }
@@ -448,12 +452,17 @@ impl Control<'_> {
         let peer = *c
             .peer
             .get_or_insert_with(|| identify(&c.stream, c.ip, &self.peers));
+        let recoverers = &self.cfg.recoverers;
+        let role = *c
+            .recovery
+            .get_or_insert_with(|| recoverers.role_of(&c.stream, c.ip));
         if !self.submit(Job {
             conn,
             kind,
             len,
             buf,
             peer,
+            role,
         }) {
             self.close(i);
         }

@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use dlock_core::Peer;
+use dlock_core::manager::retain::Role as RecoveryRole;
 use dlock_core::server::{ControlConn, Counter};
 
 use super::{Control, Role, SPARE_MAX};
@@ -41,6 +42,7 @@ impl Control<'_> {
                         len: 0,
                         buf: Vec::new(),
                         peer: Peer::EXEMPT,
+                        role: RecoveryRole::Client,
                     });
                 }
                 continue;

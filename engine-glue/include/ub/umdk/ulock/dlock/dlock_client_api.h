@@ -20,7 +20,7 @@
  *  - get_client_debug_stats is not rate-limited and counts the error statuses this instance
  *    returned.
  *  - Additions (not in the reference): client_cfg_ext and the dclient_lib_init overload that
- *    takes it, lock_fence, umo_atomic64_cas_value.
+ *    takes it, lock_fence, umo_atomic64_cas_value, lock_value_enable/get/set.
  */
 
 #ifndef __DLOCK_CLIENT_API_H__
@@ -93,6 +93,19 @@ int umo_atomic64_cas_value(int client_id, int obj_id, uint64_t cmp_val, uint64_t
 /* dlock addition: the fencing token of the grant this client holds on lock_id, larger than
    every token issued before for the lock. DLOCK_ALREADY_UNLOCKED when none is held. */
 int lock_fence(int client_id, int lock_id, uint64_t *fence);
+
+/* dlock additions: lock value blocks, 32 bytes a lock keeps for the engine (dlock.h has the
+   rules and return codes). lock_value_enable: every grant of lock_id returns its block (1) or
+   none (0); lock_value_get: the first len (0..32) bytes of the block the grant held came with,
+   and whether it is valid; lock_value_set: the block (0..32 bytes, more is DLOCK_EINVAL) the
+   unlock releasing the exclusive grant held writes. */
+int lock_value_enable(int client_id, int lock_id, int enable);
+int lock_value_get(int client_id, int lock_id, void *value, unsigned int len, int *valid);
+int lock_value_set(int client_id, int lock_id, const void *value, unsigned int len);
+
+/* dlock additions: retained locks (dlock.h has the rules and return codes). */
+int lock_retain_enable(int client_id, int lock_id, int enable);
+int recovery_done(int client_id, int dead_client_id, unsigned int *released);
 
 } /* extern "C" */
 

@@ -55,6 +55,7 @@ struct server_cfg_ext {
     const char *session_key_file;     /* NULL, or the failed server's session key (64 hex
                                          digits); a recovering server needs it unless
                                          insecure_recovery */
+    bool recoverer_local;             /* local clients may call recovery_done */
 };
 
 /* dlock's entry points behind the inline functions below (engine-glue/src/ffi/compat/). */
