@@ -102,7 +102,7 @@ struct Registry {
     drained: Vec<ServerId>,
 }
 
-/// An in-process cluster for tests: every member shares one [`Registry`]; the test sets the
+/// An in-process cluster for tests: every member shares one registry; the test sets the
 /// map ([`StaticCluster::set_map`]) and may take a member's authority away.
 #[derive(Clone, Debug, Default)]
 pub struct StaticCluster(Arc<Mutex<Registry>>);

@@ -16,7 +16,7 @@
 //! No thread per client, and none between a blocked caller and the socket: a blocking call
 //! writes its request from its own thread (requests that become ready together leave in one
 //! write) and, while nobody else reads the connection, reads it itself, filing the replies of
-//! the others and waking them (the leader/follower hand-off of [`hub`]). A future
+//! the others and waking them (the leader/follower hand-off in `hub.rs`). A future
 //! ([`super::Client::lock_async`]) only queues its request: many tasks of one executor thread
 //! send in a burst, and one flusher thread per connection, woken by the first of them, writes
 //! the burst at once; a standby thread reads for futures while no blocked caller does.
@@ -25,7 +25,7 @@
 //! each waiter gets an error and the next attach through the same [`Mux`] opens a new one.
 //! The connection closes when the last client on it detaches and no [`Mux`] keeps it.
 //!
-//! Files: this one holds the [`Mux`] and a client's place on it ([`MuxPort`]); `hub.rs` the
+//! Files: this one holds the [`Mux`] and a client's place on it (`MuxPort`); `hub.rs` the
 //! hand-off (who reads, who sleeps, who writes), over `sched.rs`, its state; `pipe.rs` the
 //! socket.
 
