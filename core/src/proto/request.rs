@@ -4,7 +4,7 @@
 //! |----------------------------------------|--------------------------------------------------------|
 //! | `ClientInit`                           | `0 u8 min_version \| 1 3 reserved \| 4 u32 lease_ms`  |
 //! | `ClientReinit`                         | the same, then `8 u64 session` (the secret of the registration it resumes; 0 when the server may have failed over) |
-//! | `ClientDeinit`, `Heartbeat`, `ReinitDone`, `Stats` | empty                                      |
+//! | `ClientDeinit`, `Heartbeat`, `ReinitDone`, `Stats`, `Drain` | empty                             |
 //! | `GetLock`                              | one lock request entry (see `batch.rs`)                |
 //! | `ReleaseLock`, `ObjectRelease`, `ObjectDestroy` | `0 u32 id`                                    |
 //! | `BatchGetLock`, `BatchReleaseLock`, `BatchUpdateLocks` | a counted list (see `batch.rs`)        |
@@ -121,6 +121,8 @@ pub enum ControlRequest<'a> {
         /// The partition's epoch in the client's map: the takeover the re-claims were for.
         epoch: u32,
     },
+    /// An operator asks this cluster server to give every partition away (`cluster.rs`).
+    Drain,
 }
 
 impl ControlRequest<'_> {
@@ -145,6 +147,7 @@ impl ControlRequest<'_> {
             ControlRequest::GetMap { .. } => MsgType::GetMap,
             ControlRequest::ClientJoin { .. } => MsgType::ClientJoin,
             ControlRequest::ReclaimDone { .. } => MsgType::ReclaimDone,
+            ControlRequest::Drain => MsgType::Drain,
         }
     }
 }
@@ -198,6 +201,7 @@ fn decode_request_body(msg: MsgType, b: &[u8]) -> Result<ControlRequest<'_>, Dec
         MsgType::Heartbeat => exact(b, 0).map(|()| ControlRequest::Heartbeat)?,
         MsgType::ReinitDone => exact(b, 0).map(|()| ControlRequest::ReinitDone)?,
         MsgType::Stats => exact(b, 0).map(|()| ControlRequest::Stats)?,
+        MsgType::Drain => exact(b, 0).map(|()| ControlRequest::Drain)?,
         MsgType::GetMap => ControlRequest::GetMap {
             offset: decode_get_map(b)?,
         },
@@ -306,7 +310,8 @@ fn encode_request_body(body: &ControlRequest<'_>, b: &mut [u8]) -> Result<usize,
         ControlRequest::ClientDeinit
         | ControlRequest::Heartbeat
         | ControlRequest::ReinitDone
-        | ControlRequest::Stats => Ok(0),
+        | ControlRequest::Stats
+        | ControlRequest::Drain => Ok(0),
         ControlRequest::GetLock { kind, name } => encode_lock_request(kind, name, b, 0),
         ControlRequest::ReleaseLock { lock: id }
         | ControlRequest::ObjectRelease { object: id }

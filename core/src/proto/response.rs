@@ -141,6 +141,7 @@ fn decode_response_body(msg: MsgType, b: &[u8]) -> Result<ControlResponse<'_>, D
         | MsgType::Heartbeat
         | MsgType::ReinitDone
         | MsgType::ReclaimDone
+        | MsgType::Drain
         | MsgType::ReleaseLock
         | MsgType::ObjectRelease
         | MsgType::ObjectDestroy => exact(b, 0).map(|()| ControlResponse::Empty)?,
@@ -227,6 +228,7 @@ fn encode_response_body(
             | MsgType::Heartbeat
             | MsgType::ReinitDone
             | MsgType::ReclaimDone
+            | MsgType::Drain
             | MsgType::ReleaseLock
             | MsgType::ObjectRelease
             | MsgType::ObjectDestroy,

@@ -10,13 +10,13 @@
 //! | the connection        | the frame                                  | then                                  |
 //! |-----------------------|--------------------------------------------|---------------------------------------|
 //! | unbound               | `ClientInit`, `ClientReinit`, `ClientJoin` | run (a reinit or join shows the session) |
-//! | unbound               | `Stats`, `GetMap`                          | run: neither needs a registration     |
+//! | unbound               | `Stats`, `GetMap`, `Drain`                 | run: none needs a registration        |
 //! | unbound               | anything else                              | close                                 |
 //! | bound to `c`          | `ClientInit`, `ClientReinit`               | close: one registration per connection|
 //! | bound to `c`          | anything else naming `c`                   | run                                   |
 //! | bound to `c`          | a frame naming another id                  | close                                 |
 //! | bound, `c` gone       | `ClientInit`, `ClientReinit`               | run: it may register again here       |
-//! | bound, `c` gone       | `Stats` naming `c`                         | run                                   |
+//! | bound, `c` gone       | `Stats`, `GetMap`, `Drain` naming `c`      | run                                   |
 //! | bound, `c` gone       | anything else naming `c`                   | answer `ClientNotInit` ([`answer_gone`]) |
 //! | bound, `c` gone       | a frame naming another id                  | close                                 |
 //!
@@ -102,8 +102,10 @@ impl ControlConn {
             msg,
             MsgType::ClientInit | MsgType::ClientReinit | MsgType::ClientJoin
         );
-        // The map, like the counters, needs no registration: a client fetches it first.
-        let stats = matches!(msg, MsgType::Stats | MsgType::GetMap);
+        // The map, like the counters, needs no registration: a client fetches it first. A
+        // drain is an operator's, who is no client; the transport decides whom it trusts with
+        // it (`proto::cluster`).
+        let stats = matches!(msg, MsgType::Stats | MsgType::GetMap | MsgType::Drain);
         match self {
             ControlConn::Unbound if registers || stats => ControlAdmission::Run,
             ControlConn::Unbound => ControlAdmission::Close,
@@ -251,6 +253,23 @@ mod tests {
                 ControlAdmission::Close,
                 "{msg:?} for another id"
             );
+        }
+    }
+
+    #[test]
+    fn an_operators_drain_needs_no_registration_on_a_control_connection_of_its_own() {
+        assert_eq!(
+            ControlConn::Unbound.admit(MsgType::Drain, 0),
+            ControlAdmission::Run
+        );
+        assert_eq!(
+            ControlConn::Gone(7).admit(MsgType::Drain, 7),
+            ControlAdmission::Run
+        );
+        // Over a client's shared stream it is any other frame of the client's (and the state
+        // machine refuses it: the transport answers drains on control connections only).
+        for n in [Admission::Refuse, Admission::Close] {
+            assert_ne!(admit_on_stream(MsgType::Drain, n), ControlAdmission::Run);
         }
     }
 

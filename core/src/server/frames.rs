@@ -287,6 +287,9 @@ impl<'r> Server<'r> {
             // Answered in `control_frame` (its reply borrows the map); a standalone server
             // answers it `Einval`: it has no map.
             ControlRequest::GetMap { .. } => Err(self.refuse(Status::Einval)),
+            // The transport answers a drain (it alone knows the peer and the membership); one
+            // that reaches the state machine came some other way and is refused.
+            ControlRequest::Drain => Err(self.refuse(Status::Einval)),
         }
     }
 

@@ -3,6 +3,8 @@
 //! ```text
 //! dlock serve [--bind 127.0.0.1:21616] [--config dlock.toml] [--idle adaptive] ...
 //! dlock stat  [--connect 127.0.0.1:21616]
+//! dlock drain [--connect 127.0.0.1:21616]      (a cluster server: give its partitions away)
+//! dlock cluster status [--connect ANY-SERVER]
 //! dlock bench [--embedded | --connect ADDR] [--mix trylock] [--clients 4] [--duration 5]
 //! ```
 
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 
 #[cfg(feature = "cluster")]
 mod cluster;
+mod drain;
 mod status;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -50,6 +53,18 @@ enum Command {
     },
     /// Drive a workload and print throughput and latency percentiles.
     Bench(BenchArgs),
+    /// Ask a cluster server to give its partitions away, and wait until it owns none (then
+    /// stop it with SIGTERM). Only over TLS with a client certificate, or from its own host.
+    Drain {
+        /// The server to drain.
+        #[arg(long, default_value = "127.0.0.1:21616")]
+        connect: SocketAddr,
+        #[command(flatten)]
+        tls: ClientTlsArgs,
+        /// How long to wait for the partitions to move, in seconds.
+        #[arg(long, default_value_t = 300)]
+        wait_s: u64,
+    },
     /// A cluster's state as its servers see it (no etcd needed).
     Cluster {
         #[command(subcommand)]
@@ -379,6 +394,11 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(*args),
         Command::Stat { connect, tls } => stat(connect, &tls),
         Command::Bench(args) => bench(args),
+        Command::Drain {
+            connect,
+            tls,
+            wait_s,
+        } => drain_server(connect, &tls, Duration::from_secs(wait_s)),
         Command::Cluster {
             command: ClusterCommand::Status { connect, tls },
         } => status::status(connect, &|a| tls.endpoint(a)),
@@ -553,6 +573,16 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     if let Some(agent) = agent {
         agent.leave();
     }
+    Ok(())
+}
+
+fn drain_server(addr: SocketAddr, tls: &ClientTlsArgs, wait: Duration) -> Result<(), String> {
+    let endpoint = tls.endpoint(addr)?;
+    drain::drain(&endpoint, wait, &mut |n| {
+        println!("{addr}: owns {n} partitions");
+    })
+    .map_err(|e| format!("{addr}: {e}"))?;
+    println!("{addr} is drained: it owns no partition; stop it with SIGTERM");
     Ok(())
 }
 

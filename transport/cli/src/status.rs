@@ -133,7 +133,7 @@ pub(crate) fn status(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use dlock_core::cluster::{Member, ServerId, Timing, assign};
     use dlock_core::{Config, SessionKey};
@@ -141,7 +141,7 @@ mod tests {
     use dlock_transport::runtime::{ClusterConfig, ServerConfig, ServerHandle, TcpConfig};
     use std::sync::Arc;
 
-    fn start(cluster: Option<&StaticCluster>) -> ServerHandle {
+    pub(crate) fn start(cluster: Option<&StaticCluster>) -> ServerHandle {
         let mut cfg = ServerConfig::new(Config {
             locks_max: 64,
             clients_max: 8,
