@@ -143,6 +143,15 @@ impl Counter {
         )
     }
 
+    /// Whether this counter is a level that goes up and down (a gauge, for Prometheus) rather
+    /// than a count that only grows.
+    pub const fn is_gauge(self) -> bool {
+        matches!(
+            self,
+            Counter::RecoveryExpected | Counter::PartitionsOwned | Counter::PartitionsRecovering
+        )
+    }
+
     /// Number of counters.
     pub const COUNT: usize = Counter::CounterReservations as usize + 1;
 

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 #[cfg(feature = "cluster")]
 mod cluster;
 mod drain;
+mod metrics;
 mod status;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -187,6 +188,10 @@ struct ServeArgs {
         value_name = "BOOL"
     )]
     huge_pages: Option<bool>,
+    /// Serve the counters (`dlock stat`'s, and a cluster member's view) for Prometheus at
+    /// `http://ADDR/metrics`.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
     /// Serve data messages and one-sided object operations over RDMA on this device (as
     /// `ibv_devices` names it). Without a usable device the server logs why and serves TCP and
     /// shared memory only.
@@ -237,6 +242,7 @@ impl ServeArgs {
             shm_name: self.shm_name.or(file.shm_name),
             unix_socket: self.unix_socket.or(file.unix_socket),
             huge_pages: self.huge_pages.or(file.huge_pages),
+            metrics_addr: self.metrics_addr.or(file.metrics_addr),
             #[cfg(feature = "rdma")]
             rdma_device: self.rdma_device.or(file.rdma_device),
             #[cfg(feature = "rdma")]
@@ -412,7 +418,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
+/// `args` over the TOML file it names, if any.
+fn with_file(mut args: ServeArgs) -> Result<ServeArgs, String> {
     if let Some(path) = args.config.take() {
         let text =
             std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -420,6 +427,11 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
             toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         args = args.over(file);
     }
+    Ok(args)
+}
+
+fn serve_config(args: ServeArgs) -> Result<ServerConfig, String> {
+    let args = with_file(args)?;
     let d = Config::default();
     let core = Config {
         locks_max: args.locks.unwrap_or(d.locks_max),
@@ -493,6 +505,8 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
+    let args = with_file(args)?;
+    let metrics_addr = args.metrics_addr;
     #[cfg(feature = "cluster")]
     let (args, cluster) = {
         let mut args = args;
@@ -546,6 +560,14 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             );
         }
     }
+    let membership = cfg.cluster.as_ref().map(|c| Arc::clone(&c.membership));
+    let metrics = metrics_addr
+        .map(|a| metrics::MetricsServer::start(a, Endpoint::embedded(&server), membership))
+        .transpose()
+        .map_err(|e| format!("--metrics-addr: {e}"))?;
+    if let Some(m) = &metrics {
+        println!("metrics for Prometheus at http://{}/metrics", m.addr());
+    }
     // `kill -USR1 <pid>` drains a cluster server: the coordinator moves its partitions away
     // (their clients re-claim at the new owners); stop it with SIGTERM once `dlock cluster
     // status` shows it owns nothing.
@@ -567,6 +589,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         }
     }
     tracing::info!("shutting down");
+    drop(metrics);
     server.stop();
     // Only now, with nothing granted any more, may the partitions move at once.
     #[cfg(feature = "cluster")]
