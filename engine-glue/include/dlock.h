@@ -154,7 +154,14 @@ typedef enum debug_stats_code {
     DEBUG_STATS_PARTITIONS_RECOVERING = 46,    /* cluster: owned and recovering now (gauge) */
     DEBUG_STATS_TOKEN_RENEWALS = 47,           /* cluster: epoch renewals asked for */
     DEBUG_STATS_COUNTER_RESERVATIONS = 48,     /* cluster: high-water marks reserved */
-    DEBUG_STATS_MAX = 49
+    DEBUG_STATS_CLIENTS_ACTIVE = 49,           /* clients registered now (gauge) */
+    DEBUG_STATS_LOCKS_IN_USE = 50,             /* lock slots in use now (gauge) */
+    DEBUG_STATS_MAP_VERSION = 51,              /* cluster: the map version applied (gauge) */
+    DEBUG_STATS_ETCD_UNREACHABLE_MS = 52,      /* cluster: ms since etcd stopped answering, 0 if it answers */
+    DEBUG_STATS_KEEPALIVE_AGE_MS = 53,         /* cluster: ms since the last confirmed keepalive (UINT64_MAX: none) */
+    DEBUG_STATS_COORDINATOR = 54,              /* cluster: 1 while the elected coordinator */
+    DEBUG_STATS_DRAINING = 55,                 /* cluster: 1 once asked to drain */
+    DEBUG_STATS_MAX = 56
 } debug_stats_code_t;
 
 /* ---------------------------------------------------------------------------------------- */

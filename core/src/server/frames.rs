@@ -143,7 +143,7 @@ impl<'r> Server<'r> {
             id: 0,
             status: Status::Success,
         }; BATCH_MAX];
-        let counters = self.stats.0;
+        let counters = self.stats().0;
         let result =
             self.control_request(peer, &header, frame.body, &mut entries, &counters, now_ms);
         let registered = match &result {

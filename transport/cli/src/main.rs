@@ -76,13 +76,17 @@ enum Command {
 #[derive(Subcommand, Debug)]
 enum ClusterCommand {
     /// The map (members, partitions, epochs, takeovers) from any server, and each member's
-    /// counters (partitions owned and recovering, moved and fenced answers, clients).
+    /// counters (partitions owned and recovering, moved and fenced answers, load) and link to
+    /// etcd (reachable or since when not, last keepalive confirmed).
     Status {
         /// Any server of the cluster.
         #[arg(long, default_value = "127.0.0.1:21616")]
         connect: SocketAddr,
         #[command(flatten)]
         tls: ClientTlsArgs,
+        /// Also print every partition's owner, epoch and handover.
+        #[arg(long)]
+        partitions: bool,
     },
 }
 
@@ -406,8 +410,13 @@ fn main() -> ExitCode {
             wait_s,
         } => drain_server(connect, &tls, Duration::from_secs(wait_s)),
         Command::Cluster {
-            command: ClusterCommand::Status { connect, tls },
-        } => status::status(connect, &|a| tls.endpoint(a)),
+            command:
+                ClusterCommand::Status {
+                    connect,
+                    tls,
+                    partitions,
+                },
+        } => status::status(connect, &|a| tls.endpoint(a), partitions),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
