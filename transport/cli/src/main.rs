@@ -439,6 +439,18 @@ fn with_file(mut args: ServeArgs) -> Result<ServeArgs, String> {
     Ok(args)
 }
 
+/// The cluster settings taken out of `args` over its file (a `[cluster]` table in the file
+/// counts as much as the flags), checked against the standalone server's own settings.
+#[cfg(feature = "cluster")]
+fn take_cluster(args: ServeArgs) -> Result<(ServeArgs, cluster::ClusterArgs), String> {
+    let mut args = with_file(args)?;
+    let cluster = std::mem::take(&mut args.cluster);
+    if cluster.enabled() && args.epoch.is_some() {
+        return Err("--epoch is for a standalone server: a cluster's epochs come from etcd".into());
+    }
+    Ok((args, cluster))
+}
+
 fn serve_config(args: ServeArgs) -> Result<ServerConfig, String> {
     let args = with_file(args)?;
     let d = Config::default();
@@ -517,15 +529,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let args = with_file(args)?;
     let metrics_addr = args.metrics_addr;
     #[cfg(feature = "cluster")]
-    let (args, cluster) = {
-        let mut args = args;
-        let cluster = std::mem::take(&mut args.cluster);
-        (args, cluster)
-    };
-    #[cfg(feature = "cluster")]
-    if cluster.enabled() && args.epoch.is_some() {
-        return Err("--epoch is for a standalone server: a cluster's epochs come from etcd".into());
-    }
+    let (args, cluster) = take_cluster(args)?;
     #[allow(unused_mut)]
     let mut cfg = serve_config(args)?;
     #[cfg(feature = "cluster")]
@@ -831,6 +835,34 @@ fn worker(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `dlock serve --config FILE`, FILE holding `toml`: its cluster settings as `serve` sees
+    /// them.
+    #[cfg(feature = "cluster")]
+    fn serve_cluster(toml: &str) -> Result<cluster::ClusterArgs, String> {
+        let dir = std::env::temp_dir().join(format!("dlock-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("serve.toml");
+        std::fs::write(&path, toml).unwrap();
+        let argv = ["dlock", "serve", "--config", path.to_str().unwrap()];
+        let Command::Serve(args) = Cli::try_parse_from(argv).expect("flags parse").command else {
+            panic!("not the serve command");
+        };
+        let r = take_cluster(*args).map(|(_, c)| c);
+        let _ = std::fs::remove_dir_all(&dir);
+        r
+    }
+
+    /// `serve` took the cluster settings out of the flags before it read the file, so a
+    /// `[cluster]` table made a standalone server (and its `epoch` went unchecked).
+    #[cfg(feature = "cluster")]
+    #[test]
+    fn a_cluster_table_in_the_file_makes_a_cluster_member() {
+        let table = "[cluster]\nendpoints = [\"http://e:2379\"]\nname = \"x\"\nserver_id = 1\n";
+        assert!(serve_cluster(table).unwrap().enabled());
+        let err = serve_cluster(&format!("epoch = 3\n{table}")).unwrap_err();
+        assert!(err.contains("--epoch"), "{err}");
+    }
 
     /// `dlock serve` with `flags`, over a TOML file holding `toml`: the server's config.
     fn merged(flags: &[&str], toml: &str) -> ServerConfig {
