@@ -159,7 +159,14 @@ typedef enum debug_stats_code {
     DEBUG_STATS_RETAINED_RELEASED = 50,        /* retained grants released by recovery_done */
     DEBUG_STATS_RECOVERY_DONE_REFUSED = 51,    /* recovery_done without the recoverer role */
     DEBUG_STATS_LOCK_RETAINED = 52,            /* requests answered DLOCK_LOCK_RETAINED */
-    DEBUG_STATS_MAX = 53
+    DEBUG_STATS_CLIENTS_ACTIVE = 53,           /* clients registered now (gauge) */
+    DEBUG_STATS_LOCKS_IN_USE = 54,             /* lock slots in use now (gauge) */
+    DEBUG_STATS_MAP_VERSION = 55,              /* cluster: the map version applied (gauge) */
+    DEBUG_STATS_ETCD_UNREACHABLE_MS = 56,      /* cluster: ms since etcd stopped answering, 0 if it answers */
+    DEBUG_STATS_KEEPALIVE_AGE_MS = 57,         /* cluster: ms since the last confirmed keepalive (UINT64_MAX: none) */
+    DEBUG_STATS_COORDINATOR = 58,              /* cluster: 1 while the elected coordinator */
+    DEBUG_STATS_DRAINING = 59,                 /* cluster: 1 once asked to drain */
+    DEBUG_STATS_MAX = 60
 } debug_stats_code_t;
 
 /* ---------------------------------------------------------------------------------------- */

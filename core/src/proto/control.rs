@@ -75,11 +75,14 @@ pub enum MsgType {
     /// The client has re-claimed everything it held in a partition (dlock's, protocol 5:
     /// `cluster.rs`).
     ReclaimDone = 50,
+    /// An operator asks a cluster server to give every partition away (`dlock drain`;
+    /// dlock's, protocol 5: `cluster.rs`). Answered by the transport, not the state machine.
+    Drain = 52,
 }
 
 impl MsgType {
     /// Every message type, in wire order.
-    pub const ALL: [MsgType; 20] = [
+    pub const ALL: [MsgType; 21] = [
         MsgType::ClientInit,
         MsgType::ClientDeinit,
         MsgType::Heartbeat,
@@ -100,6 +103,7 @@ impl MsgType {
         MsgType::ListRetained,
         MsgType::ClientJoin,
         MsgType::ReclaimDone,
+        MsgType::Drain,
     ];
 
     /// The type byte of a request.

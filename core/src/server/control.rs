@@ -10,13 +10,13 @@
 //! | the connection        | the frame                                  | then                                  |
 //! |-----------------------|--------------------------------------------|---------------------------------------|
 //! | unbound               | `ClientInit`, `ClientReinit`, `ClientJoin` | run (a reinit or join shows the session) |
-//! | unbound               | `Stats`, `GetMap`, `RecoveryDone`, `ListRetained` | run: they need no registration (the recoverer role is the transport's to give) |
+//! | unbound               | `Stats`, `GetMap`, `Drain`, `RecoveryDone`, `ListRetained` | run: none needs a registration (a drain's and a recoverer's authority are the transport's to give) |
 //! | unbound               | anything else                              | close                                 |
 //! | bound to `c`          | `ClientInit`, `ClientReinit`               | close: one registration per connection|
 //! | bound to `c`          | anything else naming `c`                   | run                                   |
 //! | bound to `c`          | a frame naming another id                  | close                                 |
 //! | bound, `c` gone       | `ClientInit`, `ClientReinit`               | run: it may register again here       |
-//! | bound, `c` gone       | `Stats`, `RecoveryDone`, `ListRetained` naming `c` | run                           |
+//! | bound, `c` gone       | `Stats`, `GetMap`, `Drain`, `RecoveryDone`, `ListRetained` naming `c` | run                  |
 //! | bound, `c` gone       | anything else naming `c`                   | answer `ClientNotInit` ([`answer_gone`]) |
 //! | bound, `c` gone       | a frame naming another id                  | close                                 |
 //!
@@ -102,12 +102,16 @@ impl ControlConn {
             msg,
             MsgType::ClientInit | MsgType::ClientReinit | MsgType::ClientJoin
         );
-        // Needing no registration: the counters, the map (a client fetches it first), and the
-        // recoverer's calls, whose authority is the role the transport gives the connection
-        // (`manager::retain`).
+        // Needing no registration: the counters, the map (a client fetches it first), an
+        // operator's drain, and the recoverer's calls; the transport decides whom it trusts
+        // with a drain (`proto::cluster`) and gives the recoverer role (`manager::retain`).
         let stats = matches!(
             msg,
-            MsgType::Stats | MsgType::GetMap | MsgType::RecoveryDone | MsgType::ListRetained
+            MsgType::Stats
+                | MsgType::GetMap
+                | MsgType::Drain
+                | MsgType::RecoveryDone
+                | MsgType::ListRetained
         );
         match self {
             ControlConn::Unbound if registers || stats => ControlAdmission::Run,
@@ -256,6 +260,23 @@ mod tests {
                 ControlAdmission::Close,
                 "{msg:?} for another id"
             );
+        }
+    }
+
+    #[test]
+    fn an_operators_drain_needs_no_registration_on_a_control_connection_of_its_own() {
+        assert_eq!(
+            ControlConn::Unbound.admit(MsgType::Drain, 0),
+            ControlAdmission::Run
+        );
+        assert_eq!(
+            ControlConn::Gone(7).admit(MsgType::Drain, 7),
+            ControlAdmission::Run
+        );
+        // Over a client's shared stream it is any other frame of the client's (and the state
+        // machine refuses it: the transport answers drains on control connections only).
+        for n in [Admission::Refuse, Admission::Close] {
+            assert_ne!(admit_on_stream(MsgType::Drain, n), ControlAdmission::Run);
         }
     }
 

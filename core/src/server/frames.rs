@@ -163,7 +163,7 @@ impl<'r> Server<'r> {
             id: 0,
             status: Status::Success,
         }; BATCH_MAX];
-        let counters = self.stats.0;
+        let counters = self.stats().0;
         let at = (peer, role);
         let result = self.control_request(at, &header, frame.body, &mut entries, &counters, now_ms);
         let registered = match &result {
@@ -312,6 +312,9 @@ impl<'r> Server<'r> {
                 .map(|locks| ControlResponse::Released { locks }),
             // `control_frame` answers it before it gets here.
             ControlRequest::ListRetained(_) => Err(self.refuse(Status::Einval)),
+            // The transport answers a drain (it alone knows the peer and the membership); one
+            // that reaches the state machine came some other way and is refused.
+            ControlRequest::Drain => Err(self.refuse(Status::Einval)),
         }
     }
 

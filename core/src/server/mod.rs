@@ -195,7 +195,12 @@ impl<'r> Server<'r> {
 
     /// A copy of the counters.
     pub fn stats(&self) -> Stats {
-        self.stats
+        let mut s = self.stats;
+        // Levels read from the tables now rather than kept in step at every change.
+        s.0[Counter::ClientsActive as usize] = u64::from(self.t.client_free.used());
+        s.0[Counter::LocksInUse as usize] = u64::from(self.t.lock_free.used());
+        s.0[Counter::MapVersion as usize] = self.map_version().unwrap_or(0);
+        s
     }
 
     /// Mints every session from now on under `key` (with `mac`) and gives every grant and

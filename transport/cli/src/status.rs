@@ -2,8 +2,11 @@
 //! (`GetMap`), and each member's own view (`Stats`: partitions owned and recovering, answers
 //! `PartitionMoved` and fenced, clients and locks in use). Needs no etcd and no registration.
 //!
-//! What it cannot show: whether a member reaches etcd now (only its agent knows; a member that
-//! lost etcd for most of its lease TTL fences itself, which shows as a growing `fenced`).
+//! Each member's line also says whether its agent reaches etcd and since when it does not, how
+//! long ago its last keepalive was confirmed, whether it is the coordinator or draining, and
+//! its load (clients registered, lock slots in use); `--partitions` adds a line per partition
+//! (owner, epoch, handover). Which of a member's partitions still recover is counted, not
+//! listed: the phase lives on the member's data thread.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -72,11 +75,58 @@ pub(crate) fn read_map(endpoint: &Endpoint) -> Result<Box<Map>, String> {
     Err("the map kept changing while it was read".into())
 }
 
+/// A member's view of itself: its applied map, partitions, answers and load.
+fn member_line(get: &dyn Fn(&str) -> u64) -> String {
+    let mut roles = String::new();
+    if get("coordinator") == 1 {
+        roles.push_str(", coordinator");
+    }
+    if get("draining") == 1 {
+        roles.push_str(", draining");
+    }
+    format!(
+        "applied map v{}{roles}: {} owned, {} recovering; answered partition_moved {} \
+         (fenced {}); load: {} clients, {} locks",
+        get("map_version"),
+        get("partitions_owned"),
+        get("partitions_recovering"),
+        get("partition_moved"),
+        get("fenced"),
+        get("clients_active"),
+        get("locks_in_use"),
+    )
+}
+
+/// A member's link to etcd, as its agent last saw it.
+fn etcd_line(get: &dyn Fn(&str) -> u64) -> String {
+    let age = match get("keepalive_age_ms") {
+        u64::MAX => "no keepalive confirmed yet".to_owned(),
+        ms => format!("last keepalive confirmed {ms} ms ago"),
+    };
+    match get("etcd_unreachable_ms") {
+        0 => format!("etcd: reachable, {age}"),
+        ms => format!(
+            "etcd: UNREACHABLE for {ms} ms, {age} (failover and moves wait; it stops granting \
+             once its lease may have run out)"
+        ),
+    }
+}
+
+/// The partitions, one line each: owner, epoch, and how the owner got it.
+fn print_partitions(map: &Map) {
+    println!("partition  owner  epoch  handover");
+    for (p, o) in map.owners().iter().enumerate() {
+        let owner = o.server.map_or("-".to_owned(), |s| s.get().to_string());
+        println!("{p:>9}  {owner:>5}  {:>5}  {:?}", o.epoch, o.handover);
+    }
+}
+
 /// The report: the map, then each member's counters (reached at its advertised address with
 /// `endpoint_of`).
 pub(crate) fn status(
     addr: SocketAddr,
     endpoint_of: &dyn Fn(SocketAddr) -> Result<Endpoint, String>,
+    partitions: bool,
 ) -> Result<(), String> {
     let map = read_map(&endpoint_of(addr)?)?;
     println!(
@@ -116,32 +166,40 @@ pub(crate) fn status(
         match stats {
             Ok(stats) => {
                 let get = |n: &str| stats.iter().find(|(k, _)| *k == n).map_or(0, |(_, v)| *v);
-                println!(
-                    "    applied: {} owned, {} recovering; answered partition_moved {} (fenced {}); \
-                     clients registered {}",
-                    get("partitions_owned"),
-                    get("partitions_recovering"),
-                    get("partition_moved"),
-                    get("fenced"),
-                    get("clients_registered"),
-                );
+                println!("    {}", member_line(&get));
+                println!("    {}", etcd_line(&get));
             }
             Err(e) => println!("    unreachable: {e}"),
         }
+    }
+    if partitions {
+        print_partitions(&map);
     }
     Ok(())
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use dlock_core::cluster::{Member, ServerId, Timing, assign};
     use dlock_core::{Config, SessionKey};
-    use dlock_transport::runtime::membership::StaticCluster;
+    use dlock_transport::runtime::membership::{Membership, StaticCluster, StaticMembership};
     use dlock_transport::runtime::{ClusterConfig, ServerConfig, ServerHandle, TcpConfig};
     use std::sync::Arc;
 
-    fn start(cluster: Option<&StaticCluster>) -> ServerHandle {
+    /// A server, a member of `cluster` (as server 1, registration 7) or standalone.
+    pub(crate) fn start(cluster: Option<&StaticCluster>) -> ServerHandle {
+        start_as(cluster.map(|c| c.member(ServerId::new(1).unwrap(), 7, TIMING)))
+    }
+
+    const TIMING: Timing = Timing {
+        ttl_ms: 1_000,
+        drift_ppm: 10_000,
+        grant_lease_max_ms: 2_000,
+    };
+
+    /// A server with `member` as its membership, or standalone.
+    fn start_as(member: Option<StaticMembership>) -> ServerHandle {
         let mut cfg = ServerConfig::new(Config {
             locks_max: 64,
             clients_max: 8,
@@ -149,18 +207,13 @@ mod tests {
             ..Config::default()
         });
         cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
-        if let Some(c) = cluster {
-            let timing = Timing {
-                ttl_ms: 1_000,
-                drift_ppm: 10_000,
-                grant_lease_max_ms: 2_000,
-            };
+        if let Some(member) = member {
             cfg.session_key = Some(
                 SessionKey::new(std::array::from_fn(|i| (i as u8).wrapping_mul(151) ^ 0x3c))
                     .unwrap(),
             );
             cfg.cluster = Some(ClusterConfig {
-                membership: Arc::new(c.member(ServerId::new(1).unwrap(), 7, timing)),
+                membership: Arc::new(member),
                 counter_step: 10,
             });
         }
@@ -203,5 +256,96 @@ mod tests {
 
     fn start_standalone() -> ServerHandle {
         start(None)
+    }
+
+    /// Reads the server's counters until `done` holds of them (the cluster thread publishes
+    /// its membership's status every few milliseconds).
+    fn counters_until(
+        endpoint: &Endpoint,
+        done: impl Fn(&dyn Fn(&str) -> u64) -> bool,
+    ) -> Vec<(&'static str, u64)> {
+        let start = Instant::now();
+        loop {
+            let stats = read_server_stats(endpoint, TIMEOUT).unwrap();
+            let get = |n: &str| stats.iter().find(|(k, _)| *k == n).map_or(0, |(_, v)| *v);
+            if done(&get) {
+                return stats;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "{stats:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_member_says_whether_it_reaches_etcd_since_when_and_its_load() {
+        let cluster = StaticCluster::new();
+        let me = Member {
+            id: ServerId::new(1).unwrap(),
+            incarnation: 7,
+            address: b"127.0.0.1:1",
+            draining: false,
+        };
+        let mut map = Map::new(Partitions::new(32).unwrap());
+        assign(&Map::new(map.partitions()), &[me], &[], &mut map).unwrap();
+        cluster.set_map(map.clone());
+        let member = cluster.member(me.id, 7, TIMING);
+        let server = start_as(Some(member.clone()));
+        let endpoint = Endpoint::Tcp(server.tcp_addr().unwrap());
+        let v = map.version();
+        let stats = counters_until(&endpoint, |get: &dyn Fn(&str) -> u64| {
+            get("map_version") == v && get("keepalive_age_ms") < 60_000
+        });
+        let get = |n: &str| stats.iter().find(|(k, _)| *k == n).map_or(0, |(_, v)| *v);
+        assert_eq!(get("etcd_unreachable_ms"), 0);
+        assert!(
+            etcd_line(&get).starts_with("etcd: reachable"),
+            "{}",
+            etcd_line(&get)
+        );
+        assert!(
+            member_line(&get).contains("32 owned"),
+            "{}",
+            member_line(&get)
+        );
+        // Cut off from etcd: the member says so, and for how long.
+        member.fence(true);
+        let stats = counters_until(&endpoint, |get: &dyn Fn(&str) -> u64| {
+            get("etcd_unreachable_ms") > 0
+        });
+        let get = |n: &str| stats.iter().find(|(k, _)| *k == n).map_or(0, |(_, v)| *v);
+        assert!(
+            etcd_line(&get).contains("UNREACHABLE"),
+            "{}",
+            etcd_line(&get)
+        );
+        // Asked to drain, it says so.
+        member.drain();
+        let stats = counters_until(&endpoint, |get: &dyn Fn(&str) -> u64| get("draining") == 1);
+        let get = |n: &str| stats.iter().find(|(k, _)| *k == n).map_or(0, |(_, v)| *v);
+        assert!(
+            member_line(&get).contains(", draining"),
+            "{}",
+            member_line(&get)
+        );
+        assert_eq!(get("coordinator"), 0);
+    }
+
+    #[test]
+    fn the_load_counts_the_clients_and_locks_a_server_holds_now() {
+        let server = start(None);
+        let endpoint = Endpoint::Tcp(server.tcp_addr().unwrap());
+        let cfg = dlock_transport::client::ClientConfig::new(endpoint.clone());
+        let mut client = dlock_transport::client::Client::connect(cfg).unwrap();
+        client.get_lock(dlock_core::LockKind::Atomic, b"a").unwrap();
+        client.get_lock(dlock_core::LockKind::Atomic, b"b").unwrap();
+        let stats = counters_until(&endpoint, |get: &dyn Fn(&str) -> u64| {
+            get("clients_active") == 1 && get("locks_in_use") == 2
+        });
+        let get = |n: &str| stats.iter().find(|(k, _)| *k == n).map_or(0, |(_, v)| *v);
+        assert!(
+            member_line(&get).ends_with("load: 1 clients, 2 locks"),
+            "{}",
+            member_line(&get)
+        );
     }
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use dlock_core::cluster::{Map, ServerId, Timing};
-use dlock_transport::runtime::membership::{Marks, Membership, Reply, Standing};
+use dlock_transport::runtime::membership::{Marks, Membership, MembershipStatus, Reply, Standing};
 
 use crate::handle::{AgentHandle, Pending};
 
@@ -78,5 +78,15 @@ impl Membership for AgentMembership {
 
     fn drain(&self) {
         self.0.drain();
+    }
+
+    fn status(&self) -> MembershipStatus {
+        let s = self.0.status();
+        MembershipStatus {
+            coordinator: s.coordinator,
+            draining: s.draining,
+            unreachable_since: s.etcd_unreachable_since,
+            confirmed_sent: self.0.standing().confirmed_sent,
+        }
     }
 }

@@ -24,7 +24,7 @@ use crossbeam_queue::ArrayQueue;
 use dlock_core::cluster::{Handover, Map, ServerId};
 use dlock_core::config::NAME_LEN_MAX;
 use dlock_core::server::{
-    ClusterSide, ClusterWork, PartState, RECLAIM_CLIENTS_MAX, RECLAIM_GRID_WORDS, Server,
+    ClusterSide, ClusterWork, Counter, PartState, RECLAIM_CLIENTS_MAX, RECLAIM_GRID_WORDS, Server,
 };
 
 use super::Shared;
@@ -296,7 +296,25 @@ impl Poller<'_> {
         }
         self.hand_over_map();
         self.publish_authority();
+        self.publish_status();
         self.flush();
+    }
+
+    /// Sets the counters that show the membership's link to etcd (`dlock stat`,
+    /// `dlock cluster status`): cheap reads of what the agent published, each poll.
+    fn publish_status(&self) {
+        let s = self.cx.membership.status();
+        let c = &self.shared.counters;
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let unreachable = s
+            .unreachable_since
+            // At least 1 while unreachable, so that 0 always means "it answers".
+            .map_or(0, |t| ms(t.elapsed().unwrap_or_default()).max(1));
+        c.set(Counter::EtcdUnreachableMs, unreachable);
+        let age = s.confirmed_sent.map_or(u64::MAX, |t| ms(t.elapsed()));
+        c.set(Counter::KeepaliveAgeMs, age);
+        c.set(Counter::Coordinator, u64::from(s.coordinator));
+        c.set(Counter::Draining, u64::from(s.draining));
     }
 
     /// Persists the registered ids when they changed; announces the persisted ones.

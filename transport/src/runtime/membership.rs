@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use dlock_core::cluster::{Map, ServerId, Timing};
 
@@ -64,6 +64,22 @@ pub struct Standing {
     pub map_version: u64,
 }
 
+/// What the membership says of itself for operators (`dlock stat`, `dlock cluster status`,
+/// `/metrics`): whether it reaches its coordination service and since when.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MembershipStatus {
+    /// Whether this server's agent is the cluster's elected coordinator.
+    pub coordinator: bool,
+    /// Whether this server asked to be drained.
+    pub draining: bool,
+    /// Since when etcd has not answered (`None`: it answers). While it does not, failover and
+    /// moves wait; serving goes on until the lease may have expired.
+    pub unreachable_since: Option<SystemTime>,
+    /// When the last confirmed keepalive round was sent (`None`: none yet): the authority
+    /// counts from it.
+    pub confirmed_sent: Option<Instant>,
+}
+
 /// A cluster's membership as a server runtime sees it (module doc).
 pub trait Membership: Send + Sync + fmt::Debug + 'static {
     /// This server.
@@ -90,6 +106,8 @@ pub trait Membership: Send + Sync + fmt::Debug + 'static {
     fn request_renewal(&self, partition: u16, epoch: u32);
     /// Asks the coordinator to move every partition away from this server.
     fn drain(&self);
+    /// Its link to the coordination service, for operators.
+    fn status(&self) -> MembershipStatus;
 }
 
 /// The shared state of a [`StaticMembership`] cluster: its map, marks and client lists.
@@ -141,6 +159,7 @@ impl StaticCluster {
             incarnation,
             timing,
             fenced: Arc::new(AtomicBool::new(false)),
+            cut_off: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -157,12 +176,17 @@ pub struct StaticMembership {
     incarnation: u64,
     timing: Timing,
     fenced: Arc<AtomicBool>,
+    /// When it was fenced (wall clock and monotonic), for [`Membership::status`]: a fenced
+    /// member models one cut off from etcd since then.
+    cut_off: Arc<Mutex<Option<(SystemTime, Instant)>>>,
 }
 
 impl StaticMembership {
     /// Takes this member's authority away (`true`) or gives it back (`false`), as a lost or
     /// regained etcd lease would.
     pub fn fence(&self, fenced: bool) {
+        let mut cut_off = self.cut_off.lock().unwrap_or_else(|e| e.into_inner());
+        *cut_off = fenced.then(|| (SystemTime::now(), Instant::now()));
         // Relaxed: a flag read on its own; the runtime's poll sees it within a poll interval.
         self.fenced.store(fenced, Ordering::Relaxed);
     }
@@ -245,5 +269,16 @@ impl Membership for StaticMembership {
 
     fn drain(&self) {
         self.cluster.lock().drained.push(self.id);
+    }
+
+    fn status(&self) -> MembershipStatus {
+        let cut_off = *self.cut_off.lock().unwrap_or_else(|e| e.into_inner());
+        MembershipStatus {
+            coordinator: false,
+            draining: self.cluster.lock().drained.contains(&self.id),
+            unreachable_since: cut_off.map(|(wall, _)| wall),
+            // Authority for ever: confirmed just now, unless cut off (then last at the cut).
+            confirmed_sent: Some(cut_off.map_or_else(Instant::now, |(_, at)| at)),
+        }
     }
 }

@@ -242,6 +242,14 @@ impl TransportCounters {
         }
     }
 
+    /// Sets `c`, a level the transport keeps (the cluster thread's view of its membership).
+    pub(crate) fn set(&self, c: Counter, value: u64) {
+        if c.is_transport() {
+            // Relaxed: a statistic; nothing is published through it.
+            self.0[c as usize].store(value, Ordering::Relaxed);
+        }
+    }
+
     /// Copies every counter kept here into the server's stats.
     pub(crate) fn copy_into(&self, server: &mut Server<'_>) {
         for c in Counter::ALL.into_iter().filter(|c| c.is_transport()) {

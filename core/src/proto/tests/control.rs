@@ -357,8 +357,8 @@ fn total_len_must_equal_the_buffer_length() {
 
 #[test]
 fn undefined_and_misdirected_types_are_refused() {
-    // 52 is the next free code.
-    for code in [0u8, 11, 52, 53, 255] {
+    // 54 is the next free code.
+    for code in [0u8, 11, 54, 55, 255] {
         let bytes = raw_control(code, 1, &[]);
         assert_eq!(
             decode_control_request(&bytes),
@@ -383,8 +383,9 @@ fn undefined_and_misdirected_types_are_refused() {
 
 #[test]
 fn fixed_size_bodies_must_have_their_exact_length() {
-    let cases: [(MsgType, usize); 9] = [
+    let cases: [(MsgType, usize); 10] = [
         (MsgType::ClientDeinit, 0),
+        (MsgType::Drain, 0),
         (MsgType::Heartbeat, 0),
         (MsgType::ReinitDone, 0),
         (MsgType::Stats, 0),
