@@ -368,32 +368,38 @@ fn locker(
 fn counter(w: usize, seeds: &[SocketAddr], record: &Mutex<Record>, stop: &AtomicBool) {
     let mut c = connect(seeds);
     let name = b"xid/{orders}";
-    let id = loop {
-        // Whoever comes first creates it; the other gets it.
-        let got = c
-            .atomic64_create(name, 1, 600)
-            .or_else(|_| c.atomic64_get(name, 600));
-        match got {
-            Ok(id) => break id,
-            Err(e) if !stop.load(Ordering::Relaxed) => {
-                note_error(record, e.status());
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(_) => return,
-        }
-    };
-    let _ = w;
+    let mut id = None;
     let mut beat = Heartbeat::new();
     while !stop.load(Ordering::Relaxed) {
         beat.maybe(&mut c, record);
-        match c.atomic64_faa(id, 1) {
+        let Some(object) = id else {
+            // Whoever comes first creates it; the others get it. After a failover the new
+            // owner may answer that it does not have it: taken again by name, as an engine's
+            // XID allocator would (a restart at a low value would show as a repeat).
+            let got = c
+                .atomic64_create(name, 1, 600)
+                .or_else(|_| c.atomic64_get(name, 600));
+            match got {
+                Ok(o) => id = Some(o),
+                Err(e) => {
+                    note_error(record, e.status());
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            continue;
+        };
+        match c.atomic64_faa(object, 1) {
             Ok(v) => record.lock().unwrap().xids.push(v),
             Err(e) => {
                 note_error(record, e.status());
+                if matches!(e.status(), Status::ObjectNotGet | Status::ObjectNotCreate) {
+                    id = None;
+                }
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
     }
+    let _ = w;
 }
 
 /// The safety checks over everything recorded: per lock, no two grants' windows overlap and
