@@ -194,7 +194,7 @@ impl<D: Dial> ClusterLink<D> {
     ) -> io::Result<()> {
         let mut by_server: Vec<(ServerId, Vec<usize>, Vec<Command>)> = Vec::new();
         for i in idx {
-            let (server, command) = match self.addressed(flight.commands[i], deadline)? {
+            let (server, command) = match self.addressed_reachable(flight.commands[i], deadline)? {
                 Addressed::To(server, command) => (server, command),
                 Addressed::Answer(status) => {
                     flight.results[i] = Some((result(status), [0; PROOF_LEN]));
@@ -239,6 +239,34 @@ impl<D: Dial> ClusterLink<D> {
             });
         }
         Ok(())
+    }
+
+    /// [`Self::addressed`], at a server the client can reach: when the owner's connection
+    /// cannot be opened (a server killed, whose partitions the cluster is about to give to
+    /// others), the map is fetched again from the other servers and `c` addressed anew,
+    /// pausing between tries, while `deadline` lasts. Nothing was sent to the unreachable
+    /// server, so sending `c` elsewhere cannot execute it twice; the partitions that moved are
+    /// re-claimed on the way (`follow_map`). Without this a client whose
+    /// owner died kept dialling it: nothing else refreshes the map when no server is left to
+    /// answer `PartitionMoved`.
+    fn addressed_reachable(&mut self, c: Command, deadline: Instant) -> io::Result<Addressed> {
+        let mut pause = super::control::PAUSE_MIN;
+        loop {
+            let addressed = self.addressed(c, deadline)?;
+            let Addressed::To(server, _) = addressed else {
+                return Ok(addressed);
+            };
+            match self.member(server, deadline) {
+                Ok(_) => return Ok(addressed),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(e) => {
+                    tracing::debug!(%server, error = %e, "owner unreachable: map fetched again");
+                    if !self.follow_map(None, deadline) {
+                        pause = self.pause(pause, deadline);
+                    }
+                }
+            }
+        }
     }
 
     /// The client's command `c` as its server takes it: with the server's id and the

@@ -35,11 +35,44 @@ impl<D: Dial> ClusterLink<D> {
     /// Refreshes the map (from `first`, then the others) and, if it changed, re-claims every
     /// partition that moved. Whether the map changed.
     pub(super) fn follow_map(&mut self, first: Option<ServerId>, deadline: Instant) -> bool {
+        let before = self.map.clone();
         let changed = self.refresh(first, deadline);
         if changed {
             self.rehome(deadline);
+            self.done_without_records(&before, deadline);
         }
         changed
+    }
+
+    /// Says `ReclaimDone` to the new owner of every partition that moved away from a server
+    /// the client is registered with, and in which it knows no lock (those with locks said it
+    /// after their re-claims, in `rehome`). The old owner persisted the client's id, so the
+    /// new owner waits for this client's word in *every* partition it took from that owner
+    /// before it serves: without it, one client that never used a partition held the
+    /// partition in `NotReady` until the grace deadline (the longest grant lease, 30 s by
+    /// default), after every failover and every planned move.
+    fn done_without_records(&mut self, before: &dlock_core::cluster::Map, deadline: Instant) {
+        for p in 0..self.map.partitions().get() {
+            let (old, new) = match (before.owner(p), self.map.owner(p)) {
+                (Some(old), Some(new)) => (*old, *new),
+                _ => continue,
+            };
+            let (Some(old_server), Some(new_server)) = (old.server, new.server) else {
+                continue;
+            };
+            let moved = old_server != new_server
+                || before.server(old_server).map(|e| e.incarnation())
+                    != self.map.server(new_server).map(|e| e.incarnation());
+            if !moved
+                || !self.members.contains_key(&old_server)
+                || !self.routes.in_partition(p).is_empty()
+            {
+                continue;
+            }
+            if let Err(e) = self.say_done(p, new_server, new.epoch, deadline) {
+                tracing::debug!(partition = p, %new_server, error = %e, "dlock: ReclaimDone not sent");
+            }
+        }
     }
 
     /// Re-claims every partition the client knows locks in whose owner changed in the map.
@@ -134,6 +167,26 @@ impl<D: Dial> ClusterLink<D> {
             all &= self.file(&ids, &entries, new);
         }
         if all {
+            self.say_done(p, server, epoch, deadline)?;
+        }
+        Ok(())
+    }
+
+    /// Sends `ReclaimDone(p, epoch)` to `server`, again after a pause while it is answered
+    /// `NotReady` or `PartitionMoved` and `deadline` lasts. The client can learn a map (from
+    /// one server) before the new owner applied it, which then refuses the message as naming
+    /// a future epoch; a `ReclaimDone` dropped there is never sent again, and the new owner
+    /// waits for it until its grace deadline.
+    fn say_done(
+        &mut self,
+        p: u16,
+        server: ServerId,
+        epoch: u32,
+        deadline: Instant,
+    ) -> io::Result<()> {
+        let mut reply = vec![0u8; CONTROL_FRAME_MAX];
+        let mut pause = super::control::PAUSE_MIN;
+        loop {
             let body = ControlRequest::ReclaimDone {
                 partition: p,
                 epoch,
@@ -142,11 +195,17 @@ impl<D: Dial> ClusterLink<D> {
             let status = decode_control_response(&reply[..m])
                 .ok()
                 .and_then(|f| f.header.status());
-            if status != Some(Status::Success) {
-                tracing::debug!(partition = p, ?status, "dlock: ReclaimDone not taken");
+            match status {
+                Some(Status::Success) => return Ok(()),
+                Some(Status::NotReady | Status::PartitionMoved) if Instant::now() < deadline => {
+                    pause = self.pause(pause, deadline);
+                }
+                _ => {
+                    tracing::debug!(partition = p, ?status, "dlock: ReclaimDone not taken");
+                    return Ok(());
+                }
             }
         }
-        Ok(())
     }
 
     /// The claims of the routes `chunk` (each with its name apart, for the borrow): a grant
