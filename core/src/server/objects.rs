@@ -232,19 +232,29 @@ impl<'r> Server<'r> {
     /// A client is going away: drop its object references and give up its ownerships — an
     /// owned object others still use within its lease is orphaned (anyone may destroy it), any
     /// other owned object is destroyed (as the reference does on eviction).
+    ///
+    /// In a cluster, a counter that moved under a persisted high-water mark is orphaned too,
+    /// whoever uses it: destroyed, it would be re-created at the creator's initial value and
+    /// hand out values it handed out before, which a cluster promises never to do (a new owner
+    /// of its partition starts at the mark; the same owner must not do worse). Its value stays
+    /// for the next creator, as across a failover. This differs from the reference, which
+    /// destroys it; a standalone server still does.
     pub(super) fn release_all_objects(&mut self, slot: u32, me: ClientId, now_ms: u64) {
         let mut from = 0;
         while let Some((index, _)) = self.t.object_refs.next_in_row(slot, from) {
             from = index + 1;
             self.drop_object_ref(slot, index, now_ms);
         }
+        let cluster = self.cluster.is_some();
         for index in 0..self.t.object_free.high_water() {
             let meta = &mut self.t.object_meta[index as usize];
             let state = SlotState(meta.state);
             if !state.is_live() || meta.owner != me.get() {
                 continue;
             }
-            if meta.refs > 0 && !past(now_ms, meta.lease_until_ms) {
+            // `spare` holds a cluster counter's persisted mark (`cluster_counters.rs`).
+            let counted = cluster && meta.spare != 0;
+            if counted || (meta.refs > 0 && !past(now_ms, meta.lease_until_ms)) {
                 meta.owner = 0;
             } else {
                 meta.state = state.destroyed().0;

@@ -22,6 +22,7 @@
 //! (`DLOCK_SIM_TRACE=1` prints every lock result), `DLOCK_SIM_OPS=1e9` sizes a campaign, and
 //! `DLOCK_SIM_MUTATION=<name>` runs it against a bug put back ([`Mutation`]).
 
+pub mod cluster;
 pub mod endpoint;
 pub mod model;
 pub mod net;

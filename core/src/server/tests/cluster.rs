@@ -631,3 +631,50 @@ fn recovery_ends_early_only_when_every_client_of_the_old_owner_is_done() {
     s2.reclaim_done(b, p, epoch, after_wait).unwrap();
     assert!(s2.partition_state(p).unwrap().serving);
 }
+
+/// Found by the cluster simulator (seed 0xc1057e40000b): a counter's creator went away with no
+/// one else holding a reference, the object was destroyed and freed as on a standalone server,
+/// and the next client re-created it at 0 on the same owner — handing out values the counter
+/// had handed out before, which a cluster promises never to do (a new owner would have started
+/// at the persisted mark). A counter that moved under a mark is orphaned instead, value kept.
+#[test]
+fn a_counter_whose_creator_leaves_keeps_its_value_for_the_next_creator() {
+    let m1 = first_map();
+    let mut s = member(1);
+    s.apply_map(&m1, 11, &[], 0);
+    let c = persisted_client(&mut s, 0);
+    let name = name_owned_by(&m1, 1, 0);
+    let obj = s.object_create(c.get(), &name, 0, 60, 0).unwrap();
+    s.object_get(c.get(), &name, 60, 0).unwrap();
+    let faa = |object: ObjectId| {
+        at_epoch(
+            Command::Object(ObjectCommand {
+                op: ObjectOp::Faa,
+                object: object.raw(),
+                a: 1,
+                b: 0,
+                partition_epoch: 0,
+            }),
+            1,
+        )
+    };
+    s.mark_confirmed(obj.raw(), 100);
+    let handed: Vec<u64> = (0..3).map(|_| s.run(c, faa(obj), 1).aux).collect();
+    assert_eq!(handed, [0, 1, 2]);
+    s.client_deinit(c.get(), 2).unwrap();
+    let d = persisted_client(&mut s, 3);
+    match s.object_create(d.get(), &name, 0, 60, 3) {
+        Ok(_) | Err(Status::ObjectAlreadyCreated) => {}
+        Err(e) => panic!("create: {e:?}"),
+    }
+    let (again, _) = s.object_get(d.get(), &name, 60, 3).unwrap();
+    // The runtime persists whatever mark a re-created counter asks for.
+    s.mark_confirmed(again.raw(), 100);
+    let r = s.run(d, faa(again), 4);
+    assert_eq!(r.status, Status::Success);
+    assert!(
+        handed.iter().all(|&v| v < r.aux),
+        "value {} handed out again after the creator left",
+        r.aux
+    );
+}
