@@ -92,6 +92,30 @@ impl ClusterArgs {
         self.endpoints.is_some()
     }
 
+    /// The agent's configuration for the server `cfg` describes (standalone settings, not yet
+    /// a member), checked: the address it listens at, and the longest lease it grants.
+    pub(crate) fn member_config(&self, cfg: &ServerConfig) -> Result<AgentConfig, String> {
+        if cfg.core.recovery_clients > 0 {
+            return Err(
+                "--recovery-clients is for a standalone replacement server; a cluster recovers \
+                 per partition by itself"
+                    .into(),
+            );
+        }
+        let bind = cfg
+            .tcp
+            .as_ref()
+            .map(|t| t.listen)
+            .ok_or("a cluster server needs TCP")?;
+        let mut agent = self.agent_config(bind)?;
+        // A new owner keeps a taken-over partition recovering until every grant of the old
+        // owner may have run out (`dlock_core::cluster::timing`, assumption 4): the agent must
+        // know the longest lease this server grants, or with `--lease-max-ms` above the
+        // agent's default a client could still believe in a lock the new owner grants again.
+        agent.grant_lease_max_ms = cfg.core.client_lease_max_ms;
+        Ok(agent)
+    }
+
     /// The agent's configuration, checked; `bind` is the server's listening address.
     pub(crate) fn agent_config(&self, bind: std::net::SocketAddr) -> Result<AgentConfig, String> {
         let endpoints = self.endpoints.clone().unwrap_or_default();
@@ -147,19 +171,8 @@ impl ClusterArgs {
 
     /// Joins the cluster and makes `cfg` a member of it; the agent must outlive the server and
     /// leave only after it stopped ([`Agent::leave`]).
-    pub(crate) fn join(
-        &self,
-        cfg: &mut ServerConfig,
-        bind: std::net::SocketAddr,
-    ) -> Result<Agent, String> {
-        if cfg.core.recovery_clients > 0 {
-            return Err(
-                "--recovery-clients is for a standalone replacement server; a cluster recovers \
-                 per partition by itself"
-                    .into(),
-            );
-        }
-        let agent_cfg = self.agent_config(bind)?;
+    pub(crate) fn join(&self, cfg: &mut ServerConfig) -> Result<Agent, String> {
+        let agent_cfg = self.member_config(cfg)?;
         let etcd_tls = agent_cfg.tls.is_some();
         let agent = Agent::start(agent_cfg).map_err(|e| e.to_string())?;
         if cfg.session_key.is_none() {

@@ -586,14 +586,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let mut cfg = serve_config(args)?;
     #[cfg(feature = "cluster")]
     let agent = match cluster.enabled() {
-        true => {
-            let bind = cfg
-                .tcp
-                .as_ref()
-                .map(|t| t.listen)
-                .ok_or("a cluster server needs TCP")?;
-            Some(cluster.join(&mut cfg, bind)?)
-        }
+        true => Some(cluster.join(&mut cfg)?),
         false => None,
     };
     let stop = Arc::new(AtomicBool::new(false));
@@ -953,6 +946,34 @@ mod tests {
         assert!(serve_cluster(table).unwrap().enabled());
         let err = serve_cluster(&format!("epoch = 3\n{table}")).unwrap_err();
         assert!(err.contains("--epoch"), "{err}");
+    }
+
+    /// `--lease-max-ms` reached the server's client table but not the agent, whose timing
+    /// kept its 30 s default: a new owner ended a taken-over partition's grace period while a
+    /// client of the old owner could still believe in a grant of up to 60 s.
+    #[cfg(feature = "cluster")]
+    #[test]
+    fn the_longest_lease_granted_reaches_the_cluster_agent() {
+        let argv = [
+            "dlock",
+            "serve",
+            "--lease-max-ms",
+            "60000",
+            "--cluster",
+            "http://e:2379",
+            "--cluster-name",
+            "x",
+            "--server-id",
+            "1",
+        ];
+        let Command::Serve(args) = Cli::try_parse_from(argv).expect("flags parse").command else {
+            panic!("not the serve command");
+        };
+        let (args, cluster) = take_cluster(*args).unwrap();
+        let cfg = serve_config(args).unwrap();
+        let agent = cluster.member_config(&cfg).unwrap();
+        assert_eq!(agent.grant_lease_max_ms, 60_000);
+        assert_eq!(agent.timing(1_000).grant_lease_max_ms, 60_000);
     }
 
     /// `dlock serve` with `flags`, over a TOML file holding `toml`: the server's config.
