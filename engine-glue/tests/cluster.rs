@@ -17,6 +17,7 @@ use common::{Etcd, eventually};
 use dlock_engine_glue::cluster::ClusterJoin;
 use dlock_engine_glue::dlock_core::cluster::{ServerId, partition_of};
 use dlock_engine_glue::dlock_core::{Config, Mode, Status};
+use dlock_engine_glue::dlock_transport::client::read_server_stats;
 use dlock_engine_glue::dlock_transport::runtime::TcpConfig;
 use dlock_engine_glue::rowgroup::{AcquireOptions, RowGroup, RowGroupConfig, RowGroupLocks};
 use dlock_engine_glue::{CsnAllocator, EmbeddedServer, IdConfig, TxnIdAllocator, Volatile};
@@ -39,8 +40,8 @@ fn node(etcd: &Etcd, id: u32) -> EmbeddedServer {
         locks_max: 1_024,
         clients_max: 32,
         objects_max: 64,
-        client_lease_ms: 5_000,
-        client_lease_max_ms: 5_000,
+        client_lease_ms: 1_000,
+        client_lease_max_ms: 2_000,
         ..Config::default()
     });
     cfg.tcp = Some(TcpConfig::new(SocketAddr::from((
@@ -55,7 +56,10 @@ fn node(etcd: &Etcd, id: u32) -> EmbeddedServer {
     EmbeddedServer::start_cluster(cfg, join).expect("the node joins the cluster")
 }
 
-/// Waits until both nodes know a map in which each owns some partitions.
+/// Waits until both nodes know a map in which each owns some partitions, and serve every one
+/// of them: a partition the second node took over from the first takes only re-claims until
+/// the first node's clients are done or its grace period ends, and a request that waits
+/// longer than its client's timeout fails.
 fn split_between(a: &EmbeddedServer, b: &EmbeddedServer) {
     let owners = |s: &EmbeddedServer| {
         let map = s.cluster_agent()?.map()?;
@@ -70,6 +74,19 @@ fn split_between(a: &EmbeddedServer, b: &EmbeddedServer) {
         let (va, vb) = (owners(a)?, owners(b)?);
         (va == vb).then_some(())
     });
+    let serving = |s: &EmbeddedServer| {
+        let stats = read_server_stats(&s.endpoint(), WAIT).ok()?;
+        let count = |n: &str| stats.iter().find(|(k, _)| *k == n).map(|(_, v)| *v);
+        (count("partitions_owned")? > 0 && count("partitions_recovering")? == 0).then_some(())
+    };
+    eventually(
+        Duration::from_secs(30),
+        "both nodes serve their partitions",
+        || {
+            serving(a)?;
+            serving(b)
+        },
+    );
 }
 
 /// A row group whose lock lives in a partition node `owner` masters.
@@ -184,4 +201,85 @@ fn two_engine_nodes_share_one_xid_counter_and_exclude_each_other_on_row_groups()
     drop((xids, csns, on_a, on_b));
     b.shutdown();
     a.shutdown();
+}
+
+/// Two servers started through the C ABI (`server_start` with `server_cfg.cluster` set) join
+/// one cluster and split its partitions between them, as their counters
+/// (`get_server_debug_stats`) show.
+#[test]
+fn servers_started_through_the_c_abi_join_the_cluster_and_split_its_partitions() {
+    use dlock_engine_glue::dlock_core::server::Counter;
+    use dlock_engine_glue::ffi::server::{
+        dserver_lib_deinit, dserver_lib_init, get_server_debug_stats, server_start, server_stop,
+    };
+    use dlock_engine_glue::ffi::types::{
+        SERVER_PRIMARY, cluster_cfg, debug_stats, primary_cfg, server_cfg, ssl_cfg,
+    };
+    use std::ffi::CString;
+
+    let etcd = Etcd::start();
+    let endpoints = CString::new(etcd.endpoint()).unwrap();
+    let cfg = |id: u32| server_cfg {
+        r#type: SERVER_PRIMARY,
+        log_level: 0,
+        sleep_mode_enable: 0,
+        primary: primary_cfg {
+            num_of_replica: 0,
+            recovery_client_num: 0,
+            ctrl_cpuset: std::ptr::null(),
+            cmd_cpuset: std::ptr::null(),
+            server_ip_str: c"127.0.0.1".as_ptr(),
+            server_port: i32::from(free_port()),
+            replica_port: 0,
+            replica_enable: 0,
+        },
+        locks_max: 256,
+        clients_max: 16,
+        objects_max: 16,
+        client_lease_ms: 1_000,
+        client_lease_max_ms: 2_000,
+        epoch: 0,
+        shm_name: std::ptr::null(),
+        ssl: ssl_cfg::DISABLED,
+        insecure_plaintext: 0,
+        session_key_file: std::ptr::null(),
+        insecure_recovery: 0,
+        recoverer_local: 0,
+        cluster: cluster_cfg {
+            etcd_endpoints: endpoints.as_ptr(),
+            cluster_name: c"c-engines".as_ptr(),
+            server_id: id,
+            ttl_ms: 1_000,
+            partitions: u32::from(PARTITIONS),
+            counter_step: 1_000,
+            ..cluster_cfg::STANDALONE
+        },
+    };
+    assert_eq!(dserver_lib_init(2), 0);
+    let mut ids = [0; 2];
+    for (n, id) in ids.iter_mut().enumerate() {
+        // SAFETY: a valid config whose strings outlive the call, and a writable id.
+        let r = unsafe { server_start(&cfg(n as u32 + 1), id) };
+        assert_eq!(r, 0, "server_start of cluster member {}", n + 1);
+    }
+    let owned = |id| {
+        let mut stats = debug_stats {
+            stats: [0; Counter::COUNT],
+        };
+        // SAFETY: `stats` is writable.
+        assert_eq!(unsafe { get_server_debug_stats(id, &mut stats) }, 0);
+        stats.stats[Counter::PartitionsOwned as usize]
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the partitions split in two",
+        || {
+            let (a, b) = (owned(ids[0]), owned(ids[1]));
+            (a > 0 && b > 0 && a + b == u64::from(PARTITIONS)).then_some(())
+        },
+    );
+    for id in ids {
+        assert_eq!(server_stop(id), 0);
+    }
+    dserver_lib_deinit();
 }
