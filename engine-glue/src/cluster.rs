@@ -7,7 +7,8 @@
 //! (`docs/cluster.md`). A worker's client is [`EmbeddedServer::cluster_client`]: a
 //! [`ClusterLink`] that reaches this node's own server through shared memory (its mailbox in the
 //! region, as [`EmbeddedServer::client`] does) and every other server over TCP, or TLS when
-//! [`ClusterJoin::peer_tls`] says so.
+//! [`ClusterJoin::peer_tls`] says so, one shared connection per server for all the node's
+//! clients (a [`NetDial`]'s `Mux`es).
 //! The engine's own pieces take it unchanged: [`TxnIdAllocator::open`](crate::TxnIdAllocator),
 //! [`CsnAllocator::open`](crate::CsnAllocator) and
 //! [`RowGroupLocks::new`](crate::rowgroup::RowGroupLocks::new) accept a client of one server or
@@ -89,13 +90,8 @@ impl ClusterJoin {
 }
 
 /// Reaches the servers of the map: this node's own through shared memory, the others over
-/// TCP or TLS ([`ClusterJoin::peer_tls`]).
-///
-/// Each client gets its own connections to the other servers (a [`NetDial`] of its own), not
-/// one [`Mux`](dlock_transport::client::Mux) per server shared by the node's clients: over a
-/// shared one, a second cluster client's data replies never came (its requests timed out),
-/// which is a defect of the cluster client over a shared `NetDial` to fix there; until then
-/// each worker costs one connection per remote server it uses.
+/// TCP or TLS ([`ClusterJoin::peer_tls`]). Its clones share their connections to the other
+/// servers ([`NetDial`]): a node's workers cost each remote server one connection.
 #[derive(Clone, Debug)]
 pub struct EngineDial {
     /// The address this node's server advertises in the map.
@@ -112,15 +108,6 @@ impl EngineDial {
             local_address: b"local".to_vec(),
             local,
             peers: NetDial::tcp(),
-        }
-    }
-
-    /// The same servers, with connections of its own to the others (see the type's doc).
-    fn fresh(&self, peer_tls: Option<&TlsConfig>) -> EngineDial {
-        EngineDial {
-            local_address: self.local_address.clone(),
-            local: self.local.clone(),
-            peers: peer_tls.map_or_else(NetDial::tcp, |tls| NetDial::tls(tls.clone())),
         }
     }
 
@@ -150,7 +137,6 @@ impl Dial for EngineDial {
 pub(crate) struct Member {
     agent: dlock_cluster::Agent,
     dial: EngineDial,
-    peer_tls: Option<TlsConfig>,
 }
 
 impl Member {
@@ -192,9 +178,8 @@ impl Member {
                 local_address,
                 // Replaced by the server's own endpoint once it runs (`bind_local`).
                 local: Endpoint::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
-                peers: NetDial::tcp(),
+                peers: peer_tls.map_or_else(NetDial::tcp, NetDial::tls),
             },
-            peer_tls,
         })
     }
 
@@ -216,7 +201,7 @@ impl Member {
                 .map(|m| m.version());
             if let Some(version) = published {
                 let seed = [self.dial.local_address.clone()];
-                let cfg = ClusterConfig::with_dial(seed, self.dial.fresh(self.peer_tls.as_ref()))
+                let cfg = ClusterConfig::with_dial(seed, self.dial.clone())
                     .with_timeout(Duration::from_secs(1));
                 if ClusterLink::connect(cfg).is_ok_and(|l| l.map_version() >= version) {
                     return Ok(());
@@ -234,7 +219,7 @@ impl Member {
 
     /// A worker's client of the cluster, which reads the map from this node's server.
     pub(crate) fn client(&self, timeout: Duration) -> Result<ClusterClient, ClientError> {
-        self.dial.fresh(self.peer_tls.as_ref()).client(timeout)
+        self.dial.client(timeout)
     }
 
     /// The agent's handle: the map it knows, its status, drain.

@@ -1,7 +1,7 @@
 //! Two engine nodes in one process, each an embedded server that joined one cluster on a real
 //! etcd (feature `cluster`): each masters a share of the partitions, and every worker's client
-//! reaches its own node's server through shared memory and the other's over TCP. The engine's
-//! pieces run over it unchanged: transaction ids from the one counter never repeat whichever
+//! reaches its own node's server through shared memory and the other's over TCP, the node's
+//! clients sharing one connection per remote server. The engine's pieces run over it unchanged: transaction ids from the one counter never repeat whichever
 //! node asks, CSNs stay ordered across nodes, and a row group locked on one node is refused on
 //! the other until it is released.
 
