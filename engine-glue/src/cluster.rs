@@ -22,7 +22,8 @@
 //!
 //! let mut cfg = EmbeddedServer::config(Config::default());
 //! cfg.tcp = Some(TcpConfig::new("127.0.0.1:21616".parse()?)); // TLS for a real network
-//! let join = ClusterJoin::new(vec!["http://etcd-1:2379".into()], "orders", ServerId::new(1).unwrap());
+//! let etcd = vec!["http://etcd-1:2379".to_owned()];
+//! let join = ClusterJoin::new(etcd, "orders", ServerId::new(1).unwrap());
 //! let node = EmbeddedServer::start_cluster(cfg, join)?;
 //! // One counter for the whole cluster, mastered by the owner of its partition.
 //! let xids = TxnIdAllocator::open(node.cluster_client()?, IdConfig::txn_ids(), Volatile)?;
@@ -43,6 +44,12 @@
 //!   standalone server's failover: the transaction aborts and the worker opens new locks.
 //! - Stopping the node ([`EmbeddedServer::shutdown`], or dropping it) stops its server first
 //!   and only then leaves the cluster, so its partitions move once it grants nothing.
+//!
+//! [`EmbeddedServer`]: crate::EmbeddedServer
+//! [`EmbeddedServer::start_cluster`]: crate::EmbeddedServer::start_cluster
+//! [`EmbeddedServer::cluster_client`]: crate::EmbeddedServer::cluster_client
+//! [`EmbeddedServer::client`]: crate::EmbeddedServer::client
+//! [`EmbeddedServer::shutdown`]: crate::EmbeddedServer::shutdown
 
 use std::io;
 use std::time::{Duration, Instant};
@@ -57,10 +64,12 @@ use dlock_transport::tls::TlsConfig;
 
 pub use dlock_transport::client::cluster::ClusterLink;
 
-/// A worker's client of the cluster ([`EmbeddedServer::cluster_client`]).
+/// A worker's client of the cluster
+/// ([`EmbeddedServer::cluster_client`](crate::EmbeddedServer::cluster_client)).
 pub type ClusterClient = Client<ClusterLink<EngineDial>>;
 
-/// How an embedded server joins a cluster ([`EmbeddedServer::start_cluster`]).
+/// How an embedded server joins a cluster
+/// ([`EmbeddedServer::start_cluster`](crate::EmbeddedServer::start_cluster)).
 #[derive(Clone, Debug)]
 pub struct ClusterJoin {
     /// The etcd agent's settings: etcd's endpoints (and client certificate, `agent.tls`), the
