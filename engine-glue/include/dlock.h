@@ -310,6 +310,26 @@ struct primary_cfg {
     bool replica_enable;              /* must be false */
 };
 
+/*
+ * server_cfg.cluster: the server joins a dlock cluster on etcd and serves the partitions its
+ * map gives it (docs/cluster.md). Needs a library built with the `cluster` feature; without
+ * it, setting any field makes server_start fail with DLOCK_EINVAL (and log why) rather than
+ * start a standalone server. 0 in a number means its default.
+ */
+struct cluster_cfg {
+    const char *etcd_endpoints; /* NULL/"": standalone; else comma-separated etcd URLs */
+    const char *cluster_name;   /* 1-64 of [A-Za-z0-9._-]: keys live under /dlock/<name>/ */
+    unsigned int server_id;     /* 1 or more, unique in the cluster, kept across restarts */
+    unsigned int ttl_ms;        /* etcd lease TTL, rounded up to whole seconds (default 10000) */
+    unsigned int partitions;    /* fixed at the cluster's creation: 1..4096 (default 256) */
+    unsigned int counter_step;  /* counter marks reserved this far ahead (default 100000) */
+    const char *advertise;      /* NULL: primary.server_ip_str and its (fixed) port; else host:port */
+    const char *etcd_ca_path;   /* etcd over TLS: CA of etcd's certificate (PEM) ... */
+    const char *etcd_cert_path; /* ... this server's client certificate chain (PEM) ... */
+    const char *etcd_key_path;  /* ... and its key (PEM): all three or none */
+    const char *etcd_domain;    /* NULL: etcd's certificate names the endpoint's host */
+};
+
 struct server_cfg {
     int type;               /* SERVER_PRIMARY */
     int log_level;          /* accepted, ignored */
@@ -328,6 +348,7 @@ struct server_cfg {
     const char *session_key_file; /* NULL, or 64 hex digits shared with the replacement server */
     bool insecure_recovery;       /* recover (recovery_client_num > 0) without a session key */
     bool recoverer_local;         /* local clients may call recovery_done (dlock's; default no one) */
+    struct cluster_cfg cluster;   /* membership of a dlock cluster on etcd; all 0/NULL: standalone */
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -344,9 +365,11 @@ void dserver_lib_deinit(void);
  * settings out of range, TLS files missing or unusable, key password refused or wrong,
  * plaintext on a non-loopback address without insecure_plaintext, a session key file that
  * cannot be read or is of obviously low entropy, recovery_client_num > 0 with neither
- * session_key_file nor insecure_recovery); -1 (not initialised,
- * address cannot be bound); DLOCK_SERVER_NO_RESOURCE (dserver_lib_init's limit reached, out
- * of resources). With TLS the key is read, and prkey_pwd_cb then erase_prkey_cb called, once,
+ * session_key_file nor insecure_recovery, cluster fields set without the `cluster` feature or
+ * out of range or refused by the cluster); -1 (not initialised, address cannot be bound);
+ * DLOCK_NOT_READY (a cluster member's etcd or map did not come in time);
+ * DLOCK_SERVER_NO_RESOURCE (dserver_lib_init's limit reached, out of resources). A cluster
+ * member returns once it serves a map that gives it its partitions. With TLS the key is read, and prkey_pwd_cb then erase_prkey_cb called, once,
  * on the calling thread, before this returns; they are never called afterwards.
  */
 int server_start(const struct server_cfg *cfg, int *server_id);

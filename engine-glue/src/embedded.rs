@@ -8,11 +8,15 @@ use dlock_transport::client::{Client, ClientConfig, Endpoint, Error};
 use dlock_transport::runtime::{ServerConfig, ServerHandle};
 
 /// A dlock server running inside the engine. Dropping it (or [`EmbeddedServer::shutdown`])
-/// stops its threads and unmaps its region.
+/// stops its threads and unmaps its region, and then, for a cluster member, leaves the cluster.
 #[derive(Debug)]
 pub struct EmbeddedServer {
+    // Dropped first: the server stops granting before its agent leaves the cluster (fields
+    // drop in declaration order), so its partitions move only once it grants nothing.
     handle: ServerHandle,
     shm_name: Option<String>,
+    #[cfg(feature = "cluster")]
+    member: Option<crate::cluster::Member>,
 }
 
 impl EmbeddedServer {
@@ -29,7 +33,53 @@ impl EmbeddedServer {
         Ok(EmbeddedServer {
             handle: ServerHandle::start(cfg)?,
             shm_name,
+            #[cfg(feature = "cluster")]
+            member: None,
         })
+    }
+
+    /// Starts the server as a member of the cluster `join` names (feature `cluster`; the
+    /// module [`crate::cluster`]): its agent registers in etcd, and this returns once the
+    /// server serves a map that gives it its share of the partitions (within the agent's
+    /// `start_timeout`). `cfg` needs a TCP listener at a fixed address (the other nodes reach
+    /// this one there) unless `join.agent.address` names one. Without a session key in `cfg`,
+    /// the server takes the one etcd keeps for the cluster.
+    ///
+    /// Errors: `InvalidInput` for settings (no address to advertise, a standalone recovery
+    /// (`recovery_clients`), a cluster that refused this server's partition count or id),
+    /// `TimedOut` when etcd did not answer or no map came in time, and the server's own.
+    #[cfg(feature = "cluster")]
+    pub fn start_cluster(
+        mut cfg: ServerConfig,
+        join: crate::cluster::ClusterJoin,
+    ) -> io::Result<EmbeddedServer> {
+        let limit = join.agent.start_timeout;
+        let member = crate::cluster::Member::join(&mut cfg, join)?;
+        let mut server = EmbeddedServer::start(cfg)?;
+        let mut member = member;
+        member.bind_local(server.endpoint());
+        member.wait_serving(limit)?;
+        server.member = Some(member);
+        Ok(server)
+    }
+
+    /// A new client instance of the whole cluster, for one worker thread (feature `cluster`):
+    /// this node's server through shared memory, the others over TCP or TLS
+    /// ([`crate::cluster::ClusterJoin::peer_tls`]). On a server that is not a cluster member it
+    /// fails as a cluster client does when no server gives it a map: `NotReady`.
+    #[cfg(feature = "cluster")]
+    pub fn cluster_client(&self) -> Result<crate::cluster::ClusterClient, Error> {
+        let timeout = dlock_transport::client::REQUEST_TIMEOUT;
+        match &self.member {
+            Some(member) => member.client(timeout),
+            None => crate::cluster::EngineDial::local_only(self.endpoint()).client(timeout),
+        }
+    }
+
+    /// The cluster agent of a member (feature `cluster`): the map it knows, its status, drain.
+    #[cfg(feature = "cluster")]
+    pub fn cluster_agent(&self) -> Option<crate::cluster::AgentHandle> {
+        self.member.as_ref().map(|m| m.agent())
     }
 
     /// A new client instance over shared memory, for one worker thread ([`Client::connect`]).

@@ -59,6 +59,8 @@
 //! ([`EmbeddedServer::local_endpoint`], when started with a `/dev/shm` name), other nodes over
 //! TCP ([`EmbeddedServer::tcp_addr`], when a listener is configured).
 
+#[cfg(feature = "cluster")]
+pub mod cluster;
 pub mod embedded;
 /// The C ABI (`include/dlock.h`): the reference's `dlock_server_api.h` and `dlock_client_api.h`.
 pub mod ffi;

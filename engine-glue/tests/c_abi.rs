@@ -531,7 +531,11 @@ fn rust_layout() -> BTreeSet<String> {
         "struct server_cfg", server_cfg, [
             r#type, log_level, sleep_mode_enable, primary, locks_max, clients_max, objects_max,
             client_lease_ms, client_lease_max_ms, epoch, shm_name, ssl, insecure_plaintext,
-            session_key_file, insecure_recovery, recoverer_local,
+            session_key_file, insecure_recovery, recoverer_local, cluster,
+        ];
+        "struct cluster_cfg", cluster_cfg, [
+            etcd_endpoints, cluster_name, server_id, ttl_ms, partitions, counter_step, advertise,
+            etcd_ca_path, etcd_cert_path, etcd_key_path, etcd_domain,
         ];
         "struct debug_stats", debug_stats, [stats];
     }
@@ -688,5 +692,6 @@ fn default_server_cfg() -> server_cfg {
         session_key_file: std::ptr::null(),
         insecure_recovery: 0,
         recoverer_local: 0,
+        cluster: cluster_cfg::STANDALONE,
     }
 }

@@ -36,6 +36,7 @@ fn server_cfg(port: c_int, recovery_client_num: u32, epoch: u32) -> server_cfg {
         session_key_file: std::ptr::null(),
         insecure_recovery: u8::from(recovery_client_num > 0),
         recoverer_local: 0,
+        cluster: cluster_cfg::STANDALONE,
     }
 }
 

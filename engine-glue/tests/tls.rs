@@ -125,6 +125,7 @@ fn server_cfg_on_loopback(ssl: ssl_cfg) -> server_cfg {
         session_key_file: std::ptr::null(),
         insecure_recovery: 0,
         recoverer_local: 0,
+        cluster: cluster_cfg::STANDALONE,
     }
 }
 

@@ -286,6 +286,38 @@ fn heartbeats_reach_every_server_joined() {
     assert!(seen.contains(&Seen::Heartbeat { server: 2 }));
 }
 
+/// The map was read over the connections the client had joined with a header naming no
+/// client, and a server closes a control connection bound to a client when a frame names anyone
+/// else: every heartbeat's map check cost the client its connections, and the first request
+/// after a refresh failed on the dead one (seen with an embedded server's own control socket).
+#[test]
+fn reading_the_map_over_a_joined_connection_keeps_it() {
+    let fake = Fake::new(&[1, 2]);
+    let mut c = connect(&fake);
+    let names = [1, 2].map(|server| fake.name_on(server, "keep"));
+    let ids = names
+        .each_ref()
+        .map(|n| c.get_lock(LockKind::Atomic, n).unwrap());
+    for _ in 0..3 {
+        c.heartbeat().unwrap();
+        assert_eq!(
+            c.connection().joined(),
+            [1, 2].map(|n| dlock_core::cluster::ServerId::new(n).unwrap()),
+            "a map check closed a joined connection"
+        );
+    }
+    for id in ids {
+        let grant = c.trylock(id, Mode::Exclusive, LEASE_MS).unwrap();
+        assert_eq!(grant.status, Status::Success);
+    }
+    let joins = fake
+        .seen()
+        .iter()
+        .filter(|s| matches!(s, Seen::Join { .. }))
+        .count();
+    assert_eq!(joins, 1, "joined server 2 once, never again");
+}
+
 #[test]
 fn the_native_api_runs_over_the_cluster() {
     let fake = Fake::new(&[1, 2]);

@@ -135,7 +135,9 @@ pub(super) struct ClusterCore<'c> {
     /// Until when (exclusive, server tick) this server may grant; 0: not at all.
     pub(super) authority_until_ms: u64,
     pub(super) expected_len: usize,
-    pub(super) reserve_queue: [u32; RESERVE_QUEUE_MAX],
+    /// Reservations asked for since the last `cluster_work`: the object and the mark the
+    /// asking fetch-and-add needs (`Reserve::wants`).
+    pub(super) reserve_queue: [(u32, u64); RESERVE_QUEUE_MAX],
     pub(super) reserve_len: usize,
     /// Partitions lost with slots to free, or recovering: `cluster_tick` has work.
     pub(super) pending: u32,
@@ -286,7 +288,7 @@ impl<'r> Server<'r> {
             encoded_len: 0,
             authority_until_ms: 0,
             expected_len: 0,
-            reserve_queue: [0; RESERVE_QUEUE_MAX],
+            reserve_queue: [(0, 0); RESERVE_QUEUE_MAX],
             reserve_len: 0,
             pending: 0,
             renewals_due: false,
@@ -553,7 +555,7 @@ impl<'r> Server<'r> {
         };
         let version = c.side.map.version();
         for i in 0..c.reserve_len {
-            let raw = c.reserve_queue[i];
+            let (raw, needed) = c.reserve_queue[i];
             let Some(index) = crate::ids::ObjectId::from_raw(raw).map(|id| id.index()) else {
                 continue;
             };
@@ -563,13 +565,17 @@ impl<'r> Server<'r> {
                 continue;
             }
             self.stats.bump(Counter::CounterReservations);
+            // A step above the value now (which may have moved since the ask), and never below
+            // the mark the asking fetch-and-add needs: one that adds more than the step would
+            // otherwise be refused for ever, each confirmed mark short of it.
+            let ahead = self.t.object_cells[index as usize]
+                .load(core::sync::atomic::Ordering::Acquire)
+                .saturating_add(c.counter_step);
             sink(ClusterWork::Reserve {
                 partition: state.partition(),
                 object: raw,
                 name: self.t.object_names[index as usize].name(),
-                mark: self.t.object_cells[index as usize]
-                    .load(core::sync::atomic::Ordering::Acquire)
-                    .saturating_add(c.counter_step),
+                mark: ahead.max(needed),
                 map_version: version,
             });
         }

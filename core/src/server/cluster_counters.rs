@@ -46,9 +46,9 @@ impl<'r> Server<'r> {
         let meta = &mut self.t.object_meta[index as usize];
         let mut r = meta.reserve();
         let ask = r.wants(to.max(value), c.counter_step);
-        if ask.is_some() {
+        if let Some(mark) = ask {
             if c.reserve_len < RESERVE_QUEUE_MAX {
-                c.reserve_queue[c.reserve_len] = object;
+                c.reserve_queue[c.reserve_len] = (object, mark);
                 c.reserve_len += 1;
             } else {
                 // No room to ask now: forget the ask, the next fetch-and-add asks again.
@@ -78,9 +78,10 @@ impl<'r> Server<'r> {
 }
 
 /// Reservation state in an object's metadata: the confirmed mark in `spare`, a reservation in
-/// flight as `reserved = 1`. The mark asked for is not kept: the request is built from the
-/// counter's value when the runtime takes it ([`Server::cluster_work`]), which is at least the
-/// value it was asked at, so the mark persisted is at least the one `Reserve::wants` chose.
+/// flight as `reserved = 1`. The mark asked for travels in the reservation queue beside the
+/// object: the request is built when the runtime takes it ([`Server::cluster_work`]), at the
+/// larger of that mark and the counter's value then plus a step, so the mark persisted is at
+/// least the one `Reserve::wants` chose.
 trait ReserveMeta {
     fn reserve(&self) -> Reserve;
     fn set_reserve(&mut self, r: Reserve);

@@ -32,6 +32,7 @@
 
 pub mod batch;
 pub mod client;
+mod cluster;
 pub mod compat;
 pub mod locks;
 pub mod object;

@@ -28,6 +28,7 @@ use dlock_core::{Config, Status};
 use dlock_transport::client::Endpoint;
 use dlock_transport::runtime::{IdleStrategy, ServerConfig, TcpConfig};
 
+use super::cluster;
 use super::tls::tls_config;
 use super::types::{
     DLOCK_DEFAULT_PORT, DLOCK_SERVER_ID_MAX, MAX_NUM_SERVER, SERVER_PRIMARY, debug_stats,
@@ -232,13 +233,16 @@ unsafe fn settings(cfg: &server_cfg) -> Result<ServerConfig, Status> {
 
 /// What a failed start returns: the reference's -1 for an address that cannot be bound,
 /// `DLOCK_EINVAL` for settings the runtime refused (`InvalidInput`: plaintext on a network
-/// address, no cipher suite; `InvalidData`: a TLS file that is not the PEM expected, a key
-/// that does not match its certificate or cannot be decrypted), `DLOCK_SERVER_NO_RESOURCE`
-/// otherwise (memory, threads, the process-wide limit of 32 servers).
+/// address, no cipher suite, cluster settings etcd's cluster refused; `InvalidData`: a TLS
+/// file that is not the PEM expected, a key that does not match its certificate or cannot be
+/// decrypted), `DLOCK_NOT_READY` for a cluster member whose etcd did not answer or whose map
+/// did not come in time (`TimedOut`), `DLOCK_SERVER_NO_RESOURCE` otherwise (memory, threads,
+/// the process-wide limit of 32 servers).
 fn start_error(e: &io::Error) -> c_int {
     use io::ErrorKind as K;
     match e.kind() {
         K::InvalidInput | K::InvalidData => Status::Einval.code(),
+        K::TimedOut => Status::NotReady.code(),
         K::AddrInUse | K::AddrNotAvailable | K::PermissionDenied => FAILURE,
         _ => Status::ServerNoResource.code(),
     }
@@ -251,8 +255,15 @@ fn start_error(e: &io::Error) -> c_int {
 /// non-NULL `cert_verify_cb`), plaintext on a non-loopback address without
 /// `insecure_plaintext`, a `session_key_file` that cannot be read or holds a key of obviously
 /// low entropy, or `primary.recovery_client_num > 0` with neither a `session_key_file` nor
-/// `insecure_recovery` (the reference recovers without a key); -1 before `dserver_lib_init` or when the TCP address cannot be bound;
+/// `insecure_recovery` (the reference recovers without a key), `cluster` fields set in a
+/// library built without the `cluster` feature, or cluster fields out of range or refused by
+/// the cluster; -1 before `dserver_lib_init` or when the TCP address cannot be bound;
+/// `DLOCK_NOT_READY` when a cluster member's etcd did not answer in time;
 /// `DLOCK_SERVER_NO_RESOURCE` when `dserver_lib_init`'s limit is reached or resources run out.
+///
+/// With `cluster.etcd_endpoints` set (feature `cluster`), the server joins that cluster
+/// (`EmbeddedServer::start_cluster`), and this returns once it serves a map that gives it its
+/// partitions.
 ///
 /// With `ssl.ssl_enable` the key is read (and `prkey_pwd_cb`, then `erase_prkey_cb`, called)
 /// once, on the calling thread, before this returns; they are never called afterwards.
@@ -281,19 +292,33 @@ pub unsafe extern "C" fn server_start(cfg: *const server_cfg, server_id: *mut c_
             Ok(s) => s,
             Err(s) => return s.code(),
         };
-        let mut reg = servers();
-        let Some(reg) = reg.as_mut() else {
-            return FAILURE;
+        // SAFETY: as above.
+        let role = match unsafe { cluster::role(&cfg.cluster) } {
+            Ok(r) => r,
+            Err(s) => return s.code(),
         };
-        if reg.running.len() >= reg.max {
-            return Status::ServerNoResource.code();
+        match servers().as_ref() {
+            None => return FAILURE,
+            Some(reg) if reg.running.len() >= reg.max => {
+                return Status::ServerNoResource.code();
+            }
+            Some(_) => {}
         }
-        let server = match EmbeddedServer::start(settings) {
+        // Started outside the registry's lock: a cluster member waits for etcd and its map
+        // (seconds), which must not hold up every other call that looks a server up.
+        let server = match role.start(settings) {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!("server_start: {e}");
                 return start_error(&e);
             }
+        };
+        let mut reg = servers();
+        let Some(reg) = reg.as_mut().filter(|r| r.running.len() < r.max) else {
+            // Deinitialised, or filled by other starts meanwhile.
+            drop(reg);
+            server.shutdown();
+            return Status::ServerNoResource.code();
         };
         let id = reg.take_id();
         reg.running.insert(

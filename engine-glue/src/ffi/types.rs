@@ -334,6 +334,84 @@ pub struct server_cfg {
     /// recoverer: its `recovery_done` releases a dead client's retained locks. Remote clients
     /// never are through this ABI. False: nobody is, and retained locks stay until restart.
     pub recoverer_local: u8,
+    /// Membership of a dlock cluster on etcd; all zero (NULL) for a standalone server.
+    pub cluster: cluster_cfg,
+}
+
+/// `server_cfg.cluster`: the server joins a dlock cluster on etcd and serves the partitions
+/// its map gives it (`docs/cluster.md`). Needs a library built with the `cluster` feature;
+/// without it, setting any field makes `server_start` fail with `DLOCK_EINVAL` (and log why)
+/// rather than start a standalone server the caller did not ask for. Strings are NULL or
+/// NUL-terminated; 0 in a number means its default.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct cluster_cfg {
+    /// NULL or "": standalone. Else etcd's endpoints, comma-separated URLs
+    /// (`http://etcd-1:2379,http://etcd-2:2379`; `https://` with `etcd_ca_path`).
+    pub etcd_endpoints: *const c_char,
+    /// The cluster's name, 1-64 of `[A-Za-z0-9._-]`: its keys live under `/dlock/<name>/`.
+    pub cluster_name: *const c_char,
+    /// This server's id in the cluster: 1 or more, unique, kept across restarts.
+    pub server_id: c_uint,
+    /// The etcd lease TTL in ms, rounded up to whole seconds (default 10,000). A server that
+    /// loses etcd stops granting before it runs out: keep it above the longest etcd outage to
+    /// ride out.
+    pub ttl_ms: c_uint,
+    /// The cluster's partition count, fixed at its creation (1..=4096, default 256); a server
+    /// configured otherwise is refused at start.
+    pub partitions: c_uint,
+    /// How far ahead of a counter's value its high-water mark is reserved in etcd (default
+    /// 100,000): a few seconds' worth of fetch-and-adds.
+    pub counter_step: c_uint,
+    /// NULL: the other servers reach this one at `primary.server_ip_str` and its port (which
+    /// must then be a fixed port of an address that is not unspecified); else `host:port`.
+    pub advertise: *const c_char,
+    /// etcd over TLS with a client certificate: the CA that signed etcd's certificate, this
+    /// server's certificate chain and its private key (PEM paths), all three or none.
+    pub etcd_ca_path: *const c_char,
+    /// This server's client certificate chain for etcd (PEM).
+    pub etcd_cert_path: *const c_char,
+    /// Its private key (PEM).
+    pub etcd_key_path: *const c_char,
+    /// NULL: etcd's certificate must name the endpoint's host; else this name.
+    pub etcd_domain: *const c_char,
+}
+
+impl cluster_cfg {
+    /// A standalone server: every field zero or NULL.
+    pub const STANDALONE: cluster_cfg = cluster_cfg {
+        etcd_endpoints: std::ptr::null(),
+        cluster_name: std::ptr::null(),
+        server_id: 0,
+        ttl_ms: 0,
+        partitions: 0,
+        counter_step: 0,
+        advertise: std::ptr::null(),
+        etcd_ca_path: std::ptr::null(),
+        etcd_cert_path: std::ptr::null(),
+        etcd_key_path: std::ptr::null(),
+        etcd_domain: std::ptr::null(),
+    };
+
+    /// Whether any field is set (a standalone server leaves them all zero or NULL).
+    pub fn is_set(&self) -> bool {
+        let strings = [
+            self.etcd_endpoints,
+            self.cluster_name,
+            self.advertise,
+            self.etcd_ca_path,
+            self.etcd_cert_path,
+            self.etcd_key_path,
+            self.etcd_domain,
+        ];
+        let numbers = [
+            self.server_id,
+            self.ttl_ms,
+            self.partitions,
+            self.counter_step,
+        ];
+        strings.iter().any(|p| !p.is_null()) || numbers.iter().any(|&n| n != 0)
+    }
 }
 
 /// Server (or client) counters, indexed by `enum debug_stats_code`.
@@ -352,6 +430,9 @@ const _: () = assert!(size_of::<lock_state>() == 16);
 const _: () = assert!(align_of::<lock_state>() == 8);
 const _: () = assert!(size_of::<lock_op_res>() == 32);
 const _: () = assert!(size_of::<debug_stats>() == 8 * DEBUG_STATS_MAX);
+// Two pointers, four numbers, five pointers (64-bit targets).
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(size_of::<cluster_cfg>() == 72);
 // A flag padded to a pointer, four paths, three callbacks (64-bit targets).
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(size_of::<ssl_cfg>() == 64);

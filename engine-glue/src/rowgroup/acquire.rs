@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::config::BATCH_MAX;
 use dlock_core::{LockId, LockKind, Mode, Status};
-use dlock_transport::client::Grant;
+use dlock_transport::client::{Connection, Grant};
 
 use super::{AcquireOptions, Held, RowGroup, RowGroupLocks};
 
@@ -39,7 +39,7 @@ fn strength(m: Mode) -> u8 {
     }
 }
 
-impl RowGroupLocks {
+impl<C: Connection> RowGroupLocks<C> {
     pub(super) fn acquire(
         &mut self,
         requests: &[(RowGroup, Mode)],

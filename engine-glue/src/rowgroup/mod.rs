@@ -73,7 +73,8 @@ use std::time::{Duration, Instant};
 
 use dlock_core::config::BATCH_MAX;
 use dlock_core::{ClientId, Config, FencingToken, LockId, Mode, Status};
-use dlock_transport::client::Client;
+use dlock_transport::client::link::Link;
+use dlock_transport::client::{Client, Connection};
 
 /// A row group of a table: the unit a transaction locks. Keys order by `(table, group)`, the
 /// global acquisition order.
@@ -206,9 +207,11 @@ struct Held {
     token: FencingToken,
 }
 
-/// One worker's row-group locks: owns its client, one transaction open at a time.
-pub struct RowGroupLocks {
-    client: Client,
+/// One worker's row-group locks: owns its client, one transaction open at a time. The client
+/// is one server's (a [`Link`]) or, with feature `cluster`, a cluster's
+/// (`EmbeddedServer::cluster_client`): the locks and their order are the same either way.
+pub struct RowGroupLocks<C: Connection = Link> {
+    client: Client<C>,
     cfg: RowGroupConfig,
     /// Names resolved on the server (each is a lock reference this client holds).
     names: HashMap<RowGroup, LockId>,
@@ -225,7 +228,7 @@ pub struct RowGroupLocks {
     todo: Vec<acquire::Want>,
 }
 
-impl fmt::Debug for RowGroupLocks {
+impl<C: Connection> fmt::Debug for RowGroupLocks<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RowGroupLocks")
             .field("client", &self.client.id())
@@ -240,10 +243,10 @@ impl fmt::Debug for RowGroupLocks {
     }
 }
 
-impl RowGroupLocks {
+impl<C: Connection> RowGroupLocks<C> {
     /// Row-group locks over `client`, whose lease counts as renewed now (it just registered).
     /// `Einval` for a client registered with no lease (none is ever granted less than 100 ms).
-    pub fn new(client: Client, cfg: RowGroupConfig) -> Result<Self, Status> {
+    pub fn new(client: Client<C>, cfg: RowGroupConfig) -> Result<Self, Status> {
         cfg.validate()?;
         if client.lease() < Duration::from_millis(Config::CLIENT_LEASE_MIN_MS.into()) {
             return Err(Status::Einval);
@@ -267,7 +270,7 @@ impl RowGroupLocks {
     }
 
     /// Opens a transaction. Dropping it without [`Txn::commit`] aborts it.
-    pub fn begin(&mut self) -> Txn<'_> {
+    pub fn begin(&mut self) -> Txn<'_, C> {
         // Only a transaction leaked with `mem::forget` leaves keys behind.
         let _ = self.end();
         Txn { locks: self }
@@ -315,7 +318,7 @@ impl RowGroupLocks {
     }
 
     /// Gives the client back (to `deinit` it, say); only possible with no transaction open.
-    pub fn into_client(self) -> Client {
+    pub fn into_client(self) -> Client<C> {
         self.client
     }
 
@@ -410,11 +413,11 @@ impl RowGroupLocks {
 /// ```
 #[derive(Debug)]
 #[must_use = "dropping a transaction aborts it and releases its keys"]
-pub struct Txn<'a> {
-    locks: &'a mut RowGroupLocks,
+pub struct Txn<'a, C: Connection = Link> {
+    locks: &'a mut RowGroupLocks<C>,
 }
 
-impl Txn<'_> {
+impl<C: Connection> Txn<'_, C> {
     /// Takes `requests` in key order (see the module doc for waiting, re-entrancy and
     /// all-or-nothing). `Fail`: a key was busy and not waited for; `Etimeout`: the wait ran out;
     /// `Einval`: a shared-to-exclusive upgrade; a fatal status ([`is_fatal`]): the client is gone
@@ -472,7 +475,7 @@ impl Txn<'_> {
     }
 }
 
-impl Drop for Txn<'_> {
+impl<C: Connection> Drop for Txn<'_, C> {
     fn drop(&mut self) {
         // Empty after commit or abort; otherwise this is the abort. A drop cannot return the
         // error and must not panic, so it is logged (fatal ones also reached `on_lost`).

@@ -12,11 +12,9 @@
 //! TLS with a client certificate `etcd_tls_ca`, `etcd_tls_cert`, `etcd_tls_key`,
 //! `etcd_tls_domain`).
 
-use std::sync::Arc;
-
-use dlock_cluster::{Agent, AgentConfig, AgentMembership, EtcdTls};
+use dlock_cluster::{Agent, AgentConfig, EtcdTls};
 use dlock_core::cluster::{Partitions, ServerId};
-use dlock_transport::runtime::{ClusterConfig, ServerConfig};
+use dlock_transport::runtime::ServerConfig;
 use serde::Deserialize;
 
 /// Cluster settings (module doc).
@@ -92,6 +90,21 @@ impl ClusterArgs {
         self.endpoints.is_some()
     }
 
+    /// The agent's configuration for the server `cfg` describes (standalone settings, not yet
+    /// a member), checked: the address it listens at, and the longest lease it grants.
+    pub(crate) fn member_config(&self, cfg: &ServerConfig) -> Result<AgentConfig, String> {
+        let bind = cfg
+            .tcp
+            .as_ref()
+            .map(|t| t.listen)
+            .ok_or("a cluster server needs TCP")?;
+        let mut agent = self.agent_config(bind)?;
+        agent
+            .fit_to(cfg)
+            .map_err(|e| e.replace("recovery_clients", "--recovery-clients"))?;
+        Ok(agent)
+    }
+
     /// The agent's configuration, checked; `bind` is the server's listening address.
     pub(crate) fn agent_config(&self, bind: std::net::SocketAddr) -> Result<AgentConfig, String> {
         let endpoints = self.endpoints.clone().unwrap_or_default();
@@ -147,45 +160,10 @@ impl ClusterArgs {
 
     /// Joins the cluster and makes `cfg` a member of it; the agent must outlive the server and
     /// leave only after it stopped ([`Agent::leave`]).
-    pub(crate) fn join(
-        &self,
-        cfg: &mut ServerConfig,
-        bind: std::net::SocketAddr,
-    ) -> Result<Agent, String> {
-        if cfg.core.recovery_clients > 0 {
-            return Err(
-                "--recovery-clients is for a standalone replacement server; a cluster recovers \
-                 per partition by itself"
-                    .into(),
-            );
-        }
-        let agent_cfg = self.agent_config(bind)?;
-        let etcd_tls = agent_cfg.tls.is_some();
+    pub(crate) fn join(&self, cfg: &mut ServerConfig) -> Result<Agent, String> {
+        let agent_cfg = self.member_config(cfg)?;
         let agent = Agent::start(agent_cfg).map_err(|e| e.to_string())?;
-        if cfg.session_key.is_none() {
-            // Every server must verify the others' sessions and grant proofs: without a key
-            // file they share the one etcd keeps (created by the first server that asks).
-            if !etcd_tls {
-                tracing::warn!(
-                    "the cluster's session key is kept in etcd, which this server reaches \
-                     without TLS: whoever reads etcd can impersonate any client; give \
-                     --session-key-file or run etcd with TLS and client certificates"
-                );
-            }
-            let bytes = agent
-                .handle()
-                .session_key()
-                .wait(std::time::Duration::from_secs(10))
-                .ok_or("etcd did not answer for the cluster's session key")?
-                .map_err(|e| format!("the cluster's session key: {e}"))?;
-            let key = dlock_core::SessionKey::new(bytes)
-                .map_err(|e| format!("the session key in etcd is refused: {e:?}"))?;
-            cfg.session_key = Some(key);
-        }
-        cfg.cluster = Some(ClusterConfig {
-            membership: Arc::new(AgentMembership::new(agent.handle())),
-            counter_step: self.counter_step.unwrap_or(100_000).max(1),
-        });
+        agent.make_member(cfg, self.counter_step.unwrap_or(100_000))?;
         Ok(agent)
     }
 }

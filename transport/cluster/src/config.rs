@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use dlock_core::cluster::timing::{DRIFT_PPM_DEFAULT, Timing};
 use dlock_core::cluster::{ADDRESS_LEN_MAX, Partitions, ServerId};
+use dlock_transport::runtime::ServerConfig;
 
 /// Client certificates for etcd over TLS (PEM bytes; the endpoints then start `https://`).
 #[derive(Clone)]
@@ -104,6 +105,24 @@ impl AgentConfig {
         self.timing(self.lease_ttl_s.saturating_mul(1_000))
             .invalid_field()
             .map(|why| format!("lease_ttl_s {}: {why}", self.lease_ttl_s))
+    }
+
+    /// Fits these settings to the server that is to join: its longest client lease becomes
+    /// [`AgentConfig::grant_lease_max_ms`] — a new owner keeps a taken-over partition
+    /// recovering until every grant of the old owner may have run out
+    /// (`dlock_core::cluster::timing`, assumption 4), so the agent must know the longest lease
+    /// the server grants. A server set to recover a standalone predecessor's clients is refused:
+    /// a cluster recovers per partition by itself.
+    pub fn fit_to(&mut self, server: &ServerConfig) -> Result<(), String> {
+        if server.core.recovery_clients > 0 {
+            return Err(
+                "recovery_clients is for a standalone replacement server; a cluster recovers \
+                 per partition by itself"
+                    .into(),
+            );
+        }
+        self.grant_lease_max_ms = server.core.client_lease_max_ms;
+        Ok(())
     }
 
     /// The timing rules for a lease of `ttl_ms` (what etcd granted).

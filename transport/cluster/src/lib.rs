@@ -126,6 +126,9 @@ impl std::error::Error for StartError {}
 pub struct Agent {
     handle: AgentHandle,
     thread: Option<JoinHandle<()>>,
+    /// Whether etcd is reached over TLS with a client certificate (what keeping the session
+    /// key in etcd relies on, [`Agent::make_member`]).
+    etcd_tls: bool,
 }
 
 impl Agent {
@@ -136,6 +139,7 @@ impl Agent {
             return Err(StartError::Config(why));
         }
         let timing = cfg.timing(cfg.lease_ttl_s * 1_000);
+        let etcd_tls = cfg.tls.is_some();
         let shared = Arc::new(handle::Shared::new(cfg.server_id, timing));
         let (commands, rx) = tokio::sync::mpsc::unbounded_channel();
         let (started, outcome) = std::sync::mpsc::sync_channel(1);
@@ -154,6 +158,7 @@ impl Agent {
             Ok(Ok(())) => Ok(Agent {
                 handle: AgentHandle { shared, commands },
                 thread: Some(thread),
+                etcd_tls,
             }),
             Ok(Err(e)) => {
                 let _ = thread.join();

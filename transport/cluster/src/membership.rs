@@ -3,11 +3,55 @@
 //! published state or by requests to its thread.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use dlock_core::SessionKey;
 use dlock_core::cluster::{Map, ServerId, Timing};
 use dlock_transport::runtime::membership::{Marks, Membership, MembershipStatus, Reply, Standing};
+use dlock_transport::runtime::{ClusterConfig, ServerConfig};
 
+use crate::Agent;
 use crate::handle::{AgentHandle, Pending};
+
+/// How long [`Agent::make_member`] waits for etcd to give the cluster's session key.
+const SESSION_KEY_WAIT: Duration = Duration::from_secs(10);
+
+impl Agent {
+    /// Makes `server` (not started yet) a member of this agent's cluster, serving the
+    /// partitions the map gives it, with counters' marks reserved `counter_step` ahead. Without
+    /// a session key of its own (`--session-key-file`, the same file on every server), it takes
+    /// the one etcd keeps for the cluster (created by the first server that asks): every server
+    /// must verify the others' sessions and grant proofs. The agent must outlive the server and
+    /// leave only after it stopped ([`Agent::leave`]).
+    ///
+    /// What `dlock serve --cluster` and an engine's embedded server (`dlock-engine-glue`,
+    /// feature `cluster`) both do, so that they join the same way.
+    pub fn make_member(&self, server: &mut ServerConfig, counter_step: u64) -> Result<(), String> {
+        if server.session_key.is_none() {
+            if !self.etcd_tls {
+                tracing::warn!(
+                    "the cluster's session key is kept in etcd, which this server reaches \
+                     without TLS: whoever reads etcd can impersonate any client; give \
+                     --session-key-file or run etcd with TLS and client certificates"
+                );
+            }
+            let bytes = self
+                .handle()
+                .session_key()
+                .wait(SESSION_KEY_WAIT)
+                .ok_or("etcd did not answer for the cluster's session key")?
+                .map_err(|e| format!("the cluster's session key: {e}"))?;
+            let key = SessionKey::new(bytes)
+                .map_err(|e| format!("the session key in etcd is refused: {e:?}"))?;
+            server.session_key = Some(key);
+        }
+        server.cluster = Some(ClusterConfig {
+            membership: Arc::new(AgentMembership::new(self.handle())),
+            counter_step: counter_step.max(1),
+        });
+        Ok(())
+    }
+}
 
 /// A [`Membership`] backed by the etcd agent.
 #[derive(Clone, Debug)]

@@ -270,9 +270,6 @@ impl Data<'_> {
                             job.buf[..done.len].copy_from_slice(&self.resp[..done.len]);
                             job.len = done.len;
                             if let Some(r) = done.registered {
-                                if let Some(cx) = &self.shared.cluster {
-                                    cx.note(super::cluster::ToCluster::Registered(r.client));
-                                }
                                 self.registered(r);
                                 job.kind = JobKind::Registered { client: r.client };
                             }
@@ -346,9 +343,16 @@ impl Data<'_> {
 }
 
 /// A client (new, or the same one re-registering) has just been given a slot, over a control
-/// connection or a stream (`Data::registered` says why): its mailboxes are fenced, and a client
-/// it displaced is reported gone.
+/// connection or a stream (`Data::registered` says why): its mailboxes are fenced, a client it
+/// displaced is reported gone, and a cluster server has its id persisted.
 pub(super) fn registered(shared: &Shared, routing: &mut Routing<'_>, r: Registration) {
+    // A cluster server grants a client nothing until its id is persisted (`docs/cluster.md`),
+    // so every registration is noted, over a stream too: noted only over a control connection,
+    // the second and later cluster clients of a process sharing one connection per server
+    // (`NetDial`) registered over it and were answered `NotReady` for ever.
+    if let Some(cx) = &shared.cluster {
+        cx.note(super::cluster::ToCluster::Registered(r.client));
+    }
     if let Some(lanes) = shared.region.client_mailboxes(r.slot) {
         routing.fence_mailbox(r.slot, lanes_current_seq(lanes));
     }

@@ -7,7 +7,9 @@
 //! proof, a server serves a partition only at the epoch the shared map gives its owner, and
 //! every join, claim and `ReclaimDone` is logged for the test to check. Knobs make a server
 //! answer `NotReady`, refuse chosen claims, lose a re-claim reply, keep answering
-//! `PartitionMoved`, send a map that does not decode, or vanish.
+//! `PartitionMoved`, send a map that does not decode, or vanish. Each connection keeps the
+//! servers' control-connection rule (`dlock_core::server::ControlConn`): bound to the client
+//! its registration or join registered, it is closed by a frame that names anyone else.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -21,6 +23,7 @@ use dlock_core::proto::{
     decode_data_request, encode_control_response, finish_data_proofs, put_data_proof,
     put_data_result,
 };
+use dlock_core::server::{ControlAdmission, ControlConn};
 use dlock_core::{GrantProof, LockKind, Session, Status};
 use dlock_transport::client::Connection;
 use dlock_transport::client::cluster::Dial;
@@ -248,6 +251,8 @@ impl Dial for FakeDial {
             server,
             replies: HashMap::new(),
             next: 0,
+            role: ControlConn::Unbound,
+            closed: false,
         })
     }
 }
@@ -259,10 +264,21 @@ pub struct FakeConn {
     server: u32,
     replies: HashMap<u64, Vec<u8>>,
     next: u64,
+    /// Whom the connection speaks for, as a real server keeps it.
+    role: ControlConn,
+    /// The server closed it (a frame its rule refuses).
+    closed: bool,
 }
 
 fn gone() -> io::Error {
     io::Error::new(io::ErrorKind::ConnectionReset, "the fake server is gone")
+}
+
+fn closed() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionReset,
+        "the fake server closed the connection: a frame named a client it does not speak for",
+    )
 }
 
 impl Connection for FakeConn {
@@ -275,8 +291,18 @@ impl Connection for FakeConn {
         if st.servers[&self.server].dead {
             return Err(gone());
         }
+        if self.closed {
+            return Err(closed());
+        }
         let frame = decode_control_request(req).expect("the client sent a valid frame");
+        if self.role.admit(frame.header.msg, frame.header.word) == ControlAdmission::Close {
+            self.closed = true;
+            return Err(closed());
+        }
         let (status, body) = st.control(self.server, frame.header.word, frame.body)?;
+        if let Body::Plain(ControlResponse::Init(r)) = &body {
+            self.role = ControlConn::Bound(r.client);
+        }
         let header = ControlHeader {
             word: status as u32,
             ..frame.header
@@ -311,7 +337,7 @@ impl Connection for FakeConn {
 
     fn send_data(&mut self, req: &[u8]) -> io::Result<u64> {
         let mut st = self.fake.state();
-        if st.servers[&self.server].dead {
+        if st.servers[&self.server].dead || self.closed {
             return Err(gone());
         }
         let out = st.data(self.server, req);

@@ -81,6 +81,8 @@ pub(super) fn native_server_cfg(
         session_key_file: ext.session_key_file,
         insecure_recovery: ext.insecure_recovery,
         recoverer_local: ext.recoverer_local,
+        // The reference has no cluster; its extension carries none either.
+        cluster: native::cluster_cfg::STANDALONE,
     })
 }
 

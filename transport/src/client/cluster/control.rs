@@ -154,11 +154,13 @@ impl<D: Dial> ClusterLink<D> {
     fn check_map(&mut self, deadline: Instant) {
         let mut message_id = self.message_id;
         let mut seen = None;
+        // Every server joined holds the client's registration on this connection.
+        let me = self.identity.map_or(0, |i| i.id);
         for server in self.joined() {
             let Some(m) = self.members.get_mut(&server) else {
                 continue;
             };
-            match fetch::map_version(&mut m.conn, deadline, &mut message_id) {
+            match fetch::map_version(&mut m.conn, me, deadline, &mut message_id) {
                 Ok(v) => {
                     seen = Some((server, v));
                     break;

@@ -19,19 +19,22 @@ use crate::client::Connection;
 const RESTARTS_MAX: usize = 4;
 
 /// The version of the map `conn`'s server has: its first `GetMap` chunk's, without the rest.
+/// `client` as for [`fetch_map`].
 pub(super) fn map_version<C: Connection>(
     conn: &mut C,
+    client: u32,
     deadline: Instant,
     message_id: &mut u16,
 ) -> io::Result<u64> {
     let mut reply = vec![0u8; CONTROL_FRAME_MAX];
-    chunk_at(conn, 0, &mut reply, deadline, message_id).map(|(version, ..)| version)
+    chunk_at(conn, client, 0, &mut reply, deadline, message_id).map(|(version, ..)| version)
 }
 
 /// Asks for the chunk at `offset`; its map version, the map's total length, and the chunk's
 /// bytes (in `reply`, at the returned range).
 fn chunk_at<C: Connection>(
     conn: &mut C,
+    client: u32,
     offset: u32,
     reply: &mut [u8],
     deadline: Instant,
@@ -43,7 +46,7 @@ fn chunk_at<C: Connection>(
         version: PROTO_VERSION,
         msg: MsgType::GetMap,
         message_id: *message_id,
-        word: 0,
+        word: client,
     };
     let body = ControlRequest::GetMap { offset };
     let n = encode_control_request(&ControlRequestFrame { header, body }, &mut req)
@@ -73,8 +76,15 @@ fn chunk_at<C: Connection>(
 
 /// The map `conn`'s server has, read by `GetMap` chunks until `deadline`. `InvalidData` when
 /// the server answers anything but a well-formed chunk, or the bytes do not decode.
+///
+/// `client` is the client the connection speaks for: 0 on a connection that registered no
+/// one, the client's id on one it registered or joined over. A server closes a control
+/// connection bound to a client when a frame names anyone else (`dlock_core::server::
+/// ControlConn`), so a `GetMap` naming 0 there cost the connection, and the request after it
+/// failed on the dead connection.
 pub(super) fn fetch_map<C: Connection>(
     conn: &mut C,
+    client: u32,
     deadline: Instant,
     message_id: &mut u16,
 ) -> io::Result<Box<Map>> {
@@ -84,7 +94,8 @@ pub(super) fn fetch_map<C: Connection>(
         let mut first = None;
         let mut offset = 0u32;
         loop {
-            let (version, next, range) = chunk_at(conn, offset, &mut reply, deadline, message_id)?;
+            let (version, next, range) =
+                chunk_at(conn, client, offset, &mut reply, deadline, message_id)?;
             match first {
                 None => first = Some(version),
                 // The map changed between chunks: its bytes do not go together.

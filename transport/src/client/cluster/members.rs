@@ -203,17 +203,24 @@ impl<D: Dial> ClusterLink<D> {
         order.extend(self.map.servers().iter().map(|e| e.id()));
         let mut message_id = self.message_id;
         let mut found: Option<Box<Map>> = None;
+        let me = self.identity.map_or(0, |i| i.id);
         for server in order {
             let got = match self.members.get_mut(&server) {
-                Some(m) if !m.broken => fetch::fetch_map(&mut m.conn, deadline, &mut message_id),
-                _ => match self.map.server(server).map(|e| e.address().to_vec()) {
-                    Some(address) => self
-                        .cfg
-                        .dial
-                        .dial(&address)
-                        .and_then(|mut c| fetch::fetch_map(&mut c, deadline, &mut message_id)),
-                    None => continue,
-                },
+                Some(m) if !m.broken => {
+                    let speaks_for = if m.registered { me } else { 0 };
+                    let got = fetch::fetch_map(&mut m.conn, speaks_for, deadline, &mut message_id);
+                    // A connection that failed a read is opened again at its next use.
+                    m.broken |= got.is_err();
+                    got
+                }
+                _ => {
+                    match self.map.server(server).map(|e| e.address().to_vec()) {
+                        Some(address) => self.cfg.dial.dial(&address).and_then(|mut c| {
+                            fetch::fetch_map(&mut c, 0, deadline, &mut message_id)
+                        }),
+                        None => continue,
+                    }
+                }
             };
             match got {
                 Ok(map) if map.partitions() != self.map.partitions() => {
@@ -238,7 +245,7 @@ impl<D: Dial> ClusterLink<D> {
                 .cfg
                 .dial
                 .dial(&seed)
-                .and_then(|mut c| fetch::fetch_map(&mut c, deadline, &mut message_id))
+                .and_then(|mut c| fetch::fetch_map(&mut c, 0, deadline, &mut message_id))
                 && map.partitions() == self.map.partitions()
                 && map.version() > self.map.version()
             {

@@ -215,7 +215,7 @@ impl<D: Dial> ClusterLink<D> {
             let fetched = cfg
                 .dial
                 .dial(&seed)
-                .and_then(|mut conn| fetch::fetch_map(&mut conn, deadline, &mut message_id));
+                .and_then(|mut conn| fetch::fetch_map(&mut conn, 0, deadline, &mut message_id));
             match fetched {
                 Ok(map) => {
                     return Ok(ClusterLink {

@@ -74,9 +74,13 @@ use std::fmt;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use dlock_core::Status;
 use dlock_core::config::NAME_LEN_MAX;
-use dlock_core::{ObjectId, Status};
-use dlock_transport::client::Client;
+use dlock_transport::client::{Client, Connection};
+
+mod counter;
+
+use counter::Counter;
 
 /// A transaction id: unique, and increasing along each [`TxnIdHandle`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -247,68 +251,6 @@ pub struct IdStats {
     pub mark: u64,
 }
 
-/// The counter object and the client that reaches it.
-#[derive(Debug)]
-struct Counter {
-    client: Client,
-    object: ObjectId,
-    renewed: Instant,
-}
-
-impl Counter {
-    /// Creates or joins the counter and moves it forward to at least `floor`.
-    fn open(mut client: Client, cfg: &IdConfig, floor: u64) -> Result<Counter, Status> {
-        // Another client (here or in another process) may have created it first; either way
-        // the value it holds stands, and `advance_to` below only moves it forward.
-        match client
-            .atomic64_create(&cfg.name, floor, cfg.object_lease_s())
-            .map_err(Status::from)
-        {
-            Ok(_) | Err(Status::ObjectAlreadyCreated | Status::ObjectAlreadyExisted) => {}
-            Err(s) => return Err(s),
-        }
-        let object = client.atomic64_get(&cfg.name, cfg.object_lease_s())?;
-        let mut counter = Counter {
-            client,
-            object,
-            renewed: Instant::now(),
-        };
-        counter.advance_to(floor)?;
-        Ok(counter)
-    }
-
-    /// Moves the counter to at least `floor`, never back (a concurrent fetch-and-add only moves
-    /// it further, so the loop ends).
-    fn advance_to(&mut self, floor: u64) -> Result<(), Status> {
-        let mut seen = self.client.atomic64_snapshot(self.object)?;
-        while seen < floor {
-            let cas = self.client.atomic64_cas(self.object, seen, floor)?;
-            if cas.swapped {
-                break;
-            }
-            seen = cas.observed;
-        }
-        Ok(())
-    }
-
-    /// Renews the client's and the object's leases when `renew_every` has passed: one-sided
-    /// atomics never reach the server, which would otherwise declare the client dead.
-    fn renew_if_due(&mut self, cfg: &IdConfig, mark: u64, now: Instant) -> Result<(), Status> {
-        if now.duration_since(self.renewed) < cfg.renew_every {
-            return Ok(());
-        }
-        let object = self.client.atomic64_get(&cfg.name, cfg.object_lease_s())?;
-        if object != self.object {
-            // The object was freed and created again behind our back (every reference to it
-            // lapsed). Continue above everything this allocator may have handed out.
-            self.object = object;
-            self.advance_to(mark)?;
-        }
-        self.renewed = now;
-        Ok(())
-    }
-}
-
 /// A batch that has been answered, with members yet to take their slice.
 #[derive(Debug)]
 struct Answer {
@@ -320,10 +262,10 @@ struct Answer {
 /// Everything the front's mutex guards.
 #[derive(Debug, Default)]
 struct State {
-    /// The counter; `None` while a round trip is in flight (one per client). Boxed because a
-    /// `Client` carries its message buffers inline: moving it in and out for every round trip
-    /// cost more than the round trip itself over shared memory.
-    counter: Option<Box<Counter>>,
+    /// The counter; `None` while a round trip is in flight (one per client). Its client is
+    /// boxed ([`Counter`]): a `Client` carries its message buffers inline, and moving it in and
+    /// out for every round trip cost more than the round trip itself over shared memory.
+    counter: Option<Counter>,
     /// A leader panicked with the client: from then on every request fails.
     broken: bool,
     /// The batch being gathered: its sequence number, values asked, members.
@@ -347,13 +289,17 @@ struct Front {
 }
 
 impl Front {
-    fn open(client: Client, cfg: IdConfig, hwm: Box<dyn HighWaterMark>) -> Result<Front, Status> {
+    fn open(
+        client: Box<dyn counter::CounterClient>,
+        cfg: IdConfig,
+        hwm: Box<dyn HighWaterMark>,
+    ) -> Result<Front, Status> {
         cfg.validate()?;
         let floor = hwm.restore()?.max(cfg.first);
         let counter = Counter::open(client, &cfg, floor)?;
         Ok(Front {
             state: Mutex::new(State {
-                counter: Some(Box::new(counter)),
+                counter: Some(counter),
                 stats: IdStats {
                     mark: floor,
                     ..IdStats::default()
@@ -438,7 +384,7 @@ impl Front {
 /// unwinding from a panic in the client or the hook.
 struct Lead<'a> {
     front: &'a Front,
-    counter: Option<Box<Counter>>,
+    counter: Option<Counter>,
     seq: u64,
     members: u64,
     want: u64,
@@ -455,9 +401,9 @@ impl Lead<'_> {
         let counter = self.counter.as_mut().expect("the leader holds the counter");
         counter.renew_if_due(cfg, self.mark, Instant::now())?;
         if self.want == 0 {
-            return Ok(counter.client.atomic64_snapshot(counter.object)?);
+            return counter.client.snapshot(counter.object);
         }
-        let base = counter.client.atomic64_faa(counter.object, self.want)?;
+        let base = counter.client.faa(counter.object, self.want)?;
         // The counter wrapped: 2^64 values are spent, so refuse rather than repeat one.
         let end = base.checked_add(self.want).ok_or(Status::Einval)?;
         if end > self.mark {
@@ -516,12 +462,15 @@ macro_rules! allocator_common {
         impl $allocator {
             /// Opens the counter `cfg.name` through `client` (creating it if needed) and moves
             /// it past the mark `hwm` restores. The client serves this allocator only from now on.
-            pub fn open(
-                client: Client,
+            /// It may be a client of one server or, with feature `cluster`, of a cluster
+            /// (`EmbeddedServer::cluster_client`), whose counters' owners never hand a value
+            /// out twice across failovers.
+            pub fn open<C: Connection + Send + 'static>(
+                client: Client<C>,
                 cfg: IdConfig,
                 hwm: impl HighWaterMark + 'static,
             ) -> Result<$allocator, Status> {
-                let front = Front::open(client, cfg, Box::new(hwm))?;
+                let front = Front::open(Box::new(client), cfg, Box::new(hwm))?;
                 Ok($allocator {
                     front: Arc::new(front),
                 })
