@@ -111,9 +111,9 @@ impl<D: Dial> ClusterLink<D> {
         reply: &mut [u8],
         deadline: Instant,
     ) -> io::Result<usize> {
-        if matches!(body, ControlRequest::Heartbeat) {
+        let heartbeat = matches!(body, ControlRequest::Heartbeat);
+        if heartbeat {
             self.check_map(deadline);
-            self.pay_owed(deadline);
         }
         let gone: Vec<_> = self
             .members
@@ -140,6 +140,9 @@ impl<D: Dial> ClusterLink<D> {
             if status == Status::Success {
                 status = s;
             }
+        }
+        if heartbeat {
+            self.pay_owed(deadline);
         }
         if matches!(body, ControlRequest::ClientDeinit) && status == Status::Success {
             self.routes.clear();

@@ -45,6 +45,8 @@ use crate::client::LocalLock;
 
 /// Claims per `BatchUpdateLocks` (the batch limit).
 const CLAIMS_MAX: usize = dlock_core::config::BATCH_MAX;
+/// How long a heartbeat may spend paying what the client owes new owners ([`Owed`]).
+const OWED_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl<D: Dial> ClusterLink<D> {
     /// Refreshes the map (from `first`, then the others) and, if it changed, re-claims every
@@ -67,12 +69,6 @@ impl<D: Dial> ClusterLink<D> {
     /// partition in `NotReady` until the grace deadline (the longest grant lease, 30 s by
     /// default), after every failover and every planned move.
     fn done_without_records(&mut self, before: &dlock_core::cluster::Map, deadline: Instant) {
-        // A word owed to an earlier owner of a partition that moved again is owed no more.
-        let map = &self.map;
-        self.owed.dones.retain(|&p, &mut (server, epoch)| {
-            map.owner(p)
-                .is_some_and(|o| o.server == Some(server) && o.epoch == epoch)
-        });
         for p in 0..self.map.partitions().get() {
             let (old, new) = match (before.owner(p), self.map.owner(p)) {
                 (Some(old), Some(new)) => (*old, *new),
@@ -95,8 +91,15 @@ impl<D: Dial> ClusterLink<D> {
         self.pay_dones(deadline);
     }
 
-    /// Says the `ReclaimDone`s still owed ([`Owed`]); each taken is forgotten.
+    /// Says the `ReclaimDone`s still owed ([`Owed`]); each taken is forgotten, and so is one
+    /// owed to an owner the map no longer names for its partition (a word for an earlier
+    /// owner or epoch would only be refused).
     fn pay_dones(&mut self, deadline: Instant) {
+        let map = &self.map;
+        self.owed.dones.retain(|&p, &mut (server, epoch)| {
+            map.owner(p)
+                .is_some_and(|o| o.server == Some(server) && o.epoch == epoch)
+        });
         let owed: Vec<(u16, (ServerId, u32))> =
             self.owed.dones.iter().map(|(&p, &o)| (p, o)).collect();
         for (p, (server, epoch)) in owed {
@@ -113,9 +116,14 @@ impl<D: Dial> ClusterLink<D> {
     }
 
     /// Pays what the client still owes new owners ([`Owed`]): the re-claims of partitions not
-    /// all answered, then the owed `ReclaimDone`s. At each heartbeat; nothing to do (two empty
-    /// sets) in steady state.
+    /// all answered, then the owed `ReclaimDone`s. At each heartbeat, after the heartbeats
+    /// went out, and within [`OWED_WAIT`] of the heartbeat's deadline: what is refused again
+    /// waits for the next heartbeat rather than retrying until the deadline, which would
+    /// starve the heartbeats that keep the client's leases (a client whose lease lapsed is
+    /// dropped by the server with its references). Nothing to do (two empty sets) in steady
+    /// state.
     pub(super) fn pay_owed(&mut self, deadline: Instant) {
+        let deadline = deadline.min(Instant::now() + OWED_WAIT);
         let partitions: Vec<u16> = self.owed.reclaims.iter().copied().collect();
         for p in partitions {
             self.rehome_partition(p, deadline);
