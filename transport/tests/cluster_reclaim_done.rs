@@ -115,7 +115,14 @@ fn a_reclaim_done_refused_until_the_call_ended_is_said_again_at_the_next_heartbe
         .map(|i| format!("orders/{i}").into_bytes())
         .find(|n| m2.owner(partition_of(n, m2.partitions())).unwrap().server == Some(sid(1)))
         .unwrap();
-    let id = c.get_lock(LockKind::Atomic, &kept).unwrap();
+    // Retried: the server serves the client once it persisted its id, and each call of the
+    // client lasts 300 ms at most.
+    let mut id = None;
+    wait_until(Duration::from_secs(10), "the lock's reference", || {
+        id = c.get_lock(LockKind::Atomic, &kept).ok();
+        id.is_some()
+    });
+    let id = id.unwrap();
     wait_until(Duration::from_secs(10), "a grant at server 1", || {
         c.lock(id, Mode::Exclusive, 1_000, Duration::from_millis(100))
             .is_ok_and(|g| g.status == Status::Success)
