@@ -1,7 +1,9 @@
-//! A routing client's `ReclaimDone` that a partition's new owner refused until the client's call
-//! ended is said again at the client's next heartbeat, so the new owner ends its recovery
-//! early instead of at its grace deadline. Two cluster servers in one process over an
-//! in-process membership (`StaticCluster`), and the thin client (`ClusterLink`).
+//! What a routing client owes after a move, against two cluster servers in one process over
+//! an in-process membership (`StaticCluster`) and the thin client (`ClusterLink`): a
+//! `ReclaimDone` that a partition's new owner refused until the client's call ended is said
+//! again at the client's next heartbeat, so the new owner ends its recovery early instead of
+//! at its grace deadline; and a lock whose partition left a server and came back is claimed
+//! again there.
 //!
 //! The new owner refuses the word (`PartitionMoved`) while it has not applied the map the
 //! client learned from another server, or while it is fenced; the test fences it, which it can
@@ -154,4 +156,57 @@ fn a_reclaim_done_refused_until_the_call_ended_is_said_again_at_the_next_heartbe
     );
     drop(s2);
     drop(s1);
+}
+
+/// A partition that left a server and came back (A → B → A, here while the client was idle
+/// but for its heartbeat) is a new ownership at A: A freed the slots of the earlier one, the client's reference
+/// included. The client's record, still filed under A's id and incarnation from before, must
+/// be re-claimed, not taken as current; taken as current, every use of the lock read
+/// `LockNotGet` for good (the join-and-drain end-to-end test saw it).
+#[test]
+fn a_lock_whose_partition_left_and_came_back_is_claimed_again() {
+    let cluster = StaticCluster::new();
+    let (s1, _member1) = server(&cluster, 1);
+    let (s2, _member2) = server(&cluster, 2);
+    let (a1, a2) = (s1.tcp_addr().unwrap(), s2.tcp_addr().unwrap());
+    let m1 = map_after(&Map::new(Partitions::new(P).unwrap()), &[(1, a1)]);
+    cluster.set_map(m1.clone());
+    let cfg = || LinkConfig::new([a1.to_string()]).with_timeout(Duration::from_secs(5));
+    let mut c = loop {
+        match Client::connect_cluster(cfg()) {
+            Ok(c) => break c,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let m2 = map_after(&m1, &[(1, a1), (2, a2)]);
+    let name = (0..)
+        .map(|i| format!("orders/{i}").into_bytes())
+        .find(|n| m2.owner(partition_of(n, m2.partitions())).unwrap().server == Some(sid(2)))
+        .unwrap();
+    let id = c.get_lock(LockKind::Atomic, &name).unwrap();
+    let g = c
+        .lock(id, Mode::Exclusive, 1_000, Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(g.status, Status::Success);
+    assert_eq!(c.unlock(id).unwrap(), Status::Success);
+    // Away to server 2 and back, while the client is idle.
+    cluster.set_map(m2.clone());
+    wait_until(
+        Duration::from_secs(10),
+        "both servers on the second map",
+        || stat(a1, "map_version") == m2.version() && stat(a2, "map_version") == m2.version(),
+    );
+    let m3 = map_after(&m2, &[(1, a1)]);
+    cluster.set_map(m3.clone());
+    wait_until(Duration::from_secs(10), "server 1 on the third map", || {
+        stat(a1, "map_version") == m3.version()
+    });
+    // The client's heartbeat learns the map (a command on the freed slot is answered
+    // `LockNotGet`, which says nothing of the partition: the slot is gone).
+    c.heartbeat().unwrap();
+    let g = c.lock(id, Mode::Exclusive, 1_000, Duration::from_secs(5));
+    assert!(
+        g.as_ref().is_ok_and(|g| g.status == Status::Success),
+        "the lock after its partition came back: {g:?}"
+    );
 }

@@ -34,7 +34,7 @@ use std::io;
 use std::time::Instant;
 
 use dlock_core::Status;
-use dlock_core::cluster::ServerId;
+use dlock_core::cluster::{Handover, ServerId};
 use dlock_core::proto::{
     Batch, BatchEntry, CONTROL_FRAME_MAX, ControlRequest, ControlResponse, LockClaim,
     decode_control_response,
@@ -153,7 +153,13 @@ impl<D: Dial> ClusterLink<D> {
             let Some(r) = self.routes.get_mut(id) else {
                 continue;
             };
-            if (r.server, r.incarnation) == (server, incarnation) {
+            // The same server and registration is the same ownership only at the same epoch,
+            // or at a later one the owner got by renewing its own (`Renewal`). A partition that
+            // left and came back (A → B → A) is a new ownership at A: A freed the slots of the
+            // earlier one, this client's reference with them, so the record is claimed again.
+            let same = (r.server, r.incarnation) == (server, incarnation)
+                && (r.epoch == owner.epoch || owner.handover == Handover::Renewal);
+            if same {
                 r.epoch = owner.epoch;
             } else {
                 stale.push(id);
