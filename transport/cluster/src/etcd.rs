@@ -331,24 +331,45 @@ pub(crate) async fn marks(
     Ok(out)
 }
 
-/// Writes the client ids registered with this server in registration `incarnation`.
+/// Writes the client ids registered with this server in registration `incarnation`, only
+/// while the map is still the one at mod revision `map_rev` (the one the server applied):
+/// `MapChanged` otherwise.
+///
+/// Why the condition: a partition's new owner reads this list once, after the map that moved
+/// the partition was written, and ends its recovery early when every listed client said
+/// `ReclaimDone`. The old owner, alive in a planned move, serves under the old map until it
+/// applies the new one; a client it persisted in that window (after the new owner's read)
+/// and then granted a lock in the moving partition was missing from the list, so the new
+/// owner could serve before that client re-claimed and grant its lock to another: two
+/// holders (the end-to-end kill test saw it at start-up, when the first map moves partitions
+/// from the first server while clients are still registering). With the condition, a list
+/// written is one written before the next map, so every reader of the next map sees it.
 pub(crate) async fn persist_clients(
     client: &Client,
     cfg: &AgentConfig,
+    map_rev: i64,
     incarnation: u64,
     ids: &[u32],
 ) -> Result<(), AgentError> {
-    let key = Keys::new(&cfg.cluster).clients(cfg.server_id, incarnation);
+    let keys = Keys::new(&cfg.cluster);
+    let key = keys.clients(cfg.server_id, incarnation);
     let value = ids
         .iter()
         .map(|id| id.to_string())
         .collect::<Vec<_>>()
         .join(",");
+    let txn = Txn::new()
+        .when([Compare::mod_revision(keys.map(), CompareOp::Equal, map_rev)])
+        .and_then([TxnOp::put(key, value, None)]);
     let mut kv = client.kv_client();
-    timed(cfg.request_timeout, kv.put(key, value, None))
+    let resp = timed(cfg.request_timeout, kv.txn(txn))
         .await
         .map_err(AgentError::Etcd)?;
-    Ok(())
+    if resp.succeeded() {
+        Ok(())
+    } else {
+        Err(AgentError::MapChanged)
+    }
 }
 
 /// The client ids `server` persisted in registration `incarnation` (none: empty).

@@ -163,6 +163,7 @@ pub(crate) enum Command {
     },
     PersistClients {
         ids: Vec<u32>,
+        map_version: u64,
         reply: std::sync::mpsc::SyncSender<Result<(), AgentError>>,
     },
     Clients {
@@ -349,11 +350,19 @@ impl AgentHandle {
     /// Persists the ids of the clients registered with this server now (the whole set, under
     /// its current registration), so that a successor of any of its partitions knows whose
     /// re-claims to wait for. Not bound to the lease: the successor reads it after the lease
-    /// is gone.
-    pub fn persist_clients(&self, ids: &[u32]) -> Pending<()> {
+    /// is gone. Only while the map is still `map_version`, the one the server applied
+    /// ([`AgentError::MapChanged`] otherwise: persist again under the next): a successor reads
+    /// the list after the map that gave it the partition, so a list written under an older
+    /// map than etcd's may come too late for it (`etcd::persist_clients`).
+    pub fn persist_clients(&self, ids: &[u32], map_version: u64) -> Pending<()> {
         let (reply, rx) = std::sync::mpsc::sync_channel(1);
         let ids = ids.to_vec();
-        let _ = self.commands.send(Command::PersistClients { ids, reply });
+        let cmd = Command::PersistClients {
+            ids,
+            map_version,
+            reply,
+        };
+        let _ = self.commands.send(cmd);
         Pending(rx)
     }
 

@@ -104,8 +104,8 @@ impl Membership for AgentMembership {
         reply(self.0.persisted_clients(server, incarnation))
     }
 
-    fn persist_clients(&self, ids: &[u32]) -> Reply<()> {
-        reply(self.0.persist_clients(ids))
+    fn persist_clients(&self, ids: &[u32], map_version: u64) -> Reply<()> {
+        reply(self.0.persist_clients(ids, map_version))
     }
 
     fn marks(&self, partition: u16) -> Reply<Marks> {

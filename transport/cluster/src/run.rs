@@ -247,11 +247,18 @@ fn spawn_request(client: &Client, cfg: &Arc<AgentConfig>, shared: &Arc<Shared>, 
             Command::SessionKey { reply } => {
                 let _ = reply.send(etcd::session_key(&client, &cfg).await);
             }
-            Command::PersistClients { ids, reply } => {
+            Command::PersistClients {
+                ids,
+                map_version,
+                reply,
+            } => {
                 let incarnation = lock(&shared.standing).incarnation;
-                let r = match incarnation {
-                    Some(inc) => etcd::persist_clients(&client, &cfg, inc, &ids).await,
-                    None => Err(AgentError::Etcd("not registered".into())),
+                let r = match (incarnation, shared.map_revision()) {
+                    (None, _) => Err(AgentError::Etcd("not registered".into())),
+                    (Some(inc), Some((rev, v))) if v == map_version => {
+                        etcd::persist_clients(&client, &cfg, rev, inc, &ids).await
+                    }
+                    (Some(_), _) => Err(AgentError::MapChanged),
                 };
                 let _ = reply.send(r);
             }

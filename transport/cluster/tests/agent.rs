@@ -206,6 +206,31 @@ fn a_reservation_under_a_superseded_map_is_refused() {
 }
 
 #[test]
+fn client_ids_persisted_under_a_superseded_map_are_refused() {
+    let etcd = Etcd::start();
+    let a = etcd.agent("s", 1, 4);
+    let old = map_owned_by(&a.handle(), &[1]);
+    let r = a
+        .handle()
+        .persist_clients(&[7, 8], old.version())
+        .wait(LONG);
+    assert_eq!(r, Some(Ok(())), "persisted under the map it has");
+    let b = etcd.agent("s", 2, 4);
+    map_owned_by(&a.handle(), &[1, 2]);
+    // Server 1 has not applied the new map yet: what it persists now may come after server 2
+    // read its list for the partitions it took, so it is refused, and the list stays.
+    let r = a
+        .handle()
+        .persist_clients(&[7, 8, 9], old.version())
+        .wait(LONG);
+    assert_eq!(r, Some(Err(AgentError::MapChanged)));
+    let inc = a.handle().standing().incarnation.unwrap();
+    let listed = b.handle().persisted_clients(id(1), inc).wait(LONG);
+    assert_eq!(listed, Some(Ok(vec![7, 8])));
+    drop(b);
+}
+
+#[test]
 fn etcd_unreachable_at_start_errors_after_the_bounded_retry() {
     let etcd = Etcd::start();
     let mut cfg = etcd.config("u", 1, 8);

@@ -336,10 +336,18 @@ impl Poller<'_> {
             }
             self.persisting = None;
         }
-        if self.dirty {
+        // Acquire: pairs with the data thread's Release store after it applied the map.
+        let applied = self
+            .cx
+            .applied_version
+            .load(Ordering::Acquire)
+            .checked_sub(1);
+        if let (true, Some(version)) = (self.dirty, applied) {
             self.dirty = false;
             let ids: Vec<u32> = self.clients.iter().copied().collect();
-            let reply = self.cx.membership.persist_clients(&ids);
+            // Under the map the data thread applied: refused once etcd has a newer one, and
+            // tried again at the next poll (after the data thread applied that one too).
+            let reply = self.cx.membership.persist_clients(&ids, version);
             self.persisting = Some((reply, ids));
         }
     }

@@ -95,8 +95,11 @@ pub trait Membership: Send + Sync + fmt::Debug + 'static {
     /// The client ids server `server`, registered as `incarnation`, had persisted (a new
     /// owner of its partitions waits for their re-claims). An empty list: it had none.
     fn persisted_clients(&self, server: ServerId, incarnation: u64) -> Reply<Vec<u32>>;
-    /// Persists this server's registered client ids (the whole set, replacing the last).
-    fn persist_clients(&self, ids: &[u32]) -> Reply<()>;
+    /// Persists this server's registered client ids (the whole set, replacing the last), only
+    /// while the cluster's map is `map_version` (the one the server applied): a successor of
+    /// a partition reads the list once, after the map that gave it the partition, and must
+    /// find in it every client the old owner could have granted in it.
+    fn persist_clients(&self, ids: &[u32], map_version: u64) -> Reply<()>;
     /// The high-water marks of `partition`'s counters.
     fn marks(&self, partition: u16) -> Reply<Marks>;
     /// Persists `mark` for counter `name` of `partition` while the map is `map_version`;
@@ -235,9 +238,13 @@ impl Membership for StaticMembership {
         Reply::ready(Ok(ids.unwrap_or_default()))
     }
 
-    fn persist_clients(&self, ids: &[u32]) -> Reply<()> {
+    fn persist_clients(&self, ids: &[u32], map_version: u64) -> Reply<()> {
         let key = (self.id.get(), self.incarnation);
-        self.cluster.lock().clients.insert(key, ids.to_vec());
+        let mut registry = self.cluster.lock();
+        if registry.map.as_ref().map(|m| m.version()) != Some(map_version) {
+            return Reply::ready(Err("the map changed".into()));
+        }
+        registry.clients.insert(key, ids.to_vec());
         Reply::ready(Ok(()))
     }
 

@@ -162,6 +162,8 @@ pub struct Held {
     pub name: Vec<u8>,
     pub worker: usize,
     pub token: u64,
+    /// When the lock request was sent: the server granted it after this.
+    pub sent: Instant,
     pub from: Instant,
     pub until: Instant,
 }
@@ -175,6 +177,9 @@ pub struct Record {
     /// Calls that failed, by status (for the failure message; failures are allowed while a
     /// partition moves).
     pub errors: HashMap<Status, u64>,
+    /// Unlocks of recorded grants that a server answered with another status than `Success`
+    /// (`Fail`: the grant was gone, lost in a move).
+    pub unlocks_refused: HashMap<Status, u64>,
 }
 
 /// Client threads locking at full speed until stopped.
@@ -348,8 +353,16 @@ fn locker(
         let until = match c.unlock(id) {
             Ok(Status::Success) => unlocking,
             other => {
-                if let Err(e) = &other {
-                    note_error(record, e.status());
+                match &other {
+                    Err(e) => note_error(record, e.status()),
+                    Ok(s) => {
+                        *record
+                            .lock()
+                            .unwrap()
+                            .unlocks_refused
+                            .entry(*s)
+                            .or_default() += 1
+                    }
                 }
                 // Not confirmed: the lease may still run on a server.
                 sent + Duration::from_millis(EXPIRE_MS.into())
@@ -359,6 +372,7 @@ fn locker(
             name: name.clone(),
             worker: w,
             token: g.token.0,
+            sent,
             from,
             until,
         });

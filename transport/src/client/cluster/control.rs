@@ -102,7 +102,8 @@ impl<D: Dial> ClusterLink<D> {
     /// longer matters); `Success` when all said so, else the first refusal. A server that
     /// cannot be reached fails the call. A heartbeat first checks the map's version, so that a
     /// client learns of a move (and re-claims) within a heartbeat even in partitions it is not
-    /// using, and does not count on a server that left.
+    /// using, and does not count on a server that left; then it pays the re-claims and
+    /// `ReclaimDone`s a new owner did not take yet (`reclaim.rs`).
     fn everywhere(
         &mut self,
         h: ControlHeader,
@@ -110,7 +111,8 @@ impl<D: Dial> ClusterLink<D> {
         reply: &mut [u8],
         deadline: Instant,
     ) -> io::Result<usize> {
-        if matches!(body, ControlRequest::Heartbeat) {
+        let heartbeat = matches!(body, ControlRequest::Heartbeat);
+        if heartbeat {
             self.check_map(deadline);
         }
         let gone: Vec<_> = self
@@ -138,6 +140,9 @@ impl<D: Dial> ClusterLink<D> {
             if status == Status::Success {
                 status = s;
             }
+        }
+        if heartbeat {
+            self.pay_owed(deadline);
         }
         if matches!(body, ControlRequest::ClientDeinit) && status == Status::Success {
             self.routes.clear();

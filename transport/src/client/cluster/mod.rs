@@ -200,6 +200,9 @@ pub struct ClusterLink<D: Dial = NetDial> {
     next_ticket: u64,
     message_id: u16,
     start: Instant,
+    /// Re-claims and `ReclaimDone`s the client still owes new owners (`reclaim.rs`), paid at
+    /// each heartbeat until they are taken.
+    owed: reclaim::Owed,
 }
 
 impl<D: Dial> ClusterLink<D> {
@@ -229,6 +232,7 @@ impl<D: Dial> ClusterLink<D> {
                         next_ticket: 0,
                         message_id,
                         start: Instant::now(),
+                        owed: reclaim::Owed::default(),
                     });
                 }
                 Err(e) => {

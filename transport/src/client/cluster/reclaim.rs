@@ -14,12 +14,27 @@
 //! old owner may have freed its grants before it died (the lease-lapse rule of
 //! `Client::reinit`). The same owner at a new epoch (a renewal of its token counter) needs no
 //! re-claim: its ids stay valid.
+//!
+//! # What the client owes until it is taken
+//!
+//! The new owner of a partition serves it early only when every client the old owner had
+//! persisted said `ReclaimDone` there; one missing word holds the partition in `NotReady` until
+//! the grace deadline (the longest grant lease, 30 s by default). The client learns a map from
+//! whichever server answers first, often before the new owner applied it, and the new owner
+//! refuses claims and `ReclaimDone` as naming a future epoch until it has; a client it has not
+//! persisted yet gets `NotReady` for its claims. Both are retried within the call's deadline,
+//! which for a lock call is short. So what was not taken is kept in [`Owed`] — partitions whose
+//! re-claims were not all answered, and `ReclaimDone`s of partitions without locks — and paid
+//! at each heartbeat ([`ClusterLink::pay_owed`]) until taken, or until the map gives the
+//! partition to someone else. Before, a claim refused once waited for the lock's next use, and
+//! a `ReclaimDone` refused until the deadline was never sent again.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::time::Instant;
 
 use dlock_core::Status;
-use dlock_core::cluster::ServerId;
+use dlock_core::cluster::{Handover, ServerId};
 use dlock_core::proto::{
     Batch, BatchEntry, CONTROL_FRAME_MAX, ControlRequest, ControlResponse, LockClaim,
     decode_control_response,
@@ -30,6 +45,8 @@ use crate::client::LocalLock;
 
 /// Claims per `BatchUpdateLocks` (the batch limit).
 const CLAIMS_MAX: usize = dlock_core::config::BATCH_MAX;
+/// How long a heartbeat may spend paying what the client owes new owners ([`Owed`]).
+const OWED_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl<D: Dial> ClusterLink<D> {
     /// Refreshes the map (from `first`, then the others) and, if it changed, re-claims every
@@ -69,10 +86,49 @@ impl<D: Dial> ClusterLink<D> {
             {
                 continue;
             }
-            if let Err(e) = self.say_done(p, new_server, new.epoch, deadline) {
-                tracing::debug!(partition = p, %new_server, error = %e, "dlock: ReclaimDone not sent");
+            self.owed.dones.insert(p, (new_server, new.epoch));
+        }
+        self.pay_dones(deadline);
+    }
+
+    /// Says the `ReclaimDone`s still owed ([`Owed`]); each taken is forgotten, and so is one
+    /// owed to an owner the map no longer names for its partition (a word for an earlier
+    /// owner or epoch would only be refused).
+    fn pay_dones(&mut self, deadline: Instant) {
+        let map = &self.map;
+        self.owed.dones.retain(|&p, &mut (server, epoch)| {
+            map.owner(p)
+                .is_some_and(|o| o.server == Some(server) && o.epoch == epoch)
+        });
+        let owed: Vec<(u16, (ServerId, u32))> =
+            self.owed.dones.iter().map(|(&p, &o)| (p, o)).collect();
+        for (p, (server, epoch)) in owed {
+            match self.say_done(p, server, epoch, deadline) {
+                Ok(true) => {
+                    self.owed.dones.remove(&p);
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(partition = p, %server, error = %e, "dlock: ReclaimDone not sent");
+                }
             }
         }
+    }
+
+    /// Pays what the client still owes new owners ([`Owed`]): the re-claims of partitions not
+    /// all answered, then the owed `ReclaimDone`s. At each heartbeat, after the heartbeats
+    /// went out, and within [`OWED_WAIT`] of the heartbeat's deadline: what is refused again
+    /// waits for the next heartbeat rather than retrying until the deadline, which would
+    /// starve the heartbeats that keep the client's leases (a client whose lease lapsed is
+    /// dropped by the server with its references). Nothing to do (two empty sets) in steady
+    /// state.
+    pub(super) fn pay_owed(&mut self, deadline: Instant) {
+        let deadline = deadline.min(Instant::now() + OWED_WAIT);
+        let partitions: Vec<u16> = self.owed.reclaims.iter().copied().collect();
+        for p in partitions {
+            self.rehome_partition(p, deadline);
+        }
+        self.pay_dones(deadline);
     }
 
     /// Re-claims every partition the client knows locks in whose owner changed in the map.
@@ -97,21 +153,38 @@ impl<D: Dial> ClusterLink<D> {
             let Some(r) = self.routes.get_mut(id) else {
                 continue;
             };
-            if (r.server, r.incarnation) == (server, incarnation) {
+            // The same server and registration is the same ownership only at the same epoch,
+            // or at a later one the owner got by renewing its own (`Renewal`). A partition that
+            // left and came back (A → B → A) is a new ownership at A: A freed the slots of the
+            // earlier one, this client's reference with them, so the record is claimed again.
+            let same = (r.server, r.incarnation) == (server, incarnation)
+                && (r.epoch == owner.epoch || owner.handover == Handover::Renewal);
+            if same {
                 r.epoch = owner.epoch;
             } else {
                 stale.push(id);
             }
         }
         if stale.is_empty() {
+            self.owed.reclaims.remove(&p);
             return;
         }
-        if let Err(e) = self.reclaim(p, server, incarnation, owner.epoch, &stale, deadline) {
-            tracing::warn!(partition = p, %server, error = %e, "dlock: re-claims not done; kept for the next try");
+        match self.reclaim(p, server, incarnation, owner.epoch, &stale, deadline) {
+            Ok(true) => {
+                self.owed.reclaims.remove(&p);
+            }
+            Ok(false) => {
+                self.owed.reclaims.insert(p);
+            }
+            Err(e) => {
+                self.owed.reclaims.insert(p);
+                tracing::warn!(partition = p, %server, error = %e, "dlock: re-claims not done; kept for the next try");
+            }
         }
     }
 
-    /// Re-claims the locks `ids` of partition `p` at `server`, which owns it at `epoch`.
+    /// Re-claims the locks `ids` of partition `p` at `server`, which owns it at `epoch`;
+    /// whether all is settled (every claim answered for good and `ReclaimDone` taken).
     fn reclaim(
         &mut self,
         p: u16,
@@ -120,7 +193,7 @@ impl<D: Dial> ClusterLink<D> {
         epoch: u32,
         ids: &[u32],
         deadline: Instant,
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         // Read before the new owner is joined (which replaces the old one's record when the
         // same server came back as another incarnation).
         let now = Instant::now();
@@ -166,24 +239,26 @@ impl<D: Dial> ClusterLink<D> {
             };
             all &= self.file(&ids, &entries, new);
         }
-        if all {
-            self.say_done(p, server, epoch, deadline)?;
+        if !all {
+            return Ok(false);
         }
-        Ok(())
+        self.say_done(p, server, epoch, deadline)
     }
 
     /// Sends `ReclaimDone(p, epoch)` to `server`, again after a pause while it is answered
     /// `NotReady` or `PartitionMoved` and `deadline` lasts. The client can learn a map (from
     /// one server) before the new owner applied it, which then refuses the message as naming
     /// a future epoch; a `ReclaimDone` dropped there is never sent again, and the new owner
-    /// waits for it until its grace deadline.
+    /// waits for it until its grace deadline. Whether it is settled: taken, or refused for
+    /// good (another status: the server will never take it); `false` when still refused as
+    /// the deadline came, for [`Owed`] to send again.
     fn say_done(
         &mut self,
         p: u16,
         server: ServerId,
         epoch: u32,
         deadline: Instant,
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         let mut reply = vec![0u8; CONTROL_FRAME_MAX];
         let mut pause = super::control::PAUSE_MIN;
         loop {
@@ -196,13 +271,14 @@ impl<D: Dial> ClusterLink<D> {
                 .ok()
                 .and_then(|f| f.header.status());
             match status {
-                Some(Status::Success) => return Ok(()),
+                Some(Status::Success) => return Ok(true),
                 Some(Status::NotReady | Status::PartitionMoved) if Instant::now() < deadline => {
                     pause = self.pause(pause, deadline);
                 }
+                Some(Status::NotReady | Status::PartitionMoved) => return Ok(false),
                 _ => {
                     tracing::debug!(partition = p, ?status, "dlock: ReclaimDone not taken");
-                    return Ok(());
+                    return Ok(true);
                 }
             }
         }
@@ -278,4 +354,15 @@ struct Owned {
     server: ServerId,
     incarnation: u64,
     epoch: u32,
+}
+
+/// What the client owes new owners after a move (module doc), paid at each heartbeat.
+#[derive(Debug, Default)]
+pub(super) struct Owed {
+    /// Partitions with routes whose re-claim was not answered for good (or whose
+    /// `ReclaimDone` was not taken after it): re-claimed again.
+    reclaims: BTreeSet<u16>,
+    /// Partitions in which the client knows no lock, and the owner and epoch that awaits its
+    /// `ReclaimDone` there.
+    dones: BTreeMap<u16, (ServerId, u32)>,
 }
