@@ -37,10 +37,10 @@ const YIELDS_MAX: u32 = 16;
 /// The yields a caller that stopped yielding tries again with, every [`PROBE_EVERY`] sleeps.
 const YIELDS_PROBE: u32 = 4;
 /// Sleeps between probes while yielding does not pay.
-const PROBE_EVERY: u32 = 128;
+const PROBE_EVERY: u32 = 32;
 /// A yield that kept the caller off the processor this long gave it to another process for a
 /// time slice (the workers and the reader take far less): yielding costs here.
-const YIELD_OVERRUN: Duration = Duration::from_micros(200);
+const YIELD_OVERRUN: Duration = Duration::from_micros(500);
 
 /// A blocked caller's bell (see the module doc).
 #[derive(Debug)]
@@ -98,10 +98,12 @@ impl Bell {
     /// [`YIELD_OVERRUN`], halves it, down to nothing; a caller that stopped yielding probes
     /// with a small budget now and then.
     ///
-    /// Measured with 64 worker threads on one `Mux` (2 cores): lock+unlock 3.9 -> 0.1-0.4
-    /// futex calls and 19 -> 9-12 µs of client CPU per operation when the machine is
-    /// otherwise quiet; with two busy processes beside them, yielding stops and the figures
-    /// are those of sleeping at once.
+    /// Measured with 64 worker threads on one `Mux` (2 cores, load average about 4 from other
+    /// work): lock+unlock 3.9 -> 0.1-0.4 futex calls and 19 -> 9-12 µs of client CPU per
+    /// operation, 2.5 times the operations. With two busy processes added, yielding mostly
+    /// stops and throughput stayed within the noise of sleeping at once (between 0.7 and 2.7
+    /// times it over four runs). A 200 µs overrun stopped yielding at 64 workers even at that
+    /// moderate load, and a fixed 16 yields lost tenfold under heavy load.
     fn spin(&self) -> bool {
         for _ in 0..SPINS_BUSY {
             // Acquire: pairs with the ring's swap (see `ring`).
