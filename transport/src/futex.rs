@@ -1,7 +1,8 @@
 //! futex(2) on a 32-bit word in shared memory: sleep until the word changes, wake sleepers.
 //!
 //! The words live in the region, which another process may map, so the calls use the shared
-//! (non-`PRIVATE`) futex operations. Under loom there is no kernel: waiting yields instead, which
+//! (non-`PRIVATE`) futex operations; `*_private` serve words of this process alone (a shared
+//! connection's bells, `client/mux/bell.rs`). Under loom there is no kernel: waiting yields instead, which
 //! keeps the protocols' correctness (they never rely on the sleep) checkable.
 
 use std::time::Duration;
@@ -12,6 +13,35 @@ use crate::sync::AtomicU32;
 /// a timeout, a signal or a spurious wake-up alike: callers re-check their condition.
 #[cfg(not(dlock_loom))]
 pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    sys_wait(word, libc::FUTEX_WAIT, expected, timeout);
+}
+
+/// Wakes up to `n` sleepers on `word`.
+#[cfg(not(dlock_loom))]
+pub fn wake(word: &AtomicU32, n: i32) {
+    sys_wake(word, libc::FUTEX_WAKE, n);
+}
+
+/// [`wait`] on a word only this process uses (`FUTEX_PRIVATE_FLAG`: the kernel keys it by
+/// address alone, skipping the shared mapping's lookup).
+#[cfg(not(dlock_loom))]
+pub(crate) fn wait_private(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    sys_wait(
+        word,
+        libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+        expected,
+        timeout,
+    );
+}
+
+/// [`wake`] for a word only this process uses (see [`wait_private`]).
+#[cfg(not(dlock_loom))]
+pub(crate) fn wake_private(word: &AtomicU32, n: i32) {
+    sys_wake(word, libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, n);
+}
+
+#[cfg(not(dlock_loom))]
+fn sys_wait(word: &AtomicU32, op: libc::c_int, expected: u32, timeout: Option<Duration>) {
     let ts = timeout.map(|t| libc::timespec {
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
@@ -23,24 +53,27 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
     // is all FUTEX_WAIT reads; the timeout pointer is null or points to `ts`, alive on this frame.
     // The kernel compares the word atomically, so no Rust-level data race is possible.
     unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            ts_ptr,
-        );
+        libc::syscall(libc::SYS_futex, word.as_ptr(), op, expected, ts_ptr);
     }
 }
 
-/// Wakes up to `n` sleepers on `word`.
 #[cfg(not(dlock_loom))]
-pub fn wake(word: &AtomicU32, n: i32) {
+fn sys_wake(word: &AtomicU32, op: libc::c_int, n: i32) {
     // SAFETY: FUTEX_WAKE only uses the address as a key; `word` is alive for the call.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n);
+        libc::syscall(libc::SYS_futex, word.as_ptr(), op, n);
     }
 }
+
+/// Loom stand-in: yield instead of sleeping.
+#[cfg(dlock_loom)]
+pub(crate) fn wait_private(_word: &AtomicU32, _expected: u32, _timeout: Option<Duration>) {
+    loom::thread::yield_now();
+}
+
+/// Loom stand-in: nothing to wake.
+#[cfg(dlock_loom)]
+pub(crate) fn wake_private(_word: &AtomicU32, _n: i32) {}
 
 /// Loom stand-in: yield instead of sleeping.
 #[cfg(dlock_loom)]

@@ -698,7 +698,10 @@ pub fn decode_data_response(buf: &[u8]) -> Result<DataResponse<'_>, DecodeError>
     })
 }
 
-#[inline]
+// Always inlined: called out of line, it returns its `Result` through memory written field by
+// field, which the server's decode loop (`DataFrame::decode_into`) then read back in wider,
+// overlapping loads — store-forwarding stalls that cost a third of a 31-command message.
+#[inline(always)]
 fn parse_command(c: &RawCommand) -> Result<Command, DecodeError> {
     let (kind, op, id) = kind_op_id(c);
     if get_u16(c, 2)? != 0 {

@@ -76,8 +76,8 @@ impl<'r> Server<'r> {
             commands.len(),
             (|i| commands[i], |i| blocks.get(i).copied().flatten()),
             |i, r, _proof, value| {
-                results[i] = r;
-                read[i] = value;
+                results[i] = *r;
+                read[i] = value.copied();
             },
             now_ms,
         )

@@ -121,7 +121,7 @@ impl<'r> Server<'r> {
         me: ClientId,
         c: &LockCommand,
         meta: MessageMeta,
-        reply: &mut impl FnMut(usize, CommandResult, GrantProof, Option<ValueRead>),
+        reply: &mut impl FnMut(usize, &CommandResult, &GrantProof, Option<&ValueRead>),
         now_ms: u64,
     ) -> Disposition {
         let waitable = matches!(
@@ -146,7 +146,7 @@ impl<'r> Server<'r> {
                 word: 0,
                 aux: 0,
             };
-            reply(0, refused, GrantProof::NONE, None);
+            reply(0, &refused, &GrantProof::NONE, None);
             return Disposition::Replied;
         }
         // A ticket that a preemption passed starts over rather than being refused: the
@@ -162,9 +162,9 @@ impl<'r> Server<'r> {
         if !blocked(c.kind, r.status) {
             reply(
                 0,
-                r,
-                self.proof_of(me.get(), c, &r, false),
-                self.value_of(c, &r),
+                &r,
+                &self.proof_of(me.get(), c, &r, false),
+                self.value_of(c, &r).as_ref(),
             );
             return Disposition::Replied;
         }

@@ -4,9 +4,11 @@
 //! wake-up, a reply nobody reads or a request nobody writes as a deadlock: every thread
 //! waiting, the server for a request or a caller for a reply.
 //!
-//! Checked locally, each caught as a deadlock: a caller that lets go of the lock between
-//! looking at the state and sleeping on its bell (`Hub::recv`'s wait not atomic with its check:
-//! the reply filed and the bell rung in between are lost); a reader that stops without naming
+//! Checked locally: a bell that forgets a ring made before its caller sleeps (the caller lets go
+//! of the lock between parking and sleeping, so the reply filed and the bell rung in between
+//! are then lost: `Bell::wait` clearing its word before it looks) fails all three models, as a
+//! wait that never ends (loom's futex stand-in yields, so loom reports the model exceeding its
+//! branches); and each of these as a deadlock: a reader that stops without naming
 //! the next (`Sched::resign` leaving reading vacant while a caller sleeps); and the last caller
 //! back from a burst not writing the queue (`come_back` without its `flush` duty: the second
 //! model's server waits for a request forever).

@@ -46,10 +46,12 @@
 //!
 //! Why it holds:
 //!
-//! - **No lost wake-up.** Every sleeper sleeps on its own condition variable under the lock and
-//!   looks at the state again whenever it wakes; every change that concerns it (its reply filed,
-//!   its naming as reader, the connection closed) is made under the lock before its bell is
-//!   rung. Bells are rung after the lock is let go, so nobody wakes into a lock still held.
+//! - **No lost wake-up.** Every sleeper parks under the lock, then sleeps on its own bell with
+//!   the lock let go, and looks at the state again whenever it wakes; every change that
+//!   concerns it (its reply filed, its naming as reader, the connection closed) is made under
+//!   the lock before its bell is rung, and a bell keeps a ring made before its caller sleeps
+//!   (`bell.rs`). Bells are rung after the lock is let go, so nobody wakes into a lock still
+//!   held, and ringing a caller still spinning on its bell costs no system call.
 //! - **No reply left unread while anyone waits** (`Sched` invariant 1): whenever a caller
 //!   sleeps or a future waits, somebody reads, or a woken caller is still to come back — and the
 //!   last of those names a reader if there is none. A reader hands on before it stops.
@@ -353,7 +355,11 @@ impl<P: Pipe> Hub<P> {
             let expired = deadline.is_some_and(|d| d <= Instant::now());
             let (step, duties) = s.step(client, ticket, reply, expired, looked);
             if step == Step::Park && duties.successor.is_none() && !duties.flush {
-                s = sleep(bell, s, deadline);
+                // Parked under the lock: every change that concerns it from now on rings the
+                // bell, which keeps the ring until it waits (`bell.rs`).
+                drop(s);
+                bell.wait(deadline);
+                s = self.lock();
                 continue;
             }
             drop(s);
@@ -456,7 +462,7 @@ impl<P: Pipe> Hub<P> {
             wakes.deliver();
             if ended {
                 self.pipe.shutdown();
-                bells.iter().for_each(|b| b.cv.notify_one());
+                bells.iter().for_each(|b| b.ring());
                 tasks.into_iter().for_each(Waker::wake);
             }
             self.tell(successor);
@@ -478,7 +484,7 @@ impl<P: Pipe> Hub<P> {
     /// Tells a newly named reader that it reads.
     fn tell(&self, successor: Option<Successor>) {
         match successor {
-            Some(Successor::Caller(bell)) => bell.cv.notify_one(),
+            Some(Successor::Caller(bell)) => bell.ring(),
             Some(Successor::Thread) => self.standby.notify_one(),
             None => {}
         }
@@ -488,7 +494,7 @@ impl<P: Pipe> Hub<P> {
     pub fn fail(&self) {
         let (bells, tasks) = self.lock().close();
         self.pipe.shutdown();
-        bells.iter().for_each(|b| b.cv.notify_one());
+        bells.iter().for_each(|b| b.ring());
         tasks.into_iter().for_each(Waker::wake);
     }
 
@@ -535,24 +541,6 @@ impl<P: Pipe> Hub<P> {
             }
             // An error is the waiters' to learn: `flush` failed the connection.
             let _ = self.flush();
-        }
-    }
-}
-
-/// Sleeps on `bell` until rung or `deadline`.
-fn sleep<'a>(
-    bell: &Bell,
-    s: MutexGuard<'a, Sched>,
-    deadline: Option<Instant>,
-) -> MutexGuard<'a, Sched> {
-    match deadline {
-        None => bell.cv.wait(s).unwrap_or_else(PoisonError::into_inner),
-        Some(d) => {
-            let left = d.saturating_duration_since(Instant::now());
-            bell.cv
-                .wait_timeout(s, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0
         }
     }
 }

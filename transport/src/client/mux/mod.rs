@@ -29,6 +29,7 @@
 //! hand-off (who reads, who sleeps, who writes), over `sched.rs`, its state; `pipe.rs` the
 //! socket.
 
+mod bell;
 mod hub;
 #[cfg(test)]
 mod hub_tests;

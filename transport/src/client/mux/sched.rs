@@ -33,19 +33,14 @@ use std::task::Waker;
 use dlock_core::proto::{CONTROL_FRAME_MAX, set_control_message_id};
 
 use super::super::awaited::AwaitTable;
-use crate::sync::{Arc, Condvar};
+pub use super::bell::Bell;
+use crate::sync::Arc;
 
 /// The place control replies are filed under: no client has id 0.
 pub(super) const CONTROL: u32 = 0;
 
 /// Wake-ups one lock hold may collect before it must let go and deliver them.
 const WAKES_MAX: usize = 32;
-
-/// A blocked caller's bell: the condition variable it sleeps on (under the hub's lock).
-#[derive(Debug, Default)]
-pub struct Bell {
-    pub(super) cv: Condvar,
-}
 
 /// Who reads the connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,7 +198,7 @@ impl Wakes {
     pub(super) fn deliver(&mut self) {
         for b in self.bells[..self.bells_n].iter_mut() {
             if let Some(b) = b.take() {
-                b.cv.notify_one();
+                b.ring();
             }
         }
         for t in self.tasks[..self.tasks_n].iter_mut() {
