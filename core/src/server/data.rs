@@ -417,6 +417,16 @@ impl<'r> Server<'r> {
             };
             return (refused, Note::default());
         }
+        // Cached holders in the way are asked for the lock back, and lapsed ones released,
+        // before the word decides (`revokes.rs`).
+        let revoked = match c.op.acquires() {
+            true => self.revoke_decision(slot, lock, c, now_ms),
+            false => super::revokes::Revoked::default(),
+        };
+        let cell = match revoked.lapsed {
+            true => self.t.lock_cells[lock as usize],
+            false => cell,
+        };
         let hold = self.current_hold(slot, me, lock);
         let before = cell;
         let step = match c.kind {
@@ -435,7 +445,10 @@ impl<'r> Server<'r> {
                 .with_ms(t.shared)
                 .into_bits();
         }
-        let mut note = Note::default();
+        let mut note = Note {
+            released: revoked.lapsed,
+            ..Note::default()
+        };
         let aux = match step.effect {
             Effect::Granted { mode, preempted } => {
                 let owner_before = exclusive_owner(c.kind, &before);
@@ -447,8 +460,11 @@ impl<'r> Server<'r> {
                 let token = self.issue_token();
                 self.t.lock_cells[lock as usize].fence = token.0;
                 let retain = c.flags.contains(LockFlags::RETAIN);
-                let granted = GrantState::granted(mode, false, retain);
+                let granted = GrantState::granted(mode, revoked.cached, retain);
                 self.t.lock_holds.set(slot, lock, granted.bits());
+                if revoked.cached {
+                    self.note_cached_grant(lock, now_ms);
+                }
                 self.stats.bump(Counter::Grants);
                 if preempted {
                     self.stats.bump(Counter::Preemptions);

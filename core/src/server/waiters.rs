@@ -389,7 +389,12 @@ impl<'r> Server<'r> {
             // RW grants never lapse; only an unlock or a death frees them.
             _ => u64::MAX,
         };
-        deadline.min(lapse.saturating_add(1))
+        // A cached holder's minimum hold ends (its revoke is due) or its revoke lapses.
+        let revoke = match self.t.lock_manager[id.index() as usize].retry_at_ms {
+            0 => u64::MAX,
+            at => at,
+        };
+        deadline.min(lapse.saturating_add(1)).min(revoke)
     }
 
     /// Replies of parked requests that have been decided.

@@ -192,6 +192,8 @@ impl Params {
             epoch: 1,
             recovery_deadline_ms: rng.range(u64::from(lease_max), 3_000) as u32,
             clients_per_peer_max: 0,
+            // The simulator asks for no cached grants yet, so the timing never applies.
+            timing: dlock_core::manager::Timing::DEFAULT,
         };
         let calm = rng.below(5) == 0;
         let f = |ppm: u64| if calm { 0 } else { ppm as u32 };
