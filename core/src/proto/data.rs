@@ -18,7 +18,7 @@
 //! | off | type | field                                                          |
 //! |-----|------|----------------------------------------------------------------|
 //! | 0   | u8   | kind: 0/1/2 = [`LockKind`], 3 = object ([`OBJECT_KIND`]), 4 = join ([`JOIN_KIND`]) |
-//! | 1   | u8   | op: a [`LockOp`] or an [`ObjectOp`]                            |
+//! | 1   | u8   | op: a [`LockOp`] (0..=7 the reference's, 8 `Downgrade`) or an [`ObjectOp`] |
 //! | 2   | u16  | status: zero in requests, the outcome in responses             |
 //! | 4   | u32  | lock or object id                                              |
 //! | 8   | 24 B | payload                                                        |
@@ -107,6 +107,10 @@ pub enum LockOp {
     ExtendShared = 6,
     /// Fair lock: retry a shared request with the ticket held.
     TicketShared = 7,
+    /// A dlock addition (`proto::lock_flags`, wire code 8): turn an exclusive grant into a
+    /// shared one in place, for a cached holder asked to make room for readers. RW locks only:
+    /// a fair or atomic lock answers `Einval` (the holder unlocks instead).
+    Downgrade = 8,
 }
 
 impl LockOp {
@@ -122,6 +126,7 @@ impl LockOp {
             5 => LockOp::UnlockShared,
             6 => LockOp::ExtendShared,
             7 => LockOp::TicketShared,
+            super::lock_flags::DOWNGRADE_OP => LockOp::Downgrade,
             _ => return None,
         })
     }
@@ -138,10 +143,11 @@ impl LockOp {
         )
     }
 
-    /// The mode the op acts in: codes 0..=3 are exclusive, 4..=7 shared.
+    /// The mode the op acts in: codes 0..=3 are exclusive, 4..=7 shared, and a downgrade acts
+    /// on an exclusive grant.
     #[inline]
     pub const fn mode(self) -> Mode {
-        if (self as u8) < 4 {
+        if (self as u8) < 4 || matches!(self, LockOp::Downgrade) {
             Mode::Exclusive
         } else {
             Mode::Shared

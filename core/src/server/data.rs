@@ -488,6 +488,18 @@ impl<'r> Server<'r> {
                 cell.fence
             }
             Effect::Extended => cell.fence,
+            Effect::Downgraded => {
+                // Still held, shared now, and still cached if it was: the revoke, if any, is
+                // answered (`GrantState::downgraded`). The exclusive turn ends here, so the
+                // block is written (or kept) as at an exclusive unlock.
+                self.t.lock_holds.set(slot, lock, hold.downgraded().bits());
+                if c.flags.writes_value(c.op as u8) {
+                    let _ = self.t.lock_values[lock as usize].release(Mode::Exclusive, written);
+                }
+                // Readers parked behind the writer may join now.
+                note.released = true;
+                cell.fence
+            }
             Effect::None => {
                 if step.ticket_void {
                     self.t.lock_holds.set(slot, lock, GrantState::None.bits());
@@ -617,6 +629,10 @@ fn rw_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: GrantState, now
         LockOp::TryShared => rw::try_shared(w, reader, now_ms),
         LockOp::UnlockShared => rw::unlock_shared(w, reader),
         LockOp::ExtendExclusive | LockOp::ExtendShared => rw::extend(w),
+        LockOp::Downgrade if hold.grant_mode() != Some(Mode::Exclusive) => {
+            return Step::refused(cell, Status::Fail);
+        }
+        LockOp::Downgrade => rw::downgrade(w, me),
         LockOp::TicketExclusive | LockOp::TicketShared => {
             return Step::refused(cell, Status::Einval);
         }
@@ -641,6 +657,9 @@ fn fair_step(
         LockOp::TicketExclusive | LockOp::TicketShared => fair::Request::Retry(c.ticket),
         LockOp::UnlockExclusive | LockOp::UnlockShared => fair::Request::Unlock(c.ticket),
         LockOp::ExtendExclusive | LockOp::ExtendShared => fair::Request::Extend(c.ticket),
+        // The fair word's ticket counters have no step from an exclusive turn to a reader's
+        // that keeps a queued writer out: a cached fair holder gives back with an unlock.
+        LockOp::Downgrade => return Step::refused(cell, Status::Einval),
     };
     let caller = fair::Caller { id: me, hold };
     let served = fair::serve(s, caller, c.op.mode(), req, c.expire_ms, now_ms);

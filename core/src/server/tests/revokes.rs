@@ -254,3 +254,90 @@ fn revokes_to_one_client_fill_its_ring_and_then_count_as_overflows() {
     let ring = s.event_ring(slot).unwrap();
     assert_eq!((ring.pending(), ring.overflows()), (0, 0));
 }
+
+#[test]
+fn a_revoked_writer_downgrades_for_a_reader_and_writes_its_value_block_on_the_way() {
+    let kind = LockKind::Rw;
+    let mut s = TestServer::new(&small());
+    let (a, b, la, lb) = pair(&mut s, kind);
+    assert_eq!(
+        s.run(a, cached(kind, LockOp::TryExclusive, la), 0).status,
+        Status::Success
+    );
+    assert_eq!(
+        s.wait_for(
+            b,
+            cmd(kind, LockOp::TryShared, lb, 5_000, LockFlags::NONE),
+            10
+        ),
+        None
+    );
+    assert!(matches!(
+        events(&s, a).0[..],
+        [Event::Revoke {
+            wanted: Mode::Shared,
+            ..
+        }]
+    ));
+    // The downgrade writes the block like an exclusive unlock, and answers the revoke.
+    let block = crate::manager::ValueBlock([7; 32]);
+    let down = LockCommand {
+        kind,
+        op: LockOp::Downgrade,
+        lock: la.raw(),
+        flags: LockFlags::VALUE_BLOCK,
+        ..LockCommand::NONE
+    };
+    let mut r = [run(&mut s, a, lock(kind, LockOp::TryShared, la, 0), 11)];
+    assert_eq!(r[0].status, Status::Fail, "a still writes");
+    let values = crate::server::MessageValues {
+        blocks: &[Some(block)],
+        read: &mut [None],
+    };
+    let disposition = s
+        .execute_message_with_values(a.get(), 0, &[Command::Lock(down)], &mut r, values, 11)
+        .unwrap();
+    assert_eq!(
+        (disposition, r[0].status),
+        (Disposition::Replied, Status::Success)
+    );
+    assert_eq!(hold(&s, a, la), GrantState::SharedCached);
+    assert_eq!(
+        s.replies()[0].result.status,
+        Status::Success,
+        "the reader joins"
+    );
+    assert_eq!(hold(&s, b, lb), GrantState::Shared);
+    let value = s.t.lock_values[la.index() as usize].read();
+    assert_eq!((value.block, value.valid), (block, true));
+    // A second downgrade, or one from a reader, is not the caller's to make.
+    assert_eq!(s.run(a, Command::Lock(down), 12).status, Status::Fail);
+    assert_eq!(
+        s.run(
+            b,
+            Command::Lock(LockCommand {
+                flags: LockFlags::NONE,
+                lock: lb.raw(),
+                ..down
+            }),
+            12
+        )
+        .status,
+        Status::Fail
+    );
+}
+
+#[test]
+fn fair_and_atomic_locks_refuse_a_downgrade() {
+    for kind in [LockKind::Atomic, LockKind::Fair] {
+        let mut s = TestServer::new(&small());
+        let (a, _, la, _) = pair(&mut s, kind);
+        assert_eq!(
+            s.run(a, cached(kind, LockOp::TryExclusive, la), 0).status,
+            Status::Success
+        );
+        let down = lock(kind, LockOp::Downgrade, la, 0);
+        assert_eq!(s.run(a, down, 1).status, Status::Einval, "{kind:?}");
+        assert_eq!(hold(&s, a, la), GrantState::ExclusiveCached, "{kind:?}");
+    }
+}
