@@ -21,7 +21,7 @@
 //! one is broken or probing, and accepting it would make the byte mean two things later.
 //!
 //! `Downgrade` is op code [`DOWNGRADE_OP`] (8, after the reference's 0..=7): exclusive to shared
-//! in place, for RW and fair locks; the server answers `Einval` on an atomic lock, which has no
+//! in place, for RW locks; the server answers `Einval` on an atomic lock, which has no
 //! shared mode (its holder gives back with an unlock), and on a fair lock, whose word has no
 //! step from an exclusive turn to a reader's that keeps a queued writer out. It is
 //! [`LockOp::Downgrade`](super::LockOp::Downgrade), whose [`LockOp::mode`](super::LockOp::mode)

@@ -33,6 +33,7 @@ pub mod proof;
 mod recovery;
 pub mod retained;
 mod revokes;
+mod invariants;
 pub mod route;
 mod routing;
 pub mod stats;

@@ -41,6 +41,7 @@ fn hold(s: &TestServer, c: ClientId, id: LockId) -> GrantState {
 
 /// Every event waiting in client `c`'s ring, and its overflow count.
 fn events(s: &TestServer, c: ClientId) -> (Vec<Event>, u64) {
+    s.check_invariants().unwrap();
     let ring = s.event_ring(s.client_slot_of(c.get()).unwrap()).unwrap();
     (
         core::iter::from_fn(|| ring.pop()).collect(),
