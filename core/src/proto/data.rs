@@ -487,7 +487,9 @@ pub fn peek_data_header(buf: &[u8]) -> Result<(DataHeader, usize), DecodeError> 
 }
 
 /// [`peek_data_header`] for a response: the length counts a response's value and proof
-/// trailers. A client's stream transport frames responses with it.
+/// trailers, and an event message ([`FLAG_EVENT`](super::FLAG_EVENT), which a server sends
+/// unasked on the same stream) is framed too. A client's stream transport frames responses
+/// with it and tells an event by its flags.
 #[inline]
 pub fn peek_data_response_header(buf: &[u8]) -> Result<(DataHeader, usize), DecodeError> {
     peek(buf, true)
@@ -509,6 +511,14 @@ fn peek(buf: &[u8], response: bool) -> Result<(DataHeader, usize), DecodeError> 
         flags: get_u32(buf, 12)?,
     };
     let count = usize::from(header.count);
+    if response && header.flags == super::FLAG_EVENT {
+        // An event message (`event.rs`) shares the stream of responses: framed here, decoded
+        // by `decode_event_message`, never by the response decoder.
+        if !(1..=super::EVENTS_MAX).contains(&count) {
+            return Err(DecodeError::BadCount);
+        }
+        return Ok((header, super::event::event_message_len(count)));
+    }
     if !(1..=BATCH_MAX).contains(&count) {
         return Err(DecodeError::BadCount);
     }

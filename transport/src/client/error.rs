@@ -85,6 +85,10 @@ pub(crate) enum Op {
     StageValue,
     /// Asking (or no longer asking) for a lock's grants to be retained if the client dies.
     SetRetain,
+    /// Asking (or no longer asking) for a lock's grants to be cached.
+    SetCacheable,
+    /// Reading what the server sent unasked (revokes).
+    PollEvents,
     /// Releasing a dead client's retained locks.
     RecoveryDone,
     /// Listing retained locks.
@@ -131,6 +135,8 @@ impl Op {
             Op::SetValueBlocks => "set_value_blocks",
             Op::StageValue => "stage_value",
             Op::SetRetain => "set_retain",
+            Op::SetCacheable => "set_cacheable",
+            Op::PollEvents => "poll_events",
             Op::RecoveryDone => "recovery_done",
             Op::ListRetained => "list_retained",
             Op::Complete => "complete",

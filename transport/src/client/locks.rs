@@ -116,6 +116,16 @@ impl<C: Connection> Client<C> {
         self.set_ask(Op::SetRetain, id, LockFlags::RETAIN, on)
     }
 
+    /// Asks for every grant of `id` from now on to be *cached* (`on`; the server's
+    /// `manager::revoke`): the server then asks for it back with a revoke
+    /// ([`Client::poll_events`]) when another client wants a conflicting mode, instead of
+    /// only waiting for the unlock. The holder promises to give it back (unlock, or downgrade
+    /// for a reader) when asked; one that does not loses it after the server's revoke timeout,
+    /// as at the end of its lease. Local only; `LockNotGet` for a lock not got.
+    pub fn set_cacheable(&mut self, id: LockId, on: bool) -> Result<(), Error> {
+        self.set_ask(Op::SetCacheable, id, LockFlags::CACHEABLE, on)
+    }
+
     /// Sets (`on`) or clears `flag` in what `id`'s acquisitions ask for.
     fn set_ask(&mut self, op: Op, id: LockId, flag: LockFlags, on: bool) -> Result<(), Error> {
         let local = &mut self

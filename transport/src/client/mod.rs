@@ -58,6 +58,7 @@ mod config;
 mod connection;
 mod control;
 pub mod error;
+mod events;
 mod futures;
 pub mod link;
 /// The client's record of one lock and its decisions: I/O-free, in `dlock-core`.

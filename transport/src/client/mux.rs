@@ -30,8 +30,8 @@ use std::task::Waker;
 use std::time::Instant;
 
 use dlock_core::proto::{
-    Command, DATA_HEADER_LEN, DATA_RESPONSE_WITH_VALUES_MAX, DataHeader, DecodeError, JoinCommand,
-    PROTO_VERSION, decode_data_response, encode_data_request, peek_data_header,
+    Command, DATA_HEADER_LEN, DATA_RESPONSE_WITH_VALUES_MAX, DataHeader, DecodeError, FLAG_EVENT,
+    JoinCommand, PROTO_VERSION, decode_data_response, encode_data_request, peek_data_header,
     peek_data_response_header,
 };
 use dlock_core::{Session, Status};
@@ -490,6 +490,14 @@ impl Conn {
             let Some(reply) = bytes.get(at..at + len) else {
                 return Ok(at);
             };
+            if header.flags == FLAG_EVENT {
+                // Sent unasked: no request is in flight for it.
+                if let Some(port) = ports.get(&header.client) {
+                    port.deliver_events(reply);
+                }
+                at += len;
+                continue;
+            }
             // Relaxed: see `in_flight`; never below zero (a reply to a request sent before a
             // count began is not counted twice).
             let _ = self
@@ -518,9 +526,24 @@ struct PortState {
     closed: bool,
     /// The task to wake when a reply arrives (an async caller).
     waker: Option<Waker>,
+    /// Event messages for this client (`events.rs`).
+    events: super::events::EventQueue,
+    /// The task to wake when an event arrives (an async reader of the events).
+    events_waker: Option<Waker>,
 }
 
 impl Port {
+    fn deliver_events(&self, msg: &[u8]) {
+        let waker = {
+            let mut s = lock(&self.state);
+            s.events.file_message(msg);
+            s.events_waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
     fn deliver(&self, message_id: u16, reply: &[u8]) {
         let mut s = lock(&self.state);
         if !s.awaited.file(message_id, reply) {
@@ -535,13 +558,13 @@ impl Port {
     }
 
     fn close(&self) {
-        let waker = {
+        let (waker, events_waker) = {
             let mut s = lock(&self.state);
             s.closed = true;
-            s.waker.take()
+            (s.waker.take(), s.events_waker.take())
         };
         self.arrived.notify_all();
-        if let Some(w) = waker {
+        for w in [waker, events_waker].into_iter().flatten() {
             w.wake();
         }
     }
@@ -581,6 +604,8 @@ impl MuxPort {
                 awaited: AwaitTable::new(),
                 closed: conn.broken.load(Ordering::Acquire),
                 waker: None,
+                events: super::events::EventQueue::default(),
+                events_waker: None,
             }),
             arrived: Condvar::new(),
         });
@@ -615,6 +640,11 @@ impl MuxPort {
         }
         s.awaited.expect(ticket, header.message_id);
         Ok(())
+    }
+
+    /// Hands the events the reader filed for this client to `sink`.
+    pub(crate) fn poll_events(&self, sink: &mut dyn FnMut(dlock_core::proto::Event)) {
+        lock(&self.port.state).events.drain(sink);
     }
 
     /// The reply to `ticket` if it has arrived already.
