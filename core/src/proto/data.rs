@@ -600,7 +600,9 @@ impl<'a> DataFrame<'a> {
             (true, false) => VALUE_REQUEST_LEN,
             (true, true) => VALUE_REPLY_LEN,
         };
-        let (body, trailer) = body.split_at(count * COMMAND_LEN);
+        let (body, trailer) = body
+            .split_at_checked(count * COMMAND_LEN)
+            .ok_or(DecodeError::BadLength)?;
         let (values, trailer) = trailer
             .split_at_checked(count * value_len)
             .ok_or(DecodeError::BadLength)?;
@@ -698,6 +700,10 @@ pub fn decode_data_request_into<'a>(
 /// Decodes a data response, validating every result so [`DataResponse::result`] cannot fail.
 pub fn decode_data_response(buf: &[u8]) -> Result<DataResponse<'_>, DecodeError> {
     let (header, len) = peek_data_response_header(buf)?;
+    if header.flags == super::FLAG_EVENT {
+        // Framed beside the responses, but no response: `decode_event_message` reads it.
+        return Err(DecodeError::BadFlags);
+    }
     let parts = DataFrame { header, len, buf }.split(true)?;
     for c in parts.commands {
         parse_result(c)?;
