@@ -37,6 +37,7 @@ mod revokes;
 pub mod route;
 mod routing;
 pub mod stats;
+mod steps;
 mod waiters;
 
 use crate::config::Config;

@@ -342,3 +342,36 @@ fn fair_and_atomic_locks_refuse_a_downgrade() {
         assert_eq!(hold(&s, a, la), GrantState::ExclusiveCached, "{kind:?}");
     }
 }
+
+#[test]
+fn a_grant_lapsed_inside_an_undone_all_or_nothing_message_stays_released() {
+    let cfg = Config {
+        timing: crate::manager::Timing {
+            min_hold_ms: 0,
+            revoke_timeout_ms: 100,
+        },
+        ..small()
+    };
+    let (kind, ex) = (LockKind::Rw, LockOp::TryExclusive);
+    let mut s = TestServer::new(&cfg);
+    let (a, b, la, lb) = pair(&mut s, kind);
+    let c = s.client(0);
+    let other_b = s.get_lock(b.get(), kind, b"other", 0).unwrap();
+    let other_c = s.get_lock(c.get(), kind, b"other", 0).unwrap();
+    assert_eq!(s.run(a, cached(kind, ex, la), 0).status, Status::Success);
+    assert_eq!(
+        s.run(c, lock(kind, ex, other_c, 0), 0).status,
+        Status::Success
+    );
+    // b's trylock revokes a; a ignores it past the timeout.
+    assert_eq!(s.run(b, lock(kind, ex, lb, 0), 1).status, Status::Fail);
+    let _ = s.heartbeat(a.get(), 150);
+    // b's unit: the first lock lapses a's grant, the second is c's: the unit is undone.
+    let unit = [lock(kind, ex, lb, 0), lock(kind, ex, other_b, 0)];
+    let r = s.run_all(b, crate::proto::FLAG_ALL_OR_NOTHING, &unit, 200);
+    assert_eq!((r[0].status, r[1].status), (Status::Eagain, Status::Fail));
+    // a's grant lapsed for good: the lock is free, not held by a word nobody can unlock.
+    assert_eq!(hold(&s, a, la), GrantState::None);
+    assert_eq!(s.run(b, lock(kind, ex, lb, 0), 201).status, Status::Success);
+    s.check_invariants().unwrap();
+}
