@@ -528,20 +528,11 @@ struct PortState {
     waker: Option<Waker>,
     /// Event messages for this client (`events.rs`).
     events: super::events::EventQueue,
-    /// The task to wake when an event arrives (an async reader of the events).
-    events_waker: Option<Waker>,
 }
 
 impl Port {
     fn deliver_events(&self, msg: &[u8]) {
-        let waker = {
-            let mut s = lock(&self.state);
-            s.events.file_message(msg);
-            s.events_waker.take()
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
+        lock(&self.state).events.file_message(msg);
     }
 
     fn deliver(&self, message_id: u16, reply: &[u8]) {
@@ -558,13 +549,13 @@ impl Port {
     }
 
     fn close(&self) {
-        let (waker, events_waker) = {
+        let waker = {
             let mut s = lock(&self.state);
             s.closed = true;
-            (s.waker.take(), s.events_waker.take())
+            s.waker.take()
         };
         self.arrived.notify_all();
-        for w in [waker, events_waker].into_iter().flatten() {
+        if let Some(w) = waker {
             w.wake();
         }
     }
@@ -605,7 +596,6 @@ impl MuxPort {
                 closed: conn.broken.load(Ordering::Acquire),
                 waker: None,
                 events: super::events::EventQueue::default(),
-                events_waker: None,
             }),
             arrived: Condvar::new(),
         });
