@@ -474,8 +474,12 @@ impl LocalLock {
                 ..nothing
             },
             (Some(mode), _) => {
-                // A clock that went backwards reads as "just granted", not as a huge age.
-                let age_ms = now_ms.saturating_sub(self.granted_at_ms);
+                // A clock that went backwards reads as "just granted", not as a huge age. Both
+                // readings are whole ticks, so their difference may exceed the real age by up to
+                // a tick: count one tick less, so that the lease the claim restores never ends
+                // before the one the holder was granted (a shorter claim let a new owner grant
+                // the lock while the holder, counting from its request, still held it).
+                let age_ms = now_ms.saturating_sub(self.granted_at_ms).saturating_sub(1);
                 Claim {
                     held: match mode {
                         Mode::Exclusive => Held::Exclusive,
@@ -963,8 +967,22 @@ mod tests {
         let mut l = lock(Fair, SharedLocked, 1);
         (l.token, l.granted_at_ms, l.expire_ms) = (FencingToken(9), 1_000, 500);
         let lease = |now: u64| l.claim(now).map(|c| (c.remaining_ms, c.age_ms));
-        assert_eq!(lease(1_200), Some((300, 200)));
-        assert_eq!(lease(9_000), Some((0, 8_000)), "expired: nothing left");
+        assert_eq!(
+            lease(1_200),
+            Some((301, 199)),
+            "a tick less: ticks truncate"
+        );
+        assert_eq!(
+            lease(1_001),
+            Some((500, 0)),
+            "one tick may be no time at all"
+        );
+        assert_eq!(
+            lease(1_501),
+            Some((0, 500)),
+            "past the lease by more than a tick"
+        );
+        assert_eq!(lease(9_000), Some((0, 7_999)), "expired: nothing left");
         assert_eq!(lease(10), Some((500, 0)), "a clock behind the grant");
         assert_eq!(lease(1 << 40), Some((0, u32::MAX)), "the age clamps");
         let what = |l: LocalLock| l.claim(5).map(|c| (c.held, c.ticket, c.token));

@@ -68,6 +68,8 @@ pub mod cluster;
 pub mod config;
 pub mod ids;
 pub mod manager;
+#[cfg(feature = "sim-mutations")]
+pub mod mutation;
 pub mod proto;
 pub mod server;
 pub mod status;
@@ -81,3 +83,13 @@ pub use ids::{
     SessionKey, SessionMac, Ticket, WeakSessionKey,
 };
 pub use status::Status;
+
+/// Whether a mutation point is switched on: the literal `false` without the `sim-mutations`
+/// feature (see `mutation` in a build that has it).
+#[cfg(not(feature = "sim-mutations"))]
+#[macro_export]
+macro_rules! mutated {
+    ($name:ident) => {
+        false
+    };
+}

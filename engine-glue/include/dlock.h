@@ -149,11 +149,24 @@ typedef enum debug_stats_code {
     DEBUG_STATS_CLIENTS_REFUSED_PEER_CAP = 40, /* registrations past clients_per_peer_max */
     DEBUG_STATS_TLS_NOT_YET_VALID = 41,        /* client certificate not valid yet */
     DEBUG_STATS_TLS_HANDSHAKES_DEFERRED = 42,  /* handshake steps put off to a later turn */
-    DEBUG_STATS_LOCKS_RETAINED = 43,           /* grants kept when their holder died */
-    DEBUG_STATS_RETAINED_RELEASED = 44,        /* retained grants released by recovery_done */
-    DEBUG_STATS_RECOVERY_DONE_REFUSED = 45,    /* recovery_done without the recoverer role */
-    DEBUG_STATS_LOCK_RETAINED = 46,            /* requests answered DLOCK_LOCK_RETAINED */
-    DEBUG_STATS_MAX = 47
+    DEBUG_STATS_PARTITION_MOVED = 43,          /* cluster: answered DLOCK_PARTITION_MOVED */
+    DEBUG_STATS_FENCED = 44,                   /* cluster: of those, while fenced */
+    DEBUG_STATS_PARTITIONS_OWNED = 45,         /* cluster: partitions owned now (gauge) */
+    DEBUG_STATS_PARTITIONS_RECOVERING = 46,    /* cluster: owned and recovering now (gauge) */
+    DEBUG_STATS_TOKEN_RENEWALS = 47,           /* cluster: epoch renewals asked for */
+    DEBUG_STATS_COUNTER_RESERVATIONS = 48,     /* cluster: high-water marks reserved */
+    DEBUG_STATS_LOCKS_RETAINED = 49,           /* grants kept when their holder died */
+    DEBUG_STATS_RETAINED_RELEASED = 50,        /* retained grants released by recovery_done */
+    DEBUG_STATS_RECOVERY_DONE_REFUSED = 51,    /* recovery_done without the recoverer role */
+    DEBUG_STATS_LOCK_RETAINED = 52,            /* requests answered DLOCK_LOCK_RETAINED */
+    DEBUG_STATS_CLIENTS_ACTIVE = 53,           /* clients registered now (gauge) */
+    DEBUG_STATS_LOCKS_IN_USE = 54,             /* lock slots in use now (gauge) */
+    DEBUG_STATS_MAP_VERSION = 55,              /* cluster: the map version applied (gauge) */
+    DEBUG_STATS_ETCD_UNREACHABLE_MS = 56,      /* cluster: ms since etcd stopped answering, 0 if it answers */
+    DEBUG_STATS_KEEPALIVE_AGE_MS = 57,         /* cluster: ms since the last confirmed keepalive (UINT64_MAX: none) */
+    DEBUG_STATS_COORDINATOR = 58,              /* cluster: 1 while the elected coordinator */
+    DEBUG_STATS_DRAINING = 59,                 /* cluster: 1 once asked to drain */
+    DEBUG_STATS_MAX = 60
 } debug_stats_code_t;
 
 /* ---------------------------------------------------------------------------------------- */

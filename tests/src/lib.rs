@@ -63,11 +63,15 @@ pub const BLANK: CommandResult = CommandResult {
     aux: 0,
 };
 
-/// Executes one command for `client` and returns its result.
+/// Executes one command for `client` and returns its result; the server's tables must still
+/// agree with one another afterwards (`Server::check_invariants`).
 pub fn run(s: &mut Server<'_>, client: ClientId, cmd: Command, now_ms: u64) -> CommandResult {
     let mut r = [BLANK];
     s.execute_message(client.get(), 0, &[cmd], &mut r, now_ms)
         .expect("one command is a valid message");
+    if let Err(v) = s.check_invariants() {
+        panic!("after {cmd:?} of client {client:?}: {v}");
+    }
     r[0]
 }
 

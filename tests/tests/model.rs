@@ -21,7 +21,17 @@
 //! freed (and their counters never restart) when all four happen to be dead at once.
 //!
 //! The three simulations share the world (server, clients, time, tokens) and differ in the
-//! client states and the oracle, which is why this file holds all three.
+//! client states and the oracle, which is why this file holds all three. After every step the
+//! server's tables must also agree with one another (`Server::check_invariants`, through
+//! `dlock_tests::run` and after each tick).
+//!
+//! This is a different kind of test from the simulators (`dlock_tests::sim`), not a third
+//! one: a property test of one lock kind's protocol on a small world, with no network, no
+//! failover and no model of what clients believe, whose oracle predicts the *exact* status of
+//! every reply and the exact lock word from the (state, operation) sent, and whose failures
+//! proptest shrinks to a minimal sequence. The simulators check the whole system under faults
+//! and can only check what must hold whatever the interleaving (they cannot predict a status);
+//! this checks that each step is the one the protocol table says.
 
 use dlock_core::proto::{CommandResult, LockOp};
 use dlock_core::server::{Counter, Server};
@@ -217,6 +227,14 @@ impl<'r> World<'r> {
             }
         }
         let died = self.s.tick(now_ms);
+        if let Err(v) = self.s.check_invariants() {
+            prop_assert!(
+                false,
+                "server tables after the tick at {} ms: {}",
+                now_ms,
+                v
+            );
+        }
         let mut dead = [false; CLIENTS];
         for (i, gone) in dead.iter_mut().enumerate() {
             let c = &self.clients[i];

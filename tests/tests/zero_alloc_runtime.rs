@@ -1,7 +1,8 @@
 //! The running server and its clients allocate nothing on the data path once warmed up: a
 //! counting global allocator sees zero allocations, in the whole process, across a window of
 //! trylock/unlock, batches, uncontended blocking `lock()`, fetch-and-add and lease ticks, over
-//! shared memory and over TCP, with the data thread serving both — under a session key, so
+//! shared memory and over TCP (a connection of the client's own, and one shared through a `Mux`
+//! by two clients, whose callers read it themselves), with the data thread serving all — under a session key, so
 //! every grant's proof (an HMAC on the server, a trailer on the wire, a copy in the client's
 //! record) is on the path too.
 //!
@@ -20,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock_core::{Config, LockKind, Mode};
-use dlock_transport::client::{Client, ClientConfig, Endpoint};
+use dlock_transport::client::{Client, ClientConfig, Endpoint, Mux};
 use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
 
 struct Counting;
@@ -65,8 +66,8 @@ struct Work {
 }
 
 impl Work {
-    fn new(endpoint: Endpoint, tag: &str) -> Work {
-        let mut client = Client::connect(ClientConfig::new(endpoint)).expect("registers");
+    fn new(cfg: ClientConfig, tag: &str) -> Work {
+        let mut client = Client::connect(cfg).expect("registers");
         let lock = client
             .get_lock(LockKind::Rw, format!("{tag}/single").as_bytes())
             .unwrap();
@@ -131,25 +132,34 @@ fn the_data_path_allocates_nothing_over_shared_memory_and_tcp() {
     cfg.session_key = Some(dlock_tests::sim::sim_session_key());
     let server = ServerHandle::start(cfg).expect("server starts");
     let addr = server.tcp_addr().unwrap();
-    let mut shm = Work::new(Endpoint::embedded(&server), "shm");
-    let mut tcp = Work::new(Endpoint::Tcp(addr), "tcp");
-    // Warm up: every buffer, table page and lazily made state exists after this.
-    for _ in 0..200 {
+    let tcp_cfg = ClientConfig::new(Endpoint::Tcp(addr));
+    let mut shm = Work::new(ClientConfig::new(Endpoint::embedded(&server)), "shm");
+    let mut tcp = Work::new(tcp_cfg.clone(), "tcp");
+    let mux = Mux::new(&Endpoint::Tcp(addr)).unwrap();
+    let mut shared = [
+        Work::new(tcp_cfg.clone().with_mux(mux.clone()), "mux-a"),
+        Work::new(tcp_cfg.with_mux(mux), "mux-b"),
+    ];
+    let mut round = || {
         shm.round();
         tcp.round();
+        shared.iter_mut().for_each(Work::round);
+    };
+    // Warm up: every buffer, table page and lazily made state exists after this.
+    for _ in 0..200 {
+        round();
     }
     std::thread::sleep(Duration::from_millis(200));
 
     let before = ALLOCATIONS.load(Ordering::Relaxed);
     for _ in 0..2_000 {
-        shm.round();
-        tcp.round();
+        round();
     }
     // Idle across several lease ticks (every 50 ms): the tick and the idle wait count too.
     std::thread::sleep(Duration::from_millis(300));
     let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
     assert_eq!(
         allocations, 0,
-        "{allocations} allocations in 4,000 rounds of the data path and 300 ms of idling"
+        "{allocations} allocations in 8,000 rounds of the data path and 300 ms of idling"
     );
 }

@@ -24,6 +24,10 @@
 //! Both return [`client::Error`]: the reference's `Status`, the call that failed and the I/O
 //! error behind a transport failure.
 //!
+//! **Both run over a cluster** of dlock servers ([`client::cluster`]: the map read from any
+//! server, each lock routed to its partition's owner, moves followed and re-claimed), with no
+//! etcd in the client.
+//!
 //! # Features: a client as small as its transport
 //!
 //! | features | what it builds | for |

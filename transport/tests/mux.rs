@@ -1,7 +1,9 @@
-//! Many clients of one process over one shared data connection ([`Mux`]): each is served as
-//! itself, blocking `lock()`s parked for some do not hold up the others, mutual exclusion holds
-//! among them, a connection closed is reopened by the next attach, and the same works under
-//! TLS.
+//! Many clients of one process over one shared connection ([`Mux`]): each is served as itself,
+//! blocking `lock()`s parked for some do not hold up the others, mutual exclusion holds among
+//! them, blocked callers and futures mixed are all served (whoever waits reads), a connection
+//! closed is reopened by the next attach, control frames go over the shared connection (a
+//! thousand members, two sockets; registration, heartbeat, reinit, deinit), and the same works
+//! under TLS.
 
 mod common;
 
@@ -303,4 +305,412 @@ fn faa_futures_on_one_thread_hand_out_distinct_values() {
             .map_err(Status::from),
         Ok(220)
     );
+}
+
+/// Blocking callers on their own threads and futures on one executor thread share one
+/// connection: whoever waits reads for the others (a blocked caller for the futures too, the
+/// standby thread when no caller reads), and every fetch-and-add of either kind hands out a
+/// value nobody else got.
+#[test]
+fn blocking_callers_and_futures_mixed_on_one_connection_are_all_served() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    const THREADS: usize = 6;
+    const ROUNDS: usize = 40;
+    let s = server(true);
+    let e = Endpoint::Tcp(s.tcp_addr().unwrap());
+    let mux = Mux::new(&e).unwrap();
+    let mut first = mux_client(&e, &mux);
+    first.atomic64_create(b"xid", 0, 60).unwrap();
+    let start = Arc::new(Barrier::new(THREADS + 1));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (e, mux, start) = (e.clone(), mux.clone(), Arc::clone(&start));
+            std::thread::spawn(move || {
+                let mut c = mux_client(&e, &mux);
+                let xid = c.atomic64_get(b"xid", 60).unwrap();
+                let own = c
+                    .get_lock(LockKind::Atomic, format!("m{t}").as_bytes())
+                    .unwrap();
+                start.wait();
+                let mut got = Vec::new();
+                for _ in 0..ROUNDS {
+                    got.push(c.atomic64_faa(xid, 1).unwrap());
+                    assert_eq!(
+                        c.trylock(own, Mode::Exclusive, 5_000).unwrap().status,
+                        Status::Success
+                    );
+                    assert_eq!(c.unlock(own).map_err(Status::from), Ok(Status::Success));
+                }
+                c.deinit().unwrap();
+                got
+            })
+        })
+        .collect();
+    let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
+    let mut cx = Context::from_waker(&waker);
+    let mut tasks: Vec<Client> = (0..4).map(|_| mux_client(&e, &mux)).collect();
+    let xids: Vec<_> = tasks
+        .iter_mut()
+        .map(|c| c.atomic64_get(b"xid", 60).unwrap())
+        .collect();
+    start.wait();
+    let mut seen = Vec::new();
+    for _ in 0..ROUNDS {
+        let mut futures: Vec<_> = tasks
+            .iter_mut()
+            .zip(&xids)
+            .map(|(c, &o)| Box::pin(c.atomic64_faa_async(o, 1)))
+            .collect();
+        let mut done = vec![false; futures.len()];
+        let t = std::time::Instant::now();
+        while done.iter().any(|d| !d) {
+            assert!(t.elapsed() < Duration::from_secs(20), "futures stalled");
+            for (f, d) in futures.iter_mut().zip(done.iter_mut()) {
+                if !*d && let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                    seen.push(v.unwrap());
+                    *d = true;
+                }
+            }
+        }
+    }
+    for t in threads {
+        seen.extend(t.join().unwrap());
+    }
+    let total = (THREADS + 4) * ROUNDS;
+    seen.sort_unstable();
+    assert_eq!(seen, (0..total as u64).collect::<Vec<u64>>());
+    let xid = first.atomic64_get(b"xid", 60).unwrap();
+    assert_eq!(
+        first.atomic64_snapshot(xid).map_err(Status::from),
+        Ok(total as u64)
+    );
+}
+
+/// An asynchronous lock request polled with `lock_result_check` and no other client waiting:
+/// nobody reads the connection but the poller, whose look at it (a deadline already passed)
+/// reads the reply when the lock is handed over.
+#[test]
+fn a_polled_request_is_read_by_its_poller_when_nobody_else_reads() {
+    use dlock_transport::client::AsyncOp;
+
+    let s = server(true);
+    let e = Endpoint::Tcp(s.tcp_addr().unwrap());
+    let mux = Mux::new(&e).unwrap();
+    let mut holder = common::client(&e);
+    let mut poller = mux_client(&e, &mux);
+    let held = holder.get_lock(LockKind::Atomic, b"p").unwrap();
+    let id = poller.get_lock(LockKind::Atomic, b"p").unwrap();
+    assert_eq!(
+        holder
+            .trylock(held, Mode::Exclusive, 10_000)
+            .unwrap()
+            .status,
+        Status::Success
+    );
+    let wait = AsyncOp::LockWait(Mode::Exclusive, 10_000, Duration::from_secs(10));
+    poller.lock_request_async(id, wait).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        poller
+            .lock_result_check()
+            .map(|g| g.status)
+            .map_err(Status::from),
+        Err(Status::AsyncAgain),
+        "held by the other client"
+    );
+    assert_eq!(
+        holder.unlock(held).map_err(Status::from),
+        Ok(Status::Success)
+    );
+    let t = std::time::Instant::now();
+    let granted = loop {
+        match poller
+            .lock_result_check()
+            .map(|g| g.status)
+            .map_err(Status::from)
+        {
+            Err(Status::AsyncAgain) => {
+                assert!(
+                    t.elapsed() < Duration::from_secs(5),
+                    "the reply was never read"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            other => break other,
+        }
+    };
+    assert_eq!(granted, Ok(Status::Success));
+}
+
+/// Established TCP connections to port `port` on the loopback, counted at one end: the client
+/// ends (`/proc/net/tcp` rows whose remote port is `port`) or, with `server_end`, the server's
+/// (whose local port is `port`; the listener is not established).
+fn established(port: u16, server_end: bool) -> usize {
+    let field = if server_end { 1 } else { 2 };
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("Linux's TCP table");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let at_port = f
+                .get(field)
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            at_port == Some(port) && f.get(3) == Some(&"01")
+        })
+        .count()
+}
+
+/// Established TCP connections from this process's clients to port `port`.
+fn sockets_to(port: u16) -> usize {
+    established(port, false)
+}
+
+/// Counter `name` of `stats`.
+fn counter(stats: &[(&'static str, u64)], name: &str) -> u64 {
+    stats.iter().find(|(n, _)| *n == name).expect("a counter").1
+}
+
+/// A thousand clients on one `Mux` (the C ABI's layout at a thousand worker threads) cost the
+/// server two connections, however many join: the first client's control connection and the
+/// shared one. Every member's registration, heartbeat and lock names go over the shared one.
+#[test]
+fn a_thousand_members_cost_the_server_two_connections() {
+    const MEMBERS: usize = 1_000;
+    let cfg = Config {
+        locks_max: 256,
+        clients_max: MEMBERS as u32,
+        objects_max: 16,
+        clients_per_peer_max: MEMBERS as u32,
+        ..Config::default()
+    };
+    let mut server_cfg = dlock_transport::runtime::ServerConfig::new(cfg);
+    server_cfg.tcp = Some(dlock_transport::runtime::TcpConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+    ));
+    let s = dlock_transport::runtime::ServerHandle::start(server_cfg).unwrap();
+    let addr = s.tcp_addr().unwrap();
+    let e = Endpoint::Tcp(addr);
+    let mux = Mux::new(&e).unwrap();
+    let mut members = vec![mux_client(&e, &mux)];
+    assert_eq!(established(addr.port(), true), 2, "the first member's two");
+    members.extend((1..MEMBERS).map(|_| mux_client(&e, &mux)));
+    assert_eq!(mux.clients(), MEMBERS);
+    for (k, m) in members.iter_mut().enumerate() {
+        m.heartbeat().unwrap();
+        if k % 100 == 0 {
+            let id = m.get_lock(LockKind::Rw, b"shared").unwrap();
+            assert_eq!(
+                m.trylock(id, Mode::Shared, 5_000).unwrap().status,
+                Status::Success
+            );
+        }
+    }
+    let stats = members[MEMBERS - 1].server_stats().unwrap();
+    assert_eq!(counter(&stats, "clients_registered"), MEMBERS as u64);
+    assert_eq!(established(addr.port(), true), 2, "server ends");
+    assert_eq!(sockets_to(addr.port()), 2, "client ends");
+}
+
+/// A member's control operations over the shared connection: a heartbeat, a reinit (which
+/// registers it again over the shared connection, keeping its locks), a deinit (the server
+/// releases what it held). None opens a socket.
+#[test]
+fn a_members_heartbeat_reinit_and_deinit_go_over_the_shared_connection() {
+    let s = server(true);
+    let addr = s.tcp_addr().unwrap();
+    let e = Endpoint::Tcp(addr);
+    let mux = Mux::new(&e).unwrap();
+    let mut first = mux_client(&e, &mux);
+    let mut member = mux_client(&e, &mux);
+    assert_eq!(sockets_to(addr.port()), 2);
+    let id = member.get_lock(LockKind::Atomic, b"held").unwrap();
+    assert_eq!(
+        member.trylock(id, Mode::Exclusive, 60_000).unwrap().status,
+        Status::Success
+    );
+    member.heartbeat().unwrap();
+    assert_eq!(member.reinit().map_err(Status::from), Ok(false));
+    assert_eq!(mux.clients(), 2, "still a member, once");
+    let other = first.get_lock(LockKind::Atomic, b"held").unwrap();
+    assert_eq!(
+        first
+            .trylock(other, Mode::Exclusive, 60_000)
+            .map(|g| g.status)
+            .map_err(Status::from),
+        Err(Status::Fail),
+        "the reinit kept the member's grant"
+    );
+    member.heartbeat().unwrap();
+    assert_eq!(sockets_to(addr.port()), 2, "no socket opened");
+    let deinits = counter(&first.server_stats().unwrap(), "clients_deinit");
+    member.deinit().unwrap();
+    assert_eq!(
+        counter(&first.server_stats().unwrap(), "clients_deinit"),
+        deinits + 1
+    );
+    assert_eq!(mux.clients(), 1);
+    assert_eq!(
+        first
+            .trylock(other, Mode::Exclusive, 60_000)
+            .unwrap()
+            .status,
+        Status::Success,
+        "the deinit released the grant"
+    );
+    assert_eq!(sockets_to(addr.port()), 2);
+}
+
+/// A hundred workers of one process, each its own client on one `Mux`: the first registers over
+/// a control connection of its own and opens the shared connection; the other 99 register over
+/// the shared connection, and all of them send their control frames (heartbeats, lock names)
+/// and data messages over it, from a thread each at once. Two sockets in all; one after the
+/// first worker leaves, and a newcomer still registers over the shared one.
+#[test]
+fn a_hundred_workers_register_and_heartbeat_over_two_sockets() {
+    const WORKERS: usize = 100;
+    let cfg = Config {
+        locks_max: 256,
+        clients_max: 128,
+        objects_max: 16,
+        clients_per_peer_max: 128,
+        ..Config::default()
+    };
+    let mut server_cfg = dlock_transport::runtime::ServerConfig::new(cfg);
+    server_cfg.tcp = Some(dlock_transport::runtime::TcpConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+    ));
+    let s = dlock_transport::runtime::ServerHandle::start(server_cfg).unwrap();
+    let addr = s.tcp_addr().unwrap();
+    let e = Endpoint::Tcp(addr);
+    let mux = Mux::new(&e).unwrap();
+    let first = mux_client(&e, &mux);
+    assert_eq!(sockets_to(addr.port()), 2);
+    let start = Arc::new(Barrier::new(WORKERS));
+    let workers: Vec<_> = (1..WORKERS)
+        .map(|k| {
+            let (e, mux, start) = (e.clone(), mux.clone(), Arc::clone(&start));
+            std::thread::spawn(move || {
+                let mut c = mux_client(&e, &mux);
+                start.wait();
+                for _ in 0..5 {
+                    c.heartbeat().unwrap();
+                }
+                let id = c
+                    .get_lock(LockKind::Atomic, format!("w{k}").as_bytes())
+                    .unwrap();
+                assert_eq!(
+                    c.trylock(id, Mode::Exclusive, 5_000).unwrap().status,
+                    Status::Success
+                );
+                assert_eq!(c.unlock(id).map_err(Status::from), Ok(Status::Success));
+                c
+            })
+        })
+        .collect();
+    start.wait();
+    let mut workers: Vec<Client> = workers.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(mux.clients(), WORKERS);
+    assert_eq!(
+        sockets_to(addr.port()),
+        2,
+        "the first worker's control connection and the shared one"
+    );
+    first.deinit().unwrap();
+    let mut late = mux_client(&e, &mux);
+    late.heartbeat().unwrap();
+    workers[0].heartbeat().unwrap();
+    let t = std::time::Instant::now();
+    while sockets_to(addr.port()) != 1 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the first worker's socket stays"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(mux.clients(), WORKERS);
+    for w in workers {
+        w.deinit().unwrap();
+    }
+    late.deinit().unwrap();
+}
+
+/// A member that registered over the shared connection sends the largest control frame there
+/// is over it — 31 lock names of 512 bytes, more than a data connection's read buffer holds
+/// (the server grows it once) — and the names it got serve its data messages.
+#[test]
+fn the_largest_control_frame_goes_over_the_shared_connection() {
+    let s = server(true);
+    let e = Endpoint::Tcp(s.tcp_addr().unwrap());
+    let mux = Mux::new(&e).unwrap();
+    let _first = mux_client(&e, &mux);
+    let mut member = mux_client(&e, &mux);
+    let names: Vec<Vec<u8>> = (0..31u8).map(|k| vec![b'a' + k % 26; 512]).collect();
+    let names: Vec<Vec<u8>> = names
+        .into_iter()
+        .enumerate()
+        .map(|(k, mut n)| {
+            n[..2].copy_from_slice(&(k as u16).to_le_bytes());
+            n
+        })
+        .collect();
+    let req: Vec<(LockKind, &[u8])> = names
+        .iter()
+        .map(|n| (LockKind::Atomic, n.as_slice()))
+        .collect();
+    let ids = member.batch_get_lock(&req).unwrap();
+    assert_eq!(ids.len(), 31);
+    for id in ids {
+        let id = id.unwrap();
+        assert_eq!(
+            member.trylock(id, Mode::Exclusive, 5_000).unwrap().status,
+            Status::Success
+        );
+    }
+    member.heartbeat().unwrap();
+}
+
+/// The server closes a shared connection left with no member — here, the first client left and
+/// the other's lease ran out — while this process still holds it and nobody reads it yet. A
+/// client registering next does not fail on it: it registers over a connection of its own, as
+/// the first client does, and opens a new shared connection; the one after it registers over
+/// that.
+#[test]
+fn a_registration_that_finds_the_shared_connection_closed_registers_anew() {
+    let s = server(true);
+    let addr = s.tcp_addr().unwrap();
+    let e = Endpoint::Tcp(addr);
+    let mux = Mux::new(&e).unwrap();
+    let first = mux_client(&e, &mux);
+    let short = ClientConfig::new(e.clone())
+        .with_mux(mux.clone())
+        .with_lease(Duration::from_millis(100));
+    let _lapsed = Client::connect(short).unwrap();
+    first.deinit().unwrap();
+    let t = std::time::Instant::now();
+    while sockets_to(addr.port()) != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the server keeps the shared connection"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut next = mux_client(&e, &mux);
+    let mut after = mux_client(&e, &mux);
+    assert_eq!(
+        sockets_to(addr.port()),
+        2,
+        "a control connection, a shared one"
+    );
+    for c in [&mut next, &mut after] {
+        c.heartbeat().unwrap();
+        let id = c.get_lock(LockKind::Rw, b"anew").unwrap();
+        assert_eq!(
+            c.trylock(id, Mode::Shared, 5_000).unwrap().status,
+            Status::Success
+        );
+    }
 }

@@ -243,6 +243,27 @@ fn a_grant_whose_unlock_never_left_is_not_handed_out_again() {
 }
 
 #[test]
+fn a_grant_whose_reply_never_came_is_no_guard_when_asked_again() {
+    let s = server(false);
+    let (c, gate) = gated_client(&Endpoint::embedded(&s), Duration::from_millis(50));
+    let a = Locks::from(c);
+    let x = a.rw("x").unwrap();
+    // The server grants the read, but its reply is held back past the request timeout: the
+    // call gives up, and the client's record holds nothing.
+    gate.close();
+    x.try_read().unwrap_err();
+    gate.open();
+    // Asked again, the server says the lock is this client's already. The record knows no
+    // grant (nor its token), so that is no guard: one would carry token 0 and its unlock would
+    // be answered locally, leaving the server's grant in place.
+    let again = x.try_read();
+    assert_eq!(
+        again.map(|g| g.token()).unwrap_err().status(),
+        Status::AlreadyLocked
+    );
+}
+
+#[test]
 fn a_guard_moves_to_another_thread_and_unlocks_there() {
     let s = server(false);
     let (a, b) = (handle(&s), handle(&s));

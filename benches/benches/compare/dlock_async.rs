@@ -1,6 +1,6 @@
 //! dlock's clients as futures: `clients` registered clients on one shared connection (`Mux`),
 //! each running its operations as a task of a small executor on one thread
-//! (`Client::lock_async`, `Client::atomic64_faa_async`). The connection's reader thread wakes a
+//! (`Client::lock_async`, `Client::atomic64_faa_async`). The connection's standby reader wakes a
 //! task when its reply arrives; no client has a thread of its own. The measurement window and
 //! the server's CPU time are taken as `run::measure` takes them.
 

@@ -7,6 +7,7 @@
 //! | `GetMap` (42)      | `0 u32 offset`                                 | `0 u64 version \| 8 u32 total_len \| 12 u32 offset \| 16 chunk` |
 //! | `ClientJoin` (48)  | `ClientReinit`'s: `0 u8 min_version \| 1 3 reserved \| 4 u32 lease_ms \| 8 [u8; 16] session` | `ClientInit`'s ([`InitReply`](super::InitReply)) |
 //! | `ReclaimDone` (50) | `0 u16 partition \| 2 u16 reserved \| 4 u32 epoch` | empty                                  |
+//! | `Drain` (52)       | empty                                          | empty                                    |
 //!
 //! (44 and 46 are issue 19's `RecoveryDone` and `ListRetained`, `recovery.rs`.)
 //!
@@ -29,6 +30,15 @@
 //! it held in `partition`, whose owner it knows at `epoch`. The epoch is there so that a
 //! message meant for one takeover never ends another: if the partition moved away and came
 //! back (a later epoch) while it was in flight, the server does not count it.
+//!
+//! **`Drain`** asks a cluster server to give every partition it owns away (`dlock drain`): its
+//! membership asks the coordinator to move them, and the reply says only that the request was
+//! passed on; the operator watches the server's `partitions_owned` counter fall to 0. It is an
+//! operator's request, not a client's: no registration, the header's word 0, and the transport
+//! answers it itself (it alone knows who the peer is) — `Success` to a peer it trusts with the
+//! server's administration (a Unix-socket peer, a TLS peer with a verified client certificate,
+//! a plaintext TCP peer on a loopback address), `Einval` to any other and on a standalone
+//! server. The state machine answers it `Einval` should one reach it.
 //!
 //! **Partition moved.** A control response whose status is
 //! [`PartitionMoved`](crate::Status::PartitionMoved) carries `0 u64 map_version`, exactly: the

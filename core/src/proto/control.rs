@@ -75,11 +75,14 @@ pub enum MsgType {
     /// The client has re-claimed everything it held in a partition (dlock's, protocol 5:
     /// `cluster.rs`).
     ReclaimDone = 50,
+    /// An operator asks a cluster server to give every partition away (`dlock drain`;
+    /// dlock's, protocol 5: `cluster.rs`). Answered by the transport, not the state machine.
+    Drain = 52,
 }
 
 impl MsgType {
     /// Every message type, in wire order.
-    pub const ALL: [MsgType; 20] = [
+    pub const ALL: [MsgType; 21] = [
         MsgType::ClientInit,
         MsgType::ClientDeinit,
         MsgType::Heartbeat,
@@ -100,6 +103,7 @@ impl MsgType {
         MsgType::ListRetained,
         MsgType::ClientJoin,
         MsgType::ReclaimDone,
+        MsgType::Drain,
     ];
 
     /// The type byte of a request.
@@ -202,6 +206,15 @@ pub fn peek_control_header(buf: &[u8]) -> Result<(ControlHeader, bool), DecodeEr
         return Err(DecodeError::Truncated);
     }
     Ok((header, is_response))
+}
+
+/// Writes `message_id` into the header of the control frame (request or response) at the start
+/// of `frame`, whose header must be valid. A client that lets many registrations share one
+/// connection numbers their control exchanges on the wire itself, each of them numbering its
+/// own from 1, and gives each caller its own number back (`dlock-transport`'s `client::mux`).
+pub fn set_control_message_id(frame: &mut [u8], message_id: u16) -> Result<(), DecodeError> {
+    parse_header(frame)?;
+    put_u16(frame, 10, message_id).map_err(|_| DecodeError::Truncated)
 }
 
 /// The body of a frame whose `total_len` must be exactly `buf.len()`.

@@ -57,7 +57,9 @@ pub use batch::{
 pub use cluster::{
     MAP_CHUNK_FIXED_LEN, MAP_CHUNK_MAX, MOVED_LEN, MapChunk, RECLAIM_DONE_LEN, map_chunk_len,
 };
-pub use control::{ControlHeader, MsgType, control_frame_len, peek_control_header};
+pub use control::{
+    ControlHeader, MsgType, control_frame_len, peek_control_header, set_control_message_id,
+};
 pub use data::{
     Command, CommandResult, DataFrame, DataHeader, DataRequest, DataResponse, DataResult,
     JOIN_KIND, JoinCommand, LockCommand, LockOp, OBJECT_KIND, ObjectCommand, ObjectOp,

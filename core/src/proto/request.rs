@@ -4,7 +4,7 @@
 //! |----------------------------------------|--------------------------------------------------------|
 //! | `ClientInit`                           | `0 u8 min_version \| 1 3 reserved \| 4 u32 lease_ms`  |
 //! | `ClientReinit`                         | the same, then `8 u64 session` (the secret of the registration it resumes; 0 when the server may have failed over) |
-//! | `ClientDeinit`, `Heartbeat`, `ReinitDone`, `Stats` | empty                                      |
+//! | `ClientDeinit`, `Heartbeat`, `ReinitDone`, `Stats`, `Drain` | empty                             |
 //! | `GetLock`                              | one lock request entry (see `batch.rs`)                |
 //! | `ReleaseLock`, `ObjectRelease`, `ObjectDestroy` | `0 u32 id`                                    |
 //! | `BatchGetLock`, `BatchReleaseLock`, `BatchUpdateLocks` | a counted list (see `batch.rs`)        |
@@ -131,6 +131,8 @@ pub enum ControlRequest<'a> {
     },
     /// List retained locks, a page at a time (`recovery.rs`).
     ListRetained(ListRetained),
+    /// An operator asks this cluster server to give every partition away (`cluster.rs`).
+    Drain,
 }
 
 impl ControlRequest<'_> {
@@ -157,6 +159,7 @@ impl ControlRequest<'_> {
             ControlRequest::ReclaimDone { .. } => MsgType::ReclaimDone,
             ControlRequest::RecoveryDone { .. } => MsgType::RecoveryDone,
             ControlRequest::ListRetained(_) => MsgType::ListRetained,
+            ControlRequest::Drain => MsgType::Drain,
         }
     }
 }
@@ -210,6 +213,7 @@ fn decode_request_body(msg: MsgType, b: &[u8]) -> Result<ControlRequest<'_>, Dec
         MsgType::Heartbeat => exact(b, 0).map(|()| ControlRequest::Heartbeat)?,
         MsgType::ReinitDone => exact(b, 0).map(|()| ControlRequest::ReinitDone)?,
         MsgType::Stats => exact(b, 0).map(|()| ControlRequest::Stats)?,
+        MsgType::Drain => exact(b, 0).map(|()| ControlRequest::Drain)?,
         MsgType::GetMap => ControlRequest::GetMap {
             offset: decode_get_map(b)?,
         },
@@ -322,7 +326,8 @@ fn encode_request_body(body: &ControlRequest<'_>, b: &mut [u8]) -> Result<usize,
         ControlRequest::ClientDeinit
         | ControlRequest::Heartbeat
         | ControlRequest::ReinitDone
-        | ControlRequest::Stats => Ok(0),
+        | ControlRequest::Stats
+        | ControlRequest::Drain => Ok(0),
         ControlRequest::GetLock { kind, name } => encode_lock_request(kind, name, b, 0),
         ControlRequest::ReleaseLock { lock: id }
         | ControlRequest::ObjectRelease { object: id }

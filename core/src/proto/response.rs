@@ -150,6 +150,7 @@ fn decode_response_body(msg: MsgType, b: &[u8]) -> Result<ControlResponse<'_>, D
         | MsgType::Heartbeat
         | MsgType::ReinitDone
         | MsgType::ReclaimDone
+        | MsgType::Drain
         | MsgType::ReleaseLock
         | MsgType::ObjectRelease
         | MsgType::ObjectDestroy => exact(b, 0).map(|()| ControlResponse::Empty)?,
@@ -240,6 +241,7 @@ fn encode_response_body(
             | MsgType::Heartbeat
             | MsgType::ReinitDone
             | MsgType::ReclaimDone
+            | MsgType::Drain
             | MsgType::ReleaseLock
             | MsgType::ObjectRelease
             | MsgType::ObjectDestroy,

@@ -164,6 +164,7 @@ fn for_each_request(mut f: impl FnMut(&ControlRequestFrame<'_>)) {
             partition: 4_095,
             epoch: 0x0102_0304,
         },
+        ControlRequest::Drain,
     ];
     for body in bodies {
         f(&frame(body));

@@ -198,6 +198,7 @@ impl<'r> Server<'r> {
     /// periodically (every few hundred milliseconds is plenty); returns how many died.
     pub fn tick(&mut self, now_ms: u64) -> u32 {
         self.recovery_clock(now_ms);
+        self.cluster_tick(now_ms);
         let mut died = 0;
         for slot in 0..self.t.client_free.high_water() {
             let c = self.t.clients[slot as usize];
@@ -272,7 +273,7 @@ impl<'r> Server<'r> {
         s
     }
 
-    fn register(
+    pub(super) fn register(
         &mut self,
         id: ClientId,
         peer: Peer,
@@ -321,11 +322,22 @@ impl<'r> Server<'r> {
     }
 
     /// A random id no registered client has, or `None` if every candidate drawn collides.
-    fn fresh_client_id(&mut self) -> Option<ClientId> {
+    ///
+    /// A cluster server puts the low 8 bits of its server id in the id's top 8 (of 31) bits
+    /// and draws the other 23: a client keeps its id on every server it joins, so two servers
+    /// must not mint the same one. Servers whose ids differ in their low 8 bits never do; two
+    /// that share them collide with a chance of one in 2^23 per pair of registrations alive at
+    /// once, and a join that meets one is refused (`ServerNoResource`) rather than served.
+    pub(super) fn fresh_client_id(&mut self) -> Option<ClientId> {
         let mut bytes = [0u8; 4 * ID_CANDIDATES];
         (self.entropy)(&mut bytes);
+        let prefix = self.cluster.as_ref().map(|c| (c.me.get() & 0xFF) << 23);
         bytes.chunks_exact(4).find_map(|b| {
-            let raw = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) >> 1; // 31 bits
+            let drawn = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) >> 1; // 31 bits
+            let raw = match prefix {
+                Some(top) => top | drawn & 0x7F_FFFF,
+                None => drawn,
+            };
             // Nor a dead one's that retains grants: `recovery_done` names it by its id.
             ClientId::new(raw)
                 .filter(|_| self.client_slot(raw).is_none() && self.retaining_slot(raw).is_none())

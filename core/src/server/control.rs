@@ -9,14 +9,14 @@
 //!
 //! | the connection        | the frame                                  | then                                  |
 //! |-----------------------|--------------------------------------------|---------------------------------------|
-//! | unbound               | `ClientInit`, `ClientReinit`               | run (a reinit shows the session)      |
-//! | unbound               | `Stats`, `RecoveryDone`, `ListRetained`    | run: they need no registration (the recoverer role is the transport's to give) |
+//! | unbound               | `ClientInit`, `ClientReinit`, `ClientJoin` | run (a reinit or join shows the session) |
+//! | unbound               | `Stats`, `GetMap`, `Drain`, `RecoveryDone`, `ListRetained` | run: none needs a registration (a drain's and a recoverer's authority are the transport's to give) |
 //! | unbound               | anything else                              | close                                 |
 //! | bound to `c`          | `ClientInit`, `ClientReinit`               | close: one registration per connection|
 //! | bound to `c`          | anything else naming `c`                   | run                                   |
 //! | bound to `c`          | a frame naming another id                  | close                                 |
 //! | bound, `c` gone       | `ClientInit`, `ClientReinit`               | run: it may register again here       |
-//! | bound, `c` gone       | `Stats`, `RecoveryDone`, `ListRetained` naming `c` | run                           |
+//! | bound, `c` gone       | `Stats`, `GetMap`, `Drain`, `RecoveryDone`, `ListRetained` naming `c` | run                  |
 //! | bound, `c` gone       | anything else naming `c`                   | answer `ClientNotInit` ([`answer_gone`]) |
 //! | bound, `c` gone       | a frame naming another id                  | close                                 |
 //!
@@ -34,7 +34,36 @@
 //! else meanwhile; the answer (rather than a reset) tells the client why, and it may register
 //! again on the same connection. How long an unbound or gone connection may hold its place is
 //! the transport's (a timeout, and the first to go at the connection cap).
+//!
+//! # Control frames over a stream connection
+//!
+//! The members of a multiplexing client send their control frames over the stream connection
+//! they share (a control frame's magic tells it from a data message), and each reply comes back
+//! on it, so a thousand workers of one process cost the server one connection rather than a
+//! thousand and one. (The first member registered before there was a shared connection, over
+//! a control connection of its own, which it keeps.) A frame names its client in its header as
+//! on a control connection; [`admit_on_stream`] says what becomes of it, taking the data path's
+//! ownership rule ([`route::admit`](super::route::admit)) for the client it names:
+//!
+//! | the frame                      | the client it names                      | then                          |
+//! |--------------------------------|------------------------------------------|-------------------------------|
+//! | `ClientInit`, `ClientReinit`, `ClientJoin` | any (a reinit or join shows the session) | run; see below |
+//! | `Stats`, `GetMap`              | any                                      | run                           |
+//! | anything else                  | bound to this connection                 | run                           |
+//! | anything else                  | registered, not bound to this connection | close, as for a data message  |
+//! | anything else                  | not registered                           | answer `ClientNotInit`        |
+//!
+//! A registration over a stream binds its client to that connection (it speaks for the client
+//! from then on, as after a join) and makes the connection the client's control path: its
+//! closing is the client's loss, as a control connection's is ([`Server::control_closed`] and
+//! [`Server::stream_closed`](super::Server::stream_closed)), and a control connection still
+//! bound to the client is closed (one control path per client). Registering needs nothing the
+//! connection's peer could not get by opening a control connection, and counts toward that
+//! peer's cap the same way.
+//!
+//! [`Server::control_closed`]: super::Server::control_closed
 
+use super::route::Admission;
 use crate::proto::{
     CONTROL_HEADER_LEN, ControlHeader, ControlResponse, EncodeError, MsgType,
     encode_control_response,
@@ -69,12 +98,20 @@ impl ControlConn {
     /// The admission rule (module doc) for a frame of type `msg` whose header names `client`.
     #[inline]
     pub const fn admit(self, msg: MsgType, client: u32) -> ControlAdmission {
-        let registers = matches!(msg, MsgType::ClientInit | MsgType::ClientReinit);
-        // Needing no registration: the counters, and the recoverer's calls, whose authority is
-        // the role the transport gives the connection (`manager::retain`).
+        let registers = matches!(
+            msg,
+            MsgType::ClientInit | MsgType::ClientReinit | MsgType::ClientJoin
+        );
+        // Needing no registration: the counters, the map (a client fetches it first), an
+        // operator's drain, and the recoverer's calls; the transport decides whom it trusts
+        // with a drain (`proto::cluster`) and gives the recoverer role (`manager::retain`).
         let stats = matches!(
             msg,
-            MsgType::Stats | MsgType::RecoveryDone | MsgType::ListRetained
+            MsgType::Stats
+                | MsgType::GetMap
+                | MsgType::Drain
+                | MsgType::RecoveryDone
+                | MsgType::ListRetained
         );
         match self {
             ControlConn::Unbound if registers || stats => ControlAdmission::Run,
@@ -114,6 +151,30 @@ impl ControlConn {
     #[inline]
     pub const fn speaks_for(self, client: u32) -> bool {
         matches!(self, ControlConn::Bound(id) | ControlConn::Gone(id) if id == client)
+    }
+}
+
+/// The rule for a control frame of type `msg` on a stream connection (module doc), given what
+/// the data path's rule says of the client it names (`named`: [`route::admit`] for the
+/// connection and that client).
+///
+/// [`route::admit`]: super::route::admit
+#[inline]
+pub const fn admit_on_stream(msg: MsgType, named: Admission) -> ControlAdmission {
+    match (msg, named) {
+        // A cluster client joins, and reads the map, over a shared connection as over a control
+        // connection of its own: the same rule as there (`ControlConn::admit`).
+        (
+            MsgType::ClientInit
+            | MsgType::ClientReinit
+            | MsgType::ClientJoin
+            | MsgType::Stats
+            | MsgType::GetMap,
+            _,
+        ) => ControlAdmission::Run,
+        (_, Admission::Execute { .. }) => ControlAdmission::Run,
+        (_, Admission::Refuse) => ControlAdmission::AnswerGone,
+        (_, Admission::Close) => ControlAdmission::Close,
     }
 }
 
@@ -203,6 +264,23 @@ mod tests {
     }
 
     #[test]
+    fn an_operators_drain_needs_no_registration_on_a_control_connection_of_its_own() {
+        assert_eq!(
+            ControlConn::Unbound.admit(MsgType::Drain, 0),
+            ControlAdmission::Run
+        );
+        assert_eq!(
+            ControlConn::Gone(7).admit(MsgType::Drain, 7),
+            ControlAdmission::Run
+        );
+        // Over a client's shared stream it is any other frame of the client's (and the state
+        // machine refuses it: the transport answers drains on control connections only).
+        for n in [Admission::Refuse, Admission::Close] {
+            assert_ne!(admit_on_stream(MsgType::Drain, n), ControlAdmission::Run);
+        }
+    }
+
+    #[test]
     fn only_the_client_a_connection_is_bound_to_can_be_gone_from_it() {
         assert_eq!(ControlConn::Bound(7).client_gone(8), ControlConn::Bound(7));
         assert_eq!(ControlConn::Unbound.client_gone(7), ControlConn::Unbound);
@@ -218,6 +296,46 @@ mod tests {
         );
         assert!(!ControlConn::Bound(7).speaks_for(8));
         assert!(!ControlConn::Unbound.speaks_for(0));
+    }
+
+    #[test]
+    fn on_a_stream_anyone_may_register_join_or_read_the_counters_and_the_map() {
+        let named = [
+            Admission::Execute { slot: 3 },
+            Admission::Refuse,
+            Admission::Close,
+        ];
+        for msg in [
+            MsgType::ClientInit,
+            MsgType::ClientReinit,
+            MsgType::ClientJoin,
+            MsgType::Stats,
+            MsgType::GetMap,
+        ] {
+            for n in named {
+                assert_eq!(
+                    admit_on_stream(msg, n),
+                    ControlAdmission::Run,
+                    "{msg:?} {n:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn on_a_stream_other_frames_follow_the_data_paths_rule_for_their_client() {
+        for msg in OTHER.into_iter().filter(|&m| m != MsgType::Stats) {
+            let run = admit_on_stream(msg, Admission::Execute { slot: 3 });
+            assert_eq!(run, ControlAdmission::Run, "{msg:?} of a member");
+            let stranger = admit_on_stream(msg, Admission::Refuse);
+            assert_eq!(stranger, ControlAdmission::AnswerGone, "{msg:?} of nobody");
+            let other = admit_on_stream(msg, Admission::Close);
+            assert_eq!(
+                other,
+                ControlAdmission::Close,
+                "{msg:?} of another's client"
+            );
+        }
     }
 
     #[test]

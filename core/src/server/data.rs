@@ -31,7 +31,7 @@ use super::steps::{atomic_step, fair_step, rw_step};
 use super::waiters::{Disposition, MessageMeta};
 use super::{Counter, Server};
 use crate::config::BATCH_MAX;
-use crate::ids::{ClientId, GrantProof, LockKind, Mode, ObjectId};
+use crate::ids::{ClientId, FencingToken, GrantProof, LockKind, Mode, ObjectId};
 use crate::manager::value::ValueRead;
 use crate::manager::{GrantState, LockValue, ValueBlock};
 use crate::proto::{
@@ -123,7 +123,8 @@ impl<'r> Server<'r> {
         results: &mut [CommandResult],
         now_ms: u64,
     ) -> Result<Disposition, Status> {
-        if results.len() < commands.len() || names_partition_epoch(commands) {
+        if results.len() < commands.len() || (!self.is_cluster() && names_partition_epoch(commands))
+        {
             return Err(self.refuse(Status::Einval));
         }
         let meta = MessageMeta {
@@ -207,6 +208,10 @@ impl<'r> Server<'r> {
             && let Command::Lock(c) = command(0)
             && c.wait_ms != 0
         {
+            if let Some(r) = self.cluster_refusal(slot, &command(0), now_ms) {
+                reply(0, r, GrantProof::NONE, None);
+                return Ok(Disposition::Replied);
+            }
             return Ok(self.execute_waiting(slot, me, &c, meta, &mut reply, now_ms));
         }
         if all_or_nothing {
@@ -226,6 +231,10 @@ impl<'r> Server<'r> {
             return Ok(Disposition::Replied);
         }
         for i in 0..n {
+            if let Some(r) = self.cluster_refusal(slot, &command(i), now_ms) {
+                reply(i, r, GrantProof::NONE, None);
+                continue;
+            }
             let (r, proof, value) = match command(i) {
                 // A waiting request must be alone in its message: its reply may come later.
                 Command::Lock(c) if c.wait_ms != 0 => {
@@ -289,6 +298,10 @@ impl<'r> Server<'r> {
             };
             if c.wait_ms != 0 {
                 *r = result(self.refuse(Status::Einval));
+                continue;
+            }
+            if let Some(refused) = self.cluster_refusal(slot, &Command::Lock(c), now_ms) {
+                *r = refused;
                 continue;
             }
             // Revokes and lapses first, outside the undo: a grant that lapsed stays released
@@ -430,7 +443,8 @@ impl<'r> Server<'r> {
                     // changed what the value block describes without writing it.
                     self.t.lock_values[lock as usize].grant_lost(Mode::Exclusive);
                 }
-                let token = self.issue_token();
+                // A cluster partition's counter has room: `cluster_refusal` checked it before.
+                let token = FencingToken(self.issue_token_in(state.partition()));
                 self.t.lock_cells[lock as usize].fence = token.0;
                 let retain = c.flags.contains(LockFlags::RETAIN);
                 let granted = GrantState::granted(mode, revoked.cached, retain);
@@ -532,6 +546,9 @@ impl<'r> Server<'r> {
         // are totally ordered whatever the ordering, which is all XID/CSN uniqueness needs.
         // AcqRel/Acquire (free on x86) additionally let a shared-memory client use a cell to
         // publish other memory of its own, as it could with a local atomic.
+        if self.is_cluster() {
+            return self.cluster_object_command(slot, index, o);
+        }
         let (status, aux) = match o.op {
             ObjectOp::Faa => (Status::Success, cell.fetch_add(o.a, Ordering::AcqRel)),
             ObjectOp::Cas => {
@@ -546,6 +563,47 @@ impl<'r> Server<'r> {
             status,
             word: 0,
             aux,
+        }
+    }
+
+    /// [`Self::object_command`] on a cluster server: a counter moves only up to its persisted
+    /// high-water mark (`cluster::counter`), else `NotReady` while the mark is reserved ahead.
+    /// The data thread is the only writer of a cluster object's cell (no one-sided atomics in
+    /// a cluster), so reading the value and then writing it is not raced.
+    #[cold]
+    fn cluster_object_command(
+        &mut self,
+        _slot: u32,
+        index: u32,
+        o: &ObjectCommand,
+    ) -> CommandResult {
+        let cell = &self.t.object_cells[index as usize];
+        // Acquire/Release: as the standalone path's read-modify-writes.
+        let value = cell.load(Ordering::Acquire);
+        let to = match o.op {
+            ObjectOp::Faa => value.checked_add(o.a),
+            ObjectOp::Cas if value == o.a => Some(o.b),
+            ObjectOp::Cas => {
+                let status = self.refuse(Status::ObjectCasFailed);
+                return CommandResult {
+                    status,
+                    word: 0,
+                    aux: value,
+                };
+            }
+            ObjectOp::Snapshot => Some(value),
+        };
+        let Some(to) = to else {
+            return result(self.refuse(Status::Einval));
+        };
+        if to != value && !self.counter_gate(index, o.object, value, to) {
+            return result(self.refuse(Status::NotReady));
+        }
+        self.t.object_cells[index as usize].store(to, Ordering::Release);
+        CommandResult {
+            status: Status::Success,
+            word: 0,
+            aux: value,
         }
     }
 

@@ -18,9 +18,9 @@ use crate::ids::{ClientId, GrantProof, Peer, Session};
 use crate::manager::retain::Role;
 use crate::manager::value::ValueRead;
 use crate::proto::{
-    BatchEntries, BatchEntry, Command, CommandResult, ControlHeader, ControlRequest,
-    ControlResponse, DataFrame, DataRequest, DecodeError, EncodeError, FLAG_PROOFS, FLAG_VALUES,
-    InitReply, SERVER_VERSIONS, VersionRange, begin_data_response, data_message_len,
+    BatchEntries, BatchEntry, CLUSTER_VERSIONS, Command, CommandResult, ControlHeader,
+    ControlRequest, ControlResponse, DataFrame, DataRequest, DecodeError, EncodeError, FLAG_PROOFS,
+    FLAG_VALUES, InitReply, SERVER_VERSIONS, VersionRange, begin_data_response, data_message_len,
     decode_control_request, encode_control_response, finish_data_proofs, finish_value_replies,
     negotiate, peek_control_header, peek_data_frame, put_command_result, put_data_proof,
     put_data_result, put_value_reply,
@@ -43,13 +43,24 @@ impl From<EncodeError> for FrameError {
     }
 }
 
-/// Whether a non-init frame's version is one this server speaks.
+/// Whether a non-init frame's version is one a server speaking `versions` speaks.
 #[inline]
-fn version_spoken(v: u8) -> bool {
-    (SERVER_VERSIONS.min..=SERVER_VERSIONS.max).contains(&v)
+fn version_spoken(versions: VersionRange, v: u8) -> bool {
+    (versions.min..=versions.max).contains(&v)
 }
 
 impl<'r> Server<'r> {
+    /// The protocol versions this server speaks: a cluster server only those that carry the
+    /// partition epoch and `PartitionMoved` (`CLUSTER_VERSIONS`).
+    #[inline]
+    pub(super) fn versions(&self) -> VersionRange {
+        if self.is_cluster() {
+            CLUSTER_VERSIONS
+        } else {
+            SERVER_VERSIONS
+        }
+    }
+
     /// Handles one control frame `req` and writes the reply into `out`; returns its length.
     /// For a local client, exempt from the per-peer cap ([`Server::handle_control_from`]).
     pub fn handle_control(
@@ -118,13 +129,30 @@ impl<'r> Server<'r> {
         };
         let is_init = matches!(
             frame.body,
-            ControlRequest::ClientInit { .. } | ControlRequest::ClientReinit { .. }
+            ControlRequest::ClientInit { .. }
+                | ControlRequest::ClientReinit { .. }
+                | ControlRequest::ClientJoin { .. }
         );
-        if !is_init && !version_spoken(header.version) {
+        if !is_init && !version_spoken(self.versions(), header.version) {
             self.stats.bump(Counter::ControlRequests);
             let status = self.refuse(Status::ProtoVersionNegotiationFail);
             let empty = ControlResponse::Empty;
             return Ok((encode_control_response(&reply(status), &empty, out)?, None));
+        }
+        if let ControlRequest::GetMap { offset } = frame.body {
+            // Answered here: the reply borrows the server's encoded map.
+            self.stats.bump(Counter::ControlRequests);
+            let written = match self.map_chunk(offset) {
+                Ok(chunk) => {
+                    let body = ControlResponse::MapChunk(chunk);
+                    encode_control_response(&reply(Status::Success), &body, out)?
+                }
+                Err(s) => {
+                    let s = self.refuse(s);
+                    encode_control_response(&reply(s), &ControlResponse::Empty, out)?
+                }
+            };
+            return Ok((written, None));
         }
         if let ControlRequest::ListRetained(q) = frame.body {
             // Its reply borrows lock names from the tables: written here, not returned.
@@ -135,7 +163,7 @@ impl<'r> Server<'r> {
             id: 0,
             status: Status::Success,
         }; BATCH_MAX];
-        let counters = self.stats.0;
+        let counters = self.stats().0;
         let at = (peer, role);
         let result = self.control_request(at, &header, frame.body, &mut entries, &counters, now_ms);
         let registered = match &result {
@@ -144,29 +172,40 @@ impl<'r> Server<'r> {
         };
         let written = match result {
             Ok(body) => encode_control_response(&reply(Status::Success), &body, out)?,
+            // A cluster server's refusal of a partition it does not serve carries its map
+            // version, so the client knows how new a map to fetch.
+            Err(Status::PartitionMoved) => {
+                let map_version = self.map_version().unwrap_or(0);
+                let body = ControlResponse::PartitionMoved { map_version };
+                encode_control_response(&reply(Status::PartitionMoved), &body, out)?
+            }
             Err(status) => encode_control_response(&reply(status), &ControlResponse::Empty, out)?,
         };
         Ok((written, registered))
     }
 
-    /// A `ClientInit` (`session` `None`) or a `ClientReinit` of `header.word` from `peer`: the
-    /// version negotiated, then the registration.
+    /// A `ClientInit` (`session` `None`), a `ClientReinit` (`Some((session, false))`) or a
+    /// `ClientJoin` (`Some((session, true))`) of `header.word` from `peer`: the version
+    /// negotiated, then the registration.
     fn registration(
         &mut self,
         peer: Peer,
         header: &ControlHeader,
         min_version: u8,
         lease_ms: u32,
-        session: Option<&Session>,
+        session: Option<(&Session, bool)>,
         now_ms: u64,
     ) -> Result<ControlResponse<'static>, Status> {
         let client_range = VersionRange {
             min: min_version,
             max: header.version,
         };
-        let v = negotiate(client_range, SERVER_VERSIONS).map_err(|s| self.refuse(s))?;
+        let v = negotiate(client_range, self.versions()).map_err(|s| self.refuse(s))?;
         let registered = match session {
-            Some(session) => {
+            Some((session, true)) => {
+                self.client_join(peer, header.word, v, lease_ms, session, now_ms)
+            }
+            Some((session, false)) => {
                 self.client_reinit_from(peer, header.word, v, lease_ms, session, now_ms)
             }
             None => self.client_init_from(peer, v, lease_ms, now_ms),
@@ -195,7 +234,10 @@ impl<'r> Server<'r> {
                 min_version,
                 lease_ms,
                 session,
-            } => self.registration(peer, header, min_version, lease_ms, Some(&session), now_ms),
+            } => {
+                let session = Some((&session, false));
+                self.registration(peer, header, min_version, lease_ms, session, now_ms)
+            }
             ControlRequest::ClientDeinit => self
                 .client_deinit(client, now_ms)
                 .map(|()| ControlResponse::Empty),
@@ -239,7 +281,7 @@ impl<'r> Server<'r> {
             ControlRequest::BatchGetLock(batch) => {
                 self.batch(client, now_ms, entries, batch.len(), |s, slot, i| {
                     let (kind, name) = batch.get(i).unwrap_or((crate::LockKind::Atomic, &[]));
-                    s.get_lock_for(slot, kind, name).map(|id| id.raw())
+                    s.get_lock_for(slot, kind, name, now_ms).map(|id| id.raw())
                 })
             }
             ControlRequest::BatchReleaseLock(ids) => {
@@ -251,16 +293,28 @@ impl<'r> Server<'r> {
             ControlRequest::BatchUpdateLocks(claims) => self
                 .update_locks(client, &claims, entries, now_ms)
                 .map(ControlResponse::Entries),
-            // A standalone server has no map to send, no cluster to join and no partition to
-            // take over (CLUSTER-SPEC §3 lets it answer `GetMap` with `Einval`).
-            ControlRequest::GetMap { .. }
-            | ControlRequest::ClientJoin { .. }
-            | ControlRequest::ReclaimDone { .. } => Err(self.refuse(Status::Einval)),
+            ControlRequest::ClientJoin {
+                min_version,
+                lease_ms,
+                session,
+            } => {
+                let session = Some((&session, true));
+                self.registration(peer, header, min_version, lease_ms, session, now_ms)
+            }
+            ControlRequest::ReclaimDone { partition, epoch } => self
+                .reclaim_done(client, partition, epoch, now_ms)
+                .map(|()| ControlResponse::Empty),
+            // Answered in `control_frame` (its reply borrows the map); a standalone server
+            // answers it `Einval`: it has no map.
+            ControlRequest::GetMap { .. } => Err(self.refuse(Status::Einval)),
             ControlRequest::RecoveryDone { dead } => self
                 .recovery_done(role, dead, now_ms)
                 .map(|locks| ControlResponse::Released { locks }),
             // `control_frame` answers it before it gets here.
             ControlRequest::ListRetained(_) => Err(self.refuse(Status::Einval)),
+            // The transport answers a drain (it alone knows the peer and the membership); one
+            // that reaches the state machine came some other way and is refused.
+            ControlRequest::Drain => Err(self.refuse(Status::Einval)),
         }
     }
 
@@ -272,7 +326,8 @@ impl<'r> Server<'r> {
             client,
             version,
             recovering: self.recovering > 0,
-            epoch: self.cfg.epoch,
+            // Epochs are per partition in a cluster: the map carries them.
+            epoch: if self.is_cluster() { 0 } else { self.cfg.epoch },
             lease_ms: self
                 .t
                 .clients
@@ -367,7 +422,7 @@ impl<'r> Server<'r> {
         })?;
         let header = msg.header();
         let n = msg.len();
-        if names_partition_epoch(&commands[..n]) {
+        if !self.is_cluster() && names_partition_epoch(&commands[..n]) {
             // Refused whole, as the bytes were when they were reserved (`data.rs`).
             self.stats.bump(Counter::Einval);
             return Err(FrameError::Malformed(DecodeError::BadField));
@@ -409,7 +464,7 @@ impl<'r> Server<'r> {
                     proofs = true;
                 }
             };
-        if version_spoken(header.version) {
+        if version_spoken(self.versions(), header.version) {
             let meta = MessageMeta {
                 version: header.version,
                 message_id: header.message_id,

@@ -35,20 +35,37 @@ impl<'r> Server<'r> {
         let slot = self
             .serving_client(raw, now_ms)
             .map_err(|s| self.refuse(s))?;
-        self.get_lock_for(slot, kind, name)
+        self.get_lock_for(slot, kind, name, now_ms)
             .map_err(|s| self.refuse(s))
     }
 
     /// `get_lock` for a client slot already checked.
+    ///
+    /// On a cluster server the name's partition must be owned and served here now (else
+    /// `PartitionMoved`, or `NotReady` while it recovers); a re-claim goes through
+    /// [`Self::claim_lock_for`] instead.
     pub(super) fn get_lock_for(
         &mut self,
         slot: u32,
         kind: LockKind,
         name: &[u8],
+        now_ms: u64,
     ) -> Result<LockId, Status> {
         if !valid_name(name) {
             return Err(Status::Einval);
         }
+        let partition = self.partition_for_name(name, now_ms)?;
+        self.lock_in(slot, kind, name, partition)
+    }
+
+    /// Creates or joins lock `name` of `kind` in `partition` (already checked) for `slot`.
+    pub(super) fn lock_in(
+        &mut self,
+        slot: u32,
+        kind: LockKind,
+        name: &[u8],
+        partition: u16,
+    ) -> Result<LockId, Status> {
         let hash = crate::table::index::hash_name(self.name_key, name);
         let names = &*self.t.lock_names;
         if let Some(lock) = self
@@ -67,7 +84,7 @@ impl<'r> Server<'r> {
         let generation =
             next_generation(SlotState(self.t.lock_meta[lock as usize].state).generation());
         self.t.lock_meta[lock as usize] = LockMeta {
-            state: SlotState::live(generation, kind).0,
+            state: SlotState::live(generation, kind).in_partition(partition).0,
             refs: 0,
         };
         self.t.lock_cells[lock as usize] = LockCell::default();

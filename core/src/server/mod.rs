@@ -21,12 +21,17 @@
 //! the two halves on two threads without changing any semantics.
 
 mod clients;
+mod cluster;
+mod cluster_claims;
+mod cluster_counters;
+mod cluster_requests;
+mod cluster_slots;
 pub mod control;
 mod data;
 mod dispatch;
 mod embedded;
 mod frames;
-mod invariants;
+pub mod invariants;
 mod locks;
 mod objects;
 mod peers;
@@ -44,13 +49,17 @@ use crate::config::Config;
 use crate::ids::{ClientId, FencingToken, SessionKey, SessionMac};
 use crate::status::Status;
 use crate::table::{ClientState, Tables};
+pub use cluster::{
+    ClusterSettings, ClusterSide, ClusterWork, PartState, RECLAIM_CLIENTS_MAX, RECLAIM_GRID_WORDS,
+    RESERVE_QUEUE_MAX,
+};
 pub use control::{ControlAdmission, ControlConn};
 pub use dispatch::{Dispatched, Source, Streamed};
 pub use embedded::MessageValues;
 pub use frames::FrameError;
 pub use recovery::RecoveryProgress;
 pub use route::{Admission, Binding, Delivery, Joining, Route, admit, joining, owns_mailbox};
-pub use routing::{Controlled, Registration, Routing, SlotRouting};
+pub use routing::{Controlled, Registration, Routing, SlotRouting, StreamControlled};
 pub use stats::{Counter, Stats};
 pub use waiters::{Disposition, WaitReply};
 
@@ -100,6 +109,8 @@ pub struct Server<'r> {
     ready: u32,
     /// The earliest tick at which a parked request may need a time-based retry.
     next_timer_ms: u64,
+    /// The cluster half (`cluster.rs`); `None` on a standalone server.
+    cluster: Option<cluster::ClusterCore<'r>>,
 }
 
 /// Where a server draws the values a peer must not be able to predict: client ids, session
@@ -171,6 +182,7 @@ impl<'r> Server<'r> {
             waiting: 0,
             ready: 0,
             next_timer_ms: u64::MAX,
+            cluster: None,
         }
     }
 
@@ -189,7 +201,12 @@ impl<'r> Server<'r> {
 
     /// A copy of the counters.
     pub fn stats(&self) -> Stats {
-        self.stats
+        let mut s = self.stats;
+        // Levels read from the tables now rather than kept in step at every change.
+        s.0[Counter::ClientsActive as usize] = u64::from(self.t.client_free.used());
+        s.0[Counter::LocksInUse as usize] = u64::from(self.t.lock_free.used());
+        s.0[Counter::MapVersion as usize] = self.map_version().unwrap_or(0);
+        s
     }
 
     /// Mints every session from now on under `key` (with `mac`) and gives every grant and

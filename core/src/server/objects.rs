@@ -44,6 +44,7 @@ impl<'r> Server<'r> {
         if !valid_name(name) || lease_s == 0 {
             return Err(Status::Einval);
         }
+        let partition = self.partition_for_name(name, now_ms)?;
         let me = self.t.clients[slot as usize].id;
         let lease_until = now_ms.saturating_add(lease_s as u64 * 1_000);
         let hash = crate::table::index::hash_name(self.name_key, name);
@@ -58,7 +59,9 @@ impl<'r> Server<'r> {
                 // Refresh a lingering destroyed object: new owner and lease, every old reference
                 // dropped, value kept.
                 *meta = ObjectMeta {
-                    state: SlotState::live(state.generation(), crate::LockKind::Atomic).0,
+                    state: SlotState::live(state.generation(), crate::LockKind::Atomic)
+                        .in_partition(partition)
+                        .0,
                     owner: me,
                     refs: 0,
                     lease_until_ms: lease_until,
@@ -78,7 +81,9 @@ impl<'r> Server<'r> {
         let generation =
             next_generation(SlotState(self.t.object_meta[index as usize].state).generation());
         self.t.object_meta[index as usize] = ObjectMeta {
-            state: SlotState::live(generation, crate::LockKind::Atomic).0,
+            state: SlotState::live(generation, crate::LockKind::Atomic)
+                .in_partition(partition)
+                .0,
             owner: me,
             refs: 0,
             lease_until_ms: lease_until,
@@ -109,6 +114,8 @@ impl<'r> Server<'r> {
         if !valid_name(name) {
             return Err(self.refuse(Status::Einval));
         }
+        self.partition_for_name(name, now_ms)
+            .map_err(|s| self.refuse(s))?;
         let hash = crate::table::index::hash_name(self.name_key, name);
         let index = self
             .find_object(hash, name)
@@ -225,19 +232,29 @@ impl<'r> Server<'r> {
     /// A client is going away: drop its object references and give up its ownerships — an
     /// owned object others still use within its lease is orphaned (anyone may destroy it), any
     /// other owned object is destroyed (as the reference does on eviction).
+    ///
+    /// In a cluster, a counter that moved under a persisted high-water mark is orphaned too,
+    /// whoever uses it: destroyed, it would be re-created at the creator's initial value and
+    /// hand out values it handed out before, which a cluster promises never to do (a new owner
+    /// of its partition starts at the mark; the same owner must not do worse). Its value stays
+    /// for the next creator, as across a failover. This differs from the reference, which
+    /// destroys it; a standalone server still does.
     pub(super) fn release_all_objects(&mut self, slot: u32, me: ClientId, now_ms: u64) {
         let mut from = 0;
         while let Some((index, _)) = self.t.object_refs.next_in_row(slot, from) {
             from = index + 1;
             self.drop_object_ref(slot, index, now_ms);
         }
+        let cluster = self.cluster.is_some();
         for index in 0..self.t.object_free.high_water() {
             let meta = &mut self.t.object_meta[index as usize];
             let state = SlotState(meta.state);
             if !state.is_live() || meta.owner != me.get() {
                 continue;
             }
-            if meta.refs > 0 && !past(now_ms, meta.lease_until_ms) {
+            // `spare` holds a cluster counter's persisted mark (`cluster_counters.rs`).
+            let counted = cluster && meta.spare != 0;
+            if counted || (meta.refs > 0 && !past(now_ms, meta.lease_until_ms)) {
                 meta.owner = 0;
             } else {
                 meta.state = state.destroyed().0;

@@ -191,18 +191,22 @@ impl Server<'_> {
             }
             _ => return GrantProof::NONE,
         };
-        let Some(name) =
-            LockId::from_raw(c.lock).and_then(|id| self.t.lock_names.get(id.index() as usize))
-        else {
+        let Some(id) = LockId::from_raw(c.lock) else {
             return GrantProof::NONE;
         };
+        let Some(name) = self.t.lock_names.get(id.index() as usize) else {
+            return GrantProof::NONE;
+        };
+        // A standalone server's lock is in partition 0, granted at the server's epoch; a
+        // cluster lock in its name's partition, at the partition's epoch (the one the request
+        // named: a cluster server serves a command only at exactly that epoch).
+        let partition = self.lock_partition(id.index());
         let subject = GrantSubject {
             client: raw_client,
             kind: c.kind,
             held,
-            // A standalone server's lock is in partition 0, granted at the server's epoch.
-            partition: 0,
-            epoch: u32::from(self.cfg.epoch),
+            partition,
+            epoch: self.proof_epoch(partition),
             token,
             ticket,
             name: name.name(),

@@ -9,11 +9,11 @@
 //!
 //! | kind   | claim           | merged when                                  | otherwise |
 //! |--------|-----------------|----------------------------------------------|-----------|
-//! | atomic | exclusive       | free (or already this client's)              | Fail      |
+//! | atomic | exclusive       | time left, free (or already this client's)   | Fail      |
 //! | RW     | exclusive       | free (or already this client's)              | Fail      |
 //! | RW     | shared          | no exclusive holder                          | Fail      |
-//! | fair   | exclusive       | no holder, ticket not behind the counters    | Fail      |
-//! | fair   | shared          | no exclusive holder, ticket at the serving position, < 63 readers | Fail |
+//! | fair   | exclusive       | time left, no holder, ticket not behind the counters | Fail |
+//! | fair   | shared          | time left, no exclusive holder, ticket at the serving position, < 63 readers | Fail |
 //! | fair   | ticketed        | always: next-ticket counters move past it    | —         |
 //!
 //! The first claim accepted keeps the lock. The reference lets a later claim displace an
@@ -152,7 +152,9 @@ impl<'r> Server<'r> {
         let slot = self
             .client_slot(raw)
             .ok_or_else(|| self.refuse(Status::ClientNotInit))?;
-        if self.claim_window(slot) == ClaimWindow::Closed {
+        // A cluster server takes claims per partition (`cluster_claims.rs`), from any
+        // registered client.
+        if !self.is_cluster() && self.claim_window(slot) == ClaimWindow::Closed {
             return Err(self.refuse(Status::Einval));
         }
         let n = claims.len().min(BATCH_MAX);
@@ -196,6 +198,9 @@ impl<'r> Server<'r> {
         claim: &LockClaim<'_>,
         now_ms: u64,
     ) -> Result<LockId, Status> {
+        if self.is_cluster() {
+            return self.cluster_claim(raw, claim, now_ms);
+        }
         self.stats.bump(Counter::ControlRequests);
         let slot = self
             .client_slot(raw)
@@ -248,7 +253,7 @@ impl<'r> Server<'r> {
             .find_lock(claim.name)
             .is_some_and(|l| self.t.lock_refs.get(slot, l) != 0);
         let id = self
-            .get_lock_for(slot, claim.kind, claim.name)
+            .get_lock_for(slot, claim.kind, claim.name, now_ms)
             .map_err(|s| self.refuse(s))?;
         let lock = id.index();
         // Claims are idempotent: a batch re-sent after a lost echo merges nothing twice.
@@ -290,7 +295,7 @@ impl<'r> Server<'r> {
 
     /// The id of the lock `claim` names if the server already holds for client `slot` exactly
     /// what the claim says (a reference, or a grant or ticket of that kind): a repeated claim.
-    fn restored(&self, slot: u32, claim: &LockClaim<'_>) -> Option<LockId> {
+    pub(super) fn restored(&self, slot: u32, claim: &LockClaim<'_>) -> Option<LockId> {
         let lock = self.find_lock(claim.name)?;
         let state = SlotState(self.t.lock_meta[lock as usize].state);
         if state.kind() != claim.kind || self.t.lock_refs.get(slot, lock) == 0 {
@@ -301,7 +306,7 @@ impl<'r> Server<'r> {
     }
 
     /// Applies the merge table above to lock slot `lock`; returns what the client now holds.
-    fn merge_claim(
+    pub(super) fn merge_claim(
         &mut self,
         lock: u32,
         me: ClientId,
@@ -327,8 +332,10 @@ impl<'r> Server<'r> {
             }
             (LockKind::Rw, Held::Exclusive) => {
                 let w = rw::RwWord::from_bits(cell.word);
-                // Whoever claimed it first keeps it (module doc).
-                if w.readers() != 0 || (w.owner() != 0 && w.owner() != me.get()) {
+                // Whoever claimed it first keeps it (module doc). The simulator's first find;
+                // `MergeClaimOwner` drops the owner check to prove its seed still finds it.
+                let taken = w.owner() != 0 && w.owner() != me.get();
+                if w.readers() != 0 || (taken && !crate::mutated!(MergeClaimOwner)) {
                     return Err(Status::Fail);
                 }
                 cell.word = rw::RwWord::new()
@@ -352,6 +359,14 @@ impl<'r> Server<'r> {
                     .with_since_ms(since)
                     .into_bits();
                 Ok(GrantState::Shared)
+            }
+            // A fair grant that ran out may have been preempted and handed on: restored, an
+            // extend would revive it under an older token than its successor's (the simulator's
+            // fencing rule found it; `FairClaimExpired` puts it back). As for an atomic one.
+            (LockKind::Fair, Held::Exclusive | Held::Shared)
+                if c.remaining_ms == 0 && !crate::mutated!(FairClaimExpired) =>
+            {
+                Err(Status::Fail)
             }
             (LockKind::Fair, held) => {
                 let mut s = fair::FairLock {
@@ -386,6 +401,27 @@ enum ClaimWindow {
 /// `b` if it is later than `a` in ticket order, else `a`.
 fn later(a: u16, b: u16) -> u16 {
     if fair::ticket_before(a, b) { b } else { a }
+}
+
+/// `b` if it is earlier than `a` in ticket order, else `a`.
+fn earlier(a: u16, b: u16) -> u16 {
+    if fair::ticket_before(b, a) { b } else { a }
+}
+
+/// The serving counter `ns` once a reader holding or queued with shared ticket `ts` is merged
+/// into `w` (no writer holds it).
+///
+/// `ns` counts the shared grants completed, and every reader's unlock moves it on by one, so
+/// it must not be past any outstanding shared ticket: it goes back to the oldest claimed. Left
+/// where the first claim put it (a newer reader's ticket, say), it runs past `ms` once the
+/// readers have unlocked, `ms − ns` wraps to "queue full", and every first attempt on the lock
+/// fails for good. Found by `check_invariants` in the simulator; `FairClaimServing` puts the
+/// bug back.
+fn serving_readers(w: fair::FairWord, ts: u16) -> u16 {
+    if crate::mutated!(FairClaimServing) {
+        return w.ns();
+    }
+    earlier(w.ns(), ts)
 }
 
 fn merge_fair(
@@ -435,6 +471,7 @@ fn merge_fair(
             }
             s.word = w
                 .with_nx(nx)
+                .with_ns(serving_readers(w, ts))
                 .with_mx(later(w.mx(), nx))
                 .with_ms(later(w.ms(), ts.wrapping_add(1)))
                 .with_rcnt(w.rcnt() + 1)
@@ -446,7 +483,11 @@ fn merge_fair(
                 Mode::Exclusive => (later(w.mx(), tx.wrapping_add(1)), later(w.ms(), ts)),
                 Mode::Shared => (later(w.mx(), tx), later(w.ms(), ts.wrapping_add(1))),
             };
-            s.word = w.with_mx(mx).with_ms(ms);
+            let ns = match mode {
+                Mode::Shared if s.owner == 0 => serving_readers(w, ts),
+                _ => w.ns(),
+            };
+            s.word = w.with_mx(mx).with_ms(ms).with_ns(ns);
             Ok(GrantState::ticketed(mode))
         }
         Held::Reference => Ok(GrantState::None),

@@ -11,10 +11,11 @@
 //! | event                                                    | method                          | then                                                        |
 //! |----------------------------------------------------------|---------------------------------|-------------------------------------------------------------|
 //! | a registration over control connection `c`               | [`Server::control`]             | `c` carries the slot; the slot's parked request is cancelled and its route cleared; a different client that had the slot and is gone is reported |
+//! | a registration over stream connection `s`                | [`Server::control_on_stream`]   | as over a control connection, `s` carrying it; and `s` speaks for the slot, as after a join |
 //! | `c` closes                                               | [`Server::control_closed`]      | if `c` carried the client's registration: the client is disconnected (abnormal) |
 //! | a client is removed (deinit, expiry, eviction)            | [`Server::forget_gone_clients`] | its slot forgets it; if it is registered nowhere, it is reported |
 //! | a stream attach or join of the slot's client             | [`Server::bind_stream`]         | the connection speaks for the slot; the older one leaves (its parked request cancelled), reported if left with no member |
-//! | a stream connection closes                               | [`Server::stream_closed`]       | its members' parked requests are cancelled, and they leave  |
+//! | a stream connection closes                               | [`Server::stream_closed`]       | its members' parked requests are cancelled, and they leave; a client whose registration it carried is disconnected (abnormal) |
 //! | the lease tick                                           | [`Server::sweep_streams`]       | members whose client is gone leave; connections left with no member are reported |
 //! | a queue pair goes away                                   | [`Server::queue_pair_lost`]     | a request parked over it is cancelled                       |
 //!
@@ -22,10 +23,25 @@
 //! thread, is the transport's.
 
 use super::Server;
-use super::route::{Binding, Route};
+use super::control::{ControlAdmission, admit_on_stream, answer_gone};
+use super::route::{Binding, Route, admit};
 use super::stats::Counter;
 use crate::ids::Peer;
+use crate::manager::retain::Role;
+use crate::proto::peek_control_header;
 use crate::server::FrameError;
+
+/// The connection a slot's registration came over: its loss is the client's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Carrier {
+    /// None (not registered over a socket, or the connection went away).
+    #[default]
+    None,
+    /// Control connection `conn` (the transport's name for it).
+    Control(u64),
+    /// Stream connection `conn` (a multiplexing client's member registered over it).
+    Stream(u32),
+}
 
 /// One client slot's routing state (see the module doc). Allocated by the transport, one per
 /// client slot; its contents are the server's.
@@ -37,8 +53,8 @@ pub struct SlotRouting {
     pub(super) route: Route,
     /// The stream connection that speaks for the slot, and for which registration.
     pub(super) stream: Binding,
-    /// The control connection the slot's registration came over (0: none).
-    control: u64,
+    /// The connection the slot's registration came over.
+    carrier: Carrier,
     /// The client registered over a control connection (0: none): when it is no longer
     /// registered, its connections are closed.
     registered: u32,
@@ -135,7 +151,26 @@ pub struct Controlled {
     pub registered: Option<Registration>,
 }
 
-/// A registration over a control connection ([`Controlled::registered`]).
+/// What a control frame over a stream connection came to ([`Server::control_on_stream`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum StreamControlled {
+    /// Answered: the reply is the first `len` bytes of the output buffer.
+    Replied {
+        /// The reply's length.
+        len: usize,
+        /// The client the frame registered, as [`Controlled::registered`].
+        registered: Option<Registration>,
+        /// The stream connection the registered client left, with no member now (the
+        /// transport closes it).
+        vacated: Option<u32>,
+    },
+    /// Not run: the frame speaks for a client bound elsewhere, or the bytes are no control
+    /// request. The transport closes the connection.
+    Refused,
+}
+
+/// A registration over a control or stream connection ([`Controlled::registered`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Registration {
     /// The client registered.
@@ -162,24 +197,85 @@ impl Server<'_> {
         now_ms: u64,
     ) -> Result<Controlled, FrameError> {
         let (len, registered) = self.control_frame((peer, role), req, out, now_ms)?;
+        let carrier = Carrier::Control(conn);
         let registered =
-            registered.and_then(|id| self.route_registration(routing, conn, id.get(), now_ms));
+            registered.and_then(|id| self.route_registration(routing, carrier, id.get(), now_ms));
         Ok(Controlled { len, registered })
     }
 
-    /// Client `client` just registered over control connection `conn`: whatever it had parked,
-    /// over any path, it gave up on (a path it no longer reads, whose loss may not have been
-    /// noticed yet), so it is cancelled.
+    /// Handles control frame `req` from `peer`, which came over stream connection (`conn`,
+    /// `generation`) as a multiplexing client's member's (`control`'s module doc): runs it if
+    /// the connection may speak for the client it names, answers `ClientNotInit` for a client
+    /// not registered, and refuses (the transport closes the connection) a frame for a client
+    /// bound elsewhere or bytes that are no control request. A registration binds its client to
+    /// the connection, which then carries it. `out` holds the largest reply
+    /// (`CONTROL_FRAME_MAX`).
+    pub fn control_on_stream(
+        &mut self,
+        routing: &mut Routing<'_>,
+        (conn, generation): (u32, u32),
+        peer: Peer,
+        req: &[u8],
+        out: &mut [u8],
+        now_ms: u64,
+    ) -> StreamControlled {
+        let header = match peek_control_header(req) {
+            Ok((header, false)) => header,
+            _ => return StreamControlled::Refused,
+        };
+        let from = Binding {
+            conn,
+            generation,
+            client: header.word,
+        };
+        let found = self.client_slot(header.word);
+        let named = admit(from, found.map(|slot| (slot, routing.binding(slot))));
+        let replied = |len| StreamControlled::Replied {
+            len,
+            registered: None,
+            vacated: None,
+        };
+        match admit_on_stream(header.msg, named) {
+            ControlAdmission::Run => {}
+            ControlAdmission::AnswerGone => {
+                return answer_gone(&header, out).map_or(StreamControlled::Refused, replied);
+            }
+            ControlAdmission::Close => return StreamControlled::Refused,
+        }
+        // A stream carries no recoverer role: `recovery_done` and `ListRetained` come over a
+        // control connection of their own, whose peer the transport vouches for.
+        let Ok((len, registered)) = self.control_frame((peer, Role::Client), req, out, now_ms)
+        else {
+            return StreamControlled::Refused;
+        };
+        let Some(id) = registered else {
+            return replied(len);
+        };
+        let carrier = Carrier::Stream(conn);
+        let registered = self.route_registration(routing, carrier, id.get(), now_ms);
+        let vacated = registered.and_then(|r| {
+            self.bind_stream(routing, (r.slot, r.client), (conn, generation), now_ms)
+        });
+        StreamControlled::Replied {
+            len,
+            registered,
+            vacated,
+        }
+    }
+
+    /// Client `client` just registered over `carrier`: whatever it had parked, over any path,
+    /// it gave up on (a path it no longer reads, whose loss may not have been noticed yet), so
+    /// it is cancelled.
     fn route_registration(
         &mut self,
         routing: &mut Routing<'_>,
-        conn: u64,
+        carrier: Carrier,
         client: u32,
         now_ms: u64,
     ) -> Option<Registration> {
         let slot = self.client_slot(client)?;
         let e = routing.entry(slot)?;
-        e.control = conn;
+        e.carrier = carrier;
         e.route = Route::None;
         let before = core::mem::replace(&mut e.registered, client);
         self.cancel_parked_in(Some(slot), client, now_ms);
@@ -206,9 +302,9 @@ impl Server<'_> {
             return;
         };
         if let Some(e) = routing.entry(slot)
-            && e.control == conn
+            && e.carrier == Carrier::Control(conn)
         {
-            e.control = 0;
+            e.carrier = Carrier::None;
             self.client_disconnected(client, now_ms);
         }
     }
@@ -237,7 +333,7 @@ impl Server<'_> {
             let client = e.registered;
             if client != 0 && self.client_slot(client) != Some(slot as u32) {
                 e.registered = 0;
-                e.control = 0;
+                e.carrier = Carrier::None;
                 if !self.is_registered(client) {
                     gone(client);
                 }
@@ -275,12 +371,19 @@ impl Server<'_> {
     }
 
     /// Stream connection `conn` closed: its members' parked requests are cancelled (their
-    /// replies would have nowhere to go) and they leave it.
+    /// replies would have nowhere to go) and they leave it; a client whose registration it
+    /// carried is disconnected, as when its control connection closes.
     pub fn stream_closed(&mut self, routing: &mut Routing<'_>, conn: u32, now_ms: u64) {
-        for e in routing.slots.iter_mut().filter(|e| e.stream.conn == conn) {
-            let b = core::mem::take(&mut e.stream);
-            if e.route.leave_stream(b.conn, b.generation) {
-                self.cancel_parked(b.client, now_ms);
+        for e in routing.slots.iter_mut() {
+            if e.stream.conn == conn {
+                let b = core::mem::take(&mut e.stream);
+                if e.route.leave_stream(b.conn, b.generation) {
+                    self.cancel_parked(b.client, now_ms);
+                }
+            }
+            if e.carrier == Carrier::Stream(conn) {
+                e.carrier = Carrier::None;
+                self.client_disconnected(e.registered, now_ms);
             }
         }
     }

@@ -104,6 +104,19 @@ pub enum Counter {
     /// established connections' requests were served first (a burst of new connections)
     /// (transport).
     TlsHandshakesDeferred,
+    /// Commands and names answered `PartitionMoved` (cluster: not owned here at the epoch
+    /// named, or fenced).
+    PartitionMoved,
+    /// Of those, answered because this server fenced itself (its authority lapsed).
+    Fenced,
+    /// Partitions this server owns under its applied map (a gauge, set at each map).
+    PartitionsOwned,
+    /// Owned partitions still recovering from a takeover (a gauge, set at each tick).
+    PartitionsRecovering,
+    /// Epoch renewals asked for (a partition's token counter ran half out).
+    TokenRenewals,
+    /// Counter high-water-mark reservations asked for.
+    CounterReservations,
     /// Grants kept, retained, when their holder died (`manager::retain`).
     LocksRetained,
     /// Retained grants released by a recoverer's `recovery_done`. `locks_retained` minus this
@@ -114,6 +127,23 @@ pub enum Counter {
     /// Requests refused (or, waiting, answered at their deadline) `DLOCK_LOCK_RETAINED`: a dead
     /// client's retained grant was in the way.
     LockRetained,
+    /// Clients registered now (a gauge, read from the client table at each `Stats`).
+    ClientsActive,
+    /// Lock slots in use now (a gauge, read from the lock table at each `Stats`).
+    LocksInUse,
+    /// The version of the cluster map this server applied (a gauge; 0: standalone, or none yet).
+    MapVersion,
+    /// Milliseconds since etcd stopped answering this server's agent; 0 while it answers (a
+    /// gauge, transport: the cluster thread sets it from the membership's status).
+    EtcdUnreachableMs,
+    /// Milliseconds since the agent sent its last confirmed keepalive round, the one its
+    /// authority counts from; `u64::MAX` while none was confirmed (a gauge, transport). Past
+    /// the lease TTL minus the drift margin the server fences itself.
+    KeepaliveAgeMs,
+    /// 1 while this server's agent is the cluster's elected coordinator (a gauge, transport).
+    Coordinator,
+    /// 1 once this server asked to be drained (a gauge, transport).
+    Draining,
 }
 
 impl Counter {
@@ -137,11 +167,33 @@ impl Counter {
                 | Counter::TlsOther
                 | Counter::TlsNotYetValid
                 | Counter::TlsHandshakesDeferred
+                | Counter::EtcdUnreachableMs
+                | Counter::KeepaliveAgeMs
+                | Counter::Coordinator
+                | Counter::Draining
+        )
+    }
+
+    /// Whether this counter is a level that goes up and down (a gauge, for Prometheus) rather
+    /// than a count that only grows.
+    pub const fn is_gauge(self) -> bool {
+        matches!(
+            self,
+            Counter::RecoveryExpected
+                | Counter::PartitionsOwned
+                | Counter::PartitionsRecovering
+                | Counter::ClientsActive
+                | Counter::LocksInUse
+                | Counter::MapVersion
+                | Counter::EtcdUnreachableMs
+                | Counter::KeepaliveAgeMs
+                | Counter::Coordinator
+                | Counter::Draining
         )
     }
 
     /// Number of counters.
-    pub const COUNT: usize = Counter::LockRetained as usize + 1;
+    pub const COUNT: usize = Counter::Draining as usize + 1;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT] = [
@@ -188,10 +240,23 @@ impl Counter {
         Counter::ClientsRefusedPeerCap,
         Counter::TlsNotYetValid,
         Counter::TlsHandshakesDeferred,
+        Counter::PartitionMoved,
+        Counter::Fenced,
+        Counter::PartitionsOwned,
+        Counter::PartitionsRecovering,
+        Counter::TokenRenewals,
+        Counter::CounterReservations,
         Counter::LocksRetained,
         Counter::RetainedReleased,
         Counter::RecoveryDoneRefused,
         Counter::LockRetained,
+        Counter::ClientsActive,
+        Counter::LocksInUse,
+        Counter::MapVersion,
+        Counter::EtcdUnreachableMs,
+        Counter::KeepaliveAgeMs,
+        Counter::Coordinator,
+        Counter::Draining,
     ];
 
     /// A stable snake-case name for printing.
@@ -240,10 +305,23 @@ impl Counter {
             Counter::ClientsRefusedPeerCap => "clients_refused_peer_cap",
             Counter::TlsNotYetValid => "tls_not_yet_valid",
             Counter::TlsHandshakesDeferred => "tls_handshakes_deferred",
+            Counter::PartitionMoved => "partition_moved",
+            Counter::Fenced => "fenced",
+            Counter::PartitionsOwned => "partitions_owned",
+            Counter::PartitionsRecovering => "partitions_recovering",
+            Counter::TokenRenewals => "token_renewals",
+            Counter::CounterReservations => "counter_reservations",
             Counter::LocksRetained => "locks_retained",
             Counter::RetainedReleased => "retained_released",
             Counter::RecoveryDoneRefused => "recovery_done_refused",
             Counter::LockRetained => "lock_retained",
+            Counter::ClientsActive => "clients_active",
+            Counter::LocksInUse => "locks_in_use",
+            Counter::MapVersion => "map_version",
+            Counter::EtcdUnreachableMs => "etcd_unreachable_ms",
+            Counter::KeepaliveAgeMs => "keepalive_age_ms",
+            Counter::Coordinator => "coordinator",
+            Counter::Draining => "draining",
         }
     }
 }
@@ -291,6 +369,7 @@ impl Stats {
             S::ServerNoResource | S::ObjectTooMany => Counter::NoResource,
             S::ObjectNotGet => Counter::ObjectNotGet,
             S::ObjectCasFailed => Counter::ObjectCasFailed,
+            S::PartitionMoved => Counter::PartitionMoved,
             S::LockRetained => Counter::LockRetained,
             _ => return,
         };

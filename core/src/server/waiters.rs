@@ -236,6 +236,17 @@ impl<'r> Server<'r> {
         let Some(op) = LockOp::from_u8(waiter.op & 0xF) else {
             return false;
         };
+        if let Some((status, aux)) = self.parked_refusal(waiter.lock, now_ms) {
+            // Not granted by a server that does not serve the partition now (fenced, moved,
+            // recovering): the client refreshes its map and asks again.
+            let r = CommandResult {
+                status,
+                word: 0,
+                aux,
+            };
+            self.finish_waiter(w, r, now_ms);
+            return true;
+        }
         // A preemption voids every other fair ticket; a parked waiter whose ticket went that way
         // queues again with a first attempt instead of being refused.
         let restart = self.restart_of_void_ticket(w, kind, op, waiter.lock);
@@ -328,7 +339,7 @@ impl<'r> Server<'r> {
 
     /// Decides waiter `w` with result `r`: off its lock's queue, reply ready. The client's lease
     /// restarts now: it was waiting on us, not silent.
-    fn finish_waiter(&mut self, w: u32, r: CommandResult, now_ms: u64) {
+    pub(super) fn finish_waiter(&mut self, w: u32, r: CommandResult, now_ms: u64) {
         self.unlink_waiter(w);
         self.t.clients[w as usize].last_seen_ms = now_ms;
         let waiter = &mut self.t.waiters[w as usize];

@@ -148,11 +148,13 @@ pub struct ObjectMeta {
     pub owner: u32,
     /// Clients holding a reference (object `get` without `release`).
     pub refs: u32,
-    /// Zero.
+    /// Zero on a standalone server; on a cluster server 1 while a reservation of the counter's
+    /// high-water mark is in flight (`server::cluster_counters`).
     pub reserved: u32,
     /// The latest lease deadline any client asked for (create or get), in ticks.
     pub lease_until_ms: u64,
-    /// Spare, zero.
+    /// Zero on a standalone server; on a cluster server the counter's high-water mark the
+    /// membership confirmed persisted (`server::cluster_counters`).
     pub spare: u64,
 }
 
@@ -214,6 +216,10 @@ impl ClientEntry {
     /// Flag: the entry was created by a re-registration while the server recovered, so the
     /// client may re-send the claims it made then (see `Server::update_lock`).
     pub const RECOVERED: u8 = 2;
+    /// Flag (cluster servers): the membership persisted the client's id, so a successor that
+    /// takes over a partition waits for this client's re-claims; only then may it be granted
+    /// (`server::cluster`).
+    pub const PERSISTED: u8 = 4;
 
     /// Whether flag `f` is set.
     #[inline]
@@ -234,7 +240,8 @@ impl ClientEntry {
     }
 }
 
-/// The packed identity of a lock or object slot: generation, kind, live and destroyed bits.
+/// The packed identity of a lock or object slot: generation (bits 0..11), kind (11..13), live
+/// (13), destroyed (14), and on a cluster server the name's partition (16..28; 0 standalone).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotState(pub u32);
 
@@ -242,6 +249,21 @@ impl SlotState {
     const KIND_SHIFT: u32 = 11;
     const LIVE: u32 = 1 << 13;
     const DESTROYED: u32 = 1 << 14;
+    const PARTITION_SHIFT: u32 = 16;
+    const PARTITION_MASK: u32 = 0xFFF;
+
+    /// The same slot in `partition` (below `cluster::PARTITIONS_MAX`, which fits the 12 bits).
+    #[inline]
+    pub const fn in_partition(self, partition: u16) -> Self {
+        let cleared = self.0 & !(Self::PARTITION_MASK << Self::PARTITION_SHIFT);
+        Self(cleared | (partition as u32 & Self::PARTITION_MASK) << Self::PARTITION_SHIFT)
+    }
+
+    /// The partition of the slot's name (0 on a standalone server).
+    #[inline]
+    pub const fn partition(self) -> u16 {
+        ((self.0 >> Self::PARTITION_SHIFT) & Self::PARTITION_MASK) as u16
+    }
 
     /// A live slot of `kind` (objects pass `LockKind::Atomic`; the bits are unused) at `generation`.
     #[inline]

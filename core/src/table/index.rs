@@ -59,6 +59,14 @@ impl<'r> Index<'r> {
             .map(|b| b.tag as u64 | (b.slot as u64) << 32)
     }
 
+    /// Every stored `(tag, slot)`, in bucket order (for `Server::check_invariants`).
+    pub fn entries(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.buckets
+            .iter()
+            .filter(|b| b.slot != 0)
+            .map(|b| (b.tag, b.slot - 1))
+    }
+
     /// The slot stored under `tag` for which `is_key(slot)` holds.
     #[inline]
     pub fn find(&self, tag: u32, mut is_key: impl FnMut(u32) -> bool) -> Option<u32> {

@@ -93,6 +93,13 @@ impl<'r> FreeList<'r> {
     pub fn capacity(&self) -> u32 {
         self.stack.len() as u32
     }
+
+    /// The slots handed back and not handed out again, most recent last (for
+    /// `Server::check_invariants`).
+    #[inline]
+    pub fn free_slots(&self) -> &[u32] {
+        &self.stack[..self.len as usize]
+    }
 }
 
 /// Every table of one server, carved from its region.

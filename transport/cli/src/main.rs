@@ -3,6 +3,8 @@
 //! ```text
 //! dlock serve [--bind 127.0.0.1:21616] [--config dlock.toml] [--idle adaptive] ...
 //! dlock stat  [--connect 127.0.0.1:21616]
+//! dlock drain [--connect 127.0.0.1:21616]      (a cluster server: give its partitions away)
+//! dlock cluster status [--connect ANY-SERVER]
 //! dlock bench [--embedded | --connect ADDR] [--mix trylock] [--clients 4] [--duration 5]
 //! ```
 
@@ -12,6 +14,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+#[cfg(feature = "cluster")]
+mod cluster;
+mod drain;
+mod metrics;
+mod status;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use dlock_core::{Config, LockKind, Mode, Status};
@@ -69,6 +77,40 @@ enum Command {
     },
     /// Drive a workload and print throughput and latency percentiles.
     Bench(BenchArgs),
+    /// Ask a cluster server to give its partitions away, and wait until it owns none (then
+    /// stop it with SIGTERM). Only over TLS with a client certificate, or from its own host.
+    Drain {
+        /// The server to drain.
+        #[arg(long, default_value = "127.0.0.1:21616")]
+        connect: SocketAddr,
+        #[command(flatten)]
+        tls: ClientTlsArgs,
+        /// How long to wait for the partitions to move, in seconds.
+        #[arg(long, default_value_t = 300)]
+        wait_s: u64,
+    },
+    /// A cluster's state as its servers see it (no etcd needed).
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCommand {
+    /// The map (members, partitions, epochs, takeovers) from any server, and each member's
+    /// counters (partitions owned and recovering, moved and fenced answers, load) and link to
+    /// etcd (reachable or since when not, last keepalive confirmed).
+    Status {
+        /// Any server of the cluster.
+        #[arg(long, default_value = "127.0.0.1:21616")]
+        connect: SocketAddr,
+        #[command(flatten)]
+        tls: ClientTlsArgs,
+        /// Also print every partition's owner, epoch and handover.
+        #[arg(long)]
+        partitions: bool,
+    },
 }
 
 /// Server settings; every flag can also come from the TOML file (flags win).
@@ -193,6 +235,10 @@ struct ServeArgs {
         value_name = "BOOL"
     )]
     huge_pages: Option<bool>,
+    /// Serve the counters (`dlock stat`'s, and a cluster member's view) for Prometheus at
+    /// `http://ADDR/metrics`.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
     /// Serve data messages and one-sided object operations over RDMA on this device (as
     /// `ibv_devices` names it). Without a usable device the server logs why and serves TCP and
     /// shared memory only.
@@ -207,6 +253,10 @@ struct ServeArgs {
     #[cfg(feature = "rdma")]
     #[arg(long, requires = "rdma_device")]
     rdma_gid_index: Option<u8>,
+    /// Cluster membership (feature `cluster`; the TOML file's `[cluster]` table).
+    #[cfg(feature = "cluster")]
+    #[command(flatten)]
+    cluster: cluster::ClusterArgs,
 }
 
 impl ServeArgs {
@@ -244,12 +294,15 @@ impl ServeArgs {
             shm_name: self.shm_name.or(file.shm_name),
             unix_socket: self.unix_socket.or(file.unix_socket),
             huge_pages: self.huge_pages.or(file.huge_pages),
+            metrics_addr: self.metrics_addr.or(file.metrics_addr),
             #[cfg(feature = "rdma")]
             rdma_device: self.rdma_device.or(file.rdma_device),
             #[cfg(feature = "rdma")]
             rdma_port: self.rdma_port.or(file.rdma_port),
             #[cfg(feature = "rdma")]
             rdma_gid_index: self.rdma_gid_index.or(file.rdma_gid_index),
+            #[cfg(feature = "cluster")]
+            cluster: self.cluster.over(file.cluster),
         }
     }
 }
@@ -409,6 +462,19 @@ fn main() -> ExitCode {
             tls,
         } => recovered(connect, client, &tls),
         Command::Bench(args) => bench(args),
+        Command::Drain {
+            connect,
+            tls,
+            wait_s,
+        } => drain_server(connect, &tls, Duration::from_secs(wait_s)),
+        Command::Cluster {
+            command:
+                ClusterCommand::Status {
+                    connect,
+                    tls,
+                    partitions,
+                },
+        } => status::status(connect, &|a| tls.endpoint(a), partitions),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -419,7 +485,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
+/// `args` over the TOML file it names, if any.
+fn with_file(mut args: ServeArgs) -> Result<ServeArgs, String> {
     if let Some(path) = args.config.take() {
         let text =
             std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -427,6 +494,23 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
             toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         args = args.over(file);
     }
+    Ok(args)
+}
+
+/// The cluster settings taken out of `args` over its file (a `[cluster]` table in the file
+/// counts as much as the flags), checked against the standalone server's own settings.
+#[cfg(feature = "cluster")]
+fn take_cluster(args: ServeArgs) -> Result<(ServeArgs, cluster::ClusterArgs), String> {
+    let mut args = with_file(args)?;
+    let cluster = std::mem::take(&mut args.cluster);
+    if cluster.enabled() && args.epoch.is_some() {
+        return Err("--epoch is for a standalone server: a cluster's epochs come from etcd".into());
+    }
+    Ok((args, cluster))
+}
+
+fn serve_config(args: ServeArgs) -> Result<ServerConfig, String> {
+    let args = with_file(args)?;
     let d = Config::default();
     let core = Config {
         locks_max: args.locks.unwrap_or(d.locks_max),
@@ -509,7 +593,24 @@ fn serve_config(mut args: ServeArgs) -> Result<ServerConfig, String> {
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
-    let cfg = serve_config(args)?;
+    let args = with_file(args)?;
+    let metrics_addr = args.metrics_addr;
+    #[cfg(feature = "cluster")]
+    let (args, cluster) = take_cluster(args)?;
+    #[allow(unused_mut)]
+    let mut cfg = serve_config(args)?;
+    #[cfg(feature = "cluster")]
+    let agent = match cluster.enabled() {
+        true => {
+            let bind = cfg
+                .tcp
+                .as_ref()
+                .map(|t| t.listen)
+                .ok_or("a cluster server needs TCP")?;
+            Some(cluster.join(&mut cfg, bind)?)
+        }
+        false => None,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|e| e.to_string())?;
@@ -539,11 +640,52 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             );
         }
     }
+    let membership = cfg.cluster.as_ref().map(|c| Arc::clone(&c.membership));
+    let metrics = metrics_addr
+        .map(|a| metrics::MetricsServer::start(a, Endpoint::embedded(&server), membership))
+        .transpose()
+        .map_err(|e| format!("--metrics-addr: {e}"))?;
+    if let Some(m) = &metrics {
+        println!("metrics for Prometheus at http://{}/metrics", m.addr());
+    }
+    // `kill -USR1 <pid>` drains a cluster server: the coordinator moves its partitions away
+    // (their clients re-claim at the new owners); stop it with SIGTERM once `dlock cluster
+    // status` shows it owns nothing.
+    #[cfg(feature = "cluster")]
+    let drain = {
+        let drain = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&drain))
+            .map_err(|e| e.to_string())?;
+        drain
+    };
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(100));
+        #[cfg(feature = "cluster")]
+        if drain.swap(false, Ordering::AcqRel)
+            && let Some(agent) = &agent
+        {
+            tracing::info!("draining: the cluster moves this server's partitions away");
+            agent.handle().drain();
+        }
     }
     tracing::info!("shutting down");
+    drop(metrics);
     server.stop();
+    // Only now, with nothing granted any more, may the partitions move at once.
+    #[cfg(feature = "cluster")]
+    if let Some(agent) = agent {
+        agent.leave();
+    }
+    Ok(())
+}
+
+fn drain_server(addr: SocketAddr, tls: &ClientTlsArgs, wait: Duration) -> Result<(), String> {
+    let endpoint = tls.endpoint(addr)?;
+    drain::drain(&endpoint, wait, &mut |n| {
+        println!("{addr}: owns {n} partitions");
+    })
+    .map_err(|e| format!("{addr}: {e}"))?;
+    println!("{addr} is drained: it owns no partition; stop it with SIGTERM");
     Ok(())
 }
 
@@ -799,6 +941,34 @@ fn worker(
 mod tests {
     use super::*;
     use dlock_transport::runtime::Recoverers;
+
+    /// `dlock serve --config FILE`, FILE holding `toml`: its cluster settings as `serve` sees
+    /// them.
+    #[cfg(feature = "cluster")]
+    fn serve_cluster(toml: &str) -> Result<cluster::ClusterArgs, String> {
+        let dir = std::env::temp_dir().join(format!("dlock-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("serve.toml");
+        std::fs::write(&path, toml).unwrap();
+        let argv = ["dlock", "serve", "--config", path.to_str().unwrap()];
+        let Command::Serve(args) = Cli::try_parse_from(argv).expect("flags parse").command else {
+            panic!("not the serve command");
+        };
+        let r = take_cluster(*args).map(|(_, c)| c);
+        let _ = std::fs::remove_dir_all(&dir);
+        r
+    }
+
+    /// `serve` took the cluster settings out of the flags before it read the file, so a
+    /// `[cluster]` table made a standalone server (and its `epoch` went unchecked).
+    #[cfg(feature = "cluster")]
+    #[test]
+    fn a_cluster_table_in_the_file_makes_a_cluster_member() {
+        let table = "[cluster]\nendpoints = [\"http://e:2379\"]\nname = \"x\"\nserver_id = 1\n";
+        assert!(serve_cluster(table).unwrap().enabled());
+        let err = serve_cluster(&format!("epoch = 3\n{table}")).unwrap_err();
+        assert!(err.contains("--epoch"), "{err}");
+    }
 
     /// `dlock serve` with `flags`, over a TOML file holding `toml`: the server's config.
     fn merged(flags: &[&str], toml: &str) -> ServerConfig {

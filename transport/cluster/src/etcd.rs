@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::cluster::{Map, Partitions};
+use dlock_core::cluster::{Map, Partitions, ServerId};
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, PutOptions,
     TlsOptions, Txn, TxnOp,
@@ -327,6 +327,91 @@ pub(crate) async fn marks(
         if let (Some(name), Some(mark)) = (name, mark) {
             out.push((name, mark));
         }
+    }
+    Ok(out)
+}
+
+/// Writes the client ids registered with this server in registration `incarnation`.
+pub(crate) async fn persist_clients(
+    client: &Client,
+    cfg: &AgentConfig,
+    incarnation: u64,
+    ids: &[u32],
+) -> Result<(), AgentError> {
+    let key = Keys::new(&cfg.cluster).clients(cfg.server_id, incarnation);
+    let value = ids
+        .iter()
+        .map(|id| id.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut kv = client.kv_client();
+    timed(cfg.request_timeout, kv.put(key, value, None))
+        .await
+        .map_err(AgentError::Etcd)?;
+    Ok(())
+}
+
+/// The client ids `server` persisted in registration `incarnation` (none: empty).
+pub(crate) async fn persisted_clients(
+    client: &Client,
+    cfg: &AgentConfig,
+    server: ServerId,
+    incarnation: u64,
+) -> Result<Vec<u32>, AgentError> {
+    let key = Keys::new(&cfg.cluster).clients(server, incarnation);
+    let mut kv = client.kv_client();
+    let resp = timed(cfg.request_timeout, kv.get(key.clone(), None))
+        .await
+        .map_err(AgentError::Etcd)?;
+    let Some(item) = resp.kvs().first() else {
+        return Ok(Vec::new());
+    };
+    let text = std::str::from_utf8(item.value())
+        .map_err(|_| AgentError::Etcd(format!("{key} is not text")))?;
+    text.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.trim()
+                .parse::<u32>()
+                .map_err(|_| AgentError::Etcd(format!("{key} holds {s:?}, not a client id")))
+        })
+        .collect()
+}
+
+/// The cluster's session key: read, or created once by compare-and-swap (64 hex digits).
+pub(crate) async fn session_key(
+    client: &Client,
+    cfg: &AgentConfig,
+) -> Result<[u8; 32], AgentError> {
+    let key = Keys::new(&cfg.cluster).session_key();
+    let mut fresh = [0u8; 32];
+    getrandom::fill(&mut fresh).map_err(|e| AgentError::Etcd(format!("no entropy: {e}")))?;
+    let hex: String = fresh.iter().map(|b| format!("{b:02x}")).collect();
+    let txn = Txn::new()
+        .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(key.clone(), hex, None)])
+        .or_else([TxnOp::get(key.clone(), None)]);
+    let mut kv = client.kv_client();
+    let resp = timed(cfg.request_timeout, kv.txn(txn))
+        .await
+        .map_err(AgentError::Etcd)?;
+    if resp.succeeded() {
+        tracing::info!(cluster = %cfg.cluster, "created the cluster's session key in etcd");
+        return Ok(fresh);
+    }
+    let stored = resp.op_responses().into_iter().find_map(|op| match op {
+        etcd_client::TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+        _ => None,
+    });
+    let bad = || AgentError::Etcd(format!("{key} does not hold 64 hex digits"));
+    let text = stored.ok_or_else(bad)?;
+    let text = std::str::from_utf8(&text).map_err(|_| bad())?.trim();
+    if text.len() != 64 {
+        return Err(bad());
+    }
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
     }
     Ok(out)
 }

@@ -158,6 +158,18 @@ pub(crate) enum Command {
         partition: u16,
         reply: std::sync::mpsc::SyncSender<Result<Marks, AgentError>>,
     },
+    SessionKey {
+        reply: std::sync::mpsc::SyncSender<Result<[u8; 32], AgentError>>,
+    },
+    PersistClients {
+        ids: Vec<u32>,
+        reply: std::sync::mpsc::SyncSender<Result<(), AgentError>>,
+    },
+    Clients {
+        server: ServerId,
+        incarnation: u64,
+        reply: std::sync::mpsc::SyncSender<Result<Vec<u32>, AgentError>>,
+    },
     Republish,
     Stop {
         leave: bool,
@@ -320,6 +332,40 @@ impl AgentHandle {
     pub fn marks(&self, partition: u16) -> Pending<Marks> {
         let (reply, rx) = std::sync::mpsc::sync_channel(1);
         let _ = self.commands.send(Command::Marks { partition, reply });
+        Pending(rx)
+    }
+
+    /// The cluster's session key kept in etcd under `/dlock/<cluster>/key`: read, or created
+    /// once (from the OS CSPRNG, by compare-and-swap, so every server reads the same) if no
+    /// server created it yet. For a cluster whose servers are not given a key file: etcd must
+    /// then run with TLS and client certificates, since whoever reads the key can mint any
+    /// client's session.
+    pub fn session_key(&self) -> Pending<[u8; 32]> {
+        let (reply, rx) = std::sync::mpsc::sync_channel(1);
+        let _ = self.commands.send(Command::SessionKey { reply });
+        Pending(rx)
+    }
+
+    /// Persists the ids of the clients registered with this server now (the whole set, under
+    /// its current registration), so that a successor of any of its partitions knows whose
+    /// re-claims to wait for. Not bound to the lease: the successor reads it after the lease
+    /// is gone.
+    pub fn persist_clients(&self, ids: &[u32]) -> Pending<()> {
+        let (reply, rx) = std::sync::mpsc::sync_channel(1);
+        let ids = ids.to_vec();
+        let _ = self.commands.send(Command::PersistClients { ids, reply });
+        Pending(rx)
+    }
+
+    /// The client ids `server` persisted in registration `incarnation` (empty if none).
+    pub fn persisted_clients(&self, server: ServerId, incarnation: u64) -> Pending<Vec<u32>> {
+        let (reply, rx) = std::sync::mpsc::sync_channel(1);
+        let cmd = Command::Clients {
+            server,
+            incarnation,
+            reply,
+        };
+        let _ = self.commands.send(cmd);
         Pending(rx)
     }
 

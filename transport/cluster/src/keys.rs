@@ -7,6 +7,8 @@
 //! | `/dlock/<c>/election/…`               | etcd's election keys (value: server id) | the campaigner's lease | etcd's election API |
 //! | `/dlock/<c>/map`                      | the map's wire encoding (`dlock_core`)  | nothing          | the coordinator, by compare-and-swap |
 //! | `/dlock/<c>/hwm/<p>/<name in hex>`    | a counter's high-water mark (decimal)   | nothing          | the partition's owner, by compare-and-swap |
+//! | `/dlock/<c>/key`                      | the cluster's session key (64 hex digits), when no server was given one | nothing | the first server that asks, once (create-if-absent) |
+//! | `/dlock/<c>/clients/<id>/<lease hex>` | the client ids registered with that incarnation (decimal, comma-separated) | nothing: a successor reads it after the lease is gone | that server, rewritten on change |
 //!
 //! Text records (`key=value` lines) for what people read with `etcdctl`, the binary encoding
 //! for the map, which clients also fetch through the servers.
@@ -55,6 +57,16 @@ impl Keys {
     /// The prefix of partition `p`'s high-water marks.
     pub fn marks(&self, p: u16) -> String {
         format!("{}/hwm/{p}/", self.root)
+    }
+
+    /// The cluster's session key (when the servers keep it in etcd).
+    pub fn session_key(&self) -> String {
+        format!("{}/key", self.root)
+    }
+
+    /// The client ids server `id` persisted in registration `incarnation`.
+    pub fn clients(&self, id: ServerId, incarnation: u64) -> String {
+        format!("{}/clients/{}/{incarnation:x}", self.root, id.get())
     }
 
     /// The high-water mark of counter `name` in partition `p`.

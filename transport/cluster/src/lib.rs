@@ -71,6 +71,7 @@ mod coordinator;
 mod etcd;
 mod handle;
 pub mod keys;
+mod membership;
 mod run;
 
 use std::sync::Arc;
@@ -78,6 +79,7 @@ use std::thread::JoinHandle;
 
 pub use config::{AgentConfig, EtcdTls};
 pub use handle::{AgentError, AgentHandle, AgentStatus, Marks, Pending, Standing};
+pub use membership::AgentMembership;
 
 /// Why an agent did not start.
 #[derive(Debug, Clone, PartialEq, Eq)]

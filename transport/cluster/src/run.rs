@@ -244,6 +244,25 @@ fn spawn_request(client: &Client, cfg: &Arc<AgentConfig>, shared: &Arc<Shared>, 
             Command::Marks { partition, reply } => {
                 let _ = reply.send(etcd::marks(&client, &cfg, partition).await);
             }
+            Command::SessionKey { reply } => {
+                let _ = reply.send(etcd::session_key(&client, &cfg).await);
+            }
+            Command::PersistClients { ids, reply } => {
+                let incarnation = lock(&shared.standing).incarnation;
+                let r = match incarnation {
+                    Some(inc) => etcd::persist_clients(&client, &cfg, inc, &ids).await,
+                    None => Err(AgentError::Etcd("not registered".into())),
+                };
+                let _ = reply.send(r);
+            }
+            Command::Clients {
+                server,
+                incarnation,
+                reply,
+            } => {
+                let r = etcd::persisted_clients(&client, &cfg, server, incarnation).await;
+                let _ = reply.send(r);
+            }
             Command::Republish | Command::Stop { .. } => {}
         }
     });
@@ -258,6 +277,15 @@ fn drain_commands(commands: &mut UnboundedReceiver<Command>) -> Option<Lost> {
                 let _ = reply.send(Err(AgentError::Etcd("not registered".into())));
             }
             Command::Marks { reply, .. } => {
+                let _ = reply.send(Err(AgentError::Etcd("not registered".into())));
+            }
+            Command::PersistClients { reply, .. } => {
+                let _ = reply.send(Err(AgentError::Etcd("not registered".into())));
+            }
+            Command::SessionKey { reply } => {
+                let _ = reply.send(Err(AgentError::Etcd("not registered".into())));
+            }
+            Command::Clients { reply, .. } => {
                 let _ = reply.send(Err(AgentError::Etcd("not registered".into())));
             }
             Command::Republish => {}

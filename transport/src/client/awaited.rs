@@ -78,6 +78,11 @@ impl AwaitTable {
         Some(a.len)
     }
 
+    /// Whether the reply to `ticket` has arrived and waits to be taken.
+    pub(crate) fn arrived(&self, ticket: u64) -> bool {
+        ticket != 0 && self.entries.iter().any(|a| a.ticket == ticket && a.len > 0)
+    }
+
     /// Whether a reply to `ticket` is awaited (arrived or not).
     pub(crate) fn awaits(&self, ticket: u64) -> bool {
         ticket != 0 && self.entries.iter().any(|a| a.ticket == ticket)
@@ -97,9 +102,10 @@ mod tests {
         assert!(!t.file(12, b"nobody"), "not awaited: dropped");
         let mut buf = [0u8; DATA_RESPONSE_WITH_VALUES_MAX];
         assert_eq!(t.take(1, &mut buf), None, "not arrived yet");
+        assert!(t.arrived(2) && !t.arrived(1));
         assert_eq!(t.take(2, &mut buf), Some(6));
         assert_eq!(&buf[..6], b"second");
-        assert!(!t.awaits(2) && t.awaits(1));
+        assert!(!t.awaits(2) && t.awaits(1) && !t.arrived(2));
     }
 
     #[test]

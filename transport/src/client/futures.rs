@@ -264,8 +264,9 @@ impl<C: Connection> Client<C> {
     }
 
     /// One lock operation as a future: sends it at the first poll and resolves with its
-    /// result, holding no thread meanwhile. Over a shared connection ([`Mux`](super::Mux)) the
-    /// connection's reader wakes the task when the reply arrives (or the connection is lost); on
+    /// result, holding no thread meanwhile. Over a shared connection ([`Mux`](super::Mux))
+    /// whoever reads the connection wakes the task when the reply arrives (or the connection is
+    /// lost): a blocked caller, or the connection's standby reader thread; on
     /// other data paths the future asks to be polled again at once (shared memory answers within
     /// microseconds). Usable from any executor; nothing here needs a runtime. Put a timeout
     /// around it with your executor's timer if the server may never answer.

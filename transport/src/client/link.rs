@@ -1,6 +1,7 @@
 //! How a client reaches its server: a control connection (Unix socket for a server on this host,
-//! TCP otherwise) and a data path (the client's mailbox in the region, a TCP data connection, or
-//! with the `rdma` feature an RDMA queue pair).
+//! TCP otherwise; a client on a [`Mux`](super::Mux) sends its control frames over the shared
+//! connection when one is open) and a data path (the client's mailbox in the region, a TCP data
+//! connection of its own or a shared one, or with the `rdma` feature an RDMA queue pair).
 //!
 //! A link moves whole frames and knows nothing of their meaning; the [`super::Client`] above it
 //! encodes, decodes and keeps the local lock state.
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock_core::Session;
-use dlock_core::proto::{CONTROL_HEADER_LEN, control_frame_len};
+use dlock_core::proto::{CONTROL_HEADER_LEN, MsgType, control_frame_len, peek_control_header};
 use dlock_core::table::layout::MAILBOX_LANES;
 
 use super::wire::{ClientTls, TcpData, Wire, attach_tcp, server_speaks_tls};
@@ -120,21 +121,29 @@ impl Endpoint {
 enum Control {
     Unix(UnixStream),
     Tcp(Wire),
+    /// Over a shared connection (a client that registered over it, see `mux`).
+    Mux(super::mux::MuxConn),
 }
 
 impl Control {
-    fn stream(&mut self) -> &mut dyn ReadWrite {
-        match self {
-            Control::Unix(s) => s,
-            Control::Tcp(s) => s,
-        }
+    /// A control connection of its own to `endpoint`.
+    fn open(endpoint: &Endpoint) -> io::Result<Control> {
+        Ok(match (endpoint, endpoint.remote()) {
+            #[cfg(feature = "server")]
+            (Endpoint::Embedded(e), _) => Control::Unix(UnixStream::connect(&e.unix_socket)?),
+            (Endpoint::Local { unix_socket, .. }, _) => {
+                Control::Unix(UnixStream::connect(unix_socket)?)
+            }
+            (_, Some((addr, tls))) => Control::Tcp(Wire::open(addr, tls)?),
+            (_, None) => unreachable!("every endpoint is local or remote"),
+        })
     }
-    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        match self {
-            Control::Unix(s) => s.set_read_timeout(t),
-            Control::Tcp(s) => s.socket().set_read_timeout(t),
-        }
-    }
+}
+
+/// Whether control request `req` registers its client (`ClientInit`, `ClientReinit`).
+fn registers(req: &[u8]) -> bool {
+    peek_control_header(req)
+        .is_ok_and(|(h, _)| matches!(h.msg, MsgType::ClientInit | MsgType::ClientReinit))
 }
 
 /// Reads a reply header into `buf`, or as much of it as comes before the peer closes; returns
@@ -239,18 +248,9 @@ fn deadline_left(deadline: Option<Instant>) -> io::Result<Option<Duration>> {
 impl Link {
     /// Opens the control connection.
     pub fn connect(endpoint: &Endpoint) -> io::Result<Link> {
-        let control = match (endpoint, endpoint.remote()) {
-            #[cfg(feature = "server")]
-            (Endpoint::Embedded(e), _) => Control::Unix(UnixStream::connect(&e.unix_socket)?),
-            (Endpoint::Local { unix_socket, .. }, _) => {
-                Control::Unix(UnixStream::connect(unix_socket)?)
-            }
-            (_, Some((addr, tls))) => Control::Tcp(Wire::open(addr, tls)?),
-            (_, None) => unreachable!("every endpoint is local or remote"),
-        };
         Ok(Link {
             endpoint: endpoint.clone(),
-            control,
+            control: Control::open(endpoint)?,
             data: Data::None,
             seq: 0,
             awake: Duration::ZERO,
@@ -259,11 +259,36 @@ impl Link {
         })
     }
 
-    /// Opens fresh connections to the same server, keeping the settings (`client_reinit`).
+    /// A link whose data path will be `mux`'s shared connection, and whose control frames go
+    /// over it too when one is open (to the same server); otherwise it opens its control
+    /// connection as [`Link::connect`] does, and will open the shared connection when it
+    /// attaches.
+    pub fn connect_shared(endpoint: &Endpoint, mux: super::Mux) -> io::Result<Link> {
+        let same_server = endpoint.remote().map(|(addr, _)| addr) == Some(mux.addr());
+        let mut link = match mux.open_connection().filter(|_| same_server) {
+            Some(conn) => Link {
+                endpoint: endpoint.clone(),
+                control: Control::Mux(conn),
+                data: Data::None,
+                seq: 0,
+                awake: Duration::ZERO,
+                mux: None,
+                ring: super::events::RingReader::default(),
+            },
+            None => Link::connect(endpoint)?,
+        };
+        link.mux = Some(mux);
+        Ok(link)
+    }
+
+    /// Opens fresh connections to the same server, keeping the settings (`client_reinit`): over
+    /// a shared connection, whichever is open now.
     pub fn reconnect(&mut self) -> io::Result<()> {
-        let mut fresh = Link::connect(&self.endpoint)?;
+        let mut fresh = match &self.mux {
+            Some(mux) => Link::connect_shared(&self.endpoint, mux.clone())?,
+            None => Link::connect(&self.endpoint)?,
+        };
         fresh.awake = self.awake;
-        fresh.mux = self.mux.take();
         *self = fresh;
         Ok(())
     }
@@ -274,12 +299,6 @@ impl Link {
         self.awake = awake;
     }
 
-    /// Attaches the data path through `mux` (a connection shared with other clients) rather
-    /// than a connection of its own; for a TCP or TLS endpoint only.
-    pub fn set_mux(&mut self, mux: Option<super::Mux>) {
-        self.mux = mux;
-    }
-
     /// Sends a control frame and reads the reply frame into `reply`.
     pub fn control(
         &mut self,
@@ -287,8 +306,30 @@ impl Link {
         reply: &mut [u8],
         deadline: Option<Instant>,
     ) -> io::Result<usize> {
-        self.control.set_read_timeout(deadline_left(deadline)?)?;
-        let s = self.control.stream();
+        let left = deadline_left(deadline)?;
+        let s: &mut dyn ReadWrite = match &mut self.control {
+            Control::Mux(conn) => match conn.control(req, reply, deadline) {
+                // The server closes a shared connection left with no member (its clients'
+                // leases ran out, say), and this process may not have read that yet: a
+                // registration that finds it closed registers over a connection of its own, as
+                // the first client does, and attaching opens a new shared connection. Sending
+                // it again is safe: had it run before the connection went, the registration it
+                // made went with the connection and lapses with its lease.
+                Err(_) if conn.is_closed() && registers(req) => {
+                    self.control = Control::open(&self.endpoint)?;
+                    return self.control(req, reply, deadline);
+                }
+                done => return done,
+            },
+            Control::Unix(s) => {
+                s.set_read_timeout(left)?;
+                s
+            }
+            Control::Tcp(s) => {
+                s.socket().set_read_timeout(left)?;
+                s
+            }
+        };
         s.write_all(req)?;
         let got = read_header(s, &mut reply[..CONTROL_HEADER_LEN])?;
         let len = match control_frame_len(&reply[..got]) {
@@ -320,7 +361,11 @@ impl Link {
                     "the shared connection is to another server",
                 ));
             }
-            self.data = Data::Mux(mux.attach(client, session)?);
+            self.data = Data::Mux(match &self.control {
+                // Registered over it: the registration made the client a member there.
+                Control::Mux(conn) => conn.port(client),
+                _ => mux.attach(client, session)?,
+            });
             return Ok(());
         }
         self.data = match &self.endpoint {
@@ -516,7 +561,7 @@ impl Link {
     }
 
     /// The reply to `ticket` if it has arrived; otherwise arranges for `waker` to be woken
-    /// when it may have: by the reader of a shared connection, which wakes exactly then; on
+    /// when it may have: by whoever reads a shared connection, which wakes exactly then; on
     /// any other path at once (the caller's executor polls again: a shared-memory reply takes
     /// microseconds).
     pub fn poll_recv_data(

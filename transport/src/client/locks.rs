@@ -33,8 +33,16 @@ pub struct Grant {
 
 /// A record's answer as the API reports it: a grant (`Done` is the reference's internal
 /// "handled", a success), or the status that refused it.
+///
+/// `AlreadyLocked` is a grant only when the record holds the lock (a re-entry, or a relock the
+/// server extended). The server answers a `Try` with it too when it holds a grant for this
+/// client that the record lost (its reply never came: a request given up on after its
+/// timeout); the record then holds nothing and knows no token, so the answer is no grant: a
+/// guard made of it would carry token 0 and its unlock would be answered locally, leaving the
+/// server's grant in place.
 pub(super) fn grant(status: Status, local: &LocalLock) -> Result<Grant, Status> {
     match status {
+        Status::AlreadyLocked if local.state.held_mode().is_none() => Err(status),
         Status::Success | Status::Done | Status::AlreadyLocked => Ok(Grant {
             status: if status == Status::Done {
                 Status::Success

@@ -19,6 +19,11 @@
 //!   native API does not reach yet: objects, pipelined batches ([`Client::submit_trylock`])
 //!   and recovery. [`Locks::with_client`] lends a handle's client for those.
 //!
+//! - **Over a cluster**, both run unchanged over a [`cluster::ClusterLink`] instead of a
+//!   [`Link`]: [`Client::connect_cluster`], [`Locks::connect_cluster`]. The link reads the
+//!   cluster's map from any server, routes each lock to its partition's owner, follows moves
+//!   within the call's deadline and re-claims what moved (`docs/cluster.md`, "Client").
+//!
 //! Both take their durations the same way: the reference-shaped calls' `u32` milliseconds keep
 //! the reference's names, and every [`Duration`] becomes milliseconds by the core's one rule
 //! ([`dlock_core::time::duration_to_ms`]).
@@ -54,6 +59,7 @@
 //! [`Error`] without a source, built without allocating.
 
 mod awaited;
+pub mod cluster;
 mod config;
 mod connection;
 mod control;
@@ -219,10 +225,12 @@ impl Client<Link> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn connect(cfg: ClientConfig) -> Result<Client, Error> {
-        let mut link =
-            Link::connect(&cfg.endpoint).map_err(|e| Op::Connect.io_as(Status::NotReady, e))?;
+        let link = match &cfg.mux {
+            Some(mux) => Link::connect_shared(&cfg.endpoint, mux.clone()),
+            None => Link::connect(&cfg.endpoint),
+        };
+        let mut link = link.map_err(|e| Op::Connect.io_as(Status::NotReady, e))?;
         link.set_wait_awake(cfg.wait_awake);
-        link.set_mux(cfg.mux.clone());
         Client::over(link, cfg)
     }
 
@@ -289,6 +297,12 @@ impl<C: Connection> Client<C> {
     /// or less when that was above the server's maximum. Heartbeat well within it.
     pub fn lease(&self) -> Duration {
         self.lease
+    }
+
+    /// The connection this client runs over (a cluster client's
+    /// [`ClusterLink`](cluster::ClusterLink): its map version, the servers it joined).
+    pub fn connection(&self) -> &C {
+        &self.link
     }
 
     /// Whether the server said it was recovering at the last (re)registration.

@@ -94,9 +94,9 @@ pub use server::{RdmaServer, ServerConnection};
 /// proof trailers (2,744 bytes; requests are at most 2,000).
 pub const MESSAGE_MAX: usize = DATA_RESPONSE_WITH_VALUES_MAX;
 
-/// Bytes in one message buffer: 1.5 KiB, as a shared-memory mailbox's response half, so a
+/// Bytes in one message buffer: the longest message rounded up to a cache line (2,752), so a
 /// message never straddles a slot and slots stay cache-line aligned.
-pub const SLOT_BYTES: usize = 1536;
+pub const SLOT_BYTES: usize = MESSAGE_MAX.next_multiple_of(64);
 
 /// Messages a client may have sent without having taken their replies. Each side posts this
 /// many receive buffers at the handshake, and a client refuses to send more, so a SEND never

@@ -72,9 +72,22 @@ pub(super) fn run(
             return;
         }
     };
+    // Declared before the server, which borrows it for its whole life.
+    let mut cluster_memory = shared
+        .cluster
+        .as_ref()
+        .map(|_| super::cluster::ClusterMemory::new());
     let mut server = Server::new(tables, &cfg.core, super::os_entropy);
     if let Some(key) = &cfg.session_key {
         server.set_session_key(key.clone(), super::hmac_sha256);
+    }
+    if let (Some(mem), Some(cx)) = (cluster_memory.as_mut(), shared.cluster.as_ref()) {
+        let settings = dlock_core::server::ClusterSettings {
+            me: cx.membership.server_id(),
+            timing: cx.membership.timing(),
+            counter_step: cx.counter_step,
+        };
+        server.enable_cluster(mem.side(), settings);
     }
     let slots = cfg.core.clients_max as usize;
     // Allocated once, here: the core keeps the routing state in it and allocates nothing.
@@ -86,7 +99,7 @@ pub(super) fn run(
         routing: Routing::new(&mut routing),
         req: [0; DATA_REQUEST_WITH_VALUES_MAX],
         resp: vec![0; CONTROL_FRAME_MAX],
-        start: Instant::now(),
+        start: shared.started,
         tcp: DataConns::new(shared, cfg, poll),
         overflows_sent: vec![0; slots],
         events_again: false,
@@ -115,6 +128,9 @@ impl Data<'_> {
     /// lease tick when `next_tick` has come; returns how much work there was.
     fn turn(&mut self, server: &mut Server<'_>, now: u64, next_tick: &mut u64) -> usize {
         let mut work = self.serve_mailboxes(server, now);
+        if let Some(cx) = &self.shared.cluster {
+            work += super::cluster::serve(cx, server, now);
+        }
         work += self.serve_inbox(server, now);
         work += self.tcp.take_handovers(server, &mut self.routing, now);
         work += self.tcp.serve(server, &mut self.routing, now);
@@ -246,12 +262,7 @@ impl Data<'_> {
     /// not run now. The client numbers its next request above every number in the lanes, which
     /// it reads only after this registration's reply.
     fn registered(&mut self, r: Registration) {
-        if let Some(lanes) = self.region.client_mailboxes(r.slot) {
-            self.routing.fence_mailbox(r.slot, lanes_current_seq(lanes));
-        }
-        if let Some(before) = r.displaced {
-            client_gone(self.shared, before);
-        }
+        registered(self.shared, &mut self.routing, r);
     }
 
     /// Takes up to `INBOX_BATCH` jobs from the control thread; returns how many.
@@ -273,6 +284,9 @@ impl Data<'_> {
                             job.buf[..done.len].copy_from_slice(&self.resp[..done.len]);
                             job.len = done.len;
                             if let Some(r) = done.registered {
+                                if let Some(cx) = &self.shared.cluster {
+                                    cx.note(super::cluster::ToCluster::Registered(r.client));
+                                }
                                 self.registered(r);
                                 job.kind = JobKind::Registered { client: r.client };
                             }
@@ -294,6 +308,7 @@ impl Data<'_> {
                 JobKind::Attached { .. }
                 | JobKind::Registered { .. }
                 | JobKind::ClientGone { .. }
+                | JobKind::MovedToStream { .. }
                 | JobKind::Close
                 | JobKind::Nothing => job.kind = JobKind::Nothing,
             }
@@ -401,8 +416,38 @@ impl Data<'_> {
     }
 }
 
+/// A client (new, or the same one re-registering) has just been given a slot, over a control
+/// connection or a stream (`Data::registered` says why): its mailboxes are fenced, and a client
+/// it displaced is reported gone.
+pub(super) fn registered(shared: &Shared, routing: &mut Routing<'_>, r: Registration) {
+    if let Some(lanes) = shared.region.client_mailboxes(r.slot) {
+        routing.fence_mailbox(r.slot, lanes_current_seq(lanes));
+    }
+    if let Some(before) = r.displaced {
+        client_gone(shared, before);
+    }
+}
+
+/// Tells the control thread that `client`'s control path is now a stream connection: it closes
+/// any control connection bound to it.
+pub(super) fn moved_to_stream(shared: &Shared, client: u32) {
+    // The outbox has room for one such notice per client beside every reply (see `Exchange`).
+    let _ = shared.exchange.outbox.push(Job {
+        conn: 0,
+        kind: JobKind::MovedToStream { client },
+        len: 0,
+        buf: Vec::new(),
+        peer: dlock_core::Peer::EXEMPT,
+        role: dlock_core::manager::retain::Role::Client,
+    });
+    shared.exchange.wake_control();
+}
+
 /// Tells the control thread that `client` is no longer registered: it closes its connections.
 fn client_gone(shared: &Shared, client: u32) {
+    if let Some(cx) = &shared.cluster {
+        cx.note(super::cluster::ToCluster::Gone(client));
+    }
     // The outbox has room for one notice per client beside every reply (see `Exchange`).
     let _ = shared.exchange.outbox.push(Job {
         conn: 0,
@@ -415,6 +460,6 @@ fn client_gone(shared: &Shared, client: u32) {
 }
 
 /// Whether `frame` is a `Stats` request (whose reply must carry the transport's counters too).
-fn is_stats_request(frame: &[u8]) -> bool {
+pub(super) fn is_stats_request(frame: &[u8]) -> bool {
     peek_control_header(frame).is_ok_and(|(h, _)| h.msg == MsgType::Stats)
 }

@@ -30,6 +30,9 @@ pub(crate) enum JobKind {
     /// Data thread → control thread: `client` is no longer registered (it deinitialised, its
     /// lease ran out, or it was evicted); close every connection bound to it.
     ClientGone { client: u32 },
+    /// Data thread → control thread: `client` registered over a stream connection, its control
+    /// path from now on; close any control connection bound to it (one per client).
+    MovedToStream { client: u32 },
     /// The request was malformed beyond a reply: close the connection.
     Close,
     /// The request needs no reply (a parked data request, a disconnect notice); the buffer
@@ -63,6 +66,8 @@ pub(crate) struct Handover {
     pub(crate) early: Vec<u8>,
     /// Bytes of the attach status the socket did not take yet.
     pub(crate) unsent: Vec<u8>,
+    /// Who the peer is, for the per-peer cap on registrations made over the connection.
+    pub(crate) peer: dlock_core::Peer,
 }
 
 /// The queues and the control thread's waker.
@@ -83,8 +88,9 @@ pub(crate) struct Exchange {
 impl Exchange {
     pub(crate) fn new(cfg: &ServerConfig) -> io::Result<Self> {
         // Every connection the control thread holds has at most one request in flight, plus one
-        // disconnect notice and one gone-client notice per client: the queues never fill.
-        let cap = cfg.connections_max + 2 * cfg.core.clients_max as usize + 16;
+        // disconnect notice, one gone-client notice and one moved-to-a-stream notice per client:
+        // the queues never fill.
+        let cap = cfg.connections_max + 3 * cfg.core.clients_max as usize + 16;
         Ok(Self {
             inbox: ArrayQueue::new(cap),
             outbox: ArrayQueue::new(cap),

@@ -24,6 +24,7 @@
 //! (each doorbell once, at most [`INBOX_BATCH`] queued jobs). When there is no work it follows the
 //! configured [`IdleStrategy`], whose sleep is one `epoll_wait` covering sockets and doorbells.
 
+mod cluster;
 mod control;
 mod data;
 mod exchange;
@@ -31,6 +32,7 @@ mod fds;
 mod handshakes;
 mod idle;
 mod keys;
+pub mod membership;
 mod peer;
 #[cfg(feature = "rdma")]
 mod rdma;
@@ -47,6 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use cluster::ClusterConfig;
 use dlock_core::Config;
 use dlock_core::server::Counter;
 pub use dlock_core::server::Server;
@@ -148,6 +151,10 @@ pub struct ServerConfig {
     /// closed. A peer cannot hold a connection (and its buffers) by sending half a frame or by
     /// never reading.
     pub frame_timeout: Duration,
+    /// Serve the partitions a cluster's map gives this server (`None`: a standalone server).
+    /// A cluster server needs the cluster's `session_key`: any server of the cluster must be
+    /// able to verify a client's session and a grant's proof.
+    pub cluster: Option<ClusterConfig>,
     /// Who may release dead clients' retained locks (`recovery_done`) and list them: nobody
     /// by default ([`Recoverers`]).
     pub recoverers: Recoverers,
@@ -175,6 +182,7 @@ impl ServerConfig {
             huge_pages: false,
             handshake_timeout: Duration::from_secs(5),
             frame_timeout: Duration::from_secs(5),
+            cluster: None,
             recoverers: Recoverers::default(),
             #[cfg(feature = "rdma")]
             rdma: None,
@@ -205,6 +213,10 @@ pub(crate) struct Shared {
     /// thread copies them into the server's stats when it answers a `Stats` request.
     pub(crate) counters: TransportCounters,
     pub(crate) stop: AtomicBool,
+    /// The instant the data thread's tick counts from (`now_ms` 0).
+    pub(crate) started: std::time::Instant,
+    /// The cluster thread's queues, on a cluster server.
+    pub(crate) cluster: Option<cluster::ClusterExchange>,
 }
 
 /// The server counters that the transport, not the state machine, counts
@@ -227,6 +239,14 @@ impl TransportCounters {
         if c.is_transport() {
             // Relaxed: a statistic; nothing is published through it.
             self.0[c as usize].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Sets `c`, a level the transport keeps (the cluster thread's view of its membership).
+    pub(crate) fn set(&self, c: Counter, value: u64) {
+        if c.is_transport() {
+            // Relaxed: a statistic; nothing is published through it.
+            self.0[c as usize].store(value, Ordering::Relaxed);
         }
     }
 
@@ -282,6 +302,13 @@ impl ServerHandle {
                      a loopback address, or set insecure_plaintext for a network trusted entirely",
                     tcp.listen
                 ),
+            ));
+        }
+        if cfg.cluster.is_some() && cfg.session_key.is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a cluster server needs the cluster's session key (ServerConfig::session_key): \
+                 every server must verify the sessions and grant proofs of the others",
             ));
         }
         if cfg.core.recovery_clients > 0 && cfg.session_key.is_none() {
@@ -363,6 +390,8 @@ impl ServerHandle {
             data_waker,
             counters: TransportCounters::default(),
             stop: AtomicBool::new(false),
+            started: std::time::Instant::now(),
+            cluster: cfg.cluster.as_ref().map(cluster::ClusterExchange::new),
         });
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let data = {
@@ -389,10 +418,19 @@ impl ServerHandle {
                 .name("dlock-control".into())
                 .spawn(move || control::run(&shared, &cfg, listeners))?
         };
+        let mut threads = vec![data, control, bridge];
+        if shared.cluster.is_some() {
+            let shared = Arc::clone(&shared);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("dlock-cluster".into())
+                    .spawn(move || cluster::run(&shared))?,
+            );
+        }
         tracing::info!(tcp = ?tcp_addr, unix = %unix_socket.display(), "dlock server started");
         Ok(ServerHandle {
             shared,
-            threads: vec![data, control, bridge],
+            threads,
             tcp_addr,
             unix_socket,
             fd_budget,

@@ -20,6 +20,16 @@
 //! one connection, and a message is executed only if its header's client is the member bound in
 //! its slot on the connection it came on. This file moves the bytes.
 //!
+//! The members' control frames come this way too (a control frame's magic tells it from a data
+//! message): registration, heartbeats, names, statistics, each run here on the data thread as
+//! the control thread's jobs are, under the core's rules for a stream
+//! (`dlock_core::server::control`, `Server::control_on_stream`), and answered in the write
+//! buffer like a data message. A registration made here binds its client to the connection and
+//! makes the connection its control path. The first control frame a connection brings grows its
+//! read buffer to hold the largest one (once, as a join grows the write buffer); a control
+//! frame waits, as a message at a closed window does, until the write buffer has room for the
+//! largest control reply.
+//!
 //! The window bounds what one connection can make us hold: at most [`WINDOW_MAX`] requests
 //! executed whose replies have not left the write buffer. Parked requests stand outside it —
 //! each member has at most one, and a window full of waiters would shut out the unlocks that
@@ -40,14 +50,21 @@
 //! message for a client not registered at all is answered `ClientNotInit` (a member that just
 //! left learns why; nobody else is concerned).
 
+mod control_frames;
+
 use std::io;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use dlock_core::proto::{DATA_MESSAGE_MAX, DATA_RESPONSE_WITH_VALUES_MAX, peek_data_header};
+use dlock_core::Peer;
+use dlock_core::proto::{
+    CONTROL_MAGIC, DATA_MESSAGE_MAX, DATA_RESPONSE_WITH_VALUES_MAX, control_frame_len,
+    peek_data_header, peek_magic,
+};
 use dlock_core::server::{Counter, Dispatched, Routing, Server, Streamed};
 use mio::{Events, Interest, Poll, Token};
 
+use self::control_frames::Framed;
 use super::exchange::Handover;
 use super::stream::Stream;
 use super::{ServerConfig, Shared};
@@ -82,6 +99,8 @@ struct DataConn {
     generation: u32,
     /// The client whose attach opened the connection (for the logs).
     client: u32,
+    /// Who the peer is: the per-peer cap counts registrations made over the connection.
+    peer: Peer,
     rbuf: Box<[u8]>,
     rlen: usize,
     wbuf: Box<[u8]>,
@@ -113,9 +132,13 @@ impl DataConn {
         self.wend > self.wstart || self.stream.wants_write()
     }
 
-    /// Whether a whole message waits in the read buffer.
+    /// Whether a whole message (or control frame) waits in the read buffer.
     fn message_waiting(&self) -> bool {
-        matches!(peek_data_header(&self.rbuf[..self.rlen]), Ok((_, len)) if len <= self.rlen)
+        let buf = &self.rbuf[..self.rlen];
+        match peek_data_header(buf) {
+            Ok((_, len)) => len <= self.rlen,
+            Err(_) => control_frame_len(buf).is_ok_and(|len| len <= self.rlen),
+        }
     }
 
     /// Whether serving again next turn would make progress.
@@ -129,14 +152,20 @@ impl DataConn {
     /// false if they did not (a bug: the caller closes the connection rather than overrun).
     #[must_use]
     fn make_reply_room(&mut self) -> bool {
-        if self.wend + DATA_RESPONSE_WITH_VALUES_MAX > self.wbuf.len() {
+        let room = self.make_room(DATA_RESPONSE_WITH_VALUES_MAX);
+        debug_assert!(room, "a reply with no room in the write buffer");
+        room
+    }
+
+    /// Makes `n` bytes of room at the end of the write buffer if what waits allows it, moving
+    /// what waits to the front if need be; whether it did.
+    fn make_room(&mut self, n: usize) -> bool {
+        if self.wend + n > self.wbuf.len() {
             self.wbuf.copy_within(self.wstart..self.wend, 0);
             self.wend -= self.wstart;
             self.wstart = 0;
         }
-        let room = self.wend + DATA_RESPONSE_WITH_VALUES_MAX <= self.wbuf.len();
-        debug_assert!(room, "a reply with no room in the write buffer");
-        room
+        self.wend + n <= self.wbuf.len()
     }
 
     /// A reply of `n` bytes was written at the end of the write buffer (in the room
@@ -262,6 +291,7 @@ impl<'s> DataConns<'s> {
             client,
             early,
             unsent,
+            peer,
         } = h;
         let Some(slot) = server.client_slot_of(client) else {
             // Gone between its attach and now: nothing to serve.
@@ -298,6 +328,7 @@ impl<'s> DataConns<'s> {
             stream,
             generation: self.generations[i],
             client,
+            peer,
             rbuf,
             rlen,
             wbuf,
@@ -464,6 +495,18 @@ impl<'s> DataConns<'s> {
             if !c.window_open() {
                 blocked = true;
                 break;
+            }
+            if peek_magic(&c.rbuf[at..c.rlen]) == Some(CONTROL_MAGIC) {
+                match self.control(c, i, at, server, routing, now) {
+                    Framed::Done(len) => at += len,
+                    Framed::Incomplete => break,
+                    Framed::NoRoom => {
+                        blocked = true;
+                        break;
+                    }
+                    Framed::Close => return Outcome::Close,
+                }
+                continue;
             }
             if !c.make_reply_room() {
                 return Outcome::Close;

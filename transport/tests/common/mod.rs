@@ -30,7 +30,9 @@ pub fn server(tcp: bool) -> ServerHandle {
     ServerHandle::start(cfg).expect("server starts")
 }
 
-/// A registered client of the server at `e`.
+/// A registered client of the server at `e`. (Not every test binary that includes this module
+/// uses it.)
+#[allow(dead_code)]
 pub fn client(e: &Endpoint) -> Client {
     Client::connect(ClientConfig::new(e.clone())).expect("client registers")
 }

@@ -36,6 +36,42 @@ fn every_control_response_round_trips() {
 }
 
 #[test]
+fn renumbering_a_frame_changes_its_message_id_and_nothing_else() {
+    for_each_request(|frame| {
+        let mut bytes = encode_request(frame);
+        assert_eq!(set_control_message_id(&mut bytes, 0xBEEF), Ok(()));
+        let header = ControlHeader {
+            message_id: 0xBEEF,
+            ..frame.header
+        };
+        assert_eq!(peek_control_header(&bytes), Ok((header, false)));
+        assert_eq!(
+            decode_control_request(&bytes).map(|f| f.body),
+            Ok(frame.body)
+        );
+    });
+    for_each_response(|header, body| {
+        let mut bytes = encode_response(header, body);
+        assert_eq!(set_control_message_id(&mut bytes, 3), Ok(()));
+        let decoded = decode_control_response(&bytes).unwrap();
+        assert_eq!(decoded.header.message_id, 3);
+        assert_eq!(decoded.body, *body);
+    });
+    let mut short = [0u8; CONTROL_HEADER_LEN - 1];
+    assert_eq!(
+        set_control_message_id(&mut short, 1),
+        Err(DecodeError::Truncated)
+    );
+    let mut data = [0u8; CONTROL_HEADER_LEN];
+    assert_eq!(
+        set_control_message_id(&mut data, 1),
+        Err(DecodeError::BadMagic),
+        "no control frame: left alone"
+    );
+    assert_eq!(data, [0u8; CONTROL_HEADER_LEN]);
+}
+
+#[test]
 fn decoded_batches_give_back_their_entries_by_index_and_in_order() {
     let ids = [5u32, 6, 7];
     let bytes = encode_request(&frame(ControlRequest::BatchReleaseLock(Batch::from_slice(
@@ -321,8 +357,8 @@ fn total_len_must_equal_the_buffer_length() {
 
 #[test]
 fn undefined_and_misdirected_types_are_refused() {
-    // 52 is the next free code.
-    for code in [0u8, 11, 52, 53, 255] {
+    // 54 is the next free code.
+    for code in [0u8, 11, 54, 55, 255] {
         let bytes = raw_control(code, 1, &[]);
         assert_eq!(
             decode_control_request(&bytes),
@@ -347,8 +383,9 @@ fn undefined_and_misdirected_types_are_refused() {
 
 #[test]
 fn fixed_size_bodies_must_have_their_exact_length() {
-    let cases: [(MsgType, usize); 9] = [
+    let cases: [(MsgType, usize); 10] = [
         (MsgType::ClientDeinit, 0),
+        (MsgType::Drain, 0),
         (MsgType::Heartbeat, 0),
         (MsgType::ReinitDone, 0),
         (MsgType::Stats, 0),

@@ -128,3 +128,27 @@ fn fencing_tokens_grow_per_lock_across_slot_reuse_and_carry_the_epoch() {
         s.release_lock(a.get(), l.raw(), round).unwrap();
     }
 }
+
+#[test]
+fn the_load_gauges_count_clients_and_lock_slots_in_use_now() {
+    let mut s = TestServer::new(&small());
+    let level = |s: &TestServer| {
+        let st = s.stats();
+        (
+            st.get(Counter::ClientsActive),
+            st.get(Counter::LocksInUse),
+            st.get(Counter::MapVersion),
+        )
+    };
+    assert_eq!(level(&s), (0, 0, 0));
+    let a = s.client(0).get();
+    let b = s.client(0).get();
+    let x = s.get_lock(a, LockKind::Atomic, b"x", 0).unwrap();
+    s.get_lock(b, LockKind::Atomic, b"x", 0).unwrap();
+    s.get_lock(b, LockKind::Atomic, b"y", 0).unwrap();
+    assert_eq!(level(&s), (2, 2, 0), "a standalone server has no map");
+    s.release_lock(a, x.raw(), 0).unwrap();
+    s.client_deinit(b, 0).unwrap();
+    // b's references went with it, and x's last reference with a's release.
+    assert_eq!(level(&s), (1, 0, 0));
+}

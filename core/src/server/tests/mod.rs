@@ -20,8 +20,10 @@
 //! | `proofs.rs`           | grant proofs and proven claims                                         |
 //! | `dispatch.rs`         | the one way through: a message's path, its client and its route        |
 //! | `routing.rs`          | the per-slot routing state and its events                              |
+//! | `cluster.rs`          | a cluster server: partitions, fencing, takeovers, counters, the map    |
 
 mod batches;
+mod cluster;
 mod dispatch;
 mod fair;
 mod fair_records;

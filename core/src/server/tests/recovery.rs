@@ -1,6 +1,7 @@
 //! Recovery: a replacement server waits for its clients to re-sync and takes back their claims.
 
 use super::*;
+use crate::ids::Mode;
 
 #[test]
 fn recovering_server_answers_not_ready_until_expected_clients_resync() {
@@ -286,6 +287,215 @@ fn a_second_exclusive_claim_cannot_displace_an_accepted_one() {
         };
         assert_eq!(owner, a, "{kind:?}: the first claim keeps it");
     }
+}
+
+/// An exclusive claim of atomic lock "x" under `token`: the fields the fair claims below keep.
+fn exclusive_claim(token: u64) -> LockClaim<'static> {
+    claim(
+        LockKind::Atomic,
+        Held::Exclusive,
+        b"x",
+        Ticket::default(),
+        token,
+    )
+}
+
+/// Two readers of a fair lock re-claim their grants newest ticket first. The first claim sets
+/// the serving counter `ns` at its own ticket, past the older reader's; found by
+/// `check_invariants` in the model simulator: once both unlocked, `ns` ran ahead of `ms`, so
+/// `ms − ns` wrapped to "queue full" and every first attempt on the lock failed for good.
+#[test]
+fn fair_readers_reclaimed_newest_first_leave_the_lock_usable() {
+    let cfg = Config {
+        recovery_clients: 2,
+        epoch: 2,
+        ..small()
+    };
+    let mut s = TestServer::new(&cfg);
+    let reader = |ts: u16, token: u64| LockClaim {
+        kind: LockKind::Fair,
+        held: Held::Shared,
+        name: b"f",
+        ticket: Ticket {
+            exclusive: 7,
+            shared: ts,
+        },
+        ..exclusive_claim((1 << 48) + token)
+    };
+    let (a, b) = (11, 12);
+    let mut ids = [None; 2];
+    for (k, (who, ts)) in [(a, 3), (b, 2)].into_iter().enumerate() {
+        s.client_reinit(who, 3, 0, &crate::Session::NONE, 0)
+            .unwrap();
+        ids[k] = Some(
+            s.update_lock(who, &reader(ts, 9 - u64::from(ts)), 1)
+                .unwrap(),
+        );
+    }
+    for who in [a, b] {
+        s.reinit_done(who, 1).unwrap();
+    }
+    let id = ids[0].unwrap();
+    for (who, ts) in [(a, 3), (b, 2)] {
+        let unlock = ticketed(
+            LockKind::Fair,
+            LockOp::UnlockShared,
+            id,
+            0,
+            Ticket {
+                exclusive: 7,
+                shared: ts,
+            },
+        );
+        let me = ClientId::new(who).unwrap();
+        assert_eq!(s.run(me, unlock, 2).status, Status::Success);
+    }
+    assert_eq!(s.check_invariants(), Ok(()));
+    let me = ClientId::new(a).unwrap();
+    let take = lock(LockKind::Fair, LockOp::TryExclusive, id, 100);
+    assert_eq!(
+        s.run(me, take, 3).status,
+        Status::Success,
+        "the lock is free, nothing is queued"
+    );
+}
+
+/// A writer's ticket re-claimed first positions the queue at its own shared count; a reader
+/// queued just before it, re-claimed next, is served first and must leave the count where the
+/// writer's turn comes (seed 0x1 of the model simulator, found by `check_invariants`).
+#[test]
+fn a_queued_reader_reclaimed_after_a_writer_ticket_is_served_before_it() {
+    let cfg = Config {
+        recovery_clients: 2,
+        epoch: 2,
+        ..small()
+    };
+    let mut s = TestServer::new(&cfg);
+    let ticket = |mode, ts| LockClaim {
+        kind: LockKind::Fair,
+        held: Held::Ticketed(mode),
+        name: b"f",
+        ticket: Ticket {
+            exclusive: 11,
+            shared: ts,
+        },
+        ..exclusive_claim(0)
+    };
+    let (writer, reader) = (11, 12);
+    let mut id = None;
+    for (who, mode, ts) in [(writer, Mode::Exclusive, 6), (reader, Mode::Shared, 5)] {
+        s.client_reinit(who, 3, 0, &crate::Session::NONE, 0)
+            .unwrap();
+        id = Some(s.update_lock(who, &ticket(mode, ts), 1).unwrap());
+        s.reinit_done(who, 1).unwrap();
+    }
+    let id = id.unwrap();
+    let retry = |op, ts| {
+        let t = Ticket {
+            exclusive: 11,
+            shared: ts,
+        };
+        ticketed(LockKind::Fair, op, id, 100, t)
+    };
+    use LockOp::{TicketExclusive, TicketShared, UnlockShared};
+    let (w, r) = (
+        ClientId::new(writer).unwrap(),
+        ClientId::new(reader).unwrap(),
+    );
+    assert_eq!(s.run(r, retry(TicketShared, 5), 2).status, Status::Success);
+    assert_eq!(
+        s.run(w, retry(TicketExclusive, 6), 2).status,
+        Status::Eagain
+    );
+    assert_eq!(s.run(r, retry(UnlockShared, 5), 3).status, Status::Success);
+    assert_eq!(s.check_invariants(), Ok(()));
+    assert_eq!(
+        s.run(w, retry(TicketExclusive, 6), 4).status,
+        Status::Success,
+        "the writer's turn comes after the reader queued before it"
+    );
+}
+
+/// A fair grant that ran out before the failover is not restored: its queue may have moved on
+/// to another holder on the failed server, and once restored, an extend would bring the
+/// expired grant back to life under an older token than the other holder's (the model
+/// simulator's fencing rule found that). Refused, as an expired atomic grant is.
+#[test]
+fn an_expired_fair_grant_is_not_restored() {
+    let cfg = Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..small()
+    };
+    let mut s = TestServer::new(&cfg);
+    let a = 11;
+    s.client_reinit(a, 3, 0, &crate::Session::NONE, 0).unwrap();
+    for held in [Held::Exclusive, Held::Shared] {
+        let expired = LockClaim {
+            kind: LockKind::Fair,
+            held,
+            name: b"f",
+            ticket: Ticket {
+                exclusive: 10,
+                shared: 8,
+            },
+            remaining_ms: 0,
+            age_ms: 1_700,
+            ..exclusive_claim((1 << 48) + 0xb2)
+        };
+        assert_eq!(s.update_lock(a, &expired, 1), Err(Status::Fail), "{held:?}");
+    }
+    assert_eq!(s.check_invariants(), Ok(()));
+}
+
+/// A reader's queued ticket older than a writer's restored grant cannot be current (the reader
+/// would have been served before the writer), so it is a stale claim: it may move the queue's
+/// counters, never the serving counter under the writer, or the writer could not unlock.
+#[test]
+fn a_stale_reader_ticket_claimed_after_a_writer_leaves_the_writers_grant_whole() {
+    let cfg = Config {
+        recovery_clients: 2,
+        epoch: 2,
+        ..small()
+    };
+    let mut s = TestServer::new(&cfg);
+    let ticket = Ticket {
+        exclusive: 7,
+        shared: 4,
+    };
+    let writer = LockClaim {
+        kind: LockKind::Fair,
+        name: b"f",
+        ticket,
+        ..exclusive_claim((1 << 48) + 9)
+    };
+    let stale_reader = LockClaim {
+        held: Held::Ticketed(Mode::Shared),
+        ticket: Ticket {
+            exclusive: 7,
+            shared: 3,
+        },
+        remaining_ms: 0,
+        ..writer
+    };
+    let (w, r) = (11, 12);
+    let mut id = None;
+    for (who, c) in [(w, &writer), (r, &stale_reader)] {
+        s.client_reinit(who, 3, 0, &crate::Session::NONE, 0)
+            .unwrap();
+        id = Some(s.update_lock(who, c, 1).unwrap());
+        s.reinit_done(who, 1).unwrap();
+    }
+    let unlock = ticketed(
+        LockKind::Fair,
+        LockOp::UnlockExclusive,
+        id.unwrap(),
+        0,
+        ticket,
+    );
+    let me = ClientId::new(w).unwrap();
+    assert_eq!(s.run(me, unlock, 2).status, Status::Success);
+    assert_eq!(s.check_invariants(), Ok(()));
 }
 
 /// After a failover every lock's value block is unknown (invalid) until a grant's claim offers

@@ -1,4 +1,5 @@
-//! The per-slot routing state (`routing.rs`): one test per row of its module doc's table.
+//! The per-slot routing state (`routing.rs`): one test per row of its module doc's table, and
+//! control frames over a stream connection (`control_on_stream`).
 
 use super::dispatch::{message, slots};
 use super::*;
@@ -7,7 +8,7 @@ use crate::proto::{
     CONTROL_FRAME_MAX, ControlHeader, ControlRequest, ControlRequestFrame, DATA_RESPONSE_MAX,
     PROTO_VERSION, encode_control_request,
 };
-use crate::server::{Dispatched, Registration, Route, Routing, Source};
+use crate::server::{Binding, Dispatched, Registration, Route, Routing, Source, StreamControlled};
 use crate::table::ClientState;
 
 /// The bytes of control request `body` naming client `client`.
@@ -341,4 +342,180 @@ fn a_fresh_routing_routes_nothing_and_clear_forgets_everything() {
     routing.clear();
     assert_eq!(routing.mailbox_seq(sa), Some(0));
     assert!(!routing.binding(sa).is_bound());
+}
+
+/// Control frame `req` over stream connection (`conn`, 1) from a local peer.
+fn on_stream(
+    s: &mut TestServer,
+    routing: &mut Routing<'_>,
+    conn: u32,
+    req: &[u8],
+    now: u64,
+) -> (StreamControlled, Vec<u8>) {
+    let mut out = vec![0u8; CONTROL_FRAME_MAX];
+    let done = s.control_on_stream(routing, (conn, 1), Peer::EXEMPT, req, &mut out, now);
+    if let StreamControlled::Replied { len, .. } = done {
+        out.truncate(len);
+    }
+    (done, out)
+}
+
+/// The status of control reply `out`.
+fn status_of(out: &[u8]) -> Option<Status> {
+    crate::proto::decode_control_response(out)
+        .ok()
+        .and_then(|r| r.header.status())
+}
+
+fn init() -> Vec<u8> {
+    control(
+        0,
+        ControlRequest::ClientInit {
+            min_version: PROTO_VERSION,
+            lease_ms: 0,
+        },
+    )
+}
+
+#[test]
+fn a_registration_over_a_stream_binds_its_client_there_and_the_stream_carries_it() {
+    let mut s = TestServer::new(&small());
+    let mut entries = slots(&s);
+    let mut routing = Routing::new(&mut entries);
+    let (done, out) = on_stream(&mut s, &mut routing, 3, &init(), 0);
+    let StreamControlled::Replied {
+        registered: Some(r),
+        vacated: None,
+        ..
+    } = done
+    else {
+        panic!("not a registration: {done:?}");
+    };
+    assert_eq!(status_of(&out), Some(Status::Success));
+    assert_eq!(
+        routing.binding(r.slot),
+        Binding {
+            conn: 3,
+            generation: 1,
+            client: r.client
+        },
+        "a member of the stream, as after a join"
+    );
+    let state = |s: &TestServer| s.t.clients[r.slot as usize].client_state();
+    // A control connection closing with its id does not touch it: the stream carries it.
+    s.control_closed(&mut routing, r.client, 3, 1);
+    assert_eq!(state(&s), ClientState::Active);
+    s.stream_closed(&mut routing, 4, 1);
+    assert_eq!(state(&s), ClientState::Active, "another stream");
+    s.stream_closed(&mut routing, 3, 1);
+    assert_eq!(
+        state(&s),
+        ClientState::Abnormal,
+        "its stream is its control path"
+    );
+    assert_eq!(routing.members(3), 0);
+}
+
+#[test]
+fn on_a_stream_a_member_is_served_a_stranger_answered_and_anothers_client_refused() {
+    let mut s = TestServer::new(&small());
+    let mut entries = slots(&s);
+    let mut routing = Routing::new(&mut entries);
+    let (member, elsewhere) = (s.client(0), s.client(0));
+    for (c, conn) in [(member, 3), (elsewhere, 4)] {
+        let slot = s.client_slot_of(c.get()).unwrap();
+        let _ = s.bind_stream(&mut routing, (slot, c.get()), (conn, 1), 0);
+    }
+    let get = |c: u32| {
+        control(
+            c,
+            ControlRequest::GetLock {
+                kind: LockKind::Atomic,
+                name: b"x",
+            },
+        )
+    };
+    let (done, out) = on_stream(&mut s, &mut routing, 3, &get(member.get()), 1);
+    assert!(matches!(
+        done,
+        StreamControlled::Replied {
+            registered: None,
+            ..
+        }
+    ));
+    assert_eq!(status_of(&out), Some(Status::Success));
+    let (done, out) = on_stream(&mut s, &mut routing, 3, &get(12_345), 1);
+    assert!(matches!(done, StreamControlled::Replied { .. }));
+    assert_eq!(status_of(&out), Some(Status::ClientNotInit), "nobody's id");
+    let (done, _) = on_stream(&mut s, &mut routing, 3, &get(elsewhere.get()), 1);
+    assert_eq!(done, StreamControlled::Refused, "bound to stream 4");
+    // The counters need nobody.
+    let (done, out) = on_stream(
+        &mut s,
+        &mut routing,
+        3,
+        &control(0, ControlRequest::Stats),
+        1,
+    );
+    assert!(matches!(done, StreamControlled::Replied { .. }));
+    assert_eq!(status_of(&out), Some(Status::Success));
+    // Bytes that are no control request.
+    let (done, _) = on_stream(&mut s, &mut routing, 3, &out, 1);
+    assert_eq!(done, StreamControlled::Refused, "a response");
+}
+
+#[test]
+fn a_reinit_over_a_stream_moves_the_client_and_its_control_path_there() {
+    let mut s = TestServer::new(&small());
+    let mut entries = slots(&s);
+    let mut routing = Routing::new(&mut entries);
+    let r = register_over(&mut s, &mut routing, 7);
+    let _ = s.bind_stream(&mut routing, (r.slot, r.client), (4, 1), 0);
+    let reinit = control(
+        r.client,
+        ControlRequest::ClientReinit {
+            min_version: PROTO_VERSION,
+            lease_ms: 0,
+            session: s.session(r.client),
+        },
+    );
+    let (done, _) = on_stream(&mut s, &mut routing, 3, &reinit, 1);
+    let StreamControlled::Replied {
+        registered: Some(again),
+        vacated,
+        ..
+    } = done
+    else {
+        panic!("not a registration: {done:?}");
+    };
+    assert_eq!(again.client, r.client);
+    assert_eq!(vacated, Some(4), "it left stream 4, now empty");
+    assert_eq!(routing.binding(r.slot).conn, 3);
+    let state = |s: &TestServer| s.t.clients[r.slot as usize].client_state();
+    s.control_closed(&mut routing, r.client, 7, 2);
+    assert_eq!(
+        state(&s),
+        ClientState::Active,
+        "connection 7 no longer carries it"
+    );
+    s.stream_closed(&mut routing, 3, 2);
+    assert_eq!(state(&s), ClientState::Abnormal);
+}
+
+#[test]
+fn check_routing_finds_a_parked_request_whose_reply_has_no_route() {
+    let mut s = TestServer::new(&small());
+    let mut entries = slots(&s);
+    let mut routing = Routing::new(&mut entries);
+    let (holder, a) = (s.client(0), s.client(0));
+    let x = held_x(&mut s, holder, &[a]);
+    park(&mut s, &mut routing, a, x);
+    assert_eq!(s.check_routing(&routing), Ok(()));
+    // The route forgotten while the request stays parked: its grant would go nowhere.
+    let slot = s.client_slot_of(a.get()).unwrap();
+    routing.clear();
+    assert_eq!(
+        s.check_routing(&routing),
+        Err(crate::server::invariants::Violation::Route { slot })
+    );
 }

@@ -142,6 +142,8 @@ fn the_cluster_control_messages_are_answered_einval() {
             partition: 0,
             epoch: 1,
         },
+        // The transport answers drains; one that reaches the state machine is refused.
+        ControlRequest::Drain,
     ] {
         let msg = body.msg_type();
         let bytes = control_at(&mut s, PROTO_VERSION, me.get(), body);

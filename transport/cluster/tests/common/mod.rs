@@ -64,12 +64,12 @@ impl Etcd {
         }
     }
 
-    /// Starts etcd again on the same ports and data, and waits until it accepts connections.
+    /// Starts etcd again on the same ports and data, and waits until it serves.
     pub fn resume(&mut self) {
         assert!(self.try_resume(), "etcd did not come back on its ports");
     }
 
-    /// Starts etcd and waits until it accepts connections; false if it exits first.
+    /// Starts etcd and waits until it serves; false if it exits first or never does.
     fn try_resume(&mut self) -> bool {
         let client = format!("http://127.0.0.1:{}", self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
@@ -110,7 +110,28 @@ impl Etcd {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        // An open port is not a serving etcd: until it has elected itself leader, requests
+        // wait, and a loaded machine can make that outlast a test's short request timeout.
+        while !self.healthy() {
+            if Instant::now() >= deadline {
+                self.stop();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         true
+    }
+
+    /// Whether etcd answers a linearizable read (`etcdctl endpoint health`).
+    fn healthy(&self) -> bool {
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoint()))
+            .args(["endpoint", "health", "--command-timeout=2s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
     }
 
     /// `etcdctl` against this etcd; its standard output.

@@ -4,7 +4,7 @@
 
 use dlock_core::proto::{
     ATTACH_LEN, ATTACH_MAGIC, Attach, CONTROL_FRAME_MAX, CONTROL_MAGIC, ControlHeader, DecodeError,
-    control_frame_len, peek_control_header, peek_magic,
+    MsgType, control_frame_len, peek_control_header, peek_magic,
 };
 use dlock_core::server::{ControlAdmission, ControlConn};
 
@@ -36,6 +36,8 @@ pub(super) enum Next {
     Job(JobKind, usize, usize),
     /// A control frame answered here (`ControlAdmission::AnswerGone`): its header and length.
     AnswerGone(ControlHeader, usize),
+    /// A `Drain`, answered here (`drain.rs`): its header and length.
+    Drain(ControlHeader, usize),
 }
 
 /// The next frame of `c` and what becomes of it; `Ok(None)` while incomplete, `Err` when the
@@ -91,6 +93,7 @@ pub(super) fn frame(c: &mut Conn) -> Result<Option<Next>, ()> {
             }
             let (h, _) = peek_control_header(buf).map_err(|_| ())?;
             match conn.admit(h.msg, h.word) {
+                ControlAdmission::Run if h.msg == MsgType::Drain => Ok(Some(Next::Drain(h, len))),
                 ControlAdmission::Run => {
                     Ok(Some(Next::Job(JobKind::Control, len, CONTROL_FRAME_MAX)))
                 }

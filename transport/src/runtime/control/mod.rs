@@ -42,6 +42,7 @@
 //!   registration) always gets through.
 
 mod accept;
+mod drain;
 mod frame;
 mod replies;
 
@@ -421,11 +422,19 @@ impl Control<'_> {
         let conn = (c.generation as u64) << 32 | i as u64;
         let (kind, len, cap) = match frame(c) {
             Ok(Some(Next::Job(kind, len, cap))) => (kind, len, cap),
-            Ok(Some(Next::AnswerGone(header, len))) => {
-                // Its client is gone: the state machine must not see a frame in its name (the
-                // core's rule). Say so from here.
+            Ok(Some(next @ (Next::AnswerGone(header, len) | Next::Drain(header, len)))) => {
                 let mut reply = [0u8; GONE_ANSWER_LEN];
-                if let Ok(n) = answer_gone(&header, &mut reply) {
+                let n = match next {
+                    // Its client is gone: the state machine must not see a frame in its name
+                    // (the core's rule). Say so from here.
+                    Next::AnswerGone(..) => answer_gone(&header, &mut reply),
+                    // An operator's request, for the membership (`drain.rs`).
+                    _ => {
+                        let status = drain::answer(self.shared, c);
+                        drain::reply(&header, status, &mut reply)
+                    }
+                };
+                if let Ok(n) = n {
                     c.wbuf.extend_from_slice(&reply[..n]);
                 }
                 c.rbuf.copy_within(len..c.rlen, 0);

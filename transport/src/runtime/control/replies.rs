@@ -20,6 +20,11 @@ impl Control<'_> {
                 self.client_gone(client);
                 continue;
             }
+            if let JobKind::MovedToStream { client } = job.kind {
+                // No connection of ours is the newest: the stream is.
+                self.close_others(usize::MAX, client);
+                continue;
+            }
             let i = (job.conn & 0xFFFF_FFFF) as usize;
             let generation = (job.conn >> 32) as u32;
             let Some(c) = self
@@ -64,7 +69,8 @@ impl Control<'_> {
                 JobKind::Nothing
                 | JobKind::Attach { .. }
                 | JobKind::Disconnected { .. }
-                | JobKind::ClientGone { .. } => {}
+                | JobKind::ClientGone { .. }
+                | JobKind::MovedToStream { .. } => {}
             }
             if self.spare.len() < SPARE_MAX && !job.buf.is_empty() {
                 self.spare.push(job.buf);
@@ -130,6 +136,9 @@ impl Control<'_> {
         };
         let _ = self.poll.registry().deregister(c.stream.source());
         self.free.push(i);
+        let peer = *c
+            .peer
+            .get_or_insert_with(|| super::identify(&c.stream, c.ip, &self.peers));
         let ex = &self.shared.exchange;
         // Relaxed: a count (see `open`); the queue push publishes the connection itself.
         ex.data_conns
@@ -139,6 +148,7 @@ impl Control<'_> {
             client,
             early: c.rbuf[..c.rlen].to_vec(),
             unsent: std::mem::take(&mut c.wbuf),
+            peer,
         };
         if ex.handover.push(handover).is_err() {
             // Sized for every connection the cap allows, so this is a bug; the connection

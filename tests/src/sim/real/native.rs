@@ -5,19 +5,28 @@
 //!
 //! What such a process believes is what its live guards say: a guard it dropped is no belief
 //! any more, whatever its client's record says until the unlock's answer is read. The oracle
-//! checks those beliefs as it checks the reference-shaped clients' records.
+//! checks those beliefs as it checks the reference-shaped clients' records
+//! ([`beliefs`](crate::sim::oracle::beliefs)). Such a process never re-claims: when its
+//! transport fails it starts over with a new handle, as a native API user does, so whatever a
+//! server crash took from it is no belief (it has not re-synced with the replacement).
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::pin;
+use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
+use dlock_core::{LockKind, Mode};
 use dlock_transport::client::{
     AtomicLock, AtomicLockGuard, Client, Error, ErrorKind, FairLock, FairLockReadGuard,
     FairLockWriteGuard, GuardSet, LockOptions, Locks, RwLock, RwLockReadGuard, RwLockWriteGuard,
     SetEntry, SetMode,
 };
 
-use super::{Duration, LockKind, Mode, Rc, Shared, Sim, SimConn};
+use super::conn::{Shared, SimConn};
+use super::procs::Sim;
+use crate::sim::net::LinkId;
 
 /// A lock name resolved through the handle, by kind.
 enum Handle<'r> {
@@ -81,7 +90,7 @@ impl Guard<'_> {
 /// when (sim ms) its lease runs, counted from before its request was sent (`None`: an RW grant,
 /// which lasts while the client's lease does).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Belief {
+pub(super) struct Held {
     pub(super) k: usize,
     pub(super) mode: Mode,
     pub(super) token: u64,
@@ -91,22 +100,28 @@ pub(super) struct Belief {
 /// A process using the native API.
 pub(super) struct Native<'r> {
     locks: Locks<SimConn<'r>>,
-    /// Its connection, cut when it crashes (a crash sends nothing).
-    conn: usize,
+    /// Its link, cut when it crashes (a crash sends nothing).
+    link: LinkId,
     handles: Vec<Option<Handle<'r>>>,
-    held: Vec<(Guard<'r>, Vec<Belief>)>,
+    held: Vec<(Guard<'r>, Vec<Held>)>,
 }
 
 impl<'r> Native<'r> {
-    /// Registers over a fresh connection: the process and its lease; `None` when refused.
-    pub(super) fn start(world: &Shared<'r>, names: usize) -> Option<(Native<'r>, Duration)> {
-        let conn = SimConn::new(Rc::clone(world));
-        let id = conn.conn;
+    /// Registers over a fresh link of process `owner`, whose lease counts from `heard` (as
+    /// [`SimConn`] keeps it): the process and its lease; `None` when refused.
+    pub(super) fn start(
+        world: &Shared<'r>,
+        owner: usize,
+        heard: Rc<Cell<u64>>,
+        names: usize,
+    ) -> Option<(Native<'r>, Duration)> {
+        let conn = SimConn::new(Rc::clone(world), owner, heard);
+        let link = conn.link();
         let client = Client::over(conn, Sim::config()).ok()?;
         let lease = client.lease();
         let n = Native {
             locks: Locks::new(client),
-            conn: id,
+            link,
             handles: (0..names).map(|_| None).collect(),
             held: Vec::new(),
         };
@@ -114,13 +129,18 @@ impl<'r> Native<'r> {
     }
 
     /// What its live guards say.
-    pub(super) fn beliefs(&self) -> impl Iterator<Item = &Belief> {
+    pub(super) fn beliefs(&self) -> impl Iterator<Item = &Held> {
         self.held.iter().flat_map(|(_, b)| b)
     }
 
-    /// Gone without a word: its connection is cut first, so its guards' drops send nothing.
+    /// Gone without a word: its link is cut first, so its guards' drops send nothing (the
+    /// kernel closes a dead process's connections; the server sees them close).
     pub(super) fn crash(self, world: &Shared<'r>) {
-        world.borrow_mut().reset(self.conn);
+        {
+            let mut w = world.borrow_mut();
+            w.net.break_link(self.link);
+            w.links_broken();
+        }
         drop(self);
     }
 }
@@ -147,9 +167,9 @@ enum How {
 }
 
 impl<'r> Sim<'r> {
-    /// One scheduled action of native process `p`, which is running. Each action says whether
-    /// the server answered it.
+    /// One scheduled action of native process `p`, which is running.
     pub(super) fn act_native(&mut self, p: usize, now: u64) {
+        self.ops += 1;
         let outcome = match self.rng.range(0, 100) {
             0..=29 => self.native_take(p, now, How::Try),
             30..=39 => self.native_take(p, now, How::Wait),
@@ -158,14 +178,13 @@ impl<'r> Sim<'r> {
                 // Dropped: the unlock goes out, its answer is read by a later call.
                 if let Some(i) = self.pick_held(p) {
                     drop(self.native(p).held.swap_remove(i));
-                    self.world.borrow_mut().counts.native_drops += 1;
                 }
-                Ok(false)
+                Ok(())
             }
             62..=71 => self.native_unlock(p),
             72..=79 => self.native_set(p, now),
             80..=86 => self.native_extend(p, now),
-            87..=97 => self.native(p).locks.heartbeat().map(|()| true),
+            87..=97 => self.native(p).locks.heartbeat(),
             _ => {
                 // Leaves: its guards' unlocks are sent as it goes.
                 self.procs[p].native = None;
@@ -173,18 +192,15 @@ impl<'r> Sim<'r> {
                 return;
             }
         };
-        match outcome {
-            Err(e) if e.kind() == ErrorKind::Disconnected => {
-                // What a native API user does after a transport failure: a new handle, later.
-                if let Some(n) = self.procs[p].native.take() {
-                    n.crash(&self.world);
-                }
-                self.procs[p].down_until = now;
+        // (The lease counts from the last call the server renewed it on: `SimConn` keeps it.)
+        if let Err(e) = outcome
+            && e.kind() == ErrorKind::Disconnected
+        {
+            // What a native API user does after a transport failure: a new handle, later.
+            if let Some(n) = self.procs[p].native.take() {
+                n.crash(&self.world);
             }
-            // The server answered a call sent after `now`: the registration lasts its lease
-            // from no earlier. (A refusal, a drop or a call answered locally proves nothing.)
-            Ok(true) => self.procs[p].lease_anchor_ms = now,
-            _ => {}
+            self.procs[p].down_until = now;
         }
     }
 
@@ -222,9 +238,9 @@ impl<'r> Sim<'r> {
         Ok(Some(k))
     }
 
-    fn native_take(&mut self, p: usize, now: u64, how: How) -> Result<bool, Error> {
+    fn native_take(&mut self, p: usize, now: u64, how: How) -> Result<(), Error> {
         let Some(k) = self.free_lock(p)? else {
-            return Ok(false);
+            return Ok(());
         };
         let shared = self.rng.below(2) == 0;
         let lease_ms = self.rng.range(20, 300);
@@ -271,36 +287,34 @@ impl<'r> Sim<'r> {
             }
         };
         let token = guard.token();
-        let belief = Belief {
+        let belief = Held {
             k,
             mode,
             token,
             until,
         };
         n.held.push((guard, vec![belief]));
-        self.world.borrow_mut().counts.native_guards += 1;
-        Ok(true)
+        self.native_guards += 1;
+        Ok(())
     }
 
     /// Unlocks a guard (or set) and waits for the answer.
-    fn native_unlock(&mut self, p: usize) -> Result<bool, Error> {
+    fn native_unlock(&mut self, p: usize) -> Result<(), Error> {
         let asynchronous = self.rng.below(2) == 0;
         let world = Rc::clone(&self.world);
         let Some(i) = self.pick_held(p) else {
-            return Ok(false);
+            return Ok(());
         };
-        let (guard, beliefs) = self.native(p).held.swap_remove(i);
+        let (guard, _) = self.native(p).held.swap_remove(i);
         match guard.unlock(&world, asynchronous) {
-            // (A set that holds nothing asks the server nothing.)
-            Ok(()) => Ok(!beliefs.is_empty()),
             // A grant lost to its lease is no news to a process that believes no more.
-            Err(e) if e.kind() == ErrorKind::NotHeld => Ok(false),
-            Err(e) => Err(e),
+            Err(e) if e.kind() == ErrorKind::NotHeld => Ok(()),
+            r => r,
         }
     }
 
     /// Takes two to four locks as one set, all or nothing or per item.
-    fn native_set(&mut self, p: usize, now: u64) -> Result<bool, Error> {
+    fn native_set(&mut self, p: usize, now: u64) -> Result<(), Error> {
         let mut ks = Vec::new();
         for _ in 0..self.rng.range(2, 5) {
             if let Some(k) = self.free_lock(p)?
@@ -330,7 +344,7 @@ impl<'r> Sim<'r> {
         let set = n
             .locks
             .try_lock_all(entries.into_iter().map(|(e, _)| e), lease, set_mode)?;
-        let beliefs: Vec<Belief> = ks
+        let beliefs: Vec<Held> = ks
             .iter()
             .zip(&taken)
             .enumerate()
@@ -338,7 +352,7 @@ impl<'r> Sim<'r> {
                 let token = set.token(i)?.0;
                 let leased = self.names[k].1 != LockKind::Rw;
                 let until = leased.then_some(now + lease_ms);
-                Some(Belief {
+                Some(Held {
                     k,
                     mode,
                     token,
@@ -348,16 +362,16 @@ impl<'r> Sim<'r> {
             .collect();
         if !beliefs.is_empty() {
             self.native(p).held.push((Guard::Set(set), beliefs));
-            self.world.borrow_mut().counts.native_guards += 1;
+            self.native_guards += 1;
         }
-        Ok(!ks.is_empty())
+        Ok(())
     }
 
     /// Extends a leased guard; its belief lasts from now.
-    fn native_extend(&mut self, p: usize, now: u64) -> Result<bool, Error> {
+    fn native_extend(&mut self, p: usize, now: u64) -> Result<(), Error> {
         let lease_ms = self.rng.range(20, 300);
         let Some(i) = self.pick_held(p) else {
-            return Ok(false);
+            return Ok(());
         };
         let (guard, beliefs) = &mut self.native(p).held[i];
         match guard.extend(Duration::from_millis(lease_ms)) {
@@ -365,15 +379,15 @@ impl<'r> Sim<'r> {
                 for b in beliefs {
                     b.until = Some(now + lease_ms);
                 }
-                Ok(true)
+                Ok(())
             }
             // Lost to its lease: the process stops believing in it.
             Some(Err(e)) if e.kind() == ErrorKind::NotHeld => {
                 drop(self.native(p).held.swap_remove(i));
-                Ok(false)
+                Ok(())
             }
             Some(Err(e)) => Err(e),
-            None => Ok(false),
+            None => Ok(()),
         }
     }
 }

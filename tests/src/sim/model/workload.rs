@@ -1,40 +1,24 @@
-//! What simulated clients do, and how they read replies: the registration and failover
-//! protocol of the transport's `Client`, and a random mix of every lock operation and object
-//! command, decided by the real [`LocalLock`] records.
+//! What simulated clients do: the registration and failover protocol of the transport's
+//! `Client`, and a random mix of every lock operation and object command, decided by the real
+//! [`LocalLock`] records.
 //!
 //! [`LocalLock`]: dlock_transport::client::LocalLock
 
 use dlock_core::config::BATCH_MAX;
 use dlock_core::proto::{
-    Batch, BatchEntry, Command, ControlHeader, ControlRequest, ControlRequestFrame,
-    ControlResponse, DATA_MESSAGE_MAX, DataHeader, FLAG_ALL_OR_NOTHING, Held, LockClaim, LockOp,
-    ObjectCommand, ObjectOp, PROTO_VERSION, decode_control_response, decode_data_response,
-    encode_control_request, encode_data_request,
+    Batch, Command, ControlHeader, ControlRequest, ControlRequestFrame, DATA_MESSAGE_MAX,
+    DataHeader, FLAG_ALL_OR_NOTHING, Held, LockClaim, LockOp, ObjectCommand, ObjectOp,
+    PROTO_VERSION, encode_control_request, encode_data_request,
 };
 use dlock_core::server::Server;
-use dlock_core::{GrantProof, LockId, LockKind, Mode, Status, Ticket};
-use dlock_transport::client::{Decision, LocalLock, LocalState};
+use dlock_core::{GrantProof, LockKind, Mode, Ticket};
+use dlock_transport::client::{Decision, LocalState};
 
-use super::client::{
-    Ctl, FORGED, Item, Out, Pending, Phase, SimLock, idle_for_trylock, releasable,
-};
-use super::net::Dir;
+use super::client::{Ctl, FORGED, Item, Out, Pending, Phase, idle_for_trylock, releasable};
 use super::{REQUEST_TIMEOUT_MS, World};
+use crate::sim::net::Channel;
 
-/// Whether a status says the server no longer knows the client.
-fn registration_gone(s: Status) -> bool {
-    matches!(s, Status::ClientNotInit | Status::ClientRemovedByServer)
-}
-
-/// Whether a reply shows the server holds this client's registration, so its lease runs from
-/// the request's send. `NotReady` does not: a recovering server answers it to every client,
-/// registered or not (seed 0x992060a53de32c8: a client the old server had expired took a
-/// recovering server's `NotReady`s as renewals and trusted the grants it had lost).
-fn renews_lease(s: Status) -> bool {
-    !registration_gone(s) && s != Status::NotReady
-}
-
-impl World {
+impl World<'_> {
     /// Client `i` takes its turn.
     pub(super) fn act(&mut self, srv: &mut Server<'_>, i: usize) -> Result<(), String> {
         let now = self.server_now();
@@ -42,9 +26,7 @@ impl World {
         if c.phase == Phase::Dead {
             if self.dead[i].is_none() && !self.draining && self.rng.below(500) == 0 {
                 // A new process takes the crashed one's place (a fresh identity).
-                let conn = c.conn + 1;
                 self.clients[i] = super::client::SimClient::new(self.rng.range(1, 6) as usize);
-                self.clients[i].conn = conn;
             }
             return Ok(());
         }
@@ -57,7 +39,8 @@ impl World {
                 Out::Control(_) => 0,
             };
             if now > p.sent_at + REQUEST_TIMEOUT_MS + wait {
-                self.resets.push(i);
+                self.close_link(i);
+                return Ok(());
             }
             if c.heartbeat.is_none() && c.connected && self.heartbeat_due(i) {
                 self.send_heartbeat(i);
@@ -111,7 +94,7 @@ impl World {
             sent_at: self.server_now(),
         });
         self.ops += 1;
-        self.transmit(i, Dir::ControlRequest, bytes);
+        self.send_to_server(i, Channel::Control, bytes);
     }
 
     fn send_reinit(&mut self, i: usize) {
@@ -135,7 +118,7 @@ impl World {
             sent_at: self.server_now(),
         });
         self.ops += 1;
-        self.transmit(i, Dir::ControlRequest, bytes);
+        self.send_to_server(i, Channel::Control, bytes);
     }
 
     /// Sends the lock and object commands of `items` as one data message.
@@ -166,7 +149,7 @@ impl World {
             sent_at: self.now + self.clock_offset,
         });
         self.ops += commands.len() as u64;
-        self.transmit(i, Dir::DataRequest, buf);
+        self.send_to_server(i, Channel::Data, buf);
     }
 
     /// A registered, idle client does one random thing.
@@ -215,7 +198,7 @@ impl World {
         };
         let mut names = Vec::new();
         for _ in 0..want {
-            let n = self.rng.index(self.names.len());
+            let n = self.rng.index(self.oracle.names().len());
             if self.clients[i].record_of(n).is_none() && !names.contains(&n) {
                 names.push(n);
             }
@@ -224,14 +207,19 @@ impl World {
         match names.as_slice() {
             [] => {}
             [n] => {
-                let (name, kind) = self.names[*n].clone();
+                let (name, kind) = self.oracle.names()[*n].clone();
                 let body = ControlRequest::GetLock { kind, name: &name };
                 self.send_control(i, id, body, Ctl::GetLock(names.clone()));
             }
             _ => {
                 let entries: Vec<(LockKind, &[u8])> = names
                     .iter()
-                    .map(|&n| (self.names[n].1, self.names[n].0.as_slice()))
+                    .map(|&n| {
+                        (
+                            self.oracle.names()[n].1,
+                            self.oracle.names()[n].0.as_slice(),
+                        )
+                    })
                     .collect();
                 let message_id = self.clients[i].message_id();
                 let bytes = control_bytes(
@@ -245,7 +233,7 @@ impl World {
                     sent_at: self.server_now(),
                 });
                 self.ops += 1;
-                self.transmit(i, Dir::ControlRequest, bytes);
+                self.send_to_server(i, Channel::Control, bytes);
             }
         }
         Ok(())
@@ -422,330 +410,9 @@ impl World {
         Ok(())
     }
 
-    /// A reply reached client `i`.
-    pub(super) fn on_reply(
-        &mut self,
-        srv: &mut Server<'_>,
-        i: usize,
-        dir: Dir,
-        bytes: &[u8],
-    ) -> Result<(), String> {
-        let _ = srv;
-        match dir {
-            Dir::DataReply => self.on_data_reply(i, bytes),
-            _ => self.on_control_reply(i, bytes),
-        }
-    }
-
-    fn on_data_reply(&mut self, i: usize, bytes: &[u8]) -> Result<(), String> {
-        let rep =
-            decode_data_response(bytes).map_err(|e| format!("client decodes reply: {e:?}"))?;
-        let now = self.now + self.clock_offset;
-        let from_reply = self.lease_from_reply;
-        let c = &mut self.clients[i];
-        let matches = matches!(&c.pending, Some(p) if p.message_id == rep.header().message_id
-            && matches!(p.out, Out::Data { .. }));
-        if !matches {
-            // A duplicate or a reply to a request given up on.
-            return Ok(());
-        }
-        let Some(Pending {
-            out:
-                Out::Data {
-                    items,
-                    all_or_nothing,
-                    ..
-                },
-            sent_at,
-            ..
-        }) = c.pending.take()
-        else {
-            return Ok(());
-        };
-        // An all-or-nothing message the server undid reports `Eagain` for what had worked:
-        // nothing took effect, so nothing is applied (as the transport client does). Reading
-        // those `Eagain`s as fair-lock queueing once left records holding ticket 0 that was
-        // never issued (seed 0xf14da6f465e231e0), which two clients then re-claimed.
-        let undone = all_or_nothing
-            && (0..rep.len()).any(|k| rep.result(k).result.status != Status::Success);
-        if items.len() != rep.len() {
-            return Err(format!(
-                "reply has {} results for {} commands",
-                rep.len(),
-                items.len()
-            ));
-        }
-        let mut gone = false;
-        let mut grants = Vec::new();
-        for (k, item) in items.iter().enumerate() {
-            let r = rep.result(k).result;
-            gone |= registration_gone(r.status);
-            match *item {
-                Item::Lock { .. } if undone => {}
-                Item::Lock { rec, req } => {
-                    let Some(l) = c.locks.get_mut(rec).and_then(Option::as_mut) else {
-                        continue;
-                    };
-                    if l.local.id.raw() != req.command().lock {
-                        continue;
-                    }
-                    let before = l.used_mode();
-                    // The grant and its lease are counted from the send: the server's start
-                    // no earlier, so the client never trusts a grant longer than the server.
-                    let at = if from_reply { now } else { sent_at };
-                    let proof = GrantProof {
-                        epoch: u32::from(c.epoch),
-                        mac: rep.proof_mac(k),
-                    };
-                    let _ = l.local.apply(&req, &r, proof, None, at);
-                    if l.local.state.held_mode().is_none() {
-                        l.releasing = false;
-                    }
-                    if l.used_mode().is_some() && before != l.used_mode()
-                        || l.used_mode().is_some() && r.status == Status::Success
-                    {
-                        grants.push(l.name);
-                    }
-                }
-                Item::Object { obj } => {
-                    if let Some(v) = c.last_value.get_mut(obj) {
-                        *v = r.aux;
-                    }
-                }
-            }
-        }
-        if gone {
-            c.forget_all();
-            return Ok(());
-        }
-        if (0..rep.len()).any(|k| renews_lease(rep.result(k).result.status)) {
-            c.lease_anchor = c.lease_anchor.max(sent_at);
-        }
-        for name in grants {
-            self.note_belief(i, name)?;
-        }
-        Ok(())
-    }
-
-    fn on_control_reply(&mut self, i: usize, bytes: &[u8]) -> Result<(), String> {
-        let rep =
-            decode_control_response(bytes).map_err(|e| format!("client decodes reply: {e:?}"))?;
-        let status = rep.header.status().unwrap_or(Status::BadResponse);
-        let c = &mut self.clients[i];
-        if let Some(hb) = &c.heartbeat
-            && hb.message_id == rep.header.message_id
-        {
-            let sent_at = hb.sent_at;
-            c.heartbeat = None;
-            if registration_gone(status) {
-                c.forget_all();
-            } else if renews_lease(status) {
-                c.lease_anchor = c.lease_anchor.max(sent_at);
-            }
-            return Ok(());
-        }
-        let Some(p) = c
-            .pending
-            .as_ref()
-            .filter(|p| p.message_id == rep.header.message_id)
-        else {
-            return Ok(());
-        };
-        let Out::Control(ctl) = p.out.clone() else {
-            return Ok(());
-        };
-        let sent_at = p.sent_at;
-        c.pending = None;
-        if registration_gone(status) && !matches!(ctl, Ctl::Init) {
-            c.forget_all();
-            return Ok(());
-        }
-        // Silent longer than its lease when it asked: the old server may have freed its grants.
-        let lapsed = sent_at > c.lease_anchor + u64::from(c.lease_ms);
-        if !matches!(ctl, Ctl::Init | Ctl::Deinit) && renews_lease(status) {
-            c.lease_anchor = c.lease_anchor.max(sent_at);
-        }
-        match (ctl, rep.body) {
-            (Ctl::Init, ControlResponse::Init(r)) => {
-                c.id = Some(r.client);
-                c.session = r.session;
-                c.epoch = r.epoch;
-                c.lease_ms = r.lease_ms;
-                c.lease_anchor = sent_at;
-                c.connected = true;
-                c.phase = Phase::Ready;
-                self.by_id.insert(r.client, i);
-            }
-            (Ctl::Init, _) => c.phase = Phase::Idle,
-            (Ctl::Reinit, ControlResponse::Init(r)) => {
-                c.connected = true;
-                // A server that still knows the client hands its session back; a replacement
-                // that took it back in recovery mints a new one (as `Client::reinit` reads it).
-                let resumed = c.session == r.session;
-                c.session = r.session;
-                c.epoch = r.epoch;
-                c.lease_anchor = sent_at;
-                c.lease_ms = r.lease_ms;
-                if r.recovering {
-                    // A new server: objects are not carried over; locks are re-claimed, unless
-                    // the lease lapsed (as the transport client does: seed 0x85ec716077c31d6).
-                    c.objects.clear();
-                    c.last_value.clear();
-                    // Only a replacement can have lost the grants of a client that lapsed: the
-                    // recovering server it resumes with holds what it restored (seed
-                    // 0xb799db5439a43212: a client whose reinit to that same server found its
-                    // lease lapsed by its own count claimed nothing, and forgot a lock the
-                    // server kept for it).
-                    if lapsed && !resumed {
-                        for l in c.locks.iter_mut().flatten() {
-                            l.local = LocalLock::new(l.local.id, l.local.kind);
-                            l.releasing = false;
-                        }
-                    }
-                    c.phase = Phase::Claiming;
-                    c.reclaim = true;
-                    self.send_claims(i, 0);
-                } else if c.reclaim {
-                    // Its re-claim was cut short (a reply lost) and the server serves now: the
-                    // records still carry the failed server's ids, so it re-claims late, as the
-                    // transport client does (the server answers with the ids it restored).
-                    c.phase = Phase::Claiming;
-                    self.send_claims(i, 0);
-                } else {
-                    c.phase = Phase::Ready;
-                    let names: Vec<usize> = c
-                        .locks
-                        .iter()
-                        .flatten()
-                        .filter(|l| l.used_mode().is_some())
-                        .map(|l| l.name)
-                        .collect();
-                    for n in names {
-                        self.note_belief(i, n)?;
-                    }
-                }
-            }
-            (Ctl::Reinit, _) => {
-                // Refused (a wrong session cannot happen here): start over.
-                c.forget_all();
-            }
-            (Ctl::Claims(recs), ControlResponse::Entries(e)) => {
-                if e.len() != recs.len() {
-                    return Err("claims answered with the wrong count".into());
-                }
-                let last = recs.iter().rev().find(|&&r| r != FORGED).copied();
-                let mut forgotten = Vec::new();
-                for (rec, entry) in recs.iter().zip(e.iter()) {
-                    if *rec == FORGED {
-                        if entry.status == Status::Success {
-                            return Err(format!(
-                                "client {:?} claimed a lock it has no record of, and the claim \
-                                 was taken: a theft, or a lock the server held for a client \
-                                 that had forgotten it",
-                                c.id
-                            ));
-                        }
-                        continue;
-                    }
-                    if entry.status != Status::Success
-                        && let Some(l) = &c.locks[*rec]
-                    {
-                        forgotten.push(l.name);
-                    }
-                    claim_answered(&mut c.locks[*rec], entry);
-                }
-                // A refused claim makes the client forget the lock: the server must not hold
-                // it for this client any more.
-                let (id, now) = (c.id.unwrap_or(0), self.server_now());
-                for name in forgotten {
-                    if [Mode::Exclusive, Mode::Shared]
-                        .into_iter()
-                        .any(|m| self.oracle.holds(name, id, m, now))
-                    {
-                        return Err(format!(
-                            "client {id:#x}'s claim of lock {name} was refused, so it forgets \
-                             the lock, while the server still holds it for the client"
-                        ));
-                    }
-                }
-                let next = last.map_or(self.clients[i].locks.len(), |l| l + 1);
-                self.send_claims(i, next);
-            }
-            (Ctl::Claims(_), _) => {
-                // The batch was refused whole: try the whole reinit again.
-                c.connected = false;
-                c.notice_at = self.now;
-            }
-            (Ctl::Done, _) => c.phase = Phase::Ready,
-            (Ctl::Deinit, _) if status == Status::NotReady => {
-                // Refused: the server keeps the registration and every lock, and so does the
-                // client, which leaves once the server serves.
-                c.phase = Phase::Ready;
-                let names: Vec<usize> = c
-                    .locks
-                    .iter()
-                    .flatten()
-                    .filter(|l| l.used_mode().is_some())
-                    .map(|l| l.name)
-                    .collect();
-                for n in names {
-                    self.note_belief(i, n)?;
-                }
-            }
-            (Ctl::Deinit, _) => c.forget_all(),
-            (Ctl::GetLock(names), ControlResponse::Lock { lock }) => {
-                if let (Some(&n), Some(id)) = (names.first(), LockId::from_raw(lock)) {
-                    let kind = self.names[n].1;
-                    c.locks.push(Some(SimLock {
-                        name: n,
-                        local: LocalLock::new(id, kind),
-                        releasing: false,
-                    }));
-                }
-            }
-            (Ctl::GetLock(names), ControlResponse::Entries(e)) => {
-                for (n, entry) in names.iter().zip(e.iter()) {
-                    if let (Status::Success, Some(id)) = (entry.status, LockId::from_raw(entry.id))
-                    {
-                        let kind = self.names[*n].1;
-                        c.locks.push(Some(SimLock {
-                            name: *n,
-                            local: LocalLock::new(id, kind),
-                            releasing: false,
-                        }));
-                    }
-                }
-            }
-            (Ctl::GetLock(_), _) => {}
-            (Ctl::Release(k), _) if k > usize::MAX / 2 => {
-                let k = usize::MAX - k;
-                if k < c.objects.len() {
-                    c.objects.remove(k);
-                    c.last_value.remove(k);
-                }
-            }
-            (Ctl::Release(rec), _) => {
-                if status == Status::Success {
-                    c.locks[rec] = None;
-                }
-            }
-            (Ctl::ObjectCreate(_), _) => {}
-            (Ctl::ObjectGet(n), ControlResponse::ObjectRef { object, .. }) => {
-                if let Some(id) = dlock_core::ObjectId::from_raw(object)
-                    && !c.objects.iter().any(|o| o.0 == n)
-                {
-                    c.objects.push((n, id));
-                    c.last_value.push(0);
-                }
-            }
-            (Ctl::ObjectGet(_), _) => {}
-        }
-        Ok(())
-    }
-
     /// Sends the claims of the records from index `from` on (up to 31), or `ReinitDone` when
     /// none is left.
-    fn send_claims(&mut self, i: usize, from: usize) {
+    pub(super) fn send_claims(&mut self, i: usize, from: usize) {
         let now = self.server_now();
         let c = &mut self.clients[i];
         let id = c.id.unwrap_or(0);
@@ -765,7 +432,7 @@ impl World {
                 value: None,
                 kind: l.local.kind,
                 held: claim.held,
-                name: &self.names[l.name].0,
+                name: &self.oracle.names()[l.name].0,
                 old_lock: l.local.id.raw(),
                 word: l.local.word,
                 ticket: claim.ticket,
@@ -782,13 +449,13 @@ impl World {
         {
             // A thief: a client the failed server really registered claims, beside its own,
             // a lock it holds no grant of, with the best proof it has.
-            let n = self.rng.index(self.names.len());
+            let n = self.rng.index(self.oracle.names().len());
             let c = &self.clients[i];
             // A lock it has no record of, so one the server holds nothing of for it (a claim
             // of what the server holds for it — a grant whose reply was lost, say — is its own,
             // not a theft: seed 0xb771773dfebc31f1).
             if c.record_of(n).is_none() {
-                let (name, kind) = &self.names[n];
+                let (name, kind) = &self.oracle.names()[n];
                 let own = c
                     .locks
                     .iter()
@@ -847,16 +514,7 @@ impl World {
             sent_at: now,
         });
         self.ops += 1;
-        self.transmit(i, Dir::ControlRequest, bytes);
-    }
-}
-
-/// Files a claim's answer: the new id on success, else the record is gone (the grant is lost,
-/// as `Client::update_all_locks` forgets it).
-fn claim_answered(slot: &mut Option<SimLock>, entry: BatchEntry) {
-    match (entry.status, LockId::from_raw(entry.id), slot.as_mut()) {
-        (Status::Success, Some(id), Some(l)) => l.local.id = id,
-        _ => *slot = None,
+        self.send_to_server(i, Channel::Control, bytes);
     }
 }
 

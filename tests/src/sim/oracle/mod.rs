@@ -1,23 +1,40 @@
-//! The oracle: what must hold after every step, checked against an independent model built
-//! from what the server answered (not from its tables) and what each client believes.
+//! The oracle both simulators share: what must hold after every step, checked against an
+//! independent model built from what the server answered (the request and reply bytes, as they
+//! cross the network), from what the clients believe ([`beliefs`]), and from the server's own
+//! tables ([`Server::check_invariants`]).
 //!
-//! * **Grants** (server side): a grant, an extend that revives a grant, or a re-claim after a
-//!   failover is never given while another client holds a conflicting grant that has not run
-//!   out by the server's clock (exclusive against anything, a writer beside readers). A grant
-//!   lasts until its unlock, its expiry (atomic and fair: `now + expire_ms`, lengthened by
+//! * **Grants** (server side): a grant, an extend that revives a grant, or a claim a recovering
+//!   server accepts is never given while another client holds a conflicting grant that has not
+//!   run out by the server's clock (exclusive against anything, a writer beside readers). A
+//!   grant lasts until its unlock, its expiry (atomic and fair: `now + expire_ms`, lengthened by
 //!   extends), or its client's removal (death, deinit, eviction).
+//! * **Claims**: the first claim a recovering server accepts keeps the lock; a later one that
+//!   conflicts with it is a violation. A claim refused must not leave the server holding the
+//!   lock for its client (who forgets it).
 //! * **Fencing tokens** strictly increase per lock name, across server replacements.
 //! * **Fair order**: exclusive grants of a fair lock go to tickets in increasing ticket order.
 //! * **Objects** are linearizable: the server executes object commands one at a time, so each
 //!   result must be exactly what a sequential register gives in that order (FAA returns the
 //!   value before and adds, CAS returns the value seen and swaps only on a match); FAA results
 //!   never repeat (the simulated clients only ever move values up).
-//! * **Beliefs** (client side, checked by `World`): no two clients that believe they hold a
-//!   lock (in conflicting modes) while their lease has not run out.
+//! * **Beliefs** (client side, [`beliefs`]): no two clients that trust their lease believe they
+//!   hold a lock in conflicting modes, and none believes it holds a lock under a fencing token
+//!   older than one another believer already held it under.
+//! * **Tables**: the server's tables agree with one another after every step.
+//!
+//! [`Server::check_invariants`]: dlock_core::server::Server::check_invariants
+
+pub mod beliefs;
 
 use std::collections::{HashMap, HashSet};
 
-use dlock_core::proto::{CommandResult, LockCommand, LockOp, ObjectCommand, ObjectOp};
+use dlock_core::proto::Held;
+use dlock_core::proto::{
+    Command, CommandResult, ControlRequest, ControlResponse, LockCommand, LockOp, ObjectCommand,
+    ObjectOp, decode_control_request, decode_control_response, decode_data_request,
+    decode_data_response,
+};
+use dlock_core::server::{Routing, Server, WaitReply};
 use dlock_core::word::fair::{FairWord, ticket_before};
 use dlock_core::{LockKind, Mode, Status};
 
@@ -34,47 +51,86 @@ struct Holder {
 /// The independent model.
 #[derive(Debug, Default)]
 pub struct Oracle {
+    /// Lock names, and the index of each.
+    names: Vec<(Vec<u8>, LockKind)>,
+    name_index: HashMap<Vec<u8>, usize>,
     /// Grants per lock name.
     holders: Vec<Vec<Holder>>,
     /// The highest fencing token granted per lock name, over every incarnation.
     max_token: Vec<u64>,
     /// Lock ids of this server incarnation and the names they stand for.
-    names: HashMap<u32, usize>,
+    ids: HashMap<u32, usize>,
     /// The last exclusive ticket granted per fair lock id, this incarnation.
     fair_last: HashMap<u32, u16>,
     /// The value of each object id, this incarnation, once first seen.
     objects: HashMap<u32, u64>,
     /// FAA results seen per object id.
     faa_seen: HashMap<u32, HashSet<u64>>,
-    /// Checks made (grants, claims and object results compared against the model).
+    /// The rules about what clients believe.
+    pub beliefs: beliefs::Beliefs,
+    /// Checks made (grants, claims and object results compared against the model, and table
+    /// checks).
     pub checks: u64,
     /// Prints every lock result (`DLOCK_SIM_TRACE=1`), to read a replayed failure.
     pub trace: bool,
 }
 
 impl Oracle {
-    /// An oracle for `names` lock names.
-    pub fn new(names: usize) -> Self {
+    /// An oracle for the lock `names` (name, kind) the clients use.
+    pub fn new(names: Vec<(Vec<u8>, LockKind)>) -> Self {
+        let name_index = names
+            .iter()
+            .enumerate()
+            .map(|(i, (n, _))| (n.clone(), i))
+            .collect();
         Oracle {
-            holders: vec![Vec::new(); names],
-            max_token: vec![0; names],
+            holders: vec![Vec::new(); names.len()],
+            max_token: vec![0; names.len()],
+            beliefs: beliefs::Beliefs::new(names.len()),
+            name_index,
+            names,
+            trace: std::env::var_os("DLOCK_SIM_TRACE").is_some(),
             ..Oracle::default()
         }
+    }
+
+    /// The lock names (name, kind), by index.
+    pub fn names(&self) -> &[(Vec<u8>, LockKind)] {
+        &self.names
+    }
+
+    /// The name a lock id of this server incarnation stands for, if the server gave it out.
+    pub fn name_of_id(&self, raw: u32) -> Option<usize> {
+        self.ids.get(&raw).copied()
+    }
+
+    /// The index of lock name `name`.
+    pub fn name_index(&self, name: &[u8]) -> Option<usize> {
+        self.name_index.get(name).copied()
+    }
+
+    /// The server's tables agree, and the routing the runtime keeps through it (checked after
+    /// every step that reached the server).
+    pub fn tables(&mut self, srv: &Server<'_>, routing: &Routing<'_>) -> Result<(), String> {
+        self.checks += 1;
+        srv.check_invariants()
+            .and_then(|()| srv.check_routing(routing))
+            .map_err(|v| format!("server tables: {v}"))
     }
 
     /// A new server took over: it knows nothing of earlier grants until they are re-claimed,
     /// numbers locks and objects afresh, and keeps no object value.
     pub fn new_incarnation(&mut self) {
         self.holders.iter_mut().for_each(Vec::clear);
-        self.names.clear();
+        self.ids.clear();
         self.fair_last.clear();
         self.objects.clear();
         self.faa_seen.clear();
     }
 
     /// The server gave lock id `raw` to name `name`.
-    pub fn name_lock(&mut self, raw: u32, name: usize) {
-        self.names.insert(raw, name);
+    fn name_lock(&mut self, raw: u32, name: usize) {
+        self.ids.insert(raw, name);
     }
 
     /// Forgets the grants of clients the server no longer has (`registered` says who).
@@ -123,8 +179,89 @@ impl Oracle {
         hs.push(h);
     }
 
+    /// The server answered control request `req` with `reply` at its tick `now`; `registered`
+    /// says who it still knows. Returns the reply's status.
+    pub fn control(
+        &mut self,
+        req: &[u8],
+        reply: &[u8],
+        now: u64,
+        registered: impl Fn(u32) -> bool,
+    ) -> Result<Option<Status>, String> {
+        let req = decode_control_request(req).map_err(|e| format!("own request: {e:?}"))?;
+        let rep = decode_control_response(reply).map_err(|e| format!("server reply: {e:?}"))?;
+        let client = req.header.word;
+        match (req.body, rep.body) {
+            (ControlRequest::GetLock { name, .. }, ControlResponse::Lock { lock }) => {
+                if let Some(n) = self.name_index(name) {
+                    self.name_lock(lock, n);
+                }
+            }
+            (ControlRequest::BatchGetLock(b), ControlResponse::Entries(e)) => {
+                for (i, entry) in e.iter().enumerate() {
+                    if entry.status == Status::Success
+                        && let Some((_, name)) = b.get(i)
+                        && let Some(n) = self.name_index(name)
+                    {
+                        self.name_lock(entry.id, n);
+                    }
+                }
+            }
+            (ControlRequest::BatchUpdateLocks(claims), ControlResponse::Entries(e)) => {
+                for (claim, entry) in claims.iter().zip(e.iter()) {
+                    let Some(name) = self.name_index(claim.name) else {
+                        continue;
+                    };
+                    if self.trace {
+                        eprintln!(
+                            "tick {now}: client {client:#x} claims {:?} {:?} of lock {name} token {:#x}: {}",
+                            claim.kind, claim.held, claim.token, entry.status
+                        );
+                    }
+                    if entry.status != Status::Success {
+                        continue;
+                    }
+                    self.name_lock(entry.id, name);
+                    let mode = claimed_mode(claim.held);
+                    self.claim_accepted(now, client, name, claim.kind, mode, claim.remaining_ms)?;
+                }
+            }
+            (
+                ControlRequest::ClientDeinit
+                | ControlRequest::ClientInit { .. }
+                | ControlRequest::ClientReinit { .. },
+                _,
+            ) => self.forget_gone(registered),
+            _ => {}
+        }
+        Ok(rep.header.status())
+    }
+
+    /// The server answered data message `req` with `reply` at its tick `now`.
+    pub fn data(&mut self, req: &[u8], reply: &[u8], now: u64) -> Result<(), String> {
+        let req = decode_data_request(req).map_err(|e| format!("own request: {e:?}"))?;
+        let rep = decode_data_response(reply).map_err(|e| format!("server reply: {e:?}"))?;
+        let client = req.header().client;
+        for (i, c) in req.commands().enumerate() {
+            let r = rep.result(i).result;
+            match c {
+                Command::Lock(l) => self.lock_result(now, client, &l, &r)?,
+                Command::Object(o) => self.object_result(&o, &r)?,
+                // Joins belong to multiplexing clients; the simulators send none.
+                Command::Join(_) => return Err("a join reached the state machine".into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// The server decided parked request `w` at its tick `now`. Parked replies decided in one
+    /// turn must come in grant (token) order.
+    pub fn parked(&mut self, w: &WaitReply, now: u64) -> Result<(), String> {
+        self.lock_result(now, w.client, &w.command, &w.result)
+    }
+
     /// The server answered lock command `c` of client `client` with `r` at server tick `now`.
-    pub fn lock_result(
+    fn lock_result(
         &mut self,
         now: u64,
         client: u32,
@@ -137,7 +274,7 @@ impl Oracle {
                 c.kind,
                 c.op,
                 c.lock,
-                self.names.get(&c.lock),
+                self.ids.get(&c.lock),
                 c.expire_ms,
                 c.wait_ms,
                 c.ticket,
@@ -145,7 +282,7 @@ impl Oracle {
                 r.aux
             );
         }
-        let Some(&name) = self.names.get(&c.lock) else {
+        let Some(&name) = self.ids.get(&c.lock) else {
             // A lock id this incarnation never gave out can only be refused.
             return match r.status {
                 Status::Success => Err(format!("lock {:#x} unknown to the oracle granted", c.lock)),
@@ -245,7 +382,7 @@ impl Oracle {
 
     /// A recovering server accepted client `client`'s claim of `name` in `mode` with
     /// `remaining_ms` left (`None`: a reference or a ticket, not a grant).
-    pub fn claim_accepted(
+    fn claim_accepted(
         &mut self,
         now: u64,
         client: u32,
@@ -273,11 +410,13 @@ impl Oracle {
         {
             return Ok(());
         }
-        // A claim may take a lock from a grant the oracle still counts (an atomic one that
-        // expired on the server, say): only a still valid grant of a client that believes it
-        // holds it could be hurt, and the belief check sees that.
+        // The first claim accepted keeps the lock: a later one that conflicts with a live
+        // grant displaced a claim already answered `Success` (`recovery.rs`).
         if let Some(h) = self.conflict(name, client, mode, now) {
-            self.holders[name].retain(|o| o.client != h.client);
+            return Err(format!(
+                "lock {name}: a {mode:?} claim of client {client:#x} accepted at {now} while client {:#x} holds it {:?} until {}",
+                h.client, h.mode, h.until
+            ));
         }
         let until = match kind {
             LockKind::Rw => u64::MAX,
@@ -295,7 +434,7 @@ impl Oracle {
     }
 
     /// The server answered object command `o` with `r`.
-    pub fn object_result(&mut self, o: &ObjectCommand, r: &CommandResult) -> Result<(), String> {
+    fn object_result(&mut self, o: &ObjectCommand, r: &CommandResult) -> Result<(), String> {
         if !matches!(r.status, Status::Success | Status::ObjectCasFailed) {
             return Ok(());
         }
@@ -327,5 +466,14 @@ impl Oracle {
         };
         self.objects.insert(o.object, next);
         Ok(())
+    }
+}
+
+/// What a claim asks to keep: the mode for a grant, `None` for a reference or a ticket.
+pub fn claimed_mode(held: Held) -> Option<Mode> {
+    match held {
+        Held::Exclusive => Some(Mode::Exclusive),
+        Held::Shared => Some(Mode::Shared),
+        Held::Reference | Held::Ticketed(_) => None,
     }
 }

@@ -2,9 +2,10 @@
 //! workload, with the registration, heartbeat and failover protocol the transport's `Client`
 //! follows (`reinit`, `update_all_locks`, `reinit_done`).
 
-use dlock_core::proto::Held;
 use dlock_core::{LockId, LockKind, Mode, ObjectId, Session};
 use dlock_transport::client::{LocalLock, LocalState, Request};
+
+use crate::sim::net::LinkId;
 
 /// What a client is doing with its registration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +37,9 @@ pub struct SimLock {
     /// An unlock of the current grant was sent: the engine stopped using the lock, whatever the
     /// reply (a lost reply leaves the record locked; only an unlock retry may follow).
     pub releasing: bool,
+    /// The token of a grant the client re-claimed across a server incarnation it missed
+    /// (`oracle::beliefs` says why the fencing rule skips it).
+    pub unfenced: Option<u64>,
 }
 
 impl SimLock {
@@ -47,6 +51,11 @@ impl SimLock {
         self.local.state.held_mode()
     }
 
+    /// Whether the fencing rule applies to the grant the record holds.
+    pub fn fenced(&self) -> bool {
+        self.unfenced != Some(self.local.token.0)
+    }
+
     /// The last tick at which the grant is valid by the client's own reckoning.
     pub fn grant_until(&self) -> u64 {
         match self.local.kind {
@@ -54,15 +63,6 @@ impl SimLock {
             LockKind::Atomic | LockKind::Fair => {
                 self.local.granted_at_ms + u64::from(self.local.expire_ms)
             }
-        }
-    }
-
-    /// What a claim of this lock asks to keep: the mode for a grant, `None` otherwise.
-    pub fn claimed_mode(held: Held) -> Option<Mode> {
-        match held {
-            Held::Exclusive => Some(Mode::Exclusive),
-            Held::Shared => Some(Mode::Shared),
-            Held::Reference | Held::Ticketed(_) => None,
         }
     }
 }
@@ -134,8 +134,8 @@ pub struct SimClient {
     /// registration reply). Beliefs of a disconnected client do not count: it knows its
     /// connection is gone and an engine stops using the locks until the client re-registers.
     pub connected: bool,
-    /// Connection generation (messages of an older one are gone).
-    pub conn: u32,
+    /// Its link to the server (`None` once it broke, until it reconnects).
+    pub link: Option<LinkId>,
     /// When a client that lost its server notices (and starts a reinit).
     pub notice_at: u64,
     /// Acts again only from this tick (a pause: GC, VM freeze, SIGSTOP).
@@ -165,7 +165,7 @@ impl SimClient {
             reclaim: false,
             lease_ms: 0,
             connected: false,
-            conn: 0,
+            link: None,
             notice_at: 0,
             paused_until: 0,
             lease_anchor: 0,

@@ -1,0 +1,147 @@
+//! Mutation points: bugs the simulators once found, which a test can put back at run time to
+//! prove that a recorded seed still finds its bug (and that the simulators find it at all).
+//!
+//! A point is a condition written at the place the fix lives, `if dlock_core::mutated!(Name)
+//! { … }` or `… && !dlock_core::mutated!(Name)`, that is true only while a test has switched
+//! that mutation on for its thread. The module exists only with the `sim-mutations` feature,
+//! which only `dlock-tests` enables: without it [`mutated!`](crate::mutated) is the literal
+//! `false`, nothing of this module is compiled, and the point costs nothing.
+//!
+//! Cargo unifies features across a build, so `cargo test --workspace` compiles every crate
+//! against a `dlock-core` that has the feature. That is why the switch is per thread and off
+//! unless a test turns it on: the test harness runs tests side by side on several threads, and
+//! a test proving that a seed fails with its bug back must not make the tests beside it fail.
+//! An inactive point is one thread-local load on a cold path (a recovering server's merge, a
+//! client's re-registration). A thread-local needs `std`, which this feature brings in; it
+//! holds a `Cell<u32>` initialised as a constant, so it allocates nothing.
+//!
+//! | mutation           | where                                | puts back                                                                                  |
+//! |--------------------|--------------------------------------|--------------------------------------------------------------------------------------------|
+//! | `MergeClaimOwner`  | `server/recovery.rs`, `merge_claim`  | a later exclusive RW claim displaces one already accepted (the owner check is dropped)      |
+//! | `ClientLeaseLapse` | `dlock-transport`, `Client::reinit` (`client/control.rs`) | a client silent past its lease re-claims, on a replacement, grants the old server freed     |
+//! | `FairClaimServing` | `server/recovery.rs`, `merge_fair`   | fair readers re-claimed newest first leave `ns` past the oldest one's ticket (the lock wedges) |
+//! | `FairClaimExpired` | `server/recovery.rs`, `merge_claim`  | a fair grant that ran out is restored, and an extend revives it under an older token than its successor's |
+//!
+//! The model clients of `dlock-tests` mirror the transport client's registration protocol, so
+//! their copy of a client rule reads the same switch.
+
+extern crate std;
+
+use core::cell::Cell;
+use core::fmt;
+
+/// A named mutation point (see the module doc for where each one is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mutation {
+    /// `merge_claim`, RW exclusive: the claim is merged even when another client's claim was
+    /// accepted first.
+    MergeClaimOwner = 0,
+    /// `Client::reinit`: a client whose lease lapsed still re-claims its grants from a
+    /// replacement server.
+    ClientLeaseLapse = 1,
+    /// `merge_fair`, shared: the serving counter stays where the first claim put it.
+    FairClaimServing = 2,
+    /// `merge_claim`, fair: a grant with no time left is restored.
+    FairClaimExpired = 3,
+}
+
+impl Mutation {
+    /// Every mutation point.
+    pub const ALL: [Mutation; 4] = [
+        Mutation::MergeClaimOwner,
+        Mutation::ClientLeaseLapse,
+        Mutation::FairClaimServing,
+        Mutation::FairClaimExpired,
+    ];
+
+    /// The mutation's name, as [`Mutation::from_name`] reads it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Mutation::MergeClaimOwner => "MergeClaimOwner",
+            Mutation::ClientLeaseLapse => "ClientLeaseLapse",
+            Mutation::FairClaimServing => "FairClaimServing",
+            Mutation::FairClaimExpired => "FairClaimExpired",
+        }
+    }
+
+    /// The mutation named `name` (as [`Mutation::name`] writes it).
+    pub fn from_name(name: &str) -> Option<Mutation> {
+        Mutation::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    const fn bit(self) -> u32 {
+        1 << self as u8
+    }
+}
+
+impl fmt::Display for Mutation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+std::thread_local! {
+    /// The mutations switched on for this thread, one bit each.
+    static ACTIVE: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Whether mutation `m` is switched on for this thread.
+#[inline]
+pub fn active(m: Mutation) -> bool {
+    ACTIVE.with(|a| a.get() & m.bit() != 0)
+}
+
+/// Runs `f` with mutation `m` switched on for this thread (and every other one off), and
+/// switches them all off again afterwards, also if `f` panics.
+pub fn with<R>(m: Mutation, f: impl FnOnce() -> R) -> R {
+    /// Switches everything off when dropped.
+    struct Off;
+    impl Drop for Off {
+        fn drop(&mut self) {
+            ACTIVE.with(|a| a.set(0));
+        }
+    }
+    ACTIVE.with(|a| a.set(m.bit()));
+    let _off = Off;
+    f()
+}
+
+/// Whether the mutation point `$name` ([`Mutation`]) is switched on for this thread; the
+/// literal `false` in a build without the `sim-mutations` feature.
+#[macro_export]
+macro_rules! mutated {
+    ($name:ident) => {
+        $crate::mutation::active($crate::mutation::Mutation::$name)
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mutation_is_on_only_inside_with_and_only_on_its_thread() {
+        assert!(!mutated!(MergeClaimOwner));
+        with(Mutation::MergeClaimOwner, || {
+            assert!(mutated!(MergeClaimOwner));
+            assert!(!mutated!(ClientLeaseLapse));
+            let other = std::thread::spawn(|| mutated!(MergeClaimOwner));
+            assert!(!other.join().unwrap(), "another thread sees it off");
+        });
+        assert!(!mutated!(MergeClaimOwner));
+        let caught = std::panic::catch_unwind(|| {
+            with(Mutation::ClientLeaseLapse, || panic!("a failing run"));
+        });
+        assert!(caught.is_err());
+        assert!(!mutated!(ClientLeaseLapse), "off again after a panic");
+    }
+
+    #[test]
+    fn names_read_back() {
+        for m in Mutation::ALL {
+            assert_eq!(Mutation::from_name(m.name()), Some(m));
+        }
+        assert_eq!(Mutation::from_name("merge_claim_owner"), None);
+    }
+}

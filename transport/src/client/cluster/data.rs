@@ -1,0 +1,394 @@
+//! Data messages over the cluster: each of the client's messages (a *flight*) is split per
+//! server, its commands' ids turned into the servers' own and stamped with their partitions'
+//! epochs; `replies.rs` gathers the replies and gives them back as one reply to the client's
+//! message.
+//!
+//! A command refused by a partition check (`PartitionMoved`, `NotReady`) was not executed, so
+//! it is sent again, after a map refresh (and the re-claims it calls for) or a pause, while the
+//! call's deadline lasts. An all-or-nothing message over several servers goes run by run in
+//! the global order (partition, then name); a run that fails releases what the runs before it
+//! took, and the client is told `Eagain` for those, as a server tells it for the commands of an
+//! all-or-nothing message it undid.
+
+use std::collections::VecDeque;
+use std::io;
+use std::time::{Duration, Instant};
+
+use dlock_core::Status;
+use dlock_core::cluster::ServerId;
+use dlock_core::proto::{
+    Command, CommandResult, DataHeader, FLAG_ALL_OR_NOTHING, LockCommand, LockOp, ObjectCommand,
+    PROOF_LEN, decode_data_request, encode_data_request,
+};
+
+use super::control::PAUSE_MIN;
+use super::{ClusterLink, Dial, garbage};
+use crate::client::{Connection, Decision, LocalLock, LocalState, Request};
+
+/// How many of the client's messages may await their replies at once (a [`Mux`]'s depth).
+///
+/// [`Mux`]: crate::client::Mux
+pub(super) const DEPTH: usize = 4;
+
+/// Most flights kept at once. The client has at most [`DEPTH`] messages awaiting replies; the
+/// rest are messages it gave up on (a timeout), whose replies nobody will ask for: the oldest
+/// are dropped, as a connection drops a late reply.
+const FLIGHTS_MAX: usize = 64;
+
+/// One of the client's data messages on its way through the cluster.
+#[derive(Debug)]
+pub(super) struct Flight {
+    /// The client's message, as it sent it (cluster ids), to echo in the reply.
+    pub request: Vec<u8>,
+    pub header: DataHeader,
+    pub commands: Vec<Command>,
+    pub all_or_nothing: bool,
+    pub results: Vec<Option<(CommandResult, [u8; PROOF_LEN])>>,
+    /// The link's record's request for each lock command (`None`: the record did not decide
+    /// to send what the client sent, and learns nothing from the reply).
+    pub shadow: Vec<Option<Request>>,
+    /// The epoch each command was last sent with: the epoch of a grant's proof.
+    pub epochs: Vec<u32>,
+    /// The server each command was last sent to (the first to ask for a newer map).
+    pub sent_to: Vec<Option<ServerId>>,
+    /// Messages sent and not answered yet.
+    pub parts: Vec<Part>,
+    /// All-or-nothing: the run being answered, the runs still to send (in global order), and
+    /// the commands earlier runs took.
+    pub current: Vec<usize>,
+    pub runs: VecDeque<Vec<usize>>,
+    pub taken: Vec<usize>,
+    pub pause: Duration,
+}
+
+/// One message to one server.
+#[derive(Debug)]
+pub(super) struct Part {
+    pub server: ServerId,
+    pub ticket: u64,
+    pub message_id: u16,
+    /// The flight's commands it carries, in order, and the server ids they were sent with.
+    pub idx: Vec<usize>,
+    pub ids: Vec<u32>,
+    pub sent: Instant,
+}
+
+/// A client's command made ready for its server, or answered without one.
+enum Addressed {
+    To(ServerId, Command),
+    Answer(Status),
+}
+
+/// Whether a partition check refused the command (it was not executed: send it again).
+pub(super) fn refused_by_check(status: Status) -> bool {
+    matches!(status, Status::PartitionMoved | Status::NotReady)
+}
+
+pub(super) fn result(status: Status) -> CommandResult {
+    CommandResult {
+        status,
+        word: 0,
+        aux: 0,
+    }
+}
+
+impl<D: Dial> ClusterLink<D> {
+    /// Takes the client's message `req` and sends it on; its ticket.
+    pub(super) fn start_flight(&mut self, req: &[u8]) -> io::Result<u64> {
+        let decoded = decode_data_request(req).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the client sent a malformed message",
+            )
+        })?;
+        let header = decoded.header();
+        let commands: Vec<Command> = decoded.commands().collect();
+        let n = commands.len();
+        let mut flight = Flight {
+            request: req.to_vec(),
+            header,
+            all_or_nothing: header.flags & FLAG_ALL_OR_NOTHING != 0,
+            results: vec![None; n],
+            shadow: vec![None; n],
+            epochs: vec![0; n],
+            sent_to: vec![None; n],
+            parts: Vec::new(),
+            current: Vec::new(),
+            runs: VecDeque::new(),
+            taken: Vec::new(),
+            pause: PAUSE_MIN,
+            commands,
+        };
+        let mut routed = Vec::new();
+        for (i, c) in flight.commands.iter().enumerate() {
+            match c {
+                Command::Lock(l) => match self.routes.get_mut(l.lock) {
+                    Some(r) => {
+                        flight.shadow[i] = decide(&mut r.record, l);
+                        routed.push(i);
+                    }
+                    None => flight.results[i] = Some((result(Status::Einval), [0; PROOF_LEN])),
+                },
+                // Objects are routed at send time (`objects.rs`); no record follows them.
+                Command::Object(_) => routed.push(i),
+                // A join is a transport's own, never the client's.
+                Command::Join(_) => {
+                    flight.results[i] = Some((result(Status::Einval), [0; PROOF_LEN]));
+                }
+            }
+        }
+        let deadline = Instant::now() + self.cfg.timeout;
+        if flight.all_or_nothing {
+            flight.runs = self.runs(&routed, &flight.commands);
+            if let Some(run) = flight.runs.pop_front() {
+                self.send_set(&mut flight, run.clone(), deadline)?;
+                flight.current = run;
+            }
+        } else {
+            self.send_set(&mut flight, routed, deadline)?;
+        }
+        while self.flights.len() >= FLIGHTS_MAX {
+            let oldest = *self.flights.keys().min().expect("not empty");
+            self.flights.remove(&oldest);
+        }
+        self.next_ticket += 1;
+        self.flights.insert(self.next_ticket, flight);
+        Ok(self.next_ticket)
+    }
+
+    /// The commands `idx` of an all-or-nothing message in the global order (partition, then
+    /// name), cut into runs of consecutive commands whose partitions one server owns.
+    fn runs(&self, idx: &[usize], commands: &[Command]) -> VecDeque<Vec<usize>> {
+        // Only lock commands come in all-or-nothing messages (the client sends objects one by
+        // one); anything else sorts last, in its own run.
+        let key = |i: &usize| match commands[*i] {
+            Command::Lock(c) => self
+                .routes
+                .get(c.lock)
+                .map_or((u16::MAX, Vec::new()), |r| (r.partition, r.name.clone())),
+            _ => (u16::MAX, Vec::new()),
+        };
+        let mut order = idx.to_vec();
+        order.sort_by_cached_key(key);
+        let mut runs: VecDeque<Vec<usize>> = VecDeque::new();
+        let mut last = None;
+        for i in order {
+            let p = key(&i).0;
+            let owner = self.map.owner(p).and_then(|o| o.server);
+            match runs.back_mut() {
+                Some(run) if last == Some(owner) => run.push(i),
+                _ => runs.push_back(vec![i]),
+            }
+            last = Some(owner);
+        }
+        runs
+    }
+
+    /// Sends the commands `idx` of `flight`, one message per server, each lock addressed by
+    /// its id there and its partition's epoch now.
+    pub(super) fn send_set(
+        &mut self,
+        flight: &mut Flight,
+        idx: Vec<usize>,
+        deadline: Instant,
+    ) -> io::Result<()> {
+        let mut by_server: Vec<(ServerId, Vec<usize>, Vec<Command>)> = Vec::new();
+        for i in idx {
+            let (server, command) = match self.addressed_reachable(flight.commands[i], deadline)? {
+                Addressed::To(server, command) => (server, command),
+                Addressed::Answer(status) => {
+                    flight.results[i] = Some((result(status), [0; PROOF_LEN]));
+                    continue;
+                }
+            };
+            flight.epochs[i] = command.partition_epoch();
+            flight.sent_to[i] = Some(server);
+            match by_server.iter_mut().find(|(s, ..)| *s == server) {
+                Some((_, is, cs)) => {
+                    is.push(i);
+                    cs.push(command);
+                }
+                None => by_server.push((server, vec![i], vec![command])),
+            }
+        }
+        let flags = flight.header.flags & FLAG_ALL_OR_NOTHING;
+        for (server, idx, commands) in by_server {
+            let message_id = self.next_message_id();
+            let header = DataHeader {
+                message_id,
+                flags,
+                ..flight.header
+            };
+            let mut buf = [0u8; dlock_core::proto::DATA_MESSAGE_MAX];
+            let n = encode_data_request(&header, &commands, &mut buf).map_err(|_| {
+                io::Error::new(io::ErrorKind::InvalidInput, "a message did not encode")
+            })?;
+            let member = self.member(server, deadline)?;
+            let sent = Instant::now();
+            let ticket = member
+                .conn
+                .send_data(&buf[..n])
+                .inspect_err(|_| member.broken = true)?;
+            flight.parts.push(Part {
+                server,
+                ticket,
+                message_id,
+                ids: commands.iter().map(|c| c.id()).collect(),
+                idx,
+                sent,
+            });
+        }
+        Ok(())
+    }
+
+    /// [`Self::addressed`], at a server the client can reach: when the owner's connection
+    /// cannot be opened (a server killed, whose partitions the cluster is about to give to
+    /// others), the map is fetched again from the other servers and `c` addressed anew,
+    /// pausing between tries, while `deadline` lasts. Nothing was sent to the unreachable
+    /// server, so sending `c` elsewhere cannot execute it twice; the partitions that moved are
+    /// re-claimed on the way (`follow_map`). Without this a client whose
+    /// owner died kept dialling it: nothing else refreshes the map when no server is left to
+    /// answer `PartitionMoved`.
+    fn addressed_reachable(&mut self, c: Command, deadline: Instant) -> io::Result<Addressed> {
+        let mut pause = super::control::PAUSE_MIN;
+        loop {
+            let addressed = self.addressed(c, deadline)?;
+            let Addressed::To(server, _) = addressed else {
+                return Ok(addressed);
+            };
+            match self.member(server, deadline) {
+                Ok(_) => return Ok(addressed),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(e) => {
+                    tracing::debug!(%server, error = %e, "owner unreachable: map fetched again");
+                    if !self.follow_map(None, deadline) {
+                        pause = self.pause(pause, deadline);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The client's command `c` as its server takes it: with the server's id and the
+    /// partition's epoch, or answered here.
+    fn addressed(&mut self, c: Command, deadline: Instant) -> io::Result<Addressed> {
+        Ok(match c {
+            Command::Lock(l) => match self.current_route(l.lock, deadline)? {
+                Some((server, lock, partition_epoch)) => Addressed::To(
+                    server,
+                    Command::Lock(LockCommand {
+                        lock,
+                        partition_epoch,
+                        ..l
+                    }),
+                ),
+                // The grant this command is about was refused at a re-claim: gone.
+                None => Addressed::Answer(Status::Fail),
+            },
+            Command::Object(o) => match self.current_object(o.object, deadline)? {
+                Ok((server, object, partition_epoch)) => Addressed::To(
+                    server,
+                    Command::Object(ObjectCommand {
+                        object,
+                        partition_epoch,
+                        ..o
+                    }),
+                ),
+                Err(status) => Addressed::Answer(status),
+            },
+            Command::Join(_) => Addressed::Answer(Status::Einval),
+        })
+    }
+
+    /// Where the lock with cluster id `lock` is now: (server, its id there, epoch), after
+    /// following the map (a re-claim if its partition changed owner, a new reference if its
+    /// re-claim was refused); `None` when its grant was refused at a re-claim and not taken
+    /// again.
+    fn current_route(
+        &mut self,
+        lock: u32,
+        deadline: Instant,
+    ) -> io::Result<Option<(ServerId, u32, u32)>> {
+        let partition = self
+            .routes
+            .get(lock)
+            .map(|r| r.partition)
+            .ok_or_else(|| garbage("no route"))?;
+        self.rehome_partition(partition, deadline);
+        let r = self.routes.get(lock).ok_or_else(|| garbage("no route"))?;
+        let Some(server_lock) = r.server_lock else {
+            let held =
+                r.record.state != LocalState::Initialized && r.record.state != LocalState::Unlocked;
+            if held {
+                return Ok(None);
+            }
+            return self.resolve_again(lock, deadline);
+        };
+        Ok(Some((r.server, server_lock, r.epoch)))
+    }
+
+    /// Takes the reference of a lock whose re-claim was refused again (`GetLock` at its owner).
+    fn resolve_again(
+        &mut self,
+        lock: u32,
+        deadline: Instant,
+    ) -> io::Result<Option<(ServerId, u32, u32)>> {
+        let (kind, name, partition) = {
+            let r = self.routes.get(lock).ok_or_else(|| garbage("no route"))?;
+            (r.record.kind, r.name.clone(), r.partition)
+        };
+        let owner = self.map.owner(partition).copied().unwrap_or_default();
+        let Some(server) = owner.server else {
+            return Ok(None);
+        };
+        let mut reply = vec![0u8; dlock_core::proto::CONTROL_FRAME_MAX];
+        let body = dlock_core::proto::ControlRequest::GetLock { kind, name: &name };
+        let m = self.control_with(server, body, &mut reply, deadline)?;
+        let frame = dlock_core::proto::decode_control_response(&reply[..m])
+            .map_err(|_| garbage("a GetLock reply is malformed"))?;
+        let dlock_core::proto::ControlResponse::Lock { lock: server_lock } = frame.body else {
+            return Ok(None);
+        };
+        let incarnation = self.map.server(server).map_or(0, |e| e.incarnation());
+        let r = self
+            .routes
+            .get_mut(lock)
+            .ok_or_else(|| garbage("no route"))?;
+        r.server = server;
+        r.incarnation = incarnation;
+        r.epoch = owner.epoch;
+        r.server_lock = Some(server_lock);
+        Ok(Some((server, server_lock, owner.epoch)))
+    }
+}
+
+/// The link's record's request for the client's command `c`: the client decided `c` from its
+/// own record of the same lock, which the link's follows (where the two could differ — a grant
+/// the link saw lost — the link's record is first brought to what the client's command says).
+fn decide(record: &mut LocalLock, c: &LockCommand) -> Option<Request> {
+    let mode = c.op.mode();
+    let decision = match c.op {
+        LockOp::TryExclusive
+        | LockOp::TryShared
+        | LockOp::TicketExclusive
+        | LockOp::TicketShared => {
+            if record.state.held_mode().is_some() {
+                record.state = LocalState::Initialized;
+                record.refs = 0;
+            }
+            record.trylock(mode, c.expire_ms, c.wait_ms)
+        }
+        LockOp::ExtendExclusive | LockOp::ExtendShared => record.extend(mode, c.expire_ms),
+        LockOp::UnlockExclusive | LockOp::UnlockShared => {
+            record.refs = record.refs.min(1);
+            record.unlock()
+        }
+        // The client's record has no downgrade to follow yet: the link's learns nothing from
+        // one (no client call sends it).
+        LockOp::Downgrade => return None,
+    };
+    match decision {
+        Decision::Send(req) => Some(req),
+        Decision::Answer(_) => None,
+    }
+}

@@ -1,0 +1,290 @@
+//! The servers the cluster client talks to: registering once, joining each other server with
+//! the same `(id, session)` when it is first needed, one control exchange with a server, and
+//! refreshing the map after a `PartitionMoved`.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use dlock_core::Status;
+use dlock_core::cluster::{Map, ServerId};
+use dlock_core::proto::{
+    CONTROL_FRAME_MAX, ControlHeader, ControlRequest, ControlRequestFrame, ControlResponse,
+    PROTO_VERSION, decode_control_response, encode_control_request,
+};
+
+use super::{ClusterLink, Dial, Identity, Member, fetch, garbage};
+use crate::client::Connection;
+
+/// Whether a reply with `status` shows the server holds the client's registration (its lease
+/// then runs from the request's send), as the single-server client's `renews_lease`, and not
+/// `PartitionMoved` either: a server that fenced itself answers that to everyone, and the old
+/// owner of a moved partition answering it says nothing about grants it may have freed while
+/// the client was silent (the lease-lapse rule of a re-claim reads this record).
+pub(super) fn renews_lease(status: Status) -> bool {
+    !matches!(
+        status,
+        Status::ClientNotInit
+            | Status::ClientRemovedByServer
+            | Status::NotReady
+            | Status::PartitionMoved
+    )
+}
+
+impl<D: Dial> ClusterLink<D> {
+    /// Registers with the first server of the map that answers `init` (the client's own
+    /// `ClientInit` frame, forwarded as it is) and binds its data path. The reply goes back to
+    /// the client unchanged: id, session and lease are that server's, and the same for all.
+    pub(super) fn register(
+        &mut self,
+        init: &[u8],
+        reply: &mut [u8],
+        deadline: Instant,
+    ) -> io::Result<usize> {
+        let mut last = garbage("the cluster map names no server");
+        let servers: Vec<(ServerId, u64, Vec<u8>)> = self
+            .map
+            .servers()
+            .iter()
+            .map(|e| (e.id(), e.incarnation(), e.address().to_vec()))
+            .collect();
+        for (id, incarnation, address) in servers {
+            let sent = Instant::now();
+            let attempt = self.cfg.dial.dial(&address).and_then(|mut conn| {
+                let m = conn.control(init, reply, Some(deadline))?;
+                Ok((conn, m))
+            });
+            let (mut conn, m) = match attempt {
+                Ok(x) => x,
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            };
+            let frame = decode_control_response(&reply[..m])
+                .map_err(|_| garbage("a registration reply is malformed"))?;
+            let ControlResponse::Init(r) = frame.body else {
+                // A refusal: the client reads its status.
+                return Ok(m);
+            };
+            conn.attach(r.client, r.slot, r.session)?;
+            self.identity = Some(Identity {
+                id: r.client,
+                session: r.session,
+                lease_ms: r.lease_ms,
+            });
+            self.members.insert(
+                id,
+                Member {
+                    conn,
+                    incarnation,
+                    registered: true,
+                    lease_ms: r.lease_ms,
+                    heard: Some(sent),
+                    broken: false,
+                },
+            );
+            return Ok(m);
+        }
+        Err(last)
+    }
+
+    /// The member `server` as the map has it now, joined: opened and joined with the client's
+    /// registration if it is new, restarted (another incarnation) or its connection failed.
+    pub(super) fn member(
+        &mut self,
+        server: ServerId,
+        deadline: Instant,
+    ) -> io::Result<&mut Member<D::Conn>> {
+        let entry = self
+            .map
+            .server(server)
+            .ok_or_else(|| garbage("the cluster map names an owner it has no address for"))?;
+        let (incarnation, address) = (entry.incarnation(), entry.address().to_vec());
+        let fresh = self
+            .members
+            .get(&server)
+            .is_some_and(|m| m.registered && !m.broken && m.incarnation == incarnation);
+        if !fresh {
+            let joined = self.join(&address, incarnation, deadline)?;
+            self.members.insert(server, joined);
+        }
+        Ok(self.members.get_mut(&server).expect("inserted above"))
+    }
+
+    /// A new connection to the server at `address`, joined with the client's registration
+    /// (`ClientJoin`: the id in the header word, the session in the body).
+    fn join(
+        &mut self,
+        address: &[u8],
+        incarnation: u64,
+        deadline: Instant,
+    ) -> io::Result<Member<D::Conn>> {
+        let me = self
+            .identity
+            .ok_or_else(|| garbage("a server was needed before the client registered"))?;
+        let mut conn = self.cfg.dial.dial(address)?;
+        let body = ControlRequest::ClientJoin {
+            min_version: PROTO_VERSION,
+            lease_ms: me.lease_ms,
+            session: me.session,
+        };
+        let sent = Instant::now();
+        let mut reply = vec![0u8; CONTROL_FRAME_MAX];
+        let message_id = self.next_message_id();
+        let m = exchange(&mut conn, message_id, me.id, body, &mut reply, deadline)?;
+        let frame = decode_control_response(&reply[..m])
+            .map_err(|_| garbage("a join reply is malformed"))?;
+        match (frame.header.status(), frame.body) {
+            (Some(Status::Success), ControlResponse::Init(r)) if r.client == me.id => {
+                conn.attach(r.client, r.slot, r.session)?;
+                Ok(Member {
+                    conn,
+                    incarnation,
+                    registered: true,
+                    lease_ms: r.lease_ms,
+                    heard: Some(sent),
+                    broken: false,
+                })
+            }
+            (Some(Status::Success), _) => Err(garbage("a join reply names another client")),
+            (Some(s), _) => Err(io::Error::other(format!(
+                "the server at {:?} refused to join the client: {s:?}",
+                String::from_utf8_lossy(address)
+            ))),
+            (None, _) => Err(garbage("a join reply carries no status")),
+        }
+    }
+
+    /// One control exchange of `body` with `server` (joined first if need be); the reply is in
+    /// `reply`. A connection that fails is opened again at the next use.
+    pub(super) fn control_with(
+        &mut self,
+        server: ServerId,
+        body: ControlRequest<'_>,
+        reply: &mut [u8],
+        deadline: Instant,
+    ) -> io::Result<usize> {
+        let id = self.identity.map_or(0, |me| me.id);
+        let message_id = self.next_message_id();
+        let member = self.member(server, deadline)?;
+        let sent = Instant::now();
+        match exchange(&mut member.conn, message_id, id, body, reply, deadline) {
+            Ok(m) => {
+                let status = decode_control_response(&reply[..m])
+                    .ok()
+                    .and_then(|f| f.header.status());
+                if status.is_some_and(renews_lease) {
+                    member.heard = member.heard.max(Some(sent));
+                }
+                Ok(m)
+            }
+            Err(e) => {
+                member.broken = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether `server` may have declared the client dead: nothing it answered was sent within
+    /// the lease it granted (the lease-lapse rule of `Client::reinit`). A server never talked
+    /// to held nothing of the client's.
+    pub(super) fn lapsed(&self, server: ServerId, now: Instant) -> bool {
+        self.members.get(&server).is_some_and(|m| match m.heard {
+            Some(heard) => now > heard + Duration::from_millis(m.lease_ms.into()),
+            None => true,
+        })
+    }
+
+    /// Fetches the map again, from `first` (the server that said the partition moved), then
+    /// from every other server the client knows, and adopts it if it is newer than the cached
+    /// one and of the same cluster shape. Returns whether the map changed.
+    pub(super) fn refresh(&mut self, first: Option<ServerId>, deadline: Instant) -> bool {
+        let mut order: Vec<ServerId> = first.into_iter().collect();
+        order.extend(self.map.servers().iter().map(|e| e.id()));
+        let mut message_id = self.message_id;
+        let mut found: Option<Box<Map>> = None;
+        for server in order {
+            let got = match self.members.get_mut(&server) {
+                Some(m) if !m.broken => fetch::fetch_map(&mut m.conn, deadline, &mut message_id),
+                _ => match self.map.server(server).map(|e| e.address().to_vec()) {
+                    Some(address) => self
+                        .cfg
+                        .dial
+                        .dial(&address)
+                        .and_then(|mut c| fetch::fetch_map(&mut c, deadline, &mut message_id)),
+                    None => continue,
+                },
+            };
+            match got {
+                Ok(map) if map.partitions() != self.map.partitions() => {
+                    tracing::warn!(
+                        %server,
+                        "refused a cluster map with another partition count than the client's"
+                    );
+                }
+                Ok(map) if map.version() > self.map.version() => {
+                    found = Some(map);
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(%server, error = %e, "no map from this server"),
+            }
+        }
+        for seed in self.cfg.seeds.clone() {
+            if found.is_some() {
+                break;
+            }
+            if let Ok(map) = self
+                .cfg
+                .dial
+                .dial(&seed)
+                .and_then(|mut c| fetch::fetch_map(&mut c, deadline, &mut message_id))
+                && map.partitions() == self.map.partitions()
+                && map.version() > self.map.version()
+            {
+                found = Some(map);
+            }
+        }
+        self.message_id = message_id;
+        match found {
+            Some(map) => {
+                tracing::debug!(
+                    from = self.map.version(),
+                    to = map.version(),
+                    "cluster map refreshed"
+                );
+                self.map = map;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Encodes `body` from client `id` and exchanges it over `conn`; the reply's length. A reply
+/// that does not answer this request is `InvalidData`.
+pub(super) fn exchange<C: Connection>(
+    conn: &mut C,
+    message_id: u16,
+    id: u32,
+    body: ControlRequest<'_>,
+    reply: &mut [u8],
+    deadline: Instant,
+) -> io::Result<usize> {
+    let header = ControlHeader {
+        version: PROTO_VERSION,
+        msg: body.msg_type(),
+        message_id,
+        word: id,
+    };
+    let mut req = vec![0u8; CONTROL_FRAME_MAX];
+    let n = encode_control_request(&ControlRequestFrame { header, body }, &mut req)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a request did not encode"))?;
+    let m = conn.control(&req[..n], reply, Some(deadline))?;
+    let frame = decode_control_response(&reply[..m])
+        .map_err(|_| garbage("a control reply is malformed"))?;
+    if frame.header.message_id != message_id || frame.header.msg != header.msg {
+        return Err(garbage("a control reply answers another request"));
+    }
+    Ok(m)
+}

@@ -1,0 +1,303 @@
+//! The replies to the cluster client's data messages: gathered from each server, the
+//! commands a partition check refused sent again while the deadline lasts, the runs of an
+//! all-or-nothing message moved on or undone, the link's records updated, and one reply
+//! written for the client's message (`data.rs` sends).
+
+use std::collections::VecDeque;
+use std::io;
+use std::task::Waker;
+use std::time::Instant;
+
+use dlock_core::proto::{
+    Command, CommandResult, DATA_RESPONSE_MAX, DataHeader, PROOF_LEN, begin_data_response,
+    decode_data_request, decode_data_response, finish_data_proofs, put_command_result,
+    put_data_proof,
+};
+use dlock_core::{GrantProof, Status};
+
+use super::control::PAUSE_MIN;
+use super::data::{Flight, refused_by_check, result};
+use super::members::renews_lease;
+use super::{ClusterLink, Dial, garbage};
+use crate::client::{Connection, Decision};
+
+/// How a caller waits for a flight's replies.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Wait<'a> {
+    /// Only looks at what has arrived.
+    Look,
+    /// Waits until this instant.
+    Until(Instant),
+    /// Looks, and has this waker woken when a reply may have arrived (a future's poll).
+    Poll(&'a Waker),
+}
+
+impl<D: Dial> ClusterLink<D> {
+    /// Moves flight `ticket` on: reads the replies that have come (waiting as `wait` says),
+    /// sends again what a partition check refused, and when every command is answered writes
+    /// the client's reply into `reply`. The retries wait (a map refresh, a pause) whatever
+    /// `wait` says: they are rare, and a future that met one is woken when it is done.
+    pub(super) fn drive(
+        &mut self,
+        ticket: u64,
+        reply: &mut [u8],
+        wait: Wait<'_>,
+    ) -> io::Result<Option<usize>> {
+        let mut flight = self.flights.remove(&ticket).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "no such message in flight")
+        })?;
+        // A caller without a deadline (a look, a poll) gives the retries the link's timeout,
+        // counted from the first call that finds something to retry on.
+        let retry_by = match wait {
+            Wait::Until(deadline) => deadline,
+            Wait::Look | Wait::Poll(_) => Instant::now() + self.cfg.timeout,
+        };
+        loop {
+            match self.gather(&mut flight, wait) {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.flights.insert(ticket, flight);
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            }
+            let more = if flight.all_or_nothing {
+                self.next_run(&mut flight, retry_by)?
+            } else {
+                self.retry_refused(&mut flight, retry_by)?
+            };
+            if !more {
+                return self.finish(&flight, reply).map(Some);
+            }
+        }
+    }
+
+    /// Reads every outstanding part's reply into `flight`; false when one has not come.
+    pub(super) fn gather(&mut self, flight: &mut Flight, wait: Wait<'_>) -> io::Result<bool> {
+        let mut buf = vec![0u8; DATA_RESPONSE_MAX];
+        while let Some(part) = flight.parts.first() {
+            let member = self
+                .members
+                .get_mut(&part.server)
+                .filter(|m| !m.broken)
+                .ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "the server's connection failed",
+                    )
+                })?;
+            let got = match wait {
+                Wait::Look => member.conn.try_recv_data(part.ticket, &mut buf),
+                Wait::Until(d) => member.conn.recv_data(part.ticket, &mut buf, Some(d)),
+                Wait::Poll(waker) => member.conn.poll_recv_data(part.ticket, &mut buf, waker),
+            };
+            let len = match got {
+                Ok(Some(len)) => len,
+                Ok(None) => return Ok(false),
+                Err(e) => {
+                    member.broken = true;
+                    return Err(e);
+                }
+            };
+            let r = decode_data_response(&buf[..len])
+                .map_err(|_| garbage("a data reply is malformed"))?;
+            if r.header().message_id != part.message_id {
+                continue; // a late reply to a message given up on
+            }
+            if r.len() != part.idx.len() {
+                return Err(garbage("a data reply answers another message"));
+            }
+            let mut renewed = false;
+            for (j, &i) in part.idx.iter().enumerate() {
+                let got = r.result(j);
+                if got.id != part.ids[j]
+                    || got.kind != flight.commands[i].kind_code()
+                    || got.op != flight.commands[i].op_code()
+                {
+                    return Err(garbage("a data reply answers other commands"));
+                }
+                renewed |= renews_lease(got.result.status);
+                flight.results[i] = Some((got.result, r.proof_mac(j)));
+            }
+            if renewed {
+                member.heard = member.heard.max(Some(part.sent));
+            }
+            flight.parts.remove(0);
+        }
+        Ok(true)
+    }
+
+    /// Per-item messages: sends again what a partition check refused, while `deadline` lasts;
+    /// false when the flight is answered.
+    fn retry_refused(&mut self, flight: &mut Flight, deadline: Instant) -> io::Result<bool> {
+        let refused: Vec<usize> = (0..flight.commands.len())
+            .filter(|&i| flight.results[i].is_some_and(|(r, _)| refused_by_check(r.status)))
+            .collect();
+        if refused.is_empty() || Instant::now() >= deadline {
+            for i in 0..flight.commands.len() {
+                self.apply(flight, i);
+            }
+            return Ok(false);
+        }
+        self.wait_for_owner(flight, &refused, deadline);
+        for &i in &refused {
+            flight.results[i] = None;
+        }
+        self.send_set(flight, refused, deadline)?;
+        Ok(true)
+    }
+
+    /// All-or-nothing: after the current run's reply, sends it again (refused by a check),
+    /// the next run (it succeeded), or gives back what earlier runs took (it failed). False
+    /// when the flight is answered.
+    fn next_run(&mut self, flight: &mut Flight, deadline: Instant) -> io::Result<bool> {
+        let run = std::mem::take(&mut flight.current);
+        let status = |i: &usize| flight.results[*i].map_or(Status::Einval, |(r, _)| r.status);
+        if run.iter().all(|i| status(i) == Status::Success) {
+            for &i in &run {
+                self.apply(flight, i);
+            }
+            flight.taken.extend(run);
+            return match flight.runs.pop_front() {
+                Some(next) => {
+                    self.send_set(flight, next.clone(), deadline)?;
+                    flight.current = next;
+                    Ok(true)
+                }
+                None => Ok(false),
+            };
+        }
+        let checked = run.iter().any(|i| refused_by_check(status(i)));
+        let granted = run.iter().any(|i| status(i) == Status::Success);
+        if checked && !granted && Instant::now() < deadline {
+            self.wait_for_owner(flight, &run, deadline);
+            for &i in &run {
+                flight.results[i] = None;
+            }
+            self.send_set(flight, run.clone(), deadline)?;
+            flight.current = run;
+            return Ok(true);
+        }
+        // The run failed, and the server undid it; undo the runs before it.
+        self.release(flight, deadline);
+        let undone = CommandResult {
+            status: Status::Eagain,
+            word: 0,
+            aux: 0,
+        };
+        for i in flight
+            .taken
+            .drain(..)
+            .chain(flight.runs.drain(..).flatten())
+        {
+            flight.results[i] = Some((undone, [0; PROOF_LEN]));
+        }
+        Ok(false)
+    }
+
+    /// Before sending `refused` again: refresh the map if one of them moved (and re-claim
+    /// what moved); otherwise, or if the map had not changed yet, pause.
+    fn wait_for_owner(&mut self, flight: &mut Flight, refused: &[usize], deadline: Instant) {
+        let moved_at = refused.iter().find_map(|&i| match flight.results[i] {
+            Some((r, _)) if r.status == Status::PartitionMoved => flight.sent_to[i],
+            _ => None,
+        });
+        let followed = moved_at.is_some() && self.follow_map(moved_at, deadline);
+        if !followed {
+            flight.pause = self.pause(flight.pause, deadline);
+        }
+    }
+
+    /// Gives back the grants earlier runs of a failed all-or-nothing message took.
+    fn release(&mut self, flight: &mut Flight, deadline: Instant) {
+        let mut unlocks = Vec::new();
+        for &i in &flight.taken {
+            let id = flight.commands[i].id();
+            if let Some(r) = self.routes.get_mut(id)
+                && let Decision::Send(req) = r.record.unlock()
+            {
+                unlocks.push(req);
+            }
+        }
+        if unlocks.is_empty() {
+            return;
+        }
+        let commands: Vec<Command> = unlocks.iter().map(|r| Command::Lock(r.command())).collect();
+        let header = DataHeader {
+            flags: 0,
+            ..flight.header
+        };
+        let mut undo = Flight {
+            request: Vec::new(),
+            header,
+            all_or_nothing: false,
+            results: vec![None; commands.len()],
+            shadow: unlocks.into_iter().map(Some).collect(),
+            epochs: vec![0; commands.len()],
+            sent_to: vec![None; commands.len()],
+            parts: Vec::new(),
+            current: Vec::new(),
+            runs: VecDeque::new(),
+            taken: Vec::new(),
+            pause: PAUSE_MIN,
+            commands,
+        };
+        let all: Vec<usize> = (0..undo.commands.len()).collect();
+        let done = self
+            .send_set(&mut undo, all, deadline)
+            .and_then(|()| self.gather(&mut undo, Wait::Until(deadline)));
+        match done {
+            Ok(true) => {
+                for i in 0..undo.commands.len() {
+                    self.apply(&undo, i);
+                }
+            }
+            Ok(false) => {
+                tracing::warn!("dlock: an all-or-nothing batch's undo was not answered in time")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "dlock: an all-or-nothing batch could not be undone; its grants last until their leases end")
+            }
+        }
+    }
+
+    /// Applies command `i`'s answer to the link's record of its lock.
+    fn apply(&mut self, flight: &Flight, i: usize) {
+        let (Some(req), Some((res, mac))) = (flight.shadow[i], flight.results[i]) else {
+            return;
+        };
+        let now = self.now_ms();
+        if let Some(r) = self.routes.get_mut(flight.commands[i].id()) {
+            let proof = GrantProof {
+                epoch: flight.epochs[i],
+                mac,
+            };
+            // The link's record keeps no value block (the client's own record does): a
+            // partition's re-claim offers none, and the new owner marks the block invalid.
+            let _ = r.record.apply(&req, &res, proof, None, now);
+        }
+    }
+
+    /// The client's reply to `flight`, in `reply`.
+    fn finish(&self, flight: &Flight, reply: &mut [u8]) -> io::Result<usize> {
+        let req =
+            decode_data_request(&flight.request).map_err(|_| garbage("the message changed"))?;
+        let bad = |_| io::Error::new(io::ErrorKind::InvalidInput, "a reply did not encode");
+        let mut len = begin_data_response(&req, reply).map_err(bad)?;
+        let n = flight.commands.len();
+        let mut first = true;
+        for (i, c) in flight.commands.iter().enumerate() {
+            let (res, mac) =
+                flight.results[i].unwrap_or((result(Status::BadResponse), [0; PROOF_LEN]));
+            put_command_result(reply, i, c, &res).map_err(bad)?;
+            if mac != [0; PROOF_LEN] {
+                put_data_proof(reply, n, i, &mac, first).map_err(bad)?;
+                first = false;
+            }
+        }
+        if !first {
+            len = finish_data_proofs(reply, n).map_err(bad)?;
+        }
+        Ok(len)
+    }
+}
