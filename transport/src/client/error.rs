@@ -74,6 +74,8 @@ pub(crate) enum Op {
     Lock,
     Unlock,
     Extend,
+    /// Turning an exclusive RW grant shared in place.
+    Downgrade,
     BatchTryLock,
     BatchUnlock,
     BatchExtend,
@@ -127,6 +129,7 @@ impl Op {
             Op::Lock => "lock",
             Op::Unlock => "unlock",
             Op::Extend => "lock_extend",
+            Op::Downgrade => "downgrade",
             Op::BatchTryLock => "batch_trylock",
             Op::BatchUnlock => "batch_unlock",
             Op::BatchExtend => "batch_lock_extend",

@@ -95,6 +95,17 @@ impl<C: Connection> Client<C> {
         self.run(op, id, d, Duration::ZERO).map(|g| g.status)
     }
 
+    /// Turns the exclusive grant held on RW lock `id` into a shared one in place
+    /// (`LockOp::Downgrade`, a dlock addition): readers parked behind it may join, a writer
+    /// keeps waiting, and the holder keeps reading under the same token. A block staged with
+    /// [`Client::stage_value`] is written by the downgrade, which ends the exclusive turn.
+    /// `Einval` for another kind or a grant not held exclusively.
+    pub fn downgrade(&mut self, id: LockId) -> Result<Status, Error> {
+        let op = Op::Downgrade;
+        let d = self.local(op, id)?.downgrade();
+        self.run(op, id, d, Duration::ZERO).map(|g| g.status)
+    }
+
     /// Extends the grant held in `mode` to at least `expire_ms` from now (0 only validates
     /// the grant). `Einval` when `id` is not held in `mode` (or is an RW lock, which has no
     /// lease), as the reference answers `lock_extend` with the other mode's op.

@@ -383,9 +383,7 @@ fn decide(record: &mut LocalLock, c: &LockCommand) -> Option<Request> {
             record.refs = record.refs.min(1);
             record.unlock()
         }
-        // The client's record has no downgrade to follow yet: the link's learns nothing from
-        // one (no client call sends it).
-        LockOp::Downgrade => return None,
+        LockOp::Downgrade => record.downgrade(),
     };
     match decision {
         Decision::Send(req) => Some(req),
