@@ -23,14 +23,19 @@ fn endpoints(s: &ServerHandle) -> [Endpoint; 2] {
     ]
 }
 
-/// Data messages the server has handled so far.
-fn data_messages(s: &ServerHandle) -> u64 {
+/// Counter `name` as `dlock stat` reads it.
+fn counter(s: &ServerHandle, name: &str) -> u64 {
     let stats = read_server_stats(&Endpoint::embedded(s), Duration::from_secs(5)).unwrap();
     stats
         .iter()
-        .find(|(name, _)| *name == "data_messages")
+        .find(|(n, _)| *n == name)
         .map(|&(_, v)| v)
-        .expect("the server counts data messages")
+        .expect("the server has the counter")
+}
+
+/// Data messages the server has handled so far.
+fn data_messages(s: &ServerHandle) -> u64 {
+    counter(s, "data_messages")
 }
 
 /// Polls `locks`' revoke channel until a notice comes, for at most 10 s.
@@ -118,6 +123,8 @@ fn a_conflicting_request_gets_the_lock_after_the_holders_local_users_finish() {
             "{n}: given back by the last guard's drop"
         );
         assert_eq!(b.join().unwrap(), Status::Success, "{n}");
+        assert_eq!(counter(&s, "revokes_sent"), n as u64 + 1, "{n}");
+        assert_eq!(counter(&s, "revokes_given_back"), n as u64 + 1, "{n}");
         // b unlocked: the lock is free again, asked of the server.
         let back = page.read(WAIT).unwrap();
         assert_eq!(page.held(), Some(Mode::Shared));
@@ -151,6 +158,7 @@ fn a_reader_wanting_the_lock_gets_it_by_a_downgrade_and_the_holder_keeps_reading
             "{n}: downgraded, not given up"
         );
         drop(reader);
+        assert_eq!(counter(&s, "downgrades"), n as u64 + 1, "{n}");
         let before = data_messages(&s);
         drop(page.try_read().unwrap());
         assert_eq!(data_messages(&s), before, "{n}: still read locally");

@@ -465,6 +465,9 @@ impl<'r> Server<'r> {
                 t.exclusive as u64 | (t.shared as u64) << 16
             }
             Effect::Released(mode) => {
+                if hold.revoke_outstanding() {
+                    self.stats.bump(Counter::RevokesGivenBack);
+                }
                 self.t.lock_holds.set(slot, lock, GrantState::None.bits());
                 if c.flags.writes_value(c.op as u8) {
                     // The decoder gives a block to exactly the commands that write one, and
@@ -480,6 +483,7 @@ impl<'r> Server<'r> {
                 // answered (`GrantState::downgraded`). The exclusive turn ends here, so the
                 // block is written (or kept) as at an exclusive unlock.
                 self.t.lock_holds.set(slot, lock, hold.downgraded().bits());
+                self.stats.bump(Counter::Downgrades);
                 if c.flags.writes_value(c.op as u8) {
                     let _ = self.t.lock_values[lock as usize].release(Mode::Exclusive, written);
                 }

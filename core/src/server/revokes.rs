@@ -27,7 +27,7 @@
 //! A flood of cacheable requests holds no more than the holds grid holds: a cached grant is a
 //! grant, in the same tables, under the same per-client waiter slot.
 
-use super::Server;
+use super::{Counter, Server};
 use crate::ids::{ClientId, LockId, Mode};
 use crate::manager::revoke::{Holder, HolderAction, Request, Verdict, judge};
 use crate::manager::{Answer, GrantState};
@@ -116,6 +116,7 @@ impl Server<'_> {
                 HolderAction::Lapse => {
                     if let Some(id) = ClientId::new(entry.id) {
                         self.release_hold(other, id, lock, state.grant_mode(), now_ms);
+                        self.stats.bump(Counter::RevokesLapsed);
                         lapsed = true;
                     }
                 }
@@ -155,6 +156,7 @@ impl Server<'_> {
         }
         self.t.lock_manager[lock as usize].revoke_sent_ms = now;
         self.events_pending = true;
+        self.stats.bump(Counter::RevokesSent);
     }
 
     /// Records that a cached grant on lock slot `lock` was made at `now_ms`.

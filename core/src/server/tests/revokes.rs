@@ -90,6 +90,10 @@ fn a_conflicting_waiter_revokes_the_cached_holder_and_gets_the_lock_when_it_give
         );
         assert_eq!(hold(&s, b, lb), GrantState::Exclusive, "{at}");
         assert_eq!(events(&s, a).0, vec![], "nothing more for a: {at}");
+        let counted = |c| s.stats().get(c);
+        assert_eq!(counted(Counter::RevokesSent), 1, "{at}");
+        assert_eq!(counted(Counter::RevokesGivenBack), 1, "{at}");
+        assert_eq!(counted(Counter::RevokesLapsed), 0, "{at}");
     }
 }
 
@@ -185,6 +189,8 @@ fn an_ignored_revoke_lapses_at_the_revoke_timeout_like_an_expired_lease() {
             Status::Fail
         );
         assert!(!s.t.lock_values[la.index() as usize].read().valid);
+        assert_eq!(s.stats().get(Counter::RevokesLapsed), 1);
+        assert_eq!(s.stats().get(Counter::RevokesGivenBack), 0);
     }
 }
 
@@ -311,6 +317,12 @@ fn a_revoked_writer_downgrades_for_a_reader_and_writes_its_value_block_on_the_wa
     assert_eq!(hold(&s, b, lb), GrantState::Shared);
     let value = s.t.lock_values[la.index() as usize].read();
     assert_eq!((value.block, value.valid), (block, true));
+    assert_eq!(s.stats().get(Counter::Downgrades), 1);
+    assert_eq!(
+        s.stats().get(Counter::RevokesGivenBack),
+        0,
+        "a downgrade is no unlock"
+    );
     // A second downgrade, or one from a reader, is not the caller's to make.
     assert_eq!(s.run(a, Command::Lock(down), 12).status, Status::Fail);
     assert_eq!(
