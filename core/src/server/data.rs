@@ -450,7 +450,7 @@ impl<'r> Server<'r> {
                 let granted = GrantState::granted(mode, revoked.cached, retain);
                 self.t.lock_holds.set(slot, lock, granted.bits());
                 if revoked.cached {
-                    self.note_cached_grant(lock, now_ms);
+                    self.note_cached_grant(lock, revoked.wanted, now_ms);
                 }
                 self.stats.bump(Counter::Grants);
                 if preempted {

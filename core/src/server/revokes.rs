@@ -18,9 +18,10 @@
 //! verdict says `Wait` or `Refuse(Fail)`: running it keeps each kind's own answer to a busy lock
 //! — a fair first attempt still takes its ticket, as the reference's does — and a trylock
 //! without a wait is answered at once while its revokes still go out (`NOQUEUEBAST`). What the
-//! verdict adds is whether a grant the word makes may be *cached*: only if the request asked
-//! (`CACHEABLE`), no holder has a revoke outstanding or due, and nobody else is parked on the
-//! lock (`manager::revoke`'s request table).
+//! verdict adds is whether a grant the word makes is *cached* — exactly when the request asked
+//! (`CACHEABLE`): the reply does not say, so the holder must be able to count on it — and
+//! whether it is wanted already (a revoke outstanding or due, or somebody parked on the lock),
+//! in which case the parked requests are retried when its minimum hold ends, and revoke it.
 //!
 //! On a lock with no cached holder the scan is skipped, and a cacheable request is cached when
 //! nobody else is parked on it. A scan that finds no cached holder left clears the lock's mark.
@@ -39,6 +40,9 @@ use crate::table::{ClientState, LockManagerCell, SlotState};
 pub(super) struct Revoked {
     /// A grant the word makes may be recorded as cached.
     pub(super) cached: bool,
+    /// Someone wants the lock already (`Verdict::wanted`): a cached grant's minimum hold
+    /// ends in a retry of the parked requests, which revokes it.
+    pub(super) wanted: bool,
     /// A holder's grant lapsed and was released: the lock's waiters may now get it.
     pub(super) lapsed: bool,
 }
@@ -57,7 +61,8 @@ impl Server<'_> {
         let cacheable = c.flags.contains(LockFlags::CACHEABLE);
         if self.t.lock_manager[lock as usize].cached == 0 {
             return Revoked {
-                cached: cacheable && !self.others_parked(slot, lock),
+                cached: cacheable,
+                wanted: cacheable && self.others_parked(slot, lock),
                 lapsed: false,
             };
         }
@@ -131,8 +136,10 @@ impl Server<'_> {
             u64::MAX => 0,
             at => at,
         };
+        let cached = matches!(verdict.answer(&req), Answer::Grant { cached: true });
         Revoked {
-            cached: matches!(verdict.answer(&req), Answer::Grant { cached: true }),
+            cached,
+            wanted: cached && verdict.wanted(&req),
             lapsed,
         }
     }
@@ -159,12 +166,20 @@ impl Server<'_> {
         self.stats.bump(Counter::RevokesSent);
     }
 
-    /// Records that a cached grant on lock slot `lock` was made at `now_ms`.
+    /// Records that a cached grant on lock slot `lock` was made at `now_ms`. When the lock is
+    /// `wanted` already, the parked requests are retried when the grant's minimum hold ends:
+    /// their revoke decision then asks for it back.
     #[inline]
-    pub(super) fn note_cached_grant(&mut self, lock: u32, now_ms: u64) {
+    pub(super) fn note_cached_grant(&mut self, lock: u32, wanted: bool, now_ms: u64) {
+        let hold_end = now_ms.saturating_add(u64::from(self.cfg.timing.min_hold_ms));
         let m = &mut self.t.lock_manager[lock as usize];
         m.cached = 1;
         m.cached_since_ms = now_ms;
+        if wanted && (m.retry_at_ms == 0 || hold_end < m.retry_at_ms) {
+            m.retry_at_ms = hold_end;
+            // The waiters' timer looks again no later than that.
+            self.next_timer_ms = self.next_timer_ms.min(hold_end);
+        }
     }
 
     /// Whether a revoke was written into some client's event ring since the last call: the

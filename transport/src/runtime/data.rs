@@ -114,7 +114,10 @@ pub(super) fn run(
     while !shared.stop.load(Ordering::Acquire) {
         let now = d.now_ms();
         let work = d.turn(&mut server, now, &mut next_tick);
-        d.rest(work, &mut idler);
+        // Asleep no longer than the server's next timer (a parked request's deadline, a
+        // revoke due at the end of a minimum hold): it would otherwise wait for the tick.
+        let timer = Duration::from_millis(server.next_timer_ms().saturating_sub(now));
+        d.rest(work, &mut idler, timer.min(PARK_MAX));
     }
     header.serving.store(0, Ordering::Release);
 }
@@ -157,8 +160,9 @@ impl Data<'_> {
         work
     }
 
-    /// After a turn that found `work`: on, or the idle strategy's next step.
-    fn rest(&mut self, work: usize, idler: &mut Idler) {
+    /// After a turn that found `work`: on, or the idle strategy's next step, parked for at most
+    /// `park_max`.
+    fn rest(&mut self, work: usize, idler: &mut Idler, park_max: Duration) {
         #[cfg(feature = "rdma")]
         if work == 0 && self.rdma.attached() {
             // A SEND cannot ring the futex: with RDMA clients attached, parking would leave
@@ -189,7 +193,7 @@ impl Data<'_> {
                     }
                     ready || bells.any() || !ex.inbox.is_empty() || !ex.handover.is_empty()
                 },
-                || tcp.wait(Some(PARK_MAX)),
+                || tcp.wait(Some(park_max)),
             );
         } else if self.tcp.open() > 0 {
             // Awake: a look at the sockets that costs one syscall and never blocks.
