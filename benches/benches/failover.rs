@@ -34,6 +34,7 @@ fn config(clients: u32, recovery_clients: u32, epoch: u16, deadline_ms: u32) -> 
         epoch,
         // Every client of the benchmark comes from this host's address.
         clients_per_peer_max: clients + 8,
+        ..Config::DEFAULT
     }
 }
 

@@ -37,6 +37,8 @@
 //! | Ticketed(m)           | trylock(¬m) | —                        | —                       | Eticket                     |
 //! | Ticketed(m)           | unlock      | —                        | —                       | send `Unlock(m)` (abandons) |
 //! | Ticketed(m)           | extend      | —                        | —                       | Einval                      |
+//! | Locked(exclusive)     | downgrade   | Einval                   | send `Downgrade`        | Einval                      |
+//! | anything else         | downgrade   | Einval                   | Einval                  | Einval                      |
 //!
 //! A local answer changes the record at once (the only such changes are the two re-entrancy
 //! counts, which is why `trylock` and `unlock` take `&mut self`); a sent request changes nothing
@@ -51,6 +53,7 @@
 //! | Extend (relock)    | Success       | refs + 1, lease lengthened                         | AlreadyLocked |
 //! | Extend             | Success       | lease lengthened                                   | Success       |
 //! | Unlock             | Success       | Unlocked (Initialized if it abandoned a ticket)    | Success       |
+//! | Downgrade          | Success       | Locked(shared), refs, token and block kept         | Success       |
 //! | Try, Ticket (fair) | Eagain        | Ticketed(m), ticket = aux, proof                   | Eagain        |
 //! | any                | Fail          | Initialized, refs 0 (the grant or ticket is lost)  | Fail          |
 //! | Try, Ticket (fair) | Etimeout      | Initialized (the server dropped the ticket)        | Etimeout      |
@@ -360,6 +363,20 @@ impl LocalLock {
         }
     }
 
+    /// Downgrade the exclusive grant held to a shared one in place (`LockOp::Downgrade`, a
+    /// dlock addition): what a cached holder asked to make room for readers does while it
+    /// still reads. RW locks only (the server refuses it on the others: an atomic lock has no
+    /// shared mode, a fair word no step to a reader's turn that keeps queued writers out).
+    /// The re-entrancy count is kept (the same holders now read), and a block staged for the
+    /// unlock is written by the downgrade instead, which ends the exclusive turn.
+    #[inline]
+    pub fn downgrade(&self) -> Decision {
+        if self.kind != LockKind::Rw || self.state != LocalState::ExclusiveLocked {
+            return Decision::Answer(Status::Einval);
+        }
+        self.send(Verb::Downgrade, Mode::Exclusive, 0, 0)
+    }
+
     /// Updates the record from the server's reply to `sent` (a request this record decided) and
     /// returns the status for the caller; see the replies table in the module doc. `proof` is
     /// the proof the reply carried for this command (its MAC from the response's trailer, the
@@ -410,6 +427,12 @@ impl LocalLock {
                     self.refs = self.refs.saturating_add(1);
                     return Status::AlreadyLocked;
                 }
+                Status::Success
+            }
+            (Verb::Downgrade, Status::Success | Status::Done) => {
+                self.state = LocalState::SharedLocked;
+                self.word = reply.word;
+                self.write = None;
                 Status::Success
             }
             (Verb::Unlock, Status::Success | Status::Done) => {
@@ -519,6 +542,7 @@ impl LocalLock {
             Verb::Ticket => [TicketExclusive, TicketShared],
             Verb::Unlock => [UnlockExclusive, UnlockShared],
             Verb::Extend | Verb::Relock => [ExtendExclusive, ExtendShared],
+            Verb::Downgrade => [Downgrade, Downgrade],
         };
         let op = pair[usize::from(mode == Mode::Shared)];
         let ticket = match verb {
@@ -529,7 +553,7 @@ impl LocalLock {
         // An acquisition asks for what the record asks; an exclusive unlock of a grant writes
         // the block staged for it. Nothing else carries a flag.
         let value = match (verb, self.state) {
-            (Verb::Unlock, LocalState::ExclusiveLocked) => self.write,
+            (Verb::Unlock | Verb::Downgrade, LocalState::ExclusiveLocked) => self.write,
             _ => None,
         };
         let flags = match verb {
@@ -617,6 +641,8 @@ enum Verb {
     Extend,
     /// An extend standing in for a re-entrant trylock.
     Relock,
+    /// An exclusive grant turned shared in place.
+    Downgrade,
 }
 
 #[cfg(test)]
@@ -869,6 +895,43 @@ mod tests {
         let d = q.unlock();
         assert_eq!(round(&mut q, d, (Success, 0, 0), 0), Success);
         assert_eq!(q, LocalLock::new(q.id, Fair), "the ticket is forgotten");
+    }
+
+    #[test]
+    fn only_an_exclusive_rw_grant_downgrades_and_keeps_its_count_token_and_block() {
+        for kind in [Atomic, Rw, Fair] {
+            for state in STATES {
+                let l = lock(kind, state, u32::from(state.held_mode().is_some()));
+                let d = l.downgrade();
+                if (kind, state) == (Rw, ExclusiveLocked) {
+                    assert_eq!(req(d).op, Downgrade);
+                } else {
+                    assert_eq!(d, Decision::Answer(Einval), "{kind:?} {state:?}");
+                }
+            }
+        }
+        let mut l = lock(Rw, ExclusiveLocked, 2);
+        l.token = FencingToken(4);
+        assert_eq!(l.stage_value(block(7)), Success);
+        let Decision::Send(sent) = l.downgrade() else {
+            panic!("an exclusive RW grant downgrades on the server")
+        };
+        // The staged block ends the exclusive turn with the downgrade.
+        assert_eq!(sent.value_block(), Some(block(7)));
+        assert!(sent.command().flags.contains(LockFlags::VALUE_BLOCK));
+        let reply = CommandResult {
+            status: Success,
+            word: 9,
+            aux: 4,
+        };
+        assert_eq!(l.apply(&sent, &reply, P, None, 5), Success);
+        assert_eq!(shape(&l), (SharedLocked, 2, NO_T, 4));
+        assert_eq!((l.word, l.write), (9, None));
+        // Refused (the server no longer knows the grant): forgotten, as for any request.
+        let mut r = lock(Rw, ExclusiveLocked, 1);
+        let d = r.downgrade();
+        assert_eq!(round(&mut r, d, (Fail, 0, 0), 5), Fail);
+        assert_eq!(r.state, Initialized);
     }
 
     #[test]

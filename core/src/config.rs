@@ -59,6 +59,9 @@ pub struct Config {
     /// evict), so one peer cannot fill the table and lock everyone else out. 0 means half of
     /// `clients_max`, rounded up ([`Config::clients_per_peer`]). Local clients are not counted.
     pub clients_per_peer_max: u32,
+    /// Cached grants: the minimum hold before a revoke, and how long a revoked holder has to
+    /// give the lock back (`manager::revoke`).
+    pub timing: crate::manager::Timing,
 }
 
 impl Config {
@@ -74,6 +77,7 @@ impl Config {
         epoch: 1,
         recovery_deadline_ms: 10_000,
         clients_per_peer_max: 0,
+        timing: crate::manager::Timing::DEFAULT,
     };
 
     /// Shortest lease accepted: a client must be able to heartbeat within it.

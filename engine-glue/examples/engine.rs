@@ -1,9 +1,16 @@
 //! An engine simulation: worker threads run transactions against an embedded dlock server —
 //! take a transaction id, lock a few row groups (shared reads, exclusive writes), "write" with the
-//! fencing tokens, commit with a CSN, release — and print transactions/s, XIDs/s and lock
-//! latency percentiles.
+//! fencing tokens, commit with a CSN, release — and print transactions/s, XIDs/s, lock
+//! latency percentiles and lock messages per transaction.
 //!
-//! Run: `cargo run --release -p dlock-engine-glue --example engine -- [workers] [seconds]`
+//! Each worker draws 90 % of its row groups from a range of its own (the affinity a
+//! partitioned engine has) and the rest from anywhere. Row-group grants are cached between
+//! transactions (`RowGroupConfig::with_cached`) unless the third argument is `uncached`:
+//! cached, a worker's next transaction takes the row groups it kept with no message, and a
+//! worker that wants one another keeps gets it by a revoke.
+//!
+//! Run: `cargo run --release -p dlock-engine-glue --example engine -- [workers] [seconds]
+//! [cached|uncached]`
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +40,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let workers: usize = args.next().map_or(Ok(4), |a| a.parse())?;
     let seconds: u64 = args.next().map_or(Ok(5), |a| a.parse())?;
+    let cached = match args.next().as_deref() {
+        None | Some("cached") => true,
+        Some("uncached") => false,
+        Some(other) => return Err(format!("cached or uncached, not {other}").into()),
+    };
     let core = Config {
         locks_max: 8_192,
         clients_max: 64,
@@ -46,6 +58,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let csns =
         Arc::new(CsnAllocator::open(server.client()?, IdConfig::csns(), Volatile).map_err(status)?);
     let (committed, aborted, ids_taken) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let messages = |server: &EmbeddedServer| -> Result<u64, Box<dyn std::error::Error>> {
+        let stats = dlock_engine_glue::dlock_transport::client::read_server_stats(
+            &server.endpoint(),
+            Duration::from_secs(5),
+        )?;
+        Ok(stats
+            .iter()
+            .find(|(n, _)| *n == "data_messages")
+            .map_or(0, |&(_, v)| v))
+    };
+    let messages_before = messages(&server)?;
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let start = Instant::now();
     let mut lock_latency = std::thread::scope(
@@ -56,8 +79,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let (committed, aborted, ids_taken) = (&committed, &aborted, &ids_taken);
                     s.spawn(move || -> Result<Vec<u64>, String> {
                         let client = server.client().map_err(|s| s.to_string())?;
-                        let mut locks = RowGroupLocks::new(client, RowGroupConfig::DEFAULT)
-                            .map_err(|s| s.to_string())?;
+                        let cfg = RowGroupConfig::DEFAULT.with_cached(cached);
+                        let mut locks =
+                            RowGroupLocks::new(client, cfg).map_err(|s| s.to_string())?;
+                        // This worker's own range of row groups, the one it caches.
+                        let own = GROUPS / workers.max(1) as u64;
+                        let range = w as u64 * own..(w as u64 + 1) * own;
+                        locks.set_cache_filter(move |k| range.contains(&k.group));
                         let mut rng = Rng(0x9E37_79B9 ^ ((w as u64 + 1) * 0x1234_5678_9ABC));
                         let mut latency = Vec::with_capacity(1 << 16);
                         while Instant::now() < deadline {
@@ -67,8 +95,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                             // Read three row groups, write two.
                             let mut keys = [(RowGroup::new(0, 0), Mode::Shared); 5];
                             for (i, k) in keys.iter_mut().enumerate() {
-                                let key =
-                                    RowGroup::new(rng.next() as u32 % TABLES, rng.next() % GROUPS);
+                                let group = if !rng.next().is_multiple_of(10) && own > 0 {
+                                    w as u64 * own + rng.next() % own
+                                } else {
+                                    rng.next() % GROUPS
+                                };
+                                let key = RowGroup::new(rng.next() as u32 % TABLES, group);
                                 *k = (key, if i < 3 { Mode::Shared } else { Mode::Exclusive });
                             }
                             locks
@@ -114,6 +146,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .map_err(|e| e.to_string())?;
     let secs = start.elapsed().as_secs_f64();
+    let lock_messages = messages(&server)?.saturating_sub(messages_before);
     lock_latency.sort_unstable();
     let pct = |q: f64| {
         lock_latency
@@ -126,7 +159,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         committed.load(Ordering::Relaxed),
         aborted.load(Ordering::Relaxed),
     );
-    println!("{workers} workers, {secs:.1} s, embedded server over shared memory");
+    println!(
+        "{workers} workers, {secs:.1} s, embedded server over shared memory, row groups {}",
+        if cached { "cached" } else { "uncached" }
+    );
     println!(
         "transactions  {:.0}/s committed ({c} committed, {a} aborted on conflict)",
         c as f64 / secs
@@ -141,6 +177,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         pct(0.5),
         pct(0.99),
         pct(0.999)
+    );
+    // Every data message of the run: lock, unlock and give-back messages, and the XID and CSN
+    // allocators' (a snapshot and a commit CSN per transaction).
+    println!(
+        "data messages {:.1} per transaction",
+        lock_messages as f64 / (c + a).max(1) as f64
     );
     server.shutdown();
     Ok(())

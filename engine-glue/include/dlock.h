@@ -166,7 +166,11 @@ typedef enum debug_stats_code {
     DEBUG_STATS_KEEPALIVE_AGE_MS = 57,         /* cluster: ms since the last confirmed keepalive (UINT64_MAX: none) */
     DEBUG_STATS_COORDINATOR = 58,              /* cluster: 1 while the elected coordinator */
     DEBUG_STATS_DRAINING = 59,                 /* cluster: 1 once asked to drain */
-    DEBUG_STATS_MAX = 60
+    DEBUG_STATS_REVOKES_SENT = 60,             /* revokes sent to cached holders */
+    DEBUG_STATS_REVOKES_GIVEN_BACK = 61,       /* revoked grants given back with an unlock */
+    DEBUG_STATS_DOWNGRADES = 62,               /* exclusive grants turned shared */
+    DEBUG_STATS_REVOKES_LAPSED = 63,           /* revoked grants released at the revoke timeout */
+    DEBUG_STATS_MAX = 64
 } debug_stats_code_t;
 
 /* ---------------------------------------------------------------------------------------- */

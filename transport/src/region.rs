@@ -208,6 +208,14 @@ impl Region {
         self.mailboxes().get(first..first + MAILBOX_LANES)
     }
 
+    /// Client slot `slot`'s event ring (`dlock_core::table::events`), which the data thread
+    /// writes and the client reads. `None` for a slot outside the region.
+    pub fn client_event_ring(&self, slot: u32) -> Option<dlock_core::table::EventRing<'_>> {
+        let part = self.layout.event_rings;
+        let words = self.atomics::<core::sync::atomic::AtomicU64>(part.offset, part.len);
+        dlock_core::table::EventRings::new(words).ring(slot)
+    }
+
     /// The doorbell words.
     pub fn doorbell_words(&self) -> &[AtomicU64] {
         self.atomics(self.layout.doorbells.offset, self.layout.doorbells.len)

@@ -44,10 +44,13 @@
 //! that does not wait leaves nobody to act at a `RevokeAt` time, so the server drops that
 //! revoke and the request's retry after the hold sends it. `Lapse`d grants are released by the
 //! server (as if the holder's lease had run out) before it runs the lock word, which is why
-//! they do not block. A grant is `cached` only if the request asked for it, no holder of the
-//! lock has a revoke outstanding or due (a conflicting request is on its way in), and no other
-//! request is parked on the lock: a grant that would be revoked at once is worth nothing but a
-//! round trip.
+//! they do not block. A grant is `cached` exactly when the request asked for it. It is
+//! [`Verdict::wanted`] already when a holder of the lock has a revoke outstanding or due (a
+//! conflicting request is on its way in) or another request is parked on the lock: the server
+//! then has the parked requests retried at the end of the new grant's minimum hold, which
+//! revokes it. (Granting it plain instead, as this module first did, left the holder unable to
+//! tell: a grant's reply does not say whether it is cached, so a client that asked would keep a
+//! plain grant as cached, and no revoke would ever ask for it back.)
 //!
 //! The verdict says what the holders allow; the lock word still decides (a fair lock grants in
 //! ticket order and may queue a request the holders would allow).
@@ -279,8 +282,15 @@ impl Verdict {
             };
         }
         Answer::Grant {
-            cached: req.cacheable && !self.revoking && !req.others_waiting,
+            cached: req.cacheable,
         }
+    }
+
+    /// Whether a grant made now is wanted by someone already (module doc): a holder has a
+    /// revoke outstanding or due, or another request is parked on the lock.
+    #[inline]
+    pub const fn wanted(&self, req: &Request) -> bool {
+        self.revoking || req.others_waiting
     }
 
     /// Revokes to send now.

@@ -309,21 +309,20 @@ fn the_requester_tickets_and_compatible_grants_never_block() {
 }
 
 #[test]
-fn a_grant_beside_a_revoked_holder_or_a_parked_request_is_not_cached() {
+fn a_grant_beside_a_revoked_holder_or_a_parked_request_is_cached_and_wanted() {
     let r = req(LockKind::Rw, SH, false);
     let (_, v) = run(&r, &[holder(1, SharedRevoking)], 150);
-    assert_eq!(
-        v.answer(&r),
-        Answer::Grant { cached: false },
-        "a writer is on its way"
-    );
+    assert_eq!(v.answer(&r), Answer::Grant { cached: true });
+    assert!(v.wanted(&r), "a writer is on its way");
     let (_, v) = run(&r, &[holder(1, SharedCached)], 150);
     assert_eq!(v.answer(&r), Answer::Grant { cached: true });
+    assert!(!v.wanted(&r));
     let queued = Request {
         others_waiting: true,
         ..r
     };
-    assert_eq!(v.answer(&queued), Answer::Grant { cached: false });
+    assert_eq!(v.answer(&queued), Answer::Grant { cached: true });
+    assert!(v.wanted(&queued), "a request is parked");
     let plain = Request {
         cacheable: false,
         ..r

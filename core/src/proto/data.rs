@@ -18,7 +18,7 @@
 //! | off | type | field                                                          |
 //! |-----|------|----------------------------------------------------------------|
 //! | 0   | u8   | kind: 0/1/2 = [`LockKind`], 3 = object ([`OBJECT_KIND`]), 4 = join ([`JOIN_KIND`]) |
-//! | 1   | u8   | op: a [`LockOp`] or an [`ObjectOp`]                            |
+//! | 1   | u8   | op: a [`LockOp`] (0..=7 the reference's, 8 `Downgrade`) or an [`ObjectOp`] |
 //! | 2   | u16  | status: zero in requests, the outcome in responses             |
 //! | 4   | u32  | lock or object id                                              |
 //! | 8   | 24 B | payload                                                        |
@@ -107,6 +107,10 @@ pub enum LockOp {
     ExtendShared = 6,
     /// Fair lock: retry a shared request with the ticket held.
     TicketShared = 7,
+    /// A dlock addition (`proto::lock_flags`, wire code 8): turn an exclusive grant into a
+    /// shared one in place, for a cached holder asked to make room for readers. RW locks only:
+    /// a fair or atomic lock answers `Einval` (the holder unlocks instead).
+    Downgrade = 8,
 }
 
 impl LockOp {
@@ -122,6 +126,7 @@ impl LockOp {
             5 => LockOp::UnlockShared,
             6 => LockOp::ExtendShared,
             7 => LockOp::TicketShared,
+            super::lock_flags::DOWNGRADE_OP => LockOp::Downgrade,
             _ => return None,
         })
     }
@@ -138,10 +143,11 @@ impl LockOp {
         )
     }
 
-    /// The mode the op acts in: codes 0..=3 are exclusive, 4..=7 shared.
+    /// The mode the op acts in: codes 0..=3 are exclusive, 4..=7 shared, and a downgrade acts
+    /// on an exclusive grant.
     #[inline]
     pub const fn mode(self) -> Mode {
-        if (self as u8) < 4 {
+        if (self as u8) < 4 || matches!(self, LockOp::Downgrade) {
             Mode::Exclusive
         } else {
             Mode::Shared
@@ -481,7 +487,9 @@ pub fn peek_data_header(buf: &[u8]) -> Result<(DataHeader, usize), DecodeError> 
 }
 
 /// [`peek_data_header`] for a response: the length counts a response's value and proof
-/// trailers. A client's stream transport frames responses with it.
+/// trailers, and an event message ([`FLAG_EVENT`](super::FLAG_EVENT), which a server sends
+/// unasked on the same stream) is framed too. A client's stream transport frames responses
+/// with it and tells an event by its flags.
 #[inline]
 pub fn peek_data_response_header(buf: &[u8]) -> Result<(DataHeader, usize), DecodeError> {
     peek(buf, true)
@@ -503,6 +511,14 @@ fn peek(buf: &[u8], response: bool) -> Result<(DataHeader, usize), DecodeError> 
         flags: get_u32(buf, 12)?,
     };
     let count = usize::from(header.count);
+    if response && header.flags == super::FLAG_EVENT {
+        // An event message (`event.rs`) shares the stream of responses: framed here, decoded
+        // by `decode_event_message`, never by the response decoder.
+        if !(1..=super::EVENTS_MAX).contains(&count) {
+            return Err(DecodeError::BadCount);
+        }
+        return Ok((header, super::event::event_message_len(count)));
+    }
     if !(1..=BATCH_MAX).contains(&count) {
         return Err(DecodeError::BadCount);
     }
@@ -584,7 +600,9 @@ impl<'a> DataFrame<'a> {
             (true, false) => VALUE_REQUEST_LEN,
             (true, true) => VALUE_REPLY_LEN,
         };
-        let (body, trailer) = body.split_at(count * COMMAND_LEN);
+        let (body, trailer) = body
+            .split_at_checked(count * COMMAND_LEN)
+            .ok_or(DecodeError::BadLength)?;
         let (values, trailer) = trailer
             .split_at_checked(count * value_len)
             .ok_or(DecodeError::BadLength)?;
@@ -682,6 +700,10 @@ pub fn decode_data_request_into<'a>(
 /// Decodes a data response, validating every result so [`DataResponse::result`] cannot fail.
 pub fn decode_data_response(buf: &[u8]) -> Result<DataResponse<'_>, DecodeError> {
     let (header, len) = peek_data_response_header(buf)?;
+    if header.flags == super::FLAG_EVENT {
+        // Framed beside the responses, but no response: `decode_event_message` reads it.
+        return Err(DecodeError::BadFlags);
+    }
     let parts = DataFrame { header, len, buf }.split(true)?;
     for c in parts.commands {
         parse_result(c)?;

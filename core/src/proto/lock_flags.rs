@@ -21,16 +21,17 @@
 //! one is broken or probing, and accepting it would make the byte mean two things later.
 //!
 //! `Downgrade` is op code [`DOWNGRADE_OP`] (8, after the reference's 0..=7): exclusive to shared
-//! in place, for RW and fair locks; the server answers `Einval` on an atomic lock, which has no
-//! shared mode (its holder gives back with an unlock). The integration adds it to
-//! [`LockOp`](super::LockOp) as `Downgrade = 8`, whose [`LockOp::mode`](super::LockOp::mode)
-//! must then say exclusive (the mode it acts on) rather than follow the code's range.
+//! in place, for RW locks; the server answers `Einval` on an atomic lock, which has no
+//! shared mode (its holder gives back with an unlock), and on a fair lock, whose word has no
+//! step from an exclusive turn to a reader's that keeps a queued writer out. It is
+//! [`LockOp::Downgrade`](super::LockOp::Downgrade), whose [`LockOp::mode`](super::LockOp::mode)
+//! says exclusive (the mode it acts on) rather than follow the code's range.
 
 use super::{COMMAND_LEN, DecodeError, EncodeError};
 
 /// Where the flags byte sits in a lock request command.
 pub const LOCK_FLAGS_OFFSET: usize = 24;
-/// The op code of a downgrade (`LockOp::Downgrade` once integrated).
+/// The op code of a downgrade, [`LockOp::Downgrade`](super::LockOp::Downgrade).
 pub const DOWNGRADE_OP: u8 = 8;
 
 /// The op codes the flags depend on (the reference's, and the downgrade).

@@ -387,7 +387,16 @@ impl<'r> Server<'r> {
             self.stats.add(Counter::LocksRetained, kept.into());
             return;
         }
+        self.free_client_slot(slot);
+    }
+
+    /// Frees client slot `slot` for its next client: an empty entry and an empty event ring
+    /// (events for the last client mean nothing to the next).
+    pub(super) fn free_client_slot(&mut self, slot: u32) {
         self.t.clients[slot as usize] = ClientEntry::default();
+        if let Some(ring) = self.t.event_rings.ring(slot) {
+            ring.clear();
+        }
         self.t.client_free.push(slot);
     }
 

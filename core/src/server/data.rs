@@ -27,10 +27,11 @@
 use core::sync::atomic::Ordering;
 
 use super::locks::exclusive_owner;
+use super::steps::{atomic_step, fair_step, rw_step};
 use super::waiters::{Disposition, MessageMeta};
 use super::{Counter, Server};
 use crate::config::BATCH_MAX;
-use crate::ids::{ClientId, FencingToken, GrantProof, LockKind, Mode, ObjectId, Ticket};
+use crate::ids::{ClientId, FencingToken, GrantProof, LockKind, Mode, ObjectId};
 use crate::manager::value::ValueRead;
 use crate::manager::{GrantState, LockValue, ValueBlock};
 use crate::proto::{
@@ -39,48 +40,7 @@ use crate::proto::{
 };
 use crate::status::Status;
 use crate::table::{LockCell, SlotState};
-use crate::word::{Effect, Outcome, atomic, fair, rw};
-
-/// A transition's result in the slot's own terms (word and fair-lock owner).
-struct Step {
-    word: u128,
-    ext: u32,
-    status: Status,
-    effect: Effect,
-    /// The fair-lock ticket this request was served under, reported back in the word.
-    ticket: Option<Ticket>,
-    /// The caller's fair-lock ticket is void (`fair::Served::ticket_void`).
-    ticket_void: bool,
-    /// Every other client's fair-lock grant and ticket is void (`fair::Served::others_void`).
-    others_void: bool,
-}
-
-impl Step {
-    /// The step of an atomic or RW transition (no fair-lock owner, no ticket).
-    fn from_word<W: Into<u128>>(o: Outcome<W>) -> Step {
-        Step {
-            word: o.state.into(),
-            ext: 0,
-            status: o.status,
-            effect: o.effect,
-            ticket: None,
-            ticket_void: false,
-            others_void: false,
-        }
-    }
-
-    fn refused(cell: &LockCell, status: Status) -> Step {
-        Step {
-            word: cell.word,
-            ext: cell.ext,
-            status,
-            effect: Effect::None,
-            ticket: None,
-            ticket_void: false,
-            others_void: false,
-        }
-    }
-}
+use crate::word::{Effect, fair};
 
 /// A copy of one lock slot's state for this client, taken before a command of an
 /// all-or-nothing message touched it.
@@ -350,6 +310,9 @@ impl<'r> Server<'r> {
         };
         let mut released = [0u32; BATCH_MAX];
         let mut released_len = 0;
+        // Locks on which a holder's grant lapsed: released whatever becomes of the unit.
+        let mut lapsed = [0u32; BATCH_MAX];
+        let mut lapsed_len = 0;
         for (i, r) in results.iter_mut().enumerate().take(n) {
             // Object commands were refused before we got here.
             let Command::Lock(c) = command(i) else {
@@ -362,6 +325,16 @@ impl<'r> Server<'r> {
             if let Some(refused) = self.cluster_refusal(slot, &Command::Lock(c), now_ms) {
                 *r = refused;
                 continue;
+            }
+            // Revokes and lapses first, outside the undo: a grant that lapsed stays released
+            // (and a revoke sent stays sent) whatever becomes of the unit, and the copy below
+            // must not bring a lapsed holder back into the word with no record to unlock it.
+            if c.op.acquires()
+                && let Ok(id) = self.referenced_lock(slot, c.lock)
+                && self.revoke_decision(slot, id.index(), &c, now_ms).lapsed
+            {
+                lapsed[lapsed_len] = c.lock;
+                lapsed_len += 1;
             }
             self.record_undo(slot, c.lock, &mut s);
             let (out, note) = self.lock_command(slot, me, &c, block(i).as_ref(), now_ms);
@@ -383,7 +356,7 @@ impl<'r> Server<'r> {
             self.forget_preempted_holders(lock, slot);
         }
         if self.waiting > 0 {
-            for &lock in &released[..released_len] {
+            for &lock in released[..released_len].iter().chain(&lapsed[..lapsed_len]) {
                 self.wake_waiters(lock, now_ms);
             }
         }
@@ -452,6 +425,16 @@ impl<'r> Server<'r> {
             };
             return (refused, Note::default());
         }
+        // Cached holders in the way are asked for the lock back, and lapsed ones released,
+        // before the word decides (`revokes.rs`).
+        let revoked = match c.op.acquires() {
+            true => self.revoke_decision(slot, lock, c, now_ms),
+            false => super::revokes::Revoked::default(),
+        };
+        let cell = match revoked.lapsed {
+            true => self.t.lock_cells[lock as usize],
+            false => cell,
+        };
         let hold = self.current_hold(slot, me, lock);
         let before = cell;
         let step = match c.kind {
@@ -470,7 +453,10 @@ impl<'r> Server<'r> {
                 .with_ms(t.shared)
                 .into_bits();
         }
-        let mut note = Note::default();
+        let mut note = Note {
+            released: revoked.lapsed,
+            ..Note::default()
+        };
         let aux = match step.effect {
             Effect::Granted { mode, preempted } => {
                 let owner_before = exclusive_owner(c.kind, &before);
@@ -483,8 +469,11 @@ impl<'r> Server<'r> {
                 let token = FencingToken(self.issue_token_in(state.partition()));
                 self.t.lock_cells[lock as usize].fence = token.0;
                 let retain = c.flags.contains(LockFlags::RETAIN);
-                let granted = GrantState::granted(mode, false, retain);
+                let granted = GrantState::granted(mode, revoked.cached, retain);
                 self.t.lock_holds.set(slot, lock, granted.bits());
+                if revoked.cached {
+                    self.note_cached_grant(lock, revoked.wanted, now_ms);
+                }
                 self.stats.bump(Counter::Grants);
                 if preempted {
                     self.stats.bump(Counter::Preemptions);
@@ -498,6 +487,9 @@ impl<'r> Server<'r> {
                 t.exclusive as u64 | (t.shared as u64) << 16
             }
             Effect::Released(mode) => {
+                if hold.revoke_outstanding() {
+                    self.stats.bump(Counter::RevokesGivenBack);
+                }
                 self.t.lock_holds.set(slot, lock, GrantState::None.bits());
                 if c.flags.writes_value(c.op as u8) {
                     // The decoder gives a block to exactly the commands that write one, and
@@ -508,6 +500,19 @@ impl<'r> Server<'r> {
                 cell.fence
             }
             Effect::Extended => cell.fence,
+            Effect::Downgraded => {
+                // Still held, shared now, and still cached if it was: the revoke, if any, is
+                // answered (`GrantState::downgraded`). The exclusive turn ends here, so the
+                // block is written (or kept) as at an exclusive unlock.
+                self.t.lock_holds.set(slot, lock, hold.downgraded().bits());
+                self.stats.bump(Counter::Downgrades);
+                if c.flags.writes_value(c.op as u8) {
+                    let _ = self.t.lock_values[lock as usize].release(Mode::Exclusive, written);
+                }
+                // Readers parked behind the writer may join now.
+                note.released = true;
+                cell.fence
+            }
             Effect::None => {
                 if step.ticket_void {
                     self.t.lock_holds.set(slot, lock, GrantState::None.bits());
@@ -642,80 +647,5 @@ impl<'r> Server<'r> {
             && state.generation() == id.generation()
             && self.t.object_refs.get(slot, index) != 0)
             .then_some(index)
-    }
-}
-
-#[inline]
-fn atomic_step(
-    cell: &LockCell,
-    me: ClientId,
-    c: &LockCommand,
-    hold: GrantState,
-    now_ms: u64,
-) -> Step {
-    let w = atomic::AtomicWord::from_bits(cell.word);
-    let o = match c.op {
-        // A lock that expires the moment it is taken is a client bug, not a request.
-        LockOp::TryExclusive if c.expire_ms == 0 => return Step::refused(cell, Status::Einval),
-        LockOp::TryExclusive => atomic::try_lock(w, me, c.expire_ms, now_ms),
-        LockOp::UnlockExclusive if hold.grant_mode() != Some(Mode::Exclusive) => {
-            return Step::refused(cell, Status::Fail);
-        }
-        LockOp::UnlockExclusive => atomic::unlock(w, me),
-        LockOp::ExtendExclusive => atomic::extend(w, me, c.expire_ms, now_ms),
-        _ => return Step::refused(cell, Status::Einval),
-    };
-    Step::from_word(o)
-}
-
-#[inline]
-fn rw_step(cell: &LockCell, me: ClientId, c: &LockCommand, hold: GrantState, now_ms: u64) -> Step {
-    let w = rw::RwWord::from_bits(cell.word);
-    let reader = hold.grant_mode() == Some(Mode::Shared);
-    let o = match c.op {
-        LockOp::TryExclusive => rw::try_exclusive(w, me, now_ms),
-        LockOp::UnlockExclusive if hold.grant_mode() != Some(Mode::Exclusive) => {
-            return Step::refused(cell, Status::Fail);
-        }
-        LockOp::UnlockExclusive => rw::unlock_exclusive(w, me),
-        LockOp::TryShared => rw::try_shared(w, reader, now_ms),
-        LockOp::UnlockShared => rw::unlock_shared(w, reader),
-        LockOp::ExtendExclusive | LockOp::ExtendShared => rw::extend(w),
-        LockOp::TicketExclusive | LockOp::TicketShared => {
-            return Step::refused(cell, Status::Einval);
-        }
-    };
-    Step::from_word(o)
-}
-
-#[inline]
-fn fair_step(
-    cell: &LockCell,
-    me: ClientId,
-    c: &LockCommand,
-    hold: GrantState,
-    now_ms: u64,
-) -> Step {
-    let s = fair::FairLock {
-        word: fair::FairWord::from_bits(cell.word),
-        owner: cell.ext,
-    };
-    let req = match c.op {
-        LockOp::TryExclusive | LockOp::TryShared => fair::Request::First,
-        LockOp::TicketExclusive | LockOp::TicketShared => fair::Request::Retry(c.ticket),
-        LockOp::UnlockExclusive | LockOp::UnlockShared => fair::Request::Unlock(c.ticket),
-        LockOp::ExtendExclusive | LockOp::ExtendShared => fair::Request::Extend(c.ticket),
-    };
-    let caller = fair::Caller { id: me, hold };
-    let served = fair::serve(s, caller, c.op.mode(), req, c.expire_ms, now_ms);
-    let o = served.outcome;
-    Step {
-        word: o.state.word.into_bits(),
-        ext: o.state.owner,
-        status: o.status,
-        effect: o.effect,
-        ticket: served.ticket,
-        ticket_void: served.ticket_void,
-        others_void: served.others_void,
     }
 }

@@ -12,7 +12,7 @@
 //! | indexes             | the name indexes and the client index map exactly the live slots, each under its key's tag (a name's keyed hash, an id's mix), and no key twice |
 //! | clients             | a free entry is blank; a live one has an id and a valid state, nobody re-syncs on a serving server, its reference counts are its reference bits; no peer beyond its cap |
 //! | references          | a live lock is referenced, and its count (an object's too) is the number of bits in its column; bits only of live clients on live slots |
-//! | holds               | only with a reference; shared grants on RW and fair locks only, tickets on fair locks only |
+//! | holds               | only with a reference; shared grants on RW and fair locks only, tickets on fair locks only; a dead (retaining) client's only grants marked retain-on-death; a cached grant only on a lock whose manager cell is marked as having one |
 //! | lock words          | an owner in a word (atomic, RW, fair) is a registered client whose hold is exclusive; an RW or fair exclusive hold is the word's owner; a lock's shared holds are its reader count (`readers`, `rcnt`); no readers beside an owner; fair counters in order (`nx` not after `mx`, `ns` not after `ms`) |
 //! | fences              | each live lock's last fencing token is below the server's next token |
 //! | waiters             | the waiting and ready counts match the table; a waiting request is on its own lock's FIFO once, a FIFO holds only those and ends; a parked request is its slot's client's; a free waiter is blank; a queued fair retry holds a ticket the lock issued |
@@ -318,14 +318,26 @@ impl Server<'_> {
     }
 
     /// Client slot `client`'s holds: each with a reference, of a kind its lock has, and an
-    /// RW or fair exclusive hold the word's owner.
+    /// RW or fair exclusive hold the word's owner; a dead client's only grants it asked to
+    /// retain; a cached grant only on a lock marked as having one.
     fn check_holds(&self, client: u32, id: u32, sums: &mut Sums) -> Result<(), Violation> {
         let t = &self.t;
+        let retaining = t.clients[client as usize].client_state() == ClientState::Retaining;
         let mut from = 0;
         while let Some((lock, bits)) = t.lock_holds.next_in_row(client, from) {
             from = lock + 1;
             if t.lock_refs.get(client, lock) == 0 {
                 return Err(Violation::Hold { client, lock });
+            }
+            if let Ok(state) = GrantState::from_bits(bits) {
+                if retaining && !state.retains() {
+                    return Err(Violation::Retained { client, lock });
+                }
+                // The revoke decision scans only marked locks: a cached holder on an unmarked
+                // one would never be asked to give it back.
+                if state.is_cached() && t.lock_manager[lock as usize].cached == 0 {
+                    return Err(Violation::Cached { client, lock });
+                }
             }
             let kind = SlotState(t.lock_meta[lock as usize].state).kind();
             let (owner, _) = owner_and_readers(kind, &t.lock_cells[lock as usize]);

@@ -88,6 +88,7 @@ impl<'r> Server<'r> {
             refs: 0,
         };
         self.t.lock_cells[lock as usize] = LockCell::default();
+        self.t.lock_manager[lock as usize] = crate::table::LockManagerCell::default();
         // A new lock never inherits its slot's last block. One created while the server
         // recovers may be one a failed server held, whose block nobody knows until a re-claim
         // supplies it: invalid until then (the Linux DLM's rule after recovery).

@@ -38,9 +38,11 @@ mod peers;
 pub mod proof;
 mod recovery;
 pub mod retained;
+mod revokes;
 pub mod route;
 mod routing;
 pub mod stats;
+mod steps;
 mod waiters;
 
 use crate::config::Config;
@@ -85,6 +87,9 @@ pub struct Server<'r> {
     /// Dead clients' slots keeping retained grants (`ClientState::Retaining`): while zero, no
     /// acquisition looks for a retained grant in its way (`retained.rs`).
     retaining: u32,
+    /// A revoke was written into an event ring since the transport last asked
+    /// ([`Server::take_events_pending`]).
+    events_pending: bool,
     /// How recovery went so far (see [`Server::recovery_progress`]).
     progress: RecoveryProgress,
     /// The next fencing token: the epoch in the high bits, a counter below. One counter for the
@@ -160,6 +165,7 @@ impl<'r> Server<'r> {
             cfg: *cfg,
             recovering: cfg.recovery_clients,
             retaining: 0,
+            events_pending: false,
             progress: RecoveryProgress {
                 expected: cfg.recovery_clients,
                 ..RecoveryProgress::default()

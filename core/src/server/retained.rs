@@ -46,7 +46,7 @@ use crate::proto::{
     encode_control_response,
 };
 use crate::status::Status;
-use crate::table::{ClientEntry, ClientState, SlotState};
+use crate::table::{ClientState, SlotState};
 
 /// One retained grant, as [`Server::retained`] lists it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,8 +140,7 @@ impl Server<'_> {
             released += 1;
         }
         self.release_all_lock_refs(slot);
-        self.t.clients[slot as usize] = ClientEntry::default();
-        self.t.client_free.push(slot);
+        self.free_client_slot(slot);
         self.retaining -= 1;
         self.stats.add(Counter::RetainedReleased, released.into());
         released

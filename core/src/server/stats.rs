@@ -144,6 +144,15 @@ pub enum Counter {
     Coordinator,
     /// 1 once this server asked to be drained (a gauge, transport).
     Draining,
+    /// Revokes sent to cached holders (`server/revokes.rs`): one per holder and grant.
+    RevokesSent,
+    /// Revoked grants given back with an unlock.
+    RevokesGivenBack,
+    /// Exclusive grants turned shared (`LockOp::Downgrade`), revoked or not.
+    Downgrades,
+    /// Revoked grants released by the server because their holder did not give them back
+    /// within the revoke timeout (as at the end of a lease).
+    RevokesLapsed,
 }
 
 impl Counter {
@@ -193,7 +202,7 @@ impl Counter {
     }
 
     /// Number of counters.
-    pub const COUNT: usize = Counter::Draining as usize + 1;
+    pub const COUNT: usize = Counter::RevokesLapsed as usize + 1;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT] = [
@@ -257,6 +266,10 @@ impl Counter {
         Counter::KeepaliveAgeMs,
         Counter::Coordinator,
         Counter::Draining,
+        Counter::RevokesSent,
+        Counter::RevokesGivenBack,
+        Counter::Downgrades,
+        Counter::RevokesLapsed,
     ];
 
     /// A stable snake-case name for printing.
@@ -322,6 +335,10 @@ impl Counter {
             Counter::KeepaliveAgeMs => "keepalive_age_ms",
             Counter::Coordinator => "coordinator",
             Counter::Draining => "draining",
+            Counter::RevokesSent => "revokes_sent",
+            Counter::RevokesGivenBack => "revokes_given_back",
+            Counter::Downgrades => "downgrades",
+            Counter::RevokesLapsed => "revokes_lapsed",
         }
     }
 }

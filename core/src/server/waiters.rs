@@ -351,6 +351,18 @@ impl<'r> Server<'r> {
         self.ready += 1;
     }
 
+    /// When [`Server::poll_waiters`] next has something to do (`u64::MAX`: nothing parked): a
+    /// runtime that sleeps while idle sleeps no later than this, or a parked request's deadline,
+    /// a lapse or a revoke due at the end of a minimum hold waits for its wake-up.
+    #[inline]
+    pub fn next_timer_ms(&self) -> u64 {
+        if self.waiting > 0 {
+            self.next_timer_ms
+        } else {
+            u64::MAX
+        }
+    }
+
     /// Acts on time: parked requests whose deadline passed are answered `Etimeout`, and queues
     /// whose lock may have become free by expiry or the end of a hand-off window are retried.
     /// Cheap when nothing is due: call it on every turn of the runtime's loop.
@@ -400,7 +412,12 @@ impl<'r> Server<'r> {
             // RW grants never lapse; only an unlock or a death frees them.
             _ => u64::MAX,
         };
-        deadline.min(lapse.saturating_add(1))
+        // A cached holder's minimum hold ends (its revoke is due) or its revoke lapses.
+        let revoke = match self.t.lock_manager[id.index() as usize].retry_at_ms {
+            0 => u64::MAX,
+            at => at,
+        };
+        deadline.min(lapse.saturating_add(1)).min(revoke)
     }
 
     /// Replies of parked requests that have been decided.

@@ -40,14 +40,17 @@ unsafe impl Pod for crate::table::index::Bucket {}
 unsafe impl Pod for Waiter {}
 // SAFETY: as above (`repr(C)`: a byte array and two `u32`s, no padding, 40 bytes).
 unsafe impl Pod for crate::manager::LockValue {}
+// SAFETY: repr(C) struct of integers only (checked below).
+unsafe impl Pod for LockManagerCell {}
 
 /// First bytes of every region: `b"DLOCKRGN"` little-endian.
 pub const REGION_MAGIC: u64 = u64::from_le_bytes(*b"DLOCKRGN");
 /// Bumped whenever any record or the order of parts changes (2: four mailbox lanes per client;
 /// 3: 128-bit session secrets in the client entries; 4: client flags, and response halves that
 /// hold a data response with its grant proofs; 5: four-bit holds entries, a
-/// [`crate::manager::GrantState`] each, and a value block per lock).
-pub const LAYOUT_VERSION: u32 = 5;
+/// [`crate::manager::GrantState`] each, and a value block per lock; 6: a [`LockManagerCell`]
+/// per lock and an event ring per client).
+pub const LAYOUT_VERSION: u32 = 6;
 
 /// The region header: enough for another process to recompute the [`super::Layout`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -320,6 +323,30 @@ pub enum WaiterState {
     /// Decided (granted, refused or timed out); the reply is waiting to be collected.
     Ready = 2,
 }
+
+/// What the revoke decision (`manager::revoke`) needs of a lock beyond its word, per lock
+/// rather than per (client, lock): eight bytes per (client, lock) would be 410 MB at the default
+/// capacities, and a later time is always safe to pass for every holder (it only delays a
+/// revoke or a lapse). Data thread only; zero is "no cached grant, no revoke".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct LockManagerCell {
+    /// When the lock's latest cached grant was made (the minimum hold runs from it).
+    pub cached_since_ms: u64,
+    /// When the lock's latest revoke went out (the revoke timeout runs from it).
+    pub revoke_sent_ms: u64,
+    /// When the holders' situation next changes by itself (a hold ends, a revoke lapses): a
+    /// parked request's retry time. 0: nothing due.
+    pub retry_at_ms: u64,
+    /// Non-zero while the lock may have cached holders: set by every cached grant, cleared by
+    /// a scan of the lock's holders that finds none, so an acquisition on a lock that was never
+    /// cached pays one load, not a scan of the client table.
+    pub cached: u32,
+    /// Reserved, zero.
+    pub spare: u32,
+}
+
+const_assert_eq!(size_of::<LockManagerCell>(), 32);
 
 /// A blocking lock request parked on the server (one per client at most): the request to
 /// answer, and once decided, the answer.

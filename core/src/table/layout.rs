@@ -10,8 +10,9 @@ use core::mem::size_of;
 use crate::config::{BATCH_MAX, Config};
 use crate::manager::{GrantState, LockValue};
 use crate::table::cells::{
-    ClientEntry, LockCell, LockMeta, NameCell, ObjectMeta, RegionHeader, Waiter,
+    ClientEntry, LockCell, LockManagerCell, LockMeta, NameCell, ObjectMeta, RegionHeader, Waiter,
 };
+use crate::table::events::EVENT_RING_WORDS;
 use crate::table::index::{Bucket, Index};
 
 /// Alignment of every part: a cache line (64 B) is enough for the atomics and keeps parts apart.
@@ -94,6 +95,11 @@ pub struct Layout {
     pub waiters: Part,
     /// `locks_max` × [`LockValue`]: each lock's value block, its write count and validity.
     pub lock_values: Part,
+    /// `locks_max` × [`LockManagerCell`]: grant and revoke times for the revoke decision.
+    pub lock_manager: Part,
+    /// `clients_max` × 1,152 B: each client's event ring (`table::events`), written by the
+    /// data thread and read by the client.
+    pub event_rings: Part,
     /// `locks_max` × `u32`: the first waiter of each lock's FIFO (waiter slot + 1, 0 = none).
     pub lock_waiters: Part,
     /// `clients_max` × (request 1 KiB + response 1 KiB), interpreted by the shared-memory
@@ -150,6 +156,8 @@ impl Layout {
         let waiters = c.array::<Waiter>(clients as usize);
         let lock_waiters = c.array::<u32>(locks as usize);
         let lock_values = c.array::<LockValue>(locks as usize);
+        let lock_manager = c.array::<LockManagerCell>(locks as usize);
+        let event_rings = c.array::<u64>(clients as usize * EVENT_RING_WORDS);
         let mailbox = MAILBOX_HALF + MAILBOX_RESPONSE_HALF;
         let mailboxes = c.take(clients as usize * MAILBOX_LANES * mailbox, PAGE);
         let doorbells = c.array::<u64>(words_for(clients, 1));
@@ -175,6 +183,8 @@ impl Layout {
             waiters,
             lock_waiters,
             lock_values,
+            lock_manager,
+            event_rings,
             mailboxes,
             doorbells,
             total,
@@ -182,7 +192,7 @@ impl Layout {
     }
 
     /// Every part, in address order (for the disjointness check and the README footprint).
-    pub fn parts(&self) -> [(&'static str, Part); 22] {
+    pub fn parts(&self) -> [(&'static str, Part); 24] {
         [
             ("header", self.header),
             ("lock cells", self.lock_cells),
@@ -204,6 +214,8 @@ impl Layout {
             ("waiters", self.waiters),
             ("lock waiter queues", self.lock_waiters),
             ("lock value blocks", self.lock_values),
+            ("lock manager cells", self.lock_manager),
+            ("event rings", self.event_rings),
             ("mailboxes", self.mailboxes),
             ("doorbells", self.doorbells),
         ]
@@ -247,6 +259,6 @@ mod tests {
     fn default_footprint_is_what_the_readme_says() {
         // The README quotes this figure; if the layout changes, update both.
         let total = Layout::new(&Config::default()).total;
-        assert_eq!(total, 156_426_240, "{total} bytes");
+        assert_eq!(total, 159_219_712, "{total} bytes");
     }
 }

@@ -12,6 +12,7 @@
 
 pub mod bits;
 pub mod cells;
+pub mod events;
 pub mod index;
 pub mod layout;
 
@@ -20,9 +21,10 @@ use core::sync::atomic::AtomicU64;
 
 pub use bits::BitGrid;
 pub use cells::{
-    ClientEntry, ClientState, LockCell, LockMeta, NameCell, ObjectMeta, SlotState, Waiter,
-    WaiterState,
+    ClientEntry, ClientState, LockCell, LockManagerCell, LockMeta, NameCell, ObjectMeta, SlotState,
+    Waiter, WaiterState,
 };
+pub use events::{EVENT_RING_LEN, EVENT_RING_WORDS, EventRing, EventRings};
 pub use index::Index;
 pub use layout::{Layout, Part};
 
@@ -143,6 +145,10 @@ pub struct Tables<'r> {
     pub lock_waiters: &'r mut [u32],
     /// Per lock, its value block (data path; all zero is a fresh, valid block).
     pub lock_values: &'r mut [LockValue],
+    /// Per lock, what the revoke decision needs beyond the word (data path).
+    pub lock_manager: &'r mut [LockManagerCell],
+    /// Per client slot, its event ring, shared with the client that reads it.
+    pub event_rings: EventRings<'r>,
 }
 
 /// Typed view of one part.
@@ -187,8 +193,9 @@ impl<'r> Tables<'r> {
     ///
     /// - `base` is 64-byte aligned and valid for reads and writes of `len` bytes for `'r`.
     /// - The first [`Config::region_size`] bytes are all zero.
-    /// - During `'r`, nothing else accesses the region except the object cells (only through
-    ///   atomic operations), and the mailboxes and doorbells (which these tables never touch).
+    /// - During `'r`, nothing else accesses the region except the object cells and the event
+    ///   rings (only through atomic operations), and the mailboxes and doorbells (which these
+    ///   tables never touch).
     pub unsafe fn from_zeroed_raw(
         base: NonNull<u8>,
         len: usize,
@@ -210,6 +217,10 @@ impl<'r> Tables<'r> {
             let cells = carve::<u64>(base, l.object_cells);
             let object_cells =
                 core::slice::from_raw_parts(cells.as_mut_ptr().cast::<AtomicU64>(), cells.len());
+            // The event rings are shared with their readers the same way.
+            let rings = carve::<u64>(base, l.event_rings);
+            let rings =
+                core::slice::from_raw_parts(rings.as_mut_ptr().cast::<AtomicU64>(), rings.len());
             Ok(Self {
                 layout: l,
                 lock_cells: carve(base, l.lock_cells),
@@ -231,6 +242,8 @@ impl<'r> Tables<'r> {
                 waiters: carve(base, l.waiters),
                 lock_waiters: carve(base, l.lock_waiters),
                 lock_values: carve(base, l.lock_values),
+                lock_manager: carve(base, l.lock_manager),
+                event_rings: EventRings::new(rings),
             })
         }
     }
@@ -302,6 +315,12 @@ impl Tables<'_> {
             let (words, _) = r.block.0.as_chunks::<8>();
             words.iter().for_each(|&w| d.word(u64::from_le_bytes(w)));
             d.word(r.seq as u64 | (r.valid as u64) << 32);
+        }
+        for m in self.lock_manager.iter() {
+            d.word(m.cached_since_ms);
+            d.word(m.revoke_sent_ms);
+            d.word(m.retry_at_ms);
+            d.word(m.cached as u64);
         }
         d.0
     }

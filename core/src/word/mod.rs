@@ -37,6 +37,8 @@ pub enum Effect {
     Released(Mode),
     /// The caller's grant was extended (or re-validated, for an extension by 0).
     Extended,
+    /// The caller's exclusive grant became a shared one (`LockOp::Downgrade`).
+    Downgraded,
 }
 
 /// The result of one transition: the state after it, the status, and the effect.

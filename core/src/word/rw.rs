@@ -30,6 +30,8 @@
 //! | shared, c a reader   | unlock_shared(c)              | readers − 1 (free at 0)        | Success       |
 //! | anything else        | unlock_shared(c)              | unchanged                     | Fail          |
 //! | any                  | extend                        | unchanged                     | Einval        |
+//! | owner == c           | downgrade(c)                  | `{0, 1, since}`                | Success       |
+//! | owner != c           | downgrade(c)                  | unchanged                     | Fail          |
 //!
 //! Writers are not prioritised (as in the reference): a stream of readers can starve a writer;
 //! the fair lock is the kind that orders them.
@@ -131,6 +133,17 @@ pub fn unlock_shared(w: RwWord, is_reader: bool) -> Outcome<RwWord> {
     )
 }
 
+/// Turn an exclusive grant into a shared one in place (a revoked cached holder that still
+/// reads, `LockOp::Downgrade`): the holder becomes the only reader, so readers waiting may
+/// join it and a writer keeps waiting. The hold's start is kept: it is the same hold.
+#[inline]
+pub fn downgrade(w: RwWord, me: ClientId) -> Outcome<RwWord> {
+    if w.owner() != me.get() {
+        return Outcome::refused(w, Status::Fail);
+    }
+    Outcome::ok(w.with_owner(0).with_readers(1), Effect::Downgraded)
+}
+
 /// RW locks have no expiry, so there is nothing to extend (the reference answers EINVAL too).
 #[inline]
 pub fn extend(w: RwWord) -> Outcome<RwWord> {
@@ -160,6 +173,7 @@ mod tests {
         TrySh(u32),
         UnlockSh(u32),
         Extend,
+        Downgrade(u32),
     }
 
     fn model_apply(m: Model, op: Op) -> (Model, Status) {
@@ -193,6 +207,14 @@ mod tests {
             ),
             Op::UnlockSh(_) => (m, Status::Fail),
             Op::Extend => (m, Status::Einval),
+            Op::Downgrade(c) if m.writer == c => (
+                Model {
+                    writer: 0,
+                    readers: bit(c),
+                },
+                Status::Success,
+            ),
+            Op::Downgrade(_) => (m, Status::Fail),
         }
     }
 
@@ -205,9 +227,11 @@ mod tests {
             Op::TrySh(who) => try_shared(w, is_reader(who), now),
             Op::UnlockSh(who) => unlock_shared(w, is_reader(who)),
             Op::Extend => extend(w),
+            Op::Downgrade(who) => downgrade(w, c(who)),
         };
         match (op, out.effect) {
             (Op::TrySh(who), Effect::Granted { .. }) => *readers |= 1 << who,
+            (Op::Downgrade(who), Effect::Downgraded) => *readers |= 1 << who,
             (Op::UnlockSh(who), Effect::Released(_)) => *readers &= !(1 << who),
             _ => {}
         }
@@ -255,6 +279,8 @@ mod tests {
             Op::UnlockSh(1),
             Op::UnlockSh(3),
             Op::Extend,
+            Op::Downgrade(1),
+            Op::Downgrade(2),
         ];
         for m in states {
             for op in ops {
@@ -293,7 +319,8 @@ mod tests {
             who.clone().prop_map(Op::TryEx),
             who.clone().prop_map(Op::UnlockEx),
             who.clone().prop_map(Op::TrySh),
-            who.prop_map(Op::UnlockSh),
+            who.clone().prop_map(Op::UnlockSh),
+            who.prop_map(Op::Downgrade),
             Just(Op::Extend),
         ]
     }

@@ -203,6 +203,8 @@ unsafe fn settings(cfg: &server_cfg) -> Result<ServerConfig, Status> {
         epoch: u16::try_from(or_default(cfg.epoch, d.epoch.into())).map_err(|_| Status::Einval)?,
         recovery_deadline_ms: d.recovery_deadline_ms,
         clients_per_peer_max: d.clients_per_peer_max,
+        // The C configuration has no cached-grant settings yet: the defaults.
+        timing: d.timing,
     };
     core.validate()?;
     let mut s = ServerConfig::new(core);

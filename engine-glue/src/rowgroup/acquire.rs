@@ -16,6 +16,9 @@ pub(super) const NO_LOCK: LockId = LockId::new(0, 1);
 /// `MS_MAX`); longer waits are cut to it, which also keeps `Instant + wait` from overflowing.
 const WAIT_MAX: Duration = dlock_core::time::MS_MAX;
 
+/// How long a cached worker's wait for one key lasts before it answers its revokes again.
+const CACHED_WAIT_SLICE: Duration = Duration::from_millis(2);
+
 /// A key the current call must take.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Want {
@@ -46,6 +49,10 @@ impl<C: Connection> RowGroupLocks<C> {
         opts: AcquireOptions,
     ) -> Result<(), Status> {
         self.health()?;
+        if self.cfg.cached {
+            self.poll_revokes()?;
+            self.drop_cached_upgrades(requests)?;
+        }
         self.plan(requests)?;
         if self.todo.is_empty() {
             return Ok(());
@@ -59,7 +66,7 @@ impl<C: Connection> RowGroupLocks<C> {
         let taken = self.take(floor, deadline, AcquireOptions { wait, ..opts });
         if taken.is_err() && opts.all_or_nothing {
             // A failure here is fatal and already reported as a loss; the call's error stands.
-            let _ = self.release_from(first_new);
+            let _ = self.let_go_from(first_new);
         }
         // This call's keys were appended in order, but may sort before earlier calls' keys.
         self.held.sort_unstable_by_key(|h| h.key);
@@ -141,6 +148,12 @@ impl<C: Connection> RowGroupLocks<C> {
             .map_err(|e| self.check(e.status()))?;
         for (&i, r) in at.iter().zip(got) {
             let id = r.map_err(|s| self.check(s))?;
+            if self.caches(self.todo[i].key) {
+                // Local: every acquisition of the name asks for a cacheable grant from now on.
+                self.client
+                    .set_cacheable(id, true)
+                    .map_err(|e| self.check(e.status()))?;
+            }
             self.names.insert(self.todo[i].key, id);
             self.todo[i].id = Some(id);
         }
@@ -154,7 +167,9 @@ impl<C: Connection> RowGroupLocks<C> {
             .names
             .iter()
             .filter(|&(&key, _)| {
-                self.find(key).is_err() && self.todo.binary_search_by_key(&key, |w| w.key).is_err()
+                self.find(key).is_err()
+                    && !self.cache.contains_key(&key)
+                    && self.todo.binary_search_by_key(&key, |w| w.key).is_err()
             })
             .map(|(&key, &id)| (key, id))
             .collect();
@@ -192,7 +207,19 @@ impl<C: Connection> RowGroupLocks<C> {
         let mut out = [Err(Status::Einval); BATCH_MAX];
         let mut i = 0;
         while i < self.todo.len() {
-            let n = (self.todo.len() - i).min(BATCH_MAX);
+            // A key the cache covers is taken here, in its place in the order (no message).
+            if self.cfg.cached && self.take_cached(self.todo[i].key, self.todo[i].mode) {
+                i += 1;
+                continue;
+            }
+            let n = self.todo[i..]
+                .iter()
+                .take(BATCH_MAX)
+                .take_while(|w| !self.cache.contains_key(&w.key))
+                .count()
+                // A cached key the cache could not cover (never after `drop_cached_upgrades`)
+                // is asked for as any key.
+                .max(1);
             for (r, w) in requests.iter_mut().zip(&self.todo[i..i + n]) {
                 // RW grants have no expiry; the lease only satisfies the "0 reads the cache" rule.
                 *r = (w.id(), w.mode, expire_ms);
@@ -272,14 +299,29 @@ impl<C: Connection> RowGroupLocks<C> {
         if refused != Status::Fail || opts.wait.is_zero() || out_of_order {
             return Err(self.check(refused));
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(Status::Etimeout);
-        }
         let expire_ms = self.lease_ms();
-        self.client
-            .lock(want.id(), want.mode, expire_ms, left)
-            .map_err(|e| self.check(e.status()))
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Status::Etimeout);
+            }
+            if !self.cfg.cached {
+                return self
+                    .client
+                    .lock(want.id(), want.mode, expire_ms, left)
+                    .map_err(|e| self.check(e.status()));
+            }
+            // Caching, the wait goes in slices with the revokes answered between them: a
+            // worker blocked here while another waits for a key it merely caches would
+            // otherwise hold that key until one of the two waits ran out.
+            self.poll_revokes()?;
+            let slice = left.min(CACHED_WAIT_SLICE);
+            match self.client.lock(want.id(), want.mode, expire_ms, slice) {
+                Ok(g) => return Ok(g),
+                Err(e) if e.status() == Status::Etimeout => {}
+                Err(e) => return Err(self.check(e.status())),
+            }
+        }
     }
 }
 

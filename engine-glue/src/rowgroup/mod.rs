@@ -66,6 +66,7 @@
 //! the engine builds a new one with a new client.
 
 mod acquire;
+mod cache;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -119,15 +120,29 @@ pub struct RowGroupConfig {
     /// Lock names kept resolved. When a call needs more, the names no transaction holds are
     /// released on the server first (the server's lock table is shared by every client).
     pub names_max: usize,
+    /// Keep the keys of ended transactions as cached grants, take them again locally, and give
+    /// them back when another worker wants them (`cache.rs`). Off by default: a worker then
+    /// holds keys between transactions, which only pays when its transactions come back to
+    /// the same row groups.
+    pub cached: bool,
 }
 
 impl RowGroupConfig {
     /// 4,096 names.
-    pub const DEFAULT: RowGroupConfig = RowGroupConfig { names_max: 4_096 };
+    pub const DEFAULT: RowGroupConfig = RowGroupConfig {
+        names_max: 4_096,
+        cached: false,
+    };
 
     /// Keeps up to `names_max` names resolved.
     pub const fn with_names_max(mut self, names_max: usize) -> Self {
         self.names_max = names_max;
+        self
+    }
+
+    /// Caches grants between transactions (`on`): see [`RowGroupConfig::cached`].
+    pub const fn with_cached(mut self, on: bool) -> Self {
+        self.cached = on;
         self
     }
 
@@ -198,6 +213,9 @@ pub const fn is_fatal(s: Status) -> bool {
 /// Called once per key the moment it is found lost, with the grant's fencing token.
 type OnLost = Box<dyn FnMut(RowGroup, FencingToken) + Send>;
 
+/// Says which keys a caching worker keeps between transactions (`cache.rs`).
+type CacheFilter = Box<dyn Fn(RowGroup) -> bool + Send>;
+
 /// One key of the open transaction.
 #[derive(Clone, Copy, Debug)]
 struct Held {
@@ -226,6 +244,16 @@ pub struct RowGroupLocks<C: Connection = Link> {
     on_lost: Option<OnLost>,
     /// The current call's keys, sorted; kept to reuse its allocation.
     todo: Vec<acquire::Want>,
+    /// Grants kept after their transaction ended (`cache.rs`), by key.
+    cache: HashMap<RowGroup, cache::Cached>,
+    /// Keys of the open transaction the server asked back: not cached at its end.
+    revoked: Vec<LockId>,
+    /// Events read off the connection (kept for its capacity).
+    events: Vec<dlock_core::proto::Event>,
+    /// Keys taken from the cache, with no message.
+    cache_hits: u64,
+    /// Which keys are cached (`None`: every key).
+    cache_filter: Option<CacheFilter>,
 }
 
 impl<C: Connection> fmt::Debug for RowGroupLocks<C> {
@@ -239,6 +267,8 @@ impl<C: Connection> fmt::Debug for RowGroupLocks<C> {
             .field("dead", &self.dead)
             .field("renewed_at", &self.renewed_at)
             .field("on_lost", &self.on_lost.is_some())
+            .field("cache", &self.cache.len())
+            .field("cache_hits", &self.cache_hits)
             .finish()
     }
 }
@@ -261,12 +291,30 @@ impl<C: Connection> RowGroupLocks<C> {
             renewed_at: Instant::now(),
             on_lost: None,
             todo: Vec::new(),
+            cache: HashMap::new(),
+            revoked: Vec::new(),
+            events: Vec::with_capacity(dlock_core::table::EVENT_RING_LEN + 1),
+            cache_hits: 0,
+            cache_filter: None,
         })
     }
 
     /// Registers the callback told about every lost key, at once, with its fencing token.
     pub fn set_on_lost(&mut self, f: impl FnMut(RowGroup, FencingToken) + Send + 'static) {
         self.on_lost = Some(Box::new(f));
+    }
+
+    /// With caching on, keeps only the keys `f` accepts between transactions (by default
+    /// every key): an engine whose workers own ranges of row groups caches its own range and
+    /// gives back at once the keys of others, which their owners would soon revoke (each
+    /// bounce of a key between two workers costs the server's minimum hold).
+    pub fn set_cache_filter(&mut self, f: impl Fn(RowGroup) -> bool + Send + 'static) {
+        self.cache_filter = Some(Box::new(f));
+    }
+
+    /// Whether caching keeps `key` between transactions.
+    fn caches(&self, key: RowGroup) -> bool {
+        self.cfg.cached && self.cache_filter.as_ref().is_none_or(|f| f(key))
     }
 
     /// Opens a transaction. Dropping it without [`Txn::commit`] aborts it.
@@ -287,7 +335,7 @@ impl<C: Connection> RowGroupLocks<C> {
         // Any failure counts: without a renewal the server will let the lease run out.
         self.client.heartbeat().map_err(|e| self.die(e.status()))?;
         self.renewed_at = now;
-        Ok(())
+        self.poll_revokes().map(drop)
     }
 
     /// `Err(status)` once the client's registration is gone (see [`is_fatal`]).
@@ -317,6 +365,16 @@ impl<C: Connection> RowGroupLocks<C> {
         self.names.len()
     }
 
+    /// How many grants are cached between transactions (`RowGroupConfig::cached`).
+    pub fn cached_grants(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// How many keys transactions took from the cache, with no message.
+    pub fn cache_hits(&self) -> u64 {
+        self.cache_hits
+    }
+
     /// Gives the client back (to `deinit` it, say); only possible with no transaction open.
     pub fn into_client(self) -> Client<C> {
         self.client
@@ -325,6 +383,9 @@ impl<C: Connection> RowGroupLocks<C> {
     /// The client is gone: every held key is lost. Returns `s` for `map_err`.
     fn die(&mut self, s: Status) -> Status {
         self.dead.get_or_insert(s);
+        // Cached grants went with the registration; no transaction held them.
+        self.cache.clear();
+        self.revoked.clear();
         for h in self.held.drain(..) {
             self.lost.push((h.key, h.token));
             if let Some(f) = self.on_lost.as_mut() {
@@ -344,10 +405,26 @@ impl<C: Connection> RowGroupLocks<C> {
         self.held.binary_search_by_key(&key, |h| h.key)
     }
 
-    /// Ends the open transaction: unlocks every held key, forgets the lost ones.
+    /// Ends the open transaction: unlocks (or, caching, keeps) every held key, forgets the
+    /// lost ones.
     fn end(&mut self) -> Result<(), Status> {
         self.lost.clear();
+        if self.cfg.cached && self.dead.is_none() {
+            // Revokes that came during the transaction are for keys it held: not kept.
+            let polled = self.poll_revokes();
+            let released = self.let_go_from(0);
+            return polled.and(released);
+        }
         self.release_from(0)
+    }
+
+    /// Lets go of `held[from..]`: caching, into the cache (those revoked meanwhile are
+    /// unlocked); otherwise unlocked.
+    fn let_go_from(&mut self, from: usize) -> Result<(), Status> {
+        if self.cfg.cached {
+            self.cache_from(from);
+        }
+        self.release_from(from)
     }
 
     /// Unlocks `held[from..]`, 31 per message, and forgets them; the first failure is returned

@@ -75,6 +75,13 @@ pub trait Connection: Debug {
         Ok(got)
     }
 
+    /// Hands every event the server sent unasked and the client has not seen to `sink`,
+    /// without waiting. By default there are none (a connection that carries no events).
+    fn poll_events(&mut self, sink: &mut dyn FnMut(dlock_core::proto::Event)) -> io::Result<()> {
+        let _ = sink;
+        Ok(())
+    }
+
     /// The object cells, when the client may change them one-sided (shared memory).
     fn object_cells(&self) -> Option<&[AtomicU64]> {
         None
@@ -142,6 +149,10 @@ impl Connection for Link {
         waker: &Waker,
     ) -> io::Result<Option<usize>> {
         Link::poll_recv_data(self, ticket, reply, waker)
+    }
+
+    fn poll_events(&mut self, sink: &mut dyn FnMut(dlock_core::proto::Event)) -> io::Result<()> {
+        Link::poll_events(self, sink)
     }
 
     fn object_cells(&self) -> Option<&[AtomicU64]> {

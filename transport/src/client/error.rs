@@ -74,6 +74,8 @@ pub(crate) enum Op {
     Lock,
     Unlock,
     Extend,
+    /// Turning an exclusive RW grant shared in place.
+    Downgrade,
     BatchTryLock,
     BatchUnlock,
     BatchExtend,
@@ -85,6 +87,10 @@ pub(crate) enum Op {
     StageValue,
     /// Asking (or no longer asking) for a lock's grants to be retained if the client dies.
     SetRetain,
+    /// Asking (or no longer asking) for a lock's grants to be cached.
+    SetCacheable,
+    /// Reading what the server sent unasked (revokes).
+    PollEvents,
     /// Releasing a dead client's retained locks.
     RecoveryDone,
     /// Listing retained locks.
@@ -123,6 +129,7 @@ impl Op {
             Op::Lock => "lock",
             Op::Unlock => "unlock",
             Op::Extend => "lock_extend",
+            Op::Downgrade => "downgrade",
             Op::BatchTryLock => "batch_trylock",
             Op::BatchUnlock => "batch_unlock",
             Op::BatchExtend => "batch_lock_extend",
@@ -131,6 +138,8 @@ impl Op {
             Op::SetValueBlocks => "set_value_blocks",
             Op::StageValue => "stage_value",
             Op::SetRetain => "set_retain",
+            Op::SetCacheable => "set_cacheable",
+            Op::PollEvents => "poll_events",
             Op::RecoveryDone => "recovery_done",
             Op::ListRetained => "list_retained",
             Op::Complete => "complete",

@@ -231,6 +231,8 @@ pub struct Link {
     awake: Duration,
     /// The shared data connection to attach through, if the client was given one.
     mux: Option<super::Mux>,
+    /// Over shared memory: what was read of the slot's event ring.
+    ring: super::events::RingReader,
 }
 
 fn deadline_left(deadline: Option<Instant>) -> io::Result<Option<Duration>> {
@@ -253,6 +255,7 @@ impl Link {
             seq: 0,
             awake: Duration::ZERO,
             mux: None,
+            ring: super::events::RingReader::default(),
         })
     }
 
@@ -270,6 +273,7 @@ impl Link {
                 seq: 0,
                 awake: Duration::ZERO,
                 mux: None,
+                ring: super::events::RingReader::default(),
             },
             None => Link::connect(endpoint)?,
         };
@@ -348,6 +352,8 @@ impl Link {
     pub fn attach(&mut self, client: u32, slot: u32, session: Session) -> io::Result<()> {
         // The old path goes first: a re-registration may join the same shared connection.
         self.data = Data::None;
+        // A new registration's ring starts empty (the server clears a slot's ring with it).
+        self.ring = super::events::RingReader::default();
         if let Some(mux) = &self.mux {
             if self.endpoint.remote().map(|(addr, _)| addr) != Some(mux.addr()) {
                 return Err(io::Error::new(
@@ -484,6 +490,30 @@ impl Link {
         m.send_deferred(ticket, req)?;
         self.seq = ticket;
         Ok(ticket)
+    }
+
+    /// Hands every event the server sent this client and the client has not seen yet to
+    /// `sink`, without waiting: over shared memory from the slot's ring in the region, over a
+    /// stream from what the connection's reader filed (its own connection is read here, one
+    /// quick look). RDMA clients receive no events yet.
+    pub fn poll_events(
+        &mut self,
+        sink: &mut dyn FnMut(dlock_core::proto::Event),
+    ) -> io::Result<()> {
+        match &mut self.data {
+            Data::Mailbox { mapped, slot } => {
+                if let Some(ring) = mapped.region().client_event_ring(*slot) {
+                    self.ring.drain(&ring, sink);
+                }
+                Ok(())
+            }
+            Data::Tcp(t) => t.poll_events(sink),
+            Data::Mux(m) => {
+                m.poll_events(sink);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The reply to the message sent under `ticket` if it is already there, without waiting or

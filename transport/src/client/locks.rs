@@ -95,6 +95,17 @@ impl<C: Connection> Client<C> {
         self.run(op, id, d, Duration::ZERO).map(|g| g.status)
     }
 
+    /// Turns the exclusive grant held on RW lock `id` into a shared one in place
+    /// (`LockOp::Downgrade`, a dlock addition): readers parked behind it may join, a writer
+    /// keeps waiting, and the holder keeps reading under the same token. A block staged with
+    /// [`Client::stage_value`] is written by the downgrade, which ends the exclusive turn.
+    /// `Einval` for another kind or a grant not held exclusively.
+    pub fn downgrade(&mut self, id: LockId) -> Result<Status, Error> {
+        let op = Op::Downgrade;
+        let d = self.local(op, id)?.downgrade();
+        self.run(op, id, d, Duration::ZERO).map(|g| g.status)
+    }
+
     /// Extends the grant held in `mode` to at least `expire_ms` from now (0 only validates
     /// the grant). `Einval` when `id` is not held in `mode` (or is an RW lock, which has no
     /// lease), as the reference answers `lock_extend` with the other mode's op.
@@ -122,6 +133,16 @@ impl<C: Connection> Client<C> {
     /// Local only; `LockNotGet` for a lock not got.
     pub fn set_retain(&mut self, id: LockId, on: bool) -> Result<(), Error> {
         self.set_ask(Op::SetRetain, id, LockFlags::RETAIN, on)
+    }
+
+    /// Asks for every grant of `id` from now on to be *cached* (`on`; the server's
+    /// `manager::revoke`): the server then asks for it back with a revoke
+    /// ([`Client::poll_events`]) when another client wants a conflicting mode, instead of
+    /// only waiting for the unlock. The holder promises to give it back (unlock, or downgrade
+    /// for a reader) when asked; one that does not loses it after the server's revoke timeout,
+    /// as at the end of its lease. Local only; `LockNotGet` for a lock not got.
+    pub fn set_cacheable(&mut self, id: LockId, on: bool) -> Result<(), Error> {
+        self.set_ask(Op::SetCacheable, id, LockFlags::CACHEABLE, on)
     }
 
     /// Sets (`on`) or clears `flag` in what `id`'s acquisitions ask for.

@@ -19,6 +19,11 @@
 //!   native API does not reach yet: objects, pipelined batches ([`Client::submit_trylock`])
 //!   and recovery. [`Locks::with_client`] lends a handle's client for those.
 //!
+//! - **Cached locks for an engine — [`CachedLocks`], [`CachedRwLock`] and their guards** keep
+//!   an RW grant after its guards drop, hand the next compatible guard out locally with no
+//!   message, and give the lock back (or downgrade it) themselves when the server revokes it
+//!   for another client; the engine polls [`Revokes::try_recv`] to learn what to flush
+//!   (`cached/mod.rs`; MANAGER-SPEC §5).
 //! - **Over a cluster**, both run unchanged over a [`cluster::ClusterLink`] instead of a
 //!   [`Link`]: [`Client::connect_cluster`], [`Locks::connect_cluster`]. The link reads the
 //!   cluster's map from any server, routes each lock to its partition's owner, follows moves
@@ -59,11 +64,13 @@
 //! [`Error`] without a source, built without allocating.
 
 mod awaited;
+pub mod cached;
 pub mod cluster;
 mod config;
 mod connection;
 mod control;
 pub mod error;
+mod events;
 mod futures;
 pub mod link;
 /// The client's record of one lock and its decisions: I/O-free, in `dlock-core`.
@@ -95,6 +102,7 @@ use dlock_core::proto::{
 use dlock_core::time::{duration_to_ms, elapsed_ms};
 use dlock_core::{ClientId, GrantProof, ObjectId, Session, Status};
 
+pub use cached::{CachedLocks, CachedReadGuard, CachedRwLock, CachedWriteGuard, Revoked, Revokes};
 pub use config::{ClientConfig, REQUEST_TIMEOUT};
 pub use connection::Connection;
 pub use control::read_server_stats;

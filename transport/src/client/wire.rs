@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::Session;
 use dlock_core::proto::{
-    ATTACH_MAGIC, Attach, DATA_HEADER_LEN, DATA_RESPONSE_WITH_VALUES_MAX, DecodeError,
+    ATTACH_MAGIC, Attach, DATA_HEADER_LEN, DATA_RESPONSE_WITH_VALUES_MAX, DecodeError, FLAG_EVENT,
     peek_data_header, peek_data_response_header,
 };
 
@@ -138,6 +138,8 @@ pub(super) struct TcpData {
     /// Bytes of a reply read before a deadline cut the read short.
     partial: Vec<u8>,
     awaited: AwaitTable,
+    /// Event messages read meanwhile (`events.rs`).
+    events: super::events::EventQueue,
 }
 
 impl TcpData {
@@ -146,7 +148,34 @@ impl TcpData {
             wire,
             partial: Vec::with_capacity(DATA_RESPONSE_WITH_VALUES_MAX),
             awaited: AwaitTable::new(),
+            events: super::events::EventQueue::default(),
         })
+    }
+
+    /// Files the whole message in `partial` (`len` bytes): an event message in the event
+    /// queue, a reply under the message that awaits it.
+    fn file(&mut self, len: usize) {
+        match peek_data_response_header(&self.partial) {
+            Ok((h, _)) if h.flags == FLAG_EVENT => self.events.file_message(&self.partial[..len]),
+            Ok((h, _)) => {
+                self.awaited.file(h.message_id, &self.partial[..len]);
+            }
+            Err(_) => {}
+        }
+        self.partial.clear();
+    }
+
+    /// Reads what has arrived, without waiting, and hands the events among it to `sink`.
+    pub(super) fn poll_events(
+        &mut self,
+        sink: &mut dyn FnMut(dlock_core::proto::Event),
+    ) -> io::Result<()> {
+        // A deadline already passed: `recv_tcp` takes one quick look.
+        while let Some(len) = recv_tcp(&mut self.wire, &mut self.partial, Some(Instant::now()))? {
+            self.file(len);
+        }
+        self.events.drain(sink);
+        Ok(())
     }
 
     /// Sends `req` (a data message) as `ticket`.
@@ -183,9 +212,7 @@ impl TcpData {
             let Some(len) = recv_tcp(&mut self.wire, &mut self.partial, deadline)? else {
                 return Ok(None);
             };
-            let id = peek_data_header(&self.partial).map_or(0, |(h, _)| h.message_id);
-            self.awaited.file(id, &self.partial[..len]);
-            self.partial.clear();
+            self.file(len);
         }
     }
 }

@@ -11,7 +11,10 @@ use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
 
 use dlock_core::proto::{CONTROL_FRAME_MAX, DATA_REQUEST_WITH_VALUES_MAX};
-use dlock_core::proto::{MsgType, peek_control_header};
+use dlock_core::proto::{
+    EVENTS_MAX, Event, EventHeader, MsgType, PROTO_VERSION, encode_event_message,
+    peek_control_header,
+};
 use dlock_core::server::{
     Delivery, Dispatched, Registration, Routing, Server, SlotRouting, Source,
 };
@@ -41,6 +44,12 @@ struct Data<'s> {
     start: Instant,
     /// The TCP data connections, and the poll the thread waits in.
     tcp: DataConns<'s>,
+    /// Per client slot, its event ring's overflow count when events were last sent to its
+    /// stream connection: a change is sent on as an overflow entry.
+    overflows_sent: Vec<u64>,
+    /// An event message could not be queued on its connection: look at the rings again next
+    /// turn.
+    events_again: bool,
     /// The clients' RDMA queue pairs.
     #[cfg(feature = "rdma")]
     rdma: super::rdma::Peers<'s>,
@@ -92,6 +101,8 @@ pub(super) fn run(
         resp: vec![0; CONTROL_FRAME_MAX],
         start: shared.started,
         tcp: DataConns::new(shared, cfg, poll),
+        overflows_sent: vec![0; slots],
+        events_again: false,
         #[cfg(feature = "rdma")]
         rdma: super::rdma::Peers::new(shared, slots),
     };
@@ -103,7 +114,10 @@ pub(super) fn run(
     while !shared.stop.load(Ordering::Acquire) {
         let now = d.now_ms();
         let work = d.turn(&mut server, now, &mut next_tick);
-        d.rest(work, &mut idler);
+        // Asleep no longer than the server's next timer (a parked request's deadline, a
+        // revoke due at the end of a minimum hold): it would otherwise wait for the tick.
+        let timer = Duration::from_millis(server.next_timer_ms().saturating_sub(now));
+        d.rest(work, &mut idler, timer.min(PARK_MAX));
     }
     header.serving.store(0, Ordering::Release);
 }
@@ -132,6 +146,9 @@ impl Data<'_> {
             self.deliver_replies(server);
             work += 1;
         }
+        if server.take_events_pending() || self.events_again {
+            work += self.deliver_events(server);
+        }
         if now >= *next_tick {
             server.tick(now);
             self.tcp.sweep(server, &mut self.routing, now);
@@ -143,8 +160,9 @@ impl Data<'_> {
         work
     }
 
-    /// After a turn that found `work`: on, or the idle strategy's next step.
-    fn rest(&mut self, work: usize, idler: &mut Idler) {
+    /// After a turn that found `work`: on, or the idle strategy's next step, parked for at most
+    /// `park_max`.
+    fn rest(&mut self, work: usize, idler: &mut Idler, park_max: Duration) {
         #[cfg(feature = "rdma")]
         if work == 0 && self.rdma.attached() {
             // A SEND cannot ring the futex: with RDMA clients attached, parking would leave
@@ -175,7 +193,7 @@ impl Data<'_> {
                     }
                     ready || bells.any() || !ex.inbox.is_empty() || !ex.handover.is_empty()
                 },
-                || tcp.wait(Some(PARK_MAX)),
+                || tcp.wait(Some(park_max)),
             );
         } else if self.tcp.open() > 0 {
             // Awake: a look at the sockets that costs one syscall and never blocks.
@@ -339,6 +357,63 @@ impl Data<'_> {
             // A newer request, another message, or the client went away meanwhile.
             Delivery::Nowhere => {}
         });
+    }
+}
+
+impl Data<'_> {
+    /// Sends what the event rings of stream clients hold as event messages on their data
+    /// connections, up to [`EVENTS_MAX`] events per message (the batching of revokes to one
+    /// client), an overflow of the ring first as an overflow entry; returns how many messages
+    /// went. A shared-memory client reads its ring in place, and a client with no stream bound
+    /// yet finds its events when one is (or reads them as an overflow if they were dropped).
+    /// RDMA clients are not served yet: their rings fill and count overflows. Nothing is
+    /// allocated: the message is encoded into the reply buffer.
+    fn deliver_events(&mut self, server: &mut Server<'_>) -> usize {
+        self.events_again = false;
+        let mut sent = 0;
+        let mut batch = [Event::Overflow; EVENTS_MAX];
+        for slot in 0..self.overflows_sent.len() as u32 {
+            let Some(ring) = server.event_ring(slot) else {
+                break;
+            };
+            let overflows = ring.overflows();
+            let seen = &mut self.overflows_sent[slot as usize];
+            if ring.pending() == 0 && overflows == *seen {
+                continue;
+            }
+            let b = self.routing.binding(slot);
+            if !b.is_bound() {
+                continue;
+            }
+            let mut n = usize::from(overflows != *seen);
+            *seen = overflows;
+            loop {
+                while n < EVENTS_MAX
+                    && let Some(e) = ring.pop()
+                {
+                    batch[n] = e;
+                    n += 1;
+                }
+                if n == 0 {
+                    break;
+                }
+                let header = EventHeader {
+                    version: PROTO_VERSION,
+                    client: b.client,
+                };
+                let queued = encode_event_message(&header, &batch[..n], &mut self.resp)
+                    .is_ok_and(|len| self.tcp.deliver(b.conn, b.generation, &self.resp[..len]));
+                if !queued {
+                    // Lost on the way: the client hears of it as an overflow next turn.
+                    *seen = seen.wrapping_sub(1);
+                    self.events_again = true;
+                    break;
+                }
+                sent += 1;
+                n = 0;
+            }
+        }
+        sent
     }
 }
 

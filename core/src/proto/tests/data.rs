@@ -155,7 +155,7 @@ fn unknown_command_kinds_and_ops_are_refused() {
     let cases = [
         (cmd(0), 5u8, DecodeError::BadKind),
         (cmd(0), 255, DecodeError::BadKind),
-        (cmd(0) + 1, 8, DecodeError::BadOp),
+        (cmd(0) + 1, 9, DecodeError::BadOp),
         (cmd(object) + 1, 3, DecodeError::BadOp),
     ];
     type Decode = fn(&[u8]) -> Result<(), DecodeError>;
@@ -229,7 +229,7 @@ fn data_encoders_report_a_buffer_too_small() {
 }
 
 #[test]
-fn lock_op_codes_0_to_3_are_exclusive_and_4_to_7_shared() {
+fn lock_op_codes_0_to_3_are_exclusive_4_to_7_shared_and_8_a_downgrade_of_an_exclusive_grant() {
     for code in 0..8 {
         let op = LockOp::from_u8(code).unwrap();
         assert_eq!(op as u8, code);
@@ -240,7 +240,10 @@ fn lock_op_codes_0_to_3_are_exclusive_and_4_to_7_shared() {
         };
         assert_eq!(op.mode(), expected, "{op:?}");
     }
-    assert_eq!(LockOp::from_u8(8), None);
+    let down = LockOp::from_u8(8).unwrap();
+    assert_eq!((down, down.mode()), (LockOp::Downgrade, Mode::Exclusive));
+    assert!(!down.acquires());
+    assert_eq!(LockOp::from_u8(9), None);
     assert_eq!(ObjectOp::from_u8(3), None);
 }
 

@@ -403,3 +403,27 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_response_stream_frames_an_event_message_and_a_request_stream_refuses_one() {
+    let header = EventHeader {
+        version: PROTO_VERSION,
+        client: 5,
+    };
+    let mut out = [0u8; DATA_MESSAGE_MAX];
+    for count in [1, EVENTS_MAX] {
+        let events = [Event::Overflow; EVENTS_MAX];
+        let n = encode_event_message(&header, &events[..count], &mut out).unwrap();
+        let (peeked, len) = peek_data_response_header(&out[..DATA_HEADER_LEN]).unwrap();
+        assert_eq!((peeked.flags, peeked.client, len), (FLAG_EVENT, 5, n));
+        // A client never sends one, and a response decoder is never handed one.
+        assert!(peek_data_header(&out[..n]).is_err());
+        assert!(decode_data_response(&out[..n]).is_err());
+    }
+    // An event count past what one message holds is refused, not framed.
+    out[5] = EVENTS_MAX as u8 + 1;
+    assert_eq!(
+        peek_data_response_header(&out[..DATA_HEADER_LEN]),
+        Err(DecodeError::BadCount)
+    );
+}

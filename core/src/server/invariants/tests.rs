@@ -278,6 +278,26 @@ fn an_exclusive_hold_beside_another_owner_is_named() {
 }
 
 #[test]
+fn a_cached_grant_on_a_lock_not_marked_cached_is_named() {
+    // The revoke decision scans only marked locks: this holder would never be asked.
+    let v = corrupted(|s, x| {
+        let a = slot(s, x.a);
+        s.t.lock_holds
+            .set(a, x.rw.index(), GrantState::SharedCached.bits());
+    });
+    assert!(matches!(v, Violation::Cached { lock: 1, .. }), "{v}");
+    let marked = corrupted(|s, x| {
+        let a = slot(s, x.a);
+        s.t.lock_holds
+            .set(a, x.rw.index(), GrantState::SharedCached.bits());
+        s.t.lock_manager[x.rw.index() as usize].cached = 1;
+        // Something else to find, so that `corrupted` has a violation to return.
+        s.t.lock_meta[x.fair.index() as usize].refs += 1;
+    });
+    assert!(matches!(marked, Violation::Refs { .. }), "{marked}");
+}
+
+#[test]
 fn readers_holds_and_words_that_disagree_are_named() {
     let v = corrupted(|s, x| {
         let w = RwWord::from_bits(s.t.lock_cells[x.rw.index() as usize].word);

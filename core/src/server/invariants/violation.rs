@@ -51,6 +51,11 @@ pub enum Violation {
     },
     /// A hold without a reference, or of a kind the lock does not have.
     Hold { client: u32, lock: u32 },
+    /// A dead client keeps a grant it did not ask to retain.
+    Retained { client: u32, lock: u32 },
+    /// A cached grant on a lock whose manager cell is not marked as having one (the revoke
+    /// decision would never scan it).
+    Cached { client: u32, lock: u32 },
     /// The owner a lock word names is not a registered client holding it exclusively, or an
     /// exclusive hold of `client` on a lock whose word names another owner.
     Owner { lock: u32, owner: u32, client: u32 },
@@ -131,6 +136,14 @@ impl fmt::Display for Violation {
             Violation::Hold { client, lock } => write!(
                 f,
                 "client slot {client}: a hold on lock {lock} without a reference or of the wrong kind"
+            ),
+            Violation::Retained { client, lock } => write!(
+                f,
+                "client slot {client}: dead, and keeps lock {lock} it did not ask to retain"
+            ),
+            Violation::Cached { client, lock } => write!(
+                f,
+                "client slot {client}: a cached grant on lock {lock}, which is not marked cached"
             ),
             Violation::Owner {
                 lock,

@@ -37,6 +37,7 @@ mod recovery;
 mod recovery_deadline;
 mod registration;
 mod retained;
+mod revokes;
 mod routing;
 mod rw;
 mod standalone;

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::Mode;
+use crate::manager::GrantState;
 use crate::manager::retain::Role;
 use crate::server::retained::Retained;
 
@@ -298,4 +299,23 @@ fn recovery_frames_serve_only_a_recoverer() {
     assert_eq!((status, released), (Status::Success, Some(1)));
     let (status, listed, _) = frame(&mut s, Role::Recoverer, list);
     assert_eq!((status, listed), (Status::Success, vec![]));
+}
+
+#[test]
+fn a_dead_clients_grant_it_did_not_ask_to_retain_breaks_the_invariants() {
+    let mut s = TestServer::new(&small());
+    let (a, ..) = dead_holder(&mut s, LockKind::Rw);
+    s.check_invariants()
+        .expect("a retained grant is what a dead client may keep");
+    // What a death that forgot to release a plain grant would leave.
+    let slot = s.retaining_slot(a.get()).unwrap();
+    let (lock, _) = s.t.lock_holds.next_in_row(slot, 0).unwrap();
+    s.t.lock_holds.set(slot, lock, GrantState::Exclusive.bits());
+    let v = s
+        .check_invariants()
+        .expect_err("a plain grant of a dead client");
+    assert!(
+        matches!(v, crate::server::invariants::Violation::Retained { client, .. } if client == slot),
+        "{v}"
+    );
 }

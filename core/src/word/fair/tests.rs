@@ -588,6 +588,7 @@ proptest! {
                     clients[i] = (Belief::Held { mode, ticket, until }, false);
                 }
                 Effect::Queued(tk) => clients[i].0 = Belief::Queued(mode, tk),
+                Effect::Downgraded => prop_assert!(false, "the fair word has no downgrade"),
                 Effect::Released(_) | Effect::Extended => {
                     prop_assert!(!clients[i].1, "{:?} succeeded on a preempted grant", op);
                     match (op, &mut clients[i].0) {

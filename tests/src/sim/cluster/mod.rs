@@ -93,6 +93,7 @@ impl Params {
                 epoch: 1,
                 recovery_deadline_ms: 1_500,
                 clients_per_peer_max: 0,
+                timing: dlock_core::manager::Timing::DEFAULT,
             },
             crash: on(rng, 60),
             cut: on(rng, 60),

@@ -81,6 +81,8 @@ impl Params {
             epoch: 1,
             recovery_deadline_ms: rng.range(u64::from(lease_max), 3_000) as u32,
             clients_per_peer_max: 0,
+            // The simulator asks for no cached grants yet, so the timing never applies.
+            timing: dlock_core::manager::Timing::DEFAULT,
         };
         Params {
             clients,

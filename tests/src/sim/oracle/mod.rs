@@ -367,6 +367,15 @@ impl Oracle {
             LockOp::UnlockExclusive | LockOp::UnlockShared => {
                 self.holders[name].retain(|h| h.client != client);
             }
+            // The exclusive holder stays, as a reader (RW grants never lapse).
+            LockOp::Downgrade => self.add(
+                name,
+                Holder {
+                    client,
+                    mode: Mode::Shared,
+                    until: u64::MAX,
+                },
+            ),
         }
         Ok(())
     }

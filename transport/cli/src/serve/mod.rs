@@ -87,6 +87,15 @@ pub(crate) struct ServeArgs {
     /// `SERVER_NO_RESOURCE` while others still register. Default: half of --clients.
     #[arg(long)]
     clients_per_peer: Option<u32>,
+    /// Cached grants: how long one is kept before a conflicting request may revoke it, in
+    /// milliseconds (default 5), so two nodes cannot bounce a hot lock faster than either gets
+    /// work done.
+    #[arg(long)]
+    min_hold_ms: Option<u32>,
+    /// Cached grants: how long a holder has to give a revoked lock back before it loses it as
+    /// at the end of its lease, in milliseconds (default 0: the holder's lease).
+    #[arg(long)]
+    revoke_timeout_ms: Option<u32>,
     /// umo_atomic64 objects.
     #[arg(long)]
     objects: Option<u32>,
@@ -165,6 +174,8 @@ impl ServeArgs {
             locks: self.locks.or(file.locks),
             clients: self.clients.or(file.clients),
             clients_per_peer: self.clients_per_peer.or(file.clients_per_peer),
+            min_hold_ms: self.min_hold_ms.or(file.min_hold_ms),
+            revoke_timeout_ms: self.revoke_timeout_ms.or(file.revoke_timeout_ms),
             objects: self.objects.or(file.objects),
             lease_ms: self.lease_ms.or(file.lease_ms),
             lease_max_ms: self.lease_max_ms.or(file.lease_max_ms),
@@ -298,6 +309,10 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig, String> {
         epoch: args.epoch.unwrap_or(d.epoch),
         recovery_deadline_ms: d.recovery_deadline_ms,
         clients_per_peer_max: args.clients_per_peer.unwrap_or(d.clients_per_peer_max),
+        timing: dlock_core::manager::Timing {
+            min_hold_ms: args.min_hold_ms.unwrap_or(d.timing.min_hold_ms),
+            revoke_timeout_ms: args.revoke_timeout_ms.unwrap_or(d.timing.revoke_timeout_ms),
+        },
     };
     if let Some(field) = core.invalid_field() {
         return Err(field.to_string());

@@ -383,6 +383,7 @@ fn decide(record: &mut LocalLock, c: &LockCommand) -> Option<Request> {
             record.refs = record.refs.min(1);
             record.unlock()
         }
+        LockOp::Downgrade => record.downgrade(),
     };
     match decision {
         Decision::Send(req) => Some(req),

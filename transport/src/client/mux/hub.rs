@@ -87,8 +87,9 @@ use std::task::Waker;
 use std::time::Instant;
 
 use dlock_core::proto::{
-    CONTROL_FRAME_MAX, CONTROL_MAGIC, DecodeError, control_frame_len, peek_control_header,
-    peek_data_header, peek_data_response_header, peek_magic, set_control_message_id,
+    CONTROL_FRAME_MAX, CONTROL_MAGIC, DecodeError, Event, FLAG_EVENT, control_frame_len,
+    peek_control_header, peek_data_header, peek_data_response_header, peek_magic,
+    set_control_message_id,
 };
 
 pub use super::sched::Reader;
@@ -406,6 +407,16 @@ impl<P: Pipe> Hub<P> {
         Ok(got)
     }
 
+    /// Hands the events filed for `client` to `sink`, having first read what has arrived if
+    /// nobody else reads (one look, no wait): a client that polls between its calls sees a
+    /// revoke the server sent while nobody was waiting on the connection.
+    pub fn poll_events(&self, client: u32, sink: &mut dyn FnMut(Event)) {
+        if self.lock().lead_look(client) {
+            self.lead(Reader::Caller(client), 0, Wait::Look);
+        }
+        self.lock().drain_events(client, sink);
+    }
+
     /// Reads the connection as reader `who` (a caller awaiting `ticket`, or the thread), filing
     /// every reply, until [`Sched::reader_done`]; then hands reading on. Returns whether it
     /// stopped at a passed deadline (having read since).
@@ -578,7 +589,12 @@ fn file_replies(s: &mut Sched, bytes: &[u8], wakes: &mut Wakes) -> Result<(usize
         let Some(reply) = bytes.get(at..at + len) else {
             return Ok((at, false));
         };
-        s.file(header.client, header.message_id, reply, wakes);
+        if header.flags == FLAG_EVENT {
+            // Sent unasked (message id 0): no request awaits it, nobody is woken for it.
+            s.file_events(header.client, reply);
+        } else {
+            s.file(header.client, header.message_id, reply, wakes);
+        }
         at += len;
     }
 }

@@ -321,6 +321,12 @@ impl MuxPort {
             .recv(self.client, &self.bell, ticket, reply, deadline)
     }
 
+    /// Hands the events the server sent this client unasked to `sink` (see
+    /// [`Hub::poll_events`]).
+    pub(crate) fn poll_events(&self, sink: &mut dyn FnMut(dlock_core::proto::Event)) {
+        self.conn.hub.poll_events(self.client, sink);
+    }
+
     /// The reply to `ticket` if it has arrived; otherwise `waker` is woken when it does (or
     /// when the connection is lost).
     pub(crate) fn poll_recv(

@@ -30,9 +30,10 @@
 use std::collections::HashMap;
 use std::task::Waker;
 
-use dlock_core::proto::{CONTROL_FRAME_MAX, set_control_message_id};
+use dlock_core::proto::{CONTROL_FRAME_MAX, Event, set_control_message_id};
 
 use super::super::awaited::AwaitTable;
+use super::super::events::EventQueue;
 pub use super::bell::Bell;
 use crate::sync::Arc;
 
@@ -134,6 +135,9 @@ struct Entry {
     parked: bool,
     /// Its caller was woken with a reply filed and is counted in `pending`.
     woken: bool,
+    /// Event messages the server sent this client unasked (`events.rs`), filed by whoever
+    /// reads and drained by the client's `poll_events` (boxed, so a place is small).
+    events: Box<EventQueue>,
 }
 
 /// What a blocked caller does next ([`Sched::step`]).
@@ -290,6 +294,7 @@ impl Sched {
                 waker: None,
                 parked: false,
                 woken: false,
+                events: Box::default(),
             },
         );
     }
@@ -508,6 +513,34 @@ impl Sched {
             wakes.tasks[wakes.tasks_n] = Some(w);
             wakes.tasks_n += 1;
         }
+    }
+
+    /// Files event message `msg`, sent unasked to `client`, in its event queue: no request
+    /// awaits it, so nobody is woken and nothing in flight is settled. An event for a client
+    /// that has let go of its place is dropped (its grants went with its registration).
+    pub(super) fn file_events(&mut self, client: u32, msg: &[u8]) {
+        if let Some(e) = self.ports.get_mut(&client) {
+            e.events.file_message(msg);
+        }
+    }
+
+    /// Hands `client`'s filed events to `sink`.
+    pub(super) fn drain_events(&mut self, client: u32, sink: &mut dyn FnMut(Event)) {
+        if let Some(e) = self.ports.get_mut(&client) {
+            e.events.drain(sink);
+        }
+    }
+
+    /// Names `me` reader for one look at the connection, if nobody reads and no woken caller
+    /// is still to come back (one of those would read): a client polling its events reads
+    /// what has come meanwhile. False if someone else reads or will (their reading files our
+    /// events too) or the connection is gone.
+    pub(super) fn lead_look(&mut self, me: u32) -> bool {
+        let free = self.reader == Reader::Vacant && self.pending == 0 && !self.closed;
+        if free && self.ports.contains_key(&me) {
+            self.reader = Reader::Caller(me);
+        }
+        self.reader == Reader::Caller(me)
     }
 
     /// Whether the reader `who` has read enough after a burst: the connection is gone, the

@@ -1,0 +1,198 @@
+//! Cached grants in the data path: the revoke decision (`manager::revoke`) run before an
+//! acquisition's word step.
+//!
+//! An acquisition on a lock that may have cached holders ([`LockManagerCell::cached`]) scans the
+//! lock's column of the holds grid up to the client table's high-water mark and judges each
+//! holder (`manager::revoke::judge`):
+//!
+//! | holder's action   | what the server does here                                                   |
+//! |-------------------|-----------------------------------------------------------------------------|
+//! | `Revoke`          | marks the grant revoking (`with_revoke_sent`: at most one outstanding per holder and lock), writes a revoke into the holder's event ring, stamps the lock's `revoke_sent_ms` |
+//! | `RevokeAt(due)`   | nothing now; `due` becomes the lock's `retry_at_ms`, so a parked request is retried when the minimum hold ends (and sends the revoke then) |
+//! | `AwaitGiveBack`   | nothing now; the lapse time becomes the lock's `retry_at_ms`                 |
+//! | `Lapse`           | releases the grant as an expired lease would (`release_hold`, which invalidates an exclusive holder's value block) |
+//! | the others        | nothing                                                                     |
+//!
+//! Then the lock word decides, as for any acquisition. A conflicting cached grant is a grant in
+//! the word too, so the word refuses (or queues, or the waiter parks) exactly where the
+//! verdict says `Wait` or `Refuse(Fail)`: running it keeps each kind's own answer to a busy lock
+//! — a fair first attempt still takes its ticket, as the reference's does — and a trylock
+//! without a wait is answered at once while its revokes still go out (`NOQUEUEBAST`). What the
+//! verdict adds is whether a grant the word makes is *cached* — exactly when the request asked
+//! (`CACHEABLE`): the reply does not say, so the holder must be able to count on it — and
+//! whether it is wanted already (a revoke outstanding or due, or somebody parked on the lock),
+//! in which case the parked requests are retried when its minimum hold ends, and revoke it.
+//!
+//! On a lock with no cached holder the scan is skipped, and a cacheable request is cached when
+//! nobody else is parked on it. A scan that finds no cached holder left clears the lock's mark.
+//! A flood of cacheable requests holds no more than the holds grid holds: a cached grant is a
+//! grant, in the same tables, under the same per-client waiter slot.
+
+use super::{Counter, Server};
+use crate::ids::{ClientId, LockId, Mode};
+use crate::manager::revoke::{Holder, HolderAction, Request, Verdict, judge};
+use crate::manager::{Answer, GrantState};
+use crate::proto::{Event, LockCommand, LockFlags};
+use crate::table::{ClientState, LockManagerCell, SlotState};
+
+/// What the revoke decision left for the word step.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Revoked {
+    /// A grant the word makes may be recorded as cached.
+    pub(super) cached: bool,
+    /// Someone wants the lock already (`Verdict::wanted`): a cached grant's minimum hold
+    /// ends in a retry of the parked requests, which revokes it.
+    pub(super) wanted: bool,
+    /// A holder's grant lapsed and was released: the lock's waiters may now get it.
+    pub(super) lapsed: bool,
+}
+
+impl Server<'_> {
+    /// Runs the revoke decision for acquisition `c` by client `slot` on lock slot `lock`
+    /// (module doc).
+    #[inline]
+    pub(super) fn revoke_decision(
+        &mut self,
+        slot: u32,
+        lock: u32,
+        c: &LockCommand,
+        now_ms: u64,
+    ) -> Revoked {
+        let cacheable = c.flags.contains(LockFlags::CACHEABLE);
+        if self.t.lock_manager[lock as usize].cached == 0 {
+            return Revoked {
+                cached: cacheable,
+                wanted: cacheable && self.others_parked(slot, lock),
+                lapsed: false,
+            };
+        }
+        self.revoke_scan(slot, lock, c, now_ms)
+    }
+
+    /// Whether a request other than client `slot`'s is parked on lock slot `lock`.
+    fn others_parked(&self, slot: u32, lock: u32) -> bool {
+        match self.t.lock_waiters[lock as usize] {
+            0 => false,
+            head => head != slot + 1 || self.t.waiters[slot as usize].next != 0,
+        }
+    }
+
+    #[cold]
+    fn revoke_scan(&mut self, slot: u32, lock: u32, c: &LockCommand, now_ms: u64) -> Revoked {
+        let req = Request {
+            kind: c.kind,
+            mode: c.op.mode(),
+            slot,
+            waits: c.wait_ms != 0,
+            cacheable: c.flags.contains(LockFlags::CACHEABLE),
+            others_waiting: self.others_parked(slot, lock),
+        };
+        let timing = self.cfg.timing;
+        let cell: LockManagerCell = self.t.lock_manager[lock as usize];
+        let (mut verdict, mut lapsed, mut cached_left) = (Verdict::NONE, false, false);
+        // A revoke sent now lapses at `now + timeout`: a parked request is retried then.
+        let mut lapses_ms = u64::MAX;
+        for other in 0..self.t.client_free.high_water() {
+            let state = self.recorded_hold(other, lock);
+            if state.is_none() {
+                continue;
+            }
+            let entry = self.t.clients[other as usize];
+            let h = Holder {
+                slot: other,
+                state,
+                dead: entry.client_state() == ClientState::Retaining,
+                granted_ms: cell.cached_since_ms,
+                revoke_sent_ms: cell.revoke_sent_ms,
+                lease_ms: entry.lease_ms,
+            };
+            let action = judge(&req, &h, &timing, now_ms);
+            verdict = verdict.with(&h, action);
+            match action {
+                HolderAction::Revoke { wanted } => {
+                    self.send_revoke(other, lock, state, wanted, now_ms);
+                    let timeout = match timing.revoke_timeout_ms {
+                        0 => entry.lease_ms,
+                        t => t,
+                    };
+                    lapses_ms = lapses_ms.min(now_ms.saturating_add(u64::from(timeout)));
+                    cached_left = true;
+                }
+                HolderAction::Lapse => {
+                    if let Some(id) = ClientId::new(entry.id) {
+                        self.release_hold(other, id, lock, state.grant_mode(), now_ms);
+                        self.stats.bump(Counter::RevokesLapsed);
+                        lapsed = true;
+                    }
+                }
+                _ => cached_left |= state.is_cached(),
+            }
+        }
+        let m = &mut self.t.lock_manager[lock as usize];
+        if !cached_left {
+            m.cached = 0;
+        }
+        m.retry_at_ms = match verdict.retry_at_ms().unwrap_or(u64::MAX).min(lapses_ms) {
+            u64::MAX => 0,
+            at => at,
+        };
+        let cached = matches!(verdict.answer(&req), Answer::Grant { cached: true });
+        Revoked {
+            cached,
+            wanted: cached && verdict.wanted(&req),
+            lapsed,
+        }
+    }
+
+    /// Marks holder `other`'s cached grant on lock slot `lock` revoking and tells it so through
+    /// its event ring (a full ring counts an overflow there, which makes the client re-check
+    /// every lock it caches: the revoke is not lost, only coarser).
+    fn send_revoke(&mut self, other: u32, lock: u32, state: GrantState, wanted: Mode, now: u64) {
+        self.t
+            .lock_holds
+            .set(other, lock, state.with_revoke_sent().bits());
+        let generation = SlotState(self.t.lock_meta[lock as usize].state).generation();
+        let event = Event::Revoke {
+            lock: LockId::new(lock, generation),
+            wanted,
+            fence: self.t.lock_cells[lock as usize].fence,
+        };
+        if let Some(ring) = self.t.event_rings.ring(other) {
+            // A full ring counts the overflow in the ring itself, where its reader sees it.
+            let _ = ring.push(&event);
+        }
+        self.t.lock_manager[lock as usize].revoke_sent_ms = now;
+        self.events_pending = true;
+        self.stats.bump(Counter::RevokesSent);
+    }
+
+    /// Records that a cached grant on lock slot `lock` was made at `now_ms`. When the lock is
+    /// `wanted` already, the parked requests are retried when the grant's minimum hold ends:
+    /// their revoke decision then asks for it back.
+    #[inline]
+    pub(super) fn note_cached_grant(&mut self, lock: u32, wanted: bool, now_ms: u64) {
+        let hold_end = now_ms.saturating_add(u64::from(self.cfg.timing.min_hold_ms));
+        let m = &mut self.t.lock_manager[lock as usize];
+        m.cached = 1;
+        m.cached_since_ms = now_ms;
+        if wanted && (m.retry_at_ms == 0 || hold_end < m.retry_at_ms) {
+            m.retry_at_ms = hold_end;
+            // The waiters' timer looks again no later than that.
+            self.next_timer_ms = self.next_timer_ms.min(hold_end);
+        }
+    }
+
+    /// Whether a revoke was written into some client's event ring since the last call: the
+    /// transport then drains the rings of its stream clients (and wakes shared-memory ones).
+    #[inline]
+    pub fn take_events_pending(&mut self) -> bool {
+        core::mem::take(&mut self.events_pending)
+    }
+
+    /// Client slot `slot`'s event ring (`None` past the table): the transport reads it for
+    /// the client, or hands its place in the region to a shared-memory client.
+    #[inline]
+    pub fn event_ring(&self, slot: u32) -> Option<crate::table::EventRing<'_>> {
+        self.t.event_rings.ring(slot)
+    }
+}

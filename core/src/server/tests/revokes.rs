@@ -1,0 +1,402 @@
+//! Cached grants and revocation in the data path (`server/revokes.rs`): a conflicting request
+//! revokes each cached holder once through its event ring, waits or fails at once, honours the
+//! minimum hold, and takes the lock when the last holder gives it back or its revoke lapses.
+
+use super::*;
+use crate::Mode;
+use crate::manager::GrantState;
+use crate::proto::{Event, LockFlags};
+
+/// Long enough that no atomic grant expires during a test.
+const LEASE: u32 = 60_000;
+
+fn cmd(kind: LockKind, op: LockOp, id: LockId, wait_ms: u32, flags: LockFlags) -> Command {
+    Command::Lock(LockCommand {
+        kind,
+        op,
+        lock: id.raw(),
+        expire_ms: LEASE,
+        wait_ms,
+        flags,
+        ..LockCommand::NONE
+    })
+}
+
+fn cached(kind: LockKind, op: LockOp, id: LockId) -> Command {
+    cmd(kind, op, id, 0, LockFlags::CACHEABLE)
+}
+
+/// Two clients with ids of one lock `name` of `kind`.
+fn pair(s: &mut TestServer, kind: LockKind) -> (ClientId, ClientId, LockId, LockId) {
+    let (a, b) = (s.client(0), s.client(0));
+    let la = s.get_lock(a.get(), kind, b"row-group", 0).unwrap();
+    let lb = s.get_lock(b.get(), kind, b"row-group", 0).unwrap();
+    (a, b, la, lb)
+}
+
+/// What client `c` holds on `id`.
+fn hold(s: &TestServer, c: ClientId, id: LockId) -> GrantState {
+    s.recorded_hold(s.client_slot_of(c.get()).unwrap(), id.index())
+}
+
+/// Every event waiting in client `c`'s ring, and its overflow count.
+fn events(s: &TestServer, c: ClientId) -> (Vec<Event>, u64) {
+    s.check_invariants().unwrap();
+    let ring = s.event_ring(s.client_slot_of(c.get()).unwrap()).unwrap();
+    (
+        core::iter::from_fn(|| ring.pop()).collect(),
+        ring.overflows(),
+    )
+}
+
+const KINDS: [LockKind; 3] = [LockKind::Atomic, LockKind::Rw, LockKind::Fair];
+
+#[test]
+fn a_conflicting_waiter_revokes_the_cached_holder_and_gets_the_lock_when_it_gives_back() {
+    for kind in KINDS {
+        let at = format!("{kind:?}");
+        let mut s = TestServer::new(&small());
+        let (a, b, la, lb) = pair(&mut s, kind);
+        let (ex, unlock) = (LockOp::TryExclusive, LockOp::UnlockExclusive);
+        let held = s.run(a, cached(kind, ex, la), 0);
+        assert_eq!(held.status, Status::Success, "{at}");
+        assert_eq!(hold(&s, a, la), GrantState::ExclusiveCached, "{at}");
+        assert!(!s.take_events_pending());
+        // Past the minimum hold (5 ms): b's waiting request parks and a is asked.
+        assert_eq!(
+            s.wait_for(b, cmd(kind, ex, lb, 5_000, LockFlags::NONE), 10),
+            None
+        );
+        assert!(s.take_events_pending(), "{at}");
+        let revoke = Event::Revoke {
+            lock: la,
+            wanted: Mode::Exclusive,
+            fence: held.aux,
+        };
+        assert_eq!(events(&s, a), (vec![revoke], 0), "{at}");
+        assert_eq!(hold(&s, a, la), GrantState::ExclusiveRevoking, "{at}");
+        assert_eq!(s.replies_ready(), 0, "{at}");
+        // a gives it back: b is granted, a plain grant (it did not ask for a cached one).
+        assert_eq!(
+            s.run(a, cmd(kind, unlock, la, 0, LockFlags::NONE), 11)
+                .status,
+            Status::Success
+        );
+        let got = s.replies();
+        assert_eq!(
+            (got.len(), got[0].result.status),
+            (1, Status::Success),
+            "{at}"
+        );
+        assert_eq!(hold(&s, b, lb), GrantState::Exclusive, "{at}");
+        assert_eq!(events(&s, a).0, vec![], "nothing more for a: {at}");
+        let counted = |c| s.stats().get(c);
+        assert_eq!(counted(Counter::RevokesSent), 1, "{at}");
+        assert_eq!(counted(Counter::RevokesGivenBack), 1, "{at}");
+        assert_eq!(counted(Counter::RevokesLapsed), 0, "{at}");
+    }
+}
+
+#[test]
+fn a_trylock_without_wait_fails_at_once_and_its_revoke_goes_out_once() {
+    for kind in [LockKind::Atomic, LockKind::Rw] {
+        let mut s = TestServer::new(&small());
+        let (a, b, la, lb) = pair(&mut s, kind);
+        let ex = LockOp::TryExclusive;
+        assert_eq!(s.run(a, cached(kind, ex, la), 0).status, Status::Success);
+        for now in [10, 11, 12] {
+            assert_eq!(
+                s.run(b, lock(kind, ex, lb, LEASE), now).status,
+                Status::Fail
+            );
+        }
+        assert_eq!(events(&s, a).0.len(), 1, "one revoke per holder and lock");
+        assert_eq!(
+            s.run(a, lock(kind, LockOp::UnlockExclusive, la, 0), 13)
+                .status,
+            Status::Success
+        );
+        assert_eq!(
+            s.run(b, lock(kind, ex, lb, LEASE), 14).status,
+            Status::Success
+        );
+    }
+}
+
+#[test]
+fn the_minimum_hold_defers_the_revoke_to_its_end() {
+    let (kind, ex) = (LockKind::Rw, LockOp::TryExclusive);
+    let mut s = TestServer::new(&small());
+    let (a, b, la, lb) = pair(&mut s, kind);
+    let c = s.client(0);
+    let lc = s.get_lock(c.get(), kind, b"row-group", 0).unwrap();
+    assert_eq!(s.run(a, cached(kind, ex, la), 100).status, Status::Success);
+    // A trylock inside the hold fails and sends nothing: nobody would act at its end.
+    assert_eq!(s.run(c, lock(kind, ex, lc, 0), 101).status, Status::Fail);
+    assert_eq!(events(&s, a).0, vec![]);
+    // A waiting one parks; the revoke goes out when the hold ends (tick 105), not before.
+    assert_eq!(
+        s.wait_for(b, cmd(kind, ex, lb, 5_000, LockFlags::NONE), 102),
+        None
+    );
+    assert_eq!(events(&s, a).0, vec![]);
+    s.poll_waiters(104);
+    assert_eq!(events(&s, a).0, vec![]);
+    s.poll_waiters(105);
+    assert_eq!(events(&s, a).0.len(), 1, "revoked when the hold ended");
+    assert_eq!(
+        s.run(a, lock(kind, LockOp::UnlockExclusive, la, 0), 106)
+            .status,
+        Status::Success
+    );
+    assert_eq!(s.replies()[0].result.status, Status::Success);
+}
+
+#[test]
+fn an_ignored_revoke_lapses_at_the_revoke_timeout_like_an_expired_lease() {
+    for (timeout, lapse_at) in [(0, 1_010), (300, 310)] {
+        let cfg = Config {
+            timing: crate::manager::Timing {
+                min_hold_ms: 5,
+                revoke_timeout_ms: timeout,
+            },
+            ..small()
+        };
+        let (kind, ex) = (LockKind::Rw, LockOp::TryExclusive);
+        let mut s = TestServer::new(&cfg);
+        let (a, b, la, lb) = pair(&mut s, kind);
+        assert_eq!(s.run(a, cached(kind, ex, la), 0).status, Status::Success);
+        assert_eq!(
+            s.wait_for(b, cmd(kind, ex, lb, 5_000, LockFlags::NONE), 10),
+            None
+        );
+        // a stays alive (heartbeats) but never gives the lock back.
+        let _ = s.heartbeat(a.get(), lapse_at - 5);
+        s.poll_waiters(lapse_at - 1);
+        assert_eq!(
+            s.replies_ready(),
+            0,
+            "timeout {timeout}: not before it lapses"
+        );
+        s.poll_waiters(lapse_at);
+        let got = s.replies();
+        assert_eq!(got[0].result.status, Status::Success, "timeout {timeout}");
+        // a lost it: its unlock fails, and the value block it might have changed is invalid.
+        assert_eq!(hold(&s, a, la), GrantState::None);
+        assert_eq!(
+            s.run(a, lock(kind, LockOp::UnlockExclusive, la, 0), lapse_at + 1)
+                .status,
+            Status::Fail
+        );
+        assert!(!s.t.lock_values[la.index() as usize].read().valid);
+        assert_eq!(s.stats().get(Counter::RevokesLapsed), 1);
+        assert_eq!(s.stats().get(Counter::RevokesGivenBack), 0);
+    }
+}
+
+#[test]
+fn only_cached_grants_are_revoked_and_a_grant_made_while_the_lock_is_wanted_is_revoked_after_its_hold()
+ {
+    let kind = LockKind::Rw;
+    let (sh, ex) = (LockOp::TryShared, LockOp::TryExclusive);
+    let mut s = TestServer::new(&small());
+    let (a, b, la, lb) = pair(&mut s, kind);
+    let (c, d) = (s.client(0), s.client(0));
+    let lc = s.get_lock(c.get(), kind, b"row-group", 0).unwrap();
+    let ld = s.get_lock(d.get(), kind, b"row-group", 0).unwrap();
+    // Readers share: a cached, b plain, both granted.
+    assert_eq!(s.run(a, cached(kind, sh, la), 0).status, Status::Success);
+    assert_eq!(s.run(b, lock(kind, sh, lb, 0), 0).status, Status::Success);
+    assert_eq!(hold(&s, a, la), GrantState::SharedCached);
+    assert_eq!(hold(&s, b, lb), GrantState::Shared);
+    // A writer waits: only a, the cached reader, is asked, wanting exclusive.
+    assert_eq!(
+        s.wait_for(c, cmd(kind, ex, lc, 5_000, LockFlags::NONE), 10),
+        None
+    );
+    assert!(matches!(
+        events(&s, a).0[..],
+        [Event::Revoke {
+            wanted: Mode::Exclusive,
+            ..
+        }]
+    ));
+    assert_eq!(events(&s, b).0, vec![]);
+    // A reader asking for a cached grant gets one although the lock is wanted: its reply
+    // cannot say otherwise, so its holder counts on it. Its minimum hold (5 ms) ends in a
+    // retry of the parked writer, which revokes it then and not before.
+    assert_eq!(s.run(d, cached(kind, sh, ld), 11).status, Status::Success);
+    assert_eq!(hold(&s, d, ld), GrantState::SharedCached);
+    s.poll_waiters(15);
+    assert_eq!(events(&s, d).0, vec![], "not within its hold");
+    s.poll_waiters(16);
+    assert!(matches!(
+        events(&s, d).0[..],
+        [Event::Revoke {
+            wanted: Mode::Exclusive,
+            ..
+        }]
+    ));
+    for (who, id) in [(a, la), (b, lb), (d, ld)] {
+        assert_eq!(
+            s.run(who, lock(kind, LockOp::UnlockShared, id, 0), 12)
+                .status,
+            Status::Success
+        );
+    }
+    assert_eq!(s.replies()[0].result.status, Status::Success);
+    assert_eq!(hold(&s, c, lc), GrantState::Exclusive);
+}
+
+#[test]
+fn revokes_to_one_client_fill_its_ring_and_then_count_as_overflows() {
+    let cfg = Config {
+        locks_max: 80,
+        ..small()
+    };
+    let (kind, ex) = (LockKind::Rw, LockOp::TryExclusive);
+    let mut s = TestServer::new(&cfg);
+    let (a, b) = (s.client(0), s.client(0));
+    let n = crate::table::EVENT_RING_LEN + 2;
+    for i in 0..n {
+        let name = format!("rg{i}");
+        let la = s.get_lock(a.get(), kind, name.as_bytes(), 0).unwrap();
+        let lb = s.get_lock(b.get(), kind, name.as_bytes(), 0).unwrap();
+        assert_eq!(s.run(a, cached(kind, ex, la), 0).status, Status::Success);
+        assert_eq!(s.run(b, lock(kind, ex, lb, 0), 10).status, Status::Fail);
+        assert_eq!(hold(&s, a, la), GrantState::ExclusiveRevoking);
+    }
+    let (got, overflows) = events(&s, a);
+    assert_eq!((got.len(), overflows), (crate::table::EVENT_RING_LEN, 2));
+    // A freed slot's next client starts with an empty ring.
+    s.client_deinit(a.get(), 20).unwrap();
+    let slot = s.client_slot_of(b.get()).unwrap() ^ 1;
+    let ring = s.event_ring(slot).unwrap();
+    assert_eq!((ring.pending(), ring.overflows()), (0, 0));
+}
+
+#[test]
+fn a_revoked_writer_downgrades_for_a_reader_and_writes_its_value_block_on_the_way() {
+    let kind = LockKind::Rw;
+    let mut s = TestServer::new(&small());
+    let (a, b, la, lb) = pair(&mut s, kind);
+    assert_eq!(
+        s.run(a, cached(kind, LockOp::TryExclusive, la), 0).status,
+        Status::Success
+    );
+    assert_eq!(
+        s.wait_for(
+            b,
+            cmd(kind, LockOp::TryShared, lb, 5_000, LockFlags::NONE),
+            10
+        ),
+        None
+    );
+    assert!(matches!(
+        events(&s, a).0[..],
+        [Event::Revoke {
+            wanted: Mode::Shared,
+            ..
+        }]
+    ));
+    // The downgrade writes the block like an exclusive unlock, and answers the revoke.
+    let block = crate::manager::ValueBlock([7; 32]);
+    let down = LockCommand {
+        kind,
+        op: LockOp::Downgrade,
+        lock: la.raw(),
+        flags: LockFlags::VALUE_BLOCK,
+        ..LockCommand::NONE
+    };
+    let mut r = [run(&mut s, a, lock(kind, LockOp::TryShared, la, 0), 11)];
+    assert_eq!(r[0].status, Status::Fail, "a still writes");
+    let values = crate::server::MessageValues {
+        blocks: &[Some(block)],
+        read: &mut [None],
+    };
+    let disposition = s
+        .execute_message_with_values(a.get(), 0, &[Command::Lock(down)], &mut r, values, 11)
+        .unwrap();
+    assert_eq!(
+        (disposition, r[0].status),
+        (Disposition::Replied, Status::Success)
+    );
+    assert_eq!(hold(&s, a, la), GrantState::SharedCached);
+    assert_eq!(
+        s.replies()[0].result.status,
+        Status::Success,
+        "the reader joins"
+    );
+    assert_eq!(hold(&s, b, lb), GrantState::Shared);
+    let value = s.t.lock_values[la.index() as usize].read();
+    assert_eq!((value.block, value.valid), (block, true));
+    assert_eq!(s.stats().get(Counter::Downgrades), 1);
+    assert_eq!(
+        s.stats().get(Counter::RevokesGivenBack),
+        0,
+        "a downgrade is no unlock"
+    );
+    // A second downgrade, or one from a reader, is not the caller's to make.
+    assert_eq!(s.run(a, Command::Lock(down), 12).status, Status::Fail);
+    assert_eq!(
+        s.run(
+            b,
+            Command::Lock(LockCommand {
+                flags: LockFlags::NONE,
+                lock: lb.raw(),
+                ..down
+            }),
+            12
+        )
+        .status,
+        Status::Fail
+    );
+}
+
+#[test]
+fn fair_and_atomic_locks_refuse_a_downgrade() {
+    for kind in [LockKind::Atomic, LockKind::Fair] {
+        let mut s = TestServer::new(&small());
+        let (a, _, la, _) = pair(&mut s, kind);
+        assert_eq!(
+            s.run(a, cached(kind, LockOp::TryExclusive, la), 0).status,
+            Status::Success
+        );
+        let down = lock(kind, LockOp::Downgrade, la, 0);
+        assert_eq!(s.run(a, down, 1).status, Status::Einval, "{kind:?}");
+        assert_eq!(hold(&s, a, la), GrantState::ExclusiveCached, "{kind:?}");
+    }
+}
+
+#[test]
+fn a_grant_lapsed_inside_an_undone_all_or_nothing_message_stays_released() {
+    let cfg = Config {
+        timing: crate::manager::Timing {
+            min_hold_ms: 0,
+            revoke_timeout_ms: 100,
+        },
+        ..small()
+    };
+    let (kind, ex) = (LockKind::Rw, LockOp::TryExclusive);
+    let mut s = TestServer::new(&cfg);
+    let (a, b, la, lb) = pair(&mut s, kind);
+    let c = s.client(0);
+    let other_b = s.get_lock(b.get(), kind, b"other", 0).unwrap();
+    let other_c = s.get_lock(c.get(), kind, b"other", 0).unwrap();
+    assert_eq!(s.run(a, cached(kind, ex, la), 0).status, Status::Success);
+    assert_eq!(
+        s.run(c, lock(kind, ex, other_c, 0), 0).status,
+        Status::Success
+    );
+    // b's trylock revokes a; a ignores it past the timeout.
+    assert_eq!(s.run(b, lock(kind, ex, lb, 0), 1).status, Status::Fail);
+    let _ = s.heartbeat(a.get(), 150);
+    // b's unit: the first lock lapses a's grant, the second is c's: the unit is undone.
+    let unit = [lock(kind, ex, lb, 0), lock(kind, ex, other_b, 0)];
+    let r = s.run_all(b, crate::proto::FLAG_ALL_OR_NOTHING, &unit, 200);
+    assert_eq!((r[0].status, r[1].status), (Status::Eagain, Status::Fail));
+    // a's grant lapsed for good: the lock is free, not held by a word nobody can unlock.
+    assert_eq!(hold(&s, a, la), GrantState::None);
+    assert_eq!(s.run(b, lock(kind, ex, lb, 0), 201).status, Status::Success);
+    s.check_invariants().unwrap();
+}

@@ -1,0 +1,212 @@
+//! Cached row-group grants ([`RowGroupConfig::cached`](super::RowGroupConfig)): a worker keeps
+//! the keys its transactions took after they end, takes them again with no message, and gives
+//! them back when the server revokes them for another worker.
+//!
+//! An engine's transactions mostly touch the row groups of "their" range again and again (the
+//! affinity a partitioned workload has); asking the server for each of them on every
+//! transaction, and giving each back at its end, is two messages per key that another worker
+//! almost never wanted meanwhile. With caching on, every key is asked for as cacheable
+//! (`Client::set_cacheable`), a transaction's end keeps its grants in the worker's cache, and
+//! the next transaction's keys that the cache covers are taken locally:
+//!
+//! | key in the cache | asked     | the next [`Txn::acquire`](super::Txn::acquire)        |
+//! |------------------|-----------|--------------------------------------------------------|
+//! | exclusive        | either    | taken locally, in key order (no message)              |
+//! | shared           | shared    | taken locally                                         |
+//! | shared           | exclusive | the shared grant is given back (an unlock), then asked for as any key |
+//! | absent           | either    | asked for as any key                                  |
+//!
+//! Revokes are read ([`RowGroupLocks::poll_revokes`]) at the start of every `acquire`, at every
+//! transaction's end and in `keep_leases`, and acted on by the worker itself:
+//!
+//! | the revoked key              | wanted    | then                                             |
+//! |------------------------------|-----------|--------------------------------------------------|
+//! | not cached and not held      | any       | ignored (a stale revoke, or for a grant since given back) |
+//! | cached (no transaction)      | shared, held exclusive | downgraded now                      |
+//! | cached (no transaction)      | otherwise | given back now                                   |
+//! | held by the open transaction | any       | given back when the transaction ends, not cached |
+//! | (an event-ring overflow)     | —         | every cached key given back, every held key at the end |
+//!
+//! The engine's loop calls `keep_leases` between transactions anyway, so an idle worker answers
+//! its revokes within a quarter lease; one that does not answer loses the grant at the server's
+//! revoke timeout (the lease by default), which the server then counts (`revokes_lapsed`).
+
+use dlock_core::proto::Event;
+use dlock_core::{FencingToken, LockId, Mode, Status};
+
+use dlock_transport::client::Connection;
+
+use super::{Held, RowGroup, RowGroupLocks};
+
+/// A grant kept after its transaction ended.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Cached {
+    pub(super) id: LockId,
+    pub(super) mode: Mode,
+    pub(super) token: FencingToken,
+}
+
+impl<C: Connection> RowGroupLocks<C> {
+    /// Reads the revokes the server sent this worker and acts on them (module doc): cached
+    /// keys are given back or downgraded now, keys of the open transaction at its end. Returns
+    /// how many cached keys went back. `Err` when the client is gone.
+    pub fn poll_revokes(&mut self) -> Result<usize, Status> {
+        self.health()?;
+        if !self.cfg.cached {
+            return Ok(0);
+        }
+        let mut events = std::mem::take(&mut self.events);
+        let read = self.client.poll_events(|e| events.push(e));
+        let mut back = 0;
+        let mut failed = None;
+        for e in events.drain(..) {
+            match self.on_event(e) {
+                Ok(n) => back += n,
+                Err(s) => failed = failed.or(Some(s)),
+            }
+        }
+        self.events = events;
+        read.map_err(|e| self.check(e.status()))?;
+        failed.map_or(Ok(back), Err)
+    }
+
+    /// One event; how many cached keys it gave back.
+    fn on_event(&mut self, e: Event) -> Result<usize, Status> {
+        match e {
+            Event::Revoke {
+                lock,
+                wanted,
+                fence,
+            } => {
+                if let Some(h) = self.held.iter().find(|h| h.id == lock) {
+                    if fence >= h.token.0 && !self.revoked.contains(&lock) {
+                        self.revoked.push(lock);
+                    }
+                    return Ok(0);
+                }
+                let Some((&key, &c)) = self.cache.iter().find(|(_, c)| c.id == lock) else {
+                    return Ok(0);
+                };
+                if fence < c.token.0 {
+                    return Ok(0);
+                }
+                self.give_back_cached(key, c, wanted).map(|()| 1)
+            }
+            Event::Overflow => {
+                let all: Vec<(RowGroup, Cached)> =
+                    self.cache.iter().map(|(&k, &c)| (k, c)).collect();
+                for h in &self.held {
+                    if !self.revoked.contains(&h.id) {
+                        self.revoked.push(h.id);
+                    }
+                }
+                for &(key, c) in &all {
+                    self.give_back_cached(key, c, Mode::Exclusive)?;
+                }
+                Ok(all.len())
+            }
+        }
+    }
+
+    /// Gives cached `key` back for a want of `wanted`: downgraded when only readers want an
+    /// exclusive grant, unlocked otherwise. A refusal (`Fail`: the server let it lapse) leaves
+    /// nothing cached either.
+    fn give_back_cached(&mut self, key: RowGroup, c: Cached, wanted: Mode) -> Result<(), Status> {
+        if c.mode == Mode::Exclusive && wanted == Mode::Shared {
+            let done = self.client.downgrade(c.id);
+            match done {
+                Ok(_) => {
+                    self.cache.insert(
+                        key,
+                        Cached {
+                            mode: Mode::Shared,
+                            ..c
+                        },
+                    );
+                    return Ok(());
+                }
+                Err(e) => {
+                    self.cache.remove(&key);
+                    return self.gone_or_ok(e.status());
+                }
+            }
+        }
+        self.cache.remove(&key);
+        match self.client.unlock(c.id) {
+            Ok(_) => Ok(()),
+            Err(e) => self.gone_or_ok(e.status()),
+        }
+    }
+
+    /// A failed give-back: fatal statuses end the client; any other means it was not held.
+    fn gone_or_ok(&mut self, s: Status) -> Result<(), Status> {
+        if super::is_fatal(s) {
+            return Err(self.check(s));
+        }
+        Ok(())
+    }
+
+    /// Whether `key` in `mode` is covered by a cached grant: if so it moves to the open
+    /// transaction (no message) and `true`.
+    pub(super) fn take_cached(&mut self, key: RowGroup, mode: Mode) -> bool {
+        let Some(&c) = self.cache.get(&key) else {
+            return false;
+        };
+        if c.mode == Mode::Shared && mode == Mode::Exclusive {
+            return false;
+        }
+        self.cache.remove(&key);
+        self.held.push(Held {
+            key,
+            id: c.id,
+            // A cached exclusive grant taken for a read stays exclusive: the server holds it so.
+            mode: c.mode,
+            token: c.token,
+        });
+        self.cache_hits += 1;
+        true
+    }
+
+    /// Gives back the cached shared grants of keys the call wants exclusive (the RW lock has
+    /// no upgrade): they are then asked for as any key.
+    pub(super) fn drop_cached_upgrades(
+        &mut self,
+        wants: &[(RowGroup, Mode)],
+    ) -> Result<(), Status> {
+        for &(key, mode) in wants {
+            if mode == Mode::Exclusive
+                && let Some(&c) = self.cache.get(&key)
+                && c.mode == Mode::Shared
+            {
+                self.give_back_cached(key, c, Mode::Exclusive)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the open transaction's keys from `from` on into the cache, except those revoked
+    /// meanwhile or not cached by the filter, which are left in `held[from..]` for the
+    /// caller to unlock.
+    pub(super) fn cache_from(&mut self, from: usize) {
+        let mut keep = from;
+        for i in from..self.held.len() {
+            let h = self.held[i];
+            if self.revoked.contains(&h.id) || !self.caches(h.key) {
+                self.held[keep] = h;
+                keep += 1;
+            } else {
+                self.cache.insert(
+                    h.key,
+                    Cached {
+                        id: h.id,
+                        mode: h.mode,
+                        token: h.token,
+                    },
+                );
+            }
+        }
+        self.held.truncate(keep);
+        self.revoked
+            .retain(|id| self.held.iter().any(|h| h.id == *id));
+    }
+}

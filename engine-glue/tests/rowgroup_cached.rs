@@ -1,0 +1,132 @@
+//! Row-group locks with caching on (`RowGroupConfig::with_cached`): a worker's next transaction
+//! takes the keys it cached with no message, another worker gets a cached key once the holder
+//! looks at its revokes, and a key revoked while a transaction holds it goes back at its end.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dlock_engine_glue::EmbeddedServer;
+use dlock_engine_glue::dlock_core::{Config, Mode, Status};
+use dlock_engine_glue::dlock_transport::client::read_server_stats;
+use dlock_engine_glue::rowgroup::{AcquireOptions, RowGroup, RowGroupConfig, RowGroupLocks};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn server() -> EmbeddedServer {
+    EmbeddedServer::start(EmbeddedServer::config(Config {
+        locks_max: 1_024,
+        clients_max: 16,
+        objects_max: 4,
+        ..Config::default()
+    }))
+    .expect("server starts")
+}
+
+fn worker(s: &EmbeddedServer, cached: bool) -> RowGroupLocks {
+    let cfg = RowGroupConfig::DEFAULT.with_cached(cached);
+    RowGroupLocks::new(s.client().expect("client"), cfg).expect("valid config")
+}
+
+fn counter(s: &EmbeddedServer, name: &str) -> u64 {
+    let stats = read_server_stats(&s.endpoint(), Duration::from_secs(5)).unwrap();
+    stats
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|&(_, v)| v)
+        .expect("counted")
+}
+
+fn data_messages(s: &EmbeddedServer) -> u64 {
+    counter(s, "data_messages")
+}
+
+fn revokes_sent(s: &EmbeddedServer) -> u64 {
+    counter(s, "revokes_sent")
+}
+
+/// A thread of a new (uncached) worker taking `key` exclusively, waiting up to 10 s.
+fn rival(s: &EmbeddedServer, key: RowGroup) -> thread::JoinHandle<Result<(), Status>> {
+    let mut w = worker(s, false);
+    thread::spawn(move || {
+        let mut txn = w.begin();
+        txn.acquire(&[(key, Mode::Exclusive)], AcquireOptions::wait(WAIT))?;
+        txn.commit()
+    })
+}
+
+#[test]
+fn the_next_transaction_takes_its_cached_keys_without_a_message() {
+    let s = server();
+    let mut w = worker(&s, true);
+    let keys = [
+        (RowGroup::new(1, 1), Mode::Exclusive),
+        (RowGroup::new(1, 2), Mode::Shared),
+        (RowGroup::new(2, 9), Mode::Exclusive),
+    ];
+    let mut txn = w.begin();
+    txn.acquire(&keys, AcquireOptions::NO_WAIT).unwrap();
+    let tokens: Vec<_> = keys.iter().map(|(k, _)| txn.token(*k)).collect();
+    txn.commit().unwrap();
+    assert_eq!(w.cached_grants(), 3, "kept past the commit");
+    let before = data_messages(&s);
+    let mut txn = w.begin();
+    // A read of a key cached exclusive is covered too.
+    let again = [keys[0], keys[1], (keys[2].0, Mode::Shared)];
+    txn.acquire(&again, AcquireOptions::NO_WAIT).unwrap();
+    let now: Vec<_> = keys.iter().map(|(k, _)| txn.token(*k)).collect();
+    assert_eq!(now, tokens, "the same grants");
+    txn.commit().unwrap();
+    assert_eq!(data_messages(&s), before, "no message from begin to commit");
+    assert_eq!(w.cache_hits(), 3);
+    // A write of a key cached shared is no upgrade: it goes back and is asked for again.
+    let mut txn = w.begin();
+    txn.acquire(&[(keys[1].0, Mode::Exclusive)], AcquireOptions::NO_WAIT)
+        .unwrap();
+    assert_eq!(txn.mode(keys[1].0), Some(Mode::Exclusive));
+    txn.commit().unwrap();
+    assert_eq!(w.cache_hits(), 3);
+}
+
+#[test]
+fn another_worker_gets_a_cached_key_once_the_holder_looks_at_its_revokes() {
+    let s = server();
+    let mut w = worker(&s, true);
+    let key = RowGroup::new(3, 3);
+    let mut txn = w.begin();
+    txn.acquire(&[(key, Mode::Exclusive)], AcquireOptions::NO_WAIT)
+        .unwrap();
+    txn.commit().unwrap();
+    let other = rival(&s, key);
+    let until = Instant::now() + WAIT;
+    let mut back = 0;
+    while back == 0 && Instant::now() < until {
+        back = w.poll_revokes().unwrap();
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(back, 1, "given back when asked");
+    assert_eq!(other.join().unwrap(), Ok(()));
+    assert_eq!(w.cached_grants(), 0);
+}
+
+#[test]
+fn a_key_revoked_while_a_transaction_holds_it_goes_back_at_its_end() {
+    let s = server();
+    let mut w = worker(&s, true);
+    let key = RowGroup::new(4, 4);
+    let mut txn = w.begin();
+    txn.acquire(&[(key, Mode::Exclusive)], AcquireOptions::NO_WAIT)
+        .unwrap();
+    let other = rival(&s, key);
+    // The transaction goes on; its lease upkeep reads the revoke, which must wait for it.
+    let until = Instant::now() + WAIT;
+    while revokes_sent(&s) == 0 && Instant::now() < until {
+        thread::sleep(Duration::from_millis(1));
+    }
+    txn.keep_leases(Instant::now() + Duration::from_secs(3_600))
+        .unwrap();
+    assert!(!other.is_finished(), "the rival waits for the transaction");
+    assert!(txn.token(key).is_some());
+    txn.commit().unwrap();
+    assert_eq!(other.join().unwrap(), Ok(()));
+    assert_eq!(w.cached_grants(), 0, "not cached: it was asked back");
+}

@@ -1,0 +1,524 @@
+//! Cached RW locks: grants an engine keeps after its local users are done, re-used locally,
+//! and given back when the server asks (MANAGER-SPEC §5; the server's side is
+//! `dlock_core::server`'s `revokes.rs`).
+//!
+//! A [`CachedLocks`] is one client registration whose RW locks are asked for as *cacheable*
+//! ([`Client::set_cacheable`]). The first guard of a lock asks the server; dropping the last
+//! guard keeps the grant (no message), and the next guard in a mode the grant covers is handed
+//! out locally (no message). When another client asks for a conflicting mode, the server sends
+//! this one a revoke (once its minimum hold is over); the handle reads it whenever it looks at
+//! its connection — every call that takes a guard, and [`Revokes::try_recv`], the channel the
+//! engine polls — and acts on it itself.
+//!
+//! The rules are `dlock_core::manager::cache`'s [`CachedLock`], one record per lock, which
+//! this module drives (its module doc has the tables; the simulators can reach it there). In
+//! short:
+//!
+//! | a revoke wanting | local guards                 | the handle                                           |
+//! |------------------|------------------------------|------------------------------------------------------|
+//! | anything         | (lock not held, or held under a newer grant) | ignores it (a stale or foreign revoke)  |
+//! | exclusive        | none                         | gives the lock back now (an unlock)                  |
+//! | exclusive        | some                         | takes no new guard; the last guard's drop gives it back |
+//! | shared           | readers or none (held exclusive) | downgrades now: its readers go on under the shared grant |
+//! | shared           | a writer                     | downgrades when the writer's guard drops             |
+//!
+//! Every revoke acted on is also told to the engine ([`Revoked`]), so that it can hurry the
+//! users in the way; an event-ring overflow is [`Revoked::All`] and revokes every cached lock.
+//! What a lock protects must be written back before its last guard drops, as before any
+//! unlock: the give-back may follow at once.
+//!
+//! The client's calls go through one mutex (the registration is one client, used by one
+//! caller at a time on the wire): a guard's drop that gives a lock back sends its message with
+//! it held, and a waiting call waits on the server in slices of [`WAIT_SLICE`], looking at its
+//! events and letting go of the mutex between them, so that a revoke is acted on while a
+//! thread of the handle waits for another lock (two engines each waiting for the lock the
+//! other caches would otherwise wait until their revokes lapsed).
+//!
+//! A holder that does not look at its connection does not see its revokes, and loses the
+//! grant at the server's revoke timeout (the client's lease by default) as if its lease ran
+//! out: poll [`Revokes::try_recv`] from the engine's loop. Users that outlive a revoke by the
+//! client's lease are warned about (`tracing`): their grant is gone.
+
+mod guard;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use dlock_core::manager::CachedLock;
+use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp};
+use dlock_core::manager::value::{ValueBlock, ValueRead};
+use dlock_core::proto::Event;
+use dlock_core::table::EVENT_RING_LEN;
+use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
+
+pub use guard::{CachedReadGuard, CachedWriteGuard};
+
+use super::error::{Error, ErrorKind, Op};
+use super::link::Link;
+use super::{Client, ClientConfig, Connection};
+
+/// The longest a waiting call waits on the server before it looks at its events again.
+pub const WAIT_SLICE: Duration = Duration::from_millis(20);
+
+/// Revoke notices kept for the engine ([`Revokes`]) before older ones are folded into one
+/// [`Revoked::All`].
+const NOTICES_MAX: usize = 4 * EVENT_RING_LEN;
+
+/// What the engine is told through [`Revokes::try_recv`]: flush what a lock protects, it is
+/// being given back (now, or when its last guard drops).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Revoked {
+    /// Another client wants `lock` in mode `wanted`.
+    Lock { lock: LockId, wanted: Mode },
+    /// Revokes were lost (the event ring, or this queue, overflowed): every cached lock is
+    /// being given back.
+    All,
+}
+
+/// A handle on one registration for cached RW locks (module doc). Cheap to clone; the clones
+/// share the registration.
+pub struct CachedLocks<C: Connection = Link> {
+    shared: Arc<Shared<C>>,
+}
+
+impl<C: Connection> Clone for CachedLocks<C> {
+    fn clone(&self) -> Self {
+        CachedLocks {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<C: Connection> std::fmt::Debug for CachedLocks<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedLocks").finish_non_exhaustive()
+    }
+}
+
+struct Shared<C: Connection> {
+    state: Mutex<State<C>>,
+    /// Signalled when a guard drops or a lock is given back.
+    changed: Condvar,
+}
+
+struct State<C: Connection> {
+    client: Client<C>,
+    entries: HashMap<LockId, Entry>,
+    /// What the engine has not read yet.
+    notices: VecDeque<Revoked>,
+    /// Events read off the connection, before they are acted on (kept for its capacity).
+    events: Vec<Event>,
+    /// Guards handed out with no message, for tests and the engine's own accounting.
+    local_hits: u64,
+    /// The clock revokes are timed by (`CachedLock` reads none).
+    start: Instant,
+}
+
+/// One lock's cached grant: the core's record, and what the guards read.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    cache: CachedLock,
+    token: FencingToken,
+    /// The block the grant came with, or the last one a local writer set.
+    value: Option<ValueRead>,
+    /// A block a local writer set, written to the server with the give-back or downgrade.
+    staged: Option<ValueBlock>,
+    /// A give-back or downgrade the server did not answer: sent again at the next look.
+    owed: Option<ServerOp>,
+    /// Users outlived a revoke past the lease: warned once.
+    warned: bool,
+}
+
+impl Entry {
+    const fn new() -> Self {
+        Entry {
+            cache: CachedLock::new(LockKind::Rw),
+            token: FencingToken(0),
+            value: None,
+            staged: None,
+            owed: None,
+            warned: false,
+        }
+    }
+}
+
+/// How often an unanswered give-back is sent again in one go before it waits for the next look.
+const SENDS_MAX: u32 = 3;
+
+impl CachedLocks<Link> {
+    /// Registers a new client instance and wraps it.
+    pub fn connect(cfg: ClientConfig) -> Result<CachedLocks, Error> {
+        Client::connect(cfg).map(CachedLocks::new)
+    }
+}
+
+impl<C: Connection> CachedLocks<C> {
+    /// Wraps a registered client.
+    pub fn new(client: Client<C>) -> CachedLocks<C> {
+        CachedLocks {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    client,
+                    entries: HashMap::new(),
+                    notices: VecDeque::with_capacity(NOTICES_MAX),
+                    events: Vec::with_capacity(EVENT_RING_LEN + 1),
+                    local_hits: 0,
+                    start: Instant::now(),
+                }),
+                changed: Condvar::new(),
+            }),
+        }
+    }
+
+    /// The cached RW lock `name` (created on the server if it does not exist), its grants
+    /// asked for as cacheable.
+    pub fn rw(&self, name: impl AsRef<[u8]>) -> Result<CachedRwLock<C>, Error> {
+        let mut st = self.state();
+        let id = st.client.get_lock(LockKind::Rw, name.as_ref())?;
+        st.client.set_cacheable(id, true)?;
+        st.entries.entry(id).or_insert(Entry::new());
+        Ok(CachedRwLock {
+            locks: self.clone(),
+            id,
+        })
+    }
+
+    /// The channel of revoke notices the engine polls.
+    pub fn revokes(&self) -> Revokes<C> {
+        Revokes {
+            locks: self.clone(),
+        }
+    }
+
+    /// Guards handed out locally, with no message to the server.
+    pub fn local_hits(&self) -> u64 {
+        self.state().local_hits
+    }
+
+    /// Runs `f` on the client (stats, objects), with every give-back due already sent. Do not
+    /// unlock the cached locks through it.
+    pub fn with_client<R>(&self, f: impl FnOnce(&mut Client<C>) -> R) -> R {
+        f(&mut self.state().client)
+    }
+
+    fn state(&self) -> MutexGuard<'_, State<C>> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<C: Connection> State<C> {
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    /// Reads the events the server sent and acts on them (module doc), and sends what is
+    /// owed still. Returns whether a lock was given back or downgraded.
+    fn pump(&mut self) -> Result<bool, Error> {
+        let mut events = std::mem::take(&mut self.events);
+        let read = self.client.poll_events(|e| events.push(e));
+        let mut moved = false;
+        for e in events.drain(..) {
+            moved |= self.note(e);
+        }
+        self.events = events;
+        read?;
+        let lease_ms = duration_ms(self.client.lease());
+        let now = self.now_ms();
+        let owed: Vec<(LockId, ServerOp)> = self
+            .entries
+            .iter_mut()
+            .filter_map(|(&id, e)| {
+                if !e.warned && e.cache.revoke_overdue(now, lease_ms) {
+                    e.warned = true;
+                    tracing::warn!(lock = ?id, "dlock: cached lock users outlived its revoke");
+                }
+                e.owed.take().map(|op| (id, op))
+            })
+            .collect();
+        for (id, op) in owed {
+            drop(self.drive(id, op, Duration::ZERO));
+            moved = true;
+        }
+        Ok(moved)
+    }
+
+    /// Acts on one event (a revoke for a lock not held, or for an earlier grant than the one
+    /// held, is ignored by the record); whether a lock was given back or downgraded.
+    fn note(&mut self, e: Event) -> bool {
+        let now = self.now_ms();
+        match e {
+            Event::Revoke {
+                lock,
+                wanted,
+                fence,
+            } => {
+                let Some(entry) = self.entries.get_mut(&lock) else {
+                    return false;
+                };
+                let act = entry.cache.on_revoke(wanted, fence, now);
+                self.revoked(lock, act, Revoked::Lock { lock, wanted })
+            }
+            Event::Overflow => {
+                let ids: Vec<LockId> = self.entries.keys().copied().collect();
+                let mut moved = false;
+                for id in ids {
+                    let entry = self.entries.get_mut(&id).expect("listed");
+                    let act = entry.cache.on_revoke(Mode::Exclusive, u64::MAX, now);
+                    moved |= self.revoked(id, act, Revoked::All);
+                }
+                moved
+            }
+        }
+    }
+
+    /// What a revoke of `id` decided: sent now, or left to the users; the engine is told.
+    fn revoked(&mut self, id: LockId, act: OnRevoke, notice: Revoked) -> bool {
+        match act {
+            OnRevoke::Ignore => return false,
+            OnRevoke::Deferred => {}
+            // A `Lost` answer is logged by `drive`; nothing else is left to do here.
+            OnRevoke::Send(op) => drop(self.drive(id, op, Duration::ZERO)),
+        }
+        self.notify(notice);
+        matches!(act, OnRevoke::Send(_))
+    }
+
+    fn notify(&mut self, r: Revoked) {
+        if r == Revoked::All && self.notices.back() == Some(&Revoked::All) {
+            return;
+        }
+        if self.notices.len() == NOTICES_MAX {
+            self.notices.clear();
+            self.notices.push_back(Revoked::All);
+            return;
+        }
+        self.notices.push_back(r);
+    }
+
+    /// A local user of `id` in `mode` is done: kept cached, or given back if a revoke waits
+    /// for it.
+    fn release(&mut self, id: LockId, mode: Mode) {
+        let Some(e) = self.entries.get_mut(&id) else {
+            return;
+        };
+        if let Release::Send(op) = e.cache.release(mode) {
+            drop(self.drive(id, op, Duration::ZERO));
+        }
+    }
+
+    /// Sends `op` for `id` and hands the reply to the record, again while the record says it
+    /// is owed (up to [`SENDS_MAX`] times; then at the next look). The record's answer, and
+    /// the error of a refused acquisition.
+    fn drive(&mut self, id: LockId, mut op: ServerOp, wait: Duration) -> (Reply, Option<Error>) {
+        for _ in 0..SENDS_MAX {
+            let (status, err) = self.send(id, op, wait);
+            let e = self.entries.get_mut(&id).expect("a handle's entry");
+            let reply = e.cache.on_reply(status, e.token.0);
+            match reply {
+                Reply::Send(next) => op = next,
+                Reply::Lost => {
+                    tracing::warn!(lock = ?id, "dlock: a cached lock's readers lost its grant");
+                    return (reply, err);
+                }
+                _ => return (reply, err),
+            }
+        }
+        self.entries.get_mut(&id).expect("checked").owed = Some(op);
+        (Reply::Settled, None)
+    }
+
+    /// One message for `id`: the status the server answered, and the error when it is not a
+    /// success.
+    fn send(&mut self, id: LockId, op: ServerOp, wait: Duration) -> (Status, Option<Error>) {
+        let e = *self.entries.get(&id).expect("a handle's entry");
+        let done = match op {
+            ServerOp::Acquire(mode) => {
+                let lease_ms = duration_ms(self.client.lease());
+                let got = if wait.is_zero() {
+                    self.client.trylock(id, mode, lease_ms)
+                } else {
+                    self.client.lock(id, mode, lease_ms, wait)
+                };
+                got.map(|g| {
+                    let e = self.entries.get_mut(&id).expect("checked");
+                    (e.token, e.value, e.staged) = (g.token, g.value, None);
+                    Status::Success
+                })
+            }
+            ServerOp::GiveBack(_) | ServerOp::Downgrade => {
+                // A local writer's block goes with the end of the exclusive turn.
+                if e.cache.held() == Some(Mode::Exclusive)
+                    && let Some(block) = e.staged
+                    && let Err(err) = self.client.stage_value(id, &block.0)
+                {
+                    tracing::warn!(error = %err, "dlock: a cached lock's block was not staged");
+                }
+                let done = match op {
+                    ServerOp::Downgrade => self.client.downgrade(id),
+                    _ => self.client.unlock(id),
+                };
+                if done.is_ok() {
+                    self.entries.get_mut(&id).expect("checked").staged = None;
+                }
+                done.map(|_| Status::Success)
+            }
+        };
+        match done {
+            Ok(s) => (s, None),
+            Err(err) => (err.status(), Some(err)),
+        }
+    }
+}
+
+/// `d` in the protocol's milliseconds, at least 1.
+fn duration_ms(d: Duration) -> u32 {
+    dlock_core::time::duration_to_ms(d).max(1)
+}
+
+/// A cached RW lock of a [`CachedLocks`] (module doc).
+pub struct CachedRwLock<C: Connection = Link> {
+    locks: CachedLocks<C>,
+    id: LockId,
+}
+
+impl<C: Connection> std::fmt::Debug for CachedRwLock<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedRwLock")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Connection> CachedRwLock<C> {
+    /// The lock's id.
+    pub fn id(&self) -> LockId {
+        self.id
+    }
+
+    /// The mode this client holds the lock in on the server (cached or in use), if any.
+    pub fn held(&self) -> Option<Mode> {
+        let st = self.locks.state();
+        st.entries.get(&self.id).and_then(|e| e.cache.held())
+    }
+
+    /// Asks for the lock's value block with every grant from now on (`on`): guards then
+    /// return it ([`CachedReadGuard::value`]), and a write guard may set it.
+    pub fn set_value_blocks(&self, on: bool) -> Result<(), Error> {
+        self.locks.state().client.set_value_blocks(self.id, on)
+    }
+
+    /// A read guard without waiting: local when the lock is cached (module doc), else asked
+    /// of the server once. `WouldBlock` when busy.
+    pub fn try_read(&self) -> Result<CachedReadGuard<C>, Error> {
+        self.take(Mode::Shared, None).map(CachedReadGuard)
+    }
+
+    /// A write guard without waiting (see [`CachedRwLock::try_read`]).
+    pub fn try_write(&self) -> Result<CachedWriteGuard<C>, Error> {
+        self.take(Mode::Exclusive, None).map(CachedWriteGuard)
+    }
+
+    /// A read guard, waiting up to `wait` (for this handle's writer, or on the server).
+    pub fn read(&self, wait: Duration) -> Result<CachedReadGuard<C>, Error> {
+        self.take(Mode::Shared, Some(Instant::now() + wait))
+            .map(CachedReadGuard)
+    }
+
+    /// A write guard, waiting up to `wait`.
+    pub fn write(&self, wait: Duration) -> Result<CachedWriteGuard<C>, Error> {
+        self.take(Mode::Exclusive, Some(Instant::now() + wait))
+            .map(CachedWriteGuard)
+    }
+
+    /// Takes a guard in `mode`, waiting until `deadline` (`None`: not at all).
+    fn take(&self, mode: Mode, deadline: Option<Instant>) -> Result<guard::Held<C>, Error> {
+        let mut st = self.locks.state();
+        loop {
+            // Revokes first: a lock asked back takes no new guard.
+            if st.pump()? {
+                self.locks.shared.changed.notify_all();
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let e = st.entries.get_mut(&self.id).expect("a handle's entry");
+            let refused = match e.cache.acquire(mode) {
+                Acquire::Local => {
+                    st.local_hits += 1;
+                    return Ok(self.held_guard(&st, mode));
+                }
+                Acquire::Refuse(s) => return Err(Op::TryLock.err(s)),
+                Acquire::Send(op) => {
+                    let slice = left.map_or(Duration::ZERO, |l| l.min(WAIT_SLICE));
+                    match st.drive(self.id, op, slice) {
+                        (Reply::Granted, _) => return Ok(self.held_guard(&st, mode)),
+                        // A shared grant given back for a writer: ask again.
+                        (Reply::AskAgain, _) => continue,
+                        (Reply::Refused(s), err) => Some(err.unwrap_or(Op::TryLock.err(s))),
+                        _ => None,
+                    }
+                }
+                Acquire::Wait => None,
+            };
+            // Busy here (a guard of this handle, a give-back) or on the server.
+            match (refused, left) {
+                (Some(err), _) if !retry(&err) => return Err(err),
+                (Some(err), None) => return Err(err),
+                (None, None) => return Err(Op::TryLock.err(Status::Fail)),
+                (_, Some(l)) if l.is_zero() => return Err(Op::Lock.err(Status::Etimeout)),
+                // The server's slice ran out: let go of the client a moment, look again.
+                (Some(_), Some(_)) => {
+                    drop(st);
+                    std::thread::yield_now();
+                    st = self.locks.state();
+                }
+                (None, Some(l)) => {
+                    st = self
+                        .locks
+                        .shared
+                        .changed
+                        .wait_timeout(st, l.min(WAIT_SLICE))
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+            }
+        }
+    }
+
+    fn held_guard(&self, st: &State<C>, mode: Mode) -> guard::Held<C> {
+        let e = &st.entries[&self.id];
+        guard::Held {
+            locks: self.locks.clone(),
+            id: self.id,
+            mode,
+            token: e.token,
+            value: e.value,
+        }
+    }
+}
+
+/// Whether a refusal from the server is "busy" (a waiting call tries again).
+fn retry(e: &Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+/// The channel of revoke notices of a [`CachedLocks`]: the engine polls it to learn which locks
+/// to flush (the handle gives them back itself).
+#[derive(Debug)]
+pub struct Revokes<C: Connection = Link> {
+    locks: CachedLocks<C>,
+}
+
+impl<C: Connection> Revokes<C> {
+    /// The next notice, without waiting: reads what the server sent meanwhile (and gives back
+    /// what is due) first. `Ok(None)` when there is none.
+    pub fn try_recv(&self) -> Result<Option<Revoked>, Error> {
+        let mut st = self.locks.state();
+        if st.pump()? {
+            self.locks.shared.changed.notify_all();
+        }
+        Ok(st.notices.pop_front())
+    }
+}

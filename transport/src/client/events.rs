@@ -1,0 +1,139 @@
+//! What the server told a client unasked (revokes of its cached grants), on the client's side:
+//! one bounded queue per client, filled by whoever reads the client's data path and drained by
+//! [`super::Client::poll_events`].
+//!
+//! Over shared memory the queue is the server's event ring in the region itself
+//! ([`RingReader`]); over a stream the reader (the client's own, or the shared connection's
+//! reader thread) files each event message ([`EventQueue::file_message`]). Either way the
+//! client sees the same [`Event`]s, and an overflow — of the ring, the stream's buffer or this
+//! queue — as one [`Event::Overflow`] before the events that still came: the client then
+//! treats every lock it caches as revoked. The queue has the ring's size, so a stream client
+//! can hold what a shared-memory one can; nothing is allocated after it is made.
+
+use dlock_core::proto::{Event, decode_event_message};
+use dlock_core::table::{EVENT_RING_LEN, EventRing};
+
+use super::error::{Error, Op};
+use super::{Client, Connection};
+
+impl<C: Connection> Client<C> {
+    /// Hands every event the server sent this client unasked, and it has not seen yet, to
+    /// `sink`, without waiting: [`Event::Revoke`] asks for a cached grant back (unlock it, or
+    /// downgrade it when the mode wanted is shared) — its `fence` names the grant it was sent
+    /// for, so a revoke whose fence is below the grant held now is stale — and
+    /// [`Event::Overflow`] says events were lost, so every cached grant must be treated as
+    /// revoked. Over shared memory this reads the client's event ring in the region; over a
+    /// stream, what the connection's reader filed (and a quick look at its own connection).
+    pub fn poll_events(&mut self, mut sink: impl FnMut(Event)) -> Result<(), Error> {
+        self.link
+            .poll_events(&mut sink)
+            .map_err(|e| Op::PollEvents.io(e))
+    }
+}
+
+/// A bounded queue of events (module doc).
+#[derive(Debug)]
+pub(crate) struct EventQueue {
+    entries: [Event; EVENT_RING_LEN],
+    head: usize,
+    len: usize,
+    /// Events were lost since the queue was last drained.
+    overflowed: bool,
+}
+
+impl Default for EventQueue {
+    fn default() -> Self {
+        Self {
+            entries: [Event::Overflow; EVENT_RING_LEN],
+            head: 0,
+            len: 0,
+            overflowed: false,
+        }
+    }
+}
+
+impl EventQueue {
+    /// Queues `event`; a full queue drops it and remembers the loss.
+    pub(crate) fn push(&mut self, event: Event) {
+        if event == Event::Overflow || self.len == EVENT_RING_LEN {
+            self.overflowed = true;
+            return;
+        }
+        self.entries[(self.head + self.len) % EVENT_RING_LEN] = event;
+        self.len += 1;
+    }
+
+    /// Queues every event of event message `msg`; one that does not decode counts as a loss
+    /// (the server never sends one: only a broken peer could).
+    pub(crate) fn file_message(&mut self, msg: &[u8]) {
+        match decode_event_message(msg) {
+            Ok(m) => m.events().for_each(|e| self.push(e)),
+            Err(_) => self.overflowed = true,
+        }
+    }
+
+    /// Hands every queued event to `sink`, a loss first as [`Event::Overflow`].
+    pub(crate) fn drain(&mut self, sink: &mut dyn FnMut(Event)) {
+        if core::mem::take(&mut self.overflowed) {
+            sink(Event::Overflow);
+        }
+        while self.len > 0 {
+            let e = self.entries[self.head];
+            self.head = (self.head + 1) % EVENT_RING_LEN;
+            self.len -= 1;
+            sink(e);
+        }
+    }
+}
+
+/// A shared-memory client's reading of its ring in the region: the overflow count it saw last.
+#[derive(Debug, Default)]
+pub(crate) struct RingReader {
+    overflows_seen: u64,
+}
+
+impl RingReader {
+    /// Hands what `ring` holds to `sink`, a changed overflow count first as
+    /// [`Event::Overflow`].
+    pub(crate) fn drain(&mut self, ring: &EventRing<'_>, sink: &mut dyn FnMut(Event)) {
+        let overflows = ring.overflows();
+        if overflows != self.overflows_seen {
+            self.overflows_seen = overflows;
+            sink(Event::Overflow);
+        }
+        while let Some(e) = ring.pop() {
+            sink(e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dlock_core::LockId;
+    use dlock_core::Mode;
+
+    fn revoke(n: u32) -> Event {
+        Event::Revoke {
+            lock: LockId::new(n, 1),
+            wanted: Mode::Shared,
+            fence: u64::from(n),
+        }
+    }
+
+    #[test]
+    fn a_full_queue_reports_its_loss_first_and_keeps_what_came() {
+        let mut q = EventQueue::default();
+        for n in 1..=EVENT_RING_LEN as u32 + 3 {
+            q.push(revoke(n));
+        }
+        let mut got = Vec::new();
+        q.drain(&mut |e| got.push(e));
+        assert_eq!(got.len(), EVENT_RING_LEN + 1);
+        assert_eq!((got[0], got[1]), (Event::Overflow, revoke(1)));
+        q.file_message(b"not an event message");
+        got.clear();
+        q.drain(&mut |e| got.push(e));
+        assert_eq!(got, vec![Event::Overflow], "a bad message is a loss");
+    }
+}

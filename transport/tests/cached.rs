@@ -1,0 +1,238 @@
+//! Cached RW locks through the client's [`CachedLocks`], over shared memory and TCP: a guard
+//! taken again is local (no data message reaches the server), a conflicting request of another
+//! client gets the lock once the holder's local users are done (given back by the holder
+//! itself, or downgraded for a reader), and a revoke for a lock the handle does not hold is
+//! ignored.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use dlock_core::{LockKind, Mode, Status};
+use dlock_transport::client::{
+    CachedLocks, Client, ClientConfig, Endpoint, ErrorKind, Revoked, read_server_stats,
+};
+use dlock_transport::runtime::ServerHandle;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn endpoints(s: &ServerHandle) -> [Endpoint; 2] {
+    [
+        Endpoint::embedded(s),
+        Endpoint::Tcp(s.tcp_addr().expect("tcp")),
+    ]
+}
+
+/// Counter `name` as `dlock stat` reads it.
+fn counter(s: &ServerHandle, name: &str) -> u64 {
+    let stats = read_server_stats(&Endpoint::embedded(s), Duration::from_secs(5)).unwrap();
+    stats
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|&(_, v)| v)
+        .expect("the server has the counter")
+}
+
+/// Data messages the server has handled so far.
+fn data_messages(s: &ServerHandle) -> u64 {
+    counter(s, "data_messages")
+}
+
+/// Polls `locks`' revoke channel until a notice comes, for at most 10 s.
+fn next_revoke(locks: &CachedLocks) -> Revoked {
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        if let Some(r) = locks.revokes().try_recv().expect("poll") {
+            return r;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("no revoke came");
+}
+
+/// A thread of a new plain client of `e` waiting up to 20 s for `name` in `mode`, which it
+/// unlocks once granted.
+fn waiter(e: &Endpoint, name: &str, mode: Mode) -> std::thread::JoinHandle<Status> {
+    let mut b = Client::connect(ClientConfig::new(e.clone())).expect("registers");
+    let name = name.to_owned();
+    std::thread::spawn(move || {
+        let id = b.get_lock(LockKind::Rw, name.as_bytes()).unwrap();
+        match b.lock(id, mode, 60_000, WAIT) {
+            Ok(g) => {
+                assert_eq!(b.unlock(id).unwrap(), Status::Success);
+                g.status
+            }
+            Err(e) => e.status(),
+        }
+    })
+}
+
+#[test]
+fn a_cached_guard_is_taken_again_locally_without_a_message() {
+    let s = common::server(true);
+    for (n, e) in endpoints(&s).into_iter().enumerate() {
+        let a = CachedLocks::connect(ClientConfig::new(e)).unwrap();
+        let page = a.rw(format!("page-{n}")).unwrap();
+        let first = page.try_write().unwrap();
+        let token = first.token();
+        drop(first);
+        assert_eq!(page.held(), Some(Mode::Exclusive), "kept after the guard");
+        let before = (data_messages(&s), a.local_hits());
+        let again = page.try_write().unwrap();
+        assert_eq!(again.token(), token, "the same grant");
+        drop(again);
+        let readers = (page.try_read().unwrap(), page.try_read().unwrap());
+        assert!(page.try_write().unwrap_err().is_would_block());
+        drop(readers);
+        assert_eq!(
+            data_messages(&s),
+            before.0,
+            "{n}: no message for a local guard"
+        );
+        assert_eq!(a.local_hits(), before.1 + 3);
+    }
+}
+
+#[test]
+fn a_conflicting_request_gets_the_lock_after_the_holders_local_users_finish() {
+    let s = common::server(true);
+    for (n, e) in endpoints(&s).into_iter().enumerate() {
+        let name = format!("hot-{n}");
+        let a = CachedLocks::connect(ClientConfig::new(e.clone())).unwrap();
+        let page = a.rw(&name).unwrap();
+        drop(page.try_write().unwrap());
+        let reader = page.try_read().unwrap();
+        let b = waiter(&e, &name, Mode::Exclusive);
+        let revoke = next_revoke(&a);
+        assert_eq!(
+            revoke,
+            Revoked::Lock {
+                lock: page.id(),
+                wanted: Mode::Exclusive
+            }
+        );
+        // Asked back with a user live: kept until it is done, and no new local user.
+        assert_eq!(page.held(), Some(Mode::Exclusive));
+        let refused = page.try_read().unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::WouldBlock, "{n}");
+        assert!(!b.is_finished(), "{n}: the waiter waits for the local user");
+        drop(reader);
+        assert_eq!(
+            page.held(),
+            None,
+            "{n}: given back by the last guard's drop"
+        );
+        assert_eq!(b.join().unwrap(), Status::Success, "{n}");
+        assert_eq!(counter(&s, "revokes_sent"), n as u64 + 1, "{n}");
+        assert_eq!(counter(&s, "revokes_given_back"), n as u64 + 1, "{n}");
+        // b unlocked: the lock is free again, asked of the server.
+        let back = page.read(WAIT).unwrap();
+        assert_eq!(page.held(), Some(Mode::Shared));
+        drop(back);
+    }
+}
+
+#[test]
+fn a_reader_wanting_the_lock_gets_it_by_a_downgrade_and_the_holder_keeps_reading() {
+    let s = common::server(true);
+    for (n, e) in endpoints(&s).into_iter().enumerate() {
+        let name = format!("read-mostly-{n}");
+        let a = CachedLocks::connect(ClientConfig::new(e.clone())).unwrap();
+        let page = a.rw(&name).unwrap();
+        drop(page.try_write().unwrap());
+        // A local reader stays through the downgrade: the shared grant still covers it.
+        let reader = page.try_read().unwrap();
+        let b = waiter(&e, &name, Mode::Shared);
+        let revoke = next_revoke(&a);
+        assert_eq!(
+            revoke,
+            Revoked::Lock {
+                lock: page.id(),
+                wanted: Mode::Shared
+            }
+        );
+        assert_eq!(b.join().unwrap(), Status::Success, "{n}");
+        assert_eq!(
+            page.held(),
+            Some(Mode::Shared),
+            "{n}: downgraded, not given up"
+        );
+        drop(reader);
+        assert_eq!(counter(&s, "downgrades"), n as u64 + 1, "{n}");
+        let before = data_messages(&s);
+        drop(page.try_read().unwrap());
+        assert_eq!(data_messages(&s), before, "{n}: still read locally");
+    }
+}
+
+#[test]
+fn a_revoke_for_a_lock_the_handle_does_not_hold_is_ignored() {
+    let s = common::server(true);
+    for (n, e) in endpoints(&s).into_iter().enumerate() {
+        let name = format!("elsewhere-{n}");
+        let a = CachedLocks::connect(ClientConfig::new(e.clone())).unwrap();
+        let known = a.rw(format!("known-{n}")).unwrap();
+        drop(known.try_write().unwrap());
+        // A cached grant the handle knows nothing of: taken through the client directly.
+        let id = a.with_client(|c| {
+            let id = c.get_lock(LockKind::Rw, name.as_bytes()).unwrap();
+            c.set_cacheable(id, true).unwrap();
+            let _g = c.trylock(id, Mode::Exclusive, 60_000).unwrap();
+            id
+        });
+        let mut b = Client::connect(ClientConfig::new(e.clone())).unwrap();
+        let theirs = b.get_lock(LockKind::Rw, name.as_bytes()).unwrap();
+        // Past the minimum hold, b's try sends a's client a revoke and is refused at once.
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(b.trylock(theirs, Mode::Exclusive, 60_000).is_err());
+        // Then a revoke of a lock the handle holds, which comes after it.
+        let k = b
+            .get_lock(LockKind::Rw, format!("known-{n}").as_bytes())
+            .unwrap();
+        assert!(b.trylock(k, Mode::Exclusive, 60_000).is_err());
+        // The handle reads both, tells of the second only and gives back only that one.
+        let revoke = next_revoke(&a);
+        let wanted = Mode::Exclusive;
+        let lock = known.id();
+        assert_eq!(revoke, Revoked::Lock { lock, wanted }, "{n}");
+        assert_eq!(known.held(), None);
+        let held = a.with_client(|c| c.local_lock(id).and_then(|l| l.state.held_mode()));
+        assert_eq!(held, Some(Mode::Exclusive), "{n}");
+        assert!(b.trylock(theirs, Mode::Exclusive, 60_000).is_err(), "{n}");
+    }
+}
+
+#[test]
+fn a_block_a_local_writer_sets_is_read_locally_and_reaches_the_next_holder() {
+    let s = common::server(true);
+    for (n, e) in endpoints(&s).into_iter().enumerate() {
+        let name = format!("lsn-{n}");
+        let a = CachedLocks::connect(ClientConfig::new(e.clone())).unwrap();
+        let page = a.rw(&name).unwrap();
+        page.set_value_blocks(true).unwrap();
+        let mut w = page.try_write().unwrap();
+        assert!(w.set_value(&[0u8; 33]).is_err(), "longer than a block");
+        w.set_value(b"lsn 42").unwrap();
+        drop(w);
+        let r = page.try_read().unwrap();
+        let local = r.value().expect("asked for");
+        assert_eq!(
+            &local.block.0[..6],
+            b"lsn 42",
+            "{n}: a local reader sees it"
+        );
+        drop(r);
+        // Another client takes the lock: the give-back writes the block on the server.
+        let mut b = Client::connect(ClientConfig::new(e.clone())).unwrap();
+        let theirs = b.get_lock(LockKind::Rw, name.as_bytes()).unwrap();
+        b.set_value_blocks(theirs, true).unwrap();
+        let t = std::thread::spawn(move || {
+            let g = b.lock(theirs, Mode::Exclusive, 60_000, WAIT).unwrap();
+            g.value.expect("asked for")
+        });
+        next_revoke(&a);
+        let got = t.join().unwrap();
+        assert!(got.valid, "{n}");
+        assert_eq!(&got.block.0[..6], b"lsn 42", "{n}");
+    }
+}
