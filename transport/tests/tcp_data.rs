@@ -280,18 +280,31 @@ fn tls_data_connections_serve_pipelined_batches_and_parked_locks() {
     let waiter = std::thread::spawn(move || {
         let mut w = Client::connect(ClientConfig::new(endpoint)).unwrap();
         let id = w.get_lock(LockKind::Atomic, b"p0").unwrap();
-        let t = Instant::now();
         let r = w.lock(id, Mode::Exclusive, 60_000, Duration::from_secs(10));
-        (r.map(|g| g.status), t.elapsed())
+        (r.map(|g| g.status), Instant::now())
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // Let go only once the server has parked the waiter's request (its `waits` counter), so the
+    // grant below can only be the hand-off, however slowly this machine runs the waiter.
+    let parked = Instant::now();
+    while waits(&mut c) == 0 {
+        assert!(parked.elapsed() < Duration::from_secs(10), "never parked");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let unlocking = Instant::now();
     assert_eq!(c.unlock(ids[0]).map_err(Status::from), Ok(Status::Success));
-    let (r, waited) = waiter.join().unwrap();
+    let (r, granted) = waiter.join().unwrap();
     assert_eq!(r.map_err(Status::from), Ok(Status::Success));
-    assert!(
-        waited >= Duration::from_millis(200),
-        "it waited: {waited:?}"
-    );
+    assert!(granted >= unlocking, "granted before the holder let go");
+}
+
+/// The server's count of lock requests it parked.
+fn waits(c: &mut Client) -> u64 {
+    let stats = c.server_stats().unwrap();
+    stats
+        .iter()
+        .find(|(n, _)| *n == "waits")
+        .expect("a counter")
+        .1
 }
 
 /// A plaintext TCP server whose frame timeout is `frame_timeout`.

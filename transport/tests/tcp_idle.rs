@@ -77,35 +77,69 @@ fn an_idle_server_uses_no_cpu_and_wakes_for_tcp_and_shared_memory() {
     );
     assert!(wake * 1000 < elapsed, "the idle wake bridge used {wake} ns");
 
-    // Parked, it still answers both transports promptly.
-    let t = Instant::now();
-    assert_eq!(
-        tcp[0].unlock(ids[0]).map_err(Status::from),
-        Ok(Status::Success)
+    // Parked, it still answers both transports promptly: each request wakes the data thread
+    // rather than waiting out the up to 50 ms it parks for. One wake-up on this shared machine
+    // can take longer than that when another process has the CPU, so each transport is timed
+    // over several parked periods and judged by its median; a thread that slept through its
+    // requests would answer a median of them in about 25 ms, not under 15.
+    const ROUNDS: usize = 7;
+    let mut tcp_wake = Vec::with_capacity(ROUNDS);
+    let mut shm_wake = Vec::with_capacity(ROUNDS);
+    let mut mapped_wake = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        std::thread::sleep(Duration::from_millis(60));
+        let t = Instant::now();
+        assert_eq!(
+            tcp[0].unlock(ids[0]).map_err(Status::from),
+            Ok(Status::Success)
+        );
+        tcp_wake.push(t.elapsed());
+        assert_eq!(
+            tcp[0]
+                .trylock(ids[0], Mode::Exclusive, 60_000)
+                .unwrap()
+                .status,
+            Status::Success
+        );
+        std::thread::sleep(Duration::from_millis(60));
+        let t = Instant::now();
+        assert_eq!(
+            shm.trylock(shm_id, Mode::Exclusive, 60_000).unwrap().status,
+            Status::Success
+        );
+        shm_wake.push(t.elapsed());
+        assert_eq!(
+            shm.unlock(shm_id).map_err(Status::from),
+            Ok(Status::Success)
+        );
+        std::thread::sleep(Duration::from_millis(60));
+        let t = Instant::now();
+        assert_eq!(
+            mapped
+                .trylock(mapped_id, Mode::Exclusive, 60_000)
+                .unwrap()
+                .status,
+            Status::Success
+        );
+        mapped_wake.push(t.elapsed());
+        assert_eq!(
+            mapped.unlock(mapped_id).map_err(Status::from),
+            Ok(Status::Success)
+        );
+    }
+    let median = |v: &mut Vec<Duration>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let (tcp_wake, shm_wake, mapped_wake) = (
+        median(&mut tcp_wake),
+        median(&mut shm_wake),
+        median(&mut mapped_wake),
     );
-    let tcp_wake = t.elapsed();
-    std::thread::sleep(Duration::from_millis(100));
-    let t = Instant::now();
-    assert_eq!(
-        shm.trylock(shm_id, Mode::Exclusive, 60_000).unwrap().status,
-        Status::Success
-    );
-    let shm_wake = t.elapsed();
-    std::thread::sleep(Duration::from_millis(100));
-    let t = Instant::now();
-    assert_eq!(
-        mapped
-            .trylock(mapped_id, Mode::Exclusive, 60_000)
-            .unwrap()
-            .status,
-        Status::Success
-    );
-    let mapped_wake = t.elapsed();
     eprintln!(
-        "parked, answered: TCP {tcp_wake:?}, in-process {shm_wake:?}, mapped {mapped_wake:?}"
+        "parked, answered (medians): TCP {tcp_wake:?}, in-process {shm_wake:?}, mapped {mapped_wake:?}"
     );
-    // Far below the 50 ms the data thread sleeps at most: the request woke it.
-    let prompt = Duration::from_millis(25);
+    let prompt = Duration::from_millis(15);
     assert!(
         tcp_wake < prompt && shm_wake < prompt && mapped_wake < prompt,
         "woken by the request: TCP {tcp_wake:?}, in-process {shm_wake:?}, mapped {mapped_wake:?}"
