@@ -156,8 +156,45 @@ impl<D: Dial> ClusterLink<D> {
     }
 
     /// One control exchange of `body` with `server` (joined first if need be); the reply is in
-    /// `reply`. A connection that fails is opened again at the next use.
+    /// `reply`. A connection that fails is opened again at the next use. A server that no
+    /// longer knows the client (its lease lapsed there, and the server declared it dead) is
+    /// joined again and asked once more: it refused the request without running it. What the
+    /// client had there is gone with the registration; the records that name it learn so from
+    /// the server's `LockNotGet` (`replies.rs`, and `release_lock`). Before, the member stayed
+    /// marked registered, and every request to that server read `ClientNotInit` for good.
     pub(super) fn control_with(
+        &mut self,
+        server: ServerId,
+        body: ControlRequest<'_>,
+        reply: &mut [u8],
+        deadline: Instant,
+    ) -> io::Result<usize> {
+        let m = self.control_once(server, body, reply, deadline)?;
+        if !self.forgot_client(server, &reply[..m]) {
+            return Ok(m);
+        }
+        self.control_once(server, body, reply, deadline)
+    }
+
+    /// Whether `server`'s reply `reply` says it does not know the client (`ClientNotInit`,
+    /// `ClientRemovedByServer`); the member is then joined again at its next use.
+    pub(super) fn forgot_client(&mut self, server: ServerId, reply: &[u8]) -> bool {
+        let status = decode_control_response(reply)
+            .ok()
+            .and_then(|f| f.header.status());
+        let forgot = matches!(
+            status,
+            Some(Status::ClientNotInit | Status::ClientRemovedByServer)
+        );
+        if forgot && let Some(m) = self.members.get_mut(&server) {
+            tracing::debug!(%server, "dlock: the server forgot the client; joined again");
+            m.registered = false;
+        }
+        forgot
+    }
+
+    /// [`Self::control_with`], once.
+    fn control_once(
         &mut self,
         server: ServerId,
         body: ControlRequest<'_>,
