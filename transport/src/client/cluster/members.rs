@@ -105,10 +105,34 @@ impl<D: Dial> ClusterLink<D> {
             .get(&server)
             .is_some_and(|m| m.registered && !m.broken && m.incarnation == incarnation);
         if !fresh {
+            self.lose_lapsed_grants(server, incarnation);
             let joined = self.join(&address, incarnation, deadline)?;
             self.members.insert(server, joined);
         }
         Ok(self.members.get_mut(&server).expect("inserted above"))
+    }
+
+    /// Before `server` (at `incarnation`, the one the client was registered with) is joined
+    /// again: if it forgot the client (it said so) or may have (the lease it granted ran out
+    /// by the client's count), it freed the client's grants when it declared the client dead,
+    /// and the join registers the client afresh. Those grants are lost: the records at that
+    /// server forget them (the references stay; one the server freed is got again at its
+    /// `LockNotGet`). This is the lease-lapse rule of `Client::reinit` (the cluster join cannot
+    /// tell a resumed registration from a new one): otherwise the join's fresh lease hid the
+    /// lapse from the rule a re-claim reads (`reclaim.rs`), and the next owner of the
+    /// partition was offered, with its old proof, a grant the server had freed and perhaps
+    /// given to another client. A grant the server still held is unlocked all the same: the
+    /// client's unlock goes out with the reference.
+    fn lose_lapsed_grants(&mut self, server: ServerId, incarnation: u64) {
+        let gone = self.members.get(&server).is_some_and(|m| {
+            m.incarnation == incarnation && (!m.registered || self.lapsed(server, Instant::now()))
+        });
+        if gone {
+            let lost = self.routes.lose_grants_at(server, incarnation);
+            if lost > 0 {
+                tracing::debug!(%server, lost, "dlock: grants lost with a lapsed registration");
+            }
+        }
     }
 
     /// A new connection to the server at `address`, joined with the client's registration

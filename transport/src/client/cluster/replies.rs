@@ -144,8 +144,8 @@ impl<D: Dial> ClusterLink<D> {
     /// client joined it again as a new registration). If the route still names that reference
     /// it is stale: the grant its record may show is lost, and the reference is taken again by
     /// name before the next use (`current_route`). Before, the route kept the forgotten id, and
-    /// every use of the lock read `LockNotGet` for good. Only the server's own answer is taken
-    /// as proof: a registration the client merely thinks lapsed may still hold its grants.
+    /// every use of the lock read `LockNotGet` for good. Only the server's own answer drops a
+    /// reference: a registration the client merely thinks lapsed may still hold it.
     fn forget_reference(&mut self, lock: u32, server: ServerId, server_lock: u32) {
         let Some(r) = self.routes.get_mut(lock) else {
             return;
