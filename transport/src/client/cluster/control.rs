@@ -281,7 +281,7 @@ impl<D: Dial> ClusterLink<D> {
                 Attempt::Retry(m) if Instant::now() >= deadline => return rewrite_id(reply, m, h),
                 Attempt::Retry(_) => {
                     if !self.follow_map(owner.server, deadline) {
-                        pause = self.pause(pause, deadline);
+                        pause = self.retry_pause(pause, deadline);
                     }
                 }
             }
@@ -326,7 +326,7 @@ impl<D: Dial> ClusterLink<D> {
                 }
                 Status::PartitionMoved | Status::NotReady if Instant::now() < deadline => {
                     if !self.follow_map(Some(server), deadline) {
-                        pause = self.pause(pause, deadline);
+                        pause = self.retry_pause(pause, deadline);
                     }
                 }
                 _ => return rewrite_id(reply, m, h),

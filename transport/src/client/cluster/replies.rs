@@ -235,7 +235,7 @@ impl<D: Dial> ClusterLink<D> {
         });
         let followed = moved_at.is_some() && self.follow_map(moved_at, deadline);
         if !followed {
-            flight.pause = self.pause(flight.pause, deadline);
+            flight.pause = self.retry_pause(flight.pause, deadline);
         }
     }
 
