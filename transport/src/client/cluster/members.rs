@@ -202,7 +202,7 @@ impl<D: Dial> ClusterLink<D> {
 
     /// Whether `server`'s reply `reply` says it does not know the client (`ClientNotInit`,
     /// `ClientRemovedByServer`); the member is then joined again at its next use.
-    pub(super) fn forgot_client(&mut self, server: ServerId, reply: &[u8]) -> bool {
+    fn forgot_client(&mut self, server: ServerId, reply: &[u8]) -> bool {
         let status = decode_control_response(reply)
             .ok()
             .and_then(|f| f.header.status());
