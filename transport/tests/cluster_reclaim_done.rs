@@ -210,3 +210,71 @@ fn a_lock_whose_partition_left_and_came_back_is_claimed_again() {
         "the lock after its partition came back: {g:?}"
     );
 }
+
+/// A call that waits on a partition's recovery pays what the client owes while it retries: the
+/// new owner may be waiting for this very client's `ReclaimDone` (owed since the owner refused
+/// it, here while fenced), and a call that only paused and retried held the partition in
+/// `NotReady` — and itself — until the call's deadline (the end-to-end test saw every XID
+/// worker's fetch-and-add come back seconds late after a kill). Without heartbeats between.
+#[test]
+fn a_call_refused_not_ready_pays_the_reclaim_done_its_new_owner_waits_for() {
+    let cluster = StaticCluster::new();
+    let (s1, _member1) = server(&cluster, 1);
+    let (s2, member2) = server(&cluster, 2);
+    let (a1, a2) = (s1.tcp_addr().unwrap(), s2.tcp_addr().unwrap());
+    let m1 = map_after(&Map::new(Partitions::new(P).unwrap()), &[(1, a1)]);
+    cluster.set_map(m1.clone());
+    let cfg = || LinkConfig::new([a1.to_string()]).with_timeout(Duration::from_secs(2));
+    let mut c = loop {
+        match Client::connect_cluster(cfg()) {
+            Ok(c) => break c,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let m2 = map_after(&m1, &[(1, a1), (2, a2)]);
+    let at = |n: u32| {
+        (0..)
+            .map(|i| format!("orders/{i}").into_bytes())
+            .find(|name| {
+                m2.owner(partition_of(name, m2.partitions()))
+                    .unwrap()
+                    .server
+                    == Some(sid(n))
+            })
+            .unwrap()
+    };
+    // Server 1 persists the client once it serves it a grant.
+    let kept = at(1);
+    let mut id = None;
+    wait_until(Duration::from_secs(10), "the lock's reference", || {
+        id = c.get_lock(LockKind::Atomic, &kept).ok();
+        id.is_some()
+    });
+    let id = id.unwrap();
+    wait_until(Duration::from_secs(10), "a grant at server 1", || {
+        c.lock(id, Mode::Exclusive, 1_000, Duration::from_millis(100))
+            .is_ok_and(|g| g.status == Status::Success)
+    });
+    assert_eq!(c.unlock(id).unwrap(), Status::Success);
+
+    // Server 2 takes half the partitions, fenced: the heartbeat that learns the map has its
+    // `ReclaimDone`s refused, and they are owed.
+    member2.fence(true);
+    cluster.set_map(m2.clone());
+    wait_until(
+        Duration::from_secs(10),
+        "both servers on the new map",
+        || stat(a1, "map_version") == m2.version() && stat(a2, "map_version") == m2.version(),
+    );
+    let _ = c.heartbeat();
+    member2.fence(false);
+    assert!(stat(a2, "partitions_recovering") > 0);
+
+    // A name in one of them: server 2 answers `NotReady` until it hears from this client.
+    let moved = at(2);
+    let got = c.get_lock(LockKind::Atomic, &moved);
+    assert!(got.is_ok(), "the name's reference: {got:?}");
+    assert_eq!(stat(a2, "partitions_recovering"), 0);
+    drop(s2);
+    drop(s1);
+}

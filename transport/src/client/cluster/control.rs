@@ -281,7 +281,7 @@ impl<D: Dial> ClusterLink<D> {
                 Attempt::Retry(m) if Instant::now() >= deadline => return rewrite_id(reply, m, h),
                 Attempt::Retry(_) => {
                     if !self.follow_map(owner.server, deadline) {
-                        pause = self.pause(pause, deadline);
+                        pause = self.retry_pause(pause, deadline);
                     }
                 }
             }
@@ -318,9 +318,15 @@ impl<D: Dial> ClusterLink<D> {
                     self.routes.remove(lock);
                     return rewrite_id(reply, m, h);
                 }
+                // The server holds no reference of the client's under that id (it declared the
+                // client dead and freed what it held): nothing is left to give back there.
+                Status::LockNotGet => {
+                    self.routes.remove(lock);
+                    return answer(h, Status::Success, ControlResponse::Empty, reply);
+                }
                 Status::PartitionMoved | Status::NotReady if Instant::now() < deadline => {
                     if !self.follow_map(Some(server), deadline) {
-                        pause = self.pause(pause, deadline);
+                        pause = self.retry_pause(pause, deadline);
                     }
                 }
                 _ => return rewrite_id(reply, m, h),

@@ -262,7 +262,7 @@ impl<D: Dial> ClusterLink<D> {
                 Err(e) => {
                     tracing::debug!(%server, error = %e, "owner unreachable: map fetched again");
                     if !self.follow_map(None, deadline) {
-                        pause = self.pause(pause, deadline);
+                        pause = self.retry_pause(pause, deadline);
                     }
                 }
             }

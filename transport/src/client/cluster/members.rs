@@ -105,10 +105,34 @@ impl<D: Dial> ClusterLink<D> {
             .get(&server)
             .is_some_and(|m| m.registered && !m.broken && m.incarnation == incarnation);
         if !fresh {
+            self.lose_lapsed_grants(server, incarnation);
             let joined = self.join(&address, incarnation, deadline)?;
             self.members.insert(server, joined);
         }
         Ok(self.members.get_mut(&server).expect("inserted above"))
+    }
+
+    /// Before `server` (at `incarnation`, the one the client was registered with) is joined
+    /// again: if it forgot the client (it said so) or may have (the lease it granted ran out
+    /// by the client's count), it freed the client's grants when it declared the client dead,
+    /// and the join registers the client afresh. Those grants are lost: the records at that
+    /// server forget them (the references stay; one the server freed is got again at its
+    /// `LockNotGet`). This is the lease-lapse rule of `Client::reinit` (the cluster join cannot
+    /// tell a resumed registration from a new one): otherwise the join's fresh lease hid the
+    /// lapse from the rule a re-claim reads (`reclaim.rs`), and the next owner of the
+    /// partition was offered, with its old proof, a grant the server had freed and perhaps
+    /// given to another client. A grant the server still held is unlocked all the same: the
+    /// client's unlock goes out with the reference.
+    fn lose_lapsed_grants(&mut self, server: ServerId, incarnation: u64) {
+        let gone = self.members.get(&server).is_some_and(|m| {
+            m.incarnation == incarnation && (!m.registered || self.lapsed(server, Instant::now()))
+        });
+        if gone {
+            let lost = self.routes.lose_grants_at(server, incarnation);
+            if lost > 0 {
+                tracing::debug!(%server, lost, "dlock: grants lost with a lapsed registration");
+            }
+        }
     }
 
     /// A new connection to the server at `address`, joined with the client's registration
@@ -156,8 +180,45 @@ impl<D: Dial> ClusterLink<D> {
     }
 
     /// One control exchange of `body` with `server` (joined first if need be); the reply is in
-    /// `reply`. A connection that fails is opened again at the next use.
+    /// `reply`. A connection that fails is opened again at the next use. A server that no
+    /// longer knows the client (its lease lapsed there, and the server declared it dead) is
+    /// joined again and asked once more: it refused the request without running it. What the
+    /// client had there is gone with the registration; the records that name it learn so from
+    /// the server's `LockNotGet` (`replies.rs`, and `release_lock`). Before, the member stayed
+    /// marked registered, and every request to that server read `ClientNotInit` for good.
     pub(super) fn control_with(
+        &mut self,
+        server: ServerId,
+        body: ControlRequest<'_>,
+        reply: &mut [u8],
+        deadline: Instant,
+    ) -> io::Result<usize> {
+        let m = self.control_once(server, body, reply, deadline)?;
+        if !self.forgot_client(server, &reply[..m]) {
+            return Ok(m);
+        }
+        self.control_once(server, body, reply, deadline)
+    }
+
+    /// Whether `server`'s reply `reply` says it does not know the client (`ClientNotInit`,
+    /// `ClientRemovedByServer`); the member is then joined again at its next use.
+    fn forgot_client(&mut self, server: ServerId, reply: &[u8]) -> bool {
+        let status = decode_control_response(reply)
+            .ok()
+            .and_then(|f| f.header.status());
+        let forgot = matches!(
+            status,
+            Some(Status::ClientNotInit | Status::ClientRemovedByServer)
+        );
+        if forgot && let Some(m) = self.members.get_mut(&server) {
+            tracing::debug!(%server, "dlock: the server forgot the client; joined again");
+            m.registered = false;
+        }
+        forgot
+    }
+
+    /// [`Self::control_with`], once.
+    fn control_once(
         &mut self,
         server: ServerId,
         body: ControlRequest<'_>,

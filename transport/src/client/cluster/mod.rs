@@ -201,7 +201,7 @@ pub struct ClusterLink<D: Dial = NetDial> {
     message_id: u16,
     start: Instant,
     /// Re-claims and `ReclaimDone`s the client still owes new owners (`reclaim.rs`), paid at
-    /// each heartbeat until they are taken.
+    /// each heartbeat and before each retry of a refused request, until they are taken.
     owed: reclaim::Owed,
 }
 

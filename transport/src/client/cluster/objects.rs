@@ -123,7 +123,7 @@ impl<D: Dial> ClusterLink<D> {
                     return Err(garbage("no server owns the object's partition"));
                 }
                 if !self.follow_map(None, deadline) {
-                    pause = self.pause(pause, deadline);
+                    pause = self.retry_pause(pause, deadline);
                 }
                 continue;
             };
@@ -142,7 +142,7 @@ impl<D: Dial> ClusterLink<D> {
                     if Instant::now() < deadline =>
                 {
                     if !self.follow_map(Some(server), deadline) {
-                        pause = self.pause(pause, deadline);
+                        pause = self.retry_pause(pause, deadline);
                     }
                     continue;
                 }

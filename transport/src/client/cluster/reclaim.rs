@@ -25,13 +25,15 @@
 //! persisted yet gets `NotReady` for its claims. Both are retried within the call's deadline,
 //! which for a lock call is short. So what was not taken is kept in [`Owed`] — partitions whose
 //! re-claims were not all answered, and `ReclaimDone`s of partitions without locks — and paid
-//! at each heartbeat ([`ClusterLink::pay_owed`]) until taken, or until the map gives the
-//! partition to someone else. Before, a claim refused once waited for the lock's next use, and
-//! a `ReclaimDone` refused until the deadline was never sent again.
+//! at each heartbeat ([`ClusterLink::pay_owed`]), and before each retry of a request a
+//! partition check refused ([`ClusterLink::retry_pause`]: that request may wait on this very
+//! debt), until taken, or until the map gives the partition to someone else. Before, a claim
+//! refused once waited for the lock's next use, and a `ReclaimDone` refused until the deadline
+//! was never sent again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use dlock_core::Status;
 use dlock_core::cluster::{Handover, ServerId};
@@ -46,7 +48,7 @@ use crate::client::LocalLock;
 /// Claims per `BatchUpdateLocks` (the batch limit).
 const CLAIMS_MAX: usize = dlock_core::config::BATCH_MAX;
 /// How long a heartbeat may spend paying what the client owes new owners ([`Owed`]).
-const OWED_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+const OWED_WAIT: Duration = Duration::from_millis(250);
 
 impl<D: Dial> ClusterLink<D> {
     /// Refreshes the map (from `first`, then the others) and, if it changed, re-claims every
@@ -129,6 +131,17 @@ impl<D: Dial> ClusterLink<D> {
             self.rehome_partition(p, deadline);
         }
         self.pay_dones(deadline);
+    }
+
+    /// The pause before a request refused by a partition check (`NotReady`, `PartitionMoved`)
+    /// is sent again, in which the client first pays what it owes new owners ([`Owed`]): the
+    /// request may wait on a partition's recovery that waits on this very client's word, and
+    /// a client retrying until its deadline without saying it held the partition (and itself)
+    /// until then — after a kill, the XID workers' fetch-and-adds stalled for their whole
+    /// 5-second deadline this way.
+    pub(super) fn retry_pause(&mut self, pause: Duration, deadline: Instant) -> Duration {
+        self.pay_owed(deadline);
+        self.pause(pause, deadline)
     }
 
     /// Re-claims every partition the client knows locks in whose owner changed in the map.
@@ -356,7 +369,8 @@ struct Owned {
     epoch: u32,
 }
 
-/// What the client owes new owners after a move (module doc), paid at each heartbeat.
+/// What the client owes new owners after a move (module doc), paid at each heartbeat and
+/// before each retry of a refused request.
 #[derive(Debug, Default)]
 pub(super) struct Owed {
     /// Partitions with routes whose re-claim was not answered for good (or whose

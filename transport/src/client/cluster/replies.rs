@@ -8,6 +8,7 @@ use std::io;
 use std::task::Waker;
 use std::time::Instant;
 
+use dlock_core::cluster::ServerId;
 use dlock_core::proto::{
     Command, CommandResult, DATA_RESPONSE_MAX, DataHeader, PROOF_LEN, begin_data_response,
     decode_data_request, decode_data_response, finish_data_proofs, put_command_result,
@@ -19,7 +20,7 @@ use super::control::PAUSE_MIN;
 use super::data::{Flight, refused_by_check, result};
 use super::members::renews_lease;
 use super::{ClusterLink, Dial, garbage};
-use crate::client::{Connection, Decision};
+use crate::client::{Connection, Decision, LocalLock};
 
 /// How a caller waits for a flight's replies.
 #[derive(Clone, Copy, Debug)]
@@ -108,6 +109,7 @@ impl<D: Dial> ClusterLink<D> {
                 return Err(garbage("a data reply answers another message"));
             }
             let mut renewed = false;
+            let mut forgotten = Vec::new();
             for (j, &i) in part.idx.iter().enumerate() {
                 let got = r.result(j);
                 if got.id != part.ids[j]
@@ -117,14 +119,43 @@ impl<D: Dial> ClusterLink<D> {
                     return Err(garbage("a data reply answers other commands"));
                 }
                 renewed |= renews_lease(got.result.status);
+                if got.result.status == Status::LockNotGet
+                    && let Command::Lock(c) = flight.commands[i]
+                {
+                    forgotten.push((c.lock, part.ids[j]));
+                }
                 flight.results[i] = Some((got.result, r.proof_mac(j)));
             }
             if renewed {
                 member.heard = member.heard.max(Some(part.sent));
             }
+            let server = part.server;
             flight.parts.remove(0);
+            for (lock, server_lock) in forgotten {
+                self.forget_reference(lock, server, server_lock);
+            }
         }
         Ok(true)
+    }
+
+    /// `server` answered `LockNotGet` for its lock `server_lock`, the reference of cluster
+    /// lock `lock`: it holds no reference of the client's under that id, hence no grant either
+    /// (a lapsed lease, say: the server declared the client dead, freed what it held, and the
+    /// client joined it again as a new registration). If the route still names that reference
+    /// it is stale: the grant its record may show is lost, and the reference is taken again by
+    /// name before the next use (`current_route`). Before, the route kept the forgotten id, and
+    /// every use of the lock read `LockNotGet` for good. Only the server's own answer drops a
+    /// reference: a registration the client merely thinks lapsed may still hold it.
+    fn forget_reference(&mut self, lock: u32, server: ServerId, server_lock: u32) {
+        let Some(r) = self.routes.get_mut(lock) else {
+            return;
+        };
+        if r.server != server || r.server_lock != Some(server_lock) {
+            return;
+        }
+        tracing::debug!(lock = ?r.name, %server, "dlock: the server forgot the lock's reference; got again at the next use");
+        r.record = LocalLock::new(r.record.id, r.record.kind);
+        r.server_lock = None;
     }
 
     /// Per-item messages: sends again what a partition check refused, while `deadline` lasts;
@@ -204,7 +235,7 @@ impl<D: Dial> ClusterLink<D> {
         });
         let followed = moved_at.is_some() && self.follow_map(moved_at, deadline);
         if !followed {
-            flight.pause = self.pause(flight.pause, deadline);
+            flight.pause = self.retry_pause(flight.pause, deadline);
         }
     }
 

@@ -113,6 +113,22 @@ impl Routes {
         ps
     }
 
+    /// Forgets what the records filed under `server` at `incarnation` held (grants, tickets),
+    /// keeping their references: a registration there that may have lapsed took its grants
+    /// with it. How many records held something.
+    pub fn lose_grants_at(&mut self, server: ServerId, incarnation: u64) -> usize {
+        let mut lost = 0;
+        for r in self.by_id.values_mut() {
+            if (r.server, r.incarnation) == (server, incarnation)
+                && r.record != LocalLock::new(r.record.id, r.record.kind)
+            {
+                r.record = LocalLock::new(r.record.id, r.record.kind);
+                lost += 1;
+            }
+        }
+        lost
+    }
+
     pub fn clear(&mut self) {
         self.by_id.clear();
         self.by_name.clear();
