@@ -107,7 +107,7 @@ pub fn encode_data_response(
 /// writes each result as it is computed, without an array of them.
 ///
 /// The request's [`FLAG_VALUES`] is not echoed: on a response it announces the response's own
-/// value trailer, which [`super::finish_value_replies`] writes and flags.
+/// value trailer, which [`crate::proto::finish_value_replies`] writes and flags.
 pub fn begin_data_response(req: &DataRequest<'_>, out: &mut [u8]) -> Result<usize, EncodeError> {
     let header = DataHeader {
         flags: req.header.flags & !FLAG_VALUES,
@@ -164,7 +164,7 @@ pub fn put_data_result(
 
 /// Writes the MAC of command `i`'s proof into the trailer of a response to `n` commands that
 /// was started with [`begin_data_response`] (after its value trailer, if
-/// [`super::finish_value_replies`] already wrote one). `first`: this is the message's first proof, so
+/// [`crate::proto::finish_value_replies`] already wrote one). `first`: this is the message's first proof, so
 /// the trailer is zeroed before it (commands without a proof read as zero). `BufferTooSmall`
 /// unless `out` holds the whole trailer.
 #[inline]
