@@ -7,15 +7,18 @@
 //! `LockNotGet` and one lock never granted again).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use dlock_core::cluster::{Map, Member, Partitions, ServerId, Timing, assign, partition_of};
-use dlock_core::{Config, LockKind, Mode, SessionKey, Status};
+use dlock_core::cluster::{Map, Partitions, Timing, partition_of};
+use dlock_core::{LockKind, Mode, Status};
+use dlock_transport::client::Client;
 use dlock_transport::client::cluster::{ClusterConfig as LinkConfig, ClusterLink};
-use dlock_transport::client::{Client, Endpoint, read_server_stats};
+use dlock_transport::runtime::ServerHandle;
 use dlock_transport::runtime::membership::StaticCluster;
-use dlock_transport::runtime::{ClusterConfig, ServerConfig, ServerHandle, TcpConfig};
+
+#[allow(dead_code)]
+mod common;
+use common::cluster::{map_after, sid, stat, wait_until};
 
 const P: u16 = 16;
 const TIMING: Timing = Timing {
@@ -24,51 +27,8 @@ const TIMING: Timing = Timing {
     grant_lease_max_ms: 30_000,
 };
 
-fn sid(n: u32) -> ServerId {
-    ServerId::new(n).unwrap()
-}
-
 fn server(cluster: &StaticCluster, n: u32) -> ServerHandle {
-    let membership = cluster.member(sid(n), u64::from(n) * 10, TIMING);
-    let mut cfg = ServerConfig::new(Config {
-        locks_max: 256,
-        clients_max: 16,
-        objects_max: 64,
-        ..Config::default()
-    });
-    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
-    cfg.session_key = Some(
-        SessionKey::new(std::array::from_fn(|i| {
-            (i as u8).wrapping_mul(i as u8).wrapping_mul(41) ^ 0xa5
-        }))
-        .unwrap(),
-    );
-    cfg.cluster = Some(ClusterConfig {
-        membership: Arc::new(membership),
-        counter_step: 50,
-    });
-    ServerHandle::start(cfg).unwrap()
-}
-
-/// The map after `current` for `members` (id, address), as the coordinator would assign it.
-fn map_after(current: &Map, members: &[(u32, SocketAddr)]) -> Map {
-    let addrs: Vec<Vec<u8>> = members
-        .iter()
-        .map(|(_, a)| a.to_string().into_bytes())
-        .collect();
-    let ms: Vec<Member<'_>> = members
-        .iter()
-        .zip(&addrs)
-        .map(|(&(n, _), a)| Member {
-            id: sid(n),
-            incarnation: u64::from(n) * 10,
-            address: a,
-            draining: false,
-        })
-        .collect();
-    let mut out = Map::new(current.partitions());
-    assign(current, &ms, &[], &mut out).unwrap();
-    out
+    common::cluster::server(cluster, n, TIMING).0
 }
 
 /// The first map, every partition at server `n` (at `addr`).
@@ -88,23 +48,6 @@ fn client(seeds: &[SocketAddr]) -> Client<ClusterLink> {
             Ok(c) => return c,
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
-    }
-}
-
-fn stat(addr: SocketAddr, name: &str) -> u64 {
-    let stats = read_server_stats(&Endpoint::Tcp(addr), Duration::from_secs(5)).unwrap();
-    stats
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map_or(0, |(_, v)| *v)
-}
-
-/// Polls `f` every 20 ms until it holds, for at most `limit`.
-fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

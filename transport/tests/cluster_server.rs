@@ -2,11 +2,10 @@
 //! server answers `PartitionMoved` with its map version, a fenced server grants nothing, and a
 //! counter's values never repeat when its partition moves to another server.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock_core::GrantProof;
-use dlock_core::cluster::{Map, Member, Partitions, ServerId, Timing, assign, partition_of};
+use dlock_core::cluster::{Map, Member, Partitions, Timing, assign, partition_of};
 use dlock_core::proto::{Batch, Held, LockClaim};
 use dlock_core::proto::{
     CONTROL_FRAME_MAX, Command, CommandResult, ControlHeader, ControlRequest, ControlRequestFrame,
@@ -14,10 +13,14 @@ use dlock_core::proto::{
     ObjectOp, PROTO_VERSION, decode_control_response, decode_data_response, encode_control_request,
     encode_data_request,
 };
-use dlock_core::{Config, LockKind, SessionKey, Status, Ticket};
+use dlock_core::{LockKind, Status, Ticket};
 use dlock_transport::client::link::{Endpoint, Link};
+use dlock_transport::runtime::ServerHandle;
 use dlock_transport::runtime::membership::{StaticCluster, StaticMembership};
-use dlock_transport::runtime::{ClusterConfig, ServerConfig, ServerHandle, TcpConfig};
+
+#[allow(dead_code)]
+mod common;
+use common::cluster::sid;
 
 const P: u16 = 16;
 const TIMING: Timing = Timing {
@@ -25,10 +28,6 @@ const TIMING: Timing = Timing {
     drift_ppm: 10_000,
     grant_lease_max_ms: 2_000,
 };
-
-fn sid(n: u32) -> ServerId {
-    ServerId::new(n).unwrap()
-}
 
 fn map_after(current: &Map, members: &[(u32, bool)]) -> Map {
     let addrs: Vec<Vec<u8>> = members
@@ -51,25 +50,7 @@ fn map_after(current: &Map, members: &[(u32, bool)]) -> Map {
 }
 
 fn server(cluster: &StaticCluster, n: u32) -> (ServerHandle, StaticMembership) {
-    let membership = cluster.member(sid(n), u64::from(n) * 10, TIMING);
-    let mut cfg = ServerConfig::new(Config {
-        locks_max: 256,
-        clients_max: 16,
-        objects_max: 64,
-        ..Config::default()
-    });
-    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
-    cfg.session_key = Some(
-        SessionKey::new(std::array::from_fn(|i| {
-            (i as u8).wrapping_mul(i as u8).wrapping_mul(37) ^ 0x5a
-        }))
-        .unwrap(),
-    );
-    cfg.cluster = Some(ClusterConfig {
-        membership: Arc::new(membership.clone()),
-        counter_step: 50,
-    });
-    (ServerHandle::start(cfg).unwrap(), membership)
+    common::cluster::server(cluster, n, TIMING)
 }
 
 /// A registered client of one server at the frame level.

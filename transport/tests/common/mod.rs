@@ -2,6 +2,7 @@
 //! client of it.
 
 pub mod certs;
+pub mod cluster;
 pub mod gated;
 pub mod raw;
 
