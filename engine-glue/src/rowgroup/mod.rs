@@ -73,6 +73,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use dlock_core::config::BATCH_MAX;
+use dlock_core::manager::Demotion;
 use dlock_core::{ClientId, Config, FencingToken, LockId, Mode, Status};
 use dlock_transport::client::link::Link;
 use dlock_transport::client::{Client, Connection};
@@ -223,6 +224,8 @@ struct Held {
     id: LockId,
     mode: Mode,
     token: FencingToken,
+    /// Taken from the cache: the server's grant was reused (`manager::Demotion`).
+    reused: bool,
 }
 
 /// One worker's row-group locks: owns its client, one transaction open at a time. The client
@@ -254,6 +257,9 @@ pub struct RowGroupLocks<C: Connection = Link> {
     cache_hits: u64,
     /// Which keys are cached (`None`: every key).
     cache_filter: Option<CacheFilter>,
+    /// Keys whose cached grants were revoked before they were reused, let go plain for their
+    /// next few uses (`manager::Demotion`; a key is dropped once it is cached again).
+    contended: HashMap<RowGroup, Demotion>,
 }
 
 impl<C: Connection> fmt::Debug for RowGroupLocks<C> {
@@ -296,6 +302,7 @@ impl<C: Connection> RowGroupLocks<C> {
             events: Vec::with_capacity(dlock_core::table::EVENT_RING_LEN + 1),
             cache_hits: 0,
             cache_filter: None,
+            contended: HashMap::new(),
         })
     }
 
@@ -312,7 +319,7 @@ impl<C: Connection> RowGroupLocks<C> {
         self.cache_filter = Some(Box::new(f));
     }
 
-    /// Whether caching keeps `key` between transactions.
+    /// Whether caching keeps `key` between transactions (unless it is demoted, `cache.rs`).
     fn caches(&self, key: RowGroup) -> bool {
         self.cfg.cached && self.cache_filter.as_ref().is_none_or(|f| f(key))
     }
