@@ -170,13 +170,14 @@ fn a_key_revoked_before_it_was_reused_is_let_go_for_its_next_uses_then_cached_ag
 }
 
 #[test]
-fn a_key_revoked_after_it_was_reused_stays_cached() {
+fn a_key_revoked_after_it_was_reused_twice_stays_cached() {
     let s = server();
     let mut w = worker(&s, true);
     let key = RowGroup::new(6, 6);
-    take_once(&mut w, key);
-    take_once(&mut w, key);
-    assert_eq!(w.cache_hits(), 1, "reused from the cache");
+    for _ in 0..3 {
+        take_once(&mut w, key);
+    }
+    assert_eq!(w.cache_hits(), 2, "reused from the cache");
     let other = rival(&s, key);
     give_back_when_asked(&mut w);
     assert_eq!(other.join().unwrap(), Ok(()));

@@ -9,24 +9,26 @@
 //! leave this to the application; GFS2 stretches its glocks' hold times by how contended they
 //! are; Lock Fusion and Db2 pureScale hand a hot page's lock over rather than cache it. Here
 //! the holder decides, per lock, from what its cache did: a revoke of a grant the holder
-//! *reused* (took again from its cache at least once) says caching it paid, and changes
-//! nothing; a revoke of a grant it did not reuse *demotes* the lock for its next `4^level`
+//! *reused* (took again from its cache) at least [`Demotion::REUSES_THAT_PAY`] times says
+//! caching it paid, and starts the lock over; a revoke of a grant reused less *demotes* the lock for its next `4^level`
 //! uses (the level grows by one per such revoke, up to [`Demotion::LEVEL_MAX`]): each of them
-//! lets the lock go at its end instead of caching it. The next cached grant that is reused
-//! before its revoke starts the lock over. The rule counts uses, not time, so it is the same
+//! lets the lock go at its end instead of caching it. Two reuses is the break-even: a reuse
+//! saves a lock and an unlock message, and a revoke costs a give-back, a re-request and a
+//! waiter that waits for the holder to notice (a revoke round trip is two to three plain
+//! hand-offs, `benches/engine.rs`). The rule counts uses, not time, so it is the same
 //! at any transaction rate, and reads no clock.
 //!
 //! | state (`level`, `plain`) | event                              | after                            |
 //! |--------------------------|------------------------------------|----------------------------------|
-//! | any                      | `revoked(reused: true)`            | [`Demotion::NONE`] (0, 0)        |
-//! | (`l`, any)               | `revoked(reused: false)`           | (`l + 1` ≤ `LEVEL_MAX`, `4^(l+1)`) |
+//! | any                      | `revoked(reuses ≥ 2)`              | [`Demotion::NONE`] (0, 0)        |
+//! | (`l`, any)               | `revoked(reuses < 2)`              | (`l + 1` ≤ `LEVEL_MAX`, `4^(l+1)`) |
 //! | (`l`, 0)                 | `keep()` → cache it                | unchanged                        |
 //! | (`l`, `p > 0`)           | `keep()` → let it go               | (`l`, `p − 1`)                   |
 //!
 //! So a lock two nodes take in turn is cached once every `4^LEVEL_MAX` uses at most after three
 //! wasted revokes, each try costing one revoke (quadrupling rather than doubling gets there in
-//! few revokes, which are what costs), while a node's own lock, revoked now and then by a stray access after
-//! the node reused it, stays in its cache.
+//! few revokes, which are what costs), while a node's own lock, revoked now and then by a stray
+//! access after the node reused it a few times, stays in its cache.
 
 /// One lock's demotion record, kept by a holder that caches it (2 bytes; the all-zero value is
 /// [`Demotion::NONE`]).
@@ -46,12 +48,15 @@ impl Demotion {
     /// cached tries.
     pub const LEVEL_MAX: u8 = 3;
 
-    /// A revoke of the lock's cached grant arrived; `reused` says whether the holder took
-    /// that grant again from its cache before (table).
+    /// How many reuses of a cached grant pay for its revoke (module doc).
+    pub const REUSES_THAT_PAY: u32 = 2;
+
+    /// A revoke of the lock's cached grant arrived; `reuses` is how many times the holder took
+    /// that grant again from its cache (table).
     #[inline]
     #[must_use]
-    pub const fn revoked(self, reused: bool) -> Demotion {
-        if reused {
+    pub const fn revoked(self, reuses: u32) -> Demotion {
+        if reuses >= Self::REUSES_THAT_PAY {
             return Demotion::NONE;
         }
         let level = if self.level < Self::LEVEL_MAX {
@@ -101,7 +106,7 @@ mod tests {
 
     #[test]
     fn a_revoke_of_a_grant_not_reused_lets_the_next_four_uses_go() {
-        let mut d = Demotion::NONE.revoked(false);
+        let mut d = Demotion::NONE.revoked(0);
         assert!(d.demoted());
         for _ in 0..4 {
             let (kept, next) = d.keep();
@@ -116,7 +121,7 @@ mod tests {
     fn each_wasted_revoke_in_a_row_quadruples_the_demotion() {
         let mut d = Demotion::NONE;
         for level in 1..=3u32 {
-            d = d.revoked(false);
+            d = d.revoked(0);
             let mut plain = 0;
             loop {
                 let (kept, next) = d.keep();
@@ -131,21 +136,23 @@ mod tests {
     }
 
     #[test]
+    fn a_grant_reused_once_does_not_pay_for_its_revoke() {
+        assert_eq!(Demotion::NONE.revoked(1), Demotion::NONE.revoked(0));
+    }
+
+    #[test]
     fn a_reused_grant_starts_the_lock_over() {
-        let d = Demotion::NONE.revoked(false).revoked(false);
-        assert_eq!(d.revoked(true), Demotion::NONE);
+        let d = Demotion::NONE.revoked(0).revoked(0);
+        assert_eq!(d.revoked(2), Demotion::NONE);
         // And the next wasted revoke is a first one again.
-        assert_eq!(
-            d.revoked(true).revoked(false),
-            Demotion::NONE.revoked(false)
-        );
+        assert_eq!(d.revoked(2).revoked(0), Demotion::NONE.revoked(0));
     }
 
     #[test]
     fn the_demotion_stops_growing_at_its_maximum() {
         let mut d = Demotion::NONE;
         for _ in 0..20 {
-            d = d.revoked(false);
+            d = d.revoked(0);
         }
         assert_eq!(d.level, Demotion::LEVEL_MAX);
         assert_eq!(d.plain, 1 << (2 * Demotion::LEVEL_MAX));

@@ -27,12 +27,12 @@
 //! | held by the open transaction | any       | given back when the transaction ends, not cached |
 //! | (an event-ring overflow)     | —         | every cached key given back, every held key at the end |
 //!
-//! A key whose cached grant is revoked before the worker took it again from its cache is
-//! *demoted* ([`dlock_core::manager::Demotion`]): its next 4 uses end in an unlock, as without
+//! A key whose cached grant is revoked before the worker took it again from its cache twice
+//! is *demoted* ([`dlock_core::manager::Demotion`]): its next 4 uses end in an unlock, as without
 //! caching, and 16, then 64 after each further such revoke in a row. A key several workers
 //! take in turn then costs about what it costs uncached — a plain unlock in one batch with the
 //! others, and no wait for its holder to notice a revoke — while a worker's own keys, revoked
-//! now and then by a stray access after the worker reused them, stay in its cache.
+//! now and then by a stray access after the worker reused them a few times, stay in its cache.
 //!
 //! The engine's loop calls `keep_leases` between transactions anyway, so an idle worker answers
 //! its revokes within a quarter lease; one that does not answer loses the grant at the server's
@@ -52,8 +52,9 @@ pub(super) struct Cached {
     pub(super) id: LockId,
     pub(super) mode: Mode,
     pub(super) token: FencingToken,
-    /// Taken again from the cache since the server granted it (`manager::Demotion`).
-    pub(super) reused: bool,
+    /// How many times it was taken again from the cache since the server granted it
+    /// (`manager::Demotion`).
+    pub(super) reuses: u32,
 }
 
 impl<C: Connection> RowGroupLocks<C> {
@@ -91,7 +92,7 @@ impl<C: Connection> RowGroupLocks<C> {
                 if let Some(&h) = self.held.iter().find(|h| h.id == lock) {
                     if fence >= h.token.0 && !self.revoked.contains(&lock) {
                         self.revoked.push(lock);
-                        self.demote(h.key, h.reused);
+                        self.demote(h.key, h.reuses);
                     }
                     return Ok(0);
                 }
@@ -101,7 +102,7 @@ impl<C: Connection> RowGroupLocks<C> {
                 if fence < c.token.0 {
                     return Ok(0);
                 }
-                self.demote(key, c.reused);
+                self.demote(key, c.reuses);
                 self.give_back_cached(key, c, wanted).map(|()| 1)
             }
             Event::Overflow => {
@@ -120,14 +121,14 @@ impl<C: Connection> RowGroupLocks<C> {
         }
     }
 
-    /// Records a revoke of `key`'s grant, `reused` or not (`manager::Demotion`).
-    fn demote(&mut self, key: RowGroup, reused: bool) {
+    /// Records a revoke of `key`'s grant, reused `reuses` times (`manager::Demotion`).
+    fn demote(&mut self, key: RowGroup, reuses: u32) {
         let d = self
             .contended
             .get(&key)
             .copied()
             .unwrap_or(Demotion::NONE)
-            .revoked(reused);
+            .revoked(reuses);
         self.set_demotion(key, d);
     }
 
@@ -205,7 +206,7 @@ impl<C: Connection> RowGroupLocks<C> {
             // A cached exclusive grant taken for a read stays exclusive: the server holds it so.
             mode: c.mode,
             token: c.token,
-            reused: true,
+            reuses: c.reuses.saturating_add(1),
         });
         self.cache_hits += 1;
         true
@@ -245,7 +246,7 @@ impl<C: Connection> RowGroupLocks<C> {
                         id: h.id,
                         mode: h.mode,
                         token: h.token,
-                        reused: h.reused,
+                        reuses: h.reuses,
                     },
                 );
             }

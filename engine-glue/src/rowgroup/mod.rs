@@ -224,8 +224,8 @@ struct Held {
     id: LockId,
     mode: Mode,
     token: FencingToken,
-    /// Taken from the cache: the server's grant was reused (`manager::Demotion`).
-    reused: bool,
+    /// How many times the server's grant was taken again from the cache (`manager::Demotion`).
+    reuses: u32,
 }
 
 /// One worker's row-group locks: owns its client, one transaction open at a time. The client
@@ -257,7 +257,7 @@ pub struct RowGroupLocks<C: Connection = Link> {
     cache_hits: u64,
     /// Which keys are cached (`None`: every key).
     cache_filter: Option<CacheFilter>,
-    /// Keys whose cached grants were revoked before they were reused, let go plain for their
+    /// Keys whose cached grants were revoked before they were reused twice, let go plain for their
     /// next few uses (`manager::Demotion`; a key is dropped once it is cached again).
     contended: HashMap<RowGroup, Demotion>,
 }
