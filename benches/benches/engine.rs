@@ -216,17 +216,18 @@ fn round_trips(t: Transport, min_hold: Option<u32>, rounds: usize) -> [f64; 4] {
     let name = b"engine-bench-hot";
     let ia = a.get_lock(LockKind::Rw, name).expect("get_lock");
     let ib = b.get_lock(LockKind::Rw, name).expect("get_lock");
-    // The waiter's thread: told to start, it takes the lock (waiting), notes the time it got
-    // it, and gives it back.
+    // The waiter's thread: told to start, it notes the time, takes the lock (waiting), notes
+    // the time it got it, and gives it back.
     let base = Instant::now();
-    let granted_at = AtomicU64::new(0);
+    let (asked_at, granted_at) = (AtomicU64::new(0), AtomicU64::new(0));
     let (go, started) = mpsc::channel::<()>();
     let (done, finished) = mpsc::channel::<()>();
     let (mut revokes, mut handoffs) = (Vec::new(), Vec::new());
     thread::scope(|scope| {
-        let granted_at = &granted_at;
+        let (asked_at, granted_at) = (&asked_at, &granted_at);
         scope.spawn(move || {
             while started.recv().is_ok() {
+                asked_at.store(base.elapsed().as_nanos() as u64, Ordering::Release);
                 let g = b.lock(ib, Mode::Exclusive, EXPIRE_MS, Duration::from_secs(5));
                 granted_at.store(base.elapsed().as_nanos() as u64, Ordering::Release);
                 assert_eq!(g.expect("waiter").status, Status::Success);
@@ -241,12 +242,13 @@ fn round_trips(t: Transport, min_hold: Option<u32>, rounds: usize) -> [f64; 4] {
             let g = a.lock(ia, Mode::Exclusive, EXPIRE_MS, Duration::from_secs(5));
             assert_eq!(g.expect("holder").status, Status::Success);
             thread::sleep(hold + Duration::from_millis(1));
-            let asked = base.elapsed().as_nanos() as u64;
             go.send(()).expect("start");
             await_revoke(&mut a);
             assert_eq!(a.unlock(ia).expect("give back"), Status::Success);
             finished.recv().expect("waiter");
-            revokes.push(granted_at.load(Ordering::Acquire) - asked);
+            // From the waiter's request, not from `go`: its thread's wake-up is not the
+            // protocol's.
+            revokes.push(granted_at.load(Ordering::Acquire) - asked_at.load(Ordering::Acquire));
             // Hand-off: a plain holder, a parked waiter, the unlock, the grant.
             a.set_cacheable(ia, false).expect("plain");
             let g = a.lock(ia, Mode::Exclusive, EXPIRE_MS, Duration::from_secs(5));

@@ -8,8 +8,9 @@
 //! (the Linux DLM's `DLM_LKF_NOQUEUEBAST`), so that its retry can succeed. GFS2 on top of it
 //! keeps a glock for a minimum hold time after it was granted before it honours a demote
 //! request, so two nodes cannot bounce a hot lock between them faster than either gets work
-//! done. dlock applies the minimum hold on the server, which sends the revoke only when the
-//! hold is over (the server's timer retries a parked request at that moment).
+//! done. dlock applies a configured minimum hold on the server, which sends the revoke only when
+//! the hold is over (the server's timer retries a parked request at that moment); by default
+//! there is none ([`Timing::DEFAULT`] says why: the holder's own rule gives its guarantees).
 //!
 //! # One holder ([`judge`])
 //!

@@ -314,7 +314,8 @@ impl<C: Connection> RowGroupLocks<C> {
     /// With caching on, keeps only the keys `f` accepts between transactions (by default
     /// every key): an engine whose workers own ranges of row groups caches its own range and
     /// gives back at once the keys of others, which their owners would soon revoke (each
-    /// bounce of a key between two workers costs the server's minimum hold).
+    /// bounce of a key between two workers costs a revoke and its give-back; keys revoked
+    /// before they were reused are demoted anyway, `cache.rs`).
     pub fn set_cache_filter(&mut self, f: impl Fn(RowGroup) -> bool + Send + 'static) {
         self.cache_filter = Some(Box::new(f));
     }
