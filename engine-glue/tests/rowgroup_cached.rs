@@ -1,6 +1,7 @@
 //! Row-group locks with caching on (`RowGroupConfig::with_cached`): a worker's next transaction
 //! takes the keys it cached with no message, another worker gets a cached key once the holder
-//! looks at its revokes, and a key revoked while a transaction holds it goes back at its end.
+//! looks at its revokes, a key revoked while a transaction holds it goes back at its end, and a
+//! key revoked before it was reused is demoted from the cache for its next few uses.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -129,4 +130,57 @@ fn a_key_revoked_while_a_transaction_holds_it_goes_back_at_its_end() {
     txn.commit().unwrap();
     assert_eq!(other.join().unwrap(), Ok(()));
     assert_eq!(w.cached_grants(), 0, "not cached: it was asked back");
+}
+
+/// One transaction of `w` taking `key` exclusively (no wait) and committing.
+fn take_once(w: &mut RowGroupLocks, key: RowGroup) {
+    let mut txn = w.begin();
+    txn.acquire(&[(key, Mode::Exclusive)], AcquireOptions::NO_WAIT)
+        .unwrap();
+    txn.commit().unwrap();
+}
+
+/// Waits until `w` has given back a revoked cached key.
+fn give_back_when_asked(w: &mut RowGroupLocks) {
+    let until = Instant::now() + WAIT;
+    let mut back = 0;
+    while back == 0 && Instant::now() < until {
+        back = w.poll_revokes().unwrap();
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(back, 1, "given back when asked");
+}
+
+#[test]
+fn a_key_revoked_before_it_was_reused_is_let_go_for_its_next_uses_then_cached_again() {
+    // `manager::Demotion`: the first such revoke demotes the key for its next 4 uses.
+    let s = server();
+    let mut w = worker(&s, true);
+    let key = RowGroup::new(5, 5);
+    take_once(&mut w, key);
+    let other = rival(&s, key);
+    give_back_when_asked(&mut w);
+    assert_eq!(other.join().unwrap(), Ok(()));
+    for use_ in 1..=4 {
+        take_once(&mut w, key);
+        assert_eq!(w.cached_grants(), 0, "use {use_} ends in an unlock");
+    }
+    take_once(&mut w, key);
+    assert_eq!(w.cached_grants(), 1, "cached again after its plain uses");
+}
+
+#[test]
+fn a_key_revoked_after_it_was_reused_twice_stays_cached() {
+    let s = server();
+    let mut w = worker(&s, true);
+    let key = RowGroup::new(6, 6);
+    for _ in 0..3 {
+        take_once(&mut w, key);
+    }
+    assert_eq!(w.cache_hits(), 2, "reused from the cache");
+    let other = rival(&s, key);
+    give_back_when_asked(&mut w);
+    assert_eq!(other.join().unwrap(), Ok(()));
+    take_once(&mut w, key);
+    assert_eq!(w.cached_grants(), 1, "caching it paid: not demoted");
 }

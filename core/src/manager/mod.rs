@@ -17,6 +17,7 @@
 //! | `retain.rs` | what a death keeps, what a retaining client's slot is, `recovery_done`         |
 //! | `value.rs`  | [`ValueBlock`] and the per-lock [`LockValue`] with its write/invalidate rules  |
 //! | `cache.rs`  | [`CachedLock`]: the client's side of one cached grant                         |
+//! | `demote.rs` | [`Demotion`]: a holder stops caching a lock it keeps being asked for, for a while |
 //!
 //! The wire forms (the request flags byte, the `Downgrade` op, event messages carrying revokes,
 //! value trailers, `RecoveryDone` and `ListRetained`) are in [`crate::proto`].
@@ -45,12 +46,14 @@
 //! ([`retain::recovery_done`]).
 
 pub mod cache;
+pub mod demote;
 pub mod grant;
 pub mod retain;
 pub mod revoke;
 pub mod value;
 
 pub use cache::CachedLock;
+pub use demote::Demotion;
 pub use grant::{CorruptGrant, GrantState};
 pub use revoke::{Answer, Holder, HolderAction, Request, Timing, Verdict, decide};
 pub use value::{LockValue, VALUE_BLOCK_LEN, ValueBlock};

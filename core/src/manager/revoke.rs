@@ -8,8 +8,9 @@
 //! (the Linux DLM's `DLM_LKF_NOQUEUEBAST`), so that its retry can succeed. GFS2 on top of it
 //! keeps a glock for a minimum hold time after it was granted before it honours a demote
 //! request, so two nodes cannot bounce a hot lock between them faster than either gets work
-//! done. dlock applies the minimum hold on the server, which sends the revoke only when the
-//! hold is over (the server's timer retries a parked request at that moment).
+//! done. dlock applies a configured minimum hold on the server, which sends the revoke only when
+//! the hold is over (the server's timer retries a parked request at that moment); by default
+//! there is none ([`Timing::DEFAULT`] says why: the holder's own rule gives its guarantees).
 //!
 //! # One holder ([`judge`])
 //!
@@ -63,7 +64,8 @@ use crate::status::Status;
 /// The manager's timing settings (the integration adds them to `Config`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timing {
-    /// How long a cached grant is kept before it may be revoked, counted from its grant.
+    /// How long a cached grant is kept before it may be revoked, counted from its grant (0, the
+    /// default: revoked at once, the holder giving it back after its users; [`Timing::DEFAULT`]).
     pub min_hold_ms: u32,
     /// How long a holder has to answer a revoke before its grant lapses; 0: the holder's
     /// client lease (the integration spec's default).
@@ -71,15 +73,25 @@ pub struct Timing {
 }
 
 impl Timing {
-    /// A 5 ms minimum hold, and revokes that lapse after the holder's lease.
+    /// No server-side minimum hold, and revokes that lapse after the holder's lease.
     ///
-    /// 5 ms is hundreds of round trips over shared memory or TCP here (a 31-command batch over
-    /// TCP is tens of µs), enough for a holder to run a few transactions under a lock it was
-    /// just granted before it must give it back, and short enough that a waiter never notices
-    /// it against a disk write. GFS2 adapts its hold time per glock between about 10 ms and
-    /// 200 ms; its locks guard disk blocks, ours guard row groups in memory.
+    /// The minimum hold has two purposes: a node that was just granted a lock is not robbed of
+    /// it before it used it, and two nodes cannot bounce a hot lock between them faster than
+    /// they get work done. Here the holder already guarantees both, so a hold on the server only
+    /// adds to the waiter's wait. A cached grant is only ever asked for by a local user, and the
+    /// holder gives it back only when its local users are done ([`super::cache`]: a revoke is
+    /// deferred while a user holds the lock, and one that overtakes the reply granting it is
+    /// kept for that grant and honoured at the user's release) — the hold "ends once the holder
+    /// has released the lock locally once", which the server cannot see but need not. And each
+    /// hand-over therefore follows at least one use on the giving side, so a lock cannot bounce
+    /// faster than the work done under it. A 5 ms hold counted from the grant, the first
+    /// default, made every key that moves between workers wait out the rest of those 5 ms: at
+    /// thousands of transactions a second, with keys in other workers' ranges, cached row groups
+    /// ran at half the uncached rate (`docs/lock-manager.md`, "Measured"). A positive
+    /// `min_hold_ms` remains for engines whose use of a lock outlasts the user that asked for it
+    /// (warming a page cache under it, say), the glock's case in GFS2.
     pub const DEFAULT: Timing = Timing {
-        min_hold_ms: 5,
+        min_hold_ms: 0,
         revoke_timeout_ms: 0,
     };
 }

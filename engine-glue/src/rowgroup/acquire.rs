@@ -331,5 +331,6 @@ fn held(w: &Want, g: &Grant) -> Held {
         id: w.id(),
         mode: w.mode,
         token: g.token,
+        reuses: 0,
     }
 }

@@ -27,10 +27,18 @@
 //! | held by the open transaction | any       | given back when the transaction ends, not cached |
 //! | (an event-ring overflow)     | —         | every cached key given back, every held key at the end |
 //!
+//! A key whose cached grant is revoked before the worker took it again from its cache twice
+//! is *demoted* ([`dlock_core::manager::Demotion`]): its next 4 uses end in an unlock, as without
+//! caching, and 16, then 64 after each further such revoke in a row. A key several workers
+//! take in turn then costs about what it costs uncached — a plain unlock in one batch with the
+//! others, and no wait for its holder to notice a revoke — while a worker's own keys, revoked
+//! now and then by a stray access after the worker reused them a few times, stay in its cache.
+//!
 //! The engine's loop calls `keep_leases` between transactions anyway, so an idle worker answers
 //! its revokes within a quarter lease; one that does not answer loses the grant at the server's
 //! revoke timeout (the lease by default), which the server then counts (`revokes_lapsed`).
 
+use dlock_core::manager::Demotion;
 use dlock_core::proto::Event;
 use dlock_core::{FencingToken, LockId, Mode, Status};
 
@@ -44,6 +52,9 @@ pub(super) struct Cached {
     pub(super) id: LockId,
     pub(super) mode: Mode,
     pub(super) token: FencingToken,
+    /// How many times it was taken again from the cache since the server granted it
+    /// (`manager::Demotion`).
+    pub(super) reuses: u32,
 }
 
 impl<C: Connection> RowGroupLocks<C> {
@@ -78,9 +89,10 @@ impl<C: Connection> RowGroupLocks<C> {
                 wanted,
                 fence,
             } => {
-                if let Some(h) = self.held.iter().find(|h| h.id == lock) {
+                if let Some(&h) = self.held.iter().find(|h| h.id == lock) {
                     if fence >= h.token.0 && !self.revoked.contains(&lock) {
                         self.revoked.push(lock);
+                        self.demote(h.key, h.reuses);
                     }
                     return Ok(0);
                 }
@@ -90,6 +102,7 @@ impl<C: Connection> RowGroupLocks<C> {
                 if fence < c.token.0 {
                     return Ok(0);
                 }
+                self.demote(key, c.reuses);
                 self.give_back_cached(key, c, wanted).map(|()| 1)
             }
             Event::Overflow => {
@@ -106,6 +119,37 @@ impl<C: Connection> RowGroupLocks<C> {
                 Ok(all.len())
             }
         }
+    }
+
+    /// Records a revoke of `key`'s grant, reused `reuses` times (`manager::Demotion`).
+    fn demote(&mut self, key: RowGroup, reuses: u32) {
+        let d = self
+            .contended
+            .get(&key)
+            .copied()
+            .unwrap_or(Demotion::NONE)
+            .revoked(reuses);
+        self.set_demotion(key, d);
+    }
+
+    /// Keeps `key`'s demotion record, or drops it when it says nothing.
+    fn set_demotion(&mut self, key: RowGroup, d: Demotion) {
+        if d == Demotion::NONE {
+            self.contended.remove(&key);
+        } else {
+            self.contended.insert(key, d);
+        }
+    }
+
+    /// Whether `key`'s use that just ended keeps it cached: not while it is demoted (one of
+    /// its plain uses is counted off).
+    fn keeps(&mut self, key: RowGroup) -> bool {
+        let Some(&d) = self.contended.get(&key) else {
+            return true;
+        };
+        let (keep, d) = d.keep();
+        self.set_demotion(key, d);
+        keep
     }
 
     /// Gives cached `key` back for a want of `wanted`: downgraded when only readers want an
@@ -162,6 +206,7 @@ impl<C: Connection> RowGroupLocks<C> {
             // A cached exclusive grant taken for a read stays exclusive: the server holds it so.
             mode: c.mode,
             token: c.token,
+            reuses: c.reuses.saturating_add(1),
         });
         self.cache_hits += 1;
         true
@@ -191,7 +236,7 @@ impl<C: Connection> RowGroupLocks<C> {
         let mut keep = from;
         for i in from..self.held.len() {
             let h = self.held[i];
-            if self.revoked.contains(&h.id) || !self.caches(h.key) {
+            if self.revoked.contains(&h.id) || !self.caches(h.key) || !self.keeps(h.key) {
                 self.held[keep] = h;
                 keep += 1;
             } else {
@@ -201,6 +246,7 @@ impl<C: Connection> RowGroupLocks<C> {
                         id: h.id,
                         mode: h.mode,
                         token: h.token,
+                        reuses: h.reuses,
                     },
                 );
             }

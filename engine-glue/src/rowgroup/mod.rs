@@ -73,6 +73,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use dlock_core::config::BATCH_MAX;
+use dlock_core::manager::Demotion;
 use dlock_core::{ClientId, Config, FencingToken, LockId, Mode, Status};
 use dlock_transport::client::link::Link;
 use dlock_transport::client::{Client, Connection};
@@ -223,6 +224,8 @@ struct Held {
     id: LockId,
     mode: Mode,
     token: FencingToken,
+    /// How many times the server's grant was taken again from the cache (`manager::Demotion`).
+    reuses: u32,
 }
 
 /// One worker's row-group locks: owns its client, one transaction open at a time. The client
@@ -254,6 +257,9 @@ pub struct RowGroupLocks<C: Connection = Link> {
     cache_hits: u64,
     /// Which keys are cached (`None`: every key).
     cache_filter: Option<CacheFilter>,
+    /// Keys whose cached grants were revoked before they were reused twice, let go plain for their
+    /// next few uses (`manager::Demotion`; a key is dropped once it is cached again).
+    contended: HashMap<RowGroup, Demotion>,
 }
 
 impl<C: Connection> fmt::Debug for RowGroupLocks<C> {
@@ -296,6 +302,7 @@ impl<C: Connection> RowGroupLocks<C> {
             events: Vec::with_capacity(dlock_core::table::EVENT_RING_LEN + 1),
             cache_hits: 0,
             cache_filter: None,
+            contended: HashMap::new(),
         })
     }
 
@@ -307,12 +314,13 @@ impl<C: Connection> RowGroupLocks<C> {
     /// With caching on, keeps only the keys `f` accepts between transactions (by default
     /// every key): an engine whose workers own ranges of row groups caches its own range and
     /// gives back at once the keys of others, which their owners would soon revoke (each
-    /// bounce of a key between two workers costs the server's minimum hold).
+    /// bounce of a key between two workers costs a revoke and its give-back; keys revoked
+    /// before they were reused are demoted anyway, `cache.rs`).
     pub fn set_cache_filter(&mut self, f: impl Fn(RowGroup) -> bool + Send + 'static) {
         self.cache_filter = Some(Box::new(f));
     }
 
-    /// Whether caching keeps `key` between transactions.
+    /// Whether caching keeps `key` between transactions (unless it is demoted, `cache.rs`).
     fn caches(&self, key: RowGroup) -> bool {
         self.cfg.cached && self.cache_filter.as_ref().is_none_or(|f| f(key))
     }

@@ -238,14 +238,23 @@ fn recv_tcp(
         if partial.len() >= want && want > DATA_HEADER_LEN {
             return Ok(Some(want));
         }
-        // A deadline already passed still gets one quick look.
-        let timeout = deadline.map(|d| {
-            d.saturating_duration_since(Instant::now())
-                .max(Duration::from_micros(1))
-        });
-        s.socket().set_read_timeout(timeout)?;
+        // A deadline already passed still gets one quick look, and a quick look must not
+        // block: the kernel rounds a receive timeout up to a whole scheduler tick (1 to 10 ms),
+        // so the 1 µs timeout this took before made every `poll_events` over TCP wait that long
+        // on an idle connection — a cached holder answered each revoke milliseconds late.
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let quick = left == Some(Duration::ZERO);
+        if quick {
+            s.socket().set_nonblocking(true)?;
+        } else {
+            s.socket().set_read_timeout(left)?;
+        }
         let mut buf = [0u8; DATA_RESPONSE_WITH_VALUES_MAX];
-        match s.read(&mut buf[..want - partial.len()]) {
+        let read = s.read(&mut buf[..want - partial.len()]);
+        if quick {
+            s.socket().set_nonblocking(false)?;
+        }
+        match read {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => partial.extend_from_slice(&buf[..n]),
             Err(e)

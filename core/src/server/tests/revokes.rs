@@ -123,10 +123,45 @@ fn a_trylock_without_wait_fails_at_once_and_its_revoke_goes_out_once() {
     }
 }
 
+/// A server with a 5 ms minimum hold (the default is none).
+fn with_hold() -> Config {
+    Config {
+        timing: crate::manager::Timing {
+            min_hold_ms: 5,
+            revoke_timeout_ms: 0,
+        },
+        ..small()
+    }
+}
+
+#[test]
+fn by_default_a_conflict_revokes_a_grant_made_the_same_millisecond() {
+    // The holder gives a revoked grant back only after its local users, so the server need not
+    // hold it: a waiter is not made to wait out a minimum hold (`Timing::DEFAULT`).
+    for kind in KINDS {
+        let at = format!("{kind:?}");
+        let mut s = TestServer::new(&small());
+        let (a, b, la, lb) = pair(&mut s, kind);
+        let ex = LockOp::TryExclusive;
+        let held = s.run(a, cached(kind, ex, la), 7);
+        assert_eq!(held.status, Status::Success, "{at}");
+        assert_eq!(
+            s.wait_for(b, cmd(kind, ex, lb, 5_000, LockFlags::NONE), 7),
+            None
+        );
+        let revoke = Event::Revoke {
+            lock: la,
+            wanted: Mode::Exclusive,
+            fence: held.aux,
+        };
+        assert_eq!(events(&s, a), (vec![revoke], 0), "{at}");
+    }
+}
+
 #[test]
 fn the_minimum_hold_defers_the_revoke_to_its_end() {
     let (kind, ex) = (LockKind::Rw, LockOp::TryExclusive);
-    let mut s = TestServer::new(&small());
+    let mut s = TestServer::new(&with_hold());
     let (a, b, la, lb) = pair(&mut s, kind);
     let c = s.client(0);
     let lc = s.get_lock(c.get(), kind, b"row-group", 0).unwrap();
@@ -199,7 +234,7 @@ fn only_cached_grants_are_revoked_and_a_grant_made_while_the_lock_is_wanted_is_r
  {
     let kind = LockKind::Rw;
     let (sh, ex) = (LockOp::TryShared, LockOp::TryExclusive);
-    let mut s = TestServer::new(&small());
+    let mut s = TestServer::new(&with_hold());
     let (a, b, la, lb) = pair(&mut s, kind);
     let (c, d) = (s.client(0), s.client(0));
     let lc = s.get_lock(c.get(), kind, b"row-group", 0).unwrap();

@@ -88,8 +88,8 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     clients_per_peer: Option<u32>,
     /// Cached grants: how long one is kept before a conflicting request may revoke it, in
-    /// milliseconds (default 5), so two nodes cannot bounce a hot lock faster than either gets
-    /// work done.
+    /// milliseconds (default 0: revoked at once; the holder gives it back after its local
+    /// users, so it always gets its use). For engines whose use outlasts the user that asked.
     #[arg(long)]
     min_hold_ms: Option<u32>,
     /// Cached grants: how long a holder has to give a revoked lock back before it loses it as

@@ -1,0 +1,328 @@
+//! An engine workload on cached row-group locks (issue 19's "Measure"): N engine clients, three
+//! over TCP and one over shared memory, run transactions that each lock five row groups (three
+//! read, two written, all or nothing), with row-group caching off and on, once with 90 % of each
+//! client's keys in a range of its own (the affinity a partitioned engine has; only that range is
+//! cached) and once with no affinity (every key drawn from the whole table, every key cached, so
+//! every lock is contended). Each run reports transactions per second (per transport too) and
+//! the server's data messages per transaction (lock, unlock, give-back and downgrade messages:
+//! nothing else is sent). Off and on runs alternate, three of each, and the median is printed:
+//! the machine this runs on is shared and noisy.
+//!
+//! Beside it, in the same run, the revoke round trip — a conflicting request, the cached holder
+//! told by an event, its give-back, the grant to the waiter — against a plain hand-off — the
+//! holder's unlock, the parked waiter granted — over shared memory and TCP.
+//!
+//! Run: `cargo bench -p dlock-benches --bench engine` (`-- quick` for a short run,
+//! `-- min-hold=N` for a server minimum hold of N ms instead of the default). A custom harness:
+//! the quantities are throughputs of several threads and latencies of a two-client exchange,
+//! which a per-iteration harness does not measure.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dlock_core::manager::Timing;
+use dlock_core::proto::Event;
+use dlock_core::{Config, LockKind, Mode, Status};
+use dlock_engine_glue::EmbeddedServer;
+use dlock_engine_glue::rowgroup::{AcquireOptions, RowGroup, RowGroupConfig, RowGroupLocks};
+use dlock_transport::client::{Client, ClientConfig, Endpoint, read_server_stats};
+use dlock_transport::runtime::TcpConfig;
+
+/// Tables and row groups per table: 256 keys, so transactions collide now and then.
+const TABLES: u32 = 4;
+const GROUPS: u64 = 64;
+/// Engine clients over TCP; one more runs over shared memory.
+const TCP_CLIENTS: usize = 3;
+/// How long an acquisition waits before the transaction aborts.
+const WAIT: Duration = Duration::from_millis(50);
+/// Runs of each workload, off and on alternating; the median is reported.
+const REPEATS: usize = 3;
+/// A grant's lease.
+const EXPIRE_MS: u32 = 10_000;
+
+/// A tiny deterministic generator per client.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Tcp,
+    Shm,
+}
+
+fn server(min_hold_ms: Option<u32>) -> EmbeddedServer {
+    let mut core = Config {
+        locks_max: 8_192,
+        clients_max: 64,
+        objects_max: 16,
+        ..Config::default()
+    };
+    if let Some(ms) = min_hold_ms {
+        core.timing = Timing {
+            min_hold_ms: ms,
+            ..core.timing
+        };
+    }
+    let mut cfg = EmbeddedServer::config(core);
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
+    EmbeddedServer::start(cfg).expect("server starts")
+}
+
+fn client(s: &EmbeddedServer, t: Transport) -> Client {
+    let endpoint = match t {
+        Transport::Shm => s.endpoint(),
+        Transport::Tcp => Endpoint::Tcp(s.tcp_addr().expect("tcp listener")),
+    };
+    Client::connect(ClientConfig::new(endpoint)).expect("connect")
+}
+
+fn data_messages(s: &EmbeddedServer) -> u64 {
+    read_server_stats(&s.endpoint(), Duration::from_secs(5))
+        .expect("stats")
+        .iter()
+        .find(|(n, _)| *n == "data_messages")
+        .map_or(0, |&(_, v)| v)
+}
+
+/// One engine client's loop until `deadline`: committed and aborted transactions.
+fn engine_client(
+    s: &EmbeddedServer,
+    t: Transport,
+    w: usize,
+    workers: usize,
+    cached: bool,
+    affinity: bool,
+    deadline: Instant,
+) -> (u64, u64) {
+    let cfg = RowGroupConfig::DEFAULT.with_cached(cached);
+    let mut locks = RowGroupLocks::new(client(s, t), cfg).expect("row-group locks");
+    let own = GROUPS / workers as u64;
+    let range = w as u64 * own..(w as u64 + 1) * own;
+    if affinity {
+        locks.set_cache_filter(move |k| range.contains(&k.group));
+    }
+    let mut rng = Rng(0x9E37_79B9 ^ ((w as u64 + 1) * 0x1234_5678_9ABC));
+    let (mut committed, mut aborted) = (0, 0);
+    while Instant::now() < deadline {
+        let mut keys = [(RowGroup::new(0, 0), Mode::Shared); 5];
+        for (i, k) in keys.iter_mut().enumerate() {
+            let group = if affinity && !rng.next().is_multiple_of(10) {
+                w as u64 * own + rng.next() % own
+            } else {
+                rng.next() % GROUPS
+            };
+            let key = RowGroup::new(rng.next() as u32 % TABLES, group);
+            *k = (key, if i < 3 { Mode::Shared } else { Mode::Exclusive });
+        }
+        locks.keep_leases(Instant::now()).expect("leases");
+        let mut txn = locks.begin();
+        match txn.acquire(&keys, AcquireOptions::wait(WAIT).all_or_nothing()) {
+            Ok(()) => {
+                txn.commit().expect("commit");
+                committed += 1;
+            }
+            Err(Status::Etimeout | Status::Fail | Status::Einval) => {
+                txn.abort().expect("abort");
+                aborted += 1;
+            }
+            Err(e) => panic!("acquire: {e}"),
+        }
+    }
+    (committed, aborted)
+}
+
+/// One workload run: (transactions/s over TCP, over shared memory, all; messages/transaction;
+/// aborted share).
+fn workload(min_hold: Option<u32>, cached: bool, affinity: bool, secs: f64) -> [f64; 5] {
+    let s = server(min_hold);
+    let workers = TCP_CLIENTS + 1;
+    let before = data_messages(&s);
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let start = Instant::now();
+    let results: Vec<(Transport, (u64, u64))> = thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let t = if w < TCP_CLIENTS {
+                    Transport::Tcp
+                } else {
+                    Transport::Shm
+                };
+                let s = &s;
+                let h = scope
+                    .spawn(move || engine_client(s, t, w, workers, cached, affinity, deadline));
+                (t, h)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(t, h)| (t, h.join().expect("engine client")))
+            .collect()
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+    let messages = data_messages(&s).saturating_sub(before);
+    s.shutdown();
+    let sum = |f: &dyn Fn(Transport) -> bool| -> u64 {
+        results
+            .iter()
+            .filter(|(t, _)| f(*t))
+            .map(|(_, (c, _))| c)
+            .sum()
+    };
+    let (tcp, shm, all) = (
+        sum(&|t| t == Transport::Tcp),
+        sum(&|t| t == Transport::Shm),
+        sum(&|_| true),
+    );
+    let aborted: u64 = results.iter().map(|(_, (_, a))| a).sum();
+    let done = (all + aborted).max(1) as f64;
+    [
+        tcp as f64 / elapsed,
+        shm as f64 / elapsed,
+        all as f64 / elapsed,
+        messages as f64 / done,
+        aborted as f64 / done,
+    ]
+}
+
+/// Spins on `c`'s events until a revoke arrives.
+fn await_revoke(c: &mut Client) {
+    loop {
+        let mut revoked = false;
+        c.poll_events(|e| revoked |= matches!(e, Event::Revoke { .. }))
+            .expect("poll");
+        if revoked {
+            return;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Revoke round trips and plain hand-offs over `t`, `rounds` of each, alternated: their
+/// medians and p99s in µs, `[revoke p50, revoke p99, hand-off p50, hand-off p99]`.
+fn round_trips(t: Transport, min_hold: Option<u32>, rounds: usize) -> [f64; 4] {
+    let s = server(min_hold);
+    let hold = Duration::from_millis(u64::from(min_hold.unwrap_or(Timing::DEFAULT.min_hold_ms)));
+    let (mut a, mut b) = (client(&s, t), client(&s, t));
+    let name = b"engine-bench-hot";
+    let ia = a.get_lock(LockKind::Rw, name).expect("get_lock");
+    let ib = b.get_lock(LockKind::Rw, name).expect("get_lock");
+    // The waiter's thread: told to start, it notes the time, takes the lock (waiting), notes
+    // the time it got it, and gives it back.
+    let base = Instant::now();
+    let (asked_at, granted_at) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (go, started) = mpsc::channel::<()>();
+    let (done, finished) = mpsc::channel::<()>();
+    let (mut revokes, mut handoffs) = (Vec::new(), Vec::new());
+    thread::scope(|scope| {
+        let (asked_at, granted_at) = (&asked_at, &granted_at);
+        scope.spawn(move || {
+            while started.recv().is_ok() {
+                asked_at.store(base.elapsed().as_nanos() as u64, Ordering::Release);
+                let g = b.lock(ib, Mode::Exclusive, EXPIRE_MS, Duration::from_secs(5));
+                granted_at.store(base.elapsed().as_nanos() as u64, Ordering::Release);
+                assert_eq!(g.expect("waiter").status, Status::Success);
+                assert_eq!(b.unlock(ib).expect("waiter unlock"), Status::Success);
+                done.send(()).expect("report");
+            }
+        });
+        for _ in 0..rounds {
+            // Revoke: the cached holder is past its hold; the request goes out, the holder is
+            // told, gives back, the waiter is granted.
+            a.set_cacheable(ia, true).expect("cacheable");
+            let g = a.lock(ia, Mode::Exclusive, EXPIRE_MS, Duration::from_secs(5));
+            assert_eq!(g.expect("holder").status, Status::Success);
+            thread::sleep(hold + Duration::from_millis(1));
+            go.send(()).expect("start");
+            await_revoke(&mut a);
+            assert_eq!(a.unlock(ia).expect("give back"), Status::Success);
+            finished.recv().expect("waiter");
+            // From the waiter's request, not from `go`: its thread's wake-up is not the
+            // protocol's.
+            revokes.push(granted_at.load(Ordering::Acquire) - asked_at.load(Ordering::Acquire));
+            // Hand-off: a plain holder, a parked waiter, the unlock, the grant.
+            a.set_cacheable(ia, false).expect("plain");
+            let g = a.lock(ia, Mode::Exclusive, EXPIRE_MS, Duration::from_secs(5));
+            assert_eq!(g.expect("holder").status, Status::Success);
+            go.send(()).expect("start");
+            // Long enough for the waiter's request to be parked on the server.
+            thread::sleep(Duration::from_millis(2));
+            let unlocked = base.elapsed().as_nanos() as u64;
+            assert_eq!(a.unlock(ia).expect("unlock"), Status::Success);
+            finished.recv().expect("waiter");
+            handoffs.push(granted_at.load(Ordering::Acquire) - unlocked);
+        }
+        drop(go);
+    });
+    s.shutdown();
+    let (r, h) = (quantiles(&mut revokes), quantiles(&mut handoffs));
+    [r.0, r.1, h.0, h.1]
+}
+
+/// Median and p99 of `samples` (ns), in µs.
+fn quantiles(samples: &mut [u64]) -> (f64, f64) {
+    samples.sort_unstable();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize] as f64 / 1e3;
+    (at(0.5), at(0.99))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "quick");
+    let min_hold = args
+        .iter()
+        .find_map(|a| a.strip_prefix("min-hold="))
+        .map(|v| v.parse::<u32>().expect("min-hold=MS"));
+    let (secs, rounds) = if quick { (1.0, 50) } else { (3.0, 300) };
+    let hold = min_hold.unwrap_or(Timing::DEFAULT.min_hold_ms);
+    println!(
+        "engine workload: {TCP_CLIENTS} clients over TCP + 1 over shared memory, 5 row groups \
+         per transaction (3 read, 2 written, all or nothing, wait {} ms), {} keys, \
+         min hold {hold} ms, median of {REPEATS} runs of {secs} s, off and on alternating",
+        WAIT.as_millis(),
+        u64::from(TABLES) * GROUPS,
+    );
+    println!(
+        "{:<12} {:<9} {:>10} {:>10} {:>10} {:>9} {:>8}",
+        "affinity", "caching", "tx/s all", "tx/s TCP", "tx/s shm", "msgs/tx", "aborted"
+    );
+    for affinity in [true, false] {
+        // Off and on alternate, `REPEATS` runs each, and each line is the run with the median
+        // total: the machine's noise then falls on both alike.
+        let mut runs = [Vec::new(), Vec::new()];
+        for _ in 0..REPEATS {
+            for cached in [false, true] {
+                runs[usize::from(cached)].push(workload(min_hold, cached, affinity, secs));
+            }
+        }
+        for cached in [false, true] {
+            let r = &mut runs[usize::from(cached)];
+            r.sort_by(|a, b| a[2].total_cmp(&b[2]));
+            let [tcp, shm, all, msgs, aborted] = r[r.len() / 2];
+            println!(
+                "{:<12} {:<9} {all:>10.0} {tcp:>10.0} {shm:>10.0} {msgs:>9.2} {:>7.1}%",
+                if affinity { "90 % own" } else { "none" },
+                if cached { "on" } else { "off" },
+                aborted * 100.0,
+            );
+        }
+    }
+    println!(
+        "revoke round trip (request -> holder told -> give-back -> grant) vs plain hand-off (unlock -> grant), µs"
+    );
+    for (t, label) in [(Transport::Shm, "shared memory"), (Transport::Tcp, "TCP")] {
+        let [rp50, rp99, hp50, hp99] = round_trips(t, min_hold, rounds);
+        println!(
+            "{label:<14} revoke p50 {rp50:>8.1} p99 {rp99:>8.1}   hand-off p50 {hp50:>8.1} p99 {hp99:>8.1}"
+        );
+    }
+}
