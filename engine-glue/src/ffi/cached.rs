@@ -322,8 +322,8 @@ pub(super) fn lock_sliced(
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match send(client, left.min(WAIT_SLICE)) {
-            Err(Status::Etimeout | Status::Fail) if !left.is_zero() => cache.pump(client),
-            Err(Status::Fail) => return Err(Status::Etimeout),
+            // The slice ran out, not the wait: look at the revokes, ask again.
+            Err(Status::Etimeout) if !left.is_zero() => cache.pump(client),
             r => return r,
         }
     }

@@ -232,6 +232,11 @@ static void scenario(int a, int b, const char *name)
     EXPECT(lock_downgrade(a, ida, &st), DLOCK_SUCCESS);
     EXPECT(lock_downgrade(a, ida, &st), DLOCK_EINVAL); /* not exclusive any more */
     EXPECT(unlock(a, ida, &st), DLOCK_SUCCESS);
+    /* B caches another lock, so its lock() waits in slices, reading its own revokes. */
+    struct lock_desc other = desc("cached/other", DLOCK_RW);
+    int idother = 0;
+    EXPECT(get_lock(b, &other, &idother), DLOCK_SUCCESS);
+    EXPECT(lock_cache_enable(b, idother, 1), DLOCK_SUCCESS);
     struct waiter w = {b, exb, -1};
     pthread_t t;
     CHECK(pthread_create(&t, NULL, wait_for_lock, &w) == 0);
@@ -240,6 +245,8 @@ static void scenario(int a, int b, const char *name)
     CHECK(pthread_join(t, NULL) == 0);
     EXPECT(w.rc, DLOCK_SUCCESS);
     EXPECT(unlock(b, idb, &st), DLOCK_SUCCESS);
+    EXPECT(lock_cache_enable(b, idother, 0), DLOCK_SUCCESS);
+    EXPECT(release_lock(b, idother), DLOCK_SUCCESS);
 
     /* release_lock gives a parked grant back with the reference. */
     EXPECT(trylock(a, &ex, &st), DLOCK_SUCCESS);
