@@ -157,7 +157,11 @@ impl Caching {
                     wanted,
                     fence,
                 } => {
-                    if self.revoke(client, lock, wanted, Some(fence)) {
+                    let acted = self
+                        .locks
+                        .get_mut(&lock)
+                        .is_some_and(|c| revoke(client, c, lock, wanted, Some(fence)));
+                    if acted {
                         self.notify(dlock_revoke {
                             lock_id: lock.raw() as c_int,
                             wanted_op: op_of(wanted),
@@ -165,55 +169,14 @@ impl Caching {
                     }
                 }
                 Event::Overflow => {
-                    let ids: Vec<LockId> = self.locks.keys().copied().collect();
-                    for id in ids {
-                        self.revoke(client, id, Mode::Exclusive, None);
+                    for (&id, c) in self.locks.iter_mut() {
+                        revoke(client, c, id, Mode::Exclusive, None);
                     }
                     self.notify(revoke_all());
                 }
             }
         }
         self.events = events;
-    }
-
-    /// Acts on a revoke of `id` wanting `wanted`, sent for the grant with token `fence`
-    /// (`None`: every grant). Whether it concerned a grant held: a revoke of a lock not
-    /// cached, not held, or held under a newer grant than the one it was sent for is ignored.
-    fn revoke(
-        &mut self,
-        client: &mut Client,
-        id: LockId,
-        wanted: Mode,
-        fence: Option<u64>,
-    ) -> bool {
-        let Some(c) = self.locks.get_mut(&id) else {
-            return false;
-        };
-        let Some(l) = client.local_lock(id) else {
-            return false;
-        };
-        let Some(held) = l.state.held_mode() else {
-            return false;
-        };
-        if fence.is_some_and(|f| f < l.token.0) || (held == Mode::Shared && wanted == Mode::Shared)
-        {
-            return false;
-        }
-        match c.parked {
-            // Readers are wanted and nobody here uses it: keep it, shared.
-            Some(Mode::Exclusive) if wanted == Mode::Shared => match client.downgrade(id) {
-                Ok(_) => c.parked = Some(Mode::Shared),
-                Err(e) => {
-                    tracing::warn!(error = %e, "dlock: downgrading a parked cached lock");
-                    give_back(client, c, id);
-                }
-            },
-            Some(_) => give_back(client, c, id),
-            // Exclusive wanted once stays wanted: the use's end gives the grant back.
-            None if c.revoked != Some(Mode::Exclusive) => c.revoked = Some(wanted),
-            None => {}
-        }
-        true
     }
 
     /// `trylock`/`lock` of `id` in `mode`: the grant, when the parked one covers it (module
@@ -275,6 +238,42 @@ impl Caching {
     }
 }
 
+/// Acts on a revoke of `id` wanting `wanted`, sent for the grant with token `fence`
+/// (`None`: every grant). Whether it concerned a grant held: a revoke of a lock not held, or
+/// held under a newer grant than the one it was sent for, is ignored.
+fn revoke(
+    client: &mut Client,
+    c: &mut Cached,
+    id: LockId,
+    wanted: Mode,
+    fence: Option<u64>,
+) -> bool {
+    let Some(l) = client.local_lock(id) else {
+        return false;
+    };
+    let Some(held) = l.state.held_mode() else {
+        return false;
+    };
+    if fence.is_some_and(|f| f < l.token.0) || (held == Mode::Shared && wanted == Mode::Shared) {
+        return false;
+    }
+    match c.parked {
+        // Readers are wanted and nobody here uses it: keep it, shared.
+        Some(Mode::Exclusive) if wanted == Mode::Shared => match client.downgrade(id) {
+            Ok(_) => c.parked = Some(Mode::Shared),
+            Err(e) => {
+                tracing::warn!(error = %e, "dlock: downgrading a parked cached lock");
+                give_back(client, c, id);
+            }
+        },
+        Some(_) => give_back(client, c, id),
+        // Exclusive wanted once stays wanted: the use's end gives the grant back.
+        None if c.revoked != Some(Mode::Exclusive) => c.revoked = Some(wanted),
+        None => {}
+    }
+    true
+}
+
 /// The revoke notice of every lock.
 const fn revoke_all() -> dlock_revoke {
     dlock_revoke {
@@ -283,6 +282,7 @@ const fn revoke_all() -> dlock_revoke {
     }
 }
 
+/// The C op that asks for `m`.
 const fn op_of(m: Mode) -> c_int {
     match m {
         Mode::Exclusive => LOCK_EXCLUSIVE,
