@@ -53,6 +53,7 @@ extern "C" {
 #define DLOCK_HEARTBEAT_TIMEOUT_MAX_S 300
 #define DLOCK_KEY_PASSWORD_LEN_MAX 1024 /* bytes of the buffer prkey_pwd_cb fills */
 #define DLOCK_VALUE_BLOCK_LEN 32        /* bytes of a lock value block (dlock's) */
+#define DLOCK_REVOKE_ALL 0              /* dlock_revoke.lock_id: every cached lock (dlock's) */
 
 typedef enum dlock_status {
     DLOCK_SUCCESS = 0,
@@ -534,6 +535,69 @@ int lock_retain_enable(int client_id, int lock_id, int enable);
  * many. 0; DLOCK_EINVAL (this client is no recoverer, counted as recovery_done_refused; or
  * dead_client_id is alive); DLOCK_CLIENT_NOT_INIT (no client has that id). */
 int recovery_done(int client_id, int dead_client_id, unsigned int *released);
+
+/*
+ * dlock: cached grants. An RW lock with caching enabled keeps its grant after the worker's
+ * last unlock: that unlock *parks* the grant (held on the server, nothing sent; a value block
+ * staged with lock_value_set waits for the give-back), and a later trylock/lock in a mode it
+ * covers (anything under an exclusive grant, shared under a shared one) is answered from it
+ * with nothing sent. An exclusive request over a parked shared grant gives it back first.
+ *
+ * When another client wants a conflicting mode, the server sends this one a revoke. The
+ * library reads revokes in trylock, lock, unlock, lock_downgrade, lock_cache_release and
+ * client_revokes_poll of the client, and acts on them itself: a parked grant goes back at once
+ * (or is downgraded when only shared is wanted); a grant in use goes back with the unlock that
+ * ends its use. Flush what a lock protects before that unlock, as before any unlock. Each
+ * revoke acted on is reported to the engine, by its callback or its poll, so it can hurry the
+ * users in the way. A client that never calls in does not see its revokes and loses the grant
+ * at the server's revoke timeout (its lease by default). lock() on an RW lock of a client that
+ * caches waits on the server in 20 ms slices and reads its revokes between them.
+ *
+ * Batches and lock_request_async refuse a lock that caches (DLOCK_EINVAL for its entry):
+ * the local users of a cached grant are counted by trylock/lock/unlock only.
+ */
+
+/* A revoke: lock_id is wanted in wanted_op (LOCK_EXCLUSIVE, or LOCK_SHARED: lock_downgrade
+ * answers it); lock_id DLOCK_REVOKE_ALL: revokes were lost and every cached lock was revoked. */
+struct dlock_revoke {
+    int lock_id;
+    int wanted_op;
+};
+
+/*
+ * Told of each revoke of client_id's cached grants, with the user_data it was registered with.
+ * Called only from client_revokes_poll, on the thread that polls, with no lock of the library
+ * held: it may call any function of this library, also for client_id (unlock,
+ * lock_cache_release, lock_downgrade), but should only note what to flush and return. The
+ * reference declares callback_func_t and never calls it; this one is called.
+ */
+typedef void (*dlock_revoke_cb_t)(int client_id, const struct dlock_revoke *revoke,
+                                  void *user_data);
+
+/* enable: 1 = every grant of RW lock lock_id from now on is cached, 0 = not (a parked grant is
+ * given back). 0; DLOCK_LOCK_NOT_GET; DLOCK_EINVAL (another enable, not an RW lock, or held in
+ * use: enable it before taking it). Sends nothing but a give-back. */
+int lock_cache_enable(int client_id, int lock_id, int enable);
+
+/* Gives a parked grant back now. 0; DLOCK_ALREADY_LOCKED (in use: the unlock that ends the use
+ * gives it back); DLOCK_ALREADY_UNLOCKED (nothing held); DLOCK_EINVAL (caching not enabled);
+ * DLOCK_LOCK_NOT_GET. */
+int lock_cache_release(int client_id, int lock_id);
+
+/* dlock: turns the exclusive grant held on an RW lock into a shared one in place (same fencing
+ * token; a staged value block is written). DLOCK_EINVAL for another kind or a grant not held
+ * exclusively. */
+int lock_downgrade(int client_id, int lock_id, void *result);
+
+/* cb NULL unregisters (revokes are then polled). 0; DLOCK_CLIENT_NOT_INIT (unknown client_id);
+ * DLOCK_CLIENTMGR_NOT_INIT. */
+int client_revoke_callback_register(int client_id, dlock_revoke_cb_t cb, void *user_data);
+
+/* Reads and acts on the revokes the server sent. With a callback: calls it for each, *count =
+ * how many. Without: copies up to max into out, *count = how many (the rest wait for the next
+ * poll). 0; DLOCK_EINVAL (NULL count; NULL out with max > 0 and no callback). */
+int client_revokes_poll(int client_id, struct dlock_revoke *out, unsigned int max,
+                        unsigned int *count);
 
 /*
  * Batches of 1..31 entries, one message, each entry on its own (results[i].op_ret). A bad op

@@ -10,6 +10,8 @@
 //!   static library of this very build, starts a server, registers two clients, takes and
 //!   releases each lock kind, runs 31-key batches, allocates 1,000 XIDs, feeds bad input, and
 //!   must exit 0.
+//! - `tests/c/cached_locks.c`, built the same way, drives cached grants and their revokes
+//!   (callback and poll) over shared memory and TCP, and must exit 0.
 //!
 //! The static library is the `libdlock_engine_glue.a` cargo built for this very test run, found
 //! beside this test's executable (`target/<profile>/deps/`): cargo builds every crate type of the
@@ -132,7 +134,8 @@ fn c_type(rust: &str) -> String {
         "c_char" => "char".into(),
         "c_void" => "void".into(),
         "lock_desc" | "lock_request" | "lock_op_res" | "umo_atomic64_desc" | "client_cfg"
-        | "server_cfg" | "debug_stats" => format!("struct {rust}"),
+        | "server_cfg" | "debug_stats" | "dlock_revoke" => format!("struct {rust}"),
+        "dlock_revoke_cb_t" => rust.into(),
         other => panic!("no C spelling for Rust type `{other}`: add it to c_type()"),
     }
 }
@@ -287,7 +290,12 @@ fn rust_callback_types() -> BTreeMap<String, String> {
     let src = read("src/ffi/types.rs");
     let mut out = BTreeMap::new();
     for item in src.split(';') {
-        let item = item.split_whitespace().collect::<Vec<_>>().join(" ");
+        // rustfmt breaks a long one after `Option<`.
+        let item = item
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .replace("Option< ", "Option<");
         let Some(at) = item.find("pub type ") else {
             continue;
         };
@@ -321,7 +329,8 @@ fn header_callback_typedefs_are_the_rust_types() {
         [
             "dlock_cert_verify_cb_t",
             "dlock_erase_prkey_cb_t",
-            "dlock_prkey_pwd_cb_t"
+            "dlock_prkey_pwd_cb_t",
+            "dlock_revoke_cb_t"
         ],
         "the header's callback typedefs"
     );
@@ -418,6 +427,7 @@ fn header_constants_and_enums_are_the_rust_ones() {
         define("DLOCK_VALUE_BLOCK_LEN"),
         dlock_core::manager::value::VALUE_BLOCK_LEN as i64
     );
+    assert_eq!(define("DLOCK_REVOKE_ALL"), DLOCK_REVOKE_ALL.into());
     let ops = enum_values("enum lock_ops");
     for (name, v) in [
         ("LOCK_EXCLUSIVE", LOCK_EXCLUSIVE),
@@ -464,38 +474,43 @@ fn static_lib() -> PathBuf {
 /// `tests/c/abi_smoke.c` compiled and linked once per test run.
 fn smoke_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("abi_smoke");
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let status = Command::new(&cc)
-            .args([
-                "-std=c11",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-pedantic",
-                "-O1",
-                "-I",
-            ])
-            .arg(Path::new(MANIFEST_DIR).join("include"))
-            .arg(Path::new(MANIFEST_DIR).join("tests/c/abi_smoke.c"))
-            .arg(static_lib())
-            // What Rust's std needs from the system (`rustc --print native-static-libs`).
-            .args([
-                "-lpthread",
-                "-ldl",
-                "-lm",
-                "-lrt",
-                "-lutil",
-                "-lgcc_s",
-                "-o",
-            ])
-            .arg(&out)
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run the C compiler `{cc}`: {e}"));
-        assert!(status.success(), "compiling abi_smoke.c failed: {status}");
-        out
-    })
+    BIN.get_or_init(|| c_program("abi_smoke"))
+}
+
+/// `tests/c/<name>.c` compiled against the header and linked with the static library.
+fn c_program(name: &str) -> PathBuf {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&cc)
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-O1",
+            // `usleep` and the POSIX threads of `cached_locks.c`.
+            "-D_DEFAULT_SOURCE",
+            "-I",
+        ])
+        .arg(Path::new(MANIFEST_DIR).join("include"))
+        .arg(Path::new(MANIFEST_DIR).join(format!("tests/c/{name}.c")))
+        .arg(static_lib())
+        // What Rust's std needs from the system (`rustc --print native-static-libs`).
+        .args([
+            "-lpthread",
+            "-ldl",
+            "-lm",
+            "-lrt",
+            "-lutil",
+            "-lgcc_s",
+            "-o",
+        ])
+        .arg(&out)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler `{cc}`: {e}"));
+    assert!(status.success(), "compiling {name}.c failed: {status}");
+    out
 }
 
 /// The Rust side of every line `abi_smoke layout` prints.
@@ -538,6 +553,7 @@ fn rust_layout() -> BTreeSet<String> {
             etcd_ca_path, etcd_cert_path, etcd_key_path, etcd_domain,
         ];
         "struct debug_stats", debug_stats, [stats];
+        "struct dlock_revoke", dlock_revoke, [lock_id, wanted_op];
     }
     out
 }
@@ -568,6 +584,22 @@ fn c_program_passes_every_check_against_the_static_library() {
     assert!(
         out.status.success(),
         "abi_smoke exited {}\n{stdout}{stderr}",
+        out.status
+    );
+    assert!(stdout.contains("checks passed"), "{stdout}");
+}
+
+/// `tests/c/cached_locks.c`: client A caches an RW lock, B's conflicting request makes A's
+/// revoke callback (then its poll) report it, A gives it back, B gets it; over shared memory
+/// and TCP; and the bad input of the cached-grant calls. Its own process: it runs a server.
+#[test]
+fn c_program_caches_a_lock_and_gives_it_back_when_revoked() {
+    let out = Command::new(c_program("cached_locks")).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "cached_locks exited {}\n{stdout}{stderr}",
         out.status
     );
     assert!(stdout.contains("checks passed"), "{stdout}");

@@ -82,6 +82,8 @@ unsafe fn batch(
     let mut k = 0;
     for i in 0..n {
         match checked[i] {
+            // A cached grant's local users are counted by the single calls only.
+            Ok(id) if slot.cache.caches(id) => out[i] = Err(Status::Einval),
             Ok(id) => {
                 ids[i] = Some(id);
                 pos[k] = i;

@@ -48,6 +48,7 @@ use dlock_core::{LockId, Status};
 use dlock_transport::client::{Client, ClientConfig, Endpoint, Mux, REQUEST_TIMEOUT};
 use dlock_transport::tls::{ClientTls, TlsConfig};
 
+use super::cached::Caching;
 use super::server::embedded_endpoint;
 use super::tls::tls_config;
 use super::types::{
@@ -70,6 +71,8 @@ pub(super) struct Slot {
     pub(super) async_lock: Option<LockId>,
     /// Where it registered: `None` for the in-process server, else its TCP address.
     target: Option<SocketAddr>,
+    /// Its cached locks, revoke notices and revoke callback.
+    pub(super) cache: Caching,
 }
 
 type Shared = Arc<Mutex<Option<Slot>>>;
@@ -364,6 +367,7 @@ pub unsafe extern "C" fn client_init(p_client_id: *mut c_int, server_ip: *const 
                 stats: Stats::default(),
                 async_lock: None,
                 target,
+                cache: Caching::new(),
             };
             l.clients.insert(id, Arc::new(Mutex::new(Some(slot))));
             // SAFETY: not NULL (checked above) and writable by the caller's contract.

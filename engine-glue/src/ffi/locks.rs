@@ -77,15 +77,21 @@ pub unsafe extern "C" fn get_lock(
 }
 
 /// Drops the client's reference to `lock_id`. Returns 0; -1 (as the reference) before
-/// `dclient_lib_init`, for an unknown client, a lock it never got and a lock it holds;
-/// `DLOCK_TICKET_TO_UNLOCK` while a fair ticket is held; `DLOCK_EASYNC` while an async
-/// operation on it is outstanding.
+/// `dclient_lib_init`, for an unknown client, a lock it never got and a lock it holds (a
+/// parked cached grant is not in use: it is given back first, and caching ends with the
+/// reference); `DLOCK_TICKET_TO_UNLOCK` while a fair ticket is held; `DLOCK_EASYNC` while an
+/// async operation on it is outstanding.
 #[unsafe(no_mangle)]
 pub extern "C" fn release_lock(client_id: c_int, lock_id: c_int) -> c_int {
     guard(|| {
         with_client(client_id, Refusals::CONTROL, |slot| {
-            let released = super::locks::lock_id(lock_id)
-                .and_then(|id| slot.client.release_lock(id).map_err(Status::from));
+            let released = super::locks::lock_id(lock_id).and_then(|id| {
+                // A parked cached grant has no user: it goes back with the reference.
+                slot.cache.unpark(&mut slot.client, id);
+                slot.client.release_lock(id).map_err(Status::from)?;
+                slot.cache.forget(id);
+                Ok(())
+            });
             match released {
                 Ok(()) => Status::Success.code(),
                 // The Rust client's answers for "never got" and "still held".

@@ -31,6 +31,7 @@
 //! every call on it but `client_deinit` returns `DLOCK_EINVAL`.
 
 pub mod batch;
+pub mod cached;
 pub mod client;
 mod cluster;
 pub mod compat;

@@ -23,10 +23,12 @@
 
 use std::ffi::{c_int, c_void};
 
-use dlock_core::{FencingToken, LockId, Mode, Status};
-use dlock_transport::client::{AsyncOp, Client, Error, Grant, LocalLock, REQUEST_TIMEOUT};
+use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
+use dlock_transport::client::{AsyncOp, Client, Grant, LocalLock, REQUEST_TIMEOUT};
 
-use super::client::{Refusals, with_client};
+use super::cached::lock_sliced;
+
+use super::client::{Refusals, Slot, with_client};
 use super::locks::lock_id;
 use super::types::{
     EXTEND_LOCK_EXCLUSIVE, EXTEND_LOCK_SHARED, LOCK_EXCLUSIVE, LOCK_SHARED, UNLOCK, lock_request,
@@ -114,14 +116,14 @@ unsafe fn on_lock(
     client_id: c_int,
     raw: c_int,
     result: *mut c_void,
-    op: impl FnOnce(&mut Client, LockId) -> Result<Grant, Error>,
+    op: impl FnOnce(&mut Slot, LockId) -> Result<Grant, Status>,
 ) -> c_int {
     with_client(client_id, Refusals::DATA, |slot| {
         let id = match lock_id(raw) {
             Ok(id) => id,
             Err(s) => return s.code(),
         };
-        let g = op(&mut slot.client, id).map_err(Status::from);
+        let g = op(slot, id);
         // SAFETY: forwarded from the caller.
         unsafe { finish(&slot.client, id, g, result) }
     })
@@ -155,8 +157,11 @@ pub unsafe extern "C" fn trylock(
         let ms = seconds_to_ms(r.expire_time);
         // SAFETY: `single` checked `result` is not NULL; 16 writable bytes (caller's contract).
         unsafe {
-            on_lock(client_id, r.lock_id, result, |c, id| {
-                c.trylock(id, mode, ms)
+            on_lock(client_id, r.lock_id, result, |s, id| {
+                match s.cache.acquire(&mut s.client, id, mode) {
+                    Some(g) => Ok(g),
+                    None => s.client.trylock(id, mode, ms).map_err(Status::from),
+                }
             })
         }
     })
@@ -184,8 +189,23 @@ pub unsafe extern "C" fn lock(
         let ms = seconds_to_ms(r.expire_time);
         // SAFETY: `single` checked `result` is not NULL; 16 writable bytes (caller's contract).
         unsafe {
-            on_lock(client_id, r.lock_id, result, |c, id| {
-                c.lock(id, mode, ms, REQUEST_TIMEOUT)
+            on_lock(client_id, r.lock_id, result, |s, id| {
+                if let Some(g) = s.cache.acquire(&mut s.client, id, mode) {
+                    return Ok(g);
+                }
+                let rw = s
+                    .client
+                    .local_lock(id)
+                    .is_some_and(|l| l.kind == LockKind::Rw);
+                if !(rw && s.cache.any()) {
+                    return s
+                        .client
+                        .lock(id, mode, ms, REQUEST_TIMEOUT)
+                        .map_err(Status::from);
+                }
+                lock_sliced(&mut s.client, &mut s.cache, REQUEST_TIMEOUT, |c, slice| {
+                    c.lock(id, mode, ms, slice).map_err(Status::from)
+                })
             })
         }
     })
@@ -203,15 +223,56 @@ pub unsafe extern "C" fn unlock(client_id: c_int, lock_id: c_int, result: *mut c
         if result.is_null() {
             return Status::Einval.code();
         }
-        let op = |c: &mut Client, id| {
-            let status = c.unlock(id)?;
+        let op = |s: &mut Slot, id| {
+            if let Some(parked) = s.cache.release(&mut s.client, id) {
+                return parked;
+            }
+            let status = s.client.unlock(id).map_err(Status::from)?;
+            s.cache.released(&s.client, id);
             // The client reports only a status; the word the server answered is in the record.
-            let (token, word) = record(c, id).map_or((FencingToken(0), 0), |l| (l.token, l.word));
+            let (token, word) =
+                record(&s.client, id).map_or((FencingToken(0), 0), |l| (l.token, l.word));
             Ok(Grant {
                 status,
                 token,
                 word,
                 value: None,
+            })
+        };
+        // SAFETY: `result` is not NULL (checked above); 16 writable bytes (caller's contract).
+        unsafe { on_lock(client_id, lock_id, result, op) }
+    })
+}
+
+/// Turns the exclusive grant held on RW lock `lock_id` into a shared one in place (ours; the
+/// reference has no downgrade): readers waiting behind it may join, the holder keeps reading
+/// under the same fencing token, and a block staged with `lock_value_set` is written. The
+/// answer to a revoke that wants only shared. Returns `DLOCK_SUCCESS`; `DLOCK_EINVAL` for
+/// another kind or a grant not held exclusively; `DLOCK_LOCK_NOT_GET`; ….
+///
+/// # Safety
+///
+/// - `result` is NULL or valid for writing 16 bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lock_downgrade(
+    client_id: c_int,
+    lock_id: c_int,
+    result: *mut c_void,
+) -> c_int {
+    guard(|| {
+        if result.is_null() {
+            return Status::Einval.code();
+        }
+        let op = |s: &mut Slot, id| {
+            s.cache.pump(&mut s.client);
+            let status = s.client.downgrade(id).map_err(Status::from)?;
+            s.cache.downgraded(id);
+            let l = record(&s.client, id).ok_or(Status::LockNotGet)?;
+            Ok(Grant {
+                status,
+                token: l.token,
+                word: l.word,
+                value: l.value,
             })
         };
         // SAFETY: `result` is not NULL (checked above); 16 writable bytes (caller's contract).
@@ -243,8 +304,8 @@ pub unsafe extern "C" fn lock_extend(
         let ms = seconds_to_ms(r.expire_time);
         // SAFETY: `single` checked `result` is not NULL; 16 writable bytes (caller's contract).
         unsafe {
-            on_lock(client_id, r.lock_id, result, |c, id| {
-                c.lock_extend(id, mode, ms)
+            on_lock(client_id, r.lock_id, result, |s, id| {
+                s.client.lock_extend(id, mode, ms).map_err(Status::from)
             })
         }
     })
@@ -282,6 +343,10 @@ pub unsafe extern "C" fn lock_request_async(client_id: c_int, req: *const lock_r
         };
         with_client(client_id, Refusals::DATA, |slot| {
             let started = lock_id(r.lock_id).and_then(|id| {
+                if slot.cache.caches(id) {
+                    // A cached grant's local users are counted by the single calls only.
+                    return Err(Status::Einval);
+                }
                 slot.client.lock_request_async(id, op)?;
                 slot.async_lock = Some(id);
                 Ok(())

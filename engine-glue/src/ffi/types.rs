@@ -207,6 +207,29 @@ pub type dlock_erase_prkey_cb_t = Option<unsafe extern "C" fn(buf: *mut c_char, 
 pub type dlock_cert_verify_cb_t =
     Option<unsafe extern "C" fn(cert: *mut c_void, crl_path: *const c_char) -> c_int>;
 
+/// A revoke of a cached grant, as `client_revokes_poll` reports it (ours; the reference has
+/// no cached grants).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct dlock_revoke {
+    /// The lock another client wants, or [`DLOCK_REVOKE_ALL`] when revokes were lost (an event
+    /// ring overflowed) and every cached lock of the client was revoked.
+    pub lock_id: c_int,
+    /// The mode wanted: `LOCK_EXCLUSIVE` (give the lock back) or `LOCK_SHARED` (give it back,
+    /// or downgrade it with `lock_downgrade`).
+    pub wanted_op: c_int,
+}
+
+/// `dlock_revoke::lock_id` of a revoke of every cached lock (never a lock id: ids are > 0).
+pub const DLOCK_REVOKE_ALL: c_int = 0;
+
+/// `client_revoke_callback_register`'s callback: told of each revoke of a cached grant of
+/// `client_id`, with the registration's `user_data`. Called on the thread that calls
+/// `client_revokes_poll` for that client, with no lock of the library held.
+pub type dlock_revoke_cb_t = Option<
+    unsafe extern "C" fn(client_id: c_int, revoke: *const dlock_revoke, user_data: *mut c_void),
+>;
+
 /// TLS 1.3 with certificates on both ends of every TCP connection (the reference's `ssl_cfg`).
 /// Paths are read (and made absolute) when the settings are handed in; NULL and "" mean none.
 #[repr(C)]
@@ -430,6 +453,8 @@ const _: () = assert!(size_of::<lock_state>() == 16);
 const _: () = assert!(align_of::<lock_state>() == 8);
 const _: () = assert!(size_of::<lock_op_res>() == 32);
 const _: () = assert!(size_of::<debug_stats>() == 8 * DEBUG_STATS_MAX);
+const _: () = assert!(size_of::<dlock_revoke>() == 8);
+const _: () = assert!(size_of::<dlock_revoke_cb_t>() == size_of::<*const c_void>());
 // Two pointers, four numbers, five pointers (64-bit targets).
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(size_of::<cluster_cfg>() == 72);

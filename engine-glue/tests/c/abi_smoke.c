@@ -137,6 +137,9 @@ static int print_layout(void)
     LAYOUT_FIELD(struct cluster_cfg, etcd_domain);
     LAYOUT_SIZE(struct debug_stats);
     LAYOUT_FIELD(struct debug_stats, stats);
+    LAYOUT_SIZE(struct dlock_revoke);
+    LAYOUT_FIELD(struct dlock_revoke, lock_id);
+    LAYOUT_FIELD(struct dlock_revoke, wanted_op);
     return 0;
 }
 
