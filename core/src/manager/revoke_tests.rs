@@ -201,6 +201,14 @@ fn an_ignored_revoke_lapses_at_the_timeout_and_frees_the_way() {
         (v.lapses(), v.answer(&r)),
         (1, Answer::Grant { cached: true })
     );
+    // Every holder that ignored its revoke lapses, and the verdict counts each.
+    let other = Holder {
+        revoke_sent_ms: 500,
+        ..holder(2, SharedRevoking)
+    };
+    let (acts, v) = run(&r, &[h, other], 1_500);
+    assert_eq!(acts, [(1, HolderAction::Lapse), (2, HolderAction::Lapse)]);
+    assert_eq!(v.lapses(), 2);
     // A configured timeout replaces the lease.
     let quick = Timing {
         revoke_timeout_ms: 50,
