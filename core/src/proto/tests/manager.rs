@@ -46,7 +46,11 @@ fn wake_on_revoke_rides_on_acquisitions_only() {
         put_lock_flags(&mut c, f).unwrap();
         assert_eq!(c[LOCK_FLAGS_OFFSET], 9, "op {op}");
         assert_eq!(read_lock_flags(&c), Ok(f), "op {op}");
-        assert!(read_lock_flags(&c).unwrap().contains(LockFlags::WAKE_ON_REVOKE));
+        assert!(
+            read_lock_flags(&c)
+                .unwrap()
+                .contains(LockFlags::WAKE_ON_REVOKE)
+        );
     }
     // An unlock or a downgrade has no wait to cut short.
     for op in [1, 2, 5, DOWNGRADE_OP] {

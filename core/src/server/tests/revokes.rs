@@ -449,7 +449,10 @@ fn a_revoke_ends_the_holders_wait_when_it_asked_and_only_then() {
         let ex = LockOp::TryExclusive;
         // a caches x; c holds y plain; a waits for y, parked.
         assert_eq!(s.run(a, cached(kind, ex, xa), 0).status, Status::Success);
-        assert_eq!(s.run(c, lock(kind, ex, yc, LEASE), 0).status, Status::Success);
+        assert_eq!(
+            s.run(c, lock(kind, ex, yc, LEASE), 0).status,
+            Status::Success
+        );
         let wake = if flagged {
             LockFlags::WAKE_ON_REVOKE
         } else {
@@ -482,7 +485,8 @@ fn a_revoke_ends_the_holders_wait_when_it_asked_and_only_then() {
         assert_eq!(s.stats().get(Counter::WaitTimeouts), 1);
         // Back from its wait, a gives x back and b is granted.
         assert_eq!(
-            s.run(a, lock(kind, LockOp::UnlockExclusive, xa, 0), 3).status,
+            s.run(a, lock(kind, LockOp::UnlockExclusive, xa, 0), 3)
+                .status,
             Status::Success
         );
         let got = s.replies();
