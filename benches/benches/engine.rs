@@ -5,7 +5,8 @@
 //! cached) and once with no affinity (every key drawn from the whole table, every key cached, so
 //! every lock is contended). Each run reports transactions per second (per transport too) and
 //! the server's data messages per transaction (lock, unlock, give-back and downgrade messages:
-//! nothing else is sent) and the revokes it sent per transaction. Off and on runs alternate,
+//! nothing else is sent), the revokes it sent and the waits it parked (each slice of a sliced
+//! wait counts) per transaction. Off and on runs alternate,
 //! three of each, and the median is printed: the machine this runs on is shared and noisy.
 //!
 //! Beside it, in the same run, the revoke round trip — a conflicting request, the cached holder
@@ -86,8 +87,8 @@ fn client(s: &EmbeddedServer, t: Transport) -> Client {
     Client::connect(ClientConfig::new(endpoint)).expect("connect")
 }
 
-/// The server's data messages and revokes sent so far.
-fn counters(s: &EmbeddedServer) -> [u64; 2] {
+/// The server's data messages, revokes sent, and waits parked so far.
+fn counters(s: &EmbeddedServer) -> [u64; 3] {
     let stats = read_server_stats(&s.endpoint(), Duration::from_secs(5)).expect("stats");
     let get = |name| {
         stats
@@ -95,7 +96,7 @@ fn counters(s: &EmbeddedServer) -> [u64; 2] {
             .find(|(n, _)| *n == name)
             .map_or(0, |&(_, v)| v)
     };
-    [get("data_messages"), get("revokes_sent")]
+    [get("data_messages"), get("revokes_sent"), get("waits")]
 }
 
 /// One engine client's loop until `deadline`: committed and aborted transactions.
@@ -146,8 +147,8 @@ fn engine_client(
 }
 
 /// One workload run: (transactions/s over TCP, over shared memory, all; messages/transaction;
-/// aborted share; revokes/transaction).
-fn workload(min_hold: Option<u32>, cached: bool, affinity: bool, secs: f64) -> [f64; 6] {
+/// aborted share; revokes/transaction; parked waits/transaction).
+fn workload(min_hold: Option<u32>, cached: bool, affinity: bool, secs: f64) -> [f64; 7] {
     let s = server(min_hold);
     let workers = TCP_CLIENTS + 1;
     let before = counters(&s);
@@ -174,7 +175,7 @@ fn workload(min_hold: Option<u32>, cached: bool, affinity: bool, secs: f64) -> [
     });
     let elapsed = start.elapsed().as_secs_f64();
     let after = counters(&s);
-    let (messages, revokes) = (after[0] - before[0], after[1] - before[1]);
+    let [messages, revokes, waits] = [0, 1, 2].map(|i| after[i] - before[i]);
     s.shutdown();
     let sum = |f: &dyn Fn(Transport) -> bool| -> u64 {
         results
@@ -197,6 +198,7 @@ fn workload(min_hold: Option<u32>, cached: bool, affinity: bool, secs: f64) -> [
         messages as f64 / done,
         aborted as f64 / done,
         revokes as f64 / done,
+        waits as f64 / done,
     ]
 }
 
@@ -298,7 +300,7 @@ fn main() {
         u64::from(TABLES) * GROUPS,
     );
     println!(
-        "{:<12} {:<9} {:>10} {:>10} {:>10} {:>9} {:>10} {:>8}",
+        "{:<12} {:<9} {:>10} {:>10} {:>10} {:>9} {:>10} {:>8} {:>8}",
         "affinity",
         "caching",
         "tx/s all",
@@ -306,6 +308,7 @@ fn main() {
         "tx/s shm",
         "msgs/tx",
         "revokes/tx",
+        "waits/tx",
         "aborted"
     );
     for affinity in [true, false] {
@@ -320,9 +323,9 @@ fn main() {
         for cached in [false, true] {
             let r = &mut runs[usize::from(cached)];
             r.sort_by(|a, b| a[2].total_cmp(&b[2]));
-            let [tcp, shm, all, msgs, aborted, revokes] = r[r.len() / 2];
+            let [tcp, shm, all, msgs, aborted, revokes, waits] = r[r.len() / 2];
             println!(
-                "{:<12} {:<9} {all:>10.0} {tcp:>10.0} {shm:>10.0} {msgs:>9.2} {revokes:>10.3} {:>7.1}%",
+                "{:<12} {:<9} {all:>10.0} {tcp:>10.0} {shm:>10.0} {msgs:>9.2} {revokes:>10.3} {waits:>8.3} {:>7.1}%",
                 if affinity { "90 % own" } else { "none" },
                 if cached { "on" } else { "off" },
                 aborted * 100.0,
