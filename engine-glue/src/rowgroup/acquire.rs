@@ -278,7 +278,7 @@ impl<C: Connection> RowGroupLocks<C> {
     /// Whether `want` may be waited for without a trylock first: caching (whose waits end at a
     /// revoke), waiting asked for, and in order (`wait_for`'s own conditions).
     fn waits_at_once(&self, want: Want, floor: Option<RowGroup>, opts: AcquireOptions) -> bool {
-        self.cfg.cached && !opts.wait.is_zero() && !floor.is_some_and(|f| want.key < f)
+        self.cfg.cached && !opts.wait.is_zero() && floor.is_none_or(|f| want.key >= f)
     }
 
     /// Unlocks the entries of `requests` that `out` says were granted.
