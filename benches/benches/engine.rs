@@ -5,8 +5,9 @@
 //! cached) and once with no affinity (every key drawn from the whole table, every key cached, so
 //! every lock is contended). Each run reports transactions per second (per transport too) and
 //! the server's data messages per transaction (lock, unlock, give-back and downgrade messages:
-//! nothing else is sent). Off and on runs alternate, three of each, and the median is printed:
-//! the machine this runs on is shared and noisy.
+//! nothing else is sent), the revokes it sent and the waits it parked (each slice of a sliced
+//! wait counts) per transaction. Off and on runs alternate,
+//! three of each, and the median is printed: the machine this runs on is shared and noisy.
 //!
 //! Beside it, in the same run, the revoke round trip — a conflicting request, the cached holder
 //! told by an event, its give-back, the grant to the waiter — against a plain hand-off — the
@@ -86,12 +87,16 @@ fn client(s: &EmbeddedServer, t: Transport) -> Client {
     Client::connect(ClientConfig::new(endpoint)).expect("connect")
 }
 
-fn data_messages(s: &EmbeddedServer) -> u64 {
-    read_server_stats(&s.endpoint(), Duration::from_secs(5))
-        .expect("stats")
-        .iter()
-        .find(|(n, _)| *n == "data_messages")
-        .map_or(0, |&(_, v)| v)
+/// The server's data messages, revokes sent, and waits parked so far.
+fn counters(s: &EmbeddedServer) -> [u64; 3] {
+    let stats = read_server_stats(&s.endpoint(), Duration::from_secs(5)).expect("stats");
+    let get = |name| {
+        stats
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |&(_, v)| v)
+    };
+    [get("data_messages"), get("revokes_sent"), get("waits")]
 }
 
 /// One engine client's loop until `deadline`: committed and aborted transactions.
@@ -142,11 +147,11 @@ fn engine_client(
 }
 
 /// One workload run: (transactions/s over TCP, over shared memory, all; messages/transaction;
-/// aborted share).
-fn workload(min_hold: Option<u32>, cached: bool, affinity: bool, secs: f64) -> [f64; 5] {
+/// aborted share; revokes/transaction; parked waits/transaction).
+fn workload(min_hold: Option<u32>, cached: bool, affinity: bool, secs: f64) -> [f64; 7] {
     let s = server(min_hold);
     let workers = TCP_CLIENTS + 1;
-    let before = data_messages(&s);
+    let before = counters(&s);
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
     let results: Vec<(Transport, (u64, u64))> = thread::scope(|scope| {
@@ -169,7 +174,8 @@ fn workload(min_hold: Option<u32>, cached: bool, affinity: bool, secs: f64) -> [
             .collect()
     });
     let elapsed = start.elapsed().as_secs_f64();
-    let messages = data_messages(&s).saturating_sub(before);
+    let after = counters(&s);
+    let [messages, revokes, waits] = [0, 1, 2].map(|i| after[i] - before[i]);
     s.shutdown();
     let sum = |f: &dyn Fn(Transport) -> bool| -> u64 {
         results
@@ -191,6 +197,8 @@ fn workload(min_hold: Option<u32>, cached: bool, affinity: bool, secs: f64) -> [
         all as f64 / elapsed,
         messages as f64 / done,
         aborted as f64 / done,
+        revokes as f64 / done,
+        waits as f64 / done,
     ]
 }
 
@@ -292,8 +300,16 @@ fn main() {
         u64::from(TABLES) * GROUPS,
     );
     println!(
-        "{:<12} {:<9} {:>10} {:>10} {:>10} {:>9} {:>8}",
-        "affinity", "caching", "tx/s all", "tx/s TCP", "tx/s shm", "msgs/tx", "aborted"
+        "{:<12} {:<9} {:>10} {:>10} {:>10} {:>9} {:>10} {:>8} {:>8}",
+        "affinity",
+        "caching",
+        "tx/s all",
+        "tx/s TCP",
+        "tx/s shm",
+        "msgs/tx",
+        "revokes/tx",
+        "waits/tx",
+        "aborted"
     );
     for affinity in [true, false] {
         // Off and on alternate, `REPEATS` runs each, and each line is the run with the median
@@ -307,9 +323,9 @@ fn main() {
         for cached in [false, true] {
             let r = &mut runs[usize::from(cached)];
             r.sort_by(|a, b| a[2].total_cmp(&b[2]));
-            let [tcp, shm, all, msgs, aborted] = r[r.len() / 2];
+            let [tcp, shm, all, msgs, aborted, revokes, waits] = r[r.len() / 2];
             println!(
-                "{:<12} {:<9} {all:>10.0} {tcp:>10.0} {shm:>10.0} {msgs:>9.2} {:>7.1}%",
+                "{:<12} {:<9} {all:>10.0} {tcp:>10.0} {shm:>10.0} {msgs:>9.2} {revokes:>10.3} {waits:>8.3} {:>7.1}%",
                 if affinity { "90 % own" } else { "none" },
                 if cached { "on" } else { "off" },
                 aborted * 100.0,

@@ -1,7 +1,9 @@
 //! Row-group locks with caching on (`RowGroupConfig::with_cached`): a worker's next transaction
 //! takes the keys it cached with no message, another worker gets a cached key once the holder
 //! looks at its revokes, a key revoked while a transaction holds it goes back at its end, and a
-//! key revoked before it was reused is demoted from the cache for its next few uses.
+//! key revoked before it was reused is demoted from the cache for its next few uses, a worker
+//! whose grants are mostly asked back before they pay stops caching fresh ones, and a busy
+//! key asked for alone between cached ones is waited for with no refused trylock first.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -156,17 +158,51 @@ fn a_key_revoked_before_it_was_reused_is_let_go_for_its_next_uses_then_cached_ag
     // `manager::Demotion`: the first such revoke demotes the key for its next 4 uses.
     let s = server();
     let mut w = worker(&s, true);
+    // One grant that paid first, so that one wasted revoke does not also suspend caching for
+    // the whole worker (`manager::Payback`, the next test).
+    for _ in 0..3 {
+        take_once(&mut w, RowGroup::new(5, 1));
+    }
     let key = RowGroup::new(5, 5);
     take_once(&mut w, key);
     let other = rival(&s, key);
     give_back_when_asked(&mut w);
     assert_eq!(other.join().unwrap(), Ok(()));
+    // The grant that paid stays cached throughout.
     for use_ in 1..=4 {
         take_once(&mut w, key);
-        assert_eq!(w.cached_grants(), 0, "use {use_} ends in an unlock");
+        assert_eq!(w.cached_grants(), 1, "use {use_} ends in an unlock");
     }
     take_once(&mut w, key);
-    assert_eq!(w.cached_grants(), 1, "cached again after its plain uses");
+    assert_eq!(w.cached_grants(), 2, "cached again after its plain uses");
+}
+
+#[test]
+fn a_worker_whose_grants_are_asked_back_before_they_pay_lets_fresh_grants_go_but_probes() {
+    // `manager::Payback`: a wasted revoke and no grant that paid suspends caching of fresh
+    // grants; one in 64 is still cached, and grants taken from the cache stay cached.
+    let s = server();
+    let mut w = worker(&s, true);
+    let key = RowGroup::new(7, 7);
+    take_once(&mut w, key);
+    let other = rival(&s, key);
+    give_back_when_asked(&mut w);
+    assert_eq!(other.join().unwrap(), Ok(()));
+    let mut cached = 0;
+    for group in 0..128 {
+        take_once(&mut w, RowGroup::new(8, group));
+        cached = w.cached_grants();
+    }
+    assert_eq!(cached, 2, "two probes in 128 fresh grants");
+    // A probe that is reused pays: caching resumes.
+    let before = w.cached_grants();
+    for group in 0..128 {
+        take_once(&mut w, RowGroup::new(8, group));
+    }
+    for group in 0..128 {
+        take_once(&mut w, RowGroup::new(8, group));
+    }
+    assert!(w.cached_grants() > before, "caching resumed");
 }
 
 #[test]
@@ -183,4 +219,60 @@ fn a_key_revoked_after_it_was_reused_twice_stays_cached() {
     assert_eq!(other.join().unwrap(), Ok(()));
     take_once(&mut w, key);
     assert_eq!(w.cached_grants(), 1, "caching it paid: not demoted");
+}
+
+#[test]
+fn a_busy_key_between_cached_keys_is_waited_for_with_no_refused_trylock_first() {
+    let s = server();
+    let mut w = worker(&s, true);
+    let (k1, k2, k3) = (
+        RowGroup::new(6, 1),
+        RowGroup::new(6, 2),
+        RowGroup::new(6, 3),
+    );
+    let mut txn = w.begin();
+    txn.acquire(
+        &[(k1, Mode::Exclusive), (k3, Mode::Exclusive)],
+        AcquireOptions::NO_WAIT,
+    )
+    .unwrap();
+    txn.commit().unwrap();
+    // Another worker's open transaction holds k2.
+    let mut p = worker(&s, false);
+    let mut held = p.begin();
+    held.acquire(&[(k2, Mode::Exclusive)], AcquireOptions::NO_WAIT)
+        .unwrap();
+    let (refused, parked) = (counter(&s, "fail"), counter(&s, "waits"));
+    let waiting = thread::spawn(move || {
+        let mut txn = w.begin();
+        let wants = [
+            (k1, Mode::Shared),
+            (k2, Mode::Exclusive),
+            (k3, Mode::Shared),
+        ];
+        txn.acquire(&wants, AcquireOptions::wait(WAIT))?;
+        let all = txn.held().count();
+        txn.commit()?;
+        Ok::<_, Status>((all, w.cache_hits()))
+    });
+    let until = Instant::now() + WAIT;
+    while counter(&s, "waits") == parked && Instant::now() < until {
+        thread::sleep(Duration::from_millis(1));
+    }
+    held.commit().unwrap();
+    assert_eq!(
+        waiting.join().unwrap(),
+        Ok((3, 2)),
+        "k1 and k3 from the cache"
+    );
+    // Each request that parks is counted refused once and waiting once (a wait that outlives
+    // its slice asks again, and counts both again); a trylock refused first would be a refusal
+    // with no wait.
+    let refusals = counter(&s, "fail") - refused;
+    let waits = counter(&s, "waits") - parked;
+    assert!(waits >= 1);
+    assert_eq!(
+        refusals, waits,
+        "k2 was waited for at once, not refused to a trylock first"
+    );
 }

@@ -8,6 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use dlock_core::proto::Event;
 use dlock_core::{LockKind, Mode, Status};
 use dlock_transport::client::{
     CachedLocks, Client, ClientConfig, Endpoint, ErrorKind, Revoked, read_server_stats,
@@ -234,5 +235,54 @@ fn a_block_a_local_writer_sets_is_read_locally_and_reaches_the_next_holder() {
         let got = t.join().unwrap();
         assert!(got.valid, "{n}");
         assert_eq!(&got.block.0[..6], b"lsn 42", "{n}");
+    }
+}
+
+#[test]
+fn a_revoke_ends_a_wait_that_asked_for_it_so_the_holder_can_give_back() {
+    let s = common::server(true);
+    for e in endpoints(&s) {
+        let at = format!("{e:?}");
+        let mut a = Client::connect(ClientConfig::new(e.clone())).unwrap();
+        let mut c = Client::connect(ClientConfig::new(e.clone())).unwrap();
+        // a caches x; c holds y plain.
+        let x = a.get_lock(LockKind::Rw, b"wake-x").unwrap();
+        a.set_cacheable(x, true).unwrap();
+        assert_eq!(
+            a.trylock(x, Mode::Exclusive, 60_000).unwrap().status,
+            Status::Success
+        );
+        let yc = c.get_lock(LockKind::Rw, b"wake-y").unwrap();
+        assert_eq!(
+            c.trylock(yc, Mode::Exclusive, 60_000).unwrap().status,
+            Status::Success
+        );
+        let ya = a.get_lock(LockKind::Rw, b"wake-y").unwrap();
+        a.set_wake_on_revoke(ya, true).unwrap();
+        // a waits for y far longer than anyone waits for x.
+        let parked = counter(&s, "waits");
+        let holder = std::thread::spawn(move || {
+            let waited = a.lock(ya, Mode::Exclusive, 60_000, Duration::from_secs(120));
+            let mut revoked = false;
+            a.poll_events(|ev| revoked |= matches!(ev, Event::Revoke { lock, .. } if lock == x))
+                .unwrap();
+            // Back from its wait with the revoke read, a gives x back.
+            assert_eq!(a.unlock(x).unwrap(), Status::Success);
+            (waited.map(|g| g.status).map_err(|e| e.status()), revoked)
+        });
+        while counter(&s, "waits") == parked {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Only now, with a parked, b asks for x: its revoke must reach a inside its wait.
+        let b = waiter(&e, "wake-x", Mode::Exclusive);
+        assert_eq!(b.join().unwrap(), Status::Success, "{at}");
+        let (waited, revoked) = holder.join().unwrap();
+        assert_eq!(
+            waited,
+            Err(Status::Etimeout),
+            "a's wait was cut short: {at}"
+        );
+        assert!(revoked, "{at}");
+        assert_eq!(c.unlock(yc).unwrap(), Status::Success, "y stayed c's: {at}");
     }
 }

@@ -18,6 +18,7 @@
 //! | `value.rs`  | [`ValueBlock`] and the per-lock [`LockValue`] with its write/invalidate rules  |
 //! | `cache.rs`  | [`CachedLock`]: the client's side of one cached grant                         |
 //! | `demote.rs` | [`Demotion`]: a holder stops caching a lock it keeps being asked for, for a while |
+//! | `payback.rs` | [`Payback`]: a holder whose cached grants are mostly asked back before they pay stops caching fresh grants |
 //!
 //! The wire forms (the request flags byte, the `Downgrade` op, event messages carrying revokes,
 //! value trailers, `RecoveryDone` and `ListRetained`) are in [`crate::proto`].
@@ -48,6 +49,7 @@
 pub mod cache;
 pub mod demote;
 pub mod grant;
+pub mod payback;
 pub mod retain;
 pub mod revoke;
 pub mod value;
@@ -55,6 +57,7 @@ pub mod value;
 pub use cache::CachedLock;
 pub use demote::Demotion;
 pub use grant::{CorruptGrant, GrantState};
+pub use payback::Payback;
 pub use revoke::{Answer, Holder, HolderAction, Request, Timing, Verdict, decide};
 pub use value::{LockValue, VALUE_BLOCK_LEN, ValueBlock};
 

@@ -15,6 +15,7 @@
 //! | `CACHEABLE`   | trylock, ticket retry                | the holder keeps the grant until asked and gives it back when revoked |
 //! | `RETAIN`      | trylock, ticket retry                | if the holder dies, the grant stays held as retained until `recovery_done` |
 //! | `VALUE_BLOCK` | trylock, ticket retry                | return the lock's value block with the grant (response value trailer) |
+//! | `WAKE_ON_REVOKE` | trylock, ticket retry             | a parked wait of this request ends at once, answered `Etimeout`, when the server sends its client a revoke |
 //! | `VALUE_BLOCK` | exclusive unlock, downgrade          | this command writes the value block in the request's value trailer |
 //!
 //! Any other flag on any other op, and any unknown bit, is refused at decode: a peer that sets
@@ -54,8 +55,14 @@ impl LockFlags {
     pub const RETAIN: LockFlags = LockFlags(2);
     /// Return the value block (acquisitions) or write it (exclusive unlock, downgrade).
     pub const VALUE_BLOCK: LockFlags = LockFlags(4);
+    /// End this request's wait on the server, answered `Etimeout` as if it ran out, the moment
+    /// the server revokes a grant its client caches (`server/revokes.rs`): a client blocked in
+    /// a wait cannot read its revokes, and a waiter for a lock it caches would otherwise wait
+    /// for it until one of the two waits ran out. For callers that wait in a loop which reads
+    /// its revokes between waits; meaningless without `wait_ms`.
+    pub const WAKE_ON_REVOKE: LockFlags = LockFlags(8);
     /// Every flag this version defines.
-    pub const KNOWN: LockFlags = LockFlags(7);
+    pub const KNOWN: LockFlags = LockFlags(15);
 
     /// The flags in `bits`; `BadField` for an unknown bit.
     #[inline]

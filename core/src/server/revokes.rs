@@ -7,7 +7,7 @@
 //!
 //! | holder's action   | what the server does here                                                   |
 //! |-------------------|-----------------------------------------------------------------------------|
-//! | `Revoke`          | marks the grant revoking (`with_revoke_sent`: at most one outstanding per holder and lock), writes a revoke into the holder's event ring, stamps the lock's `revoke_sent_ms` |
+//! | `Revoke`          | marks the grant revoking (`with_revoke_sent`: at most one outstanding per holder and lock), writes a revoke into the holder's event ring, stamps the lock's `revoke_sent_ms`, and cuts the holder's parked wait short if it asked (below) |
 //! | `RevokeAt(due)`   | nothing now; `due` becomes the lock's `retry_at_ms`, so a parked request is retried when the minimum hold ends (and sends the revoke then) |
 //! | `AwaitGiveBack`   | nothing now; the lapse time becomes the lock's `retry_at_ms`                 |
 //! | `Lapse`           | releases the grant as an expired lease would (`release_hold`, which invalidates an exclusive holder's value block) |
@@ -23,6 +23,17 @@
 //! whether it is wanted already (a revoke outstanding or due, or somebody parked on the lock),
 //! in which case the parked requests are retried when its minimum hold ends, and revoke it.
 //!
+//! A holder blocked in a wait on the server cannot read the revoke until its wait ends: a
+//! worker parked on one lock while another worker waits for a lock the first one caches would
+//! hold it until one of the two waits ran out (or its own slice of a sliced wait did). So a
+//! revoke also ends the holder's parked request when that request carries
+//! [`LockFlags::WAKE_ON_REVOKE`]: its deadline becomes the past, and the waiters' next poll —
+//! in the same turn of the data loop — answers it `Etimeout` (or grants it, if the lock came
+//! free meanwhile). The caller loops: it reads its revokes, gives back, and waits again. A
+//! request without the flag waits as before (a plain `lock()` keeps its promise to wait out
+//! its whole wait). The Linux DLM has no such rule because its blocking ASTs run on a thread
+//! of their own; a dlock client reads its events on the thread that called it.
+//!
 //! On a lock with no cached holder the scan is skipped, and a cacheable request is cached when
 //! nobody else is parked on it. A scan that finds no cached holder left clears the lock's mark.
 //! A flood of cacheable requests holds no more than the holds grid holds: a cached grant is a
@@ -33,7 +44,7 @@ use crate::ids::{ClientId, LockId, Mode};
 use crate::manager::revoke::{Holder, HolderAction, Request, Verdict, judge};
 use crate::manager::{Answer, GrantState};
 use crate::proto::{Event, LockCommand, LockFlags};
-use crate::table::{ClientState, LockManagerCell, SlotState};
+use crate::table::{ClientState, LockManagerCell, SlotState, WaiterState};
 
 /// What the revoke decision left for the word step.
 #[derive(Clone, Copy, Debug, Default)]
@@ -164,6 +175,26 @@ impl Server<'_> {
         self.t.lock_manager[lock as usize].revoke_sent_ms = now;
         self.events_pending = true;
         self.stats.bump(Counter::RevokesSent);
+        self.cut_wait_on_revoke(other, now);
+    }
+
+    /// Ends the wait of client slot `other`'s parked request, if it asked for that
+    /// ([`LockFlags::WAKE_ON_REVOKE`], module doc): its deadline is moved into the past and the
+    /// waiters' timer set to now, so the next [`Server::poll_waiters`] decides it by the one
+    /// path every expired wait takes (counted in `wait_timeouts`). Only the deadline moves and
+    /// the request stays on its lock's queue, so this is safe while a queue is being walked: a
+    /// parked request's retry can send revokes.
+    fn cut_wait_on_revoke(&mut self, other: u32, now: u64) {
+        let waiter = &mut self.t.waiters[other as usize];
+        if waiter.state != WaiterState::Waiting as u8
+            || !super::waiters::waiter_lock_flags(waiter.flags).contains(LockFlags::WAKE_ON_REVOKE)
+        {
+            return;
+        }
+        // `past` is strict: a deadline one tick back has passed now (at tick 0 it passes at the
+        // next tick, which the timer below looks at anyway).
+        waiter.deadline_ms = waiter.deadline_ms.min(now.saturating_sub(1));
+        self.next_timer_ms = self.next_timer_ms.min(now);
     }
 
     /// Records that a cached grant on lock slot `lock` was made at `now_ms`. When the lock is

@@ -97,7 +97,7 @@ const WAITER_LOCK_FLAGS_SHIFT: u32 = 24;
 
 /// The lock flags a parked request was sent with (a zeroed or corrupted byte reads as none).
 #[inline]
-fn waiter_lock_flags(flags: u32) -> LockFlags {
+pub(super) fn waiter_lock_flags(flags: u32) -> LockFlags {
     LockFlags::from_bits((flags >> WAITER_LOCK_FLAGS_SHIFT) as u8).unwrap_or(LockFlags::NONE)
 }
 

@@ -36,7 +36,9 @@
 //! A worker blocked in `lock` on an RW lock still gives its parked grants back: with caching
 //! enabled on any lock, `lock` waits on the server in slices of [`WAIT_SLICE`] and reads its
 //! revokes between them (two workers each waiting for the lock the other parks would otherwise
-//! wait until their revokes lapsed). Waits on atomic and fair locks are not sliced.
+//! wait until their revokes lapsed), and asks with `WAKE_ON_REVOKE`, so a revoke that comes
+//! while a slice is parked on the server ends it at once. Waits on atomic and fair locks are
+//! not sliced.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_uint, c_void};

@@ -203,6 +203,12 @@ pub unsafe extern "C" fn lock(
                         .lock(id, mode, ms, REQUEST_TIMEOUT)
                         .map_err(Status::from);
                 }
+                // A revoke ends the slice at once (`WAKE_ON_REVOKE`): the loop reads it and asks
+                // again. Local, and left set: it only matters while this client caches a lock,
+                // since revokes only ever go to cached grants, and then waits are sliced.
+                s.client
+                    .set_wake_on_revoke(id, true)
+                    .map_err(Status::from)?;
                 lock_sliced(&mut s.client, &mut s.cache, REQUEST_TIMEOUT, |c, slice| {
                     c.lock(id, mode, ms, slice).map_err(Status::from)
                 })

@@ -16,8 +16,11 @@ pub(super) const NO_LOCK: LockId = LockId::new(0, 1);
 /// `MS_MAX`); longer waits are cut to it, which also keeps `Instant + wait` from overflowing.
 const WAIT_MAX: Duration = dlock_core::time::MS_MAX;
 
-/// How long a cached worker's wait for one key lasts before it answers its revokes again.
-const CACHED_WAIT_SLICE: Duration = Duration::from_millis(2);
+/// How long a cached worker's wait for one key lasts before it answers its revokes again. A
+/// revoke that comes while the wait is parked on the server ends it at once
+/// (`set_wake_on_revoke`), so the slice only bounds how long one that came just before the
+/// wait was parked goes unread; each slice that runs out costs a message.
+const CACHED_WAIT_SLICE: Duration = Duration::from_millis(10);
 
 /// A key the current call must take.
 #[derive(Clone, Copy, Debug)]
@@ -154,6 +157,14 @@ impl<C: Connection> RowGroupLocks<C> {
                     .set_cacheable(id, true)
                     .map_err(|e| self.check(e.status()))?;
             }
+            if self.cfg.cached {
+                // Local: a wait for the name ends when the server revokes a key this worker
+                // caches (`wait_for` answers the revoke and waits again), whether or not this
+                // key is cached itself.
+                self.client
+                    .set_wake_on_revoke(id, true)
+                    .map_err(|e| self.check(e.status()))?;
+            }
             self.names.insert(self.todo[i].key, id);
             self.todo[i].id = Some(id);
         }
@@ -220,6 +231,17 @@ impl<C: Connection> RowGroupLocks<C> {
                 // A cached key the cache could not cover (never after `drop_cached_upgrades`)
                 // is asked for as any key.
                 .max(1);
+            let want = self.todo[i];
+            if n == 1 && self.waits_at_once(want, floor, opts) {
+                // Caching, a key asked for alone — its neighbours in the order are cached —
+                // goes straight to the wait: a trylock refused for a key another worker
+                // caches sends the same revoke and is only followed by the wait, one message
+                // more per contended key (a free key is granted by either in one message).
+                let g = self.wait_for(want, Status::Fail, floor, deadline, opts)?;
+                self.held.push(held(&want, &g));
+                i += 1;
+                continue;
+            }
             for (r, w) in requests.iter_mut().zip(&self.todo[i..i + n]) {
                 // RW grants have no expiry; the lease only satisfies the "0 reads the cache" rule.
                 *r = (w.id(), w.mode, expire_ms);
@@ -251,6 +273,12 @@ impl<C: Connection> RowGroupLocks<C> {
             i += granted + 1;
         }
         Ok(())
+    }
+
+    /// Whether `want` may be waited for without a trylock first: caching (whose waits end at a
+    /// revoke), waiting asked for, and in order (`wait_for`'s own conditions).
+    fn waits_at_once(&self, want: Want, floor: Option<RowGroup>, opts: AcquireOptions) -> bool {
+        self.cfg.cached && !opts.wait.is_zero() && floor.is_none_or(|f| want.key >= f)
     }
 
     /// Unlocks the entries of `requests` that `out` says were granted.
@@ -313,7 +341,9 @@ impl<C: Connection> RowGroupLocks<C> {
             }
             // Caching, the wait goes in slices with the revokes answered between them: a
             // worker blocked here while another waits for a key it merely caches would
-            // otherwise hold that key until one of the two waits ran out.
+            // otherwise hold that key until one of the two waits ran out. A revoke sent while
+            // the request is parked ends the slice at once (`set_wake_on_revoke`, set on every
+            // name); the slice remains for one that came between the poll and the parking.
             self.poll_revokes()?;
             let slice = left.min(CACHED_WAIT_SLICE);
             match self.client.lock(want.id(), want.mode, expire_ms, slice) {

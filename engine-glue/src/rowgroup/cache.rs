@@ -17,7 +17,12 @@
 //! | absent           | either    | asked for as any key                                  |
 //!
 //! Revokes are read ([`RowGroupLocks::poll_revokes`]) at the start of every `acquire`, at every
-//! transaction's end and in `keep_leases`, and acted on by the worker itself:
+//! transaction's end, in `keep_leases` and between the slices of a wait, and acted on by the
+//! worker itself. Every name is asked for with `WAKE_ON_REVOKE`
+//! ([`Client::set_wake_on_revoke`](dlock_transport::client::Client::set_wake_on_revoke)): a
+//! revoke that comes while the worker is parked on the server waiting for another key ends
+//! that wait at once, so the worker answers it within a round trip rather than at the end of
+//! its slice, and a worker waiting for a key this one caches is not kept waiting for it:
 //!
 //! | the revoked key              | wanted    | then                                             |
 //! |------------------------------|-----------|--------------------------------------------------|
@@ -33,6 +38,14 @@
 //! take in turn then costs about what it costs uncached — a plain unlock in one batch with the
 //! others, and no wait for its holder to notice a revoke — while a worker's own keys, revoked
 //! now and then by a stray access after the worker reused them a few times, stay in its cache.
+//!
+//! A worker most of whose cached grants were revoked before it took them again twice stops
+//! caching fresh grants ([`dlock_core::manager::Payback`]): with no affinity — every key taken
+//! by whichever worker comes next — each key would otherwise cost a wasted revoke, and the
+//! requester a wait for this worker to notice it, before its own demotion, and again each time
+//! that ran out. Then 63 fresh grants in 64 end in an unlock, as without caching; the 64th is
+//! cached as a probe, and grants taken from the cache stay cached, so caching resumes
+//! once grants pay again.
 //!
 //! The engine's loop calls `keep_leases` between transactions anyway, so an idle worker answers
 //! its revokes within a quarter lease; one that does not answer loses the grant at the server's
@@ -121,8 +134,12 @@ impl<C: Connection> RowGroupLocks<C> {
         }
     }
 
-    /// Records a revoke of `key`'s grant, reused `reuses` times (`manager::Demotion`).
+    /// Records a revoke of `key`'s grant, reused `reuses` times (`manager::Demotion`, and
+    /// `manager::Payback` when it had not paid yet).
     fn demote(&mut self, key: RowGroup, reuses: u32) {
+        if reuses < Demotion::REUSES_THAT_PAY {
+            self.payback = self.payback.wasted();
+        }
         let d = self
             .contended
             .get(&key)
@@ -141,14 +158,19 @@ impl<C: Connection> RowGroupLocks<C> {
         }
     }
 
-    /// Whether `key`'s use that just ended keeps it cached: not while it is demoted (one of
-    /// its plain uses is counted off).
-    fn keeps(&mut self, key: RowGroup) -> bool {
-        let Some(&d) = self.contended.get(&key) else {
-            return true;
-        };
-        let (keep, d) = d.keep();
-        self.set_demotion(key, d);
+    /// Whether `key`'s use that just ended, its grant reused `reuses` times, keeps it cached:
+    /// not while the key is demoted (one of its plain uses is counted off), nor, for a fresh
+    /// grant, while caching is suspended for this worker (`manager::Payback`).
+    fn keeps(&mut self, key: RowGroup, reuses: u32) -> bool {
+        if let Some(&d) = self.contended.get(&key) {
+            let (keep, d) = d.keep();
+            self.set_demotion(key, d);
+            if !keep {
+                return false;
+            }
+        }
+        let (keep, p) = self.payback.keep(reuses > 0);
+        self.payback = p;
         keep
     }
 
@@ -208,6 +230,9 @@ impl<C: Connection> RowGroupLocks<C> {
             token: c.token,
             reuses: c.reuses.saturating_add(1),
         });
+        if c.reuses + 1 == Demotion::REUSES_THAT_PAY {
+            self.payback = self.payback.paid();
+        }
         self.cache_hits += 1;
         true
     }
@@ -236,7 +261,7 @@ impl<C: Connection> RowGroupLocks<C> {
         let mut keep = from;
         for i in from..self.held.len() {
             let h = self.held[i];
-            if self.revoked.contains(&h.id) || !self.caches(h.key) || !self.keeps(h.key) {
+            if self.revoked.contains(&h.id) || !self.caches(h.key) || !self.keeps(h.key, h.reuses) {
                 self.held[keep] = h;
                 keep += 1;
             } else {

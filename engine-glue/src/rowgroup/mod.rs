@@ -18,7 +18,10 @@
 //! [`Txn::acquire`] sorts its keys by `(table, group)` and takes them in that order, 31 at a
 //! time with `batch_trylock`. At the first refused key it gives back whatever the same batch
 //! granted after it, then waits for that key alone with the server-side blocking `lock()`, then
-//! goes on. So a transaction only ever waits for a key while holding keys smaller than it; a
+//! goes on. (Caching, a key whose neighbours in the order are all cached is waited for at once,
+//! with no trylock first, and a wait ends early at a revoke of a key the worker caches, to be
+//! answered and resumed: `cache.rs`.) So a transaction only ever waits for a key while holding
+//! keys smaller than it; a
 //! cycle of waits would need a key smaller than itself, hence there is none. Keys an earlier
 //! call of the same transaction took can break that rule when a later call asks for a smaller
 //! key, so a key below the largest one already held is tried but never waited for: it fails at
@@ -73,7 +76,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use dlock_core::config::BATCH_MAX;
-use dlock_core::manager::Demotion;
+use dlock_core::manager::{Demotion, Payback};
 use dlock_core::{ClientId, Config, FencingToken, LockId, Mode, Status};
 use dlock_transport::client::link::Link;
 use dlock_transport::client::{Client, Connection};
@@ -260,6 +263,9 @@ pub struct RowGroupLocks<C: Connection = Link> {
     /// Keys whose cached grants were revoked before they were reused twice, let go plain for their
     /// next few uses (`manager::Demotion`; a key is dropped once it is cached again).
     contended: HashMap<RowGroup, Demotion>,
+    /// What this worker's cached grants did lately: when most were asked back before they
+    /// paid, fresh grants are let go plain (`manager::Payback`).
+    payback: Payback,
 }
 
 impl<C: Connection> fmt::Debug for RowGroupLocks<C> {
@@ -303,6 +309,7 @@ impl<C: Connection> RowGroupLocks<C> {
             cache_hits: 0,
             cache_filter: None,
             contended: HashMap::new(),
+            payback: Payback::NEW,
         })
     }
 

@@ -89,6 +89,8 @@ pub(crate) enum Op {
     SetRetain,
     /// Asking (or no longer asking) for a lock's grants to be cached.
     SetCacheable,
+    /// Asking (or no longer asking) for a lock's waits to end at a revoke.
+    SetWakeOnRevoke,
     /// Reading what the server sent unasked (revokes).
     PollEvents,
     /// Releasing a dead client's retained locks.
@@ -139,6 +141,7 @@ impl Op {
             Op::StageValue => "stage_value",
             Op::SetRetain => "set_retain",
             Op::SetCacheable => "set_cacheable",
+            Op::SetWakeOnRevoke => "set_wake_on_revoke",
             Op::PollEvents => "poll_events",
             Op::RecoveryDone => "recovery_done",
             Op::ListRetained => "list_retained",

@@ -145,6 +145,18 @@ impl<C: Connection> Client<C> {
         self.set_ask(Op::SetCacheable, id, LockFlags::CACHEABLE, on)
     }
 
+    /// Asks for every wait on `id` from now on (a [`Client::lock`] or any waiting acquisition)
+    /// to end the moment the server sends this client a revoke (`on`; `LockFlags::WAKE_ON_REVOKE`):
+    /// it is answered `Err(Etimeout)` as if its wait ran out, however much of it was left. A
+    /// client reads its revokes only between its calls ([`Client::poll_events`]), so one blocked
+    /// in a wait holds whatever it caches until the wait ends, while the client asking for it
+    /// waits too. For a caller that waits in a loop which reads its revokes, gives back, and
+    /// waits again; a plain `lock()` would see its wait cut short. Local only; `LockNotGet`
+    /// for a lock not got.
+    pub fn set_wake_on_revoke(&mut self, id: LockId, on: bool) -> Result<(), Error> {
+        self.set_ask(Op::SetWakeOnRevoke, id, LockFlags::WAKE_ON_REVOKE, on)
+    }
+
     /// Sets (`on`) or clears `flag` in what `id`'s acquisitions ask for.
     fn set_ask(&mut self, op: Op, id: LockId, flag: LockFlags, on: bool) -> Result<(), Error> {
         let local = &mut self

@@ -17,7 +17,7 @@ fn each_op_carries_only_its_flags_and_unknown_bits_are_refused() {
             c[1] = op;
             c[LOCK_FLAGS_OFFSET] = bits;
             let allowed = match op {
-                _ if OPS_WITH_ALL_FLAGS.contains(&op) => 7,
+                _ if OPS_WITH_ALL_FLAGS.contains(&op) => 15,
                 1 | DOWNGRADE_OP => 4,
                 _ => 0,
             };
@@ -34,6 +34,35 @@ fn each_op_carries_only_its_flags_and_unknown_bits_are_refused() {
                 assert_eq!(put_lock_flags(&mut again, f), Err(EncodeError::Invalid));
             }
         }
+    }
+}
+
+#[test]
+fn wake_on_revoke_rides_on_acquisitions_only() {
+    let f = LockFlags::WAKE_ON_REVOKE.union(LockFlags::CACHEABLE);
+    for op in OPS_WITH_ALL_FLAGS {
+        let mut c = [0u8; COMMAND_LEN];
+        c[1] = op;
+        put_lock_flags(&mut c, f).unwrap();
+        assert_eq!(c[LOCK_FLAGS_OFFSET], 9, "op {op}");
+        assert_eq!(read_lock_flags(&c), Ok(f), "op {op}");
+        assert!(
+            read_lock_flags(&c)
+                .unwrap()
+                .contains(LockFlags::WAKE_ON_REVOKE)
+        );
+    }
+    // An unlock or a downgrade has no wait to cut short.
+    for op in [1, 2, 5, DOWNGRADE_OP] {
+        let mut c = [0u8; COMMAND_LEN];
+        c[1] = op;
+        assert_eq!(
+            put_lock_flags(&mut c, LockFlags::WAKE_ON_REVOKE),
+            Err(EncodeError::Invalid),
+            "op {op}"
+        );
+        c[LOCK_FLAGS_OFFSET] = 8;
+        assert_eq!(read_lock_flags(&c), Err(DecodeError::BadField), "op {op}");
     }
 }
 

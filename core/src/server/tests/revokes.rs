@@ -435,3 +435,65 @@ fn a_grant_lapsed_inside_an_undone_all_or_nothing_message_stays_released() {
     assert_eq!(s.run(b, lock(kind, ex, lb, 0), 201).status, Status::Success);
     s.check_invariants().unwrap();
 }
+
+#[test]
+fn a_revoke_ends_the_holders_wait_when_it_asked_and_only_then() {
+    for flagged in [true, false] {
+        let at = format!("flagged {flagged}");
+        let mut s = TestServer::new(&small());
+        let kind = LockKind::Rw;
+        let (a, b, xa, xb) = pair(&mut s, kind);
+        let c = s.client(0);
+        let ya = s.get_lock(a.get(), kind, b"other-group", 0).unwrap();
+        let yc = s.get_lock(c.get(), kind, b"other-group", 0).unwrap();
+        let ex = LockOp::TryExclusive;
+        // a caches x; c holds y plain; a waits for y, parked.
+        assert_eq!(s.run(a, cached(kind, ex, xa), 0).status, Status::Success);
+        assert_eq!(
+            s.run(c, lock(kind, ex, yc, LEASE), 0).status,
+            Status::Success
+        );
+        let wake = if flagged {
+            LockFlags::WAKE_ON_REVOKE
+        } else {
+            LockFlags::NONE
+        };
+        assert_eq!(s.wait_for(a, cmd(kind, ex, ya, 50_000, wake), 1), None);
+        // b wants x: a is revoked, and b parks.
+        assert_eq!(
+            s.wait_for(b, cmd(kind, ex, xb, 50_000, LockFlags::NONE), 2),
+            None
+        );
+        assert_eq!(events(&s, a).0.len(), 1, "{at}");
+        s.poll_waiters(2);
+        let got = s.replies();
+        if !flagged {
+            assert_eq!(got, vec![], "a plain wait is not cut short: {at}");
+            s.poll_waiters(500);
+            assert_eq!(s.replies(), vec![], "nor later: {at}");
+            continue;
+        }
+        // a's wait ended, answered as an expired one; y is still c's, and a still caches x.
+        assert_eq!(got.len(), 1, "{at}");
+        assert_eq!(
+            (got[0].client, got[0].result.status),
+            (a.get(), Status::Etimeout)
+        );
+        assert_eq!(hold(&s, a, ya), GrantState::None);
+        assert_eq!(hold(&s, c, yc), GrantState::Exclusive);
+        assert_eq!(hold(&s, a, xa), GrantState::ExclusiveRevoking);
+        assert_eq!(s.stats().get(Counter::WaitTimeouts), 1);
+        // Back from its wait, a gives x back and b is granted.
+        assert_eq!(
+            s.run(a, lock(kind, LockOp::UnlockExclusive, xa, 0), 3)
+                .status,
+            Status::Success
+        );
+        let got = s.replies();
+        assert_eq!(
+            (got.len(), got[0].client, got[0].result.status),
+            (1, b.get(), Status::Success)
+        );
+        s.check_invariants().unwrap();
+    }
+}

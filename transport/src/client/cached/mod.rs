@@ -32,7 +32,9 @@
 //! it held, and a waiting call waits on the server in slices of [`WAIT_SLICE`], looking at its
 //! events and letting go of the mutex between them, so that a revoke is acted on while a
 //! thread of the handle waits for another lock (two engines each waiting for the lock the
-//! other caches would otherwise wait until their revokes lapsed).
+//! other caches would otherwise wait until their revokes lapsed). Its locks are asked for with
+//! `WAKE_ON_REVOKE` ([`Client::set_wake_on_revoke`]), so a revoke that comes while the slice
+//! is parked on the server ends the slice at once rather than at its end.
 //!
 //! A holder that does not look at its connection does not see its revokes, and loses the
 //! grant at the server's revoke timeout (the client's lease by default) as if its lease ran
@@ -177,6 +179,8 @@ impl<C: Connection> CachedLocks<C> {
         let mut st = self.state();
         let id = st.client.get_lock(LockKind::Rw, name.as_ref())?;
         st.client.set_cacheable(id, true)?;
+        // A waiting call ends its slice when this client is revoked (module doc).
+        st.client.set_wake_on_revoke(id, true)?;
         st.entries.entry(id).or_insert(Entry::new());
         Ok(CachedRwLock {
             locks: self.clone(),
