@@ -8,9 +8,9 @@
 //! switch is paid once per round trip at least. Two costs bound it from below:
 //!
 //! - a bare switch: `threads` threads, all runnable, each calling `sched_yield` in a loop, so
-//!   every call hands the processor to another of them. No design pays less per round trip,
-//!   and only one whose every switch lands on a thread whose reply has come (none wasted) pays
-//!   this little;
+//!   every call hands the processor to another of them: the cheapest way for a thread to give
+//!   the processor up and get it back, which a design pays this little only if every switch
+//!   lands on a thread whose reply has come (none wasted);
 //! - a futex hand-off: the same threads in a ring, each asleep in `FUTEX_WAIT` until the one
 //!   before wakes it (`FUTEX_WAKE`), `tokens` of them awake at a time: what a sleeping waiter
 //!   costs, its wake-up included.
