@@ -265,7 +265,7 @@ fn compare(args: &Args, redis: &Path, dlock: &Path, work: &Path) -> Result<(), S
 /// client threads than processors, and the most it allows each such row against redis-rs
 /// async-mux, whose two threads (its runtime's and the server's) are measured in the same row.
 /// CPU time per operation is compared, not throughput: on a shared machine the throughput of a
-/// half-second cell swings with other work, CPU per operation hardly. Measured after both
+/// half-second cell swings with other work, CPU per operation far less. Measured after both
 /// servers stopped, with nothing else of this run going on.
 fn print_floor(rows: &[Row], cell: Duration) {
     let cpus = cpus();
