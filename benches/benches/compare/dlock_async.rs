@@ -56,7 +56,7 @@ pub fn measure(
         .map(|me| setup(server.addr, workload, run, me, Some(mux)))
         .collect::<Result<Vec<_>, String>>()?;
     let t0 = Instant::now();
-    let cpu0 = server.cpu_s();
+    let (cpu0, mine0) = (server.cpu_s(), crate::run::process_cpu_s());
     let deadline = t0 + duration;
     let tasks: Vec<Task<'_>> = setups
         .iter_mut()
@@ -77,6 +77,7 @@ pub fn measure(
         })
         .collect();
     let results = run_to_completion(tasks);
+    let client_cpu_s = crate::run::process_cpu_s() - mine0;
     let (secs, server_cpu_s) = (t0.elapsed().as_secs_f64(), server.cpu_s() - cpu0);
     let mut hist = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
     let mut ops = 0;
@@ -93,6 +94,7 @@ pub fn measure(
         secs,
         hist,
         server_cpu_s,
+        client_cpu_s,
         handoffs: 0,
     })
 }

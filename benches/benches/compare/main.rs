@@ -22,6 +22,7 @@
 
 mod dlock_async;
 mod dlock_side;
+mod floor;
 mod plot;
 mod redis_async;
 mod redis_side;
@@ -242,6 +243,7 @@ fn compare(args: &Args, redis: &Path, dlock: &Path, work: &Path) -> Result<(), S
     dlock_server.stop();
     redis_server.stop();
     table::print(&rows, &args.drivings);
+    print_floor(&rows, args.cell);
     let svg = work.join("compare.svg");
     let title = format!(
         "dlock (TCP{}, --idle {}) vs Redis {}, 127.0.0.1, {} CPUs, {:.1} s per point",
@@ -257,6 +259,71 @@ fn compare(args: &Args, redis: &Path, dlock: &Path, work: &Path) -> Result<(), S
     plot::write(&svg, &rows, &args.clients, &title)?;
     println!("plot: {}", svg.display());
     Ok(())
+}
+
+/// The floor of a thread per client (`floor.rs`) at each client count of the table with more
+/// client threads than processors, and the most it allows each such row against redis-rs
+/// async-mux, whose two threads (its runtime's and the server's) are measured in the same row.
+/// CPU time per operation is compared, not throughput: on a shared machine the throughput of a
+/// half-second cell swings with other work, CPU per operation far less. Measured after both
+/// servers stopped, with nothing else of this run going on.
+fn print_floor(rows: &[Row], cell: Duration) {
+    let cpus = cpus();
+    let mut counts: Vec<usize> = rows
+        .iter()
+        .filter(|r| r.workload.round_trips().is_some() && r.clients > cpus)
+        .map(|r| r.clients)
+        .collect();
+    counts.sort_unstable();
+    counts.dedup();
+    for clients in counts {
+        let f = floor::measure(clients, cpus, cell);
+        println!(
+            "floor of a thread per client at {clients} threads on {cpus} CPUs (no socket, no \
+             server): a bare switch {:.2} µs of CPU, a futex sleep and wake-up {:.2} µs",
+            f.switch_us, f.futex_us
+        );
+        for r in rows.iter().filter(|r| r.clients == clients) {
+            let (Some(trips), Some(redis)) =
+                (r.workload.round_trips(), r.redis_as(Driving::AsyncMux))
+            else {
+                continue;
+            };
+            print_floor_row(r, trips, redis, &f, cpus);
+        }
+    }
+}
+
+/// One row's CPU per operation on both sides and the most the floor `f` allows it.
+fn print_floor_row(r: &Row, trips: u32, redis: &Cell, f: &floor::Floor, cpus: usize) {
+    let server = r.dlock.cpu_us_per_op();
+    let (rc, rs) = (redis.client_cpu_us_per_op(), redis.cpu_us_per_op());
+    let bare = f64::from(trips) * f.switch_us + server;
+    let slept = f64::from(trips) * f.futex_us + server;
+    println!(
+        "  {:<12} CPU per op: dlock client {:.1} + server {server:.1} µs, {:.0} ops/s; \
+         async-mux client {rc:.1} + server {rs:.1} µs, {:.0} ops/s ({:.2}×)",
+        r.workload.name(),
+        r.dlock.client_cpu_us_per_op(),
+        r.dlock.ops_per_s(),
+        redis.ops_per_s(),
+        r.dlock.ops_per_s() / redis.ops_per_s(),
+    );
+    // With the processors the limit, throughputs stand as CPU per operation does; on idle
+    // processors async-mux runs at the pace of its busier thread, and the threads per client
+    // spread over every processor.
+    println!(
+        "  {:<12} at the floor ({trips} × {:.2} µs switching or {trips} × {:.2} sleeping, + \
+         server) at least {bare:.1} µs per op ({slept:.1} sleeping): at most {:.2}× async-mux \
+         ({:.2}× sleeping) with the processors the limit, {:.2}× ({:.2}×) on {cpus} idle ones",
+        "",
+        f.switch_us,
+        f.futex_us,
+        (rc + rs) / bare,
+        (rc + rs) / slept,
+        cpus as f64 * rc.max(rs) / bare,
+        cpus as f64 * rc.max(rs) / slept,
+    );
 }
 
 /// What is compared with what: the machine, both servers, and how each side's clients are driven.

@@ -81,7 +81,7 @@ pub fn measure(
         .await
         .map_err(|e| format!("redis-rs setup: {e}"))?;
         let t0 = Instant::now();
-        let cpu0 = server.cpu_s();
+        let (cpu0, mine0) = (server.cpu_s(), crate::run::process_cpu_s());
         let deadline = t0 + duration;
         let mut tasks = JoinSet::new();
         for c in cs {
@@ -91,6 +91,7 @@ pub fn measure(
         while let Some(r) = tasks.join_next().await {
             results.push(r.unwrap_or_else(|_| Err("a client task panicked".into())));
         }
+        let client_cpu_s = crate::run::process_cpu_s() - mine0;
         let (secs, server_cpu_s) = (t0.elapsed().as_secs_f64(), server.cpu_s() - cpu0);
         let mut hist = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
         let mut ops = 0;
@@ -104,6 +105,7 @@ pub fn measure(
             secs,
             hist,
             server_cpu_s,
+            client_cpu_s,
             handoffs: shared.handoffs(),
         })
     })

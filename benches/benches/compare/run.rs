@@ -77,6 +77,17 @@ impl Workload {
         }
     }
 
+    /// The round trips one operation of a dlock client thread makes, each ending in a wait for
+    /// its reply (`floor.rs`); `None` for futures, which wait on no thread, and for the
+    /// hand-off, whose waits are the lock's queue.
+    pub fn round_trips(self) -> Option<u32> {
+        match self {
+            Workload::Cycle | Workload::Batch | Workload::BatchAon => Some(2),
+            Workload::Faa => Some(1),
+            Workload::Handoff | Workload::CycleAsync | Workload::FaaAsync => None,
+        }
+    }
+
     /// Whether dlock's clients are futures on one thread rather than a thread each.
     pub fn is_async(self) -> bool {
         self != self.base()
@@ -161,6 +172,9 @@ pub struct Cell {
     pub hist: Histogram<u64>,
     /// The server's CPU seconds (user + system) over the measurement.
     pub server_cpu_s: f64,
+    /// The clients' CPU seconds over the measurement: this process's, which runs nothing else
+    /// meanwhile (every thread of the client library included: a `Mux`'s, a runtime's).
+    pub client_cpu_s: f64,
     pub handoffs: u64,
 }
 
@@ -176,6 +190,22 @@ impl Cell {
     pub fn cpu_us_per_op(&self) -> f64 {
         self.server_cpu_s * 1e6 / self.ops.max(1) as f64
     }
+
+    pub fn client_cpu_us_per_op(&self) -> f64 {
+        self.client_cpu_s * 1e6 / self.ops.max(1) as f64
+    }
+}
+
+/// This process's CPU seconds so far (user + system, every thread): the clients' side of a
+/// cell, the servers being processes of their own.
+pub fn process_cpu_s() -> f64 {
+    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct, which getrusage(2)
+    // overwrites; the pointer is to this frame's local, alive for the whole call.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid, writable `rusage` pointer (above).
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut r) };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    s(r.ru_utime) + s(r.ru_stime)
 }
 
 /// Runs `clients` workers made by `make(client, shared)` for `duration` against `server`.
@@ -191,7 +221,7 @@ where
 {
     let start = Barrier::new(clients + 1);
     let stop = Barrier::new(clients + 1);
-    let (results, secs, server_cpu_s) = thread::scope(|sc| {
+    let (results, secs, server_cpu_s, client_cpu_s) = thread::scope(|sc| {
         let handles: Vec<_> = (0..clients)
             .map(|i| {
                 let (start, stop, make) = (&start, &stop, &make);
@@ -223,14 +253,15 @@ where
             })
             .collect();
         start.wait();
-        let (t0, cpu0) = (Instant::now(), server.cpu_s());
+        let (t0, cpu0, mine0) = (Instant::now(), server.cpu_s(), process_cpu_s());
         stop.wait();
+        let mine = process_cpu_s() - mine0;
         let (secs, cpu) = (t0.elapsed().as_secs_f64(), server.cpu_s() - cpu0);
         let results: Vec<_> = handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err("a client panicked".into())))
             .collect();
-        (results, secs, cpu)
+        (results, secs, cpu, mine)
     });
     let mut hist = Histogram::<u64>::new(3).expect("3 significant digits");
     let mut ops = 0;
@@ -244,6 +275,7 @@ where
         secs,
         hist,
         server_cpu_s,
+        client_cpu_s,
         handoffs: shared.handoffs(),
     })
 }
