@@ -12,7 +12,9 @@
 //! ```
 //!
 //! Every hardware test connects queue pairs in loopback on that one device: the client and the
-//! server are two RC queue pairs of the same process.
+//! server are two RC queue pairs of the same process. The tests of events over a queue pair
+//! (revokes, and the credits that keep them out of the replies' receive slots) are in
+//! `rdma/events.rs`.
 
 #![cfg(feature = "rdma")]
 
@@ -28,6 +30,9 @@ use dlock_transport::rdma::{
     ServerConnection,
 };
 use memmap2::MmapMut;
+
+#[path = "rdma/events.rs"]
+mod events;
 
 #[test]
 fn probe_reports_no_device_or_a_non_empty_list() {
@@ -314,7 +319,7 @@ mod wired {
     const NO_SUCH_DEVICE: &str = "dlock-no-such-device";
 
     /// A TCP server that is asked to serve RDMA on `device`.
-    fn server(device: &str, lease_ms: u32) -> ServerHandle {
+    pub(super) fn server(device: &str, lease_ms: u32) -> ServerHandle {
         let mut cfg = ServerConfig::new(Config {
             locks_max: 256,
             clients_max: 16,
@@ -510,7 +515,7 @@ mod wired {
 
     // ---- hardware --------------------------------------------------------------------------
 
-    fn device() -> Option<String> {
+    pub(super) fn device() -> Option<String> {
         let d = std::env::var("DLOCK_RDMA_DEVICE").ok();
         if d.is_none() {
             eprintln!("skipped: set DLOCK_RDMA_DEVICE to an RDMA device name (see `ibv_devices`)");
@@ -519,7 +524,7 @@ mod wired {
     }
 
     /// A client that really got a queue pair.
-    fn rdma_client(s: &ServerHandle, device: &str, lease_ms: u32) -> Client {
+    pub(super) fn rdma_client(s: &ServerHandle, device: &str, lease_ms: u32) -> Client {
         let mut cfg = ClientConfig::new(rdma_endpoint(s, device));
         cfg.lease = Duration::from_millis(lease_ms.into());
         let c = Client::connect(cfg).unwrap();
