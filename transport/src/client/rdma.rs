@@ -181,7 +181,7 @@ impl Inbox {
     }
 }
 
-/// Sends a data message (1..=1,008 bytes) on the queue pair.
+/// Sends a data message (1..=[`MESSAGE_MAX`] bytes) on the queue pair.
 pub(super) fn send(qp: &mut RdmaClient, req: &[u8]) -> io::Result<()> {
     qp.post_send(req).map_err(io::Error::other)
 }

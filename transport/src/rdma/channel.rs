@@ -423,7 +423,9 @@ impl Channel {
     pub(crate) fn try_send(&mut self, msg: &[u8]) -> Result<bool, RdmaError> {
         self.check_connected()?;
         if msg.is_empty() || msg.len() > MESSAGE_MAX {
-            return Err(RdmaError::InvalidArgument("message must be 1..=1008 bytes"));
+            return Err(RdmaError::InvalidArgument(
+                "message must be 1..=MESSAGE_MAX bytes",
+            ));
         }
         let Some(send) = self.free_send_slot()? else {
             return Ok(false);

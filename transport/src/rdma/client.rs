@@ -167,7 +167,9 @@ impl RdmaClient {
             return Err(RdmaError::Busy);
         }
         if msg.is_empty() || msg.len() > super::MESSAGE_MAX {
-            return Err(RdmaError::InvalidArgument("message must be 1..=1008 bytes"));
+            return Err(RdmaError::InvalidArgument(
+                "message must be 1..=MESSAGE_MAX bytes",
+            ));
         }
         self.send(msg)
     }

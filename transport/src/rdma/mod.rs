@@ -56,7 +56,7 @@
 //!
 //! | reference (URMA) | here (verbs) |
 //! |---|---|
-//! | lock commands: `lock_cmd_msg` batches (≤ 1 KiB) by send/recv on a jetty | one data message (a request ≤ 1,008 B; a reply ≤ [`MESSAGE_MAX`] = 1,504 B with its grant proofs) by SEND into a pre-posted RECV slot of the server's QP; the reply comes back the same way |
+//! | lock commands: `lock_cmd_msg` batches (≤ 1 KiB) by send/recv on a jetty | one data message (a request ≤ 2,000 B with its value blocks; a reply ≤ [`MESSAGE_MAX`] = 2,744 B with its value blocks and grant proofs) by SEND into a pre-posted RECV slot of the server's QP; the reply comes back the same way |
 //! | object arena (102,400 × u64) registered as a segment with READ/WRITE/ATOMIC access; descriptor + token sent in the CLIENT_INIT reply | the object cells registered as one memory region; address, rkey and cell count travel in the server's [`Endpoint`] ([`ObjectTable`]) |
 //! | FAA = `URMA_OPC_FADD` (returns old value) | `IBV_WR_ATOMIC_FETCH_AND_ADD` ([`RdmaClient::fetch_add`]) |
 //! | CAS = `URMA_OPC_CAS` (success iff old == cmp) | `IBV_WR_ATOMIC_CMP_AND_SWP` ([`RdmaClient::compare_swap`], returns the observed value) |

@@ -213,7 +213,7 @@ impl ServerConnection {
     }
 
     /// Waits until `deadline` for one request; if one came, `handler` gets it and a response
-    /// buffer of [`super::MESSAGE_MAX`] bytes and returns the response length (1..=1008),
+    /// buffer of [`super::MESSAGE_MAX`] bytes and returns the response length (1..=`MESSAGE_MAX`),
     /// which is sent back. Returns whether a request was served.
     pub fn serve<F>(&mut self, deadline: Instant, handler: F) -> Result<bool, RdmaError>
     where
