@@ -16,7 +16,7 @@
 //! `etcd-client`.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,6 +25,11 @@ use dlock_core::cluster::{Map, Partitions, ServerId, partition_of};
 use dlock_core::{LockKind, Mode, Status};
 use dlock_transport::client::cluster::{ClusterConfig, ClusterLink};
 use dlock_transport::client::{Client, ClientConfig, Endpoint};
+
+// The etcd the cluster's tests start: `std` only, so including it adds no dependency here.
+#[path = "../../transport/cluster/tests/common/etcd.rs"]
+mod etcd;
+use etcd::{Etcd, free_port};
 
 /// Partitions of the benchmark's cluster (the default).
 const P: u16 = 256;
@@ -41,13 +46,6 @@ impl Drop for Proc {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 fn wait_listening(addr: SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(addr).is_err() {
@@ -56,79 +54,22 @@ fn wait_listening(addr: SocketAddr) {
     }
 }
 
-/// etcd on free loopback ports, its data in /dev/shm.
-struct Etcd {
-    _proc: Proc,
-    port: u16,
-    dir: PathBuf,
-}
-
+/// What this benchmark reads from etcd, beside the process the cluster's tests start too.
 impl Etcd {
-    fn start() -> Etcd {
-        let (port, peer) = (free_port(), free_port());
-        let dir = PathBuf::from("/dev/shm").join(format!("dlock-bench-etcd-{port}"));
-        let (c, p) = (
-            format!("http://127.0.0.1:{port}"),
-            format!("http://127.0.0.1:{peer}"),
-        );
-        let child = Command::new("/usr/bin/etcd")
-            .args(["--name", "b", "--data-dir"])
-            .arg(&dir)
-            .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
-            .args([
-                "--listen-peer-urls",
-                &p,
-                "--initial-advertise-peer-urls",
-                &p,
-            ])
-            .args(["--initial-cluster", &format!("b={p}")])
-            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-            .args(["--logger", "zap", "--log-level", "error"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("etcd starts (apt-get install etcd-server)");
-        let e = Etcd {
-            _proc: Proc(child),
-            port,
-            dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !e.ctl(&["endpoint", "health", "--command-timeout=2s"]).0 {
-            assert!(Instant::now() < deadline, "etcd never became healthy");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        e
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn ctl(&self, args: &[&str]) -> (bool, Vec<u8>) {
-        let out = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", self.endpoint()))
-            .args(args)
-            .output()
-            .expect("etcdctl runs");
-        (out.status.success(), out.stdout)
-    }
-
     /// The map etcd holds for cluster `name`.
     fn map(&self, name: &str) -> Option<Map> {
-        let (ok, out) = self.ctl(&["get", "--print-value-only", &format!("/dlock/{name}/map")]);
-        if !ok || out.len() < 2 {
+        let out = self.run_ctl(&["get", "--print-value-only", &format!("/dlock/{name}/map")]);
+        if !out.status.success() || out.stdout.len() < 2 {
             return None;
         }
         let mut m = Map::new(Partitions::new(P)?);
-        Map::decode(&out[..out.len() - 1], &mut m).ok()?;
+        Map::decode(&out.stdout[..out.stdout.len() - 1], &mut m).ok()?;
         Some(m)
     }
 
     /// The sum of etcd's `grpc_server_handled_total` counters: every gRPC request it answered.
     fn grpc_handled(&self) -> u64 {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("etcd's metrics");
+        let mut s = TcpStream::connect(("127.0.0.1", self.client_port())).expect("etcd's metrics");
         s.write_all(b"GET /metrics HTTP/1.0\r\nHost: etcd\r\n\r\n")
             .unwrap();
         let mut body = String::new();
@@ -137,12 +78,6 @@ impl Etcd {
             .filter(|l| l.starts_with("grpc_server_handled_total{"))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>() as u64
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

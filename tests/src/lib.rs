@@ -6,6 +6,8 @@ use dlock_core::server::{Server, predictable_entropy};
 use dlock_core::{ClientId, Config, LockId, LockKind, ObjectId, Status, Ticket};
 use dlock_transport::Region;
 
+pub mod counting;
+
 /// Cases per property test of hostile input: `DLOCK_FUZZ_CASES` if set (a long campaign, e.g.
 /// `DLOCK_FUZZ_CASES=1000000`), else `default`, so the normal suite stays fast. A value that is
 /// not a number stops the run rather than silently running the short suite.

@@ -4,49 +4,17 @@
 //! The count is per thread (the test harness's own threads allocate freely), and this file holds
 //! a single test so nothing else runs on its thread.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use dlock_core::proto::{
     CONTROL_FRAME_MAX, ControlHeader, ControlRequest, ControlRequestFrame, DATA_MESSAGE_MAX,
     DataHeader, LockOp, ObjectOp, PROTO_VERSION, encode_control_request, encode_data_request,
 };
 use dlock_core::{Config, LockKind, Status};
+use dlock_tests::counting::{Counting, thread_allocations};
 use dlock_tests::{BLANK, lock_cmd, object_cmd, region, run, server, ticket_cmd, ticket_of};
 
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the only addition is a
-// const-initialised thread-local counter, which itself never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
+// The counting allocator the zero-allocation tests share (`dlock_tests::counting`).
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
 
 #[test]
 fn a_million_mixed_operations_allocate_nothing() {
@@ -119,7 +87,7 @@ fn a_million_mixed_operations_allocate_nothing() {
     };
     let mut reply = vec![0u8; CONTROL_FRAME_MAX];
 
-    let before = allocations();
+    let before = thread_allocations();
     assert!(before > 0, "the counter sees the set-up's allocations");
     let mut ops = 0u64;
     let mut granted = 0u64;
@@ -187,7 +155,11 @@ fn a_million_mixed_operations_allocate_nothing() {
         s.handle_control(&control_frame, &mut reply, now).unwrap();
         ops += 4 + 62 + 1 + 1 + 62 + 1;
     }
-    assert_eq!(allocations() - before, 0, "the state machine allocated");
+    assert_eq!(
+        thread_allocations() - before,
+        0,
+        "the state machine allocated"
+    );
     assert!(granted > 1_000, "the loop really took locks ({granted})");
 }
 

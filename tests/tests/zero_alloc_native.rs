@@ -12,49 +12,21 @@
 //! `zero_alloc_runtime.rs` does. It fails as it should: a `Vec::<u8>::with_capacity(1)` in
 //! `Locks::let_go` (a guard's drop) makes it report them (checked by doing that).
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::Duration;
 
 use dlock_core::Config;
+use dlock_tests::counting::{Counting, allocations};
 use dlock_transport::client::{
     AtomicLock, ClientConfig, Endpoint, FairLock, LockOptions, Locks, RwLock,
 };
 use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
 
-struct Counting;
-
-/// Allocations (and reallocations) in the whole process since start.
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the only addition is an
-// atomic counter, which never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // Relaxed: a count read after the work it counts, on the same thread or after a join.
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // Relaxed: as in `alloc`.
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
+// The counting allocator the zero-allocation tests share (`dlock_tests::counting`).
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
@@ -143,12 +115,12 @@ fn taking_and_dropping_guards_allocates_nothing_once_warm() {
     }
     thread::sleep(Duration::from_millis(200));
 
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     for _ in 0..500 {
         shm.round(&waker);
         tcp.round(&waker);
     }
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocations = allocations() - before;
     assert_eq!(
         allocations, 0,
         "{allocations} allocations in 1,000 rounds of the native API's guard paths"

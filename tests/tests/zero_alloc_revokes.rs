@@ -10,45 +10,18 @@
 //! a `let _ = Vec::<u8>::with_capacity(1);` in `runtime/data.rs`'s `deliver_events` or in
 //! `Client::poll_events` makes `allocations` non-zero (checked by doing exactly that).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-struct Counting;
-
-/// Allocations (and reallocations) in the whole process since start.
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the only addition is a
-// relaxed atomic increment, which never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // Relaxed: a tally read after the threads that bump it have quiesced.
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 use dlock_core::manager::Timing;
 use dlock_core::proto::Event;
 use dlock_core::{Config, LockId, LockKind, Mode, Status};
+use dlock_tests::counting::{Counting, allocations};
 use dlock_transport::client::{Client, ClientConfig, Endpoint, Mux};
 use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
+
+// The counting allocator the zero-allocation tests share (`dlock_tests::counting`).
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 /// A cached holder and a client that wants its lock.
 struct Pair {
@@ -140,12 +113,12 @@ fn revokes_allocate_nothing_over_shared_memory_tcp_and_a_mux() {
     }
     std::thread::sleep(Duration::from_millis(200));
 
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     for _ in 0..1_000 {
         pairs.iter_mut().for_each(Pair::round);
     }
     std::thread::sleep(Duration::from_millis(200));
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocations = allocations() - before;
     assert_eq!(
         allocations, 0,
         "{allocations} allocations in 3,000 revoked and given-back grants"

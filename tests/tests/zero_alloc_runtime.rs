@@ -16,41 +16,14 @@
 //! `runtime/data.rs`'s mailbox scan, or in `Client::trylock` — makes `allocations` non-zero
 //! and the test report how many (checked by doing exactly that).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock_core::{Config, LockKind, Mode};
+use dlock_tests::counting::{Counting, allocations};
 use dlock_transport::client::{Client, ClientConfig, Endpoint, Mux};
 use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
 
-struct Counting;
-
-/// Allocations (and reallocations) in the whole process since start.
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the only addition is a
-// relaxed atomic increment, which never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // Relaxed: a tally read after the threads that bump it have quiesced.
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
+// The counting allocator the zero-allocation tests share (`dlock_tests::counting`).
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
@@ -151,13 +124,13 @@ fn the_data_path_allocates_nothing_over_shared_memory_and_tcp() {
     }
     std::thread::sleep(Duration::from_millis(200));
 
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     for _ in 0..2_000 {
         round();
     }
     // Idle across several lease ticks (every 50 ms): the tick and the idle wait count too.
     std::thread::sleep(Duration::from_millis(300));
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocations = allocations() - before;
     assert_eq!(
         allocations, 0,
         "{allocations} allocations in 8,000 rounds of the data path and 300 ms of idling"

@@ -58,7 +58,10 @@ pub use dispatch::{Dispatched, Source, Streamed};
 pub use embedded::MessageValues;
 pub use frames::FrameError;
 pub use recovery::RecoveryProgress;
-pub use route::{Admission, Binding, Delivery, Joining, Route, admit, joining, owns_mailbox};
+pub use route::{
+    Admission, Binding, Delivery, EventPath, Joining, Route, admit, event_path, joining,
+    owns_mailbox,
+};
 pub use routing::{Controlled, Registration, Routing, SlotRouting, StreamControlled};
 pub use stats::{Counter, Stats};
 pub use waiters::{Disposition, WaitReply};

@@ -68,6 +68,24 @@
 //! A queue pair speaks for the client whose session attached it: a message naming anyone else
 //! closes it; one naming its client is executed, and answered `ClientNotInit` by the state
 //! machine once that client is gone (the pair is let go on the next lease tick).
+//!
+//! # Where a client's events go
+//!
+//! The server keeps each client slot's events (revokes of cached grants) in the slot's event
+//! ring in the region. [`event_path`] says who reads them:
+//!
+//! | the slot has                                                  | its events                        |
+//! |---------------------------------------------------------------|-----------------------------------|
+//! | a queue pair attached with the registration's session         | SENT on it as event messages      |
+//! | no such queue pair, a stream connection bound                 | written to it as event messages   |
+//! | neither                                                       | stay in the ring                  |
+//!
+//! A client's data path is one of the three, so the first two do not meet for one
+//! registration; the queue pair is asked first because the transport checks it against the
+//! session at every delivery, while a stream binding is the core's own and current by
+//! construction. Staying in the ring is right for a shared-memory client (it reads the ring in
+//! place) and for a client whose path is not attached yet (it gets what is there when it is,
+//! or an overflow if the ring filled meanwhile).
 
 use crate::proto::{COMMAND_LEN, DATA_HEADER_LEN, JOIN_KIND};
 
@@ -265,6 +283,33 @@ pub fn joining(msg: &[u8], count: usize) -> Joining {
     }
 }
 
+/// Where a client slot's events go ([`event_path`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum EventPath {
+    /// SENT on the slot's queue pair as event messages for `client`.
+    QueuePair {
+        /// The client the queue pair was attached for.
+        client: u32,
+    },
+    /// Written to the bound stream connection as event messages for its client.
+    Stream(Binding),
+    /// Left in the slot's event ring.
+    InPlace,
+}
+
+/// The event rule (module doc): `queue_pair` is the client whose current registration attached
+/// a queue pair to the slot (`None`: none, or one of an older registration), `stream` the slot's
+/// stream binding.
+#[inline]
+pub fn event_path(queue_pair: Option<u32>, stream: Binding) -> EventPath {
+    match queue_pair {
+        Some(client) => EventPath::QueuePair { client },
+        None if stream.is_bound() => EventPath::Stream(stream),
+        None => EventPath::InPlace,
+    }
+}
+
 /// The mailbox rule (module doc): whether a message in the mailbox of slot `mailbox`, naming
 /// a client registered in `client_slot` (`None`: not registered), may run.
 #[inline]
@@ -280,6 +325,25 @@ mod tests {
         Command, DataHeader, JoinCommand, LockCommand, LockOp, encode_data_request,
         peek_data_header,
     };
+
+    #[test]
+    fn events_go_to_the_queue_pair_then_the_stream_then_stay_in_the_ring() {
+        let stream = Binding {
+            conn: 4,
+            generation: 2,
+            client: 9,
+        };
+        assert_eq!(
+            event_path(Some(9), Binding::NONE),
+            EventPath::QueuePair { client: 9 }
+        );
+        assert_eq!(
+            event_path(Some(9), stream),
+            EventPath::QueuePair { client: 9 }
+        );
+        assert_eq!(event_path(None, stream), EventPath::Stream(stream));
+        assert_eq!(event_path(None, Binding::NONE), EventPath::InPlace);
+    }
 
     #[test]
     fn a_join_must_come_alone_wherever_it_stands() {

@@ -17,30 +17,8 @@
 
 #include "dlock.h"
 
-static int failures;
-static int checks;
-
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        checks++;                                                                \
-        if (!(cond)) {                                                           \
-            failures++;                                                          \
-            fprintf(stderr, "abi_smoke.c:%d: check failed: %s\n", __LINE__, #cond); \
-        }                                                                        \
-    } while (0)
-
-/* A call's return compared with an expected code; prints both on a mismatch. */
-#define EXPECT(call, want)                                                            \
-    do {                                                                              \
-        long long got_ = (long long)(call);                                           \
-        long long want_ = (long long)(want);                                          \
-        checks++;                                                                     \
-        if (got_ != want_) {                                                          \
-            failures++;                                                               \
-            fprintf(stderr, "abi_smoke.c:%d: %s returned %#llx, expected %s (%#llx)\n", \
-                    __LINE__, #call, got_, #want, want_);                             \
-        }                                                                             \
-    } while (0)
+#define CHECK_PROGRAM "abi_smoke"
+#include "checks.h"
 
 #define LAYOUT_SIZE(t) printf("size %s %zu\n", #t, sizeof(t))
 #define LAYOUT_FIELD(t, f) printf("field %s.%s %zu\n", #t, #f, offsetof(t, f))
@@ -141,18 +119,6 @@ static int print_layout(void)
     LAYOUT_FIELD(struct dlock_revoke, lock_id);
     LAYOUT_FIELD(struct dlock_revoke, wanted_op);
     return 0;
-}
-
-static struct lock_desc desc(const char *name, unsigned type)
-{
-    struct lock_desc d = {name, (unsigned)strlen(name), type, 0};
-    return d;
-}
-
-static struct lock_request req(int lock_id, int op, unsigned expire_s)
-{
-    struct lock_request r = {lock_id, op, expire_s};
-    return r;
 }
 
 /* Writes `text` to `path` (mode 0600); 0 on success. */
@@ -762,10 +728,5 @@ int main(int argc, char **argv)
     EXPECT(dserver_lib_init(1), DLOCK_SUCCESS); /* usable again after deinit */
     dserver_lib_deinit();
 
-    if (failures) {
-        fprintf(stderr, "abi_smoke: %d of %d checks failed\n", failures, checks);
-        return 1;
-    }
-    printf("abi_smoke: all %d checks passed\n", checks);
-    return 0;
+    return checks_summary();
 }

@@ -17,44 +17,11 @@
 
 #include "dlock.h"
 
-static int failures;
-static int checks;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        checks++;                                                                    \
-        if (!(cond)) {                                                               \
-            failures++;                                                              \
-            fprintf(stderr, "cached_locks.c:%d: check failed: %s\n", __LINE__, #cond); \
-        }                                                                            \
-    } while (0)
-
-#define EXPECT(call, want)                                                                \
-    do {                                                                                  \
-        long long got_ = (long long)(call);                                               \
-        long long want_ = (long long)(want);                                              \
-        checks++;                                                                         \
-        if (got_ != want_) {                                                              \
-            failures++;                                                                   \
-            fprintf(stderr, "cached_locks.c:%d: %s returned %#llx, expected %s (%#llx)\n", \
-                    __LINE__, #call, got_, #want, want_);                                 \
-        }                                                                                 \
-    } while (0)
+#define CHECK_PROGRAM "cached_locks"
+#include "checks.h"
 
 /* Polls for a revoke at most this many times, 1 ms apart: far past the minimum hold. */
 #define POLLS_MAX 20000
-
-static struct lock_desc desc(const char *name, unsigned type)
-{
-    struct lock_desc d = {name, (unsigned)strlen(name), type, 0};
-    return d;
-}
-
-static struct lock_request req(int lock_id, int op, unsigned expire_s)
-{
-    struct lock_request r = {lock_id, op, expire_s};
-    return r;
-}
 
 /* What the revoke callback saw. */
 struct seen {
@@ -299,10 +266,5 @@ int main(void)
     dclient_lib_deinit();
     EXPECT(server_stop(sid), DLOCK_SUCCESS);
     dserver_lib_deinit();
-    if (failures) {
-        fprintf(stderr, "cached_locks: %d of %d checks failed\n", failures, checks);
-        return 1;
-    }
-    printf("cached_locks: all %d checks passed\n", checks);
-    return 0;
+    return checks_summary();
 }

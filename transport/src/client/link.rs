@@ -213,9 +213,10 @@ enum Data {
     Tcp(Box<TcpData>),
     /// A place on a TCP data connection shared with other clients of this process.
     Mux(super::mux::MuxPort),
-    /// An RDMA queue pair (boxed: it is several times the size of the other variants).
+    /// An RDMA queue pair and what was taken off it (boxed: it is several times the size of
+    /// the other variants).
     #[cfg(feature = "rdma")]
-    Rdma(Box<crate::rdma::RdmaClient>),
+    Rdma(Box<super::rdma::RdmaData>),
 }
 
 /// A client's connections to one server.
@@ -388,7 +389,7 @@ impl Link {
             #[cfg(feature = "rdma")]
             Endpoint::Rdma { addr, rdma } => {
                 match super::rdma::attach(*addr, rdma, client, session)? {
-                    Some(qp) => Data::Rdma(Box::new(qp)),
+                    Some(qp) => Data::Rdma(super::rdma::RdmaData::new(qp)),
                     None => Data::Tcp(TcpData::new(attach_tcp(*addr, None, client, session)?)),
                 }
             }
@@ -430,7 +431,9 @@ impl Link {
     #[cfg(feature = "rdma")]
     pub fn rdma_objects(&mut self) -> Option<&mut crate::rdma::RdmaClient> {
         match &mut self.data {
-            Data::Rdma(qp) if qp.supports_atomics() && qp.object_table().is_some() => Some(qp),
+            Data::Rdma(d) if d.qp.supports_atomics() && d.qp.object_table().is_some() => {
+                Some(&mut d.qp)
+            }
             _ => None,
         }
     }
@@ -473,7 +476,7 @@ impl Link {
             Data::Tcp(t) => t.send(ticket, req)?,
             Data::Mux(m) => m.send(ticket, req)?,
             #[cfg(feature = "rdma")]
-            Data::Rdma(qp) => super::rdma::send(qp, req)?,
+            Data::Rdma(d) => super::rdma::send(&mut d.qp, req)?,
         }
         self.seq = ticket;
         Ok(ticket)
@@ -495,7 +498,7 @@ impl Link {
     /// Hands every event the server sent this client and the client has not seen yet to
     /// `sink`, without waiting: over shared memory from the slot's ring in the region, over a
     /// stream from what the connection's reader filed (its own connection is read here, one
-    /// quick look). RDMA clients receive no events yet.
+    /// quick look), over RDMA from what was taken off the queue pair (and what has arrived).
     pub fn poll_events(
         &mut self,
         sink: &mut dyn FnMut(dlock_core::proto::Event),
@@ -512,7 +515,9 @@ impl Link {
                 m.poll_events(sink);
                 Ok(())
             }
-            _ => Ok(()),
+            #[cfg(feature = "rdma")]
+            Data::Rdma(d) => super::rdma::poll_events(d, sink),
+            Data::None => Ok(()),
         }
     }
 
@@ -556,7 +561,7 @@ impl Link {
             Data::Tcp(t) => t.recv(ticket, reply, deadline),
             Data::Mux(m) => m.recv(ticket, reply, deadline),
             #[cfg(feature = "rdma")]
-            Data::Rdma(qp) => super::rdma::recv(qp, reply, deadline),
+            Data::Rdma(d) => super::rdma::recv(d, reply, deadline),
         }
     }
 

@@ -7,7 +7,7 @@
 //!
 //! | bytes | what |
 //! |---|---|
-//! | `MESSAGES_INFLIGHT_MAX` × [`SLOT_BYTES`] | receive slots, all posted at the handshake |
+//! | `recv_slots` × [`SLOT_BYTES`] | receive slots, all posted at the handshake |
 //! | `MESSAGES_INFLIGHT_MAX` × [`SLOT_BYTES`] | send slots |
 //! | [`CELL_BYTES`] | scratch word: where READ and atomics put the remote value |
 //!
@@ -22,10 +22,21 @@
 //! touches that memory again; dropping it destroys the queue pair (flushing everything) before
 //! the buffer is unmapped.
 //!
+//! A server connection posts [`MESSAGES_INFLIGHT_MAX`] receive slots, one per request a client
+//! may have outstanding; a client posts [`EVENT_MESSAGES_INFLIGHT_MAX`] more, for the event
+//! messages the server may send it unasked (`mod.rs` argues the number).
+//!
+//! # Empty messages and immediate data
+//!
+//! No `dlock-core` message is empty, so a zero-length SEND is the channel's own: a client's
+//! credit return, and the server's acknowledgement of it (`client.rs`, `server.rs`). The
+//! immediate value of the last SEND received with one is kept ([`Channel::peer_imm`]): a client
+//! puts there how many event messages it has taken.
+//!
 //! # Completion queue depth
 //!
-//! `MESSAGES_INFLIGHT_MAX` receives + `MESSAGES_INFLIGHT_MAX` sends + 1 one-sided operation: the
-//! most completions that can be outstanding at once, so the CQ cannot overrun.
+//! `recv_slots` receives + `MESSAGES_INFLIGHT_MAX` sends + 1 one-sided operation: the most
+//! completions that can be outstanding at once, so the CQ cannot overrun.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -33,19 +44,22 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ibverbs::ibv_wc;
 
+#[cfg(doc)]
+use super::EVENT_MESSAGES_INFLIGHT_MAX;
 use super::endpoint::{Endpoint, ObjectTable};
 use super::post::{SendOp, Sge};
 use super::registered::{OwnedBuffer, RdmaDevice};
 use super::verbs::{Cq, Qp, RemoteAccess};
 use super::{CELL_BYTES, MESSAGE_MAX, MESSAGES_INFLIGHT_MAX, RdmaError, SLOT_BYTES};
 
+/// Send slots: one per message in flight.
 const SLOTS: usize = MESSAGES_INFLIGHT_MAX;
-const SCRATCH_OFFSET: usize = 2 * SLOTS * SLOT_BYTES;
-const BUFFER_BYTES: usize = SCRATCH_OFFSET + CELL_BYTES;
 /// Send queue: a SEND per send slot + the one READ or atomic a client has outstanding.
 const SEND_WR_MAX: usize = SLOTS + 1;
-/// Completion queue: every receive, every send, and the one one-sided operation.
-const CQ_ENTRIES: usize = SLOTS + SEND_WR_MAX;
+/// The most receive slots a channel posts (a client's), which bounds the completion queue.
+pub(crate) const RECV_SLOTS_MAX: usize = 16;
+/// Completion queue, at most: every receive, every send, and the one one-sided operation.
+const CQ_ENTRIES_MAX: usize = RECV_SLOTS_MAX + SEND_WR_MAX;
 
 /// Work-request ids: the kind in the top byte, the slot or sequence number below.
 const KIND_SHIFT: u32 = 56;
@@ -76,8 +90,12 @@ pub(crate) struct Channel {
     buf: OwnedBuffer,
     psn: u32,
     state: State,
-    /// Received messages not yet taken, `(slot, len)` in arrival order; at most `SLOTS`.
+    /// Receive slots posted at the handshake (and reposted as taken).
+    recv_slots: usize,
+    /// Received messages not yet taken, `(slot, len)` in arrival order; at most `recv_slots`.
     ready: VecDeque<(usize, usize)>,
+    /// The immediate value of the last SEND that came with one (0 before any).
+    peer_imm: u32,
     /// Send slots whose SEND has not completed yet.
     send_busy: [bool; SLOTS],
     /// The pending one-sided operation: its sequence number and opcode name.
@@ -86,11 +104,17 @@ pub(crate) struct Channel {
 }
 
 impl Channel {
-    pub(crate) fn new(device: &RdmaDevice) -> Result<Self, RdmaError> {
-        let cq = Cq::create(&device.pd.ctx, CQ_ENTRIES)?;
-        let qp = Qp::create(&device.pd, &cq, SEND_WR_MAX, SLOTS)?;
-        let buf = device.register_anonymous(BUFFER_BYTES)?;
-        debug_assert!(buf.len() >= BUFFER_BYTES);
+    /// A queue pair in RESET with `recv_slots` (1..=[`RECV_SLOTS_MAX`]) receive slots and
+    /// [`MESSAGES_INFLIGHT_MAX`] send slots, its buffers registered.
+    pub(crate) fn new(device: &RdmaDevice, recv_slots: usize) -> Result<Self, RdmaError> {
+        if !(1..=RECV_SLOTS_MAX).contains(&recv_slots) {
+            return Err(RdmaError::InvalidArgument("receive slots out of range"));
+        }
+        let cq = Cq::create(&device.pd.ctx, recv_slots + SEND_WR_MAX)?;
+        let qp = Qp::create(&device.pd, &cq, SEND_WR_MAX, recv_slots)?;
+        let bytes = scratch_offset(recv_slots) + CELL_BYTES;
+        let buf = device.register_anonymous(bytes)?;
+        debug_assert!(buf.len() >= bytes);
         // A PSN that differs per connection, so that stray packets of an earlier connection
         // that reused this QP number do not fit into the new sequence; it needs no secrecy.
         let nanos = SystemTime::now()
@@ -103,7 +127,9 @@ impl Channel {
             buf,
             psn,
             state: State::Prepared,
-            ready: VecDeque::with_capacity(SLOTS),
+            recv_slots,
+            ready: VecDeque::with_capacity(recv_slots),
+            peer_imm: 0,
             send_busy: [false; SLOTS],
             pending: None,
             seq: 0,
@@ -138,7 +164,7 @@ impl Channel {
         // A failed step leaves the QP half-configured, possibly with receives posted.
         self.state = State::Poisoned;
         self.qp.to_init(access)?;
-        for slot in 0..SLOTS {
+        for slot in 0..self.recv_slots {
             self.post_recv(slot)?;
         }
         self.qp.to_rts(self.psn, remote)?;
@@ -152,6 +178,16 @@ impl Channel {
             State::Prepared => Err(RdmaError::NotConnected),
             State::Poisoned => Err(RdmaError::Poisoned),
         }
+    }
+
+    /// The immediate value of the last SEND received with one (0 before any).
+    pub(crate) fn peer_imm(&self) -> u32 {
+        self.peer_imm
+    }
+
+    /// Where send slot `send` starts in `buf`: after every receive slot.
+    fn send_offset(&self, send: usize) -> usize {
+        (self.recv_slots + send) * SLOT_BYTES
     }
 
     fn slot_sge(&self, offset: usize, len: usize) -> Sge {
@@ -175,7 +211,7 @@ impl Channel {
 
     /// Polls the completion queue once and records what completed.
     pub(crate) fn drain(&mut self) -> Result<(), RdmaError> {
-        let mut wcs = [ibv_wc::default(); CQ_ENTRIES];
+        let mut wcs = [ibv_wc::default(); CQ_ENTRIES_MAX];
         let n = self
             .cq
             .poll(&mut wcs)
@@ -187,7 +223,7 @@ impl Channel {
                 self.state = State::Poisoned;
                 let op = match kind {
                     KIND_RECV => "IBV_WC_RECV",
-                    KIND_SEND => SendOp::Send.name(),
+                    KIND_SEND => SEND,
                     _ => self.pending.map_or("one-sided", |(_, name)| name),
                 };
                 first_error.get_or_insert(RdmaError::Completion {
@@ -198,7 +234,14 @@ impl Channel {
                 continue;
             }
             match kind {
-                KIND_RECV => self.ready.push_back((index as usize, wc.len())),
+                KIND_RECV => {
+                    // Completions come in the order the peer sent, so the last one is the
+                    // newest value (the verbs API delivers it in network byte order).
+                    if let Some(imm) = wc.imm_data() {
+                        self.peer_imm = u32::from_be(imm);
+                    }
+                    self.ready.push_back((index as usize, wc.len()));
+                }
                 KIND_SEND => self.send_busy[index as usize] = false,
                 // A completion for an older sequence number would belong to an abandoned
                 // operation, but abandoning poisons the channel, so only the pending one comes.
@@ -242,22 +285,24 @@ impl Channel {
             }
             self.drain()?;
             if Instant::now() >= deadline {
-                return Err(RdmaError::Timeout {
-                    op: SendOp::Send.name(),
-                });
+                return Err(RdmaError::Timeout { op: SEND });
             }
             std::hint::spin_loop();
         }
     }
 
     /// Lets `fill` write a message of at most [`MESSAGE_MAX`] bytes into a free send slot and
-    /// SENDs it. With `with_request`, `fill` also sees the oldest received message, whose slot
-    /// is reposted as soon as `fill` returns (whether or not the send then succeeds), so a
-    /// failed reply never costs a receive slot.
+    /// SENDs it, with `imm` as its immediate value if given. With `with_request`, `fill` also
+    /// sees the oldest received message, whose slot is reposted as soon as `fill` returns
+    /// (whether or not the send then succeeds), so a failed reply never costs a receive slot.
+    /// An empty message goes only where the caller means one: without a request (a credit
+    /// return), or answering an empty one (its acknowledgement); a request answered with
+    /// nothing is refused, because the peer would take the empty message for the channel's own.
     pub(crate) fn send_with<F>(
         &mut self,
         deadline: Instant,
         with_request: bool,
+        imm: Option<u32>,
         fill: F,
     ) -> Result<(), RdmaError>
     where
@@ -280,13 +325,19 @@ impl Channel {
         // SAFETY: send slot `send` is not busy, so no posted work request names it; it lies in
         // `buf` after every receive slot, disjoint from `req`.
         let out = unsafe {
-            std::slice::from_raw_parts_mut(base.add((SLOTS + send) * SLOT_BYTES), MESSAGE_MAX)
+            std::slice::from_raw_parts_mut(base.add(self.send_offset(send)), MESSAGE_MAX)
         };
+        let answers_request = req.is_some_and(|req| !req.is_empty());
         let len = fill(req, out);
         if let Some((slot, _)) = request {
             self.repost(slot)?;
         }
-        self.post_send_slot(send, len)
+        if len == 0 && answers_request {
+            return Err(RdmaError::InvalidArgument(
+                "a request was answered with nothing",
+            ));
+        }
+        self.post_send_slot(send, len, imm)
     }
 
     /// A send slot no posted work request names, without waiting: drains the completion queue
@@ -299,17 +350,30 @@ impl Channel {
         Ok(self.send_busy.iter().position(|busy| !busy))
     }
 
-    /// SENDs the first `len` bytes of send slot `send`, which the caller just filled.
-    fn post_send_slot(&mut self, send: usize, len: usize) -> Result<(), RdmaError> {
-        if len == 0 || len > MESSAGE_MAX {
-            return Err(RdmaError::InvalidArgument("message must be 1..=1008 bytes"));
+    /// Whether a send slot is free, as of the last drain of the completion queue.
+    pub(crate) fn has_free_send_slot(&self) -> bool {
+        self.send_busy.contains(&false)
+    }
+
+    /// SENDs the first `len` bytes (0 for the channel's own empty message) of send slot
+    /// `send`, which the caller just filled, with `imm` as its immediate value if given.
+    fn post_send_slot(
+        &mut self,
+        send: usize,
+        len: usize,
+        imm: Option<u32>,
+    ) -> Result<(), RdmaError> {
+        if len > MESSAGE_MAX {
+            return Err(RdmaError::InvalidArgument(
+                "message longer than MESSAGE_MAX",
+            ));
         }
-        let sge = self.slot_sge((SLOTS + send) * SLOT_BYTES, len);
+        let sge = self.slot_sge(self.send_offset(send), len);
         // SAFETY: the slot lies in registered `buf`, which outlives the QP; it is marked busy
         // below and not written again until its completion clears the mark (`drain`).
         unsafe {
             self.qp
-                .post_send(wr_id(KIND_SEND, send as u64), sge, SendOp::Send)
+                .post_send(wr_id(KIND_SEND, send as u64), sge, SendOp::Send { imm })
                 .inspect_err(|_| self.state = State::Poisoned)?;
         }
         self.send_busy[send] = true;
@@ -318,9 +382,10 @@ impl Channel {
 
     /// The poll loop's way to answer: never waits. If a request has arrived *and* a send slot is
     /// free, `fill` gets the request and the send slot and returns the reply's length, or 0 for
-    /// "no reply now" (a parked request); the receive slot is reposted either way. Returns
-    /// whether a request was taken; a request that finds every send slot busy stays queued for
-    /// the next call, so nothing is lost and nothing blocks.
+    /// "no reply now" (a parked request); the receive slot is reposted either way. An empty
+    /// message (a credit return) is answered with an empty one, without `fill`. Returns
+    /// whether a message was taken; one that finds every send slot busy stays queued for the
+    /// next call, so nothing is lost and nothing blocks.
     pub(crate) fn try_respond<F>(&mut self, fill: F) -> Result<bool, RdmaError>
     where
         F: FnOnce(&[u8], &mut [u8]) -> usize,
@@ -342,12 +407,13 @@ impl Channel {
         // SAFETY: send slot `send` is not busy, so no posted work request names it; it lies in
         // `buf` after every receive slot, disjoint from `req`.
         let out = unsafe {
-            std::slice::from_raw_parts_mut(base.add((SLOTS + send) * SLOT_BYTES), MESSAGE_MAX)
+            std::slice::from_raw_parts_mut(base.add(self.send_offset(send)), MESSAGE_MAX)
         };
-        let n = fill(req, out);
+        let credit_return = req.is_empty();
+        let n = if credit_return { 0 } else { fill(req, out) };
         self.repost(slot)?;
-        if n > 0 {
-            self.post_send_slot(send, n)?;
+        if n > 0 || credit_return {
+            self.post_send_slot(send, n, None)?;
         }
         Ok(true)
     }
@@ -357,7 +423,9 @@ impl Channel {
     pub(crate) fn try_send(&mut self, msg: &[u8]) -> Result<bool, RdmaError> {
         self.check_connected()?;
         if msg.is_empty() || msg.len() > MESSAGE_MAX {
-            return Err(RdmaError::InvalidArgument("message must be 1..=1008 bytes"));
+            return Err(RdmaError::InvalidArgument(
+                "message must be 1..=MESSAGE_MAX bytes",
+            ));
         }
         let Some(send) = self.free_send_slot()? else {
             return Ok(false);
@@ -366,12 +434,12 @@ impl Channel {
         // in `buf` after every receive slot; nothing else refers to it during this borrow.
         let out = unsafe {
             std::slice::from_raw_parts_mut(
-                self.buf.base().as_ptr().add((SLOTS + send) * SLOT_BYTES),
+                self.buf.base().as_ptr().add(self.send_offset(send)),
                 MESSAGE_MAX,
             )
         };
         out[..msg.len()].copy_from_slice(msg);
-        self.post_send_slot(send, msg.len())?;
+        self.post_send_slot(send, msg.len(), None)?;
         Ok(true)
     }
 
@@ -411,7 +479,8 @@ impl Channel {
             "a pending operation poisons the channel"
         );
         self.seq = (self.seq + 1) & INDEX_MASK;
-        let sge = self.slot_sge(SCRATCH_OFFSET, CELL_BYTES);
+        let scratch = scratch_offset(self.recv_slots);
+        let sge = self.slot_sge(scratch, CELL_BYTES);
         // SAFETY: the scratch word lies in registered `buf` (local write), which outlives the
         // QP; no other work request names it (one one-sided operation at a time, enforced by
         // `&mut self` and by poisoning on abandon), and we read it only after its completion.
@@ -432,12 +501,20 @@ impl Channel {
         // SAFETY: the completion was polled, so the device is done with the scratch word; it is
         // 8-byte aligned (the mapping is page-aligned and the offset a multiple of 8). Volatile,
         // because the compiler did not see the device's write.
-        let value = unsafe {
-            std::ptr::read_volatile(self.buf.base().as_ptr().add(SCRATCH_OFFSET).cast::<u64>())
-        };
+        let value =
+            unsafe { std::ptr::read_volatile(self.buf.base().as_ptr().add(scratch).cast::<u64>()) };
         Ok(value)
     }
 }
 
-static_assertions::const_assert!(SCRATCH_OFFSET.is_multiple_of(CELL_BYTES));
-static_assertions::const_assert!(SLOTS < 1 << 16);
+/// The SEND opcode's name, which completion errors and timeouts report.
+const SEND: &str = "IBV_WR_SEND";
+
+/// Where the scratch word lies in a buffer with `recv_slots` receive slots: after every slot.
+const fn scratch_offset(recv_slots: usize) -> usize {
+    (recv_slots + SLOTS) * SLOT_BYTES
+}
+
+// Slots are whole cache lines, so the scratch word after them is 8-byte aligned.
+static_assertions::const_assert!(SLOT_BYTES.is_multiple_of(CELL_BYTES));
+static_assertions::const_assert!(RECV_SLOTS_MAX + SLOTS < 1 << 16);

@@ -1,5 +1,24 @@
 //! The client end of one RDMA connection: data messages by SEND/RECV, object operations by
 //! one-sided READ and atomics on the server's object cells.
+//!
+//! # Replies, events and credits
+//!
+//! The server SENDs two kinds of message: replies, at most one per message the client sent, and
+//! event messages, unasked. Each takes a receive slot, and a SEND that finds none posted stalls
+//! the server's queue pair in RNR retries — replies behind it included. So each kind has its
+//! own budget: [`MESSAGES_INFLIGHT_MAX`] slots for replies (the client sends no more than that
+//! many messages awaiting one) and [`EVENT_MESSAGES_INFLIGHT_MAX`] for events (the server sends
+//! no more than that many beyond what the client has told it it took). The client tells it in
+//! the immediate data of every SEND: the number of event messages it has taken (wrapping), each
+//! one's slot reposted as it was taken. A client that sends nothing would leave the server
+//! without credit once it has taken that many; it then SENDs an empty message (a credit return,
+//! which counts as a message awaiting a reply), and the server answers it with an empty one.
+//!
+//! Telling the kinds apart is the one thing this module reads in what it carries: an event
+//! message has [`FLAG_EVENT`] in its data header, as on a TCP data connection; an empty message
+//! is the acknowledgement of a credit return; anything else is a reply ([`Received::of`]).
+
+use dlock_core::proto::{FLAG_EVENT, peek_data_response_header};
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -9,7 +28,51 @@ use super::endpoint::{Endpoint, ObjectTable};
 use super::post::SendOp;
 use super::registered::RdmaDevice;
 use super::verbs::RemoteAccess;
-use super::{CELL_BYTES, MESSAGES_INFLIGHT_MAX, RdmaConfig, RdmaError};
+use super::{
+    CELL_BYTES, EVENT_MESSAGES_INFLIGHT_MAX, MESSAGES_INFLIGHT_MAX, RdmaConfig, RdmaError,
+};
+
+/// What [`RdmaClient::poll`] took: the message's length, and what it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Received {
+    /// The reply to the oldest message still awaiting one.
+    Reply(usize),
+    /// An event message the server sent unasked (`dlock_core::proto::decode_event_message`).
+    Event(usize),
+}
+
+/// What a message from the server is (module doc), before [`Received`] gives it a length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Reply,
+    Event,
+    /// The empty acknowledgement of a credit return.
+    CreditAck,
+}
+
+impl Received {
+    /// What the `len`-byte message `msg` is; `None` for the channel's own credit
+    /// acknowledgement, which answers a credit return and is never handed on.
+    pub fn of(msg: &[u8]) -> Option<Received> {
+        match kind(msg) {
+            Kind::Reply => Some(Received::Reply(msg.len())),
+            Kind::Event => Some(Received::Event(msg.len())),
+            Kind::CreditAck => None,
+        }
+    }
+}
+
+fn kind(msg: &[u8]) -> Kind {
+    if msg.is_empty() {
+        return Kind::CreditAck;
+    }
+    match peek_data_response_header(msg) {
+        Ok((header, _)) if header.flags == FLAG_EVENT => Kind::Event,
+        // A reply that does not parse is still the answer to the oldest message: the client's
+        // decoder says what is wrong with it.
+        _ => Kind::Reply,
+    }
+}
 
 /// A client queue pair with its own registered buffers.
 ///
@@ -26,8 +89,12 @@ pub struct RdmaClient {
     op_timeout: Duration,
     /// The server's object cells, from its endpoint.
     objects: Option<ObjectTable>,
-    /// Messages sent whose replies have not been taken.
+    /// Messages sent (credit returns included) whose replies have not been taken.
     inflight: usize,
+    /// Event messages taken, wrapping: what every SEND tells the server.
+    events_taken: u32,
+    /// What the last SEND told the server.
+    events_told: u32,
 }
 
 impl fmt::Debug for RdmaClient {
@@ -37,6 +104,8 @@ impl fmt::Debug for RdmaClient {
             .field("endpoint", &self.channel.endpoint(None))
             .field("objects", &self.objects)
             .field("inflight", &self.inflight)
+            .field("events_taken", &self.events_taken)
+            .field("events_told", &self.events_told)
             .finish()
     }
 }
@@ -52,11 +121,14 @@ impl RdmaClient {
     /// can share it).
     pub fn connect_on(device: &RdmaDevice, op_timeout: Duration) -> Result<Self, RdmaError> {
         Ok(Self {
-            channel: Channel::new(device)?,
+            // Replies and events each have their own receive slots (module doc).
+            channel: Channel::new(device, MESSAGES_INFLIGHT_MAX + EVENT_MESSAGES_INFLIGHT_MAX)?,
             device: device.clone(),
             op_timeout,
             objects: None,
             inflight: 0,
+            events_taken: 0,
+            events_told: 0,
         })
     }
 
@@ -95,36 +167,78 @@ impl RdmaClient {
             return Err(RdmaError::Busy);
         }
         if msg.is_empty() || msg.len() > super::MESSAGE_MAX {
-            return Err(RdmaError::InvalidArgument("message must be 1..=1008 bytes"));
+            return Err(RdmaError::InvalidArgument(
+                "message must be 1..=MESSAGE_MAX bytes",
+            ));
         }
-        self.channel.send_with(self.deadline(), false, |_, out| {
-            out[..msg.len()].copy_from_slice(msg);
-            msg.len()
-        })?;
+        self.send(msg)
+    }
+
+    /// SENDs `msg` (empty: a credit return) with the event count as its immediate value; it
+    /// then awaits a reply.
+    fn send(&mut self, msg: &[u8]) -> Result<(), RdmaError> {
+        let told = self.events_taken;
+        self.channel
+            .send_with(self.deadline(), false, Some(told), |_, out| {
+                out[..msg.len()].copy_from_slice(msg);
+                msg.len()
+            })?;
+        self.events_told = told;
         self.inflight += 1;
         Ok(())
     }
 
-    /// Takes the next reply if one has arrived: copies it into `out`, reposts its receive slot,
-    /// and returns its length. Never blocks.
-    pub fn poll(&mut self, out: &mut [u8]) -> Result<Option<usize>, RdmaError> {
-        if !self.channel.poll_message()? {
-            return Ok(None);
-        }
-        let len = self.channel.take_message(out)?;
-        // A server-initiated message (a future "please release" notice) also lands here; it
-        // answers nothing, hence saturating.
-        self.inflight = self.inflight.saturating_sub(1);
-        Ok(Some(len))
+    /// Takes the next message if one has arrived — a reply or an event message — copies it into
+    /// `out` (at least [`super::MESSAGE_MAX`] bytes), reposts its receive slot and says what it
+    /// is and how long. Never blocks (but returns credits, which may wait for a send slot).
+    pub fn poll(&mut self, out: &mut [u8]) -> Result<Option<Received>, RdmaError> {
+        let got = loop {
+            if !self.channel.poll_message()? {
+                break None;
+            }
+            let len = self.channel.take_message(out)?;
+            match Received::of(&out[..len]) {
+                Some(Received::Event(len)) => {
+                    self.events_taken = self.events_taken.wrapping_add(1);
+                    break Some(Received::Event(len));
+                }
+                Some(reply) => {
+                    // A reply to a message given up on still answers it, hence saturating.
+                    self.inflight = self.inflight.saturating_sub(1);
+                    break Some(reply);
+                }
+                // The acknowledgement of a credit return: its slot is free again.
+                None => self.inflight = self.inflight.saturating_sub(1),
+            }
+        };
+        self.return_credits()?;
+        Ok(got)
     }
 
-    /// Busy-polls for the next reply until the operation timeout.
-    pub fn wait(&mut self, out: &mut [u8]) -> Result<usize, RdmaError> {
-        if !self.channel.wait_message(self.deadline())? {
-            return Err(RdmaError::Timeout { op: "IBV_WC_RECV" });
+    /// Sends a credit return when the server may have run out of credit: it has sent every
+    /// event message it may beyond what it was told, and this client took them all. Without a
+    /// free reply slot the messages in flight will carry the count instead, or the next poll
+    /// after their replies sends it.
+    fn return_credits(&mut self) -> Result<(), RdmaError> {
+        let untold = self.events_taken.wrapping_sub(self.events_told) as usize;
+        if untold >= EVENT_MESSAGES_INFLIGHT_MAX && self.inflight < MESSAGES_INFLIGHT_MAX {
+            self.send(&[])?;
         }
-        self.poll(out)?
-            .ok_or(RdmaError::Timeout { op: "IBV_WC_RECV" })
+        Ok(())
+    }
+
+    /// Busy-polls for the next reply until the operation timeout; event messages that come
+    /// first are dropped (a caller that wants them polls with [`Self::poll`]).
+    pub fn wait(&mut self, out: &mut [u8]) -> Result<usize, RdmaError> {
+        let deadline = self.deadline();
+        loop {
+            if !self.channel.wait_message(deadline)? {
+                return Err(RdmaError::Timeout { op: "IBV_WC_RECV" });
+            }
+            if let Some(Received::Reply(len)) = self.poll(out)? {
+                return Ok(len);
+            }
+        }
     }
 
     /// Sends `msg` and waits for its reply (the synchronous request the reference makes).
@@ -183,5 +297,29 @@ impl RdmaClient {
         let (remote_addr, rkey) = self.cell(cell)?;
         self.channel
             .one_sided(SendOp::Read { remote_addr, rkey }, self.deadline())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dlock_core::proto::{Event, EventHeader, PROTO_VERSION, encode_event_message};
+
+    #[test]
+    fn an_event_message_is_told_from_a_reply_and_an_empty_message_is_a_credit_ack() {
+        let mut buf = [0u8; super::super::MESSAGE_MAX];
+        let header = EventHeader {
+            version: PROTO_VERSION,
+            client: 7,
+        };
+        let n = encode_event_message(&header, &[Event::Overflow], &mut buf).unwrap();
+        assert_eq!(Received::of(&buf[..n]), Some(Received::Event(n)));
+        // The same header with the reply flags of a plain data response is a reply.
+        buf[12..16].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(Received::of(&buf[..n]), Some(Received::Reply(n)));
+        // Bytes no header starts with still answer the oldest message; the decoder says why
+        // they are bad.
+        assert_eq!(Received::of(b"garbage"), Some(Received::Reply(7)));
+        assert_eq!(Received::of(&[]), None);
     }
 }

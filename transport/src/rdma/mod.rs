@@ -14,6 +14,10 @@
 //!   [`ServerConnection::serve`], and the never-waiting [`ServerConnection::try_serve`] and
 //!   [`ServerConnection::try_send`] the server's poll loop uses) and one-sided object operations
 //!   ([`RdmaClient::fetch_add`], [`RdmaClient::compare_swap`], [`RdmaClient::read`]).
+//! - Event messages the server sends unasked ([`ServerConnection::event_room`],
+//!   [`ServerConnection::send_event`]; [`Received::Event`] on the client) and their receive
+//!   budget: [`EVENT_MESSAGES_INFLIGHT_MAX`] receive slots of the client's, whose use the
+//!   client reports in the immediate data of its SENDs (credits; `client.rs`).
 //!
 //! # How it is wired
 //!
@@ -22,18 +26,25 @@
 //!   memory only. The control thread answers attach records (checking the session through the
 //!   data thread as for a TCP data connection), creates and connects each client's queue pair,
 //!   and destroys retired ones; the data thread polls the queue pairs, runs their requests
-//!   through the state machine and SENDs the replies, including parked `lock()` replies.
+//!   through the state machine and SENDs the replies, including parked `lock()` replies, and
+//!   the client's events (revokes of its cached grants) as event messages while it has credit.
 //! - The client (`client/rdma.rs`): `Endpoint::Rdma` uses a queue pair for data messages and
 //!   one-sided verbs for `atomic64_*`, and falls back to TCP (with a warning, and
 //!   `Client::transport()` saying `Tcp`) when the device does not open or the server has no RDMA.
+//!   Event messages it receives go to the queue `Client::poll_events` reads, as over TCP.
 //!
 //! # What has run
 //!
 //! The machine this was built on has no RDMA device and no RDMA in its kernel, so only the build,
 //! [`probe`] answering `NoDevice`, the fallback of server and client to TCP, the record parsing
-//! and the refusals (forged session, malformed or short records, server without RDMA) ran. Every
-//! path through a real queue pair is covered by `#[ignore]`d tests in `transport/tests/rdma.rs`
-//! that need `DLOCK_RDMA_DEVICE` and have not yet been run on hardware.
+//! and the refusals (forged session, malformed or short records, server without RDMA) ran, and
+//! of the event path what needs no device: telling an event message from a reply and a credit
+//! acknowledgement ([`Received`]), the client filing events beside replies (`client/rdma.rs`),
+//! the credit arithmetic ([`EventRoom`]), and the server's choice of a client's event path
+//! (`dlock_core::server::route::event_path`). Every path through a real queue pair — requests,
+//! replies, one-sided objects, and revokes as event messages with their credits — is covered
+//! by `#[ignore]`d tests in `transport/tests/rdma.rs` (and `tests/rdma/events.rs`) that need
+//! `DLOCK_RDMA_DEVICE` and have not yet been run on hardware.
 //!
 //! It never interprets what it carries: request and reply bytes are `dlock-core` data
 //! messages, and the object cells are whatever the server's tables say they are. It does not
@@ -45,7 +56,7 @@
 //!
 //! | reference (URMA) | here (verbs) |
 //! |---|---|
-//! | lock commands: `lock_cmd_msg` batches (≤ 1 KiB) by send/recv on a jetty | one data message (a request ≤ 1,008 B; a reply ≤ [`MESSAGE_MAX`] = 1,504 B with its grant proofs) by SEND into a pre-posted RECV slot of the server's QP; the reply comes back the same way |
+//! | lock commands: `lock_cmd_msg` batches (≤ 1 KiB) by send/recv on a jetty | one data message (a request ≤ 2,000 B with its value blocks; a reply ≤ [`MESSAGE_MAX`] = 2,744 B with its value blocks and grant proofs) by SEND into a pre-posted RECV slot of the server's QP; the reply comes back the same way |
 //! | object arena (102,400 × u64) registered as a segment with READ/WRITE/ATOMIC access; descriptor + token sent in the CLIENT_INIT reply | the object cells registered as one memory region; address, rkey and cell count travel in the server's [`Endpoint`] ([`ObjectTable`]) |
 //! | FAA = `URMA_OPC_FADD` (returns old value) | `IBV_WR_ATOMIC_FETCH_AND_ADD` ([`RdmaClient::fetch_add`]) |
 //! | CAS = `URMA_OPC_CAS` (success iff old == cmp) | `IBV_WR_ATOMIC_CMP_AND_SWP` ([`RdmaClient::compare_swap`], returns the observed value) |
@@ -82,13 +93,14 @@ use std::fmt;
 use std::io;
 use std::time::Duration;
 
-use dlock_core::proto::DATA_RESPONSE_WITH_VALUES_MAX;
+use dlock_core::proto::{DATA_RESPONSE_WITH_VALUES_MAX, EVENTS_MAX};
+use dlock_core::table::EVENT_RING_LEN;
 
 pub use attach::{AttachRecord, RDMA_ATTACH_LEN, RDMA_ATTACH_MAGIC, RDMA_ATTACH_REPLY_LEN};
-pub use client::RdmaClient;
+pub use client::{RdmaClient, Received};
 pub use endpoint::{ENDPOINT_LEN, Endpoint, ObjectTable};
 pub use registered::{RdmaDevice, RegisteredRegion};
-pub use server::{RdmaServer, ServerConnection};
+pub use server::{EventRoom, RdmaServer, ServerConnection};
 
 /// The longest message either side sends: a `dlock-core` data response with its value and
 /// proof trailers (2,744 bytes; requests are at most 2,000).
@@ -102,6 +114,25 @@ pub const SLOT_BYTES: usize = MESSAGE_MAX.next_multiple_of(64);
 /// many receive buffers at the handshake, and a client refuses to send more, so a SEND never
 /// arrives at a queue pair without a posted receive (which would stall it in RNR retries).
 pub const MESSAGES_INFLIGHT_MAX: usize = 4;
+
+/// Event messages the server may have sent a client beyond what the client has told it it
+/// took. A client posts this many receive slots besides its [`MESSAGES_INFLIGHT_MAX`] for
+/// replies, so an event never lands in a slot a reply needs (which would stall the reply in RNR
+/// retries behind it).
+///
+/// Why two: the server keeps a client's events in its event ring in the region until it can
+/// send them, at most [`EVENT_RING_LEN`] (64) and then one overflow entry, and one message
+/// carries up to [`EVENTS_MAX`] (62) of them; two messages hold all of that. More slots would
+/// only move events the ring already buffers into the client's memory; fewer would split a full
+/// ring over a credit round trip. Credits (module doc of `client.rs`) come back with every
+/// message the client sends, and in an empty SEND of their own when a client that sends
+/// nothing has taken this many.
+pub const EVENT_MESSAGES_INFLIGHT_MAX: usize = (EVENT_RING_LEN + 1).div_ceil(EVENTS_MAX);
+
+static_assertions::const_assert_eq!(EVENT_MESSAGES_INFLIGHT_MAX, 2);
+static_assertions::const_assert!(
+    MESSAGES_INFLIGHT_MAX + EVENT_MESSAGES_INFLIGHT_MAX <= channel::RECV_SLOTS_MAX
+);
 
 /// Bytes in one object cell (an `AtomicU64`); RDMA atomics act on exactly 8 aligned bytes.
 pub const CELL_BYTES: usize = 8;

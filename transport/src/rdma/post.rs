@@ -29,8 +29,10 @@ pub(crate) struct Sge {
 /// What a send-queue work request does.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum SendOp {
-    /// Two-sided: the bytes of the SGE land in the peer's next posted receive.
-    Send,
+    /// Two-sided: the bytes of the SGE (possibly none) land in the peer's next posted receive,
+    /// and `imm`, if any, in its receive completion (`IBV_WR_SEND_WITH_IMM`): the queue pair's
+    /// event credits travel there (`channel.rs`), outside the message the peer reads.
+    Send { imm: Option<u32> },
     /// Read 8 bytes (the SGE's length) at `remote_addr` into the SGE.
     Read { remote_addr: u64, rkey: u32 },
     /// Add `add` to the u64 at `remote_addr`; the old value lands in the SGE.
@@ -52,7 +54,8 @@ impl SendOp {
     /// The opcode's name, which completion errors report.
     pub(crate) fn name(self) -> &'static str {
         match self {
-            Self::Send => "IBV_WR_SEND",
+            Self::Send { imm: None } => "IBV_WR_SEND",
+            Self::Send { imm: Some(_) } => "IBV_WR_SEND_WITH_IMM",
             Self::Read { .. } => "IBV_WR_RDMA_READ",
             Self::FetchAdd { .. } => "IBV_WR_ATOMIC_FETCH_AND_ADD",
             Self::CompareSwap { .. } => "IBV_WR_ATOMIC_CMP_AND_SWP",
@@ -66,7 +69,8 @@ impl Qp {
     /// # Safety
     ///
     /// - `sge` lies inside a memory region registered with key `sge.lkey` on this queue pair's
-    ///   protection domain, with local write access unless `op` is [`SendOp::Send`].
+    ///   protection domain, with local write access unless `op` is [`SendOp::Send`]. An SGE of
+    ///   length 0 names no memory: the work request then carries none (a zero-length SEND).
     /// - That memory stays mapped until the completion for `wr_id` has been polled, or this
     ///   queue pair has been destroyed.
     /// - Until then the program does not write it (for `Send`, the device reads it while the
@@ -87,7 +91,8 @@ impl Qp {
             wr_id,
             next: ptr::null_mut(),
             sg_list: &mut sg,
-            num_sge: 1,
+            // A zero-length SEND names no memory at all, rather than an empty range of it.
+            num_sge: i32::from(sge.len > 0),
             opcode: ffi::ibv_wr_opcode::IBV_WR_SEND,
             send_flags: ffi::ibv_send_flags::IBV_SEND_SIGNALED.0,
             wr: Default::default(),
@@ -96,7 +101,12 @@ impl Qp {
             __bindgen_anon_2: Default::default(),
         };
         match op {
-            SendOp::Send => {}
+            SendOp::Send { imm: None } => {}
+            SendOp::Send { imm: Some(imm) } => {
+                wr.opcode = ffi::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM;
+                // The verbs API carries immediate data in network byte order (`__be32`).
+                wr.__bindgen_anon_1.imm_data = imm.to_be();
+            }
             SendOp::Read { remote_addr, rkey } => {
                 wr.opcode = ffi::ibv_wr_opcode::IBV_WR_RDMA_READ;
                 wr.wr.rdma = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };

@@ -10,7 +10,9 @@ use super::channel::Channel;
 use super::endpoint::{Endpoint, ObjectTable};
 use super::registered::{RdmaDevice, RegisteredRegion};
 use super::verbs::RemoteAccess;
-use super::{CELL_BYTES, RdmaConfig, RdmaError};
+use super::{
+    CELL_BYTES, EVENT_MESSAGES_INFLIGHT_MAX, MESSAGES_INFLIGHT_MAX, RdmaConfig, RdmaError,
+};
 
 /// A server's RDMA side: the opened device and the registration of its object cells.
 ///
@@ -139,9 +141,11 @@ impl RdmaServer {
     /// [`ServerConnection::handshake`].
     pub fn accept(&self) -> Result<ServerConnection, RdmaError> {
         Ok(ServerConnection {
-            channel: Channel::new(&self.device)?,
+            // One receive slot per message a client may have awaiting a reply.
+            channel: Channel::new(&self.device, MESSAGES_INFLIGHT_MAX)?,
             objects: self.object_table(),
             op_timeout: self.op_timeout,
+            events: EventCredit::default(),
         })
     }
 }
@@ -154,6 +158,38 @@ pub struct ServerConnection {
     channel: Channel,
     objects: ObjectTable,
     op_timeout: Duration,
+    events: EventCredit,
+}
+
+/// Whether an event message may go to a client now ([`ServerConnection::event_room`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum EventRoom {
+    /// It may: the client has a receive slot for it and a send slot is free.
+    Ready,
+    /// Every send slot awaits its completion: try again on a later turn (microseconds).
+    Busy,
+    /// The client has not said it took the event messages it was sent: wait until it does
+    /// ([`ServerConnection::take_unblocked`]).
+    NoCredit,
+}
+
+/// The server's count of a client's event slots (`client.rs` has the protocol).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct EventCredit {
+    /// Event messages sent, wrapping.
+    sent: u32,
+    /// `event_room` said `NoCredit` since credit last came back.
+    blocked: bool,
+}
+
+impl EventCredit {
+    /// Whether one more event message fits the client's slots, given `told`: the count of event
+    /// messages the client last said it took. A count from a broken client that claims more
+    /// than was sent wraps to a huge distance and blocks its own events, nobody else's.
+    fn has_room(&self, told: u32) -> bool {
+        (self.sent.wrapping_sub(told) as usize) < EVENT_MESSAGES_INFLIGHT_MAX
+    }
 }
 
 impl fmt::Debug for ServerConnection {
@@ -177,7 +213,7 @@ impl ServerConnection {
     }
 
     /// Waits until `deadline` for one request; if one came, `handler` gets it and a response
-    /// buffer of [`super::MESSAGE_MAX`] bytes and returns the response length (1..=1008),
+    /// buffer of [`super::MESSAGE_MAX`] bytes and returns the response length (1..=`MESSAGE_MAX`),
     /// which is sent back. Returns whether a request was served.
     pub fn serve<F>(&mut self, deadline: Instant, handler: F) -> Result<bool, RdmaError>
     where
@@ -189,9 +225,12 @@ impl ServerConnection {
         // Waiting for a send slot gets the full operation timeout even when the request came
         // at the very end of `deadline`: the request is already taken.
         let send_deadline = Instant::now() + self.op_timeout;
-        self.channel.send_with(send_deadline, true, |req, out| {
-            req.map_or(0, |req| handler(req, out))
-        })?;
+        self.channel
+            .send_with(send_deadline, true, None, |req, out| match req {
+                // A credit return is answered with an empty message, as in `try_serve`.
+                Some([]) | None => 0,
+                Some(req) => handler(req, out),
+            })?;
         Ok(true)
     }
 
@@ -214,6 +253,47 @@ impl ServerConnection {
     /// still awaits its completion, so the caller keeps the message for its next turn.
     pub fn try_send(&mut self, msg: &[u8]) -> Result<bool, RdmaError> {
         self.channel.try_send(msg)
+    }
+
+    /// Whether an event message may be sent now; never waits. Ask before taking the events out
+    /// of wherever they wait, so that events with no room stay there.
+    pub fn event_room(&mut self) -> Result<EventRoom, RdmaError> {
+        self.channel.check_connected()?;
+        // A credit return or a request carrying one may have come meanwhile.
+        self.channel.drain()?;
+        if !self.events.has_room(self.channel.peer_imm()) {
+            self.events.blocked = true;
+            return Ok(EventRoom::NoCredit);
+        }
+        Ok(if self.channel.has_free_send_slot() {
+            EventRoom::Ready
+        } else {
+            EventRoom::Busy
+        })
+    }
+
+    /// SENDs event message `msg` if [`Self::event_room`] would say `Ready`; `Ok(false)` (and
+    /// nothing sent) otherwise.
+    pub fn send_event(&mut self, msg: &[u8]) -> Result<bool, RdmaError> {
+        if self.event_room()? != EventRoom::Ready {
+            return Ok(false);
+        }
+        let sent = self.channel.try_send(msg)?;
+        if sent {
+            self.events.sent = self.events.sent.wrapping_add(1);
+        }
+        Ok(sent)
+    }
+
+    /// True once after the client, which had no credit when [`Self::event_room`] last said so,
+    /// has returned some (with a message the poll loop took): the events it was kept from can
+    /// go now.
+    pub fn take_unblocked(&mut self) -> bool {
+        let unblocked = self.events.blocked && self.events.has_room(self.channel.peer_imm());
+        if unblocked {
+            self.events.blocked = false;
+        }
+        unblocked
     }
 }
 
@@ -245,5 +325,28 @@ mod tests {
             );
         }
         assert!(object_range(std::ptr::null_mut(), len, part(0, 8)).is_err());
+    }
+
+    #[test]
+    fn event_credit_allows_the_client_s_event_slots_and_no_more() {
+        let mut c = EventCredit::default();
+        for _ in 0..EVENT_MESSAGES_INFLIGHT_MAX {
+            assert!(c.has_room(0));
+            c.sent += 1;
+        }
+        assert!(
+            !c.has_room(0),
+            "a slot the client has not freed was counted free"
+        );
+        assert!(c.has_room(1), "one message taken frees one slot");
+        // The counts wrap: 2^32 messages later the same rule holds.
+        let c = EventCredit {
+            sent: 0,
+            blocked: false,
+        };
+        assert!(c.has_room(u32::MAX));
+        assert!(!c.has_room(u32::MAX - 1));
+        // A client claiming more than it was sent blocks only itself.
+        assert!(!c.has_room(5));
     }
 }

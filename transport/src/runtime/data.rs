@@ -16,7 +16,7 @@ use dlock_core::proto::{
     peek_control_header,
 };
 use dlock_core::server::{
-    Delivery, Dispatched, Registration, Routing, Server, SlotRouting, Source,
+    Delivery, Dispatched, EventPath, Registration, Routing, Server, SlotRouting, Source, event_path,
 };
 
 use super::exchange::{Job, JobKind};
@@ -140,6 +140,7 @@ impl Data<'_> {
         #[cfg(feature = "rdma")]
         {
             work += self.serve_rdma(server, now);
+            self.events_again |= self.rdma.take_events_unblocked();
         }
         server.poll_waiters(now);
         if server.replies_ready() > 0 {
@@ -360,60 +361,127 @@ impl Data<'_> {
     }
 }
 
+/// Whether an event message may go on a client's path now.
+enum Room {
+    Ready,
+    /// Not this turn, soon (a send slot, or a reply ahead): look again next turn.
+    #[cfg_attr(
+        not(feature = "rdma"),
+        expect(dead_code, reason = "only a queue pair retries")
+    )]
+    Retry,
+    /// Not until the client returns credit (`Peers::take_events_unblocked` says when).
+    Wait,
+}
+
 impl Data<'_> {
-    /// Sends what the event rings of stream clients hold as event messages on their data
-    /// connections, up to [`EVENTS_MAX`] events per message (the batching of revokes to one
-    /// client), an overflow of the ring first as an overflow entry; returns how many messages
-    /// went. A shared-memory client reads its ring in place, and a client with no stream bound
-    /// yet finds its events when one is (or reads them as an overflow if they were dropped).
-    /// RDMA clients are not served yet: their rings fill and count overflows. Nothing is
-    /// allocated: the message is encoded into the reply buffer.
+    /// Sends what the event rings of clients with a stream connection or a queue pair hold as
+    /// event messages on it, up to [`EVENTS_MAX`] events per message (the batching of revokes
+    /// to one client), an overflow of the ring first as an overflow entry; returns how many
+    /// messages went. Where a client's events go is the core's rule (`event_path`): a
+    /// shared-memory client reads its ring in place, and a client with no path attached yet
+    /// finds its events when one is (or reads them as an overflow if they were dropped).
+    /// Nothing is allocated: each message is encoded into the reply buffer.
     fn deliver_events(&mut self, server: &mut Server<'_>) -> usize {
         self.events_again = false;
-        let mut sent = 0;
+        (0..self.overflows_sent.len() as u32)
+            .map(|slot| self.deliver_slot_events(server, slot))
+            .sum()
+    }
+
+    /// [`Self::deliver_events`] for client slot `slot`.
+    fn deliver_slot_events(&mut self, server: &Server<'_>, slot: u32) -> usize {
+        let Some(ring) = server.event_ring(slot) else {
+            return 0;
+        };
+        let overflows = ring.overflows();
+        let mut overflow = overflows != self.overflows_sent[slot as usize];
+        if ring.pending() == 0 && !overflow {
+            return 0;
+        }
+        #[cfg(feature = "rdma")]
+        let queue_pair = self.rdma.current_client(server, slot);
+        #[cfg(not(feature = "rdma"))]
+        let queue_pair = None;
+        let path = event_path(queue_pair, self.routing.binding(slot));
+        let header = EventHeader {
+            version: PROTO_VERSION,
+            client: match path {
+                EventPath::QueuePair { client } => client,
+                EventPath::Stream(b) => b.client,
+                EventPath::InPlace => return 0,
+            },
+        };
         let mut batch = [Event::Overflow; EVENTS_MAX];
-        for slot in 0..self.overflows_sent.len() as u32 {
-            let Some(ring) = server.event_ring(slot) else {
-                break;
-            };
-            let overflows = ring.overflows();
-            let seen = &mut self.overflows_sent[slot as usize];
-            if ring.pending() == 0 && overflows == *seen {
-                continue;
-            }
-            let b = self.routing.binding(slot);
-            if !b.is_bound() {
-                continue;
-            }
-            let mut n = usize::from(overflows != *seen);
-            *seen = overflows;
-            loop {
-                while n < EVENTS_MAX
-                    && let Some(e) = ring.pop()
-                {
-                    batch[n] = e;
-                    n += 1;
-                }
-                if n == 0 {
-                    break;
-                }
-                let header = EventHeader {
-                    version: PROTO_VERSION,
-                    client: b.client,
-                };
-                let queued = encode_event_message(&header, &batch[..n], &mut self.resp)
-                    .is_ok_and(|len| self.tcp.deliver(b.conn, b.generation, &self.resp[..len]));
-                if !queued {
-                    // Lost on the way: the client hears of it as an overflow next turn.
-                    *seen = seen.wrapping_sub(1);
+        let mut sent = 0;
+        loop {
+            // Asked before the events leave the ring, so events with no room stay there.
+            match self.event_room(path, slot) {
+                Room::Ready => {}
+                Room::Retry => {
                     self.events_again = true;
                     break;
                 }
-                sent += 1;
-                n = 0;
+                Room::Wait => break,
             }
+            let mut n = usize::from(core::mem::take(&mut overflow));
+            while n < EVENTS_MAX
+                && let Some(e) = ring.pop()
+            {
+                batch[n] = e;
+                n += 1;
+            }
+            if n == 0 {
+                break;
+            }
+            self.overflows_sent[slot as usize] = overflows;
+            let Data {
+                tcp,
+                resp,
+                #[cfg(feature = "rdma")]
+                rdma,
+                ..
+            } = self;
+            let queued = encode_event_message(&header, &batch[..n], resp).is_ok_and(|len| {
+                let msg = &resp[..len];
+                match path {
+                    EventPath::Stream(b) => tcp.deliver(b.conn, b.generation, msg),
+                    #[cfg(feature = "rdma")]
+                    EventPath::QueuePair { .. } => rdma.send_event(slot, msg),
+                    _ => false,
+                }
+            });
+            if !queued {
+                // Lost on the way: the client hears of it as an overflow next turn.
+                self.overflows_sent[slot as usize] = overflows.wrapping_sub(1);
+                self.events_again = true;
+                break;
+            }
+            sent += 1;
         }
         sent
+    }
+
+    /// Whether an event message may go on `path` (a stream takes it or counts it lost; a queue
+    /// pair takes it only into a receive slot the client has free).
+    #[cfg_attr(
+        not(feature = "rdma"),
+        expect(unused_variables, reason = "no queue pairs")
+    )]
+    fn event_room(&mut self, path: EventPath, slot: u32) -> Room {
+        match path {
+            EventPath::Stream(_) => Room::Ready,
+            #[cfg(feature = "rdma")]
+            EventPath::QueuePair { .. } => match self.rdma.event_room(slot) {
+                crate::rdma::EventRoom::Ready => Room::Ready,
+                crate::rdma::EventRoom::Busy => Room::Retry,
+                crate::rdma::EventRoom::NoCredit => Room::Wait,
+            },
+            // Without the `rdma` feature no slot has a queue pair.
+            #[cfg(not(feature = "rdma"))]
+            EventPath::QueuePair { .. } => Room::Wait,
+            EventPath::InPlace => Room::Wait,
+        }
     }
 }
 

@@ -28,6 +28,17 @@
 //! where a parked reply goes are the core's rules (`Server::dispatch` with
 //! `Source::QueuePair`, `dlock_core::server::route`); this file moves the bytes.
 //!
+//! # Events
+//!
+//! A client whose registration attached a queue pair gets its events (revokes of its cached
+//! grants) on it, as event messages (`dlock_core::server::route::event_path` decides; the data
+//! thread's `deliver_events` encodes). A message goes only while the client has a receive slot
+//! for it — the credit rule of `rdma/client.rs` — and never ahead of a parked request's reply
+//! that is still deferred, so a revoke never reaches a client before the grant it revokes (the
+//! order a TCP connection keeps by itself). Events with no room stay in the client's event
+//! ring, and go when the client returns credit (with the next message it sends) or a send slot
+//! frees.
+//!
 //! # Cost
 //!
 //! Each connection has its own completion queue, so a turn polls one CQ per attached client:
@@ -43,7 +54,7 @@ use dlock_core::table::Part;
 
 use super::{ServerConfig, Shared};
 use crate::rdma::{
-    AttachRecord, ENDPOINT_LEN, MESSAGE_MAX, MESSAGES_INFLIGHT_MAX, RDMA_ATTACH_LEN,
+    AttachRecord, ENDPOINT_LEN, EventRoom, MESSAGE_MAX, MESSAGES_INFLIGHT_MAX, RDMA_ATTACH_LEN,
     RDMA_ATTACH_MAGIC, RdmaError, RdmaServer, ServerConnection,
 };
 use crate::region::Region;
@@ -247,6 +258,9 @@ pub(super) struct Peers<'s> {
     active: Vec<u32>,
     /// Per slot: its index in `active` while it holds a peer.
     position: Vec<u32>,
+    /// A peer was installed, or one kept from its events by want of credit returned some: the
+    /// event rings must be looked at again.
+    events_unblocked: bool,
 }
 
 impl<'s> Peers<'s> {
@@ -256,6 +270,53 @@ impl<'s> Peers<'s> {
             slots: (0..slots).map(|_| None).collect(),
             active: Vec::with_capacity(slots),
             position: vec![0; slots],
+            events_unblocked: false,
+        }
+    }
+
+    /// True once after events that waited for a queue pair may go now (see the field).
+    pub(super) fn take_events_unblocked(&mut self) -> bool {
+        core::mem::take(&mut self.events_unblocked)
+    }
+
+    /// The client whose current registration attached the queue pair in `slot` (`None`: no
+    /// pair, or one attached with an older session that the lease tick has not let go yet).
+    pub(super) fn current_client(&self, server: &Server<'_>, slot: u32) -> Option<u32> {
+        let peer = self.slots.get(slot as usize)?.as_ref()?;
+        (server.client_session(peer.client) == Some((slot, peer.session))).then_some(peer.client)
+    }
+
+    /// Whether an event message may go to the queue pair in `slot` now (module doc): `Busy`
+    /// while a parked request's reply waits for a send slot, so the reply goes first. A pair
+    /// that fails is let go, and its events stay in the ring.
+    pub(super) fn event_room(&mut self, slot: u32) -> EventRoom {
+        let Some(peer) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return EventRoom::NoCredit;
+        };
+        if peer.deferred_len > 0 {
+            return EventRoom::Busy;
+        }
+        match peer.conn.event_room() {
+            Ok(room) => room,
+            Err(e) => {
+                self.retire(slot, Why::Failed(e));
+                EventRoom::NoCredit
+            }
+        }
+    }
+
+    /// SENDs event message `msg` to the queue pair in `slot` after [`Self::event_room`] said
+    /// `Ready`; false if it did not go (the caller counts the events lost, as for a stream).
+    pub(super) fn send_event(&mut self, slot: u32, msg: &[u8]) -> bool {
+        let Some(peer) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return false;
+        };
+        match peer.conn.send_event(msg) {
+            Ok(sent) => sent,
+            Err(e) => {
+                self.retire(slot, Why::Failed(e));
+                false
+            }
         }
     }
 
@@ -295,6 +356,9 @@ impl<'s> Peers<'s> {
                 Ok(n) => {
                     work += n;
                     k += 1;
+                    if let Some(peer) = self.slots[slot as usize].as_mut() {
+                        self.events_unblocked |= peer.conn.take_unblocked();
+                    }
                 }
                 // `retire` moved the last active slot into position `k`: visit it next.
                 Err(why) => {
@@ -440,6 +504,8 @@ impl<'s> Peers<'s> {
         self.position[slot as usize] = self.active.len() as u32;
         self.active.push(slot);
         self.slots[slot as usize] = Some(peer);
+        // Events may have waited in the ring for a path.
+        self.events_unblocked = true;
     }
 
     /// The pair in `slot` is going away while its client lives on (it failed, sent what no
