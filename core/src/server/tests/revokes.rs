@@ -166,7 +166,7 @@ fn the_minimum_hold_defers_the_revoke_to_its_end() {
     let c = s.client(0);
     let lc = s.get_lock(c.get(), kind, b"row-group", 0).unwrap();
     assert_eq!(s.run(a, cached(kind, ex, la), 100).status, Status::Success);
-    // A trylock inside the hold fails and sends nothing: nobody would act at its end.
+    // A trylock inside the hold fails and sends nothing yet (its revoke is due at the end).
     assert_eq!(s.run(c, lock(kind, ex, lc, 0), 101).status, Status::Fail);
     assert_eq!(events(&s, a).0, vec![]);
     // A waiting one parks; the revoke goes out when the hold ends (tick 105), not before.
@@ -185,6 +185,57 @@ fn the_minimum_hold_defers_the_revoke_to_its_end() {
         Status::Success
     );
     assert_eq!(s.replies()[0].result.status, Status::Success);
+}
+
+#[test]
+fn a_trylock_inside_the_minimum_hold_fails_and_its_revoke_goes_out_when_the_hold_ends() {
+    // Nobody is parked to retry at the end of the hold: the server's timer sends the revoke
+    // the trylock left due (the Linux DLM's `NOQUEUEBAST`), so that the trylock's retry can
+    // succeed. It once was dropped, and a trylock-only client never got a cached lock back.
+    for (kind, op, wanted) in [
+        (LockKind::Rw, LockOp::TryExclusive, Mode::Exclusive),
+        (LockKind::Rw, LockOp::TryShared, Mode::Shared),
+        (LockKind::Atomic, LockOp::TryExclusive, Mode::Exclusive),
+    ] {
+        let at = format!("{kind:?} {op:?}");
+        let mut s = TestServer::new(&with_hold());
+        let (a, b, la, lb) = pair(&mut s, kind);
+        let held = s.run(a, cached(kind, LockOp::TryExclusive, la), 100);
+        assert_eq!(held.status, Status::Success, "{at}");
+        assert_eq!(
+            s.run(b, lock(kind, op, lb, LEASE), 101).status,
+            Status::Fail
+        );
+        assert_eq!(events(&s, a).0, vec![], "{at}: not inside the hold");
+        assert_eq!(
+            s.next_timer_ms(),
+            105,
+            "{at}: the timer wakes when the hold ends"
+        );
+        s.poll_waiters(104);
+        assert_eq!(events(&s, a).0, vec![], "{at}");
+        s.poll_waiters(105);
+        let revoke = Event::Revoke {
+            lock: la,
+            wanted,
+            fence: held.aux,
+        };
+        assert_eq!(
+            events(&s, a).0,
+            vec![revoke],
+            "{at}: revoked when the hold ended"
+        );
+        assert_eq!(s.next_timer_ms(), u64::MAX, "{at}: nothing left due");
+        s.poll_waiters(106);
+        assert_eq!(events(&s, a).0, vec![], "{at}: once");
+        // The holder gives the lock back and the trylock's retry gets it.
+        let unlock = lock(kind, LockOp::UnlockExclusive, la, 0);
+        assert_eq!(s.run(a, unlock, 107).status, Status::Success, "{at}");
+        assert_eq!(
+            s.run(b, lock(kind, op, lb, LEASE), 108).status,
+            Status::Success
+        );
+    }
 }
 
 #[test]
