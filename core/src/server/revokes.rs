@@ -10,7 +10,7 @@
 //! | `Revoke`          | marks the grant revoking (`with_revoke_sent`: at most one outstanding per holder and lock), writes a revoke into the holder's event ring, stamps the lock's `revoke_sent_ms` |
 //! | `RevokeAt(due)`   | nothing now; `due` becomes the lock's `retry_at_ms`, so a parked request is retried when the minimum hold ends (and sends the revoke then); a request that does not wait leaves the revoke due there (`deferred_revoke`), and the server's timer sends it ([`Server::poll_waiters`]) |
 //! | `AwaitGiveBack`   | nothing now; the lapse time becomes the lock's `retry_at_ms`                 |
-//! | `Lapse`           | releases the grant as an expired lease would (`release_hold`, which invalidates an exclusive holder's value block) |
+//! | `Lapse`           | releases the grant as an expired lease would (`release_grant`, which invalidates an exclusive holder's value block; the command's caller retries the lock's waiters after it, never inside it) |
 //! | the others        | nothing                                                                     |
 //!
 //! Then the lock word decides, as for any acquisition. A conflicting cached grant is a grant in
@@ -127,7 +127,13 @@ impl Server<'_> {
                 }
                 HolderAction::Lapse => {
                     if let Some(id) = ClientId::new(entry.id) {
-                        self.release_hold(other, id, lock, state.grant_mode(), now_ms);
+                        // The caller retries the lock's waiters once its command is done.
+                        match crate::mutated!(LapseWakesWaiters) {
+                            true => self.release_hold(other, id, lock, state.grant_mode(), now_ms),
+                            false => {
+                                self.release_grant(other, id, lock, state.grant_mode(), now_ms)
+                            }
+                        }
                         self.stats.bump(Counter::RevokesLapsed);
                         lapsed = true;
                     }

@@ -281,6 +281,35 @@ fn an_ignored_revoke_lapses_at_the_revoke_timeout_like_an_expired_lease() {
 }
 
 #[test]
+fn a_waiter_retried_into_a_lapse_is_answered_once_and_the_waiter_counts_stay_right() {
+    // The lapse releases the ignored grant in the middle of the waiter's own retry: waking the
+    // lock's waiters there retried the same waiter inside its retry, granted it, and the outer
+    // retry then answered it a second time (`AlreadyLocked`; the model simulator's seed
+    // 0xd10c00000004 with cached grants on).
+    for op in [LockOp::TryShared, LockOp::TryExclusive] {
+        let kind = LockKind::Rw;
+        let mut s = TestServer::new(&small());
+        let (a, b, la, lb) = pair(&mut s, kind);
+        let held = s.run(a, cached(kind, LockOp::TryExclusive, la), 0);
+        assert_eq!(held.status, Status::Success);
+        assert_eq!(
+            s.wait_for(b, cmd(kind, op, lb, 5_000, LockFlags::NONE), 10),
+            None
+        );
+        assert_eq!(events(&s, a).0.len(), 1, "{op:?}: revoked");
+        // a stays alive (heartbeats) but never gives the lock back: it lapses at 1_010.
+        let _ = s.heartbeat(a.get(), 1_000);
+        s.poll_waiters(1_010);
+        s.check_invariants().unwrap();
+        let got = s.replies();
+        assert_eq!(got.len(), 1, "{op:?}");
+        assert_eq!(got[0].result.status, Status::Success, "{op:?}");
+        assert_eq!(hold(&s, a, la), GrantState::None, "{op:?}");
+        assert_eq!(hold(&s, b, lb).grant_mode(), Some(op.mode()), "{op:?}");
+    }
+}
+
+#[test]
 fn only_cached_grants_are_revoked_and_a_grant_made_while_the_lock_is_wanted_is_revoked_after_its_hold()
  {
     let kind = LockKind::Rw;
