@@ -30,9 +30,10 @@ use dlock_core::server::{Server, ServerState, SlotRouting};
 use dlock_core::{Config, LockKind};
 
 use super::endpoint::Endpoint;
-use super::net::Net;
+use super::net::{self, Net};
 use super::oracle::Oracle;
 use super::oracle::beliefs::Belief;
+use super::swarm::ReplyFate;
 use super::{Failure, FaultPlan, Faults, Report, Rng, sim_session_key};
 use client::{Phase, SimClient};
 
@@ -81,7 +82,8 @@ impl Params {
             epoch: 1,
             recovery_deadline_ms: rng.range(u64::from(lease_max), 3_000) as u32,
             clients_per_peer_max: 0,
-            // The simulator asks for no cached grants yet, so the timing never applies.
+            // The seed's plan sets the minimum hold ([`World::new`]); revokes lapse at the
+            // holder's lease.
             timing: dlock_core::manager::Timing::DEFAULT,
         };
         Params {
@@ -196,9 +198,11 @@ impl<'s> World<'s> {
     fn new(
         seed: u64,
         ops_max: u64,
-        (mut rng, p): (Rng, Params),
+        (mut rng, mut p): (Rng, Params),
         slots: &'s mut [SlotRouting],
     ) -> Self {
+        let plan = FaultPlan::draw(seed);
+        p.cfg.timing.min_hold_ms = plan.min_hold_ms;
         let kinds = [LockKind::Atomic, LockKind::Rw, LockKind::Fair];
         let names: Vec<(Vec<u8>, LockKind)> = (0..p.lock_names)
             .map(|i| (format!("lock-{i}").into_bytes(), kinds[i % 3]))
@@ -209,7 +213,7 @@ impl<'s> World<'s> {
         World {
             seed,
             p,
-            plan: FaultPlan::draw(seed),
+            plan,
             now: 1_000,
             clock_offset: 0,
             steps: 0,
@@ -282,13 +286,16 @@ impl<'s> World<'s> {
         }
         while let Some(m) = self.net.pop_due(self.now) {
             self.deliver(srv, m)?;
+            self.drain_events(srv);
             self.links_broken(srv)?;
+            self.drain_events(srv);
         }
         let tick = self.now >= self.next_tick;
         if tick {
             self.next_tick = self.now + TICK_MS;
         }
         self.timers(srv, tick)?;
+        self.drain_events(srv);
         if !self.draining {
             if self.ops >= self.ops_max {
                 self.draining = true;
@@ -298,10 +305,14 @@ impl<'s> World<'s> {
                 self.endpoint.check(srv, &mut self.oracle)?;
                 return Ok(flow);
             }
+            self.drain_events(srv);
         }
         let i = self.rng.index(self.clients.len());
         self.act(srv, i)?;
+        self.drain_events(srv);
         self.links_broken(srv)?;
+        self.drain_events(srv);
+        self.send_events();
         self.endpoint.check(srv, &mut self.oracle)?;
         if self.draining && self.drained() {
             self.finish(srv)?;
@@ -386,6 +397,7 @@ impl<'s> World<'s> {
         while self.now < until {
             self.now += TICK_MS;
             self.timers(srv, true)?;
+            self.drain_events(srv);
             self.endpoint.check(srv, &mut self.oracle)?;
         }
         let now = self.server_now();
@@ -419,10 +431,28 @@ impl<'s> World<'s> {
         Ok(())
     }
 
+    /// Takes the revokes the server just wrote out of its event rings (call it after every
+    /// server turn, so the oracle learns each at the tick it was sent).
+    fn drain_events(&mut self, srv: &mut Server<'_>) {
+        let now = self.server_now();
+        let timeout = self.p.cfg.timing.revoke_timeout_ms;
+        self.endpoint
+            .drain_events(srv, &mut self.oracle, now, timeout);
+    }
+
+    /// Sends the revokes due, as event messages on the data channels of their clients.
+    fn send_events(&mut self) {
+        for (link, bytes, revokes) in self.endpoint.events() {
+            self.faults.revokes += revokes as u64;
+            self.send_reply(link, net::Channel::Data, bytes, ReplyFate::Normal);
+        }
+    }
+
     /// Checks the clients that may believe they hold lock `name`: the belief rules of the
     /// oracle (`oracle::beliefs`) over those that do.
     fn check_beliefs(&mut self, name: usize) -> Result<(), String> {
         let now = self.server_now();
+        let revoke_timeout = self.p.cfg.timing.revoke_timeout_ms;
         let clients = &self.clients;
         let mut list = std::mem::take(&mut self.believers[name]);
         list.retain(|&i| {
@@ -436,7 +466,15 @@ impl<'s> World<'s> {
                 let c = &clients[i];
                 let l = c.record_of(name)?;
                 let mode = l.used_mode()?;
-                (c.trusts_lease(now) && now <= l.grant_until()).then_some(Belief {
+                // A cached grant may have been revoked with the revoke still on its way, and
+                // lapse unknown to the client: it is sure of it only within the revoke timeout
+                // of the last data request answered (`SimClient::data_anchor`).
+                let timeout = match revoke_timeout {
+                    0 => u64::from(c.lease_ms),
+                    t => u64::from(t),
+                };
+                let unrevoked = !l.cache.cached || now < c.data_anchor + timeout;
+                (c.trusts_lease(now) && now <= l.grant_until() && unrevoked).then_some(Belief {
                     holder: i,
                     mode,
                     token: l.local.token.0,

@@ -45,7 +45,13 @@ impl World<'_> {
     }
 
     /// Sends reply `bytes` on `link` as the seed's compound faults decide.
-    fn send_reply(&mut self, link: LinkId, channel: Channel, bytes: Vec<u8>, fate: ReplyFate) {
+    pub(super) fn send_reply(
+        &mut self,
+        link: LinkId,
+        channel: Channel,
+        bytes: Vec<u8>,
+        fate: ReplyFate,
+    ) {
         let now = self.now;
         match fate {
             ReplyFate::Normal => {
@@ -197,6 +203,8 @@ impl World<'_> {
                     continue;
                 }
                 self.faults.connections_reset += 1;
+                // Revokes on the way to it are lost with the link.
+                c.revoke_all_cached();
                 c.link = None;
                 c.connected = false;
                 c.pending = None;

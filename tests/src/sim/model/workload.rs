@@ -7,7 +7,7 @@
 use dlock_core::config::BATCH_MAX;
 use dlock_core::proto::{
     Batch, Command, ControlHeader, ControlRequest, ControlRequestFrame, DATA_MESSAGE_MAX,
-    DataHeader, FLAG_ALL_OR_NOTHING, Held, LockClaim, LockOp, ObjectCommand, ObjectOp,
+    DataHeader, FLAG_ALL_OR_NOTHING, Held, LockClaim, LockFlags, LockOp, ObjectCommand, ObjectOp,
     PROTO_VERSION, encode_control_request, encode_data_request,
 };
 use dlock_core::server::Server;
@@ -152,8 +152,16 @@ impl World<'_> {
         self.send_to_server(i, Channel::Data, buf);
     }
 
-    /// A registered, idle client does one random thing.
+    /// A registered, idle client does one random thing, after a cached grant it owes back.
     fn workload(&mut self, srv: &mut Server<'_>, i: usize) -> Result<(), String> {
+        let owed = self.clients[i].locks.iter().position(|l| {
+            l.as_ref()
+                .is_some_and(super::client::SimLock::give_back_due)
+        });
+        if let Some(rec) = owed {
+            self.give_back(i, rec);
+            return Ok(());
+        }
         let r = self.rng.below(1_000);
         let records: Vec<usize> = self.clients[i].live_records().collect();
         if (records.len() < self.clients[i].appetite && r < 150) || records.is_empty() {
@@ -340,7 +348,11 @@ impl World<'_> {
                     if is_unlock(req.command().op) && rl.local.state.held_mode().is_some() {
                         rl.releasing = true;
                     }
-                    items.push(Item::Lock { rec, req });
+                    items.push(Item::Lock {
+                        rec,
+                        req,
+                        cacheable: false,
+                    });
                     commands.push(Command::Lock(req.command()));
                 }
             }
@@ -355,6 +367,15 @@ impl World<'_> {
             }
             return Ok(());
         }
+        if self.clients[i].locks[pick]
+            .as_ref()
+            .is_some_and(|l| l.cache.cached && !l.releasing)
+        {
+            return self.cached_op(i, pick, r);
+        }
+        let cacheable = l.local.kind != LockKind::Fair
+            && self.plan.cache_ppm > 0
+            && self.rng.chance(self.plan.cache_ppm);
         let l = self.clients[i].locks[pick].as_mut().expect("picked record");
         let d = match (l.releasing, l.local.state) {
             (true, _) => l.local.unlock(),
@@ -398,16 +419,77 @@ impl World<'_> {
                     l.releasing = true;
                 }
                 self.ops -= 1;
-                let c = req.command();
+                let mut c = req.command();
+                let cacheable = cacheable && c.op.acquires();
+                if cacheable {
+                    c.flags = c.flags.union(LockFlags::CACHEABLE);
+                }
                 self.send_data(
                     i,
-                    vec![Item::Lock { rec: pick, req }],
+                    vec![Item::Lock {
+                        rec: pick,
+                        req,
+                        cacheable,
+                    }],
                     &[Command::Lock(c)],
                     0,
                 );
             }
         }
         Ok(())
+    }
+
+    /// One operation on record `pick`, whose grant the server holds cached for the client
+    /// (`r` the draw of [`World::lock_op`]): its user releases it locally, or a new user
+    /// re-acquires it locally (no message either way); a revoked grant goes back when its user
+    /// is done, and one whose revoke the client ignores is at last unlocked (and refused if it
+    /// lapsed).
+    fn cached_op(&mut self, i: usize, pick: usize, r: u64) -> Result<(), String> {
+        let now = self.server_now();
+        let l = self.clients[i].locks[pick].as_mut().expect("picked record");
+        // An atomic grant runs out as its lease says, cached or not.
+        let live = l.local.state.held_mode().is_some() && now <= l.grant_until();
+        let cache = &mut l.cache;
+        match (cache.revoked, cache.parked) {
+            (false, false) if r < 60 => {
+                cache.parked = true;
+                self.ops += 1;
+                return Ok(());
+            }
+            (false, true) if r < 60 && live => {
+                cache.parked = false;
+                self.ops += 1;
+                self.faults.local_acquires += 1;
+                let name = l.name;
+                return self.note_belief(i, name);
+            }
+            (false, true) if r < 60 => {}
+            (true, false) if r < 60 => {
+                cache.parked = true;
+                if cache.ignoring {
+                    return Ok(());
+                }
+            }
+            (true, true) if !cache.ignoring || r < 3 => {}
+            _ => return Ok(()),
+        }
+        self.give_back(i, pick);
+        Ok(())
+    }
+
+    /// Client `i` gives record `pick`'s cached grant back (an unlock).
+    pub(super) fn give_back(&mut self, i: usize, pick: usize) {
+        let l = self.clients[i].locks[pick].as_mut().expect("picked record");
+        let Decision::Send(req) = l.local.unlock() else {
+            return;
+        };
+        l.releasing = true;
+        let item = Item::Lock {
+            rec: pick,
+            req,
+            cacheable: false,
+        };
+        self.send_data(i, vec![item], &[Command::Lock(req.command())], 0);
     }
 
     /// Sends the claims of the records from index `from` on (up to 31), or `ReinitDone` when

@@ -46,6 +46,16 @@ struct Holder {
     mode: Mode,
     /// Last server tick at which the grant is still held (`u64::MAX`: until released).
     until: u64,
+    /// Last server tick at which a cached grant whose revoke its holder ignores is still held:
+    /// the server lapses it at the revoke timeout (`u64::MAX`: not revoked).
+    lapses: u64,
+}
+
+impl Holder {
+    /// Whether the grant is still held at `now`.
+    fn live(&self, now: u64) -> bool {
+        self.until.min(self.lapses) >= now
+    }
 }
 
 /// The independent model.
@@ -153,7 +163,7 @@ impl Oracle {
     /// Grants of the clients, per lock name, still held at `now` (for the final check).
     pub fn held_names(&self, now: u64) -> Vec<usize> {
         (0..self.holders.len())
-            .filter(|&n| self.holders[n].iter().any(|h| h.until >= now))
+            .filter(|&n| self.holders[n].iter().any(|h| h.live(now)))
             .collect()
     }
 
@@ -161,14 +171,31 @@ impl Oracle {
     pub fn holds(&self, name: usize, client: u32, mode: Mode, now: u64) -> bool {
         self.holders[name]
             .iter()
-            .any(|h| h.client == client && h.mode == mode && h.until >= now)
+            .any(|h| h.client == client && h.mode == mode && h.live(now))
+    }
+
+    /// The server revoked client `client`'s cached grant of lock id `raw`: if the client
+    /// ignores it, the grant lapses after tick `held_until` (a cached holder is a holder until
+    /// it gives the grant back or its revoke lapses, like a lease).
+    pub fn revoked(&mut self, client: u32, raw: u32, held_until: u64) {
+        let Some(&name) = self.ids.get(&raw) else {
+            return;
+        };
+        if self.trace {
+            eprintln!(
+                "client {client:#x} asked to give lock {name} back; lapses after {held_until}"
+            );
+        }
+        for h in self.holders[name].iter_mut().filter(|h| h.client == client) {
+            h.lapses = h.lapses.min(held_until);
+        }
     }
 
     /// A conflicting live grant of another client on `name`, if any.
     fn conflict(&self, name: usize, client: u32, mode: Mode, now: u64) -> Option<Holder> {
         self.holders[name].iter().copied().find(|h| {
             h.client != client
-                && h.until >= now
+                && h.live(now)
                 && (mode == Mode::Exclusive || h.mode == Mode::Exclusive)
         })
     }
@@ -333,6 +360,7 @@ impl Oracle {
                         client,
                         mode,
                         until: until(c.expire_ms),
+                        lapses: u64::MAX,
                     },
                 );
             }
@@ -346,36 +374,46 @@ impl Oracle {
                         h.client, h.mode, h.until
                     ));
                 }
-                let old = self.holders[name]
+                let (old, lapses) = self.holders[name]
                     .iter()
                     .find(|h| h.client == client)
-                    .map_or(0, |h| h.until);
+                    .map_or((0, u64::MAX), |h| (h.until, h.lapses));
                 let new = if c.expire_ms == 0 {
                     old
                 } else {
                     old.max(until(c.expire_ms))
                 };
+                // An extend does not answer a revoke: the grant lapses as before.
                 self.add(
                     name,
                     Holder {
                         client,
                         mode,
                         until: new,
+                        lapses,
                     },
                 );
             }
             LockOp::UnlockExclusive | LockOp::UnlockShared => {
                 self.holders[name].retain(|h| h.client != client);
             }
-            // The exclusive holder stays, as a reader (RW grants never lapse).
-            LockOp::Downgrade => self.add(
-                name,
-                Holder {
-                    client,
-                    mode: Mode::Shared,
-                    until: u64::MAX,
-                },
-            ),
+            // The exclusive holder stays, as a reader (RW grants never lapse; a revoke
+            // outstanding still may, which a later grant would show).
+            LockOp::Downgrade => {
+                let lapses = self.holders[name]
+                    .iter()
+                    .find(|h| h.client == client)
+                    .map_or(u64::MAX, |h| h.lapses);
+                self.add(
+                    name,
+                    Holder {
+                        client,
+                        mode: Mode::Shared,
+                        until: u64::MAX,
+                        lapses,
+                    },
+                );
+            }
         }
         Ok(())
     }
@@ -428,6 +466,7 @@ impl Oracle {
                 client,
                 mode,
                 until,
+                lapses: u64::MAX,
             },
         );
         Ok(())
