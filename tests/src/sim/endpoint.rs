@@ -390,7 +390,7 @@ impl<'s> Endpoint<'s> {
         if tick {
             srv.tick(now);
             // The dead clients' grants end before the waiters their release woke are granted.
-            oracle.forget_gone(|id| srv.is_registered(id));
+            oracle.forget_gone(now, |id| srv.is_registered(id));
             decided.extend(self.decided(srv, oracle, now)?);
             srv.sweep_streams(&mut self.routing, |conn| emptied.push(conn as LinkId));
         }

@@ -24,6 +24,7 @@
 //! | `cache_ppm`         | that share of acquisitions asks for a cached grant (`CACHEABLE`): released locally, re-acquired locally, given back (or downgraded) on a revoke |
 //! | `revoke_ignore_ppm` | that share of revokes is ignored, so the holder's grant lapses at the revoke timeout |
 //! | `min_hold_ms`       | the server's minimum hold (`Timing::min_hold_ms`): revokes wait for its end |
+//! | `value_ppm`         | that share of lock records asks for the lock's value block with every grant, and half their exclusive unlocks write one |
 //!
 //! A plan is drawn from its own generator ([`FaultPlan::draw`]), so a seed's plan does not
 //! depend on what else the simulator draws; the toggles are drawn after the faults, so a seed's
@@ -59,6 +60,8 @@ pub struct Faults {
     pub revokes_ignored: u64,
     /// Cached grants re-acquired without a message.
     pub local_acquires: u64,
+    /// Value blocks written by exclusive unlocks.
+    pub values_written: u64,
 }
 
 impl Faults {
@@ -89,6 +92,7 @@ impl Faults {
             (&mut self.revokes, o.revokes),
             (&mut self.revokes_ignored, o.revokes_ignored),
             (&mut self.local_acquires, o.local_acquires),
+            (&mut self.values_written, o.values_written),
         ];
         for (mine, theirs) in pairs {
             *mine += theirs;
@@ -129,6 +133,8 @@ pub struct FaultPlan {
     pub revoke_ignore_ppm: u32,
     /// The server's minimum hold of a cached grant (ms; 0: none).
     pub min_hold_ms: u32,
+    /// A lock record asks for value blocks (per record).
+    pub value_ppm: u32,
 }
 
 /// What becomes of a reply the server is about to send.
@@ -187,6 +193,7 @@ impl FaultPlan {
             cache_ppm: maybe(&mut rng, 50_000, 1_000_000),
             revoke_ignore_ppm: maybe(&mut rng, 5_000, 300_000),
             min_hold_ms: maybe(&mut rng, 1, 60),
+            value_ppm: maybe(&mut rng, 100_000, 1_000_000),
         }
     }
 

@@ -2,7 +2,7 @@
 //! records, when its lease counts as renewed, and what it re-claims after a failover.
 
 use dlock_core::proto::{
-    BatchEntry, ControlResponse, Event, decode_control_response, decode_data_response,
+    BatchEntry, ControlResponse, Event, LockFlags, decode_control_response, decode_data_response,
     decode_event_message,
 };
 use dlock_core::server::Server;
@@ -12,6 +12,7 @@ use dlock_transport::client::LocalLock;
 use super::World;
 use super::client::{Cache, Ctl, FORGED, Item, Out, Pending, Phase, SimLock};
 use crate::sim::net::Channel;
+use crate::sim::{FaultPlan, Rng};
 
 /// Whether a status says the server no longer knows the client.
 pub(super) fn registration_gone(s: Status) -> bool {
@@ -108,7 +109,7 @@ impl World<'_> {
                         epoch: u32::from(c.epoch),
                         mac: rep.proof_mac(k),
                     };
-                    let _ = l.local.apply(&req, &r, proof, None, at);
+                    let _ = l.local.apply(&req, &r, proof, rep.value(k), at);
                     if cacheable && r.status == Status::Success && req.command().op.acquires() {
                         // A fresh cached grant, in use by the user that asked.
                         l.cache = Cache {
@@ -372,8 +373,8 @@ impl World<'_> {
             (Ctl::GetLock(names), ControlResponse::Lock { lock }) => {
                 if let (Some(&n), Some(id)) = (names.first(), LockId::from_raw(lock)) {
                     let kind = self.oracle.names()[n].1;
-                    c.locks
-                        .push(Some(SimLock::new(n, LocalLock::new(id, kind))));
+                    let local = asking(LocalLock::new(id, kind), &mut self.rng, &self.plan);
+                    c.locks.push(Some(SimLock::new(n, local)));
                 }
             }
             (Ctl::GetLock(names), ControlResponse::Entries(e)) => {
@@ -381,8 +382,8 @@ impl World<'_> {
                     if let (Status::Success, Some(id)) = (entry.status, LockId::from_raw(entry.id))
                     {
                         let kind = self.oracle.names()[*n].1;
-                        c.locks
-                            .push(Some(SimLock::new(*n, LocalLock::new(id, kind))));
+                        let local = asking(LocalLock::new(id, kind), &mut self.rng, &self.plan);
+                        c.locks.push(Some(SimLock::new(*n, local)));
                     }
                 }
             }
@@ -421,4 +422,12 @@ fn claim_answered(slot: &mut Option<SimLock>, entry: BatchEntry) {
         (Status::Success, Some(id), Some(l)) => l.local.id = id,
         _ => *slot = None,
     }
+}
+
+/// A new lock record, asking for value blocks as the seed's plan says.
+fn asking(mut local: LocalLock, rng: &mut Rng, plan: &FaultPlan) -> LocalLock {
+    if plan.value_ppm > 0 && rng.chance(plan.value_ppm) {
+        local.ask = LockFlags::VALUE_BLOCK;
+    }
+    local
 }

@@ -14,9 +14,15 @@ use dlock_core::server::Server;
 use dlock_core::{GrantProof, LockKind, Mode, Ticket};
 use dlock_transport::client::{Decision, LocalState};
 
-use super::client::{Ctl, FORGED, Item, Out, Pending, Phase, idle_for_trylock, releasable};
+use super::client::{
+    Ctl, FORGED, Item, Out, Pending, Phase, SimLock, idle_for_trylock, releasable,
+};
 use super::{REQUEST_TIMEOUT_MS, World};
 use crate::sim::net::Channel;
+use crate::sim::{Faults, Rng};
+use dlock_core::Status;
+use dlock_core::manager::value::ValueBlock;
+use dlock_core::proto::{finish_value_requests, put_value_request};
 
 impl World<'_> {
     /// Client `i` takes its turn.
@@ -133,7 +139,23 @@ impl World<'_> {
             flags,
         };
         let mut buf = vec![0u8; DATA_MESSAGE_MAX];
-        let n = encode_data_request(&header, commands, &mut buf).expect("encode data request");
+        let mut n = encode_data_request(&header, commands, &mut buf).expect("encode data request");
+        // The blocks exclusive unlocks write ride in the request's value trailer.
+        let blocks: Vec<_> = items
+            .iter()
+            .map(|item| match item {
+                Item::Lock { req, .. } => req.value_block(),
+                Item::Object { .. } => None,
+            })
+            .collect();
+        if blocks.iter().any(Option::is_some) {
+            let count = commands.len();
+            for (k, b) in blocks.iter().enumerate() {
+                let b = b.unwrap_or(ValueBlock::ZERO);
+                put_value_request(&mut buf, count, k, &b, k == 0).expect("value trailer");
+            }
+            n = finish_value_requests(&mut buf, count).expect("value trailer");
+        }
         buf.truncate(n);
         let wait_ms = match commands {
             [Command::Lock(l)] => l.wait_ms,
@@ -382,7 +404,10 @@ impl World<'_> {
             (false, LocalState::ExclusiveLocked | LocalState::SharedLocked) => {
                 let held = l.local.state.held_mode().unwrap_or(Mode::Exclusive);
                 match r {
-                    0..=59 => l.local.unlock(),
+                    0..=59 => {
+                        stage_value(l, &mut self.rng, &mut self.faults);
+                        l.local.unlock()
+                    }
                     60..=79 => l.local.extend(held, if r == 79 { 0 } else { expire }),
                     _ => l.local.trylock(held, expire, 0),
                 }
@@ -480,6 +505,7 @@ impl World<'_> {
     /// Client `i` gives record `pick`'s cached grant back (an unlock).
     pub(super) fn give_back(&mut self, i: usize, pick: usize) {
         let l = self.clients[i].locks[pick].as_mut().expect("picked record");
+        stage_value(l, &mut self.rng, &mut self.faults);
         let Decision::Send(req) = l.local.unlock() else {
             return;
         };
@@ -620,4 +646,19 @@ fn control_bytes(word: u32, message_id: u16, body: ControlRequest<'_>) -> Vec<u8
 /// Whether `op` releases a grant or abandons a ticket.
 fn is_unlock(op: LockOp) -> bool {
     matches!(op, LockOp::UnlockExclusive | LockOp::UnlockShared)
+}
+
+/// Half the exclusive unlocks of a record that asks for value blocks write one: 32 random
+/// bytes, which the oracle then expects every grant to read until the next write.
+fn stage_value(l: &mut SimLock, rng: &mut Rng, faults: &mut Faults) {
+    let asks = l.local.ask.contains(LockFlags::VALUE_BLOCK);
+    if asks && l.local.state == LocalState::ExclusiveLocked && rng.below(2) == 0 {
+        let mut block = [0u8; 32];
+        for chunk in block.chunks_mut(8) {
+            chunk.copy_from_slice(&rng.next_u64().to_le_bytes());
+        }
+        if l.local.stage_value(ValueBlock(block)) == Status::Success {
+            faults.values_written += 1;
+        }
+    }
 }

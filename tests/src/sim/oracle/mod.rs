@@ -25,15 +25,17 @@
 //! [`Server::check_invariants`]: dlock_core::server::Server::check_invariants
 
 pub mod beliefs;
+pub mod values;
 
 use std::collections::{HashMap, HashSet};
 
-use dlock_core::proto::Held;
+use dlock_core::manager::value::{ValueBlock, ValueRead};
 use dlock_core::proto::{
     Command, CommandResult, ControlRequest, ControlResponse, LockCommand, LockOp, ObjectCommand,
     ObjectOp, decode_control_request, decode_control_response, decode_data_request,
     decode_data_response,
 };
+use dlock_core::proto::{Held, LockFlags};
 use dlock_core::server::{Routing, Server, WaitReply};
 use dlock_core::word::fair::{FairWord, ticket_before};
 use dlock_core::{LockKind, Mode, Status};
@@ -78,6 +80,8 @@ pub struct Oracle {
     faa_seen: HashMap<u32, HashSet<u64>>,
     /// The rules about what clients believe.
     pub beliefs: beliefs::Beliefs,
+    /// The lock value blocks.
+    pub values: values::Values,
     /// Checks made (grants, claims and object results compared against the model, and table
     /// checks).
     pub checks: u64,
@@ -97,6 +101,7 @@ impl Oracle {
             holders: vec![Vec::new(); names.len()],
             max_token: vec![0; names.len()],
             beliefs: beliefs::Beliefs::new(names.len()),
+            values: values::Values::new(names.len()),
             name_index,
             names,
             trace: std::env::var_os("DLOCK_SIM_TRACE").is_some(),
@@ -133,20 +138,24 @@ impl Oracle {
     pub fn new_incarnation(&mut self) {
         self.holders.iter_mut().for_each(Vec::clear);
         self.ids.clear();
+        self.values.new_incarnation();
         self.fair_last.clear();
         self.objects.clear();
         self.faa_seen.clear();
     }
 
-    /// The server gave lock id `raw` to name `name`.
-    fn name_lock(&mut self, raw: u32, name: usize) {
+    /// The server gave lock id `raw` to name `name` (restoring it from a claim if `claimed`).
+    fn name_lock(&mut self, raw: u32, name: usize, claimed: bool) {
         self.ids.insert(raw, name);
+        self.values.named(name, raw, claimed);
     }
 
-    /// Forgets the grants of clients the server no longer has (`registered` says who).
-    pub fn forget_gone(&mut self, registered: impl Fn(u32) -> bool) {
+    /// Forgets the grants of clients the server no longer has (`registered` says who) at
+    /// `now`: an exclusive grant lost so leaves its lock's value block invalid.
+    pub fn forget_gone(&mut self, now: u64, registered: impl Fn(u32) -> bool) {
         let trace = self.trace;
         for (name, hs) in self.holders.iter_mut().enumerate() {
+            let mut lost = None;
             hs.retain(|h| {
                 let keep = registered(h.client);
                 if !keep && trace {
@@ -155,8 +164,14 @@ impl Oracle {
                         h.client, h.mode
                     );
                 }
+                if !keep && h.mode == Mode::Exclusive {
+                    lost = Some(lost.unwrap_or(true) && h.live(now));
+                }
                 keep
             });
+            if let Some(running) = lost {
+                self.values.lost(name, running);
+            }
         }
     }
 
@@ -221,7 +236,7 @@ impl Oracle {
         match (req.body, rep.body) {
             (ControlRequest::GetLock { name, .. }, ControlResponse::Lock { lock }) => {
                 if let Some(n) = self.name_index(name) {
-                    self.name_lock(lock, n);
+                    self.name_lock(lock, n, false);
                 }
             }
             (ControlRequest::BatchGetLock(b), ControlResponse::Entries(e)) => {
@@ -230,7 +245,7 @@ impl Oracle {
                         && let Some((_, name)) = b.get(i)
                         && let Some(n) = self.name_index(name)
                     {
-                        self.name_lock(entry.id, n);
+                        self.name_lock(entry.id, n, false);
                     }
                 }
             }
@@ -248,7 +263,7 @@ impl Oracle {
                     if entry.status != Status::Success {
                         continue;
                     }
-                    self.name_lock(entry.id, name);
+                    self.name_lock(entry.id, name, true);
                     let mode = claimed_mode(claim.held);
                     self.claim_accepted(now, client, name, claim.kind, mode, claim.remaining_ms)?;
                 }
@@ -258,7 +273,7 @@ impl Oracle {
                 | ControlRequest::ClientInit { .. }
                 | ControlRequest::ClientReinit { .. },
                 _,
-            ) => self.forget_gone(registered),
+            ) => self.forget_gone(now, registered),
             _ => {}
         }
         Ok(rep.header.status())
@@ -272,7 +287,12 @@ impl Oracle {
         for (i, c) in req.commands().enumerate() {
             let r = rep.result(i).result;
             match c {
-                Command::Lock(l) => self.lock_result(now, client, &l, &r)?,
+                Command::Lock(l) => {
+                    // A command writes the block its trailer entry holds only when flagged.
+                    let writes = l.flags.contains(LockFlags::VALUE_BLOCK);
+                    let blocks = (req.value_block(i).filter(|_| writes), rep.value(i));
+                    self.lock_result(now, client, &l, &r, blocks)?;
+                }
                 Command::Object(o) => self.object_result(&o, &r)?,
                 // Joins belong to multiplexing clients; the simulators send none.
                 Command::Join(_) => return Err("a join reached the state machine".into()),
@@ -284,16 +304,18 @@ impl Oracle {
     /// The server decided parked request `w` at its tick `now`. Parked replies decided in one
     /// turn must come in grant (token) order.
     pub fn parked(&mut self, w: &WaitReply, now: u64) -> Result<(), String> {
-        self.lock_result(now, w.client, &w.command, &w.result)
+        self.lock_result(now, w.client, &w.command, &w.result, (None, w.value))
     }
 
-    /// The server answered lock command `c` of client `client` with `r` at server tick `now`.
+    /// The server answered lock command `c` of client `client` with `r` at server tick `now`;
+    /// `(written, read)` are the value block the command wrote and the one its reply read.
     fn lock_result(
         &mut self,
         now: u64,
         client: u32,
         c: &LockCommand,
         r: &CommandResult,
+        (written, read): (Option<ValueBlock>, Option<ValueRead>),
     ) -> Result<(), String> {
         if self.trace {
             eprintln!(
@@ -343,6 +365,17 @@ impl Oracle {
                     ));
                 }
                 self.max_token[name] = r.aux;
+                // An exclusive grant of another client the model saw run out is taken over: the
+                // server invalidates the block if its holder is still in the word.
+                if self.holders[name]
+                    .iter()
+                    .any(|h| h.client != client && h.mode == Mode::Exclusive && !h.live(now))
+                {
+                    self.values.lost(name, false);
+                }
+                if let Some(v) = read {
+                    self.values.read(name, &v, client, now)?;
+                }
                 if c.kind == LockKind::Fair && mode == Mode::Exclusive {
                     let tx = FairWord::from_bits(r.word).mx();
                     if let Some(&last) = self.fair_last.get(&c.lock)
@@ -395,11 +428,15 @@ impl Oracle {
                 );
             }
             LockOp::UnlockExclusive | LockOp::UnlockShared => {
+                if c.op == LockOp::UnlockExclusive {
+                    self.values.released(name, written);
+                }
                 self.holders[name].retain(|h| h.client != client);
             }
             // The exclusive holder stays, as a reader (RW grants never lapse; a revoke
             // outstanding still may, which a later grant would show).
             LockOp::Downgrade => {
+                self.values.released(name, written);
                 let lapses = self.holders[name]
                     .iter()
                     .find(|h| h.client == client)
