@@ -224,7 +224,8 @@ impl<'s> Endpoint<'s> {
         out
     }
 
-    /// A control frame arrived on `link`: its reply and the reply's status, or the link
+    /// A control frame arrived on `link`, from a client the runtime gives `role` (a configured
+    /// recoverer, or not): its reply and the reply's status, or the link
     /// closes. Returns also the links a registration replaced (the runtime closes them: one
     /// control connection per client).
     pub fn control(
@@ -234,6 +235,7 @@ impl<'s> Endpoint<'s> {
         link: LinkId,
         req: &[u8],
         now: u64,
+        role: Role,
     ) -> Result<(Controlled, Vec<LinkId>), String> {
         let (h, _) = peek_control_header(req).map_err(|e| format!("own request: {e:?}"))?;
         let conn = self.control.get(&link).copied().unwrap_or_default();
@@ -243,7 +245,7 @@ impl<'s> Endpoint<'s> {
             ControlAdmission::AnswerGone => answer_gone(&h, &mut self.out)
                 .map_err(|e| format!("answer to a gone client: {e:?}"))?,
             ControlAdmission::Run => {
-                let at = (control_conn(link), Peer::EXEMPT, Role::Client);
+                let at = (control_conn(link), Peer::EXEMPT, role);
                 let done = srv
                     .control(&mut self.routing, at, req, &mut self.out, now)
                     .map_err(|e| format!("control frame refused: {e:?}"))?;
@@ -263,7 +265,7 @@ impl<'s> Endpoint<'s> {
             }
         };
         let reply = self.out[..n].to_vec();
-        let status = oracle.control(req, &reply, now, |id| srv.is_registered(id))?;
+        let status = oracle.control(req, &reply, (now, role), |id| srv.is_registered(id))?;
         self.dirty = true;
         Ok((Controlled::Reply(reply, status), replaced))
     }

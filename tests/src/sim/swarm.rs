@@ -25,6 +25,7 @@
 //! | `revoke_ignore_ppm` | that share of revokes is ignored, so the holder's grant lapses at the revoke timeout |
 //! | `min_hold_ms`       | the server's minimum hold (`Timing::min_hold_ms`): revokes wait for its end |
 //! | `value_ppm`         | that share of lock records asks for the lock's value block with every grant, and half their exclusive unlocks write one |
+//! | `retain_ppm`        | that share of acquisitions asks to be retained on the holder's death (`RETAIN`); a recoverer lists the dead clients' retained locks and calls `recovery_done`, and other clients now and then try to, which must be refused |
 //!
 //! A plan is drawn from its own generator ([`FaultPlan::draw`]), so a seed's plan does not
 //! depend on what else the simulator draws; the toggles are drawn after the faults, so a seed's
@@ -62,6 +63,10 @@ pub struct Faults {
     pub local_acquires: u64,
     /// Value blocks written by exclusive unlocks.
     pub values_written: u64,
+    /// Dead clients whose retained locks a recoverer released.
+    pub recoveries_done: u64,
+    /// `recovery_done` calls from clients without the role (all refused).
+    pub recoveries_refused: u64,
 }
 
 impl Faults {
@@ -93,6 +98,8 @@ impl Faults {
             (&mut self.revokes_ignored, o.revokes_ignored),
             (&mut self.local_acquires, o.local_acquires),
             (&mut self.values_written, o.values_written),
+            (&mut self.recoveries_done, o.recoveries_done),
+            (&mut self.recoveries_refused, o.recoveries_refused),
         ];
         for (mine, theirs) in pairs {
             *mine += theirs;
@@ -135,6 +142,8 @@ pub struct FaultPlan {
     pub min_hold_ms: u32,
     /// A lock record asks for value blocks (per record).
     pub value_ppm: u32,
+    /// An acquisition asks to be retained on its holder's death (per acquisition).
+    pub retain_ppm: u32,
 }
 
 /// What becomes of a reply the server is about to send.
@@ -194,6 +203,7 @@ impl FaultPlan {
             revoke_ignore_ppm: maybe(&mut rng, 5_000, 300_000),
             min_hold_ms: maybe(&mut rng, 1, 60),
             value_ppm: maybe(&mut rng, 100_000, 1_000_000),
+            retain_ppm: maybe(&mut rng, 50_000, 1_000_000),
         }
     }
 

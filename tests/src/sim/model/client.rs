@@ -133,6 +133,10 @@ pub enum Ctl {
     Release(usize),
     ObjectCreate(usize),
     ObjectGet(usize),
+    /// The recoverer lists retained locks.
+    ListRetained,
+    /// `recovery_done` for this dead client (from the recoverer, or a client without the role).
+    RecoveryDone(u32),
 }
 
 /// The request a client waits for.

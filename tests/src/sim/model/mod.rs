@@ -26,7 +26,9 @@ mod workload;
 
 use std::collections::HashMap;
 
+use dlock_core::manager::retain::Role;
 use dlock_core::server::{Server, ServerState, SlotRouting};
+use dlock_core::table::ClientState;
 use dlock_core::{Config, LockKind};
 
 use super::endpoint::Endpoint;
@@ -406,6 +408,20 @@ impl<'s> World<'s> {
                 "server still {:?} after traffic stopped",
                 srv.state()
             ));
+        }
+        // The operator's recoverer releases what dead clients still retain (the simulated one
+        // may have died, or not come round to every dead client).
+        let t = srv.tables();
+        let retaining: Vec<u32> = (0..t.client_free.high_water())
+            .map(|s| &t.clients[s as usize])
+            .filter(|e| e.client_state() == ClientState::Retaining)
+            .map(|e| e.id)
+            .collect();
+        for dead in retaining {
+            srv.recovery_done(Role::Recoverer, dead, now)
+                .map_err(|s| format!("recovery_done({dead:#x}) refused the operator: {s}"))?;
+            self.oracle.recovered(dead);
+            self.faults.recoveries_done += 1;
         }
         let held = self.oracle.held_names(now);
         if !held.is_empty() {

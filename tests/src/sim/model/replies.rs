@@ -2,8 +2,8 @@
 //! records, when its lease counts as renewed, and what it re-claims after a failover.
 
 use dlock_core::proto::{
-    BatchEntry, ControlResponse, Event, LockFlags, decode_control_response, decode_data_response,
-    decode_event_message,
+    BatchEntry, ControlRequest, ControlResponse, Event, LockFlags, decode_control_response,
+    decode_data_response, decode_event_message,
 };
 use dlock_core::server::Server;
 use dlock_core::{GrantProof, LockId, Mode, Status};
@@ -410,6 +410,19 @@ impl World<'_> {
                 }
             }
             (Ctl::ObjectGet(_), _) => {}
+            (Ctl::ListRetained, ControlResponse::Retained(page)) => {
+                if let Some(e) = page.entries.iter().next() {
+                    let id = c.id.unwrap_or(0);
+                    let body = ControlRequest::RecoveryDone { dead: e.client };
+                    self.send_control(i, id, body, Ctl::RecoveryDone(e.client));
+                }
+            }
+            (Ctl::ListRetained, _) => {}
+            (Ctl::RecoveryDone(_), _) => {
+                if status == Status::Success {
+                    self.faults.recoveries_done += 1;
+                }
+            }
         }
         Ok(())
     }

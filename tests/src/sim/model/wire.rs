@@ -3,6 +3,7 @@
 //! break.
 
 use dlock_core::Status;
+use dlock_core::manager::retain::Role;
 use dlock_core::server::Server;
 
 use super::World;
@@ -122,7 +123,7 @@ impl World<'_> {
             Channel::Control => {
                 let (controlled, replaced) =
                     self.endpoint
-                        .control(srv, &mut self.oracle, m.link, &m.bytes, now)?;
+                        .control(srv, &mut self.oracle, m.link, &m.bytes, now, role(i))?;
                 for link in replaced {
                     self.net.break_link(link);
                 }
@@ -219,5 +220,14 @@ impl World<'_> {
                 }
             }
         }
+    }
+}
+
+/// The role the server's configuration gives sim client `i`: the first is a recoverer
+/// (`--recoverer`), which may call `recovery_done`; the others may not.
+pub(super) fn role(i: usize) -> Role {
+    match i {
+        0 => Role::Recoverer,
+        _ => Role::Client,
     }
 }

@@ -21,7 +21,9 @@ use super::{REQUEST_TIMEOUT_MS, World};
 use crate::sim::net::Channel;
 use crate::sim::{Faults, Rng};
 use dlock_core::Status;
+use dlock_core::manager::retain::Role;
 use dlock_core::manager::value::ValueBlock;
+use dlock_core::proto::ListRetained;
 use dlock_core::proto::{finish_value_requests, put_value_request};
 
 impl World<'_> {
@@ -115,7 +117,7 @@ impl World<'_> {
         self.send_control(i, id, body, Ctl::Reinit);
     }
 
-    fn send_control(&mut self, i: usize, word: u32, body: ControlRequest<'_>, ctl: Ctl) {
+    pub(super) fn send_control(&mut self, i: usize, word: u32, body: ControlRequest<'_>, ctl: Ctl) {
         let message_id = self.clients[i].message_id();
         let bytes = control_bytes(word, message_id, body);
         self.clients[i].pending = Some(Pending {
@@ -215,9 +217,30 @@ impl World<'_> {
                 }
             }
             31..=160 => self.object_op(i),
+            161..=170 if self.plan.retain_ppm > 0 => self.recovery_op(i),
             _ => self.lock_op(srv, i, &records)?,
         }
         Ok(())
+    }
+
+    /// The recoverer (sim client 0, `wire::role`) lists the retained locks, and the reply
+    /// makes it call `recovery_done` for the first dead client listed; any other client now and
+    /// then calls it for some client id it knows, which must be refused.
+    fn recovery_op(&mut self, i: usize) {
+        let id = self.clients[i].id.unwrap_or(0);
+        if super::wire::role(i) == Role::Recoverer {
+            let body = ControlRequest::ListRetained(ListRetained {
+                client: 0,
+                cursor: 0,
+            });
+            self.send_control(i, id, body, Ctl::ListRetained);
+        } else if self.rng.below(20) == 0 {
+            let other = self.clients[self.rng.index(self.clients.len())].id;
+            let dead = other.unwrap_or(id);
+            self.faults.recoveries_refused += 1;
+            let body = ControlRequest::RecoveryDone { dead };
+            self.send_control(i, id, body, Ctl::RecoveryDone(dead));
+        }
     }
 
     fn get_locks(&mut self, i: usize) -> Result<(), String> {
@@ -398,6 +421,7 @@ impl World<'_> {
         let cacheable = l.local.kind != LockKind::Fair
             && self.plan.cache_ppm > 0
             && self.rng.chance(self.plan.cache_ppm);
+        let retain = self.plan.retain_ppm > 0 && self.rng.chance(self.plan.retain_ppm);
         let l = self.clients[i].locks[pick].as_mut().expect("picked record");
         let d = match (l.releasing, l.local.state) {
             (true, _) => l.local.unlock(),
@@ -448,6 +472,9 @@ impl World<'_> {
                 let cacheable = cacheable && c.op.acquires();
                 if cacheable {
                     c.flags = c.flags.union(LockFlags::CACHEABLE);
+                }
+                if retain && c.op.acquires() {
+                    c.flags = c.flags.union(LockFlags::RETAIN);
                 }
                 self.send_data(
                     i,

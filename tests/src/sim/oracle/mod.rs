@@ -29,6 +29,7 @@ pub mod values;
 
 use std::collections::{HashMap, HashSet};
 
+use dlock_core::manager::retain::Role;
 use dlock_core::manager::value::{ValueBlock, ValueRead};
 use dlock_core::proto::{
     Command, CommandResult, ControlRequest, ControlResponse, LockCommand, LockOp, ObjectCommand,
@@ -51,6 +52,10 @@ struct Holder {
     /// Last server tick at which a cached grant whose revoke its holder ignores is still held:
     /// the server lapses it at the revoke timeout (`u64::MAX`: not revoked).
     lapses: u64,
+    /// The grant asked to be retained on its holder's death (`LockFlags::RETAIN`).
+    retain: bool,
+    /// Its holder died and the server retains it: held until a recoverer's `recovery_done`.
+    retained: bool,
 }
 
 impl Holder {
@@ -156,18 +161,27 @@ impl Oracle {
         let trace = self.trace;
         for (name, hs) in self.holders.iter_mut().enumerate() {
             let mut lost = None;
-            hs.retain(|h| {
-                let keep = registered(h.client);
-                if !keep && trace {
+            hs.retain_mut(|h| {
+                if h.retained || registered(h.client) {
+                    return true;
+                }
+                if h.mode == Mode::Exclusive {
+                    lost = Some(lost.unwrap_or(true) && h.live(now));
+                }
+                // A grant that asked to be retained outlives its dead holder, whatever its
+                // lease said (the server keeps it out of the word's reach) — if it still ran.
+                let retained = h.retain && h.live(now);
+                if trace {
+                    let end = if retained { "is retained" } else { "ends" };
                     eprintln!(
-                        "client {:#x} gone: its {:?} grant of lock {name} ends",
+                        "client {:#x} gone: its {:?} grant of lock {name} {end}",
                         h.client, h.mode
                     );
                 }
-                if !keep && h.mode == Mode::Exclusive {
-                    lost = Some(lost.unwrap_or(true) && h.live(now));
+                if retained {
+                    (h.retained, h.until, h.lapses) = (true, u64::MAX, u64::MAX);
                 }
-                keep
+                retained
             });
             if let Some(running) = lost {
                 self.values.lost(name, running);
@@ -227,13 +241,33 @@ impl Oracle {
         &mut self,
         req: &[u8],
         reply: &[u8],
-        now: u64,
+        (now, role): (u64, Role),
         registered: impl Fn(u32) -> bool,
     ) -> Result<Option<Status>, String> {
         let req = decode_control_request(req).map_err(|e| format!("own request: {e:?}"))?;
         let rep = decode_control_response(reply).map_err(|e| format!("server reply: {e:?}"))?;
         let client = req.header.word;
+        let status = rep.header.status();
         match (req.body, rep.body) {
+            (ControlRequest::RecoveryDone { dead }, _) if status == Some(Status::Success) => {
+                self.checks += 1;
+                if role != Role::Recoverer {
+                    return Err(format!(
+                        "client {client:#x}, no recoverer, had recovery_done({dead:#x}) accepted"
+                    ));
+                }
+                // The dead client's retained grants end: now a new holder may take them.
+                for hs in &mut self.holders {
+                    hs.retain(|h| h.client != dead);
+                }
+            }
+            (ControlRequest::ClientDeinit, _) if status == Some(Status::Success) => {
+                // A graceful exit releases everything, retained or not.
+                for hs in &mut self.holders {
+                    hs.retain(|h| h.client != client);
+                }
+                self.forget_gone(now, registered);
+            }
             (ControlRequest::GetLock { name, .. }, ControlResponse::Lock { lock }) => {
                 if let Some(n) = self.name_index(name) {
                     self.name_lock(lock, n, false);
@@ -276,7 +310,15 @@ impl Oracle {
             ) => self.forget_gone(now, registered),
             _ => {}
         }
-        Ok(rep.header.status())
+        Ok(status)
+    }
+
+    /// A recoverer released dead client `dead`'s retained grants outside the wire (the
+    /// simulator's operator, once traffic stopped).
+    pub fn recovered(&mut self, dead: u32) {
+        for hs in &mut self.holders {
+            hs.retain(|h| h.client != dead);
+        }
     }
 
     /// The server answered data message `req` with `reply` at its tick `now`.
@@ -394,6 +436,8 @@ impl Oracle {
                         mode,
                         until: until(c.expire_ms),
                         lapses: u64::MAX,
+                        retain: c.flags.contains(LockFlags::RETAIN),
+                        retained: false,
                     },
                 );
             }
@@ -407,10 +451,10 @@ impl Oracle {
                         h.client, h.mode, h.until
                     ));
                 }
-                let (old, lapses) = self.holders[name]
+                let (old, lapses, retain) = self.holders[name]
                     .iter()
                     .find(|h| h.client == client)
-                    .map_or((0, u64::MAX), |h| (h.until, h.lapses));
+                    .map_or((0, u64::MAX, false), |h| (h.until, h.lapses, h.retain));
                 let new = if c.expire_ms == 0 {
                     old
                 } else {
@@ -424,6 +468,8 @@ impl Oracle {
                         mode,
                         until: new,
                         lapses,
+                        retain,
+                        retained: false,
                     },
                 );
             }
@@ -437,10 +483,10 @@ impl Oracle {
             // outstanding still may, which a later grant would show).
             LockOp::Downgrade => {
                 self.values.released(name, written);
-                let lapses = self.holders[name]
+                let (lapses, retain) = self.holders[name]
                     .iter()
                     .find(|h| h.client == client)
-                    .map_or(u64::MAX, |h| h.lapses);
+                    .map_or((u64::MAX, false), |h| (h.lapses, h.retain));
                 self.add(
                     name,
                     Holder {
@@ -448,6 +494,8 @@ impl Oracle {
                         mode: Mode::Shared,
                         until: u64::MAX,
                         lapses,
+                        retain,
+                        retained: false,
                     },
                 );
             }
@@ -504,6 +552,8 @@ impl Oracle {
                 mode,
                 until,
                 lapses: u64::MAX,
+                retain: false,
+                retained: false,
             },
         );
         Ok(())
