@@ -9,6 +9,7 @@
 //! | `faults`    | client crashes and pauses, clock jumps, server crashes, the compound faults     |
 //! | `client`    | a client: registration, heartbeats, failover re-claims, [`LocalLock`] records    |
 //! | `workload`  | what clients do: every lock kind and operation, batches, blocking lock, objects |
+//! | `manager`   | what they do with the lock manager: cached grants, value blocks, `recovery_done` |
 //! | `replies`   | how a client reads a reply, as the transport's `Client` does                   |
 //!
 //! Time: the server's monotonic clock is `now + clock_offset`; a clock jump moves it forward
@@ -20,6 +21,7 @@
 
 pub mod client;
 mod faults;
+mod manager;
 mod replies;
 mod wire;
 mod workload;
