@@ -1,6 +1,6 @@
 //! The model-client simulator: the real server state machine and up to 1,000 clients running
 //! the client's real per-lock decision code (`dlock_core::client`), over the shared network
-//! ([`net`](super::net)) with the seed's fault mix ([`swarm`](super::swarm)).
+//! ([`net`]) with the seed's fault mix ([`swarm`](super::swarm)).
 //!
 //! | part        | what it models                                                                  |
 //! |-------------|---------------------------------------------------------------------------------|
