@@ -21,6 +21,7 @@
 //! | `ClientLeaseLapse` | `dlock-transport`, `Client::reinit` (`client/control.rs`) | a client silent past its lease re-claims, on a replacement, grants the old server freed     |
 //! | `FairClaimServing` | `server/recovery.rs`, `merge_fair`   | fair readers re-claimed newest first leave `ns` past the oldest one's ticket (the lock wedges) |
 //! | `FairClaimExpired` | `server/recovery.rs`, `merge_claim`  | a fair grant that ran out is restored, and an extend revives it under an older token than its successor's |
+//! | `LapseWakesWaiters` | `server/revokes.rs`, `judge_holders` | a cached grant lapsed inside a request's lock command retries the lock's waiters there: a waiter being retried is retried again inside its own retry and answered twice |
 //!
 //! The model clients of `dlock-tests` mirror the transport client's registration protocol, so
 //! their copy of a client rule reads the same switch.
@@ -44,15 +45,19 @@ pub enum Mutation {
     FairClaimServing = 2,
     /// `merge_claim`, fair: a grant with no time left is restored.
     FairClaimExpired = 3,
+    /// `judge_holders`: a lapsed grant is released with `release_hold`, which retries the
+    /// lock's waiters in the middle of the command that lapsed it.
+    LapseWakesWaiters = 4,
 }
 
 impl Mutation {
     /// Every mutation point.
-    pub const ALL: [Mutation; 4] = [
+    pub const ALL: [Mutation; 5] = [
         Mutation::MergeClaimOwner,
         Mutation::ClientLeaseLapse,
         Mutation::FairClaimServing,
         Mutation::FairClaimExpired,
+        Mutation::LapseWakesWaiters,
     ];
 
     /// The mutation's name, as [`Mutation::from_name`] reads it.
@@ -62,6 +67,7 @@ impl Mutation {
             Mutation::ClientLeaseLapse => "ClientLeaseLapse",
             Mutation::FairClaimServing => "FairClaimServing",
             Mutation::FairClaimExpired => "FairClaimExpired",
+            Mutation::LapseWakesWaiters => "LapseWakesWaiters",
         }
     }
 

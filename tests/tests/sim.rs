@@ -23,11 +23,13 @@ use dlock_tests::sim::{self, Failure, Mutation, Report, model};
 /// | `ClientLeaseLapse` | a client that lapsed re-claims a shared grant and believes it under a token older than the writer's who held the lock since (the fencing rule) |
 /// | `FairClaimServing` | a fair lock whose readers were re-claimed out of order, its `ns` past `ms` (`check_invariants`) |
 /// | `FairClaimExpired` | an expired fair grant restored and extended, believed under a token older than its successor's (the fencing rule) |
+/// | `LapseWakesWaiters` | a parked reader retried into the lapse of an ignored revoke, answered twice (`check_invariants`: the waiter counts) |
 const REGRESSIONS: &[(Mutation, u64, u64)] = &[
     (Mutation::MergeClaimOwner, 0xc105_8374_c84e_31d6, 96_000),
     (Mutation::ClientLeaseLapse, 0xdbde_dc41_db3e_31d7, 73_000),
     (Mutation::FairClaimServing, 0xc106_e16c_8324_31e8, 21_000),
     (Mutation::FairClaimExpired, 0xdc0b_b31f_6e66_31d8, 71_000),
+    (Mutation::LapseWakesWaiters, 0xd10c_0000_0006, 1_000),
 ];
 
 /// Operations per seed in the normal run; short runs over many seeds find more than long runs
@@ -79,7 +81,9 @@ fn normal_or_campaign(half: u64) {
         return;
     }
     let result = sim::mutated(sim::mutation_from_env(), || match sim::ops_from_env() {
-        Some(total) => campaign(total / 2, half),
+        Some(total) => sim::campaign(total / 2, half, |s| {
+            model::run(s, CAMPAIGN_OPS_PER_SEED).map(|r| r.ops)
+        }),
         None => run_all((0..SEEDS).filter(|i| i % 2 == half).map(seed), OPS_PER_SEED).map(drop),
     });
     if let Err(f) = result {
@@ -95,45 +99,6 @@ fn mutual_exclusion_tokens_and_objects_hold_under_faults_even_seeds() {
 #[test]
 fn mutual_exclusion_tokens_and_objects_hold_under_faults_odd_seeds() {
     normal_or_campaign(1);
-}
-
-/// A campaign: `total` operations on this thread, over seeds drawn from the clock; reports how
-/// many it took to find a violation.
-fn campaign(total: u64, half: u64) -> Result<(), Failure> {
-    let base = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-        .rotate_left(17)
-        ^ half;
-    let start = Instant::now();
-    let mut done = 0;
-    let mut i = 0u64;
-    while done < total {
-        match model::run(base.wrapping_add(2 * i), CAMPAIGN_OPS_PER_SEED) {
-            Ok(r) => done += r.ops,
-            Err(f) => {
-                eprintln!(
-                    "campaign: found after {} operations ({} seeds) in {:.1?}",
-                    done + f.ops,
-                    i + 1,
-                    start.elapsed()
-                );
-                return Err(f);
-            }
-        }
-        i += 1;
-        if i.is_multiple_of(100) {
-            eprintln!(
-                "campaign: {done} operations, {i} seeds, {:.1?}",
-                start.elapsed()
-            );
-        }
-    }
-    eprintln!(
-        "campaign: {done} operations over {i} seeds in {:.1?}",
-        start.elapsed()
-    );
-    Ok(())
 }
 
 /// Every recorded seed proves itself: with its bug put back it fails, without it passes.

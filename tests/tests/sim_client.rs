@@ -12,6 +12,8 @@ use dlock_tests::sim::{self, Failure, Mutation, Report, real};
 const OPS_PER_SEED: u64 = 3_000;
 /// Seeds in the normal run.
 const SEEDS: u64 = 100;
+/// Actions per seed in a campaign.
+const CAMPAIGN_OPS_PER_SEED: u64 = 20_000;
 
 /// The seeds of the normal run: fixed, so CI is reproducible.
 fn seed(k: u64) -> u64 {
@@ -47,7 +49,9 @@ fn the_real_client_keeps_mutual_exclusion_over_a_simulated_network() {
     }
     let mutation = sim::mutation_from_env();
     let result = sim::mutated(mutation, || match sim::ops_from_env() {
-        Some(total) => campaign(total),
+        Some(total) => sim::campaign(total, 0, |s| {
+            real::run(s, CAMPAIGN_OPS_PER_SEED).map(|r| r.ops)
+        }),
         None => run_all((0..SEEDS).map(seed), OPS_PER_SEED).map(|total| {
             // The native processes held guards the oracle checked.
             assert!(total.guards > 0, "no native guard in {total:?}");
@@ -56,45 +60,6 @@ fn the_real_client_keeps_mutual_exclusion_over_a_simulated_network() {
     if let Err(f) = result {
         panic!("{f}");
     }
-}
-
-/// A campaign: `total` actions over seeds drawn from the clock, 20,000 each; reports how many
-/// actions it took to find a violation.
-fn campaign(total: u64) -> Result<(), Failure> {
-    let base = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-        .rotate_left(23);
-    let start = Instant::now();
-    let mut done = 0;
-    let mut i = 0u64;
-    while done < total {
-        let s = base.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        match real::run(s, 20_000) {
-            Ok(r) => done += r.ops,
-            Err(f) => {
-                eprintln!(
-                    "campaign: found after {} actions ({} seeds) in {:.1?}",
-                    done + f.ops,
-                    i + 1,
-                    start.elapsed()
-                );
-                return Err(f);
-            }
-        }
-        i += 1;
-        if i.is_multiple_of(500) {
-            eprintln!(
-                "campaign: {done} actions, {i} seeds, {:.1?}",
-                start.elapsed()
-            );
-        }
-    }
-    eprintln!(
-        "campaign: {done} actions over {i} seeds in {:.1?}",
-        start.elapsed()
-    );
-    Ok(())
 }
 
 /// Reruns one seed (`DLOCK_SIM_SEED`, hex with 0x or decimal, for `DLOCK_SIM_OPS` actions);

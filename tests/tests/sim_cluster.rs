@@ -71,7 +71,16 @@ fn normal_or_campaign(half: u64) {
         return;
     }
     let result = match sim::ops_from_env() {
-        Some(total) => campaign(total / 2, half),
+        Some(total) => {
+            let mut counts = Counts::default();
+            let found = sim::campaign(total / 2, half, |s| {
+                let (r, c) = cluster::run(s, CAMPAIGN_OPS_PER_SEED)?;
+                add(&mut counts, &c);
+                Ok(r.ops)
+            });
+            eprintln!("campaign: {counts:?}");
+            found
+        }
         None => {
             let seeds = (0..SEEDS).filter(|i| i % 2 == half).map(seed);
             run_all(seeds, OPS_PER_SEED).map(|(_, c)| {
@@ -95,46 +104,6 @@ fn failovers_moves_and_fenced_servers_keep_locks_tokens_and_counters_even_seeds(
 #[test]
 fn failovers_moves_and_fenced_servers_keep_locks_tokens_and_counters_odd_seeds() {
     normal_or_campaign(1);
-}
-
-/// A campaign: `total` operations on this thread, over seeds drawn from the clock.
-fn campaign(total: u64, half: u64) -> Result<(), Failure> {
-    let base = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-        .rotate_left(17)
-        ^ half;
-    let start = Instant::now();
-    let (mut done, mut i, mut counts) = (0, 0u64, Counts::default());
-    while done < total {
-        match cluster::run(base.wrapping_add(2 * i), CAMPAIGN_OPS_PER_SEED) {
-            Ok((r, c)) => {
-                done += r.ops;
-                add(&mut counts, &c);
-            }
-            Err(f) => {
-                eprintln!(
-                    "campaign: found after {} operations ({} seeds) in {:.1?}",
-                    done + f.ops,
-                    i + 1,
-                    start.elapsed()
-                );
-                return Err(f);
-            }
-        }
-        i += 1;
-        if i.is_multiple_of(20) {
-            eprintln!(
-                "campaign: {done} operations, {i} seeds, {:.1?}",
-                start.elapsed()
-            );
-        }
-    }
-    eprintln!(
-        "campaign: {done} operations over {i} seeds in {:.1?}; {counts:?}",
-        start.elapsed()
-    );
-    Ok(())
 }
 
 /// The oracle sees what it is for: servers that never fence themselves (a cut-off owner goes on

@@ -42,8 +42,8 @@
 //! | else (only `Compatible` and `Lapse`)              | `Grant { cached }`     | `Grant { cached }`       |
 //!
 //! Revokes go out whatever the answer: a trylock without a wait fails *and* revokes. A request
-//! that does not wait leaves nobody to act at a `RevokeAt` time, so the server drops that
-//! revoke and the request's retry after the hold sends it. `Lapse`d grants are released by the
+//! that does not wait leaves nobody parked to act at a `RevokeAt` time, so the server keeps
+//! that revoke due on the lock and its timer sends it when the hold ends. `Lapse`d grants are released by the
 //! server (as if the holder's lease had run out) before it runs the lock word, which is why
 //! they do not block. A grant is `cached` exactly when the request asked for it. It is
 //! [`Verdict::wanted`] already when a holder of the lock has a revoke outstanding or due (a

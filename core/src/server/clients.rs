@@ -434,6 +434,27 @@ impl<'r> Server<'r> {
         granted: Option<Mode>,
         now_ms: u64,
     ) {
+        self.release_grant(slot, me, lock, granted, now_ms);
+        if self.waiting > 0 {
+            let generation =
+                crate::table::SlotState(self.t.lock_meta[lock as usize].state).generation();
+            self.wake_waiters(LockId::new(lock, generation).raw(), now_ms);
+        }
+    }
+
+    /// [`Self::release_hold`] without retrying the lock's waiters: for a release in the middle
+    /// of another request's lock command (a lapsed revoke), whose caller retries them once the
+    /// command is done. Retrying them there re-entered the command: a parked request being
+    /// retried was retried again inside its own retry, granted, and then answered a second
+    /// time (`AlreadyLocked`), which left the waiter counts wrong.
+    pub(super) fn release_grant(
+        &mut self,
+        slot: u32,
+        me: ClientId,
+        lock: u32,
+        granted: Option<Mode>,
+        now_ms: u64,
+    ) {
         self.t.lock_holds.set(slot, lock, GrantState::None.bits());
         let kind = crate::table::SlotState(self.t.lock_meta[lock as usize].state).kind();
         if granted == Some(Mode::Exclusive)
@@ -477,11 +498,6 @@ impl<'r> Server<'r> {
                 cell.word = o.state.word.into_bits();
                 cell.ext = o.state.owner;
             }
-        }
-        if self.waiting > 0 {
-            let generation =
-                crate::table::SlotState(self.t.lock_meta[lock as usize].state).generation();
-            self.wake_waiters(LockId::new(lock, generation).raw(), now_ms);
         }
     }
 

@@ -112,6 +112,9 @@ pub struct Server<'r> {
     ready: u32,
     /// The earliest tick at which a parked request may need a time-based retry.
     next_timer_ms: u64,
+    /// The earliest tick at which a revoke a request that did not wait left due is to go out
+    /// (`revokes.rs`; `u64::MAX`: none).
+    revokes_due_ms: u64,
     /// The cluster half (`cluster.rs`); `None` on a standalone server.
     cluster: Option<cluster::ClusterCore<'r>>,
 }
@@ -185,6 +188,7 @@ impl<'r> Server<'r> {
             waiting: 0,
             ready: 0,
             next_timer_ms: u64::MAX,
+            revokes_due_ms: u64::MAX,
             cluster: None,
         }
     }

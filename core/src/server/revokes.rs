@@ -8,9 +8,9 @@
 //! | holder's action   | what the server does here                                                   |
 //! |-------------------|-----------------------------------------------------------------------------|
 //! | `Revoke`          | marks the grant revoking (`with_revoke_sent`: at most one outstanding per holder and lock), writes a revoke into the holder's event ring, stamps the lock's `revoke_sent_ms`, and cuts the holder's parked wait short if it asked (below) |
-//! | `RevokeAt(due)`   | nothing now; `due` becomes the lock's `retry_at_ms`, so a parked request is retried when the minimum hold ends (and sends the revoke then) |
+//! | `RevokeAt(due)`   | nothing now; `due` becomes the lock's `retry_at_ms`, so a parked request is retried when the minimum hold ends (and sends the revoke then); a request that does not wait leaves the revoke due there (`deferred_revoke`), and the server's timer sends it ([`Server::poll_waiters`]) |
 //! | `AwaitGiveBack`   | nothing now; the lapse time becomes the lock's `retry_at_ms`                 |
-//! | `Lapse`           | releases the grant as an expired lease would (`release_hold`, which invalidates an exclusive holder's value block) |
+//! | `Lapse`           | releases the grant as an expired lease would (`release_grant`, which invalidates an exclusive holder's value block; the command's caller retries the lock's waiters after it, never inside it) |
 //! | the others        | nothing                                                                     |
 //!
 //! Then the lock word decides, as for any acquisition. A conflicting cached grant is a grant in
@@ -98,11 +98,18 @@ impl Server<'_> {
             cacheable: c.flags.contains(LockFlags::CACHEABLE),
             others_waiting: self.others_parked(slot, lock),
         };
+        self.judge_holders(&req, lock, now_ms)
+    }
+
+    /// Judges every holder of lock slot `lock` for `req` and acts on each (module doc).
+    fn judge_holders(&mut self, req: &Request, lock: u32, now_ms: u64) -> Revoked {
         let timing = self.cfg.timing;
         let cell: LockManagerCell = self.t.lock_manager[lock as usize];
         let (mut verdict, mut lapsed, mut cached_left) = (Verdict::NONE, false, false);
         // A revoke sent now lapses at `now + timeout`: a parked request is retried then.
         let mut lapses_ms = u64::MAX;
+        // The earliest minimum hold that ends before a holder may be revoked.
+        let mut due_ms = u64::MAX;
         for other in 0..self.t.client_free.high_water() {
             let state = self.recorded_hold(other, lock);
             if state.is_none() {
@@ -117,7 +124,7 @@ impl Server<'_> {
                 revoke_sent_ms: cell.revoke_sent_ms,
                 lease_ms: entry.lease_ms,
             };
-            let action = judge(&req, &h, &timing, now_ms);
+            let action = judge(req, &h, &timing, now_ms);
             verdict = verdict.with(&h, action);
             match action {
                 HolderAction::Revoke { wanted } => {
@@ -131,10 +138,20 @@ impl Server<'_> {
                 }
                 HolderAction::Lapse => {
                     if let Some(id) = ClientId::new(entry.id) {
-                        self.release_hold(other, id, lock, state.grant_mode(), now_ms);
+                        // The caller retries the lock's waiters once its command is done.
+                        match crate::mutated!(LapseWakesWaiters) {
+                            true => self.release_hold(other, id, lock, state.grant_mode(), now_ms),
+                            false => {
+                                self.release_grant(other, id, lock, state.grant_mode(), now_ms)
+                            }
+                        }
                         self.stats.bump(Counter::RevokesLapsed);
                         lapsed = true;
                     }
+                }
+                HolderAction::RevokeAt { due_ms: at } => {
+                    due_ms = due_ms.min(at);
+                    cached_left = true;
                 }
                 _ => cached_left |= state.is_cached(),
             }
@@ -147,11 +164,54 @@ impl Server<'_> {
             u64::MAX => 0,
             at => at,
         };
-        let cached = matches!(verdict.answer(&req), Answer::Grant { cached: true });
+        // A request that does not wait leaves nobody parked to send the revoke when the hold
+        // ends: the lock keeps it due, for the timer (the Linux DLM's `NOQUEUEBAST`), which
+        // judges the holders again then and sends it, or finds it due still and keeps it.
+        if !req.waits && due_ms != u64::MAX {
+            m.deferred_revoke = deferred(req.slot, req.mode);
+            self.revokes_due_ms = self.revokes_due_ms.min(due_ms);
+        }
+        let cached = matches!(verdict.answer(req), Answer::Grant { cached: true });
         Revoked {
             cached,
-            wanted: cached && verdict.wanted(&req),
+            wanted: cached && verdict.wanted(req),
             lapsed,
+        }
+    }
+
+    /// Sends the revokes requests that did not wait left due by `now_ms` (`deferred_revoke`),
+    /// as their retries would, and notes when the next one is due. Grants lapsed on the way
+    /// wake the lock's waiters. Cold: it runs only when a trylock met a minimum hold.
+    #[cold]
+    pub(super) fn send_deferred_revokes(&mut self, now_ms: u64) {
+        self.revokes_due_ms = u64::MAX;
+        for lock in 0..self.t.lock_free.high_water() {
+            let m = self.t.lock_manager[lock as usize];
+            if m.deferred_revoke == 0 {
+                continue;
+            }
+            if now_ms < m.retry_at_ms {
+                self.revokes_due_ms = self.revokes_due_ms.min(m.retry_at_ms);
+                continue;
+            }
+            let meta = SlotState(self.t.lock_meta[lock as usize].state);
+            let mode = match m.deferred_revoke >> 31 {
+                0 => Mode::Exclusive,
+                _ => Mode::Shared,
+            };
+            self.t.lock_manager[lock as usize].deferred_revoke = 0;
+            let req = Request {
+                kind: meta.kind(),
+                mode,
+                slot: (m.deferred_revoke & !(1 << 31)) - 1,
+                waits: false,
+                cacheable: false,
+                others_waiting: false,
+            };
+            if self.judge_holders(&req, lock, now_ms).lapsed {
+                let raw = LockId::new(lock, meta.generation()).raw();
+                self.wake_waiters(raw, now_ms);
+            }
         }
     }
 
@@ -213,6 +273,13 @@ impl Server<'_> {
         }
     }
 
+    /// When the earliest revoke a request that did not wait left due is to go out
+    /// (`u64::MAX`: none).
+    #[inline]
+    pub(super) fn revokes_due_ms(&self) -> u64 {
+        self.revokes_due_ms
+    }
+
     /// Whether a revoke was written into some client's event ring since the last call: the
     /// transport then drains the rings of its stream clients (and wakes shared-memory ones).
     #[inline]
@@ -226,4 +293,13 @@ impl Server<'_> {
     pub fn event_ring(&self, slot: u32) -> Option<crate::table::EventRing<'_>> {
         self.t.event_rings.ring(slot)
     }
+}
+
+/// A lock manager cell's `deferred_revoke` for a request by client `slot` wanting `mode`.
+fn deferred(slot: u32, mode: Mode) -> u32 {
+    let shared = match mode {
+        Mode::Exclusive => 0,
+        Mode::Shared => 1 << 31,
+    };
+    (slot + 1) | shared
 }

@@ -356,18 +356,22 @@ impl<'r> Server<'r> {
     /// a lapse or a revoke due at the end of a minimum hold waits for its wake-up.
     #[inline]
     pub fn next_timer_ms(&self) -> u64 {
-        if self.waiting > 0 {
-            self.next_timer_ms
-        } else {
-            u64::MAX
-        }
+        let waiters = match self.waiting {
+            0 => u64::MAX,
+            _ => self.next_timer_ms,
+        };
+        waiters.min(self.revokes_due_ms())
     }
 
-    /// Acts on time: parked requests whose deadline passed are answered `Etimeout`, and queues
-    /// whose lock may have become free by expiry or the end of a hand-off window are retried.
+    /// Acts on time: parked requests whose deadline passed are answered `Etimeout`, queues
+    /// whose lock may have become free by expiry or the end of a hand-off window are retried,
+    /// and revokes a trylock left due at the end of a minimum hold go out.
     /// Cheap when nothing is due: call it on every turn of the runtime's loop.
     #[inline]
     pub fn poll_waiters(&mut self, now_ms: u64) {
+        if now_ms >= self.revokes_due_ms() {
+            self.send_deferred_revokes(now_ms);
+        }
         if self.waiting > 0 && now_ms >= self.next_timer_ms {
             self.poll_waiters_due(now_ms);
         }

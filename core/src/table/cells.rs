@@ -342,8 +342,10 @@ pub struct LockManagerCell {
     /// a scan of the lock's holders that finds none, so an acquisition on a lock that was never
     /// cached pays one load, not a scan of the client table.
     pub cached: u32,
-    /// Reserved, zero.
-    pub spare: u32,
+    /// A revoke a request that did not wait left due at `retry_at_ms` (a minimum hold was not
+    /// over): its client slot + 1 in bits 0..31, bit 31 set when it wanted shared. The server's
+    /// timer sends it then, with nobody parked to retry (the Linux DLM's `NOQUEUEBAST`). 0: none.
+    pub deferred_revoke: u32,
 }
 
 const_assert_eq!(size_of::<LockManagerCell>(), 32);

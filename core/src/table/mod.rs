@@ -320,7 +320,7 @@ impl Tables<'_> {
             d.word(m.cached_since_ms);
             d.word(m.revoke_sent_ms);
             d.word(m.retry_at_ms);
-            d.word(m.cached as u64);
+            d.word(m.cached as u64 | (m.deferred_revoke as u64) << 32);
         }
         d.0
     }

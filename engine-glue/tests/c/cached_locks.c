@@ -42,9 +42,8 @@ static void on_revoke(int client_id, const struct dlock_revoke *revoke, void *us
 /*
  * Client b asks for rb (a trylock, refused while a holds the lock) and a polls, until a
  * reports a revoke: through its callback into s when out is NULL, else into out (up to max).
- * How many revokes the poll reported. b asks again each round, as an engine would: a trylock
- * inside a's minimum hold sends no revoke (the server revokes for a request that waits, or for
- * one that comes after the hold).
+ * How many revokes the poll reported. b asks again each round, as an engine would (a trylock
+ * inside a's minimum hold revokes only when the hold ends, and the poll may look sooner).
  */
 static unsigned ask_until_revoked(int a, int b, const struct lock_request *rb,
                                   const struct seen *s, struct dlock_revoke *out, unsigned max)

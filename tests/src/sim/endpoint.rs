@@ -13,6 +13,7 @@
 //! | a link breaks                           | `stream_closed` (parked requests routed over it cancelled, its members leave), and `control_closed` if it carried its client's registration (the client is marked abnormal) |
 //! | a parked request is decided             | `dispatch_replies`: sent on the link it came by, or dropped when nobody waits for it |
 //! | after every turn                        | `forget_gone_clients`: the control channels of clients removed since are gone |
+//! | a revoke was written into an event ring | the ring of every client bound to a link is drained into event messages on its data channel (an overflow first, when the ring counted one since); a ring whose client is bound nowhere keeps its events until it is |
 //! | the lease tick                          | `sweep_streams`: a link left with no member closes (its control channel with it: a link is both) |
 //!
 //! The oracle sees every request and its reply as the server answers it; the server's tables
@@ -23,8 +24,9 @@ use std::collections::HashMap;
 
 use dlock_core::manager::retain::Role;
 use dlock_core::proto::{
-    CONTROL_FRAME_MAX, Command, DATA_RESPONSE_MAX, LockOp, MsgType, decode_data_request,
-    decode_data_response, peek_control_header,
+    CONTROL_FRAME_MAX, Command, DATA_RESPONSE_MAX, EVENTS_MAX, Event, EventHeader, LockOp, MsgType,
+    PROTO_VERSION, decode_data_request, decode_data_response, encode_event_message,
+    peek_control_header,
 };
 use dlock_core::server::control::answer_gone;
 use dlock_core::server::{
@@ -103,6 +105,11 @@ pub struct Endpoint<'s> {
     out: Vec<u8>,
     /// The server's state changed since the last [`Endpoint::check`].
     dirty: bool,
+    /// Per client slot, events drained from its ring and not yet sent, each with the client
+    /// it was for.
+    outbox: HashMap<u32, Vec<(u32, Event)>>,
+    /// Per client slot, the ring's overflow count the client was last told of.
+    overflows_told: HashMap<u32, u64>,
 }
 
 /// The control connection a link stands for (never 0, which the core reserves).
@@ -118,6 +125,8 @@ impl<'s> Endpoint<'s> {
             control: HashMap::new(),
             out: vec![0; CONTROL_FRAME_MAX.max(DATA_RESPONSE_MAX)],
             dirty: false,
+            outbox: HashMap::new(),
+            overflows_told: HashMap::new(),
         }
     }
 
@@ -134,9 +143,89 @@ impl<'s> Endpoint<'s> {
     pub fn restart(&mut self) {
         self.routing.clear();
         self.control.clear();
+        self.outbox.clear();
+        self.overflows_told.clear();
     }
 
-    /// A control frame arrived on `link`: its reply and the reply's status, or the link
+    /// Drains every event ring the server wrote into since the last call, showing each
+    /// revoke to the oracle at `now`, the tick it was written at (call it after every server
+    /// turn): a holder that ignores it holds the grant no longer than its revoke timeout
+    /// (`revoke_timeout_ms`, or the client's lease when 0). The events wait in an outbox per
+    /// client slot until the slot's client is bound to a link, as they would wait in its ring.
+    pub fn drain_events(
+        &mut self,
+        srv: &mut Server<'_>,
+        oracle: &mut Oracle,
+        now: u64,
+        revoke_timeout_ms: u32,
+    ) {
+        if !srv.take_events_pending() {
+            return;
+        }
+        for slot in 0..srv.tables().client_free.high_water() {
+            let Some(ring) = srv.event_ring(slot) else {
+                continue;
+            };
+            let overflows = ring.overflows();
+            let told = self.overflows_told.get(&slot).copied().unwrap_or(0);
+            if ring.pending() == 0 && overflows == told {
+                continue;
+            }
+            self.overflows_told.insert(slot, overflows);
+            let entry = &srv.tables().clients[slot as usize];
+            let (client, lease_ms) = (entry.id, entry.lease_ms);
+            let timeout = match revoke_timeout_ms {
+                0 => lease_ms,
+                t => t,
+            };
+            let outbox = self.outbox.entry(slot).or_default();
+            if overflows != told {
+                outbox.push((client, Event::Overflow));
+            }
+            while let Some(e) = ring.pop() {
+                if let Event::Revoke { lock, .. } = e {
+                    oracle.revoked(client, lock.raw(), now + u64::from(timeout) - 1);
+                }
+                outbox.push((client, e));
+            }
+        }
+    }
+
+    /// The event messages due: each client slot's outbox, once its client is bound to a link
+    /// (events for a client the slot no longer has are dropped), with the link it goes on and
+    /// how many revokes it carries.
+    pub fn events(&mut self) -> Vec<(LinkId, Vec<u8>, usize)> {
+        let mut out = Vec::new();
+        for (&slot, outbox) in self.outbox.iter_mut() {
+            let b = self.routing.binding(slot);
+            if outbox.is_empty() || !b.is_bound() {
+                continue;
+            }
+            let events: Vec<Event> = outbox
+                .drain(..)
+                .filter(|&(client, _)| client == b.client)
+                .map(|(_, e)| e)
+                .collect();
+            let header = EventHeader {
+                version: PROTO_VERSION,
+                client: b.client,
+            };
+            for chunk in events.chunks(EVENTS_MAX) {
+                let n = encode_event_message(&header, chunk, &mut self.out)
+                    .expect("encode an event message");
+                let revokes = chunk
+                    .iter()
+                    .filter(|e| matches!(e, Event::Revoke { .. }))
+                    .count();
+                out.push((b.conn as LinkId, self.out[..n].to_vec(), revokes));
+            }
+        }
+        out.sort_by_key(|m| m.0);
+        out
+    }
+
+    /// A control frame arrived on `link`, from a client the runtime gives `role` (a configured
+    /// recoverer, or not): its reply and the reply's status, or the link
     /// closes. Returns also the links a registration replaced (the runtime closes them: one
     /// control connection per client).
     pub fn control(
@@ -146,6 +235,7 @@ impl<'s> Endpoint<'s> {
         link: LinkId,
         req: &[u8],
         now: u64,
+        role: Role,
     ) -> Result<(Controlled, Vec<LinkId>), String> {
         let (h, _) = peek_control_header(req).map_err(|e| format!("own request: {e:?}"))?;
         let conn = self.control.get(&link).copied().unwrap_or_default();
@@ -155,7 +245,7 @@ impl<'s> Endpoint<'s> {
             ControlAdmission::AnswerGone => answer_gone(&h, &mut self.out)
                 .map_err(|e| format!("answer to a gone client: {e:?}"))?,
             ControlAdmission::Run => {
-                let at = (control_conn(link), Peer::EXEMPT, Role::Client);
+                let at = (control_conn(link), Peer::EXEMPT, role);
                 let done = srv
                     .control(&mut self.routing, at, req, &mut self.out, now)
                     .map_err(|e| format!("control frame refused: {e:?}"))?;
@@ -175,7 +265,7 @@ impl<'s> Endpoint<'s> {
             }
         };
         let reply = self.out[..n].to_vec();
-        let status = oracle.control(req, &reply, now, |id| srv.is_registered(id))?;
+        let status = oracle.control(req, &reply, (now, role), |id| srv.is_registered(id))?;
         self.dirty = true;
         Ok((Controlled::Reply(reply, status), replaced))
     }
@@ -302,7 +392,7 @@ impl<'s> Endpoint<'s> {
         if tick {
             srv.tick(now);
             // The dead clients' grants end before the waiters their release woke are granted.
-            oracle.forget_gone(|id| srv.is_registered(id));
+            oracle.forget_gone(now, |id| srv.is_registered(id));
             decided.extend(self.decided(srv, oracle, now)?);
             srv.sweep_streams(&mut self.routing, |conn| emptied.push(conn as LinkId));
         }

@@ -75,6 +75,53 @@ pub fn mutated<R>(m: Option<Mutation>, f: impl FnOnce() -> R) -> R {
     }
 }
 
+/// A campaign: `total` operations on this thread, over seeds drawn from the clock (`half`, the
+/// test's share of the work, keeps the seeds of two tests running side by side apart), each
+/// run by `run(seed)`, which says how many operations it did. The first failure ends it, saying
+/// how many operations and seeds it took to find; progress is printed every half minute.
+pub fn campaign(
+    total: u64,
+    half: u64,
+    mut run: impl FnMut(u64) -> Result<u64, Failure>,
+) -> Result<(), Failure> {
+    let base = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        .rotate_left(17)
+        & !1
+        | half & 1;
+    let start = std::time::Instant::now();
+    let mut said = start;
+    let (mut done, mut i) = (0, 0u64);
+    while done < total {
+        match run(base.wrapping_add(2 * i)) {
+            Ok(ops) => done += ops,
+            Err(f) => {
+                eprintln!(
+                    "campaign: found after {} operations ({} seeds) in {:.1?}",
+                    done + f.ops,
+                    i + 1,
+                    start.elapsed()
+                );
+                return Err(f);
+            }
+        }
+        i += 1;
+        if said.elapsed().as_secs() >= 30 {
+            said = std::time::Instant::now();
+            eprintln!(
+                "campaign: {done} operations, {i} seeds, {:.1?}",
+                start.elapsed()
+            );
+        }
+    }
+    eprintln!(
+        "campaign: {done} operations over {i} seeds in {:.1?}",
+        start.elapsed()
+    );
+    Ok(())
+}
+
 /// What a finished run did.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Report {

@@ -17,8 +17,19 @@
 //! | `unlock_then_lapse`  | an unlock executes, the link breaks under its reply, and the client stops past its lease | a client that cannot know whether it still holds a lock it asked to release |
 //! | `claims_reply_lost`  | a recovering server merges a batch of claims and the link breaks under the reply | claims answered late, after the window closed |
 //!
+//! The lock manager's features are toggles of the same kind, each on for half the seeds:
+//!
+//! | toggle              | what the clients do when it is on                                        |
+//! |---------------------|--------------------------------------------------------------------------|
+//! | `cache_ppm`         | that share of acquisitions asks for a cached grant (`CACHEABLE`): released locally, re-acquired locally, given back (or downgraded) on a revoke |
+//! | `revoke_ignore_ppm` | that share of revokes is ignored, so the holder's grant lapses at the revoke timeout |
+//! | `min_hold_ms`       | the server's minimum hold (`Timing::min_hold_ms`): revokes wait for its end |
+//! | `value_ppm`         | that share of lock records asks for the lock's value block with every grant, and half their exclusive unlocks write one |
+//! | `retain_ppm`        | that share of acquisitions asks to be retained on the holder's death (`RETAIN`); a recoverer lists the dead clients' retained locks and calls `recovery_done`, and other clients now and then try to, which must be refused |
+//!
 //! A plan is drawn from its own generator ([`FaultPlan::draw`]), so a seed's plan does not
-//! depend on what else the simulator draws.
+//! depend on what else the simulator draws; the toggles are drawn after the faults, so a seed's
+//! faults are what they were before the toggles existed.
 
 use super::rng::Rng;
 
@@ -44,6 +55,18 @@ pub struct Faults {
     pub lapse_then_crash: u64,
     pub unlock_then_lapse: u64,
     pub claims_reply_lost: u64,
+    /// Revokes the server sent (a toggle's count, not a fault).
+    pub revokes: u64,
+    /// Revokes a holder ignored, leaving its grant to lapse.
+    pub revokes_ignored: u64,
+    /// Cached grants re-acquired without a message.
+    pub local_acquires: u64,
+    /// Value blocks written by exclusive unlocks.
+    pub values_written: u64,
+    /// Dead clients whose retained locks a recoverer released.
+    pub recoveries_done: u64,
+    /// `recovery_done` calls from clients without the role (all refused).
+    pub recoveries_refused: u64,
 }
 
 impl Faults {
@@ -71,6 +94,12 @@ impl Faults {
             (&mut self.lapse_then_crash, o.lapse_then_crash),
             (&mut self.unlock_then_lapse, o.unlock_then_lapse),
             (&mut self.claims_reply_lost, o.claims_reply_lost),
+            (&mut self.revokes, o.revokes),
+            (&mut self.revokes_ignored, o.revokes_ignored),
+            (&mut self.local_acquires, o.local_acquires),
+            (&mut self.values_written, o.values_written),
+            (&mut self.recoveries_done, o.recoveries_done),
+            (&mut self.recoveries_refused, o.recoveries_refused),
         ];
         for (mine, theirs) in pairs {
             *mine += theirs;
@@ -105,6 +134,16 @@ pub struct FaultPlan {
     pub lapse_then_crash_ppm: u32,
     pub unlock_then_lapse_ppm: u32,
     pub claims_reply_lost_ppm: u32,
+    /// An acquisition asks for a cached grant (per acquisition; module doc: the toggles).
+    pub cache_ppm: u32,
+    /// A revoke is ignored (per revoke).
+    pub revoke_ignore_ppm: u32,
+    /// The server's minimum hold of a cached grant (ms; 0: none).
+    pub min_hold_ms: u32,
+    /// A lock record asks for value blocks (per record).
+    pub value_ppm: u32,
+    /// An acquisition asks to be retained on its holder's death (per acquisition).
+    pub retain_ppm: u32,
 }
 
 /// What becomes of a reply the server is about to send.
@@ -160,6 +199,11 @@ impl FaultPlan {
             lapse_then_crash_ppm: maybe(&mut rng, 20_000, 500_000),
             unlock_then_lapse_ppm: maybe(&mut rng, 500, 30_000),
             claims_reply_lost_ppm: maybe(&mut rng, 10_000, 300_000),
+            cache_ppm: maybe(&mut rng, 50_000, 1_000_000),
+            revoke_ignore_ppm: maybe(&mut rng, 5_000, 300_000),
+            min_hold_ms: maybe(&mut rng, 1, 60),
+            value_ppm: maybe(&mut rng, 100_000, 1_000_000),
+            retain_ppm: maybe(&mut rng, 50_000, 1_000_000),
         }
     }
 

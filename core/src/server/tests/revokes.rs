@@ -166,7 +166,7 @@ fn the_minimum_hold_defers_the_revoke_to_its_end() {
     let c = s.client(0);
     let lc = s.get_lock(c.get(), kind, b"row-group", 0).unwrap();
     assert_eq!(s.run(a, cached(kind, ex, la), 100).status, Status::Success);
-    // A trylock inside the hold fails and sends nothing: nobody would act at its end.
+    // A trylock inside the hold fails and sends nothing yet (its revoke is due at the end).
     assert_eq!(s.run(c, lock(kind, ex, lc, 0), 101).status, Status::Fail);
     assert_eq!(events(&s, a).0, vec![]);
     // A waiting one parks; the revoke goes out when the hold ends (tick 105), not before.
@@ -185,6 +185,57 @@ fn the_minimum_hold_defers_the_revoke_to_its_end() {
         Status::Success
     );
     assert_eq!(s.replies()[0].result.status, Status::Success);
+}
+
+#[test]
+fn a_trylock_inside_the_minimum_hold_fails_and_its_revoke_goes_out_when_the_hold_ends() {
+    // Nobody is parked to retry at the end of the hold: the server's timer sends the revoke
+    // the trylock left due (the Linux DLM's `NOQUEUEBAST`), so that the trylock's retry can
+    // succeed. It once was dropped, and a trylock-only client never got a cached lock back.
+    for (kind, op, wanted) in [
+        (LockKind::Rw, LockOp::TryExclusive, Mode::Exclusive),
+        (LockKind::Rw, LockOp::TryShared, Mode::Shared),
+        (LockKind::Atomic, LockOp::TryExclusive, Mode::Exclusive),
+    ] {
+        let at = format!("{kind:?} {op:?}");
+        let mut s = TestServer::new(&with_hold());
+        let (a, b, la, lb) = pair(&mut s, kind);
+        let held = s.run(a, cached(kind, LockOp::TryExclusive, la), 100);
+        assert_eq!(held.status, Status::Success, "{at}");
+        assert_eq!(
+            s.run(b, lock(kind, op, lb, LEASE), 101).status,
+            Status::Fail
+        );
+        assert_eq!(events(&s, a).0, vec![], "{at}: not inside the hold");
+        assert_eq!(
+            s.next_timer_ms(),
+            105,
+            "{at}: the timer wakes when the hold ends"
+        );
+        s.poll_waiters(104);
+        assert_eq!(events(&s, a).0, vec![], "{at}");
+        s.poll_waiters(105);
+        let revoke = Event::Revoke {
+            lock: la,
+            wanted,
+            fence: held.aux,
+        };
+        assert_eq!(
+            events(&s, a).0,
+            vec![revoke],
+            "{at}: revoked when the hold ended"
+        );
+        assert_eq!(s.next_timer_ms(), u64::MAX, "{at}: nothing left due");
+        s.poll_waiters(106);
+        assert_eq!(events(&s, a).0, vec![], "{at}: once");
+        // The holder gives the lock back and the trylock's retry gets it.
+        let unlock = lock(kind, LockOp::UnlockExclusive, la, 0);
+        assert_eq!(s.run(a, unlock, 107).status, Status::Success, "{at}");
+        assert_eq!(
+            s.run(b, lock(kind, op, lb, LEASE), 108).status,
+            Status::Success
+        );
+    }
 }
 
 #[test]
@@ -226,6 +277,35 @@ fn an_ignored_revoke_lapses_at_the_revoke_timeout_like_an_expired_lease() {
         assert!(!s.t.lock_values[la.index() as usize].read().valid);
         assert_eq!(s.stats().get(Counter::RevokesLapsed), 1);
         assert_eq!(s.stats().get(Counter::RevokesGivenBack), 0);
+    }
+}
+
+#[test]
+fn a_waiter_retried_into_a_lapse_is_answered_once_and_the_waiter_counts_stay_right() {
+    // The lapse releases the ignored grant in the middle of the waiter's own retry: waking the
+    // lock's waiters there retried the same waiter inside its retry, granted it, and the outer
+    // retry then answered it a second time (`AlreadyLocked`; the model simulator's seed
+    // 0xd10c00000004 with cached grants on).
+    for op in [LockOp::TryShared, LockOp::TryExclusive] {
+        let kind = LockKind::Rw;
+        let mut s = TestServer::new(&small());
+        let (a, b, la, lb) = pair(&mut s, kind);
+        let held = s.run(a, cached(kind, LockOp::TryExclusive, la), 0);
+        assert_eq!(held.status, Status::Success);
+        assert_eq!(
+            s.wait_for(b, cmd(kind, op, lb, 5_000, LockFlags::NONE), 10),
+            None
+        );
+        assert_eq!(events(&s, a).0.len(), 1, "{op:?}: revoked");
+        // a stays alive (heartbeats) but never gives the lock back: it lapses at 1_010.
+        let _ = s.heartbeat(a.get(), 1_000);
+        s.poll_waiters(1_010);
+        s.check_invariants().unwrap();
+        let got = s.replies();
+        assert_eq!(got.len(), 1, "{op:?}");
+        assert_eq!(got[0].result.status, Status::Success, "{op:?}");
+        assert_eq!(hold(&s, a, la), GrantState::None, "{op:?}");
+        assert_eq!(hold(&s, b, lb).grant_mode(), Some(op.mode()), "{op:?}");
     }
 }
 

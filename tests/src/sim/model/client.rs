@@ -40,15 +40,51 @@ pub struct SimLock {
     /// The token of a grant the client re-claimed across a server incarnation it missed
     /// (`oracle::beliefs` says why the fencing rule skips it).
     pub unfenced: Option<u64>,
+    /// The lock manager's side of the grant, when it is cached.
+    pub cache: Cache,
+}
+
+/// A cached grant as the client keeps it (`dlock_core::manager::cache` has the rules).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cache {
+    /// The server holds the grant cached for this client: it was asked `CACHEABLE`.
+    pub cached: bool,
+    /// No local user: released locally, still held on the server.
+    pub parked: bool,
+    /// A revoke (or a lost link or event, which may have carried one) arrived: no new local
+    /// user, and the grant goes back once its user is done.
+    pub revoked: bool,
+    /// The client ignores the revoke: it stops using the grant and never gives it back, so the
+    /// server lapses it at the revoke timeout.
+    pub ignoring: bool,
 }
 
 impl SimLock {
-    /// The mode the client believes it holds the lock in and uses it, if any.
+    /// A record of a lock the client obtained, holding nothing.
+    pub fn new(name: usize, local: LocalLock) -> Self {
+        SimLock {
+            name,
+            local,
+            releasing: false,
+            unfenced: None,
+            cache: Cache::default(),
+        }
+    }
+
+    /// The mode the client believes it holds the lock in, if any: it uses it, or it keeps it
+    /// cached without a user (a cached holder is a holder), until a revoke.
     pub fn used_mode(&self) -> Option<Mode> {
-        if self.releasing {
+        if self.releasing || self.cache.revoked {
             return None;
         }
         self.local.state.held_mode()
+    }
+
+    /// Whether a revoked cached grant is owed back now: nobody uses it and the client does not
+    /// ignore the revoke.
+    pub fn give_back_due(&self) -> bool {
+        let c = self.cache;
+        c.cached && c.revoked && c.parked && !c.ignoring && !self.releasing
     }
 
     /// Whether the fencing rule applies to the grant the record holds.
@@ -73,8 +109,12 @@ pub const FORGED: usize = usize::MAX;
 /// One item of an outstanding data message.
 #[derive(Clone, Copy, Debug)]
 pub enum Item {
-    /// A lock command decided by record `rec`.
-    Lock { rec: usize, req: Request },
+    /// A lock command decided by record `rec`, flagged `CACHEABLE` if `cacheable`.
+    Lock {
+        rec: usize,
+        req: Request,
+        cacheable: bool,
+    },
     /// An object command on object `obj` (index into the client's objects).
     Object { obj: usize },
 }
@@ -93,6 +133,10 @@ pub enum Ctl {
     Release(usize),
     ObjectCreate(usize),
     ObjectGet(usize),
+    /// The recoverer lists retained locks.
+    ListRetained,
+    /// `recovery_done` for this dead client (from the recoverer, or a client without the role).
+    RecoveryDone(u32),
 }
 
 /// The request a client waits for.
@@ -143,6 +187,10 @@ pub struct SimClient {
     /// Server tick at the send of the last request the server answered knowing this client:
     /// the server's lease runs from no earlier than that.
     pub lease_anchor: u64,
+    /// Server tick at the send of the last data request answered on its current link: every
+    /// revoke sent before the server read it has arrived (a channel delivers in order), so a
+    /// cached grant cannot lapse unknown before this plus the revoke timeout.
+    pub data_anchor: u64,
     pub locks: Vec<Option<SimLock>>,
     pub objects: Vec<(usize, ObjectId)>,
     /// Last value seen per object (for the CAS expected value).
@@ -169,6 +217,7 @@ impl SimClient {
             notice_at: 0,
             paused_until: 0,
             lease_anchor: 0,
+            data_anchor: 0,
             locks: Vec::new(),
             objects: Vec::new(),
             last_value: Vec::new(),
@@ -210,6 +259,15 @@ impl SimClient {
     /// Records that exist.
     pub fn live_records(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.locks.len()).filter(|&i| self.locks[i].is_some())
+    }
+
+    /// Every cached grant counts as revoked: the client may have missed a revoke (its link
+    /// broke with events on it, or its event ring overflowed).
+    pub fn revoke_all_cached(&mut self) {
+        self.data_anchor = 0;
+        for l in self.locks.iter_mut().flatten() {
+            l.cache.revoked |= l.cache.cached;
+        }
     }
 
     /// Forgets every lock and object (the server no longer knows this client).

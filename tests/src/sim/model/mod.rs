@@ -1,6 +1,6 @@
 //! The model-client simulator: the real server state machine and up to 1,000 clients running
 //! the client's real per-lock decision code (`dlock_core::client`), over the shared network
-//! ([`net`](super::net)) with the seed's fault mix ([`swarm`](super::swarm)).
+//! ([`net`]) with the seed's fault mix ([`swarm`](super::swarm)).
 //!
 //! | part        | what it models                                                                  |
 //! |-------------|---------------------------------------------------------------------------------|
@@ -9,6 +9,7 @@
 //! | `faults`    | client crashes and pauses, clock jumps, server crashes, the compound faults     |
 //! | `client`    | a client: registration, heartbeats, failover re-claims, [`LocalLock`] records    |
 //! | `workload`  | what clients do: every lock kind and operation, batches, blocking lock, objects |
+//! | `manager`   | what they do with the lock manager: cached grants, value blocks, `recovery_done` |
 //! | `replies`   | how a client reads a reply, as the transport's `Client` does                   |
 //!
 //! Time: the server's monotonic clock is `now + clock_offset`; a clock jump moves it forward
@@ -20,19 +21,23 @@
 
 pub mod client;
 mod faults;
+mod manager;
 mod replies;
 mod wire;
 mod workload;
 
 use std::collections::HashMap;
 
+use dlock_core::manager::retain::Role;
 use dlock_core::server::{Server, ServerState, SlotRouting};
+use dlock_core::table::ClientState;
 use dlock_core::{Config, LockKind};
 
 use super::endpoint::Endpoint;
-use super::net::Net;
+use super::net::{self, Net};
 use super::oracle::Oracle;
 use super::oracle::beliefs::Belief;
+use super::swarm::ReplyFate;
 use super::{Failure, FaultPlan, Faults, Report, Rng, sim_session_key};
 use client::{Phase, SimClient};
 
@@ -81,7 +86,8 @@ impl Params {
             epoch: 1,
             recovery_deadline_ms: rng.range(u64::from(lease_max), 3_000) as u32,
             clients_per_peer_max: 0,
-            // The simulator asks for no cached grants yet, so the timing never applies.
+            // The seed's plan sets the minimum hold ([`World::new`]); revokes lapse at the
+            // holder's lease.
             timing: dlock_core::manager::Timing::DEFAULT,
         };
         Params {
@@ -196,9 +202,11 @@ impl<'s> World<'s> {
     fn new(
         seed: u64,
         ops_max: u64,
-        (mut rng, p): (Rng, Params),
+        (mut rng, mut p): (Rng, Params),
         slots: &'s mut [SlotRouting],
     ) -> Self {
+        let plan = FaultPlan::draw(seed);
+        p.cfg.timing.min_hold_ms = plan.min_hold_ms;
         let kinds = [LockKind::Atomic, LockKind::Rw, LockKind::Fair];
         let names: Vec<(Vec<u8>, LockKind)> = (0..p.lock_names)
             .map(|i| (format!("lock-{i}").into_bytes(), kinds[i % 3]))
@@ -209,7 +217,7 @@ impl<'s> World<'s> {
         World {
             seed,
             p,
-            plan: FaultPlan::draw(seed),
+            plan,
             now: 1_000,
             clock_offset: 0,
             steps: 0,
@@ -282,13 +290,16 @@ impl<'s> World<'s> {
         }
         while let Some(m) = self.net.pop_due(self.now) {
             self.deliver(srv, m)?;
+            self.drain_events(srv);
             self.links_broken(srv)?;
+            self.drain_events(srv);
         }
         let tick = self.now >= self.next_tick;
         if tick {
             self.next_tick = self.now + TICK_MS;
         }
         self.timers(srv, tick)?;
+        self.drain_events(srv);
         if !self.draining {
             if self.ops >= self.ops_max {
                 self.draining = true;
@@ -298,10 +309,14 @@ impl<'s> World<'s> {
                 self.endpoint.check(srv, &mut self.oracle)?;
                 return Ok(flow);
             }
+            self.drain_events(srv);
         }
         let i = self.rng.index(self.clients.len());
         self.act(srv, i)?;
+        self.drain_events(srv);
         self.links_broken(srv)?;
+        self.drain_events(srv);
+        self.send_events();
         self.endpoint.check(srv, &mut self.oracle)?;
         if self.draining && self.drained() {
             self.finish(srv)?;
@@ -386,6 +401,7 @@ impl<'s> World<'s> {
         while self.now < until {
             self.now += TICK_MS;
             self.timers(srv, true)?;
+            self.drain_events(srv);
             self.endpoint.check(srv, &mut self.oracle)?;
         }
         let now = self.server_now();
@@ -394,6 +410,20 @@ impl<'s> World<'s> {
                 "server still {:?} after traffic stopped",
                 srv.state()
             ));
+        }
+        // The operator's recoverer releases what dead clients still retain (the simulated one
+        // may have died, or not come round to every dead client).
+        let t = srv.tables();
+        let retaining: Vec<u32> = (0..t.client_free.high_water())
+            .map(|s| &t.clients[s as usize])
+            .filter(|e| e.client_state() == ClientState::Retaining)
+            .map(|e| e.id)
+            .collect();
+        for dead in retaining {
+            srv.recovery_done(Role::Recoverer, dead, now)
+                .map_err(|s| format!("recovery_done({dead:#x}) refused the operator: {s}"))?;
+            self.oracle.recovered(dead);
+            self.faults.recoveries_done += 1;
         }
         let held = self.oracle.held_names(now);
         if !held.is_empty() {
@@ -419,10 +449,28 @@ impl<'s> World<'s> {
         Ok(())
     }
 
+    /// Takes the revokes the server just wrote out of its event rings (call it after every
+    /// server turn, so the oracle learns each at the tick it was sent).
+    fn drain_events(&mut self, srv: &mut Server<'_>) {
+        let now = self.server_now();
+        let timeout = self.p.cfg.timing.revoke_timeout_ms;
+        self.endpoint
+            .drain_events(srv, &mut self.oracle, now, timeout);
+    }
+
+    /// Sends the revokes due, as event messages on the data channels of their clients.
+    fn send_events(&mut self) {
+        for (link, bytes, revokes) in self.endpoint.events() {
+            self.faults.revokes += revokes as u64;
+            self.send_reply(link, net::Channel::Data, bytes, ReplyFate::Normal);
+        }
+    }
+
     /// Checks the clients that may believe they hold lock `name`: the belief rules of the
     /// oracle (`oracle::beliefs`) over those that do.
     fn check_beliefs(&mut self, name: usize) -> Result<(), String> {
         let now = self.server_now();
+        let revoke_timeout = self.p.cfg.timing.revoke_timeout_ms;
         let clients = &self.clients;
         let mut list = std::mem::take(&mut self.believers[name]);
         list.retain(|&i| {
@@ -436,7 +484,15 @@ impl<'s> World<'s> {
                 let c = &clients[i];
                 let l = c.record_of(name)?;
                 let mode = l.used_mode()?;
-                (c.trusts_lease(now) && now <= l.grant_until()).then_some(Belief {
+                // A cached grant may have been revoked with the revoke still on its way, and
+                // lapse unknown to the client: it is sure of it only within the revoke timeout
+                // of the last data request answered (`SimClient::data_anchor`).
+                let timeout = match revoke_timeout {
+                    0 => u64::from(c.lease_ms),
+                    t => u64::from(t),
+                };
+                let unrevoked = !l.cache.cached || now < c.data_anchor + timeout;
+                (c.trusts_lease(now) && now <= l.grant_until() && unrevoked).then_some(Belief {
                     holder: i,
                     mode,
                     token: l.local.token.0,

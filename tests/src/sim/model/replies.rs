@@ -2,15 +2,17 @@
 //! records, when its lease counts as renewed, and what it re-claims after a failover.
 
 use dlock_core::proto::{
-    BatchEntry, ControlResponse, decode_control_response, decode_data_response,
+    BatchEntry, ControlRequest, ControlResponse, Event, LockFlags, decode_control_response,
+    decode_data_response, decode_event_message,
 };
 use dlock_core::server::Server;
 use dlock_core::{GrantProof, LockId, Mode, Status};
 use dlock_transport::client::LocalLock;
 
 use super::World;
-use super::client::{Ctl, FORGED, Item, Out, Pending, Phase, SimLock};
+use super::client::{Cache, Ctl, FORGED, Item, Out, Pending, Phase, SimLock};
 use crate::sim::net::Channel;
+use crate::sim::{FaultPlan, Rng};
 
 /// Whether a status says the server no longer knows the client.
 pub(super) fn registration_gone(s: Status) -> bool {
@@ -35,7 +37,10 @@ impl World<'_> {
         bytes: &[u8],
     ) -> Result<(), String> {
         match channel {
-            Channel::Data => self.on_data_reply(i, bytes),
+            Channel::Data => match decode_event_message(bytes) {
+                Ok(events) => self.on_events(i, events.events()),
+                Err(_) => self.on_data_reply(i, bytes),
+            },
             Channel::Control => self.on_control_reply(srv, i, bytes),
         }
     }
@@ -85,7 +90,11 @@ impl World<'_> {
             gone |= registration_gone(r.status);
             match *item {
                 Item::Lock { .. } if undone => {}
-                Item::Lock { rec, req } => {
+                Item::Lock {
+                    rec,
+                    req,
+                    cacheable,
+                } => {
                     let Some(l) = c.locks.get_mut(rec).and_then(Option::as_mut) else {
                         continue;
                     };
@@ -100,9 +109,17 @@ impl World<'_> {
                         epoch: u32::from(c.epoch),
                         mac: rep.proof_mac(k),
                     };
-                    let _ = l.local.apply(&req, &r, proof, None, at);
+                    let _ = l.local.apply(&req, &r, proof, rep.value(k), at);
+                    if cacheable && r.status == Status::Success && req.command().op.acquires() {
+                        // A fresh cached grant, in use by the user that asked.
+                        l.cache = Cache {
+                            cached: true,
+                            ..Cache::default()
+                        };
+                    }
                     if l.local.state.held_mode().is_none() {
                         l.releasing = false;
+                        l.cache = Cache::default();
                     }
                     if l.used_mode().is_some() && before != l.used_mode()
                         || l.used_mode().is_some() && r.status == Status::Success
@@ -124,8 +141,41 @@ impl World<'_> {
         if (0..rep.len()).any(|k| renews_lease(rep.result(k).result.status)) {
             c.lease_anchor = c.lease_anchor.max(sent_at);
         }
+        c.data_anchor = c.data_anchor.max(sent_at);
         for name in grants {
             self.note_belief(i, name)?;
+        }
+        Ok(())
+    }
+
+    /// An event message reached client `i`: each revoke of a grant it caches is recorded
+    /// (ignored, as the cache's rules say, when it holds nothing or the revoke was sent for an
+    /// earlier grant); an overflow revokes every cached grant.
+    fn on_events(&mut self, i: usize, events: impl Iterator<Item = Event>) -> Result<(), String> {
+        for e in events {
+            let c = &mut self.clients[i];
+            let (lock, fence) = match e {
+                Event::Overflow => {
+                    c.revoke_all_cached();
+                    continue;
+                }
+                Event::Revoke { lock, fence, .. } => (lock, fence),
+            };
+            let Some(rec) = c.rec_with_id(lock) else {
+                continue;
+            };
+            let Some(l) = c.locks[rec].as_mut() else {
+                continue;
+            };
+            let held = l.local.state.held_mode().is_some();
+            if !l.cache.cached || !held || l.cache.revoked || fence < l.local.token.0 {
+                continue;
+            }
+            l.cache.revoked = true;
+            if self.plan.revoke_ignore_ppm > 0 && self.rng.chance(self.plan.revoke_ignore_ppm) {
+                l.cache.ignoring = true;
+                self.faults.revokes_ignored += 1;
+            }
         }
         Ok(())
     }
@@ -211,6 +261,16 @@ impl World<'_> {
                     // the lease lapsed (as the transport client does: seed 0x85ec716077c31d6).
                     c.objects.clear();
                     c.last_value.clear();
+                    // A revoked cached grant is not re-claimed: it may have lapsed on the old
+                    // server and been granted to another since. The rest are, as plain grants
+                    // (a claim does not ask for a cached one), and go back by unlock.
+                    for l in c.locks.iter_mut().flatten() {
+                        if l.cache.revoked {
+                            l.local = LocalLock::new(l.local.id, l.local.kind);
+                            l.releasing = false;
+                        }
+                        l.cache = Cache::default();
+                    }
                     // Only a replacement can have lost the grants of a client that lapsed: the
                     // recovering server it resumes with holds what it restored (seed
                     // 0xb799db5439a43212: a client whose reinit to that same server found its
@@ -313,12 +373,8 @@ impl World<'_> {
             (Ctl::GetLock(names), ControlResponse::Lock { lock }) => {
                 if let (Some(&n), Some(id)) = (names.first(), LockId::from_raw(lock)) {
                     let kind = self.oracle.names()[n].1;
-                    c.locks.push(Some(SimLock {
-                        name: n,
-                        local: LocalLock::new(id, kind),
-                        releasing: false,
-                        unfenced: None,
-                    }));
+                    let local = asking(LocalLock::new(id, kind), &mut self.rng, &self.plan);
+                    c.locks.push(Some(SimLock::new(n, local)));
                 }
             }
             (Ctl::GetLock(names), ControlResponse::Entries(e)) => {
@@ -326,12 +382,8 @@ impl World<'_> {
                     if let (Status::Success, Some(id)) = (entry.status, LockId::from_raw(entry.id))
                     {
                         let kind = self.oracle.names()[*n].1;
-                        c.locks.push(Some(SimLock {
-                            name: *n,
-                            local: LocalLock::new(id, kind),
-                            releasing: false,
-                            unfenced: None,
-                        }));
+                        let local = asking(LocalLock::new(id, kind), &mut self.rng, &self.plan);
+                        c.locks.push(Some(SimLock::new(*n, local)));
                     }
                 }
             }
@@ -358,6 +410,19 @@ impl World<'_> {
                 }
             }
             (Ctl::ObjectGet(_), _) => {}
+            (Ctl::ListRetained, ControlResponse::Retained(page)) => {
+                if let Some(e) = page.entries.iter().next() {
+                    let id = c.id.unwrap_or(0);
+                    let body = ControlRequest::RecoveryDone { dead: e.client };
+                    self.send_control(i, id, body, Ctl::RecoveryDone(e.client));
+                }
+            }
+            (Ctl::ListRetained, _) => {}
+            (Ctl::RecoveryDone(_), _) => {
+                if status == Status::Success {
+                    self.faults.recoveries_done += 1;
+                }
+            }
         }
         Ok(())
     }
@@ -370,4 +435,12 @@ fn claim_answered(slot: &mut Option<SimLock>, entry: BatchEntry) {
         (Status::Success, Some(id), Some(l)) => l.local.id = id,
         _ => *slot = None,
     }
+}
+
+/// A new lock record, asking for value blocks as the seed's plan says.
+fn asking(mut local: LocalLock, rng: &mut Rng, plan: &FaultPlan) -> LocalLock {
+    if plan.value_ppm > 0 && rng.chance(plan.value_ppm) {
+        local.ask = LockFlags::VALUE_BLOCK;
+    }
+    local
 }

@@ -3,6 +3,7 @@
 //! break.
 
 use dlock_core::Status;
+use dlock_core::manager::retain::Role;
 use dlock_core::server::Server;
 
 use super::World;
@@ -45,7 +46,13 @@ impl World<'_> {
     }
 
     /// Sends reply `bytes` on `link` as the seed's compound faults decide.
-    fn send_reply(&mut self, link: LinkId, channel: Channel, bytes: Vec<u8>, fate: ReplyFate) {
+    pub(super) fn send_reply(
+        &mut self,
+        link: LinkId,
+        channel: Channel,
+        bytes: Vec<u8>,
+        fate: ReplyFate,
+    ) {
         let now = self.now;
         match fate {
             ReplyFate::Normal => {
@@ -116,7 +123,7 @@ impl World<'_> {
             Channel::Control => {
                 let (controlled, replaced) =
                     self.endpoint
-                        .control(srv, &mut self.oracle, m.link, &m.bytes, now)?;
+                        .control(srv, &mut self.oracle, m.link, &m.bytes, now, role(i))?;
                 for link in replaced {
                     self.net.break_link(link);
                 }
@@ -197,6 +204,8 @@ impl World<'_> {
                     continue;
                 }
                 self.faults.connections_reset += 1;
+                // Revokes on the way to it are lost with the link.
+                c.revoke_all_cached();
                 c.link = None;
                 c.connected = false;
                 c.pending = None;
@@ -211,5 +220,14 @@ impl World<'_> {
                 }
             }
         }
+    }
+}
+
+/// The role the server's configuration gives sim client `i`: the first is a recoverer
+/// (`--recoverer`), which may call `recovery_done`; the others may not.
+pub(super) fn role(i: usize) -> Role {
+    match i {
+        0 => Role::Recoverer,
+        _ => Role::Client,
     }
 }

@@ -5,16 +5,19 @@
 //! [`LocalLock`]: dlock_transport::client::LocalLock
 
 use dlock_core::config::BATCH_MAX;
+use dlock_core::manager::value::ValueBlock;
 use dlock_core::proto::{
     Batch, Command, ControlHeader, ControlRequest, ControlRequestFrame, DATA_MESSAGE_MAX,
-    DataHeader, FLAG_ALL_OR_NOTHING, Held, LockClaim, LockOp, ObjectCommand, ObjectOp,
-    PROTO_VERSION, encode_control_request, encode_data_request,
+    DataHeader, FLAG_ALL_OR_NOTHING, Held, LockClaim, LockFlags, LockOp, ObjectCommand, ObjectOp,
+    PROTO_VERSION, encode_control_request, encode_data_request, finish_value_requests,
+    put_value_request,
 };
 use dlock_core::server::Server;
 use dlock_core::{GrantProof, LockKind, Mode, Ticket};
 use dlock_transport::client::{Decision, LocalState};
 
 use super::client::{Ctl, FORGED, Item, Out, Pending, Phase, idle_for_trylock, releasable};
+use super::manager::stage_value;
 use super::{REQUEST_TIMEOUT_MS, World};
 use crate::sim::net::Channel;
 
@@ -109,7 +112,7 @@ impl World<'_> {
         self.send_control(i, id, body, Ctl::Reinit);
     }
 
-    fn send_control(&mut self, i: usize, word: u32, body: ControlRequest<'_>, ctl: Ctl) {
+    pub(super) fn send_control(&mut self, i: usize, word: u32, body: ControlRequest<'_>, ctl: Ctl) {
         let message_id = self.clients[i].message_id();
         let bytes = control_bytes(word, message_id, body);
         self.clients[i].pending = Some(Pending {
@@ -122,7 +125,13 @@ impl World<'_> {
     }
 
     /// Sends the lock and object commands of `items` as one data message.
-    fn send_data(&mut self, i: usize, items: Vec<Item>, commands: &[Command], flags: u32) {
+    pub(super) fn send_data(
+        &mut self,
+        i: usize,
+        items: Vec<Item>,
+        commands: &[Command],
+        flags: u32,
+    ) {
         let c = &mut self.clients[i];
         let message_id = c.message_id();
         let header = DataHeader {
@@ -133,7 +142,23 @@ impl World<'_> {
             flags,
         };
         let mut buf = vec![0u8; DATA_MESSAGE_MAX];
-        let n = encode_data_request(&header, commands, &mut buf).expect("encode data request");
+        let mut n = encode_data_request(&header, commands, &mut buf).expect("encode data request");
+        // The blocks exclusive unlocks write ride in the request's value trailer.
+        let blocks: Vec<_> = items
+            .iter()
+            .map(|item| match item {
+                Item::Lock { req, .. } => req.value_block(),
+                Item::Object { .. } => None,
+            })
+            .collect();
+        if blocks.iter().any(Option::is_some) {
+            let count = commands.len();
+            for (k, b) in blocks.iter().enumerate() {
+                let b = b.unwrap_or(ValueBlock::ZERO);
+                put_value_request(&mut buf, count, k, &b, k == 0).expect("value trailer");
+            }
+            n = finish_value_requests(&mut buf, count).expect("value trailer");
+        }
         buf.truncate(n);
         let wait_ms = match commands {
             [Command::Lock(l)] => l.wait_ms,
@@ -152,8 +177,16 @@ impl World<'_> {
         self.send_to_server(i, Channel::Data, buf);
     }
 
-    /// A registered, idle client does one random thing.
+    /// A registered, idle client does one random thing, after a cached grant it owes back.
     fn workload(&mut self, srv: &mut Server<'_>, i: usize) -> Result<(), String> {
+        let owed = self.clients[i].locks.iter().position(|l| {
+            l.as_ref()
+                .is_some_and(super::client::SimLock::give_back_due)
+        });
+        if let Some(rec) = owed {
+            self.give_back(i, rec);
+            return Ok(());
+        }
         let r = self.rng.below(1_000);
         let records: Vec<usize> = self.clients[i].live_records().collect();
         if (records.len() < self.clients[i].appetite && r < 150) || records.is_empty() {
@@ -185,6 +218,7 @@ impl World<'_> {
                 }
             }
             31..=160 => self.object_op(i),
+            161..=170 if self.plan.retain_ppm > 0 => self.recovery_op(i),
             _ => self.lock_op(srv, i, &records)?,
         }
         Ok(())
@@ -340,7 +374,11 @@ impl World<'_> {
                     if is_unlock(req.command().op) && rl.local.state.held_mode().is_some() {
                         rl.releasing = true;
                     }
-                    items.push(Item::Lock { rec, req });
+                    items.push(Item::Lock {
+                        rec,
+                        req,
+                        cacheable: false,
+                    });
                     commands.push(Command::Lock(req.command()));
                 }
             }
@@ -355,13 +393,26 @@ impl World<'_> {
             }
             return Ok(());
         }
+        if self.clients[i].locks[pick]
+            .as_ref()
+            .is_some_and(|l| l.cache.cached && !l.releasing)
+        {
+            return self.cached_op(i, pick, r);
+        }
+        let cacheable = l.local.kind != LockKind::Fair
+            && self.plan.cache_ppm > 0
+            && self.rng.chance(self.plan.cache_ppm);
+        let retain = self.plan.retain_ppm > 0 && self.rng.chance(self.plan.retain_ppm);
         let l = self.clients[i].locks[pick].as_mut().expect("picked record");
         let d = match (l.releasing, l.local.state) {
             (true, _) => l.local.unlock(),
             (false, LocalState::ExclusiveLocked | LocalState::SharedLocked) => {
                 let held = l.local.state.held_mode().unwrap_or(Mode::Exclusive);
                 match r {
-                    0..=59 => l.local.unlock(),
+                    0..=59 => {
+                        stage_value(l, &mut self.rng, &mut self.faults);
+                        l.local.unlock()
+                    }
                     60..=79 => l.local.extend(held, if r == 79 { 0 } else { expire }),
                     _ => l.local.trylock(held, expire, 0),
                 }
@@ -398,10 +449,21 @@ impl World<'_> {
                     l.releasing = true;
                 }
                 self.ops -= 1;
-                let c = req.command();
+                let mut c = req.command();
+                let cacheable = cacheable && c.op.acquires();
+                if cacheable {
+                    c.flags = c.flags.union(LockFlags::CACHEABLE);
+                }
+                if retain && c.op.acquires() {
+                    c.flags = c.flags.union(LockFlags::RETAIN);
+                }
                 self.send_data(
                     i,
-                    vec![Item::Lock { rec: pick, req }],
+                    vec![Item::Lock {
+                        rec: pick,
+                        req,
+                        cacheable,
+                    }],
                     &[Command::Lock(c)],
                     0,
                 );

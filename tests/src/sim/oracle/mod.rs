@@ -25,15 +25,18 @@
 //! [`Server::check_invariants`]: dlock_core::server::Server::check_invariants
 
 pub mod beliefs;
+pub mod values;
 
 use std::collections::{HashMap, HashSet};
 
-use dlock_core::proto::Held;
+use dlock_core::manager::retain::Role;
+use dlock_core::manager::value::{ValueBlock, ValueRead};
 use dlock_core::proto::{
     Command, CommandResult, ControlRequest, ControlResponse, LockCommand, LockOp, ObjectCommand,
     ObjectOp, decode_control_request, decode_control_response, decode_data_request,
     decode_data_response,
 };
+use dlock_core::proto::{Held, LockFlags};
 use dlock_core::server::{Routing, Server, WaitReply};
 use dlock_core::word::fair::{FairWord, ticket_before};
 use dlock_core::{LockKind, Mode, Status};
@@ -46,6 +49,20 @@ struct Holder {
     mode: Mode,
     /// Last server tick at which the grant is still held (`u64::MAX`: until released).
     until: u64,
+    /// Last server tick at which a cached grant whose revoke its holder ignores is still held:
+    /// the server lapses it at the revoke timeout (`u64::MAX`: not revoked).
+    lapses: u64,
+    /// The grant asked to be retained on its holder's death (`LockFlags::RETAIN`).
+    retain: bool,
+    /// Its holder died and the server retains it: held until a recoverer's `recovery_done`.
+    retained: bool,
+}
+
+impl Holder {
+    /// Whether the grant is still held at `now`.
+    fn live(&self, now: u64) -> bool {
+        self.until.min(self.lapses) >= now
+    }
 }
 
 /// The independent model.
@@ -68,6 +85,8 @@ pub struct Oracle {
     faa_seen: HashMap<u32, HashSet<u64>>,
     /// The rules about what clients believe.
     pub beliefs: beliefs::Beliefs,
+    /// The lock value blocks.
+    pub values: values::Values,
     /// Checks made (grants, claims and object results compared against the model, and table
     /// checks).
     pub checks: u64,
@@ -87,6 +106,7 @@ impl Oracle {
             holders: vec![Vec::new(); names.len()],
             max_token: vec![0; names.len()],
             beliefs: beliefs::Beliefs::new(names.len()),
+            values: values::Values::new(names.len()),
             name_index,
             names,
             trace: std::env::var_os("DLOCK_SIM_TRACE").is_some(),
@@ -123,37 +143,56 @@ impl Oracle {
     pub fn new_incarnation(&mut self) {
         self.holders.iter_mut().for_each(Vec::clear);
         self.ids.clear();
+        self.values.new_incarnation();
         self.fair_last.clear();
         self.objects.clear();
         self.faa_seen.clear();
     }
 
-    /// The server gave lock id `raw` to name `name`.
-    fn name_lock(&mut self, raw: u32, name: usize) {
+    /// The server gave lock id `raw` to name `name` (restoring it from a claim if `claimed`).
+    fn name_lock(&mut self, raw: u32, name: usize, claimed: bool) {
         self.ids.insert(raw, name);
+        self.values.named(name, raw, claimed);
     }
 
-    /// Forgets the grants of clients the server no longer has (`registered` says who).
-    pub fn forget_gone(&mut self, registered: impl Fn(u32) -> bool) {
+    /// Forgets the grants of clients the server no longer has (`registered` says who) at
+    /// `now`: an exclusive grant lost so leaves its lock's value block invalid.
+    pub fn forget_gone(&mut self, now: u64, registered: impl Fn(u32) -> bool) {
         let trace = self.trace;
         for (name, hs) in self.holders.iter_mut().enumerate() {
-            hs.retain(|h| {
-                let keep = registered(h.client);
-                if !keep && trace {
+            let mut lost = None;
+            hs.retain_mut(|h| {
+                if h.retained || registered(h.client) {
+                    return true;
+                }
+                if h.mode == Mode::Exclusive {
+                    lost = Some(lost.unwrap_or(true) && h.live(now));
+                }
+                // A grant that asked to be retained outlives its dead holder, whatever its
+                // lease said (the server keeps it out of the word's reach) — if it still ran.
+                let retained = h.retain && h.live(now);
+                if trace {
+                    let end = if retained { "is retained" } else { "ends" };
                     eprintln!(
-                        "client {:#x} gone: its {:?} grant of lock {name} ends",
+                        "client {:#x} gone: its {:?} grant of lock {name} {end}",
                         h.client, h.mode
                     );
                 }
-                keep
+                if retained {
+                    (h.retained, h.until, h.lapses) = (true, u64::MAX, u64::MAX);
+                }
+                retained
             });
+            if let Some(running) = lost {
+                self.values.lost(name, running);
+            }
         }
     }
 
     /// Grants of the clients, per lock name, still held at `now` (for the final check).
     pub fn held_names(&self, now: u64) -> Vec<usize> {
         (0..self.holders.len())
-            .filter(|&n| self.holders[n].iter().any(|h| h.until >= now))
+            .filter(|&n| self.holders[n].iter().any(|h| h.live(now)))
             .collect()
     }
 
@@ -161,14 +200,31 @@ impl Oracle {
     pub fn holds(&self, name: usize, client: u32, mode: Mode, now: u64) -> bool {
         self.holders[name]
             .iter()
-            .any(|h| h.client == client && h.mode == mode && h.until >= now)
+            .any(|h| h.client == client && h.mode == mode && h.live(now))
+    }
+
+    /// The server revoked client `client`'s cached grant of lock id `raw`: if the client
+    /// ignores it, the grant lapses after tick `held_until` (a cached holder is a holder until
+    /// it gives the grant back or its revoke lapses, like a lease).
+    pub fn revoked(&mut self, client: u32, raw: u32, held_until: u64) {
+        let Some(&name) = self.ids.get(&raw) else {
+            return;
+        };
+        if self.trace {
+            eprintln!(
+                "client {client:#x} asked to give lock {name} back; lapses after {held_until}"
+            );
+        }
+        for h in self.holders[name].iter_mut().filter(|h| h.client == client) {
+            h.lapses = h.lapses.min(held_until);
+        }
     }
 
     /// A conflicting live grant of another client on `name`, if any.
     fn conflict(&self, name: usize, client: u32, mode: Mode, now: u64) -> Option<Holder> {
         self.holders[name].iter().copied().find(|h| {
             h.client != client
-                && h.until >= now
+                && h.live(now)
                 && (mode == Mode::Exclusive || h.mode == Mode::Exclusive)
         })
     }
@@ -185,16 +241,36 @@ impl Oracle {
         &mut self,
         req: &[u8],
         reply: &[u8],
-        now: u64,
+        (now, role): (u64, Role),
         registered: impl Fn(u32) -> bool,
     ) -> Result<Option<Status>, String> {
         let req = decode_control_request(req).map_err(|e| format!("own request: {e:?}"))?;
         let rep = decode_control_response(reply).map_err(|e| format!("server reply: {e:?}"))?;
         let client = req.header.word;
+        let status = rep.header.status();
         match (req.body, rep.body) {
+            (ControlRequest::RecoveryDone { dead }, _) if status == Some(Status::Success) => {
+                self.checks += 1;
+                if role != Role::Recoverer {
+                    return Err(format!(
+                        "client {client:#x}, no recoverer, had recovery_done({dead:#x}) accepted"
+                    ));
+                }
+                // The dead client's retained grants end: now a new holder may take them.
+                for hs in &mut self.holders {
+                    hs.retain(|h| h.client != dead);
+                }
+            }
+            (ControlRequest::ClientDeinit, _) if status == Some(Status::Success) => {
+                // A graceful exit releases everything, retained or not.
+                for hs in &mut self.holders {
+                    hs.retain(|h| h.client != client);
+                }
+                self.forget_gone(now, registered);
+            }
             (ControlRequest::GetLock { name, .. }, ControlResponse::Lock { lock }) => {
                 if let Some(n) = self.name_index(name) {
-                    self.name_lock(lock, n);
+                    self.name_lock(lock, n, false);
                 }
             }
             (ControlRequest::BatchGetLock(b), ControlResponse::Entries(e)) => {
@@ -203,7 +279,7 @@ impl Oracle {
                         && let Some((_, name)) = b.get(i)
                         && let Some(n) = self.name_index(name)
                     {
-                        self.name_lock(entry.id, n);
+                        self.name_lock(entry.id, n, false);
                     }
                 }
             }
@@ -221,7 +297,7 @@ impl Oracle {
                     if entry.status != Status::Success {
                         continue;
                     }
-                    self.name_lock(entry.id, name);
+                    self.name_lock(entry.id, name, true);
                     let mode = claimed_mode(claim.held);
                     self.claim_accepted(now, client, name, claim.kind, mode, claim.remaining_ms)?;
                 }
@@ -231,10 +307,18 @@ impl Oracle {
                 | ControlRequest::ClientInit { .. }
                 | ControlRequest::ClientReinit { .. },
                 _,
-            ) => self.forget_gone(registered),
+            ) => self.forget_gone(now, registered),
             _ => {}
         }
-        Ok(rep.header.status())
+        Ok(status)
+    }
+
+    /// A recoverer released dead client `dead`'s retained grants outside the wire (the
+    /// simulator's operator, once traffic stopped).
+    pub fn recovered(&mut self, dead: u32) {
+        for hs in &mut self.holders {
+            hs.retain(|h| h.client != dead);
+        }
     }
 
     /// The server answered data message `req` with `reply` at its tick `now`.
@@ -245,7 +329,12 @@ impl Oracle {
         for (i, c) in req.commands().enumerate() {
             let r = rep.result(i).result;
             match c {
-                Command::Lock(l) => self.lock_result(now, client, &l, &r)?,
+                Command::Lock(l) => {
+                    // A command writes the block its trailer entry holds only when flagged.
+                    let writes = l.flags.contains(LockFlags::VALUE_BLOCK);
+                    let blocks = (req.value_block(i).filter(|_| writes), rep.value(i));
+                    self.lock_result(now, client, &l, &r, blocks)?;
+                }
                 Command::Object(o) => self.object_result(&o, &r)?,
                 // Joins belong to multiplexing clients; the simulators send none.
                 Command::Join(_) => return Err("a join reached the state machine".into()),
@@ -257,16 +346,18 @@ impl Oracle {
     /// The server decided parked request `w` at its tick `now`. Parked replies decided in one
     /// turn must come in grant (token) order.
     pub fn parked(&mut self, w: &WaitReply, now: u64) -> Result<(), String> {
-        self.lock_result(now, w.client, &w.command, &w.result)
+        self.lock_result(now, w.client, &w.command, &w.result, (None, w.value))
     }
 
-    /// The server answered lock command `c` of client `client` with `r` at server tick `now`.
+    /// The server answered lock command `c` of client `client` with `r` at server tick `now`;
+    /// `(written, read)` are the value block the command wrote and the one its reply read.
     fn lock_result(
         &mut self,
         now: u64,
         client: u32,
         c: &LockCommand,
         r: &CommandResult,
+        (written, read): (Option<ValueBlock>, Option<ValueRead>),
     ) -> Result<(), String> {
         if self.trace {
             eprintln!(
@@ -316,6 +407,17 @@ impl Oracle {
                     ));
                 }
                 self.max_token[name] = r.aux;
+                // An exclusive grant of another client the model saw run out is taken over: the
+                // server invalidates the block if its holder is still in the word.
+                if self.holders[name]
+                    .iter()
+                    .any(|h| h.client != client && h.mode == Mode::Exclusive && !h.live(now))
+                {
+                    self.values.lost(name, false);
+                }
+                if let Some(v) = read {
+                    self.values.read(name, &v, client, now)?;
+                }
                 if c.kind == LockKind::Fair && mode == Mode::Exclusive {
                     let tx = FairWord::from_bits(r.word).mx();
                     if let Some(&last) = self.fair_last.get(&c.lock)
@@ -333,6 +435,9 @@ impl Oracle {
                         client,
                         mode,
                         until: until(c.expire_ms),
+                        lapses: u64::MAX,
+                        retain: c.flags.contains(LockFlags::RETAIN),
+                        retained: false,
                     },
                 );
             }
@@ -346,36 +451,54 @@ impl Oracle {
                         h.client, h.mode, h.until
                     ));
                 }
-                let old = self.holders[name]
+                let (old, lapses, retain) = self.holders[name]
                     .iter()
                     .find(|h| h.client == client)
-                    .map_or(0, |h| h.until);
+                    .map_or((0, u64::MAX, false), |h| (h.until, h.lapses, h.retain));
                 let new = if c.expire_ms == 0 {
                     old
                 } else {
                     old.max(until(c.expire_ms))
                 };
+                // An extend does not answer a revoke: the grant lapses as before.
                 self.add(
                     name,
                     Holder {
                         client,
                         mode,
                         until: new,
+                        lapses,
+                        retain,
+                        retained: false,
                     },
                 );
             }
             LockOp::UnlockExclusive | LockOp::UnlockShared => {
+                if c.op == LockOp::UnlockExclusive {
+                    self.values.released(name, written);
+                }
                 self.holders[name].retain(|h| h.client != client);
             }
-            // The exclusive holder stays, as a reader (RW grants never lapse).
-            LockOp::Downgrade => self.add(
-                name,
-                Holder {
-                    client,
-                    mode: Mode::Shared,
-                    until: u64::MAX,
-                },
-            ),
+            // The exclusive holder stays, as a reader (RW grants never lapse; a revoke
+            // outstanding still may, which a later grant would show).
+            LockOp::Downgrade => {
+                self.values.released(name, written);
+                let (lapses, retain) = self.holders[name]
+                    .iter()
+                    .find(|h| h.client == client)
+                    .map_or((u64::MAX, false), |h| (h.lapses, h.retain));
+                self.add(
+                    name,
+                    Holder {
+                        client,
+                        mode: Mode::Shared,
+                        until: u64::MAX,
+                        lapses,
+                        retain,
+                        retained: false,
+                    },
+                );
+            }
         }
         Ok(())
     }
@@ -428,6 +551,9 @@ impl Oracle {
                 client,
                 mode,
                 until,
+                lapses: u64::MAX,
+                retain: false,
+                retained: false,
             },
         );
         Ok(())

@@ -1,6 +1,7 @@
 //! The world the real clients run in: the server incarnations, the shared network and the
 //! server's end of it, and a clock that moves only when the world steps.
 
+use dlock_core::manager::retain::Role;
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
@@ -203,6 +204,7 @@ impl<'r> World<'r> {
                     m.link,
                     &m.bytes,
                     now,
+                    Role::Client,
                 )?;
                 for link in replaced {
                     self.net.break_link(link);
