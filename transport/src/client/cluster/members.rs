@@ -15,6 +15,15 @@ use dlock_core::proto::{
 use super::{ClusterLink, Dial, Identity, Member, fetch, garbage};
 use crate::client::Connection;
 
+/// Whether a reply with `status` says the server does not know the client (its lease there
+/// lapsed, or it was removed): the server ran nothing of the request.
+pub(super) fn forgets_client(status: Status) -> bool {
+    matches!(
+        status,
+        Status::ClientNotInit | Status::ClientRemovedByServer
+    )
+}
+
 /// Whether a reply with `status` shows the server holds the client's registration (its lease
 /// then runs from the request's send), as the single-server client's `renews_lease`, and not
 /// `PartitionMoved` either: a server that fenced itself answers that to everyone, and the old
@@ -80,6 +89,7 @@ impl<D: Dial> ClusterLink<D> {
                     registered: true,
                     lease_ms: r.lease_ms,
                     heard: Some(sent),
+                    since: sent,
                     broken: false,
                 },
             );
@@ -167,6 +177,7 @@ impl<D: Dial> ClusterLink<D> {
                     registered: true,
                     lease_ms: r.lease_ms,
                     heard: Some(sent),
+                    since: sent,
                     broken: false,
                 })
             }
@@ -183,9 +194,9 @@ impl<D: Dial> ClusterLink<D> {
     /// `reply`. A connection that fails is opened again at the next use. A server that no
     /// longer knows the client (its lease lapsed there, and the server declared it dead) is
     /// joined again and asked once more: it refused the request without running it. What the
-    /// client had there is gone with the registration; the records that name it learn so from
-    /// the server's `LockNotGet` (`replies.rs`, and `release_lock`). Before, the member stayed
-    /// marked registered, and every request to that server read `ClientNotInit` for good.
+    /// client had there is gone with the registration ([`Self::forget_registration`]). Before,
+    /// the member stayed marked registered, and every request to that server read
+    /// `ClientNotInit` for good.
     pub(super) fn control_with(
         &mut self,
         server: ServerId,
@@ -201,20 +212,35 @@ impl<D: Dial> ClusterLink<D> {
     }
 
     /// Whether `server`'s reply `reply` says it does not know the client (`ClientNotInit`,
-    /// `ClientRemovedByServer`); the member is then joined again at its next use.
+    /// `ClientRemovedByServer`); the registration there is then forgotten
+    /// ([`Self::forget_registration`]).
     fn forgot_client(&mut self, server: ServerId, reply: &[u8]) -> bool {
         let status = decode_control_response(reply)
             .ok()
             .and_then(|f| f.header.status());
-        let forgot = matches!(
-            status,
-            Some(Status::ClientNotInit | Status::ClientRemovedByServer)
-        );
-        if forgot && let Some(m) = self.members.get_mut(&server) {
-            tracing::debug!(%server, "dlock: the server forgot the client; joined again");
-            m.registered = false;
+        let forgot = status.is_some_and(forgets_client);
+        if forgot {
+            self.forget_registration(server);
         }
         forgot
+    }
+
+    /// `server` said it does not know the client: it declared the client dead (its lease ran
+    /// out there) and freed everything the client held there, grants and references alike.
+    /// The member is joined again at its next use; the records filed under it lose their
+    /// grants (lost: the client's next unlock of one is not a success) and their references,
+    /// which are got again by name at the lock's or object's next use. Only the server's own
+    /// word drops a reference: a registration the client merely thinks lapsed may still hold
+    /// them (`lose_lapsed_grants`).
+    pub(super) fn forget_registration(&mut self, server: ServerId) {
+        let Some(m) = self.members.get_mut(&server) else {
+            return;
+        };
+        m.registered = false;
+        let incarnation = m.incarnation;
+        let lost = self.routes.forget_at(server, incarnation);
+        self.objects.forget_at(server, incarnation);
+        tracing::debug!(%server, lost, "dlock: the server forgot the client; joined again at the next use");
     }
 
     /// [`Self::control_with`], once.

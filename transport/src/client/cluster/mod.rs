@@ -175,6 +175,9 @@ struct Member<C> {
     /// When the last request this server answered was sent: its lease for the client runs at
     /// least until then plus the lease.
     heard: Option<Instant>,
+    /// When this registration (or join) was asked for: a reply to a message sent before it
+    /// speaks of an earlier one.
+    since: Instant,
     /// The connection failed: open a new one (and join again) before its next use.
     broken: bool,
 }

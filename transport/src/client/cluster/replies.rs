@@ -17,8 +17,8 @@ use dlock_core::proto::{
 use dlock_core::{GrantProof, Status};
 
 use super::control::PAUSE_MIN;
-use super::data::{Flight, refused_by_check, result};
-use super::members::renews_lease;
+use super::data::{Flight, decide, result, unrun};
+use super::members::{forgets_client, renews_lease};
 use super::{ClusterLink, Dial, garbage};
 use crate::client::{Connection, Decision, LocalLock};
 
@@ -108,7 +108,11 @@ impl<D: Dial> ClusterLink<D> {
             if r.len() != part.idx.len() {
                 return Err(garbage("a data reply answers another message"));
             }
+            // A reply to a message sent before the current registration speaks of an
+            // earlier one, which was forgotten already.
+            let current = part.sent >= member.since;
             let mut renewed = false;
+            let mut forgot = false;
             let mut forgotten = Vec::new();
             for (j, &i) in part.idx.iter().enumerate() {
                 let got = r.result(j);
@@ -119,6 +123,7 @@ impl<D: Dial> ClusterLink<D> {
                     return Err(garbage("a data reply answers other commands"));
                 }
                 renewed |= renews_lease(got.result.status);
+                forgot |= forgets_client(got.result.status);
                 if got.result.status == Status::LockNotGet
                     && let Command::Lock(c) = flight.commands[i]
                 {
@@ -131,6 +136,9 @@ impl<D: Dial> ClusterLink<D> {
             }
             let server = part.server;
             flight.parts.remove(0);
+            if forgot && current {
+                self.forget_registration(server);
+            }
             for (lock, server_lock) in forgotten {
                 self.forget_reference(lock, server, server_lock);
             }
@@ -158,13 +166,19 @@ impl<D: Dial> ClusterLink<D> {
         r.server_lock = None;
     }
 
-    /// Per-item messages: sends again what a partition check refused, while `deadline` lasts;
-    /// false when the flight is answered.
+    /// Per-item messages: sends again what a server refused without running it (a partition
+    /// check, or a server that forgot the client), while `deadline` lasts; false when the
+    /// flight is answered.
     fn retry_refused(&mut self, flight: &mut Flight, deadline: Instant) -> io::Result<bool> {
         let refused: Vec<usize> = (0..flight.commands.len())
-            .filter(|&i| flight.results[i].is_some_and(|(r, _)| refused_by_check(r.status)))
+            .filter(|&i| flight.results[i].is_some_and(|(r, _)| unrun(r.status)))
             .collect();
-        if refused.is_empty() || Instant::now() >= deadline {
+        let refused = if Instant::now() < deadline {
+            self.after_forgotten(flight, refused)
+        } else {
+            Vec::new()
+        };
+        if refused.is_empty() {
             for i in 0..flight.commands.len() {
                 self.apply(flight, i);
             }
@@ -176,6 +190,39 @@ impl<D: Dial> ClusterLink<D> {
         }
         self.send_set(flight, refused, deadline)?;
         Ok(true)
+    }
+
+    /// Of the commands `refused`, those answered `ClientNotInit` or `ClientRemovedByServer`
+    /// were about a registration the server forgot, with every grant and reference the client
+    /// had there (`forget_registration` reset the link's records): an acquisition is decided
+    /// again from its record and sent again (its reference got again by name, at a server
+    /// joined again); anything else (an unlock, an extend, a downgrade) was about a grant the
+    /// server freed, and is answered `LockNotGet` here, as a server answers a command naming
+    /// a reference it forgot. The commands to send again.
+    fn after_forgotten(&mut self, flight: &mut Flight, refused: Vec<usize>) -> Vec<usize> {
+        let mut again = Vec::with_capacity(refused.len());
+        for i in refused {
+            let forgot = flight.results[i].is_some_and(|(r, _)| forgets_client(r.status));
+            let lock = match flight.commands[i] {
+                Command::Lock(l) if forgot => l,
+                _ => {
+                    again.push(i);
+                    continue;
+                }
+            };
+            let route = self.routes.get_mut(lock.lock);
+            match route {
+                Some(r) if lock.op.acquires() => {
+                    flight.shadow[i] = decide(&mut r.record, &lock);
+                    again.push(i);
+                }
+                _ => {
+                    flight.shadow[i] = None;
+                    flight.results[i] = Some((result(Status::LockNotGet), [0; PROOF_LEN]));
+                }
+            }
+        }
+        again
     }
 
     /// All-or-nothing: after the current run's reply, sends it again (refused by a check),
@@ -198,9 +245,10 @@ impl<D: Dial> ClusterLink<D> {
                 None => Ok(false),
             };
         }
-        let checked = run.iter().any(|i| refused_by_check(status(i)));
+        let checked = run.iter().any(|i| unrun(status(i)));
         let granted = run.iter().any(|i| status(i) == Status::Success);
         if checked && !granted && Instant::now() < deadline {
+            let run = self.after_forgotten(flight, run);
             self.wait_for_owner(flight, &run, deadline);
             for &i in &run {
                 flight.results[i] = None;
