@@ -165,7 +165,10 @@ impl<D: Dial> ClusterLink<D> {
         let sent = Instant::now();
         let mut reply = vec![0u8; CONTROL_FRAME_MAX];
         let message_id = self.next_message_id();
-        let m = exchange(&mut conn, message_id, me.id, body, &mut reply, deadline)?;
+        // A live server answers a join at once; a silent one is not waited on past the link's
+        // patience (the caller looks at the map again).
+        let until = self.patient(deadline);
+        let m = exchange(&mut conn, message_id, me.id, body, &mut reply, until)?;
         let frame = decode_control_response(&reply[..m])
             .map_err(|_| garbage("a join reply is malformed"))?;
         match (frame.header.status(), frame.body) {
@@ -283,15 +286,24 @@ impl<D: Dial> ClusterLink<D> {
     }
 
     /// Fetches the map again, from `first` (the server that said the partition moved), then
-    /// from every other server the client knows, and adopts it if it is newer than the cached
-    /// one and of the same cluster shape. Returns whether the map changed.
-    pub(super) fn refresh(&mut self, first: Option<ServerId>, deadline: Instant) -> bool {
+    /// from every other server the client knows but `skip` (one gone silent), and adopts it if
+    /// it is newer than the cached one and of the same cluster shape. Each server is given
+    /// the link's patience, not the whole deadline: a frozen one must not keep the client
+    /// from the others. Returns whether the map changed.
+    pub(super) fn refresh(
+        &mut self,
+        first: Option<ServerId>,
+        skip: Option<ServerId>,
+        deadline: Instant,
+    ) -> bool {
         let mut order: Vec<ServerId> = first.into_iter().collect();
         order.extend(self.map.servers().iter().map(|e| e.id()));
+        order.retain(|&s| Some(s) != skip);
         let mut message_id = self.message_id;
         let mut found: Option<Box<Map>> = None;
         let me = self.identity.map_or(0, |i| i.id);
         for server in order {
+            let deadline = self.patient(deadline);
             let got = match self.members.get_mut(&server) {
                 Some(m) if !m.broken => {
                     let speaks_for = if m.registered { me } else { 0 };
@@ -328,6 +340,7 @@ impl<D: Dial> ClusterLink<D> {
             if found.is_some() {
                 break;
             }
+            let deadline = self.patient(deadline);
             if let Ok(map) = self
                 .cfg
                 .dial

@@ -91,6 +91,9 @@ use objects::ObjectRoutes;
 use replies::Wait;
 use routes::Routes;
 
+/// The link's patience with one server is its timeout divided by this ([`ClusterLink`]).
+const PATIENCE_DIVISOR: u32 = 10;
+
 /// How the cluster client starts: the servers to ask for the map first, how to reach a
 /// server, and how long one control exchange (and each retry loop of one) may take.
 #[derive(Clone, Debug)]
@@ -262,6 +265,22 @@ impl<D: Dial> ClusterLink<D> {
             .collect();
         ids.sort_unstable();
         ids
+    }
+
+    /// How long the link waits on one server before it looks elsewhere: a map read, a join
+    /// or a heartbeat gives up on a server silent this long (and asks the next), and a data
+    /// reply overdue this long makes the link ask another server for the map — a server the
+    /// map no longer names is given up, its commands sent to the new owners. A tenth of the
+    /// link's timeout, so that a frozen server (open connections, nothing answered: a host
+    /// that stopped or fell off the network) costs a call the failover plus one patience,
+    /// not its whole deadline per exchange (`docs/cluster.md`, "A silent server").
+    fn patience(&self) -> Duration {
+        self.cfg.timeout / PATIENCE_DIVISOR
+    }
+
+    /// `deadline`, or one patience from now if that is sooner.
+    fn patient(&self, deadline: Instant) -> Instant {
+        deadline.min(Instant::now() + self.patience())
     }
 
     fn next_message_id(&mut self) -> u16 {

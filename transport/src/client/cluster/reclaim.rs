@@ -54,8 +54,18 @@ impl<D: Dial> ClusterLink<D> {
     /// Refreshes the map (from `first`, then the others) and, if it changed, re-claims every
     /// partition that moved. Whether the map changed.
     pub(super) fn follow_map(&mut self, first: Option<ServerId>, deadline: Instant) -> bool {
+        self.follow_map_without(first, None, deadline)
+    }
+
+    /// [`Self::follow_map`], asking every server but `skip` (one gone silent).
+    pub(super) fn follow_map_without(
+        &mut self,
+        first: Option<ServerId>,
+        skip: Option<ServerId>,
+        deadline: Instant,
+    ) -> bool {
         let before = self.map.clone();
-        let changed = self.refresh(first, deadline);
+        let changed = self.refresh(first, skip, deadline);
         if changed {
             self.rehome(deadline);
             self.done_without_records(&before, deadline);

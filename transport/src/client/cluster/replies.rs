@@ -19,7 +19,7 @@ use dlock_core::{GrantProof, Status};
 use super::control::PAUSE_MIN;
 use super::data::{Flight, decide, result, unrun};
 use super::members::{forgets_client, renews_lease};
-use super::{ClusterLink, Dial, garbage};
+use super::{ClusterLink, Dial, fetch, garbage};
 use crate::client::{Connection, Decision, LocalLock};
 
 /// How a caller waits for a flight's replies.
@@ -74,8 +74,15 @@ impl<D: Dial> ClusterLink<D> {
     }
 
     /// Reads every outstanding part's reply into `flight`; false when one has not come.
+    ///
+    /// A wait with a deadline waits one patience at a time: a reply overdue by more makes the
+    /// link ask the other servers for the map ([`Self::left_the_map`]), and a part whose
+    /// server the map no longer names is given up ([`Self::give_up`]). Otherwise a frozen
+    /// owner — its connections open, nothing answered — held the call until its deadline,
+    /// and the next call with it, however soon the cluster gave its partitions to others.
     pub(super) fn gather(&mut self, flight: &mut Flight, wait: Wait<'_>) -> io::Result<bool> {
         let mut buf = vec![0u8; DATA_RESPONSE_MAX];
+        let patience = self.patience();
         while let Some(part) = flight.parts.first() {
             let member = self
                 .members
@@ -89,7 +96,19 @@ impl<D: Dial> ClusterLink<D> {
                 })?;
             let got = match wait {
                 Wait::Look => member.conn.try_recv_data(part.ticket, &mut buf),
-                Wait::Until(d) => member.conn.recv_data(part.ticket, &mut buf, Some(d)),
+                Wait::Until(d) => {
+                    let slice = d.min(Instant::now() + patience);
+                    match member.conn.recv_data(part.ticket, &mut buf, Some(slice)) {
+                        Ok(None) if slice < d => {
+                            let (server, sent) = (part.server, part.sent);
+                            if sent.elapsed() >= patience && self.left_the_map(server, d) {
+                                self.give_up(flight);
+                            }
+                            continue;
+                        }
+                        got => got,
+                    }
+                }
                 Wait::Poll(waker) => member.conn.poll_recv_data(part.ticket, &mut buf, waker),
             };
             let len = match got {
@@ -144,6 +163,71 @@ impl<D: Dial> ClusterLink<D> {
             }
         }
         Ok(true)
+    }
+
+    /// Whether `server`, whose reply is overdue past the link's patience, has left the map:
+    /// asks another server the client joined for the map's version (each within the patience)
+    /// and follows a newer map, from any server but `server` when none of them answers.
+    /// `server` has left when the map no longer names it at the incarnation the client joined.
+    fn left_the_map(&mut self, server: ServerId, deadline: Instant) -> bool {
+        let Some(incarnation) = self.members.get(&server).map(|m| m.incarnation) else {
+            return true;
+        };
+        let me = self.identity.map_or(0, |i| i.id);
+        let mut message_id = self.message_id;
+        let mut seen = None;
+        for other in self.joined() {
+            if other == server {
+                continue;
+            }
+            let until = self.patient(deadline);
+            let Some(m) = self.members.get_mut(&other) else {
+                continue;
+            };
+            match fetch::map_version(&mut m.conn, me, until, &mut message_id) {
+                Ok(v) => {
+                    seen = Some((other, v));
+                    break;
+                }
+                Err(_) => m.broken = true,
+            }
+        }
+        self.message_id = message_id;
+        match seen {
+            Some((other, v)) if v > self.map.version() => {
+                self.follow_map_without(Some(other), Some(server), deadline);
+            }
+            Some(_) => {}
+            None => {
+                self.follow_map_without(None, Some(server), deadline);
+            }
+        }
+        self.map.server(server).map(|e| e.incarnation()) != Some(incarnation)
+    }
+
+    /// Gives up the flight's first part, whose server left the map while its reply was
+    /// overdue: the server is not waited on again (its connection is opened afresh should it
+    /// come back), and the part's commands read `PartitionMoved`, so that they are sent again
+    /// to their partitions' new owners while the deadline lasts. Sending them again is safe
+    /// although the server may have run them before it went silent: it left the map because
+    /// its etcd lease ran out, so it fenced itself before the new owner's first grant (the
+    /// timing argument); a grant it made unseen is held by no one the new owner knows of,
+    /// an unlock it ran unseen is undone by the re-claim of the grant and done again, and a
+    /// fetch-and-add run twice leaves a gap (allowed), never a repeat.
+    fn give_up(&mut self, flight: &mut Flight) {
+        let part = flight.parts.remove(0);
+        tracing::debug!(server = %part.server, "dlock: a silent server left the map; its commands go to the new owners");
+        if let Some(m) = self.members.get_mut(&part.server) {
+            m.broken = true;
+        }
+        let moved = CommandResult {
+            status: Status::PartitionMoved,
+            word: 0,
+            aux: self.map.version(),
+        };
+        for &i in &part.idx {
+            flight.results[i] = Some((moved, [0; PROOF_LEN]));
+        }
     }
 
     /// `server` answered `LockNotGet` for its lock `server_lock`, the reference of cluster
