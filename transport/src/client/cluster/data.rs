@@ -322,6 +322,8 @@ impl<D: Dial> ClusterLink<D> {
             .map(|r| r.partition)
             .ok_or_else(|| garbage("no route"))?;
         self.rehome_partition(partition, deadline);
+        // The new owner serves once its old clients said `ReclaimDone`: this one's first.
+        self.pay_dones(deadline);
         let r = self.routes.get(lock).ok_or_else(|| garbage("no route"))?;
         let Some(server_lock) = r.server_lock else {
             let held =

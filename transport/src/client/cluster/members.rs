@@ -9,7 +9,7 @@ use dlock_core::Status;
 use dlock_core::cluster::{Map, ServerId};
 use dlock_core::proto::{
     CONTROL_FRAME_MAX, ControlHeader, ControlRequest, ControlRequestFrame, ControlResponse,
-    PROTO_VERSION, decode_control_response, encode_control_request,
+    PROTO_VERSION, PROTO_VERSION_CLUSTER_MIN, decode_control_response, encode_control_request,
 };
 
 use super::{ClusterLink, Dial, Identity, Member, fetch, garbage};
@@ -49,6 +49,7 @@ impl<D: Dial> ClusterLink<D> {
         reply: &mut [u8],
         deadline: Instant,
     ) -> io::Result<usize> {
+        let init = &at_cluster_min(init)?;
         let mut last = garbage("the cluster map names no server");
         let servers: Vec<(ServerId, u64, Vec<u8>)> = self
             .map
@@ -87,6 +88,7 @@ impl<D: Dial> ClusterLink<D> {
                     conn,
                     incarnation,
                     registered: true,
+                    version: r.version,
                     lease_ms: r.lease_ms,
                     heard: Some(sent),
                     since: sent,
@@ -157,8 +159,10 @@ impl<D: Dial> ClusterLink<D> {
             .identity
             .ok_or_else(|| garbage("a server was needed before the client registered"))?;
         let mut conn = self.cfg.dial.dial(address)?;
+        // The oldest version a cluster server speaks: a server of protocol 5 (before
+        // `ReclaimDones`) is joined too, and told its `ReclaimDone`s one at a time.
         let body = ControlRequest::ClientJoin {
-            min_version: PROTO_VERSION,
+            min_version: PROTO_VERSION_CLUSTER_MIN,
             lease_ms: me.lease_ms,
             session: me.session,
         };
@@ -168,7 +172,14 @@ impl<D: Dial> ClusterLink<D> {
         // A live server answers a join at once; a silent one is not waited on past the link's
         // patience (the caller looks at the map again).
         let until = self.patient(deadline);
-        let m = exchange(&mut conn, message_id, me.id, body, &mut reply, until)?;
+        let m = exchange(
+            &mut conn,
+            (message_id, PROTO_VERSION),
+            me.id,
+            body,
+            &mut reply,
+            until,
+        )?;
         let frame = decode_control_response(&reply[..m])
             .map_err(|_| garbage("a join reply is malformed"))?;
         match (frame.header.status(), frame.body) {
@@ -178,6 +189,7 @@ impl<D: Dial> ClusterLink<D> {
                     conn,
                     incarnation,
                     registered: true,
+                    version: r.version,
                     lease_ms: r.lease_ms,
                     heard: Some(sent),
                     since: sent,
@@ -258,7 +270,8 @@ impl<D: Dial> ClusterLink<D> {
         let message_id = self.next_message_id();
         let member = self.member(server, deadline)?;
         let sent = Instant::now();
-        match exchange(&mut member.conn, message_id, id, body, reply, deadline) {
+        let at = (message_id, member.version);
+        match exchange(&mut member.conn, at, id, body, reply, deadline) {
             Ok(m) => {
                 let status = decode_control_response(&reply[..m])
                     .ok()
@@ -368,18 +381,45 @@ impl<D: Dial> ClusterLink<D> {
     }
 }
 
-/// Encodes `body` from client `id` and exchanges it over `conn`; the reply's length. A reply
-/// that does not answer this request is `InvalidData`.
+/// The client's `ClientInit` frame `init`, asking for the oldest version a cluster server
+/// speaks at least (`PROTO_VERSION_CLUSTER_MIN`) rather than the client's own minimum: the
+/// registration's server may be of protocol 5, before `ReclaimDones`, which the link then
+/// does without.
+fn at_cluster_min(init: &[u8]) -> io::Result<Vec<u8>> {
+    let frame = dlock_core::proto::decode_control_request(init)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a malformed registration"))?;
+    let body = match frame.body {
+        ControlRequest::ClientInit {
+            min_version,
+            lease_ms,
+        } => ControlRequest::ClientInit {
+            min_version: min_version.min(PROTO_VERSION_CLUSTER_MIN),
+            lease_ms,
+        },
+        other => other,
+    };
+    let mut out = vec![0u8; CONTROL_FRAME_MAX];
+    let n =
+        encode_control_request(&ControlRequestFrame { body, ..frame }, &mut out).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, "a registration did not encode")
+        })?;
+    out.truncate(n);
+    Ok(out)
+}
+
+/// Encodes `body` from client `id` with `(message_id, version)` in its header and exchanges
+/// it over `conn`; the reply's length. A reply that does not answer this request is
+/// `InvalidData`.
 pub(super) fn exchange<C: Connection>(
     conn: &mut C,
-    message_id: u16,
+    (message_id, version): (u16, u8),
     id: u32,
     body: ControlRequest<'_>,
     reply: &mut [u8],
     deadline: Instant,
 ) -> io::Result<usize> {
     let header = ControlHeader {
-        version: PROTO_VERSION,
+        version,
         msg: body.msg_type(),
         message_id,
         word: id,

@@ -174,6 +174,9 @@ struct Member<C> {
     incarnation: u64,
     /// Registered (or joined) on this connection, with `lease_ms` granted.
     registered: bool,
+    /// The protocol version the registration or join agreed on: what the link's control
+    /// frames to this server carry, and whether it takes `ReclaimDones` (6).
+    version: u8,
     lease_ms: u32,
     /// When the last request this server answered was sent: its lease for the client runs at
     /// least until then plus the lease.
