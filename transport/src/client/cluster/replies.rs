@@ -166,9 +166,13 @@ impl<D: Dial> ClusterLink<D> {
     }
 
     /// Whether `server`, whose reply is overdue past the link's patience, has left the map:
-    /// asks another server the client joined for the map's version (each within the patience)
-    /// and follows a newer map, from any server but `server` when none of them answers.
-    /// `server` has left when the map no longer names it at the incarnation the client joined.
+    /// asks another server the client joined for the map's version (each within the patience,
+    /// over the connection it has: a probe opens none) and follows a newer map. `server` has
+    /// left when the map no longer names it at the incarnation the client joined. With no
+    /// other server joined, or none answering, nothing is learned here: the client's next
+    /// heartbeat reads the map from any server (`check_map`). A probe opens no connection
+    /// because every overdue reply probes — under a load that slows every server, a
+    /// thousand clients dialling each other server twice a second would only add to it.
     fn left_the_map(&mut self, server: ServerId, deadline: Instant) -> bool {
         let Some(incarnation) = self.members.get(&server).map(|m| m.incarnation) else {
             return true;
@@ -193,14 +197,10 @@ impl<D: Dial> ClusterLink<D> {
             }
         }
         self.message_id = message_id;
-        match seen {
-            Some((other, v)) if v > self.map.version() => {
-                self.follow_map_without(Some(other), Some(server), deadline);
-            }
-            Some(_) => {}
-            None => {
-                self.follow_map_without(None, Some(server), deadline);
-            }
+        if let Some((other, v)) = seen
+            && v > self.map.version()
+        {
+            self.follow_map_without(Some(other), Some(server), deadline);
         }
         self.map.server(server).map(|e| e.incarnation()) != Some(incarnation)
     }
