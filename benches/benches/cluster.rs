@@ -3,6 +3,8 @@
 //! - **failover time**: clients hold locks across three `dlock serve --cluster` processes; one
 //!   is killed with SIGKILL, and a probe measures kill → the first grant of a lock of one of its
 //!   partitions on the new owner, beside the etcd lease TTL;
+//!   and the control messages the new owners took from the kill to the end of their recovery
+//!   (every client's re-claims and `ReclaimDone`s, and its heartbeats meanwhile);
 //! - **etcd requests per second in steady state**, while clients lock at full speed: etcd's
 //!   `grpc_server_handled_total` counters (its `/metrics`) read before and after;
 //! - **the cost of routing**: one client's trylock+unlock round trips per second through the
@@ -24,7 +26,7 @@ use std::time::{Duration, Instant};
 use dlock_core::cluster::{Map, Partitions, ServerId, partition_of};
 use dlock_core::{LockKind, Mode, Status};
 use dlock_transport::client::cluster::{ClusterConfig, ClusterLink};
-use dlock_transport::client::{Client, ClientConfig, Endpoint};
+use dlock_transport::client::{Client, ClientConfig, Endpoint, read_server_stats};
 
 // The etcd the cluster's tests start: `std` only, so including it adds no dependency here.
 #[path = "../../transport/cluster/tests/common/etcd.rs"]
@@ -253,6 +255,9 @@ fn failover(clients: usize, locks: usize) {
             })
         })
         .collect();
+    let survivors: Vec<SocketAddr> = servers[1..].iter().map(|s| s.1).collect();
+    let messages = |name: &str| -> u64 { survivors.iter().map(|&a| stat(a, name)).sum() };
+    let before = messages("control_requests");
     drop(servers.remove(0)); // SIGKILL
     let killed = Instant::now();
     loop {
@@ -263,6 +268,15 @@ fn failover(clients: usize, locks: usize) {
         assert!(killed.elapsed() < Duration::from_secs(120), "no failover");
     }
     let took = killed.elapsed();
+    while messages("partitions_recovering") > 0 {
+        assert!(
+            killed.elapsed() < Duration::from_secs(120),
+            "no recovery end"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let recovered = killed.elapsed();
+    let taken = messages("control_requests") - before;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for b in beaters {
         b.join().unwrap();
@@ -271,6 +285,19 @@ fn failover(clients: usize, locks: usize) {
         "  kill -9 → first grant on the new owner: {:.0} ms (etcd lease TTL {TTL_MS} ms)",
         took.as_secs_f64() * 1e3
     );
+    println!(
+        "  kill -9 → recovery over at the new owners: {:.0} ms, {taken} control messages taken \
+         there meanwhile (re-claims, ReclaimDones, heartbeats)",
+        recovered.as_secs_f64() * 1e3
+    );
+}
+
+/// Counter `name` of the server at `addr` (0 when it does not answer or has none).
+fn stat(addr: SocketAddr, name: &str) -> u64 {
+    read_server_stats(&Endpoint::Tcp(addr), Duration::from_secs(5))
+        .ok()
+        .and_then(|s| s.iter().find(|(n, _)| *n == name).map(|(_, v)| *v))
+        .unwrap_or(0)
 }
 
 /// etcd's requests per second while `clients` lock at full speed for `run`.

@@ -524,3 +524,48 @@ fn a_batch_of_names_is_looked_up_at_each_owner() {
     let released = c.batch_release_lock(&ids).unwrap();
     assert!(released.iter().all(Result::is_ok), "{released:?}");
 }
+
+/// After server 2 leaves, `client` owes server 1 a `ReclaimDone` for every partition that
+/// moved from 2: the messages server 1 saw, as (`ReclaimDones` sizes, `ReclaimDone`s).
+fn dones_after_a_move(fake: &Fake) -> (Vec<usize>, usize) {
+    let mut c = connect(fake);
+    let name = fake.name_on(2, "held");
+    let id = c.get_lock(LockKind::Atomic, &name).unwrap();
+    let grant = c.trylock(id, Mode::Exclusive, LEASE_MS).unwrap();
+    assert_eq!(grant.status, Status::Success);
+    fake.members(&[1]);
+    assert_eq!(c.unlock(id).unwrap(), Status::Success);
+    let seen = fake.seen();
+    let batches = seen
+        .iter()
+        .filter_map(|s| match s {
+            Seen::ReclaimDones {
+                server: 1,
+                partitions,
+            } => Some(*partitions),
+            _ => None,
+        })
+        .collect();
+    let each = seen
+        .iter()
+        .filter(|s| matches!(s, Seen::ReclaimDone { server: 1, .. }))
+        .count();
+    (batches, each)
+}
+
+#[test]
+fn a_server_of_protocol_6_is_told_every_partition_reclaimed_in_one_message() {
+    let fake = Fake::new(&[1, 2]);
+    fake.speak(1, 6);
+    let (batches, each) = dones_after_a_move(&fake);
+    assert!(each > 1, "several partitions moved to server 1");
+    assert_eq!(batches, [each], "one ReclaimDones for them all");
+}
+
+#[test]
+fn a_server_of_protocol_5_is_told_each_partition_reclaimed_alone() {
+    let fake = Fake::new(&[1, 2]);
+    let (batches, each) = dones_after_a_move(&fake);
+    assert!(each > 1, "several partitions moved to server 1");
+    assert!(batches.is_empty(), "no ReclaimDones to a version-5 server");
+}

@@ -12,7 +12,7 @@ use std::time::Duration;
 use dlock_core::cluster::{Map, Partitions, Timing, partition_of};
 use dlock_core::{LockKind, Mode, Status};
 use dlock_transport::client::Client;
-use dlock_transport::client::cluster::{ClusterConfig as LinkConfig, ClusterLink};
+use dlock_transport::client::cluster::{ClusterConfig as LinkConfig, ClusterLink, NetDial};
 use dlock_transport::runtime::ServerHandle;
 use dlock_transport::runtime::membership::StaticCluster;
 
@@ -39,11 +39,17 @@ fn map_of(n: u32, addr: SocketAddr) -> Map {
 /// A cluster client of the servers at `seeds` with a 300-ms lease: without heartbeats below,
 /// the servers declare it dead.
 fn client(seeds: &[SocketAddr]) -> Client<ClusterLink> {
+    client_over(seeds, NetDial::tcp(), Duration::from_millis(300))
+}
+
+/// A cluster client of the servers at `seeds`, dialled through `dial` (whose clones share one
+/// data connection per server), asking for `lease`.
+fn client_over(seeds: &[SocketAddr], dial: NetDial, lease: Duration) -> Client<ClusterLink> {
     let seeds: Vec<String> = seeds.iter().map(SocketAddr::to_string).collect();
     loop {
-        let cfg = LinkConfig::new(&seeds)
+        let cfg = LinkConfig::with_dial(&seeds, dial.clone())
             .with_timeout(Duration::from_secs(2))
-            .with_lease(Duration::from_millis(300));
+            .with_lease(lease);
         match Client::connect_cluster(cfg) {
             Ok(c) => return c,
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
@@ -180,5 +186,62 @@ fn a_grant_freed_at_a_lapse_is_not_claimed_at_the_next_owner() {
         "a grant freed at the lapse was claimed at the new owner: {unlocked:?}"
     );
     drop(s2);
+    drop(s1);
+}
+
+/// A client whose lease lapsed at a server over a data connection it shares with another
+/// client (the clones of one `NetDial`, as an engine node's workers): the server left the
+/// connection open for the other member and answers the lapsed client's data commands
+/// `ClientNotInit` without running them. The link joins the server again, gets the lock's
+/// reference again by name and sends the command once more within the call, and reports the
+/// grant the server freed as lost. Before, only a closed connection marked the server for a
+/// join: the member stayed joined and every data command read `ClientNotInit` for good.
+#[test]
+fn a_data_reply_of_client_not_init_joins_the_server_again() {
+    let cluster = StaticCluster::new();
+    let s1 = server(&cluster, 1);
+    let a1 = s1.tcp_addr().unwrap();
+    cluster.set_map(map_of(1, a1));
+    let dial = NetDial::tcp();
+    // Keeps the shared data connection open while the other client lapses.
+    let mut keeper = client_over(&[a1], dial.clone(), Duration::from_secs(25));
+    keeper.heartbeat().unwrap();
+    let mut c = client_over(&[a1], dial, Duration::from_millis(300));
+    let mut ids = None;
+    wait_until(Duration::from_secs(10), "the locks' references", || {
+        ids = c
+            .get_lock(LockKind::Atomic, b"orders/held")
+            .and_then(|held| Ok((held, c.get_lock(LockKind::Atomic, b"orders/next")?)))
+            .ok();
+        ids.is_some()
+    });
+    let (held, next) = ids.unwrap();
+    wait_until(Duration::from_secs(10), "a grant", || {
+        c.lock(held, Mode::Exclusive, 10_000, Duration::from_millis(100))
+            .is_ok_and(|g| g.status == Status::Success)
+    });
+
+    let expired = stat(a1, "clients_expired");
+    wait_until(Duration::from_secs(10), "the client declared dead", || {
+        stat(a1, "clients_expired") > expired
+    });
+    // The first data command after the lapse is granted within its call.
+    let g = c
+        .lock(next, Mode::Exclusive, 1_000, Duration::from_millis(500))
+        .unwrap();
+    assert_eq!(g.status, Status::Success, "the lock after the lapse: {g:?}");
+    assert_eq!(c.unlock(next).unwrap(), Status::Success);
+    // The grant the server freed is lost, and another client can take its lock.
+    let unlocked = c.unlock(held);
+    assert!(
+        !matches!(unlocked, Ok(Status::Success)),
+        "a grant the server freed was unlocked: {unlocked:?}"
+    );
+    let other_id = keeper.get_lock(LockKind::Atomic, b"orders/held").unwrap();
+    let g = keeper
+        .lock(other_id, Mode::Exclusive, 1_000, Duration::from_secs(2))
+        .unwrap();
+    assert_eq!(g.status, Status::Success);
+    assert_eq!(keeper.unlock(other_id).unwrap(), Status::Success);
     drop(s1);
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use dlock_core::cluster::{Map, Partitions, Timing, partition_of};
 use dlock_core::{LockKind, Mode, Status};
 use dlock_transport::client::Client;
-use dlock_transport::client::cluster::ClusterConfig as LinkConfig;
+use dlock_transport::client::cluster::{ClusterConfig as LinkConfig, ClusterLink};
 use dlock_transport::runtime::ServerHandle;
 use dlock_transport::runtime::membership::{StaticCluster, StaticMembership};
 
@@ -32,62 +32,105 @@ const TIMING: Timing = Timing {
     grant_lease_max_ms: 600_000,
 };
 
-fn server(cluster: &StaticCluster, n: u32) -> (ServerHandle, StaticMembership) {
-    common::cluster::server(cluster, n, TIMING)
+/// What every test here starts from: two servers, a first map giving every partition to
+/// server 1, a client of server 1 whose calls last `timeout` at most, and the map that gives
+/// server 2 half the partitions (not applied yet).
+struct Two {
+    /// Dropped first (fields drop in order), while its servers still run.
+    c: Client<ClusterLink>,
+    cluster: StaticCluster,
+    /// Servers 2 and 1, stopped when the set-up is dropped (in that order).
+    _servers: (ServerHandle, ServerHandle),
+    /// Server 2's membership, to fence it.
+    member2: StaticMembership,
+    a1: std::net::SocketAddr,
+    a2: std::net::SocketAddr,
+    m2: Map,
 }
 
-#[test]
-fn a_reclaim_done_refused_until_the_call_ended_is_said_again_at_the_next_heartbeat() {
+fn two_servers(timeout: Duration) -> Two {
     let cluster = StaticCluster::new();
-    let (s1, _member1) = server(&cluster, 1);
-    let (s2, member2) = server(&cluster, 2);
+    let (s1, _member1) = common::cluster::server(&cluster, 1, TIMING);
+    let (s2, member2) = common::cluster::server(&cluster, 2, TIMING);
     let (a1, a2) = (s1.tcp_addr().unwrap(), s2.tcp_addr().unwrap());
     let m1 = map_after(&Map::new(Partitions::new(P).unwrap()), &[(1, a1)]);
     cluster.set_map(m1.clone());
-    // Each call of the client may last 300 ms: a lock call's deadline, not a heartbeat's.
-    let cfg = || LinkConfig::new([a1.to_string()]).with_timeout(Duration::from_millis(300));
-    let mut c = loop {
+    let cfg = || LinkConfig::new([a1.to_string()]).with_timeout(timeout);
+    let c = loop {
         match Client::connect_cluster(cfg()) {
             Ok(c) => break c,
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     };
+    let m2 = map_after(&m1, &[(1, a1), (2, a2)]);
+    Two {
+        cluster,
+        _servers: (s2, s1),
+        member2,
+        a1,
+        a2,
+        m2,
+        c,
+    }
+}
+
+impl Two {
+    /// A lock name whose partition the second map gives to server `n`.
+    fn name_at(&self, n: u32) -> Vec<u8> {
+        (0..)
+            .map(|i| format!("orders/{i}").into_bytes())
+            .find(|name| {
+                let p = partition_of(name, self.m2.partitions());
+                self.m2.owner(p).unwrap().server == Some(sid(n))
+            })
+            .unwrap()
+    }
+
+    /// Sets `map` and waits until both servers applied it.
+    fn apply(&self, map: &Map) {
+        self.cluster.set_map(map.clone());
+        let (a1, a2, v) = (self.a1, self.a2, map.version());
+        wait_until(Duration::from_secs(10), "both servers on the map", || {
+            stat(a1, "map_version") == v && stat(a2, "map_version") == v
+        });
+    }
+
+    /// Gets `name` and is granted it once, retried while the server persists the client
+    /// (it grants nothing before) and each call is short, then unlocks it.
+    fn granted_once(&mut self, name: &[u8]) {
+        let c = &mut self.c;
+        let mut id = None;
+        wait_until(Duration::from_secs(10), "the lock's reference", || {
+            id = c.get_lock(LockKind::Atomic, name).ok();
+            id.is_some()
+        });
+        let id = id.unwrap();
+        wait_until(Duration::from_secs(10), "a grant", || {
+            c.lock(id, Mode::Exclusive, 1_000, Duration::from_millis(100))
+                .is_ok_and(|g| g.status == Status::Success)
+        });
+        assert_eq!(c.unlock(id).unwrap(), Status::Success);
+    }
+}
+
+#[test]
+fn a_reclaim_done_refused_until_the_call_ended_is_said_again_at_the_next_heartbeat() {
+    // Each call of the client may last 300 ms: a lock call's deadline, not a heartbeat's.
+    let mut t = two_servers(Duration::from_millis(300));
     // A grant at server 1 (which it makes only once it persisted the client's id): the
     // client is one server 2 must hear from when it takes partitions of server 1's.
-    let m2 = map_after(&m1, &[(1, a1), (2, a2)]);
-    let kept = (0..)
-        .map(|i| format!("orders/{i}").into_bytes())
-        .find(|n| m2.owner(partition_of(n, m2.partitions())).unwrap().server == Some(sid(1)))
-        .unwrap();
-    // Retried: the server serves the client once it persisted its id, and each call of the
-    // client lasts 300 ms at most.
-    let mut id = None;
-    wait_until(Duration::from_secs(10), "the lock's reference", || {
-        id = c.get_lock(LockKind::Atomic, &kept).ok();
-        id.is_some()
-    });
-    let id = id.unwrap();
-    wait_until(Duration::from_secs(10), "a grant at server 1", || {
-        c.lock(id, Mode::Exclusive, 1_000, Duration::from_millis(100))
-            .is_ok_and(|g| g.status == Status::Success)
-    });
-    assert_eq!(c.unlock(id).unwrap(), Status::Success);
+    t.granted_once(&t.name_at(1));
 
     // Server 2 takes half the partitions while it is fenced: it refuses the client's
     // `ReclaimDone`s for as long as the heartbeat that learns the map lasts.
-    member2.fence(true);
-    cluster.set_map(m2.clone());
-    let v2 = m2.version();
-    wait_until(
-        Duration::from_secs(10),
-        "both servers on the new map",
-        || stat(a1, "map_version") == v2 && stat(a2, "map_version") == v2,
-    );
-    assert!(stat(a2, "partitions_recovering") > 0);
-    let _ = c.heartbeat();
-    member2.fence(false);
+    t.member2.fence(true);
+    t.apply(&t.m2);
+    assert!(stat(t.a2, "partitions_recovering") > 0);
+    let _ = t.c.heartbeat();
+    t.member2.fence(false);
 
     // Heartbeats, as an engine's client sends them; the partitions recover early.
+    let (c, a2) = (&mut t.c, t.a2);
     wait_until(
         Duration::from_secs(20),
         "server 2's recovery to end",
@@ -96,8 +139,7 @@ fn a_reclaim_done_refused_until_the_call_ended_is_said_again_at_the_next_heartbe
             stat(a2, "partitions_recovering") == 0
         },
     );
-    drop(s2);
-    drop(s1);
+    drop(t);
 }
 
 /// A partition that left a server and came back (A → B → A, here while the client was idle
@@ -107,46 +149,26 @@ fn a_reclaim_done_refused_until_the_call_ended_is_said_again_at_the_next_heartbe
 /// `LockNotGet` for good (the join-and-drain end-to-end test saw it).
 #[test]
 fn a_lock_whose_partition_left_and_came_back_is_claimed_again() {
-    let cluster = StaticCluster::new();
-    let (s1, _member1) = server(&cluster, 1);
-    let (s2, _member2) = server(&cluster, 2);
-    let (a1, a2) = (s1.tcp_addr().unwrap(), s2.tcp_addr().unwrap());
-    let m1 = map_after(&Map::new(Partitions::new(P).unwrap()), &[(1, a1)]);
-    cluster.set_map(m1.clone());
-    let cfg = || LinkConfig::new([a1.to_string()]).with_timeout(Duration::from_secs(5));
-    let mut c = loop {
-        match Client::connect_cluster(cfg()) {
-            Ok(c) => break c,
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    };
-    let m2 = map_after(&m1, &[(1, a1), (2, a2)]);
-    let name = (0..)
-        .map(|i| format!("orders/{i}").into_bytes())
-        .find(|n| m2.owner(partition_of(n, m2.partitions())).unwrap().server == Some(sid(2)))
-        .unwrap();
-    let id = c.get_lock(LockKind::Atomic, &name).unwrap();
-    let g = c
-        .lock(id, Mode::Exclusive, 1_000, Duration::from_secs(5))
-        .unwrap();
+    let mut t = two_servers(Duration::from_secs(5));
+    let name = t.name_at(2);
+    let id = t.c.get_lock(LockKind::Atomic, &name).unwrap();
+    let g =
+        t.c.lock(id, Mode::Exclusive, 1_000, Duration::from_secs(5))
+            .unwrap();
     assert_eq!(g.status, Status::Success);
-    assert_eq!(c.unlock(id).unwrap(), Status::Success);
+    assert_eq!(t.c.unlock(id).unwrap(), Status::Success);
     // Away to server 2 and back, while the client is idle.
-    cluster.set_map(m2.clone());
-    wait_until(
-        Duration::from_secs(10),
-        "both servers on the second map",
-        || stat(a1, "map_version") == m2.version() && stat(a2, "map_version") == m2.version(),
-    );
-    let m3 = map_after(&m2, &[(1, a1)]);
-    cluster.set_map(m3.clone());
+    t.apply(&t.m2);
+    let m3 = map_after(&t.m2, &[(1, t.a1)]);
+    t.cluster.set_map(m3.clone());
+    let a1 = t.a1;
     wait_until(Duration::from_secs(10), "server 1 on the third map", || {
         stat(a1, "map_version") == m3.version()
     });
     // The client's heartbeat learns the map (a command on the freed slot is answered
     // `LockNotGet`, which says nothing of the partition: the slot is gone).
-    c.heartbeat().unwrap();
-    let g = c.lock(id, Mode::Exclusive, 1_000, Duration::from_secs(5));
+    t.c.heartbeat().unwrap();
+    let g = t.c.lock(id, Mode::Exclusive, 1_000, Duration::from_secs(5));
     assert!(
         g.as_ref().is_ok_and(|g| g.status == Status::Success),
         "the lock after its partition came back: {g:?}"
@@ -160,63 +182,22 @@ fn a_lock_whose_partition_left_and_came_back_is_claimed_again() {
 /// worker's fetch-and-add come back seconds late after a kill). Without heartbeats between.
 #[test]
 fn a_call_refused_not_ready_pays_the_reclaim_done_its_new_owner_waits_for() {
-    let cluster = StaticCluster::new();
-    let (s1, _member1) = server(&cluster, 1);
-    let (s2, member2) = server(&cluster, 2);
-    let (a1, a2) = (s1.tcp_addr().unwrap(), s2.tcp_addr().unwrap());
-    let m1 = map_after(&Map::new(Partitions::new(P).unwrap()), &[(1, a1)]);
-    cluster.set_map(m1.clone());
-    let cfg = || LinkConfig::new([a1.to_string()]).with_timeout(Duration::from_secs(2));
-    let mut c = loop {
-        match Client::connect_cluster(cfg()) {
-            Ok(c) => break c,
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    };
-    let m2 = map_after(&m1, &[(1, a1), (2, a2)]);
-    let at = |n: u32| {
-        (0..)
-            .map(|i| format!("orders/{i}").into_bytes())
-            .find(|name| {
-                m2.owner(partition_of(name, m2.partitions()))
-                    .unwrap()
-                    .server
-                    == Some(sid(n))
-            })
-            .unwrap()
-    };
+    let mut t = two_servers(Duration::from_secs(2));
     // Server 1 persists the client once it serves it a grant.
-    let kept = at(1);
-    let mut id = None;
-    wait_until(Duration::from_secs(10), "the lock's reference", || {
-        id = c.get_lock(LockKind::Atomic, &kept).ok();
-        id.is_some()
-    });
-    let id = id.unwrap();
-    wait_until(Duration::from_secs(10), "a grant at server 1", || {
-        c.lock(id, Mode::Exclusive, 1_000, Duration::from_millis(100))
-            .is_ok_and(|g| g.status == Status::Success)
-    });
-    assert_eq!(c.unlock(id).unwrap(), Status::Success);
+    t.granted_once(&t.name_at(1));
 
     // Server 2 takes half the partitions, fenced: the heartbeat that learns the map has its
     // `ReclaimDone`s refused, and they are owed.
-    member2.fence(true);
-    cluster.set_map(m2.clone());
-    wait_until(
-        Duration::from_secs(10),
-        "both servers on the new map",
-        || stat(a1, "map_version") == m2.version() && stat(a2, "map_version") == m2.version(),
-    );
-    let _ = c.heartbeat();
-    member2.fence(false);
-    assert!(stat(a2, "partitions_recovering") > 0);
+    t.member2.fence(true);
+    t.apply(&t.m2);
+    let _ = t.c.heartbeat();
+    t.member2.fence(false);
+    assert!(stat(t.a2, "partitions_recovering") > 0);
 
     // A name in one of them: server 2 answers `NotReady` until it hears from this client.
-    let moved = at(2);
-    let got = c.get_lock(LockKind::Atomic, &moved);
+    let moved = t.name_at(2);
+    let got = t.c.get_lock(LockKind::Atomic, &moved);
     assert!(got.is_ok(), "the name's reference: {got:?}");
-    assert_eq!(stat(a2, "partitions_recovering"), 0);
-    drop(s2);
-    drop(s1);
+    assert_eq!(stat(t.a2, "partitions_recovering"), 0);
+    drop(t);
 }

@@ -114,6 +114,13 @@ pub type Claims<'a> = Batch<'a, LockClaim<'a>>;
 pub type BatchEntries<'a> = Batch<'a, BatchEntry>;
 /// `Stats` response: the server's counters, in the server's documented order.
 pub type Counters<'a> = Batch<'a, u64>;
+/// `ReclaimDones` request: the partitions the client re-claimed, each with its owner's epoch.
+pub type ReclaimDones<'a> = Batch<'a, PartitionEpoch>;
+/// `ReclaimDones` response: one status per partition, in request order.
+pub type PartitionStatuses<'a> = Batch<'a, PartitionStatus>;
+
+/// Most partitions one `ReclaimDones` message names: every list's count is one byte.
+pub const RECLAIM_DONES_MAX: usize = u8::MAX as usize;
 
 impl<'a, T> Batch<'a, T> {
     /// A list over the caller's entries, for encoding. Limits (count, name lengths) are
@@ -400,6 +407,66 @@ impl<'a> Entry<'a> for BatchEntry {
         put_u16(out, off + 4, self.status as u16)?;
         put_zero(out, off + 6, 2)?;
         Ok(off + 8)
+    }
+}
+
+/// One partition of a `ReclaimDones` request: what a `ReclaimDone` says, 8 bytes
+/// (`0 u16 partition | 2 u16 reserved | 4 u32 epoch`, `ReclaimDone`'s body).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionEpoch {
+    /// The partition.
+    pub partition: u16,
+    /// The partition's epoch in the client's map: the takeover the re-claims were for.
+    pub epoch: u32,
+}
+
+impl<'a> Entry<'a> for PartitionEpoch {
+    const COUNT_MIN: usize = 1;
+    const COUNT_MAX: usize = RECLAIM_DONES_MAX;
+    const FIXED_LEN: Option<usize> = Some(8);
+
+    fn decode(bytes: &'a [u8]) -> Parsed<'a, Self> {
+        let partition = get_u16(bytes, 0)?;
+        check_zero(bytes, 2, 2)?;
+        let epoch = get_u32(bytes, 4)?;
+        let rest = bytes.get(8..).ok_or(DecodeError::Truncated)?;
+        Ok((PartitionEpoch { partition, epoch }, rest))
+    }
+
+    fn encode(&self, out: &mut [u8], off: usize) -> Result<usize, EncodeError> {
+        put_u16(out, off, self.partition)?;
+        put_zero(out, off + 2, 2)?;
+        put_u32(out, off + 4, self.epoch)?;
+        Ok(off + 8)
+    }
+}
+
+/// One answer of a `ReclaimDones` response, 4 bytes (`0 u16 partition | 2 u16 status`): the
+/// status a `ReclaimDone` of that partition alone would have been answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionStatus {
+    /// The partition, echoed.
+    pub partition: u16,
+    /// Its outcome.
+    pub status: Status,
+}
+
+impl<'a> Entry<'a> for PartitionStatus {
+    const COUNT_MIN: usize = 1;
+    const COUNT_MAX: usize = RECLAIM_DONES_MAX;
+    const FIXED_LEN: Option<usize> = Some(4);
+
+    fn decode(bytes: &'a [u8]) -> Parsed<'a, Self> {
+        let partition = get_u16(bytes, 0)?;
+        let status = Status::from_code(get_u16(bytes, 2)?).ok_or(DecodeError::BadField)?;
+        let rest = bytes.get(4..).ok_or(DecodeError::Truncated)?;
+        Ok((PartitionStatus { partition, status }, rest))
+    }
+
+    fn encode(&self, out: &mut [u8], off: usize) -> Result<usize, EncodeError> {
+        put_u16(out, off, self.partition)?;
+        put_u16(out, off + 2, self.status as u16)?;
+        Ok(off + 4)
     }
 }
 

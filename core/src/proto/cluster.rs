@@ -7,6 +7,7 @@
 //! | `GetMap` (42)      | `0 u32 offset`                                 | `0 u64 version \| 8 u32 total_len \| 12 u32 offset \| 16 chunk` |
 //! | `ClientJoin` (48)  | `ClientReinit`'s: `0 u8 min_version \| 1 3 reserved \| 4 u32 lease_ms \| 8 [u8; 16] session` | `ClientInit`'s ([`InitReply`](super::InitReply)) |
 //! | `ReclaimDone` (50) | `0 u16 partition \| 2 u16 reserved \| 4 u32 epoch` | empty                                  |
+//! | `ReclaimDones` (54, protocol 6) | a list (`batch.rs`) of `ReclaimDone` bodies, 1 to 255 | a list of `u16 partition \| u16 status`, in order |
 //! | `Drain` (52)       | empty                                          | empty                                    |
 //!
 //! (44 and 46 are issue 19's `RecoveryDone` and `ListRetained`, `recovery.rs`.)
@@ -30,6 +31,10 @@
 //! it held in `partition`, whose owner it knows at `epoch`. The epoch is there so that a
 //! message meant for one takeover never ends another: if the partition moved away and came
 //! back (a later epoch) while it was in flight, the server does not count it.
+//!
+//! **`ReclaimDones`** (protocol 6) says it for many partitions in one message, each counted
+//! and answered as its own `ReclaimDone` would be; a client sends it only to a server whose
+//! registration or join named version 6 or later, and `ReclaimDone` to an older one.
 //!
 //! **`Drain`** asks a cluster server to give every partition it owns away (`dlock drain`): its
 //! membership asks the coordinator to move them, and the reply says only that the request was

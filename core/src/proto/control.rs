@@ -78,11 +78,15 @@ pub enum MsgType {
     /// An operator asks a cluster server to give every partition away (`dlock drain`;
     /// dlock's, protocol 5: `cluster.rs`). Answered by the transport, not the state machine.
     Drain = 52,
+    /// The client has re-claimed everything it held in each of a list of partitions: one
+    /// `ReclaimDone` per partition in one message, answered partition by partition (dlock's,
+    /// protocol 6: `cluster.rs`).
+    ReclaimDones = 54,
 }
 
 impl MsgType {
     /// Every message type, in wire order.
-    pub const ALL: [MsgType; 21] = [
+    pub const ALL: [MsgType; 22] = [
         MsgType::ClientInit,
         MsgType::ClientDeinit,
         MsgType::Heartbeat,
@@ -104,6 +108,7 @@ impl MsgType {
         MsgType::ClientJoin,
         MsgType::ReclaimDone,
         MsgType::Drain,
+        MsgType::ReclaimDones,
     ];
 
     /// The type byte of a request.

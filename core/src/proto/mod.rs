@@ -52,7 +52,8 @@ mod value;
 pub use attach::{ATTACH_LEN, ATTACH_MAGIC, Attach};
 pub use batch::{
     Batch, BatchEntries, BatchEntry, BatchGet, BatchIds, BatchIter, CLAIM_FIXED_LEN,
-    CLAIM_HAS_VALUE, CLAIM_VALUE_LEN, Claims, Counters, Held, LockClaim,
+    CLAIM_HAS_VALUE, CLAIM_VALUE_LEN, Claims, Counters, Held, LockClaim, PartitionEpoch,
+    PartitionStatus, PartitionStatuses, RECLAIM_DONES_MAX, ReclaimDones,
 };
 pub use cluster::{
     MAP_CHUNK_FIXED_LEN, MAP_CHUNK_MAX, MOVED_LEN, MapChunk, RECLAIM_DONE_LEN, map_chunk_len,
@@ -103,8 +104,11 @@ pub const DATA_MAGIC: u32 = 0xedf7_c94b;
 /// proofs, in a data response's trailer ([`FLAG_PROOFS`]) and in every claim. 5: the cluster
 /// (`docs/cluster.md`, "Wire"): a partition epoch in every lock and object command, the status
 /// `PartitionMoved`, the messages `GetMap`, `ClientJoin` and `ReclaimDone`, and a claim's proof
-/// epoch widened to 32 bits over the reserved bytes beside it.
-pub const PROTO_VERSION: u8 = 5;
+/// epoch widened to 32 bits over the reserved bytes beside it. 6: `ReclaimDones`, every
+/// partition a client re-claimed at a server in one message (`cluster.rs`); nothing else
+/// changed, so a client sends it only to a server whose registration or join named 6, and
+/// the per-partition `ReclaimDone` to an older one.
+pub const PROTO_VERSION: u8 = 6;
 /// The oldest protocol version this build still speaks (`DLOCK_MIN_PROTO_VERSION`): a version
 /// 3 claim carries no proof, which a server with a session key could not take.
 ///
@@ -117,7 +121,9 @@ pub const PROTO_VERSION: u8 = 5;
 /// server speaks [`CLUSTER_VERSIONS`] only.
 pub const PROTO_VERSION_MIN: u8 = 4;
 /// The oldest version a cluster server speaks: a client of version 4 cannot name a
-/// partition's epoch and cannot read `PartitionMoved`, so a cluster cannot route it.
+/// partition's epoch and cannot read `PartitionMoved`, so a cluster cannot route it. Also
+/// the oldest a cluster client joins at: version 6 adds only a message the client sends to
+/// a server that negotiated it, so a new client still joins a version-5 server.
 pub const PROTO_VERSION_CLUSTER_MIN: u8 = 5;
 /// Bytes in a control header.
 pub const CONTROL_HEADER_LEN: usize = 16;

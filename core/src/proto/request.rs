@@ -23,9 +23,9 @@ use super::cluster::{decode_get_map, decode_reclaim_done, encode_get_map, encode
 use super::control::{ControlHeader, MsgType, exact, parse_header, put_header, whole_frame_body};
 use super::recovery::{ListRetained, decode_recovery_done, encode_recovery_done};
 use super::{
-    BatchGet, BatchIds, CONTROL_HEADER_LEN, Claims, DecodeError, EncodeError, check_zero,
-    get_array, get_u8, get_u16, get_u32, get_u64, name_len_for_encode, put_bytes, put_u8, put_u16,
-    put_u32, put_u64, put_zero, take_name,
+    BatchGet, BatchIds, CONTROL_HEADER_LEN, Claims, DecodeError, EncodeError, ReclaimDones,
+    check_zero, get_array, get_u8, get_u16, get_u32, get_u64, name_len_for_encode, put_bytes,
+    put_u8, put_u16, put_u32, put_u64, put_zero, take_name,
 };
 use crate::ids::{LockKind, Session};
 
@@ -133,6 +133,9 @@ pub enum ControlRequest<'a> {
     ListRetained(ListRetained),
     /// An operator asks this cluster server to give every partition away (`cluster.rs`).
     Drain,
+    /// The client has re-claimed everything it held in each listed partition (`cluster.rs`,
+    /// protocol 6).
+    ReclaimDones(ReclaimDones<'a>),
 }
 
 impl ControlRequest<'_> {
@@ -160,6 +163,7 @@ impl ControlRequest<'_> {
             ControlRequest::RecoveryDone { .. } => MsgType::RecoveryDone,
             ControlRequest::ListRetained(_) => MsgType::ListRetained,
             ControlRequest::Drain => MsgType::Drain,
+            ControlRequest::ReclaimDones(_) => MsgType::ReclaimDones,
         }
     }
 }
@@ -225,6 +229,7 @@ fn decode_request_body(msg: MsgType, b: &[u8]) -> Result<ControlRequest<'_>, Dec
             dead: decode_recovery_done(b)?,
         },
         MsgType::ListRetained => ControlRequest::ListRetained(ListRetained::decode(b)?),
+        MsgType::ReclaimDones => ControlRequest::ReclaimDones(ReclaimDones::decode(b)?),
         MsgType::GetLock => {
             let ((kind, name), rest) = decode_lock_request(b)?;
             exact(rest, 0)?;
@@ -341,6 +346,7 @@ fn encode_request_body(body: &ControlRequest<'_>, b: &mut [u8]) -> Result<usize,
         }
         ControlRequest::RecoveryDone { dead } => encode_recovery_done(dead, b),
         ControlRequest::ListRetained(q) => q.encode(b),
+        ControlRequest::ReclaimDones(batch) => batch.encode(b),
         ControlRequest::BatchGetLock(batch) => batch.encode(b),
         ControlRequest::BatchReleaseLock(batch) => batch.encode(b),
         ControlRequest::BatchUpdateLocks(batch) => batch.encode(b),

@@ -18,8 +18,8 @@ use super::cluster::{MapChunk, decode_moved, encode_moved};
 use super::control::{ControlHeader, MsgType, exact, parse_header, put_header, whole_frame_body};
 use super::recovery::{RetainedPage, decode_recovery_done_reply, encode_recovery_done_reply};
 use super::{
-    BatchEntries, CONTROL_HEADER_LEN, Counters, DecodeError, EncodeError, get_array, get_u8,
-    get_u16, get_u32, put_bytes, put_u8, put_u16, put_u32,
+    BatchEntries, CONTROL_HEADER_LEN, Counters, DecodeError, EncodeError, PartitionStatuses,
+    get_array, get_u8, get_u16, get_u32, put_bytes, put_u8, put_u16, put_u32,
 };
 use crate::ids::Session;
 use crate::status::Status;
@@ -89,6 +89,8 @@ pub enum ControlResponse<'a> {
     },
     /// `ListRetained` success: one page.
     Retained(RetainedPage<'a>),
+    /// `ReclaimDones` success: one status per partition, in request order.
+    PartitionStatuses(PartitionStatuses<'a>),
     /// The body of any response with status `PartitionMoved` (and of no other).
     PartitionMoved {
         /// The map version the refusing server knows.
@@ -182,6 +184,7 @@ fn decode_response_body(msg: MsgType, b: &[u8]) -> Result<ControlResponse<'_>, D
             locks: decode_recovery_done_reply(b)?,
         },
         MsgType::ListRetained => ControlResponse::Retained(RetainedPage::decode(b)?),
+        MsgType::ReclaimDones => ControlResponse::PartitionStatuses(PartitionStatuses::decode(b)?),
     })
 }
 
@@ -267,6 +270,7 @@ fn encode_response_body(
             encode_recovery_done_reply(locks, b)
         }
         (MsgType::ListRetained, ControlResponse::Retained(page)) => page.encode(b),
+        (MsgType::ReclaimDones, ControlResponse::PartitionStatuses(s)) => s.encode(b),
         _ => Err(EncodeError::Invalid),
     }
 }

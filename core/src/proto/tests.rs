@@ -116,6 +116,16 @@ fn for_each_request(mut f: impl FnMut(&ControlRequestFrame<'_>)) {
         claim(b"c3", Held::Ticketed(Mode::Exclusive)),
         claim(&long, Held::Ticketed(Mode::Shared)),
     ];
+    let dones = [
+        crate::proto::PartitionEpoch {
+            partition: 0,
+            epoch: 1,
+        },
+        crate::proto::PartitionEpoch {
+            partition: u16::MAX,
+            epoch: u32::MAX,
+        },
+    ];
     let bodies = [
         ControlRequest::ClientInit {
             min_version: 2,
@@ -165,6 +175,7 @@ fn for_each_request(mut f: impl FnMut(&ControlRequestFrame<'_>)) {
             epoch: 0x0102_0304,
         },
         ControlRequest::Drain,
+        ControlRequest::ReclaimDones(Batch::from_slice(&dones)),
     ];
     for body in bodies {
         f(&frame(body));
@@ -209,6 +220,16 @@ fn for_each_response(mut f: impl FnMut(&ControlHeader, &ControlResponse<'_>)) {
         slot: 999,
         session: Session([0xC3; Session::LEN]),
     };
+    let statuses = [
+        crate::proto::PartitionStatus {
+            partition: 7,
+            status: Status::Success,
+        },
+        crate::proto::PartitionStatus {
+            partition: 4_095,
+            status: Status::NotReady,
+        },
+    ];
     for msg in MsgType::ALL {
         let body = match msg {
             MsgType::ClientInit => ControlResponse::Init(init),
@@ -229,6 +250,9 @@ fn for_each_response(mut f: impl FnMut(&ControlHeader, &ControlResponse<'_>)) {
             }
             MsgType::Stats => ControlResponse::Counters(Batch::from_slice(&counters)),
             MsgType::RecoveryDone => ControlResponse::Released { locks: 3 },
+            MsgType::ReclaimDones => {
+                ControlResponse::PartitionStatuses(Batch::from_slice(&statuses))
+            }
             MsgType::ListRetained => ControlResponse::Retained(crate::proto::RetainedPage {
                 next: 0x0000_0002_0000_0005,
                 entries: Batch::from_slice(&retained),

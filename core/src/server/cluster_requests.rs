@@ -1,11 +1,15 @@
-//! The control requests a cluster adds (`GetMap`, `ClientJoin`, `ReclaimDone`), on the state
+//! The control requests a cluster adds (`GetMap`, `ClientJoin`, `ReclaimDone`, and
+//! protocol 6's `ReclaimDones`), on the state
 //! of `cluster.rs`.
 
 use super::cluster::{ClusterCore, verdict_status};
-use super::{Counter, Server};
+use super::{Counter, FrameError, Server};
 use crate::cluster::{Class, Verdict};
 use crate::ids::{ClientId, Peer, Session};
-use crate::proto::MapChunk;
+use crate::proto::{
+    ControlHeader, ControlResponse, MapChunk, PartitionStatus, PartitionStatuses,
+    RECLAIM_DONES_MAX, ReclaimDones, encode_control_response,
+};
 use crate::status::Status;
 use crate::table::ClientState;
 
@@ -78,10 +82,61 @@ impl<'r> Server<'r> {
         epoch: u32,
         now_ms: u64,
     ) -> Result<(), Status> {
+        self.reclaim_done_from(raw, now_ms)?;
+        let done = self.count_reclaim_done(raw, partition, epoch, now_ms);
+        self.cluster_tick(now_ms);
+        done
+    }
+
+    /// `ReclaimDones` from client `raw` (protocol 6): [`Self::reclaim_done`] for each
+    /// partition of `dones`, in one message. A client not registered, or a standalone server,
+    /// refuses the whole message, as either refuses a `ReclaimDone`; otherwise each partition
+    /// is answered on its own in `statuses`, with the status its `ReclaimDone` alone would
+    /// have got (`Success`, or `NotReady`/`PartitionMoved` for a partition whose new map this
+    /// server has not applied yet, which the client says again).
+    pub(super) fn reclaim_dones<'s>(
+        &mut self,
+        raw: u32,
+        dones: &ReclaimDones<'_>,
+        statuses: &'s mut [PartitionStatus; RECLAIM_DONES_MAX],
+        now_ms: u64,
+    ) -> Result<PartitionStatuses<'s>, Status> {
+        self.reclaim_done_from(raw, now_ms)?;
+        let n = dones.len();
+        for (done, out) in dones.iter().zip(statuses.iter_mut()) {
+            let counted = self.count_reclaim_done(raw, done.partition, done.epoch, now_ms);
+            *out = PartitionStatus {
+                partition: done.partition,
+                status: counted.err().unwrap_or(Status::Success),
+            };
+        }
+        self.cluster_tick(now_ms);
+        Ok(PartitionStatuses::from_slice(&statuses[..n]))
+    }
+
+    /// The checks a `ReclaimDone` and a `ReclaimDones` share before any partition: counted as
+    /// a control request, from a registered client (whose lease it renews), on a cluster
+    /// server.
+    fn reclaim_done_from(&mut self, raw: u32, now_ms: u64) -> Result<(), Status> {
         self.stats.bump(Counter::ControlRequests);
         let slot = self.client_slot(raw).ok_or(Status::ClientNotInit);
         let slot = slot.map_err(|s| self.refuse(s))?;
         self.t.clients[slot as usize].last_seen_ms = now_ms;
+        if self.cluster.is_none() {
+            return Err(self.refuse(Status::Einval));
+        }
+        Ok(())
+    }
+
+    /// Counts client `raw`'s word that it re-claimed `partition` at `epoch`, if the partition
+    /// recovers at that epoch here and the old owner had persisted the client.
+    fn count_reclaim_done(
+        &mut self,
+        raw: u32,
+        partition: u16,
+        epoch: u32,
+        now_ms: u64,
+    ) -> Result<(), Status> {
         let Some(c) = self.cluster.as_mut() else {
             return Err(self.refuse(Status::Einval));
         };
@@ -102,7 +157,35 @@ impl<'r> Server<'r> {
                 s.awaiting -= 1;
             }
         }
-        self.cluster_tick(now_ms);
         Ok(())
+    }
+
+    /// Answers a `ReclaimDones` frame into `out` (its reply borrows a buffer of statuses kept
+    /// here, on the stack).
+    pub(super) fn reclaim_dones_frame(
+        &mut self,
+        header: &ControlHeader,
+        dones: &ReclaimDones<'_>,
+        out: &mut [u8],
+        now_ms: u64,
+    ) -> Result<usize, FrameError> {
+        let blank = PartitionStatus {
+            partition: 0,
+            status: Status::Success,
+        };
+        let mut statuses = [blank; RECLAIM_DONES_MAX];
+        let reply = |status: Status| ControlHeader {
+            word: status as u16 as u32,
+            ..*header
+        };
+        Ok(
+            match self.reclaim_dones(header.word, dones, &mut statuses, now_ms) {
+                Ok(s) => {
+                    let body = ControlResponse::PartitionStatuses(s);
+                    encode_control_response(&reply(Status::Success), &body, out)?
+                }
+                Err(s) => encode_control_response(&reply(s), &ControlResponse::Empty, out)?,
+            },
+        )
     }
 }

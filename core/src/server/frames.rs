@@ -154,6 +154,11 @@ impl<'r> Server<'r> {
             };
             return Ok((written, None));
         }
+        if let ControlRequest::ReclaimDones(dones) = frame.body {
+            // Its reply borrows a buffer of up to 255 statuses: written there, not returned.
+            let written = self.reclaim_dones_frame(&header, &dones, out, now_ms)?;
+            return Ok((written, None));
+        }
         if let ControlRequest::ListRetained(q) = frame.body {
             // Its reply borrows lock names from the tables: written here, not returned.
             let written = self.list_retained_frame(role, &header, q, out)?;
@@ -310,8 +315,10 @@ impl<'r> Server<'r> {
             ControlRequest::RecoveryDone { dead } => self
                 .recovery_done(role, dead, now_ms)
                 .map(|locks| ControlResponse::Released { locks }),
-            // `control_frame` answers it before it gets here.
-            ControlRequest::ListRetained(_) => Err(self.refuse(Status::Einval)),
+            // `control_frame` answers them before they get here.
+            ControlRequest::ListRetained(_) | ControlRequest::ReclaimDones(_) => {
+                Err(self.refuse(Status::Einval))
+            }
             // The transport answers a drain (it alone knows the peer and the membership); one
             // that reaches the state machine came some other way and is refused.
             ControlRequest::Drain => Err(self.refuse(Status::Einval)),

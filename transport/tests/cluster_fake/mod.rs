@@ -19,9 +19,9 @@ use std::time::Instant;
 use dlock_core::cluster::{Map, Member, Partitions, ServerId, assign, partition_of};
 use dlock_core::proto::{
     Batch, BatchEntry, Command, CommandResult, ControlHeader, ControlRequest, ControlResponse,
-    Held, InitReply, LockOp, MapChunk, PROOF_LEN, begin_data_response, decode_control_request,
-    decode_data_request, encode_control_response, finish_data_proofs, put_data_proof,
-    put_data_result,
+    Held, InitReply, LockOp, MapChunk, PROOF_LEN, PartitionStatus, begin_data_response,
+    decode_control_request, decode_data_request, encode_control_response, finish_data_proofs,
+    put_data_proof, put_data_result,
 };
 use dlock_core::server::{ControlAdmission, ControlConn};
 use dlock_core::{GrantProof, LockKind, Session, Status};
@@ -50,6 +50,11 @@ pub enum Seen {
         server: u32,
         partition: u16,
         epoch: u32,
+    },
+    /// A `ReclaimDones` message, before the `ReclaimDone` of each partition it names.
+    ReclaimDones {
+        server: u32,
+        partitions: usize,
     },
     Unlock {
         server: u32,
@@ -82,6 +87,8 @@ struct Server {
     dead: bool,
     /// Answer `GetMap` with bytes that do not decode.
     garbage_map: bool,
+    /// The protocol version it registers clients at: 5 (no `ReclaimDones`) unless set.
+    version: Option<u8>,
 }
 
 #[derive(Debug)]
@@ -160,6 +167,12 @@ impl Fake {
         for &s in live {
             st.servers.entry(s).or_default();
         }
+    }
+
+    /// Server `server` registers and joins clients at protocol `version` (6: it takes
+    /// `ReclaimDones`).
+    pub fn speak(&self, server: u32, version: u8) {
+        self.state().servers.entry(server).or_default().version = Some(version);
     }
 
     /// Every server grants `lease_ms` from now on.
@@ -323,6 +336,11 @@ impl Connection for FakeConn {
                 &ControlResponse::Entries(Batch::from_slice(&e)),
                 reply,
             ),
+            Body::Statuses(s) => encode_control_response(
+                &header,
+                &ControlResponse::PartitionStatuses(Batch::from_slice(&s)),
+                reply,
+            ),
         };
         Ok(n.unwrap())
     }
@@ -374,6 +392,7 @@ enum Body {
         offset: u32,
     },
     Entries(Vec<BatchEntry>),
+    Statuses(Vec<PartitionStatus>),
 }
 
 const EMPTY: Body = Body::Plain(ControlResponse::Empty);
@@ -439,10 +458,11 @@ impl State {
         (Status::Success, before)
     }
 
-    fn init(&self, client: u32, session: Session) -> Body {
+    fn init(&self, server: u32, client: u32, session: Session) -> Body {
+        let version = self.servers.get(&server).and_then(|s| s.version);
         Body::Plain(ControlResponse::Init(InitReply {
             client,
-            version: 5,
+            version: version.unwrap_or(5),
             recovering: false,
             epoch: 0,
             lease_ms: self.lease_ms,
@@ -486,7 +506,7 @@ impl State {
                     .unwrap()
                     .clients
                     .insert(client);
-                (Status::Success, self.init(client, session))
+                (Status::Success, self.init(server, client, session))
             }
             ControlRequest::ClientJoin { session, .. } => {
                 if self.sessions.get(&word) != Some(&session) {
@@ -497,7 +517,7 @@ impl State {
                     server,
                     client: word,
                 });
-                (Status::Success, self.init(word, session))
+                (Status::Success, self.init(server, word, session))
             }
             _ if !self.servers[&server].clients.contains(&word) => (Status::ClientNotInit, EMPTY),
             ControlRequest::Heartbeat => {
@@ -579,6 +599,27 @@ impl State {
                     epoch,
                 });
                 (Status::Success, EMPTY)
+            }
+            ControlRequest::ReclaimDones(dones)
+                if self.servers.get(&server).and_then(|s| s.version) >= Some(6) =>
+            {
+                self.seen.push(Seen::ReclaimDones {
+                    server,
+                    partitions: dones.len(),
+                });
+                let mut statuses = Vec::new();
+                for d in dones.iter() {
+                    self.seen.push(Seen::ReclaimDone {
+                        server,
+                        partition: d.partition,
+                        epoch: d.epoch,
+                    });
+                    statuses.push(PartitionStatus {
+                        partition: d.partition,
+                        status: Status::Success,
+                    });
+                }
+                (Status::Success, Body::Statuses(statuses))
             }
             _ => (Status::Einval, EMPTY),
         })

@@ -1,5 +1,6 @@
 //! Protocol 5's cluster forms: the partition epoch in data commands, the claim's 32-bit proof
-//! epoch, `GetMap` chunks, `ClientJoin`, `ReclaimDone` and the `PartitionMoved` reply.
+//! epoch, `GetMap` chunks, `ClientJoin`, `ReclaimDone` and the `PartitionMoved` reply; and
+//! protocol 6's `ReclaimDones`.
 
 use super::*;
 use crate::cluster::{
@@ -285,7 +286,7 @@ fn a_claims_proof_epoch_is_32_bits_and_a_version_4_claim_reads_the_same() {
 }
 
 #[test]
-fn a_cluster_server_speaks_only_version_5_and_a_standalone_one_still_4() {
+fn a_cluster_server_speaks_versions_5_and_6_and_a_standalone_one_still_4() {
     let v4 = VersionRange { min: 4, max: 4 };
     assert_eq!(negotiate(v4, SERVER_VERSIONS), Ok(4));
     assert_eq!(
@@ -296,7 +297,122 @@ fn a_cluster_server_speaks_only_version_5_and_a_standalone_one_still_4() {
         negotiate(SERVER_VERSIONS, CLUSTER_VERSIONS),
         Ok(PROTO_VERSION)
     );
-    assert_eq!(PROTO_VERSION, 5);
+    assert_eq!(PROTO_VERSION, 6);
+    // A new client joining a version-5 server (one built before `ReclaimDones`) agrees on 5,
+    // and so says its `ReclaimDone`s one partition at a time there.
+    let v5_server = VersionRange { min: 5, max: 5 };
+    let new_client = VersionRange {
+        min: PROTO_VERSION_CLUSTER_MIN,
+        max: PROTO_VERSION,
+    };
+    assert_eq!(negotiate(new_client, v5_server), Ok(5));
+    assert_eq!(negotiate(new_client, CLUSTER_VERSIONS), Ok(6));
+}
+
+/// A `ReclaimDones` body: `count`, its reserved bytes, then the entries' bytes as given.
+fn reclaim_dones(count: u8, reserved: [u8; 3], entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut b = vec![count];
+    b.extend_from_slice(&reserved);
+    for &(partition, reserved, epoch) in entries {
+        b.extend_from_slice(&partition.to_le_bytes());
+        b.extend_from_slice(&reserved.to_le_bytes());
+        b.extend_from_slice(&epoch.to_le_bytes());
+    }
+    raw_control(MsgType::ReclaimDones.request_code(), 0x1234_5678, &b)
+}
+
+#[test]
+fn reclaim_dones_lists_partitions_at_reclaim_dones_offsets_and_refuses_any_other_shape() {
+    let two = reclaim_dones(2, [0; 3], &[(3, 0, 9), (65_535, 0, 1)]);
+    let ControlRequest::ReclaimDones(dones) = decode_control_request(&two).unwrap().body else {
+        panic!("not a ReclaimDones");
+    };
+    let dones: Vec<PartitionEpoch> = dones.iter().collect();
+    assert_eq!(
+        dones,
+        [
+            PartitionEpoch {
+                partition: 3,
+                epoch: 9
+            },
+            PartitionEpoch {
+                partition: 65_535,
+                epoch: 1
+            }
+        ]
+    );
+    // The most one message holds, and its encoding is the same bytes.
+    let most: Vec<(u16, u16, u32)> = (0..RECLAIM_DONES_MAX as u16).map(|p| (p, 0, 7)).collect();
+    let bytes = reclaim_dones(RECLAIM_DONES_MAX as u8, [0; 3], &most);
+    let frame = decode_control_request(&bytes).unwrap();
+    let mut out = [0u8; CONTROL_FRAME_MAX];
+    let n = encode_control_request(&frame, &mut out).unwrap();
+    assert_eq!(&out[..n], &bytes[..]);
+    for (bytes, why) in [
+        (reclaim_dones(0, [0; 3], &[]), "no partition"),
+        (reclaim_dones(2, [0; 3], &[(3, 0, 9)]), "an entry short"),
+        (
+            reclaim_dones(1, [0; 3], &[(3, 0, 9), (4, 0, 9)]),
+            "an entry too many",
+        ),
+        (
+            reclaim_dones(1, [0; 3], &[(3, 1, 9)]),
+            "an entry's reserved bytes set",
+        ),
+        (
+            reclaim_dones(1, [0, 0, 1], &[(3, 0, 9)]),
+            "the list's reserved bytes set",
+        ),
+    ] {
+        assert!(decode_control_request(&bytes).is_err(), "{why}");
+    }
+    let too_many = [PartitionEpoch {
+        partition: 0,
+        epoch: 0,
+    }; RECLAIM_DONES_MAX + 1];
+    let frame = ControlRequestFrame {
+        body: ControlRequest::ReclaimDones(Batch::from_slice(&too_many)),
+        ..frame
+    };
+    assert_eq!(
+        encode_control_request(&frame, &mut out),
+        Err(EncodeError::Invalid)
+    );
+}
+
+#[test]
+fn a_reclaim_dones_reply_has_a_status_per_partition_in_order() {
+    let statuses = [
+        PartitionStatus {
+            partition: 3,
+            status: Status::Success,
+        },
+        PartitionStatus {
+            partition: 4,
+            status: Status::NotReady,
+        },
+        PartitionStatus {
+            partition: 5,
+            status: Status::PartitionMoved,
+        },
+    ];
+    let header = ControlHeader {
+        version: PROTO_VERSION,
+        msg: MsgType::ReclaimDones,
+        message_id: 77,
+        word: Status::Success as u32,
+    };
+    let body = ControlResponse::PartitionStatuses(Batch::from_slice(&statuses));
+    let mut out = [0u8; CONTROL_FRAME_MAX];
+    let n = encode_control_response(&header, &body, &mut out).unwrap();
+    // 16 header, 4 list header, 4 per partition: `u16 partition | u16 status`.
+    assert_eq!(n, CONTROL_HEADER_LEN + 4 + 3 * 4);
+    assert_eq!(&out[n - 4..n], &[5, 0, 0x10, 0x20]);
+    let frame = decode_control_response(&out[..n]).unwrap();
+    assert_eq!(frame.body, body);
+    // A status that is no status is refused.
+    out[n - 2..n].copy_from_slice(&0xFFFFu16.to_le_bytes());
+    assert!(decode_control_response(&out[..n]).is_err());
 }
 
 #[test]

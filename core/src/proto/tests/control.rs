@@ -357,8 +357,8 @@ fn total_len_must_equal_the_buffer_length() {
 
 #[test]
 fn undefined_and_misdirected_types_are_refused() {
-    // 54 is the next free code.
-    for code in [0u8, 11, 54, 55, 255] {
+    // 56 is the next free code.
+    for code in [0u8, 11, 56, 57, 255] {
         let bytes = raw_control(code, 1, &[]);
         assert_eq!(
             decode_control_request(&bytes),

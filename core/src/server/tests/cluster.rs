@@ -558,3 +558,6 @@ fn recovery_ends_early_only_when_every_client_of_the_old_owner_is_done() {
 
 #[path = "cluster_counters.rs"]
 mod counters;
+
+#[path = "cluster_dones.rs"]
+mod dones;

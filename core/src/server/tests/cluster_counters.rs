@@ -3,8 +3,10 @@
 
 use super::*;
 
-#[test]
-fn a_counter_moves_only_under_its_persisted_mark_and_a_new_owner_starts_at_it() {
+/// What every test here starts from: server 1 serving the first map, a client it persisted,
+/// and a counter that client created (at 0) and got, in one of server 1's partitions: the
+/// map, the server, the client, the counter's name and its id.
+fn counter_at_server_1() -> (Box<Map>, TestServer, ClientId, Vec<u8>, ObjectId) {
     let m1 = first_map();
     let mut s = member(1);
     s.apply_map(&m1, 11, &[], 0);
@@ -12,18 +14,27 @@ fn a_counter_moves_only_under_its_persisted_mark_and_a_new_owner_starts_at_it() 
     let name = name_owned_by(&m1, 1, 0);
     let obj = s.object_create(c.get(), &name, 0, 60, 0).unwrap();
     s.object_get(c.get(), &name, 60, 0).unwrap();
-    let faa = |n: u64| {
-        at_epoch(
-            Command::Object(ObjectCommand {
-                op: ObjectOp::Faa,
-                object: obj.raw(),
-                a: n,
-                b: 0,
-                partition_epoch: 0,
-            }),
-            1,
-        )
-    };
+    (m1, s, c, name, obj)
+}
+
+/// A fetch-and-add of `a` to `object`, naming partition epoch `epoch`.
+fn faa_at(object: ObjectId, a: u64, epoch: u32) -> Command {
+    at_epoch(
+        Command::Object(ObjectCommand {
+            op: ObjectOp::Faa,
+            object: object.raw(),
+            a,
+            b: 0,
+            partition_epoch: 0,
+        }),
+        epoch,
+    )
+}
+
+#[test]
+fn a_counter_moves_only_under_its_persisted_mark_and_a_new_owner_starts_at_it() {
+    let (m1, mut s, c, name, obj) = counter_at_server_1();
+    let faa = |n: u64| faa_at(obj, n, 1);
     assert_eq!(s.run(c, faa(1), 1).status, Status::NotReady, "no mark yet");
     let mut asked = Vec::new();
     s.cluster_work(|w| {
@@ -62,20 +73,7 @@ fn a_counter_moves_only_under_its_persisted_mark_and_a_new_owner_starts_at_it() 
     let (obj2, _) = s2.object_get(d.get(), &name, 60, 5_000).unwrap();
     s2.mark_confirmed(obj2.raw(), 1_000);
     let epoch = m2.owner(partition(&name)).unwrap().epoch;
-    let r = s2.run(
-        d,
-        at_epoch(
-            Command::Object(ObjectCommand {
-                op: ObjectOp::Faa,
-                object: obj2.raw(),
-                a: 1,
-                b: 0,
-                partition_epoch: 0,
-            }),
-            epoch,
-        ),
-        5_001,
-    );
+    let r = s2.run(d, faa_at(obj2, 1, epoch), 5_001);
     assert_eq!(r.status, Status::Success);
     assert!(
         handed.iter().all(|&v| v < r.aux),
@@ -90,23 +88,8 @@ fn a_counter_moves_only_under_its_persisted_mark_and_a_new_owner_starts_at_it() 
 /// step (`engine-glue/tests/cluster.rs`).
 #[test]
 fn a_fetch_and_add_larger_than_the_step_is_served_once_its_mark_lands() {
-    let m1 = first_map();
-    let mut s = member(1);
-    s.apply_map(&m1, 11, &[], 0);
-    let c = persisted_client(&mut s, 0);
-    let name = name_owned_by(&m1, 1, 0);
-    let obj = s.object_create(c.get(), &name, 0, 60, 0).unwrap();
-    s.object_get(c.get(), &name, 60, 0).unwrap();
-    let faa = at_epoch(
-        Command::Object(ObjectCommand {
-            op: ObjectOp::Faa,
-            object: obj.raw(),
-            a: 250,
-            b: 0,
-            partition_epoch: 0,
-        }),
-        1,
-    );
+    let (_, mut s, c, _, obj) = counter_at_server_1();
+    let faa = faa_at(obj, 250, 1);
     for now in 1..4 {
         let r = s.run(c, faa, now);
         if r.status == Status::Success {
@@ -143,25 +126,8 @@ fn a_fetch_and_add_larger_than_the_step_is_served_once_its_mark_lands() {
 /// at the persisted mark). A counter that moved under a mark is orphaned instead, value kept.
 #[test]
 fn a_counter_whose_creator_leaves_keeps_its_value_for_the_next_creator() {
-    let m1 = first_map();
-    let mut s = member(1);
-    s.apply_map(&m1, 11, &[], 0);
-    let c = persisted_client(&mut s, 0);
-    let name = name_owned_by(&m1, 1, 0);
-    let obj = s.object_create(c.get(), &name, 0, 60, 0).unwrap();
-    s.object_get(c.get(), &name, 60, 0).unwrap();
-    let faa = |object: ObjectId| {
-        at_epoch(
-            Command::Object(ObjectCommand {
-                op: ObjectOp::Faa,
-                object: object.raw(),
-                a: 1,
-                b: 0,
-                partition_epoch: 0,
-            }),
-            1,
-        )
-    };
+    let (_, mut s, c, name, obj) = counter_at_server_1();
+    let faa = |object: ObjectId| faa_at(object, 1, 1);
     s.mark_confirmed(obj.raw(), 100);
     let handed: Vec<u64> = (0..3).map(|_| s.run(c, faa(obj), 1).aux).collect();
     assert_eq!(handed, [0, 1, 2]);

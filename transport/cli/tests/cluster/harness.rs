@@ -20,6 +20,8 @@ use crate::common::Etcd;
 const DLOCK: &str = env!("CARGO_BIN_EXE_dlock");
 /// The partition count of every test cluster: small, so that three servers each own several.
 pub const P: u16 = 16;
+/// The name of the counter the XID workers take values from.
+pub const XID: &[u8] = b"xid/{orders}";
 /// The lease of every grant the workers take, in milliseconds.
 pub const EXPIRE_MS: u32 = 4_000;
 
@@ -102,6 +104,18 @@ impl Server {
     pub fn kill(&mut self) {
         drop(self.proc.take());
     }
+
+    /// SIGSTOP: the process stays, its sockets open, and nothing answers — a host that froze
+    /// or fell off the network without resetting its connections, which a client can tell
+    /// from a slow one only by a timeout. Killed when dropped.
+    pub fn freeze(&mut self) {
+        let pid = self.proc.as_ref().expect("running").0.id();
+        let status = Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .expect("kill -STOP runs");
+        assert!(status.success(), "the server was stopped");
+    }
 }
 
 /// The map as etcd holds it (`/dlock/<name>/map`), if there is one yet.
@@ -174,6 +188,8 @@ pub struct Record {
     pub held: Vec<Held>,
     /// Values the counter workers got from fetch-and-add (each the value before the add).
     pub xids: Vec<u64>,
+    /// When each of `xids` came back, in the same order.
+    pub xid_at: Vec<Instant>,
     /// Calls that failed, by status (for the failure message; failures are allowed while a
     /// partition moves).
     pub errors: HashMap<Status, u64>,
@@ -252,6 +268,12 @@ impl Load {
     /// XIDs taken so far.
     pub fn xids(&self) -> usize {
         self.record.lock().unwrap().xids.len()
+    }
+
+    /// When the first XID taken after `t` came back, if one did.
+    pub fn first_xid_after(&self, t: Instant) -> Option<Instant> {
+        let r = self.record.lock().unwrap();
+        r.xid_at.iter().copied().filter(|&at| at > t).min()
     }
 
     /// Stops the workers and returns what they saw.
@@ -381,7 +403,7 @@ fn locker(
 
 fn counter(w: usize, seeds: &[SocketAddr], record: &Mutex<Record>, stop: &AtomicBool) {
     let mut c = connect(seeds);
-    let name = b"xid/{orders}";
+    let name = XID;
     let mut id = None;
     let mut beat = Heartbeat::new();
     while !stop.load(Ordering::Relaxed) {
@@ -403,7 +425,11 @@ fn counter(w: usize, seeds: &[SocketAddr], record: &Mutex<Record>, stop: &Atomic
             continue;
         };
         match c.atomic64_faa(object, 1) {
-            Ok(v) => record.lock().unwrap().xids.push(v),
+            Ok(v) => {
+                let mut r = record.lock().unwrap();
+                r.xids.push(v);
+                r.xid_at.push(Instant::now());
+            }
             Err(e) => {
                 note_error(record, e.status());
                 if matches!(e.status(), Status::ObjectNotGet | Status::ObjectNotCreate) {

@@ -8,6 +8,7 @@
 //! | test                                   | what happens to the cluster                        |
 //! |----------------------------------------|----------------------------------------------------|
 //! | `a_killed_owners_partitions_…`         | one server SIGKILLed                               |
+//! | `a_frozen_owners_partitions_…`         | one server SIGSTOPped (open, silent connections)   |
 //! | `etcd_stopped_and_restarted_…`         | etcd itself killed for a few TTLs, then restarted  |
 //! | `a_server_cut_off_from_etcd_…`         | one server loses etcd (a proxy broken), not its clients |
 //! | `a_joining_server_and_a_drained_one_…` | a fourth server joins, then `dlock drain` empties one |
@@ -28,7 +29,7 @@ use common::{Etcd, eventually};
 use dlock_core::cluster::{Map, partition_of};
 use dlock_transport::client::{Endpoint, read_server_stats};
 
-use harness::{Held, Load, Server, check, map_spread_over, names, owned_by};
+use harness::{Held, Load, Server, XID, check, map_spread_over, names, owned_by};
 use proxy::Proxy;
 
 /// The etcd lease TTL of every server (the 1-2 s).
@@ -133,24 +134,61 @@ fn all_granted_since(load: &Load, t: Instant, names: &[Vec<u8>], what: &str) {
 
 #[test]
 fn a_killed_owners_partitions_are_served_elsewhere_and_no_grant_is_doubled() {
+    an_owner_lost(Loss::Kill);
+}
+
+/// The same with the owner frozen (SIGSTOP) instead of killed: its connections stay open and
+/// silent, so the clients learn it is gone from the map, not from their sockets.
+#[test]
+fn a_frozen_owners_partitions_are_served_elsewhere_and_no_grant_is_doubled() {
+    an_owner_lost(Loss::Freeze);
+}
+
+/// How the XID counter's owner is lost.
+#[derive(Clone, Copy, Debug)]
+enum Loss {
+    /// SIGKILL: its connections are reset at once.
+    Kill,
+    /// SIGSTOP: nothing answers, nothing is reset.
+    Freeze,
+}
+
+fn an_owner_lost(how: Loss) {
+    let cluster = match how {
+        Loss::Kill => "kill",
+        Loss::Freeze => "freeze",
+    };
     let etcd = Etcd::start();
-    let mut servers = three_servers(&etcd, "kill");
-    let before = map_spread_over(&etcd, "kill", &[1, 2, 3]);
+    let mut servers = three_servers(&etcd, cluster);
+    let before = map_spread_over(&etcd, cluster, &[1, 2, 3]);
     let seeds: Vec<_> = servers.iter().map(|s| s.addr).collect();
     let all = names(48);
     let load = Load::start(&seeds, &all, 12, 2, Duration::from_millis(400));
     let warm = Instant::now();
     all_granted_since(&load, warm, &all, "every lock granted once");
 
-    let victim = &mut servers[0];
+    // The XID counter's owner dies, so that its fetch-and-adds wait on the failover.
+    let xid_owner = before
+        .owner(partition_of(XID, before.partitions()))
+        .and_then(|o| o.server)
+        .map(|s| s.get())
+        .unwrap();
+    let victim = servers.iter_mut().find(|s| s.id == xid_owner).unwrap();
     let theirs = owned_by(&before, victim.id, &all);
-    assert!(!theirs.is_empty(), "server 1 owns some of the names");
-    victim.kill();
+    assert!(!theirs.is_empty(), "the victim owns some of the names");
+    match how {
+        Loss::Kill => victim.kill(),
+        Loss::Freeze => victim.freeze(),
+    }
     let killed = Instant::now();
     let xids_at_kill = load.xids();
+    let survivors: Vec<u32> = [1, 2, 3]
+        .into_iter()
+        .filter(|&id| id != xid_owner)
+        .collect();
 
     // Its partitions go to the survivors (raised epochs) and are served there.
-    let after = map_spread_over(&etcd, "kill", &[2, 3]);
+    let after = map_spread_over(&etcd, cluster, &survivors);
     assert!(after.version() > before.version());
     all_granted_by_owners_of(
         &load,
@@ -159,14 +197,19 @@ fn a_killed_owners_partitions_are_served_elsewhere_and_no_grant_is_doubled() {
         &theirs,
         "server 1's locks granted elsewhere",
     );
-    recovery_ends_early(
-        &[&servers[1], &servers[2]],
-        "the survivors' recovery to end",
-    );
+    let alive: Vec<&Server> = servers.iter().filter(|s| s.id != xid_owner).collect();
+    recovery_ends_early(&alive, "the survivors' recovery to end");
     all_granted_since(&load, killed, &all, "every lock granted after the kill");
     eventually(Duration::from_secs(90), "XIDs after the kill", || {
         (load.xids() > xids_at_kill + 100).then_some(())
     });
+    // Reported, not asserted (the machine is shared): the XID stall, from the kill to the
+    // first XID handed out again, against the TTL (docs/cluster.md).
+    let first = load.first_xid_after(killed).unwrap();
+    eprintln!(
+        "XID stall after the owner was lost ({how:?}): {} ms (etcd lease TTL {TTL_MS} ms)",
+        first.duration_since(killed).as_millis()
+    );
     let record = load.stop();
     // Every locker carried on over the same client (no reconnect in the harness).
     for w in 0..12 {

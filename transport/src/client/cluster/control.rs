@@ -100,7 +100,8 @@ impl<D: Dial> ClusterLink<D> {
     /// Sends `body` to every server the client registered with that the map still names (in
     /// the same incarnation: one that left owns nothing of the client's, and its lease no
     /// longer matters); `Success` when all said so, else the first refusal. A server that
-    /// cannot be reached fails the call. A heartbeat first checks the map's version, so that a
+    /// does not answer within the link's patience fails the call, once the others were sent
+    /// it. A heartbeat first checks the map's version, so that a
     /// client learns of a move (and re-claims) within a heartbeat even in partitions it is not
     /// using, and does not count on a server that left; then it pays the re-claims and
     /// `ReclaimDone`s a new owner did not take yet (`reclaim.rs`).
@@ -131,8 +132,20 @@ impl<D: Dial> ClusterLink<D> {
         let mut servers: Vec<_> = self.members.keys().copied().collect();
         servers.sort_unstable();
         let mut status = Status::Success;
+        let mut failed = None;
         for server in servers {
-            let m = self.control_with(server, body, reply, deadline)?;
+            // Each server within the link's patience, and a failed one does not keep the
+            // message from the others: a frozen server held every heartbeat (and the thread
+            // that sends it) for the whole deadline while the cluster took its partitions.
+            let until = self.patient(deadline);
+            let m = match self.control_with(server, body, reply, until) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::debug!(%server, error = %e, "dlock: not reached");
+                    failed.get_or_insert(e);
+                    continue;
+                }
+            };
             let s = decode_control_response(&reply[..m])
                 .ok()
                 .and_then(|f| f.header.status())
@@ -143,6 +156,9 @@ impl<D: Dial> ClusterLink<D> {
         }
         if heartbeat {
             self.pay_owed(deadline);
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         if matches!(body, ControlRequest::ClientDeinit) && status == Status::Success {
             self.routes.clear();
@@ -162,10 +178,11 @@ impl<D: Dial> ClusterLink<D> {
         // Every server joined holds the client's registration on this connection.
         let me = self.identity.map_or(0, |i| i.id);
         for server in self.joined() {
+            let until = self.patient(deadline);
             let Some(m) = self.members.get_mut(&server) else {
                 continue;
             };
-            match fetch::map_version(&mut m.conn, me, deadline, &mut message_id) {
+            match fetch::map_version(&mut m.conn, me, until, &mut message_id) {
                 Ok(v) => {
                     seen = Some((server, v));
                     break;

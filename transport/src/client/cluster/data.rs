@@ -84,6 +84,13 @@ pub(super) fn refused_by_check(status: Status) -> bool {
     matches!(status, Status::PartitionMoved | Status::NotReady)
 }
 
+/// Whether the server ran nothing of a command answered `status`, so that it may be sent
+/// again: a partition check refused it ([`refused_by_check`]), or the server does not know
+/// the client (`replies.rs`: joined again first, and only acquisitions are sent again).
+pub(super) fn unrun(status: Status) -> bool {
+    refused_by_check(status) || super::members::forgets_client(status)
+}
+
 pub(super) fn result(status: Status) -> CommandResult {
     CommandResult {
         status,
@@ -315,6 +322,8 @@ impl<D: Dial> ClusterLink<D> {
             .map(|r| r.partition)
             .ok_or_else(|| garbage("no route"))?;
         self.rehome_partition(partition, deadline);
+        // The new owner serves once its old clients said `ReclaimDone`: this one's first.
+        self.pay_dones(deadline);
         let r = self.routes.get(lock).ok_or_else(|| garbage("no route"))?;
         let Some(server_lock) = r.server_lock else {
             let held =
@@ -365,7 +374,7 @@ impl<D: Dial> ClusterLink<D> {
 /// The link's record's request for the client's command `c`: the client decided `c` from its
 /// own record of the same lock, which the link's follows (where the two could differ — a grant
 /// the link saw lost — the link's record is first brought to what the client's command says).
-fn decide(record: &mut LocalLock, c: &LockCommand) -> Option<Request> {
+pub(super) fn decide(record: &mut LocalLock, c: &LockCommand) -> Option<Request> {
     let mode = c.op.mode();
     let decision = match c.op {
         LockOp::TryExclusive

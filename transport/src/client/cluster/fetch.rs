@@ -9,7 +9,7 @@ use dlock_core::Status;
 use dlock_core::cluster::{MAP_ENCODED_MAX, Map, Partitions};
 use dlock_core::proto::{
     CONTROL_FRAME_MAX, ControlHeader, ControlRequest, ControlRequestFrame, ControlResponse,
-    MsgType, PROTO_VERSION, decode_control_response, encode_control_request,
+    MsgType, PROTO_VERSION_CLUSTER_MIN, decode_control_response, encode_control_request,
 };
 
 use crate::client::Connection;
@@ -43,7 +43,8 @@ fn chunk_at<C: Connection>(
     let mut req = [0u8; 32];
     *message_id = message_id.wrapping_add(1);
     let header = ControlHeader {
-        version: PROTO_VERSION,
+        // Every cluster server speaks it, and `GetMap` has not changed since.
+        version: PROTO_VERSION_CLUSTER_MIN,
         msg: MsgType::GetMap,
         message_id: *message_id,
         word: client,

@@ -9,11 +9,20 @@ use dlock_core::Status;
 use dlock_core::cluster::{Map, ServerId};
 use dlock_core::proto::{
     CONTROL_FRAME_MAX, ControlHeader, ControlRequest, ControlRequestFrame, ControlResponse,
-    PROTO_VERSION, decode_control_response, encode_control_request,
+    PROTO_VERSION, PROTO_VERSION_CLUSTER_MIN, decode_control_response, encode_control_request,
 };
 
 use super::{ClusterLink, Dial, Identity, Member, fetch, garbage};
 use crate::client::Connection;
+
+/// Whether a reply with `status` says the server does not know the client (its lease there
+/// lapsed, or it was removed): the server ran nothing of the request.
+pub(super) fn forgets_client(status: Status) -> bool {
+    matches!(
+        status,
+        Status::ClientNotInit | Status::ClientRemovedByServer
+    )
+}
 
 /// Whether a reply with `status` shows the server holds the client's registration (its lease
 /// then runs from the request's send), as the single-server client's `renews_lease`, and not
@@ -40,6 +49,7 @@ impl<D: Dial> ClusterLink<D> {
         reply: &mut [u8],
         deadline: Instant,
     ) -> io::Result<usize> {
+        let init = &at_cluster_min(init)?;
         let mut last = garbage("the cluster map names no server");
         let servers: Vec<(ServerId, u64, Vec<u8>)> = self
             .map
@@ -78,8 +88,10 @@ impl<D: Dial> ClusterLink<D> {
                     conn,
                     incarnation,
                     registered: true,
+                    version: r.version,
                     lease_ms: r.lease_ms,
                     heard: Some(sent),
+                    since: sent,
                     broken: false,
                 },
             );
@@ -147,15 +159,27 @@ impl<D: Dial> ClusterLink<D> {
             .identity
             .ok_or_else(|| garbage("a server was needed before the client registered"))?;
         let mut conn = self.cfg.dial.dial(address)?;
+        // The oldest version a cluster server speaks: a server of protocol 5 (before
+        // `ReclaimDones`) is joined too, and told its `ReclaimDone`s one at a time.
         let body = ControlRequest::ClientJoin {
-            min_version: PROTO_VERSION,
+            min_version: PROTO_VERSION_CLUSTER_MIN,
             lease_ms: me.lease_ms,
             session: me.session,
         };
         let sent = Instant::now();
         let mut reply = vec![0u8; CONTROL_FRAME_MAX];
         let message_id = self.next_message_id();
-        let m = exchange(&mut conn, message_id, me.id, body, &mut reply, deadline)?;
+        // A live server answers a join at once; a silent one is not waited on past the link's
+        // patience (the caller looks at the map again).
+        let until = self.patient(deadline);
+        let m = exchange(
+            &mut conn,
+            (message_id, PROTO_VERSION),
+            me.id,
+            body,
+            &mut reply,
+            until,
+        )?;
         let frame = decode_control_response(&reply[..m])
             .map_err(|_| garbage("a join reply is malformed"))?;
         match (frame.header.status(), frame.body) {
@@ -165,8 +189,10 @@ impl<D: Dial> ClusterLink<D> {
                     conn,
                     incarnation,
                     registered: true,
+                    version: r.version,
                     lease_ms: r.lease_ms,
                     heard: Some(sent),
+                    since: sent,
                     broken: false,
                 })
             }
@@ -183,9 +209,9 @@ impl<D: Dial> ClusterLink<D> {
     /// `reply`. A connection that fails is opened again at the next use. A server that no
     /// longer knows the client (its lease lapsed there, and the server declared it dead) is
     /// joined again and asked once more: it refused the request without running it. What the
-    /// client had there is gone with the registration; the records that name it learn so from
-    /// the server's `LockNotGet` (`replies.rs`, and `release_lock`). Before, the member stayed
-    /// marked registered, and every request to that server read `ClientNotInit` for good.
+    /// client had there is gone with the registration ([`Self::forget_registration`]). Before,
+    /// the member stayed marked registered, and every request to that server read
+    /// `ClientNotInit` for good.
     pub(super) fn control_with(
         &mut self,
         server: ServerId,
@@ -201,20 +227,35 @@ impl<D: Dial> ClusterLink<D> {
     }
 
     /// Whether `server`'s reply `reply` says it does not know the client (`ClientNotInit`,
-    /// `ClientRemovedByServer`); the member is then joined again at its next use.
+    /// `ClientRemovedByServer`); the registration there is then forgotten
+    /// ([`Self::forget_registration`]).
     fn forgot_client(&mut self, server: ServerId, reply: &[u8]) -> bool {
         let status = decode_control_response(reply)
             .ok()
             .and_then(|f| f.header.status());
-        let forgot = matches!(
-            status,
-            Some(Status::ClientNotInit | Status::ClientRemovedByServer)
-        );
-        if forgot && let Some(m) = self.members.get_mut(&server) {
-            tracing::debug!(%server, "dlock: the server forgot the client; joined again");
-            m.registered = false;
+        let forgot = status.is_some_and(forgets_client);
+        if forgot {
+            self.forget_registration(server);
         }
         forgot
+    }
+
+    /// `server` said it does not know the client: it declared the client dead (its lease ran
+    /// out there) and freed everything the client held there, grants and references alike.
+    /// The member is joined again at its next use; the records filed under it lose their
+    /// grants (lost: the client's next unlock of one is not a success) and their references,
+    /// which are got again by name at the lock's or object's next use. Only the server's own
+    /// word drops a reference: a registration the client merely thinks lapsed may still hold
+    /// them (`lose_lapsed_grants`).
+    pub(super) fn forget_registration(&mut self, server: ServerId) {
+        let Some(m) = self.members.get_mut(&server) else {
+            return;
+        };
+        m.registered = false;
+        let incarnation = m.incarnation;
+        let lost = self.routes.forget_at(server, incarnation);
+        self.objects.forget_at(server, incarnation);
+        tracing::debug!(%server, lost, "dlock: the server forgot the client; joined again at the next use");
     }
 
     /// [`Self::control_with`], once.
@@ -229,7 +270,8 @@ impl<D: Dial> ClusterLink<D> {
         let message_id = self.next_message_id();
         let member = self.member(server, deadline)?;
         let sent = Instant::now();
-        match exchange(&mut member.conn, message_id, id, body, reply, deadline) {
+        let at = (message_id, member.version);
+        match exchange(&mut member.conn, at, id, body, reply, deadline) {
             Ok(m) => {
                 let status = decode_control_response(&reply[..m])
                     .ok()
@@ -257,15 +299,24 @@ impl<D: Dial> ClusterLink<D> {
     }
 
     /// Fetches the map again, from `first` (the server that said the partition moved), then
-    /// from every other server the client knows, and adopts it if it is newer than the cached
-    /// one and of the same cluster shape. Returns whether the map changed.
-    pub(super) fn refresh(&mut self, first: Option<ServerId>, deadline: Instant) -> bool {
+    /// from every other server the client knows but `skip` (one gone silent), and adopts it if
+    /// it is newer than the cached one and of the same cluster shape. Each server is given
+    /// the link's patience, not the whole deadline: a frozen one must not keep the client
+    /// from the others. Returns whether the map changed.
+    pub(super) fn refresh(
+        &mut self,
+        first: Option<ServerId>,
+        skip: Option<ServerId>,
+        deadline: Instant,
+    ) -> bool {
         let mut order: Vec<ServerId> = first.into_iter().collect();
         order.extend(self.map.servers().iter().map(|e| e.id()));
+        order.retain(|&s| Some(s) != skip);
         let mut message_id = self.message_id;
         let mut found: Option<Box<Map>> = None;
         let me = self.identity.map_or(0, |i| i.id);
         for server in order {
+            let deadline = self.patient(deadline);
             let got = match self.members.get_mut(&server) {
                 Some(m) if !m.broken => {
                     let speaks_for = if m.registered { me } else { 0 };
@@ -302,6 +353,7 @@ impl<D: Dial> ClusterLink<D> {
             if found.is_some() {
                 break;
             }
+            let deadline = self.patient(deadline);
             if let Ok(map) = self
                 .cfg
                 .dial
@@ -329,18 +381,45 @@ impl<D: Dial> ClusterLink<D> {
     }
 }
 
-/// Encodes `body` from client `id` and exchanges it over `conn`; the reply's length. A reply
-/// that does not answer this request is `InvalidData`.
+/// The client's `ClientInit` frame `init`, asking for the oldest version a cluster server
+/// speaks at least (`PROTO_VERSION_CLUSTER_MIN`) rather than the client's own minimum: the
+/// registration's server may be of protocol 5, before `ReclaimDones`, which the link then
+/// does without.
+fn at_cluster_min(init: &[u8]) -> io::Result<Vec<u8>> {
+    let frame = dlock_core::proto::decode_control_request(init)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a malformed registration"))?;
+    let body = match frame.body {
+        ControlRequest::ClientInit {
+            min_version,
+            lease_ms,
+        } => ControlRequest::ClientInit {
+            min_version: min_version.min(PROTO_VERSION_CLUSTER_MIN),
+            lease_ms,
+        },
+        other => other,
+    };
+    let mut out = vec![0u8; CONTROL_FRAME_MAX];
+    let n =
+        encode_control_request(&ControlRequestFrame { body, ..frame }, &mut out).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, "a registration did not encode")
+        })?;
+    out.truncate(n);
+    Ok(out)
+}
+
+/// Encodes `body` from client `id` with `(message_id, version)` in its header and exchanges
+/// it over `conn`; the reply's length. A reply that does not answer this request is
+/// `InvalidData`.
 pub(super) fn exchange<C: Connection>(
     conn: &mut C,
-    message_id: u16,
+    (message_id, version): (u16, u8),
     id: u32,
     body: ControlRequest<'_>,
     reply: &mut [u8],
     deadline: Instant,
 ) -> io::Result<usize> {
     let header = ControlHeader {
-        version: PROTO_VERSION,
+        version,
         msg: body.msg_type(),
         message_id,
         word: id,

@@ -91,6 +91,9 @@ use objects::ObjectRoutes;
 use replies::Wait;
 use routes::Routes;
 
+/// The link's patience with one server is its timeout divided by this ([`ClusterLink`]).
+const PATIENCE_DIVISOR: u32 = 10;
+
 /// How the cluster client starts: the servers to ask for the map first, how to reach a
 /// server, and how long one control exchange (and each retry loop of one) may take.
 #[derive(Clone, Debug)]
@@ -171,10 +174,16 @@ struct Member<C> {
     incarnation: u64,
     /// Registered (or joined) on this connection, with `lease_ms` granted.
     registered: bool,
+    /// The protocol version the registration or join agreed on: what the link's control
+    /// frames to this server carry, and whether it takes `ReclaimDones` (6).
+    version: u8,
     lease_ms: u32,
     /// When the last request this server answered was sent: its lease for the client runs at
     /// least until then plus the lease.
     heard: Option<Instant>,
+    /// When this registration (or join) was asked for: a reply to a message sent before it
+    /// speaks of an earlier one.
+    since: Instant,
     /// The connection failed: open a new one (and join again) before its next use.
     broken: bool,
 }
@@ -259,6 +268,22 @@ impl<D: Dial> ClusterLink<D> {
             .collect();
         ids.sort_unstable();
         ids
+    }
+
+    /// How long the link waits on one server before it looks elsewhere: a map read, a join
+    /// or a heartbeat gives up on a server silent this long (and asks the next), and a data
+    /// reply overdue this long makes the link ask another server for the map — a server the
+    /// map no longer names is given up, its commands sent to the new owners. A tenth of the
+    /// link's timeout, so that a frozen server (open connections, nothing answered: a host
+    /// that stopped or fell off the network) costs a call the failover plus one patience,
+    /// not its whole deadline per exchange (`docs/cluster.md`, "A silent server").
+    fn patience(&self) -> Duration {
+        self.cfg.timeout / PATIENCE_DIVISOR
+    }
+
+    /// `deadline`, or one patience from now if that is sooner.
+    fn patient(&self, deadline: Instant) -> Instant {
+        deadline.min(Instant::now() + self.patience())
     }
 
     fn next_message_id(&mut self) -> u16 {

@@ -33,6 +33,8 @@ pub(super) struct ObjectRoute {
     server_object: u32,
     /// The lease it was got with, to get it again from a new owner.
     lease_s: u32,
+    /// The server forgot the client, and `server_object` with it: got again by name.
+    forgotten: bool,
 }
 
 /// The object routes by cluster object id.
@@ -55,6 +57,16 @@ impl ObjectRoutes {
         };
         self.by_id.insert(id, route);
         id
+    }
+
+    /// Marks the objects got at `server` at `incarnation` to be got again by name: the server
+    /// said it does not know the client, and released what the client had got there.
+    pub fn forget_at(&mut self, server: ServerId, incarnation: u64) {
+        for r in self.by_id.values_mut() {
+            if (r.server, r.incarnation) == (server, incarnation) {
+                r.forgotten = true;
+            }
+        }
     }
 
     pub fn clear(&mut self) {
@@ -98,6 +110,7 @@ impl<D: Dial> ClusterLink<D> {
             epoch,
             server_object,
             lease_s,
+            forgotten: false,
         });
         let body = match body {
             ControlRequest::ObjectCreate { .. } => ControlResponse::Object { object: id },
@@ -201,7 +214,10 @@ impl<D: Dial> ClusterLink<D> {
             .server
             .and_then(|s| self.map.server(s))
             .map(|e| e.incarnation());
-        if owner.server == Some(route.server) && incarnation == Some(route.incarnation) {
+        if owner.server == Some(route.server)
+            && incarnation == Some(route.incarnation)
+            && !route.forgotten
+        {
             let route = self
                 .objects
                 .by_id
@@ -237,6 +253,7 @@ impl<D: Dial> ClusterLink<D> {
         route.incarnation = incarnation;
         route.epoch = epoch;
         route.server_object = server_object;
+        route.forgotten = false;
         Ok(Ok((server, server_object, epoch)))
     }
 }

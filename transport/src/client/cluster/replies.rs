@@ -17,9 +17,9 @@ use dlock_core::proto::{
 use dlock_core::{GrantProof, Status};
 
 use super::control::PAUSE_MIN;
-use super::data::{Flight, refused_by_check, result};
-use super::members::renews_lease;
-use super::{ClusterLink, Dial, garbage};
+use super::data::{Flight, decide, result, unrun};
+use super::members::{forgets_client, renews_lease};
+use super::{ClusterLink, Dial, fetch, garbage};
 use crate::client::{Connection, Decision, LocalLock};
 
 /// How a caller waits for a flight's replies.
@@ -74,8 +74,15 @@ impl<D: Dial> ClusterLink<D> {
     }
 
     /// Reads every outstanding part's reply into `flight`; false when one has not come.
+    ///
+    /// A wait with a deadline waits one patience at a time: a reply overdue by more makes the
+    /// link ask the other servers for the map ([`Self::left_the_map`]), and a part whose
+    /// server the map no longer names is given up ([`Self::give_up`]). Otherwise a frozen
+    /// owner — its connections open, nothing answered — held the call until its deadline,
+    /// and the next call with it, however soon the cluster gave its partitions to others.
     pub(super) fn gather(&mut self, flight: &mut Flight, wait: Wait<'_>) -> io::Result<bool> {
         let mut buf = vec![0u8; DATA_RESPONSE_MAX];
+        let patience = self.patience();
         while let Some(part) = flight.parts.first() {
             let member = self
                 .members
@@ -89,7 +96,19 @@ impl<D: Dial> ClusterLink<D> {
                 })?;
             let got = match wait {
                 Wait::Look => member.conn.try_recv_data(part.ticket, &mut buf),
-                Wait::Until(d) => member.conn.recv_data(part.ticket, &mut buf, Some(d)),
+                Wait::Until(d) => {
+                    let slice = d.min(Instant::now() + patience);
+                    match member.conn.recv_data(part.ticket, &mut buf, Some(slice)) {
+                        Ok(None) if slice < d => {
+                            let (server, sent) = (part.server, part.sent);
+                            if sent.elapsed() >= patience && self.left_the_map(server, d) {
+                                self.give_up(flight);
+                            }
+                            continue;
+                        }
+                        got => got,
+                    }
+                }
                 Wait::Poll(waker) => member.conn.poll_recv_data(part.ticket, &mut buf, waker),
             };
             let len = match got {
@@ -108,7 +127,11 @@ impl<D: Dial> ClusterLink<D> {
             if r.len() != part.idx.len() {
                 return Err(garbage("a data reply answers another message"));
             }
+            // A reply to a message sent before the current registration speaks of an
+            // earlier one, which was forgotten already.
+            let current = part.sent >= member.since;
             let mut renewed = false;
+            let mut forgot = false;
             let mut forgotten = Vec::new();
             for (j, &i) in part.idx.iter().enumerate() {
                 let got = r.result(j);
@@ -119,6 +142,7 @@ impl<D: Dial> ClusterLink<D> {
                     return Err(garbage("a data reply answers other commands"));
                 }
                 renewed |= renews_lease(got.result.status);
+                forgot |= forgets_client(got.result.status);
                 if got.result.status == Status::LockNotGet
                     && let Command::Lock(c) = flight.commands[i]
                 {
@@ -131,11 +155,79 @@ impl<D: Dial> ClusterLink<D> {
             }
             let server = part.server;
             flight.parts.remove(0);
+            if forgot && current {
+                self.forget_registration(server);
+            }
             for (lock, server_lock) in forgotten {
                 self.forget_reference(lock, server, server_lock);
             }
         }
         Ok(true)
+    }
+
+    /// Whether `server`, whose reply is overdue past the link's patience, has left the map:
+    /// asks another server the client joined for the map's version (each within the patience,
+    /// over the connection it has: a probe opens none) and follows a newer map. `server` has
+    /// left when the map no longer names it at the incarnation the client joined. With no
+    /// other server joined, or none answering, nothing is learned here: the client's next
+    /// heartbeat reads the map from any server (`check_map`). A probe opens no connection
+    /// because every overdue reply probes — under a load that slows every server, a
+    /// thousand clients dialling each other server twice a second would only add to it.
+    fn left_the_map(&mut self, server: ServerId, deadline: Instant) -> bool {
+        let Some(incarnation) = self.members.get(&server).map(|m| m.incarnation) else {
+            return true;
+        };
+        let me = self.identity.map_or(0, |i| i.id);
+        let mut message_id = self.message_id;
+        let mut seen = None;
+        for other in self.joined() {
+            if other == server {
+                continue;
+            }
+            let until = self.patient(deadline);
+            let Some(m) = self.members.get_mut(&other) else {
+                continue;
+            };
+            match fetch::map_version(&mut m.conn, me, until, &mut message_id) {
+                Ok(v) => {
+                    seen = Some((other, v));
+                    break;
+                }
+                Err(_) => m.broken = true,
+            }
+        }
+        self.message_id = message_id;
+        if let Some((other, v)) = seen
+            && v > self.map.version()
+        {
+            self.follow_map_without(Some(other), Some(server), deadline);
+        }
+        self.map.server(server).map(|e| e.incarnation()) != Some(incarnation)
+    }
+
+    /// Gives up the flight's first part, whose server left the map while its reply was
+    /// overdue: the server is not waited on again (its connection is opened afresh should it
+    /// come back), and the part's commands read `PartitionMoved`, so that they are sent again
+    /// to their partitions' new owners while the deadline lasts. Sending them again is safe
+    /// although the server may have run them before it went silent: it left the map because
+    /// its etcd lease ran out, so it fenced itself before the new owner's first grant (the
+    /// timing argument); a grant it made unseen is held by no one the new owner knows of,
+    /// an unlock it ran unseen is undone by the re-claim of the grant and done again, and a
+    /// fetch-and-add run twice leaves a gap (allowed), never a repeat.
+    fn give_up(&mut self, flight: &mut Flight) {
+        let part = flight.parts.remove(0);
+        tracing::debug!(server = %part.server, "dlock: a silent server left the map; its commands go to the new owners");
+        if let Some(m) = self.members.get_mut(&part.server) {
+            m.broken = true;
+        }
+        let moved = CommandResult {
+            status: Status::PartitionMoved,
+            word: 0,
+            aux: self.map.version(),
+        };
+        for &i in &part.idx {
+            flight.results[i] = Some((moved, [0; PROOF_LEN]));
+        }
     }
 
     /// `server` answered `LockNotGet` for its lock `server_lock`, the reference of cluster
@@ -158,13 +250,19 @@ impl<D: Dial> ClusterLink<D> {
         r.server_lock = None;
     }
 
-    /// Per-item messages: sends again what a partition check refused, while `deadline` lasts;
-    /// false when the flight is answered.
+    /// Per-item messages: sends again what a server refused without running it (a partition
+    /// check, or a server that forgot the client), while `deadline` lasts; false when the
+    /// flight is answered.
     fn retry_refused(&mut self, flight: &mut Flight, deadline: Instant) -> io::Result<bool> {
         let refused: Vec<usize> = (0..flight.commands.len())
-            .filter(|&i| flight.results[i].is_some_and(|(r, _)| refused_by_check(r.status)))
+            .filter(|&i| flight.results[i].is_some_and(|(r, _)| unrun(r.status)))
             .collect();
-        if refused.is_empty() || Instant::now() >= deadline {
+        let refused = if Instant::now() < deadline {
+            self.after_forgotten(flight, refused)
+        } else {
+            Vec::new()
+        };
+        if refused.is_empty() {
             for i in 0..flight.commands.len() {
                 self.apply(flight, i);
             }
@@ -176,6 +274,39 @@ impl<D: Dial> ClusterLink<D> {
         }
         self.send_set(flight, refused, deadline)?;
         Ok(true)
+    }
+
+    /// Of the commands `refused`, those answered `ClientNotInit` or `ClientRemovedByServer`
+    /// were about a registration the server forgot, with every grant and reference the client
+    /// had there (`forget_registration` reset the link's records): an acquisition is decided
+    /// again from its record and sent again (its reference got again by name, at a server
+    /// joined again); anything else (an unlock, an extend, a downgrade) was about a grant the
+    /// server freed, and is answered `LockNotGet` here, as a server answers a command naming
+    /// a reference it forgot. The commands to send again.
+    fn after_forgotten(&mut self, flight: &mut Flight, refused: Vec<usize>) -> Vec<usize> {
+        let mut again = Vec::with_capacity(refused.len());
+        for i in refused {
+            let forgot = flight.results[i].is_some_and(|(r, _)| forgets_client(r.status));
+            let lock = match flight.commands[i] {
+                Command::Lock(l) if forgot => l,
+                _ => {
+                    again.push(i);
+                    continue;
+                }
+            };
+            let route = self.routes.get_mut(lock.lock);
+            match route {
+                Some(r) if lock.op.acquires() => {
+                    flight.shadow[i] = decide(&mut r.record, &lock);
+                    again.push(i);
+                }
+                _ => {
+                    flight.shadow[i] = None;
+                    flight.results[i] = Some((result(Status::LockNotGet), [0; PROOF_LEN]));
+                }
+            }
+        }
+        again
     }
 
     /// All-or-nothing: after the current run's reply, sends it again (refused by a check),
@@ -198,9 +329,10 @@ impl<D: Dial> ClusterLink<D> {
                 None => Ok(false),
             };
         }
-        let checked = run.iter().any(|i| refused_by_check(status(i)));
+        let checked = run.iter().any(|i| unrun(status(i)));
         let granted = run.iter().any(|i| status(i) == Status::Success);
         if checked && !granted && Instant::now() < deadline {
+            let run = self.after_forgotten(flight, run);
             self.wait_for_owner(flight, &run, deadline);
             for &i in &run {
                 flight.results[i] = None;

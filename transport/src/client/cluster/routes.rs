@@ -129,6 +129,19 @@ impl Routes {
         lost
     }
 
+    /// Forgets the records filed under `server` at `incarnation` whole, grants and references:
+    /// the server said it does not know the client. Their references are got again by name
+    /// at their next use. How many records held something.
+    pub fn forget_at(&mut self, server: ServerId, incarnation: u64) -> usize {
+        let lost = self.lose_grants_at(server, incarnation);
+        for r in self.by_id.values_mut() {
+            if (r.server, r.incarnation) == (server, incarnation) {
+                r.server_lock = None;
+            }
+        }
+        lost
+    }
+
     pub fn clear(&mut self) {
         self.by_id.clear();
         self.by_name.clear();

@@ -1,0 +1,117 @@
+//! Protocol 6's `ReclaimDones`: every partition a client re-claimed at a server in one
+//! message, each counted and answered as its own `ReclaimDone` would be.
+
+use super::*;
+use crate::proto::{PartitionEpoch, PartitionStatus, RECLAIM_DONES_MAX};
+
+/// Sends client `client`'s `ReclaimDones` of `dones` to `s` as bytes, at `now`; the reply's
+/// status and its per-partition statuses.
+fn say_dones(
+    s: &mut TestServer,
+    client: u32,
+    dones: &[PartitionEpoch],
+    now: u64,
+) -> (Option<Status>, Vec<PartitionStatus>) {
+    let frame = ControlRequestFrame {
+        header: ControlHeader {
+            version: PROTO_VERSION,
+            msg: MsgType::ReclaimDones,
+            message_id: 9,
+            word: client,
+        },
+        body: ControlRequest::ReclaimDones(crate::proto::Batch::from_slice(dones)),
+    };
+    let mut req = vec![0u8; CONTROL_FRAME_MAX];
+    let n = encode_control_request(&frame, &mut req).unwrap();
+    let mut out = vec![0u8; CONTROL_FRAME_MAX];
+    let m = s.handle_control(&req[..n], &mut out, now).unwrap();
+    let reply = decode_control_response(&out[..m]).unwrap();
+    let statuses = match reply.body {
+        ControlResponse::PartitionStatuses(s) => s.iter().collect(),
+        _ => Vec::new(),
+    };
+    (reply.header.status(), statuses)
+}
+
+#[test]
+fn one_reclaim_dones_ends_the_recovery_of_every_partition_it_names() {
+    let m1 = first_map();
+    let mut s2 = member(2);
+    s2.apply_map(&m1, 22, &[], 0);
+    let m2 = next(&m1, &[(2, 22, false)]);
+    let key = SessionKey::new(crate::ids::tests::GOOD_KEY).unwrap();
+    let a = 1 << 23 | 5;
+    s2.apply_map(&m2, 22, &[(sid(1), 11, &[a])], 1_000);
+    let session = Session::minted(&key, test_mac, a, [5; 8]);
+    s2.client_join(Peer::EXEMPT, a, PROTO_VERSION, 0, &session, 1_000)
+        .unwrap();
+    s2.client_persisted(a);
+    let taken: Vec<u16> = m2
+        .owned_by(sid(2))
+        .filter(|&p| m1.owner(p).unwrap().server == Some(sid(1)))
+        .collect();
+    assert!(taken.len() >= 2, "server 2 took several partitions");
+    let mut dones: Vec<PartitionEpoch> = taken
+        .iter()
+        .map(|&p| PartitionEpoch {
+            partition: p,
+            epoch: m2.owner(p).unwrap().epoch,
+        })
+        .collect();
+    // One more, for a takeover that is not this one: refused alone.
+    let stale = PartitionEpoch {
+        epoch: dones[0].epoch + 1,
+        ..dones[0]
+    };
+    dones.push(stale);
+    let after_wait = 1_000 + TIMING.margin_ms();
+
+    let stranger = 1 << 23 | 9;
+    let (status, statuses) = say_dones(&mut s2, stranger, &dones, after_wait);
+    assert_eq!(
+        status,
+        Some(Status::ClientNotInit),
+        "a stranger is refused whole"
+    );
+    assert!(statuses.is_empty());
+    assert!(
+        taken
+            .iter()
+            .all(|&p| !s2.partition_state(p).unwrap().serving)
+    );
+
+    let (status, statuses) = say_dones(&mut s2, a, &dones, after_wait);
+    assert_eq!(status, Some(Status::Success));
+    let expected: Vec<PartitionStatus> = dones
+        .iter()
+        .map(|d| PartitionStatus {
+            partition: d.partition,
+            status: if *d == stale {
+                Status::PartitionMoved
+            } else {
+                Status::Success
+            },
+        })
+        .collect();
+    assert_eq!(statuses, expected, "a status per partition, in order");
+    assert!(
+        taken
+            .iter()
+            .all(|&p| s2.partition_state(p).unwrap().serving),
+        "the only old client said it is done everywhere at once"
+    );
+}
+
+#[test]
+fn a_standalone_server_refuses_reclaim_dones_whole() {
+    let mut s = TestServer::new(&small());
+    let c = s.client_init(PROTO_VERSION, 0, 1).unwrap();
+    let dones = [PartitionEpoch {
+        partition: 0,
+        epoch: 1,
+    }; RECLAIM_DONES_MAX];
+    assert_eq!(
+        say_dones(&mut s, c.get(), &dones, 2).0,
+        Some(Status::Einval)
+    );
+}
