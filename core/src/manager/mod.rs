@@ -61,7 +61,7 @@ pub use demote::Demotion;
 pub use grant::{CorruptGrant, GrantState};
 pub use payback::Payback;
 pub use revoke::{Answer, Holder, HolderAction, Request, Timing, Verdict, decide};
-pub use trust::Trust;
+pub use trust::{Lost, Trust};
 pub use value::{LockValue, VALUE_BLOCK_LEN, ValueBlock};
 
 use crate::ids::Mode;

@@ -35,10 +35,20 @@
 //! |--------------------------------|------------------------------|---------------------------------|
 //! | any                            | `answered(sent)`             | anchor `max(anchor, sent)`, stale report re-armed |
 //! | any                            | `broken()`                   | anchor gone, a broken report owed |
-//! | a broken report owed           | `take_overflow`              | `true`, report cleared          |
-//! | `now < anchor + timeout`       | `take_overflow`              | `false`                         |
-//! | past the bound, not yet told   | `take_overflow` (not `in_place`) | `true`, told                 |
-//! | past the bound, told           | `take_overflow`              | `false` (until a new answer)    |
+//! | a broken report owed           | `take_overflow`              | `Some(Broken)`, report cleared  |
+//! | `now < anchor + timeout`       | `take_overflow`              | `None`                          |
+//! | past the bound, not yet told   | `take_overflow` (not `in_place`) | `Some(Stale)`, told          |
+//! | past the bound, told           | `take_overflow`              | `None` (until a new answer)     |
+
+/// Why the client must treat every cached grant as revoked ([`Trust::take_overflow`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// The channel broke: every grant held cached when it broke (rule 2), whatever the client
+    /// did with its records since (its recovery may have forgotten them: rule 3).
+    Broken,
+    /// The trust bound passed (rule 1): the cached grants held now.
+    Stale,
+}
 
 /// The client's trust in the cached grants it holds over one data channel (module doc).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -94,20 +104,21 @@ impl Trust {
         }
     }
 
-    /// Whether the client must treat every cached grant it holds as revoked now (an overflow):
-    /// the channel broke, or the bound passed (module doc's table). Reports each once.
+    /// Whether (and why) the client must treat every cached grant as revoked now (an
+    /// overflow): the channel broke, or the bound passed (module doc's table). Reports each
+    /// once.
     #[inline]
-    pub fn take_overflow(&mut self, now_ms: u64, timeout_ms: u32, in_place: bool) -> bool {
+    pub fn take_overflow(&mut self, now_ms: u64, timeout_ms: u32, in_place: bool) -> Option<Lost> {
         if core::mem::take(&mut self.broken) {
             // The broken report stands for the stale one too, until the new channel answers.
             self.told = true;
-            return true;
+            return Some(Lost::Broken);
         }
         if self.told || self.trusted(now_ms, timeout_ms, in_place) {
-            return false;
+            return None;
         }
         self.told = true;
-        true
+        Some(Lost::Stale)
     }
 }
 
@@ -118,28 +129,41 @@ mod tests {
     const TIMEOUT: u32 = 100;
 
     #[test]
-    fn a_grant_is_trusted_for_the_timeout_after_the_last_answered_send_and_reported_once_past_it()
-    {
+    fn a_grant_is_trusted_for_the_timeout_after_the_last_answered_send_and_reported_once_past_it() {
         let mut t = Trust::new();
         t.answered(1_000);
         // An answer to an older request does not move the anchor back.
         t.answered(900);
         assert!(t.trusted(1_099, TIMEOUT, false));
-        assert!(!t.take_overflow(1_099, TIMEOUT, false));
-        assert!(!t.trusted(1_100, TIMEOUT, false), "a revoke sent at 1000 lapses at 1100");
-        assert!(t.take_overflow(1_100, TIMEOUT, false));
-        assert!(!t.take_overflow(5_000, TIMEOUT, false), "reported once");
+        assert_eq!(t.take_overflow(1_099, TIMEOUT, false), None);
+        assert!(
+            !t.trusted(1_100, TIMEOUT, false),
+            "a revoke sent at 1000 lapses at 1100"
+        );
+        assert_eq!(t.take_overflow(1_100, TIMEOUT, false), Some(Lost::Stale));
+        assert_eq!(
+            t.take_overflow(5_000, TIMEOUT, false),
+            None,
+            "reported once"
+        );
         t.answered(5_000);
         assert!(t.trusted(5_050, TIMEOUT, false));
-        assert!(t.take_overflow(5_100, TIMEOUT, false), "re-armed by the answer");
+        assert_eq!(
+            t.take_overflow(5_100, TIMEOUT, false),
+            Some(Lost::Stale),
+            "re-armed by the answer"
+        );
     }
 
     #[test]
     fn nothing_answered_is_not_trusted_over_a_channel() {
         let mut t = Trust::new();
         assert!(!t.trusted(0, TIMEOUT, false));
-        assert!(t.take_overflow(0, TIMEOUT, false));
-        assert!(Trust::new().trusted(0, TIMEOUT, true), "a ring in place is read in time");
+        assert_eq!(t.take_overflow(0, TIMEOUT, false), Some(Lost::Stale));
+        assert!(
+            Trust::new().trusted(0, TIMEOUT, true),
+            "a ring in place is read in time"
+        );
     }
 
     #[test]
@@ -149,8 +173,15 @@ mod tests {
             t.answered(1_000);
             t.broken();
             assert!(!t.trusted(1_001, TIMEOUT, in_place));
-            assert!(t.take_overflow(1_001, TIMEOUT, in_place));
-            assert!(!t.take_overflow(1_002, TIMEOUT, in_place), "{in_place}: once");
+            assert_eq!(
+                t.take_overflow(1_001, TIMEOUT, in_place),
+                Some(Lost::Broken)
+            );
+            assert_eq!(
+                t.take_overflow(1_002, TIMEOUT, in_place),
+                None,
+                "{in_place}: once"
+            );
             assert_eq!(t.trusted(1_002, TIMEOUT, in_place), in_place);
             t.answered(1_010);
             assert!(t.trusted(1_109, TIMEOUT, in_place));
@@ -162,6 +193,6 @@ mod tests {
         let mut t = Trust::new();
         t.answered(0);
         assert!(t.trusted(u64::MAX, TIMEOUT, true));
-        assert!(!t.take_overflow(u64::MAX, TIMEOUT, true));
+        assert_eq!(t.take_overflow(u64::MAX, TIMEOUT, true), None);
     }
 }
