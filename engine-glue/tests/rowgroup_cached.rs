@@ -2,8 +2,9 @@
 //! takes the keys it cached with no message, another worker gets a cached key once the holder
 //! looks at its revokes, a key revoked while a transaction holds it goes back at its end, and a
 //! key revoked before it was reused is demoted from the cache for its next few uses, a worker
-//! whose grants are mostly asked back before they pay stops caching fresh ones, and a busy
-//! key asked for alone between cached ones is waited for with no refused trylock first.
+//! whose grants are mostly asked back before they pay stops caching fresh ones, a busy key
+//! asked for alone between cached ones is waited for with no refused trylock first, and over
+//! TCP a key cached past the revoke timeout is asked for again.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -275,4 +276,49 @@ fn a_busy_key_between_cached_keys_is_waited_for_with_no_refused_trylock_first() 
         refusals, waits,
         "k2 was waited for at once, not refused to a trylock first"
     );
+}
+
+/// Over TCP a revoke may still be on its way when the server lets the grant lapse at the revoke
+/// timeout and hands it on (`dlock_core::manager::trust`): a worker whose last answered data
+/// request is older than that gives its cached keys back and asks again rather than take them
+/// locally. (Over shared memory its ring is read where the server writes it: no bound.)
+#[test]
+fn over_tcp_a_key_cached_past_the_revoke_timeout_is_asked_for_again() {
+    use dlock_engine_glue::dlock_transport::client::{Client, ClientConfig, Endpoint};
+    use dlock_engine_glue::dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
+    let mut cfg = ServerConfig::new(Config {
+        locks_max: 64,
+        clients_max: 4,
+        objects_max: 4,
+        ..Config::default()
+    });
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
+    let s = ServerHandle::start(cfg).unwrap();
+    // The server keeps its default revoke timeout (the lease); the worker is told less.
+    let timeout = Duration::from_millis(150);
+    let c = Client::connect(
+        ClientConfig::new(Endpoint::Tcp(s.tcp_addr().unwrap())).with_revoke_timeout(timeout),
+    )
+    .unwrap();
+    let mut w = RowGroupLocks::new(c, RowGroupConfig::DEFAULT.with_cached(true)).unwrap();
+    let key = RowGroup::new(4, 4);
+    for _ in 0..2 {
+        let mut txn = w.begin();
+        txn.acquire(&[(key, Mode::Exclusive)], AcquireOptions::NO_WAIT)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    assert_eq!((w.cache_hits(), w.cached_grants()), (1, 1));
+    thread::sleep(timeout + Duration::from_millis(50));
+    let mut txn = w.begin();
+    txn.acquire(&[(key, Mode::Exclusive)], AcquireOptions::NO_WAIT)
+        .unwrap();
+    txn.commit().unwrap();
+    assert_eq!(
+        w.cache_hits(),
+        1,
+        "given back and asked for again, not taken locally"
+    );
+    assert_eq!(w.cached_grants(), 1, "the new grant is cached");
+    s.stop();
 }

@@ -59,7 +59,7 @@
 //! |----------------------|------------------------|-----------------------------------------|---------------|
 //! | `Acquire(m)`         | `Success`              | held `m`, token, one user in `m`; an early revoke kept if meant for it | `Granted` |
 //! | `Acquire(m)`         | anything else          | nothing held, an early revoke dropped   | `Refused(s)`  |
-//! | `GiveBack`           | `Success` or `Fail`    | nothing held, revoke cleared            | `AskAgain` for a conversion, else `Settled` |
+//! | `GiveBack`           | `Success`, `Fail` or `AlreadyUnlocked` | nothing held, revoke cleared | `AskAgain` for a conversion, else `Settled` |
 //! | `Downgrade`          | `Success`              | held shared; a shared revoke answered   | `Send(op)` if a stronger revoke is owed, else `Settled` |
 //! | `Downgrade`          | `Fail`                 | nothing held                            | `Lost` if readers remain, else `Settled` |
 //! | `GiveBack`, `Downgrade` | anything else (the server is recovering, the reply was lost) | unchanged | `Send(op)` again |
@@ -326,7 +326,12 @@ impl CachedLock {
                 self.clear_revoke();
                 Reply::Refused(status)
             }
-            Flight::GiveBack { convert, .. } if ok || status == Status::Fail => {
+            // `AlreadyUnlocked`: the client's own record holds nothing any more (its failover
+            // recovery forgot the grant rather than re-claim it, `manager::trust`), so there
+            // is nothing to give back either.
+            Flight::GiveBack { convert, .. }
+                if ok || matches!(status, Status::Fail | Status::AlreadyUnlocked) =>
+            {
                 (self.held, self.token) = (None, 0);
                 self.clear_revoke();
                 if convert {

@@ -244,6 +244,21 @@ fn an_unanswered_give_back_is_sent_again_and_a_refused_one_is_gone() {
     );
 }
 
+/// After a failover the client's record may hold nothing where the cache still holds a grant
+/// (a cached grant is not re-claimed, `manager::trust`): the overflow's give-back is answered
+/// `AlreadyUnlocked` by the record, and must settle rather than be sent again for ever, which
+/// left the lock waiting on a give-back that could never be answered.
+#[test]
+fn a_give_back_the_record_answers_already_unlocked_holds_nothing_and_asks_again() {
+    let mut l = cached(LockKind::Rw, Some(EX), 0, false);
+    let mut sent = Vec::new();
+    on_overflow(core::slice::from_mut(&mut l), 0, |_, op| sent.push(op));
+    assert_eq!(sent, vec![ServerOp::GiveBack(EX)]);
+    assert_eq!(l.on_reply(Status::AlreadyUnlocked, 0), Reply::Settled);
+    assert_eq!((l.held(), l.revoke()), (None, None));
+    assert_eq!(l.acquire(EX), Acquire::Send(ServerOp::Acquire(EX)));
+}
+
 #[test]
 fn a_refused_downgrade_reports_the_readers_lost_until_they_go() {
     let mut l = cached(LockKind::Rw, Some(EX), 1, false);

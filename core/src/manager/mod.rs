@@ -19,6 +19,7 @@
 //! | `cache.rs`  | [`CachedLock`]: the client's side of one cached grant                         |
 //! | `demote.rs` | [`Demotion`]: a holder stops caching a lock it keeps being asked for, for a while |
 //! | `payback.rs` | [`Payback`]: a holder whose cached grants are mostly asked back before they pay stops caching fresh grants |
+//! | `trust.rs`  | [`Trust`]: how long a client may use its cached grants without an answer on its revokes' channel |
 //!
 //! The wire forms (the request flags byte, the `Downgrade` op, event messages carrying revokes,
 //! value trailers, `RecoveryDone` and `ListRetained`) are in [`crate::proto`].
@@ -52,6 +53,7 @@ pub mod grant;
 pub mod payback;
 pub mod retain;
 pub mod revoke;
+pub mod trust;
 pub mod value;
 
 pub use cache::CachedLock;
@@ -59,6 +61,7 @@ pub use demote::Demotion;
 pub use grant::{CorruptGrant, GrantState};
 pub use payback::Payback;
 pub use revoke::{Answer, Holder, HolderAction, Request, Timing, Verdict, decide};
+pub use trust::{Lost, Trust};
 pub use value::{LockValue, VALUE_BLOCK_LEN, ValueBlock};
 
 use crate::ids::Mode;

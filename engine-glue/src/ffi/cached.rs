@@ -254,6 +254,11 @@ fn revoke(
         return false;
     };
     let Some(held) = l.state.held_mode() else {
+        // The record holds nothing: a failover's recovery forgot the cached grant rather than
+        // re-claim it (`dlock_core::manager::trust`), and the overflow that says so finds it
+        // still parked here. Answering a later `trylock` from it would hand out a grant the
+        // server does not hold.
+        *c = Cached::default();
         return false;
     };
     if fence.is_some_and(|f| f < l.token.0) || (held == Mode::Shared && wanted == Mode::Shared) {

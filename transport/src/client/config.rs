@@ -28,6 +28,13 @@ pub struct ClientConfig {
     /// A data connection to share with other clients of this process (TCP and TLS
     /// endpoints); `None`: a connection of its own.
     pub mux: Option<Mux>,
+    /// The server's revoke timeout (`dlock serve --revoke-timeout-ms`), when it is set: zero
+    /// means the server's default, the lease it granted. The client uses its cached grants
+    /// locally only within this long of its last answered data request
+    /// (`dlock_core::manager::trust`), and the server does not tell it the value, so a server
+    /// configured with a revoke timeout shorter than the lease needs its clients told the same
+    /// (or less); a longer one is safe as it is.
+    pub revoke_timeout: Duration,
 }
 
 impl ClientConfig {
@@ -39,6 +46,7 @@ impl ClientConfig {
             timeout: REQUEST_TIMEOUT,
             wait_awake: Duration::ZERO,
             mux: None,
+            revoke_timeout: Duration::ZERO,
         }
     }
 
@@ -63,6 +71,13 @@ impl ClientConfig {
     /// Stays awake `awake` waiting for a shared-memory reply (see [`ClientConfig::wait_awake`]).
     pub fn with_wait_awake(mut self, awake: Duration) -> Self {
         self.wait_awake = awake;
+        self
+    }
+
+    /// Trusts cached grants only `timeout` past the last answered data request (see
+    /// [`ClientConfig::revoke_timeout`]).
+    pub fn with_revoke_timeout(mut self, timeout: Duration) -> Self {
+        self.revoke_timeout = timeout;
         self
     }
 

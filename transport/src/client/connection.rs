@@ -82,6 +82,14 @@ pub trait Connection: Debug {
         Ok(())
     }
 
+    /// Whether events are read where the server writes them (a shared-memory client's event
+    /// ring in the region) rather than carried on a channel: then a revoke is seen at the
+    /// client's next look, however long ago its last request was answered, and the trust
+    /// bound of `dlock_core::manager::trust` is not needed. By default they are carried.
+    fn events_in_place(&self) -> bool {
+        false
+    }
+
     /// The object cells, when the client may change them one-sided (shared memory).
     fn object_cells(&self) -> Option<&[AtomicU64]> {
         None
@@ -153,6 +161,10 @@ impl Connection for Link {
 
     fn poll_events(&mut self, sink: &mut dyn FnMut(dlock_core::proto::Event)) -> io::Result<()> {
         Link::poll_events(self, sink)
+    }
+
+    fn events_in_place(&self) -> bool {
+        Link::transport(self) == Some(super::Transport::SharedMemory)
     }
 
     fn object_cells(&self) -> Option<&[AtomicU64]> {

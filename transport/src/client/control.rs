@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use dlock_core::proto::{
     CONTROL_FRAME_MAX, CONTROL_HEADER_LEN, ControlHeader, ControlRequest, ControlRequestFrame,
-    ControlResponse, MsgType, PROTO_VERSION, decode_control_response, encode_control_request,
+    ControlResponse, LockFlags, MsgType, PROTO_VERSION, decode_control_response,
+    encode_control_request,
 };
 use dlock_core::server::Counter;
 use dlock_core::{ClientId, Status};
@@ -65,6 +66,9 @@ impl<C: Connection> Client<C> {
         self.link
             .reconnect()
             .map_err(|e| op.io_as(Status::NotReady, e))?;
+        // Revokes on the old connections are lost: every cached grant counts as revoked, and
+        // the next `poll_events` says so (`dlock_core::manager::trust`, rule 2).
+        self.trust.broken();
         self.pending = None;
         self.pipeline.clear();
         for e in self.locks.iter_mut() {
@@ -85,12 +89,18 @@ impl<C: Connection> Client<C> {
             self.reclaim = true;
             // Objects do not survive a failover; the caller re-creates and re-gets them.
             self.objects.clear();
-            if lapsed && !resumed {
+            for e in self.locks.iter_mut() {
                 // Silent longer than the lease: the old server may have freed our grants and
                 // given them to others before it died. Claiming them would tell the new one we
                 // held them all along; they are lost instead (the locks stay referenced).
-                for e in self.locks.iter_mut() {
-                    e.local = LocalLock::new(e.local.id, e.local.kind);
+                let lost = lapsed && !resumed;
+                // A cached grant counts as revoked (its revokes may have been lost with the
+                // connection), and a revoked grant may have lapsed on the old server and been
+                // granted to another since: it is not re-claimed either (`manager::trust`,
+                // rule 3). Its holder's cache hears of it as an overflow and asks again.
+                let cached = e.local.ask.contains(LockFlags::CACHEABLE);
+                if lost || cached {
+                    e.local = forgotten(&e.local);
                 }
             }
         }
@@ -183,5 +193,15 @@ fn named_counters(reply: ControlResponse<'_>) -> Result<Vec<(&'static str, u64)>
             .map(|(k, v)| (k.name(), v))
             .collect()),
         _ => Err(Status::BadResponse),
+    }
+}
+
+/// `local` holding nothing, as a record that lost its grant: the lock stays referenced, and
+/// what its acquisitions ask for (cacheable, value blocks) is kept, so that the next grant is
+/// asked for as the caller's cache expects.
+fn forgotten(local: &LocalLock) -> LocalLock {
+    LocalLock {
+        ask: local.ask,
+        ..LocalLock::new(local.id, local.kind)
     }
 }

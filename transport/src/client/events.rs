@@ -10,10 +10,15 @@
 //! treats every lock it caches as revoked. The queue has the ring's size, so a stream client
 //! can hold what a shared-memory one can; nothing is allocated after it is made.
 
-use dlock_core::proto::{Event, decode_event_message};
+use std::time::Duration;
+
+use dlock_core::manager::Lost;
+use dlock_core::proto::{Event, LockFlags, decode_event_message};
 use dlock_core::table::{EVENT_RING_LEN, EventRing};
+use dlock_core::time::duration_to_ms;
 
 use super::error::{Error, Op};
+use super::table::Entry;
 use super::{Client, Connection};
 
 impl<C: Connection> Client<C> {
@@ -24,7 +29,36 @@ impl<C: Connection> Client<C> {
     /// [`Event::Overflow`] says events were lost, so every cached grant must be treated as
     /// revoked. Over shared memory this reads the client's event ring in the region; over a
     /// stream, what the connection's reader filed (and a quick look at its own connection).
+    ///
+    /// An [`Event::Overflow`] also comes, once, when revokes may have been lost on the way
+    /// (`dlock_core::manager::trust`): after the data connection was opened again
+    /// ([`Client::reinit`]) while a lock was asked for as cacheable, and, over a stream or RDMA,
+    /// when a cacheable grant is held and no data request was answered within the revoke
+    /// timeout ([`ClientConfig::revoke_timeout`](super::ClientConfig::revoke_timeout), the
+    /// lease by default): a revoke still on its way may lapse, and the server hand the grant
+    /// on, before it arrives. A shared-memory client reads its revokes where the server writes
+    /// them, before the server starts counting their timeout, so it needs no such bound.
     pub fn poll_events(&mut self, mut sink: impl FnMut(Event)) -> Result<(), Error> {
+        let timeout_ms = match self.cfg.revoke_timeout {
+            Duration::ZERO => self.lease,
+            t => t,
+        };
+        let (now, in_place) = (self.now_ms(), self.link.events_in_place());
+        let lost = self
+            .trust
+            .take_overflow(now, duration_to_ms(timeout_ms), in_place);
+        let cacheable = |e: &Entry| e.local.ask.contains(LockFlags::CACHEABLE);
+        let report = match lost {
+            Some(Lost::Broken) => self.locks.iter().any(cacheable),
+            Some(Lost::Stale) => self
+                .locks
+                .iter()
+                .any(|e| cacheable(e) && e.local.state.held_mode().is_some()),
+            None => false,
+        };
+        if report {
+            sink(Event::Overflow);
+        }
         self.link
             .poll_events(&mut sink)
             .map_err(|e| Op::PollEvents.io(e))

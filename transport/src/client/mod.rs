@@ -92,6 +92,7 @@ use std::collections::HashMap;
 use std::io;
 use std::time::{Duration, Instant};
 
+use dlock_core::manager::Trust;
 use dlock_core::manager::value::{ValueBlock, ValueRead};
 use dlock_core::proto::{
     CONTROL_FRAME_MAX, Command, CommandResult, ControlHeader, ControlRequest, ControlRequestFrame,
@@ -174,6 +175,9 @@ pub struct Client<C: Connection = Link> {
     /// When (ms on this client's clock) the last request the server answered was sent: the
     /// server saw us alive no earlier, so our registration lasts at least the lease from here.
     heard_ms: u64,
+    /// How long the cached grants may be used locally after the last answered data request
+    /// (`dlock_core::manager::trust`; [`Client::poll_events`] applies it).
+    trust: Trust,
     message_id: u16,
     locks: LockTable,
     /// Objects this client got, with their cell index.
@@ -275,6 +279,7 @@ impl<C: Connection> Client<C> {
             // two instances of one process from looking alike in a capture.
             message_id: getrandom::u32().unwrap_or(0) as u16,
             heard_ms: 0,
+            trust: Trust::new(),
             locks: LockTable::default(),
             objects: IdMap::default(),
             pending: None,
@@ -460,8 +465,11 @@ impl<C: Connection> Client<C> {
         Ok(sent_ms)
     }
 
-    /// The server answered a request sent at `sent_ms` (a reply that is not "who are you?").
+    /// The server answered a data request sent at `sent_ms`: every revoke it sent before it
+    /// read the request has arrived (the data path is in order), and, for a reply that is not
+    /// "who are you?", the lease runs from `sent_ms`.
     fn heard(&mut self, sent_ms: u64) {
+        self.trust.answered(sent_ms);
         if renews_lease(self.inbox.results[0].status) {
             self.heard_ms = self.heard_ms.max(sent_ms);
         }

@@ -40,6 +40,12 @@
 //! grant at the server's revoke timeout (the client's lease by default) as if its lease ran
 //! out: poll [`Revokes::try_recv`] from the engine's loop. Users that outlive a revoke by the
 //! client's lease are warned about (`tracing`): their grant is gone.
+//!
+//! Revokes that may have been lost come as [`Revoked::All`] too ([`Client::poll_events`],
+//! `dlock_core::manager::trust`): after a reconnection or a failover (whose recovery re-claims
+//! no cached grant), and, over TCP or RDMA, when no data request was answered within the revoke
+//! timeout ([`ClientConfig::revoke_timeout`], the lease by default) — a revoke still on its way
+//! may have lapsed. Every cached lock is then given back and asked for again at its next guard.
 
 mod guard;
 

@@ -1,0 +1,107 @@
+//! A cached grant through a failover in the C ABI: the client's recovery does not re-claim a
+//! grant its cache parked (its revokes may have been lost with the connection, and it may
+//! have lapsed and been granted to another on the old server), and the cache stops answering
+//! from it: the next `trylock` asks the replacement. (Its own test binary: the server and
+//! client registries are process-wide.)
+
+use std::ffi::{CString, c_int};
+
+use dlock_engine_glue::ffi::types::*;
+use dlock_engine_glue::ffi::{cached, client, locks, ops, server};
+
+fn server_cfg(port: c_int, recovery_client_num: u32, epoch: u32) -> server_cfg {
+    server_cfg {
+        r#type: SERVER_PRIMARY,
+        log_level: 0,
+        sleep_mode_enable: 1,
+        primary: primary_cfg {
+            num_of_replica: 0,
+            recovery_client_num,
+            ctrl_cpuset: std::ptr::null(),
+            cmd_cpuset: std::ptr::null(),
+            server_ip_str: c"127.0.0.1".as_ptr(),
+            server_port: port,
+            replica_port: 0,
+            replica_enable: 0,
+        },
+        locks_max: 64,
+        clients_max: 8,
+        objects_max: 4,
+        client_lease_ms: 0,
+        client_lease_max_ms: 0,
+        epoch,
+        shm_name: std::ptr::null(),
+        ssl: ssl_cfg::DISABLED,
+        insecure_plaintext: 0,
+        session_key_file: std::ptr::null(),
+        insecure_recovery: u8::from(recovery_client_num > 0),
+        recoverer_local: 0,
+        cluster: cluster_cfg::STANDALONE,
+    }
+}
+
+#[test]
+fn a_parked_grant_is_not_re_claimed_nor_answered_from_after_a_failover() {
+    let (mut first, mut second, mut port) = (0, 0, 0);
+    let (mut c1, mut c2, mut id1, mut id2) = (0, 0, 0, 0);
+    let name = b"orders/rg-7";
+    let desc = lock_desc {
+        p_desc: name.as_ptr().cast(),
+        len: name.len() as u32,
+        lock_type: DLOCK_RW,
+        lease_time: 0,
+    };
+    let mut st = lock_state::from_word(0);
+    // SAFETY: pointers to live locals of the right types; the strings outlive the calls.
+    unsafe {
+        assert_eq!(server::dserver_lib_init(2), 0);
+        assert_eq!(server::server_start(&server_cfg(-1, 0, 1), &mut first), 0);
+        assert_eq!(server::server_tcp_port(first, &mut port), 0);
+        let ccfg = client_cfg {
+            log_level: 0,
+            primary_port: port,
+            lease_ms: 0,
+            timeout_ms: 2_000,
+            ssl: ssl_cfg::DISABLED,
+        };
+        assert_eq!(client::dclient_lib_init(&ccfg), 0);
+        let ip = CString::new("127.0.0.1").unwrap();
+        assert_eq!(client::client_init(&mut c1, ip.as_ptr()), 0);
+        assert_eq!(locks::get_lock(c1, &desc, &mut id1), 0);
+        assert_eq!(cached::lock_cache_enable(c1, id1, 1), 0);
+        let req = |lock_id| lock_request {
+            lock_id,
+            lock_op: LOCK_EXCLUSIVE,
+            expire_time: 60,
+        };
+        assert_eq!(ops::trylock(c1, &req(id1), (&raw mut st).cast()), 0);
+        assert_eq!(ops::unlock(c1, id1, (&raw mut st).cast()), 0, "parked");
+
+        assert_eq!(server::server_stop(first), 0);
+        assert_eq!(
+            server::server_start(&server_cfg(port, 1, 2), &mut second),
+            0
+        );
+        assert_eq!(client::client_reinit(c1, std::ptr::null()), 0);
+        assert_eq!(locks::update_all_locks(c1), 0);
+        assert_eq!(client::client_reinit_done(c1), 0);
+        // The lock id is the replacement's now.
+        assert_eq!(locks::get_lock(c1, &desc, &mut id1), 0);
+        // Asked of the replacement, not answered from the parked grant: it holds it for c1
+        // then, so another client is refused.
+        assert_eq!(ops::trylock(c1, &req(id1), (&raw mut st).cast()), 0);
+        assert_eq!(client::client_init(&mut c2, ip.as_ptr()), 0);
+        assert_eq!(locks::get_lock(c2, &desc, &mut id2), 0);
+        assert_ne!(
+            ops::trylock(c2, &req(id2), (&raw mut st).cast()),
+            0,
+            "two holders: c1's trylock was answered from a grant nobody held"
+        );
+        assert_eq!(ops::unlock(c1, id1, (&raw mut st).cast()), 0);
+        assert_eq!(client::client_deinit(c2), 0);
+        assert_eq!(client::client_deinit(c1), 0);
+        client::dclient_lib_deinit();
+        assert_eq!(server::server_stop(second), 0);
+        server::dserver_lib_deinit();
+    }
+}

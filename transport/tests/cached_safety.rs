@@ -1,0 +1,146 @@
+//! The three client rules that keep a cached grant from being used after the server handed it
+//! on (`dlock_core::manager::trust`; the model simulator's oracle checks the same rules): a
+//! cached grant is trusted only within the revoke timeout of the last answered data request,
+//! a broken connection counts every cached grant revoked, and a failover re-claims none.
+
+mod common;
+
+use std::thread;
+use std::time::Duration;
+
+use dlock_core::proto::LockFlags;
+use dlock_core::{LockKind, Mode, Status};
+use dlock_transport::client::{CachedLocks, Client, ClientConfig, Endpoint, Revoked};
+use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
+
+/// The revoke timeout the clients are told; the server keeps its default (the lease, 60 s
+/// here), so a client that waits this long trusts less than it could, never more.
+const REVOKE_TIMEOUT: Duration = Duration::from_millis(150);
+
+/// A caching handle of `s` over TCP or shared memory, trusting its grants for
+/// [`REVOKE_TIMEOUT`].
+fn cached(s: &ServerHandle, tcp: bool) -> CachedLocks {
+    let e = match tcp {
+        true => Endpoint::Tcp(s.tcp_addr().expect("tcp")),
+        false => Endpoint::embedded(s),
+    };
+    let cfg = ClientConfig::new(e)
+        .with_lease(Duration::from_secs(60))
+        .with_revoke_timeout(REVOKE_TIMEOUT);
+    CachedLocks::connect(cfg).expect("registers")
+}
+
+#[test]
+fn over_tcp_a_grant_idle_past_the_revoke_timeout_is_asked_for_again_not_taken_locally() {
+    let s = common::server(true);
+    for tcp in [true, false] {
+        let locks = cached(&s, tcp);
+        let page = locks.rw(format!("page-{tcp}")).unwrap();
+        drop(page.try_write().unwrap());
+        drop(page.try_write().unwrap());
+        assert_eq!(
+            locks.local_hits(),
+            1,
+            "tcp {tcp}: cached, and taken locally"
+        );
+        // Heartbeats renew the lease on the control connection; they say nothing of revokes
+        // still on their way on the data connection.
+        locks.with_client(|c| c.heartbeat()).unwrap();
+        thread::sleep(REVOKE_TIMEOUT + Duration::from_millis(50));
+        let g = page.try_write().unwrap();
+        let (hits, notice) = (locks.local_hits(), locks.revokes().try_recv().unwrap());
+        if tcp {
+            assert_eq!(
+                hits, 1,
+                "a grant past the bound goes back and is asked for again"
+            );
+            assert_eq!(notice, Some(Revoked::All));
+        } else {
+            // The event ring is read where the server writes it: nothing can be on its way.
+            assert_eq!((hits, notice), (2, None), "shared memory needs no bound");
+        }
+        drop(g);
+        // The new grant's reply renewed the anchor: taken locally again.
+        drop(page.try_write().unwrap());
+        assert_eq!(locks.local_hits(), if tcp { 2 } else { 3 }, "tcp {tcp}");
+    }
+    s.stop();
+}
+
+#[test]
+fn a_reconnected_client_counts_every_cached_grant_revoked() {
+    let s = common::server(true);
+    for tcp in [true, false] {
+        let locks = cached(&s, tcp);
+        let page = locks.rw(format!("row-{tcp}")).unwrap();
+        drop(page.try_write().unwrap());
+        // The server still knows the client: it resumes, with new connections.
+        assert_eq!(
+            locks.with_client(|c| c.reinit()).map_err(Status::from),
+            Ok(false)
+        );
+        let g = page.try_write().unwrap();
+        assert_eq!(
+            locks.local_hits(),
+            0,
+            "tcp {tcp}: revokes on the old connection are lost"
+        );
+        assert_eq!(locks.revokes().try_recv().unwrap(), Some(Revoked::All));
+        drop(g);
+    }
+    s.stop();
+}
+
+#[test]
+fn a_failover_re_claims_no_cached_grant_and_the_cache_asks_the_replacement() {
+    let first = common::server(true);
+    let addr = first.tcp_addr().unwrap();
+    let locks = cached(&first, true);
+    let page = locks.rw("cached").unwrap();
+    drop(page.try_write().unwrap());
+    let grant = locks.with_client(|c| {
+        let id = c.get_lock(LockKind::Rw, b"plain").unwrap();
+        c.trylock(id, Mode::Exclusive, 60_000).unwrap()
+    });
+    assert_eq!(grant.status, Status::Success);
+    first.stop();
+
+    let mut cfg = ServerConfig::new(dlock_core::Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..common::small()
+    });
+    cfg.tcp = Some(TcpConfig::new(addr));
+    cfg.insecure_recovery = true;
+    let second = ServerHandle::start(cfg).unwrap();
+    locks.with_client(|c: &mut Client| {
+        assert_eq!(c.reinit().map_err(Status::from), Ok(true));
+        c.update_all_locks().unwrap();
+        c.reinit_done().unwrap();
+        let states: Vec<(Option<Mode>, bool)> = c
+            .locks()
+            .map(|(_, l)| (l.state.held_mode(), l.ask.contains(LockFlags::CACHEABLE)))
+            .collect();
+        // The cached grant may have been revoked with the revoke lost with the connection, and
+        // lapsed and been granted to another on the old server: not re-claimed, but still
+        // referenced and still asked for as cacheable. The plain grant is re-claimed.
+        assert!(states.contains(&(None, true)), "{states:?}");
+        assert!(
+            states.contains(&(Some(Mode::Exclusive), false)),
+            "{states:?}"
+        );
+    });
+    // The handle hears of it as an overflow and asks the replacement.
+    let g = page.try_write().unwrap();
+    assert_eq!(locks.local_hits(), 0);
+    assert_eq!(locks.revokes().try_recv().unwrap(), Some(Revoked::All));
+    drop(g);
+    let plain = locks
+        .with_client(|c| c.get_lock(LockKind::Rw, b"plain"))
+        .unwrap();
+    assert_eq!(
+        locks.with_client(|c| c.unlock(plain)).map_err(Status::from),
+        Ok(Status::Success)
+    );
+    second.stop();
+}
