@@ -302,6 +302,18 @@ mod tests {
         assert_eq!(out.state.readers(), 1);
     }
 
+    /// The word itself must count the reader the caller's record says it is: a record that
+    /// disagrees with the word (a broken invariant, which `check_invariants` names) is refused,
+    /// never counted below zero or taken out of a writer's grant.
+    #[test]
+    fn a_shared_unlock_the_word_does_not_count_is_refused() {
+        let writer = try_exclusive(RwWord::new(), c(1), 5).state;
+        for w in [RwWord::new(), writer] {
+            let out = unlock_shared(w, true);
+            assert_eq!((out.status, out.state), (Status::Fail, w), "{w:?}");
+        }
+    }
+
     #[test]
     fn since_is_the_first_acquisition_and_clears_when_free() {
         let w = try_shared(RwWord::new(), false, 10).state;

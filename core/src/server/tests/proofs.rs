@@ -275,6 +275,37 @@ fn a_proof_made_for_another_partition_is_not_taken() {
     assert!(s.update_lock(c.get(), &with(own), 2).is_ok());
 }
 
+/// A claim names a grant of an earlier incarnation, so its proof was made at an epoch below
+/// ours. One made at our epoch or a later one — genuine, since the key is shared — is for a
+/// grant no failed server gave (this server's own, or a successor's): it restores nothing,
+/// leaves nothing behind, and the earlier incarnation's proof of the same grant still works.
+/// No client's records hold such a proof, so only a forged claim reaches this refusal.
+#[test]
+fn a_proof_made_at_our_epoch_or_later_restores_nothing() {
+    let cfg = Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..small()
+    };
+    let c = ClientId::new(11).unwrap();
+    let mut s = replacement(&cfg, &[c.get()]);
+    let token = crate::FencingToken::standalone(1, 40).0;
+    let subj = subject(c, LockKind::Rw, Held::Exclusive, token, b"x");
+    let with = |proof| claim(LockKind::Rw, Held::Exclusive, b"x", token, proof);
+    let before = s.tables().digest();
+    for epoch in [2, 3] {
+        let proof = grant_proof(&key(), test_mac, &GrantSubject { epoch, ..subj });
+        assert_eq!(
+            s.update_lock(c.get(), &with(proof), 1),
+            Err(Status::Einval),
+            "a proof made at epoch {epoch}"
+        );
+    }
+    assert_eq!(s.tables().digest(), before, "nothing of the claims is left");
+    let earlier = grant_proof(&key(), test_mac, &subj);
+    assert!(s.update_lock(c.get(), &with(earlier), 2).is_ok());
+}
+
 /// The thief: a client that really was registered with the failed server claims a
 /// lock it never held before its holder does. With a key it cannot: it has no proof for that
 /// lock, and none it has fits. The holder's claim then succeeds.

@@ -231,6 +231,68 @@ fn forged_claim_tokens_and_impossible_claims_are_refused_without_a_trace() {
     assert_eq!(s.t.lock_meta[lock as usize].refs, 1);
 }
 
+/// The two gates before a claim touches anything, which no client's records pass (a client
+/// claims only what an earlier incarnation granted it, in a shape its lock kind has): a token
+/// of our epoch or a later one, and a kind that cannot be held that way. Neither may create
+/// the lock or move the counter the next grant's token comes from, even when the forged token
+/// is far from overflowing it (`u64::MAX`, in the test above, would fail on the overflow alone).
+#[test]
+fn claims_under_our_epoch_or_in_impossible_shapes_move_nothing() {
+    let cfg = Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..small()
+    };
+    let (mut s, ids) = TestServer::recovering(&cfg, 1);
+    let c = ids[0];
+    let before = (s.tables().digest(), s.next_token);
+    let old = FencingToken::standalone(1, 1_000).0;
+    let ticket = Ticket {
+        exclusive: 3,
+        shared: 4,
+    };
+    for (case, kind, held, token) in [
+        (
+            "our epoch",
+            LockKind::Atomic,
+            Held::Exclusive,
+            FencingToken::standalone(2, 9).0,
+        ),
+        (
+            "a later epoch",
+            LockKind::Rw,
+            Held::Shared,
+            FencingToken::standalone(3, 9).0,
+        ),
+        ("a shared atomic", LockKind::Atomic, Held::Shared, old),
+        (
+            "an atomic ticket",
+            LockKind::Atomic,
+            Held::Ticketed(Mode::Exclusive),
+            old,
+        ),
+        (
+            "an RW ticket",
+            LockKind::Rw,
+            Held::Ticketed(Mode::Shared),
+            old,
+        ),
+    ] {
+        let forged = claim(kind, held, b"x", ticket, token);
+        assert_eq!(
+            s.update_lock(c.get(), &forged, 1),
+            Err(Status::Einval),
+            "{case}"
+        );
+        assert_eq!(
+            (s.tables().digest(), s.next_token),
+            before,
+            "{case} left a trace"
+        );
+    }
+    assert_eq!(s.find_lock(b"x"), None);
+}
+
 #[test]
 fn waiting_for_other_clients_to_resync_does_not_cost_a_client_its_lease() {
     let cfg = Config {

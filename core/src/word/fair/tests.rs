@@ -618,3 +618,47 @@ proptest! {
         }
     }
 }
+
+/// Idle means every part of the lock at rest: a holder, a reader, or a ticket queued in
+/// either mode each keeps it busy.
+#[test]
+fn a_lock_is_idle_only_with_nothing_held_and_nothing_queued() {
+    let at_rest = FairLock {
+        word: FairWord::new().with_nx(7).with_mx(7).with_ns(3).with_ms(3),
+        owner: 0,
+    };
+    assert!(at_rest.is_idle());
+    let w = at_rest.word;
+    for (case, busy) in [
+        (
+            "a writer",
+            FairLock {
+                owner: 1,
+                ..at_rest
+            },
+        ),
+        (
+            "a reader",
+            FairLock {
+                word: w.with_rcnt(1),
+                ..at_rest
+            },
+        ),
+        (
+            "a writer queued",
+            FairLock {
+                word: w.with_mx(8),
+                ..at_rest
+            },
+        ),
+        (
+            "a reader queued",
+            FairLock {
+                word: w.with_ms(4),
+                ..at_rest
+            },
+        ),
+    ] {
+        assert!(!busy.is_idle(), "{case}");
+    }
+}
