@@ -3,42 +3,15 @@
 //! in recovery are refused outside it — as a C engine ported from the reference would drive
 //! them. (Its own test binary: the server and client registries are process-wide.)
 
-use std::ffi::{CString, c_int};
+use std::ffi::CString;
 
 use dlock_engine_glue::dlock_core::Status;
 use dlock_engine_glue::ffi::types::*;
 use dlock_engine_glue::ffi::{client, locks, ops, server};
 
-fn server_cfg(port: c_int, recovery_client_num: u32, epoch: u32) -> server_cfg {
-    server_cfg {
-        r#type: SERVER_PRIMARY,
-        log_level: 0,
-        sleep_mode_enable: 1,
-        primary: primary_cfg {
-            num_of_replica: 0,
-            recovery_client_num,
-            ctrl_cpuset: std::ptr::null(),
-            cmd_cpuset: std::ptr::null(),
-            server_ip_str: c"127.0.0.1".as_ptr(),
-            server_port: port,
-            replica_port: 0,
-            replica_enable: 0,
-        },
-        locks_max: 64,
-        clients_max: 8,
-        objects_max: 4,
-        client_lease_ms: 0,
-        client_lease_max_ms: 0,
-        epoch,
-        shm_name: std::ptr::null(),
-        ssl: ssl_cfg::DISABLED,
-        insecure_plaintext: 0,
-        session_key_file: std::ptr::null(),
-        insecure_recovery: u8::from(recovery_client_num > 0),
-        recoverer_local: 0,
-        cluster: cluster_cfg::STANDALONE,
-    }
-}
+#[path = "common/failover.rs"]
+mod failover;
+use failover::{client_cfg, server_cfg};
 
 #[test]
 fn a_c_client_keeps_its_id_and_locks_when_a_recovering_server_refuses_its_deinit() {
@@ -57,13 +30,7 @@ fn a_c_client_keeps_its_id_and_locks_when_a_recovering_server_refuses_its_deinit
         assert_eq!(server::dserver_lib_init(2), 0);
         assert_eq!(server::server_start(&server_cfg(-1, 0, 1), &mut first), 0);
         assert_eq!(server::server_tcp_port(first, &mut port), 0);
-        let ccfg = client_cfg {
-            log_level: 0,
-            primary_port: port,
-            lease_ms: 0,
-            timeout_ms: 2_000,
-            ssl: ssl_cfg::DISABLED,
-        };
+        let ccfg = client_cfg(port);
         assert_eq!(client::dclient_lib_init(&ccfg), 0);
         let ip = CString::new("127.0.0.1").unwrap();
         assert_eq!(client::client_init(&mut c1, ip.as_ptr()), 0);
