@@ -219,6 +219,37 @@ impl TcpData {
 
 /// Reads one data message off `s` into `partial` (which may hold its start already), keeping
 /// what arrived there if the deadline cuts in; returns its length once whole.
+/// One read that does not wait, whatever the socket's mode. A plaintext socket takes it as one
+/// `recv(MSG_DONTWAIT)`: a cached lock's every local acquisition looks at its connection for
+/// revokes this way, and toggling the socket non-blocking around a read cost three system calls
+/// where one does. A TLS stream may hold decrypted bytes the socket no longer shows, so it is
+/// read through rustls with the socket non-blocking for that read.
+fn read_now(s: &mut Wire, buf: &mut [u8]) -> io::Result<usize> {
+    match s {
+        Wire::Plain(tcp) => {
+            use std::os::fd::AsRawFd;
+            // SAFETY: `buf` is writable for `buf.len()` bytes for the whole call, and the
+            // descriptor is `tcp`'s own, open while `tcp` is borrowed here.
+            let n = unsafe {
+                libc::recv(
+                    tcp.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            usize::try_from(n).map_err(|_| io::Error::last_os_error())
+        }
+        #[cfg(feature = "tls")]
+        Wire::Tls(_) => {
+            s.socket().set_nonblocking(true)?;
+            let read = s.read(buf);
+            s.socket().set_nonblocking(false)?;
+            read
+        }
+    }
+}
+
 fn recv_tcp(
     s: &mut Wire,
     partial: &mut Vec<u8>,
@@ -243,17 +274,14 @@ fn recv_tcp(
         // so the 1 µs timeout this took before made every `poll_events` over TCP wait that long
         // on an idle connection — a cached holder answered each revoke milliseconds late.
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let quick = left == Some(Duration::ZERO);
-        if quick {
-            s.socket().set_nonblocking(true)?;
+        let mut buf = [0u8; DATA_RESPONSE_WITH_VALUES_MAX];
+        let buf = &mut buf[..want - partial.len()];
+        let read = if left == Some(Duration::ZERO) {
+            read_now(s, buf)
         } else {
             s.socket().set_read_timeout(left)?;
-        }
-        let mut buf = [0u8; DATA_RESPONSE_WITH_VALUES_MAX];
-        let read = s.read(&mut buf[..want - partial.len()]);
-        if quick {
-            s.socket().set_nonblocking(false)?;
-        }
+            s.read(buf)
+        };
         match read {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => partial.extend_from_slice(&buf[..n]),
