@@ -21,8 +21,11 @@ pub(super) struct Held<C: Connection> {
 impl<C: Connection> Drop for Held<C> {
     fn drop(&mut self) {
         // Kept cached, or given back now if a revoke waits for this guard.
-        self.locks.state().release(self.id, self.mode);
-        self.locks.shared.changed.notify_all();
+        let mut st = self.locks.state();
+        st.release(self.id, self.mode);
+        if st.waiters > 0 {
+            self.locks.shared.changed.notify_all();
+        }
     }
 }
 

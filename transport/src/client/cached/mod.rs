@@ -121,6 +121,9 @@ struct State<C: Connection> {
     local_hits: u64,
     /// The clock revokes are timed by (`CachedLock` reads none).
     start: Instant,
+    /// Threads waiting on [`Shared::changed`]: a dropped guard wakes them only if there are
+    /// any, since a notify with no waiter is still a system call (std's futex condvar).
+    waiters: u32,
 }
 
 /// One lock's cached grant: the core's record, and what the guards read.
@@ -173,6 +176,7 @@ impl<C: Connection> CachedLocks<C> {
                     events: Vec::with_capacity(EVENT_RING_LEN + 1),
                     local_hits: 0,
                     start: Instant::now(),
+                    waiters: 0,
                 }),
                 changed: Condvar::new(),
             }),
@@ -449,7 +453,7 @@ impl<C: Connection> CachedRwLock<C> {
         let mut st = self.locks.state();
         loop {
             // Revokes first: a lock asked back takes no new guard.
-            if st.pump()? {
+            if st.pump()? && st.waiters > 0 {
                 self.locks.shared.changed.notify_all();
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -485,6 +489,7 @@ impl<C: Connection> CachedRwLock<C> {
                     st = self.locks.state();
                 }
                 (None, Some(l)) => {
+                    st.waiters += 1;
                     st = self
                         .locks
                         .shared
@@ -492,6 +497,7 @@ impl<C: Connection> CachedRwLock<C> {
                         .wait_timeout(st, l.min(WAIT_SLICE))
                         .unwrap_or_else(PoisonError::into_inner)
                         .0;
+                    st.waiters -= 1;
                 }
             }
         }
@@ -526,7 +532,7 @@ impl<C: Connection> Revokes<C> {
     /// what is due) first. `Ok(None)` when there is none.
     pub fn try_recv(&self) -> Result<Option<Revoked>, Error> {
         let mut st = self.locks.state();
-        if st.pump()? {
+        if st.pump()? && st.waiters > 0 {
             self.locks.shared.changed.notify_all();
         }
         Ok(st.notices.pop_front())
