@@ -22,6 +22,7 @@ use dlock_core::proto::{
 };
 
 use super::control::PAUSE_MIN;
+use super::reclaim::OWED_WAIT;
 use super::{ClusterLink, Dial, garbage};
 use crate::client::{Connection, Decision, LocalLock, LocalState, Request};
 
@@ -322,8 +323,11 @@ impl<D: Dial> ClusterLink<D> {
             .map(|r| r.partition)
             .ok_or_else(|| garbage("no route"))?;
         self.rehome_partition(partition, deadline);
-        // The new owner serves once its old clients said `ReclaimDone`: this one's first.
-        self.pay_dones(deadline);
+        // The new owner serves once its old clients said `ReclaimDone`: this one's first. Paid
+        // within `OWED_WAIT`, not the command's deadline: a debt refused at another server
+        // (one still applying its map) must not hold every command until its deadline; what
+        // is refused again is paid at the next retry pause or heartbeat.
+        self.pay_dones(deadline.min(Instant::now() + OWED_WAIT));
         let r = self.routes.get(lock).ok_or_else(|| garbage("no route"))?;
         let Some(server_lock) = r.server_lock else {
             let held =

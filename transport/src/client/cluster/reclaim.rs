@@ -49,8 +49,9 @@ use crate::client::LocalLock;
 const CLAIMS_MAX: usize = dlock_core::config::BATCH_MAX;
 /// The protocol version that brought `ReclaimDones`.
 const RECLAIM_DONES_VERSION: u8 = 6;
-/// How long a heartbeat may spend paying what the client owes new owners ([`Owed`]).
-const OWED_WAIT: Duration = Duration::from_millis(250);
+/// How long a heartbeat, or a command on its way to its server, may spend paying what the
+/// client owes new owners ([`Owed`]).
+pub(super) const OWED_WAIT: Duration = Duration::from_millis(250);
 
 impl<D: Dial> ClusterLink<D> {
     /// Refreshes the map (from `first`, then the others) and, if it changed, re-claims every
