@@ -82,8 +82,8 @@ impl<'r> Server<'r> {
         epoch: u32,
         now_ms: u64,
     ) -> Result<(), Status> {
-        self.reclaim_done_from(raw, now_ms)?;
-        let done = self.count_reclaim_done(raw, partition, epoch, now_ms);
+        let tracked = self.reclaim_done_from(raw, now_ms)?;
+        let done = self.count_reclaim_done(tracked, partition, epoch, now_ms);
         self.cluster_tick(now_ms);
         done
     }
@@ -101,10 +101,10 @@ impl<'r> Server<'r> {
         statuses: &'s mut [PartitionStatus; RECLAIM_DONES_MAX],
         now_ms: u64,
     ) -> Result<PartitionStatuses<'s>, Status> {
-        self.reclaim_done_from(raw, now_ms)?;
+        let tracked = self.reclaim_done_from(raw, now_ms)?;
         let n = dones.len();
         for (done, out) in dones.iter().zip(statuses.iter_mut()) {
-            let counted = self.count_reclaim_done(raw, done.partition, done.epoch, now_ms);
+            let counted = self.count_reclaim_done(tracked, done.partition, done.epoch, now_ms);
             *out = PartitionStatus {
                 partition: done.partition,
                 status: counted.err().unwrap_or(Status::Success),
@@ -116,8 +116,9 @@ impl<'r> Server<'r> {
 
     /// The checks a `ReclaimDone` and a `ReclaimDones` share before any partition: counted as
     /// a control request, from a registered client (whose lease it renews), on a cluster
-    /// server.
-    fn reclaim_done_from(&mut self, raw: u32, now_ms: u64) -> Result<(), Status> {
+    /// server. Returns the client's index among the clients the recovering partitions await
+    /// (`None`: not awaited), looked up once for every partition of the message.
+    fn reclaim_done_from(&mut self, raw: u32, now_ms: u64) -> Result<Option<usize>, Status> {
         self.stats.bump(Counter::ControlRequests);
         let slot = self.client_slot(raw).ok_or(Status::ClientNotInit);
         let slot = slot.map_err(|s| self.refuse(s))?;
@@ -125,14 +126,15 @@ impl<'r> Server<'r> {
         if self.cluster.is_none() {
             return Err(self.refuse(Status::Einval));
         }
-        Ok(())
+        Ok(self.cluster.as_ref().and_then(|c| c.tracked_index(raw)))
     }
 
-    /// Counts client `raw`'s word that it re-claimed `partition` at `epoch`, if the partition
-    /// recovers at that epoch here and the old owner had persisted the client.
+    /// Counts a client's word that it re-claimed `partition` at `epoch`, if the partition
+    /// recovers at that epoch here and the old owner had persisted the client (`tracked`, its
+    /// index among the awaited clients: [`Self::reclaim_done_from`]).
     fn count_reclaim_done(
         &mut self,
-        raw: u32,
+        tracked: Option<usize>,
         partition: u16,
         epoch: u32,
         now_ms: u64,
@@ -149,7 +151,7 @@ impl<'r> Server<'r> {
                 return Err(self.refuse(s));
             }
         }
-        if let Some(i) = c.tracked_index(raw) {
+        if let Some(i) = tracked {
             let (w, m) = ClusterCore::grid_bit(partition, i);
             let s = &mut c.side.parts[usize::from(partition)];
             if c.side.reclaims[w] & m != 0 && s.awaiting != u32::MAX {

@@ -240,8 +240,11 @@ impl<'r> Server<'r> {
                 continue;
             }
             match cmd {
-                // A waiting request must be alone in its message: its reply may come later.
-                Command::Lock(c) if c.wait_ms != 0 => {
+                // A waiting request must be alone in its message: its reply may come later. A
+                // stream transport answers a lone join, and closes on one among other
+                // commands, before either gets here (`route::joining`); there is nothing to
+                // join over shared memory or RDMA.
+                Command::Lock(LockCommand { wait_ms: 1.., .. }) | Command::Join(_) => {
                     reply(
                         i,
                         &result(self.refuse(Status::Einval)),
@@ -270,17 +273,6 @@ impl<'r> Server<'r> {
                 }
                 Command::Object(o) => {
                     reply(i, &self.object_command(slot, &o), &GrantProof::NONE, None);
-                }
-                // A stream transport answers a lone join, and closes on one among other
-                // commands, before either gets here (`route::joining`); there is nothing to
-                // join over shared memory or RDMA.
-                Command::Join(_) => {
-                    reply(
-                        i,
-                        &result(self.refuse(Status::Einval)),
-                        &GrantProof::NONE,
-                        None,
-                    );
                 }
             }
         }

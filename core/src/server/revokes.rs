@@ -273,13 +273,6 @@ impl Server<'_> {
         }
     }
 
-    /// When the earliest revoke a request that did not wait left due is to go out
-    /// (`u64::MAX`: none).
-    #[inline]
-    pub(super) fn revokes_due_ms(&self) -> u64 {
-        self.revokes_due_ms
-    }
-
     /// Whether a revoke was written into some client's event ring since the last call: the
     /// transport then drains the rings of its stream clients (and wakes shared-memory ones).
     #[inline]

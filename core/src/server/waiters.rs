@@ -360,7 +360,7 @@ impl<'r> Server<'r> {
             0 => u64::MAX,
             _ => self.next_timer_ms,
         };
-        waiters.min(self.revokes_due_ms())
+        waiters.min(self.revokes_due_ms)
     }
 
     /// Acts on time: parked requests whose deadline passed are answered `Etimeout`, queues
@@ -369,7 +369,7 @@ impl<'r> Server<'r> {
     /// Cheap when nothing is due: call it on every turn of the runtime's loop.
     #[inline]
     pub fn poll_waiters(&mut self, now_ms: u64) {
-        if now_ms >= self.revokes_due_ms() {
+        if now_ms >= self.revokes_due_ms {
             self.send_deferred_revokes(now_ms);
         }
         if self.waiting > 0 && now_ms >= self.next_timer_ms {
