@@ -94,6 +94,17 @@ impl Timing {
         min_hold_ms: 0,
         revoke_timeout_ms: 0,
     };
+
+    /// The revoke timeout of a holder whose client lease is `lease_ms`: the configured one,
+    /// or that lease when none is (0). The one rule for everyone who counts it (the revoke
+    /// decision, the server sending a revoke, and the simulators' clients and oracle).
+    #[inline]
+    pub const fn revoke_timeout_for(&self, lease_ms: u32) -> u32 {
+        match self.revoke_timeout_ms {
+            0 => lease_ms,
+            t => t,
+        }
+    }
 }
 
 impl Default for Timing {
@@ -183,10 +194,7 @@ pub fn judge(req: &Request, h: &Holder, timing: &Timing, now_ms: u64) -> HolderA
         return HolderAction::Blocks;
     }
     if h.state.revoke_outstanding() {
-        let timeout = match timing.revoke_timeout_ms {
-            0 => h.lease_ms,
-            t => t,
-        };
+        let timeout = timing.revoke_timeout_for(h.lease_ms);
         let lapses_ms = h.revoke_sent_ms.saturating_add(u64::from(timeout));
         return if now_ms < lapses_ms {
             HolderAction::AwaitGiveBack { lapses_ms }

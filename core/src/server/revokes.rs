@@ -129,10 +129,7 @@ impl Server<'_> {
             match action {
                 HolderAction::Revoke { wanted } => {
                     self.send_revoke(other, lock, state, wanted, now_ms);
-                    let timeout = match timing.revoke_timeout_ms {
-                        0 => entry.lease_ms,
-                        t => t,
-                    };
+                    let timeout = timing.revoke_timeout_for(entry.lease_ms);
                     lapses_ms = lapses_ms.min(now_ms.saturating_add(u64::from(timeout)));
                     cached_left = true;
                 }

@@ -22,6 +22,7 @@
 
 use std::collections::HashMap;
 
+use dlock_core::manager::Timing;
 use dlock_core::manager::retain::Role;
 use dlock_core::proto::{
     CONTROL_FRAME_MAX, Command, DATA_RESPONSE_MAX, EVENTS_MAX, Event, EventHeader, LockOp, MsgType,
@@ -150,14 +151,14 @@ impl<'s> Endpoint<'s> {
     /// Drains every event ring the server wrote into since the last call, showing each
     /// revoke to the oracle at `now`, the tick it was written at (call it after every server
     /// turn): a holder that ignores it holds the grant no longer than its revoke timeout
-    /// (`revoke_timeout_ms`, or the client's lease when 0). The events wait in an outbox per
+    /// (`Timing::revoke_timeout_for`). The events wait in an outbox per
     /// client slot until the slot's client is bound to a link, as they would wait in its ring.
     pub fn drain_events(
         &mut self,
         srv: &mut Server<'_>,
         oracle: &mut Oracle,
         now: u64,
-        revoke_timeout_ms: u32,
+        timing: Timing,
     ) {
         if !srv.take_events_pending() {
             return;
@@ -174,10 +175,7 @@ impl<'s> Endpoint<'s> {
             self.overflows_told.insert(slot, overflows);
             let entry = &srv.tables().clients[slot as usize];
             let (client, lease_ms) = (entry.id, entry.lease_ms);
-            let timeout = match revoke_timeout_ms {
-                0 => lease_ms,
-                t => t,
-            };
+            let timeout = timing.revoke_timeout_for(lease_ms);
             let outbox = self.outbox.entry(slot).or_default();
             if overflows != told {
                 outbox.push((client, Event::Overflow));

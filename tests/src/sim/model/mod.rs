@@ -453,9 +453,9 @@ impl<'s> World<'s> {
     /// server turn, so the oracle learns each at the tick it was sent).
     fn drain_events(&mut self, srv: &mut Server<'_>) {
         let now = self.server_now();
-        let timeout = self.p.cfg.timing.revoke_timeout_ms;
+        let timing = self.p.cfg.timing;
         self.endpoint
-            .drain_events(srv, &mut self.oracle, now, timeout);
+            .drain_events(srv, &mut self.oracle, now, timing);
     }
 
     /// Sends the revokes due, as event messages on the data channels of their clients.
@@ -470,7 +470,7 @@ impl<'s> World<'s> {
     /// oracle (`oracle::beliefs`) over those that do.
     fn check_beliefs(&mut self, name: usize) -> Result<(), String> {
         let now = self.server_now();
-        let revoke_timeout = self.p.cfg.timing.revoke_timeout_ms;
+        let timing = self.p.cfg.timing;
         let clients = &self.clients;
         let mut list = std::mem::take(&mut self.believers[name]);
         list.retain(|&i| {
@@ -487,10 +487,7 @@ impl<'s> World<'s> {
                 // A cached grant may have been revoked with the revoke still on its way, and
                 // lapse unknown to the client: it is sure of it only within the revoke timeout
                 // of the last data request answered (`SimClient::data_anchor`).
-                let timeout = match revoke_timeout {
-                    0 => u64::from(c.lease_ms),
-                    t => u64::from(t),
-                };
+                let timeout = u64::from(timing.revoke_timeout_for(c.lease_ms));
                 let unrevoked = !l.cache.cached || now < c.data_anchor + timeout;
                 (c.trusts_lease(now) && now <= l.grant_until() && unrevoked).then_some(Belief {
                     holder: i,
