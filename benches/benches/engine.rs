@@ -23,6 +23,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use dlock_benches::quantiles;
 use dlock_core::manager::Timing;
 use dlock_core::proto::Event;
 use dlock_core::{Config, LockKind, Mode, Status};
@@ -277,12 +278,6 @@ fn round_trips(t: Transport, min_hold: Option<u32>, rounds: usize) -> [f64; 4] {
 }
 
 /// Median and p99 of `samples` (ns), in µs.
-fn quantiles(samples: &mut [u64]) -> (f64, f64) {
-    samples.sort_unstable();
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize] as f64 / 1e3;
-    (at(0.5), at(0.99))
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "quick");

@@ -11,6 +11,7 @@
 
 use std::time::Instant;
 
+use dlock_benches::quantiles;
 use dlock_core::config::BATCH_MAX;
 use dlock_core::{Config, LockId, LockKind, Mode, Status};
 use dlock_engine_glue::EmbeddedServer;
@@ -33,12 +34,6 @@ fn server(idle: IdleStrategy) -> EmbeddedServer {
 }
 
 /// Median and p99 of `samples` (ns), in µs.
-fn quantiles(samples: &mut [u64]) -> (f64, f64) {
-    samples.sort_unstable();
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize] as f64 / 1e3;
-    (at(0.5), at(0.99))
-}
-
 fn ids(c: &mut Client, table: u32) -> Vec<LockId> {
     (0..KEYS as u64)
         .map(|g| {

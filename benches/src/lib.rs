@@ -108,3 +108,10 @@ impl MutexTable {
         }
     }
 }
+
+/// The median and 99th percentile of `samples` (nanoseconds), in microseconds; sorts them.
+pub fn quantiles(samples: &mut [u64]) -> (f64, f64) {
+    samples.sort_unstable();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize] as f64 / 1e3;
+    (at(0.5), at(0.99))
+}
