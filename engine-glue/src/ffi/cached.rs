@@ -16,8 +16,18 @@
 //! - when another client wants a conflicting mode, the server sends a revoke. The library reads
 //!   revokes at every `trylock`, `lock`, `unlock`, `lock_downgrade`, `lock_cache_release` and
 //!   `client_revokes_poll` of the client: a parked grant is given back at once (or downgraded,
-//!   when only shared is wanted); a grant in use is given back by the `unlock` that ends its
-//!   use. Either way the engine is told ([`dlock_revoke`]), through its callback or its poll.
+//!   when only shared is wanted); a grant in use is given back (or downgraded) by the `unlock`
+//!   that ends its use. Either way the engine is told ([`dlock_revoke`]), through its callback
+//!   or its poll.
+//!
+//! Every one of these decisions is `dlock_core::manager::CachedLock`'s, one record per lock,
+//! as for the Rust API's `CachedLocks`: this module only sends what the record asks for and
+//! hands it the reply. So a give-back that does not reach the server (a lost connection) is
+//! not forgotten: the record keeps it in flight, and the library sends it again at the
+//! client's next call (the call that failed reports the failure), so the server does not go on
+//! holding a grant the engine was told it gave back. A use that outlives a revoke by the
+//! client's lease is warned about (`tracing`), as `CachedLocks` warns: the server has let the
+//! grant go.
 //!
 //! Only RW locks cache: their grants have no lease, so a parked grant stays valid for as long
 //! as the client lives. An atomic or fair grant parked past its lease would be answered
@@ -40,13 +50,16 @@
 //! while a slice is parked on the server ends it at once. Waits on atomic and fair locks are
 //! not sliced.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_void};
 use std::time::{Duration, Instant};
 
+use dlock_core::manager::CachedLock;
+use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp};
 use dlock_core::proto::Event;
 use dlock_core::table::EVENT_RING_LEN;
 use dlock_core::{LockId, LockKind, Mode, Status};
+use dlock_transport::client::cached::{NOTICES_MAX, Notices, warn_overdue};
 use dlock_transport::client::{Client, Grant};
 
 use super::client::{Refusals, with_client};
@@ -56,20 +69,46 @@ use super::types::{
 };
 use super::{guard, write_at};
 
-/// Revoke notices kept for the engine before they are folded into one "every lock" notice.
-const NOTICES_MAX: usize = 4 * EVENT_RING_LEN;
-
 /// The longest `lock` waits on the server before it reads its revokes again (module doc).
 pub const WAIT_SLICE: Duration = Duration::from_millis(20);
 
-/// One cache-enabled lock's local state.
-#[derive(Clone, Copy, Debug, Default)]
+/// One cache-enabled lock: the core's record of its cached grant
+/// ([`dlock_core::manager::CachedLock`], whose tables decide every case: what covers a
+/// request, when a revoke is stale, downgrade or give-back, what an unanswered give-back
+/// does), and what the C calls add to it. The record's local users are the worker's uses:
+/// a `trylock`/`lock` that reaches the server or the parked grant starts one, the `unlock`
+/// that ends it releases it; re-entries within a use are counted by the client's own record.
+#[derive(Clone, Copy, Debug)]
 struct Cached {
-    /// Held on the server with no local user, in this mode.
-    parked: Option<Mode>,
-    /// A revoke (or `lock_cache_release`) wants it back while in use: the mode wanted. The
-    /// `unlock` that ends the use gives it back instead of parking it.
-    revoked: Option<Mode>,
+    rec: CachedLock,
+    /// A give-back or downgrade that did not reach the server (the record keeps it in flight):
+    /// sent again at the client's next call, never dropped, so the server does not go on
+    /// holding a grant the engine was told it gave back.
+    owed: Option<ServerOp>,
+    /// The status its last attempt failed with: what a call that must wait for it reports.
+    failed: Status,
+    /// `lock_cache_release` asked while the grant was in use: the `unlock` that ends the use
+    /// gives it back.
+    let_go: bool,
+    /// Its users outlived a revoke by the lease: warned once.
+    warned: bool,
+}
+
+impl Cached {
+    const fn new() -> Cached {
+        Cached {
+            rec: CachedLock::new(LockKind::Rw),
+            owed: None,
+            failed: Status::Success,
+            let_go: false,
+            warned: false,
+        }
+    }
+
+    /// Parked: held on the server with no use.
+    fn parked(&self) -> bool {
+        self.rec.held().is_some() && self.rec.users() == (0, false)
+    }
 }
 
 /// The revoke callback and its `user_data` (kept as an address: the library never reads it).
@@ -83,7 +122,10 @@ struct Callback {
 #[derive(Debug)]
 pub(super) struct Caching {
     locks: HashMap<LockId, Cached>,
-    notices: VecDeque<dlock_revoke>,
+    /// The locks each look must visit: a give-back owed, or a revoke waiting for the use to
+    /// end (warned about once overdue). The other locks are not looked at.
+    watch: Vec<LockId>,
+    notices: Notices<dlock_revoke>,
     callback: Option<Callback>,
     /// Events read off the connection before they are acted on (kept for its capacity).
     events: Vec<Event>,
@@ -94,7 +136,8 @@ impl Caching {
     pub(super) fn new() -> Caching {
         Caching {
             locks: HashMap::new(),
-            notices: VecDeque::with_capacity(NOTICES_MAX),
+            watch: Vec::new(),
+            notices: Notices::new(revoke_all()),
             callback: None,
             events: Vec::with_capacity(EVENT_RING_LEN + 1),
         }
@@ -110,40 +153,30 @@ impl Caching {
         self.locks.contains_key(&id)
     }
 
-    /// Gives `id`'s parked grant back, if it has one (`release_lock`).
+    /// Gives `id`'s parked grant back, if it has one (`release_lock`). One that does not reach
+    /// the server stays owed, and the reference's release is refused while it is held.
     pub(super) fn unpark(&mut self, client: &mut Client, id: LockId) {
-        if let Some(c) = self.locks.get_mut(&id)
-            && c.parked.is_some()
-        {
-            give_back(client, c, id);
+        if let Some(op) = self.locks.get_mut(&id).and_then(|c| c.rec.give_back()) {
+            // A failure stays owed (`drive`).
+            let _ = self.drive(client, id, op);
         }
     }
 
     /// Forgets `id` (its reference was released).
     pub(super) fn forget(&mut self, id: LockId) {
         self.locks.remove(&id);
+        self.watch.retain(|&w| w != id);
     }
 
-    fn notify(&mut self, n: dlock_revoke) {
-        let all = n.lock_id == DLOCK_REVOKE_ALL;
-        if all
-            && self
-                .notices
-                .back()
-                .is_some_and(|b| b.lock_id == DLOCK_REVOKE_ALL)
-        {
-            return;
+    /// Visits `id` at every look from now on.
+    fn watch(&mut self, id: LockId) {
+        if !self.watch.contains(&id) {
+            self.watch.push(id);
         }
-        if self.notices.len() == NOTICES_MAX {
-            // The engine fell behind: one notice that says every lock stands for them all.
-            self.notices.clear();
-            self.notices.push_back(revoke_all());
-            return;
-        }
-        self.notices.push_back(n);
     }
 
-    /// Reads the revokes the server sent and acts on them (module doc).
+    /// Reads the revokes the server sent and acts on them (module doc), then sends again what
+    /// is owed.
     pub(super) fn pump(&mut self, client: &mut Client) {
         if self.locks.is_empty() {
             return;
@@ -152,6 +185,7 @@ impl Caching {
         if let Err(e) = client.poll_events(|e| events.push(e)) {
             tracing::debug!(error = %e, "dlock: reading a C client's revokes");
         }
+        let now = client.now_ms();
         for e in events.drain(..) {
             match e {
                 Event::Revoke {
@@ -159,45 +193,147 @@ impl Caching {
                     wanted,
                     fence,
                 } => {
-                    let acted = self
-                        .locks
-                        .get_mut(&lock)
-                        .is_some_and(|c| revoke(client, c, lock, wanted, Some(fence)));
+                    let acted = self.revoke(client, lock, wanted, fence, now);
                     if acted {
-                        self.notify(dlock_revoke {
+                        self.notices.push(dlock_revoke {
                             lock_id: lock.raw() as c_int,
                             wanted_op: op_of(wanted),
                         });
                     }
                 }
                 Event::Overflow => {
-                    for (&id, c) in self.locks.iter_mut() {
-                        revoke(client, c, id, Mode::Exclusive, None);
+                    let ids: Vec<LockId> = self.locks.keys().copied().collect();
+                    for id in ids {
+                        self.revoke(client, id, Mode::Exclusive, u64::MAX, now);
                     }
-                    self.notify(revoke_all());
+                    self.notices.push(revoke_all());
                 }
             }
         }
         self.events = events;
+        self.visit_watched(client, now);
     }
 
-    /// `trylock`/`lock` of `id` in `mode`: the grant, when the parked one covers it (module
-    /// doc); `None` when the server must be asked.
-    pub(super) fn acquire(&mut self, client: &mut Client, id: LockId, mode: Mode) -> Option<Grant> {
-        self.pump(client);
-        let c = self.locks.get_mut(&id)?;
-        let parked = c.parked?;
-        if parked == Mode::Shared && mode == Mode::Exclusive {
-            // No upgrade in place: the shared grant goes back, and the request is a new one.
-            give_back(client, c, id);
-            return None;
+    /// Sends again what is owed, and warns of revokes the use outlived (as `CachedLocks`).
+    fn visit_watched(&mut self, client: &mut Client, now: u64) {
+        let lease_ms = dlock_core::time::duration_to_ms(client.lease()).max(1);
+        let mut watch = std::mem::take(&mut self.watch);
+        let mut owed = Vec::new();
+        watch.retain(|id| {
+            let Some(c) = self.locks.get_mut(id) else {
+                return false;
+            };
+            warn_overdue(*id, &c.rec, &mut c.warned, now, lease_ms);
+            if let Some(op) = c.owed.take() {
+                owed.push((*id, op));
+            }
+            c.rec.revoke().is_some()
+        });
+        self.watch = watch;
+        for (id, op) in owed {
+            // A failure stays owed (`drive`), for the next look.
+            let _ = self.drive(client, id, op);
         }
-        c.parked = None;
-        held_grant(client, id)
     }
 
-    /// `unlock` of `id`: `Some` when answered here (the grant parked, or nothing in use);
-    /// `None` when the unlock goes to the client as without caching.
+    /// Acts on a revoke of `id` wanting `wanted`, sent when the lock's token was `fence`
+    /// (`u64::MAX`: an overflow, every grant). Whether it concerned a grant held (the record
+    /// ignores a revoke of a lock not held, a stale one, and one its answer is on its way for).
+    fn revoke(&mut self, client: &mut Client, id: LockId, wanted: Mode, fence: u64, now: u64) -> bool {
+        let Some(c) = self.locks.get_mut(&id) else {
+            return false;
+        };
+        match c.rec.on_revoke(wanted, fence, now) {
+            OnRevoke::Ignore => return false,
+            OnRevoke::Deferred => self.watch(id),
+            // A failure stays owed (`drive`).
+            OnRevoke::Send(op) => {
+                let _ = self.drive(client, id, op);
+            }
+        }
+        true
+    }
+
+    /// Sends `op` (a give-back or downgrade the record put in flight) for `id` and hands the
+    /// reply to the record, again while a stronger revoke is owed after a success. A send
+    /// that fails stays owed (`Err` with its status), sent again at the next look.
+    fn drive(&mut self, client: &mut Client, id: LockId, mut op: ServerOp) -> Result<(), Status> {
+        let Some(c) = self.locks.get_mut(&id) else {
+            return Ok(());
+        };
+        loop {
+            let sent = match op {
+                ServerOp::Downgrade => client.downgrade(id),
+                ServerOp::GiveBack(_) | ServerOp::Acquire(_) => client.unlock(id),
+            };
+            let status = sent.map_or_else(Status::from, |_| Status::Success);
+            let token = client.local_lock(id).map_or(0, |l| l.token.0);
+            match c.rec.on_reply(status, token) {
+                Reply::Send(next) if status.is_success() => op = next,
+                Reply::Send(next) => {
+                    tracing::warn!(lock = ?id, status = %status, "dlock: a cached lock's give-back is owed");
+                    (c.owed, c.failed) = (Some(next), status);
+                    self.watch(id);
+                    return Err(status);
+                }
+                Reply::Lost => {
+                    tracing::warn!(lock = ?id, "dlock: a cached lock's readers lost its grant");
+                    return Err(status);
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// `trylock`/`lock` of `id` in `mode`: answered here (from the parked grant, or asked of the
+    /// server through `ask`, which may read revokes meanwhile) when `id` caches and is not in
+    /// use; `None` when the client answers as without caching (not cached, or a re-entry
+    /// within a use, which the client's record counts).
+    pub(super) fn acquire(
+        &mut self,
+        client: &mut Client,
+        id: LockId,
+        mode: Mode,
+        mut ask: impl FnMut(&mut Client, &mut Caching) -> Result<Grant, Status>,
+    ) -> Option<Result<Grant, Status>> {
+        self.pump(client);
+        loop {
+            let c = self.locks.get_mut(&id)?;
+            if c.rec.users() != (0, false) {
+                return None;
+            }
+            match c.rec.acquire(mode) {
+                Acquire::Local => return Some(held_grant(client, id).ok_or(Status::LockNotGet)),
+                Acquire::Send(ServerOp::Acquire(_)) => {
+                    let got = ask(client, self);
+                    let (status, token) = match got {
+                        Ok(g) => (g.status, g.token.0),
+                        Err(s) => (s, 0),
+                    };
+                    let c = self.locks.get_mut(&id)?;
+                    if let Reply::Granted = c.rec.on_reply(status, token) {
+                        c.let_go = false;
+                    }
+                    return Some(got);
+                }
+                // No upgrade in place: the parked shared grant goes back, then the request is
+                // a new one.
+                Acquire::Send(op) => {
+                    if let Err(s) = self.drive(client, id, op) {
+                        return Some(Err(s));
+                    }
+                }
+                // A give-back that has not reached the server yet (the look above sent it
+                // again): the connection's failure is the answer.
+                Acquire::Wait => return Some(Err(c.failed)),
+                Acquire::Refuse(s) => return Some(Err(s)),
+            }
+        }
+    }
+
+    /// `unlock` of `id`: `Some` when answered here (the use ends: the grant parked, or given
+    /// back when asked for; or nothing in use); `None` when the unlock goes to the client as
+    /// without caching (a re-entry counted down, or nothing cached).
     pub(super) fn release(
         &mut self,
         client: &mut Client,
@@ -205,80 +341,44 @@ impl Caching {
     ) -> Option<Result<Grant, Status>> {
         self.pump(client);
         let c = self.locks.get_mut(&id)?;
-        if c.parked.is_some() {
-            return Some(Err(Status::AlreadyUnlocked));
+        let (readers, writer) = c.rec.users();
+        if !writer && readers == 0 {
+            return c.rec.held().map(|_| Err(Status::AlreadyUnlocked));
         }
-        let l = client.local_lock(id)?;
-        let held = l.state.held_mode()?;
-        if l.refs != 1 || c.revoked.is_some() {
+        if client.local_lock(id)?.refs != 1 {
             return None;
         }
-        c.parked = Some(held);
-        held_grant(client, id).map(Ok)
-    }
-
-    /// After a downgrade of `id`: a parked grant is parked shared, and a revoke that wanted
-    /// only shared is answered.
-    pub(super) fn downgraded(&mut self, id: LockId) {
-        if let Some(c) = self.locks.get_mut(&id) {
-            c.parked = c.parked.map(|_| Mode::Shared);
-            if c.revoked == Some(Mode::Shared) {
-                c.revoked = None;
+        let mode = if writer { Mode::Exclusive } else { Mode::Shared };
+        let op = match c.rec.release(mode) {
+            Release::Keep if c.let_go => c.rec.give_back(),
+            Release::Keep => None,
+            Release::Send(op) => Some(op),
+            Release::Refuse(s) => return Some(Err(s)),
+        };
+        match op {
+            Some(op) => {
+                c.let_go = false;
+                Some(self.drive(client, id, op).map(|()| recorded(client, id)))
             }
+            None if c.rec.held().is_some() => held_grant(client, id).map(Ok),
+            // The server no longer held it (a refused downgrade): the client answers.
+            None => None,
         }
     }
 
-    /// After an unlock went to the server: a released grant owes nothing any more.
-    pub(super) fn released(&mut self, client: &Client, id: LockId) {
-        if let Some(c) = self.locks.get_mut(&id)
-            && client
-                .local_lock(id)
-                .is_none_or(|l| l.state.held_mode().is_none())
-        {
-            *c = Cached::default();
+    /// `lock_downgrade` of `id`: `Some` when the record holds it exclusive (the grant goes
+    /// shared, a use reads on); `None` when the client answers as without caching.
+    pub(super) fn downgrade(&mut self, client: &mut Client, id: LockId) -> Option<Result<(), Status>> {
+        self.pump(client);
+        let c = self.locks.get_mut(&id)?;
+        if c.rec.held() != Some(Mode::Exclusive) {
+            return None;
+        }
+        match c.rec.downgrade() {
+            Some(op) => Some(self.drive(client, id, op)),
+            None => Some(Err(c.failed)),
         }
     }
-}
-
-/// Acts on a revoke of `id` wanting `wanted`, sent for the grant with token `fence`
-/// (`None`: every grant). Whether it concerned a grant held: a revoke of a lock not held, or
-/// held under a newer grant than the one it was sent for, is ignored.
-fn revoke(
-    client: &mut Client,
-    c: &mut Cached,
-    id: LockId,
-    wanted: Mode,
-    fence: Option<u64>,
-) -> bool {
-    let Some(l) = client.local_lock(id) else {
-        return false;
-    };
-    let Some(held) = l.state.held_mode() else {
-        // The record holds nothing: a failover's recovery forgot the cached grant rather than
-        // re-claim it (`dlock_core::manager::trust`), and the overflow that says so finds it
-        // still parked here. Answering a later `trylock` from it would hand out a grant the
-        // server does not hold.
-        *c = Cached::default();
-        return false;
-    };
-    if fence.is_some_and(|f| f < l.token.0) || (held == Mode::Shared && wanted == Mode::Shared) {
-        return false;
-    }
-    match c.parked {
-        // Readers are wanted and nobody here uses it: keep it, shared.
-        Some(Mode::Exclusive) if wanted == Mode::Shared => match client.downgrade(id) {
-            Ok(_) => c.parked = Some(Mode::Shared),
-            Err(e) => {
-                tracing::warn!(error = %e, "dlock: downgrading a parked cached lock");
-                give_back(client, c, id);
-            }
-        },
-        Some(_) => give_back(client, c, id),
-        // Exclusive wanted once stays wanted: the use's end gives the grant back.
-        None if c.revoked != Some(Mode::Exclusive) => c.revoked = Some(wanted),
-        None => {}
-    }
-    true
 }
 
 /// The revoke notice of every lock.
@@ -297,15 +397,6 @@ const fn op_of(m: Mode) -> c_int {
     }
 }
 
-/// Unlocks the parked (or revoked) grant of `id` on the server. An unlock that fails leaves
-/// nothing to retry here: the server's revoke timeout takes the grant.
-fn give_back(client: &mut Client, c: &mut Cached, id: LockId) {
-    if let Err(e) = client.unlock(id) {
-        tracing::warn!(error = %e, "dlock: giving a cached lock back");
-    }
-    *c = Cached::default();
-}
-
 /// The grant the record of `id` holds, as the lock calls report it.
 fn held_grant(client: &Client, id: LockId) -> Option<Grant> {
     let l = client.local_lock(id)?;
@@ -315,6 +406,17 @@ fn held_grant(client: &Client, id: LockId) -> Option<Grant> {
         word: l.word,
         value: l.value,
     })
+}
+
+/// A successful unlock of `id`, with the word the record keeps.
+fn recorded(client: &Client, id: LockId) -> Grant {
+    let l = client.local_lock(id);
+    Grant {
+        status: Status::Success,
+        token: l.map_or(dlock_core::FencingToken(0), |l| l.token),
+        word: l.map_or(0, |l| l.word),
+        value: None,
+    }
 }
 
 /// Waits for `id` in `mode` on the server up to `wait` in slices, reading revokes between them
@@ -339,7 +441,9 @@ pub(super) fn lock_sliced(
 /// Asks for every grant of RW lock `lock_id` from now on to be cached (`enable` 1), or stops
 /// (0; a parked grant is given back). Returns 0; `DLOCK_LOCK_NOT_GET`; `DLOCK_EINVAL` for
 /// another `enable`, a lock that is not RW, or a lock held in use (enable it before taking it:
-/// a grant taken without asking is not cacheable on the server).
+/// a grant taken without asking is not cacheable on the server); the failure of a give-back
+/// that did not reach the server (`DLOCK_BAD_RESPONSE`, say: caching stays on, and the
+/// give-back is owed and sent again at the client's next call).
 #[unsafe(no_mangle)]
 pub extern "C" fn lock_cache_enable(client_id: c_int, lock_id: c_int, enable: c_int) -> c_int {
     guard(|| {
@@ -350,21 +454,33 @@ pub extern "C" fn lock_cache_enable(client_id: c_int, lock_id: c_int, enable: c_
         };
         with_client(client_id, Refusals::DATA, |slot| {
             let set = self::lock_id(lock_id).and_then(|id| {
-                let l = slot.client.local_lock(id).ok_or(Status::LockNotGet)?;
-                let parked = slot.cache.locks.get(&id).and_then(|c| c.parked);
+                let (client, cache) = (&mut slot.client, &mut slot.cache);
+                let l = client.local_lock(id).ok_or(Status::LockNotGet)?;
+                let c = cache.locks.get(&id).copied();
+                if let Some(c) = c
+                    && c.owed.is_some()
+                {
+                    // A give-back still owed: the connection's failure first.
+                    return Err(c.failed);
+                }
                 // A grant taken before caching was asked for is not cacheable on the server
                 // (it would never be revoked), and one in use is its users' to end.
-                if l.kind != LockKind::Rw || (l.state.held_mode().is_some() && parked.is_none()) {
+                let parked = c.is_some_and(|c| c.parked());
+                if l.kind != LockKind::Rw || (l.state.held_mode().is_some() && !parked) {
                     return Err(Status::Einval);
                 }
-                slot.client.set_cacheable(id, on).map_err(Status::from)?;
                 if on {
-                    slot.cache.locks.entry(id).or_default();
-                } else if let Some(mut c) = slot.cache.locks.remove(&id)
-                    && c.parked.is_some()
-                {
-                    give_back(&mut slot.client, &mut c, id);
+                    client.set_cacheable(id, true).map_err(Status::from)?;
+                    cache.locks.entry(id).or_insert(Cached::new());
+                    return Ok(());
                 }
+                // The parked grant goes back first; one that does not reach the server keeps
+                // caching on, owed, and the call reports why.
+                if let Some(op) = cache.locks.get_mut(&id).and_then(|c| c.rec.give_back()) {
+                    cache.drive(client, id, op)?;
+                }
+                client.set_cacheable(id, false).map_err(Status::from)?;
+                cache.forget(id);
                 Ok(())
             });
             super::code(set)
@@ -375,7 +491,8 @@ pub extern "C" fn lock_cache_enable(client_id: c_int, lock_id: c_int, enable: c_
 /// Gives the parked grant of `lock_id` back to the server now (one unlock). Returns 0;
 /// `DLOCK_ALREADY_LOCKED` when it is in use (the `unlock` that ends the use gives it back);
 /// `DLOCK_ALREADY_UNLOCKED` when nothing is held; `DLOCK_EINVAL` when caching is not enabled
-/// on it; `DLOCK_LOCK_NOT_GET`.
+/// on it; `DLOCK_LOCK_NOT_GET`; the failure of a give-back that did not reach the server
+/// (`DLOCK_BAD_RESPONSE`, say), which is owed and sent again at the client's next call.
 #[unsafe(no_mangle)]
 pub extern "C" fn lock_cache_release(client_id: c_int, lock_id: c_int) -> c_int {
     guard(|| {
@@ -385,17 +502,16 @@ pub extern "C" fn lock_cache_release(client_id: c_int, lock_id: c_int) -> c_int 
                 client.local_lock(id).ok_or(Status::LockNotGet)?;
                 cache.pump(client);
                 let c = cache.locks.get_mut(&id).ok_or(Status::Einval)?;
-                let held = client.local_lock(id).and_then(|l| l.state.held_mode());
-                match (c.parked, held) {
-                    (Some(_), _) => {
-                        give_back(client, c, id);
-                        Ok(Status::Success)
-                    }
-                    (None, Some(_)) => {
-                        c.revoked = Some(Mode::Exclusive);
-                        Ok(Status::AlreadyLocked)
-                    }
-                    (None, None) => Ok(Status::AlreadyUnlocked),
+                if c.owed.is_some() {
+                    return Ok(c.failed);
+                }
+                if c.rec.users() != (0, false) {
+                    c.let_go = true;
+                    return Ok(Status::AlreadyLocked);
+                }
+                match c.rec.give_back() {
+                    Some(op) => Ok(cache.drive(client, id, op).err().unwrap_or(Status::Success)),
+                    None => Ok(Status::AlreadyUnlocked),
                 }
             });
             match done {
@@ -463,7 +579,7 @@ pub unsafe extern "C" fn client_revokes_poll(
                 None => max as usize,
             };
             while n < room
-                && let Some(r) = cache.notices.pop_front()
+                && let Some(r) = cache.notices.pop()
             {
                 taken[n] = r;
                 n += 1;

@@ -412,6 +412,18 @@ pub unsafe extern "C" fn client_reinit(client_id: c_int, server_ip: *const c_cha
     })
 }
 
+/// Drops the data path of client `client_id` and keeps its registration and control
+/// connection, as if its data connection had died: data calls fail (`DLOCK_BAD_RESPONSE`)
+/// until `client_reinit`. For fault-injection tests (a Rust function, not part of the C API).
+/// Returns 0, or the refusal of an unknown client.
+#[doc(hidden)]
+pub fn drop_data_path(client_id: c_int) -> c_int {
+    with_client(client_id, Refusals::DATA, |slot| {
+        slot.client.drop_data_path();
+        Status::Success.code()
+    })
+}
+
 /// Tells the server client `client_id` finished re-syncing its locks after `client_reinit`.
 /// -1 before `dclient_lib_init`, `DLOCK_CLIENT_NOT_INIT` for an unknown id, and -1 (as the
 /// reference) without a `client_reinit` since the last call.
