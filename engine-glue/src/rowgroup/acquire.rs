@@ -166,6 +166,7 @@ impl<C: Connection> RowGroupLocks<C> {
                     .map_err(|e| self.check(e.status()))?;
             }
             self.names.insert(self.todo[i].key, id);
+            self.ids.insert(id, self.todo[i].key);
             self.todo[i].id = Some(id);
         }
         Ok(())
@@ -194,9 +195,10 @@ impl<C: Connection> RowGroupLocks<C> {
                 .batch_release_lock(&ids[..chunk.len()])
                 .map_err(|e| self.check(e.status()))?;
             // A name the server would not release stays cached: it is still ours.
-            for (&(key, _), r) in chunk.iter().zip(released) {
+            for (&(key, lock), r) in chunk.iter().zip(released) {
                 if r.is_ok() {
                     self.names.remove(&key);
+                    self.ids.remove(&lock);
                 }
             }
         }
@@ -362,5 +364,8 @@ fn held(w: &Want, g: &Grant) -> Held {
         mode: w.mode,
         token: g.token,
         reuses: 0,
+        rec: super::cache::granted(w.mode, g.token.0),
+        owed: None,
+        warned: false,
     }
 }
