@@ -58,12 +58,12 @@ fn a_give_back_that_could_not_be_sent_is_sent_again_at_the_next_call() {
         );
         assert_eq!(client::client_reinit(c1, std::ptr::null()), 0);
         // The same server, still serving: it holds the grant for c1 yet, and revokes it.
-        assert_eq!(
-            ops::trylock(c2, &req(id2), (&raw mut st).cast()),
-            FAIL
-        );
+        assert_eq!(ops::trylock(c2, &req(id2), (&raw mut st).cast()), FAIL);
         // c1's next call sends the owed give-back.
-        assert_eq!(cached::client_revokes_poll(c1, out.as_mut_ptr(), 8, &mut n), 0);
+        assert_eq!(
+            cached::client_revokes_poll(c1, out.as_mut_ptr(), 8, &mut n),
+            0
+        );
         assert_eq!(
             ops::trylock(c2, &req(id2), (&raw mut st).cast()),
             0,

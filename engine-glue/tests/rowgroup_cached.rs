@@ -147,7 +147,11 @@ fn a_transaction_reading_under_a_cached_exclusive_grant_downgrades_it_for_a_read
     let mut txn = w.begin();
     txn.acquire(&[(key, Mode::Shared)], AcquireOptions::NO_WAIT)
         .unwrap();
-    assert_eq!(txn.mode(key), Some(Mode::Exclusive), "read from the cached grant");
+    assert_eq!(
+        txn.mode(key),
+        Some(Mode::Exclusive),
+        "read from the cached grant"
+    );
     let mut r = worker(&s, false);
     let reader = thread::spawn(move || {
         let mut txn = r.begin();
@@ -161,7 +165,11 @@ fn a_transaction_reading_under_a_cached_exclusive_grant_downgrades_it_for_a_read
     txn.keep_leases(Instant::now() + Duration::from_secs(3_600))
         .unwrap();
     assert_eq!(txn.mode(key), Some(Mode::Shared), "downgraded in place");
-    assert_eq!(reader.join().unwrap(), Ok(()), "while the transaction reads on");
+    assert_eq!(
+        reader.join().unwrap(),
+        Ok(()),
+        "while the transaction reads on"
+    );
     assert!(txn.token(key).is_some());
     txn.commit().unwrap();
 }

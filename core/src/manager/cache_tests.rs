@@ -452,7 +452,11 @@ fn the_holder_gives_an_idle_grant_back_of_its_own_accord_and_only_an_idle_one() 
     assert_eq!(idle.give_back(), Some(ServerOp::GiveBack(SH)));
     assert!(idle.giving_back());
     assert_eq!(idle.give_back(), None, "one message in flight per lock");
-    assert_eq!(idle.acquire(SH), Acquire::Wait, "no user while it goes back");
+    assert_eq!(
+        idle.acquire(SH),
+        Acquire::Wait,
+        "no user while it goes back"
+    );
     // Not answered (the connection was lost): still owed, sent again.
     assert_eq!(
         idle.on_reply(Status::BadResponse, 0),

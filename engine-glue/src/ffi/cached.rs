@@ -59,7 +59,7 @@ use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp};
 use dlock_core::proto::Event;
 use dlock_core::table::EVENT_RING_LEN;
 use dlock_core::{LockId, LockKind, Mode, Status};
-use dlock_transport::client::cached::{NOTICES_MAX, Notices, warn_overdue};
+use dlock_transport::client::cached::{NOTICES_MAX, Notices, wait_sliced, warn_overdue};
 use dlock_transport::client::{Client, Grant};
 
 use super::client::{Refusals, with_client};
@@ -70,7 +70,7 @@ use super::types::{
 use super::{guard, write_at};
 
 /// The longest `lock` waits on the server before it reads its revokes again (module doc).
-pub const WAIT_SLICE: Duration = Duration::from_millis(20);
+pub use dlock_transport::client::cached::WAIT_SLICE;
 
 /// One cache-enabled lock: the core's record of its cached grant
 /// ([`dlock_core::manager::CachedLock`], whose tables decide every case: what covers a
@@ -239,7 +239,14 @@ impl Caching {
     /// Acts on a revoke of `id` wanting `wanted`, sent when the lock's token was `fence`
     /// (`u64::MAX`: an overflow, every grant). Whether it concerned a grant held (the record
     /// ignores a revoke of a lock not held, a stale one, and one its answer is on its way for).
-    fn revoke(&mut self, client: &mut Client, id: LockId, wanted: Mode, fence: u64, now: u64) -> bool {
+    fn revoke(
+        &mut self,
+        client: &mut Client,
+        id: LockId,
+        wanted: Mode,
+        fence: u64,
+        now: u64,
+    ) -> bool {
         let Some(c) = self.locks.get_mut(&id) else {
             return false;
         };
@@ -348,7 +355,11 @@ impl Caching {
         if client.local_lock(id)?.refs != 1 {
             return None;
         }
-        let mode = if writer { Mode::Exclusive } else { Mode::Shared };
+        let mode = if writer {
+            Mode::Exclusive
+        } else {
+            Mode::Shared
+        };
         let op = match c.rec.release(mode) {
             Release::Keep if c.let_go => c.rec.give_back(),
             Release::Keep => None,
@@ -368,7 +379,11 @@ impl Caching {
 
     /// `lock_downgrade` of `id`: `Some` when the record holds it exclusive (the grant goes
     /// shared, a use reads on); `None` when the client answers as without caching.
-    pub(super) fn downgrade(&mut self, client: &mut Client, id: LockId) -> Option<Result<(), Status>> {
+    pub(super) fn downgrade(
+        &mut self,
+        client: &mut Client,
+        id: LockId,
+    ) -> Option<Result<(), Status>> {
         self.pump(client);
         let c = self.locks.get_mut(&id)?;
         if c.rec.held() != Some(Mode::Exclusive) {
@@ -420,22 +435,23 @@ fn recorded(client: &Client, id: LockId) -> Grant {
 }
 
 /// Waits for `id` in `mode` on the server up to `wait` in slices, reading revokes between them
-/// (module doc). `send(client, slice)` asks once.
+/// (module doc; the loop is the transport's [`wait_sliced`]). `send(client, slice)` asks once.
 pub(super) fn lock_sliced(
     client: &mut Client,
     cache: &mut Caching,
     wait: Duration,
     mut send: impl FnMut(&mut Client, Duration) -> Result<Grant, Status>,
 ) -> Result<Grant, Status> {
-    let deadline = Instant::now() + wait;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match send(client, left.min(WAIT_SLICE)) {
-            // The slice ran out, not the wait: look at the revokes, ask again.
-            Err(Status::Etimeout) if !left.is_zero() => cache.pump(client),
-            r => return r,
-        }
-    }
+    wait_sliced(
+        &mut (client, cache),
+        Instant::now() + wait,
+        |(client, cache)| {
+            cache.pump(client);
+            Ok(())
+        },
+        |(client, _), slice| send(client, slice),
+        |s| *s == Status::Etimeout,
+    )
 }
 
 /// Asks for every grant of RW lock `lock_id` from now on to be cached (`enable` 1), or stops

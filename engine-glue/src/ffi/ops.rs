@@ -158,9 +158,8 @@ pub unsafe extern "C" fn trylock(
         // SAFETY: `single` checked `result` is not NULL; 16 writable bytes (caller's contract).
         unsafe {
             on_lock(client_id, r.lock_id, result, |s, id| {
-                let ask = |c: &mut Client, _: &mut Caching| {
-                    c.trylock(id, mode, ms).map_err(Status::from)
-                };
+                let ask =
+                    |c: &mut Client, _: &mut Caching| c.trylock(id, mode, ms).map_err(Status::from);
                 match s.cache.acquire(&mut s.client, id, mode, ask) {
                     Some(g) => g,
                     None => s.client.trylock(id, mode, ms).map_err(Status::from),

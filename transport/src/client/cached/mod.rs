@@ -49,6 +49,7 @@
 
 mod guard;
 mod notices;
+mod wait;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -63,13 +64,11 @@ use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
 
 pub use guard::{CachedReadGuard, CachedWriteGuard};
 pub use notices::{NOTICES_MAX, Notices};
+pub use wait::{WAIT_SLICE, wait_sliced};
 
 use super::error::{Error, ErrorKind, Op};
 use super::link::Link;
 use super::{Client, ClientConfig, Connection};
-
-/// The longest a waiting call waits on the server before it looks at its events again.
-pub const WAIT_SLICE: Duration = Duration::from_millis(20);
 
 /// What the engine is told through [`Revokes::try_recv`]: flush what a lock protects, it is
 /// being given back (now, or when its last guard drops).

@@ -66,6 +66,10 @@ mod tests {
         assert_eq!((q.pop(), q.pop()), (Some(0), None), "folded");
         q.push(0);
         q.push(0);
-        assert_eq!((q.pop(), q.pop()), (Some(0), None), "one 'every lock' in a row");
+        assert_eq!(
+            (q.pop(), q.pop()),
+            (Some(0), None),
+            "one 'every lock' in a row"
+        );
     }
 }
