@@ -48,7 +48,7 @@ use dlock_core::{LockId, Status};
 use dlock_transport::client::{Client, ClientConfig, Endpoint, Mux, REQUEST_TIMEOUT};
 use dlock_transport::tls::{ClientTls, TlsConfig};
 
-use super::cached::Caching;
+use super::caching::Caching;
 use super::server::embedded_endpoint;
 use super::tls::tls_config;
 use super::types::{

@@ -26,7 +26,8 @@ use std::ffi::{c_int, c_void};
 use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
 use dlock_transport::client::{AsyncOp, Client, Grant, LocalLock, REQUEST_TIMEOUT};
 
-use super::cached::{Caching, lock_sliced};
+use super::cached::lock_sliced;
+use super::caching::Caching;
 
 use super::client::{Refusals, Slot, with_client};
 use super::locks::lock_id;
