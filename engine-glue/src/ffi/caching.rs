@@ -72,6 +72,9 @@ pub(super) struct Caching {
     pub(super) callback: Option<Callback>,
     /// Events read off the connection before they are acted on (kept for its capacity).
     events: Vec<Event>,
+    /// The locks an overflow revokes, or the give-backs a look sends again (kept for its
+    /// capacity, so that a look allocates nothing once it has seen as many).
+    scratch: Vec<(LockId, Option<ServerOp>)>,
 }
 
 impl Caching {
@@ -79,10 +82,11 @@ impl Caching {
     pub(super) fn new() -> Caching {
         Caching {
             locks: HashMap::new(),
-            watch: Vec::new(),
+            watch: Vec::with_capacity(EVENT_RING_LEN),
             notices: Notices::new(revoke_all()),
             callback: None,
             events: Vec::with_capacity(EVENT_RING_LEN + 1),
+            scratch: Vec::with_capacity(EVENT_RING_LEN),
         }
     }
 
@@ -145,10 +149,13 @@ impl Caching {
                     }
                 }
                 Event::Overflow => {
-                    let ids: Vec<LockId> = self.locks.keys().copied().collect();
-                    for id in ids {
+                    let mut ids = std::mem::take(&mut self.scratch);
+                    ids.extend(self.locks.keys().map(|&id| (id, None)));
+                    for &(id, _) in &ids {
                         self.revoke(client, id, Mode::Exclusive, u64::MAX, now);
                     }
+                    ids.clear();
+                    self.scratch = ids;
                     self.notices.push(revoke_all());
                 }
             }
@@ -161,22 +168,26 @@ impl Caching {
     fn visit_watched(&mut self, client: &mut Client, now: u64) {
         let lease_ms = dlock_core::time::duration_to_ms(client.lease()).max(1);
         let mut watch = std::mem::take(&mut self.watch);
-        let mut owed = Vec::new();
+        let mut owed = std::mem::take(&mut self.scratch);
         watch.retain(|id| {
             let Some(c) = self.locks.get_mut(id) else {
                 return false;
             };
             warn_overdue(*id, &c.rec, &mut c.warned, now, lease_ms);
             if let Some(op) = c.owed.take() {
-                owed.push((*id, op));
+                owed.push((*id, Some(op)));
             }
             c.rec.revoke().is_some()
         });
         self.watch = watch;
-        for (id, op) in owed {
-            // A failure stays owed (`drive`), for the next look.
-            let _ = self.drive(client, id, op);
+        for &(id, op) in &owed {
+            if let Some(op) = op {
+                // A failure stays owed (`drive`), for the next look.
+                let _ = self.drive(client, id, op);
+            }
         }
+        owed.clear();
+        self.scratch = owed;
     }
 
     /// Acts on a revoke of `id` wanting `wanted`, sent when the lock's token was `fence`
