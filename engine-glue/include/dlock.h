@@ -546,8 +546,10 @@ int recovery_done(int client_id, int dead_client_id, unsigned int *released);
  * When another client wants a conflicting mode, the server sends this one a revoke. The
  * library reads revokes in trylock, lock, unlock, lock_downgrade, lock_cache_release and
  * client_revokes_poll of the client, and acts on them itself: a parked grant goes back at once
- * (or is downgraded when only shared is wanted); a grant in use goes back with the unlock that
- * ends its use. Flush what a lock protects before that unlock, as before any unlock. Each
+ * (or is downgraded when only shared is wanted); a grant in use goes back (or is downgraded)
+ * with the unlock that ends its use. Flush what a lock protects before that unlock, as before
+ * any unlock. A give-back that does not reach the server is sent again at the client's next
+ * call (the call that failed returns why), never dropped. Each
  * revoke acted on is reported to the engine, by its callback or its poll, so it can hurry the
  * users in the way. A client that never calls in does not see its revokes and loses the grant
  * at the server's revoke timeout (its lease by default). lock() on an RW lock of a client that
@@ -576,12 +578,15 @@ typedef void (*dlock_revoke_cb_t)(int client_id, const struct dlock_revoke *revo
 
 /* enable: 1 = every grant of RW lock lock_id from now on is cached, 0 = not (a parked grant is
  * given back). 0; DLOCK_LOCK_NOT_GET; DLOCK_EINVAL (another enable, not an RW lock, or held in
- * use: enable it before taking it). Sends nothing but a give-back. */
+ * use: enable it before taking it); the failure of a give-back that did not reach the server
+ * (DLOCK_BAD_RESPONSE, say: caching stays on, and the give-back is sent again at the client's
+ * next call). Sends nothing but a give-back. */
 int lock_cache_enable(int client_id, int lock_id, int enable);
 
 /* Gives a parked grant back now. 0; DLOCK_ALREADY_LOCKED (in use: the unlock that ends the use
  * gives it back); DLOCK_ALREADY_UNLOCKED (nothing held); DLOCK_EINVAL (caching not enabled);
- * DLOCK_LOCK_NOT_GET. */
+ * DLOCK_LOCK_NOT_GET; the failure of a give-back that did not reach the server
+ * (DLOCK_BAD_RESPONSE, say), which the library sends again at the client's next call. */
 int lock_cache_release(int client_id, int lock_id);
 
 /* dlock: turns the exclusive grant held on an RW lock into a shared one in place (same fencing

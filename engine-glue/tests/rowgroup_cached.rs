@@ -135,6 +135,45 @@ fn a_key_revoked_while_a_transaction_holds_it_goes_back_at_its_end() {
     assert_eq!(w.cached_grants(), 0, "not cached: it was asked back");
 }
 
+/// The rules are `CachedLock`'s: a transaction reading under a cached exclusive grant has
+/// nothing a reader elsewhere conflicts with, so a revoke wanting shared downgrades the grant
+/// at once, and the other reader is not kept waiting for the transaction to end.
+#[test]
+fn a_transaction_reading_under_a_cached_exclusive_grant_downgrades_it_for_a_reader_at_once() {
+    let s = server();
+    let mut w = worker(&s, true);
+    let key = RowGroup::new(5, 5);
+    take_once(&mut w, key);
+    let mut txn = w.begin();
+    txn.acquire(&[(key, Mode::Shared)], AcquireOptions::NO_WAIT)
+        .unwrap();
+    assert_eq!(
+        txn.mode(key),
+        Some(Mode::Exclusive),
+        "read from the cached grant"
+    );
+    let mut r = worker(&s, false);
+    let reader = thread::spawn(move || {
+        let mut txn = r.begin();
+        txn.acquire(&[(key, Mode::Shared)], AcquireOptions::wait(WAIT))?;
+        txn.commit()
+    });
+    let until = Instant::now() + WAIT;
+    while revokes_sent(&s) == 0 && Instant::now() < until {
+        thread::sleep(Duration::from_millis(1));
+    }
+    txn.keep_leases(Instant::now() + Duration::from_secs(3_600))
+        .unwrap();
+    assert_eq!(txn.mode(key), Some(Mode::Shared), "downgraded in place");
+    assert_eq!(
+        reader.join().unwrap(),
+        Ok(()),
+        "while the transaction reads on"
+    );
+    assert!(txn.token(key).is_some());
+    txn.commit().unwrap();
+}
+
 /// One transaction of `w` taking `key` exclusively (no wait) and committing.
 fn take_once(w: &mut RowGroupLocks, key: RowGroup) {
     let mut txn = w.begin();

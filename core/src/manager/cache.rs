@@ -43,6 +43,12 @@
 //! | a give-back in flight, or a downgrade and shared wanted | `Ignore`: its answer is on its way   |
 //! | otherwise                            | recorded (exclusive outranks shared); `Send` what is owed now, or `Deferred`: the engine's users must finish (and flush), and the last `release` sends it |
 //!
+//! | the holder's own call                 | when                                   | then                     |
+//! |---------------------------------------|----------------------------------------|--------------------------|
+//! | `give_back()` (a policy, or the engine) | held, no local user, nothing in flight | `Some(GiveBack(held))`   |
+//! | `downgrade()` (the engine)            | held exclusive, nothing in flight      | `Some(Downgrade)`: a writer reads on |
+//! | either                                | otherwise                              | `None`                   |
+//!
 //! A revoke can overtake the reply that grants the lock: over shared memory the event ring and
 //! the mailbox are two paths, and the client may read the ring first. So a revoke that arrives
 //! while an acquisition is in flight is recorded with its `fence` and kept if the grant's token
@@ -269,6 +275,47 @@ impl CachedLock {
             self.lost = false;
         }
         self.owed().map_or(Release::Keep, Release::Send)
+    }
+
+    /// The holder gives an idle grant back of its own accord, no revoke asked for it: a policy
+    /// ([`super::Demotion`], [`super::Payback`]) let the lock go at the end of its use, or the
+    /// engine asked. `Some(GiveBack(held))`, marked in flight, when something is held with no
+    /// local user and nothing in flight; `None` otherwise (a busy grant is the users' to end).
+    #[inline]
+    pub fn give_back(&mut self) -> Option<ServerOp> {
+        let held = self.held?;
+        if self.readers > 0 || self.writer {
+            return None;
+        }
+        self.send(Flight::GiveBack {
+            mode: held,
+            convert: false,
+        })
+    }
+
+    /// The engine turns the exclusive grant into a shared one in place, its writer (if any)
+    /// reading on: `Some(Downgrade)`, marked in flight, when exclusive is held and nothing is
+    /// in flight; `None` otherwise (`Einval` to the engine). The reply goes to
+    /// [`CachedLock::on_reply`], as a downgrade a revoke asked for.
+    #[inline]
+    pub fn downgrade(&mut self) -> Option<ServerOp> {
+        if self.held != Some(Mode::Exclusive) || self.flight.is_some() {
+            return None;
+        }
+        if self.writer {
+            (self.writer, self.readers) = (false, 1);
+        }
+        self.send(Flight::Downgrade)
+    }
+
+    /// Whether a give-back or downgrade is in flight: sent, and not answered yet (one whose
+    /// reply did not come is sent again, [`Reply::Send`]).
+    #[inline]
+    pub const fn giving_back(&self) -> bool {
+        matches!(
+            self.flight,
+            Some(Flight::GiveBack { .. } | Flight::Downgrade)
+        )
     }
 
     /// The server revokes the grant, wanting `wanted` for another client; `fence` is the lock's

@@ -442,3 +442,43 @@ proptest! {
         prop_assert_eq!(l.users(), (0, false));
     }
 }
+
+#[test]
+fn the_holder_gives_an_idle_grant_back_of_its_own_accord_and_only_an_idle_one() {
+    let mut busy = cached(LockKind::Rw, Some(EX), 1, false);
+    assert_eq!(busy.give_back(), None, "a busy grant is its users' to end");
+    assert_eq!(cached(LockKind::Rw, None, 0, false).give_back(), None);
+    let mut idle = cached(LockKind::Rw, Some(SH), 0, false);
+    assert_eq!(idle.give_back(), Some(ServerOp::GiveBack(SH)));
+    assert!(idle.giving_back());
+    assert_eq!(idle.give_back(), None, "one message in flight per lock");
+    assert_eq!(
+        idle.acquire(SH),
+        Acquire::Wait,
+        "no user while it goes back"
+    );
+    // Not answered (the connection was lost): still owed, sent again.
+    assert_eq!(
+        idle.on_reply(Status::BadResponse, 0),
+        Reply::Send(ServerOp::GiveBack(SH))
+    );
+    assert_eq!(idle.on_reply(Status::Success, 0), Reply::Settled);
+    assert_eq!((idle.held(), idle.giving_back()), (None, false));
+}
+
+#[test]
+fn the_engines_downgrade_keeps_its_writer_reading_under_a_shared_grant() {
+    let mut w = cached(LockKind::Rw, Some(EX), 0, true);
+    assert_eq!(w.downgrade(), Some(ServerOp::Downgrade));
+    assert_eq!(w.users(), (1, false), "the writer reads on");
+    assert_eq!(w.downgrade(), None, "in flight");
+    assert_eq!(w.on_reply(Status::Success, 5), Reply::Settled);
+    assert_eq!(w.held(), Some(SH));
+    assert_eq!(w.downgrade(), None, "nothing exclusive left");
+    assert_eq!(w.release(SH), Release::Keep);
+    w.check_invariants().unwrap();
+    // A parked exclusive grant goes shared with no user.
+    let mut parked = cached(LockKind::Rw, Some(EX), 0, false);
+    assert_eq!(parked.downgrade(), Some(ServerOp::Downgrade));
+    assert_eq!(parked.users(), (0, false));
+}

@@ -16,8 +16,18 @@
 //! - when another client wants a conflicting mode, the server sends a revoke. The library reads
 //!   revokes at every `trylock`, `lock`, `unlock`, `lock_downgrade`, `lock_cache_release` and
 //!   `client_revokes_poll` of the client: a parked grant is given back at once (or downgraded,
-//!   when only shared is wanted); a grant in use is given back by the `unlock` that ends its
-//!   use. Either way the engine is told ([`dlock_revoke`]), through its callback or its poll.
+//!   when only shared is wanted); a grant in use is given back (or downgraded) by the `unlock`
+//!   that ends its use. Either way the engine is told ([`dlock_revoke`]), through its callback
+//!   or its poll.
+//!
+//! Every one of these decisions is `dlock_core::manager::CachedLock`'s, one record per lock,
+//! as for the Rust API's `CachedLocks`: this module only sends what the record asks for and
+//! hands it the reply. So a give-back that does not reach the server (a lost connection) is
+//! not forgotten: the record keeps it in flight, and the library sends it again at the
+//! client's next call (the call that failed reports the failure), so the server does not go on
+//! holding a grant the engine was told it gave back. A use that outlives a revoke by the
+//! client's lease is warned about (`tracing`), as `CachedLocks` warns: the server has let the
+//! grant go.
 //!
 //! Only RW locks cache: their grants have no lease, so a parked grant stays valid for as long
 //! as the client lives. An atomic or fair grant parked past its lease would be answered
@@ -40,306 +50,48 @@
 //! while a slice is parked on the server ends it at once. Waits on atomic and fair locks are
 //! not sliced.
 
-use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_uint, c_void};
 use std::time::{Duration, Instant};
 
-use dlock_core::proto::Event;
-use dlock_core::table::EVENT_RING_LEN;
-use dlock_core::{LockId, LockKind, Mode, Status};
+use dlock_core::{LockKind, Status};
+use dlock_transport::client::cached::{NOTICES_MAX, wait_sliced};
 use dlock_transport::client::{Client, Grant};
 
+use super::caching::{Cached, Caching, Callback};
 use super::client::{Refusals, with_client};
 use super::locks::lock_id;
-use super::types::{
-    DLOCK_REVOKE_ALL, LOCK_EXCLUSIVE, LOCK_SHARED, dlock_revoke, dlock_revoke_cb_t,
-};
+use super::types::{dlock_revoke, dlock_revoke_cb_t};
 use super::{guard, write_at};
 
-/// Revoke notices kept for the engine before they are folded into one "every lock" notice.
-const NOTICES_MAX: usize = 4 * EVENT_RING_LEN;
-
 /// The longest `lock` waits on the server before it reads its revokes again (module doc).
-pub const WAIT_SLICE: Duration = Duration::from_millis(20);
-
-/// One cache-enabled lock's local state.
-#[derive(Clone, Copy, Debug, Default)]
-struct Cached {
-    /// Held on the server with no local user, in this mode.
-    parked: Option<Mode>,
-    /// A revoke (or `lock_cache_release`) wants it back while in use: the mode wanted. The
-    /// `unlock` that ends the use gives it back instead of parking it.
-    revoked: Option<Mode>,
-}
-
-/// The revoke callback and its `user_data` (kept as an address: the library never reads it).
-#[derive(Clone, Copy, Debug)]
-struct Callback {
-    f: unsafe extern "C" fn(c_int, *const dlock_revoke, *mut c_void),
-    user_data: usize,
-}
-
-/// A client's cached locks, the notices the engine has not taken, and its callback.
-#[derive(Debug)]
-pub(super) struct Caching {
-    locks: HashMap<LockId, Cached>,
-    notices: VecDeque<dlock_revoke>,
-    callback: Option<Callback>,
-    /// Events read off the connection before they are acted on (kept for its capacity).
-    events: Vec<Event>,
-}
-
-impl Caching {
-    /// Sized at `client_init`, so that reading revokes allocates nothing afterwards.
-    pub(super) fn new() -> Caching {
-        Caching {
-            locks: HashMap::new(),
-            notices: VecDeque::with_capacity(NOTICES_MAX),
-            callback: None,
-            events: Vec::with_capacity(EVENT_RING_LEN + 1),
-        }
-    }
-
-    /// Whether any lock of the client caches (then `lock` waits in slices).
-    pub(super) fn any(&self) -> bool {
-        !self.locks.is_empty()
-    }
-
-    /// Whether `id`'s grants are cached (batches and asynchronous calls refuse it).
-    pub(super) fn caches(&self, id: LockId) -> bool {
-        self.locks.contains_key(&id)
-    }
-
-    /// Gives `id`'s parked grant back, if it has one (`release_lock`).
-    pub(super) fn unpark(&mut self, client: &mut Client, id: LockId) {
-        if let Some(c) = self.locks.get_mut(&id)
-            && c.parked.is_some()
-        {
-            give_back(client, c, id);
-        }
-    }
-
-    /// Forgets `id` (its reference was released).
-    pub(super) fn forget(&mut self, id: LockId) {
-        self.locks.remove(&id);
-    }
-
-    fn notify(&mut self, n: dlock_revoke) {
-        let all = n.lock_id == DLOCK_REVOKE_ALL;
-        if all
-            && self
-                .notices
-                .back()
-                .is_some_and(|b| b.lock_id == DLOCK_REVOKE_ALL)
-        {
-            return;
-        }
-        if self.notices.len() == NOTICES_MAX {
-            // The engine fell behind: one notice that says every lock stands for them all.
-            self.notices.clear();
-            self.notices.push_back(revoke_all());
-            return;
-        }
-        self.notices.push_back(n);
-    }
-
-    /// Reads the revokes the server sent and acts on them (module doc).
-    pub(super) fn pump(&mut self, client: &mut Client) {
-        if self.locks.is_empty() {
-            return;
-        }
-        let mut events = std::mem::take(&mut self.events);
-        if let Err(e) = client.poll_events(|e| events.push(e)) {
-            tracing::debug!(error = %e, "dlock: reading a C client's revokes");
-        }
-        for e in events.drain(..) {
-            match e {
-                Event::Revoke {
-                    lock,
-                    wanted,
-                    fence,
-                } => {
-                    let acted = self
-                        .locks
-                        .get_mut(&lock)
-                        .is_some_and(|c| revoke(client, c, lock, wanted, Some(fence)));
-                    if acted {
-                        self.notify(dlock_revoke {
-                            lock_id: lock.raw() as c_int,
-                            wanted_op: op_of(wanted),
-                        });
-                    }
-                }
-                Event::Overflow => {
-                    for (&id, c) in self.locks.iter_mut() {
-                        revoke(client, c, id, Mode::Exclusive, None);
-                    }
-                    self.notify(revoke_all());
-                }
-            }
-        }
-        self.events = events;
-    }
-
-    /// `trylock`/`lock` of `id` in `mode`: the grant, when the parked one covers it (module
-    /// doc); `None` when the server must be asked.
-    pub(super) fn acquire(&mut self, client: &mut Client, id: LockId, mode: Mode) -> Option<Grant> {
-        self.pump(client);
-        let c = self.locks.get_mut(&id)?;
-        let parked = c.parked?;
-        if parked == Mode::Shared && mode == Mode::Exclusive {
-            // No upgrade in place: the shared grant goes back, and the request is a new one.
-            give_back(client, c, id);
-            return None;
-        }
-        c.parked = None;
-        held_grant(client, id)
-    }
-
-    /// `unlock` of `id`: `Some` when answered here (the grant parked, or nothing in use);
-    /// `None` when the unlock goes to the client as without caching.
-    pub(super) fn release(
-        &mut self,
-        client: &mut Client,
-        id: LockId,
-    ) -> Option<Result<Grant, Status>> {
-        self.pump(client);
-        let c = self.locks.get_mut(&id)?;
-        if c.parked.is_some() {
-            return Some(Err(Status::AlreadyUnlocked));
-        }
-        let l = client.local_lock(id)?;
-        let held = l.state.held_mode()?;
-        if l.refs != 1 || c.revoked.is_some() {
-            return None;
-        }
-        c.parked = Some(held);
-        held_grant(client, id).map(Ok)
-    }
-
-    /// After a downgrade of `id`: a parked grant is parked shared, and a revoke that wanted
-    /// only shared is answered.
-    pub(super) fn downgraded(&mut self, id: LockId) {
-        if let Some(c) = self.locks.get_mut(&id) {
-            c.parked = c.parked.map(|_| Mode::Shared);
-            if c.revoked == Some(Mode::Shared) {
-                c.revoked = None;
-            }
-        }
-    }
-
-    /// After an unlock went to the server: a released grant owes nothing any more.
-    pub(super) fn released(&mut self, client: &Client, id: LockId) {
-        if let Some(c) = self.locks.get_mut(&id)
-            && client
-                .local_lock(id)
-                .is_none_or(|l| l.state.held_mode().is_none())
-        {
-            *c = Cached::default();
-        }
-    }
-}
-
-/// Acts on a revoke of `id` wanting `wanted`, sent for the grant with token `fence`
-/// (`None`: every grant). Whether it concerned a grant held: a revoke of a lock not held, or
-/// held under a newer grant than the one it was sent for, is ignored.
-fn revoke(
-    client: &mut Client,
-    c: &mut Cached,
-    id: LockId,
-    wanted: Mode,
-    fence: Option<u64>,
-) -> bool {
-    let Some(l) = client.local_lock(id) else {
-        return false;
-    };
-    let Some(held) = l.state.held_mode() else {
-        // The record holds nothing: a failover's recovery forgot the cached grant rather than
-        // re-claim it (`dlock_core::manager::trust`), and the overflow that says so finds it
-        // still parked here. Answering a later `trylock` from it would hand out a grant the
-        // server does not hold.
-        *c = Cached::default();
-        return false;
-    };
-    if fence.is_some_and(|f| f < l.token.0) || (held == Mode::Shared && wanted == Mode::Shared) {
-        return false;
-    }
-    match c.parked {
-        // Readers are wanted and nobody here uses it: keep it, shared.
-        Some(Mode::Exclusive) if wanted == Mode::Shared => match client.downgrade(id) {
-            Ok(_) => c.parked = Some(Mode::Shared),
-            Err(e) => {
-                tracing::warn!(error = %e, "dlock: downgrading a parked cached lock");
-                give_back(client, c, id);
-            }
-        },
-        Some(_) => give_back(client, c, id),
-        // Exclusive wanted once stays wanted: the use's end gives the grant back.
-        None if c.revoked != Some(Mode::Exclusive) => c.revoked = Some(wanted),
-        None => {}
-    }
-    true
-}
-
-/// The revoke notice of every lock.
-const fn revoke_all() -> dlock_revoke {
-    dlock_revoke {
-        lock_id: DLOCK_REVOKE_ALL,
-        wanted_op: LOCK_EXCLUSIVE,
-    }
-}
-
-/// The C op that asks for `m`.
-const fn op_of(m: Mode) -> c_int {
-    match m {
-        Mode::Exclusive => LOCK_EXCLUSIVE,
-        Mode::Shared => LOCK_SHARED,
-    }
-}
-
-/// Unlocks the parked (or revoked) grant of `id` on the server. An unlock that fails leaves
-/// nothing to retry here: the server's revoke timeout takes the grant.
-fn give_back(client: &mut Client, c: &mut Cached, id: LockId) {
-    if let Err(e) = client.unlock(id) {
-        tracing::warn!(error = %e, "dlock: giving a cached lock back");
-    }
-    *c = Cached::default();
-}
-
-/// The grant the record of `id` holds, as the lock calls report it.
-fn held_grant(client: &Client, id: LockId) -> Option<Grant> {
-    let l = client.local_lock(id)?;
-    Some(Grant {
-        status: Status::Success,
-        token: l.token,
-        word: l.word,
-        value: l.value,
-    })
-}
+pub use dlock_transport::client::cached::WAIT_SLICE;
 
 /// Waits for `id` in `mode` on the server up to `wait` in slices, reading revokes between them
-/// (module doc). `send(client, slice)` asks once.
+/// (module doc; the loop is the transport's [`wait_sliced`]). `send(client, slice)` asks once.
 pub(super) fn lock_sliced(
     client: &mut Client,
     cache: &mut Caching,
     wait: Duration,
     mut send: impl FnMut(&mut Client, Duration) -> Result<Grant, Status>,
 ) -> Result<Grant, Status> {
-    let deadline = Instant::now() + wait;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match send(client, left.min(WAIT_SLICE)) {
-            // The slice ran out, not the wait: look at the revokes, ask again.
-            Err(Status::Etimeout) if !left.is_zero() => cache.pump(client),
-            r => return r,
-        }
-    }
+    wait_sliced(
+        &mut (client, cache),
+        Instant::now() + wait,
+        |(client, cache)| {
+            cache.pump(client);
+            Ok(())
+        },
+        |(client, _), slice| send(client, slice),
+        |s| *s == Status::Etimeout,
+    )
 }
 
 /// Asks for every grant of RW lock `lock_id` from now on to be cached (`enable` 1), or stops
 /// (0; a parked grant is given back). Returns 0; `DLOCK_LOCK_NOT_GET`; `DLOCK_EINVAL` for
 /// another `enable`, a lock that is not RW, or a lock held in use (enable it before taking it:
-/// a grant taken without asking is not cacheable on the server).
+/// a grant taken without asking is not cacheable on the server); the failure of a give-back
+/// that did not reach the server (`DLOCK_BAD_RESPONSE`, say: caching stays on, and the
+/// give-back is owed and sent again at the client's next call).
 #[unsafe(no_mangle)]
 pub extern "C" fn lock_cache_enable(client_id: c_int, lock_id: c_int, enable: c_int) -> c_int {
     guard(|| {
@@ -350,21 +102,33 @@ pub extern "C" fn lock_cache_enable(client_id: c_int, lock_id: c_int, enable: c_
         };
         with_client(client_id, Refusals::DATA, |slot| {
             let set = self::lock_id(lock_id).and_then(|id| {
-                let l = slot.client.local_lock(id).ok_or(Status::LockNotGet)?;
-                let parked = slot.cache.locks.get(&id).and_then(|c| c.parked);
+                let (client, cache) = (&mut slot.client, &mut slot.cache);
+                let l = client.local_lock(id).ok_or(Status::LockNotGet)?;
+                let c = cache.locks.get(&id).copied();
+                if let Some(c) = c
+                    && c.owed.is_some()
+                {
+                    // A give-back still owed: the connection's failure first.
+                    return Err(c.failed);
+                }
                 // A grant taken before caching was asked for is not cacheable on the server
                 // (it would never be revoked), and one in use is its users' to end.
-                if l.kind != LockKind::Rw || (l.state.held_mode().is_some() && parked.is_none()) {
+                let parked = c.is_some_and(|c| c.parked());
+                if l.kind != LockKind::Rw || (l.state.held_mode().is_some() && !parked) {
                     return Err(Status::Einval);
                 }
-                slot.client.set_cacheable(id, on).map_err(Status::from)?;
                 if on {
-                    slot.cache.locks.entry(id).or_default();
-                } else if let Some(mut c) = slot.cache.locks.remove(&id)
-                    && c.parked.is_some()
-                {
-                    give_back(&mut slot.client, &mut c, id);
+                    client.set_cacheable(id, true).map_err(Status::from)?;
+                    cache.locks.entry(id).or_insert(Cached::new());
+                    return Ok(());
                 }
+                // The parked grant goes back first; one that does not reach the server keeps
+                // caching on, owed, and the call reports why.
+                if let Some(op) = cache.locks.get_mut(&id).and_then(|c| c.rec.give_back()) {
+                    cache.drive(client, id, op)?;
+                }
+                client.set_cacheable(id, false).map_err(Status::from)?;
+                cache.forget(id);
                 Ok(())
             });
             super::code(set)
@@ -375,7 +139,8 @@ pub extern "C" fn lock_cache_enable(client_id: c_int, lock_id: c_int, enable: c_
 /// Gives the parked grant of `lock_id` back to the server now (one unlock). Returns 0;
 /// `DLOCK_ALREADY_LOCKED` when it is in use (the `unlock` that ends the use gives it back);
 /// `DLOCK_ALREADY_UNLOCKED` when nothing is held; `DLOCK_EINVAL` when caching is not enabled
-/// on it; `DLOCK_LOCK_NOT_GET`.
+/// on it; `DLOCK_LOCK_NOT_GET`; the failure of a give-back that did not reach the server
+/// (`DLOCK_BAD_RESPONSE`, say), which is owed and sent again at the client's next call.
 #[unsafe(no_mangle)]
 pub extern "C" fn lock_cache_release(client_id: c_int, lock_id: c_int) -> c_int {
     guard(|| {
@@ -385,17 +150,16 @@ pub extern "C" fn lock_cache_release(client_id: c_int, lock_id: c_int) -> c_int 
                 client.local_lock(id).ok_or(Status::LockNotGet)?;
                 cache.pump(client);
                 let c = cache.locks.get_mut(&id).ok_or(Status::Einval)?;
-                let held = client.local_lock(id).and_then(|l| l.state.held_mode());
-                match (c.parked, held) {
-                    (Some(_), _) => {
-                        give_back(client, c, id);
-                        Ok(Status::Success)
-                    }
-                    (None, Some(_)) => {
-                        c.revoked = Some(Mode::Exclusive);
-                        Ok(Status::AlreadyLocked)
-                    }
-                    (None, None) => Ok(Status::AlreadyUnlocked),
+                if c.owed.is_some() {
+                    return Ok(c.failed);
+                }
+                if c.rec.users() != (0, false) {
+                    c.let_go = true;
+                    return Ok(Status::AlreadyLocked);
+                }
+                match c.rec.give_back() {
+                    Some(op) => Ok(cache.drive(client, id, op).err().unwrap_or(Status::Success)),
+                    None => Ok(Status::AlreadyUnlocked),
                 }
             });
             match done {
@@ -463,7 +227,7 @@ pub unsafe extern "C" fn client_revokes_poll(
                 None => max as usize,
             };
             while n < room
-                && let Some(r) = cache.notices.pop_front()
+                && let Some(r) = cache.notices.pop()
             {
                 taken[n] = r;
                 n += 1;

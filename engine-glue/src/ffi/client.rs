@@ -48,7 +48,7 @@ use dlock_core::{LockId, Status};
 use dlock_transport::client::{Client, ClientConfig, Endpoint, Mux, REQUEST_TIMEOUT};
 use dlock_transport::tls::{ClientTls, TlsConfig};
 
-use super::cached::Caching;
+use super::caching::Caching;
 use super::server::embedded_endpoint;
 use super::tls::tls_config;
 use super::types::{
@@ -409,6 +409,18 @@ pub unsafe extern "C" fn client_reinit(client_id: c_int, server_ip: *const c_cha
                 code(slot.client.reinit().map(drop))
             },
         )
+    })
+}
+
+/// Drops the data path of client `client_id` and keeps its registration and control
+/// connection, as if its data connection had died: data calls fail (`DLOCK_BAD_RESPONSE`)
+/// until `client_reinit`. For fault-injection tests (a Rust function, not part of the C API).
+/// Returns 0, or the refusal of an unknown client.
+#[doc(hidden)]
+pub fn drop_data_path(client_id: c_int) -> c_int {
+    with_client(client_id, Refusals::DATA, |slot| {
+        slot.client.drop_data_path();
+        Status::Success.code()
     })
 }
 

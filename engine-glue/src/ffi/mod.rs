@@ -32,6 +32,7 @@
 
 pub mod batch;
 pub mod cached;
+mod caching;
 pub mod client;
 mod cluster;
 pub mod compat;

@@ -27,6 +27,7 @@ use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
 use dlock_transport::client::{AsyncOp, Client, Grant, LocalLock, REQUEST_TIMEOUT};
 
 use super::cached::lock_sliced;
+use super::caching::Caching;
 
 use super::client::{Refusals, Slot, with_client};
 use super::locks::lock_id;
@@ -158,8 +159,10 @@ pub unsafe extern "C" fn trylock(
         // SAFETY: `single` checked `result` is not NULL; 16 writable bytes (caller's contract).
         unsafe {
             on_lock(client_id, r.lock_id, result, |s, id| {
-                match s.cache.acquire(&mut s.client, id, mode) {
-                    Some(g) => Ok(g),
+                let ask =
+                    |c: &mut Client, _: &mut Caching| c.trylock(id, mode, ms).map_err(Status::from);
+                match s.cache.acquire(&mut s.client, id, mode, ask) {
+                    Some(g) => g,
                     None => s.client.trylock(id, mode, ms).map_err(Status::from),
                 }
             })
@@ -190,8 +193,20 @@ pub unsafe extern "C" fn lock(
         // SAFETY: `single` checked `result` is not NULL; 16 writable bytes (caller's contract).
         unsafe {
             on_lock(client_id, r.lock_id, result, |s, id| {
-                if let Some(g) = s.cache.acquire(&mut s.client, id, mode) {
-                    return Ok(g);
+                if s.cache.caches(id) {
+                    // A revoke ends the slice at once (`WAKE_ON_REVOKE`): the loop reads it
+                    // and asks again.
+                    s.client
+                        .set_wake_on_revoke(id, true)
+                        .map_err(Status::from)?;
+                }
+                let ask = |c: &mut Client, cache: &mut Caching| {
+                    lock_sliced(c, cache, REQUEST_TIMEOUT, |c, slice| {
+                        c.lock(id, mode, ms, slice).map_err(Status::from)
+                    })
+                };
+                if let Some(g) = s.cache.acquire(&mut s.client, id, mode, ask) {
+                    return g;
                 }
                 let rw = s
                     .client
@@ -234,7 +249,6 @@ pub unsafe extern "C" fn unlock(client_id: c_int, lock_id: c_int, result: *mut c
                 return parked;
             }
             let status = s.client.unlock(id).map_err(Status::from)?;
-            s.cache.released(&s.client, id);
             // The client reports only a status; the word the server answered is in the record.
             let (token, word) =
                 record(&s.client, id).map_or((FencingToken(0), 0), |l| (l.token, l.word));
@@ -270,9 +284,10 @@ pub unsafe extern "C" fn lock_downgrade(
             return Status::Einval.code();
         }
         let op = |s: &mut Slot, id| {
-            s.cache.pump(&mut s.client);
-            let status = s.client.downgrade(id).map_err(Status::from)?;
-            s.cache.downgraded(id);
+            let status = match s.cache.downgrade(&mut s.client, id) {
+                Some(done) => done.map(|()| Status::Success)?,
+                None => s.client.downgrade(id).map_err(Status::from)?,
+            };
             let l = record(&s.client, id).ok_or(Status::LockNotGet)?;
             Ok(Grant {
                 status,

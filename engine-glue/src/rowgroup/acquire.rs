@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use dlock_core::config::BATCH_MAX;
 use dlock_core::{LockId, LockKind, Mode, Status};
+use dlock_transport::client::cached::wait_sliced;
 use dlock_transport::client::{Connection, Grant};
 
 use super::{AcquireOptions, Held, RowGroup, RowGroupLocks};
@@ -15,12 +16,6 @@ pub(super) const NO_LOCK: LockId = LockId::new(0, 1);
 /// The longest wait the client's `lock()` can express (its `wait_ms` is 32 bits, the core's
 /// `MS_MAX`); longer waits are cut to it, which also keeps `Instant + wait` from overflowing.
 const WAIT_MAX: Duration = dlock_core::time::MS_MAX;
-
-/// How long a cached worker's wait for one key lasts before it answers its revokes again. A
-/// revoke that comes while the wait is parked on the server ends it at once
-/// (`set_wake_on_revoke`), so the slice only bounds how long one that came just before the
-/// wait was parked goes unread; each slice that runs out costs a message.
-const CACHED_WAIT_SLICE: Duration = Duration::from_millis(10);
 
 /// A key the current call must take.
 #[derive(Clone, Copy, Debug)]
@@ -166,6 +161,7 @@ impl<C: Connection> RowGroupLocks<C> {
                     .map_err(|e| self.check(e.status()))?;
             }
             self.names.insert(self.todo[i].key, id);
+            self.ids.insert(id, self.todo[i].key);
             self.todo[i].id = Some(id);
         }
         Ok(())
@@ -194,9 +190,10 @@ impl<C: Connection> RowGroupLocks<C> {
                 .batch_release_lock(&ids[..chunk.len()])
                 .map_err(|e| self.check(e.status()))?;
             // A name the server would not release stays cached: it is still ours.
-            for (&(key, _), r) in chunk.iter().zip(released) {
+            for (&(key, lock), r) in chunk.iter().zip(released) {
                 if r.is_ok() {
                     self.names.remove(&key);
+                    self.ids.remove(&lock);
                 }
             }
         }
@@ -328,30 +325,34 @@ impl<C: Connection> RowGroupLocks<C> {
             return Err(self.check(refused));
         }
         let expire_ms = self.lease_ms();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Status::Etimeout);
-            }
-            if !self.cfg.cached {
-                return self
-                    .client
-                    .lock(want.id(), want.mode, expire_ms, left)
-                    .map_err(|e| self.check(e.status()));
-            }
-            // Caching, the wait goes in slices with the revokes answered between them: a
-            // worker blocked here while another waits for a key it merely caches would
-            // otherwise hold that key until one of the two waits ran out. A revoke sent while
-            // the request is parked ends the slice at once (`set_wake_on_revoke`, set on every
-            // name); the slice remains for one that came between the poll and the parking.
-            self.poll_revokes()?;
-            let slice = left.min(CACHED_WAIT_SLICE);
-            match self.client.lock(want.id(), want.mode, expire_ms, slice) {
-                Ok(g) => return Ok(g),
-                Err(e) if e.status() == Status::Etimeout => {}
-                Err(e) => return Err(self.check(e.status())),
-            }
+        if deadline <= Instant::now() {
+            return Err(Status::Etimeout);
         }
+        if !self.cfg.cached {
+            let left = deadline.saturating_duration_since(Instant::now());
+            return self
+                .client
+                .lock(want.id(), want.mode, expire_ms, left)
+                .map_err(|e| self.check(e.status()));
+        }
+        // Caching, the wait goes in slices with the revokes answered between them
+        // (`dlock_transport::client::cached::wait_sliced`): a worker blocked here while another
+        // waits for a key it merely caches would otherwise hold that key until one of the two
+        // waits ran out. A revoke sent while the request is parked ends the slice at once
+        // (`set_wake_on_revoke`, set on every name); the slice remains for one that came
+        // between the look below and the parking.
+        self.poll_revokes()?;
+        wait_sliced(
+            self,
+            deadline,
+            |w| w.poll_revokes().map(drop),
+            |w, slice| {
+                w.client
+                    .lock(want.id(), want.mode, expire_ms, slice)
+                    .map_err(|e| w.check(e.status()))
+            },
+            |s| *s == Status::Etimeout,
+        )
     }
 }
 
@@ -362,5 +363,8 @@ fn held(w: &Want, g: &Grant) -> Held {
         mode: w.mode,
         token: g.token,
         reuses: 0,
+        rec: super::cache::granted(w.mode, g.token.0),
+        owed: None,
+        warned: false,
     }
 }

@@ -29,8 +29,19 @@
 //! | not cached and not held      | any       | ignored (a stale revoke, or for a grant since given back) |
 //! | cached (no transaction)      | shared, held exclusive | downgraded now                      |
 //! | cached (no transaction)      | otherwise | given back now                                   |
-//! | held by the open transaction | any       | given back when the transaction ends, not cached |
+//! | held by the open transaction, read under an exclusive grant | shared | downgraded now; it reads on |
+//! | held by the open transaction | exclusive, or shared while it writes | given back (or downgraded) when the transaction ends |
 //! | (an event-ring overflow)     | —         | every cached key given back, every held key at the end |
+//!
+//! Each key's grant is a `dlock_core::manager::CachedLock`, the record `CachedLocks` and the
+//! C ABI keep too, so these rules are decided in one place (its module doc has the tables:
+//! the stale-fence rule, downgrade or give-back, an overflow). The row-group cache adds the
+//! policy on top — which keys to keep at all, [`dlock_core::manager::Demotion`] and
+//! [`dlock_core::manager::Payback`] below — and the batching: the give-backs of a transaction's
+//! end go in one message. A give-back or downgrade the server answers with a status that is
+//! neither a result nor fatal (its reply lost, say) stays owed, the key in the cache, and is
+//! sent again at the next look; a fatal one ends the client, as any ([`super::is_fatal`]). A
+//! transaction that outlives a revoke by the lease is warned about, as `CachedLocks` warns.
 //!
 //! A key whose cached grant is revoked before the worker took it again from its cache twice
 //! is *demoted* ([`dlock_core::manager::Demotion`]): its next 4 uses end in an unlock, as without
@@ -51,29 +62,53 @@
 //! its revokes within a quarter lease; one that does not answer loses the grant at the server's
 //! revoke timeout (the lease by default), which the server then counts (`revokes_lapsed`).
 
-use dlock_core::manager::Demotion;
+use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp};
+use dlock_core::manager::{CachedLock, Demotion};
 use dlock_core::proto::Event;
-use dlock_core::{FencingToken, LockId, Mode, Status};
+use dlock_core::{LockId, LockKind, Mode, Status};
 
 use dlock_transport::client::Connection;
+use dlock_transport::client::cached::warn_overdue;
 
-use super::{Held, RowGroup, RowGroupLocks};
+use super::{Held, RowGroup, RowGroupLocks, is_fatal};
 
 /// A grant kept after its transaction ended.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Cached {
     pub(super) id: LockId,
-    pub(super) mode: Mode,
-    pub(super) token: FencingToken,
+    /// The core's record of the grant (no local user while it is here).
+    pub(super) rec: CachedLock,
     /// How many times it was taken again from the cache since the server granted it
     /// (`manager::Demotion`).
     pub(super) reuses: u32,
+    /// A give-back or downgrade the server did not answer: sent again at the next look.
+    pub(super) owed: Option<ServerOp>,
+}
+
+/// The record of a grant the server just gave in `mode` with `token`, one local user (the
+/// transaction) holding it.
+pub(super) fn granted(mode: Mode, token: u64) -> CachedLock {
+    let mut rec = CachedLock::new(LockKind::Rw);
+    let asked = rec.acquire(mode);
+    debug_assert_eq!(asked, Acquire::Send(ServerOp::Acquire(mode)));
+    let got = rec.on_reply(Status::Success, token);
+    debug_assert_eq!(got, Reply::Granted);
+    rec
+}
+
+/// The mode a local user of a record holds it in (a reader under an exclusive grant reads).
+fn user_mode(rec: &CachedLock) -> Mode {
+    match rec.users() {
+        (_, true) => Mode::Exclusive,
+        _ => Mode::Shared,
+    }
 }
 
 impl<C: Connection> RowGroupLocks<C> {
     /// Reads the revokes the server sent this worker and acts on them (module doc): cached
-    /// keys are given back or downgraded now, keys of the open transaction at its end. Returns
-    /// how many cached keys went back. `Err` when the client is gone.
+    /// keys are given back or downgraded now, keys of the open transaction at its end; what a
+    /// give-back left owed is sent again. Returns how many cached keys went back. `Err` when
+    /// the client is gone.
     pub fn poll_revokes(&mut self) -> Result<usize, Status> {
         self.health()?;
         if !self.cfg.cached {
@@ -91,46 +126,144 @@ impl<C: Connection> RowGroupLocks<C> {
         }
         self.events = events;
         read.map_err(|e| self.check(e.status()))?;
-        failed.map_or(Ok(back), Err)
+        failed.map_or(Ok(()), Err)?;
+        self.send_owed()?;
+        self.warn_overdue();
+        Ok(back)
     }
 
     /// One event; how many cached keys it gave back.
     fn on_event(&mut self, e: Event) -> Result<usize, Status> {
+        let now = self.client.now_ms();
         match e {
             Event::Revoke {
                 lock,
                 wanted,
                 fence,
             } => {
-                if let Some(&h) = self.held.iter().find(|h| h.id == lock) {
-                    if fence >= h.token.0 && !self.revoked.contains(&lock) {
-                        self.revoked.push(lock);
-                        self.demote(h.key, h.reuses);
-                    }
-                    return Ok(0);
-                }
-                let Some((&key, &c)) = self.cache.iter().find(|(_, c)| c.id == lock) else {
+                let Some(&key) = self.ids.get(&lock) else {
                     return Ok(0);
                 };
-                if fence < c.token.0 {
+                // The open transaction's keys, in the order they were taken (few).
+                if let Some(i) = self.held.iter().position(|h| h.id == lock) {
+                    let h = &mut self.held[i];
+                    let first = h.rec.revoke().is_none();
+                    let act = h.rec.on_revoke(wanted, fence, now);
+                    let reuses = h.reuses;
+                    if act != OnRevoke::Ignore && first {
+                        self.demote(key, reuses);
+                    }
+                    if let OnRevoke::Send(op) = act {
+                        // Readers of an exclusive grant, shared wanted: it goes shared now.
+                        self.drive_held(i, op)?;
+                    }
                     return Ok(0);
                 }
-                self.demote(key, c.reuses);
-                self.give_back_cached(key, c, wanted).map(|()| 1)
+                let Some(c) = self.cache.get_mut(&key) else {
+                    return Ok(0);
+                };
+                match c.rec.on_revoke(wanted, fence, now) {
+                    OnRevoke::Send(op) => {
+                        let reuses = c.reuses;
+                        self.demote(key, reuses);
+                        self.drive_cached(key, op).map(usize::from)
+                    }
+                    OnRevoke::Ignore | OnRevoke::Deferred => Ok(0),
+                }
             }
             Event::Overflow => {
-                let all: Vec<(RowGroup, Cached)> =
-                    self.cache.iter().map(|(&k, &c)| (k, c)).collect();
-                for h in &self.held {
-                    if !self.revoked.contains(&h.id) {
-                        self.revoked.push(h.id);
+                for h in &mut self.held {
+                    let _ = h.rec.on_revoke(Mode::Exclusive, u64::MAX, now);
+                }
+                let keys: Vec<RowGroup> = self.cache.keys().copied().collect();
+                let mut back = 0;
+                for key in keys {
+                    let c = self.cache.get_mut(&key).expect("listed");
+                    if let OnRevoke::Send(op) = c.rec.on_revoke(Mode::Exclusive, u64::MAX, now) {
+                        back += usize::from(self.drive_cached(key, op)?);
                     }
                 }
-                for &(key, c) in &all {
-                    self.give_back_cached(key, c, Mode::Exclusive)?;
-                }
-                Ok(all.len())
+                Ok(back)
             }
+        }
+    }
+
+    /// Sends `op` for cached `key` and hands the replies to its record (module doc): gone from
+    /// the cache once given back, kept (shared) after a downgrade, kept owed when the server
+    /// did not answer. Whether it was given back.
+    fn drive_cached(&mut self, key: RowGroup, op: ServerOp) -> Result<bool, Status> {
+        let c = self.cache[&key];
+        let (rec, owed) = self.drive(c.id, c.rec, op)?;
+        if owed.is_some() {
+            self.owed.push(key);
+        }
+        if rec.held().is_none() && owed.is_none() {
+            self.cache.remove(&key);
+            return Ok(true);
+        }
+        self.cache.insert(key, Cached { rec, owed, ..c });
+        Ok(false)
+    }
+
+    /// Sends `op` (a downgrade) for the open transaction's `held[i]`; one not answered is
+    /// sent again when the transaction ends.
+    fn drive_held(&mut self, i: usize, op: ServerOp) -> Result<(), Status> {
+        let h = self.held[i];
+        let (rec, owed) = self.drive(h.id, h.rec, op)?;
+        let h = &mut self.held[i];
+        h.rec = rec;
+        h.mode = rec.held().unwrap_or(h.mode);
+        h.owed = owed;
+        Ok(())
+    }
+
+    /// Sends `op` for lock `id` and hands the reply to `rec`, again while a stronger revoke is
+    /// owed after a success: the record after, and the op still owed when the server did not
+    /// answer. A fatal status ends the client (`Err`).
+    fn drive(
+        &mut self,
+        id: LockId,
+        mut rec: CachedLock,
+        mut op: ServerOp,
+    ) -> Result<(CachedLock, Option<ServerOp>), Status> {
+        loop {
+            let sent = match op {
+                ServerOp::Downgrade => self.client.downgrade(id),
+                ServerOp::GiveBack(_) | ServerOp::Acquire(_) => self.client.unlock(id),
+            };
+            let status = sent.map_or_else(|e| e.status(), |_| Status::Success);
+            if is_fatal(status) {
+                return Err(self.check(status));
+            }
+            let token = self.client.local_lock(id).map_or(0, |l| l.token.0);
+            match rec.on_reply(status, token) {
+                Reply::Send(next) if status.is_success() => op = next,
+                Reply::Send(next) => {
+                    tracing::warn!(lock = ?id, status = %status, "dlock: a cached row-group key's give-back is owed");
+                    return Ok((rec, Some(next)));
+                }
+                _ => return Ok((rec, None)),
+            }
+        }
+    }
+
+    /// Sends again what the server did not answer (cached keys; a transaction's own go with
+    /// its end).
+    fn send_owed(&mut self) -> Result<(), Status> {
+        for key in std::mem::take(&mut self.owed) {
+            if let Some(op) = self.cache.get_mut(&key).and_then(|c| c.owed.take()) {
+                self.drive_cached(key, op)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Warns of revokes the open transaction outlived by the lease (as `CachedLocks`): the
+    /// server has let those keys go.
+    fn warn_overdue(&mut self) {
+        let (now, lease_ms) = (self.client.now_ms(), self.lease_ms().max(1));
+        for h in &mut self.held {
+            warn_overdue(h.id, &h.rec, &mut h.warned, now, lease_ms);
         }
     }
 
@@ -174,61 +307,29 @@ impl<C: Connection> RowGroupLocks<C> {
         keep
     }
 
-    /// Gives cached `key` back for a want of `wanted`: downgraded when only readers want an
-    /// exclusive grant, unlocked otherwise. A refusal (`Fail`: the server let it lapse) leaves
-    /// nothing cached either.
-    fn give_back_cached(&mut self, key: RowGroup, c: Cached, wanted: Mode) -> Result<(), Status> {
-        if c.mode == Mode::Exclusive && wanted == Mode::Shared {
-            let done = self.client.downgrade(c.id);
-            match done {
-                Ok(_) => {
-                    self.cache.insert(
-                        key,
-                        Cached {
-                            mode: Mode::Shared,
-                            ..c
-                        },
-                    );
-                    return Ok(());
-                }
-                Err(e) => {
-                    self.cache.remove(&key);
-                    return self.gone_or_ok(e.status());
-                }
-            }
-        }
-        self.cache.remove(&key);
-        match self.client.unlock(c.id) {
-            Ok(_) => Ok(()),
-            Err(e) => self.gone_or_ok(e.status()),
-        }
-    }
-
-    /// A failed give-back: fatal statuses end the client; any other means it was not held.
-    fn gone_or_ok(&mut self, s: Status) -> Result<(), Status> {
-        if super::is_fatal(s) {
-            return Err(self.check(s));
-        }
-        Ok(())
-    }
-
     /// Whether `key` in `mode` is covered by a cached grant: if so it moves to the open
     /// transaction (no message) and `true`.
     pub(super) fn take_cached(&mut self, key: RowGroup, mode: Mode) -> bool {
-        let Some(&c) = self.cache.get(&key) else {
+        let Some(c) = self.cache.get_mut(&key) else {
             return false;
         };
-        if c.mode == Mode::Shared && mode == Mode::Exclusive {
+        // Only what the grant covers: anything else would put a conversion in flight.
+        let covers = c.rec.held() == Some(Mode::Exclusive) || mode == Mode::Shared;
+        if !covers || c.rec.acquire(mode) != Acquire::Local {
             return false;
         }
-        self.cache.remove(&key);
+        let c = self.cache.remove(&key).expect("checked");
+        let (held, token) = (c.rec.held().expect("covers"), c.rec.token());
         self.held.push(Held {
             key,
             id: c.id,
             // A cached exclusive grant taken for a read stays exclusive: the server holds it so.
-            mode: c.mode,
-            token: c.token,
+            mode: held,
+            token: dlock_core::FencingToken(token),
             reuses: c.reuses.saturating_add(1),
+            rec: c.rec,
+            owed: None,
+            warned: false,
         });
         if c.reuses + 1 == Demotion::REUSES_THAT_PAY {
             self.payback = self.payback.paid();
@@ -238,30 +339,72 @@ impl<C: Connection> RowGroupLocks<C> {
     }
 
     /// Gives back the cached shared grants of keys the call wants exclusive (the RW lock has
-    /// no upgrade): they are then asked for as any key.
+    /// no upgrade): they are then asked for as any key. One the server did not answer stays
+    /// owed, and the call fails with its status.
     pub(super) fn drop_cached_upgrades(
         &mut self,
         wants: &[(RowGroup, Mode)],
     ) -> Result<(), Status> {
         for &(key, mode) in wants {
-            if mode == Mode::Exclusive
-                && let Some(&c) = self.cache.get(&key)
-                && c.mode == Mode::Shared
-            {
-                self.give_back_cached(key, c, Mode::Exclusive)?;
+            if mode != Mode::Exclusive {
+                continue;
+            }
+            let Some(c) = self.cache.get_mut(&key) else {
+                continue;
+            };
+            if c.rec.held() != Some(Mode::Shared) {
+                continue;
+            }
+            // Shared held, exclusive wanted: the record puts the shared grant's give-back in
+            // flight (a conversion).
+            let (id, asked) = (c.id, c.rec.acquire(Mode::Exclusive));
+            if let Acquire::Send(op) = asked {
+                let rec = self.cache[&key].rec;
+                let (rec, owed) = self.drive(id, rec, op)?;
+                if let Some(op) = owed {
+                    let c = self.cache.get_mut(&key).expect("checked");
+                    (c.rec, c.owed) = (rec, Some(op));
+                    self.owed.push(key);
+                    return Err(Status::BadResponse);
+                }
+                self.cache.remove(&key);
             }
         }
         Ok(())
     }
 
-    /// Moves the open transaction's keys from `from` on into the cache, except those revoked
-    /// meanwhile or not cached by the filter, which are left in `held[from..]` for the
-    /// caller to unlock.
-    pub(super) fn cache_from(&mut self, from: usize) {
+    /// Ends the use of the open transaction's keys from `from` on: into the cache, except
+    /// those a revoke asked back meanwhile or the policy lets go (or that are not cached),
+    /// which are left in `held[from..]`, their give-backs in flight, for the caller to unlock.
+    pub(super) fn cache_from(&mut self, from: usize) -> Result<(), Status> {
         let mut keep = from;
         for i in from..self.held.len() {
-            let h = self.held[i];
-            if self.revoked.contains(&h.id) || !self.caches(h.key) || !self.keeps(h.key, h.reuses) {
+            let mut h = self.held[i];
+            let released = h.rec.release(user_mode(&h.rec));
+            // A downgrade the server did not answer during the transaction is sent first.
+            let mut op = h.owed.take().or(match released {
+                Release::Send(op) => Some(op),
+                Release::Keep | Release::Refuse(_) => None,
+            });
+            if op == Some(ServerOp::Downgrade) {
+                let (rec, owed) = self.drive(h.id, h.rec, ServerOp::Downgrade)?;
+                h.rec = rec;
+                if let Some(owed) = owed {
+                    self.keep_owed(h, owed);
+                    continue;
+                }
+                if rec.held().is_none() {
+                    // Given back as well (a stronger revoke came after), or lost.
+                    continue;
+                }
+                (h.mode, op) = (Mode::Shared, None);
+            }
+            let asked_back = matches!(op, Some(ServerOp::GiveBack(_)));
+            if asked_back || !self.caches(h.key) || !self.keeps(h.key, h.reuses) {
+                if !asked_back {
+                    // The policy's give-back: the record puts it in flight.
+                    let _ = h.rec.give_back();
+                }
                 self.held[keep] = h;
                 keep += 1;
             } else {
@@ -269,15 +412,42 @@ impl<C: Connection> RowGroupLocks<C> {
                     h.key,
                     Cached {
                         id: h.id,
-                        mode: h.mode,
-                        token: h.token,
+                        rec: h.rec,
                         reuses: h.reuses,
+                        owed: None,
                     },
                 );
             }
         }
         self.held.truncate(keep);
-        self.revoked
-            .retain(|id| self.held.iter().any(|h| h.id == *id));
+        Ok(())
+    }
+
+    /// Keeps `h`, whose `owed` give-back or downgrade the server did not answer, in the cache
+    /// until it is sent again.
+    fn keep_owed(&mut self, h: Held, owed: ServerOp) {
+        self.cache.insert(
+            h.key,
+            Cached {
+                id: h.id,
+                rec: h.rec,
+                reuses: h.reuses,
+                owed: Some(owed),
+            },
+        );
+        self.owed.push(h.key);
+    }
+
+    /// After `h`'s unlock answered `status` (not a fatal one: that ended the client): a
+    /// give-back the server did not answer stays owed in the cache.
+    pub(super) fn unlocked(&mut self, h: Held, status: Status) {
+        if !self.cfg.cached || !h.rec.giving_back() {
+            return;
+        }
+        let mut rec = h.rec;
+        if let Reply::Send(op) = rec.on_reply(status, 0) {
+            tracing::warn!(lock = ?h.id, status = %status, "dlock: a cached row-group key's give-back is owed");
+            self.keep_owed(Held { rec, ..h }, op);
+        }
     }
 }

@@ -76,7 +76,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use dlock_core::config::BATCH_MAX;
-use dlock_core::manager::{Demotion, Payback};
+use dlock_core::manager::{CachedLock, Demotion, Payback};
 use dlock_core::{ClientId, Config, FencingToken, LockId, Mode, Status};
 use dlock_transport::client::link::Link;
 use dlock_transport::client::{Client, Connection};
@@ -229,6 +229,14 @@ struct Held {
     token: FencingToken,
     /// How many times the server's grant was taken again from the cache (`manager::Demotion`).
     reuses: u32,
+    /// The core's record of the grant, the transaction its local user (`cache.rs`): whether
+    /// a revoke asked for it back, and what to send for it.
+    rec: CachedLock,
+    /// A downgrade a revoke asked for during the transaction that the server did not answer:
+    /// sent again at its end.
+    owed: Option<dlock_core::manager::cache::ServerOp>,
+    /// Its transaction outlived a revoke by the lease: warned once.
+    warned: bool,
 }
 
 /// One worker's row-group locks: owns its client, one transaction open at a time. The client
@@ -252,8 +260,10 @@ pub struct RowGroupLocks<C: Connection = Link> {
     todo: Vec<acquire::Want>,
     /// Grants kept after their transaction ended (`cache.rs`), by key.
     cache: HashMap<RowGroup, cache::Cached>,
-    /// Keys of the open transaction the server asked back: not cached at its end.
-    revoked: Vec<LockId>,
+    /// The key of each resolved name's lock id, to find a revoked lock's key in one look.
+    ids: HashMap<LockId, RowGroup>,
+    /// Cached keys with a give-back or downgrade the server did not answer (`cache.rs`).
+    owed: Vec<RowGroup>,
     /// Events read off the connection (kept for its capacity).
     events: Vec<dlock_core::proto::Event>,
     /// Keys taken from the cache, with no message.
@@ -304,7 +314,8 @@ impl<C: Connection> RowGroupLocks<C> {
             on_lost: None,
             todo: Vec::new(),
             cache: HashMap::new(),
-            revoked: Vec::new(),
+            ids: HashMap::with_capacity(cfg.names_max),
+            owed: Vec::new(),
             events: Vec::with_capacity(dlock_core::table::EVENT_RING_LEN + 1),
             cache_hits: 0,
             cache_filter: None,
@@ -400,7 +411,7 @@ impl<C: Connection> RowGroupLocks<C> {
         self.dead.get_or_insert(s);
         // Cached grants went with the registration; no transaction held them.
         self.cache.clear();
-        self.revoked.clear();
+        self.owed.clear();
         for h in self.held.drain(..) {
             self.lost.push((h.key, h.token));
             if let Some(f) = self.on_lost.as_mut() {
@@ -436,10 +447,13 @@ impl<C: Connection> RowGroupLocks<C> {
     /// Lets go of `held[from..]`: caching, into the cache (those revoked meanwhile are
     /// unlocked); otherwise unlocked.
     fn let_go_from(&mut self, from: usize) -> Result<(), Status> {
-        if self.cfg.cached {
-            self.cache_from(from);
-        }
-        self.release_from(from)
+        let cached = if self.cfg.cached {
+            self.cache_from(from)
+        } else {
+            Ok(())
+        };
+        let released = self.release_from(from);
+        cached.and(released)
     }
 
     /// Unlocks `held[from..]`, 31 per message, and forgets them; the first failure is returned
@@ -449,19 +463,27 @@ impl<C: Connection> RowGroupLocks<C> {
         let mut first = None;
         let mut ids = [acquire::NO_LOCK; BATCH_MAX];
         let mut out = [Err(Status::Einval); BATCH_MAX];
-        for chunk in self.held[from..].chunks(BATCH_MAX) {
-            let n = chunk.len();
-            for (id, h) in ids.iter_mut().zip(chunk) {
+        let mut at = from;
+        while at < self.held.len() {
+            let n = (self.held.len() - at).min(BATCH_MAX);
+            for (id, h) in ids.iter_mut().zip(&self.held[at..at + n]) {
                 *id = h.id;
             }
-            let failed = match self.client.batch_unlock(&ids[..n], &mut out[..n]) {
-                Err(e) => Some(e.status()),
-                Ok(()) => out[..n].iter().find_map(|r| r.err()),
+            let (failed, answered) = match self.client.batch_unlock(&ids[..n], &mut out[..n]) {
+                Err(e) => (Some(e.status()), false),
+                Ok(()) => (out[..n].iter().find_map(|r| r.err()), true),
             };
+            if answered && !failed.is_some_and(is_fatal) {
+                // Cached keys' give-backs: one the server did not answer stays owed.
+                for (j, r) in out[..n].iter().enumerate() {
+                    self.unlocked(self.held[at + j], r.map_or_else(|s| s, |_| Status::Success));
+                }
+            }
             first = first.or(failed);
             if failed.is_some_and(is_fatal) {
                 break;
             }
+            at += n;
         }
         self.held.truncate(from);
         match first {

@@ -327,8 +327,10 @@ impl<C: Connection> Client<C> {
         self.link.now()
     }
 
-    /// Now as a tick of this client's clock (whole milliseconds since it started).
-    fn now_ms(&self) -> u64 {
+    /// Now as a tick of this client's clock (whole milliseconds since it started): the clock
+    /// its leases and the trust in its cached grants are counted on, which the cached clients
+    /// time their revokes by too.
+    pub fn now_ms(&self) -> u64 {
         self.tick(self.link.now())
     }
 

@@ -48,8 +48,10 @@
 //! may have lapsed. Every cached lock is then given back and asked for again at its next guard.
 
 mod guard;
+mod notices;
+mod wait;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -61,17 +63,12 @@ use dlock_core::table::EVENT_RING_LEN;
 use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
 
 pub use guard::{CachedReadGuard, CachedWriteGuard};
+pub use notices::{NOTICES_MAX, Notices};
+pub use wait::{WAIT_SLICE, wait_sliced};
 
 use super::error::{Error, ErrorKind, Op};
 use super::link::Link;
 use super::{Client, ClientConfig, Connection};
-
-/// The longest a waiting call waits on the server before it looks at its events again.
-pub const WAIT_SLICE: Duration = Duration::from_millis(20);
-
-/// Revoke notices kept for the engine ([`Revokes`]) before older ones are folded into one
-/// [`Revoked::All`].
-const NOTICES_MAX: usize = 4 * EVENT_RING_LEN;
 
 /// What the engine is told through [`Revokes::try_recv`]: flush what a lock protects, it is
 /// being given back (now, or when its last guard drops).
@@ -114,13 +111,14 @@ struct State<C: Connection> {
     client: Client<C>,
     entries: HashMap<LockId, Entry>,
     /// What the engine has not read yet.
-    notices: VecDeque<Revoked>,
+    notices: Notices<Revoked>,
+    /// The locks each look must visit: a give-back owed, or a revoke waiting for the local
+    /// users (to warn once it is overdue). Every other entry is left alone.
+    watch: Vec<LockId>,
     /// Events read off the connection, before they are acted on (kept for its capacity).
     events: Vec<Event>,
     /// Guards handed out with no message, for tests and the engine's own accounting.
     local_hits: u64,
-    /// The clock revokes are timed by (`CachedLock` reads none).
-    start: Instant,
     /// Threads waiting on [`Shared::changed`]: a dropped guard wakes them only if there are
     /// any, since a notify with no waiter is still a system call (std's futex condvar).
     waiters: u32,
@@ -172,10 +170,10 @@ impl<C: Connection> CachedLocks<C> {
                 state: Mutex::new(State {
                     client,
                     entries: HashMap::new(),
-                    notices: VecDeque::with_capacity(NOTICES_MAX),
+                    notices: Notices::new(Revoked::All),
+                    watch: Vec::new(),
                     events: Vec::with_capacity(EVENT_RING_LEN + 1),
                     local_hits: 0,
-                    start: Instant::now(),
                     waiters: 0,
                 }),
                 changed: Condvar::new(),
@@ -225,10 +223,6 @@ impl<C: Connection> CachedLocks<C> {
 }
 
 impl<C: Connection> State<C> {
-    fn now_ms(&self) -> u64 {
-        self.start.elapsed().as_millis() as u64
-    }
-
     /// Reads the events the server sent and acts on them (module doc), and sends what is
     /// owed still. Returns whether a lock was given back or downgraded.
     fn pump(&mut self) -> Result<bool, Error> {
@@ -240,19 +234,22 @@ impl<C: Connection> State<C> {
         }
         self.events = events;
         read?;
-        let lease_ms = duration_ms(self.client.lease());
-        let now = self.now_ms();
-        let owed: Vec<(LockId, ServerOp)> = self
-            .entries
-            .iter_mut()
-            .filter_map(|(&id, e)| {
-                if !e.warned && e.cache.revoke_overdue(now, lease_ms) {
-                    e.warned = true;
-                    tracing::warn!(lock = ?id, "dlock: cached lock users outlived its revoke");
-                }
-                e.owed.take().map(|op| (id, op))
-            })
-            .collect();
+        // Only the locks that owe a message or wait for their users: the look is proportional
+        // to what changed, not to every lock the handle has.
+        let (lease_ms, now) = (duration_ms(self.client.lease()), self.client.now_ms());
+        let mut watch = std::mem::take(&mut self.watch);
+        let mut owed = Vec::new();
+        watch.retain(|id| {
+            let Some(e) = self.entries.get_mut(id) else {
+                return false;
+            };
+            warn_overdue(*id, &e.cache, &mut e.warned, now, lease_ms);
+            if let Some(op) = e.owed.take() {
+                owed.push((*id, op));
+            }
+            e.cache.revoke().is_some()
+        });
+        self.watch = watch;
         for (id, op) in owed {
             drop(self.drive(id, op, Duration::ZERO));
             moved = true;
@@ -260,10 +257,17 @@ impl<C: Connection> State<C> {
         Ok(moved)
     }
 
+    /// Visits `id` at every look from now on (module doc of [`State::watch`]).
+    fn watch(&mut self, id: LockId) {
+        if !self.watch.contains(&id) {
+            self.watch.push(id);
+        }
+    }
+
     /// Acts on one event (a revoke for a lock not held, or for an earlier grant than the one
     /// held, is ignored by the record); whether a lock was given back or downgraded.
     fn note(&mut self, e: Event) -> bool {
-        let now = self.now_ms();
+        let now = self.client.now_ms();
         match e {
             Event::Revoke {
                 lock,
@@ -293,24 +297,12 @@ impl<C: Connection> State<C> {
     fn revoked(&mut self, id: LockId, act: OnRevoke, notice: Revoked) -> bool {
         match act {
             OnRevoke::Ignore => return false,
-            OnRevoke::Deferred => {}
+            OnRevoke::Deferred => self.watch(id),
             // A `Lost` answer is logged by `drive`; nothing else is left to do here.
             OnRevoke::Send(op) => drop(self.drive(id, op, Duration::ZERO)),
         }
-        self.notify(notice);
+        self.notices.push(notice);
         matches!(act, OnRevoke::Send(_))
-    }
-
-    fn notify(&mut self, r: Revoked) {
-        if r == Revoked::All && self.notices.back() == Some(&Revoked::All) {
-            return;
-        }
-        if self.notices.len() == NOTICES_MAX {
-            self.notices.clear();
-            self.notices.push_back(Revoked::All);
-            return;
-        }
-        self.notices.push_back(r);
     }
 
     /// A local user of `id` in `mode` is done: kept cached, or given back if a revoke waits
@@ -342,6 +334,7 @@ impl<C: Connection> State<C> {
             }
         }
         self.entries.get_mut(&id).expect("checked").owed = Some(op);
+        self.watch(id);
         (Reply::Settled, None)
     }
 
@@ -391,6 +384,18 @@ impl<C: Connection> State<C> {
 /// `d` in the protocol's milliseconds, at least 1.
 fn duration_ms(d: Duration) -> u32 {
     dlock_core::time::duration_to_ms(d).max(1)
+}
+
+/// Warns once (`warned`) that the users of cached lock `id` outlived its revoke by
+/// `timeout_ms` on the client's clock: the server has let the grant go, and their work was not
+/// protected since. Shared with the C ABI's cached locks, which warn the same way.
+pub fn warn_overdue(id: LockId, cache: &CachedLock, warned: &mut bool, now: u64, timeout_ms: u32) {
+    if cache.revoke().is_none() {
+        *warned = false;
+    } else if !*warned && cache.revoke_overdue(now, timeout_ms) {
+        *warned = true;
+        tracing::warn!(lock = ?id, "dlock: cached lock users outlived its revoke");
+    }
 }
 
 /// A cached RW lock of a [`CachedLocks`] (module doc).
@@ -535,6 +540,6 @@ impl<C: Connection> Revokes<C> {
         if st.pump()? && st.waiters > 0 {
             self.locks.shared.changed.notify_all();
         }
-        Ok(st.notices.pop_front())
+        Ok(st.notices.pop())
     }
 }

@@ -1,0 +1,394 @@
+//! A C client's cached locks (`cached.rs` has the calls and the rules they follow): one
+//! `dlock_core::manager::CachedLock` per cache-enabled lock, driven with the client's own
+//! calls, the revoke notices the engine has not taken, and its callback.
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+
+use dlock_core::manager::CachedLock;
+use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp};
+use dlock_core::proto::Event;
+use dlock_core::table::EVENT_RING_LEN;
+use dlock_core::{LockId, LockKind, Mode, Status};
+use dlock_transport::client::cached::{Notices, warn_overdue};
+use dlock_transport::client::{Client, Grant};
+
+use super::types::{DLOCK_REVOKE_ALL, LOCK_EXCLUSIVE, LOCK_SHARED, dlock_revoke};
+
+/// One cache-enabled lock: the core's record of its cached grant
+/// ([`dlock_core::manager::CachedLock`], whose tables decide every case: what covers a
+/// request, when a revoke is stale, downgrade or give-back, what an unanswered give-back
+/// does), and what the C calls add to it. The record's local users are the worker's uses:
+/// a `trylock`/`lock` that reaches the server or the parked grant starts one, the `unlock`
+/// that ends it releases it; re-entries within a use are counted by the client's own record.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Cached {
+    pub(super) rec: CachedLock,
+    /// A give-back or downgrade that did not reach the server (the record keeps it in flight):
+    /// sent again at the client's next call, never dropped, so the server does not go on
+    /// holding a grant the engine was told it gave back.
+    pub(super) owed: Option<ServerOp>,
+    /// The status its last attempt failed with: what a call that must wait for it reports.
+    pub(super) failed: Status,
+    /// `lock_cache_release` asked while the grant was in use: the `unlock` that ends the use
+    /// gives it back.
+    pub(super) let_go: bool,
+    /// Its users outlived a revoke by the lease: warned once.
+    warned: bool,
+}
+
+impl Cached {
+    pub(super) const fn new() -> Cached {
+        Cached {
+            rec: CachedLock::new(LockKind::Rw),
+            owed: None,
+            failed: Status::Success,
+            let_go: false,
+            warned: false,
+        }
+    }
+
+    /// Parked: held on the server with no use.
+    pub(super) fn parked(&self) -> bool {
+        self.rec.held().is_some() && self.rec.users() == (0, false)
+    }
+}
+
+/// The revoke callback and its `user_data` (kept as an address: the library never reads it).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Callback {
+    pub(super) f: unsafe extern "C" fn(c_int, *const dlock_revoke, *mut c_void),
+    pub(super) user_data: usize,
+}
+
+/// A client's cached locks, the notices the engine has not taken, and its callback.
+#[derive(Debug)]
+pub(super) struct Caching {
+    pub(super) locks: HashMap<LockId, Cached>,
+    /// The locks each look must visit: a give-back owed, or a revoke waiting for the use to
+    /// end (warned about once overdue). The other locks are not looked at.
+    watch: Vec<LockId>,
+    pub(super) notices: Notices<dlock_revoke>,
+    pub(super) callback: Option<Callback>,
+    /// Events read off the connection before they are acted on (kept for its capacity).
+    events: Vec<Event>,
+    /// The locks an overflow revokes, or the give-backs a look sends again (kept for its
+    /// capacity, so that a look allocates nothing once it has seen as many).
+    scratch: Vec<(LockId, Option<ServerOp>)>,
+}
+
+impl Caching {
+    /// Sized at `client_init`, so that reading revokes allocates nothing afterwards.
+    pub(super) fn new() -> Caching {
+        Caching {
+            locks: HashMap::new(),
+            watch: Vec::with_capacity(EVENT_RING_LEN),
+            notices: Notices::new(revoke_all()),
+            callback: None,
+            events: Vec::with_capacity(EVENT_RING_LEN + 1),
+            scratch: Vec::with_capacity(EVENT_RING_LEN),
+        }
+    }
+
+    /// Whether any lock of the client caches (then `lock` waits in slices).
+    pub(super) fn any(&self) -> bool {
+        !self.locks.is_empty()
+    }
+
+    /// Whether `id`'s grants are cached (batches and asynchronous calls refuse it).
+    pub(super) fn caches(&self, id: LockId) -> bool {
+        self.locks.contains_key(&id)
+    }
+
+    /// Gives `id`'s parked grant back, if it has one (`release_lock`). One that does not reach
+    /// the server stays owed, and the reference's release is refused while it is held.
+    pub(super) fn unpark(&mut self, client: &mut Client, id: LockId) {
+        if let Some(op) = self.locks.get_mut(&id).and_then(|c| c.rec.give_back()) {
+            // A failure stays owed (`drive`).
+            let _ = self.drive(client, id, op);
+        }
+    }
+
+    /// Forgets `id` (its reference was released).
+    pub(super) fn forget(&mut self, id: LockId) {
+        self.locks.remove(&id);
+        self.watch.retain(|&w| w != id);
+    }
+
+    /// Visits `id` at every look from now on.
+    fn watch(&mut self, id: LockId) {
+        if !self.watch.contains(&id) {
+            self.watch.push(id);
+        }
+    }
+
+    /// Reads the revokes the server sent and acts on them (module doc), then sends again what
+    /// is owed.
+    pub(super) fn pump(&mut self, client: &mut Client) {
+        if self.locks.is_empty() {
+            return;
+        }
+        let mut events = std::mem::take(&mut self.events);
+        if let Err(e) = client.poll_events(|e| events.push(e)) {
+            tracing::debug!(error = %e, "dlock: reading a C client's revokes");
+        }
+        let now = client.now_ms();
+        for e in events.drain(..) {
+            match e {
+                Event::Revoke {
+                    lock,
+                    wanted,
+                    fence,
+                } => {
+                    let acted = self.revoke(client, lock, wanted, fence, now);
+                    if acted {
+                        self.notices.push(dlock_revoke {
+                            lock_id: lock.raw() as c_int,
+                            wanted_op: op_of(wanted),
+                        });
+                    }
+                }
+                Event::Overflow => {
+                    let mut ids = std::mem::take(&mut self.scratch);
+                    ids.extend(self.locks.keys().map(|&id| (id, None)));
+                    for &(id, _) in &ids {
+                        self.revoke(client, id, Mode::Exclusive, u64::MAX, now);
+                    }
+                    ids.clear();
+                    self.scratch = ids;
+                    self.notices.push(revoke_all());
+                }
+            }
+        }
+        self.events = events;
+        self.visit_watched(client, now);
+    }
+
+    /// Sends again what is owed, and warns of revokes the use outlived (as `CachedLocks`).
+    fn visit_watched(&mut self, client: &mut Client, now: u64) {
+        let lease_ms = dlock_core::time::duration_to_ms(client.lease()).max(1);
+        let mut watch = std::mem::take(&mut self.watch);
+        let mut owed = std::mem::take(&mut self.scratch);
+        watch.retain(|id| {
+            let Some(c) = self.locks.get_mut(id) else {
+                return false;
+            };
+            warn_overdue(*id, &c.rec, &mut c.warned, now, lease_ms);
+            if let Some(op) = c.owed.take() {
+                owed.push((*id, Some(op)));
+            }
+            c.rec.revoke().is_some()
+        });
+        self.watch = watch;
+        for &(id, op) in &owed {
+            if let Some(op) = op {
+                // A failure stays owed (`drive`), for the next look.
+                let _ = self.drive(client, id, op);
+            }
+        }
+        owed.clear();
+        self.scratch = owed;
+    }
+
+    /// Acts on a revoke of `id` wanting `wanted`, sent when the lock's token was `fence`
+    /// (`u64::MAX`: an overflow, every grant). Whether it concerned a grant held (the record
+    /// ignores a revoke of a lock not held, a stale one, and one its answer is on its way for).
+    fn revoke(
+        &mut self,
+        client: &mut Client,
+        id: LockId,
+        wanted: Mode,
+        fence: u64,
+        now: u64,
+    ) -> bool {
+        let Some(c) = self.locks.get_mut(&id) else {
+            return false;
+        };
+        match c.rec.on_revoke(wanted, fence, now) {
+            OnRevoke::Ignore => return false,
+            OnRevoke::Deferred => self.watch(id),
+            // A failure stays owed (`drive`).
+            OnRevoke::Send(op) => {
+                let _ = self.drive(client, id, op);
+            }
+        }
+        true
+    }
+
+    /// Sends `op` (a give-back or downgrade the record put in flight) for `id` and hands the
+    /// reply to the record, again while a stronger revoke is owed after a success. A send
+    /// that fails stays owed (`Err` with its status), sent again at the next look.
+    pub(super) fn drive(
+        &mut self,
+        client: &mut Client,
+        id: LockId,
+        mut op: ServerOp,
+    ) -> Result<(), Status> {
+        let Some(c) = self.locks.get_mut(&id) else {
+            return Ok(());
+        };
+        loop {
+            let sent = match op {
+                ServerOp::Downgrade => client.downgrade(id),
+                ServerOp::GiveBack(_) | ServerOp::Acquire(_) => client.unlock(id),
+            };
+            let status = sent.map_or_else(Status::from, |_| Status::Success);
+            let token = client.local_lock(id).map_or(0, |l| l.token.0);
+            match c.rec.on_reply(status, token) {
+                Reply::Send(next) if status.is_success() => op = next,
+                Reply::Send(next) => {
+                    tracing::warn!(lock = ?id, status = %status, "dlock: a cached lock's give-back is owed");
+                    (c.owed, c.failed) = (Some(next), status);
+                    self.watch(id);
+                    return Err(status);
+                }
+                Reply::Lost => {
+                    tracing::warn!(lock = ?id, "dlock: a cached lock's readers lost its grant");
+                    return Err(status);
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// `trylock`/`lock` of `id` in `mode`: answered here (from the parked grant, or asked of the
+    /// server through `ask`, which may read revokes meanwhile) when `id` caches and is not in
+    /// use; `None` when the client answers as without caching (not cached, or a re-entry
+    /// within a use, which the client's record counts).
+    pub(super) fn acquire(
+        &mut self,
+        client: &mut Client,
+        id: LockId,
+        mode: Mode,
+        mut ask: impl FnMut(&mut Client, &mut Caching) -> Result<Grant, Status>,
+    ) -> Option<Result<Grant, Status>> {
+        self.pump(client);
+        loop {
+            let c = self.locks.get_mut(&id)?;
+            if c.rec.users() != (0, false) {
+                return None;
+            }
+            match c.rec.acquire(mode) {
+                Acquire::Local => return Some(held_grant(client, id).ok_or(Status::LockNotGet)),
+                Acquire::Send(ServerOp::Acquire(_)) => {
+                    let got = ask(client, self);
+                    let (status, token) = match got {
+                        Ok(g) => (g.status, g.token.0),
+                        Err(s) => (s, 0),
+                    };
+                    let c = self.locks.get_mut(&id)?;
+                    if let Reply::Granted = c.rec.on_reply(status, token) {
+                        c.let_go = false;
+                    }
+                    return Some(got);
+                }
+                // No upgrade in place: the parked shared grant goes back, then the request is
+                // a new one.
+                Acquire::Send(op) => {
+                    if let Err(s) = self.drive(client, id, op) {
+                        return Some(Err(s));
+                    }
+                }
+                // A give-back that has not reached the server yet (the look above sent it
+                // again): the connection's failure is the answer.
+                Acquire::Wait => return Some(Err(c.failed)),
+                Acquire::Refuse(s) => return Some(Err(s)),
+            }
+        }
+    }
+
+    /// `unlock` of `id`: `Some` when answered here (the use ends: the grant parked, or given
+    /// back when asked for; or nothing in use); `None` when the unlock goes to the client as
+    /// without caching (a re-entry counted down, or nothing cached).
+    pub(super) fn release(
+        &mut self,
+        client: &mut Client,
+        id: LockId,
+    ) -> Option<Result<Grant, Status>> {
+        self.pump(client);
+        let c = self.locks.get_mut(&id)?;
+        let (readers, writer) = c.rec.users();
+        if !writer && readers == 0 {
+            return c.rec.held().map(|_| Err(Status::AlreadyUnlocked));
+        }
+        if client.local_lock(id)?.refs != 1 {
+            return None;
+        }
+        let mode = if writer {
+            Mode::Exclusive
+        } else {
+            Mode::Shared
+        };
+        let op = match c.rec.release(mode) {
+            Release::Keep if c.let_go => c.rec.give_back(),
+            Release::Keep => None,
+            Release::Send(op) => Some(op),
+            Release::Refuse(s) => return Some(Err(s)),
+        };
+        match op {
+            Some(op) => {
+                c.let_go = false;
+                Some(self.drive(client, id, op).map(|()| recorded(client, id)))
+            }
+            None if c.rec.held().is_some() => held_grant(client, id).map(Ok),
+            // The server no longer held it (a refused downgrade): the client answers.
+            None => None,
+        }
+    }
+
+    /// `lock_downgrade` of `id`: `Some` when the record holds it exclusive (the grant goes
+    /// shared, a use reads on); `None` when the client answers as without caching.
+    pub(super) fn downgrade(
+        &mut self,
+        client: &mut Client,
+        id: LockId,
+    ) -> Option<Result<(), Status>> {
+        self.pump(client);
+        let c = self.locks.get_mut(&id)?;
+        if c.rec.held() != Some(Mode::Exclusive) {
+            return None;
+        }
+        match c.rec.downgrade() {
+            Some(op) => Some(self.drive(client, id, op)),
+            None => Some(Err(c.failed)),
+        }
+    }
+}
+
+/// The revoke notice of every lock.
+const fn revoke_all() -> dlock_revoke {
+    dlock_revoke {
+        lock_id: DLOCK_REVOKE_ALL,
+        wanted_op: LOCK_EXCLUSIVE,
+    }
+}
+
+/// The C op that asks for `m`.
+const fn op_of(m: Mode) -> c_int {
+    match m {
+        Mode::Exclusive => LOCK_EXCLUSIVE,
+        Mode::Shared => LOCK_SHARED,
+    }
+}
+
+/// The grant the record of `id` holds, as the lock calls report it.
+fn held_grant(client: &Client, id: LockId) -> Option<Grant> {
+    let l = client.local_lock(id)?;
+    Some(Grant {
+        status: Status::Success,
+        token: l.token,
+        word: l.word,
+        value: l.value,
+    })
+}
+
+/// A successful unlock of `id`, with the word the record keeps.
+fn recorded(client: &Client, id: LockId) -> Grant {
+    let l = client.local_lock(id);
+    Grant {
+        status: Status::Success,
+        token: l.map_or(dlock_core::FencingToken(0), |l| l.token),
+        word: l.map_or(0, |l| l.word),
+        value: None,
+    }
+}

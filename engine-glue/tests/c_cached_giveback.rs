@@ -1,0 +1,84 @@
+//! A give-back of a cached grant in the C ABI that does not reach the server is owed, not
+//! forgotten: the library sends it again at the client's next call, so the server does not go
+//! on holding a grant the engine was told it gave back (the rule is `CachedLock`'s: a give-back
+//! not answered is sent again). (Its own test binary: the server and client registries are
+//! process-wide.)
+
+use std::ffi::CString;
+
+use dlock_engine_glue::dlock_core::Status;
+use dlock_engine_glue::ffi::types::*;
+
+const FAIL: i32 = Status::Fail.code();
+use dlock_engine_glue::ffi::{cached, client, locks, ops, server};
+
+#[path = "common/failover.rs"]
+mod failover;
+use failover::{client_cfg, server_cfg};
+
+#[test]
+fn a_give_back_that_could_not_be_sent_is_sent_again_at_the_next_call() {
+    let (mut s, mut port) = (0, 0);
+    let (mut c1, mut c2, mut id1, mut id2) = (0, 0, 0, 0);
+    let name = b"orders/rg-9";
+    let desc = lock_desc {
+        p_desc: name.as_ptr().cast(),
+        len: name.len() as u32,
+        lock_type: DLOCK_RW,
+        lease_time: 0,
+    };
+    let mut st = lock_state::from_word(0);
+    let req = |lock_id| lock_request {
+        lock_id,
+        lock_op: LOCK_EXCLUSIVE,
+        expire_time: 60,
+    };
+    let (mut out, mut n) = ([dlock_revoke::default(); 8], 0);
+    // SAFETY: pointers to live locals of the right types; the strings outlive the calls.
+    unsafe {
+        assert_eq!(server::dserver_lib_init(2), 0);
+        assert_eq!(server::server_start(&server_cfg(-1, 0, 1), &mut s), 0);
+        assert_eq!(server::server_tcp_port(s, &mut port), 0);
+        assert_eq!(client::dclient_lib_init(&client_cfg(port)), 0);
+        let ip = CString::new("127.0.0.1").unwrap();
+        assert_eq!(client::client_init(&mut c1, ip.as_ptr()), 0);
+        assert_eq!(client::client_init(&mut c2, ip.as_ptr()), 0);
+        assert_eq!(locks::get_lock(c1, &desc, &mut id1), 0);
+        assert_eq!(locks::get_lock(c2, &desc, &mut id2), 0);
+        assert_eq!(cached::lock_cache_enable(c1, id1, 1), 0);
+        assert_eq!(ops::trylock(c1, &req(id1), (&raw mut st).cast()), 0);
+        assert_eq!(ops::unlock(c1, id1, (&raw mut st).cast()), 0, "parked");
+
+        // The give-back's unlock cannot be sent: the data connection is gone.
+        assert_eq!(client::drop_data_path(c1), 0);
+        assert_eq!(
+            cached::lock_cache_release(c1, id1),
+            Status::BadResponse.code(),
+            "not given back: owed, and the engine told why"
+        );
+        assert_eq!(client::client_reinit(c1, std::ptr::null()), 0);
+        // The same server, still serving: it holds the grant for c1 yet, and revokes it.
+        assert_eq!(ops::trylock(c2, &req(id2), (&raw mut st).cast()), FAIL);
+        // c1's next call sends the owed give-back.
+        assert_eq!(
+            cached::client_revokes_poll(c1, out.as_mut_ptr(), 8, &mut n),
+            0
+        );
+        assert_eq!(
+            ops::trylock(c2, &req(id2), (&raw mut st).cast()),
+            0,
+            "the server still held the grant c1 gave back"
+        );
+        assert_eq!(
+            ops::trylock(c1, &req(id1), (&raw mut st).cast()),
+            FAIL,
+            "c1 holds nothing: it asks, and c2 has it"
+        );
+        assert_eq!(ops::unlock(c2, id2, (&raw mut st).cast()), 0);
+        assert_eq!(client::client_deinit(c2), 0);
+        assert_eq!(client::client_deinit(c1), 0);
+        client::dclient_lib_deinit();
+        assert_eq!(server::server_stop(s), 0);
+        server::dserver_lib_deinit();
+    }
+}
