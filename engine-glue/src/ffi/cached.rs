@@ -242,7 +242,10 @@ impl Caching {
 
 /// Acts on a revoke of `id` wanting `wanted`, sent for the grant with token `fence`
 /// (`None`: every grant). Whether it concerned a grant held: a revoke of a lock not held, or
-/// held under a newer grant than the one it was sent for, is ignored.
+/// held under a newer grant than the one it was sent for, is ignored. A revoke that reached the
+/// client before the reply granting what it revokes (the server sends a client's events ahead
+/// of its replies) is not such a one: events are read only between the client's calls, so the
+/// grant is recorded by the time it is acted on.
 fn revoke(
     client: &mut Client,
     c: &mut Cached,
