@@ -144,3 +144,37 @@ fn a_failover_re_claims_no_cached_grant_and_the_cache_asks_the_replacement() {
     );
     second.stop();
 }
+
+/// The server says its revoke timeout at registration (protocol 7), so a client told nothing
+/// by hand trusts its cached grants no longer than the server holds them: here 150 ms against
+/// a 60 s lease. Before, such a client assumed the lease, and used a grant locally long after
+/// the server could have lapsed it and handed it on.
+#[test]
+fn a_client_trusts_a_cached_grant_for_the_revoke_timeout_its_server_said() {
+    let mut cfg = ServerConfig::new(common::small());
+    cfg.core.timing.revoke_timeout_ms = REVOKE_TIMEOUT.as_millis() as u32;
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
+    let s = ServerHandle::start(cfg).expect("server starts");
+    let e = Endpoint::Tcp(s.tcp_addr().expect("tcp"));
+    let locks =
+        CachedLocks::connect(ClientConfig::new(e).with_lease(Duration::from_secs(60))).unwrap();
+    assert_eq!(
+        locks.with_client(|c| c.revoke_timeout()),
+        REVOKE_TIMEOUT,
+        "told at registration"
+    );
+    let page = locks.rw("page").unwrap();
+    drop(page.try_write().unwrap());
+    drop(page.try_write().unwrap());
+    assert_eq!(locks.local_hits(), 1, "cached, and taken locally");
+    locks.with_client(|c| c.heartbeat()).unwrap();
+    thread::sleep(REVOKE_TIMEOUT + Duration::from_millis(50));
+    let g = page.try_write().unwrap();
+    assert_eq!(
+        (locks.local_hits(), locks.revokes().try_recv().unwrap()),
+        (1, Some(Revoked::All)),
+        "past the server's bound the grant goes back and is asked for again"
+    );
+    drop(g);
+    s.stop();
+}
