@@ -87,6 +87,8 @@ pub(super) struct Caching {
     callback: Option<Callback>,
     /// Events read off the connection before they are acted on (kept for its capacity).
     events: Vec<Event>,
+    /// The client's `renumberings` when `locks` was last known to name the client's ids.
+    renumberings: u64,
 }
 
 impl Caching {
@@ -97,6 +99,26 @@ impl Caching {
             notices: VecDeque::with_capacity(NOTICES_MAX),
             callback: None,
             events: Vec::with_capacity(EVENT_RING_LEN + 1),
+            renumberings: 0,
+        }
+    }
+
+    /// After a failover's re-claim filed the client's records under a replacement's ids
+    /// (`Client::renumberings`): the cache's ids name other locks now, or none, and giving back
+    /// a parked grant by one would unlock another lock of the client. So the cache forgets
+    /// every lock, and tells the engine every lock was revoked; the engine takes its ids again
+    /// with `get_lock` by name (as every id after `update_all_locks`) and enables caching on
+    /// them again. Nothing parked is lost: a failover re-claims no cached grant
+    /// (`dlock_core::manager::trust`, rule 3). One comparison when nothing changed.
+    fn follow_renumbering(&mut self, client: &Client) {
+        let now = client.renumberings();
+        if now == self.renumberings {
+            return;
+        }
+        self.renumberings = now;
+        if !self.locks.is_empty() {
+            self.locks.clear();
+            self.notify(revoke_all());
         }
     }
 
@@ -112,6 +134,7 @@ impl Caching {
 
     /// Gives `id`'s parked grant back, if it has one (`release_lock`).
     pub(super) fn unpark(&mut self, client: &mut Client, id: LockId) {
+        self.follow_renumbering(client);
         if let Some(c) = self.locks.get_mut(&id)
             && c.parked.is_some()
         {
@@ -145,6 +168,7 @@ impl Caching {
 
     /// Reads the revokes the server sent and acts on them (module doc).
     pub(super) fn pump(&mut self, client: &mut Client) {
+        self.follow_renumbering(client);
         if self.locks.is_empty() {
             return;
         }
@@ -230,6 +254,7 @@ impl Caching {
 
     /// After an unlock went to the server: a released grant owes nothing any more.
     pub(super) fn released(&mut self, client: &Client, id: LockId) {
+        self.follow_renumbering(client);
         if let Some(c) = self.locks.get_mut(&id)
             && client
                 .local_lock(id)
@@ -352,6 +377,8 @@ pub extern "C" fn lock_cache_enable(client_id: c_int, lock_id: c_int, enable: c_
             _ => return Status::Einval.code(),
         };
         with_client(client_id, Refusals::DATA, |slot| {
+            // Ids from before a renumbering go first, so this one's entry stays.
+            slot.cache.follow_renumbering(&slot.client);
             let set = self::lock_id(lock_id).and_then(|id| {
                 let l = slot.client.local_lock(id).ok_or(Status::LockNotGet)?;
                 let parked = slot.cache.locks.get(&id).and_then(|c| c.parked);

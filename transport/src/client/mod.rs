@@ -175,6 +175,8 @@ pub struct Client<C: Connection = Link> {
     /// The revoke timeout the server said at the last (re)registration (ms; 0: an older server
     /// said nothing, `InitReply::revoke_timeout_ms`).
     revoke_timeout_told_ms: u32,
+    /// Re-claims that filed the records under a replacement's ids ([`Client::renumberings`]).
+    renumberings: u64,
     /// When (ms on this client's clock) the last request the server answered was sent: the
     /// server saw us alive no earlier, so our registration lasts at least the lease from here.
     heard_ms: u64,
@@ -285,6 +287,7 @@ impl<C: Connection> Client<C> {
             epoch: 0,
             lease: Duration::ZERO,
             revoke_timeout_told_ms: 0,
+            renumberings: 0,
             // Any start will do (message ids only match replies to requests); a random one keeps
             // two instances of one process from looking alike in a capture.
             message_id: getrandom::u32().unwrap_or(0) as u16,
