@@ -94,7 +94,7 @@ fn read_frame(data: &mut TcpStream) -> Frame {
     buf.resize(len, 0);
     data.read_exact(&mut buf[DATA_HEADER_LEN..])
         .expect("the rest of the frame");
-    if header.flags == FLAG_EVENT {
+    if is_event_message(&header) {
         let m = decode_event_message(&buf).expect("an event message");
         return Frame::Events {
             client: header.client,

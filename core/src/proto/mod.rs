@@ -71,7 +71,7 @@ pub use data::{
 };
 pub use event::{
     EVENT_LEN, EVENTS_MAX, Event, EventHeader, EventMessage, FLAG_EVENT, decode_event,
-    decode_event_message, encode_event, encode_event_message, event_message_len,
+    decode_event_message, encode_event, encode_event_message, event_message_len, is_event_message,
 };
 pub use lock_flags::{DOWNGRADE_OP, LOCK_FLAGS_OFFSET, LockFlags, put_lock_flags, read_lock_flags};
 pub use recovery::{
