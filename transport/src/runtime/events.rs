@@ -24,8 +24,8 @@
 //!
 //! A queue pair keeps its own credit rule (`runtime/rdma.rs`): there an event message waits for
 //! a receive slot the client has freed, while replies have slots of their own, so a reply can
-//! overtake an event that waits for credit (the README's RDMA section and
-//! `docs/lock-manager.md` say what that leaves open).
+//! overtake an event that waits for credit (`docs/lock-manager.md` says what that leaves
+//! open).
 
 use dlock_core::proto::{DATA_MESSAGE_MAX, EVENTS_MAX, Event, EventHeader, encode_event_message};
 use dlock_core::server::Server;
