@@ -463,7 +463,9 @@ int batch_release_lock(int client_id, unsigned int lock_num, int *lock_ids);
 /*
  * Re-claims every lock the client knows on a recovering server. The server may give the
  * locks new ids, which this call cannot report: after client_reinit_done, call get_lock by
- * name again to learn them (the lock state is kept). A lock whose claim is refused is
+ * name again to learn them (the lock state is kept), and lock_cache_enable again on the
+ * locks that cache: the cache forgets every lock when the ids change (its grants were not
+ * re-claimed; client_revokes_poll reports DLOCK_REVOKE_ALL). A lock whose claim is refused is
  * forgotten (the server does not hold it for this client). DLOCK_CLIENT_NOT_INIT for an unknown
  * id; -1 (as the reference) when the server is not recovering for this client: nothing is
  * claimed and every record kept.

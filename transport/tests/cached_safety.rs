@@ -144,3 +144,89 @@ fn a_failover_re_claims_no_cached_grant_and_the_cache_asks_the_replacement() {
     );
     second.stop();
 }
+
+/// The server says its revoke timeout at registration (protocol 7), so a client told nothing
+/// by hand trusts its cached grants no longer than the server holds them: here 150 ms against
+/// a 60 s lease. Before, such a client assumed the lease, and used a grant locally long after
+/// the server could have lapsed it and handed it on.
+#[test]
+fn a_client_trusts_a_cached_grant_for_the_revoke_timeout_its_server_said() {
+    let mut cfg = ServerConfig::new(common::small());
+    cfg.core.timing.revoke_timeout_ms = REVOKE_TIMEOUT.as_millis() as u32;
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
+    let s = ServerHandle::start(cfg).expect("server starts");
+    let e = Endpoint::Tcp(s.tcp_addr().expect("tcp"));
+    let locks =
+        CachedLocks::connect(ClientConfig::new(e).with_lease(Duration::from_secs(60))).unwrap();
+    assert_eq!(
+        locks.with_client(|c| c.revoke_timeout()),
+        REVOKE_TIMEOUT,
+        "told at registration"
+    );
+    let page = locks.rw("page").unwrap();
+    drop(page.try_write().unwrap());
+    drop(page.try_write().unwrap());
+    assert_eq!(locks.local_hits(), 1, "cached, and taken locally");
+    locks.with_client(|c| c.heartbeat()).unwrap();
+    thread::sleep(REVOKE_TIMEOUT + Duration::from_millis(50));
+    let g = page.try_write().unwrap();
+    assert_eq!(
+        (locks.local_hits(), locks.revokes().try_recv().unwrap()),
+        (1, Some(Revoked::All)),
+        "past the server's bound the grant goes back and is asked for again"
+    );
+    drop(g);
+    s.stop();
+}
+
+/// A replacement server numbers locks afresh (here a lock of a client that did not come back
+/// took a slot on the failed one), and the client's recovery files its records under the new
+/// ids. A cached handle keeps naming its lock, not the id it had: before, its next guard asked
+/// for whatever lock now had the old id — another of this client's locks — and left its own
+/// to anyone.
+#[test]
+fn a_cached_handle_follows_its_lock_to_the_id_a_failover_gave_it() {
+    let first = common::server(true);
+    let addr = first.tcp_addr().unwrap();
+    // A client that will not come back takes the first lock slot.
+    let mut gone = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
+    let _ = gone.get_lock(LockKind::Rw, b"gone").unwrap();
+    let locks = cached(&first, true);
+    let page = locks.rw("cached").unwrap();
+    drop(page.try_write().unwrap());
+    let plain = locks.with_client(|c| c.get_lock(LockKind::Rw, b"plain").unwrap());
+    let before = page.id();
+    first.stop();
+    drop(gone);
+
+    let mut cfg = ServerConfig::new(dlock_core::Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..common::small()
+    });
+    cfg.tcp = Some(TcpConfig::new(addr));
+    cfg.insecure_recovery = true;
+    let second = ServerHandle::start(cfg).unwrap();
+    let now = locks.with_client(|c: &mut Client| {
+        assert_eq!(c.reinit().map_err(Status::from), Ok(true));
+        c.update_all_locks().unwrap();
+        c.reinit_done().unwrap();
+        c.get_lock(LockKind::Rw, b"cached").unwrap()
+    });
+    assert_ne!(now, before, "the replacement numbered the lock afresh");
+    assert_eq!(page.id(), now, "the handle names its lock's new id");
+    let g = page.try_write().unwrap();
+    // Held on the replacement: another client is refused it, and may take "plain".
+    let mut other = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
+    let theirs = other.get_lock(LockKind::Rw, b"cached").unwrap();
+    assert_eq!(
+        other
+            .trylock(theirs, Mode::Exclusive, 60_000)
+            .map_err(|e| e.status()),
+        Err(Status::Fail),
+        "the guard holds its own lock"
+    );
+    let _ = plain;
+    drop(g);
+    second.stop();
+}

@@ -109,6 +109,7 @@ fn a_late_tcp_reply_does_not_put_later_exchanges_out_of_step() {
                             objects_max: 16,
                             slot: 0,
                             session: dlock_core::Session([9; 16]),
+                            revoke_timeout_ms: 0,
                         })
                     }
                     ControlRequest::GetLock { .. } => ControlResponse::Lock {

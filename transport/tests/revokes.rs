@@ -152,8 +152,11 @@ fn an_ignored_revoke_loses_the_grant_at_the_revoke_timeout() {
             "{path:?}: lost before the timeout"
         );
         let got = events_until(&mut a, |e| !e.is_empty());
+        // Over a stream the client was told the server's 200 ms at registration and lived on
+        // its cache past it: the trust bound's overflow comes too (`manager::trust`).
+        let revokes: Vec<&Event> = got.iter().filter(|e| **e != Event::Overflow).collect();
         assert!(
-            matches!(got[..], [Event::Revoke { .. }]),
+            matches!(revokes[..], [Event::Revoke { .. }]),
             "{path:?}: {got:?}"
         );
         // The grant is gone on the server: the holder's unlock is refused.

@@ -50,7 +50,9 @@
 //! | either                                | otherwise                              | `None`                   |
 //!
 //! A revoke can overtake the reply that grants the lock: over shared memory the event ring and
-//! the mailbox are two paths, and the client may read the ring first. So a revoke that arrives
+//! the mailbox are two paths, and the client may read the ring first; on a stream the server
+//! sends a client's events ahead of its replies (the trust bound needs that order,
+//! [`super::trust`]), so a revoke of a parked request's grant made in the same turn comes first. So a revoke that arrives
 //! while an acquisition is in flight is recorded with its `fence` and kept if the grant's token
 //! is not above it (the revoke was sent for this grant), dropped otherwise. The same `fence`
 //! rule drops a revoke that was sent for a grant this client has given back since.

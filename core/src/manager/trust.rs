@@ -9,8 +9,9 @@
 //! two holders. Three rules close it, each checked by the model simulator's oracle
 //! (`tests/src/sim/model`) before it was built here:
 //!
-//! 1. **The trust bound.** A data channel is in order, so a revoke the server sent before it
-//!    read a request arrives before that request's reply. If the last data request answered
+//! 1. **The trust bound.** A data channel is in order, and the server puts a client's waiting
+//!    events ahead of the reply to each request it reads (the transport's `runtime/events.rs`),
+//!    so a revoke the server sent before it read a request arrives before that request's reply. If the last data request answered
 //!    was sent at `anchor`, every revoke not yet seen was sent after `anchor` and lapses no
 //!    earlier than `anchor + timeout`: until then a cached grant is safe to use locally. Past
 //!    it the client treats every cached grant as revoked, as at an event-ring overflow — idle

@@ -34,6 +34,7 @@
 //! revoked. [`EVENTS_MAX`] fills the same buffer a data request does, so an event message needs
 //! no buffer of its own size.
 
+use super::data::DataHeader;
 use super::{
     DATA_HEADER_LEN, DATA_MAGIC, DATA_MESSAGE_MAX, DecodeError, EncodeError, get_u8, get_u16,
     get_u32, put_u8, put_u16, put_u32,
@@ -42,6 +43,15 @@ use crate::ids::{LockId, Mode};
 
 /// Data-header flag: this is an event message (server to client, unasked).
 pub const FLAG_EVENT: u32 = 8;
+
+/// Whether the message `header` heads, on the server-to-client stream, is an event message
+/// ([`decode_event_message`]) rather than a reply: the one test every reader of that stream
+/// (a client's connection, a `Mux`'s reader, an RDMA client) makes. [`FLAG_EVENT`] is a
+/// message's only flag when set.
+#[inline]
+pub const fn is_event_message(header: &DataHeader) -> bool {
+    header.flags == FLAG_EVENT
+}
 /// Bytes per event entry (and per event-ring slot).
 pub const EVENT_LEN: usize = 16;
 /// Entries in one event message: as many as fit a data request's buffer.

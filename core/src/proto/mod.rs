@@ -71,7 +71,7 @@ pub use data::{
 };
 pub use event::{
     EVENT_LEN, EVENTS_MAX, Event, EventHeader, EventMessage, FLAG_EVENT, decode_event,
-    decode_event_message, encode_event, encode_event_message, event_message_len,
+    decode_event_message, encode_event, encode_event_message, event_message_len, is_event_message,
 };
 pub use lock_flags::{DOWNGRADE_OP, LOCK_FLAGS_OFFSET, LockFlags, put_lock_flags, read_lock_flags};
 pub use recovery::{
@@ -107,8 +107,12 @@ pub const DATA_MAGIC: u32 = 0xedf7_c94b;
 /// epoch widened to 32 bits over the reserved bytes beside it. 6: `ReclaimDones`, every
 /// partition a client re-claimed at a server in one message (`cluster.rs`); nothing else
 /// changed, so a client sends it only to a server whose registration or join named 6, and
-/// the per-partition `ReclaimDone` to an older one.
-pub const PROTO_VERSION: u8 = 6;
+/// the per-partition `ReclaimDone` to an older one. 7: the registration's reply carries the
+/// server's revoke timeout ([`InitReply::revoke_timeout_ms`], in what was a reserved word that
+/// older clients require zero, so a server sends it only to a client that negotiated 7).
+pub const PROTO_VERSION: u8 = 7;
+/// The first version whose registration reply carries the server's revoke timeout.
+pub const PROTO_VERSION_REVOKE_TIMEOUT: u8 = 7;
 /// The oldest protocol version this build still speaks (`DLOCK_MIN_PROTO_VERSION`): a version
 /// 3 claim carries no proof, which a server with a session key could not take.
 ///

@@ -5,7 +5,7 @@
 //!
 //! | type                                   | body                                                   |
 //! |----------------------------------------|--------------------------------------------------------|
-//! | `ClientInit`, `ClientReinit`, `ClientJoin` | `0 u32 client \| 4 u8 version \| 5 u8 recovering (0/1) \| 6 u16 epoch \| 8 u32 lease_ms \| 12 u32 objects_max \| 16 u32 slot \| 20 u32 reserved \| 24 [u8; 16] session` |
+//! | `ClientInit`, `ClientReinit`, `ClientJoin` | `0 u32 client \| 4 u8 version \| 5 u8 recovering (0/1) \| 6 u16 epoch \| 8 u32 lease_ms \| 12 u32 objects_max \| 16 u32 slot \| 20 u32 revoke_timeout_ms (7; zero before) \| 24 [u8; 16] session` |
 //! | `GetLock`, `ObjectCreate`              | `0 u32 id`                                             |
 //! | `ObjectGet`                            | `0 u32 object \| 4 u32 cell`                          |
 //! | the three batches                      | a counted list of `u32 id \| u16 status \| u16 reserved` |
@@ -50,6 +50,14 @@ pub struct InitReply {
     /// channel (a TCP data connection, an RDMA queue pair) to the client id, and that a reinit
     /// of a live registration must show.
     pub session: Session,
+    /// The revoke timeout the server holds this client's cached grants to (its
+    /// `--revoke-timeout-ms`, else the lease granted): the client trusts a cached grant only
+    /// this long past its last answered data request (`manager::trust`). 0: not told — the
+    /// word was reserved, and is zero, before version [`PROTO_VERSION_REVOKE_TIMEOUT`]
+    /// (an older server, or a client that negotiated an older version).
+    ///
+    /// [`PROTO_VERSION_REVOKE_TIMEOUT`]: super::PROTO_VERSION_REVOKE_TIMEOUT
+    pub revoke_timeout_ms: u32,
 }
 
 /// A control response body.
@@ -129,9 +137,6 @@ fn decode_response_body(msg: MsgType, b: &[u8]) -> Result<ControlResponse<'_>, D
     Ok(match msg {
         MsgType::ClientInit | MsgType::ClientReinit | MsgType::ClientJoin => {
             exact(b, INIT_REPLY_LEN)?;
-            if get_u32(b, 20)? != 0 {
-                return Err(DecodeError::BadField);
-            }
             let recovering = match get_u8(b, 5)? {
                 0 => false,
                 1 => true,
@@ -145,6 +150,7 @@ fn decode_response_body(msg: MsgType, b: &[u8]) -> Result<ControlResponse<'_>, D
                 lease_ms: get_u32(b, 8)?,
                 objects_max: get_u32(b, 12)?,
                 slot: get_u32(b, 16)?,
+                revoke_timeout_ms: get_u32(b, 20)?,
                 session: Session(get_array(b, 24)?),
             })
         }
@@ -235,7 +241,7 @@ fn encode_response_body(
             put_u32(b, 8, r.lease_ms)?;
             put_u32(b, 12, r.objects_max)?;
             put_u32(b, 16, r.slot)?;
-            put_u32(b, 20, 0)?;
+            put_u32(b, 20, r.revoke_timeout_ms)?;
             put_bytes(b, 24, &r.session.0)?;
             Ok(INIT_REPLY_LEN)
         }

@@ -219,6 +219,7 @@ fn for_each_response(mut f: impl FnMut(&ControlHeader, &ControlResponse<'_>)) {
         objects_max: 102_400,
         slot: 999,
         session: Session([0xC3; Session::LEN]),
+        revoke_timeout_ms: 750,
     };
     let statuses = [
         crate::proto::PartitionStatus {

@@ -70,6 +70,9 @@ pub(super) struct Note {
     pub(super) fair_preempted: bool,
     /// The lock was given up, so parked waiters on it may now get it.
     pub(super) released: bool,
+    /// A holder's grant lapsed before the word step: released for good, even if an
+    /// all-or-nothing message undoes the command itself.
+    pub(super) lapsed: bool,
 }
 
 /// Per-message scratch: undo records and fair locks whose other holders were preempted.
@@ -318,18 +321,20 @@ impl<'r> Server<'r> {
                 *r = refused;
                 continue;
             }
-            // Revokes and lapses first, outside the undo: a grant that lapsed stays released
-            // (and a revoke sent stays sent) whatever becomes of the unit, and the copy below
-            // must not bring a lapsed holder back into the word with no record to unlock it.
-            if c.op.acquires()
-                && let Ok(id) = self.referenced_lock(slot, c.lock)
-                && self.revoke_decision(slot, id.index(), &c, now_ms).lapsed
-            {
+            // The slot is copied after the command's checks and its revoke decision, just
+            // before its word step: revokes and lapses stay outside the undo — a grant that
+            // lapsed stays released (and a revoke sent stays sent) whatever becomes of the
+            // unit, and the copy must not bring a lapsed holder back into the word with no
+            // record to unlock it — and a command refused by a check (kind, retained lock)
+            // runs no decision at all, as it would alone.
+            let record = |server: &Self, lock: u32| server.record_undo(slot, lock, &mut s);
+            let written = block(i);
+            let (out, note) =
+                self.lock_command_with(slot, me, &c, written.as_ref(), now_ms, record);
+            if note.lapsed {
                 lapsed[lapsed_len] = c.lock;
                 lapsed_len += 1;
             }
-            self.record_undo(slot, c.lock, &mut s);
-            let (out, note) = self.lock_command(slot, me, &c, block(i).as_ref(), now_ms);
             if note.fair_preempted {
                 s.preempted[s.preempted_len] = c.lock;
                 s.preempted_len += 1;
@@ -354,17 +359,15 @@ impl<'r> Server<'r> {
         }
     }
 
-    fn record_undo(&self, slot: u32, raw_lock: u32, s: &mut Scratch) {
-        if let Ok(id) = self.referenced_lock(slot, raw_lock) {
-            let lock = id.index();
-            s.undo[s.undo_len] = Undo {
-                lock,
-                cell: self.t.lock_cells[lock as usize],
-                hold: self.t.lock_holds.get(slot, lock),
-                value: self.t.lock_values[lock as usize],
-            };
-            s.undo_len += 1;
-        }
+    /// Copies client `slot`'s state of lock slot `lock` for the unit's undo.
+    fn record_undo(&self, slot: u32, lock: u32, s: &mut Scratch) {
+        s.undo[s.undo_len] = Undo {
+            lock,
+            cell: self.t.lock_cells[lock as usize],
+            hold: self.t.lock_holds.get(slot, lock),
+            value: self.t.lock_values[lock as usize],
+        };
+        s.undo_len += 1;
     }
 
     /// Restores every slot the message changed, newest first, and reports the undone commands.
@@ -398,6 +401,24 @@ impl<'r> Server<'r> {
         written: Option<&ValueBlock>,
         now_ms: u64,
     ) -> (CommandResult, Note) {
+        self.lock_command_with(slot, me, c, written, now_ms, |_, _| {})
+    }
+
+    /// [`Self::lock_command`], calling `before_step(self, lock)` once the command has passed
+    /// its checks (the lock referenced, its kind, no retained grant in the way) and its revoke
+    /// decision has run, just before the word step changes lock slot `lock`: where an
+    /// all-or-nothing message copies the slot for its undo. The decision runs here and only
+    /// here, after the checks, so a refused command sends no revoke and lapses no holder.
+    #[inline(always)]
+    fn lock_command_with(
+        &mut self,
+        slot: u32,
+        me: ClientId,
+        c: &LockCommand,
+        written: Option<&ValueBlock>,
+        now_ms: u64,
+        before_step: impl FnOnce(&Self, u32),
+    ) -> (CommandResult, Note) {
         let (id, state) = match self.referenced_lock_state(slot, c.lock) {
             Ok(found) => found,
             Err(s) => return (result(self.refuse(s)), Note::default()),
@@ -427,6 +448,7 @@ impl<'r> Server<'r> {
             true => self.t.lock_cells[lock as usize],
             false => cell,
         };
+        before_step(self, lock);
         let hold = self.current_hold(slot, me, lock);
         let before = cell;
         let step = match c.kind {
@@ -447,6 +469,7 @@ impl<'r> Server<'r> {
         }
         let mut note = Note {
             released: revoked.lapsed,
+            lapsed: revoked.lapsed,
             ..Note::default()
         };
         let aux = match step.effect {

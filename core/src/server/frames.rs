@@ -20,10 +20,10 @@ use crate::manager::value::ValueRead;
 use crate::proto::{
     BatchEntries, BatchEntry, CLUSTER_VERSIONS, Command, CommandResult, ControlHeader,
     ControlRequest, ControlResponse, DataFrame, DataRequest, DecodeError, EncodeError, FLAG_PROOFS,
-    FLAG_VALUES, InitReply, SERVER_VERSIONS, VersionRange, begin_data_response, data_message_len,
-    decode_control_request, encode_control_response, finish_data_proofs, finish_value_replies,
-    negotiate, peek_control_header, peek_data_frame, put_command_result, put_data_proof,
-    put_data_result, put_value_reply,
+    FLAG_VALUES, InitReply, PROTO_VERSION_REVOKE_TIMEOUT, SERVER_VERSIONS, VersionRange,
+    begin_data_response, data_message_len, decode_control_request, encode_control_response,
+    finish_data_proofs, finish_value_replies, negotiate, peek_control_header, peek_data_frame,
+    put_command_result, put_data_proof, put_data_result, put_value_reply,
 };
 use crate::status::Status;
 
@@ -329,20 +329,26 @@ impl<'r> Server<'r> {
         let (slot, session) = self
             .client_session(client)
             .unwrap_or((0, crate::ids::Session::NONE));
+        let lease_ms = self
+            .t
+            .clients
+            .get(slot as usize)
+            .map_or(self.cfg.client_lease_ms, |c| c.lease_ms);
         ControlResponse::Init(InitReply {
             client,
             version,
             recovering: self.recovering > 0,
             // Epochs are per partition in a cluster: the map carries them.
             epoch: if self.is_cluster() { 0 } else { self.cfg.epoch },
-            lease_ms: self
-                .t
-                .clients
-                .get(slot as usize)
-                .map_or(self.cfg.client_lease_ms, |c| c.lease_ms),
+            lease_ms,
             objects_max: self.cfg.objects_max,
             slot,
             session,
+            // An older client requires the word zero.
+            revoke_timeout_ms: match version >= PROTO_VERSION_REVOKE_TIMEOUT {
+                true => self.cfg.timing.revoke_timeout_for(lease_ms),
+                false => 0,
+            },
         })
     }
 

@@ -75,6 +75,8 @@ pub(super) struct Caching {
     /// The locks an overflow revokes, or the give-backs a look sends again (kept for its
     /// capacity, so that a look allocates nothing once it has seen as many).
     scratch: Vec<(LockId, Option<ServerOp>)>,
+    /// The client's `renumberings` when `locks` was last known to name the client's ids.
+    renumberings: u64,
 }
 
 impl Caching {
@@ -87,6 +89,27 @@ impl Caching {
             callback: None,
             events: Vec::with_capacity(EVENT_RING_LEN + 1),
             scratch: Vec::with_capacity(EVENT_RING_LEN),
+            renumberings: 0,
+        }
+    }
+
+    /// After a failover's re-claim filed the client's records under a replacement's ids
+    /// (`Client::renumberings`): the cache's ids name other locks now, or none, and giving back
+    /// a parked grant by one would unlock another lock of the client. So the cache forgets
+    /// every lock, and tells the engine every lock was revoked; the engine takes its ids again
+    /// with `get_lock` by name (as every id after `update_all_locks`) and enables caching on
+    /// them again. Nothing parked is lost: a failover re-claims no cached grant
+    /// (`dlock_core::manager::trust`, rule 3). One comparison when nothing changed.
+    pub(super) fn follow_renumbering(&mut self, client: &Client) {
+        let now = client.renumberings();
+        if now == self.renumberings {
+            return;
+        }
+        self.renumberings = now;
+        if !self.locks.is_empty() {
+            self.locks.clear();
+            self.watch.clear();
+            self.notices.push(revoke_all());
         }
     }
 
@@ -103,6 +126,7 @@ impl Caching {
     /// Gives `id`'s parked grant back, if it has one (`release_lock`). One that does not reach
     /// the server stays owed, and the reference's release is refused while it is held.
     pub(super) fn unpark(&mut self, client: &mut Client, id: LockId) {
+        self.follow_renumbering(client);
         if let Some(op) = self.locks.get_mut(&id).and_then(|c| c.rec.give_back()) {
             // A failure stays owed (`drive`).
             let _ = self.drive(client, id, op);
@@ -125,6 +149,7 @@ impl Caching {
     /// Reads the revokes the server sent and acts on them (module doc), then sends again what
     /// is owed.
     pub(super) fn pump(&mut self, client: &mut Client) {
+        self.follow_renumbering(client);
         if self.locks.is_empty() {
             return;
         }

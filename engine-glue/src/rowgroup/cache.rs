@@ -26,7 +26,7 @@
 //!
 //! | the revoked key              | wanted    | then                                             |
 //! |------------------------------|-----------|--------------------------------------------------|
-//! | not cached and not held      | any       | ignored (a stale revoke, or for a grant since given back) |
+//! | not cached and not held      | any       | ignored (a stale revoke, or for a grant since given back; one that came before the reply granting its key is acted on, since revokes are read only between calls, once the grant is recorded) |
 //! | cached (no transaction)      | shared, held exclusive | downgraded now                      |
 //! | cached (no transaction)      | otherwise | given back now                                   |
 //! | held by the open transaction, read under an exclusive grant | shared | downgraded now; it reads on |

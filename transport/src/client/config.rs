@@ -28,12 +28,14 @@ pub struct ClientConfig {
     /// A data connection to share with other clients of this process (TCP and TLS
     /// endpoints); `None`: a connection of its own.
     pub mux: Option<Mux>,
-    /// The server's revoke timeout (`dlock serve --revoke-timeout-ms`), when it is set: zero
-    /// means the server's default, the lease it granted. The client uses its cached grants
-    /// locally only within this long of its last answered data request
-    /// (`dlock_core::manager::trust`), and the server does not tell it the value, so a server
-    /// configured with a revoke timeout shorter than the lease needs its clients told the same
-    /// (or less); a longer one is safe as it is.
+    /// A bound on the server's revoke timeout (`dlock serve --revoke-timeout-ms`); zero: none.
+    /// The client uses its cached grants locally only within the revoke timeout of its last
+    /// answered data request (`dlock_core::manager::trust`). A server of protocol 7 or later
+    /// says its own at registration, and the client takes the shorter of the two
+    /// ([`Client::revoke_timeout`](super::Client::revoke_timeout)); an older server says
+    /// nothing, and then this, else the lease (the server's default), is what the client
+    /// assumes — so set it to the server's value when an older server's is shorter than the
+    /// lease.
     pub revoke_timeout: Duration,
 }
 

@@ -35,6 +35,7 @@ impl<C: Connection> Client<C> {
         self.recovering = init.recovering;
         self.epoch = init.epoch;
         self.lease = Duration::from_millis(init.lease_ms.into());
+        self.revoke_timeout_told_ms = init.revoke_timeout_ms;
         self.link
             .attach(init.client, init.slot, init.session)
             .map_err(|e| op.io(e))
@@ -77,7 +78,7 @@ impl<C: Connection> Client<C> {
         let lease_ms = self.cfg.lease_ms();
         let session = self.session;
         let body = ControlRequest::ClientReinit {
-            min_version: PROTO_VERSION,
+            min_version: super::SERVER_VERSION_MIN,
             lease_ms,
             session,
         };

@@ -39,14 +39,10 @@ impl<C: Connection> Client<C> {
     /// on, before it arrives. A shared-memory client reads its revokes where the server writes
     /// them, before the server starts counting their timeout, so it needs no such bound.
     pub fn poll_events(&mut self, mut sink: impl FnMut(Event)) -> Result<(), Error> {
-        let timeout_ms = match self.cfg.revoke_timeout {
-            Duration::ZERO => self.lease,
-            t => t,
-        };
         let (now, in_place) = (self.now_ms(), self.link.events_in_place());
         let lost = self
             .trust
-            .take_overflow(now, duration_to_ms(timeout_ms), in_place);
+            .take_overflow(now, self.revoke_timeout_ms(), in_place);
         let cacheable = |e: &Entry| e.local.ask.contains(LockFlags::CACHEABLE);
         let report = match lost {
             Some(Lost::Broken) => self.locks.iter().any(cacheable),
@@ -62,6 +58,24 @@ impl<C: Connection> Client<C> {
         self.link
             .poll_events(&mut sink)
             .map_err(|e| Op::PollEvents.io(e))
+    }
+
+    /// How long a cached grant is trusted past the last answered data request
+    /// (`dlock_core::manager::trust`): what the server said at registration (protocol 7), or
+    /// [`ClientConfig::revoke_timeout`](super::ClientConfig::revoke_timeout) when that is set —
+    /// the shorter of the two when both are — else the lease, which is the server's default.
+    pub fn revoke_timeout(&self) -> Duration {
+        Duration::from_millis(self.revoke_timeout_ms().into())
+    }
+
+    fn revoke_timeout_ms(&self) -> u32 {
+        let configured = duration_to_ms(self.cfg.revoke_timeout);
+        match (configured, self.revoke_timeout_told_ms) {
+            (0, 0) => duration_to_ms(self.lease),
+            (0, told) => told,
+            (mine, 0) => mine,
+            (mine, told) => mine.min(told),
+        }
     }
 }
 

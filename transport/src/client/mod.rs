@@ -172,6 +172,11 @@ pub struct Client<C: Connection = Link> {
     epoch: u16,
     /// The lease the server granted at the last (re)registration.
     lease: Duration,
+    /// The revoke timeout the server said at the last (re)registration (ms; 0: an older server
+    /// said nothing, `InitReply::revoke_timeout_ms`).
+    revoke_timeout_told_ms: u32,
+    /// Re-claims that filed the records under a replacement's ids ([`Client::renumberings`]).
+    renumberings: u64,
     /// When (ms on this client's clock) the last request the server answered was sent: the
     /// server saw us alive no earlier, so our registration lasts at least the lease from here.
     heard_ms: u64,
@@ -193,6 +198,12 @@ pub struct Client<C: Connection = Link> {
     /// The last data reply, and its results decoded once.
     inbox: Inbox,
 }
+
+/// The oldest server version a standalone client registers with: 7 adds only the server's
+/// revoke timeout to the registration's reply, which a version-6 server leaves zero (the client
+/// then trusts its cached grants for its own [`ClientConfig::revoke_timeout`], else the lease,
+/// as before).
+const SERVER_VERSION_MIN: u8 = 6;
 
 /// A client moves between threads (one at a time uses it).
 const _: () = {
@@ -275,6 +286,8 @@ impl<C: Connection> Client<C> {
             reclaim: false,
             epoch: 0,
             lease: Duration::ZERO,
+            revoke_timeout_told_ms: 0,
+            renumberings: 0,
             // Any start will do (message ids only match replies to requests); a random one keeps
             // two instances of one process from looking alike in a capture.
             message_id: getrandom::u32().unwrap_or(0) as u16,
@@ -293,7 +306,7 @@ impl<C: Connection> Client<C> {
         };
         let lease_ms = c.cfg.lease_ms();
         let init = ControlRequest::ClientInit {
-            min_version: PROTO_VERSION,
+            min_version: SERVER_VERSION_MIN,
             lease_ms,
         };
         c.register(Op::Connect, 0, init)?;

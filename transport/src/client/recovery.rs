@@ -65,6 +65,7 @@ impl<C: Connection> Client<C> {
                 tracing::warn!(lock = %other.local.id, name = ?other.name, "two locks re-claimed under one id");
             }
         }
+        self.renumberings += 1;
         self.recovering = false;
         self.reclaim = false;
         Ok(())

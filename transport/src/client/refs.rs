@@ -135,4 +135,21 @@ impl<C: Connection> Client<C> {
     pub fn local_lock(&self, id: LockId) -> Option<&LocalLock> {
         self.locks.get(id).map(|e| &e.local)
     }
+
+    /// The id this client's record of lock `name` of `kind` has now, if it holds a reference
+    /// to it (a scan of the records, for use after [`Client::renumberings`] changed).
+    pub fn lock_id(&self, kind: LockKind, name: &[u8]) -> Option<LockId> {
+        self.locks
+            .iter()
+            .find(|e| e.local.kind == kind && *e.name == *name)
+            .map(|e| e.local.id)
+    }
+
+    /// How many times a failover's re-claim ([`Client::update_all_locks`]) filed this client's
+    /// records under the ids a replacement server gave them. A replacement numbers its locks
+    /// afresh, so an id kept from before names another lock, or none: whoever keeps ids beside
+    /// the client looks them up again by name ([`Client::lock_id`]) when this changes.
+    pub fn renumberings(&self) -> u64 {
+        self.renumberings
+    }
 }

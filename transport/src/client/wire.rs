@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use dlock_core::Session;
 use dlock_core::proto::{
-    ATTACH_MAGIC, Attach, DATA_HEADER_LEN, DATA_RESPONSE_WITH_VALUES_MAX, DecodeError, FLAG_EVENT,
-    peek_data_header, peek_data_response_header,
+    ATTACH_MAGIC, Attach, DATA_HEADER_LEN, DATA_RESPONSE_WITH_VALUES_MAX, DecodeError,
+    is_event_message, peek_data_header, peek_data_response_header,
 };
 
 use super::awaited::AwaitTable;
@@ -156,7 +156,7 @@ impl TcpData {
     /// queue, a reply under the message that awaits it.
     fn file(&mut self, len: usize) {
         match peek_data_response_header(&self.partial) {
-            Ok((h, _)) if h.flags == FLAG_EVENT => self.events.file_message(&self.partial[..len]),
+            Ok((h, _)) if is_event_message(&h) => self.events.file_message(&self.partial[..len]),
             Ok((h, _)) => {
                 self.awaited.file(h.message_id, &self.partial[..len]);
             }

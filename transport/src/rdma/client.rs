@@ -15,10 +15,10 @@
 //! which counts as a message awaiting a reply), and the server answers it with an empty one.
 //!
 //! Telling the kinds apart is the one thing this module reads in what it carries: an event
-//! message has [`FLAG_EVENT`] in its data header, as on a TCP data connection; an empty message
+//! message has [`FLAG_EVENT`](dlock_core::proto::FLAG_EVENT) in its data header, as on a TCP data connection; an empty message
 //! is the acknowledgement of a credit return; anything else is a reply ([`Received::of`]).
 
-use dlock_core::proto::{FLAG_EVENT, peek_data_response_header};
+use dlock_core::proto::{is_event_message, peek_data_response_header};
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -67,7 +67,7 @@ fn kind(msg: &[u8]) -> Kind {
         return Kind::CreditAck;
     }
     match peek_data_response_header(msg) {
-        Ok((header, _)) if header.flags == FLAG_EVENT => Kind::Event,
+        Ok((header, _)) if is_event_message(&header) => Kind::Event,
         // A reply that does not parse is still the answer to the oldest message: the client's
         // decoder says what is wrong with it.
         _ => Kind::Reply,

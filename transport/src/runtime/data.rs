@@ -11,14 +11,12 @@ use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
 
 use dlock_core::proto::{CONTROL_FRAME_MAX, DATA_REQUEST_WITH_VALUES_MAX};
-use dlock_core::proto::{
-    EVENTS_MAX, Event, EventHeader, MsgType, PROTO_VERSION, encode_event_message,
-    peek_control_header,
-};
+use dlock_core::proto::{EventHeader, MsgType, PROTO_VERSION, peek_control_header};
 use dlock_core::server::{
     Delivery, Dispatched, EventPath, Registration, Routing, Server, SlotRouting, Source, event_path,
 };
 
+use super::events::EventsOut;
 use super::exchange::{Job, JobKind};
 use super::idle::Idler;
 use super::tcp::DataConns;
@@ -44,12 +42,8 @@ struct Data<'s> {
     start: Instant,
     /// The TCP data connections, and the poll the thread waits in.
     tcp: DataConns<'s>,
-    /// Per client slot, its event ring's overflow count when events were last sent to its
-    /// stream connection: a change is sent on as an overflow entry.
-    overflows_sent: Vec<u64>,
-    /// An event message could not be queued on its connection: look at the rings again next
-    /// turn.
-    events_again: bool,
+    /// What was told of each client slot's event ring (`events.rs`).
+    events: EventsOut,
     /// The clients' RDMA queue pairs.
     #[cfg(feature = "rdma")]
     rdma: super::rdma::Peers<'s>,
@@ -101,8 +95,7 @@ pub(super) fn run(
         resp: vec![0; CONTROL_FRAME_MAX],
         start: shared.started,
         tcp: DataConns::new(shared, cfg, poll),
-        overflows_sent: vec![0; slots],
-        events_again: false,
+        events: EventsOut::new(slots),
         #[cfg(feature = "rdma")]
         rdma: super::rdma::Peers::new(shared, slots),
     };
@@ -136,19 +129,34 @@ impl Data<'_> {
         }
         work += self.serve_inbox(server, now);
         work += self.tcp.take_handovers(server, &mut self.routing, now);
-        work += self.tcp.serve(server, &mut self.routing, now);
+        {
+            #[cfg(feature = "rdma")]
+            let rdma = &self.rdma;
+            #[cfg(feature = "rdma")]
+            let queue_pair = |server: &Server<'_>, slot| rdma.current_client(server, slot);
+            #[cfg(not(feature = "rdma"))]
+            let queue_pair = |_: &Server<'_>, _| None;
+            let mut events = super::tcp::EventsAhead {
+                out: &mut self.events,
+                queue_pair: &queue_pair,
+            };
+            work += self.tcp.serve(server, &mut self.routing, &mut events, now);
+        }
         #[cfg(feature = "rdma")]
         {
             work += self.serve_rdma(server, now);
-            self.events_again |= self.rdma.take_events_unblocked();
+            self.events.again |= self.rdma.take_events_unblocked();
         }
         server.poll_waiters(now);
+        // Events before the parked requests' replies, as before every reply (`events.rs`): a
+        // revoke that ended a parked wait (`WAKE_ON_REVOKE`) is then read by the client that
+        // wakes with the reply, not left for after its next wait.
+        if server.take_events_pending() || self.events.again {
+            work += self.deliver_events(server);
+        }
         if server.replies_ready() > 0 {
             self.deliver_replies(server);
             work += 1;
-        }
-        if server.take_events_pending() || self.events_again {
-            work += self.deliver_events(server);
         }
         if now >= *next_tick {
             server.tick(now);
@@ -361,126 +369,60 @@ impl Data<'_> {
     }
 }
 
-/// Whether an event message may go on a client's path now.
-enum Room {
-    Ready,
-    /// Not this turn, soon (a send slot, or a reply ahead): look again next turn.
-    #[cfg_attr(
-        not(feature = "rdma"),
-        expect(dead_code, reason = "only a queue pair retries")
-    )]
-    Retry,
-    /// Not until the client returns credit (`Peers::take_events_unblocked` says when).
-    Wait,
-}
-
 impl Data<'_> {
     /// Sends what the event rings of clients with a stream connection or a queue pair hold as
-    /// event messages on it, up to [`EVENTS_MAX`] events per message (the batching of revokes
-    /// to one client), an overflow of the ring first as an overflow entry; returns how many
-    /// messages went. Where a client's events go is the core's rule (`event_path`): a
-    /// shared-memory client reads its ring in place, and a client with no path attached yet
-    /// finds its events when one is (or reads them as an overflow if they were dropped).
-    /// Nothing is allocated: each message is encoded into the reply buffer.
+    /// event messages on it (`events.rs`); returns how many messages went. Where a client's
+    /// events go is the core's rule (`event_path`): a shared-memory client reads its ring in
+    /// place, and a client with no path attached yet finds its events when one is (or reads
+    /// them as an overflow if they were dropped). A stream client's events also go ahead of
+    /// its next reply (`tcp.rs`), whatever becomes of them here.
     fn deliver_events(&mut self, server: &mut Server<'_>) -> usize {
-        self.events_again = false;
-        (0..self.overflows_sent.len() as u32)
+        self.events.again = false;
+        (0..self.events.slots())
             .map(|slot| self.deliver_slot_events(server, slot))
             .sum()
     }
 
     /// [`Self::deliver_events`] for client slot `slot`.
     fn deliver_slot_events(&mut self, server: &Server<'_>, slot: u32) -> usize {
-        let Some(ring) = server.event_ring(slot) else {
-            return 0;
-        };
-        let overflows = ring.overflows();
-        let mut overflow = overflows != self.overflows_sent[slot as usize];
-        if ring.pending() == 0 && !overflow {
+        if !self.events.waiting(server, slot) {
             return 0;
         }
         #[cfg(feature = "rdma")]
         let queue_pair = self.rdma.current_client(server, slot);
         #[cfg(not(feature = "rdma"))]
         let queue_pair = None;
-        let path = event_path(queue_pair, self.routing.binding(slot));
-        let header = EventHeader {
+        let header = |client| EventHeader {
             version: PROTO_VERSION,
-            client: match path {
-                EventPath::QueuePair { client } => client,
-                EventPath::Stream(b) => b.client,
-                EventPath::InPlace => return 0,
-            },
+            client,
         };
-        let mut batch = [Event::Overflow; EVENTS_MAX];
-        let mut sent = 0;
-        loop {
-            // Asked before the events leave the ring, so events with no room stay there.
-            match self.event_room(path, slot) {
-                Room::Ready => {}
-                Room::Retry => {
-                    self.events_again = true;
-                    break;
-                }
-                Room::Wait => break,
-            }
-            let mut n = usize::from(core::mem::take(&mut overflow));
-            while n < EVENTS_MAX
-                && let Some(e) = ring.pop()
-            {
-                batch[n] = e;
-                n += 1;
-            }
-            if n == 0 {
-                break;
-            }
-            self.overflows_sent[slot as usize] = overflows;
-            let Data {
-                tcp,
-                resp,
-                #[cfg(feature = "rdma")]
-                rdma,
-                ..
-            } = self;
-            let queued = encode_event_message(&header, &batch[..n], resp).is_ok_and(|len| {
-                let msg = &resp[..len];
-                match path {
-                    EventPath::Stream(b) => tcp.deliver(b.conn, b.generation, msg),
-                    #[cfg(feature = "rdma")]
-                    EventPath::QueuePair { .. } => rdma.send_event(slot, msg),
-                    _ => false,
-                }
-            });
-            if !queued {
-                // Lost on the way: the client hears of it as an overflow next turn.
-                self.overflows_sent[slot as usize] = overflows.wrapping_sub(1);
-                self.events_again = true;
-                break;
-            }
-            sent += 1;
-        }
-        sent
-    }
-
-    /// Whether an event message may go on `path` (a stream takes it or counts it lost; a queue
-    /// pair takes it only into a receive slot the client has free).
-    #[cfg_attr(
-        not(feature = "rdma"),
-        expect(unused_variables, reason = "no queue pairs")
-    )]
-    fn event_room(&mut self, path: EventPath, slot: u32) -> Room {
-        match path {
-            EventPath::Stream(_) => Room::Ready,
+        let path = event_path(queue_pair, self.routing.binding(slot));
+        let Data {
+            events,
+            tcp,
             #[cfg(feature = "rdma")]
-            EventPath::QueuePair { .. } => match self.rdma.event_room(slot) {
-                crate::rdma::EventRoom::Ready => Room::Ready,
-                crate::rdma::EventRoom::Busy => Room::Retry,
-                crate::rdma::EventRoom::NoCredit => Room::Wait,
-            },
+            rdma,
+            ..
+        } = self;
+        match path {
+            // A full window is waited out: the events go at a later turn, or ahead of the
+            // client's next reply.
+            EventPath::Stream(b) => tcp
+                .with_events(b.conn, b.generation, |sink| {
+                    events.send(server, slot, &header(b.client), sink)
+                })
+                .map_or(0, |sent| sent.messages),
+            #[cfg(feature = "rdma")]
+            EventPath::QueuePair { client } => {
+                let mut sink = super::rdma::QueuePairEvents { peers: rdma, slot };
+                events
+                    .send(server, slot, &header(client), &mut sink)
+                    .messages
+            }
             // Without the `rdma` feature no slot has a queue pair.
             #[cfg(not(feature = "rdma"))]
-            EventPath::QueuePair { .. } => Room::Wait,
-            EventPath::InPlace => Room::Wait,
+            EventPath::QueuePair { .. } => 0,
+            EventPath::InPlace => 0,
         }
     }
 }

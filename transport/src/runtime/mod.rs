@@ -27,6 +27,7 @@
 mod cluster;
 mod control;
 mod data;
+mod events;
 mod exchange;
 mod fds;
 mod handshakes;

@@ -32,12 +32,15 @@
 //!
 //! A client whose registration attached a queue pair gets its events (revokes of its cached
 //! grants) on it, as event messages (`dlock_core::server::route::event_path` decides; the data
-//! thread's `deliver_events` encodes). A message goes only while the client has a receive slot
-//! for it — the credit rule of `rdma/client.rs` — and never ahead of a parked request's reply
-//! that is still deferred, so a revoke never reaches a client before the grant it revokes (the
-//! order a TCP connection keeps by itself). Events with no room stay in the client's event
-//! ring, and go when the client returns credit (with the next message it sends) or a send slot
-//! frees.
+//! thread's `deliver_events` encodes, `events.rs` sends). A message goes only while the client
+//! has a receive slot for it — the credit rule of `rdma/client.rs` — and never ahead of a
+//! parked request's reply that is still deferred for want of a send slot (decided first, it
+//! goes first). Events with no room stay in the client's event ring, and go when the client
+//! returns credit (with the next message it sends) or a send slot frees. A revoke may reach
+//! the client before the reply granting what it revokes (`manager::cache` keeps it for that
+//! grant), and — unlike on a stream, where a client's events go ahead of its every reply — a
+//! reply may overtake an event that waits for credit (`docs/lock-manager.md` says what that
+//! leaves open).
 //!
 //! # Cost
 //!
@@ -52,12 +55,35 @@ use dlock_core::Status;
 use dlock_core::server::{Dispatched, Routing, Server, Source};
 use dlock_core::table::Part;
 
+use super::events::{Room, Sink};
 use super::{ServerConfig, Shared};
 use crate::rdma::{
     AttachRecord, ENDPOINT_LEN, EventRoom, MESSAGE_MAX, MESSAGES_INFLIGHT_MAX, RDMA_ATTACH_LEN,
     RDMA_ATTACH_MAGIC, RdmaError, RdmaServer, ServerConnection,
 };
 use crate::region::Region;
+
+/// Client slot `slot`'s event messages on its way to its queue pair (`events.rs`): they go
+/// while the client has a receive slot free for them, and not while a parked request's reply
+/// waits for a send slot.
+pub(super) struct QueuePairEvents<'p, 's> {
+    pub(super) peers: &'p mut Peers<'s>,
+    pub(super) slot: u32,
+}
+
+impl Sink for QueuePairEvents<'_, '_> {
+    fn room(&mut self) -> Room {
+        match self.peers.event_room(self.slot) {
+            EventRoom::Ready => Room::Ready,
+            EventRoom::Busy => Room::Retry,
+            EventRoom::NoCredit => Room::Wait,
+        }
+    }
+
+    fn send(&mut self, msg: &[u8]) -> bool {
+        self.peers.send_event(self.slot, msg)
+    }
+}
 
 /// Connected queue pairs the data thread installs per turn (attaches are rare; this only bounds
 /// a turn).

@@ -10,7 +10,11 @@
 //! buffer sized at attach), execute every complete data message found in it, append each reply
 //! to the connection's write buffer, and write that buffer with one write. Replies may leave in
 //! any order: a blocking request that parks is answered when it is decided (`deliver`), and the
-//! messages behind it are served meanwhile; the client matches replies by message id.
+//! messages behind it are served meanwhile; the client matches replies by message id. Events
+//! may not fall behind: before a data message runs, every event its client has waiting for
+//! this connection goes into the write buffer ahead of its reply (`events.rs` says why), and
+//! the message waits, as at a closed window, until they fit. Event messages count in the
+//! window as replies do.
 //!
 //! A connection speaks for its *members*: the client its attach proved, and every client that
 //! joined it since with a join command (`proto::JoinCommand`, the session checked as for an
@@ -51,6 +55,7 @@
 //! left learns why; nobody else is concerned).
 
 mod control_frames;
+mod events;
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -65,6 +70,9 @@ use dlock_core::server::{Counter, Dispatched, Routing, Server, Streamed};
 use mio::{Events, Interest, Poll, Token};
 
 use self::control_frames::Framed;
+use self::events::events_ahead;
+pub(super) use self::events::{ConnEvents, EventsAhead};
+use super::events::{Room, Sent};
 use super::exchange::Handover;
 use super::stream::Stream;
 use super::{ServerConfig, Shared};
@@ -365,6 +373,7 @@ impl<'s> DataConns<'s> {
         &mut self,
         server: &mut Server<'_>,
         routing: &mut Routing<'_>,
+        events: &mut EventsAhead<'_>,
         now: u64,
     ) -> usize {
         // Those with more to do after their turn (the read buffer filled, the window reopened)
@@ -377,7 +386,7 @@ impl<'s> DataConns<'s> {
                 continue;
             };
             c.queued = false;
-            let outcome = self.serve_one(&mut c, i as u32, server, routing, now);
+            let outcome = self.serve_one(&mut c, i as u32, (server, routing), events, now);
             let again = outcome == Outcome::Open && c.has_work();
             c.queued = again;
             self.conns[i] = Some(c);
@@ -414,6 +423,31 @@ impl<'s> DataConns<'s> {
             self.ready.push(conn);
         }
         true
+    }
+
+    /// Hands `send` the write buffer of connection (`conn`, `generation`) to put event messages
+    /// in (a closed window is waited out: `Room::Retry`), and queues the connection to write
+    /// them; `None` if that connection is gone.
+    pub(super) fn with_events(
+        &mut self,
+        conn: u32,
+        generation: u32,
+        send: impl FnOnce(&mut ConnEvents<'_>) -> Sent,
+    ) -> Option<Sent> {
+        let c = self
+            .conns
+            .get_mut(conn as usize)
+            .and_then(Option::as_mut)
+            .filter(|c| c.generation == generation)?;
+        let sent = send(&mut ConnEvents {
+            c,
+            closed: Room::Retry,
+        });
+        if sent.messages > 0 && !c.queued {
+            c.queued = true;
+            self.ready.push(conn);
+        }
+        Some(sent)
     }
 
     /// Every tick: members whose client is no longer registered (in its slot) leave their
@@ -464,14 +498,14 @@ impl<'s> DataConns<'s> {
         &mut self,
         c: &mut DataConn,
         i: u32,
-        server: &mut Server<'_>,
-        routing: &mut Routing<'_>,
+        (server, routing): (&mut Server<'_>, &mut Routing<'_>),
+        events: &mut EventsAhead<'_>,
         now: u64,
     ) -> Outcome {
         if c.window_open() && c.readable && read(c) == Outcome::Close {
             return Outcome::Close;
         }
-        if self.execute(c, i, server, routing, now) == Outcome::Close {
+        if self.execute(c, i, (server, routing), events, now) == Outcome::Close {
             return Outcome::Close;
         }
         if c.writable && c.pending_write() {
@@ -480,13 +514,14 @@ impl<'s> DataConns<'s> {
         Outcome::Open
     }
 
-    /// Executes every complete message in the read buffer while the window is open.
+    /// Executes every complete message in the read buffer while the window is open, each data
+    /// message after its client's waiting events.
     fn execute(
         &mut self,
         c: &mut DataConn,
         i: u32,
-        server: &mut Server<'_>,
-        routing: &mut Routing<'_>,
+        (server, routing): (&mut Server<'_>, &mut Routing<'_>),
+        events: &mut EventsAhead<'_>,
         now: u64,
     ) -> Outcome {
         let mut at = 0;
@@ -507,6 +542,17 @@ impl<'s> DataConns<'s> {
                     Framed::Close => return Outcome::Close,
                 }
                 continue;
+            }
+            // Its client's events first (`events.rs`); a message not whole yet has a header.
+            if let Ok((header, _)) = peek_data_header(&c.rbuf[at..c.rlen])
+                && !events_ahead(c, i, header.client, (server, routing), events)
+            {
+                blocked = true;
+                break;
+            }
+            if !c.window_open() {
+                blocked = true;
+                break;
             }
             if !c.make_reply_room() {
                 return Outcome::Close;

@@ -469,6 +469,7 @@ impl State {
             objects_max: 0,
             slot: 0,
             session,
+            revoke_timeout_ms: 0,
         }))
     }
 

@@ -514,7 +514,7 @@ fn peek(buf: &[u8], response: bool) -> Result<(DataHeader, usize), DecodeError> 
         flags: get_u32(buf, 12)?,
     };
     let count = usize::from(header.count);
-    if response && header.flags == super::FLAG_EVENT {
+    if response && super::is_event_message(&header) {
         // An event message (`event.rs`) shares the stream of responses: framed here, decoded
         // by `decode_event_message`, never by the response decoder.
         if !(1..=super::EVENTS_MAX).contains(&count) {
@@ -703,7 +703,7 @@ pub fn decode_data_request_into<'a>(
 /// Decodes a data response, validating every result so [`DataResponse::result`] cannot fail.
 pub fn decode_data_response(buf: &[u8]) -> Result<DataResponse<'_>, DecodeError> {
     let (header, len) = peek_data_response_header(buf)?;
-    if header.flags == super::FLAG_EVENT {
+    if super::is_event_message(&header) {
         // Framed beside the responses, but no response: `decode_event_message` reads it.
         return Err(DecodeError::BadFlags);
     }

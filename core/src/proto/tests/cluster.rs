@@ -286,7 +286,7 @@ fn a_claims_proof_epoch_is_32_bits_and_a_version_4_claim_reads_the_same() {
 }
 
 #[test]
-fn a_cluster_server_speaks_versions_5_and_6_and_a_standalone_one_still_4() {
+fn a_cluster_server_speaks_versions_5_to_7_and_a_standalone_one_still_4() {
     let v4 = VersionRange { min: 4, max: 4 };
     assert_eq!(negotiate(v4, SERVER_VERSIONS), Ok(4));
     assert_eq!(
@@ -297,7 +297,7 @@ fn a_cluster_server_speaks_versions_5_and_6_and_a_standalone_one_still_4() {
         negotiate(SERVER_VERSIONS, CLUSTER_VERSIONS),
         Ok(PROTO_VERSION)
     );
-    assert_eq!(PROTO_VERSION, 6);
+    assert_eq!(PROTO_VERSION, 7);
     // A new client joining a version-5 server (one built before `ReclaimDones`) agrees on 5,
     // and so says its `ReclaimDone`s one partition at a time there.
     let v5_server = VersionRange { min: 5, max: 5 };
@@ -306,7 +306,7 @@ fn a_cluster_server_speaks_versions_5_and_6_and_a_standalone_one_still_4() {
         max: PROTO_VERSION,
     };
     assert_eq!(negotiate(new_client, v5_server), Ok(5));
-    assert_eq!(negotiate(new_client, CLUSTER_VERSIONS), Ok(6));
+    assert_eq!(negotiate(new_client, CLUSTER_VERSIONS), Ok(7));
 }
 
 /// A `ReclaimDones` body: `count`, its reserved bytes, then the entries' bytes as given.

@@ -94,3 +94,99 @@ fn a_join_reaching_the_state_machine_is_refused() {
         "not taken before"
     );
 }
+
+/// A trylock of `kind` on `id` asking for what `flags` say.
+fn flagged(kind: LockKind, op: LockOp, id: LockId, flags: crate::proto::LockFlags) -> Command {
+    Command::Lock(LockCommand {
+        kind,
+        op,
+        lock: id.raw(),
+        expire_ms: 60_000,
+        flags,
+        ..LockCommand::NONE
+    })
+}
+
+fn cached(kind: LockKind, op: LockOp, id: LockId) -> Command {
+    flagged(kind, op, id, crate::proto::LockFlags::CACHEABLE)
+}
+
+/// How many revokes wait in client `c`'s event ring.
+fn revokes_waiting(s: &TestServer, c: ClientId) -> usize {
+    let ring = s.event_ring(s.client_slot_of(c.get()).unwrap()).unwrap();
+    core::iter::from_fn(|| ring.pop()).count()
+}
+
+#[test]
+fn a_unit_key_refused_for_its_kind_sends_no_revoke_and_lapses_no_holder() {
+    let cfg = Config {
+        timing: crate::manager::Timing {
+            min_hold_ms: 0,
+            revoke_timeout_ms: 100,
+        },
+        ..small()
+    };
+    let (rw, ex) = (LockKind::Rw, LockOp::TryExclusive);
+    let mut s = TestServer::new(&cfg);
+    let (a, b) = (s.client(0), s.client(0));
+    let la = s.get_lock(a.get(), rw, b"page", 0).unwrap();
+    let lb = s.get_lock(b.get(), rw, b"page", 0).unwrap();
+    let free = s.get_lock(b.get(), rw, b"free", 0).unwrap();
+    assert_eq!(s.run(a, cached(rw, ex, la), 0).status, Status::Success);
+    // The second key names the RW lock as an atomic one: refused before anything runs on it.
+    let unit = [
+        lock(rw, ex, free, 0),
+        lock(LockKind::Atomic, ex, lb, 60_000),
+    ];
+    let r = s.run_all(b, FLAG_ALL_OR_NOTHING, &unit, 1);
+    assert_eq!((r[0].status, r[1].status), (Status::Eagain, Status::Einval));
+    assert_eq!(revokes_waiting(&s, a), 0, "a refused command asks nobody");
+    assert_eq!(s.stats().get(Counter::RevokesSent), 0);
+    // Now a is asked for real and ignores it past the revoke timeout: a refused command
+    // must not lapse it either.
+    assert_eq!(s.run(b, lock(rw, ex, lb, 0), 2).status, Status::Fail);
+    assert_eq!(revokes_waiting(&s, a), 1);
+    let _ = s.heartbeat(a.get(), 150);
+    let r = s.run_all(b, FLAG_ALL_OR_NOTHING, &unit, 200);
+    assert_eq!((r[0].status, r[1].status), (Status::Eagain, Status::Einval));
+    assert_eq!(s.stats().get(Counter::RevokesLapsed), 0);
+    let slot_a = s.client_slot_of(a.get()).unwrap();
+    assert_eq!(
+        s.recorded_hold(slot_a, la.index()),
+        crate::manager::GrantState::ExclusiveRevoking,
+        "a still holds it"
+    );
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn a_unit_key_refused_for_a_retained_lock_sends_no_revoke() {
+    let (rw, sh) = (LockKind::Rw, LockOp::TryShared);
+    let mut s = TestServer::new(&small());
+    let (dead, a, b) = (s.client(0), s.client(0), s.client(0));
+    let ld = s.get_lock(dead.get(), rw, b"page", 0).unwrap();
+    let la = s.get_lock(a.get(), rw, b"page", 0).unwrap();
+    let lb = s.get_lock(b.get(), rw, b"page", 0).unwrap();
+    let free = s.get_lock(b.get(), rw, b"free", 0).unwrap();
+    let retained = flagged(rw, sh, ld, crate::proto::LockFlags::RETAIN);
+    assert_eq!(s.run(dead, retained, 0).status, Status::Success);
+    assert_eq!(s.run(a, cached(rw, sh, la), 0).status, Status::Success);
+    // a and b stay alive; the dead reader's lease (1 s) runs out and its grant is retained.
+    let _ = s.heartbeat(a.get(), 1_400);
+    let _ = s.heartbeat(b.get(), 1_400);
+    assert_eq!(s.tick(1_500), 1);
+    let ex = LockOp::TryExclusive;
+    let unit = [lock(rw, ex, free, 0), lock(rw, ex, lb, 0)];
+    let r = s.run_all(b, FLAG_ALL_OR_NOTHING, &unit, 1_600);
+    assert_eq!(
+        (r[0].status, r[1].status),
+        (Status::Eagain, Status::LockRetained)
+    );
+    assert_eq!(
+        revokes_waiting(&s, a),
+        0,
+        "refused as retained, as a lone trylock is: nobody is asked"
+    );
+    assert_eq!(s.stats().get(Counter::RevokesSent), 0);
+    s.check_invariants().unwrap();
+}

@@ -95,3 +95,57 @@ fn a_replacement_server_takes_back_only_sessions_minted_under_the_shared_key() {
     let (_, fresh) = s.client_session(victim.get()).unwrap();
     assert!(fresh.is_minted_for(&key, test_mac, victim.get()));
 }
+
+/// The registration's reply says the revoke timeout the server holds the client's cached grants
+/// to (protocol 7): the configured one, else the lease granted. A client that negotiated an
+/// older version is sent zero in that word, which its decoder requires (it was reserved).
+#[test]
+fn the_registration_reply_says_the_revoke_timeout_to_a_client_of_version_7_only() {
+    use super::dispatch::slots;
+    use crate::proto::{
+        CONTROL_FRAME_MAX, ControlHeader, ControlRequest, ControlRequestFrame, ControlResponse,
+        decode_control_response, encode_control_request,
+    };
+    use crate::server::Routing;
+    let told = |timeout_ms: u32, version: u8| {
+        let cfg = Config {
+            timing: crate::manager::Timing {
+                min_hold_ms: 0,
+                revoke_timeout_ms: timeout_ms,
+            },
+            ..small()
+        };
+        let mut s = TestServer::new(&cfg);
+        let mut entries = slots(&s);
+        let mut routing = Routing::new(&mut entries);
+        let frame = ControlRequestFrame {
+            header: ControlHeader {
+                version,
+                msg: crate::proto::MsgType::ClientInit,
+                message_id: 1,
+                word: 0,
+            },
+            body: ControlRequest::ClientInit {
+                min_version: crate::proto::PROTO_VERSION_MIN,
+                lease_ms: 0,
+            },
+        };
+        let mut req = vec![0u8; CONTROL_FRAME_MAX];
+        let n = encode_control_request(&frame, &mut req).unwrap();
+        let mut out = vec![0u8; CONTROL_FRAME_MAX];
+        let at = (
+            1,
+            crate::ids::Peer::EXEMPT,
+            crate::manager::retain::Role::Client,
+        );
+        let done = s.control(&mut routing, at, &req[..n], &mut out, 0).unwrap();
+        match decode_control_response(&out[..done.len]).unwrap().body {
+            ControlResponse::Init(init) => (init.version, init.revoke_timeout_ms),
+            other => panic!("not a registration: {other:?}"),
+        }
+    };
+    // `small()` grants a 1 s lease.
+    assert_eq!(told(300, 7), (7, 300), "the configured timeout");
+    assert_eq!(told(0, 7), (7, 1_000), "none configured: the lease");
+    assert_eq!(told(300, 6), (6, 0), "an older client is told nothing");
+}

@@ -12,6 +12,10 @@ use crate::client::link::Link;
 /// What both guards hold.
 pub(super) struct Held<C: Connection> {
     pub(super) locks: CachedLocks<C>,
+    /// The handle's place (`CachedRwLock`): the lock's id may change under a guard, at a
+    /// failover.
+    pub(super) key: usize,
+    /// The id when the guard was taken.
     pub(super) id: LockId,
     pub(super) mode: Mode,
     pub(super) token: FencingToken,
@@ -22,7 +26,9 @@ impl<C: Connection> Drop for Held<C> {
     fn drop(&mut self) {
         // Kept cached, or given back now if a revoke waits for this guard.
         let mut st = self.locks.state();
-        st.release(self.id, self.mode);
+        if let Some(id) = st.current(self.key) {
+            st.release(id, self.mode);
+        }
         if st.waiters > 0 {
             self.locks.shared.changed.notify_all();
         }
@@ -83,9 +89,9 @@ impl<C: Connection> CachedWriteGuard<C> {
     pub fn set_value(&mut self, block: &[u8]) -> Result<(), Error> {
         let block = ValueBlock::from_slice(block).map_err(|s| Op::StageValue.err(s))?;
         let mut st = self.0.locks.state();
-        let e = st
-            .entries
-            .get_mut(&self.0.id)
+        let id = st.current(self.0.key);
+        let e = id
+            .and_then(|id| st.entries.get_mut(&id))
             .ok_or_else(|| Op::StageValue.err(Status::LockNotGet))?;
         let seq = e.value.map_or(0, |v| v.seq).wrapping_add(1);
         let read = ValueRead {

@@ -41,6 +41,11 @@
 //! out: poll [`Revokes::try_recv`] from the engine's loop. Users that outlive a revoke by the
 //! client's lease are warned about (`tracing`): their grant is gone.
 //!
+//! A handle names its lock by its place in the table of handles, not by id: after a failover
+//! the client's re-claim files its records under the ids the replacement gave them
+//! ([`Client::renumberings`]), and the handles follow by name, so a guard never takes whatever
+//! lock inherited its lock's old id.
+//!
 //! Revokes that may have been lost come as [`Revoked::All`] too ([`Client::poll_events`],
 //! `dlock_core::manager::trust`): after a reconnection or a failover (whose recovery re-claims
 //! no cached grant), and, over TCP or RDMA, when no data request was answered within the revoke
@@ -109,7 +114,13 @@ struct Shared<C: Connection> {
 
 struct State<C: Connection> {
     client: Client<C>,
+    /// Per lock, under the id the client's record has now (revokes name it).
     entries: HashMap<LockId, Entry>,
+    /// Per handle ([`CachedRwLock::key`]): its lock's name and the id it has now. A failover
+    /// renumbers locks ([`Client::renumberings`]); the ids follow by name (`follow_renumbering`).
+    handles: Vec<Handle>,
+    /// The client's [`Client::renumberings`] when the ids last followed.
+    renumberings: u64,
     /// What the engine has not read yet.
     notices: Notices<Revoked>,
     /// The locks each look must visit: a give-back owed, or a revoke waiting for the local
@@ -152,6 +163,16 @@ impl Entry {
     }
 }
 
+/// A cached lock's name and current id (`State::handles`).
+#[derive(Debug)]
+struct Handle {
+    name: Box<[u8]>,
+    id: LockId,
+    /// A failover's re-claim forgot the client's reference (the replacement refused it): the
+    /// next use asks for the lock again.
+    forgotten: bool,
+}
+
 /// How often an unanswered give-back is sent again in one go before it waits for the next look.
 const SENDS_MAX: u32 = 3;
 
@@ -170,6 +191,8 @@ impl<C: Connection> CachedLocks<C> {
                 state: Mutex::new(State {
                     client,
                     entries: HashMap::new(),
+                    handles: Vec::new(),
+                    renumberings: 0,
                     notices: Notices::new(Revoked::All),
                     watch: Vec::new(),
                     events: Vec::with_capacity(EVENT_RING_LEN + 1),
@@ -184,15 +207,25 @@ impl<C: Connection> CachedLocks<C> {
     /// The cached RW lock `name` (created on the server if it does not exist), its grants
     /// asked for as cacheable.
     pub fn rw(&self, name: impl AsRef<[u8]>) -> Result<CachedRwLock<C>, Error> {
+        let name = name.as_ref();
         let mut st = self.state();
-        let id = st.client.get_lock(LockKind::Rw, name.as_ref())?;
-        st.client.set_cacheable(id, true)?;
-        // A waiting call ends its slice when this client is revoked (module doc).
-        st.client.set_wake_on_revoke(id, true)?;
-        st.entries.entry(id).or_insert(Entry::new());
+        st.follow_renumbering();
+        let id = st.reference(name)?;
+        let key = match st.handles.iter().position(|h| *h.name == *name) {
+            Some(key) => key,
+            None => {
+                let name = name.into();
+                st.handles.push(Handle {
+                    name,
+                    id,
+                    forgotten: false,
+                });
+                st.handles.len() - 1
+            }
+        };
         Ok(CachedRwLock {
             locks: self.clone(),
-            id,
+            key,
         })
     }
 
@@ -211,7 +244,11 @@ impl<C: Connection> CachedLocks<C> {
     /// Runs `f` on the client (stats, objects), with every give-back due already sent. Do not
     /// unlock the cached locks through it.
     pub fn with_client<R>(&self, f: impl FnOnce(&mut Client<C>) -> R) -> R {
-        f(&mut self.state().client)
+        let mut st = self.state();
+        let r = f(&mut st.client);
+        // A failover's re-claim made through it renumbers the locks.
+        st.follow_renumbering();
+        r
     }
 
     fn state(&self) -> MutexGuard<'_, State<C>> {
@@ -223,9 +260,72 @@ impl<C: Connection> CachedLocks<C> {
 }
 
 impl<C: Connection> State<C> {
+    /// Takes a reference to the RW lock `name` for the cache (cacheable, its waits ended by a
+    /// revoke: module doc) and makes its entry; its id.
+    fn reference(&mut self, name: &[u8]) -> Result<LockId, Error> {
+        let id = self.client.get_lock(LockKind::Rw, name)?;
+        self.client.set_cacheable(id, true)?;
+        // A waiting call ends its slice when this client is revoked (module doc).
+        self.client.set_wake_on_revoke(id, true)?;
+        self.entries.entry(id).or_insert(Entry::new());
+        Ok(id)
+    }
+
+    /// After a failover's re-claim filed the client's records under a replacement's ids
+    /// ([`Client::renumberings`]): every handle's id and entry follow their lock by name. A
+    /// replacement numbers its locks afresh, so an id kept from before names another lock of
+    /// the client, or none: a guard taken under it would hold the wrong lock. One comparison
+    /// when nothing changed; run before any id is used or any event read.
+    fn follow_renumbering(&mut self) {
+        let now = self.client.renumberings();
+        if now == self.renumberings {
+            return;
+        }
+        self.renumberings = now;
+        let mut before = std::mem::take(&mut self.entries);
+        for h in &mut self.handles {
+            let entry = before.remove(&h.id);
+            match self.client.lock_id(LockKind::Rw, &h.name) {
+                Some(id) => {
+                    self.entries.insert(id, entry.unwrap_or(Entry::new()));
+                    h.id = id;
+                }
+                None => h.forgotten = true,
+            }
+        }
+        // The watch list named the old ids: it is rebuilt from the entries that still owe a
+        // message or wait for their users (a renumbering is rare; the scan is fine there).
+        self.watch.clear();
+        for (&id, e) in &self.entries {
+            if e.owed.is_some() || e.cache.revoke().is_some() {
+                self.watch.push(id);
+            }
+        }
+    }
+
+    /// The id handle `key`'s lock has now; a forgotten reference is taken again.
+    fn id_of(&mut self, key: usize) -> Result<LockId, Error> {
+        self.follow_renumbering();
+        if self.handles[key].forgotten {
+            let name = self.handles[key].name.clone();
+            let id = self.reference(&name)?;
+            (self.handles[key].id, self.handles[key].forgotten) = (id, false);
+        }
+        Ok(self.handles[key].id)
+    }
+
+    /// The id handle `key`'s lock has now, if the client still holds a reference to it.
+    fn current(&mut self, key: usize) -> Option<LockId> {
+        self.follow_renumbering();
+        let h = &self.handles[key];
+        (!h.forgotten).then_some(h.id)
+    }
+
     /// Reads the events the server sent and acts on them (module doc), and sends what is
     /// owed still. Returns whether a lock was given back or downgraded.
     fn pump(&mut self) -> Result<bool, Error> {
+        // Events name the ids the server has now.
+        self.follow_renumbering();
         let mut events = std::mem::take(&mut self.events);
         let read = self.client.poll_events(|e| events.push(e));
         let mut moved = false;
@@ -398,36 +498,42 @@ pub fn warn_overdue(id: LockId, cache: &CachedLock, warned: &mut bool, now: u64,
     }
 }
 
-/// A cached RW lock of a [`CachedLocks`] (module doc).
+/// A cached RW lock of a [`CachedLocks`] (module doc). It names its lock by its place in the
+/// handle's table, not by id: a failover may give the lock another id (`follow_renumbering`).
 pub struct CachedRwLock<C: Connection = Link> {
     locks: CachedLocks<C>,
-    id: LockId,
+    key: usize,
 }
 
 impl<C: Connection> std::fmt::Debug for CachedRwLock<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CachedRwLock")
-            .field("id", &self.id)
+            .field("key", &self.key)
             .finish_non_exhaustive()
     }
 }
 
 impl<C: Connection> CachedRwLock<C> {
-    /// The lock's id.
+    /// The lock's id now (a failover may change it).
     pub fn id(&self) -> LockId {
-        self.id
+        let mut st = self.locks.state();
+        st.follow_renumbering();
+        st.handles[self.key].id
     }
 
     /// The mode this client holds the lock in on the server (cached or in use), if any.
     pub fn held(&self) -> Option<Mode> {
-        let st = self.locks.state();
-        st.entries.get(&self.id).and_then(|e| e.cache.held())
+        let mut st = self.locks.state();
+        let id = st.current(self.key)?;
+        st.entries.get(&id).and_then(|e| e.cache.held())
     }
 
     /// Asks for the lock's value block with every grant from now on (`on`): guards then
     /// return it ([`CachedReadGuard::value`]), and a write guard may set it.
     pub fn set_value_blocks(&self, on: bool) -> Result<(), Error> {
-        self.locks.state().client.set_value_blocks(self.id, on)
+        let mut st = self.locks.state();
+        let id = st.id_of(self.key)?;
+        st.client.set_value_blocks(id, on)
     }
 
     /// A read guard without waiting: local when the lock is cached (module doc), else asked
@@ -462,17 +568,18 @@ impl<C: Connection> CachedRwLock<C> {
                 self.locks.shared.changed.notify_all();
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let e = st.entries.get_mut(&self.id).expect("a handle's entry");
+            let id = st.id_of(self.key)?;
+            let e = st.entries.get_mut(&id).expect("a handle's entry");
             let refused = match e.cache.acquire(mode) {
                 Acquire::Local => {
                     st.local_hits += 1;
-                    return Ok(self.held_guard(&st, mode));
+                    return Ok(self.held_guard(&st, id, mode));
                 }
                 Acquire::Refuse(s) => return Err(Op::TryLock.err(s)),
                 Acquire::Send(op) => {
                     let slice = left.map_or(Duration::ZERO, |l| l.min(WAIT_SLICE));
-                    match st.drive(self.id, op, slice) {
-                        (Reply::Granted, _) => return Ok(self.held_guard(&st, mode)),
+                    match st.drive(id, op, slice) {
+                        (Reply::Granted, _) => return Ok(self.held_guard(&st, id, mode)),
                         // A shared grant given back for a writer: ask again.
                         (Reply::AskAgain, _) => continue,
                         (Reply::Refused(s), err) => Some(err.unwrap_or(Op::TryLock.err(s))),
@@ -508,11 +615,12 @@ impl<C: Connection> CachedRwLock<C> {
         }
     }
 
-    fn held_guard(&self, st: &State<C>, mode: Mode) -> guard::Held<C> {
-        let e = &st.entries[&self.id];
+    fn held_guard(&self, st: &State<C>, id: LockId, mode: Mode) -> guard::Held<C> {
+        let e = &st.entries[&id];
         guard::Held {
             locks: self.locks.clone(),
-            id: self.id,
+            key: self.key,
+            id,
             mode,
             token: e.token,
             value: e.value,

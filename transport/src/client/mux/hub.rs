@@ -87,7 +87,7 @@ use std::task::Waker;
 use std::time::Instant;
 
 use dlock_core::proto::{
-    CONTROL_FRAME_MAX, CONTROL_MAGIC, DecodeError, Event, FLAG_EVENT, control_frame_len,
+    CONTROL_FRAME_MAX, CONTROL_MAGIC, DecodeError, Event, control_frame_len, is_event_message,
     peek_control_header, peek_data_header, peek_data_response_header, peek_magic,
     set_control_message_id,
 };
@@ -589,7 +589,7 @@ fn file_replies(s: &mut Sched, bytes: &[u8], wakes: &mut Wakes) -> Result<(usize
         let Some(reply) = bytes.get(at..at + len) else {
             return Ok((at, false));
         };
-        if header.flags == FLAG_EVENT {
+        if is_event_message(&header) {
             // Sent unasked (message id 0): no request awaits it, nobody is woken for it.
             s.file_events(header.client, reply);
         } else {
