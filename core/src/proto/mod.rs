@@ -141,8 +141,9 @@ pub const PROOF_LEN: usize = crate::ids::GrantProof::LEN;
 pub const DATA_RESPONSE_MAX: usize = DATA_MESSAGE_MAX + BATCH_MAX * PROOF_LEN;
 /// Bytes before the entries of every counted body: `u8 count | 3 reserved`.
 pub const BATCH_HEADER_LEN: usize = 4;
-/// Counters a `Stats` response may carry.
-pub const COUNTERS_MAX: usize = 64;
+/// Counters a `Stats` response may carry: room for the server's counters to grow (they filled
+/// the 64 of protocol 6; the count is a `u8`).
+pub const COUNTERS_MAX: usize = 128;
 /// The longest control frame either side may send, which sizes the transport's buffers. The
 /// largest body is a `BatchUpdateLocks` request with every name at its limit:
 pub const CONTROL_FRAME_MAX: usize = CONTROL_HEADER_LEN // the header
