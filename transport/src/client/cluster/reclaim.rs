@@ -6,7 +6,7 @@
 //! | answer to a claim          | the link's record                                        |
 //! |----------------------------|----------------------------------------------------------|
 //! | `Success`                  | filed under the new owner's id, epoch and incarnation    |
-//! | `Fail`                     | the grant is gone: forgotten; the reference taken again at next use |
+//! | `Fail`, `ServerNoResource` | the grant is gone (or has no room there): forgotten; the reference taken again at next use |
 //! | any other status           | kept as it was (claimed again at the next use or refresh) |
 //! | no answer (a lost reply)   | kept as it was                                           |
 //!
@@ -445,8 +445,17 @@ impl<D: Dial> ClusterLink<D> {
             };
             let server_lock = match entry.status {
                 Status::Success => Some(entry.id),
-                Status::Fail => {
-                    // The new owner says the grant is gone: forget it, keep the name.
+                // `Fail`: the new owner says the grant is gone. `ServerNoResource`: its lock
+                // table is full, and stays so while it recovers (it takes nothing but
+                // re-claims, which free no slot), so the claim would be refused again at every
+                // heartbeat and retry, and the `ReclaimDone` that waits for it never said: the
+                // partition held until its grace deadline, when the claim is refused for good.
+                // Either way: forget the grant, keep the name (taken again at the next use),
+                // as the standalone recovery drops every claim not taken.
+                Status::Fail | Status::ServerNoResource => {
+                    if entry.status == Status::ServerNoResource {
+                        tracing::warn!(lock = ?r.name, "dlock: the new owner has no room for a re-claimed lock; its grant is lost");
+                    }
                     r.record = LocalLock::new(r.record.id, r.record.kind);
                     None
                 }
