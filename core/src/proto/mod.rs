@@ -125,6 +125,10 @@ pub const PROTO_VERSION_MIN: u8 = 4;
 /// the oldest a cluster client joins at: version 6 adds only a message the client sends to
 /// a server that negotiated it, so a new client still joins a version-5 server.
 pub const PROTO_VERSION_CLUSTER_MIN: u8 = 5;
+/// The version that brought `ReclaimDones`: a client sends it only to a server that
+/// negotiated this one or newer, and a server refuses a frame of it in an older version
+/// (`ProtoVersionNegotiationFail`), as it refuses any frame in a version it does not speak.
+pub const PROTO_VERSION_RECLAIM_DONES: u8 = 6;
 /// Bytes in a control header.
 pub const CONTROL_HEADER_LEN: usize = 16;
 /// Bytes in a data-message header.

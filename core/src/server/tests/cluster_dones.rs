@@ -12,9 +12,20 @@ fn say_dones(
     dones: &[PartitionEpoch],
     now: u64,
 ) -> (Option<Status>, Vec<PartitionStatus>) {
+    say_dones_in(s, PROTO_VERSION, client, dones, now)
+}
+
+/// [`say_dones`] in a frame of protocol `version`.
+fn say_dones_in(
+    s: &mut TestServer,
+    version: u8,
+    client: u32,
+    dones: &[PartitionEpoch],
+    now: u64,
+) -> (Option<Status>, Vec<PartitionStatus>) {
     let frame = ControlRequestFrame {
         header: ControlHeader {
-            version: PROTO_VERSION,
+            version,
             msg: MsgType::ReclaimDones,
             message_id: 9,
             word: client,
@@ -73,6 +84,16 @@ fn one_reclaim_dones_ends_the_recovery_of_every_partition_it_names() {
         Some(Status::ClientNotInit),
         "a stranger is refused whole"
     );
+    assert!(statuses.is_empty());
+    assert!(
+        taken
+            .iter()
+            .all(|&p| !s2.partition_state(p).unwrap().serving)
+    );
+
+    // In a frame of version 5, which has no such message: refused whole, nothing counted.
+    let (status, statuses) = say_dones_in(&mut s2, 5, a, &dones, after_wait);
+    assert_eq!(status, Some(Status::ProtoVersionNegotiationFail));
     assert!(statuses.is_empty());
     assert!(
         taken

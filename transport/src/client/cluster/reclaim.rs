@@ -39,7 +39,7 @@ use dlock_core::Status;
 use dlock_core::cluster::{Handover, ServerId};
 use dlock_core::proto::{
     Batch, BatchEntry, CONTROL_FRAME_MAX, ControlRequest, ControlResponse, LockClaim,
-    PartitionEpoch, RECLAIM_DONES_MAX, decode_control_response,
+    PROTO_VERSION_RECLAIM_DONES, PartitionEpoch, RECLAIM_DONES_MAX, decode_control_response,
 };
 
 use super::{ClusterLink, Dial, garbage};
@@ -47,8 +47,6 @@ use crate::client::LocalLock;
 
 /// Claims per `BatchUpdateLocks` (the batch limit).
 const CLAIMS_MAX: usize = dlock_core::config::BATCH_MAX;
-/// The protocol version that brought `ReclaimDones`.
-const RECLAIM_DONES_VERSION: u8 = 6;
 /// How long a heartbeat, or a command on its way to its server, may spend paying what the
 /// client owes new owners ([`Owed`]).
 pub(super) const OWED_WAIT: Duration = Duration::from_millis(250);
@@ -133,7 +131,9 @@ impl<D: Dial> ClusterLink<D> {
         for (server, dones) in by_server {
             let version = self.member(server, deadline).map(|m| m.version);
             let settled = match version {
-                Ok(v) if v >= RECLAIM_DONES_VERSION => self.say_dones(server, &dones, deadline),
+                Ok(v) if v >= PROTO_VERSION_RECLAIM_DONES => {
+                    self.say_dones(server, &dones, deadline)
+                }
                 Ok(_) => self.say_each_done(server, &dones, deadline),
                 Err(e) => Err(e),
             };
