@@ -202,4 +202,13 @@ fn the_awaited_clients_of_recovering_partitions_are_counted() {
         [0, 0, 0, 0],
         "nothing recovers, nothing awaited"
     );
+
+    // An old owner with more clients than the table tracks: the same, and said so.
+    let many: Vec<u32> = (0..=RECLAIM_CLIENTS_MAX as u32)
+        .map(|i| 1 << 23 | i)
+        .collect();
+    let mut s4 = member(2);
+    s4.apply_map(&m1, 22, &[], 0);
+    s4.apply_map(&m2, 22, &[(sid(1), 11, &many)], 1_000);
+    assert_eq!(gauges(&s4), [0, 0, n, 0], "past {RECLAIM_CLIENTS_MAX} ids");
 }
