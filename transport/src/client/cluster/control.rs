@@ -46,7 +46,10 @@ impl<D: Dial> ClusterLink<D> {
         })?;
         let h = frame.header;
         match frame.body {
-            ControlRequest::ClientInit { .. } => self.register(req, reply, deadline),
+            ControlRequest::ClientInit {
+                min_version,
+                lease_ms,
+            } => self.register(h, min_version, lease_ms, reply, deadline),
             ControlRequest::Heartbeat | ControlRequest::ClientDeinit => {
                 self.everywhere(h, frame.body, reply, deadline)
             }
