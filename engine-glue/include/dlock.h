@@ -171,7 +171,11 @@ typedef enum debug_stats_code {
     DEBUG_STATS_REVOKES_GIVEN_BACK = 61,       /* revoked grants given back with an unlock */
     DEBUG_STATS_DOWNGRADES = 62,               /* exclusive grants turned shared */
     DEBUG_STATS_REVOKES_LAPSED = 63,           /* revoked grants released at the revoke timeout */
-    DEBUG_STATS_MAX = 64
+    DEBUG_STATS_RECLAIM_AWAITED = 64,          /* cluster: ReclaimDones awaited, summed over recovering partitions (gauge) */
+    DEBUG_STATS_RECLAIM_AWAITED_MAX = 65,      /* cluster: the most one recovering partition awaits (gauge) */
+    DEBUG_STATS_RECLAIM_UNTRACKED = 66,        /* cluster: recovering partitions that wait for their grace end (gauge) */
+    DEBUG_STATS_RECLAIM_DONE_MESSAGES = 67,    /* cluster: ReclaimDone and ReclaimDones messages taken */
+    DEBUG_STATS_MAX = 68
 } debug_stats_code_t;
 
 /* ---------------------------------------------------------------------------------------- */

@@ -129,6 +129,10 @@ pub const PROTO_VERSION_MIN: u8 = 4;
 /// the oldest a cluster client joins at: version 6 adds only a message the client sends to
 /// a server that negotiated it, so a new client still joins a version-5 server.
 pub const PROTO_VERSION_CLUSTER_MIN: u8 = 5;
+/// The version that brought `ReclaimDones`: a client sends it only to a server that
+/// negotiated this one or newer, and a server refuses a frame of it in an older version
+/// (`ProtoVersionNegotiationFail`), as it refuses any frame in a version it does not speak.
+pub const PROTO_VERSION_RECLAIM_DONES: u8 = 6;
 /// Bytes in a control header.
 pub const CONTROL_HEADER_LEN: usize = 16;
 /// Bytes in a data-message header.
@@ -145,8 +149,9 @@ pub const PROOF_LEN: usize = crate::ids::GrantProof::LEN;
 pub const DATA_RESPONSE_MAX: usize = DATA_MESSAGE_MAX + BATCH_MAX * PROOF_LEN;
 /// Bytes before the entries of every counted body: `u8 count | 3 reserved`.
 pub const BATCH_HEADER_LEN: usize = 4;
-/// Counters a `Stats` response may carry.
-pub const COUNTERS_MAX: usize = 64;
+/// Counters a `Stats` response may carry: room for the server's counters to grow (they filled
+/// the 64 of protocol 6; the count is a `u8`).
+pub const COUNTERS_MAX: usize = 128;
 /// The longest control frame either side may send, which sizes the transport's buffers. The
 /// largest body is a `BatchUpdateLocks` request with every name at its limit:
 pub const CONTROL_FRAME_MAX: usize = CONTROL_HEADER_LEN // the header

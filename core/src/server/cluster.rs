@@ -28,6 +28,7 @@
 //! client whose id it has not persisted yet ([`Server::client_persisted`]), so the list a
 //! successor reads covers every client that can hold a grant here.
 
+use super::cluster_awaited::Awaited;
 use super::{Counter, Server};
 use crate::cluster::token::PartitionTokens;
 use crate::cluster::{
@@ -189,82 +190,6 @@ impl ClusterCore<'_> {
     #[inline]
     pub(super) fn owns(&self, partition: u16, now_ms: u64) -> Verdict {
         self.verdict(partition, self.epoch_of(partition), Class::Ordinary, now_ms)
-    }
-
-    pub(super) fn tracked_index(&self, client: u32) -> Option<usize> {
-        self.side.expected[..self.expected_len]
-            .iter()
-            .position(|&c| c == client)
-    }
-
-    pub(super) fn grid_bit(p: u16, i: usize) -> (usize, u64) {
-        let bit = usize::from(p) * RECLAIM_CLIENTS_MAX + i;
-        (bit / 64, 1u64 << (bit % 64))
-    }
-
-    /// Tracks `clients` (one old owner's persisted ids) in the expected table, writing each
-    /// one's index into `indices`; `None` if they do not fit (its partitions then wait for
-    /// their grace end). Once per old owner per map, not per partition: the lookups are linear.
-    fn track<'i>(&mut self, clients: &[u32], indices: &'i mut [u16]) -> Option<&'i [u16]> {
-        let indices = indices.get_mut(..clients.len())?;
-        for (&c, slot) in clients.iter().zip(indices.iter_mut()) {
-            let i = match self.tracked_index(c) {
-                Some(i) => i,
-                None if self.expected_len < RECLAIM_CLIENTS_MAX => {
-                    self.side.expected[self.expected_len] = c;
-                    self.expected_len += 1;
-                    self.expected_len - 1
-                }
-                None => return None,
-            };
-            *slot = i as u16;
-        }
-        Some(indices)
-    }
-
-    /// Marks the tracked clients at `indices` as awaited in partition `p`.
-    fn await_in(&mut self, p: u16, indices: &[u16]) {
-        let mut awaiting = 0;
-        for &i in indices {
-            let (w, m) = Self::grid_bit(p, usize::from(i));
-            if self.side.reclaims[w] & m == 0 {
-                self.side.reclaims[w] |= m;
-                awaiting += 1;
-            }
-        }
-        self.side.parts[usize::from(p)].awaiting = awaiting;
-    }
-
-    /// Forgets partition `p`'s tracked clients: its bits are one run of words.
-    fn untrack(&mut self, p: u16) {
-        const WORDS: usize = RECLAIM_CLIENTS_MAX / 64;
-        let start = usize::from(p) * WORDS;
-        self.side.reclaims[start..start + WORDS].fill(0);
-    }
-
-    /// For every old owner in `old_clients`, tracks its ids and marks them awaited in each
-    /// partition of `taken` it owned under the map still applied (the one being replaced).
-    fn track_takeovers(
-        &mut self,
-        taken: &[u64; PARTITIONS_MAX as usize / 64],
-        old_clients: &[(ServerId, u64, &[u32])],
-    ) {
-        let mut indices = [0u16; RECLAIM_CLIENTS_MAX];
-        for &(server, incarnation, ids) in old_clients {
-            let Some(idx) = self.track(ids, &mut indices) else {
-                continue;
-            };
-            let was_theirs = |m: &Map, p: u16| {
-                m.owner(p).is_some_and(|o| o.server == Some(server))
-                    && m.server(server)
-                        .is_some_and(|e| e.incarnation() == incarnation)
-            };
-            for p in 0..self.side.map.partitions().get() {
-                if taken[usize::from(p) / 64] & 1 << (p % 64) != 0 && was_theirs(self.side.map, p) {
-                    self.await_in(p, idx);
-                }
-            }
-        }
     }
 }
 
@@ -434,9 +359,13 @@ impl<'r> Server<'r> {
         };
         if c.pending == 0 {
             self.stats.0[Counter::PartitionsRecovering as usize] = 0;
+            self.stats.0[Counter::ReclaimAwaited as usize] = 0;
+            self.stats.0[Counter::ReclaimAwaitedMax as usize] = 0;
+            self.stats.0[Counter::ReclaimUntracked as usize] = 0;
             return;
         }
         let mut recovering = 0;
+        let mut awaited = Awaited::default();
         let mut pending = 0;
         let mut free = [0u64; PARTITIONS_MAX as usize / 64];
         let mut any_free = false;
@@ -453,6 +382,7 @@ impl<'r> Server<'r> {
                 } else {
                     pending += 1;
                     recovering += 1;
+                    awaited.add(s.awaiting);
                 }
             }
             if s.lost {
@@ -469,6 +399,9 @@ impl<'r> Server<'r> {
         }
         c.pending = pending;
         self.stats.0[Counter::PartitionsRecovering as usize] = recovering;
+        self.stats.0[Counter::ReclaimAwaited as usize] = awaited.sum;
+        self.stats.0[Counter::ReclaimAwaitedMax as usize] = awaited.max;
+        self.stats.0[Counter::ReclaimUntracked as usize] = awaited.untracked;
         if c.expected_len > 0 && c.side.parts.iter().all(|s| s.serving || !s.owned) {
             // No partition recovers: the tracked ids can go.
             c.side.reclaims.fill(0);

@@ -120,6 +120,7 @@ impl<'r> Server<'r> {
     /// (`None`: not awaited), looked up once for every partition of the message.
     fn reclaim_done_from(&mut self, raw: u32, now_ms: u64) -> Result<Option<usize>, Status> {
         self.stats.bump(Counter::ControlRequests);
+        self.stats.bump(Counter::ReclaimDoneMessages);
         let slot = self.client_slot(raw).ok_or(Status::ClientNotInit);
         let slot = slot.map_err(|s| self.refuse(s))?;
         self.t.clients[slot as usize].last_seen_ms = now_ms;

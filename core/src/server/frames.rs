@@ -155,6 +155,13 @@ impl<'r> Server<'r> {
             return Ok((written, None));
         }
         if let ControlRequest::ReclaimDones(dones) = frame.body {
+            if header.version < crate::proto::PROTO_VERSION_RECLAIM_DONES {
+                // A version-5 frame cannot carry a message version 6 brought.
+                self.stats.bump(Counter::ControlRequests);
+                let status = self.refuse(Status::ProtoVersionNegotiationFail);
+                let empty = ControlResponse::Empty;
+                return Ok((encode_control_response(&reply(status), &empty, out)?, None));
+            }
             // Its reply borrows a buffer of up to 255 statuses: written there, not returned.
             let written = self.reclaim_dones_frame(&header, &dones, out, now_ms)?;
             return Ok((written, None));

@@ -22,6 +22,7 @@
 
 mod clients;
 mod cluster;
+mod cluster_awaited;
 mod cluster_claims;
 mod cluster_counters;
 mod cluster_requests;

@@ -153,6 +153,19 @@ pub enum Counter {
     /// Revoked grants released by the server because their holder did not give them back
     /// within the revoke timeout (as at the end of a lease).
     RevokesLapsed,
+    /// Clients the recovering partitions still await a `ReclaimDone` from, summed over the
+    /// partitions (a client awaited in ten partitions counts ten; a gauge, set at each tick).
+    ReclaimAwaited,
+    /// The most clients any one recovering partition still awaits (a gauge): the partition
+    /// that ends its recovery last, unless its grace deadline comes first.
+    ReclaimAwaitedMax,
+    /// Recovering partitions that await their grace deadline whatever their clients say: the
+    /// old owner's client ids could not be read, or did not fit the table of awaited clients
+    /// (a gauge).
+    ReclaimUntracked,
+    /// `ReclaimDone` and `ReclaimDones` messages taken (one each, whatever the partitions it
+    /// names).
+    ReclaimDoneMessages,
 }
 
 impl Counter {
@@ -191,6 +204,9 @@ impl Counter {
             Counter::RecoveryExpected
                 | Counter::PartitionsOwned
                 | Counter::PartitionsRecovering
+                | Counter::ReclaimAwaited
+                | Counter::ReclaimAwaitedMax
+                | Counter::ReclaimUntracked
                 | Counter::ClientsActive
                 | Counter::LocksInUse
                 | Counter::MapVersion
@@ -202,7 +218,7 @@ impl Counter {
     }
 
     /// Number of counters.
-    pub const COUNT: usize = Counter::RevokesLapsed as usize + 1;
+    pub const COUNT: usize = Counter::ReclaimDoneMessages as usize + 1;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT] = [
@@ -270,6 +286,10 @@ impl Counter {
         Counter::RevokesGivenBack,
         Counter::Downgrades,
         Counter::RevokesLapsed,
+        Counter::ReclaimAwaited,
+        Counter::ReclaimAwaitedMax,
+        Counter::ReclaimUntracked,
+        Counter::ReclaimDoneMessages,
     ];
 
     /// A stable snake-case name for printing.
@@ -339,9 +359,17 @@ impl Counter {
             Counter::RevokesGivenBack => "revokes_given_back",
             Counter::Downgrades => "downgrades",
             Counter::RevokesLapsed => "revokes_lapsed",
+            Counter::ReclaimAwaited => "reclaim_awaited",
+            Counter::ReclaimAwaitedMax => "reclaim_awaited_max",
+            Counter::ReclaimUntracked => "reclaim_untracked",
+            Counter::ReclaimDoneMessages => "reclaim_done_messages",
         }
     }
 }
+
+// Every counter fits a `Stats` reply: one past the limit made every reply unencodable, and
+// `dlock stat` read a closed connection.
+const _: () = assert!(Counter::COUNT <= crate::proto::COUNTERS_MAX);
 
 /// The counter set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -84,12 +84,21 @@ fn member_line(get: &dyn Fn(&str) -> u64) -> String {
     if get("draining") == 1 {
         roles.push_str(", draining");
     }
+    let recovering = match get("partitions_recovering") {
+        0 => "0 recovering".to_owned(),
+        n => format!(
+            "{n} recovering (awaiting {} ReclaimDone, at most {} in one partition; {} wait for \
+             their grace end)",
+            get("reclaim_awaited"),
+            get("reclaim_awaited_max"),
+            get("reclaim_untracked"),
+        ),
+    };
     format!(
-        "applied map v{}{roles}: {} owned, {} recovering; answered partition_moved {} \
+        "applied map v{}{roles}: {} owned, {recovering}; answered partition_moved {} \
          (fenced {}); load: {} clients, {} locks",
         get("map_version"),
         get("partitions_owned"),
-        get("partitions_recovering"),
         get("partition_moved"),
         get("fenced"),
         get("clients_active"),

@@ -20,9 +20,19 @@ pub fn sid(n: u32) -> ServerId {
 /// Server `n` of `cluster` (incarnation `10 n`), on a free loopback port, with a session key
 /// every server of the test shares (a cluster's servers verify each other's grant proofs).
 pub fn server(cluster: &StaticCluster, n: u32, timing: Timing) -> (ServerHandle, StaticMembership) {
+    server_with_locks(cluster, n, timing, 256)
+}
+
+/// [`server`] with a lock table of `locks_max` slots.
+pub fn server_with_locks(
+    cluster: &StaticCluster,
+    n: u32,
+    timing: Timing,
+    locks_max: u32,
+) -> (ServerHandle, StaticMembership) {
     let membership = cluster.member(sid(n), u64::from(n) * 10, timing);
     let mut cfg = ServerConfig::new(Config {
-        locks_max: 256,
+        locks_max,
         clients_max: 16,
         objects_max: 64,
         ..Config::default()

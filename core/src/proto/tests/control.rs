@@ -161,7 +161,8 @@ fn batch_counts_of_zero_and_over_max_are_refused() {
             assert_eq!(decode_control_response(&resp), Err(DecodeError::BadCount));
         }
     }
-    let stats = raw_control(MsgType::Stats.response_code(), 0, &[65, 0, 0, 0]);
+    let over = COUNTERS_MAX as u8 + 1;
+    let stats = raw_control(MsgType::Stats.response_code(), 0, &[over, 0, 0, 0]);
     assert_eq!(decode_control_response(&stats), Err(DecodeError::BadCount));
 
     let ids = [1u32; BATCH_MAX + 1];
@@ -181,7 +182,7 @@ fn batch_counts_of_zero_and_over_max_are_refused() {
     let body = ControlResponse::Counters(Batch::from_slice(&counters));
     let header = resp_header(MsgType::Stats, Status::Success);
     assert_eq!(
-        encode_control_response(&header, &body, &mut [0u8; 1024]),
+        encode_control_response(&header, &body, &mut [0u8; CONTROL_FRAME_MAX]),
         Err(EncodeError::Invalid)
     );
 }

@@ -12,9 +12,20 @@ fn say_dones(
     dones: &[PartitionEpoch],
     now: u64,
 ) -> (Option<Status>, Vec<PartitionStatus>) {
+    say_dones_in(s, PROTO_VERSION, client, dones, now)
+}
+
+/// [`say_dones`] in a frame of protocol `version`.
+fn say_dones_in(
+    s: &mut TestServer,
+    version: u8,
+    client: u32,
+    dones: &[PartitionEpoch],
+    now: u64,
+) -> (Option<Status>, Vec<PartitionStatus>) {
     let frame = ControlRequestFrame {
         header: ControlHeader {
-            version: PROTO_VERSION,
+            version,
             msg: MsgType::ReclaimDones,
             message_id: 9,
             word: client,
@@ -80,6 +91,16 @@ fn one_reclaim_dones_ends_the_recovery_of_every_partition_it_names() {
             .all(|&p| !s2.partition_state(p).unwrap().serving)
     );
 
+    // In a frame of version 5, which has no such message: refused whole, nothing counted.
+    let (status, statuses) = say_dones_in(&mut s2, 5, a, &dones, after_wait);
+    assert_eq!(status, Some(Status::ProtoVersionNegotiationFail));
+    assert!(statuses.is_empty());
+    assert!(
+        taken
+            .iter()
+            .all(|&p| !s2.partition_state(p).unwrap().serving)
+    );
+
     let (status, statuses) = say_dones(&mut s2, a, &dones, after_wait);
     assert_eq!(status, Some(Status::Success));
     let expected: Vec<PartitionStatus> = dones
@@ -114,4 +135,80 @@ fn a_standalone_server_refuses_reclaim_dones_whole() {
         say_dones(&mut s, c.get(), &dones, 2).0,
         Some(Status::Einval)
     );
+}
+
+/// What an operator watches a recovery by: the clients each recovering partition still awaits
+/// (`reclaim_awaited` summed, `reclaim_awaited_max` the most in one), the partitions that
+/// await their grace end whatever is said (`reclaim_untracked`: no list, or one past the
+/// table), and the `ReclaimDone(s)` messages taken.
+#[test]
+fn the_awaited_clients_of_recovering_partitions_are_counted() {
+    let m1 = first_map();
+    let m2 = next(&m1, &[(2, 22, false)]);
+    let taken: Vec<u16> = m2
+        .owned_by(sid(2))
+        .filter(|&p| m1.owner(p).unwrap().server == Some(sid(1)))
+        .collect();
+    let n = taken.len() as u64;
+    let key = SessionKey::new(crate::ids::tests::GOOD_KEY).unwrap();
+    let (a, b) = (1 << 23 | 5, 1 << 23 | 6);
+    let gauges = |s: &TestServer| {
+        let st = s.stats();
+        [
+            st.get(Counter::ReclaimAwaited),
+            st.get(Counter::ReclaimAwaitedMax),
+            st.get(Counter::ReclaimUntracked),
+            st.get(Counter::ReclaimDoneMessages),
+        ]
+    };
+
+    let mut s2 = member(2);
+    s2.apply_map(&m1, 22, &[], 0);
+    s2.apply_map(&m2, 22, &[(sid(1), 11, &[a, b])], 1_000);
+    assert_eq!(
+        gauges(&s2),
+        [2 * n, 2, 0, 0],
+        "two clients awaited everywhere"
+    );
+    let session = Session::minted(&key, test_mac, a, [5; 8]);
+    s2.client_join(Peer::EXEMPT, a, PROTO_VERSION, 0, &session, 1_000)
+        .unwrap();
+    s2.client_persisted(a);
+    let dones: Vec<PartitionEpoch> = taken
+        .iter()
+        .map(|&p| PartitionEpoch {
+            partition: p,
+            epoch: m2.owner(p).unwrap().epoch,
+        })
+        .collect();
+    let after_wait = 1_000 + TIMING.margin_ms();
+    assert_eq!(
+        say_dones(&mut s2, a, &dones, after_wait).0,
+        Some(Status::Success)
+    );
+    assert_eq!(gauges(&s2), [n, 1, 0, 1], "one client left in each");
+
+    // Without the old owner's list, every partition waits for its grace end.
+    let mut s3 = member(2);
+    s3.apply_map(&m1, 22, &[], 0);
+    s3.apply_map(&m2, 22, &[], 1_000);
+    assert_eq!(gauges(&s3), [0, 0, n, 0]);
+    s3.tick(
+        1_000 + TIMING.stretch_ms(u64::from(TIMING.grant_lease_max_ms)) + 2 * TIMING.margin_ms(),
+    );
+    assert_eq!(s3.stats().get(Counter::PartitionsRecovering), 0);
+    assert_eq!(
+        gauges(&s3),
+        [0, 0, 0, 0],
+        "nothing recovers, nothing awaited"
+    );
+
+    // An old owner with more clients than the table tracks: the same, and said so.
+    let many: Vec<u32> = (0..=RECLAIM_CLIENTS_MAX as u32)
+        .map(|i| 1 << 23 | i)
+        .collect();
+    let mut s4 = member(2);
+    s4.apply_map(&m1, 22, &[], 0);
+    s4.apply_map(&m2, 22, &[(sid(1), 11, &many)], 1_000);
+    assert_eq!(gauges(&s4), [0, 0, n, 0], "past {RECLAIM_CLIENTS_MAX} ids");
 }

@@ -5,7 +5,7 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use dlock_core::cluster::partition_of;
+use dlock_core::cluster::{ServerId, partition_of};
 use dlock_core::proto::{
     Batch, BatchEntry, CONTROL_FRAME_MAX, ControlHeader, ControlRequest, ControlResponse, MsgType,
     decode_control_request, decode_control_response, encode_control_response,
@@ -46,7 +46,10 @@ impl<D: Dial> ClusterLink<D> {
         })?;
         let h = frame.header;
         match frame.body {
-            ControlRequest::ClientInit { .. } => self.register(req, reply, deadline),
+            ControlRequest::ClientInit {
+                min_version,
+                lease_ms,
+            } => self.register(h, min_version, lease_ms, reply, deadline),
             ControlRequest::Heartbeat | ControlRequest::ClientDeinit => {
                 self.everywhere(h, frame.body, reply, deadline)
             }
@@ -173,11 +176,34 @@ impl<D: Dial> ClusterLink<D> {
     /// died, say), fetches the map from any server of the map or a seed. Failures are logged:
     /// the next heartbeat asks again.
     fn check_map(&mut self, deadline: Instant) {
+        let seen = self.joined_map_version(None, deadline);
+        match seen {
+            Some((server, v)) if v > self.map.version() => {
+                self.follow_map(Some(server), deadline);
+            }
+            Some(_) => {}
+            None => {
+                self.follow_map(None, deadline);
+            }
+        }
+    }
+
+    /// Asks the servers the client joined but `skip`, in turn, each within the link's patience
+    /// and over the connection it has (none is opened), for their map's version (one `GetMap`
+    /// chunk); the first to answer and its version. One that fails is marked broken.
+    pub(super) fn joined_map_version(
+        &mut self,
+        skip: Option<ServerId>,
+        deadline: Instant,
+    ) -> Option<(ServerId, u64)> {
         let mut message_id = self.message_id;
         let mut seen = None;
         // Every server joined holds the client's registration on this connection.
         let me = self.identity.map_or(0, |i| i.id);
         for server in self.joined() {
+            if Some(server) == skip {
+                continue;
+            }
             let until = self.patient(deadline);
             let Some(m) = self.members.get_mut(&server) else {
                 continue;
@@ -194,15 +220,7 @@ impl<D: Dial> ClusterLink<D> {
             }
         }
         self.message_id = message_id;
-        match seen {
-            Some((server, v)) if v > self.map.version() => {
-                self.follow_map(Some(server), deadline);
-            }
-            Some(_) => {}
-            None => {
-                self.follow_map(None, deadline);
-            }
-        }
+        seen
     }
 
     /// A batch of names or ids, entry by entry (each may live on another server): `entry(i)`

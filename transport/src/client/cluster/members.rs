@@ -40,16 +40,22 @@ pub(super) fn renews_lease(status: Status) -> bool {
 }
 
 impl<D: Dial> ClusterLink<D> {
-    /// Registers with the first server of the map that answers `init` (the client's own
-    /// `ClientInit` frame, forwarded as it is) and binds its data path. The reply goes back to
-    /// the client unchanged: id, session and lease are that server's, and the same for all.
+    /// Registers with the first server of the map that answers the client's `ClientInit`
+    /// (its header `h`, `min_version` and `lease_ms`, as [`route_control`] decoded them: at
+    /// the cluster's oldest version, [`at_cluster_min`]) and binds its data path. The reply
+    /// goes back to the client unchanged: id, session and lease are that server's, and the
+    /// same for all.
+    ///
+    /// [`route_control`]: ClusterLink::route_control
     pub(super) fn register(
         &mut self,
-        init: &[u8],
+        h: ControlHeader,
+        min_version: u8,
+        lease_ms: u32,
         reply: &mut [u8],
         deadline: Instant,
     ) -> io::Result<usize> {
-        let init = &at_cluster_min(init)?;
+        let init = &at_cluster_min(h, min_version, lease_ms)?;
         let mut last = garbage("the cluster map names no server");
         let servers: Vec<(ServerId, u64, Vec<u8>)> = self
             .map
@@ -381,28 +387,20 @@ impl<D: Dial> ClusterLink<D> {
     }
 }
 
-/// The client's `ClientInit` frame `init`, asking for the oldest version a cluster server
+/// The client's `ClientInit` (header `h`), asking for the oldest version a cluster server
 /// speaks at least (`PROTO_VERSION_CLUSTER_MIN`) rather than the client's own minimum: the
 /// registration's server may be of protocol 5, before `ReclaimDones`, which the link then
 /// does without.
-fn at_cluster_min(init: &[u8]) -> io::Result<Vec<u8>> {
-    let frame = dlock_core::proto::decode_control_request(init)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a malformed registration"))?;
-    let body = match frame.body {
-        ControlRequest::ClientInit {
-            min_version,
-            lease_ms,
-        } => ControlRequest::ClientInit {
-            min_version: min_version.min(PROTO_VERSION_CLUSTER_MIN),
-            lease_ms,
-        },
-        other => other,
+fn at_cluster_min(h: ControlHeader, min_version: u8, lease_ms: u32) -> io::Result<Vec<u8>> {
+    let body = ControlRequest::ClientInit {
+        min_version: min_version.min(PROTO_VERSION_CLUSTER_MIN),
+        lease_ms,
     };
     let mut out = vec![0u8; CONTROL_FRAME_MAX];
-    let n =
-        encode_control_request(&ControlRequestFrame { body, ..frame }, &mut out).map_err(|_| {
-            io::Error::new(io::ErrorKind::InvalidInput, "a registration did not encode")
-        })?;
+    let frame = ControlRequestFrame { header: h, body };
+    let n = encode_control_request(&frame, &mut out).map_err(|_| {
+        io::Error::new(io::ErrorKind::InvalidInput, "a registration did not encode")
+    })?;
     out.truncate(n);
     Ok(out)
 }

@@ -6,7 +6,7 @@
 //! | answer to a claim          | the link's record                                        |
 //! |----------------------------|----------------------------------------------------------|
 //! | `Success`                  | filed under the new owner's id, epoch and incarnation    |
-//! | `Fail`                     | the grant is gone: forgotten; the reference taken again at next use |
+//! | `Fail`, `ServerNoResource` | the grant is gone (or has no room there): forgotten; the reference taken again at next use |
 //! | any other status           | kept as it was (claimed again at the next use or refresh) |
 //! | no answer (a lost reply)   | kept as it was                                           |
 //!
@@ -39,7 +39,7 @@ use dlock_core::Status;
 use dlock_core::cluster::{Handover, ServerId};
 use dlock_core::proto::{
     Batch, BatchEntry, CONTROL_FRAME_MAX, ControlRequest, ControlResponse, LockClaim,
-    PartitionEpoch, RECLAIM_DONES_MAX, decode_control_response,
+    PROTO_VERSION_RECLAIM_DONES, PartitionEpoch, RECLAIM_DONES_MAX, decode_control_response,
 };
 
 use super::{ClusterLink, Dial, garbage};
@@ -47,8 +47,6 @@ use crate::client::LocalLock;
 
 /// Claims per `BatchUpdateLocks` (the batch limit).
 const CLAIMS_MAX: usize = dlock_core::config::BATCH_MAX;
-/// The protocol version that brought `ReclaimDones`.
-const RECLAIM_DONES_VERSION: u8 = 6;
 /// How long a heartbeat, or a command on its way to its server, may spend paying what the
 /// client owes new owners ([`Owed`]).
 pub(super) const OWED_WAIT: Duration = Duration::from_millis(250);
@@ -132,11 +130,10 @@ impl<D: Dial> ClusterLink<D> {
         }
         for (server, dones) in by_server {
             let version = self.member(server, deadline).map(|m| m.version);
-            let settled = match version {
-                Ok(v) if v >= RECLAIM_DONES_VERSION => self.say_dones(server, &dones, deadline),
-                Ok(_) => self.say_each_done(server, &dones, deadline),
-                Err(e) => Err(e),
-            };
+            let settled = version.and_then(|v| {
+                let batched = v >= PROTO_VERSION_RECLAIM_DONES;
+                self.say_dones(server, &dones, batched, deadline)
+            });
             match settled {
                 Ok(settled) => {
                     for p in settled {
@@ -150,54 +147,33 @@ impl<D: Dial> ClusterLink<D> {
         }
     }
 
-    /// `dones`, one `ReclaimDone` each, to a server of protocol 5; the partitions settled.
-    fn say_each_done(
-        &mut self,
-        server: ServerId,
-        dones: &[PartitionEpoch],
-        deadline: Instant,
-    ) -> io::Result<Vec<u16>> {
-        let mut settled = Vec::new();
-        for d in dones {
-            if self.say_done(d.partition, server, d.epoch, deadline)? {
-                settled.push(d.partition);
-            }
-        }
-        Ok(settled)
-    }
-
-    /// `dones` to `server` in `ReclaimDones` messages (protocol 6), those answered `NotReady`
-    /// or `PartitionMoved` sent again after a pause while `deadline` lasts (as [`Self::say_done`]
-    /// does one); the partitions settled: taken, or refused for good.
+    /// Says `dones` to `server`: in `ReclaimDones` messages where it speaks protocol 6
+    /// (`batched`), one `ReclaimDone` each to a server of protocol 5; those answered `NotReady`
+    /// or `PartitionMoved` are sent again after a pause while `deadline` lasts. The client can
+    /// learn a map (from one server) before the new owner applied it, which then refuses the
+    /// word as naming a future epoch; a word dropped there is never sent again, and the new
+    /// owner waits for it until its grace deadline. The partitions settled: taken, or refused
+    /// for good (another status: the server will never take it); those still refused as the
+    /// deadline came stay owed ([`Owed`]).
     fn say_dones(
         &mut self,
         server: ServerId,
         dones: &[PartitionEpoch],
+        batched: bool,
         deadline: Instant,
     ) -> io::Result<Vec<u16>> {
         let mut reply = vec![0u8; CONTROL_FRAME_MAX];
+        let per_message = if batched { RECLAIM_DONES_MAX } else { 1 };
         let mut left = dones.to_vec();
         let mut settled = Vec::new();
         let mut pause = super::control::PAUSE_MIN;
         loop {
             let mut again = Vec::new();
-            for chunk in left.chunks(RECLAIM_DONES_MAX) {
-                let body = ControlRequest::ReclaimDones(Batch::from_slice(chunk));
-                let m = self.control_with(server, body, &mut reply, deadline)?;
-                let frame = decode_control_response(&reply[..m])
-                    .map_err(|_| garbage("a ReclaimDones reply is malformed"))?;
-                let statuses: Vec<Status> = match (frame.header.status(), frame.body) {
-                    (Some(Status::Success), ControlResponse::PartitionStatuses(s))
-                        if s.len() == chunk.len()
-                            && s.iter().zip(chunk).all(|(s, d)| s.partition == d.partition) =>
-                    {
-                        s.iter().map(|s| s.status).collect()
-                    }
-                    (Some(Status::Success), _) => {
-                        return Err(garbage("a ReclaimDones reply answers other partitions"));
-                    }
-                    // Refused whole: every partition as if refused alone.
-                    (status, _) => vec![status.unwrap_or(Status::BadResponse); chunk.len()],
+            for chunk in left.chunks(per_message) {
+                let statuses = if batched {
+                    self.send_dones(server, chunk, &mut reply, deadline)?
+                } else {
+                    vec![self.send_done(server, chunk[0], &mut reply, deadline)?]
                 };
                 for (d, status) in chunk.iter().zip(statuses) {
                     match status {
@@ -216,6 +192,54 @@ impl<D: Dial> ClusterLink<D> {
             left = again;
             pause = self.pause(pause, deadline);
         }
+    }
+
+    /// One `ReclaimDones` message of `chunk` to `server`; the status of each partition (all
+    /// the message's status where it was refused whole).
+    fn send_dones(
+        &mut self,
+        server: ServerId,
+        chunk: &[PartitionEpoch],
+        reply: &mut [u8],
+        deadline: Instant,
+    ) -> io::Result<Vec<Status>> {
+        let body = ControlRequest::ReclaimDones(Batch::from_slice(chunk));
+        let m = self.control_with(server, body, reply, deadline)?;
+        let frame = decode_control_response(&reply[..m])
+            .map_err(|_| garbage("a ReclaimDones reply is malformed"))?;
+        match (frame.header.status(), frame.body) {
+            (Some(Status::Success), ControlResponse::PartitionStatuses(s))
+                if s.len() == chunk.len()
+                    && s.iter().zip(chunk).all(|(s, d)| s.partition == d.partition) =>
+            {
+                Ok(s.iter().map(|s| s.status).collect())
+            }
+            (Some(Status::Success), _) => {
+                Err(garbage("a ReclaimDones reply answers other partitions"))
+            }
+            // Refused whole: every partition as if refused alone.
+            (status, _) => Ok(vec![status.unwrap_or(Status::BadResponse); chunk.len()]),
+        }
+    }
+
+    /// One `ReclaimDone` of `done` to `server` (protocol 5); its status (`BadResponse` for a
+    /// reply that does not decode).
+    fn send_done(
+        &mut self,
+        server: ServerId,
+        done: PartitionEpoch,
+        reply: &mut [u8],
+        deadline: Instant,
+    ) -> io::Result<Status> {
+        let body = ControlRequest::ReclaimDone {
+            partition: done.partition,
+            epoch: done.epoch,
+        };
+        let m = self.control_with(server, body, reply, deadline)?;
+        Ok(decode_control_response(&reply[..m])
+            .ok()
+            .and_then(|f| f.header.status())
+            .unwrap_or(Status::BadResponse))
     }
 
     /// Pays what the client still owes new owners ([`Owed`]): the re-claims of partitions not
@@ -362,45 +386,6 @@ impl<D: Dial> ClusterLink<D> {
         Ok(true)
     }
 
-    /// Sends `ReclaimDone(p, epoch)` to `server`, again after a pause while it is answered
-    /// `NotReady` or `PartitionMoved` and `deadline` lasts. The client can learn a map (from
-    /// one server) before the new owner applied it, which then refuses the message as naming
-    /// a future epoch; a `ReclaimDone` dropped there is never sent again, and the new owner
-    /// waits for it until its grace deadline. Whether it is settled: taken, or refused for
-    /// good (another status: the server will never take it); `false` when still refused as
-    /// the deadline came, for [`Owed`] to send again.
-    fn say_done(
-        &mut self,
-        p: u16,
-        server: ServerId,
-        epoch: u32,
-        deadline: Instant,
-    ) -> io::Result<bool> {
-        let mut reply = vec![0u8; CONTROL_FRAME_MAX];
-        let mut pause = super::control::PAUSE_MIN;
-        loop {
-            let body = ControlRequest::ReclaimDone {
-                partition: p,
-                epoch,
-            };
-            let m = self.control_with(server, body, &mut reply, deadline)?;
-            let status = decode_control_response(&reply[..m])
-                .ok()
-                .and_then(|f| f.header.status());
-            match status {
-                Some(Status::Success) => return Ok(true),
-                Some(Status::NotReady | Status::PartitionMoved) if Instant::now() < deadline => {
-                    pause = self.pause(pause, deadline);
-                }
-                Some(Status::NotReady | Status::PartitionMoved) => return Ok(false),
-                _ => {
-                    tracing::debug!(partition = p, ?status, "dlock: ReclaimDone not taken");
-                    return Ok(true);
-                }
-            }
-        }
-    }
-
     /// The claims of the routes `chunk` (each with its name apart, for the borrow): a grant
     /// or ticket with its proof, or the reference alone for a record no claim can describe.
     fn claims(&self, chunk: &[u32]) -> (Vec<u32>, Vec<Vec<u8>>, Vec<LockClaim<'static>>) {
@@ -445,8 +430,17 @@ impl<D: Dial> ClusterLink<D> {
             };
             let server_lock = match entry.status {
                 Status::Success => Some(entry.id),
-                Status::Fail => {
-                    // The new owner says the grant is gone: forget it, keep the name.
+                // `Fail`: the new owner says the grant is gone. `ServerNoResource`: its lock
+                // table is full, and stays so while it recovers (it takes nothing but
+                // re-claims, which free no slot), so the claim would be refused again at every
+                // heartbeat and retry, and the `ReclaimDone` that waits for it never said: the
+                // partition held until its grace deadline, when the claim is refused for good.
+                // Either way: forget the grant, keep the name (taken again at the next use),
+                // as the standalone recovery drops every claim not taken.
+                Status::Fail | Status::ServerNoResource => {
+                    if entry.status == Status::ServerNoResource {
+                        tracing::warn!(lock = ?r.name, "dlock: the new owner has no room for a re-claimed lock; its grant is lost");
+                    }
                     r.record = LocalLock::new(r.record.id, r.record.kind);
                     None
                 }

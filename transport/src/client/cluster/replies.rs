@@ -19,7 +19,7 @@ use dlock_core::{GrantProof, Status};
 use super::control::PAUSE_MIN;
 use super::data::{Flight, decide, result, unrun};
 use super::members::{forgets_client, renews_lease};
-use super::{ClusterLink, Dial, fetch, garbage};
+use super::{ClusterLink, Dial, garbage};
 use crate::client::{Connection, Decision, LocalLock};
 
 /// How a caller waits for a flight's replies.
@@ -177,26 +177,7 @@ impl<D: Dial> ClusterLink<D> {
         let Some(incarnation) = self.members.get(&server).map(|m| m.incarnation) else {
             return true;
         };
-        let me = self.identity.map_or(0, |i| i.id);
-        let mut message_id = self.message_id;
-        let mut seen = None;
-        for other in self.joined() {
-            if other == server {
-                continue;
-            }
-            let until = self.patient(deadline);
-            let Some(m) = self.members.get_mut(&other) else {
-                continue;
-            };
-            match fetch::map_version(&mut m.conn, me, until, &mut message_id) {
-                Ok(v) => {
-                    seen = Some((other, v));
-                    break;
-                }
-                Err(_) => m.broken = true,
-            }
-        }
-        self.message_id = message_id;
+        let seen = self.joined_map_version(Some(server), deadline);
         if let Some((other, v)) = seen
             && v > self.map.version()
         {
