@@ -70,6 +70,10 @@ pub struct Timing {
     /// How long a holder has to answer a revoke before its grant lapses; 0: the holder's
     /// client lease (the integration spec's default).
     pub revoke_timeout_ms: u32,
+    /// How long after a conflict revoked one of its cached grants a lock counts as contended:
+    /// a request asking for a cached grant is then granted plain, and told so by a revoke at
+    /// once ([`super::contention`]). 0 turns the rule off.
+    pub contention_window_ms: u32,
 }
 
 impl Timing {
@@ -90,9 +94,15 @@ impl Timing {
     /// ran at half the uncached rate (`docs/lock-manager.md`, "Measured"). A positive
     /// `min_hold_ms` remains for engines whose use of a lock outlasts the user that asked for it
     /// (warming a page cache under it, say), the glock's case in GFS2.
+    ///
+    /// The contention window is 100 ms: far longer than a revoke round trip (~0.1 ms), so that
+    /// a lock fought over costs at most one revoke in a hundred milliseconds, and short enough
+    /// that a lock whose contention was a burst is cached again within a blink
+    /// ([`super::contention`]; `docs/lock-manager.md` gives the measurements).
     pub const DEFAULT: Timing = Timing {
         min_hold_ms: 0,
         revoke_timeout_ms: 0,
+        contention_window_ms: 100,
     };
 
     /// The revoke timeout of a holder whose client lease is `lease_ms`: the configured one,
