@@ -97,7 +97,8 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     revoke_timeout_ms: Option<u32>,
     /// Cached grants: how long after a conflict revoked one of its cached grants a lock is
-    /// granted plain to requests that ask for caching, in milliseconds (default 100; 0: off).
+    /// granted plain to requests that ask for caching, in milliseconds (default 0: off; a
+    /// workload whose locks are fought over might take 100).
     #[arg(long)]
     contention_window_ms: Option<u32>,
     /// umo_atomic64 objects.
