@@ -15,11 +15,11 @@
 //!
 //! Run: `cargo bench -p dlock-benches --bench engine` (`-- quick` for a short run,
 //! `-- min-hold=N` for a server minimum hold of N ms instead of the default,
-//! `-- contention-window=N` for a contention window of N ms, 0 to turn contention-aware grants
-//! off). Each "on" line gives its ratio to the "off" line above it, and the load average is
-//! printed before and after the workloads. A custom harness:
-//! the quantities are throughputs of several threads and latencies of a two-client exchange,
-//! which a per-iteration harness does not measure.
+//! `-- contention-window=N` for contention-aware grants with a window of N ms, off by default).
+//! Each "on" line gives its ratio to the "off" line above it, and the load average is printed
+//! before and after the workloads. A custom harness: the quantities are throughputs of several
+//! threads and latencies of a two-client exchange, which a per-iteration harness does not
+//! measure.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;

@@ -11,6 +11,7 @@
 //! | `RevokeAt(due)`   | nothing now; `due` becomes the lock's `retry_at_ms`, so a parked request is retried when the minimum hold ends (and sends the revoke then); a request that does not wait leaves the revoke due there (`deferred_revoke`), and the server's timer sends it ([`Server::poll_waiters`]) |
 //! | `AwaitGiveBack`   | nothing now; the lapse time becomes the lock's `retry_at_ms`                 |
 //! | `Lapse`           | releases the grant as an expired lease would (`release_grant`, which invalidates an exclusive holder's value block; the command's caller retries the lock's waiters after it, never inside it) |
+//! | `Blocks`, on a contended lock | cuts the holder's parked wait short if it asked, as a revoke would (below) |
 //! | the others        | nothing                                                                     |
 //!
 //! Then the lock word decides, as for any acquisition. A conflicting cached grant is a grant in
@@ -36,7 +37,7 @@
 //!
 //! A lock a conflict revoked within the contention window (`manager::contention`) grants a
 //! request that asks for a cached grant *plain*, and sends its holder a revoke for that grant at
-//! once ([`Server::send_contended_notice`]): the holder gives it back when its users are done,
+//! once (`send_contended_notice`): the holder gives it back when its users are done,
 //! which is the unlock a plain user sends. Such a holder may be parked on another lock before it
 //! read the notice (a stream delivers events after the turn's replies), and then nothing would
 //! wake it: a conflicting request that finds a plain holder on a contended lock ends that
@@ -44,9 +45,9 @@
 //! holder that owed nothing pays one more wait; a plain `lock()` is never cut.
 //!
 //! On a lock with no cached holder that is not contended the scan is skipped, and a cacheable
-//! request is cached when nobody else is parked on it. A scan that finds no cached holder left clears the lock's mark.
-//! A flood of cacheable requests holds no more than the holds grid holds: a cached grant is a
-//! grant, in the same tables, under the same per-client waiter slot.
+//! request is cached when nobody else is parked on it. A scan that finds no cached holder left
+//! clears the lock's mark. A flood of cacheable requests holds no more than the holds grid
+//! holds: a cached grant is a grant, in the same tables, under the same per-client waiter slot.
 
 use super::{Counter, Server};
 use crate::ids::{ClientId, LockId, Mode};
@@ -63,7 +64,7 @@ pub(super) struct Revoked {
     pub(super) cached: bool,
     /// The request asked for a cached grant on a contended lock (`manager::contention`): a
     /// grant the word makes is recorded plain, and its holder is sent a revoke for it at once
-    /// ([`Server::send_contended_notice`]).
+    /// (`send_contended_notice`).
     pub(super) contended: bool,
     /// Someone wants the lock already (`Verdict::wanted`): a cached grant's minimum hold
     /// ends in a retry of the parked requests, which revokes it.
@@ -301,7 +302,8 @@ impl Server<'_> {
     /// revoking and the lock's `revoke_sent_ms` is not stamped: a plain grant has nothing to
     /// lapse, and only conflicts make a lock contended (`manager::contention`). A full ring
     /// counts an overflow, after which the client gives back every idle cached lock: the notice
-    /// is coarser, not lost.
+    /// is coarser, not lost. A grant an all-or-nothing unit undoes afterwards leaves its notice
+    /// behind, which the client ignores: it holds nothing, or a later grant with a larger token.
     pub(super) fn send_contended_notice(&mut self, slot: u32, lock: u32) {
         let generation = SlotState(self.t.lock_meta[lock as usize].state).generation();
         let event = Event::Revoke {
