@@ -14,9 +14,12 @@
 //! holder's unlock, the parked waiter granted — over shared memory and TCP.
 //!
 //! Run: `cargo bench -p dlock-benches --bench engine` (`-- quick` for a short run,
-//! `-- min-hold=N` for a server minimum hold of N ms instead of the default). A custom harness:
-//! the quantities are throughputs of several threads and latencies of a two-client exchange,
-//! which a per-iteration harness does not measure.
+//! `-- min-hold=N` for a server minimum hold of N ms instead of the default,
+//! `-- contention-window=N` for contention-aware grants with a window of N ms, off by default).
+//! Each "on" line gives its ratio to the "off" line above it, and the load average is printed
+//! before and after the workloads. A custom harness: the quantities are throughputs of several
+//! threads and latencies of a two-client exchange, which a per-iteration harness does not
+//! measure.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -62,19 +65,14 @@ enum Transport {
     Shm,
 }
 
-fn server(min_hold_ms: Option<u32>) -> EmbeddedServer {
-    let mut core = Config {
+fn server(timing: Timing) -> EmbeddedServer {
+    let core = Config {
         locks_max: 8_192,
         clients_max: 64,
         objects_max: 16,
+        timing,
         ..Config::default()
     };
-    if let Some(ms) = min_hold_ms {
-        core.timing = Timing {
-            min_hold_ms: ms,
-            ..core.timing
-        };
-    }
     let mut cfg = EmbeddedServer::config(core);
     cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
     EmbeddedServer::start(cfg).expect("server starts")
@@ -149,8 +147,8 @@ fn engine_client(
 
 /// One workload run: (transactions/s over TCP, over shared memory, all; messages/transaction;
 /// aborted share; revokes/transaction; parked waits/transaction).
-fn workload(min_hold: Option<u32>, cached: bool, affinity: bool, secs: f64) -> [f64; 7] {
-    let s = server(min_hold);
+fn workload(timing: Timing, cached: bool, affinity: bool, secs: f64) -> [f64; 7] {
+    let s = server(timing);
     let workers = TCP_CLIENTS + 1;
     let before = counters(&s);
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
@@ -217,10 +215,15 @@ fn await_revoke(c: &mut Client) {
 }
 
 /// Revoke round trips and plain hand-offs over `t`, `rounds` of each, alternated: their
-/// medians and p99s in µs, `[revoke p50, revoke p99, hand-off p50, hand-off p99]`.
-fn round_trips(t: Transport, min_hold: Option<u32>, rounds: usize) -> [f64; 4] {
-    let s = server(min_hold);
-    let hold = Duration::from_millis(u64::from(min_hold.unwrap_or(Timing::DEFAULT.min_hold_ms)));
+/// medians and p99s in µs, `[revoke p50, revoke p99, hand-off p50, hand-off p99]`. The
+/// contention window is off here: every round conflicts on one lock, which would otherwise be
+/// granted plain after the first, and this measures the revoke itself.
+fn round_trips(t: Transport, timing: Timing, rounds: usize) -> [f64; 4] {
+    let s = server(Timing {
+        contention_window_ms: 0,
+        ..timing
+    });
+    let hold = Duration::from_millis(u64::from(timing.min_hold_ms));
     let (mut a, mut b) = (client(&s, t), client(&s, t));
     let name = b"engine-bench-hot";
     let ia = a.get_lock(LockKind::Rw, name).expect("get_lock");
@@ -277,25 +280,42 @@ fn round_trips(t: Transport, min_hold: Option<u32>, rounds: usize) -> [f64; 4] {
     [r.0, r.1, h.0, h.1]
 }
 
-/// Median and p99 of `samples` (ns), in µs.
+/// The machine's load averages (`/proc/loadavg`'s first three fields), printed beside the
+/// figures: the machine this runs on is shared, and a ratio means little without its load.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_string())
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "quick");
-    let min_hold = args
-        .iter()
-        .find_map(|a| a.strip_prefix("min-hold="))
-        .map(|v| v.parse::<u32>().expect("min-hold=MS"));
+    let ms = |key: &str| {
+        args.iter()
+            .find_map(|a| a.strip_prefix(key))
+            .map(|v| v.parse::<u32>().expect("a number of ms"))
+    };
+    let d = Timing::DEFAULT;
+    let timing = Timing {
+        min_hold_ms: ms("min-hold=").unwrap_or(d.min_hold_ms),
+        contention_window_ms: ms("contention-window=").unwrap_or(d.contention_window_ms),
+        ..d
+    };
     let (secs, rounds) = if quick { (1.0, 50) } else { (3.0, 300) };
-    let hold = min_hold.unwrap_or(Timing::DEFAULT.min_hold_ms);
     println!(
         "engine workload: {TCP_CLIENTS} clients over TCP + 1 over shared memory, 5 row groups \
          per transaction (3 read, 2 written, all or nothing, wait {} ms), {} keys, \
-         min hold {hold} ms, median of {REPEATS} runs of {secs} s, off and on alternating",
+         min hold {} ms, contention window {} ms, median of {REPEATS} runs of {secs} s, off and \
+         on alternating; load average {}",
         WAIT.as_millis(),
         u64::from(TABLES) * GROUPS,
+        timing.min_hold_ms,
+        timing.contention_window_ms,
+        load_average(),
     );
     println!(
-        "{:<12} {:<9} {:>10} {:>10} {:>10} {:>9} {:>10} {:>8} {:>8}",
+        "{:<12} {:<9} {:>10} {:>10} {:>10} {:>9} {:>10} {:>8} {:>8} {:>7}",
         "affinity",
         "caching",
         "tx/s all",
@@ -304,7 +324,8 @@ fn main() {
         "msgs/tx",
         "revokes/tx",
         "waits/tx",
-        "aborted"
+        "aborted",
+        "on/off"
     );
     for affinity in [true, false] {
         // Off and on alternate, `REPEATS` runs each, and each line is the run with the median
@@ -312,26 +333,35 @@ fn main() {
         let mut runs = [Vec::new(), Vec::new()];
         for _ in 0..REPEATS {
             for cached in [false, true] {
-                runs[usize::from(cached)].push(workload(min_hold, cached, affinity, secs));
+                runs[usize::from(cached)].push(workload(timing, cached, affinity, secs));
             }
         }
+        let mut off_all = 0.0;
         for cached in [false, true] {
             let r = &mut runs[usize::from(cached)];
             r.sort_by(|a, b| a[2].total_cmp(&b[2]));
             let [tcp, shm, all, msgs, aborted, revokes, waits] = r[r.len() / 2];
+            let ratio = match cached {
+                false => {
+                    off_all = all;
+                    String::new()
+                }
+                true => format!("{:.2}", all / off_all.max(f64::MIN_POSITIVE)),
+            };
             println!(
-                "{:<12} {:<9} {all:>10.0} {tcp:>10.0} {shm:>10.0} {msgs:>9.2} {revokes:>10.3} {waits:>8.3} {:>7.1}%",
+                "{:<12} {:<9} {all:>10.0} {tcp:>10.0} {shm:>10.0} {msgs:>9.2} {revokes:>10.3} {waits:>8.3} {:>7.1}% {ratio:>7}",
                 if affinity { "90 % own" } else { "none" },
                 if cached { "on" } else { "off" },
                 aborted * 100.0,
             );
         }
     }
+    println!("load average after the workloads: {}", load_average());
     println!(
         "revoke round trip (request -> holder told -> give-back -> grant) vs plain hand-off (unlock -> grant), µs"
     );
     for (t, label) in [(Transport::Shm, "shared memory"), (Transport::Tcp, "TCP")] {
-        let [rp50, rp99, hp50, hp99] = round_trips(t, min_hold, rounds);
+        let [rp50, rp99, hp50, hp99] = round_trips(t, timing, rounds);
         println!(
             "{label:<14} revoke p50 {rp50:>8.1} p99 {rp99:>8.1}   hand-off p50 {hp50:>8.1} p99 {hp99:>8.1}"
         );

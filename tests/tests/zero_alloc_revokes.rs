@@ -95,6 +95,7 @@ fn revokes_allocate_nothing_over_shared_memory_tcp_and_a_mux() {
         timing: Timing {
             min_hold_ms: 0,
             revoke_timeout_ms: 0,
+            contention_window_ms: 0,
         },
         ..Config::default()
     });

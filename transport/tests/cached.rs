@@ -13,7 +13,7 @@ use dlock_core::{LockKind, Mode, Status};
 use dlock_transport::client::{
     CachedLocks, Client, ClientConfig, Endpoint, ErrorKind, Revoked, read_server_stats,
 };
-use dlock_transport::runtime::ServerHandle;
+use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -284,5 +284,52 @@ fn a_revoke_ends_a_wait_that_asked_for_it_so_the_holder_can_give_back() {
         );
         assert!(revoked, "{at}");
         assert_eq!(c.unlock(yc).unwrap(), Status::Success, "y stayed c's: {at}");
+    }
+}
+
+/// A cacheable request on a lock a conflict revoked within the contention window is granted
+/// plain, and the handle, told by the revoke that follows the grant, gives the lock back after
+/// its guard instead of keeping it (`manager::contention`): a later conflict finds the lock free
+/// and sends no revoke.
+#[test]
+fn a_cacheable_grant_on_a_contended_lock_is_given_back_after_its_guard() {
+    let mut cfg = ServerConfig::new(dlock_core::Config {
+        timing: dlock_core::manager::Timing {
+            // Long against the test: the lock stays contended throughout.
+            contention_window_ms: 600_000,
+            ..dlock_core::manager::Timing::DEFAULT
+        },
+        ..common::small()
+    });
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
+    let s = ServerHandle::start(cfg).expect("server starts");
+    for (n, e) in endpoints(&s).into_iter().enumerate() {
+        let name = format!("fought-{n}");
+        let a = CachedLocks::connect(ClientConfig::new(e.clone())).unwrap();
+        let page = a.rw(&name).unwrap();
+        drop(page.try_write().unwrap());
+        // b's conflict revokes a's cached grant: the lock is contended from now on.
+        let b = waiter(&e, &name, Mode::Exclusive);
+        let _ = next_revoke(&a);
+        assert_eq!(b.join().unwrap(), Status::Success, "{n}");
+        assert_eq!(counter(&s, "revokes_sent"), n as u64 + 1, "{n}");
+        // a asks again: granted (plain on the server), then told to give it back.
+        let again = page.try_write().unwrap();
+        drop(again);
+        assert_eq!(
+            next_revoke(&a),
+            Revoked::Lock {
+                lock: page.id(),
+                wanted: Mode::Exclusive
+            },
+            "{n}: the notice"
+        );
+        assert_eq!(page.held(), None, "{n}: given back, not kept");
+        // A conflict now finds the lock free: granted with no revoke sent.
+        assert_eq!(
+            waiter(&e, &name, Mode::Exclusive).join().unwrap(),
+            Status::Success
+        );
+        assert_eq!(counter(&s, "revokes_sent"), n as u64 + 1, "{n}: no revoke");
     }
 }

@@ -111,6 +111,7 @@ fn the_revoke_waits_for_the_end_of_the_minimum_hold() {
     let s = server(Timing {
         min_hold_ms: hold.as_millis() as u32,
         revoke_timeout_ms: 0,
+        contention_window_ms: 0,
     });
     for path in PATHS {
         let mut a = client(&s, path);
@@ -139,6 +140,7 @@ fn an_ignored_revoke_loses_the_grant_at_the_revoke_timeout() {
     let s = server(Timing {
         min_hold_ms: 0,
         revoke_timeout_ms: timeout.as_millis() as u32,
+        contention_window_ms: 0,
     });
     for path in PATHS {
         let mut a = client(&s, path);
@@ -170,6 +172,7 @@ fn revokes_beyond_what_the_client_holds_come_out_as_an_overflow() {
     let s = server(Timing {
         min_hold_ms: 0,
         revoke_timeout_ms: 0,
+        contention_window_ms: 0,
     });
     let n = dlock_core::table::EVENT_RING_LEN + 6;
     for path in PATHS {

@@ -14,6 +14,7 @@
 //! |-------------|-------------------------------------------------------------------------------|
 //! | `grant.rs`  | [`GrantState`]: what a client holds on a lock, 4 bits in the holds grid        |
 //! | `revoke.rs` | who is revoked when a request conflicts, the minimum hold and the revoke timeout |
+//! | `contention.rs` | [`GrantAs`]: a lock asked back recently is granted plain, and its holder told at once |
 //! | `retain.rs` | what a death keeps, what a retaining client's slot is, `recovery_done`         |
 //! | `value.rs`  | [`ValueBlock`] and the per-lock [`LockValue`] with its write/invalidate rules  |
 //! | `cache.rs`  | [`CachedLock`]: the client's side of one cached grant                         |
@@ -48,6 +49,7 @@
 //! ([`retain::recovery_done`]).
 
 pub mod cache;
+pub mod contention;
 pub mod demote;
 pub mod grant;
 pub mod payback;
@@ -57,6 +59,7 @@ pub mod trust;
 pub mod value;
 
 pub use cache::CachedLock;
+pub use contention::GrantAs;
 pub use demote::Demotion;
 pub use grant::{CorruptGrant, GrantState};
 pub use payback::Payback;

@@ -9,6 +9,7 @@ use proptest::prelude::*;
 const TIMING: Timing = Timing {
     min_hold_ms: 10,
     revoke_timeout_ms: 0,
+    contention_window_ms: 0,
 };
 const LEASE_MS: u32 = 1_000;
 const ME: u32 = 7;

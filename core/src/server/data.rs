@@ -488,6 +488,8 @@ impl<'r> Server<'r> {
                 self.t.lock_holds.set(slot, lock, granted.bits());
                 if revoked.cached {
                     self.note_cached_grant(lock, revoked.wanted, now_ms);
+                } else if revoked.contended {
+                    self.send_contended_notice(slot, lock);
                 }
                 self.stats.bump(Counter::Grants);
                 if preempted {

@@ -11,6 +11,7 @@
 //! | `RevokeAt(due)`   | nothing now; `due` becomes the lock's `retry_at_ms`, so a parked request is retried when the minimum hold ends (and sends the revoke then); a request that does not wait leaves the revoke due there (`deferred_revoke`), and the server's timer sends it ([`Server::poll_waiters`]) |
 //! | `AwaitGiveBack`   | nothing now; the lapse time becomes the lock's `retry_at_ms`                 |
 //! | `Lapse`           | releases the grant as an expired lease would (`release_grant`, which invalidates an exclusive holder's value block; the command's caller retries the lock's waiters after it, never inside it) |
+//! | `Blocks`, on a contended lock | cuts the holder's parked wait short if it asked, as a revoke would (below) |
 //! | the others        | nothing                                                                     |
 //!
 //! Then the lock word decides, as for any acquisition. A conflicting cached grant is a grant in
@@ -34,15 +35,25 @@
 //! its whole wait). The Linux DLM has no such rule because its blocking ASTs run on a thread
 //! of their own; a dlock client reads its events on the thread that called it.
 //!
-//! On a lock with no cached holder the scan is skipped, and a cacheable request is cached when
-//! nobody else is parked on it. A scan that finds no cached holder left clears the lock's mark.
-//! A flood of cacheable requests holds no more than the holds grid holds: a cached grant is a
-//! grant, in the same tables, under the same per-client waiter slot.
+//! A lock a conflict revoked within the contention window (`manager::contention`) grants a
+//! request that asks for a cached grant *plain*, and sends its holder a revoke for that grant at
+//! once (`send_contended_notice`): the holder gives it back when its users are done,
+//! which is the unlock a plain user sends. Such a holder may be parked on another lock before it
+//! read the notice (a stream delivers events after the turn's replies), and then nothing would
+//! wake it: a conflicting request that finds a plain holder on a contended lock ends that
+//! holder's parked wait if it asked for [`LockFlags::WAKE_ON_REVOKE`], as a revoke would. A
+//! holder that owed nothing pays one more wait; a plain `lock()` is never cut.
+//!
+//! On a lock with no cached holder that is not contended the scan is skipped, and a cacheable
+//! request is cached when nobody else is parked on it. A scan that finds no cached holder left
+//! clears the lock's mark. A flood of cacheable requests holds no more than the holds grid
+//! holds: a cached grant is a grant, in the same tables, under the same per-client waiter slot.
 
 use super::{Counter, Server};
 use crate::ids::{ClientId, LockId, Mode};
+use crate::manager::contention::{contended, grant_as};
 use crate::manager::revoke::{Holder, HolderAction, Request, Verdict, judge};
-use crate::manager::{Answer, GrantState};
+use crate::manager::{Answer, GrantAs, GrantState};
 use crate::proto::{Event, LockCommand, LockFlags};
 use crate::table::{ClientState, LockManagerCell, SlotState, WaiterState};
 
@@ -51,6 +62,10 @@ use crate::table::{ClientState, LockManagerCell, SlotState, WaiterState};
 pub(super) struct Revoked {
     /// A grant the word makes may be recorded as cached.
     pub(super) cached: bool,
+    /// The request asked for a cached grant on a contended lock (`manager::contention`): a
+    /// grant the word makes is recorded plain, and its holder is sent a revoke for it at once
+    /// (`send_contended_notice`).
+    pub(super) contended: bool,
     /// Someone wants the lock already (`Verdict::wanted`): a cached grant's minimum hold
     /// ends in a retry of the parked requests, which revokes it.
     pub(super) wanted: bool,
@@ -70,14 +85,34 @@ impl Server<'_> {
         now_ms: u64,
     ) -> Revoked {
         let cacheable = c.flags.contains(LockFlags::CACHEABLE);
-        if self.t.lock_manager[lock as usize].cached == 0 {
-            return Revoked {
+        let m = self.t.lock_manager[lock as usize];
+        let revoked = match m.cached == 0 && !contended(&self.cfg.timing, m.revoke_sent_ms, now_ms)
+        {
+            true => Revoked {
                 cached: cacheable,
                 wanted: cacheable && self.others_parked(slot, lock),
-                lapsed: false,
-            };
+                ..Revoked::default()
+            },
+            false => self.revoke_scan(slot, lock, c, now_ms),
+        };
+        self.contention_aware(lock, revoked, now_ms)
+    }
+
+    /// Turns a cached grant on a contended lock into a plain one with a notice
+    /// (`manager::contention`). Runs after the scan, whose revokes stamp the lock: a request
+    /// that has just sent one is the conflict that makes the lock contended.
+    #[inline]
+    fn contention_aware(&self, lock: u32, revoked: Revoked, now_ms: u64) -> Revoked {
+        let sent = self.t.lock_manager[lock as usize].revoke_sent_ms;
+        match grant_as(&self.cfg.timing, revoked.cached, sent, now_ms) {
+            GrantAs::Contended => Revoked {
+                cached: false,
+                wanted: false,
+                contended: true,
+                ..revoked
+            },
+            GrantAs::Plain | GrantAs::Cached => revoked,
         }
-        self.revoke_scan(slot, lock, c, now_ms)
     }
 
     /// Whether a request other than client `slot`'s is parked on lock slot `lock`.
@@ -105,6 +140,7 @@ impl Server<'_> {
     fn judge_holders(&mut self, req: &Request, lock: u32, now_ms: u64) -> Revoked {
         let timing = self.cfg.timing;
         let cell: LockManagerCell = self.t.lock_manager[lock as usize];
+        let contended = contended(&timing, cell.revoke_sent_ms, now_ms);
         let (mut verdict, mut lapsed, mut cached_left) = (Verdict::NONE, false, false);
         // A revoke sent now lapses at `now + timeout`: a parked request is retried then.
         let mut lapses_ms = u64::MAX;
@@ -150,6 +186,10 @@ impl Server<'_> {
                     due_ms = due_ms.min(at);
                     cached_left = true;
                 }
+                // A plain holder of a contended lock may hold a contended grant whose notice it
+                // has not read, being parked on another lock: it is woken as a revoke would
+                // wake it (module doc).
+                HolderAction::Blocks if contended => self.cut_wait_on_revoke(other, now_ms),
                 _ => cached_left |= state.is_cached(),
             }
         }
@@ -172,6 +212,7 @@ impl Server<'_> {
         Revoked {
             cached,
             wanted: cached && verdict.wanted(req),
+            contended: false,
             lapsed,
         }
     }
@@ -252,6 +293,28 @@ impl Server<'_> {
         // next tick, which the timer below looks at anyway).
         waiter.deadline_ms = waiter.deadline_ms.min(now.saturating_sub(1));
         self.next_timer_ms = self.next_timer_ms.min(now);
+    }
+
+    /// Tells client slot `slot`, just granted lock slot `lock` plain on a contended lock though
+    /// it asked for a cached grant, to give it back when its users are done: a revoke wanting
+    /// exclusive (a shared holder gives back rather than keeps) that names the grant's own fence
+    /// (kept by the client even when it overtakes the grant's reply). The grant is not marked
+    /// revoking and the lock's `revoke_sent_ms` is not stamped: a plain grant has nothing to
+    /// lapse, and only conflicts make a lock contended (`manager::contention`). A full ring
+    /// counts an overflow, after which the client gives back every idle cached lock: the notice
+    /// is coarser, not lost. A grant an all-or-nothing unit undoes afterwards leaves its notice
+    /// behind, which the client ignores: it holds nothing, or a later grant with a larger token.
+    pub(super) fn send_contended_notice(&mut self, slot: u32, lock: u32) {
+        let generation = SlotState(self.t.lock_meta[lock as usize].state).generation();
+        let event = Event::Revoke {
+            lock: LockId::new(lock, generation),
+            wanted: Mode::Exclusive,
+            fence: self.t.lock_cells[lock as usize].fence,
+        };
+        if let Some(ring) = self.t.event_rings.ring(slot) {
+            let _ = ring.push(&event);
+        }
+        self.events_pending = true;
     }
 
     /// Records that a cached grant on lock slot `lock` was made at `now_ms`. When the lock is

@@ -24,6 +24,7 @@
 //! | `cache_ppm`         | that share of acquisitions asks for a cached grant (`CACHEABLE`): released locally, re-acquired locally, given back (or downgraded) on a revoke |
 //! | `revoke_ignore_ppm` | that share of revokes is ignored, so the holder's grant lapses at the revoke timeout |
 //! | `min_hold_ms`       | the server's minimum hold (`Timing::min_hold_ms`): revokes wait for its end |
+//! | `contention_window_ms` | the server's contention window (`Timing::contention_window_ms`): a cacheable request on a lock revoked within it is granted plain, and its holder sent a revoke for it at once |
 //! | `value_ppm`         | that share of lock records asks for the lock's value block with every grant, and half their exclusive unlocks write one |
 //! | `retain_ppm`        | that share of acquisitions asks to be retained on the holder's death (`RETAIN`); a recoverer lists the dead clients' retained locks and calls `recovery_done`, and other clients now and then try to, which must be refused |
 //!
@@ -144,6 +145,8 @@ pub struct FaultPlan {
     pub value_ppm: u32,
     /// An acquisition asks to be retained on its holder's death (per acquisition).
     pub retain_ppm: u32,
+    /// The server's contention window (ms; 0: off).
+    pub contention_window_ms: u32,
 }
 
 /// What becomes of a reply the server is about to send.
@@ -204,6 +207,8 @@ impl FaultPlan {
             min_hold_ms: maybe(&mut rng, 1, 60),
             value_ppm: maybe(&mut rng, 100_000, 1_000_000),
             retain_ppm: maybe(&mut rng, 50_000, 1_000_000),
+            // Drawn last, so every earlier draw of a seed is what it was before it existed.
+            contention_window_ms: maybe(&mut rng, 1, 200),
         }
     }
 

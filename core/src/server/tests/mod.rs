@@ -24,6 +24,7 @@
 
 mod batches;
 mod cluster;
+mod contention;
 mod dispatch;
 mod fair;
 mod fair_records;

@@ -129,6 +129,7 @@ fn with_hold() -> Config {
         timing: crate::manager::Timing {
             min_hold_ms: 5,
             revoke_timeout_ms: 0,
+            contention_window_ms: 0,
         },
         ..small()
     }
@@ -245,6 +246,7 @@ fn an_ignored_revoke_lapses_at_the_revoke_timeout_like_an_expired_lease() {
             timing: crate::manager::Timing {
                 min_hold_ms: 5,
                 revoke_timeout_ms: timeout,
+                contention_window_ms: 0,
             },
             ..small()
         };
@@ -489,6 +491,7 @@ fn a_grant_lapsed_inside_an_undone_all_or_nothing_message_stays_released() {
         timing: crate::manager::Timing {
             min_hold_ms: 0,
             revoke_timeout_ms: 100,
+            contention_window_ms: 0,
         },
         ..small()
     };

@@ -207,6 +207,7 @@ impl<'s> World<'s> {
     ) -> Self {
         let plan = FaultPlan::draw(seed);
         p.cfg.timing.min_hold_ms = plan.min_hold_ms;
+        p.cfg.timing.contention_window_ms = plan.contention_window_ms;
         let kinds = [LockKind::Atomic, LockKind::Rw, LockKind::Fair];
         let names: Vec<(Vec<u8>, LockKind)> = (0..p.lock_names)
             .map(|i| (format!("lock-{i}").into_bytes(), kinds[i % 3]))

@@ -96,6 +96,11 @@ pub(crate) struct ServeArgs {
     /// at the end of its lease, in milliseconds (default 0: the holder's lease).
     #[arg(long)]
     revoke_timeout_ms: Option<u32>,
+    /// Cached grants: how long after a conflict revoked one of its cached grants a lock is
+    /// granted plain to requests that ask for caching, in milliseconds (default 0: off; a
+    /// workload whose locks are fought over might take 100).
+    #[arg(long)]
+    contention_window_ms: Option<u32>,
     /// umo_atomic64 objects.
     #[arg(long)]
     objects: Option<u32>,
@@ -176,6 +181,7 @@ impl ServeArgs {
             clients_per_peer: self.clients_per_peer.or(file.clients_per_peer),
             min_hold_ms: self.min_hold_ms.or(file.min_hold_ms),
             revoke_timeout_ms: self.revoke_timeout_ms.or(file.revoke_timeout_ms),
+            contention_window_ms: self.contention_window_ms.or(file.contention_window_ms),
             objects: self.objects.or(file.objects),
             lease_ms: self.lease_ms.or(file.lease_ms),
             lease_max_ms: self.lease_max_ms.or(file.lease_max_ms),
@@ -312,6 +318,9 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig, String> {
         timing: dlock_core::manager::Timing {
             min_hold_ms: args.min_hold_ms.unwrap_or(d.timing.min_hold_ms),
             revoke_timeout_ms: args.revoke_timeout_ms.unwrap_or(d.timing.revoke_timeout_ms),
+            contention_window_ms: args
+                .contention_window_ms
+                .unwrap_or(d.timing.contention_window_ms),
         },
     };
     if let Some(field) = core.invalid_field() {

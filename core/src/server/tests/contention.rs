@@ -1,0 +1,228 @@
+//! Contention-aware grants in the data path (`manager::contention`, `server/revokes.rs`): a
+//! request that asks for a cached grant on a lock a conflict revoked within the contention
+//! window is granted plain, and its holder is sent a revoke for that grant at once.
+
+use super::*;
+use crate::Mode;
+use crate::manager::{GrantState, Timing};
+use crate::proto::{Event, LockFlags};
+
+const LEASE: u32 = 60_000;
+/// The window these tests run with.
+const WINDOW_MS: u64 = 20;
+
+fn config(window_ms: u32) -> Config {
+    Config {
+        timing: Timing {
+            contention_window_ms: window_ms,
+            ..Timing::DEFAULT
+        },
+        ..small()
+    }
+}
+
+fn cmd(op: LockOp, id: LockId, flags: LockFlags) -> Command {
+    Command::Lock(LockCommand {
+        kind: LockKind::Rw,
+        op,
+        lock: id.raw(),
+        expire_ms: LEASE,
+        flags,
+        ..LockCommand::NONE
+    })
+}
+
+const EX: LockOp = LockOp::TryExclusive;
+const SH: LockOp = LockOp::TryShared;
+const UNLOCK: LockOp = LockOp::UnlockExclusive;
+const CACHE: LockFlags = LockFlags::CACHEABLE;
+const PLAIN: LockFlags = LockFlags::NONE;
+
+/// What client `c` holds on `id`.
+fn hold(s: &TestServer, c: ClientId, id: LockId) -> GrantState {
+    s.recorded_hold(s.client_slot_of(c.get()).unwrap(), id.index())
+}
+
+/// Every event waiting in client `c`'s ring.
+fn events(s: &TestServer, c: ClientId) -> Vec<Event> {
+    s.check_invariants().unwrap();
+    let ring = s.event_ring(s.client_slot_of(c.get()).unwrap()).unwrap();
+    core::iter::from_fn(|| ring.pop()).collect()
+}
+
+/// Two clients of one RW lock, and the lock made contended at tick 10: a caches it, b's
+/// conflicting trylock revokes it (at 10), a gives it back (at 11).
+fn contended_at_10(window_ms: u32) -> (TestServer, ClientId, ClientId, LockId, LockId) {
+    let mut s = TestServer::new(&config(window_ms));
+    let (a, b) = (s.client(0), s.client(0));
+    let la = s.get_lock(a.get(), LockKind::Rw, b"row-group", 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Rw, b"row-group", 0).unwrap();
+    assert_eq!(s.run(a, cmd(EX, la, CACHE), 1).status, Status::Success);
+    assert_eq!(hold(&s, a, la), GrantState::ExclusiveCached);
+    assert_eq!(s.run(b, cmd(EX, lb, CACHE), 10).status, Status::Fail);
+    assert_eq!(events(&s, a).len(), 1, "the conflict's revoke");
+    assert_eq!(s.run(a, cmd(UNLOCK, la, PLAIN), 11).status, Status::Success);
+    assert_eq!(s.stats().get(Counter::RevokesSent), 1);
+    (s, a, b, la, lb)
+}
+
+#[test]
+fn a_cacheable_request_on_a_lock_revoked_within_the_window_is_granted_plain_and_told_at_once() {
+    for mode in [EX, SH] {
+        let (mut s, a, b, la, lb) = contended_at_10(WINDOW_MS as u32);
+        let _ = s.take_events_pending();
+        let got = s.run(b, cmd(mode, lb, CACHE), 12);
+        assert_eq!(got.status, Status::Success, "{mode:?}");
+        let plain = match mode {
+            EX => GrantState::Exclusive,
+            _ => GrantState::Shared,
+        };
+        assert_eq!(hold(&s, b, lb), plain, "recorded plain: {mode:?}");
+        // The notice wants exclusive, so a shared holder gives back too, and names the
+        // grant's own token, so the client keeps it even ahead of the grant's reply.
+        let notice = Event::Revoke {
+            lock: lb,
+            wanted: Mode::Exclusive,
+            fence: got.aux,
+        };
+        assert!(s.take_events_pending(), "{mode:?}");
+        assert_eq!(events(&s, b), vec![notice], "{mode:?}");
+        assert_eq!(events(&s, a), vec![], "{mode:?}");
+        // A plain holder is not revoked: a conflict waits for its unlock, and sends nothing.
+        assert_eq!(s.run(a, cmd(EX, la, CACHE), 13).status, Status::Fail);
+        assert_eq!(events(&s, b), vec![], "{mode:?}");
+        assert_eq!(s.stats().get(Counter::RevokesSent), 1, "{mode:?}");
+        // The holder's give-back is an ordinary unlock.
+        let unlock = match mode {
+            EX => UNLOCK,
+            _ => LockOp::UnlockShared,
+        };
+        assert_eq!(s.run(b, cmd(unlock, lb, PLAIN), 14).status, Status::Success);
+        assert_eq!(s.stats().get(Counter::RevokesGivenBack), 1, "a's only");
+    }
+}
+
+#[test]
+fn after_the_window_a_cacheable_request_is_cached_again() {
+    let (mut s, _, b, _, lb) = contended_at_10(WINDOW_MS as u32);
+    assert_eq!(
+        s.run(b, cmd(EX, lb, CACHE), 10 + WINDOW_MS).status,
+        Status::Success
+    );
+    assert_eq!(hold(&s, b, lb), GrantState::ExclusiveCached);
+    assert_eq!(events(&s, b), vec![]);
+}
+
+#[test]
+fn the_notice_of_a_contended_grant_does_not_extend_the_window() {
+    let (mut s, a, b, la, lb) = contended_at_10(WINDOW_MS as u32);
+    // Contended grants and their unlocks until the last tick of the window...
+    for now in [12, 10 + WINDOW_MS - 1] {
+        assert_eq!(s.run(b, cmd(EX, lb, CACHE), now).status, Status::Success);
+        assert_eq!(hold(&s, b, lb), GrantState::Exclusive, "{now}");
+        assert_eq!(
+            s.run(b, cmd(UNLOCK, lb, PLAIN), now).status,
+            Status::Success
+        );
+    }
+    // ...then the window counted from the conflict is over: cached again.
+    assert_eq!(
+        s.run(a, cmd(EX, la, CACHE), 10 + WINDOW_MS).status,
+        Status::Success
+    );
+    assert_eq!(hold(&s, a, la), GrantState::ExclusiveCached);
+}
+
+#[test]
+fn a_parked_request_granted_on_a_contended_lock_is_granted_plain_and_told() {
+    let mut s = TestServer::new(&config(WINDOW_MS as u32));
+    let (a, b) = (s.client(0), s.client(0));
+    let la = s.get_lock(a.get(), LockKind::Rw, b"row-group", 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Rw, b"row-group", 0).unwrap();
+    assert_eq!(s.run(a, cmd(EX, la, CACHE), 1).status, Status::Success);
+    // b waits, caching: its request revokes a's grant, which makes the lock contended.
+    let wait = Command::Lock(LockCommand {
+        wait_ms: 5_000,
+        ..match cmd(EX, lb, CACHE) {
+            Command::Lock(c) => c,
+            _ => unreachable!(),
+        }
+    });
+    assert_eq!(s.wait_for(b, wait, 10), None);
+    assert_eq!(events(&s, a).len(), 1);
+    assert_eq!(s.run(a, cmd(UNLOCK, la, PLAIN), 11).status, Status::Success);
+    let got = s.replies();
+    assert_eq!((got.len(), got[0].result.status), (1, Status::Success));
+    assert_eq!(hold(&s, b, lb), GrantState::Exclusive, "plain");
+    let notice = Event::Revoke {
+        lock: lb,
+        wanted: Mode::Exclusive,
+        fence: got[0].result.aux,
+    };
+    assert_eq!(events(&s, b), vec![notice]);
+}
+
+#[test]
+fn a_window_of_zero_keeps_every_cacheable_grant_cached() {
+    let (mut s, _, b, _, lb) = contended_at_10(0);
+    assert_eq!(s.run(b, cmd(EX, lb, CACHE), 12).status, Status::Success);
+    assert_eq!(hold(&s, b, lb), GrantState::ExclusiveCached);
+    assert_eq!(events(&s, b), vec![]);
+}
+
+#[test]
+fn a_request_that_does_not_ask_for_caching_gets_no_notice() {
+    let (mut s, _, b, _, lb) = contended_at_10(WINDOW_MS as u32);
+    assert_eq!(s.run(b, cmd(EX, lb, PLAIN), 12).status, Status::Success);
+    assert_eq!(hold(&s, b, lb), GrantState::Exclusive);
+    assert_eq!(events(&s, b), vec![]);
+}
+
+#[test]
+fn a_conflict_wakes_a_plain_holder_of_a_contended_lock_parked_elsewhere_if_it_asked() {
+    for flagged in [true, false] {
+        let (mut s, a, b, la, lb) = contended_at_10(WINDOW_MS as u32);
+        // b is granted x plain with a notice, then parks on y (c's) before reading it.
+        assert_eq!(s.run(b, cmd(EX, lb, CACHE), 12).status, Status::Success);
+        assert_eq!(events(&s, b).len(), 1, "the notice");
+        let c = s.client(0);
+        let yc = s.get_lock(c.get(), LockKind::Rw, b"other", 0).unwrap();
+        let yb = s.get_lock(b.get(), LockKind::Rw, b"other", 0).unwrap();
+        assert_eq!(s.run(c, cmd(EX, yc, PLAIN), 12).status, Status::Success);
+        let wake = match flagged {
+            true => LockFlags::WAKE_ON_REVOKE,
+            false => PLAIN,
+        };
+        let park = |id: LockId, flags| {
+            Command::Lock(LockCommand {
+                wait_ms: 50_000,
+                ..match cmd(EX, id, flags) {
+                    Command::Lock(c) => c,
+                    _ => unreachable!(),
+                }
+            })
+        };
+        assert_eq!(s.wait_for(b, park(yb, wake), 13), None);
+        // a wants x: no revoke goes to b (its grant is plain), but its wait ends if it asked.
+        assert_eq!(s.wait_for(a, park(la, CACHE), 14), None);
+        assert_eq!(events(&s, b), vec![], "{flagged}");
+        s.poll_waiters(14);
+        let got = s.replies();
+        if !flagged {
+            assert_eq!(got, vec![], "a plain wait is not cut short");
+            continue;
+        }
+        assert_eq!(
+            (got.len(), got[0].client, got[0].result.status),
+            (1, b.get(), Status::Etimeout)
+        );
+        // Back from its wait with the notice read, b gives x back, and a is granted.
+        assert_eq!(s.run(b, cmd(UNLOCK, lb, PLAIN), 15).status, Status::Success);
+        let got = s.replies();
+        assert_eq!(
+            (got.len(), got[0].client, got[0].result.status),
+            (1, a.get(), Status::Success)
+        );
+        s.check_invariants().unwrap();
+    }
+}
