@@ -123,6 +123,7 @@ fn a_unit_key_refused_for_its_kind_sends_no_revoke_and_lapses_no_holder() {
         timing: crate::manager::Timing {
             min_hold_ms: 0,
             revoke_timeout_ms: 100,
+            contention_window_ms: 0,
         },
         ..small()
     };

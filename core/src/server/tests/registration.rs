@@ -112,6 +112,7 @@ fn the_registration_reply_says_the_revoke_timeout_to_a_client_of_version_7_only(
             timing: crate::manager::Timing {
                 min_hold_ms: 0,
                 revoke_timeout_ms: timeout_ms,
+                contention_window_ms: 0,
             },
             ..small()
         };
