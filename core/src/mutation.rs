@@ -22,6 +22,8 @@
 //! | `FairClaimServing` | `server/recovery.rs`, `merge_fair`   | fair readers re-claimed newest first leave `ns` past the oldest one's ticket (the lock wedges) |
 //! | `FairClaimExpired` | `server/recovery.rs`, `merge_claim`  | a fair grant that ran out is restored, and an extend revives it under an older token than its successor's |
 //! | `LapseWakesWaiters` | `server/revokes.rs`, `judge_holders` | a cached grant lapsed inside a request's lock command retries the lock's waiters there: a waiter being retried is retried again inside its own retry and answered twice |
+//! | `TrustNoBound`     | `manager/trust.rs`, `take_overflow`  | a stream client trusts its cached grants however long no data request was answered (the stale report is never made) |
+//! | `CacheUsesRevoked` | `manager/cache.rs`, `acquire`        | a revoke read and not yet answered does not stop new local users of the grant |
 //!
 //! The model clients of `dlock-tests` mirror the transport client's registration protocol, so
 //! their copy of a client rule reads the same switch.
@@ -48,16 +50,22 @@ pub enum Mutation {
     /// `judge_holders`: a lapsed grant is released with `release_hold`, which retries the
     /// lock's waiters in the middle of the command that lapsed it.
     LapseWakesWaiters = 4,
+    /// `take_overflow`: the bound on trusting cached grants never passes.
+    TrustNoBound = 5,
+    /// `CachedLock::acquire`: a pending revoke lets new local users in.
+    CacheUsesRevoked = 6,
 }
 
 impl Mutation {
     /// Every mutation point.
-    pub const ALL: [Mutation; 5] = [
+    pub const ALL: [Mutation; 7] = [
         Mutation::MergeClaimOwner,
         Mutation::ClientLeaseLapse,
         Mutation::FairClaimServing,
         Mutation::FairClaimExpired,
         Mutation::LapseWakesWaiters,
+        Mutation::TrustNoBound,
+        Mutation::CacheUsesRevoked,
     ];
 
     /// The mutation's name, as [`Mutation::from_name`] reads it.
@@ -68,6 +76,8 @@ impl Mutation {
             Mutation::FairClaimServing => "FairClaimServing",
             Mutation::FairClaimExpired => "FairClaimExpired",
             Mutation::LapseWakesWaiters => "LapseWakesWaiters",
+            Mutation::TrustNoBound => "TrustNoBound",
+            Mutation::CacheUsesRevoked => "CacheUsesRevoked",
         }
     }
 

@@ -21,8 +21,8 @@
 //!
 //! | toggle              | what the clients do when it is on                                        |
 //! |---------------------|--------------------------------------------------------------------------|
-//! | `cache_ppm`         | that share of acquisitions asks for a cached grant (`CACHEABLE`): released locally, re-acquired locally, given back (or downgraded) on a revoke |
-//! | `revoke_ignore_ppm` | that share of revokes is ignored, so the holder's grant lapses at the revoke timeout |
+//! | `cache_ppm`         | that share of acquisitions asks for a cached grant (`CACHEABLE`): released locally, re-acquired locally, given back (or downgraded) on a revoke; in the real-client simulator, that share of the reference-shaped process slots runs the transport's `CachedLocks` |
+//! | `revoke_ignore_ppm` | that share of revokes is ignored, so the holder's grant lapses at the revoke timeout; in the real-client simulator, the chance (per draw) that a `CachedLocks` process goes deaf for half a lease to three leases: it keeps its guards and heartbeats but reads no revoke |
 //! | `min_hold_ms`       | the server's minimum hold (`Timing::min_hold_ms`): revokes wait for its end |
 //! | `value_ppm`         | that share of lock records asks for the lock's value block with every grant, and half their exclusive unlocks write one |
 //! | `retain_ppm`        | that share of acquisitions asks to be retained on the holder's death (`RETAIN`); a recoverer lists the dead clients' retained locks and calls `recovery_done`, and other clients now and then try to, which must be refused |
@@ -63,6 +63,8 @@ pub struct Faults {
     pub local_acquires: u64,
     /// Value blocks written by exclusive unlocks.
     pub values_written: u64,
+    /// Spells in which a cached-locks process of the real-client simulator read no revoke.
+    pub cache_deaf_spells: u64,
     /// Dead clients whose retained locks a recoverer released.
     pub recoveries_done: u64,
     /// `recovery_done` calls from clients without the role (all refused).
@@ -98,6 +100,7 @@ impl Faults {
             (&mut self.revokes_ignored, o.revokes_ignored),
             (&mut self.local_acquires, o.local_acquires),
             (&mut self.values_written, o.values_written),
+            (&mut self.cache_deaf_spells, o.cache_deaf_spells),
             (&mut self.recoveries_done, o.recoveries_done),
             (&mut self.recoveries_refused, o.recoveries_refused),
         ];

@@ -122,6 +122,11 @@ impl<'r> World<'r> {
         }
     }
 
+    /// Records violation `e` found by a process (the first one stops the run).
+    pub fn fail_with(&mut self, e: String) {
+        self.fail(Err(e));
+    }
+
     /// The server dies with everything in flight; a replacement with a larger epoch starts on
     /// the same address, recovering for the clients registered with the old one. False when
     /// no replacement is left to start.
@@ -184,6 +189,7 @@ impl<'r> World<'r> {
             .timers(&mut self.server, &mut self.oracle, now, tick, &mut emptied)
             .map(|decided| self.send_decided(decided));
         self.fail(r);
+        self.send_events();
         // Links whose clients were all removed close, as the runtime closes such connections.
         for link in emptied {
             self.net.break_link(link);
@@ -246,7 +252,22 @@ impl<'r> World<'r> {
             .endpoint
             .decided(&mut self.server, &mut self.oracle, now)?;
         self.send_decided(decided);
+        self.send_events();
         Ok(())
+    }
+
+    /// Sends the revokes the server wrote into its event rings since the last call, as event
+    /// messages on the data channels of their clients, behind what those channels carry
+    /// already (call it after every server turn, so the oracle learns each at the tick it was
+    /// sent).
+    fn send_events(&mut self) {
+        let (now, timing) = (self.now_ms, self.cfg.timing);
+        self.endpoint
+            .drain_events(&mut self.server, &mut self.oracle, now, timing);
+        for (link, bytes, revokes) in self.endpoint.events() {
+            self.faults.revokes += revokes as u64;
+            self.send_reply(link, Channel::Data, bytes, ReplyFate::Normal);
+        }
     }
 
     /// Sends reply `bytes` on `link` as the seed's compound faults decide.
@@ -311,5 +332,6 @@ impl<'r> World<'r> {
             .decided(&mut self.server, &mut self.oracle, self.now_ms)
             .map(|d| self.send_decided(d));
         self.fail(r);
+        self.send_events();
     }
 }
