@@ -24,6 +24,7 @@
 //! | `LapseWakesWaiters` | `server/revokes.rs`, `judge_holders` | a cached grant lapsed inside a request's lock command retries the lock's waiters there: a waiter being retried is retried again inside its own retry and answered twice |
 //! | `TrustNoBound`     | `manager/trust.rs`, `take_overflow`  | a stream client trusts its cached grants however long no data request was answered (the stale report is never made) |
 //! | `CacheUsesRevoked` | `manager/cache.rs`, `acquire`        | a revoke read and not yet answered does not stop new local users of the grant |
+//! | `DowngradeStaysExclusive` | `client/mod.rs`, `LocalLock::apply` | a record whose downgrade succeeded still says it holds the lock exclusively |
 //!
 //! The model clients of `dlock-tests` mirror the transport client's registration protocol, so
 //! their copy of a client rule reads the same switch.
@@ -54,11 +55,13 @@ pub enum Mutation {
     TrustNoBound = 5,
     /// `CachedLock::acquire`: a pending revoke lets new local users in.
     CacheUsesRevoked = 6,
+    /// `LocalLock::apply`, a downgrade's success: the record stays exclusive.
+    DowngradeStaysExclusive = 7,
 }
 
 impl Mutation {
     /// Every mutation point.
-    pub const ALL: [Mutation; 7] = [
+    pub const ALL: [Mutation; 8] = [
         Mutation::MergeClaimOwner,
         Mutation::ClientLeaseLapse,
         Mutation::FairClaimServing,
@@ -66,6 +69,7 @@ impl Mutation {
         Mutation::LapseWakesWaiters,
         Mutation::TrustNoBound,
         Mutation::CacheUsesRevoked,
+        Mutation::DowngradeStaysExclusive,
     ];
 
     /// The mutation's name, as [`Mutation::from_name`] reads it.
@@ -78,6 +82,7 @@ impl Mutation {
             Mutation::LapseWakesWaiters => "LapseWakesWaiters",
             Mutation::TrustNoBound => "TrustNoBound",
             Mutation::CacheUsesRevoked => "CacheUsesRevoked",
+            Mutation::DowngradeStaysExclusive => "DowngradeStaysExclusive",
         }
     }
 

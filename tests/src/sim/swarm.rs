@@ -59,6 +59,8 @@ pub struct Faults {
     pub revokes: u64,
     /// Revokes a holder ignored, leaving its grant to lapse.
     pub revokes_ignored: u64,
+    /// Cached exclusive grants downgraded in place on a shared revoke.
+    pub downgrades: u64,
     /// Cached grants re-acquired without a message.
     pub local_acquires: u64,
     /// Value blocks written by exclusive unlocks.
@@ -98,6 +100,7 @@ impl Faults {
             (&mut self.claims_reply_lost, o.claims_reply_lost),
             (&mut self.revokes, o.revokes),
             (&mut self.revokes_ignored, o.revokes_ignored),
+            (&mut self.downgrades, o.downgrades),
             (&mut self.local_acquires, o.local_acquires),
             (&mut self.values_written, o.values_written),
             (&mut self.cache_deaf_spells, o.cache_deaf_spells),
