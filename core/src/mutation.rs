@@ -25,6 +25,7 @@
 //! | `TrustNoBound`     | `manager/trust.rs`, `take_overflow`  | a stream client trusts its cached grants however long no data request was answered (the stale report is never made) |
 //! | `CacheUsesRevoked` | `manager/cache.rs`, `acquire`        | a revoke read and not yet answered does not stop new local users of the grant |
 //! | `DowngradeStaysExclusive` | `client/mod.rs`, `LocalLock::apply` | a record whose downgrade succeeded still says it holds the lock exclusively |
+//! | `OverflowDropped`  | `dlock-transport`, `Client::poll_events` (`client/events.rs`) | an overflow the connection reports (events lost) is not passed on: the client goes on using grants whose revokes it lost |
 //!
 //! The model clients of `dlock-tests` mirror the transport client's registration protocol, so
 //! their copy of a client rule reads the same switch.
@@ -57,11 +58,13 @@ pub enum Mutation {
     CacheUsesRevoked = 6,
     /// `LocalLock::apply`, a downgrade's success: the record stays exclusive.
     DowngradeStaysExclusive = 7,
+    /// `Client::poll_events`: an overflow read off the connection is dropped.
+    OverflowDropped = 8,
 }
 
 impl Mutation {
     /// Every mutation point.
-    pub const ALL: [Mutation; 8] = [
+    pub const ALL: [Mutation; 9] = [
         Mutation::MergeClaimOwner,
         Mutation::ClientLeaseLapse,
         Mutation::FairClaimServing,
@@ -70,6 +73,7 @@ impl Mutation {
         Mutation::TrustNoBound,
         Mutation::CacheUsesRevoked,
         Mutation::DowngradeStaysExclusive,
+        Mutation::OverflowDropped,
     ];
 
     /// The mutation's name, as [`Mutation::from_name`] reads it.
@@ -83,6 +87,7 @@ impl Mutation {
             Mutation::TrustNoBound => "TrustNoBound",
             Mutation::CacheUsesRevoked => "CacheUsesRevoked",
             Mutation::DowngradeStaysExclusive => "DowngradeStaysExclusive",
+            Mutation::OverflowDropped => "OverflowDropped",
         }
     }
 

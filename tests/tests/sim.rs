@@ -25,6 +25,7 @@ use dlock_tests::sim::{self, Failure, Mutation, Report, model};
 /// | `FairClaimExpired` | an expired fair grant restored and extended, believed under a token older than its successor's (the fencing rule) |
 /// | `LapseWakesWaiters` | a parked request retried into the lapse of an ignored revoke, answered twice (`check_invariants`: the waiter counts) |
 /// | `DowngradeStaysExclusive` | a cached writer downgraded on a shared revoke still believes it holds the lock exclusively beside the reader the server let in (mutual exclusion) |
+/// | `OverflowDropped` | an event message lost for want of room is read as an overflow, which the client drops: it goes on using a cached grant whose revoke was lost, beside the holder the server gave the lock to at the revoke's lapse (mutual exclusion) |
 const REGRESSIONS: &[(Mutation, u64, u64)] = &[
     (Mutation::MergeClaimOwner, 0xc105_8374_c84e_31d6, 96_000),
     (Mutation::ClientLeaseLapse, 0xdbde_dc41_db3e_31d7, 73_000),

@@ -14,6 +14,7 @@
 //! | a parked request is decided             | `dispatch_replies`: sent on the link it came by, or dropped when nobody waits for it |
 //! | after every turn                        | `forget_gone_clients`: the control channels of clients removed since are gone |
 //! | a revoke was written into an event ring | the ring of every client bound to a link is drained into event messages on its data channel (an overflow first, when the ring counted one since); a ring whose client is bound nowhere keeps its events until it is |
+//! | an event message finds no room on its connection | its events are lost and the client reads an overflow in their place (the seed's `event_loss_ppm`; the runtime sends the overflow with its next turn's events instead, which the clients cannot tell apart but for that turn's replies going first) |
 //! | the lease tick                          | `sweep_streams`: a link left with no member closes (its control channel with it: a link is both) |
 //!
 //! The oracle sees every request and its reply as the server answers it; the server's tables
@@ -38,6 +39,7 @@ use dlock_core::{Peer, Session, Status};
 
 use super::net::{Channel, LinkId};
 use super::oracle::Oracle;
+use super::rng::Rng;
 use super::swarm::ReplyTo;
 
 /// What reply `reply` to `req` on `channel` answers, for the compound faults that pick on some
@@ -111,6 +113,11 @@ pub struct Endpoint<'s> {
     outbox: HashMap<u32, Vec<(u32, Event)>>,
     /// Per client slot, the ring's overflow count the client was last told of.
     overflows_told: HashMap<u32, u64>,
+    /// Event messages lost for want of room on their connection: drawn from this generator
+    /// (its own, so the rest of a run draws as it did) at this rate per message.
+    loss: Option<(Rng, u32)>,
+    /// Event messages lost so far.
+    pub events_lost: u64,
 }
 
 /// The control connection a link stands for (never 0, which the core reserves).
@@ -128,7 +135,15 @@ impl<'s> Endpoint<'s> {
             dirty: false,
             outbox: HashMap::new(),
             overflows_told: HashMap::new(),
+            loss: None,
+            events_lost: 0,
         }
+    }
+
+    /// Loses event messages at `ppm` per message (a run's `event_loss_ppm`), drawn from a
+    /// generator of `seed`'s own.
+    pub fn lose_events(&mut self, seed: u64, ppm: u32) {
+        self.loss = (ppm > 0).then(|| (Rng::new(seed ^ 0xe7e7_0000_10c5), ppm));
     }
 
     /// Checks the server's tables if anything reached the server since the last check: call
@@ -208,7 +223,14 @@ impl<'s> Endpoint<'s> {
                 version: PROTO_VERSION,
                 client: b.client,
             };
-            for chunk in events.chunks(EVENTS_MAX) {
+            for mut chunk in events.chunks(EVENTS_MAX) {
+                if let Some((rng, ppm)) = &mut self.loss
+                    && rng.chance(*ppm)
+                {
+                    // No room for it: the client hears of the loss in its place.
+                    self.events_lost += 1;
+                    chunk = &[Event::Overflow];
+                }
                 let n = encode_event_message(&header, chunk, &mut self.out)
                     .expect("encode an event message");
                 let revokes = chunk

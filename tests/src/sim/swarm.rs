@@ -25,6 +25,7 @@
 //! | `revoke_ignore_ppm` | that share of revokes is ignored, so the holder's grant lapses at the revoke timeout; in the real-client simulator, the chance (per draw) that a `CachedLocks` process goes deaf for half a lease to three leases: it keeps its guards and heartbeats but reads no revoke |
 //! | `min_hold_ms`       | the server's minimum hold (`Timing::min_hold_ms`): revokes wait for its end |
 //! | `value_ppm`         | that share of lock records asks for the lock's value block with every grant, and half their exclusive unlocks write one |
+//! | `event_loss_ppm`    | that share of event messages finds no room on its connection: the client reads an overflow in its place and re-checks everything it caches (gives back every cached grant) |
 //! | `retain_ppm`        | that share of acquisitions asks to be retained on the holder's death (`RETAIN`); a recoverer lists the dead clients' retained locks and calls `recovery_done`, and other clients now and then try to, which must be refused |
 //!
 //! A plan is drawn from its own generator ([`FaultPlan::draw`]), so a seed's plan does not
@@ -59,6 +60,8 @@ pub struct Faults {
     pub revokes: u64,
     /// Revokes a holder ignored, leaving its grant to lapse.
     pub revokes_ignored: u64,
+    /// Event messages lost for want of room (each read as an overflow).
+    pub event_messages_lost: u64,
     /// Cached exclusive grants downgraded in place on a shared revoke.
     pub downgrades: u64,
     /// Cached grants re-acquired without a message.
@@ -100,6 +103,7 @@ impl Faults {
             (&mut self.claims_reply_lost, o.claims_reply_lost),
             (&mut self.revokes, o.revokes),
             (&mut self.revokes_ignored, o.revokes_ignored),
+            (&mut self.event_messages_lost, o.event_messages_lost),
             (&mut self.downgrades, o.downgrades),
             (&mut self.local_acquires, o.local_acquires),
             (&mut self.values_written, o.values_written),
@@ -150,6 +154,9 @@ pub struct FaultPlan {
     pub value_ppm: u32,
     /// An acquisition asks to be retained on its holder's death (per acquisition).
     pub retain_ppm: u32,
+    /// An event message finds no room on its connection (per message): its revokes are lost
+    /// and the client reads an overflow instead.
+    pub event_loss_ppm: u32,
 }
 
 /// What becomes of a reply the server is about to send.
@@ -210,6 +217,7 @@ impl FaultPlan {
             min_hold_ms: maybe(&mut rng, 1, 60),
             value_ppm: maybe(&mut rng, 100_000, 1_000_000),
             retain_ppm: maybe(&mut rng, 50_000, 1_000_000),
+            event_loss_ppm: maybe(&mut rng, 5_000, 300_000),
         }
     }
 

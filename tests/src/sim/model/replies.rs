@@ -160,6 +160,9 @@ impl World<'_> {
         for e in events {
             let c = &mut self.clients[i];
             let (lock, fence, wanted) = match e {
+                // The transport client's rule, and its mutation: an overflow revokes every
+                // cached grant.
+                Event::Overflow if dlock_core::mutated!(OverflowDropped) => continue,
                 Event::Overflow => {
                     c.revoke_all_cached();
                     continue;

@@ -15,6 +15,7 @@
 //! the real client relies on ([`Cached::check_local`]).
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use dlock_core::manager::conflicts;
@@ -23,7 +24,7 @@ use dlock_transport::client::{
     CachedLocks, CachedReadGuard, CachedRwLock, CachedWriteGuard, Client, Error, ErrorKind,
 };
 
-use super::conn::{Shared, SimConn, Watch};
+use super::conn::{EVERY_LOCK, SeenRevoke, Shared, SimConn, Watch};
 use super::native::Held;
 use super::procs::{CLIENT_LEASE_MS, Sim};
 use crate::sim::net::LinkId;
@@ -54,6 +55,9 @@ pub(super) struct Cached<'r> {
     handles: Vec<Option<(CachedRwLock<SimConn<'r>>, u32)>>,
     /// Live guards, each with the lock (name, mode) and the lock id's raw value.
     held: Vec<(Guard<'r>, Held, u32)>,
+    /// Per grant the server gave (lock id's raw value, token), how many of the connection's
+    /// revokes the client had read when it came: an overflow read later revokes it.
+    grants: HashMap<(u32, u64), usize>,
     /// Deaf (module doc) until this sim time.
     deaf_until: u64,
 }
@@ -80,21 +84,35 @@ impl<'r> Cached<'r> {
             watch,
             handles: (0..names).map(|_| None).collect(),
             held: Vec::new(),
+            grants: HashMap::new(),
             deaf_until: 0,
         })
+    }
+
+    /// Whether `r`, the `i`th revoke the connection saw, is meant for grant `token` of lock id
+    /// `raw`, which came when the client had read `since` of them: a revoke of the lock sent
+    /// for it or a later grant (its fence), or an overflow after it.
+    fn revokes(r: &SeenRevoke, i: usize, raw: u32, token: u64, since: usize) -> bool {
+        match r.lock {
+            EVERY_LOCK => i >= since,
+            lock => lock == raw && r.fence >= token,
+        }
     }
 
     /// The latest sim time a guard of grant `token` on lock id `raw` is still sure to be held
     /// on the server: the grant lapses no earlier than the revoke timeout after the last
     /// data request answered (every revoke not yet arrived was sent after it: the stream is in
     /// order, `dlock_core::manager::trust`) and after the floor of every revoke for it that did
-    /// arrive. Until it gives the grant back, a cached holder is a holder within that.
-    fn sure_until(watch: &Watch, raw: u32, token: u64) -> u64 {
+    /// arrive (an overflow stands where the lost revokes would have been). Until it gives the
+    /// grant back, a cached holder is a holder within that.
+    fn sure_until(&self, watch: &Watch, raw: u32, token: u64) -> u64 {
+        let since = self.grants.get(&(raw, token)).copied().unwrap_or(0);
         let floor = watch
             .revokes
             .iter()
-            .filter(|r| r.lock == raw && r.fence >= token)
-            .map(|r| r.floor)
+            .enumerate()
+            .filter(|&(i, r)| Self::revokes(r, i, raw, token, since))
+            .map(|(_, r)| r.floor)
             .fold(watch.anchor, u64::min);
         floor + REVOKE_TIMEOUT_MS
     }
@@ -109,7 +127,7 @@ impl<'r> Cached<'r> {
                 ..*h
             })
             .zip(&self.held)
-            .filter(|(h, (_, _, raw))| now < Self::sure_until(&watch, *raw, h.token))
+            .filter(|(h, (_, _, raw))| now < self.sure_until(&watch, *raw, h.token))
             .map(|(h, _)| h)
             .collect()
     }
@@ -130,9 +148,11 @@ impl<'r> Cached<'r> {
                 watch.anchor
             ));
         }
-        if let Some(r) = watch.revokes[..watch.read]
+        let since = self.grants.get(&(raw, token)).copied().unwrap_or(0);
+        if let Some((_, r)) = watch.revokes[..watch.read]
             .iter()
-            .find(|r| r.lock == raw && r.fence >= token && conflicts(mode, r.wanted))
+            .enumerate()
+            .find(|&(i, r)| Self::revokes(r, i, raw, token, since) && conflicts(mode, r.wanted))
         {
             return Err(format!(
                 "a cached guard ({mode:?}, token {token:#x}) handed out locally at {now} after a \
@@ -258,7 +278,10 @@ impl<'r> Sim<'r> {
             let t = g.token().0;
             (Guard::Read(g), Mode::Shared, t)
         };
-        if c.locks.local_hits() > hits {
+        if c.locks.local_hits() == hits {
+            let read = c.watch.borrow().read;
+            c.grants.entry((raw, token)).or_insert(read);
+        } else {
             let verdict = c.check_local(now, raw, mode, token);
             let mut w = self.world.borrow_mut();
             w.faults.local_acquires += 1;

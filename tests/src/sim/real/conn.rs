@@ -34,10 +34,13 @@ use crate::sim::net::{Channel, Dir, LinkId};
 
 pub(super) type Shared<'r> = Rc<RefCell<World<'r>>>;
 
-/// A revoke as it reached a connection.
+/// What [`SeenRevoke::lock`] says of an overflow: every grant held when it is read is revoked.
+pub(super) const EVERY_LOCK: u32 = u32::MAX;
+
+/// A revoke (or an overflow, which revokes everything) as it reached a connection.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct SeenRevoke {
-    /// The lock's id (raw) on the server that sent it.
+    /// The lock's id (raw) on the server that sent it, or [`EVERY_LOCK`].
     pub lock: u32,
     /// The lock's fencing token when it was sent: a grant with a larger one is not its object.
     pub fence: u64,
@@ -127,20 +130,26 @@ impl<'r> SimConn<'r> {
         };
         let mut watch = self.watch.borrow_mut();
         for e in msg.events() {
-            if let Event::Revoke {
-                lock,
-                wanted,
-                fence,
-            } = e
-            {
-                let floor = watch.anchor;
-                watch.revokes.push(SeenRevoke {
+            let floor = watch.anchor;
+            let seen = match e {
+                Event::Revoke {
+                    lock,
+                    wanted,
+                    fence,
+                } => SeenRevoke {
                     lock: lock.raw(),
                     fence,
                     wanted,
                     floor,
-                });
-            }
+                },
+                Event::Overflow => SeenRevoke {
+                    lock: EVERY_LOCK,
+                    fence: u64::MAX,
+                    wanted: Mode::Exclusive,
+                    floor,
+                },
+            };
+            watch.revokes.push(seen);
             if e == Event::Overflow || self.events.len() == EVENT_RING_LEN {
                 self.overflowed = true;
             } else {

@@ -131,6 +131,7 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<Report, Failure> {
         &mut slots,
     );
     world.sabotage = sabotage;
+    world.endpoint.lose_events(seed, plan.event_loss_ppm);
     let world = Rc::new(RefCell::new(world));
     let mut caching = Rng::new(seed ^ 0xcac4_ed00);
     let mut sim = Sim {

@@ -264,10 +264,12 @@ impl<'r> World<'r> {
         let (now, timing) = (self.now_ms, self.cfg.timing);
         self.endpoint
             .drain_events(&mut self.server, &mut self.oracle, now, timing);
+        let lost = self.endpoint.events_lost;
         for (link, bytes, revokes) in self.endpoint.events() {
             self.faults.revokes += revokes as u64;
             self.send_reply(link, Channel::Data, bytes, ReplyFate::Normal);
         }
+        self.faults.event_messages_lost += self.endpoint.events_lost - lost;
     }
 
     /// Sends reply `bytes` on `link` as the seed's compound faults decide.
