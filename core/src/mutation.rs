@@ -25,6 +25,7 @@
 //! | `TrustNoBound`     | `manager/trust.rs`, `take_overflow`  | a stream client trusts its cached grants however long no data request was answered (the stale report is never made) |
 //! | `CacheUsesRevoked` | `manager/cache.rs`, `acquire`        | a revoke read and not yet answered does not stop new local users of the grant |
 //! | `DowngradeStaysExclusive` | `client/mod.rs`, `LocalLock::apply` | a record whose downgrade succeeded still says it holds the lock exclusively |
+//! | `StreamKeepsParked` | `server/route.rs`, `Route::leave_stream` | a closed stream's parked request keeps its route and is not cancelled (`stream_closed` alone: a data connection lost while the control connection lives) |
 //! | `OverflowDropped`  | `dlock-transport`, `Client::poll_events` (`client/events.rs`) | an overflow the connection reports (events lost) is not passed on: the client goes on using grants whose revokes it lost |
 //!
 //! The model clients of `dlock-tests` mirror the transport client's registration protocol, so
@@ -60,11 +61,13 @@ pub enum Mutation {
     DowngradeStaysExclusive = 7,
     /// `Client::poll_events`: an overflow read off the connection is dropped.
     OverflowDropped = 8,
+    /// `Route::leave_stream`: the route over a closed stream is kept, its request not cancelled.
+    StreamKeepsParked = 9,
 }
 
 impl Mutation {
     /// Every mutation point.
-    pub const ALL: [Mutation; 9] = [
+    pub const ALL: [Mutation; 10] = [
         Mutation::MergeClaimOwner,
         Mutation::ClientLeaseLapse,
         Mutation::FairClaimServing,
@@ -74,6 +77,7 @@ impl Mutation {
         Mutation::CacheUsesRevoked,
         Mutation::DowngradeStaysExclusive,
         Mutation::OverflowDropped,
+        Mutation::StreamKeepsParked,
     ];
 
     /// The mutation's name, as [`Mutation::from_name`] reads it.
@@ -88,6 +92,7 @@ impl Mutation {
             Mutation::CacheUsesRevoked => "CacheUsesRevoked",
             Mutation::DowngradeStaysExclusive => "DowngradeStaysExclusive",
             Mutation::OverflowDropped => "OverflowDropped",
+            Mutation::StreamKeepsParked => "StreamKeepsParked",
         }
     }
 

@@ -99,6 +99,7 @@ fn the_oracle_catches_clients_told_they_hold_a_lock_they_were_refused() {
 /// | `FairClaimExpired` | an expired fair grant restored and extended, believed under a token older than its successor's (the fencing rule) |
 /// | `TrustNoBound` | a cached-locks process hands out a guard of its cached grant locally with no data request answered within the revoke timeout (the cached-grant rules) |
 /// | `CacheUsesRevoked` | a cached-locks process hands out a local reader of a grant whose exclusive revoke it has read (the cached-grant rules) |
+/// | `StreamKeepsParked` | a data connection closed under a parked request while its control connection lived on: the request kept its route over the closed stream (`check_routing`) |
 /// | `OverflowDropped` | an event message lost for want of room is read as an overflow, which the client drops: it hands out a local reader of a grant the overflow revoked (the cached-grant rules) |
 const REGRESSIONS: &[(Mutation, u64, u64)] = &[
     (Mutation::MergeClaimOwner, 0xac2b_5c90_aaf0_bb01, 1_000),
@@ -108,6 +109,7 @@ const REGRESSIONS: &[(Mutation, u64, u64)] = &[
     (Mutation::TrustNoBound, 0x0387_cf86_1e2e_31d8, 2_000),
     (Mutation::CacheUsesRevoked, 0x01ad_d91a_a0c6_31d8, 1_000),
     (Mutation::OverflowDropped, 0x0388_9142_d6c0_31e4, 2_000),
+    (Mutation::StreamKeepsParked, 0x0548_0f1f_c09a_31f4, 5_000),
 ];
 
 #[test]

@@ -10,6 +10,7 @@
 //! | a control frame on a link               | `ControlConn::admit` (run, answer `ClientNotInit` for a gone client, or close), then `Server::control`; a registration binds the link's control channel to its client and closes the client's other links |
 //! | a data message on a link                | `Server::dispatch`: run if the link is bound to its client, answered `ClientNotInit` for an unknown one, the link closed otherwise; a blocking request parks with a route back |
 //! | a client attaches its data channel      | `authenticate` with the session, then `bind_stream` |
+//! | a link's data channel breaks alone      | `stream_closed`: parked requests routed over it cancelled, its members leave; the control channel, and the client's registration, live on |
 //! | a link breaks                           | `stream_closed` (parked requests routed over it cancelled, its members leave), and `control_closed` if it carried its client's registration (the client is marked abnormal) |
 //! | a parked request is decided             | `dispatch_replies`: sent on the link it came by, or dropped when nobody waits for it |
 //! | after every turn                        | `forget_gone_clients`: the control channels of clients removed since are gone |
@@ -352,6 +353,13 @@ impl<'s> Endpoint<'s> {
         if let Some(client) = self.control.remove(&link).and_then(ControlConn::serving) {
             srv.control_closed(&mut self.routing, client, control_conn(link), now);
         }
+        self.dirty = true;
+    }
+
+    /// `link`'s data channel broke while its control channel lives on (`Net::break_stream`):
+    /// what the runtime does when a data connection closes alone.
+    pub fn stream_lost(&mut self, srv: &mut Server<'_>, link: LinkId, now: u64) {
+        srv.stream_closed(&mut self.routing, link as u32, now);
         self.dirty = true;
     }
 

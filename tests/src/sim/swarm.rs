@@ -60,6 +60,8 @@ pub struct Faults {
     pub revokes: u64,
     /// Revokes a holder ignored, leaving its grant to lapse.
     pub revokes_ignored: u64,
+    /// Data channels broken apart from their control channels.
+    pub streams_broken: u64,
     /// Event messages lost for want of room (each read as an overflow).
     pub event_messages_lost: u64,
     /// Cached exclusive grants downgraded in place on a shared revoke.
@@ -104,6 +106,7 @@ impl Faults {
             (&mut self.revokes, o.revokes),
             (&mut self.revokes_ignored, o.revokes_ignored),
             (&mut self.event_messages_lost, o.event_messages_lost),
+            (&mut self.streams_broken, o.streams_broken),
             (&mut self.downgrades, o.downgrades),
             (&mut self.local_acquires, o.local_acquires),
             (&mut self.values_written, o.values_written),
@@ -157,6 +160,9 @@ pub struct FaultPlan {
     /// An event message finds no room on its connection (per message): its revokes are lost
     /// and the client reads an overflow instead.
     pub event_loss_ppm: u32,
+    /// A link's data channel breaks while its control channel lives on (per scheduling step;
+    /// the real-client simulator's fault).
+    pub stream_break_ppm: u32,
 }
 
 /// What becomes of a reply the server is about to send.
@@ -218,6 +224,7 @@ impl FaultPlan {
             value_ppm: maybe(&mut rng, 100_000, 1_000_000),
             retain_ppm: maybe(&mut rng, 50_000, 1_000_000),
             event_loss_ppm: maybe(&mut rng, 5_000, 300_000),
+            stream_break_ppm: maybe(&mut rng, 20, 3_000),
         }
     }
 

@@ -181,7 +181,7 @@ impl<'r> SimConn<'r> {
     /// Files the data replies that reached this link under their tickets.
     fn collect(&mut self) -> io::Result<()> {
         let mut w = self.world.borrow_mut();
-        if !w.net.is_alive(self.link) {
+        if !w.net.stream_up(self.link) {
             return Err(lost());
         }
         let Some(inbox) = w.inbox.get_mut(&self.link) else {
@@ -322,7 +322,7 @@ impl Connection for SimConn<'_> {
     fn send_data(&mut self, req: &[u8]) -> io::Result<u64> {
         let (h, _) = peek_data_header(req)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not a data message"))?;
-        if !self.world.borrow().net.is_alive(self.link) {
+        if !self.world.borrow().net.stream_up(self.link) {
             return Err(lost());
         }
         let sent = self.world.borrow().now_ms;

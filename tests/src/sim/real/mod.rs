@@ -132,6 +132,7 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<Report, Failure> {
     );
     world.sabotage = sabotage;
     world.endpoint.lose_events(seed, plan.event_loss_ppm);
+    world.breaks = Rng::new(seed ^ 0xb4ea_0000_57e4);
     let world = Rc::new(RefCell::new(world));
     let mut caching = Rng::new(seed ^ 0xcac4_ed00);
     let mut sim = Sim {

@@ -58,6 +58,9 @@ pub(super) struct World<'r> {
     /// Turns refused exclusive trylocks into grants on their way to the client: a broken
     /// server or transport, for the test that proves the oracle sees it.
     pub sabotage: bool,
+    /// The generator of data channels breaking alone (the plan's `stream_break_ppm`), apart
+    /// from the world's, so a seed without the fault runs as it did.
+    pub breaks: Rng,
 }
 
 impl std::fmt::Debug for World<'_> {
@@ -110,6 +113,7 @@ impl<'r> World<'r> {
             failure: None,
             lapses: Vec::new(),
             sabotage: false,
+            breaks: Rng::new(0),
         }
     }
 
@@ -161,6 +165,14 @@ impl<'r> World<'r> {
         self.now_ms = target;
         if self.crash_at.is_some_and(|t| self.now_ms >= t) {
             self.crash();
+        }
+        if self.plan.stream_break_ppm > 0 && self.breaks.chance(self.plan.stream_break_ppm) {
+            // A data connection closes while its control connection lives on, maybe under a
+            // request parked on the server (this runs inside clients' calls too).
+            let link = self.breaks.index(self.net.links().max(1));
+            if self.net.break_stream(link) {
+                self.links_broken();
+            }
         }
         while let Some(m) = self.net.pop_due(self.now_ms) {
             match m.dir {
@@ -324,6 +336,14 @@ impl<'r> World<'r> {
 
     /// The server notices the links that broke (their clients notice on their next read).
     pub fn links_broken(&mut self) {
+        for link in self.net.take_broken_streams() {
+            self.faults.streams_broken += 1;
+            if let Some(inbox) = self.inbox.get_mut(&link) {
+                inbox.data.clear();
+            }
+            self.endpoint
+                .stream_lost(&mut self.server, link, self.now_ms);
+        }
         for link in self.net.take_broken() {
             self.faults.connections_reset += 1;
             self.inbox.remove(&link);
