@@ -22,6 +22,11 @@
 //! | `FairClaimServing` | `server/recovery.rs`, `merge_fair`   | fair readers re-claimed newest first leave `ns` past the oldest one's ticket (the lock wedges) |
 //! | `FairClaimExpired` | `server/recovery.rs`, `merge_claim`  | a fair grant that ran out is restored, and an extend revives it under an older token than its successor's |
 //! | `LapseWakesWaiters` | `server/revokes.rs`, `judge_holders` | a cached grant lapsed inside a request's lock command retries the lock's waiters there: a waiter being retried is retried again inside its own retry and answered twice |
+//! | `TrustNoBound`     | `manager/trust.rs`, `take_overflow`  | a stream client trusts its cached grants however long no data request was answered (the stale report is never made) |
+//! | `CacheUsesRevoked` | `manager/cache.rs`, `acquire`        | a revoke read and not yet answered does not stop new local users of the grant |
+//! | `DowngradeStaysExclusive` | `client/mod.rs`, `LocalLock::apply` | a record whose downgrade succeeded still says it holds the lock exclusively |
+//! | `StreamKeepsParked` | `server/route.rs`, `Route::leave_stream` | a closed stream's parked request keeps its route and is not cancelled (`stream_closed` alone: a data connection lost while the control connection lives) |
+//! | `OverflowDropped`  | `dlock-transport`, `Client::poll_events` (`client/events.rs`) | an overflow the connection reports (events lost) is not passed on: the client goes on using grants whose revokes it lost |
 //!
 //! The model clients of `dlock-tests` mirror the transport client's registration protocol, so
 //! their copy of a client rule reads the same switch.
@@ -48,16 +53,31 @@ pub enum Mutation {
     /// `judge_holders`: a lapsed grant is released with `release_hold`, which retries the
     /// lock's waiters in the middle of the command that lapsed it.
     LapseWakesWaiters = 4,
+    /// `take_overflow`: the bound on trusting cached grants never passes.
+    TrustNoBound = 5,
+    /// `CachedLock::acquire`: a pending revoke lets new local users in.
+    CacheUsesRevoked = 6,
+    /// `LocalLock::apply`, a downgrade's success: the record stays exclusive.
+    DowngradeStaysExclusive = 7,
+    /// `Client::poll_events`: an overflow read off the connection is dropped.
+    OverflowDropped = 8,
+    /// `Route::leave_stream`: the route over a closed stream is kept, its request not cancelled.
+    StreamKeepsParked = 9,
 }
 
 impl Mutation {
     /// Every mutation point.
-    pub const ALL: [Mutation; 5] = [
+    pub const ALL: [Mutation; 10] = [
         Mutation::MergeClaimOwner,
         Mutation::ClientLeaseLapse,
         Mutation::FairClaimServing,
         Mutation::FairClaimExpired,
         Mutation::LapseWakesWaiters,
+        Mutation::TrustNoBound,
+        Mutation::CacheUsesRevoked,
+        Mutation::DowngradeStaysExclusive,
+        Mutation::OverflowDropped,
+        Mutation::StreamKeepsParked,
     ];
 
     /// The mutation's name, as [`Mutation::from_name`] reads it.
@@ -68,6 +88,11 @@ impl Mutation {
             Mutation::FairClaimServing => "FairClaimServing",
             Mutation::FairClaimExpired => "FairClaimExpired",
             Mutation::LapseWakesWaiters => "LapseWakesWaiters",
+            Mutation::TrustNoBound => "TrustNoBound",
+            Mutation::CacheUsesRevoked => "CacheUsesRevoked",
+            Mutation::DowngradeStaysExclusive => "DowngradeStaysExclusive",
+            Mutation::OverflowDropped => "OverflowDropped",
+            Mutation::StreamKeepsParked => "StreamKeepsParked",
         }
     }
 

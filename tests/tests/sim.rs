@@ -23,13 +23,20 @@ use dlock_tests::sim::{self, Failure, Mutation, Report, model};
 /// | `ClientLeaseLapse` | a client that lapsed re-claims a shared grant and believes it under a token older than the writer's who held the lock since (the fencing rule) |
 /// | `FairClaimServing` | a fair lock whose readers were re-claimed out of order, its `ns` past `ms` (`check_invariants`) |
 /// | `FairClaimExpired` | an expired fair grant restored and extended, believed under a token older than its successor's (the fencing rule) |
-/// | `LapseWakesWaiters` | a parked reader retried into the lapse of an ignored revoke, answered twice (`check_invariants`: the waiter counts); found again by a new seed when the swarm's contention window (drawn on for the first seed) moved the first seed's run off the bug |
+/// | `LapseWakesWaiters` | a parked request retried into the lapse of an ignored revoke, answered twice (`check_invariants`: the waiter counts) |
+/// | `DowngradeStaysExclusive` | a cached writer downgraded on a shared revoke still believes it holds the lock exclusively beside the reader the server let in (mutual exclusion) |
+/// | `OverflowDropped` | an event message lost for want of room is read as an overflow, which the client drops: it goes on using a cached grant whose revoke was lost, beside the holder the server gave the lock to at the revoke's lapse (mutual exclusion) |
 const REGRESSIONS: &[(Mutation, u64, u64)] = &[
     (Mutation::MergeClaimOwner, 0xc105_8374_c84e_31d6, 96_000),
     (Mutation::ClientLeaseLapse, 0xdbde_dc41_db3e_31d7, 73_000),
     (Mutation::FairClaimServing, 0xc106_e16c_8324_31e8, 21_000),
     (Mutation::FairClaimExpired, 0xdc0b_b31f_6e66_31d8, 71_000),
-    (Mutation::LapseWakesWaiters, 0xd10c_0000_0053, 1_000),
+    (Mutation::LapseWakesWaiters, 0x0299_2721_7dfa_31f0, 21_000),
+    (
+        Mutation::DowngradeStaysExclusive,
+        0x0294_d9e1_85b4_31d8,
+        8_000,
+    ),
 ];
 
 /// Operations per seed in the normal run; short runs over many seeds find more than long runs

@@ -97,11 +97,19 @@ fn the_oracle_catches_clients_told_they_hold_a_lock_they_were_refused() {
 /// | `ClientLeaseLapse` | a client stopped past its lease while holding an RW lock, the server expired it and crashed; it re-claimed the lock and believes it under a token older than the one its successor held it under (the fencing rule) |
 /// | `FairClaimServing` | a fair lock whose readers were re-claimed out of order, its `ns` past `ms` (`check_invariants`) |
 /// | `FairClaimExpired` | an expired fair grant restored and extended, believed under a token older than its successor's (the fencing rule) |
+/// | `TrustNoBound` | a cached-locks process hands out a guard of its cached grant locally with no data request answered within the revoke timeout (the cached-grant rules) |
+/// | `CacheUsesRevoked` | a cached-locks process hands out a local reader of a grant whose exclusive revoke it has read (the cached-grant rules) |
+/// | `StreamKeepsParked` | a data connection closed under a parked request while its control connection lived on: the request kept its route over the closed stream (`check_routing`) |
+/// | `OverflowDropped` | an event message lost for want of room is read as an overflow, which the client drops: it hands out a local reader of a grant the overflow revoked (the cached-grant rules) |
 const REGRESSIONS: &[(Mutation, u64, u64)] = &[
     (Mutation::MergeClaimOwner, 0xac2b_5c90_aaf0_bb01, 1_000),
     (Mutation::ClientLeaseLapse, 0xcc0e_70fe_2436_6606, 6_000),
     (Mutation::FairClaimServing, 0x7db0_7e02_5a11_7c3d, 6_000),
     (Mutation::FairClaimExpired, 0xc5e7_33ec_956e_c178, 11_000),
+    (Mutation::TrustNoBound, 0x0387_cf86_1e2e_31d8, 2_000),
+    (Mutation::CacheUsesRevoked, 0x01ad_d91a_a0c6_31d8, 1_000),
+    (Mutation::OverflowDropped, 0x0388_9142_d6c0_31e4, 2_000),
+    (Mutation::StreamKeepsParked, 0x0548_0f1f_c09a_31f4, 5_000),
 ];
 
 #[test]

@@ -430,7 +430,11 @@ impl LocalLock {
                 Status::Success
             }
             (Verb::Downgrade, Status::Success | Status::Done) => {
-                self.state = LocalState::SharedLocked;
+                self.state = if crate::mutated!(DowngradeStaysExclusive) {
+                    LocalState::ExclusiveLocked
+                } else {
+                    LocalState::SharedLocked
+                };
                 self.word = reply.word;
                 self.write = None;
                 Status::Success

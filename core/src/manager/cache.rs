@@ -239,7 +239,8 @@ impl CachedLock {
         if self.kind == LockKind::Atomic && mode == Mode::Shared {
             return Acquire::Refuse(Status::Einval);
         }
-        if self.flight.is_some() || self.revoke.is_some() || self.lost {
+        let revoked = self.revoke.is_some() && !crate::mutated!(CacheUsesRevoked);
+        if self.flight.is_some() || revoked || self.lost {
             return Acquire::Wait;
         }
         match self.held {

@@ -115,7 +115,8 @@ impl Trust {
             self.told = true;
             return Some(Lost::Broken);
         }
-        if self.told || self.trusted(now_ms, timeout_ms, in_place) {
+        if self.told || self.trusted(now_ms, timeout_ms, in_place) || crate::mutated!(TrustNoBound)
+        {
             return None;
         }
         self.told = true;

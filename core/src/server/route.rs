@@ -187,7 +187,8 @@ impl Route {
     #[must_use]
     pub fn leave_stream(&mut self, conn: u32, generation: u32) -> bool {
         let parked = matches!(*self, Route::Stream { conn: c, generation: g, .. }
-            if c == conn && g == generation);
+            if c == conn && g == generation)
+            && !crate::mutated!(StreamKeepsParked);
         if parked {
             *self = Route::None;
         }

@@ -10,10 +10,12 @@
 //! | a control frame on a link               | `ControlConn::admit` (run, answer `ClientNotInit` for a gone client, or close), then `Server::control`; a registration binds the link's control channel to its client and closes the client's other links |
 //! | a data message on a link                | `Server::dispatch`: run if the link is bound to its client, answered `ClientNotInit` for an unknown one, the link closed otherwise; a blocking request parks with a route back |
 //! | a client attaches its data channel      | `authenticate` with the session, then `bind_stream` |
+//! | a link's data channel breaks alone      | `stream_closed`: parked requests routed over it cancelled, its members leave; the control channel, and the client's registration, live on |
 //! | a link breaks                           | `stream_closed` (parked requests routed over it cancelled, its members leave), and `control_closed` if it carried its client's registration (the client is marked abnormal) |
 //! | a parked request is decided             | `dispatch_replies`: sent on the link it came by, or dropped when nobody waits for it |
 //! | after every turn                        | `forget_gone_clients`: the control channels of clients removed since are gone |
 //! | a revoke was written into an event ring | the ring of every client bound to a link is drained into event messages on its data channel (an overflow first, when the ring counted one since); a ring whose client is bound nowhere keeps its events until it is |
+//! | an event message finds no room on its connection | its events are lost and the client reads an overflow in their place (the seed's `event_loss_ppm`; the runtime sends the overflow with its next turn's events instead, which the clients cannot tell apart but for that turn's replies going first) |
 //! | the lease tick                          | `sweep_streams`: a link left with no member closes (its control channel with it: a link is both) |
 //!
 //! The oracle sees every request and its reply as the server answers it; the server's tables
@@ -38,6 +40,7 @@ use dlock_core::{Peer, Session, Status};
 
 use super::net::{Channel, LinkId};
 use super::oracle::Oracle;
+use super::rng::Rng;
 use super::swarm::ReplyTo;
 
 /// What reply `reply` to `req` on `channel` answers, for the compound faults that pick on some
@@ -111,6 +114,11 @@ pub struct Endpoint<'s> {
     outbox: HashMap<u32, Vec<(u32, Event)>>,
     /// Per client slot, the ring's overflow count the client was last told of.
     overflows_told: HashMap<u32, u64>,
+    /// Event messages lost for want of room on their connection: drawn from this generator
+    /// (its own, so the rest of a run draws as it did) at this rate per message.
+    loss: Option<(Rng, u32)>,
+    /// Event messages lost so far.
+    pub events_lost: u64,
 }
 
 /// The control connection a link stands for (never 0, which the core reserves).
@@ -128,7 +136,15 @@ impl<'s> Endpoint<'s> {
             dirty: false,
             outbox: HashMap::new(),
             overflows_told: HashMap::new(),
+            loss: None,
+            events_lost: 0,
         }
+    }
+
+    /// Loses event messages at `ppm` per message (a run's `event_loss_ppm`), drawn from a
+    /// generator of `seed`'s own.
+    pub fn lose_events(&mut self, seed: u64, ppm: u32) {
+        self.loss = (ppm > 0).then(|| (Rng::new(seed ^ 0xe7e7_0000_10c5), ppm));
     }
 
     /// Checks the server's tables if anything reached the server since the last check: call
@@ -208,7 +224,14 @@ impl<'s> Endpoint<'s> {
                 version: PROTO_VERSION,
                 client: b.client,
             };
-            for chunk in events.chunks(EVENTS_MAX) {
+            for mut chunk in events.chunks(EVENTS_MAX) {
+                if let Some((rng, ppm)) = &mut self.loss
+                    && rng.chance(*ppm)
+                {
+                    // No room for it: the client hears of the loss in its place.
+                    self.events_lost += 1;
+                    chunk = &[Event::Overflow];
+                }
                 let n = encode_event_message(&header, chunk, &mut self.out)
                     .expect("encode an event message");
                 let revokes = chunk
@@ -330,6 +353,13 @@ impl<'s> Endpoint<'s> {
         if let Some(client) = self.control.remove(&link).and_then(ControlConn::serving) {
             srv.control_closed(&mut self.routing, client, control_conn(link), now);
         }
+        self.dirty = true;
+    }
+
+    /// `link`'s data channel broke while its control channel lives on (`Net::break_stream`):
+    /// what the runtime does when a data connection closes alone.
+    pub fn stream_lost(&mut self, srv: &mut Server<'_>, link: LinkId, now: u64) {
+        srv.stream_closed(&mut self.routing, link as u32, now);
         self.dirty = true;
     }
 

@@ -13,6 +13,11 @@
 //! deduplicate (a repeated unlock or FAA is a second operation); a data reply may be, which a
 //! client must recognise by its message id and drop.
 //!
+//! The data channel can also break alone ([`Net::break_stream`]), as a data connection does
+//! while its control connection lives on: what is in flight on it is gone, it carries nothing
+//! more, and the server learns of it through [`Net::take_broken_streams`]; the link breaks
+//! whole when its client closes it.
+//!
 //! Which faults a run has and how often is the seed's [`FaultPlan`];
 //! the counts of those injected go to [`Faults`].
 
@@ -61,6 +66,8 @@ struct Link {
     /// When the last message sent on each (channel, direction) is delivered: a later one is
     /// delivered no earlier.
     last: [[u64; 2]; 2],
+    /// The data channel broke alone ([`Net::break_stream`]).
+    stream_broken: bool,
 }
 
 /// Links and the messages in flight on them.
@@ -71,6 +78,8 @@ pub struct Net {
     links: Vec<Link>,
     /// Links broken by a loss since the last [`Net::take_broken`].
     broken: Vec<LinkId>,
+    /// Links whose data channel broke alone since the last [`Net::take_broken_streams`].
+    streams_broken: Vec<LinkId>,
 }
 
 impl Net {
@@ -80,6 +89,7 @@ impl Net {
             alive: true,
             owner,
             last: [[0; 2]; 2],
+            stream_broken: false,
         });
         self.links.len() - 1
     }
@@ -87,6 +97,21 @@ impl Net {
     /// Whether `link` is still up.
     pub fn is_alive(&self, link: LinkId) -> bool {
         self.links.get(link).is_some_and(|l| l.alive)
+    }
+
+    /// Whether `link`'s data channel is up (the link is, and its stream did not break alone).
+    pub fn stream_up(&self, link: LinkId) -> bool {
+        self.links
+            .get(link)
+            .is_some_and(|l| l.alive && !l.stream_broken)
+    }
+
+    /// Whether `channel` of `link` carries messages.
+    fn carries(&self, link: LinkId, channel: Channel) -> bool {
+        match channel {
+            Channel::Control => self.is_alive(link),
+            Channel::Data => self.stream_up(link),
+        }
     }
 
     /// The process at the client's end of `link`.
@@ -109,7 +134,7 @@ impl Net {
         plan: &FaultPlan,
         faults: &mut Faults,
     ) -> Option<u64> {
-        if !self.is_alive(link) {
+        if !self.carries(link, channel) {
             return None;
         }
         if rng.chance(plan.loss_ppm) {
@@ -166,7 +191,7 @@ impl Net {
     pub fn pop_due(&mut self, now: u64) -> Option<Message> {
         while self.queue.peek().is_some_and(|Reverse(m)| m.at <= now) {
             let Reverse(m) = self.queue.pop()?;
-            if self.is_alive(m.link) {
+            if self.carries(m.link, m.channel) {
                 return Some(m);
             }
         }
@@ -199,6 +224,27 @@ impl Net {
         }
     }
 
+    /// Breaks `link`'s data channel alone (module doc); what is in flight on it is gone. The
+    /// server learns of it from [`Net::take_broken_streams`]; false if it was down already.
+    pub fn break_stream(&mut self, link: LinkId) -> bool {
+        if !self.stream_up(link) {
+            return false;
+        }
+        self.links[link].stream_broken = true;
+        self.streams_broken.push(link);
+        true
+    }
+
+    /// The links whose data channel broke alone since the last call.
+    pub fn take_broken_streams(&mut self) -> Vec<LinkId> {
+        std::mem::take(&mut self.streams_broken)
+    }
+
+    /// How many links were ever opened (each keeps its index).
+    pub fn links(&self) -> usize {
+        self.links.len()
+    }
+
     /// The links broken since the last call, for the server's side to notice.
     pub fn take_broken(&mut self) -> Vec<LinkId> {
         std::mem::take(&mut self.broken)
@@ -209,6 +255,7 @@ impl Net {
     pub fn clear(&mut self) {
         self.queue.clear();
         self.broken.clear();
+        self.streams_broken.clear();
         for l in &mut self.links {
             l.alive = false;
         }

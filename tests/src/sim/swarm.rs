@@ -21,11 +21,12 @@
 //!
 //! | toggle              | what the clients do when it is on                                        |
 //! |---------------------|--------------------------------------------------------------------------|
-//! | `cache_ppm`         | that share of acquisitions asks for a cached grant (`CACHEABLE`): released locally, re-acquired locally, given back (or downgraded) on a revoke |
-//! | `revoke_ignore_ppm` | that share of revokes is ignored, so the holder's grant lapses at the revoke timeout |
+//! | `cache_ppm`         | that share of acquisitions asks for a cached grant (`CACHEABLE`): released locally, re-acquired locally, given back (or downgraded) on a revoke; in the real-client simulator, that share of the reference-shaped process slots runs the transport's `CachedLocks` |
+//! | `revoke_ignore_ppm` | that share of revokes is ignored, so the holder's grant lapses at the revoke timeout; in the real-client simulator, the chance (per draw) that a `CachedLocks` process goes deaf for half a lease to three leases: it keeps its guards and heartbeats but reads no revoke |
 //! | `min_hold_ms`       | the server's minimum hold (`Timing::min_hold_ms`): revokes wait for its end |
 //! | `contention_window_ms` | the server's contention window (`Timing::contention_window_ms`): a cacheable request on a lock revoked within it is granted plain, and its holder sent a revoke for it at once |
 //! | `value_ppm`         | that share of lock records asks for the lock's value block with every grant, and half their exclusive unlocks write one |
+//! | `event_loss_ppm`    | that share of event messages finds no room on its connection: the client reads an overflow in its place and re-checks everything it caches (gives back every cached grant) |
 //! | `retain_ppm`        | that share of acquisitions asks to be retained on the holder's death (`RETAIN`); a recoverer lists the dead clients' retained locks and calls `recovery_done`, and other clients now and then try to, which must be refused |
 //!
 //! A plan is drawn from its own generator ([`FaultPlan::draw`]), so a seed's plan does not
@@ -60,10 +61,18 @@ pub struct Faults {
     pub revokes: u64,
     /// Revokes a holder ignored, leaving its grant to lapse.
     pub revokes_ignored: u64,
+    /// Data channels broken apart from their control channels.
+    pub streams_broken: u64,
+    /// Event messages lost for want of room (each read as an overflow).
+    pub event_messages_lost: u64,
+    /// Cached exclusive grants downgraded in place on a shared revoke.
+    pub downgrades: u64,
     /// Cached grants re-acquired without a message.
     pub local_acquires: u64,
     /// Value blocks written by exclusive unlocks.
     pub values_written: u64,
+    /// Spells in which a cached-locks process of the real-client simulator read no revoke.
+    pub cache_deaf_spells: u64,
     /// Dead clients whose retained locks a recoverer released.
     pub recoveries_done: u64,
     /// `recovery_done` calls from clients without the role (all refused).
@@ -97,8 +106,12 @@ impl Faults {
             (&mut self.claims_reply_lost, o.claims_reply_lost),
             (&mut self.revokes, o.revokes),
             (&mut self.revokes_ignored, o.revokes_ignored),
+            (&mut self.event_messages_lost, o.event_messages_lost),
+            (&mut self.streams_broken, o.streams_broken),
+            (&mut self.downgrades, o.downgrades),
             (&mut self.local_acquires, o.local_acquires),
             (&mut self.values_written, o.values_written),
+            (&mut self.cache_deaf_spells, o.cache_deaf_spells),
             (&mut self.recoveries_done, o.recoveries_done),
             (&mut self.recoveries_refused, o.recoveries_refused),
         ];
@@ -145,6 +158,12 @@ pub struct FaultPlan {
     pub value_ppm: u32,
     /// An acquisition asks to be retained on its holder's death (per acquisition).
     pub retain_ppm: u32,
+    /// An event message finds no room on its connection (per message): its revokes are lost
+    /// and the client reads an overflow instead.
+    pub event_loss_ppm: u32,
+    /// A link's data channel breaks while its control channel lives on (per scheduling step;
+    /// the real-client simulator's fault).
+    pub stream_break_ppm: u32,
     /// The server's contention window (ms; 0: off).
     pub contention_window_ms: u32,
 }
@@ -207,6 +226,8 @@ impl FaultPlan {
             min_hold_ms: maybe(&mut rng, 1, 60),
             value_ppm: maybe(&mut rng, 100_000, 1_000_000),
             retain_ppm: maybe(&mut rng, 50_000, 1_000_000),
+            event_loss_ppm: maybe(&mut rng, 5_000, 300_000),
+            stream_break_ppm: maybe(&mut rng, 20, 3_000),
             // Drawn last, so every earlier draw of a seed is what it was before it existed.
             contention_window_ms: maybe(&mut rng, 1, 200),
         }

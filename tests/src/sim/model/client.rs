@@ -57,6 +57,9 @@ pub struct Cache {
     /// The client ignores the revoke: it stops using the grant and never gives it back, so the
     /// server lapses it at the revoke timeout.
     pub ignoring: bool,
+    /// Every revoke received for the grant wants the lock shared: an exclusive RW grant is
+    /// downgraded in place rather than given back (`LockOp::Downgrade`), and stays cached.
+    pub wants_shared: bool,
 }
 
 impl SimLock {

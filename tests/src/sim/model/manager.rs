@@ -51,14 +51,23 @@ impl World<'_> {
         Ok(())
     }
 
-    /// Client `i` gives record `pick`'s cached grant back (an unlock).
+    /// Client `i` gives record `pick`'s cached grant back (an unlock), or downgrades it in
+    /// place when the revokes want the lock shared and it holds an RW lock exclusively.
     pub(super) fn give_back(&mut self, i: usize, pick: usize) {
         let l = self.clients[i].locks[pick].as_mut().expect("picked record");
         stage_value(l, &mut self.rng, &mut self.faults);
-        let Decision::Send(req) = l.local.unlock() else {
+        let downgrade = l.cache.wants_shared && l.local.state == LocalState::ExclusiveLocked;
+        let decision = if downgrade {
+            l.local.downgrade()
+        } else {
+            l.local.unlock()
+        };
+        let Decision::Send(req) = decision else {
             return;
         };
-        l.releasing = true;
+        // A downgrade keeps the lock: its record is not released, and the revoke keeps the
+        // client from using it until the reply.
+        l.releasing = !downgrade;
         let item = Item::Lock {
             rec: pick,
             req,

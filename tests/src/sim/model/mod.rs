@@ -227,7 +227,11 @@ impl<'s> World<'s> {
             draining: false,
             drain_started: 0,
             net: Net::default(),
-            endpoint: Endpoint::new(slots),
+            endpoint: {
+                let mut e = Endpoint::new(slots);
+                e.lose_events(seed, plan.event_loss_ppm);
+                e
+            },
             clients,
             by_id: HashMap::new(),
             believers: vec![Vec::new(); names.len()],
@@ -461,10 +465,12 @@ impl<'s> World<'s> {
 
     /// Sends the revokes due, as event messages on the data channels of their clients.
     fn send_events(&mut self) {
+        let lost = self.endpoint.events_lost;
         for (link, bytes, revokes) in self.endpoint.events() {
             self.faults.revokes += revokes as u64;
             self.send_reply(link, net::Channel::Data, bytes, ReplyFate::Normal);
         }
+        self.faults.event_messages_lost += self.endpoint.events_lost - lost;
     }
 
     /// Checks the clients that may believe they hold lock `name`: the belief rules of the

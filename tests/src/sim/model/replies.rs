@@ -2,7 +2,7 @@
 //! records, when its lease counts as renewed, and what it re-claims after a failover.
 
 use dlock_core::proto::{
-    BatchEntry, ControlRequest, ControlResponse, Event, LockFlags, decode_control_response,
+    BatchEntry, ControlRequest, ControlResponse, Event, LockFlags, LockOp, decode_control_response,
     decode_data_response, decode_event_message,
 };
 use dlock_core::server::Server;
@@ -120,6 +120,11 @@ impl World<'_> {
                     if l.local.state.held_mode().is_none() {
                         l.releasing = false;
                         l.cache = Cache::default();
+                    } else if req.command().op == LockOp::Downgrade && r.status.is_success() {
+                        // The revoke is answered: the grant stays cached, shared.
+                        (l.cache.revoked, l.cache.wants_shared, l.cache.ignoring) =
+                            (false, false, false);
+                        self.faults.downgrades += 1;
                     }
                     if l.used_mode().is_some() && before != l.used_mode()
                         || l.used_mode().is_some() && r.status == Status::Success
@@ -154,12 +159,19 @@ impl World<'_> {
     fn on_events(&mut self, i: usize, events: impl Iterator<Item = Event>) -> Result<(), String> {
         for e in events {
             let c = &mut self.clients[i];
-            let (lock, fence) = match e {
+            let (lock, fence, wanted) = match e {
+                // The transport client's rule, and its mutation: an overflow revokes every
+                // cached grant.
+                Event::Overflow if dlock_core::mutated!(OverflowDropped) => continue,
                 Event::Overflow => {
                     c.revoke_all_cached();
                     continue;
                 }
-                Event::Revoke { lock, fence, .. } => (lock, fence),
+                Event::Revoke {
+                    lock,
+                    fence,
+                    wanted,
+                } => (lock, fence, wanted),
             };
             let Some(rec) = c.rec_with_id(lock) else {
                 continue;
@@ -168,10 +180,16 @@ impl World<'_> {
                 continue;
             };
             let held = l.local.state.held_mode().is_some();
-            if !l.cache.cached || !held || l.cache.revoked || fence < l.local.token.0 {
+            if !l.cache.cached || !held || fence < l.local.token.0 {
+                continue;
+            }
+            if l.cache.revoked {
+                // An exclusive revoke outranks a shared one: the grant goes back whole.
+                l.cache.wants_shared &= wanted == Mode::Shared;
                 continue;
             }
             l.cache.revoked = true;
+            l.cache.wants_shared = wanted == Mode::Shared;
             if self.plan.revoke_ignore_ppm > 0 && self.rng.chance(self.plan.revoke_ignore_ppm) {
                 l.cache.ignoring = true;
                 self.faults.revokes_ignored += 1;

@@ -5,24 +5,62 @@
 //! reply comes or its deadline passes in simulated time. A control reply is read in order, as
 //! from a socket (a late one is read by the next request, which the client must notice); data
 //! replies are matched to their requests by message id.
+//!
+//! The server's event messages (revokes) travel on the data channel with the replies, in one
+//! order, as on a TCP data connection: they are filed, in the order they arrived, into a
+//! queue of the event ring's size (a full one loses what comes and reports an overflow first,
+//! as the transport's own queue does), which [`Connection::poll_events`] hands to the client.
+//! On the way the connection notes for the oracle ([`Watch`]) when each data request the
+//! server answered was sent, and every revoke with the send time of the last request answered
+//! before it on the stream: the data path is in order, so that revoke was sent no earlier.
 
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use dlock_core::Session;
-use dlock_core::Status;
+use std::collections::VecDeque;
+
 use dlock_core::proto::{
-    COMMAND_LEN, DATA_HEADER_LEN, LockOp, OBJECT_KIND, decode_data_response, peek_control_header,
-    peek_data_header,
+    COMMAND_LEN, DATA_HEADER_LEN, Event, LockOp, OBJECT_KIND, decode_data_response,
+    decode_event_message, peek_control_header, peek_data_header,
 };
+use dlock_core::table::EVENT_RING_LEN;
+use dlock_core::{Mode, Session, Status};
 use dlock_transport::client::Connection;
 
 use super::world::World;
 use crate::sim::net::{Channel, Dir, LinkId};
 
 pub(super) type Shared<'r> = Rc<RefCell<World<'r>>>;
+
+/// What [`SeenRevoke::lock`] says of an overflow: every grant held when it is read is revoked.
+pub(super) const EVERY_LOCK: u32 = u32::MAX;
+
+/// A revoke (or an overflow, which revokes everything) as it reached a connection.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SeenRevoke {
+    /// The lock's id (raw) on the server that sent it, or [`EVERY_LOCK`].
+    pub lock: u32,
+    /// The lock's fencing token when it was sent: a grant with a larger one is not its object.
+    pub fence: u64,
+    pub wanted: Mode,
+    /// The send time of the last data request answered before it on the stream (0: none): the
+    /// revoke was sent no earlier, so its grant lapses no earlier than this and the timeout.
+    pub floor: u64,
+}
+
+/// What a connection saw of its data stream, for the oracle's rules about cached grants.
+#[derive(Debug, Default)]
+pub(super) struct Watch {
+    /// The send time of the last data request the server answered on this connection.
+    pub anchor: u64,
+    /// Every revoke that arrived, in order.
+    pub revokes: Vec<SeenRevoke>,
+    /// How many of them the client has read ([`Connection::poll_events`]): one that arrives
+    /// while the client acts on what it read (a give-back's round trip) waits for its next look.
+    pub read: usize,
+}
 
 /// A client's connection through the world.
 pub(super) struct SimConn<'r> {
@@ -37,6 +75,10 @@ pub(super) struct SimConn<'r> {
     /// The send time of the last request whose reply showed the server renewing the client's
     /// lease (shared with the process, whose beliefs count within the lease from it).
     heard: Rc<Cell<u64>>,
+    /// Events filed and not yet handed to the client, and whether some were lost since.
+    events: VecDeque<Event>,
+    overflowed: bool,
+    watch: Rc<RefCell<Watch>>,
 }
 
 /// Whether a reply status shows the server renewing the lease of the client that sent the
@@ -69,6 +111,50 @@ impl<'r> SimConn<'r> {
             awaited: Vec::new(),
             arrived: Vec::new(),
             heard,
+            events: VecDeque::with_capacity(EVENT_RING_LEN),
+            overflowed: false,
+            watch: Rc::default(),
+        }
+    }
+
+    /// What this connection saw of its data stream (shared: the process keeps it).
+    pub fn watch(&self) -> Rc<RefCell<Watch>> {
+        Rc::clone(&self.watch)
+    }
+
+    /// Files the events of event message `bytes` (module doc).
+    fn file_events(&mut self, bytes: &[u8]) {
+        let Ok(msg) = decode_event_message(bytes) else {
+            self.overflowed = true;
+            return;
+        };
+        let mut watch = self.watch.borrow_mut();
+        for e in msg.events() {
+            let floor = watch.anchor;
+            let seen = match e {
+                Event::Revoke {
+                    lock,
+                    wanted,
+                    fence,
+                } => SeenRevoke {
+                    lock: lock.raw(),
+                    fence,
+                    wanted,
+                    floor,
+                },
+                Event::Overflow => SeenRevoke {
+                    lock: EVERY_LOCK,
+                    fence: u64::MAX,
+                    wanted: Mode::Exclusive,
+                    floor,
+                },
+            };
+            watch.revokes.push(seen);
+            if e == Event::Overflow || self.events.len() == EVENT_RING_LEN {
+                self.overflowed = true;
+            } else {
+                self.events.push_back(e);
+            }
         }
     }
 
@@ -95,13 +181,19 @@ impl<'r> SimConn<'r> {
     /// Files the data replies that reached this link under their tickets.
     fn collect(&mut self) -> io::Result<()> {
         let mut w = self.world.borrow_mut();
-        if !w.net.is_alive(self.link) {
+        if !w.net.stream_up(self.link) {
             return Err(lost());
         }
         let Some(inbox) = w.inbox.get_mut(&self.link) else {
             return Ok(());
         };
-        for bytes in inbox.data.drain(..) {
+        let arrived: Vec<Vec<u8>> = inbox.data.drain(..).collect();
+        drop(w);
+        for bytes in arrived {
+            if decode_event_message(&bytes).is_ok() {
+                self.file_events(&bytes);
+                continue;
+            }
             let Ok((h, _)) = peek_data_header(&bytes) else {
                 continue;
             };
@@ -112,6 +204,9 @@ impl<'r> SimConn<'r> {
                 .position(|&(_, id, _)| id == h.message_id)
             {
                 let (ticket, _, sent) = self.awaited.remove(k);
+                let mut watch = self.watch.borrow_mut();
+                watch.anchor = watch.anchor.max(sent);
+                drop(watch);
                 let renewed = decode_data_response(&bytes)
                     .is_ok_and(|r| r.results().any(|d| renews(Some(d.result.status))));
                 if renewed {
@@ -227,7 +322,7 @@ impl Connection for SimConn<'_> {
     fn send_data(&mut self, req: &[u8]) -> io::Result<u64> {
         let (h, _) = peek_data_header(req)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not a data message"))?;
-        if !self.world.borrow().net.is_alive(self.link) {
+        if !self.world.borrow().net.stream_up(self.link) {
             return Err(lost());
         }
         let sent = self.world.borrow().now_ms;
@@ -269,6 +364,18 @@ impl Connection for SimConn<'_> {
             }
             w.step(until);
         }
+    }
+
+    fn poll_events(&mut self, sink: &mut dyn FnMut(Event)) -> io::Result<()> {
+        self.collect()?;
+        let mut watch = self.watch.borrow_mut();
+        watch.read = watch.revokes.len();
+        drop(watch);
+        if std::mem::take(&mut self.overflowed) {
+            sink(Event::Overflow);
+        }
+        self.events.drain(..).for_each(sink);
+        Ok(())
     }
 
     fn now(&self) -> Instant {

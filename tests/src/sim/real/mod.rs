@@ -15,7 +15,11 @@
 //!
 //! Every third process uses the native API instead (`native`): a `Locks` over the same
 //! connection, typed handles, guards held across steps, blocking and async calls, sets, and
-//! drops that send their unlocks without reading the answers.
+//! drops that send their unlocks without reading the answers. In a seed with cached locks
+//! (its `cache_ppm`), that share of the other slots runs an engine's `CachedLocks` instead
+//! (`cached`): cacheable RW grants, local guards, revokes read off the data stream and
+//! answered, deaf spells that leave revokes to lapse. The server's revokes travel as event
+//! messages on the data channel, in order with the replies, as on a TCP data connection.
 //!
 //! After every step the oracle checks the server's answers and its tables, and what the
 //! clients *believe* from their own records, or a native process from its live guards
@@ -27,7 +31,9 @@
 //! | `conn`    | `SimConn`, a client's `Connection` through the world              |
 //! | `procs`   | the processes: a real client each, the application driving it, and its beliefs |
 //! | `native`  | the processes of the native API: a `Locks` each, its handles and guards |
+//! | `cached`  | the processes of cached locks: a `CachedLocks` each, its handles and guards, and the rules of a cached grant |
 
+mod cached;
 mod conn;
 mod native;
 mod procs;
@@ -79,7 +85,10 @@ fn config() -> Config {
 }
 
 fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<Report, Failure> {
-    let cfg = config();
+    let plan = FaultPlan::draw(seed);
+    let mut cfg = config();
+    // The seed's minimum hold of a cached grant; revokes lapse at the holder's lease.
+    cfg.timing.min_hold_ms = plan.min_hold_ms;
     // One region per server incarnation, made up front: the servers borrow their tables.
     let mut regions = (0..=SERVER_CRASHES_MAX)
         .map(|_| Region::anonymous(&cfg))
@@ -118,16 +127,28 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<Report, Failure> {
         keyed,
         oracle,
         Rng::new(seed ^ 0x5eed),
-        FaultPlan::draw(seed),
+        plan,
         &mut slots,
     );
     world.sabotage = sabotage;
+    world.endpoint.lose_events(seed, plan.event_loss_ppm);
+    world.breaks = Rng::new(seed ^ 0xb4ea_0000_57e4);
     let world = Rc::new(RefCell::new(world));
+    let mut caching = Rng::new(seed ^ 0xcac4_ed00);
     let mut sim = Sim {
         world: Rc::clone(&world),
         rng,
         names,
-        procs: (0..n_procs).map(|_| Proc::new()).collect(),
+        procs: (0..n_procs)
+            .map(|_| Proc::new())
+            .enumerate()
+            .map(|(p, mut proc)| {
+                // Drawn apart from the run's generator, so a seed without cached locks runs
+                // as it did before they existed.
+                proc.caches = p % 3 != 1 && caching.chance(plan.cache_ppm);
+                proc
+            })
+            .collect(),
         ops: 0,
         native_guards: 0,
         crashes: 0,

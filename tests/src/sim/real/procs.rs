@@ -1,6 +1,7 @@
 //! The simulated processes: each a real `Client` driven by a random application (every third
-//! one through the native API instead: [`native`](super::native)), and what each believes it
-//! holds.
+//! one through the native API instead: [`native`](super::native); and, in seeds with cached
+//! locks, a share of the others through `CachedLocks`: [`cached`](super::cached)), and what
+//! each believes it holds.
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
@@ -10,6 +11,7 @@ use std::time::Duration;
 use dlock_core::{LockId, LockKind, Mode, ObjectId, Status};
 use dlock_transport::client::{AsyncOp, Client, ClientConfig, Endpoint, LocalLock};
 
+use super::cached::Cached;
 use super::conn::{Shared, SimConn};
 use super::native::Native;
 use crate::sim::Rng;
@@ -23,6 +25,10 @@ pub(super) struct Proc<'r> {
     pub client: Option<Client<SimConn<'r>>>,
     /// A process of the native API instead (every third one): its handle and guards.
     pub native: Option<Native<'r>>,
+    /// A process of cached locks instead (the seed's `cache_ppm` of the other slots).
+    pub cached: Option<Cached<'r>>,
+    /// Whether the slot runs cached locks (drawn once per run).
+    pub caches: bool,
     /// Sim time of the client's start (its records count from there).
     pub start_ms: u64,
     /// The send time of the last request whose reply showed the server renewing its lease
@@ -52,6 +58,8 @@ impl Proc<'_> {
         Proc {
             client: None,
             native: None,
+            cached: None,
+            caches: false,
             start_ms: 0,
             heard: Rc::new(Cell::new(0)),
             lease_ms: 0,
@@ -91,6 +99,19 @@ impl Proc<'_> {
                 fenced: true,
             };
             return live.map(|h| (h.k, belief(h.mode, h.token))).collect();
+        }
+        if let Some(c) = &self.cached {
+            let belief = |mode, token| Belief {
+                holder: p,
+                mode,
+                token,
+                fenced: true,
+            };
+            return c
+                .beliefs(now)
+                .into_iter()
+                .map(|h| (h.k, belief(h.mode, h.token)))
+                .collect();
         }
         let Some(c) = &self.client else {
             return Vec::new();
@@ -168,7 +189,8 @@ impl<'r> Sim<'r> {
 
     /// Whether process `p` is running (not crashed or gone).
     pub fn running(&self, p: usize) -> bool {
-        self.procs[p].client.is_some() || self.procs[p].native.is_some()
+        let proc = &self.procs[p];
+        proc.client.is_some() || proc.native.is_some() || proc.cached.is_some()
     }
 
     pub fn start_client(&mut self, p: usize) {
@@ -181,6 +203,17 @@ impl<'r> Sim<'r> {
             if let Some((n, lease)) = Native::start(&self.world, p, heard, self.names.len()) {
                 proc.native = Some(n);
                 proc.lease_ms = lease.as_millis() as u64;
+                proc.start_ms = now;
+                proc.synced = incarnation;
+                proc.registered = incarnation;
+            }
+            return;
+        }
+        if proc.caches {
+            let heard = Rc::clone(&proc.heard);
+            if let Some(c) = Cached::start(&self.world, p, heard, self.names.len()) {
+                proc.cached = Some(c);
+                proc.lease_ms = CLIENT_LEASE_MS;
                 proc.start_ms = now;
                 proc.synced = incarnation;
                 proc.registered = incarnation;
@@ -210,6 +243,9 @@ impl<'r> Sim<'r> {
         self.procs[p].client = None;
         if let Some(n) = self.procs[p].native.take() {
             n.crash(&self.world);
+        }
+        if let Some(c) = self.procs[p].cached.take() {
+            c.crash(&self.world);
         }
         self.procs[p].down_until = now + self.rng.range(0, 2 * CLIENT_LEASE_MS);
         self.crashes += 1;
@@ -246,6 +282,9 @@ impl<'r> Sim<'r> {
         if self.procs[p].native.is_some() {
             self.act_native(p, now);
             return Ok(());
+        }
+        if self.procs[p].cached.is_some() {
+            return self.act_cached(p, now);
         }
         let k = self.rng.index(self.names.len());
         let (name, kind) = self.names[k].clone();

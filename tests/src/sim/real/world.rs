@@ -58,6 +58,9 @@ pub(super) struct World<'r> {
     /// Turns refused exclusive trylocks into grants on their way to the client: a broken
     /// server or transport, for the test that proves the oracle sees it.
     pub sabotage: bool,
+    /// The generator of data channels breaking alone (the plan's `stream_break_ppm`), apart
+    /// from the world's, so a seed without the fault runs as it did.
+    pub breaks: Rng,
 }
 
 impl std::fmt::Debug for World<'_> {
@@ -110,6 +113,7 @@ impl<'r> World<'r> {
             failure: None,
             lapses: Vec::new(),
             sabotage: false,
+            breaks: Rng::new(0),
         }
     }
 
@@ -120,6 +124,11 @@ impl<'r> World<'r> {
         {
             self.failure = Some(e);
         }
+    }
+
+    /// Records violation `e` found by a process (the first one stops the run).
+    pub fn fail_with(&mut self, e: String) {
+        self.fail(Err(e));
     }
 
     /// The server dies with everything in flight; a replacement with a larger epoch starts on
@@ -157,6 +166,14 @@ impl<'r> World<'r> {
         if self.crash_at.is_some_and(|t| self.now_ms >= t) {
             self.crash();
         }
+        if self.plan.stream_break_ppm > 0 && self.breaks.chance(self.plan.stream_break_ppm) {
+            // A data connection closes while its control connection lives on, maybe under a
+            // request parked on the server (this runs inside clients' calls too).
+            let link = self.breaks.index(self.net.links().max(1));
+            if self.net.break_stream(link) {
+                self.links_broken();
+            }
+        }
         while let Some(m) = self.net.pop_due(self.now_ms) {
             match m.dir {
                 Dir::ToServer => {
@@ -184,6 +201,7 @@ impl<'r> World<'r> {
             .timers(&mut self.server, &mut self.oracle, now, tick, &mut emptied)
             .map(|decided| self.send_decided(decided));
         self.fail(r);
+        self.send_events();
         // Links whose clients were all removed close, as the runtime closes such connections.
         for link in emptied {
             self.net.break_link(link);
@@ -246,7 +264,24 @@ impl<'r> World<'r> {
             .endpoint
             .decided(&mut self.server, &mut self.oracle, now)?;
         self.send_decided(decided);
+        self.send_events();
         Ok(())
+    }
+
+    /// Sends the revokes the server wrote into its event rings since the last call, as event
+    /// messages on the data channels of their clients, behind what those channels carry
+    /// already (call it after every server turn, so the oracle learns each at the tick it was
+    /// sent).
+    fn send_events(&mut self) {
+        let (now, timing) = (self.now_ms, self.cfg.timing);
+        self.endpoint
+            .drain_events(&mut self.server, &mut self.oracle, now, timing);
+        let lost = self.endpoint.events_lost;
+        for (link, bytes, revokes) in self.endpoint.events() {
+            self.faults.revokes += revokes as u64;
+            self.send_reply(link, Channel::Data, bytes, ReplyFate::Normal);
+        }
+        self.faults.event_messages_lost += self.endpoint.events_lost - lost;
     }
 
     /// Sends reply `bytes` on `link` as the seed's compound faults decide.
@@ -301,6 +336,14 @@ impl<'r> World<'r> {
 
     /// The server notices the links that broke (their clients notice on their next read).
     pub fn links_broken(&mut self) {
+        for link in self.net.take_broken_streams() {
+            self.faults.streams_broken += 1;
+            if let Some(inbox) = self.inbox.get_mut(&link) {
+                inbox.data.clear();
+            }
+            self.endpoint
+                .stream_lost(&mut self.server, link, self.now_ms);
+        }
         for link in self.net.take_broken() {
             self.faults.connections_reset += 1;
             self.inbox.remove(&link);
@@ -311,5 +354,6 @@ impl<'r> World<'r> {
             .decided(&mut self.server, &mut self.oracle, self.now_ms)
             .map(|d| self.send_decided(d));
         self.fail(r);
+        self.send_events();
     }
 }
