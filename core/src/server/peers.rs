@@ -44,7 +44,7 @@ impl Server<'_> {
         if peer.is_exempt() {
             return Ok(None);
         }
-        let (held, abnormal) = self.peer_clients(peer);
+        let (held, abnormal) = self.peer_clients(peer, now_ms);
         if held < self.cfg.clients_per_peer() {
             return Ok(None);
         }
@@ -63,7 +63,7 @@ impl Server<'_> {
     }
 
     /// How many registered clients `peer` holds, and the first of them that is abnormal.
-    fn peer_clients(&self, peer: Peer) -> (u32, Option<u32>) {
+    fn peer_clients(&self, peer: Peer, now_ms: u64) -> (u32, Option<u32>) {
         let mut held = 0;
         let mut abnormal = None;
         for slot in 0..self.t.client_free.high_water() {
@@ -72,7 +72,7 @@ impl Server<'_> {
                 continue;
             }
             held += 1;
-            if abnormal.is_none() && c.client_state() == ClientState::Abnormal {
+            if abnormal.is_none() && self.evictable(slot, now_ms) {
                 abnormal = Some(slot);
             }
         }

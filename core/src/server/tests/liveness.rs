@@ -2,8 +2,9 @@
 
 use super::*;
 
-#[test]
-fn abnormal_client_is_evicted_to_make_room_and_its_locks_freed() {
+/// A full table with client 3 holding a shared grant on `t1:rg0` and its connection gone at 0
+/// (seen at 0, so its 1,000-ms lease runs to 1,000).
+fn full_with_an_abnormal_reader() -> (TestServer, Vec<ClientId>) {
     let cfg = small();
     let mut s = TestServer::new(&cfg);
     let ids: Vec<ClientId> = (0..cfg.clients_max).map(|_| s.client(0)).collect();
@@ -16,21 +17,49 @@ fn abnormal_client_is_evicted_to_make_room_and_its_locks_freed() {
         Status::Success
     );
     s.client_disconnected(ids[3].get(), 0);
-    let newcomer = s.client(1);
+    (s, ids)
+}
+
+#[test]
+fn abnormal_client_past_its_lease_is_evicted_to_make_room_and_its_locks_freed() {
+    let (mut s, ids) = full_with_an_abnormal_reader();
+    let newcomer = s.client(1_001);
     assert!(!s.is_registered(ids[3].get()));
     assert_eq!(
-        s.reinit(ids[3].get(), 2),
+        s.reinit(ids[3].get(), 1_002),
         Err(Status::ClientRemovedByServer)
     );
     // The evicted reader's grant is gone, so a writer gets in.
     let l2 = s
-        .get_lock(newcomer.get(), LockKind::Rw, b"t1:rg0", 2)
+        .get_lock(newcomer.get(), LockKind::Rw, b"t1:rg0", 1_002)
         .unwrap();
     assert_eq!(
-        s.run(newcomer, lock(LockKind::Rw, LockOp::TryExclusive, l2, 0), 2)
-            .status,
+        s.run(
+            newcomer,
+            lock(LockKind::Rw, LockOp::TryExclusive, l2, 0),
+            1_002
+        )
+        .status,
         Status::Success
     );
+}
+
+/// The reference evicts the first abnormal client whatever it holds; a holder whose connection
+/// broke may not know it yet and believes its grant until its lease ends, so dlock evicts it
+/// only then, and one that holds nothing first (`Server::evictable`).
+#[test]
+fn an_abnormal_holder_within_its_lease_is_not_evicted_but_one_holding_nothing_is() {
+    let (mut s, ids) = full_with_an_abnormal_reader();
+    assert_eq!(s.client_init(2, 0, 500), Err(Status::ServerNoResource));
+    assert!(
+        s.is_registered(ids[3].get()),
+        "the reader's lease runs to 1,000"
+    );
+    s.client_disconnected(ids[5].get(), 500);
+    s.client(600);
+    assert!(!s.is_registered(ids[5].get()));
+    assert!(s.is_registered(ids[3].get()));
+    assert_eq!(s.stats().get(Counter::ClientsEvicted), 1);
 }
 
 #[test]
