@@ -114,20 +114,14 @@ pub(super) fn names_partition_epoch(commands: &[Command]) -> bool {
 /// line from the command loop's several sites, and its 16-byte load of the result the loop
 /// had just stored as two 8-byte halves was a store-forwarding stall on every command.
 pub(super) trait Reply {
-    /// Takes command `i`'s outcome.
-    fn reply(&mut self, i: usize, r: &CommandResult, proof: &GrantProof, value: Option<&ValueRead>);
+    /// Takes command `i`'s outcome: its result `r`, proof `p` and value block `v`.
+    fn reply(&mut self, i: usize, r: &CommandResult, p: &GrantProof, v: Option<&ValueRead>);
 }
 
 impl<F: FnMut(usize, &CommandResult, &GrantProof, Option<&ValueRead>)> Reply for F {
     #[inline]
-    fn reply(
-        &mut self,
-        i: usize,
-        r: &CommandResult,
-        proof: &GrantProof,
-        value: Option<&ValueRead>,
-    ) {
-        self(i, r, proof, value)
+    fn reply(&mut self, i: usize, r: &CommandResult, p: &GrantProof, v: Option<&ValueRead>) {
+        self(i, r, p, v)
     }
 }
 

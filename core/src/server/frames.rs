@@ -12,7 +12,7 @@
 
 use super::data::{Reply, names_partition_epoch};
 use super::waiters::{Disposition, MessageMeta};
-use super::{Counter, Server};
+use super::{Counter, Rejoin, Server};
 use crate::config::BATCH_MAX;
 use crate::ids::{ClientId, GrantProof, Peer, Session};
 use crate::manager::retain::Role;
@@ -206,13 +206,15 @@ impl<'r> Server<'r> {
             max: header.version,
         };
         let v = negotiate(client_range, self.versions()).map_err(|s| self.refuse(s))?;
+        let back = |session| Rejoin {
+            raw: header.word,
+            version: v,
+            lease_ms,
+            session,
+        };
         let registered = match session {
-            Some((session, true)) => {
-                self.client_join(peer, header.word, v, lease_ms, session, now_ms)
-            }
-            Some((session, false)) => {
-                self.client_reinit_from(peer, header.word, v, lease_ms, session, now_ms)
-            }
+            Some((session, true)) => self.client_join(peer, back(session), now_ms),
+            Some((session, false)) => self.client_reinit_from(peer, back(session), now_ms),
             None => self.client_init_from(peer, v, lease_ms, now_ms),
         };
         registered.map(|id| self.init_reply(id.get(), v))
@@ -512,17 +514,11 @@ impl Reply for FrameReply<'_, '_> {
     /// Always inlined into the command loop (`data::Reply` says why). The trailers are the
     /// rare case and stay out of line.
     #[inline(always)]
-    fn reply(
-        &mut self,
-        i: usize,
-        r: &CommandResult,
-        proof: &GrantProof,
-        value: Option<&ValueRead>,
-    ) {
+    fn reply(&mut self, i: usize, r: &CommandResult, p: &GrantProof, v: Option<&ValueRead>) {
         let written = put_command_result(self.out, i, &self.commands[i], r);
         debug_assert!(written.is_ok());
-        if value.is_some() || !proof.is_none() {
-            put_trailers(self.out, self.n, i, (value, proof), &mut self.proofs);
+        if v.is_some() || !p.is_none() {
+            put_trailers(self.out, self.n, i, (v, p), &mut self.proofs);
         }
     }
 }

@@ -137,11 +137,9 @@ impl Server<'_> {
                 HolderAction::Lapse => {
                     if let Some(id) = ClientId::new(entry.id) {
                         // The caller retries the lock's waiters once its command is done.
-                        match crate::mutated!(LapseWakesWaiters) {
-                            true => self.release_hold(other, id, lock, state.grant_mode(), now_ms),
-                            false => {
-                                self.release_grant(other, id, lock, state.grant_mode(), now_ms)
-                            }
+                        self.release_grant(other, id, lock, state.grant_mode(), now_ms);
+                        if crate::mutated!(LapseWakesWaiters) {
+                            self.wake_slot_waiters(lock, now_ms);
                         }
                         self.stats.bump(Counter::RevokesLapsed);
                         lapsed = true;
