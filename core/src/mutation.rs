@@ -50,8 +50,8 @@ pub enum Mutation {
     FairClaimServing = 2,
     /// `merge_claim`, fair: a grant with no time left is restored.
     FairClaimExpired = 3,
-    /// `judge_holders`: a lapsed grant is released with `release_hold`, which retries the
-    /// lock's waiters in the middle of the command that lapsed it.
+    /// `judge_holders`: the waiters of a lock whose grant lapsed are retried at once
+    /// (`wake_slot_waiters`), in the middle of the command that lapsed it.
     LapseWakesWaiters = 4,
     /// `take_overflow`: the bound on trusting cached grants never passes.
     TrustNoBound = 5,

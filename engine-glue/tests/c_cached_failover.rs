@@ -4,18 +4,16 @@
 //! from it: the next `trylock` asks the replacement. (Its own test binary: the server and
 //! client registries are process-wide.)
 
-use std::ffi::CString;
-
 use dlock_engine_glue::ffi::types::*;
 use dlock_engine_glue::ffi::{cached, client, locks, ops, server};
 
 #[path = "common/failover.rs"]
 mod failover;
-use failover::{client_cfg, server_cfg};
+use failover::{LOOPBACK, first_server_and_client, server_cfg};
 
 #[test]
 fn a_parked_grant_is_not_re_claimed_nor_answered_from_after_a_failover() {
-    let (mut first, mut second, mut port) = (0, 0, 0);
+    let mut second = 0;
     let (mut c1, mut c2, mut id1, mut id2) = (0, 0, 0, 0);
     let name = b"orders/rg-7";
     let desc = lock_desc {
@@ -25,15 +23,10 @@ fn a_parked_grant_is_not_re_claimed_nor_answered_from_after_a_failover() {
         lease_time: 0,
     };
     let mut st = lock_state::from_word(0);
-    // SAFETY: pointers to live locals of the right types; the strings outlive the calls.
+    // SAFETY: `first_server_and_client` makes the binary's first C-ABI call; pointers to live
+    // locals of the right types; the strings outlive the calls.
     unsafe {
-        assert_eq!(server::dserver_lib_init(2), 0);
-        assert_eq!(server::server_start(&server_cfg(-1, 0, 1), &mut first), 0);
-        assert_eq!(server::server_tcp_port(first, &mut port), 0);
-        let ccfg = client_cfg(port);
-        assert_eq!(client::dclient_lib_init(&ccfg), 0);
-        let ip = CString::new("127.0.0.1").unwrap();
-        assert_eq!(client::client_init(&mut c1, ip.as_ptr()), 0);
+        let (first, port) = first_server_and_client(&mut c1);
         assert_eq!(locks::get_lock(c1, &desc, &mut id1), 0);
         assert_eq!(cached::lock_cache_enable(c1, id1, 1), 0);
         let req = |lock_id| lock_request {
@@ -57,7 +50,7 @@ fn a_parked_grant_is_not_re_claimed_nor_answered_from_after_a_failover() {
         // Asked of the replacement, not answered from the parked grant: it holds it for c1
         // then, so another client is refused.
         assert_eq!(ops::trylock(c1, &req(id1), (&raw mut st).cast()), 0);
-        assert_eq!(client::client_init(&mut c2, ip.as_ptr()), 0);
+        assert_eq!(client::client_init(&mut c2, LOOPBACK.as_ptr()), 0);
         assert_eq!(locks::get_lock(c2, &desc, &mut id2), 0);
         assert_ne!(
             ops::trylock(c2, &req(id2), (&raw mut st).cast()),

@@ -3,19 +3,16 @@
 //! in recovery are refused outside it — as a C engine ported from the reference would drive
 //! them. (Its own test binary: the server and client registries are process-wide.)
 
-use std::ffi::CString;
-
 use dlock_engine_glue::dlock_core::Status;
 use dlock_engine_glue::ffi::types::*;
 use dlock_engine_glue::ffi::{client, locks, ops, server};
 
 #[path = "common/failover.rs"]
 mod failover;
-use failover::{client_cfg, server_cfg};
+use failover::{LOOPBACK, first_server_and_client, server_cfg};
 
 #[test]
 fn a_c_client_keeps_its_id_and_locks_when_a_recovering_server_refuses_its_deinit() {
-    let (mut first, mut port) = (0, 0);
     let (mut c1, mut c2, mut lock_id) = (0, 0, 0);
     let name = b"orders/rg-1";
     let desc = lock_desc {
@@ -25,16 +22,11 @@ fn a_c_client_keeps_its_id_and_locks_when_a_recovering_server_refuses_its_deinit
         lease_time: 0,
     };
     let mut st = lock_state::from_word(0);
-    // SAFETY: pointers to live locals of the right types; the strings outlive the calls.
+    // SAFETY: `first_server_and_client` makes the binary's first C-ABI call; pointers to live
+    // locals of the right types; the strings outlive the calls.
     unsafe {
-        assert_eq!(server::dserver_lib_init(2), 0);
-        assert_eq!(server::server_start(&server_cfg(-1, 0, 1), &mut first), 0);
-        assert_eq!(server::server_tcp_port(first, &mut port), 0);
-        let ccfg = client_cfg(port);
-        assert_eq!(client::dclient_lib_init(&ccfg), 0);
-        let ip = CString::new("127.0.0.1").unwrap();
-        assert_eq!(client::client_init(&mut c1, ip.as_ptr()), 0);
-        assert_eq!(client::client_init(&mut c2, ip.as_ptr()), 0);
+        let (first, port) = first_server_and_client(&mut c1);
+        assert_eq!(client::client_init(&mut c2, LOOPBACK.as_ptr()), 0);
         assert_eq!(locks::get_lock(c1, &desc, &mut lock_id), 0);
         let req = lock_request {
             lock_id,

@@ -9,10 +9,11 @@
 mod common;
 
 use std::collections::HashSet;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::thread;
 use std::time::Duration;
 
+use common::etcd::free_port;
 use common::{Etcd, eventually};
 use dlock_engine_glue::cluster::ClusterJoin;
 use dlock_engine_glue::dlock_core::cluster::{ServerId, partition_of};
@@ -25,13 +26,6 @@ use dlock_engine_glue::{CsnAllocator, EmbeddedServer, IdConfig, TxnIdAllocator, 
 const CLUSTER: &str = "engines";
 const PARTITIONS: u16 = 16;
 const WAIT: Duration = Duration::from_secs(10);
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
 
 /// Engine node `id`: an embedded server listening on a free loopback port, joined to the
 /// cluster with a 1-second etcd lease and 2-second client leases (short takeovers).

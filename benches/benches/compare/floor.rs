@@ -53,13 +53,7 @@ pub fn measure(threads: usize, cpus: usize, cell: Duration) -> Floor {
 
 /// This thread's CPU time so far, in µs.
 fn thread_cpu_us() -> f64 {
-    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct, which getrusage(2)
-    // overwrites; the pointer is to this frame's local, alive for the whole call.
-    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_THREAD with a valid, writable `rusage` pointer (above).
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut r) };
-    let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
-    us(r.ru_utime) + us(r.ru_stime)
+    crate::run::cpu_s(libc::RUSAGE_THREAD) * 1e6
 }
 
 /// Runs `body(i, stop)` on `threads` threads for `cell`, counting what each returns and the CPU

@@ -132,11 +132,37 @@ impl GrantState {
     /// The state with grid code `bits`; [`CorruptGrant`] for 15 and anything above four bits.
     #[inline]
     pub const fn from_bits(bits: u8) -> Result<GrantState, CorruptGrant> {
-        if (bits as usize) < Self::ALL.len() {
-            Ok(Self::ALL[bits as usize])
-        } else {
-            Err(CorruptGrant(bits))
+        match Self::with_code(bits) {
+            Some(state) => Ok(state),
+            None => Err(CorruptGrant(bits)),
         }
+    }
+
+    /// The state whose code is `code`, if any. A match rather than an index into
+    /// [`Self::ALL`]: the codes are the discriminants, so the compiler makes it the identity,
+    /// where the table cost the data path a second dependent load on every command (the holds
+    /// word, then the table), on the chain that runs through the holds grid from one command
+    /// of a batch to the next.
+    #[inline]
+    const fn with_code(code: u8) -> Option<GrantState> {
+        Some(match code {
+            0 => GrantState::None,
+            1 => GrantState::Exclusive,
+            2 => GrantState::Shared,
+            3 => GrantState::ExclusiveCached,
+            4 => GrantState::SharedCached,
+            5 => GrantState::ExclusiveRetain,
+            6 => GrantState::SharedRetain,
+            7 => GrantState::ExclusiveCachedRetain,
+            8 => GrantState::SharedCachedRetain,
+            9 => GrantState::ExclusiveRevoking,
+            10 => GrantState::SharedRevoking,
+            11 => GrantState::ExclusiveRetainRevoking,
+            12 => GrantState::SharedRetainRevoking,
+            13 => GrantState::TicketExclusive,
+            14 => GrantState::TicketShared,
+            _ => return None,
+        })
     }
 
     /// The grid code.
@@ -150,7 +176,11 @@ impl GrantState {
     #[inline]
     pub const fn granted(mode: Mode, cached: bool, retain: bool) -> GrantState {
         let variant = cached as u8 + 2 * retain as u8;
-        Self::ALL[(1 + 2 * variant + matches!(mode, Mode::Shared) as u8) as usize]
+        match Self::with_code(1 + 2 * variant + matches!(mode, Mode::Shared) as u8) {
+            Some(state) => state,
+            // Codes 1..=8: every one is a state.
+            None => GrantState::None,
+        }
     }
 
     /// A fair-lock ticket waiting for `mode`.

@@ -23,6 +23,20 @@ use crate::word::{atomic, fair, rw};
 /// `clients / 2^31` (below 1 in 2 million at 1,000 clients); all four, below 1 in 10^25.
 const ID_CANDIDATES: usize = 4;
 
+/// A client that comes back under the id it has: what [`Server::client_reinit_from`] and a
+/// cluster join (a client another server of the cluster registered) are given.
+#[derive(Clone, Copy, Debug)]
+pub struct Rejoin<'s> {
+    /// The id it has.
+    pub raw: u32,
+    /// The protocol version negotiated now.
+    pub version: u8,
+    /// The lease it asks for (as at `client_init`).
+    pub lease_ms: u32,
+    /// The registration's secret it holds.
+    pub session: &'s Session,
+}
+
 impl<'r> Server<'r> {
     /// Registers a new client (`client_init`) that speaks protocol `version` and asked for
     /// `lease_ms` (0 = the server's default). Evicts an abnormal client if the table is full.
@@ -71,7 +85,13 @@ impl<'r> Server<'r> {
         session: &Session,
         now_ms: u64,
     ) -> Result<ClientId, Status> {
-        self.client_reinit_from(Peer::EXEMPT, raw, version, lease_ms, session, now_ms)
+        let back = Rejoin {
+            raw,
+            version,
+            lease_ms,
+            session,
+        };
+        self.client_reinit_from(Peer::EXEMPT, back, now_ms)
     }
 
     /// [`Server::client_reinit`] for a client that came from `peer`: an entry it creates on a
@@ -80,27 +100,20 @@ impl<'r> Server<'r> {
     pub fn client_reinit_from(
         &mut self,
         peer: Peer,
-        raw: u32,
-        version: u8,
-        lease_ms: u32,
-        session: &Session,
+        back: Rejoin<'_>,
         now_ms: u64,
     ) -> Result<ClientId, Status> {
         self.stats.bump(Counter::ControlRequests);
-        let id = ClientId::new(raw).ok_or_else(|| self.refuse(Status::Einval))?;
-        if let Some(slot) = self.client_slot(raw) {
+        let id = ClientId::new(back.raw).ok_or_else(|| self.refuse(Status::Einval))?;
+        if let Some(slot) = self.client_slot(back.raw) {
             // Resuming a live registration needs its secret: an id alone is guessable.
-            if !self.t.clients[slot as usize].session.matches(session) {
+            if !self.t.clients[slot as usize].session.matches(back.session) {
                 self.stats.bump(Counter::SessionsRefused);
                 return Err(self.refuse(Status::Einval));
             }
             let c = &mut self.t.clients[slot as usize];
-            c.last_seen_ms = now_ms;
-            c.version = version;
+            c.resume(back.version, now_ms);
             c.flags |= ClientEntry::REINITING;
-            if c.client_state() == ClientState::Abnormal {
-                c.state = ClientState::Active as u8;
-            }
             return Ok(id);
         }
         self.recovery_clock(now_ms);
@@ -108,12 +121,19 @@ impl<'r> Server<'r> {
             return Err(self.refuse(Status::ClientRemovedByServer));
         }
         if let Some((key, mac)) = &self.session_key
-            && !session.is_minted_for(key, *mac, raw)
+            && !back.session.is_minted_for(key, *mac, back.raw)
         {
             self.stats.bump(Counter::SessionsRefused);
             return Err(self.refuse(Status::Einval));
         }
-        let slot = self.register(id, peer, ClientState::Recovering, version, lease_ms, now_ms)?;
+        let slot = self.register(
+            id,
+            peer,
+            ClientState::Recovering,
+            back.version,
+            back.lease_ms,
+            now_ms,
+        )?;
         self.t.clients[slot as usize].flags = ClientEntry::REINITING | ClientEntry::RECOVERED;
         self.progress.reregistered += 1;
         self.stats.bump(Counter::RecoveryReregistered);
@@ -436,22 +456,15 @@ impl<'r> Server<'r> {
                 kept += 1;
                 continue;
             }
-            self.release_hold(slot, me, lock, state.grant_mode(), now_ms);
+            self.release_grant(slot, me, lock, state.grant_mode(), now_ms);
+            self.wake_slot_waiters(lock, now_ms);
         }
         kept
     }
 
-    /// Gives up client `slot`'s hold on lock slot `lock` (a grant in `granted`, or a ticket
-    /// when `None`) as the client itself would by unlocking, and retries the lock's waiters.
-    pub(super) fn release_hold(
-        &mut self,
-        slot: u32,
-        me: ClientId,
-        lock: u32,
-        granted: Option<Mode>,
-        now_ms: u64,
-    ) {
-        self.release_grant(slot, me, lock, granted, now_ms);
+    /// Retries the requests parked on lock slot `lock`, after a release that did not come from
+    /// a lock command (whose caller retries them itself).
+    pub(super) fn wake_slot_waiters(&mut self, lock: u32, now_ms: u64) {
         if self.waiting > 0 {
             let generation =
                 crate::table::SlotState(self.t.lock_meta[lock as usize].state).generation();
@@ -459,11 +472,14 @@ impl<'r> Server<'r> {
         }
     }
 
-    /// [`Self::release_hold`] without retrying the lock's waiters: for a release in the middle
-    /// of another request's lock command (a lapsed revoke), whose caller retries them once the
-    /// command is done. Retrying them there re-entered the command: a parked request being
-    /// retried was retried again inside its own retry, granted, and then answered a second
-    /// time (`AlreadyLocked`), which left the waiter counts wrong.
+    /// Gives up client `slot`'s hold on lock slot `lock` (a grant in `granted`, or a ticket
+    /// when `None`) as the client itself would by unlocking, without retrying the lock's
+    /// waiters: a caller that is not in the middle of another request's lock command follows
+    /// it with [`Self::wake_slot_waiters`]. One that is (a lapsed revoke) leaves them to its
+    /// own caller, which retries them once the command is done: retrying them inside it
+    /// re-entered the command (a parked request being retried was retried again inside its
+    /// own retry, granted, and then answered a second time, `AlreadyLocked`, which left the
+    /// waiter counts wrong).
     pub(super) fn release_grant(
         &mut self,
         slot: u32,

@@ -3,9 +3,9 @@
 //! of `cluster.rs`.
 
 use super::cluster::{ClusterCore, verdict_status};
-use super::{Counter, FrameError, Server};
+use super::{Counter, FrameError, Rejoin, Server};
 use crate::cluster::{Class, Verdict};
-use crate::ids::{ClientId, Peer, Session};
+use crate::ids::{ClientId, Peer};
 use crate::proto::{
     ControlHeader, ControlResponse, MapChunk, PartitionStatus, PartitionStatuses,
     RECLAIM_DONES_MAX, ReclaimDones, encode_control_response,
@@ -37,38 +37,38 @@ impl<'r> Server<'r> {
     pub(super) fn client_join(
         &mut self,
         peer: Peer,
-        raw: u32,
-        version: u8,
-        lease_ms: u32,
-        session: &Session,
+        back: Rejoin<'_>,
         now_ms: u64,
     ) -> Result<ClientId, Status> {
         self.stats.bump(Counter::ControlRequests);
         if self.cluster.is_none() {
             return Err(self.refuse(Status::Einval));
         }
-        let id = ClientId::new(raw).ok_or_else(|| self.refuse(Status::Einval))?;
+        let id = ClientId::new(back.raw).ok_or_else(|| self.refuse(Status::Einval))?;
         let Some((key, mac)) = &self.session_key else {
             return Err(self.refuse(Status::Einval));
         };
-        if !session.is_minted_for(key, *mac, raw) {
+        if !back.session.is_minted_for(key, *mac, back.raw) {
             self.stats.bump(Counter::SessionsRefused);
             return Err(self.refuse(Status::Einval));
         }
-        if let Some(slot) = self.client_slot(raw) {
+        if let Some(slot) = self.client_slot(back.raw) {
             let c = &mut self.t.clients[slot as usize];
-            if !c.session.matches(session) {
+            if !c.session.matches(back.session) {
                 return Err(self.refuse(Status::ServerNoResource));
             }
-            c.last_seen_ms = now_ms;
-            c.version = version;
-            if c.client_state() == ClientState::Abnormal {
-                c.state = ClientState::Active as u8;
-            }
+            c.resume(back.version, now_ms);
             return Ok(id);
         }
-        let slot = self.register(id, peer, ClientState::Active, version, lease_ms, now_ms)?;
-        self.t.clients[slot as usize].session = *session;
+        let slot = self.register(
+            id,
+            peer,
+            ClientState::Active,
+            back.version,
+            back.lease_ms,
+            now_ms,
+        )?;
+        self.t.clients[slot as usize].session = *back.session;
         Ok(id)
     }
 

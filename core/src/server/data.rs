@@ -110,6 +110,24 @@ pub(super) fn names_partition_epoch(commands: &[Command]) -> bool {
     commands.iter().any(|c| c.partition_epoch() != 0)
 }
 
+/// Where the data path hands each command's outcome, as soon as it is known (see
+/// [`Server::execute_with`]): command `i`'s result, its grant's or ticket's proof, and the value
+/// block it returns. Every closure of that shape is one; the bytes path has a sink of its own
+/// (`frames::FrameReply`) whose method is always inlined: as a closure it was called out of
+/// line from the command loop's several sites, and its 16-byte load of the result the loop
+/// had just stored as two 8-byte halves was a store-forwarding stall on every command.
+pub(super) trait Reply {
+    /// Takes command `i`'s outcome: its result `r`, proof `p` and value block `v`.
+    fn reply(&mut self, i: usize, r: &CommandResult, p: &GrantProof, v: Option<&ValueRead>);
+}
+
+impl<F: FnMut(usize, &CommandResult, &GrantProof, Option<&ValueRead>)> Reply for F {
+    #[inline]
+    fn reply(&mut self, i: usize, r: &CommandResult, p: &GrantProof, v: Option<&ValueRead>) {
+        self(i, r, p, v)
+    }
+}
+
 impl<'r> Server<'r> {
     /// Executes one data message from client `raw_client`: `commands` in order, results into
     /// `results[..commands.len()]`. A message from an unknown client or during recovery gets the
@@ -142,7 +160,7 @@ impl<'r> Server<'r> {
             commands.len(),
             // This entry carries no value blocks: `execute_message_with_values` does.
             (|i| commands[i], |_| None),
-            |i, r, _proof, _value| {
+            &mut |i: usize, r: &CommandResult, _proof: &GrantProof, _value: Option<&ValueRead>| {
                 // Field by field: a whole-struct copy reloads the 16-byte word with one vector
                 // load right after it was stored as two 8-byte halves, a store-forwarding stall
                 // that cost a third of the batch path.
@@ -173,7 +191,7 @@ impl<'r> Server<'r> {
             impl Fn(usize) -> Command,
             impl Fn(usize) -> Option<ValueBlock>,
         ),
-        mut reply: impl FnMut(usize, &CommandResult, &GrantProof, Option<&ValueRead>),
+        reply: &mut impl Reply,
         now_ms: u64,
     ) -> Result<Disposition, Status> {
         if n == 0 || n > BATCH_MAX {
@@ -198,7 +216,7 @@ impl<'r> Server<'r> {
             Ok(slot) => slot,
             Err(s) => {
                 for i in 0..n {
-                    reply(i, &result(self.refuse(s)), &GrantProof::NONE, None);
+                    reply.reply(i, &result(self.refuse(s)), &GrantProof::NONE, None);
                 }
                 return Ok(Disposition::Replied);
             }
@@ -212,10 +230,10 @@ impl<'r> Server<'r> {
             && c.wait_ms != 0
         {
             if let Some(r) = self.cluster_refusal(slot, &command(0), now_ms) {
-                reply(0, &r, &GrantProof::NONE, None);
+                reply.reply(0, &r, &GrantProof::NONE, None);
                 return Ok(Disposition::Replied);
             }
-            return Ok(self.execute_waiting(slot, me, &c, meta, &mut reply, now_ms));
+            return Ok(self.execute_waiting(slot, me, &c, meta, reply, now_ms));
         }
         if all_or_nothing {
             let mut results = [result(Status::Success); BATCH_MAX];
@@ -229,7 +247,7 @@ impl<'r> Server<'r> {
                     }
                     _ => (GrantProof::NONE, None),
                 };
-                reply(i, r, &proof, value.as_ref());
+                reply.reply(i, r, &proof, value.as_ref());
             }
             return Ok(Disposition::Replied);
         }
@@ -239,7 +257,7 @@ impl<'r> Server<'r> {
         for i in 0..n {
             let cmd = command(i);
             if let Some(r) = self.cluster_refusal(slot, &cmd, now_ms) {
-                reply(i, &r, &GrantProof::NONE, None);
+                reply.reply(i, &r, &GrantProof::NONE, None);
                 continue;
             }
             match cmd {
@@ -248,7 +266,7 @@ impl<'r> Server<'r> {
                 // commands, before either gets here (`route::joining`); there is nothing to
                 // join over shared memory or RDMA.
                 Command::Lock(LockCommand { wait_ms: 1.., .. }) | Command::Join(_) => {
-                    reply(
+                    reply.reply(
                         i,
                         &result(self.refuse(Status::Einval)),
                         &GrantProof::NONE,
@@ -267,7 +285,7 @@ impl<'r> Server<'r> {
                     if note.released && self.waiting > 0 {
                         self.wake_waiters(c.lock, now_ms);
                     }
-                    reply(
+                    reply.reply(
                         i,
                         &r,
                         &self.proof_of(raw_client, &c, &r, false),
@@ -275,7 +293,7 @@ impl<'r> Server<'r> {
                     );
                 }
                 Command::Object(o) => {
-                    reply(i, &self.object_command(slot, &o), &GrantProof::NONE, None);
+                    reply.reply(i, &self.object_command(slot, &o), &GrantProof::NONE, None);
                 }
             }
         }

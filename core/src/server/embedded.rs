@@ -11,6 +11,7 @@
 use super::Server;
 use super::data::names_partition_epoch;
 use super::waiters::{Disposition, MessageMeta};
+use crate::ids::GrantProof;
 use crate::manager::value::{ValueBlock, ValueRead};
 use crate::proto::{Command, CommandResult, PROTO_VERSION};
 use crate::status::Status;
@@ -75,7 +76,7 @@ impl<'r> Server<'r> {
             meta,
             commands.len(),
             (|i| commands[i], |i| blocks.get(i).copied().flatten()),
-            |i, r, _proof, value| {
+            &mut |i: usize, r: &CommandResult, _proof: &GrantProof, value: Option<&ValueRead>| {
                 results[i] = *r;
                 read[i] = value.copied();
             },

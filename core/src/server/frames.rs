@@ -10,9 +10,9 @@
 //! that every later control frame on that connection carries the id it was given (the
 //! reference drops a connection that lies), then calls in here.
 
-use super::data::names_partition_epoch;
+use super::data::{Reply, names_partition_epoch};
 use super::waiters::{Disposition, MessageMeta};
-use super::{Counter, Server};
+use super::{Counter, Rejoin, Server};
 use crate::config::BATCH_MAX;
 use crate::ids::{ClientId, GrantProof, Peer, Session};
 use crate::manager::retain::Role;
@@ -213,13 +213,15 @@ impl<'r> Server<'r> {
             max: header.version,
         };
         let v = negotiate(client_range, self.versions()).map_err(|s| self.refuse(s))?;
+        let back = |session| Rejoin {
+            raw: header.word,
+            version: v,
+            lease_ms,
+            session,
+        };
         let registered = match session {
-            Some((session, true)) => {
-                self.client_join(peer, header.word, v, lease_ms, session, now_ms)
-            }
-            Some((session, false)) => {
-                self.client_reinit_from(peer, header.word, v, lease_ms, session, now_ms)
-            }
+            Some((session, true)) => self.client_join(peer, back(session), now_ms),
+            Some((session, false)) => self.client_reinit_from(peer, back(session), now_ms),
             None => self.client_init_from(peer, v, lease_ms, now_ms),
         };
         registered.map(|id| self.init_reply(id.get(), v))
@@ -466,21 +468,14 @@ impl<'r> Server<'r> {
             put_value_reply(out, n, 0, None, true)?;
             len = finish_value_replies(out, n)?;
         }
-        let commands = &commands;
-        let mut proofs = false;
         // `begin_data_response` checked that `out` holds the whole reply (and the check above
         // its trailers), so no write can fail.
-        // Small, so that it inlines into the command loop: called out of line, its arguments
-        // went through memory (the result stored in 8-byte halves and reloaded in 16-byte
-        // loads), a store-forwarding stall per command. The trailers are the rare case.
-        let mut reply =
-            |i: usize, r: &CommandResult, proof: &GrantProof, value: Option<&ValueRead>| {
-                let written = put_command_result(out, i, &commands[i], r);
-                debug_assert!(written.is_ok());
-                if value.is_some() || !proof.is_none() {
-                    put_trailers(out, n, i, (value, proof), &mut proofs);
-                }
-            };
+        let mut reply = FrameReply {
+            out,
+            n,
+            commands: &commands,
+            proofs: false,
+        };
         if version_spoken(self.versions(), header.version) {
             let meta = MessageMeta {
                 version: header.version,
@@ -507,13 +502,37 @@ impl<'r> Server<'r> {
                     word: 0,
                     aux: 0,
                 };
-                reply(i, &refused, &GrantProof::NONE, None)
+                reply.reply(i, &refused, &GrantProof::NONE, None)
             });
         }
-        if proofs {
-            len = finish_data_proofs(out, n)?;
+        if reply.proofs {
+            len = finish_data_proofs(reply.out, n)?;
         }
         Ok(len)
+    }
+}
+
+/// The bytes path's [`Reply`]: each outcome written into the reply in `out`, with its trailers.
+struct FrameReply<'o, 'c> {
+    out: &'o mut [u8],
+    /// Commands in the message.
+    n: usize,
+    /// The message's commands, decoded.
+    commands: &'c [Command; BATCH_MAX],
+    /// Whether the proof trailer has begun.
+    proofs: bool,
+}
+
+impl Reply for FrameReply<'_, '_> {
+    /// Always inlined into the command loop (`data::Reply` says why). The trailers are the
+    /// rare case and stay out of line.
+    #[inline(always)]
+    fn reply(&mut self, i: usize, r: &CommandResult, p: &GrantProof, v: Option<&ValueRead>) {
+        let written = put_command_result(self.out, i, &self.commands[i], r);
+        debug_assert!(written.is_ok());
+        if v.is_some() || !p.is_none() {
+            put_trailers(self.out, self.n, i, (v, p), &mut self.proofs);
+        }
     }
 }
 

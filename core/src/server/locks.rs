@@ -188,7 +188,10 @@ impl<'r> Server<'r> {
 
     /// What client `slot` holds on `lock`, after discarding an exclusive record that the lock
     /// word no longer backs (the grant was taken over after it expired).
-    #[inline]
+    ///
+    /// Always inlined: left to the compiler, it was called out of line from the data path's
+    /// command loop, once per command.
+    #[inline(always)]
     pub(super) fn current_hold(&mut self, slot: u32, me: ClientId, lock: u32) -> GrantState {
         let hold = self.recorded_hold(slot, lock);
         if hold.grant_mode() != Some(Mode::Exclusive) {

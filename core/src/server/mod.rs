@@ -50,6 +50,7 @@ use crate::config::Config;
 use crate::ids::{ClientId, FencingToken, SessionKey, SessionMac};
 use crate::status::Status;
 use crate::table::{ClientState, Tables};
+pub use clients::Rejoin;
 pub use cluster::{
     ClusterSettings, ClusterSide, ClusterWork, PartState, RECLAIM_CLIENTS_MAX, RECLAIM_GRID_WORDS,
     RESERVE_QUEUE_MAX,

@@ -136,7 +136,8 @@ impl Server<'_> {
             let mode = GrantState::from_bits(bits)
                 .ok()
                 .and_then(GrantState::grant_mode);
-            self.release_hold(slot, me, lock, mode, now_ms);
+            self.release_grant(slot, me, lock, mode, now_ms);
+            self.wake_slot_waiters(lock, now_ms);
             released += 1;
         }
         self.release_all_lock_refs(slot);

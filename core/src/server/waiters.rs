@@ -18,6 +18,7 @@
 //! A client with a parked request is alive by definition (its transport has not reported it
 //! lost), so its lease does not run out while it waits.
 
+use super::data::Reply;
 use super::{Counter, Server};
 use crate::ids::{ClientId, GrantProof, LockId, LockKind, Ticket};
 use crate::manager::GrantState;
@@ -121,7 +122,7 @@ impl<'r> Server<'r> {
         me: ClientId,
         c: &LockCommand,
         meta: MessageMeta,
-        reply: &mut impl FnMut(usize, &CommandResult, &GrantProof, Option<&ValueRead>),
+        reply: &mut impl Reply,
         now_ms: u64,
     ) -> Disposition {
         let waitable = matches!(
@@ -146,7 +147,7 @@ impl<'r> Server<'r> {
                 word: 0,
                 aux: 0,
             };
-            reply(0, &refused, &GrantProof::NONE, None);
+            reply.reply(0, &refused, &GrantProof::NONE, None);
             return Disposition::Replied;
         }
         // A ticket that a preemption passed starts over rather than being refused: the
@@ -160,7 +161,7 @@ impl<'r> Server<'r> {
             self.forget_preempted_holders(c.lock, slot);
         }
         if !blocked(c.kind, r.status) {
-            reply(
+            reply.reply(
                 0,
                 &r,
                 &self.proof_of(me.get(), c, &r, false),

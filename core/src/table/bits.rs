@@ -46,7 +46,9 @@ impl<'r, const BITS: u32> BitGrid<'r, BITS> {
     }
 
     /// Sets the entry at (`row`, `col`) to `value` (only the low `BITS` bits are kept).
-    #[inline]
+    /// Always inlined: the data path sets a holds entry on nearly every command, and left to
+    /// the compiler it was a call each time.
+    #[inline(always)]
     pub fn set(&mut self, row: u32, col: u32, value: u8) {
         let (w, shift) = self.at(row, col);
         let word = &mut self.words[w];

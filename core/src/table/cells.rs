@@ -238,6 +238,18 @@ impl ClientEntry {
             _ => ClientState::Free,
         }
     }
+
+    /// Resumes this live registration for its client, back at protocol `version` (a
+    /// `client_reinit`, or a cluster join of a session registered here): seen now, and no
+    /// longer abnormal, since it is talking to us again.
+    #[inline]
+    pub fn resume(&mut self, version: u8, now_ms: u64) {
+        self.last_seen_ms = now_ms;
+        self.version = version;
+        if self.client_state() == ClientState::Abnormal {
+            self.state = ClientState::Active as u8;
+        }
+    }
 }
 
 /// The packed identity of a lock or object slot: generation (bits 0..11), kind (11..13), live

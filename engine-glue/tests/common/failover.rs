@@ -2,9 +2,33 @@
 //! each its own binary, since the server and client registries are process-wide): a small
 //! plaintext server on the loopback that can stand in for a failed one, and a client of it.
 
-use std::ffi::c_int;
+use std::ffi::{CStr, c_int};
 
 use dlock_engine_glue::ffi::types::*;
+use dlock_engine_glue::ffi::{client, server};
+
+/// The loopback address every server here listens on, for `client_init`.
+pub const LOOPBACK: &CStr = c"127.0.0.1";
+
+/// The opening of a failover test: both C libraries initialised, a first server on a free
+/// loopback port (epoch 1, waiting for no one), and client `c` registered with it. The
+/// server's handle and port.
+///
+/// # Safety
+///
+/// Once per test binary, before any other C-ABI call (the registries are process-wide).
+pub unsafe fn first_server_and_client(c: &mut c_int) -> (c_int, c_int) {
+    let (mut first, mut port) = (0, 0);
+    // SAFETY: pointers to live locals of the right types; the address is a static string.
+    unsafe {
+        assert_eq!(server::dserver_lib_init(2), 0);
+        assert_eq!(server::server_start(&server_cfg(-1, 0, 1), &mut first), 0);
+        assert_eq!(server::server_tcp_port(first, &mut port), 0);
+        assert_eq!(client::dclient_lib_init(&client_cfg(port)), 0);
+        assert_eq!(client::client_init(c, LOOPBACK.as_ptr()), 0);
+    }
+    (first, port)
+}
 
 /// A primary on the loopback at `port` (`-1`: any free one) with room for a few locks and
 /// clients, waiting for `recovery_client_num` clients to re-sync (0: a first server), at
@@ -41,7 +65,7 @@ pub fn server_cfg(port: c_int, recovery_client_num: u32, epoch: u32) -> server_c
 }
 
 /// A plaintext client of the server at `port` on the loopback, with a 2-s timeout.
-pub fn client_cfg(port: c_int) -> client_cfg {
+fn client_cfg(port: c_int) -> client_cfg {
     client_cfg {
         log_level: 0,
         primary_port: port,

@@ -408,13 +408,25 @@ impl<'a> DataRequest<'a> {
     /// flagged [`LockFlags::VALUE_BLOCK`] (known before anything runs).
     #[inline]
     pub fn wants_values(&self) -> bool {
-        self.commands.iter().any(|c| {
-            let [_, op, ..] = *c;
-            c[super::LOCK_FLAGS_OFFSET] & LockFlags::VALUE_BLOCK.bits() != 0
-                && !LockFlags::VALUE_BLOCK.writes_value(op)
-                && usize::from(c[0]) < 3
-        })
+        any_value_flag(self.commands)
+            && self.commands.iter().any(|c| {
+                let [_, op, ..] = *c;
+                c[super::LOCK_FLAGS_OFFSET] & LockFlags::VALUE_BLOCK.bits() != 0
+                    && !LockFlags::VALUE_BLOCK.writes_value(op)
+                    && usize::from(c[0]) < 3
+            })
     }
+}
+
+/// Whether any of `commands` has [`LockFlags::VALUE_BLOCK`] in its flags byte, whatever its
+/// kind and op: one OR per command, so that a message without value blocks (the common case)
+/// skips the scans that look for writers and readers of blocks command by command.
+#[inline]
+fn any_value_flag(commands: &[RawCommand]) -> bool {
+    let flags = commands
+        .iter()
+        .fold(0, |any, c| any | c[super::LOCK_FLAGS_OFFSET]);
+    flags & LockFlags::VALUE_BLOCK.bits() != 0
 }
 
 /// A validated data response, borrowing the message bytes.
@@ -636,7 +648,10 @@ impl<'a> DataFrame<'a> {
                 && LockFlags::VALUE_BLOCK.writes_value(c[1])
                 && c[super::LOCK_FLAGS_OFFSET] & LockFlags::VALUE_BLOCK.bits() != 0
         };
-        let writers = (0..commands.len()).filter(|&i| writes(i)).count();
+        let writers = match any_value_flag(commands) {
+            true => (0..commands.len()).filter(|&i| writes(i)).count(),
+            false => 0,
+        };
         if self.header.flags & FLAG_VALUES == 0 {
             // A command that writes a block needs the trailer that carries it.
             return match writers {

@@ -214,7 +214,7 @@ fn takeover(early: bool) -> (TestServer, ClientId, Vec<u8>, u64, GrantProof, Box
     let lists: &[(ServerId, u64, &[u32])] = if early { &[(sid(1), 11, &ids)] } else { &[] };
     assert!(s2.apply_map(&m2, 22, lists, 1_000));
     let session = s1.session(c.get());
-    s2.client_join(Peer::EXEMPT, c.get(), PROTO_VERSION, 0, &session, 1_000)
+    s2.client_join(Peer::EXEMPT, back(c.get(), PROTO_VERSION, &session), 1_000)
         .unwrap();
     s2.client_persisted(c.get());
     (s2, c, name, token, proof, m2)
@@ -373,7 +373,7 @@ fn a_join_takes_the_clusters_session_and_refuses_another_for_the_same_id() {
     assert_eq!(c.get() >> 23, 1, "the minting server's id in the top bits");
     let session = s1.session(c.get());
     let join = |s: &mut TestServer, session: &Session| {
-        s.client_join(Peer::EXEMPT, c.get(), PROTO_VERSION, 0, session, 0)
+        s.client_join(Peer::EXEMPT, back(c.get(), PROTO_VERSION, session), 0)
     };
     assert_eq!(join(&mut s2, &Session::NONE), Err(Status::Einval));
     assert_eq!(join(&mut s2, &session), Ok(c));
@@ -529,7 +529,7 @@ fn recovery_ends_early_only_when_every_client_of_the_old_owner_is_done() {
     s2.apply_map(&m2, 22, &[(sid(1), 11, old)], 1_000);
     for id in [a, b, stranger] {
         let session = Session::minted(&key, test_mac, id, [id as u8; 8]);
-        s2.client_join(Peer::EXEMPT, id, PROTO_VERSION, 0, &session, 1_000)
+        s2.client_join(Peer::EXEMPT, back(id, PROTO_VERSION, &session), 1_000)
             .unwrap();
         s2.client_persisted(id);
     }

@@ -54,7 +54,7 @@ fn one_reclaim_dones_ends_the_recovery_of_every_partition_it_names() {
     let a = 1 << 23 | 5;
     s2.apply_map(&m2, 22, &[(sid(1), 11, &[a])], 1_000);
     let session = Session::minted(&key, test_mac, a, [5; 8]);
-    s2.client_join(Peer::EXEMPT, a, PROTO_VERSION, 0, &session, 1_000)
+    s2.client_join(Peer::EXEMPT, back(a, PROTO_VERSION, &session), 1_000)
         .unwrap();
     s2.client_persisted(a);
     let taken: Vec<u16> = m2

@@ -218,6 +218,17 @@ pub(crate) fn lock(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32) -> Co
     })
 }
 
+/// Client `raw` coming back at protocol `version` with `session`, asking for the default lease
+/// (`client_reinit_from`, `client_join`).
+fn back(raw: u32, version: u8, session: &Session) -> Rejoin<'_> {
+    Rejoin {
+        raw,
+        version,
+        lease_ms: 0,
+        session,
+    }
+}
+
 fn ticketed(kind: LockKind, op: LockOp, id: LockId, expire_ms: u32, ticket: Ticket) -> Command {
     Command::Lock(LockCommand {
         kind,

@@ -117,8 +117,8 @@ fn a_resumed_registration_keeps_its_peer_and_adds_nothing() {
         .collect();
     let (_, session) = s.client_session(a[0]).unwrap();
     // A reinit of a live registration (a reconnect) from its own peer at the cap, or another.
-    s.client_reinit_from(A, a[0], 3, 0, &session, 1).unwrap();
-    s.client_reinit_from(B, a[0], 3, 0, &session, 2).unwrap();
+    s.client_reinit_from(A, back(a[0], 3, &session), 1).unwrap();
+    s.client_reinit_from(B, back(a[0], 3, &session), 2).unwrap();
     assert_eq!(s.client_peer(a[0]), Some(A));
 }
 
@@ -132,11 +132,11 @@ fn re_registrations_on_a_recovering_server_count_toward_the_cap() {
     let mut s = TestServer::new(&cfg);
     let none = crate::Session::NONE;
     for id in 1..=3 {
-        s.client_reinit_from(A, id, 3, 0, &none, 0).unwrap();
+        s.client_reinit_from(A, back(id, 3, &none), 0).unwrap();
     }
     assert_eq!(
-        s.client_reinit_from(A, 4, 3, 0, &none, 0),
+        s.client_reinit_from(A, back(4, 3, &none), 0),
         Err(Status::ServerNoResource)
     );
-    s.client_reinit_from(B, 4, 3, 0, &none, 0).unwrap();
+    s.client_reinit_from(B, back(4, 3, &none), 0).unwrap();
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use dlock_cluster::{Agent, AgentConfig};
 use dlock_core::cluster::{Partitions, ServerId};
 
-mod etcd;
+pub mod etcd;
 pub use etcd::Etcd;
 
 /// The agent's settings for the tests, on top of the etcd process (`etcd.rs`).
