@@ -1,6 +1,9 @@
 //! The configurations the C-ABI failover tests share (`c_recovery.rs`, `c_cached_failover.rs`:
 //! each its own binary, since the server and client registries are process-wide): a small
 //! plaintext server on the loopback that can stand in for a failed one, and a client of it.
+//! Tests that open differently (`c_cached_giveback.rs`, `c_cached_renumbered.rs`) take only the
+//! configurations, so the opening goes unused in their binaries.
+#![allow(dead_code)]
 
 use std::ffi::{CStr, c_int};
 
@@ -65,7 +68,7 @@ pub fn server_cfg(port: c_int, recovery_client_num: u32, epoch: u32) -> server_c
 }
 
 /// A plaintext client of the server at `port` on the loopback, with a 2-s timeout.
-fn client_cfg(port: c_int) -> client_cfg {
+pub fn client_cfg(port: c_int) -> client_cfg {
     client_cfg {
         log_level: 0,
         primary_port: port,

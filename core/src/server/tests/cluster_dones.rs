@@ -171,7 +171,7 @@ fn the_awaited_clients_of_recovering_partitions_are_counted() {
         "two clients awaited everywhere"
     );
     let session = Session::minted(&key, test_mac, a, [5; 8]);
-    s2.client_join(Peer::EXEMPT, a, PROTO_VERSION, 0, &session, 1_000)
+    s2.client_join(Peer::EXEMPT, back(a, PROTO_VERSION, &session), 1_000)
         .unwrap();
     s2.client_persisted(a);
     let dones: Vec<PartitionEpoch> = taken
