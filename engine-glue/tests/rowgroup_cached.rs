@@ -174,6 +174,49 @@ fn a_transaction_reading_under_a_cached_exclusive_grant_downgrades_it_for_a_read
     txn.commit().unwrap();
 }
 
+#[test]
+fn a_transaction_that_writes_a_key_it_read_under_a_cached_exclusive_grant_keeps_it_exclusive() {
+    let s = server();
+    let mut w = worker(&s, true);
+    let key = RowGroup::new(5, 6);
+    take_once(&mut w, key);
+    let mut txn = w.begin();
+    txn.acquire(&[(key, Mode::Shared)], AcquireOptions::NO_WAIT)
+        .unwrap();
+    txn.acquire(&[(key, Mode::Exclusive)], AcquireOptions::NO_WAIT)
+        .unwrap();
+    // A reader elsewhere is refused, and the server revokes the grant for shared.
+    let mut r = worker(&s, false);
+    let read = |r: &mut RowGroupLocks| {
+        let mut rt = r.begin();
+        rt.acquire(&[(key, Mode::Shared)], AcquireOptions::NO_WAIT)?;
+        rt.commit()
+    };
+    assert_eq!(read(&mut r), Err(Status::Fail));
+    let until = Instant::now() + WAIT;
+    while revokes_sent(&s) == 0 && Instant::now() < until {
+        thread::sleep(Duration::from_millis(1));
+    }
+    txn.keep_leases(Instant::now() + Duration::from_secs(3_600))
+        .unwrap();
+    assert_eq!(
+        txn.mode(key),
+        Some(Mode::Exclusive),
+        "not downgraded under the writer"
+    );
+    assert_eq!(
+        read(&mut r),
+        Err(Status::Fail),
+        "no reader beside the writer"
+    );
+    txn.commit().unwrap();
+    assert_eq!(
+        read(&mut r),
+        Ok(()),
+        "downgraded (or given back) at the end"
+    );
+}
+
 /// One transaction of `w` taking `key` exclusively (no wait) and committing.
 fn take_once(w: &mut RowGroupLocks, key: RowGroup) {
     let mut txn = w.begin();

@@ -49,6 +49,17 @@
 //! | `downgrade()` (the engine)            | held exclusive, nothing in flight      | `Some(Downgrade)`: a writer reads on |
 //! | either                                | otherwise                              | `None`                   |
 //!
+//! | `reader_to_writer()` (a reader of the grant now writes) | when                     | then                     |
+//! |---------------------------------------|----------------------------------------|--------------------------|
+//! | held exclusive, one reader, no downgrade in flight | (a pending exclusive revoke is answered when the writer is done) | `Local`: the reader is the writer |
+//! | held exclusive, other readers too     |                                        | `Wait`                   |
+//! | otherwise (no reader, a writer already, held shared, a downgrade in flight or done, users lost) | | `Refuse(Einval)` |
+//!
+//! A reader under an exclusive grant (taken locally, since exclusive covers shared) that goes
+//! on to write must say so: counted as a reader, a revoke wanting shared would downgrade the
+//! grant under its writes. Once the grant is going (or gone) shared there is nothing to write
+//! under, and the conversion is refused as an uncached RW lock refuses `trylock(¬m)`.
+//!
 //! A revoke can overtake the reply that grants the lock: over shared memory the event ring and
 //! the mailbox are two paths, and the client may read the ring first. So a revoke that arrives
 //! while an acquisition is in flight is recorded with its `fence` and kept if the grant's token
@@ -306,6 +317,26 @@ impl CachedLock {
             (self.writer, self.readers) = (false, 1);
         }
         self.send(Flight::Downgrade)
+    }
+
+    /// The one local reader of an exclusive grant becomes its writer (module doc: the
+    /// `reader_to_writer` table). No message: the server already holds the grant exclusive.
+    #[inline]
+    pub fn reader_to_writer(&mut self) -> Acquire {
+        let downgrading = matches!(self.flight, Some(Flight::Downgrade));
+        if self.held != Some(Mode::Exclusive)
+            || self.readers == 0
+            || self.writer
+            || self.lost
+            || downgrading
+        {
+            return Acquire::Refuse(Status::Einval);
+        }
+        if self.readers > 1 {
+            return Acquire::Wait;
+        }
+        (self.readers, self.writer) = (0, true);
+        Acquire::Local
     }
 
     /// Whether a give-back or downgrade is in flight: sent, and not answered yet (one whose

@@ -319,6 +319,7 @@ enum Ev {
     Revoke(Mode),
     Reply(u8),
     Overflow,
+    ReaderToWriter,
 }
 
 fn any_ev() -> impl Strategy<Value = Ev> {
@@ -329,6 +330,7 @@ fn any_ev() -> impl Strategy<Value = Ev> {
         mode().prop_map(Ev::Revoke),
         (0u8..8).prop_map(Ev::Reply),
         Just(Ev::Overflow),
+        Just(Ev::ReaderToWriter),
     ]
 }
 
@@ -413,6 +415,13 @@ proptest! {
                         }
                     }
                 }
+                Ev::ReaderToWriter => {
+                    if l.reader_to_writer() == Acquire::Local {
+                        prop_assert_eq!(srv.held, Some(EX), "a writer under a grant not exclusive");
+                        let reader = users.iter().position(|&m| m == SH).expect("the reader");
+                        users[reader] = EX;
+                    }
+                }
                 Ev::Overflow => on_overflow(core::slice::from_mut(&mut l), 0, |_, op| {
                     send(&mut srv, op)
                 }),
@@ -481,4 +490,45 @@ fn the_engines_downgrade_keeps_its_writer_reading_under_a_shared_grant() {
     let mut parked = cached(LockKind::Rw, Some(EX), 0, false);
     assert_eq!(parked.downgrade(), Some(ServerOp::Downgrade));
     assert_eq!(parked.users(), (0, false));
+}
+
+#[test]
+fn a_reader_of_an_exclusive_grant_that_writes_is_the_writer_a_shared_revoke_waits_for() {
+    let mut l = cached(LockKind::Rw, Some(EX), 0, false);
+    assert_eq!(l.acquire(SH), Acquire::Local, "exclusive covers a read");
+    assert_eq!(l.reader_to_writer(), Acquire::Local);
+    assert_eq!(l.users(), (0, true));
+    l.check_invariants().unwrap();
+    // A revoke wanting shared now waits for the writer: no downgrade under its writes.
+    assert_eq!(l.on_revoke(SH, 5, 0), OnRevoke::Deferred);
+    assert_eq!(l.release(EX), Release::Send(ServerOp::Downgrade));
+    assert_eq!(l.on_reply(Status::Success, 5), Reply::Settled);
+    assert_eq!(l.held(), Some(SH));
+
+    let mut two = cached(LockKind::Rw, Some(EX), 2, false);
+    assert_eq!(
+        two.reader_to_writer(),
+        Acquire::Wait,
+        "the other reader first"
+    );
+    for mut not in [
+        cached(LockKind::Rw, Some(EX), 0, false),
+        cached(LockKind::Rw, Some(EX), 0, true),
+        cached(LockKind::Rw, Some(SH), 1, false),
+        cached(LockKind::Rw, None, 0, false),
+    ] {
+        assert_eq!(
+            not.reader_to_writer(),
+            Acquire::Refuse(Status::Einval),
+            "{not:?}"
+        );
+    }
+    // A shared revoke already downgrading under the reader: nothing exclusive to write under.
+    let mut reading = cached(LockKind::Rw, Some(EX), 1, false);
+    assert_eq!(
+        reading.on_revoke(SH, 5, 0),
+        OnRevoke::Send(ServerOp::Downgrade)
+    );
+    assert_eq!(reading.reader_to_writer(), Acquire::Refuse(Status::Einval));
+    assert_eq!(reading.users(), (1, false));
 }

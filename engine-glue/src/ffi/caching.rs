@@ -265,8 +265,19 @@ impl Caching {
         self.pump(client);
         loop {
             let c = self.locks.get_mut(&id)?;
-            if c.rec.users() != (0, false) {
-                return None;
+            match c.rec.users() {
+                (0, false) => {}
+                // A use reading under the parked exclusive grant goes on to write: the record
+                // must count a writer, or a revoke wanting shared would downgrade the grant
+                // under its writes. The client's record (exclusive) counts the re-entry.
+                (_, false) if mode == Mode::Exclusive => {
+                    return match c.rec.reader_to_writer() {
+                        Acquire::Local => None,
+                        Acquire::Refuse(s) => Some(Err(s)),
+                        Acquire::Wait | Acquire::Send(_) => Some(Err(Status::Einval)),
+                    };
+                }
+                _ => return None,
             }
             match c.rec.acquire(mode) {
                 Acquire::Local => return Some(held_grant(client, id).ok_or(Status::LockNotGet)),

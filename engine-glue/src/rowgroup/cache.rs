@@ -30,6 +30,7 @@
 //! | cached (no transaction)      | shared, held exclusive | downgraded now                      |
 //! | cached (no transaction)      | otherwise | given back now                                   |
 //! | held by the open transaction, read under an exclusive grant | shared | downgraded now; it reads on |
+//! | held by the open transaction, read under an exclusive grant, then asked for exclusive | shared | downgraded when the transaction ends: it writes (`CachedLock::reader_to_writer`) |
 //! | held by the open transaction | exclusive, or shared while it writes | given back (or downgraded) when the transaction ends |
 //! | (an event-ring overflow)     | —         | every cached key given back, every held key at the end |
 //!
