@@ -1,5 +1,6 @@
 //! A C client's cached grant never covers a holder the server does not: a use reading under a
-//! parked exclusive grant that goes on to write keeps the grant exclusive until it is done.
+//! parked exclusive grant that goes on to write keeps the grant exclusive until it is done, and
+//! a trylock with no lease (answered with nothing sent) is no grant.
 //! (Its own test binary: the server and client registries are process-wide.)
 
 use std::ffi::{CString, c_int};
@@ -81,6 +82,38 @@ unsafe fn a_reader_that_writes_under_a_parked_exclusive_grant_keeps_it_exclusive
     }
 }
 
+/// A trylock with no lease (the reference's "read the cache", answered with nothing sent) on
+/// a cache-enabled lock is no grant: c1's later exclusive request goes to the server, which
+/// refuses it while c2 reads.
+///
+/// # Safety
+///
+/// The clients and locks of `p` are live.
+unsafe fn a_trylock_with_no_lease_caches_no_grant(p: &Pair) {
+    let mut st = lock_state::from_word(0);
+    let st = (&raw mut st).cast();
+    // SAFETY: live clients, pointers to live locals (caller's contract).
+    unsafe {
+        assert_eq!(cached::lock_cache_enable(p.c1, p.id1, 1), 0);
+        assert_eq!(
+            ops::trylock(p.c1, &req(p.id1, LOCK_EXCLUSIVE, 0), st),
+            0,
+            "a read"
+        );
+        assert_eq!(ops::unlock(p.c1, p.id1, st), Status::AlreadyUnlocked.code());
+        assert_eq!(ops::trylock(p.c1, &req(p.id1, LOCK_SHARED, 60), st), 0);
+        assert_eq!(ops::unlock(p.c1, p.id1, st), 0, "parked shared");
+        assert_eq!(ops::trylock(p.c2, &req(p.id2, LOCK_SHARED, 60), st), 0);
+        assert_eq!(
+            ops::trylock(p.c1, &req(p.id1, LOCK_EXCLUSIVE, 60), st),
+            FAIL,
+            "c2 reads: c1's exclusive request is the server's to refuse"
+        );
+        assert_eq!(ops::unlock(p.c2, p.id2, st), 0);
+        assert_eq!(cached::lock_cache_enable(p.c1, p.id1, 0), 0);
+    }
+}
+
 #[test]
 fn a_cached_grant_covers_no_holder_the_server_does_not() {
     let (mut s, mut port) = (0, 0);
@@ -110,6 +143,7 @@ fn a_cached_grant_covers_no_holder_the_server_does_not() {
         assert_eq!(locks::get_lock(p.c2, &desc, &mut p.id2), 0);
 
         a_reader_that_writes_under_a_parked_exclusive_grant_keeps_it_exclusive(&p);
+        a_trylock_with_no_lease_caches_no_grant(&p);
 
         assert_eq!(client::client_deinit(p.c2), 0);
         assert_eq!(client::client_deinit(p.c1), 0);

@@ -284,7 +284,12 @@ impl Caching {
                 Acquire::Send(ServerOp::Acquire(_)) => {
                     let got = ask(client, self);
                     let (status, token) = match got {
-                        Ok(g) => (g.status, g.token.0),
+                        // Granted only if the client's record now holds it in `mode`: a
+                        // trylock with no lease (`expire_time` 0) is the reference's "read the
+                        // cache", answered `Success` by the record with nothing sent, and the
+                        // record must not take it for a grant the server gave.
+                        Ok(g) if holds(client, id, mode) => (g.status, g.token.0),
+                        Ok(_) => (Status::LockNotGet, 0),
                         Err(s) => (s, 0),
                     };
                     let c = self.locks.get_mut(&id)?;
@@ -380,6 +385,13 @@ const fn op_of(m: Mode) -> c_int {
         Mode::Exclusive => LOCK_EXCLUSIVE,
         Mode::Shared => LOCK_SHARED,
     }
+}
+
+/// Whether the client's record of `id` holds it in `mode` (granted by the server).
+fn holds(client: &Client, id: LockId, mode: Mode) -> bool {
+    client
+        .local_lock(id)
+        .is_some_and(|l| l.state.held_mode() == Some(mode))
 }
 
 /// The grant the record of `id` holds, as the lock calls report it.
