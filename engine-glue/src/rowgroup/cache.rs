@@ -42,6 +42,9 @@
 //! end go in one message. A give-back or downgrade the server answers with a status that is
 //! neither a result nor fatal (its reply lost, say) stays owed, the key in the cache, and is
 //! sent again at the next look; a fatal one ends the client, as any ([`super::is_fatal`]). A
+//! downgrade refused while the transaction reads (the server let the grant go at the revoke
+//! timeout) loses the key, reported as a dead client's keys are (`on_lost`, [`Txn::lost`](super::Txn::lost)),
+//! and a key holding nothing is never cached. A
 //! transaction that outlives a revoke by the lease is warned about, as `CachedLocks` warns.
 //!
 //! A key whose cached grant is revoked before the worker took it again from its cache twice
@@ -66,7 +69,7 @@
 use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp};
 use dlock_core::manager::{CachedLock, Demotion};
 use dlock_core::proto::Event;
-use dlock_core::{LockId, LockKind, Mode, Status};
+use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
 
 use dlock_transport::client::Connection;
 use dlock_transport::client::cached::warn_overdue;
@@ -236,6 +239,7 @@ impl<C: Connection> RowGroupLocks<C> {
             if is_fatal(status) {
                 return Err(self.check(status));
             }
+            let held_token = FencingToken(rec.token());
             let token = self.client.local_lock(id).map_or(0, |l| l.token.0);
             match rec.on_reply(status, token) {
                 Reply::Send(next) if status.is_success() => op = next,
@@ -243,8 +247,26 @@ impl<C: Connection> RowGroupLocks<C> {
                     tracing::warn!(lock = ?id, status = %status, "dlock: a cached row-group key's give-back is owed");
                     return Ok((rec, Some(next)));
                 }
+                Reply::Lost => {
+                    self.lose(id, held_token);
+                    return Ok((rec, None));
+                }
                 _ => return Ok((rec, None)),
             }
+        }
+    }
+
+    /// The server no longer held lock `id` (its grant's token `token`) while the open
+    /// transaction read under it (a downgrade refused: the revoke lapsed first): the key is
+    /// lost, as when the client dies, and the transaction must abort.
+    fn lose(&mut self, id: LockId, token: FencingToken) {
+        let Some(&key) = self.ids.get(&id) else {
+            return;
+        };
+        tracing::warn!(lock = ?id, "dlock: a row-group key's grant was lost while a transaction read under it");
+        self.lost.push((key, token));
+        if let Some(f) = self.on_lost.as_mut() {
+            f(key, token);
         }
     }
 
@@ -314,8 +336,12 @@ impl<C: Connection> RowGroupLocks<C> {
         let Some(c) = self.cache.get_mut(&key) else {
             return false;
         };
-        // Only what the grant covers: anything else would put a conversion in flight.
-        let covers = c.rec.held() == Some(Mode::Exclusive) || mode == Mode::Shared;
+        // Only what the grant covers: anything else would put a conversion in flight (or, with
+        // nothing held, an acquisition).
+        let covers = c
+            .rec
+            .held()
+            .is_some_and(|held| held == Mode::Exclusive || mode == Mode::Shared);
         if !covers || c.rec.acquire(mode) != Acquire::Local {
             return false;
         }
@@ -382,6 +408,10 @@ impl<C: Connection> RowGroupLocks<C> {
         for i in from..self.held.len() {
             let mut h = self.held[i];
             let released = h.rec.release(user_mode(&h.rec));
+            if h.rec.held().is_none() {
+                // Lost (reported when it was found): nothing to cache or give back.
+                continue;
+            }
             // A downgrade the server did not answer during the transaction is sent first.
             let mut op = h.owed.take().or(match released {
                 Release::Send(op) => Some(op),
