@@ -79,6 +79,7 @@
 //! | `GiveBack`           | `Success`, `Fail` or `AlreadyUnlocked` | nothing held, revoke cleared | `AskAgain` for a conversion, else `Settled` |
 //! | `Downgrade`          | `Success`              | held shared; a shared revoke answered   | `Send(op)` if a stronger revoke is owed, else `Settled` |
 //! | `Downgrade`          | `Fail`                 | nothing held                            | `Lost` if readers remain, else `Settled` |
+//! | `Downgrade`          | `Einval` or `AlreadyUnlocked` (the client's own record holds nothing exclusive: its failover recovery forgot the grant) | nothing held | `Lost` if readers remain, else `Settled` |
 //! | `GiveBack`, `Downgrade` | anything else (the server is recovering, the reply was lost) | unchanged | `Send(op)` again |
 //!
 //! `Fail` to a give-back or downgrade means the server no longer held the grant for this client:
@@ -425,7 +426,15 @@ impl CachedLock {
                 }
                 self.owed().map_or(Reply::Settled, Reply::Send)
             }
-            Flight::Downgrade if status == Status::Fail => {
+            // `Einval`, `AlreadyUnlocked`: the client's own record no longer holds the lock
+            // exclusive (its failover recovery forgot the grant, `manager::trust`), so it
+            // refuses the downgrade without asking; sent again, it would be refused forever.
+            Flight::Downgrade
+                if matches!(
+                    status,
+                    Status::Fail | Status::Einval | Status::AlreadyUnlocked
+                ) =>
+            {
                 (self.held, self.token) = (None, 0);
                 self.clear_revoke();
                 self.lost = self.readers > 0;

@@ -532,3 +532,32 @@ fn a_reader_of_an_exclusive_grant_that_writes_is_the_writer_a_shared_revoke_wait
     assert_eq!(reading.reader_to_writer(), Acquire::Refuse(Status::Einval));
     assert_eq!(reading.users(), (1, false));
 }
+
+#[test]
+fn a_downgrade_the_clients_own_record_refuses_holds_nothing_and_is_not_sent_again() {
+    for status in [Status::Einval, Status::AlreadyUnlocked] {
+        let mut reading = cached(LockKind::Rw, Some(EX), 1, false);
+        assert_eq!(
+            reading.on_revoke(SH, 5, 0),
+            OnRevoke::Send(ServerOp::Downgrade)
+        );
+        assert_eq!(
+            reading.on_reply(status, 0),
+            Reply::Lost,
+            "{status:?}: the reader was unprotected"
+        );
+        assert_eq!((reading.held(), reading.giving_back()), (None, false));
+        assert_eq!(
+            reading.acquire(SH),
+            Acquire::Wait,
+            "no user until the lost one goes"
+        );
+        assert_eq!(reading.release(SH), Release::Keep);
+        assert_eq!(reading.acquire(SH), Acquire::Send(ServerOp::Acquire(SH)));
+        let mut parked = cached(LockKind::Rw, Some(EX), 0, false);
+        assert_eq!(parked.downgrade(), Some(ServerOp::Downgrade));
+        assert_eq!(parked.on_reply(status, 0), Reply::Settled);
+        assert_eq!(parked.held(), None);
+        parked.check_invariants().unwrap();
+    }
+}
