@@ -327,16 +327,22 @@ impl Caching {
         if !writer && readers == 0 {
             return c.rec.held().map(|_| Err(Status::AlreadyUnlocked));
         }
-        if client.local_lock(id)?.refs != 1 {
+        let l = client.local_lock(id)?;
+        if l.refs > 1 {
             return None;
         }
+        // The client's record holds nothing (refs 0): its failover recovery forgot the grant
+        // (a revoked grant is never re-claimed, `manager::trust`). The use ends all the same,
+        // and what the record believes held goes back (the client's record answers it, with
+        // nothing sent) instead of staying parked for uses the server would not cover.
+        let forgotten = l.state.held_mode().is_none();
         let mode = if writer {
             Mode::Exclusive
         } else {
             Mode::Shared
         };
         let op = match c.rec.release(mode) {
-            Release::Keep if c.let_go => c.rec.give_back(),
+            Release::Keep if c.let_go || forgotten => c.rec.give_back(),
             Release::Keep => None,
             Release::Send(op) => Some(op),
             Release::Refuse(s) => return Some(Err(s)),
@@ -344,7 +350,13 @@ impl Caching {
         match op {
             Some(op) => {
                 c.let_go = false;
-                Some(self.drive(client, id, op).map(|()| recorded(client, id)))
+                let done = self.drive(client, id, op);
+                Some(match done {
+                    // As without caching: the unlock of a grant the client no longer held.
+                    Ok(()) if forgotten => Err(Status::AlreadyUnlocked),
+                    Ok(()) => Ok(recorded(client, id)),
+                    Err(s) => Err(s),
+                })
             }
             None if c.rec.held().is_some() => held_grant(client, id).map(Ok),
             // The server no longer held it (a refused downgrade): the client answers.
