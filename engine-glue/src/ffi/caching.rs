@@ -100,12 +100,20 @@ impl Caching {
         self.locks.contains_key(&id)
     }
 
-    /// Gives `id`'s parked grant back, if it has one (`release_lock`). One that does not reach
-    /// the server stays owed, and the reference's release is refused while it is held.
-    pub(super) fn unpark(&mut self, client: &mut Client, id: LockId) {
-        if let Some(op) = self.locks.get_mut(&id).and_then(|c| c.rec.give_back()) {
-            // A failure stays owed (`drive`).
-            let _ = self.drive(client, id, op);
+    /// Gives `id`'s parked grant back, if it has one (`release_lock`), after what an earlier
+    /// call left owed. One that does not reach the server stays owed, and the failure is the
+    /// answer (the reference's release is refused while the grant is held).
+    pub(super) fn unpark(&mut self, client: &mut Client, id: LockId) -> Result<(), Status> {
+        self.pump(client);
+        let Some(c) = self.locks.get_mut(&id) else {
+            return Ok(());
+        };
+        if c.owed.is_some() {
+            return Err(c.failed);
+        }
+        match c.rec.give_back() {
+            Some(op) => self.drive(client, id, op),
+            None => Ok(()),
         }
     }
 
