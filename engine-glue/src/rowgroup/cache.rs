@@ -86,8 +86,12 @@ pub(super) struct Cached {
     /// (`manager::Demotion`).
     pub(super) reuses: u32,
     /// A give-back or downgrade the server did not answer: sent again at the next look.
-    pub(super) owed: Option<ServerOp>,
+    pub(super) owed: Option<Owed>,
 }
+
+/// An op the server did not answer, and the status its last send failed with (what a call
+/// that must wait for it answers).
+pub(super) type Owed = (ServerOp, Status);
 
 /// The record of a grant the server just gave in `mode` with `token`, one local user (the
 /// transaction) holding it.
@@ -217,19 +221,19 @@ impl<C: Connection> RowGroupLocks<C> {
         let h = &mut self.held[i];
         h.rec = rec;
         h.mode = rec.held().unwrap_or(h.mode);
-        h.owed = owed;
+        h.owed = owed.map(|(op, _)| op);
         Ok(())
     }
 
     /// Sends `op` for lock `id` and hands the reply to `rec`, again while a stronger revoke is
-    /// owed after a success: the record after, and the op still owed when the server did not
-    /// answer. A fatal status ends the client (`Err`).
+    /// owed after a success: the record after, and the op still owed (with the status it
+    /// failed with) when the server did not answer. A fatal status ends the client (`Err`).
     fn drive(
         &mut self,
         id: LockId,
         mut rec: CachedLock,
         mut op: ServerOp,
-    ) -> Result<(CachedLock, Option<ServerOp>), Status> {
+    ) -> Result<(CachedLock, Option<Owed>), Status> {
         loop {
             let sent = match op {
                 ServerOp::Downgrade => self.client.downgrade(id),
@@ -245,7 +249,7 @@ impl<C: Connection> RowGroupLocks<C> {
                 Reply::Send(next) if status.is_success() => op = next,
                 Reply::Send(next) => {
                     tracing::warn!(lock = ?id, status = %status, "dlock: a cached row-group key's give-back is owed");
-                    return Ok((rec, Some(next)));
+                    return Ok((rec, Some((next, status))));
                 }
                 Reply::Lost => {
                     self.lose(id, held_token);
@@ -274,7 +278,7 @@ impl<C: Connection> RowGroupLocks<C> {
     /// its end).
     fn send_owed(&mut self) -> Result<(), Status> {
         for key in std::mem::take(&mut self.owed) {
-            if let Some(op) = self.cache.get_mut(&key).and_then(|c| c.owed.take()) {
+            if let Some((op, _)) = self.cache.get_mut(&key).and_then(|c| c.owed.take()) {
                 self.drive_cached(key, op)?;
             }
         }
@@ -367,7 +371,7 @@ impl<C: Connection> RowGroupLocks<C> {
 
     /// Gives back the cached shared grants of keys the call wants exclusive (the RW lock has
     /// no upgrade): they are then asked for as any key. One the server did not answer stays
-    /// owed, and the call fails with its status.
+    /// owed, and the call fails with its status, as it does while an earlier one is owed.
     pub(super) fn drop_cached_upgrades(
         &mut self,
         wants: &[(RowGroup, Mode)],
@@ -385,17 +389,22 @@ impl<C: Connection> RowGroupLocks<C> {
             // Shared held, exclusive wanted: the record puts the shared grant's give-back in
             // flight (a conversion).
             let (id, asked) = (c.id, c.rec.acquire(Mode::Exclusive));
-            if let Acquire::Send(op) = asked {
-                let rec = self.cache[&key].rec;
-                let (rec, owed) = self.drive(id, rec, op)?;
-                if let Some(op) = owed {
-                    let c = self.cache.get_mut(&key).expect("checked");
-                    (c.rec, c.owed) = (rec, Some(op));
-                    self.owed.push(key);
-                    return Err(Status::BadResponse);
-                }
-                self.cache.remove(&key);
+            let op = match asked {
+                Acquire::Send(op) => op,
+                // Waiting for a give-back or downgrade owed (all a cached key has in flight;
+                // `poll_revokes` just sent it again): its failure is the answer.
+                Acquire::Wait => return Err(c.owed.map_or(Status::Eagain, |(_, s)| s)),
+                Acquire::Local | Acquire::Refuse(_) => continue,
+            };
+            let rec = self.cache[&key].rec;
+            let (rec, owed) = self.drive(id, rec, op)?;
+            if let Some((op, status)) = owed {
+                let c = self.cache.get_mut(&key).expect("checked");
+                (c.rec, c.owed) = (rec, Some((op, status)));
+                self.owed.push(key);
+                return Err(status);
             }
+            self.cache.remove(&key);
         }
         Ok(())
     }
@@ -456,7 +465,7 @@ impl<C: Connection> RowGroupLocks<C> {
 
     /// Keeps `h`, whose `owed` give-back or downgrade the server did not answer, in the cache
     /// until it is sent again.
-    fn keep_owed(&mut self, h: Held, owed: ServerOp) {
+    fn keep_owed(&mut self, h: Held, owed: Owed) {
         self.cache.insert(
             h.key,
             Cached {
@@ -478,7 +487,7 @@ impl<C: Connection> RowGroupLocks<C> {
         let mut rec = h.rec;
         if let Reply::Send(op) = rec.on_reply(status, 0) {
             tracing::warn!(lock = ?h.id, status = %status, "dlock: a cached row-group key's give-back is owed");
-            self.keep_owed(Held { rec, ..h }, op);
+            self.keep_owed(Held { rec, ..h }, (op, status));
         }
     }
 }
