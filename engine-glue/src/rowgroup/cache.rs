@@ -126,8 +126,14 @@ impl<C: Connection> RowGroupLocks<C> {
         let read = self.client.poll_events(|e| events.push(e));
         let mut back = 0;
         let mut failed = None;
+        // Read once per look, and only when something came.
+        let now = if events.is_empty() {
+            0
+        } else {
+            self.client.now_ms()
+        };
         for e in events.drain(..) {
-            match self.on_event(e) {
+            match self.on_event(e, now) {
                 Ok(n) => back += n,
                 Err(s) => failed = failed.or(Some(s)),
             }
@@ -140,9 +146,8 @@ impl<C: Connection> RowGroupLocks<C> {
         Ok(back)
     }
 
-    /// One event; how many cached keys it gave back.
-    fn on_event(&mut self, e: Event) -> Result<usize, Status> {
-        let now = self.client.now_ms();
+    /// One event, read at `now`; how many cached keys it gave back.
+    fn on_event(&mut self, e: Event, now: u64) -> Result<usize, Status> {
         match e {
             Event::Revoke {
                 lock,
@@ -158,6 +163,7 @@ impl<C: Connection> RowGroupLocks<C> {
                     let first = h.rec.revoke().is_none();
                     let act = h.rec.on_revoke(wanted, fence, now);
                     let reuses = h.reuses;
+                    self.held_revoked |= act != OnRevoke::Ignore;
                     if act != OnRevoke::Ignore && first {
                         self.demote(key, reuses);
                     }
@@ -183,6 +189,7 @@ impl<C: Connection> RowGroupLocks<C> {
                 for h in &mut self.held {
                     let _ = h.rec.on_revoke(Mode::Exclusive, u64::MAX, now);
                 }
+                self.held_revoked |= !self.held.is_empty();
                 let keys: Vec<RowGroup> = self.cache.keys().copied().collect();
                 let mut back = 0;
                 for key in keys {
@@ -288,6 +295,14 @@ impl<C: Connection> RowGroupLocks<C> {
     /// Warns of revokes the open transaction outlived by the lease (as `CachedLocks`): the
     /// server has let those keys go.
     fn warn_overdue(&mut self) {
+        // Only once a revoke reached a key of the open transaction (`held_revoked`, cleared
+        // once none is held): every look passes here, and most find nothing to warn of.
+        if self.held.is_empty() {
+            self.held_revoked = false;
+        }
+        if !self.held_revoked {
+            return;
+        }
         let (now, lease_ms) = (self.client.now_ms(), self.lease_ms().max(1));
         for h in &mut self.held {
             warn_overdue(h.id, &h.rec, &mut h.warned, now, lease_ms);
