@@ -3,6 +3,7 @@
 //! calls, the revoke notices the engine has not taken, and its callback.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::ffi::{c_int, c_void};
 
 use dlock_core::manager::CachedLock;
@@ -10,7 +11,7 @@ use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp};
 use dlock_core::proto::Event;
 use dlock_core::table::EVENT_RING_LEN;
 use dlock_core::{LockId, LockKind, Mode, Status};
-use dlock_transport::client::cached::{Notices, warn_overdue};
+use dlock_transport::client::cached::{Notices, drive_op, warn_overdue};
 use dlock_transport::client::{Client, Grant};
 
 use super::types::{DLOCK_REVOKE_ALL, LOCK_EXCLUSIVE, LOCK_SHARED, dlock_revoke};
@@ -229,38 +230,45 @@ impl Caching {
     }
 
     /// Sends `op` (a give-back or downgrade the record put in flight) for `id` and hands the
-    /// reply to the record, again while a stronger revoke is owed after a success. A send
-    /// that fails stays owed (`Err` with its status), sent again at the next look.
+    /// reply to the record, again while it asks ([`drive_op`]). One the server did not answer
+    /// stays owed (`Err` with its status), sent again at the next look.
     pub(super) fn drive(
         &mut self,
         client: &mut Client,
         id: LockId,
-        mut op: ServerOp,
+        op: ServerOp,
     ) -> Result<(), Status> {
         let Some(c) = self.locks.get_mut(&id) else {
             return Ok(());
         };
-        loop {
-            let sent = match op {
-                ServerOp::Downgrade => client.downgrade(id),
-                ServerOp::GiveBack(_) | ServerOp::Acquire(_) => client.unlock(id),
-            };
-            let status = sent.map_or_else(Status::from, |_| Status::Success);
-            let token = client.local_lock(id).map_or(0, |l| l.token.0);
-            match c.rec.on_reply(status, token) {
-                Reply::Send(next) if status.is_success() => op = next,
-                Reply::Send(next) => {
-                    tracing::warn!(lock = ?id, status = %status, "dlock: a cached lock's give-back is owed");
-                    (c.owed, c.failed) = (Some(next), status);
-                    self.watch(id);
-                    return Err(status);
-                }
-                Reply::Lost => {
-                    tracing::warn!(lock = ?id, "dlock: a cached lock's readers lost its grant");
-                    return Err(status);
-                }
-                _ => return Ok(()),
+        let mut cx = (client, c);
+        let Ok(done) = drive_op(
+            &mut cx,
+            op,
+            |(client, _), op| {
+                let sent = match op {
+                    ServerOp::Downgrade => client.downgrade(id),
+                    ServerOp::GiveBack(_) | ServerOp::Acquire(_) => client.unlock(id),
+                };
+                let status = sent.map_or_else(Status::from, |_| Status::Success);
+                let token = client.local_lock(id).map_or(0, |l| l.token.0);
+                Ok::<_, Infallible>((status, token))
+            },
+            |(_, c)| &mut c.rec,
+        );
+        let (_, c) = cx;
+        match done.reply {
+            Reply::Send(next) => {
+                tracing::warn!(lock = ?id, status = %done.status, "dlock: a cached lock's give-back is owed");
+                (c.owed, c.failed) = (Some(next), done.status);
+                self.watch(id);
+                Err(done.status)
             }
+            Reply::Lost => {
+                tracing::warn!(lock = ?id, "dlock: a cached lock's readers lost its grant");
+                Err(done.status)
+            }
+            _ => Ok(()),
         }
     }
 

@@ -72,7 +72,7 @@ use dlock_core::proto::Event;
 use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
 
 use dlock_transport::client::Connection;
-use dlock_transport::client::cached::warn_overdue;
+use dlock_transport::client::cached::{drive_op, warn_overdue};
 
 use super::{Held, RowGroup, RowGroupLocks, is_fatal};
 
@@ -232,38 +232,44 @@ impl<C: Connection> RowGroupLocks<C> {
         Ok(())
     }
 
-    /// Sends `op` for lock `id` and hands the reply to `rec`, again while a stronger revoke is
-    /// owed after a success: the record after, and the op still owed (with the status it
-    /// failed with) when the server did not answer. A fatal status ends the client (`Err`).
+    /// Sends `op` for lock `id` and hands the reply to `rec`, again while it asks
+    /// ([`drive_op`]): the record after, and the op still owed (with the status it failed
+    /// with) when the server did not answer. A fatal status ends the client (`Err`).
     fn drive(
         &mut self,
         id: LockId,
-        mut rec: CachedLock,
-        mut op: ServerOp,
+        rec: CachedLock,
+        op: ServerOp,
     ) -> Result<(CachedLock, Option<Owed>), Status> {
-        loop {
-            let sent = match op {
-                ServerOp::Downgrade => self.client.downgrade(id),
-                ServerOp::GiveBack(_) | ServerOp::Acquire(_) => self.client.unlock(id),
-            };
-            let status = sent.map_or_else(|e| e.status(), |_| Status::Success);
-            if is_fatal(status) {
-                return Err(self.check(status));
-            }
-            let held_token = FencingToken(rec.token());
-            let token = self.client.local_lock(id).map_or(0, |l| l.token.0);
-            match rec.on_reply(status, token) {
-                Reply::Send(next) if status.is_success() => op = next,
-                Reply::Send(next) => {
-                    tracing::warn!(lock = ?id, status = %status, "dlock: a cached row-group key's give-back is owed");
-                    return Ok((rec, Some((next, status))));
+        let held_token = FencingToken(rec.token());
+        let mut cx = (&mut *self, rec);
+        let done = drive_op(
+            &mut cx,
+            op,
+            |(w, _), op| {
+                let sent = match op {
+                    ServerOp::Downgrade => w.client.downgrade(id),
+                    ServerOp::GiveBack(_) | ServerOp::Acquire(_) => w.client.unlock(id),
+                };
+                let status = sent.map_or_else(|e| e.status(), |_| Status::Success);
+                if is_fatal(status) {
+                    return Err(w.check(status));
                 }
-                Reply::Lost => {
-                    self.lose(id, held_token);
-                    return Ok((rec, None));
-                }
-                _ => return Ok((rec, None)),
+                Ok((status, w.client.local_lock(id).map_or(0, |l| l.token.0)))
+            },
+            |(_, rec)| rec,
+        )?;
+        let rec = cx.1;
+        match done.reply {
+            Reply::Send(next) => {
+                tracing::warn!(lock = ?id, status = %done.status, "dlock: a cached row-group key's give-back is owed");
+                Ok((rec, Some((next, done.status))))
             }
+            Reply::Lost => {
+                self.lose(id, held_token);
+                Ok((rec, None))
+            }
+            _ => Ok((rec, None)),
         }
     }
 

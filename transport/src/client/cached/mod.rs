@@ -47,6 +47,7 @@
 //! timeout ([`ClientConfig::revoke_timeout`], the lease by default) — a revoke still on its way
 //! may have lapsed. Every cached lock is then given back and asked for again at its next guard.
 
+mod drive;
 mod guard;
 mod notices;
 mod wait;
@@ -62,6 +63,7 @@ use dlock_core::proto::Event;
 use dlock_core::table::EVENT_RING_LEN;
 use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
 
+pub use drive::{Driven, SENDS_MAX, drive_op};
 pub use guard::{CachedReadGuard, CachedWriteGuard};
 pub use notices::{NOTICES_MAX, Notices};
 pub use wait::{WAIT_SLICE, wait_sliced};
@@ -151,9 +153,6 @@ impl Entry {
         }
     }
 }
-
-/// How often an unanswered give-back is sent again in one go before it waits for the next look.
-const SENDS_MAX: u32 = 3;
 
 impl CachedLocks<Link> {
     /// Registers a new client instance and wraps it.
@@ -317,25 +316,33 @@ impl<C: Connection> State<C> {
     }
 
     /// Sends `op` for `id` and hands the reply to the record, again while the record says it
-    /// is owed (up to [`SENDS_MAX`] times; then at the next look). The record's answer, and
-    /// the error of a refused acquisition.
-    fn drive(&mut self, id: LockId, mut op: ServerOp, wait: Duration) -> (Reply, Option<Error>) {
-        for _ in 0..SENDS_MAX {
-            let (status, err) = self.send(id, op, wait);
-            let e = self.entries.get_mut(&id).expect("a handle's entry");
-            let reply = e.cache.on_reply(status, e.token.0);
-            match reply {
-                Reply::Send(next) => op = next,
-                Reply::Lost => {
-                    tracing::warn!(lock = ?id, "dlock: a cached lock's readers lost its grant");
-                    return (reply, err);
-                }
-                _ => return (reply, err),
+    /// is owed ([`drive_op`]: up to [`SENDS_MAX`] times; then at the next look). The record's
+    /// answer, and the error of a refused acquisition.
+    fn drive(&mut self, id: LockId, op: ServerOp, wait: Duration) -> (Reply, Option<Error>) {
+        let mut err = None;
+        let Ok(done) = drive_op(
+            self,
+            op,
+            |st, op| {
+                let (status, e) = st.send(id, op, wait);
+                err = e;
+                let token = st.entries.get(&id).expect("a handle's entry").token.0;
+                Ok::<_, std::convert::Infallible>((status, token))
+            },
+            |st| &mut st.entries.get_mut(&id).expect("a handle's entry").cache,
+        );
+        match done.reply {
+            Reply::Lost => {
+                tracing::warn!(lock = ?id, "dlock: a cached lock's readers lost its grant");
             }
+            Reply::Send(owed) => {
+                self.entries.get_mut(&id).expect("checked").owed = Some(owed);
+                self.watch(id);
+                return (Reply::Settled, None);
+            }
+            _ => {}
         }
-        self.entries.get_mut(&id).expect("checked").owed = Some(op);
-        self.watch(id);
-        (Reply::Settled, None)
+        (done.reply, err)
     }
 
     /// One message for `id`: the status the server answered, and the error when it is not a
