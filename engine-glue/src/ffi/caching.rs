@@ -36,6 +36,8 @@ pub(super) struct Cached {
     pub(super) let_go: bool,
     /// Its users outlived a revoke by the lease: warned once.
     warned: bool,
+    /// In `Caching::watch` (a flag, not a search of the list: an overflow watches every lock).
+    watched: bool,
 }
 
 impl Cached {
@@ -46,6 +48,7 @@ impl Cached {
             failed: Status::Success,
             let_go: false,
             warned: false,
+            watched: false,
         }
     }
 
@@ -124,9 +127,21 @@ impl Caching {
         self.watch.retain(|&w| w != id);
     }
 
+    /// Enables caching of `id`'s grants (`lock_cache_enable`), with room made now for what
+    /// a look at its revokes lists, so that the look allocates nothing.
+    pub(super) fn enable(&mut self, id: LockId) {
+        self.locks.entry(id).or_insert(Cached::new());
+        let n = self.locks.len();
+        self.watch.reserve(n.saturating_sub(self.watch.len()));
+        self.scratch.reserve(n.saturating_sub(self.scratch.len()));
+    }
+
     /// Visits `id` at every look from now on.
     fn watch(&mut self, id: LockId) {
-        if !self.watch.contains(&id) {
+        if let Some(c) = self.locks.get_mut(&id)
+            && !c.watched
+        {
+            c.watched = true;
             self.watch.push(id);
         }
     }
@@ -191,7 +206,8 @@ impl Caching {
             if let Some(op) = c.owed.take() {
                 owed.push((*id, Some(op)));
             }
-            c.rec.revoke().is_some()
+            c.watched = c.rec.revoke().is_some();
+            c.watched
         });
         self.watch = watch;
         for &(id, op) in &owed {

@@ -139,6 +139,8 @@ struct Entry {
     owed: Option<ServerOp>,
     /// Users outlived a revoke past the lease: warned once.
     warned: bool,
+    /// In [`State::watch`] (a flag, not a search of the list: an overflow watches every lock).
+    watched: bool,
 }
 
 impl Entry {
@@ -150,6 +152,7 @@ impl Entry {
             staged: None,
             owed: None,
             warned: false,
+            watched: false,
         }
     }
 }
@@ -189,6 +192,9 @@ impl<C: Connection> CachedLocks<C> {
         // A waiting call ends its slice when this client is revoked (module doc).
         st.client.set_wake_on_revoke(id, true)?;
         st.entries.entry(id).or_insert(Entry::new());
+        // Room for a look that watches every lock (an overflow), made here rather than there.
+        let n = st.entries.len().saturating_sub(st.watch.len());
+        st.watch.reserve(n);
         Ok(CachedRwLock {
             locks: self.clone(),
             id,
@@ -246,7 +252,8 @@ impl<C: Connection> State<C> {
             if let Some(op) = e.owed.take() {
                 owed.push((*id, op));
             }
-            e.cache.revoke().is_some()
+            e.watched = e.cache.revoke().is_some();
+            e.watched
         });
         self.watch = watch;
         for (id, op) in owed {
@@ -258,7 +265,10 @@ impl<C: Connection> State<C> {
 
     /// Visits `id` at every look from now on (module doc of [`State::watch`]).
     fn watch(&mut self, id: LockId) {
-        if !self.watch.contains(&id) {
+        if let Some(e) = self.entries.get_mut(&id)
+            && !e.watched
+        {
+            e.watched = true;
             self.watch.push(id);
         }
     }
