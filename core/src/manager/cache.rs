@@ -535,12 +535,18 @@ const fn op_of(flight: Flight) -> ServerOp {
 }
 
 /// The client's event ring overflowed, so revokes may have been lost: every cached lock is
-/// treated as revoked for exclusive. `send(i, op)` is told each give-back owed now (lock `i` of
-/// `locks`); the others give back when their users are done.
-pub fn on_overflow(locks: &mut [CachedLock], now_ms: u64, mut send: impl FnMut(usize, ServerOp)) {
-    for (i, lock) in locks.iter_mut().enumerate() {
-        if let OnRevoke::Send(op) = lock.on_revoke(Mode::Exclusive, u64::MAX, now_ms) {
-            send(i, op);
+/// treated as revoked for exclusive. `act(key, what)` is told what each of `locks` (a key and
+/// its record) does about it, unless it ignores it: `Send` a give-back owed now, or `Deferred`
+/// until its users are done.
+pub fn on_overflow<'a, K>(
+    locks: impl IntoIterator<Item = (K, &'a mut CachedLock)>,
+    now_ms: u64,
+    mut act: impl FnMut(K, OnRevoke),
+) {
+    for (key, lock) in locks {
+        match lock.on_revoke(Mode::Exclusive, u64::MAX, now_ms) {
+            OnRevoke::Ignore => {}
+            what => act(key, what),
         }
     }
 }

@@ -252,8 +252,8 @@ fn an_unanswered_give_back_is_sent_again_and_a_refused_one_is_gone() {
 fn a_give_back_the_record_answers_already_unlocked_holds_nothing_and_asks_again() {
     let mut l = cached(LockKind::Rw, Some(EX), 0, false);
     let mut sent = Vec::new();
-    on_overflow(core::slice::from_mut(&mut l), 0, |_, op| sent.push(op));
-    assert_eq!(sent, vec![ServerOp::GiveBack(EX)]);
+    on_overflow([((), &mut l)], 0, |(), act| sent.push(act));
+    assert_eq!(sent, vec![OnRevoke::Send(ServerOp::GiveBack(EX))]);
     assert_eq!(l.on_reply(Status::AlreadyUnlocked, 0), Reply::Settled);
     assert_eq!((l.held(), l.revoke()), (None, None));
     assert_eq!(l.acquire(EX), Acquire::Send(ServerOp::Acquire(EX)));
@@ -283,10 +283,16 @@ fn an_overflow_gives_back_every_idle_lock_and_marks_the_busy_ones() {
         cached(LockKind::Atomic, Some(EX), 0, false),
     ];
     let mut sent = Vec::new();
-    on_overflow(&mut locks, 7, |i, op| sent.push((i, op)));
+    on_overflow(locks.iter_mut().enumerate(), 7, |i, act| {
+        sent.push((i, act))
+    });
     assert_eq!(
         sent,
-        [(0, ServerOp::GiveBack(SH)), (3, ServerOp::GiveBack(EX))]
+        [
+            (0, OnRevoke::Send(ServerOp::GiveBack(SH))),
+            (1, OnRevoke::Deferred),
+            (3, OnRevoke::Send(ServerOp::GiveBack(EX)))
+        ]
     );
     assert_eq!(
         locks[1].revoke(),
@@ -422,8 +428,10 @@ proptest! {
                         users[reader] = EX;
                     }
                 }
-                Ev::Overflow => on_overflow(core::slice::from_mut(&mut l), 0, |_, op| {
-                    send(&mut srv, op)
+                Ev::Overflow => on_overflow([((), &mut l)], 0, |(), act| {
+                    if let OnRevoke::Send(op) = act {
+                        send(&mut srv, op);
+                    }
                 }),
             }
             prop_assert_eq!(l.check_invariants(), Ok(()), "{:?}", l);

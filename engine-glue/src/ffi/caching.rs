@@ -7,6 +7,7 @@ use std::convert::Infallible;
 use std::ffi::{c_int, c_void};
 
 use dlock_core::manager::CachedLock;
+use dlock_core::manager::cache::on_overflow;
 use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp};
 use dlock_core::proto::Event;
 use dlock_core::table::EVENT_RING_LEN;
@@ -178,13 +179,25 @@ impl Caching {
                     }
                 }
                 Event::Overflow => {
-                    let mut ids = std::mem::take(&mut self.scratch);
-                    ids.extend(self.locks.keys().map(|&id| (id, None)));
-                    for &(id, _) in &ids {
-                        self.revoke(client, id, Mode::Exclusive, u64::MAX, now);
+                    // Each lock's act, then carried out (a give-back now, or a watch).
+                    let mut acts = std::mem::take(&mut self.scratch);
+                    let locks = self.locks.iter_mut().map(|(&id, c)| (id, &mut c.rec));
+                    on_overflow(locks, now, |id, act| {
+                        let op = match act {
+                            OnRevoke::Send(op) => Some(op),
+                            OnRevoke::Deferred | OnRevoke::Ignore => None,
+                        };
+                        acts.push((id, op));
+                    });
+                    for &(id, op) in &acts {
+                        match op {
+                            // A failure stays owed (`drive`).
+                            Some(op) => drop(self.drive(client, id, op)),
+                            None => self.watch(id),
+                        }
                     }
-                    ids.clear();
-                    self.scratch = ids;
+                    acts.clear();
+                    self.scratch = acts;
                     self.notices.push(revoke_all());
                 }
             }
@@ -221,7 +234,7 @@ impl Caching {
     }
 
     /// Acts on a revoke of `id` wanting `wanted`, sent when the lock's token was `fence`
-    /// (`u64::MAX`: an overflow, every grant). Whether it concerned a grant held (the record
+    /// (`manager::cache::on_overflow` handles an overflow). Whether it concerned a grant held (the record
     /// ignores a revoke of a lock not held, a stale one, and one its answer is on its way for).
     fn revoke(
         &mut self,

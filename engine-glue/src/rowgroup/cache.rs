@@ -66,7 +66,7 @@
 //! its revokes within a quarter lease; one that does not answer loses the grant at the server's
 //! revoke timeout (the lease by default), which the server then counts (`revokes_lapsed`).
 
-use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp};
+use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp, on_overflow};
 use dlock_core::manager::{CachedLock, Demotion};
 use dlock_core::proto::Event;
 use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
@@ -186,17 +186,23 @@ impl<C: Connection> RowGroupLocks<C> {
                 }
             }
             Event::Overflow => {
-                for h in &mut self.held {
-                    let _ = h.rec.on_revoke(Mode::Exclusive, u64::MAX, now);
-                }
+                // The open transaction's keys have their users: given back at its end.
+                on_overflow(
+                    self.held.iter_mut().map(|h| (h.key, &mut h.rec)),
+                    now,
+                    |_, _| {},
+                );
                 self.held_revoked |= !self.held.is_empty();
-                let keys: Vec<RowGroup> = self.cache.keys().copied().collect();
-                let mut back = 0;
-                for key in keys {
-                    let c = self.cache.get_mut(&key).expect("listed");
-                    if let OnRevoke::Send(op) = c.rec.on_revoke(Mode::Exclusive, u64::MAX, now) {
-                        back += usize::from(self.drive_cached(key, op)?);
+                let mut sends = Vec::new();
+                let cached = self.cache.iter_mut().map(|(&key, c)| (key, &mut c.rec));
+                on_overflow(cached, now, |key, act| {
+                    if let OnRevoke::Send(op) = act {
+                        sends.push((key, op));
                     }
+                });
+                let mut back = 0;
+                for (key, op) in sends {
+                    back += usize::from(self.drive_cached(key, op)?);
                 }
                 Ok(back)
             }

@@ -57,7 +57,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use dlock_core::manager::CachedLock;
-use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp};
+use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp, on_overflow};
 use dlock_core::manager::value::{ValueBlock, ValueRead};
 use dlock_core::proto::Event;
 use dlock_core::table::EVENT_RING_LEN;
@@ -290,11 +290,11 @@ impl<C: Connection> State<C> {
                 self.revoked(lock, act, Revoked::Lock { lock, wanted })
             }
             Event::Overflow => {
-                let ids: Vec<LockId> = self.entries.keys().copied().collect();
+                let mut acts = Vec::new();
+                let locks = self.entries.iter_mut().map(|(&id, e)| (id, &mut e.cache));
+                on_overflow(locks, now, |id, act| acts.push((id, act)));
                 let mut moved = false;
-                for id in ids {
-                    let entry = self.entries.get_mut(&id).expect("listed");
-                    let act = entry.cache.on_revoke(Mode::Exclusive, u64::MAX, now);
+                for (id, act) in acts {
                     moved |= self.revoked(id, act, Revoked::All);
                 }
                 moved
