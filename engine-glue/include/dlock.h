@@ -454,7 +454,8 @@ int clear_client_debug_stats(int client_id);
  * another type); DLOCK_SERVER_NO_RESOURCE; ... */
 int get_lock(int client_id, const struct lock_desc *desc, int *lock_id);
 
-/* -1 for a lock never got or still held; DLOCK_TICKET_TO_UNLOCK; DLOCK_EASYNC. */
+/* -1 for a lock never got or still held; DLOCK_TICKET_TO_UNLOCK; DLOCK_EASYNC; the failure of a
+ * parked cached grant's give-back (DLOCK_BAD_RESPONSE, say: owed, the reference kept). */
 int release_lock(int client_id, int lock_id);
 
 /* lock_ids[i]: the id, or minus the entry's status (<= 0). DLOCK_EINVAL if any desc is bad. */

@@ -75,6 +75,25 @@ fn a_give_back_that_could_not_be_sent_is_sent_again_at_the_next_call() {
             "c1 holds nothing: it asks, and c2 has it"
         );
         assert_eq!(ops::unlock(c2, id2, (&raw mut st).cast()), 0);
+
+        // release_lock's give-back of a parked grant: its failure is the answer, and it is
+        // sent again at the next call.
+        assert_eq!(ops::trylock(c1, &req(id1), (&raw mut st).cast()), 0);
+        assert_eq!(ops::unlock(c1, id1, (&raw mut st).cast()), 0, "parked");
+        assert_eq!(client::drop_data_path(c1), 0);
+        assert_eq!(
+            locks::release_lock(c1, id1),
+            Status::BadResponse.code(),
+            "not given back: the reference stays, and the engine is told why"
+        );
+        assert_eq!(client::client_reinit(c1, std::ptr::null()), 0);
+        assert_eq!(locks::release_lock(c1, id1), 0, "given back, then released");
+        assert_eq!(
+            ops::trylock(c2, &req(id2), (&raw mut st).cast()),
+            0,
+            "the server no longer holds it for c1"
+        );
+        assert_eq!(ops::unlock(c2, id2, (&raw mut st).cast()), 0);
         assert_eq!(client::client_deinit(c2), 0);
         assert_eq!(client::client_deinit(c1), 0);
         client::dclient_lib_deinit();

@@ -10,6 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use dlock_engine_glue::EmbeddedServer;
+use dlock_engine_glue::dlock_core::manager::Timing;
 use dlock_engine_glue::dlock_core::{Config, Mode, Status};
 use dlock_engine_glue::dlock_transport::client::read_server_stats;
 use dlock_engine_glue::rowgroup::{AcquireOptions, RowGroup, RowGroupConfig, RowGroupLocks};
@@ -172,6 +173,100 @@ fn a_transaction_reading_under_a_cached_exclusive_grant_downgrades_it_for_a_read
     );
     assert!(txn.token(key).is_some());
     txn.commit().unwrap();
+}
+
+#[test]
+fn a_transaction_that_writes_a_key_it_read_under_a_cached_exclusive_grant_keeps_it_exclusive() {
+    let s = server();
+    let mut w = worker(&s, true);
+    let key = RowGroup::new(5, 6);
+    take_once(&mut w, key);
+    let mut txn = w.begin();
+    txn.acquire(&[(key, Mode::Shared)], AcquireOptions::NO_WAIT)
+        .unwrap();
+    txn.acquire(&[(key, Mode::Exclusive)], AcquireOptions::NO_WAIT)
+        .unwrap();
+    // A reader elsewhere is refused, and the server revokes the grant for shared.
+    let mut r = worker(&s, false);
+    let read = |r: &mut RowGroupLocks| {
+        let mut rt = r.begin();
+        rt.acquire(&[(key, Mode::Shared)], AcquireOptions::NO_WAIT)?;
+        rt.commit()
+    };
+    assert_eq!(read(&mut r), Err(Status::Fail));
+    let until = Instant::now() + WAIT;
+    while revokes_sent(&s) == 0 && Instant::now() < until {
+        thread::sleep(Duration::from_millis(1));
+    }
+    txn.keep_leases(Instant::now() + Duration::from_secs(3_600))
+        .unwrap();
+    assert_eq!(
+        txn.mode(key),
+        Some(Mode::Exclusive),
+        "not downgraded under the writer"
+    );
+    assert_eq!(
+        read(&mut r),
+        Err(Status::Fail),
+        "no reader beside the writer"
+    );
+    txn.commit().unwrap();
+    assert_eq!(
+        read(&mut r),
+        Ok(()),
+        "downgraded (or given back) at the end"
+    );
+}
+
+#[test]
+fn a_grant_lost_under_a_reading_transaction_is_reported_and_not_cached() {
+    let s = EmbeddedServer::start(EmbeddedServer::config(Config {
+        locks_max: 64,
+        clients_max: 4,
+        objects_max: 4,
+        timing: Timing {
+            revoke_timeout_ms: 100,
+            ..Timing::DEFAULT
+        },
+        ..Config::default()
+    }))
+    .expect("server starts");
+    let mut w = worker(&s, true);
+    let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let told = lost.clone();
+    w.set_on_lost(move |key, _| told.lock().unwrap().push(key));
+    let key = RowGroup::new(5, 7);
+    // Reused twice from the cache: a revoke now does not demote it, so the cache would keep it.
+    for _ in 0..3 {
+        take_once(&mut w, key);
+    }
+    let mut txn = w.begin();
+    txn.acquire(&[(key, Mode::Shared)], AcquireOptions::NO_WAIT)
+        .unwrap();
+    // A reader elsewhere waits; the transaction does not look at its revokes until the server
+    // has let its grant go (the revoke timeout) and granted the reader.
+    let mut r = worker(&s, false);
+    let reader = thread::spawn(move || {
+        let mut rt = r.begin();
+        rt.acquire(&[(key, Mode::Shared)], AcquireOptions::wait(WAIT))?;
+        rt.commit()
+    });
+    assert_eq!(reader.join().unwrap(), Ok(()));
+    // The downgrade the revoke asks for is refused: the grant is gone.
+    txn.keep_leases(Instant::now() + Duration::from_secs(3_600))
+        .unwrap();
+    assert_eq!(
+        txn.lost().iter().map(|&(k, _)| k).collect::<Vec<_>>(),
+        [key]
+    );
+    assert_eq!(*lost.lock().unwrap(), [key], "on_lost told");
+    assert!(txn.commit().is_err(), "the transaction read unprotected");
+    assert_eq!(w.cached_grants(), 0, "nothing held, nothing cached");
+    let mut txn = w.begin();
+    txn.acquire(&[(key, Mode::Shared)], AcquireOptions::NO_WAIT)
+        .unwrap();
+    txn.commit().unwrap();
+    assert_eq!(w.cache_hits(), 3, "asked of the server again");
 }
 
 /// One transaction of `w` taking `key` exclusively (no wait) and committing.

@@ -49,6 +49,17 @@
 //! | `downgrade()` (the engine)            | held exclusive, nothing in flight      | `Some(Downgrade)`: a writer reads on |
 //! | either                                | otherwise                              | `None`                   |
 //!
+//! | `reader_to_writer()` (a reader of the grant now writes) | when                     | then                     |
+//! |---------------------------------------|----------------------------------------|--------------------------|
+//! | held exclusive, one reader, no downgrade in flight | (a pending exclusive revoke is answered when the writer is done) | `Local`: the reader is the writer |
+//! | held exclusive, other readers too     |                                        | `Wait`                   |
+//! | otherwise (no reader, a writer already, held shared, a downgrade in flight or done, users lost) | | `Refuse(Einval)` |
+//!
+//! A reader under an exclusive grant (taken locally, since exclusive covers shared) that goes
+//! on to write must say so: counted as a reader, a revoke wanting shared would downgrade the
+//! grant under its writes. Once the grant is going (or gone) shared there is nothing to write
+//! under, and the conversion is refused as an uncached RW lock refuses `trylock(¬m)`.
+//!
 //! A revoke can overtake the reply that grants the lock: over shared memory the event ring and
 //! the mailbox are two paths, and the client may read the ring first; on a stream the server
 //! sends a client's events ahead of its replies (the trust bound needs that order,
@@ -70,6 +81,7 @@
 //! | `GiveBack`           | `Success`, `Fail` or `AlreadyUnlocked` | nothing held, revoke cleared | `AskAgain` for a conversion, else `Settled` |
 //! | `Downgrade`          | `Success`              | held shared; a shared revoke answered   | `Send(op)` if a stronger revoke is owed, else `Settled` |
 //! | `Downgrade`          | `Fail`                 | nothing held                            | `Lost` if readers remain, else `Settled` |
+//! | `Downgrade`          | `Einval` or `AlreadyUnlocked` (the client's own record holds nothing exclusive: its failover recovery forgot the grant) | nothing held | `Lost` if readers remain, else `Settled` |
 //! | `GiveBack`, `Downgrade` | anything else (the server is recovering, the reply was lost) | unchanged | `Send(op)` again |
 //!
 //! `Fail` to a give-back or downgrade means the server no longer held the grant for this client:
@@ -311,6 +323,26 @@ impl CachedLock {
         self.send(Flight::Downgrade)
     }
 
+    /// The one local reader of an exclusive grant becomes its writer (module doc: the
+    /// `reader_to_writer` table). No message: the server already holds the grant exclusive.
+    #[inline]
+    pub fn reader_to_writer(&mut self) -> Acquire {
+        let downgrading = matches!(self.flight, Some(Flight::Downgrade));
+        if self.held != Some(Mode::Exclusive)
+            || self.readers == 0
+            || self.writer
+            || self.lost
+            || downgrading
+        {
+            return Acquire::Refuse(Status::Einval);
+        }
+        if self.readers > 1 {
+            return Acquire::Wait;
+        }
+        (self.readers, self.writer) = (0, true);
+        Acquire::Local
+    }
+
     /// Whether a give-back or downgrade is in flight: sent, and not answered yet (one whose
     /// reply did not come is sent again, [`Reply::Send`]).
     #[inline]
@@ -397,7 +429,15 @@ impl CachedLock {
                 }
                 self.owed().map_or(Reply::Settled, Reply::Send)
             }
-            Flight::Downgrade if status == Status::Fail => {
+            // `Einval`, `AlreadyUnlocked`: the client's own record no longer holds the lock
+            // exclusive (its failover recovery forgot the grant, `manager::trust`), so it
+            // refuses the downgrade without asking; sent again, it would be refused forever.
+            Flight::Downgrade
+                if matches!(
+                    status,
+                    Status::Fail | Status::Einval | Status::AlreadyUnlocked
+                ) =>
+            {
                 (self.held, self.token) = (None, 0);
                 self.clear_revoke();
                 self.lost = self.readers > 0;
@@ -498,12 +538,18 @@ const fn op_of(flight: Flight) -> ServerOp {
 }
 
 /// The client's event ring overflowed, so revokes may have been lost: every cached lock is
-/// treated as revoked for exclusive. `send(i, op)` is told each give-back owed now (lock `i` of
-/// `locks`); the others give back when their users are done.
-pub fn on_overflow(locks: &mut [CachedLock], now_ms: u64, mut send: impl FnMut(usize, ServerOp)) {
-    for (i, lock) in locks.iter_mut().enumerate() {
-        if let OnRevoke::Send(op) = lock.on_revoke(Mode::Exclusive, u64::MAX, now_ms) {
-            send(i, op);
+/// treated as revoked for exclusive. `act(key, what)` is told what each of `locks` (a key and
+/// its record) does about it, unless it ignores it: `Send` a give-back owed now, or `Deferred`
+/// until its users are done.
+pub fn on_overflow<'a, K>(
+    locks: impl IntoIterator<Item = (K, &'a mut CachedLock)>,
+    now_ms: u64,
+    mut act: impl FnMut(K, OnRevoke),
+) {
+    for (key, lock) in locks {
+        match lock.on_revoke(Mode::Exclusive, u64::MAX, now_ms) {
+            OnRevoke::Ignore => {}
+            what => act(key, what),
         }
     }
 }

@@ -252,8 +252,8 @@ fn an_unanswered_give_back_is_sent_again_and_a_refused_one_is_gone() {
 fn a_give_back_the_record_answers_already_unlocked_holds_nothing_and_asks_again() {
     let mut l = cached(LockKind::Rw, Some(EX), 0, false);
     let mut sent = Vec::new();
-    on_overflow(core::slice::from_mut(&mut l), 0, |_, op| sent.push(op));
-    assert_eq!(sent, vec![ServerOp::GiveBack(EX)]);
+    on_overflow([((), &mut l)], 0, |(), act| sent.push(act));
+    assert_eq!(sent, vec![OnRevoke::Send(ServerOp::GiveBack(EX))]);
     assert_eq!(l.on_reply(Status::AlreadyUnlocked, 0), Reply::Settled);
     assert_eq!((l.held(), l.revoke()), (None, None));
     assert_eq!(l.acquire(EX), Acquire::Send(ServerOp::Acquire(EX)));
@@ -283,10 +283,16 @@ fn an_overflow_gives_back_every_idle_lock_and_marks_the_busy_ones() {
         cached(LockKind::Atomic, Some(EX), 0, false),
     ];
     let mut sent = Vec::new();
-    on_overflow(&mut locks, 7, |i, op| sent.push((i, op)));
+    on_overflow(locks.iter_mut().enumerate(), 7, |i, act| {
+        sent.push((i, act))
+    });
     assert_eq!(
         sent,
-        [(0, ServerOp::GiveBack(SH)), (3, ServerOp::GiveBack(EX))]
+        [
+            (0, OnRevoke::Send(ServerOp::GiveBack(SH))),
+            (1, OnRevoke::Deferred),
+            (3, OnRevoke::Send(ServerOp::GiveBack(EX)))
+        ]
     );
     assert_eq!(
         locks[1].revoke(),
@@ -319,6 +325,7 @@ enum Ev {
     Revoke(Mode),
     Reply(u8),
     Overflow,
+    ReaderToWriter,
 }
 
 fn any_ev() -> impl Strategy<Value = Ev> {
@@ -329,6 +336,7 @@ fn any_ev() -> impl Strategy<Value = Ev> {
         mode().prop_map(Ev::Revoke),
         (0u8..8).prop_map(Ev::Reply),
         Just(Ev::Overflow),
+        Just(Ev::ReaderToWriter),
     ]
 }
 
@@ -413,8 +421,17 @@ proptest! {
                         }
                     }
                 }
-                Ev::Overflow => on_overflow(core::slice::from_mut(&mut l), 0, |_, op| {
-                    send(&mut srv, op)
+                Ev::ReaderToWriter => {
+                    if l.reader_to_writer() == Acquire::Local {
+                        prop_assert_eq!(srv.held, Some(EX), "a writer under a grant not exclusive");
+                        let reader = users.iter().position(|&m| m == SH).expect("the reader");
+                        users[reader] = EX;
+                    }
+                }
+                Ev::Overflow => on_overflow([((), &mut l)], 0, |(), act| {
+                    if let OnRevoke::Send(op) = act {
+                        send(&mut srv, op);
+                    }
                 }),
             }
             prop_assert_eq!(l.check_invariants(), Ok(()), "{:?}", l);
@@ -481,4 +498,74 @@ fn the_engines_downgrade_keeps_its_writer_reading_under_a_shared_grant() {
     let mut parked = cached(LockKind::Rw, Some(EX), 0, false);
     assert_eq!(parked.downgrade(), Some(ServerOp::Downgrade));
     assert_eq!(parked.users(), (0, false));
+}
+
+#[test]
+fn a_reader_of_an_exclusive_grant_that_writes_is_the_writer_a_shared_revoke_waits_for() {
+    let mut l = cached(LockKind::Rw, Some(EX), 0, false);
+    assert_eq!(l.acquire(SH), Acquire::Local, "exclusive covers a read");
+    assert_eq!(l.reader_to_writer(), Acquire::Local);
+    assert_eq!(l.users(), (0, true));
+    l.check_invariants().unwrap();
+    // A revoke wanting shared now waits for the writer: no downgrade under its writes.
+    assert_eq!(l.on_revoke(SH, 5, 0), OnRevoke::Deferred);
+    assert_eq!(l.release(EX), Release::Send(ServerOp::Downgrade));
+    assert_eq!(l.on_reply(Status::Success, 5), Reply::Settled);
+    assert_eq!(l.held(), Some(SH));
+
+    let mut two = cached(LockKind::Rw, Some(EX), 2, false);
+    assert_eq!(
+        two.reader_to_writer(),
+        Acquire::Wait,
+        "the other reader first"
+    );
+    for mut not in [
+        cached(LockKind::Rw, Some(EX), 0, false),
+        cached(LockKind::Rw, Some(EX), 0, true),
+        cached(LockKind::Rw, Some(SH), 1, false),
+        cached(LockKind::Rw, None, 0, false),
+    ] {
+        assert_eq!(
+            not.reader_to_writer(),
+            Acquire::Refuse(Status::Einval),
+            "{not:?}"
+        );
+    }
+    // A shared revoke already downgrading under the reader: nothing exclusive to write under.
+    let mut reading = cached(LockKind::Rw, Some(EX), 1, false);
+    assert_eq!(
+        reading.on_revoke(SH, 5, 0),
+        OnRevoke::Send(ServerOp::Downgrade)
+    );
+    assert_eq!(reading.reader_to_writer(), Acquire::Refuse(Status::Einval));
+    assert_eq!(reading.users(), (1, false));
+}
+
+#[test]
+fn a_downgrade_the_clients_own_record_refuses_holds_nothing_and_is_not_sent_again() {
+    for status in [Status::Einval, Status::AlreadyUnlocked] {
+        let mut reading = cached(LockKind::Rw, Some(EX), 1, false);
+        assert_eq!(
+            reading.on_revoke(SH, 5, 0),
+            OnRevoke::Send(ServerOp::Downgrade)
+        );
+        assert_eq!(
+            reading.on_reply(status, 0),
+            Reply::Lost,
+            "{status:?}: the reader was unprotected"
+        );
+        assert_eq!((reading.held(), reading.giving_back()), (None, false));
+        assert_eq!(
+            reading.acquire(SH),
+            Acquire::Wait,
+            "no user until the lost one goes"
+        );
+        assert_eq!(reading.release(SH), Release::Keep);
+        assert_eq!(reading.acquire(SH), Acquire::Send(ServerOp::Acquire(SH)));
+        let mut parked = cached(LockKind::Rw, Some(EX), 0, false);
+        assert_eq!(parked.downgrade(), Some(ServerOp::Downgrade));
+        assert_eq!(parked.on_reply(status, 0), Reply::Settled);
+        assert_eq!(parked.held(), None);
+        parked.check_invariants().unwrap();
+    }
 }

@@ -57,7 +57,7 @@ use dlock_core::{LockKind, Status};
 use dlock_transport::client::cached::{NOTICES_MAX, wait_sliced};
 use dlock_transport::client::{Client, Grant};
 
-use super::caching::{Cached, Caching, Callback};
+use super::caching::{Caching, Callback};
 use super::client::{Refusals, with_client};
 use super::locks::lock_id;
 use super::types::{dlock_revoke, dlock_revoke_cb_t};
@@ -121,7 +121,7 @@ pub extern "C" fn lock_cache_enable(client_id: c_int, lock_id: c_int, enable: c_
                 }
                 if on {
                     client.set_cacheable(id, true).map_err(Status::from)?;
-                    cache.locks.entry(id).or_insert(Cached::new());
+                    cache.enable(id);
                     return Ok(());
                 }
                 // The parked grant goes back first; one that does not reach the server keeps

@@ -3,14 +3,16 @@
 //! calls, the revoke notices the engine has not taken, and its callback.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::ffi::{c_int, c_void};
 
 use dlock_core::manager::CachedLock;
+use dlock_core::manager::cache::on_overflow;
 use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp};
 use dlock_core::proto::Event;
 use dlock_core::table::EVENT_RING_LEN;
 use dlock_core::{LockId, LockKind, Mode, Status};
-use dlock_transport::client::cached::{Notices, warn_overdue};
+use dlock_transport::client::cached::{Notices, drive_op, warn_overdue};
 use dlock_transport::client::{Client, Grant};
 
 use super::types::{DLOCK_REVOKE_ALL, LOCK_EXCLUSIVE, LOCK_SHARED, dlock_revoke};
@@ -35,6 +37,8 @@ pub(super) struct Cached {
     pub(super) let_go: bool,
     /// Its users outlived a revoke by the lease: warned once.
     warned: bool,
+    /// In `Caching::watch` (a flag, not a search of the list: an overflow watches every lock).
+    watched: bool,
 }
 
 impl Cached {
@@ -45,6 +49,7 @@ impl Cached {
             failed: Status::Success,
             let_go: false,
             warned: false,
+            watched: false,
         }
     }
 
@@ -123,13 +128,20 @@ impl Caching {
         self.locks.contains_key(&id)
     }
 
-    /// Gives `id`'s parked grant back, if it has one (`release_lock`). One that does not reach
-    /// the server stays owed, and the reference's release is refused while it is held.
-    pub(super) fn unpark(&mut self, client: &mut Client, id: LockId) {
-        self.follow_renumbering(client);
-        if let Some(op) = self.locks.get_mut(&id).and_then(|c| c.rec.give_back()) {
-            // A failure stays owed (`drive`).
-            let _ = self.drive(client, id, op);
+    /// Gives `id`'s parked grant back, if it has one (`release_lock`), after what an earlier
+    /// call left owed. One that does not reach the server stays owed, and the failure is the
+    /// answer (the reference's release is refused while the grant is held).
+    pub(super) fn unpark(&mut self, client: &mut Client, id: LockId) -> Result<(), Status> {
+        self.pump(client);
+        let Some(c) = self.locks.get_mut(&id) else {
+            return Ok(());
+        };
+        if c.owed.is_some() {
+            return Err(c.failed);
+        }
+        match c.rec.give_back() {
+            Some(op) => self.drive(client, id, op),
+            None => Ok(()),
         }
     }
 
@@ -139,9 +151,21 @@ impl Caching {
         self.watch.retain(|&w| w != id);
     }
 
+    /// Enables caching of `id`'s grants (`lock_cache_enable`), with room made now for what
+    /// a look at its revokes lists, so that the look allocates nothing.
+    pub(super) fn enable(&mut self, id: LockId) {
+        self.locks.entry(id).or_insert(Cached::new());
+        let n = self.locks.len();
+        self.watch.reserve(n.saturating_sub(self.watch.len()));
+        self.scratch.reserve(n.saturating_sub(self.scratch.len()));
+    }
+
     /// Visits `id` at every look from now on.
     fn watch(&mut self, id: LockId) {
-        if !self.watch.contains(&id) {
+        if let Some(c) = self.locks.get_mut(&id)
+            && !c.watched
+        {
+            c.watched = true;
             self.watch.push(id);
         }
     }
@@ -156,6 +180,11 @@ impl Caching {
         let mut events = std::mem::take(&mut self.events);
         if let Err(e) = client.poll_events(|e| events.push(e)) {
             tracing::debug!(error = %e, "dlock: reading a C client's revokes");
+        }
+        if events.is_empty() && self.watch.is_empty() {
+            // Nothing came and nothing waits: every C call passes here, so no clock is read.
+            self.events = events;
+            return;
         }
         let now = client.now_ms();
         for e in events.drain(..) {
@@ -174,13 +203,25 @@ impl Caching {
                     }
                 }
                 Event::Overflow => {
-                    let mut ids = std::mem::take(&mut self.scratch);
-                    ids.extend(self.locks.keys().map(|&id| (id, None)));
-                    for &(id, _) in &ids {
-                        self.revoke(client, id, Mode::Exclusive, u64::MAX, now);
+                    // Each lock's act, then carried out (a give-back now, or a watch).
+                    let mut acts = std::mem::take(&mut self.scratch);
+                    let locks = self.locks.iter_mut().map(|(&id, c)| (id, &mut c.rec));
+                    on_overflow(locks, now, |id, act| {
+                        let op = match act {
+                            OnRevoke::Send(op) => Some(op),
+                            OnRevoke::Deferred | OnRevoke::Ignore => None,
+                        };
+                        acts.push((id, op));
+                    });
+                    for &(id, op) in &acts {
+                        match op {
+                            // A failure stays owed (`drive`).
+                            Some(op) => drop(self.drive(client, id, op)),
+                            None => self.watch(id),
+                        }
                     }
-                    ids.clear();
-                    self.scratch = ids;
+                    acts.clear();
+                    self.scratch = acts;
                     self.notices.push(revoke_all());
                 }
             }
@@ -202,7 +243,8 @@ impl Caching {
             if let Some(op) = c.owed.take() {
                 owed.push((*id, Some(op)));
             }
-            c.rec.revoke().is_some()
+            c.watched = c.rec.revoke().is_some();
+            c.watched
         });
         self.watch = watch;
         for &(id, op) in &owed {
@@ -216,7 +258,7 @@ impl Caching {
     }
 
     /// Acts on a revoke of `id` wanting `wanted`, sent when the lock's token was `fence`
-    /// (`u64::MAX`: an overflow, every grant). Whether it concerned a grant held (the record
+    /// (`manager::cache::on_overflow` handles an overflow). Whether it concerned a grant held (the record
     /// ignores a revoke of a lock not held, a stale one, and one its answer is on its way for).
     fn revoke(
         &mut self,
@@ -241,38 +283,45 @@ impl Caching {
     }
 
     /// Sends `op` (a give-back or downgrade the record put in flight) for `id` and hands the
-    /// reply to the record, again while a stronger revoke is owed after a success. A send
-    /// that fails stays owed (`Err` with its status), sent again at the next look.
+    /// reply to the record, again while it asks ([`drive_op`]). One the server did not answer
+    /// stays owed (`Err` with its status), sent again at the next look.
     pub(super) fn drive(
         &mut self,
         client: &mut Client,
         id: LockId,
-        mut op: ServerOp,
+        op: ServerOp,
     ) -> Result<(), Status> {
         let Some(c) = self.locks.get_mut(&id) else {
             return Ok(());
         };
-        loop {
-            let sent = match op {
-                ServerOp::Downgrade => client.downgrade(id),
-                ServerOp::GiveBack(_) | ServerOp::Acquire(_) => client.unlock(id),
-            };
-            let status = sent.map_or_else(Status::from, |_| Status::Success);
-            let token = client.local_lock(id).map_or(0, |l| l.token.0);
-            match c.rec.on_reply(status, token) {
-                Reply::Send(next) if status.is_success() => op = next,
-                Reply::Send(next) => {
-                    tracing::warn!(lock = ?id, status = %status, "dlock: a cached lock's give-back is owed");
-                    (c.owed, c.failed) = (Some(next), status);
-                    self.watch(id);
-                    return Err(status);
-                }
-                Reply::Lost => {
-                    tracing::warn!(lock = ?id, "dlock: a cached lock's readers lost its grant");
-                    return Err(status);
-                }
-                _ => return Ok(()),
+        let mut cx = (client, c);
+        let Ok(done) = drive_op(
+            &mut cx,
+            op,
+            |(client, _), op| {
+                let sent = match op {
+                    ServerOp::Downgrade => client.downgrade(id),
+                    ServerOp::GiveBack(_) | ServerOp::Acquire(_) => client.unlock(id),
+                };
+                let status = sent.map_or_else(Status::from, |_| Status::Success);
+                let token = client.local_lock(id).map_or(0, |l| l.token.0);
+                Ok::<_, Infallible>((status, token))
+            },
+            |(_, c)| &mut c.rec,
+        );
+        let (_, c) = cx;
+        match done.reply {
+            Reply::Send(next) => {
+                tracing::warn!(lock = ?id, status = %done.status, "dlock: a cached lock's give-back is owed");
+                (c.owed, c.failed) = (Some(next), done.status);
+                self.watch(id);
+                Err(done.status)
             }
+            Reply::Lost => {
+                tracing::warn!(lock = ?id, "dlock: a cached lock's readers lost its grant");
+                Err(done.status)
+            }
+            _ => Ok(()),
         }
     }
 
@@ -290,15 +339,31 @@ impl Caching {
         self.pump(client);
         loop {
             let c = self.locks.get_mut(&id)?;
-            if c.rec.users() != (0, false) {
-                return None;
+            match c.rec.users() {
+                (0, false) => {}
+                // A use reading under the parked exclusive grant goes on to write: the record
+                // must count a writer, or a revoke wanting shared would downgrade the grant
+                // under its writes. The client's record (exclusive) counts the re-entry.
+                (_, false) if mode == Mode::Exclusive => {
+                    return match c.rec.reader_to_writer() {
+                        Acquire::Local => None,
+                        Acquire::Refuse(s) => Some(Err(s)),
+                        Acquire::Wait | Acquire::Send(_) => Some(Err(Status::Einval)),
+                    };
+                }
+                _ => return None,
             }
             match c.rec.acquire(mode) {
                 Acquire::Local => return Some(held_grant(client, id).ok_or(Status::LockNotGet)),
                 Acquire::Send(ServerOp::Acquire(_)) => {
                     let got = ask(client, self);
                     let (status, token) = match got {
-                        Ok(g) => (g.status, g.token.0),
+                        // Granted only if the client's record now holds it in `mode`: a
+                        // trylock with no lease (`expire_time` 0) is the reference's "read the
+                        // cache", answered `Success` by the record with nothing sent, and the
+                        // record must not take it for a grant the server gave.
+                        Ok(g) if holds(client, id, mode) => (g.status, g.token.0),
+                        Ok(_) => (Status::LockNotGet, 0),
                         Err(s) => (s, 0),
                     };
                     let c = self.locks.get_mut(&id)?;
@@ -336,16 +401,22 @@ impl Caching {
         if !writer && readers == 0 {
             return c.rec.held().map(|_| Err(Status::AlreadyUnlocked));
         }
-        if client.local_lock(id)?.refs != 1 {
+        let l = client.local_lock(id)?;
+        if l.refs > 1 {
             return None;
         }
+        // The client's record holds nothing (refs 0): its failover recovery forgot the grant
+        // (a revoked grant is never re-claimed, `manager::trust`). The use ends all the same,
+        // and what the record believes held goes back (the client's record answers it, with
+        // nothing sent) instead of staying parked for uses the server would not cover.
+        let forgotten = l.state.held_mode().is_none();
         let mode = if writer {
             Mode::Exclusive
         } else {
             Mode::Shared
         };
         let op = match c.rec.release(mode) {
-            Release::Keep if c.let_go => c.rec.give_back(),
+            Release::Keep if c.let_go || forgotten => c.rec.give_back(),
             Release::Keep => None,
             Release::Send(op) => Some(op),
             Release::Refuse(s) => return Some(Err(s)),
@@ -353,7 +424,13 @@ impl Caching {
         match op {
             Some(op) => {
                 c.let_go = false;
-                Some(self.drive(client, id, op).map(|()| recorded(client, id)))
+                let done = self.drive(client, id, op);
+                Some(match done {
+                    // As without caching: the unlock of a grant the client no longer held.
+                    Ok(()) if forgotten => Err(Status::AlreadyUnlocked),
+                    Ok(()) => Ok(recorded(client, id)),
+                    Err(s) => Err(s),
+                })
             }
             None if c.rec.held().is_some() => held_grant(client, id).map(Ok),
             // The server no longer held it (a refused downgrade): the client answers.
@@ -394,6 +471,13 @@ const fn op_of(m: Mode) -> c_int {
         Mode::Exclusive => LOCK_EXCLUSIVE,
         Mode::Shared => LOCK_SHARED,
     }
+}
+
+/// Whether the client's record of `id` holds it in `mode` (granted by the server).
+fn holds(client: &Client, id: LockId, mode: Mode) -> bool {
+    client
+        .local_lock(id)
+        .is_some_and(|l| l.state.held_mode() == Some(mode))
 }
 
 /// The grant the record of `id` holds, as the lock calls report it.

@@ -80,14 +80,16 @@ pub unsafe extern "C" fn get_lock(
 /// `dclient_lib_init`, for an unknown client, a lock it never got and a lock it holds (a
 /// parked cached grant is not in use: it is given back first, and caching ends with the
 /// reference); `DLOCK_TICKET_TO_UNLOCK` while a fair ticket is held; `DLOCK_EASYNC` while an
-/// async operation on it is outstanding.
+/// async operation on it is outstanding; the failure of a parked grant's give-back that did
+/// not reach the server (`DLOCK_BAD_RESPONSE`, say: owed, sent again at the client's next
+/// call, and the reference is kept).
 #[unsafe(no_mangle)]
 pub extern "C" fn release_lock(client_id: c_int, lock_id: c_int) -> c_int {
     guard(|| {
         with_client(client_id, Refusals::CONTROL, |slot| {
             let released = super::locks::lock_id(lock_id).and_then(|id| {
                 // A parked cached grant has no user: it goes back with the reference.
-                slot.cache.unpark(&mut slot.client, id);
+                slot.cache.unpark(&mut slot.client, id)?;
                 slot.client.release_lock(id).map_err(Status::from)?;
                 slot.cache.forget(id);
                 Ok(())

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use dlock_core::config::BATCH_MAX;
+use dlock_core::manager::cache::Acquire;
 use dlock_core::{LockId, LockKind, Mode, Status};
 use dlock_transport::client::cached::wait_sliced;
 use dlock_transport::client::{Connection, Grant};
@@ -30,6 +31,13 @@ impl Want {
     fn id(&self) -> LockId {
         self.id.expect("resolve fills every id before take")
     }
+}
+
+/// `plan`'s two passes over the keys already held: refuse before changing any.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    Check,
+    Write,
 }
 
 /// Sorts a key's requests exclusive first, so merging keeps the stronger mode.
@@ -72,7 +80,9 @@ impl<C: Connection> RowGroupLocks<C> {
     }
 
     /// Fills `todo` with the keys not held yet, sorted and merged; `Einval` (nothing taken) for
-    /// an upgrade of a key held shared.
+    /// an upgrade of a key held shared. A key the transaction reads under a cached exclusive
+    /// grant and now wants exclusive becomes its record's writer: counted as a reader, a revoke
+    /// wanting shared would downgrade the grant under its writes.
     fn plan(&mut self, requests: &[(RowGroup, Mode)]) -> Result<(), Status> {
         self.todo.clear();
         self.todo.extend(requests.iter().map(|&(key, mode)| Want {
@@ -83,12 +93,24 @@ impl<C: Connection> RowGroupLocks<C> {
         self.todo
             .sort_unstable_by_key(|w| (w.key, strength(w.mode)));
         self.todo.dedup_by_key(|w| w.key);
-        for w in &self.todo {
-            if let Ok(i) = self.find(w.key)
-                && self.held[i].mode == Mode::Shared
-                && w.mode == Mode::Exclusive
-            {
-                return Err(Status::Einval);
+        for pass in [Pass::Check, Pass::Write] {
+            for w in &self.todo {
+                let Ok(i) = self.find(w.key) else { continue };
+                let h = &mut self.held[i];
+                if w.mode != Mode::Exclusive || h.rec.users().1 {
+                    continue;
+                }
+                if h.mode == Mode::Shared {
+                    return Err(Status::Einval);
+                }
+                // A reader of an exclusive grant (taken from the cache for a read).
+                let mut rec = h.rec;
+                if rec.reader_to_writer() != Acquire::Local {
+                    return Err(Status::Einval);
+                }
+                if pass == Pass::Write {
+                    h.rec = rec;
+                }
             }
         }
         let held = &self.held;

@@ -30,6 +30,7 @@
 //! | cached (no transaction)      | shared, held exclusive | downgraded now                      |
 //! | cached (no transaction)      | otherwise | given back now                                   |
 //! | held by the open transaction, read under an exclusive grant | shared | downgraded now; it reads on |
+//! | held by the open transaction, read under an exclusive grant, then asked for exclusive | shared | downgraded when the transaction ends: it writes (`CachedLock::reader_to_writer`) |
 //! | held by the open transaction | exclusive, or shared while it writes | given back (or downgraded) when the transaction ends |
 //! | (an event-ring overflow)     | —         | every cached key given back, every held key at the end |
 //!
@@ -41,6 +42,9 @@
 //! end go in one message. A give-back or downgrade the server answers with a status that is
 //! neither a result nor fatal (its reply lost, say) stays owed, the key in the cache, and is
 //! sent again at the next look; a fatal one ends the client, as any ([`super::is_fatal`]). A
+//! downgrade refused while the transaction reads (the server let the grant go at the revoke
+//! timeout) loses the key, reported as a dead client's keys are (`on_lost`, [`Txn::lost`](super::Txn::lost)),
+//! and a key holding nothing is never cached. A
 //! transaction that outlives a revoke by the lease is warned about, as `CachedLocks` warns.
 //!
 //! A key whose cached grant is revoked before the worker took it again from its cache twice
@@ -62,13 +66,13 @@
 //! its revokes within a quarter lease; one that does not answer loses the grant at the server's
 //! revoke timeout (the lease by default), which the server then counts (`revokes_lapsed`).
 
-use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp};
+use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp, on_overflow};
 use dlock_core::manager::{CachedLock, Demotion};
 use dlock_core::proto::Event;
-use dlock_core::{LockId, LockKind, Mode, Status};
+use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
 
 use dlock_transport::client::Connection;
-use dlock_transport::client::cached::warn_overdue;
+use dlock_transport::client::cached::{drive_op, warn_overdue};
 
 use super::{Held, RowGroup, RowGroupLocks, is_fatal};
 
@@ -82,8 +86,12 @@ pub(super) struct Cached {
     /// (`manager::Demotion`).
     pub(super) reuses: u32,
     /// A give-back or downgrade the server did not answer: sent again at the next look.
-    pub(super) owed: Option<ServerOp>,
+    pub(super) owed: Option<Owed>,
 }
+
+/// An op the server did not answer, and the status its last send failed with (what a call
+/// that must wait for it answers).
+pub(super) type Owed = (ServerOp, Status);
 
 /// The record of a grant the server just gave in `mode` with `token`, one local user (the
 /// transaction) holding it.
@@ -118,8 +126,14 @@ impl<C: Connection> RowGroupLocks<C> {
         let read = self.client.poll_events(|e| events.push(e));
         let mut back = 0;
         let mut failed = None;
+        // Read once per look, and only when something came.
+        let now = if events.is_empty() {
+            0
+        } else {
+            self.client.now_ms()
+        };
         for e in events.drain(..) {
-            match self.on_event(e) {
+            match self.on_event(e, now) {
                 Ok(n) => back += n,
                 Err(s) => failed = failed.or(Some(s)),
             }
@@ -132,9 +146,8 @@ impl<C: Connection> RowGroupLocks<C> {
         Ok(back)
     }
 
-    /// One event; how many cached keys it gave back.
-    fn on_event(&mut self, e: Event) -> Result<usize, Status> {
-        let now = self.client.now_ms();
+    /// One event, read at `now`; how many cached keys it gave back.
+    fn on_event(&mut self, e: Event, now: u64) -> Result<usize, Status> {
         match e {
             Event::Revoke {
                 lock,
@@ -150,6 +163,7 @@ impl<C: Connection> RowGroupLocks<C> {
                     let first = h.rec.revoke().is_none();
                     let act = h.rec.on_revoke(wanted, fence, now);
                     let reuses = h.reuses;
+                    self.held_revoked |= act != OnRevoke::Ignore;
                     if act != OnRevoke::Ignore && first {
                         self.demote(key, reuses);
                     }
@@ -172,16 +186,23 @@ impl<C: Connection> RowGroupLocks<C> {
                 }
             }
             Event::Overflow => {
-                for h in &mut self.held {
-                    let _ = h.rec.on_revoke(Mode::Exclusive, u64::MAX, now);
-                }
-                let keys: Vec<RowGroup> = self.cache.keys().copied().collect();
-                let mut back = 0;
-                for key in keys {
-                    let c = self.cache.get_mut(&key).expect("listed");
-                    if let OnRevoke::Send(op) = c.rec.on_revoke(Mode::Exclusive, u64::MAX, now) {
-                        back += usize::from(self.drive_cached(key, op)?);
+                // The open transaction's keys have their users: given back at its end.
+                on_overflow(
+                    self.held.iter_mut().map(|h| (h.key, &mut h.rec)),
+                    now,
+                    |_, _| {},
+                );
+                self.held_revoked |= !self.held.is_empty();
+                let mut sends = Vec::new();
+                let cached = self.cache.iter_mut().map(|(&key, c)| (key, &mut c.rec));
+                on_overflow(cached, now, |key, act| {
+                    if let OnRevoke::Send(op) = act {
+                        sends.push((key, op));
                     }
+                });
+                let mut back = 0;
+                for (key, op) in sends {
+                    back += usize::from(self.drive_cached(key, op)?);
                 }
                 Ok(back)
             }
@@ -213,37 +234,62 @@ impl<C: Connection> RowGroupLocks<C> {
         let h = &mut self.held[i];
         h.rec = rec;
         h.mode = rec.held().unwrap_or(h.mode);
-        h.owed = owed;
+        h.owed = owed.map(|(op, _)| op);
         Ok(())
     }
 
-    /// Sends `op` for lock `id` and hands the reply to `rec`, again while a stronger revoke is
-    /// owed after a success: the record after, and the op still owed when the server did not
-    /// answer. A fatal status ends the client (`Err`).
+    /// Sends `op` for lock `id` and hands the reply to `rec`, again while it asks
+    /// ([`drive_op`]): the record after, and the op still owed (with the status it failed
+    /// with) when the server did not answer. A fatal status ends the client (`Err`).
     fn drive(
         &mut self,
         id: LockId,
-        mut rec: CachedLock,
-        mut op: ServerOp,
-    ) -> Result<(CachedLock, Option<ServerOp>), Status> {
-        loop {
-            let sent = match op {
-                ServerOp::Downgrade => self.client.downgrade(id),
-                ServerOp::GiveBack(_) | ServerOp::Acquire(_) => self.client.unlock(id),
-            };
-            let status = sent.map_or_else(|e| e.status(), |_| Status::Success);
-            if is_fatal(status) {
-                return Err(self.check(status));
-            }
-            let token = self.client.local_lock(id).map_or(0, |l| l.token.0);
-            match rec.on_reply(status, token) {
-                Reply::Send(next) if status.is_success() => op = next,
-                Reply::Send(next) => {
-                    tracing::warn!(lock = ?id, status = %status, "dlock: a cached row-group key's give-back is owed");
-                    return Ok((rec, Some(next)));
+        rec: CachedLock,
+        op: ServerOp,
+    ) -> Result<(CachedLock, Option<Owed>), Status> {
+        let held_token = FencingToken(rec.token());
+        let mut cx = (&mut *self, rec);
+        let done = drive_op(
+            &mut cx,
+            op,
+            |(w, _), op| {
+                let sent = match op {
+                    ServerOp::Downgrade => w.client.downgrade(id),
+                    ServerOp::GiveBack(_) | ServerOp::Acquire(_) => w.client.unlock(id),
+                };
+                let status = sent.map_or_else(|e| e.status(), |_| Status::Success);
+                if is_fatal(status) {
+                    return Err(w.check(status));
                 }
-                _ => return Ok((rec, None)),
+                Ok((status, w.client.local_lock(id).map_or(0, |l| l.token.0)))
+            },
+            |(_, rec)| rec,
+        )?;
+        let rec = cx.1;
+        match done.reply {
+            Reply::Send(next) => {
+                tracing::warn!(lock = ?id, status = %done.status, "dlock: a cached row-group key's give-back is owed");
+                Ok((rec, Some((next, done.status))))
             }
+            Reply::Lost => {
+                self.lose(id, held_token);
+                Ok((rec, None))
+            }
+            _ => Ok((rec, None)),
+        }
+    }
+
+    /// The server no longer held lock `id` (its grant's token `token`) while the open
+    /// transaction read under it (a downgrade refused: the revoke lapsed first): the key is
+    /// lost, as when the client dies, and the transaction must abort.
+    fn lose(&mut self, id: LockId, token: FencingToken) {
+        let Some(&key) = self.ids.get(&id) else {
+            return;
+        };
+        tracing::warn!(lock = ?id, "dlock: a row-group key's grant was lost while a transaction read under it");
+        self.lost.push((key, token));
+        if let Some(f) = self.on_lost.as_mut() {
+            f(key, token);
         }
     }
 
@@ -251,7 +297,7 @@ impl<C: Connection> RowGroupLocks<C> {
     /// its end).
     fn send_owed(&mut self) -> Result<(), Status> {
         for key in std::mem::take(&mut self.owed) {
-            if let Some(op) = self.cache.get_mut(&key).and_then(|c| c.owed.take()) {
+            if let Some((op, _)) = self.cache.get_mut(&key).and_then(|c| c.owed.take()) {
                 self.drive_cached(key, op)?;
             }
         }
@@ -261,6 +307,14 @@ impl<C: Connection> RowGroupLocks<C> {
     /// Warns of revokes the open transaction outlived by the lease (as `CachedLocks`): the
     /// server has let those keys go.
     fn warn_overdue(&mut self) {
+        // Only once a revoke reached a key of the open transaction (`held_revoked`, cleared
+        // once none is held): every look passes here, and most find nothing to warn of.
+        if self.held.is_empty() {
+            self.held_revoked = false;
+        }
+        if !self.held_revoked {
+            return;
+        }
         let (now, lease_ms) = (self.client.now_ms(), self.lease_ms().max(1));
         for h in &mut self.held {
             warn_overdue(h.id, &h.rec, &mut h.warned, now, lease_ms);
@@ -313,8 +367,12 @@ impl<C: Connection> RowGroupLocks<C> {
         let Some(c) = self.cache.get_mut(&key) else {
             return false;
         };
-        // Only what the grant covers: anything else would put a conversion in flight.
-        let covers = c.rec.held() == Some(Mode::Exclusive) || mode == Mode::Shared;
+        // Only what the grant covers: anything else would put a conversion in flight (or, with
+        // nothing held, an acquisition).
+        let covers = c
+            .rec
+            .held()
+            .is_some_and(|held| held == Mode::Exclusive || mode == Mode::Shared);
         if !covers || c.rec.acquire(mode) != Acquire::Local {
             return false;
         }
@@ -340,7 +398,7 @@ impl<C: Connection> RowGroupLocks<C> {
 
     /// Gives back the cached shared grants of keys the call wants exclusive (the RW lock has
     /// no upgrade): they are then asked for as any key. One the server did not answer stays
-    /// owed, and the call fails with its status.
+    /// owed, and the call fails with its status, as it does while an earlier one is owed.
     pub(super) fn drop_cached_upgrades(
         &mut self,
         wants: &[(RowGroup, Mode)],
@@ -358,17 +416,22 @@ impl<C: Connection> RowGroupLocks<C> {
             // Shared held, exclusive wanted: the record puts the shared grant's give-back in
             // flight (a conversion).
             let (id, asked) = (c.id, c.rec.acquire(Mode::Exclusive));
-            if let Acquire::Send(op) = asked {
-                let rec = self.cache[&key].rec;
-                let (rec, owed) = self.drive(id, rec, op)?;
-                if let Some(op) = owed {
-                    let c = self.cache.get_mut(&key).expect("checked");
-                    (c.rec, c.owed) = (rec, Some(op));
-                    self.owed.push(key);
-                    return Err(Status::BadResponse);
-                }
-                self.cache.remove(&key);
+            let op = match asked {
+                Acquire::Send(op) => op,
+                // Waiting for a give-back or downgrade owed (all a cached key has in flight;
+                // `poll_revokes` just sent it again): its failure is the answer.
+                Acquire::Wait => return Err(c.owed.map_or(Status::Eagain, |(_, s)| s)),
+                Acquire::Local | Acquire::Refuse(_) => continue,
+            };
+            let rec = self.cache[&key].rec;
+            let (rec, owed) = self.drive(id, rec, op)?;
+            if let Some((op, status)) = owed {
+                let c = self.cache.get_mut(&key).expect("checked");
+                (c.rec, c.owed) = (rec, Some((op, status)));
+                self.owed.push(key);
+                return Err(status);
             }
+            self.cache.remove(&key);
         }
         Ok(())
     }
@@ -381,6 +444,10 @@ impl<C: Connection> RowGroupLocks<C> {
         for i in from..self.held.len() {
             let mut h = self.held[i];
             let released = h.rec.release(user_mode(&h.rec));
+            if h.rec.held().is_none() {
+                // Lost (reported when it was found): nothing to cache or give back.
+                continue;
+            }
             // A downgrade the server did not answer during the transaction is sent first.
             let mut op = h.owed.take().or(match released {
                 Release::Send(op) => Some(op),
@@ -425,7 +492,7 @@ impl<C: Connection> RowGroupLocks<C> {
 
     /// Keeps `h`, whose `owed` give-back or downgrade the server did not answer, in the cache
     /// until it is sent again.
-    fn keep_owed(&mut self, h: Held, owed: ServerOp) {
+    fn keep_owed(&mut self, h: Held, owed: Owed) {
         self.cache.insert(
             h.key,
             Cached {
@@ -447,7 +514,7 @@ impl<C: Connection> RowGroupLocks<C> {
         let mut rec = h.rec;
         if let Reply::Send(op) = rec.on_reply(status, 0) {
             tracing::warn!(lock = ?h.id, status = %status, "dlock: a cached row-group key's give-back is owed");
-            self.keep_owed(Held { rec, ..h }, op);
+            self.keep_owed(Held { rec, ..h }, (op, status));
         }
     }
 }

@@ -264,6 +264,9 @@ pub struct RowGroupLocks<C: Connection = Link> {
     ids: HashMap<LockId, RowGroup>,
     /// Cached keys with a give-back or downgrade the server did not answer (`cache.rs`).
     owed: Vec<RowGroup>,
+    /// A revoke reached a key of the open transaction: its users may outlive it, so each look
+    /// checks for an overdue one (`cache.rs`).
+    held_revoked: bool,
     /// Events read off the connection (kept for its capacity).
     events: Vec<dlock_core::proto::Event>,
     /// Keys taken from the cache, with no message.
@@ -316,6 +319,7 @@ impl<C: Connection> RowGroupLocks<C> {
             cache: HashMap::new(),
             ids: HashMap::with_capacity(cfg.names_max),
             owed: Vec::new(),
+            held_revoked: false,
             events: Vec::with_capacity(dlock_core::table::EVENT_RING_LEN + 1),
             cache_hits: 0,
             cache_filter: None,

@@ -52,6 +52,7 @@
 //! timeout ([`ClientConfig::revoke_timeout`], the lease by default) — a revoke still on its way
 //! may have lapsed. Every cached lock is then given back and asked for again at its next guard.
 
+mod drive;
 mod guard;
 mod notices;
 mod wait;
@@ -61,12 +62,13 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use dlock_core::manager::CachedLock;
-use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp};
+use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp, on_overflow};
 use dlock_core::manager::value::{ValueBlock, ValueRead};
 use dlock_core::proto::Event;
 use dlock_core::table::EVENT_RING_LEN;
 use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
 
+pub use drive::{Driven, SENDS_MAX, drive_op};
 pub use guard::{CachedReadGuard, CachedWriteGuard};
 pub use notices::{NOTICES_MAX, Notices};
 pub use wait::{WAIT_SLICE, wait_sliced};
@@ -148,6 +150,8 @@ struct Entry {
     owed: Option<ServerOp>,
     /// Users outlived a revoke past the lease: warned once.
     warned: bool,
+    /// In [`State::watch`] (a flag, not a search of the list: an overflow watches every lock).
+    watched: bool,
 }
 
 impl Entry {
@@ -159,6 +163,7 @@ impl Entry {
             staged: None,
             owed: None,
             warned: false,
+            watched: false,
         }
     }
 }
@@ -172,9 +177,6 @@ struct Handle {
     /// next use asks for the lock again.
     forgotten: bool,
 }
-
-/// How often an unanswered give-back is sent again in one go before it waits for the next look.
-const SENDS_MAX: u32 = 3;
 
 impl CachedLocks<Link> {
     /// Registers a new client instance and wraps it.
@@ -211,6 +213,9 @@ impl<C: Connection> CachedLocks<C> {
         let mut st = self.state();
         st.follow_renumbering();
         let id = st.reference(name)?;
+        // Room for a look that watches every lock (an overflow), made here rather than there.
+        let n = st.entries.len().saturating_sub(st.watch.len());
+        st.watch.reserve(n);
         let key = match st.handles.iter().position(|h| *h.name == *name) {
             Some(key) => key,
             None => {
@@ -296,8 +301,9 @@ impl<C: Connection> State<C> {
         // The watch list named the old ids: it is rebuilt from the entries that still owe a
         // message or wait for their users (a renumbering is rare; the scan is fine there).
         self.watch.clear();
-        for (&id, e) in &self.entries {
-            if e.owed.is_some() || e.cache.revoke().is_some() {
+        for (&id, e) in &mut self.entries {
+            e.watched = e.owed.is_some() || e.cache.revoke().is_some();
+            if e.watched {
                 self.watch.push(id);
             }
         }
@@ -347,7 +353,8 @@ impl<C: Connection> State<C> {
             if let Some(op) = e.owed.take() {
                 owed.push((*id, op));
             }
-            e.cache.revoke().is_some()
+            e.watched = e.cache.revoke().is_some();
+            e.watched
         });
         self.watch = watch;
         for (id, op) in owed {
@@ -359,7 +366,10 @@ impl<C: Connection> State<C> {
 
     /// Visits `id` at every look from now on (module doc of [`State::watch`]).
     fn watch(&mut self, id: LockId) {
-        if !self.watch.contains(&id) {
+        if let Some(e) = self.entries.get_mut(&id)
+            && !e.watched
+        {
+            e.watched = true;
             self.watch.push(id);
         }
     }
@@ -381,11 +391,11 @@ impl<C: Connection> State<C> {
                 self.revoked(lock, act, Revoked::Lock { lock, wanted })
             }
             Event::Overflow => {
-                let ids: Vec<LockId> = self.entries.keys().copied().collect();
+                let mut acts = Vec::new();
+                let locks = self.entries.iter_mut().map(|(&id, e)| (id, &mut e.cache));
+                on_overflow(locks, now, |id, act| acts.push((id, act)));
                 let mut moved = false;
-                for id in ids {
-                    let entry = self.entries.get_mut(&id).expect("listed");
-                    let act = entry.cache.on_revoke(Mode::Exclusive, u64::MAX, now);
+                for (id, act) in acts {
                     moved |= self.revoked(id, act, Revoked::All);
                 }
                 moved
@@ -417,25 +427,33 @@ impl<C: Connection> State<C> {
     }
 
     /// Sends `op` for `id` and hands the reply to the record, again while the record says it
-    /// is owed (up to [`SENDS_MAX`] times; then at the next look). The record's answer, and
-    /// the error of a refused acquisition.
-    fn drive(&mut self, id: LockId, mut op: ServerOp, wait: Duration) -> (Reply, Option<Error>) {
-        for _ in 0..SENDS_MAX {
-            let (status, err) = self.send(id, op, wait);
-            let e = self.entries.get_mut(&id).expect("a handle's entry");
-            let reply = e.cache.on_reply(status, e.token.0);
-            match reply {
-                Reply::Send(next) => op = next,
-                Reply::Lost => {
-                    tracing::warn!(lock = ?id, "dlock: a cached lock's readers lost its grant");
-                    return (reply, err);
-                }
-                _ => return (reply, err),
+    /// is owed ([`drive_op`]: up to [`SENDS_MAX`] times; then at the next look). The record's
+    /// answer, and the error of a refused acquisition.
+    fn drive(&mut self, id: LockId, op: ServerOp, wait: Duration) -> (Reply, Option<Error>) {
+        let mut err = None;
+        let Ok(done) = drive_op(
+            self,
+            op,
+            |st, op| {
+                let (status, e) = st.send(id, op, wait);
+                err = e;
+                let token = st.entries.get(&id).expect("a handle's entry").token.0;
+                Ok::<_, std::convert::Infallible>((status, token))
+            },
+            |st| &mut st.entries.get_mut(&id).expect("a handle's entry").cache,
+        );
+        match done.reply {
+            Reply::Lost => {
+                tracing::warn!(lock = ?id, "dlock: a cached lock's readers lost its grant");
             }
+            Reply::Send(owed) => {
+                self.entries.get_mut(&id).expect("checked").owed = Some(owed);
+                self.watch(id);
+                return (Reply::Settled, None);
+            }
+            _ => {}
         }
-        self.entries.get_mut(&id).expect("checked").owed = Some(op);
-        self.watch(id);
-        (Reply::Settled, None)
+        (done.reply, err)
     }
 
     /// One message for `id`: the status the server answered, and the error when it is not a
