@@ -217,7 +217,11 @@ impl<C: Connection> CachedLocks<C> {
         let n = st.entries.len().saturating_sub(st.watch.len());
         st.watch.reserve(n);
         let key = match st.handles.iter().position(|h| *h.name == *name) {
-            Some(key) => key,
+            Some(key) => {
+                // A handle a failover forgot has its reference again, under this id.
+                (st.handles[key].id, st.handles[key].forgotten) = (id, false);
+                key
+            }
             None => {
                 let name = name.into();
                 st.handles.push(Handle {
@@ -289,11 +293,17 @@ impl<C: Connection> State<C> {
         self.renumberings = now;
         let mut before = std::mem::take(&mut self.entries);
         for h in &mut self.handles {
-            let entry = before.remove(&h.id);
+            // A handle forgotten at an earlier failover keeps an id from before it, which the
+            // replacement may have given another lock: that entry is not this handle's.
+            let entry = if h.forgotten {
+                None
+            } else {
+                before.remove(&h.id)
+            };
             match self.client.lock_id(LockKind::Rw, &h.name) {
                 Some(id) => {
                     self.entries.insert(id, entry.unwrap_or(Entry::new()));
-                    h.id = id;
+                    (h.id, h.forgotten) = (id, false);
                 }
                 None => h.forgotten = true,
             }
