@@ -111,12 +111,18 @@ impl Timing {
     };
 
     /// The revoke timeout of a holder whose client lease is `lease_ms`: the configured one,
-    /// or that lease when none is (0). The one rule for everyone who counts it (the revoke
-    /// decision, the server sending a revoke, and the simulators' clients and oracle).
+    /// or that lease when none is (0) or the configured one is longer. The one rule for
+    /// everyone who counts it (the revoke decision, the server sending a revoke, the timeout
+    /// told at registration, and the simulators' clients and oracle).
+    ///
+    /// Never longer than the lease: a client trusts a cached grant for the revoke timeout after
+    /// its last answered request, and the server may free a client's grants a lease after it
+    /// last heard from it (an abnormal client evicted, a silent one expired). A longer timeout
+    /// would let the client trust a grant the server had already given to another.
     #[inline]
     pub const fn revoke_timeout_for(&self, lease_ms: u32) -> u32 {
         match self.revoke_timeout_ms {
-            0 => lease_ms,
+            t if t == 0 || t > lease_ms => lease_ms,
             t => t,
         }
     }

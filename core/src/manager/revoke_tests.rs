@@ -432,3 +432,18 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_revoke_timeout_is_the_configured_one_but_never_longer_than_the_lease() {
+    let t = |revoke_timeout_ms| Timing {
+        revoke_timeout_ms,
+        ..Timing::DEFAULT
+    };
+    assert_eq!(t(0).revoke_timeout_for(1_000), 1_000, "none configured");
+    assert_eq!(t(500).revoke_timeout_for(1_000), 500);
+    assert_eq!(
+        t(5_000).revoke_timeout_for(1_000),
+        1_000,
+        "a client trusts its cached grant no longer than the server keeps its grants"
+    );
+}

@@ -334,11 +334,18 @@ impl<'r> Server<'r> {
     /// Frees the first evictable abnormal client's entry (releasing what it held) and returns
     /// its slot ([`Server::evictable`]).
     fn evict_abnormal(&mut self, now_ms: u64) -> Option<u32> {
-        let slot = (0..self.t.client_free.high_water()).find(|&s| self.evictable(s, now_ms))?;
-        self.remove_client(slot, Departure::Died, now_ms);
-        self.stats.bump(Counter::ClientsEvicted);
-        // A client that kept retained grants keeps its slot: then there is no room after all.
-        self.t.client_free.pop()
+        for slot in 0..self.t.client_free.high_water() {
+            if !self.evictable(slot, now_ms) {
+                continue;
+            }
+            self.remove_client(slot, Departure::Died, now_ms);
+            self.stats.bump(Counter::ClientsEvicted);
+            // A client that kept retained grants keeps its slot (as retaining): try the next.
+            if let Some(free) = self.t.client_free.pop() {
+                return Some(free);
+            }
+        }
+        None
     }
 
     /// Whether client slot `slot` may be evicted to make room: it is abnormal (its connection
