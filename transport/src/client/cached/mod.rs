@@ -68,7 +68,7 @@ use dlock_core::proto::Event;
 use dlock_core::table::EVENT_RING_LEN;
 use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
 
-pub use drive::{Driven, SENDS_MAX, drive_op};
+pub use drive::{Driven, SENDS_MAX, SENDS_TOTAL_MAX, drive_op};
 pub use guard::{CachedReadGuard, CachedWriteGuard};
 pub use notices::{NOTICES_MAX, Notices};
 pub use wait::{WAIT_SLICE, wait_sliced};
