@@ -230,3 +230,49 @@ fn a_cached_handle_follows_its_lock_to_the_id_a_failover_gave_it() {
     drop(g);
     second.stop();
 }
+
+/// A guard from before a failover that forgot its lock (the replacement refused the claim:
+/// here its table is full) belongs to the grant that is gone. Before, dropping it released the
+/// user of the grant the handle took afresh: the write guard taken after the failover lost its
+/// count, and the handle handed out a second writer locally (and would give the grant back to
+/// a revoke under the first).
+#[test]
+fn a_guard_from_before_a_forgetting_failover_leaves_the_new_grants_users_alone() {
+    let first = common::server(true);
+    let addr = first.tcp_addr().unwrap();
+    let locks = cached(&first, true);
+    // Claimed first, it takes the replacement's one lock slot.
+    locks.with_client(|c| c.get_lock(LockKind::Rw, b"filler").unwrap());
+    let page = locks.rw("cached").unwrap();
+    let old = page.try_write().unwrap();
+    first.stop();
+
+    let mut cfg = ServerConfig::new(dlock_core::Config {
+        recovery_clients: 1,
+        epoch: 2,
+        locks_max: 1,
+        ..common::small()
+    });
+    cfg.tcp = Some(TcpConfig::new(addr));
+    cfg.insecure_recovery = true;
+    let second = ServerHandle::start(cfg).unwrap();
+    locks.with_client(|c: &mut Client| {
+        assert_eq!(c.reinit().map_err(Status::from), Ok(true));
+        c.update_all_locks().unwrap();
+        c.reinit_done().unwrap();
+        assert_eq!(c.lock_id(LockKind::Rw, b"cached"), None, "claim refused");
+        let filler = c.lock_id(LockKind::Rw, b"filler").expect("claimed");
+        c.release_lock(filler).unwrap();
+    });
+    // The lock is taken afresh, and the guard from before drops.
+    let new = page.try_write().unwrap();
+    drop(old);
+    assert_eq!(
+        page.try_write().map(drop).map_err(|e| e.status()),
+        Err(Status::Fail),
+        "a second writer beside the guard taken after the failover"
+    );
+    drop(new);
+    drop(page.try_write().unwrap());
+    second.stop();
+}

@@ -176,6 +176,9 @@ struct Handle {
     /// A failover's re-claim forgot the client's reference (the replacement refused it): the
     /// next use asks for the lock again.
     forgotten: bool,
+    /// Counts the forgettings: a guard from before one belongs to a grant that is gone, and
+    /// must not release the users of the grant taken afresh (`State::current_of`).
+    generation: u64,
 }
 
 impl CachedLocks<Link> {
@@ -228,6 +231,7 @@ impl<C: Connection> CachedLocks<C> {
                     name,
                     id,
                     forgotten: false,
+                    generation: 0,
                 });
                 st.handles.len() - 1
             }
@@ -305,7 +309,11 @@ impl<C: Connection> State<C> {
                     self.entries.insert(id, entry.unwrap_or(Entry::new()));
                     (h.id, h.forgotten) = (id, false);
                 }
-                None => h.forgotten = true,
+                None if h.forgotten => {}
+                None => {
+                    h.forgotten = true;
+                    h.generation += 1;
+                }
             }
         }
         // The watch list named the old ids: it is rebuilt from the entries that still owe a
@@ -335,6 +343,14 @@ impl<C: Connection> State<C> {
         self.follow_renumbering();
         let h = &self.handles[key];
         (!h.forgotten).then_some(h.id)
+    }
+
+    /// The id handle `key`'s lock has now, if a guard taken at `generation` still stands on
+    /// its grant: not after a failover forgot the reference (the lock may be taken afresh
+    /// since, its users none of that guard's).
+    fn current_of(&mut self, key: usize, generation: u64) -> Option<LockId> {
+        let id = self.current(key)?;
+        (self.handles[key].generation == generation).then_some(id)
     }
 
     /// Reads the events the server sent and acts on them (module doc), and sends what is
@@ -648,6 +664,7 @@ impl<C: Connection> CachedRwLock<C> {
         guard::Held {
             locks: self.locks.clone(),
             key: self.key,
+            generation: st.handles[self.key].generation,
             id,
             mode,
             token: e.token,
