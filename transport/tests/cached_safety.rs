@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::gated::gated_client;
+
 use std::thread;
 use std::time::Duration;
 
@@ -275,4 +277,30 @@ fn a_guard_from_before_a_forgetting_failover_leaves_the_new_grants_users_alone()
     drop(new);
     drop(page.try_write().unwrap());
     second.stop();
+}
+
+/// A give-back that does not reach the server is owed, and its failure is what a guard that
+/// must wait for it is told. Before, the failure was swallowed: `try_write` said the lock was
+/// busy and `write` waited out its time for `Etimeout`, with the connection lost all along.
+#[test]
+fn a_guard_waiting_for_an_owed_give_back_is_told_its_failure() {
+    let s = common::server(true);
+    let (client, gate) = gated_client(&Endpoint::embedded(&s), Duration::from_secs(60));
+    let locks = CachedLocks::new(client);
+    let page = locks.rw("page").unwrap();
+    drop(page.try_read().unwrap());
+    gate.fail_sends(true);
+    // The parked shared grant goes back before a writer asks: the give-back fails.
+    let tried = page.try_write().map(drop).map_err(|e| e.status());
+    assert_eq!(
+        tried,
+        Err(Status::BadResponse),
+        "the give-back's failure, not busy"
+    );
+    // Still owed: sent again at the next look, in vain, and its failure is the answer.
+    let waited = page.write(Duration::from_secs(5)).map(drop);
+    assert_eq!(waited.map_err(|e| e.status()), Err(Status::BadResponse));
+    gate.fail_sends(false);
+    drop(page.try_write().unwrap());
+    s.stop();
 }

@@ -148,6 +148,9 @@ struct Entry {
     staged: Option<ValueBlock>,
     /// A give-back or downgrade the server did not answer: sent again at the next look.
     owed: Option<ServerOp>,
+    /// The status the owed op's last send failed with: what a guard that must wait for it
+    /// is told (the connection's failure, not "busy").
+    failed: Status,
     /// Users outlived a revoke past the lease: warned once.
     warned: bool,
     /// In [`State::watch`] (a flag, not a search of the list: an overflow watches every lock).
@@ -162,6 +165,7 @@ impl Entry {
             value: None,
             staged: None,
             owed: None,
+            failed: Status::Success,
             warned: false,
             watched: false,
         }
@@ -454,7 +458,7 @@ impl<C: Connection> State<C> {
 
     /// Sends `op` for `id` and hands the reply to the record, again while the record says it
     /// is owed ([`drive_op`]: up to [`SENDS_MAX`] times; then at the next look). The record's
-    /// answer, and the error of a refused acquisition.
+    /// answer, and the error of a refused acquisition or of the send that left an op owed.
     fn drive(&mut self, id: LockId, op: ServerOp, wait: Duration) -> (Reply, Option<Error>) {
         let mut err = None;
         let Ok(done) = drive_op(
@@ -473,9 +477,11 @@ impl<C: Connection> State<C> {
                 tracing::warn!(lock = ?id, "dlock: a cached lock's readers lost its grant");
             }
             Reply::Send(owed) => {
-                self.entries.get_mut(&id).expect("checked").owed = Some(owed);
+                let e = self.entries.get_mut(&id).expect("checked");
+                (e.owed, e.failed) = (Some(owed), done.status);
                 self.watch(id);
-                return (Reply::Settled, None);
+                let err = err.unwrap_or_else(|| Op::Unlock.err(done.status));
+                return (Reply::Send(owed), Some(err));
             }
             _ => {}
         }
@@ -627,9 +633,14 @@ impl<C: Connection> CachedRwLock<C> {
                         // A shared grant given back for a writer: ask again.
                         (Reply::AskAgain, _) => continue,
                         (Reply::Refused(s), err) => Some(err.unwrap_or(Op::TryLock.err(s))),
+                        // The give-back that must go first did not reach the server: its
+                        // failure is the answer, not "busy" (it is owed, sent at the next look).
+                        (Reply::Send(_), Some(err)) => return Err(err),
                         _ => None,
                     }
                 }
+                // A give-back owed from before, which the look above sent again in vain.
+                Acquire::Wait if e.owed.is_some() => return Err(Op::Unlock.err(e.failed)),
                 Acquire::Wait => None,
             };
             // Busy here (a guard of this handle, a give-back) or on the server.
