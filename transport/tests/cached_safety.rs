@@ -304,3 +304,46 @@ fn a_guard_waiting_for_an_owed_give_back_is_told_its_failure() {
     drop(page.try_write().unwrap());
     s.stop();
 }
+
+/// The revoke notices the engine had not read when a failover renumbered the locks name ids
+/// from before, and grants the failover did not re-claim: they are replaced by the one notice
+/// for every lock. Before, the engine read a notice naming a lock by its old id (another
+/// lock's, or none, on the replacement).
+#[test]
+fn a_renumbering_replaces_the_unread_notices_with_one_for_every_lock() {
+    let first = common::server(true);
+    let addr = first.tcp_addr().unwrap();
+    let locks = cached(&first, true);
+    let page = locks.rw("cached").unwrap();
+    drop(page.try_write().unwrap());
+    let mut other = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
+    let theirs = other.get_lock(LockKind::Rw, b"cached").unwrap();
+    assert!(other.trylock(theirs, Mode::Exclusive, 60_000).is_err());
+    // Another handle's guards look at the connection: the revoke is acted on and its notice
+    // queued, unread.
+    let spare = locks.rw("spare").unwrap();
+    while page.held().is_some() {
+        drop(spare.try_write().unwrap());
+        thread::sleep(Duration::from_millis(1));
+    }
+    drop(other);
+    first.stop();
+
+    let mut cfg = ServerConfig::new(dlock_core::Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..common::small()
+    });
+    cfg.tcp = Some(TcpConfig::new(addr));
+    cfg.insecure_recovery = true;
+    let second = ServerHandle::start(cfg).unwrap();
+    locks.with_client(|c: &mut Client| {
+        assert_eq!(c.reinit().map_err(Status::from), Ok(true));
+        c.update_all_locks().unwrap();
+        c.reinit_done().unwrap();
+    });
+    let revokes = locks.revokes();
+    assert_eq!(revokes.try_recv().unwrap(), Some(Revoked::All));
+    assert_eq!(revokes.try_recv().unwrap(), None, "no notice by an old id");
+    second.stop();
+}

@@ -134,7 +134,8 @@ impl Caching {
         if !self.locks.is_empty() {
             self.locks.clear();
             self.watch.clear();
-            self.notices.push(revoke_all());
+            // The notices the engine has not taken name ids from before.
+            self.notices.renumbered();
         }
     }
 

@@ -299,6 +299,11 @@ impl<C: Connection> State<C> {
             return;
         }
         self.renumberings = now;
+        if !self.entries.is_empty() {
+            // The failover re-claimed no cached grant (module doc), and the notices the engine
+            // has not read name ids from before.
+            self.notices.renumbered();
+        }
         let mut before = std::mem::take(&mut self.entries);
         for h in &mut self.handles {
             // A handle forgotten at an earlier failover keeps an id from before it, which the
