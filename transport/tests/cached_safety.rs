@@ -197,7 +197,7 @@ fn a_cached_handle_follows_its_lock_to_the_id_a_failover_gave_it() {
     let page = locks.rw("cached").unwrap();
     drop(page.try_write().unwrap());
     let plain = locks.with_client(|c| c.get_lock(LockKind::Rw, b"plain").unwrap());
-    let before = page.id();
+    let before = page.id().unwrap();
     first.stop();
     drop(gone);
 
@@ -216,7 +216,7 @@ fn a_cached_handle_follows_its_lock_to_the_id_a_failover_gave_it() {
         c.get_lock(LockKind::Rw, b"cached").unwrap()
     });
     assert_ne!(now, before, "the replacement numbered the lock afresh");
-    assert_eq!(page.id(), now, "the handle names its lock's new id");
+    assert_eq!(page.id(), Some(now), "the handle names its lock's new id");
     let g = page.try_write().unwrap();
     // Held on the replacement: another client is refused it, and may take "plain".
     let mut other = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
@@ -237,7 +237,8 @@ fn a_cached_handle_follows_its_lock_to_the_id_a_failover_gave_it() {
 /// here its table is full) belongs to the grant that is gone. Before, dropping it released the
 /// user of the grant the handle took afresh: the write guard taken after the failover lost its
 /// count, and the handle handed out a second writer locally (and would give the grant back to
-/// a revoke under the first).
+/// a revoke under the first). Meanwhile the handle has no id: the one from before may name
+/// another lock on the replacement.
 #[test]
 fn a_guard_from_before_a_forgetting_failover_leaves_the_new_grants_users_alone() {
     let first = common::server(true);
@@ -266,8 +267,10 @@ fn a_guard_from_before_a_forgetting_failover_leaves_the_new_grants_users_alone()
         let filler = c.lock_id(LockKind::Rw, b"filler").expect("claimed");
         c.release_lock(filler).unwrap();
     });
+    assert_eq!(page.id(), None, "no id from before");
     // The lock is taken afresh, and the guard from before drops.
     let new = page.try_write().unwrap();
+    assert!(page.id().is_some());
     drop(old);
     assert_eq!(
         page.try_write().map(drop).map_err(|e| e.status()),

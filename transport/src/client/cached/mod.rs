@@ -569,11 +569,11 @@ impl<C: Connection> std::fmt::Debug for CachedRwLock<C> {
 }
 
 impl<C: Connection> CachedRwLock<C> {
-    /// The lock's id now (a failover may change it).
-    pub fn id(&self) -> LockId {
-        let mut st = self.locks.state();
-        st.follow_renumbering();
-        st.handles[self.key].id
+    /// The lock's id now (a failover may change it); `None` while the client holds no
+    /// reference to it — after a failover whose replacement refused its claim, until the next
+    /// guard takes the lock again — since the id the handle had then may name another lock.
+    pub fn id(&self) -> Option<LockId> {
+        self.locks.state().current(self.key)
     }
 
     /// The mode this client holds the lock in on the server (cached or in use), if any.
