@@ -16,8 +16,9 @@ use dlock_engine_glue::ffi::{cached, client, locks, ops, server};
 mod failover;
 use failover::{client_cfg, server_cfg};
 
-/// The replacement's client lease, and so the revoke timeout of a grant it revokes.
-const LEASE_MS: u32 = 300;
+/// The replacement's client lease, and so the revoke timeout of a grant it revokes: short, so
+/// that the test outlives it, and long beside c1's heartbeats every few milliseconds.
+const LEASE_MS: u32 = 1_000;
 
 fn desc(name: &'static [u8]) -> lock_desc {
     lock_desc {
@@ -70,11 +71,11 @@ fn a_lock_taken_before_caching_is_enabled_again_is_not_revoked() {
             "in use"
         );
 
-        // Another client asks for it for several revoke timeouts while c1 keeps its lease
+        // Another client asks for it for over two revoke timeouts while c1 keeps its lease
         // (a heartbeat every few milliseconds) and goes on using it.
         assert_eq!(client::client_init(&mut c2, ip.as_ptr()), 0);
         assert_eq!(locks::get_lock(c2, &desc(b"cached"), &mut theirs), 0);
-        let until = Instant::now() + Duration::from_millis(u64::from(LEASE_MS) * 4);
+        let until = Instant::now() + Duration::from_millis(u64::from(LEASE_MS) * 5 / 2);
         while Instant::now() < until {
             assert_ne!(
                 ops::trylock(c2, &req(theirs), (&raw mut st).cast()),
