@@ -108,7 +108,7 @@ fn a_conflicting_request_gets_the_lock_after_the_holders_local_users_finish() {
         assert_eq!(
             revoke,
             Revoked::Lock {
-                lock: page.id(),
+                lock: page.id().unwrap(),
                 wanted: Mode::Exclusive
             }
         );
@@ -148,7 +148,7 @@ fn a_reader_wanting_the_lock_gets_it_by_a_downgrade_and_the_holder_keeps_reading
         assert_eq!(
             revoke,
             Revoked::Lock {
-                lock: page.id(),
+                lock: page.id().unwrap(),
                 wanted: Mode::Shared
             }
         );
@@ -194,7 +194,7 @@ fn a_revoke_for_a_lock_the_handle_does_not_hold_is_ignored() {
         // The handle reads both, tells of the second only and gives back only that one.
         let revoke = next_revoke(&a);
         let wanted = Mode::Exclusive;
-        let lock = known.id();
+        let lock = known.id().unwrap();
         assert_eq!(revoke, Revoked::Lock { lock, wanted }, "{n}");
         assert_eq!(known.held(), None);
         let held = a.with_client(|c| c.local_lock(id).and_then(|l| l.state.held_mode()));
@@ -319,7 +319,7 @@ fn a_cacheable_grant_on_a_contended_lock_is_given_back_after_its_guard() {
         assert_eq!(
             next_revoke(&a),
             Revoked::Lock {
-                lock: page.id(),
+                lock: page.id().unwrap(),
                 wanted: Mode::Exclusive
             },
             "{n}: the notice"

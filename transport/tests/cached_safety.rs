@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::gated::gated_client;
+
 use std::thread;
 use std::time::Duration;
 
@@ -195,7 +197,7 @@ fn a_cached_handle_follows_its_lock_to_the_id_a_failover_gave_it() {
     let page = locks.rw("cached").unwrap();
     drop(page.try_write().unwrap());
     let plain = locks.with_client(|c| c.get_lock(LockKind::Rw, b"plain").unwrap());
-    let before = page.id();
+    let before = page.id().unwrap();
     first.stop();
     drop(gone);
 
@@ -214,7 +216,7 @@ fn a_cached_handle_follows_its_lock_to_the_id_a_failover_gave_it() {
         c.get_lock(LockKind::Rw, b"cached").unwrap()
     });
     assert_ne!(now, before, "the replacement numbered the lock afresh");
-    assert_eq!(page.id(), now, "the handle names its lock's new id");
+    assert_eq!(page.id(), Some(now), "the handle names its lock's new id");
     let g = page.try_write().unwrap();
     // Held on the replacement: another client is refused it, and may take "plain".
     let mut other = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
@@ -228,5 +230,123 @@ fn a_cached_handle_follows_its_lock_to_the_id_a_failover_gave_it() {
     );
     let _ = plain;
     drop(g);
+    second.stop();
+}
+
+/// A guard from before a failover that forgot its lock (the replacement refused the claim:
+/// here its table is full) belongs to the grant that is gone. Before, dropping it released the
+/// user of the grant the handle took afresh: the write guard taken after the failover lost its
+/// count, and the handle handed out a second writer locally (and would give the grant back to
+/// a revoke under the first). Meanwhile the handle has no id: the one from before may name
+/// another lock on the replacement.
+#[test]
+fn a_guard_from_before_a_forgetting_failover_leaves_the_new_grants_users_alone() {
+    let first = common::server(true);
+    let addr = first.tcp_addr().unwrap();
+    let locks = cached(&first, true);
+    // Claimed first, it takes the replacement's one lock slot.
+    locks.with_client(|c| c.get_lock(LockKind::Rw, b"filler").unwrap());
+    let page = locks.rw("cached").unwrap();
+    let old = page.try_write().unwrap();
+    first.stop();
+
+    let mut cfg = ServerConfig::new(dlock_core::Config {
+        recovery_clients: 1,
+        epoch: 2,
+        locks_max: 1,
+        ..common::small()
+    });
+    cfg.tcp = Some(TcpConfig::new(addr));
+    cfg.insecure_recovery = true;
+    let second = ServerHandle::start(cfg).unwrap();
+    locks.with_client(|c: &mut Client| {
+        assert_eq!(c.reinit().map_err(Status::from), Ok(true));
+        c.update_all_locks().unwrap();
+        c.reinit_done().unwrap();
+        assert_eq!(c.lock_id(LockKind::Rw, b"cached"), None, "claim refused");
+        let filler = c.lock_id(LockKind::Rw, b"filler").expect("claimed");
+        c.release_lock(filler).unwrap();
+    });
+    assert_eq!(page.id(), None, "no id from before");
+    // The lock is taken afresh, and the guard from before drops.
+    let new = page.try_write().unwrap();
+    assert!(page.id().is_some());
+    drop(old);
+    assert_eq!(
+        page.try_write().map(drop).map_err(|e| e.status()),
+        Err(Status::Fail),
+        "a second writer beside the guard taken after the failover"
+    );
+    drop(new);
+    drop(page.try_write().unwrap());
+    second.stop();
+}
+
+/// A give-back that does not reach the server is owed, and its failure is what a guard that
+/// must wait for it is told. Before, the failure was swallowed: `try_write` said the lock was
+/// busy and `write` waited out its time for `Etimeout`, with the connection lost all along.
+#[test]
+fn a_guard_waiting_for_an_owed_give_back_is_told_its_failure() {
+    let s = common::server(true);
+    let (client, gate) = gated_client(&Endpoint::embedded(&s), Duration::from_secs(60));
+    let locks = CachedLocks::new(client);
+    let page = locks.rw("page").unwrap();
+    drop(page.try_read().unwrap());
+    gate.fail_sends(true);
+    // The parked shared grant goes back before a writer asks: the give-back fails.
+    let tried = page.try_write().map(drop).map_err(|e| e.status());
+    assert_eq!(
+        tried,
+        Err(Status::BadResponse),
+        "the give-back's failure, not busy"
+    );
+    // Still owed: sent again at the next look, in vain, and its failure is the answer.
+    let waited = page.write(Duration::from_secs(5)).map(drop);
+    assert_eq!(waited.map_err(|e| e.status()), Err(Status::BadResponse));
+    gate.fail_sends(false);
+    drop(page.try_write().unwrap());
+    s.stop();
+}
+
+/// The revoke notices the engine had not read when a failover renumbered the locks name ids
+/// from before, and grants the failover did not re-claim: they are replaced by the one notice
+/// for every lock. Before, the engine read a notice naming a lock by its old id (another
+/// lock's, or none, on the replacement).
+#[test]
+fn a_renumbering_replaces_the_unread_notices_with_one_for_every_lock() {
+    let first = common::server(true);
+    let addr = first.tcp_addr().unwrap();
+    let locks = cached(&first, true);
+    let page = locks.rw("cached").unwrap();
+    drop(page.try_write().unwrap());
+    let mut other = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
+    let theirs = other.get_lock(LockKind::Rw, b"cached").unwrap();
+    assert!(other.trylock(theirs, Mode::Exclusive, 60_000).is_err());
+    // Another handle's guards look at the connection: the revoke is acted on and its notice
+    // queued, unread.
+    let spare = locks.rw("spare").unwrap();
+    while page.held().is_some() {
+        drop(spare.try_write().unwrap());
+        thread::sleep(Duration::from_millis(1));
+    }
+    drop(other);
+    first.stop();
+
+    let mut cfg = ServerConfig::new(dlock_core::Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..common::small()
+    });
+    cfg.tcp = Some(TcpConfig::new(addr));
+    cfg.insecure_recovery = true;
+    let second = ServerHandle::start(cfg).unwrap();
+    locks.with_client(|c: &mut Client| {
+        assert_eq!(c.reinit().map_err(Status::from), Ok(true));
+        c.update_all_locks().unwrap();
+        c.reinit_done().unwrap();
+    });
+    let revokes = locks.revokes();
+    assert_eq!(revokes.try_recv().unwrap(), Some(Revoked::All));
+    assert_eq!(revokes.try_recv().unwrap(), None, "no notice by an old id");
     second.stop();
 }

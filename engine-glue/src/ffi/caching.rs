@@ -9,7 +9,7 @@ use std::ffi::{c_int, c_void};
 use dlock_core::manager::CachedLock;
 use dlock_core::manager::cache::on_overflow;
 use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp};
-use dlock_core::proto::Event;
+use dlock_core::proto::{Event, LockFlags};
 use dlock_core::table::EVENT_RING_LEN;
 use dlock_core::{LockId, LockKind, Mode, Status};
 use dlock_transport::client::cached::{Notices, drive_op, warn_overdue};
@@ -105,16 +105,37 @@ impl Caching {
     /// with `get_lock` by name (as every id after `update_all_locks`) and enables caching on
     /// them again. Nothing parked is lost: a failover re-claims no cached grant
     /// (`dlock_core::manager::trust`, rule 3). One comparison when nothing changed.
-    pub(super) fn follow_renumbering(&mut self, client: &Client) {
+    ///
+    /// The client's records stop asking for cacheable grants (and for waits cut short by a
+    /// revoke) too: the recovery keeps what they ask, but the cache no longer knows them, so a
+    /// grant taken before caching is enabled again would be cacheable on the server with no
+    /// entry here to hear its revoke, and the server would give it to another at the revoke
+    /// timeout while its use goes on. Only `lock_cache_enable` asks for cacheable grants in
+    /// the C ABI, so the records asking are those the cache had enabled.
+    pub(super) fn follow_renumbering(&mut self, client: &mut Client) {
         let now = client.renumberings();
         if now == self.renumberings {
             return;
         }
         self.renumberings = now;
+        // Allocates, once per failover that renumbered.
+        let plain: Vec<LockId> = client
+            .locks()
+            .filter(|(_, l)| {
+                l.ask.contains(LockFlags::CACHEABLE) || l.ask.contains(LockFlags::WAKE_ON_REVOKE)
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for id in plain {
+            // Each id was just listed among the client's records: neither call can fail.
+            let _ = client.set_cacheable(id, false);
+            let _ = client.set_wake_on_revoke(id, false);
+        }
         if !self.locks.is_empty() {
             self.locks.clear();
             self.watch.clear();
-            self.notices.push(revoke_all());
+            // The notices the engine has not taken name ids from before.
+            self.notices.renumbered();
         }
     }
 

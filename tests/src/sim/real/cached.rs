@@ -263,7 +263,7 @@ impl<'r> Sim<'r> {
         let c = self.procs[p].cached.as_mut().expect("a cached process");
         if c.handles[k].is_none() {
             let h = c.locks.rw(name.as_bytes())?;
-            let raw = h.id().raw();
+            let raw = h.id().expect("referenced by rw").raw();
             c.handles[k] = Some((h, raw));
         }
         let (h, raw) = c.handles[k].as_ref().expect("made above");

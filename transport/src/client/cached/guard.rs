@@ -15,6 +15,9 @@ pub(super) struct Held<C: Connection> {
     /// The handle's place (`CachedRwLock`): the lock's id may change under a guard, at a
     /// failover.
     pub(super) key: usize,
+    /// The handle's generation when the guard was taken: a failover that forgets the lock
+    /// ends the guard's claim on the handle's entry.
+    pub(super) generation: u64,
     /// The id when the guard was taken.
     pub(super) id: LockId,
     pub(super) mode: Mode,
@@ -26,7 +29,7 @@ impl<C: Connection> Drop for Held<C> {
     fn drop(&mut self) {
         // Kept cached, or given back now if a revoke waits for this guard.
         let mut st = self.locks.state();
-        if let Some(id) = st.current(self.key) {
+        if let Some(id) = st.current_of(self.key, self.generation) {
             st.release(id, self.mode);
         }
         if st.waiters > 0 {
@@ -89,7 +92,7 @@ impl<C: Connection> CachedWriteGuard<C> {
     pub fn set_value(&mut self, block: &[u8]) -> Result<(), Error> {
         let block = ValueBlock::from_slice(block).map_err(|s| Op::StageValue.err(s))?;
         let mut st = self.0.locks.state();
-        let id = st.current(self.0.key);
+        let id = st.current_of(self.0.key, self.0.generation);
         let e = id
             .and_then(|id| st.entries.get_mut(&id))
             .ok_or_else(|| Op::StageValue.err(Status::LockNotGet))?;

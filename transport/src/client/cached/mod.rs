@@ -148,6 +148,9 @@ struct Entry {
     staged: Option<ValueBlock>,
     /// A give-back or downgrade the server did not answer: sent again at the next look.
     owed: Option<ServerOp>,
+    /// The status the owed op's last send failed with: what a guard that must wait for it
+    /// is told (the connection's failure, not "busy").
+    failed: Status,
     /// Users outlived a revoke past the lease: warned once.
     warned: bool,
     /// In [`State::watch`] (a flag, not a search of the list: an overflow watches every lock).
@@ -162,6 +165,7 @@ impl Entry {
             value: None,
             staged: None,
             owed: None,
+            failed: Status::Success,
             warned: false,
             watched: false,
         }
@@ -176,6 +180,9 @@ struct Handle {
     /// A failover's re-claim forgot the client's reference (the replacement refused it): the
     /// next use asks for the lock again.
     forgotten: bool,
+    /// Counts the forgettings: a guard from before one belongs to a grant that is gone, and
+    /// must not release the users of the grant taken afresh (`State::current_of`).
+    generation: u64,
 }
 
 impl CachedLocks<Link> {
@@ -228,6 +235,7 @@ impl<C: Connection> CachedLocks<C> {
                     name,
                     id,
                     forgotten: false,
+                    generation: 0,
                 });
                 st.handles.len() - 1
             }
@@ -291,6 +299,11 @@ impl<C: Connection> State<C> {
             return;
         }
         self.renumberings = now;
+        if !self.entries.is_empty() {
+            // The failover re-claimed no cached grant (module doc), and the notices the engine
+            // has not read name ids from before.
+            self.notices.renumbered();
+        }
         let mut before = std::mem::take(&mut self.entries);
         for h in &mut self.handles {
             // A handle forgotten at an earlier failover keeps an id from before it, which the
@@ -305,7 +318,11 @@ impl<C: Connection> State<C> {
                     self.entries.insert(id, entry.unwrap_or(Entry::new()));
                     (h.id, h.forgotten) = (id, false);
                 }
-                None => h.forgotten = true,
+                None if h.forgotten => {}
+                None => {
+                    h.forgotten = true;
+                    h.generation += 1;
+                }
             }
         }
         // The watch list named the old ids: it is rebuilt from the entries that still owe a
@@ -335,6 +352,14 @@ impl<C: Connection> State<C> {
         self.follow_renumbering();
         let h = &self.handles[key];
         (!h.forgotten).then_some(h.id)
+    }
+
+    /// The id handle `key`'s lock has now, if a guard taken at `generation` still stands on
+    /// its grant: not after a failover forgot the reference (the lock may be taken afresh
+    /// since, its users none of that guard's).
+    fn current_of(&mut self, key: usize, generation: u64) -> Option<LockId> {
+        let id = self.current(key)?;
+        (self.handles[key].generation == generation).then_some(id)
     }
 
     /// Reads the events the server sent and acts on them (module doc), and sends what is
@@ -438,7 +463,7 @@ impl<C: Connection> State<C> {
 
     /// Sends `op` for `id` and hands the reply to the record, again while the record says it
     /// is owed ([`drive_op`]: up to [`SENDS_MAX`] times; then at the next look). The record's
-    /// answer, and the error of a refused acquisition.
+    /// answer, and the error of a refused acquisition or of the send that left an op owed.
     fn drive(&mut self, id: LockId, op: ServerOp, wait: Duration) -> (Reply, Option<Error>) {
         let mut err = None;
         let Ok(done) = drive_op(
@@ -457,9 +482,11 @@ impl<C: Connection> State<C> {
                 tracing::warn!(lock = ?id, "dlock: a cached lock's readers lost its grant");
             }
             Reply::Send(owed) => {
-                self.entries.get_mut(&id).expect("checked").owed = Some(owed);
+                let e = self.entries.get_mut(&id).expect("checked");
+                (e.owed, e.failed) = (Some(owed), done.status);
                 self.watch(id);
-                return (Reply::Settled, None);
+                let err = err.unwrap_or_else(|| Op::Unlock.err(done.status));
+                return (Reply::Send(owed), Some(err));
             }
             _ => {}
         }
@@ -542,11 +569,11 @@ impl<C: Connection> std::fmt::Debug for CachedRwLock<C> {
 }
 
 impl<C: Connection> CachedRwLock<C> {
-    /// The lock's id now (a failover may change it).
-    pub fn id(&self) -> LockId {
-        let mut st = self.locks.state();
-        st.follow_renumbering();
-        st.handles[self.key].id
+    /// The lock's id now (a failover may change it); `None` while the client holds no
+    /// reference to it — after a failover whose replacement refused its claim, until the next
+    /// guard takes the lock again — since the id the handle had then may name another lock.
+    pub fn id(&self) -> Option<LockId> {
+        self.locks.state().current(self.key)
     }
 
     /// The mode this client holds the lock in on the server (cached or in use), if any.
@@ -611,9 +638,14 @@ impl<C: Connection> CachedRwLock<C> {
                         // A shared grant given back for a writer: ask again.
                         (Reply::AskAgain, _) => continue,
                         (Reply::Refused(s), err) => Some(err.unwrap_or(Op::TryLock.err(s))),
+                        // The give-back that must go first did not reach the server: its
+                        // failure is the answer, not "busy" (it is owed, sent at the next look).
+                        (Reply::Send(_), Some(err)) => return Err(err),
                         _ => None,
                     }
                 }
+                // A give-back owed from before, which the look above sent again in vain.
+                Acquire::Wait if e.owed.is_some() => return Err(Op::Unlock.err(e.failed)),
                 Acquire::Wait => None,
             };
             // Busy here (a guard of this handle, a give-back) or on the server.
@@ -648,6 +680,7 @@ impl<C: Connection> CachedRwLock<C> {
         guard::Held {
             locks: self.locks.clone(),
             key: self.key,
+            generation: st.handles[self.key].generation,
             id,
             mode,
             token: e.token,

@@ -44,6 +44,13 @@ impl<T: Copy + PartialEq> Notices<T> {
         self.queue.push_back(n);
     }
 
+    /// Replaces what is queued with the one "every lock" notice: after a failover renumbered
+    /// the locks, the queued notices name ids from before (another lock's now, or none).
+    pub fn renumbered(&mut self) {
+        self.queue.clear();
+        self.queue.push_back(self.all);
+    }
+
     /// The oldest notice.
     pub fn pop(&mut self) -> Option<T> {
         self.queue.pop_front()

@@ -1,0 +1,103 @@
+//! A lock taken after a renumbering failover and before caching is enabled on it again is a
+//! plain grant. The cache forgets every lock at a renumbering (its ids name other locks now),
+//! but the client's records kept asking for cacheable grants: the engine's first trylock under
+//! the new id was granted cacheable on the server, with no cache entry to hear its revoke, so
+//! the server gave the lock to another client at the revoke timeout while the use went on.
+//! (Its own test binary: the server and client registries are process-wide.)
+
+use std::ffi::CString;
+use std::time::{Duration, Instant};
+
+use dlock_engine_glue::dlock_core::Status;
+use dlock_engine_glue::ffi::types::*;
+use dlock_engine_glue::ffi::{cached, client, locks, ops, server};
+
+#[path = "common/failover.rs"]
+mod failover;
+use failover::{client_cfg, server_cfg};
+
+/// The replacement's client lease, and so the revoke timeout of a grant it revokes: short, so
+/// that the test outlives it, and long beside c1's heartbeats every few milliseconds.
+const LEASE_MS: u32 = 1_000;
+
+fn desc(name: &'static [u8]) -> lock_desc {
+    lock_desc {
+        p_desc: name.as_ptr().cast(),
+        len: name.len() as u32,
+        lock_type: DLOCK_RW,
+        lease_time: 0,
+    }
+}
+
+#[test]
+fn a_lock_taken_before_caching_is_enabled_again_is_not_revoked() {
+    let (mut first, mut second, mut port) = (0, 0, 0);
+    let (mut c1, mut c2) = (0, 0);
+    let (mut id, mut theirs) = (0, 0);
+    let mut st = lock_state::from_word(0);
+    let req = |lock_id| lock_request {
+        lock_id,
+        lock_op: LOCK_EXCLUSIVE,
+        expire_time: 60,
+    };
+    // SAFETY: pointers to live locals of the right types; the strings outlive the calls.
+    unsafe {
+        assert_eq!(server::dserver_lib_init(2), 0);
+        assert_eq!(server::server_start(&server_cfg(-1, 0, 1), &mut first), 0);
+        assert_eq!(server::server_tcp_port(first, &mut port), 0);
+        assert_eq!(client::dclient_lib_init(&client_cfg(port)), 0);
+        let ip = CString::new("127.0.0.1").unwrap();
+        assert_eq!(client::client_init(&mut c1, ip.as_ptr()), 0);
+        assert_eq!(locks::get_lock(c1, &desc(b"cached"), &mut id), 0);
+        assert_eq!(cached::lock_cache_enable(c1, id, 1), 0);
+        assert_eq!(ops::trylock(c1, &req(id), (&raw mut st).cast()), 0);
+        assert_eq!(ops::unlock(c1, id, (&raw mut st).cast()), 0, "parked");
+
+        assert_eq!(server::server_stop(first), 0);
+        let cfg = server_cfg {
+            client_lease_ms: LEASE_MS,
+            ..server_cfg(port, 1, 2)
+        };
+        assert_eq!(server::server_start(&cfg, &mut second), 0);
+        assert_eq!(client::client_reinit(c1, std::ptr::null()), 0);
+        assert_eq!(locks::update_all_locks(c1), 0);
+        assert_eq!(client::client_reinit_done(c1), 0);
+        // The engine takes the lock by name and uses it before enabling caching again.
+        assert_eq!(locks::get_lock(c1, &desc(b"cached"), &mut id), 0);
+        assert_eq!(ops::trylock(c1, &req(id), (&raw mut st).cast()), 0);
+        assert_eq!(
+            cached::lock_cache_enable(c1, id, 1),
+            Status::Einval.code(),
+            "in use"
+        );
+
+        // Another client asks for it for over two revoke timeouts while c1 keeps its lease
+        // (a heartbeat every few milliseconds) and goes on using it.
+        assert_eq!(client::client_init(&mut c2, ip.as_ptr()), 0);
+        assert_eq!(locks::get_lock(c2, &desc(b"cached"), &mut theirs), 0);
+        let until = Instant::now() + Duration::from_millis(u64::from(LEASE_MS) * 5 / 2);
+        while Instant::now() < until {
+            assert_ne!(
+                ops::trylock(c2, &req(theirs), (&raw mut st).cast()),
+                0,
+                "two holders: the server took back a grant it was never told was plain"
+            );
+            assert_eq!(client::client_heartbeat(c1, 1), 0);
+            let mut notices = [dlock_revoke::default(); 4];
+            let mut n = 0;
+            assert_eq!(
+                cached::client_revokes_poll(c1, notices.as_mut_ptr(), 4, &mut n),
+                0
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(ops::unlock(c1, id, (&raw mut st).cast()), 0);
+        assert_eq!(ops::trylock(c2, &req(theirs), (&raw mut st).cast()), 0);
+        assert_eq!(ops::unlock(c2, theirs, (&raw mut st).cast()), 0);
+        assert_eq!(client::client_deinit(c2), 0);
+        assert_eq!(client::client_deinit(c1), 0);
+        client::dclient_lib_deinit();
+        assert_eq!(server::server_stop(second), 0);
+        server::dserver_lib_deinit();
+    }
+}
