@@ -9,11 +9,10 @@ use dlock_engine_glue::ffi::{cached, client, locks, ops, server};
 
 #[path = "common/failover.rs"]
 mod failover;
-use failover::{LOOPBACK, first_server_and_client, server_cfg};
+use failover::{LOOPBACK, first_server_and_client};
 
 #[test]
 fn a_parked_grant_is_not_re_claimed_nor_answered_from_after_a_failover() {
-    let mut second = 0;
     let (mut c1, mut c2, mut id1, mut id2) = (0, 0, 0, 0);
     let name = b"orders/rg-7";
     let desc = lock_desc {
@@ -37,14 +36,7 @@ fn a_parked_grant_is_not_re_claimed_nor_answered_from_after_a_failover() {
         assert_eq!(ops::trylock(c1, &req(id1), (&raw mut st).cast()), 0);
         assert_eq!(ops::unlock(c1, id1, (&raw mut st).cast()), 0, "parked");
 
-        assert_eq!(server::server_stop(first), 0);
-        assert_eq!(
-            server::server_start(&server_cfg(port, 1, 2), &mut second),
-            0
-        );
-        assert_eq!(client::client_reinit(c1, std::ptr::null()), 0);
-        assert_eq!(locks::update_all_locks(c1), 0);
-        assert_eq!(client::client_reinit_done(c1), 0);
+        let second = failover::fail_over(first, port, c1);
         // The lock id is the replacement's now.
         assert_eq!(locks::get_lock(c1, &desc, &mut id1), 0);
         // Asked of the replacement, not answered from the parked grant: it holds it for c1

@@ -3,19 +3,15 @@
 //! holds nothing afterwards rather than a use nobody can end. (Its own test binary: the server
 //! and client registries are process-wide.)
 
-use std::ffi::CString;
-
 use dlock_engine_glue::dlock_core::Status;
 use dlock_engine_glue::ffi::types::*;
 use dlock_engine_glue::ffi::{cached, client, locks, ops, server};
 
 #[path = "common/failover.rs"]
 mod failover;
-use failover::{client_cfg, server_cfg};
 
 #[test]
 fn a_use_whose_grant_a_failover_forgot_ends_at_its_unlock() {
-    let (mut first, mut second, mut port) = (0, 0, 0);
     let (mut c1, mut id1) = (0, 0);
     let name = b"orders/rg-8";
     let desc = lock_desc {
@@ -33,24 +29,13 @@ fn a_use_whose_grant_a_failover_forgot_ends_at_its_unlock() {
     };
     // SAFETY: pointers to live locals of the right types; the strings outlive the calls.
     unsafe {
-        assert_eq!(server::dserver_lib_init(2), 0);
-        assert_eq!(server::server_start(&server_cfg(-1, 0, 1), &mut first), 0);
-        assert_eq!(server::server_tcp_port(first, &mut port), 0);
-        assert_eq!(client::dclient_lib_init(&client_cfg(port)), 0);
-        let ip = CString::new("127.0.0.1").unwrap();
-        assert_eq!(client::client_init(&mut c1, ip.as_ptr()), 0);
+        let (first, port) = failover::first_server();
+        assert_eq!(client::client_init(&mut c1, failover::LOOPBACK.as_ptr()), 0);
         assert_eq!(locks::get_lock(c1, &desc, &mut id1), 0);
         assert_eq!(cached::lock_cache_enable(c1, id1, 1), 0);
         assert_eq!(ops::trylock(c1, &req(id1), st), 0, "in use");
 
-        assert_eq!(server::server_stop(first), 0);
-        assert_eq!(
-            server::server_start(&server_cfg(port, 1, 2), &mut second),
-            0
-        );
-        assert_eq!(client::client_reinit(c1, std::ptr::null()), 0);
-        assert_eq!(locks::update_all_locks(c1), 0);
-        assert_eq!(client::client_reinit_done(c1), 0);
+        let second = failover::fail_over(first, port, c1);
         let mut again = 0;
         assert_eq!(locks::get_lock(c1, &desc, &mut again), 0);
         assert_eq!(again, id1, "the same lock");

@@ -4,8 +4,6 @@
 //! not answered is sent again). (Its own test binary: the server and client registries are
 //! process-wide.)
 
-use std::ffi::CString;
-
 use dlock_engine_glue::dlock_core::Status;
 use dlock_engine_glue::ffi::types::*;
 
@@ -14,11 +12,9 @@ use dlock_engine_glue::ffi::{cached, client, locks, ops, server};
 
 #[path = "common/failover.rs"]
 mod failover;
-use failover::{client_cfg, server_cfg};
 
 #[test]
 fn a_give_back_that_could_not_be_sent_is_sent_again_at_the_next_call() {
-    let (mut s, mut port) = (0, 0);
     let (mut c1, mut c2, mut id1, mut id2) = (0, 0, 0, 0);
     let name = b"orders/rg-9";
     let desc = lock_desc {
@@ -36,13 +32,9 @@ fn a_give_back_that_could_not_be_sent_is_sent_again_at_the_next_call() {
     let (mut out, mut n) = ([dlock_revoke::default(); 8], 0);
     // SAFETY: pointers to live locals of the right types; the strings outlive the calls.
     unsafe {
-        assert_eq!(server::dserver_lib_init(2), 0);
-        assert_eq!(server::server_start(&server_cfg(-1, 0, 1), &mut s), 0);
-        assert_eq!(server::server_tcp_port(s, &mut port), 0);
-        assert_eq!(client::dclient_lib_init(&client_cfg(port)), 0);
-        let ip = CString::new("127.0.0.1").unwrap();
-        assert_eq!(client::client_init(&mut c1, ip.as_ptr()), 0);
-        assert_eq!(client::client_init(&mut c2, ip.as_ptr()), 0);
+        let (s, _) = failover::first_server();
+        assert_eq!(client::client_init(&mut c1, failover::LOOPBACK.as_ptr()), 0);
+        assert_eq!(client::client_init(&mut c2, failover::LOOPBACK.as_ptr()), 0);
         assert_eq!(locks::get_lock(c1, &desc, &mut id1), 0);
         assert_eq!(locks::get_lock(c2, &desc, &mut id2), 0);
         assert_eq!(cached::lock_cache_enable(c1, id1, 1), 0);

@@ -3,7 +3,7 @@
 //! a trylock with no lease (answered with nothing sent) is no grant.
 //! (Its own test binary: the server and client registries are process-wide.)
 
-use std::ffi::{CString, c_int};
+use std::ffi::c_int;
 
 use dlock_engine_glue::dlock_core::Status;
 use dlock_engine_glue::ffi::types::*;
@@ -11,7 +11,6 @@ use dlock_engine_glue::ffi::{cached, client, locks, ops, server};
 
 #[path = "common/failover.rs"]
 mod failover;
-use failover::{client_cfg, server_cfg};
 
 const FAIL: i32 = Status::Fail.code();
 const ALREADY_LOCKED: i32 = Status::AlreadyLocked.code();
@@ -116,7 +115,6 @@ unsafe fn a_trylock_with_no_lease_caches_no_grant(p: &Pair) {
 
 #[test]
 fn a_cached_grant_covers_no_holder_the_server_does_not() {
-    let (mut s, mut port) = (0, 0);
     let mut p = Pair {
         c1: 0,
         c2: 0,
@@ -132,13 +130,15 @@ fn a_cached_grant_covers_no_holder_the_server_does_not() {
     };
     // SAFETY: pointers to live locals of the right types; the strings outlive the calls.
     unsafe {
-        assert_eq!(server::dserver_lib_init(2), 0);
-        assert_eq!(server::server_start(&server_cfg(-1, 0, 1), &mut s), 0);
-        assert_eq!(server::server_tcp_port(s, &mut port), 0);
-        assert_eq!(client::dclient_lib_init(&client_cfg(port)), 0);
-        let ip = CString::new("127.0.0.1").unwrap();
-        assert_eq!(client::client_init(&mut p.c1, ip.as_ptr()), 0);
-        assert_eq!(client::client_init(&mut p.c2, ip.as_ptr()), 0);
+        let (s, _) = failover::first_server();
+        assert_eq!(
+            client::client_init(&mut p.c1, failover::LOOPBACK.as_ptr()),
+            0
+        );
+        assert_eq!(
+            client::client_init(&mut p.c2, failover::LOOPBACK.as_ptr()),
+            0
+        );
         assert_eq!(locks::get_lock(p.c1, &desc, &mut p.id1), 0);
         assert_eq!(locks::get_lock(p.c2, &desc, &mut p.id2), 0);
 

@@ -5,27 +5,15 @@
 //! old id — unlocking the client's *other* lock, re-claimed plain and still in use. (Its own
 //! test binary: the server and client registries are process-wide.)
 
-use std::ffi::CString;
-
 use dlock_engine_glue::ffi::types::*;
 use dlock_engine_glue::ffi::{cached, client, locks, ops, server};
 
 #[path = "common/failover.rs"]
 mod failover;
-use failover::{client_cfg, server_cfg};
-
-fn desc(name: &'static [u8]) -> lock_desc {
-    lock_desc {
-        p_desc: name.as_ptr().cast(),
-        len: name.len() as u32,
-        lock_type: DLOCK_RW,
-        lease_time: 0,
-    }
-}
+use failover::rw_desc;
 
 #[test]
 fn a_renumbering_failover_leaves_the_clients_other_locks_alone() {
-    let (mut first, mut second, mut port) = (0, 0, 0);
     let (mut gone, mut c1, mut c2) = (0, 0, 0);
     let (mut filler, mut cached_id, mut plain_id, mut theirs) = (0, 0, 0, 0);
     let mut st = lock_state::from_word(0);
@@ -36,16 +24,15 @@ fn a_renumbering_failover_leaves_the_clients_other_locks_alone() {
     };
     // SAFETY: pointers to live locals of the right types; the strings outlive the calls.
     unsafe {
-        assert_eq!(server::dserver_lib_init(2), 0);
-        assert_eq!(server::server_start(&server_cfg(-1, 0, 1), &mut first), 0);
-        assert_eq!(server::server_tcp_port(first, &mut port), 0);
-        assert_eq!(client::dclient_lib_init(&client_cfg(port)), 0);
-        let ip = CString::new("127.0.0.1").unwrap();
+        let (first, port) = failover::first_server();
         // A client that will not come back takes the first lock slot.
-        assert_eq!(client::client_init(&mut gone, ip.as_ptr()), 0);
-        assert_eq!(locks::get_lock(gone, &desc(b"gone"), &mut filler), 0);
-        assert_eq!(client::client_init(&mut c1, ip.as_ptr()), 0);
-        assert_eq!(locks::get_lock(c1, &desc(b"cached"), &mut cached_id), 0);
+        assert_eq!(
+            client::client_init(&mut gone, failover::LOOPBACK.as_ptr()),
+            0
+        );
+        assert_eq!(locks::get_lock(gone, &rw_desc(b"gone"), &mut filler), 0);
+        assert_eq!(client::client_init(&mut c1, failover::LOOPBACK.as_ptr()), 0);
+        assert_eq!(locks::get_lock(c1, &rw_desc(b"cached"), &mut cached_id), 0);
         assert_eq!(cached::lock_cache_enable(c1, cached_id, 1), 0);
         assert_eq!(ops::trylock(c1, &req(cached_id), (&raw mut st).cast()), 0);
         assert_eq!(
@@ -53,19 +40,12 @@ fn a_renumbering_failover_leaves_the_clients_other_locks_alone() {
             0,
             "parked"
         );
-        assert_eq!(locks::get_lock(c1, &desc(b"plain"), &mut plain_id), 0);
+        assert_eq!(locks::get_lock(c1, &rw_desc(b"plain"), &mut plain_id), 0);
         assert_eq!(ops::trylock(c1, &req(plain_id), (&raw mut st).cast()), 0);
         let old_cached = cached_id;
 
-        assert_eq!(server::server_stop(first), 0);
-        assert_eq!(
-            server::server_start(&server_cfg(port, 1, 2), &mut second),
-            0
-        );
-        assert_eq!(client::client_reinit(c1, std::ptr::null()), 0);
-        assert_eq!(locks::update_all_locks(c1), 0);
-        assert_eq!(client::client_reinit_done(c1), 0);
-        assert_eq!(locks::get_lock(c1, &desc(b"plain"), &mut plain_id), 0);
+        let second = failover::fail_over(first, port, c1);
+        assert_eq!(locks::get_lock(c1, &rw_desc(b"plain"), &mut plain_id), 0);
         assert_eq!(
             plain_id, old_cached,
             "the replacement gave the plain lock the cached one's old id"
@@ -84,7 +64,7 @@ fn a_renumbering_failover_leaves_the_clients_other_locks_alone() {
             "one notice for every lock"
         );
         // Caching enabled again under the new id stays enabled: parked at its unlock.
-        assert_eq!(locks::get_lock(c1, &desc(b"cached"), &mut cached_id), 0);
+        assert_eq!(locks::get_lock(c1, &rw_desc(b"cached"), &mut cached_id), 0);
         assert_eq!(cached::lock_cache_enable(c1, cached_id, 1), 0);
         assert_eq!(ops::trylock(c1, &req(cached_id), (&raw mut st).cast()), 0);
         assert_eq!(ops::unlock(c1, cached_id, (&raw mut st).cast()), 0);
@@ -94,8 +74,8 @@ fn a_renumbering_failover_leaves_the_clients_other_locks_alone() {
             "it was parked"
         );
         // c1 still holds the plain lock: another client is refused it.
-        assert_eq!(client::client_init(&mut c2, ip.as_ptr()), 0);
-        assert_eq!(locks::get_lock(c2, &desc(b"plain"), &mut theirs), 0);
+        assert_eq!(client::client_init(&mut c2, failover::LOOPBACK.as_ptr()), 0);
+        assert_eq!(locks::get_lock(c2, &rw_desc(b"plain"), &mut theirs), 0);
         assert_ne!(
             ops::trylock(c2, &req(theirs), (&raw mut st).cast()),
             0,

@@ -4,27 +4,15 @@
 //! lock's, or none, on the replacement). (Its own test binary: the server and client
 //! registries are process-wide.)
 
-use std::ffi::CString;
-
 use dlock_engine_glue::ffi::types::*;
 use dlock_engine_glue::ffi::{cached, client, locks, ops, server};
 
 #[path = "common/failover.rs"]
 mod failover;
-use failover::{client_cfg, server_cfg};
-
-fn desc(name: &'static [u8]) -> lock_desc {
-    lock_desc {
-        p_desc: name.as_ptr().cast(),
-        len: name.len() as u32,
-        lock_type: DLOCK_RW,
-        lease_time: 0,
-    }
-}
+use failover::rw_desc;
 
 #[test]
 fn a_renumbering_replaces_the_untaken_notices_with_one_for_every_lock() {
-    let (mut first, mut second, mut port) = (0, 0, 0);
     let (mut c1, mut c2) = (0, 0);
     let (mut id, mut plain, mut theirs) = (0, 0, 0);
     let mut st = lock_state::from_word(0);
@@ -35,35 +23,24 @@ fn a_renumbering_replaces_the_untaken_notices_with_one_for_every_lock() {
     };
     // SAFETY: pointers to live locals of the right types; the strings outlive the calls.
     unsafe {
-        assert_eq!(server::dserver_lib_init(2), 0);
-        assert_eq!(server::server_start(&server_cfg(-1, 0, 1), &mut first), 0);
-        assert_eq!(server::server_tcp_port(first, &mut port), 0);
-        assert_eq!(client::dclient_lib_init(&client_cfg(port)), 0);
-        let ip = CString::new("127.0.0.1").unwrap();
-        assert_eq!(client::client_init(&mut c1, ip.as_ptr()), 0);
-        assert_eq!(locks::get_lock(c1, &desc(b"cached"), &mut id), 0);
-        assert_eq!(locks::get_lock(c1, &desc(b"plain"), &mut plain), 0);
+        let (first, port) = failover::first_server();
+        assert_eq!(client::client_init(&mut c1, failover::LOOPBACK.as_ptr()), 0);
+        assert_eq!(locks::get_lock(c1, &rw_desc(b"cached"), &mut id), 0);
+        assert_eq!(locks::get_lock(c1, &rw_desc(b"plain"), &mut plain), 0);
         assert_eq!(cached::lock_cache_enable(c1, id, 1), 0);
         assert_eq!(ops::trylock(c1, &req(id), (&raw mut st).cast()), 0);
         assert_eq!(ops::unlock(c1, id, (&raw mut st).cast()), 0, "parked");
         // Another client asks for it: c1's calls read the revoke and give the grant back, and
         // its notice waits for the engine.
-        assert_eq!(client::client_init(&mut c2, ip.as_ptr()), 0);
-        assert_eq!(locks::get_lock(c2, &desc(b"cached"), &mut theirs), 0);
+        assert_eq!(client::client_init(&mut c2, failover::LOOPBACK.as_ptr()), 0);
+        assert_eq!(locks::get_lock(c2, &rw_desc(b"cached"), &mut theirs), 0);
         while ops::trylock(c2, &req(theirs), (&raw mut st).cast()) != 0 {
             assert_eq!(ops::trylock(c1, &req(plain), (&raw mut st).cast()), 0);
             assert_eq!(ops::unlock(c1, plain, (&raw mut st).cast()), 0);
         }
         assert_eq!(ops::unlock(c2, theirs, (&raw mut st).cast()), 0);
 
-        assert_eq!(server::server_stop(first), 0);
-        assert_eq!(
-            server::server_start(&server_cfg(port, 1, 2), &mut second),
-            0
-        );
-        assert_eq!(client::client_reinit(c1, std::ptr::null()), 0);
-        assert_eq!(locks::update_all_locks(c1), 0);
-        assert_eq!(client::client_reinit_done(c1), 0);
+        let second = failover::fail_over(first, port, c1);
         let mut notices = [dlock_revoke::default(); 4];
         let mut n = 0;
         assert_eq!(

@@ -5,7 +5,6 @@
 //! the server gave the lock to another client at the revoke timeout while the use went on.
 //! (Its own test binary: the server and client registries are process-wide.)
 
-use std::ffi::CString;
 use std::time::{Duration, Instant};
 
 use dlock_engine_glue::dlock_core::Status;
@@ -14,24 +13,15 @@ use dlock_engine_glue::ffi::{cached, client, locks, ops, server};
 
 #[path = "common/failover.rs"]
 mod failover;
-use failover::{client_cfg, server_cfg};
+use failover::{rw_desc, server_cfg};
 
 /// The replacement's client lease, and so the revoke timeout of a grant it revokes: short, so
 /// that the test outlives it, and long beside c1's heartbeats every few milliseconds.
 const LEASE_MS: u32 = 1_000;
 
-fn desc(name: &'static [u8]) -> lock_desc {
-    lock_desc {
-        p_desc: name.as_ptr().cast(),
-        len: name.len() as u32,
-        lock_type: DLOCK_RW,
-        lease_time: 0,
-    }
-}
-
 #[test]
 fn a_lock_taken_before_caching_is_enabled_again_is_not_revoked() {
-    let (mut first, mut second, mut port) = (0, 0, 0);
+    let mut second = 0;
     let (mut c1, mut c2) = (0, 0);
     let (mut id, mut theirs) = (0, 0);
     let mut st = lock_state::from_word(0);
@@ -42,13 +32,9 @@ fn a_lock_taken_before_caching_is_enabled_again_is_not_revoked() {
     };
     // SAFETY: pointers to live locals of the right types; the strings outlive the calls.
     unsafe {
-        assert_eq!(server::dserver_lib_init(2), 0);
-        assert_eq!(server::server_start(&server_cfg(-1, 0, 1), &mut first), 0);
-        assert_eq!(server::server_tcp_port(first, &mut port), 0);
-        assert_eq!(client::dclient_lib_init(&client_cfg(port)), 0);
-        let ip = CString::new("127.0.0.1").unwrap();
-        assert_eq!(client::client_init(&mut c1, ip.as_ptr()), 0);
-        assert_eq!(locks::get_lock(c1, &desc(b"cached"), &mut id), 0);
+        let (first, port) = failover::first_server();
+        assert_eq!(client::client_init(&mut c1, failover::LOOPBACK.as_ptr()), 0);
+        assert_eq!(locks::get_lock(c1, &rw_desc(b"cached"), &mut id), 0);
         assert_eq!(cached::lock_cache_enable(c1, id, 1), 0);
         assert_eq!(ops::trylock(c1, &req(id), (&raw mut st).cast()), 0);
         assert_eq!(ops::unlock(c1, id, (&raw mut st).cast()), 0, "parked");
@@ -63,7 +49,7 @@ fn a_lock_taken_before_caching_is_enabled_again_is_not_revoked() {
         assert_eq!(locks::update_all_locks(c1), 0);
         assert_eq!(client::client_reinit_done(c1), 0);
         // The engine takes the lock by name and uses it before enabling caching again.
-        assert_eq!(locks::get_lock(c1, &desc(b"cached"), &mut id), 0);
+        assert_eq!(locks::get_lock(c1, &rw_desc(b"cached"), &mut id), 0);
         assert_eq!(ops::trylock(c1, &req(id), (&raw mut st).cast()), 0);
         assert_eq!(
             cached::lock_cache_enable(c1, id, 1),
@@ -73,8 +59,8 @@ fn a_lock_taken_before_caching_is_enabled_again_is_not_revoked() {
 
         // Another client asks for it for over two revoke timeouts while c1 keeps its lease
         // (a heartbeat every few milliseconds) and goes on using it.
-        assert_eq!(client::client_init(&mut c2, ip.as_ptr()), 0);
-        assert_eq!(locks::get_lock(c2, &desc(b"cached"), &mut theirs), 0);
+        assert_eq!(client::client_init(&mut c2, failover::LOOPBACK.as_ptr()), 0);
+        assert_eq!(locks::get_lock(c2, &rw_desc(b"cached"), &mut theirs), 0);
         let until = Instant::now() + Duration::from_millis(u64::from(LEASE_MS) * 5 / 2);
         while Instant::now() < until {
             assert_ne!(

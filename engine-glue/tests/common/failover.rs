@@ -21,16 +21,63 @@ pub const LOOPBACK: &CStr = c"127.0.0.1";
 ///
 /// Once per test binary, before any other C-ABI call (the registries are process-wide).
 pub unsafe fn first_server_and_client(c: &mut c_int) -> (c_int, c_int) {
+    // SAFETY: the caller's contract; a pointer to a live local and a static string.
+    unsafe {
+        let (first, port) = first_server();
+        assert_eq!(client::client_init(c, LOOPBACK.as_ptr()), 0);
+        (first, port)
+    }
+}
+
+/// Both C libraries initialised and a first server on a free loopback port (epoch 1, waiting
+/// for no one), the client library pointed at it: the server's handle and port.
+///
+/// # Safety
+///
+/// Once per test binary, before any other C-ABI call (the registries are process-wide).
+pub unsafe fn first_server() -> (c_int, c_int) {
     let (mut first, mut port) = (0, 0);
-    // SAFETY: pointers to live locals of the right types; the address is a static string.
+    // SAFETY: pointers to live locals of the right types.
     unsafe {
         assert_eq!(server::dserver_lib_init(2), 0);
         assert_eq!(server::server_start(&server_cfg(-1, 0, 1), &mut first), 0);
         assert_eq!(server::server_tcp_port(first, &mut port), 0);
         assert_eq!(client::dclient_lib_init(&client_cfg(port)), 0);
-        assert_eq!(client::client_init(c, LOOPBACK.as_ptr()), 0);
     }
     (first, port)
+}
+
+/// The failover these tests make: `first` stops, a replacement starts on `port` at epoch 2
+/// waiting for one client, and client `c` re-syncs with it (`client_reinit`,
+/// `update_all_locks`, `client_reinit_done`). The replacement's handle.
+///
+/// # Safety
+///
+/// After [`first_server`], with `c` registered with it.
+pub unsafe fn fail_over(first: c_int, port: c_int, c: c_int) -> c_int {
+    let mut second = 0;
+    // SAFETY: a pointer to a live local; a null address means "the same server".
+    unsafe {
+        assert_eq!(server::server_stop(first), 0);
+        assert_eq!(
+            server::server_start(&server_cfg(port, 1, 2), &mut second),
+            0
+        );
+        assert_eq!(client::client_reinit(c, std::ptr::null()), 0);
+        assert_eq!(dlock_engine_glue::ffi::locks::update_all_locks(c), 0);
+        assert_eq!(client::client_reinit_done(c), 0);
+    }
+    second
+}
+
+/// An RW lock named `name`, with the server's lease.
+pub fn rw_desc(name: &'static [u8]) -> lock_desc {
+    lock_desc {
+        p_desc: name.as_ptr().cast(),
+        len: name.len() as u32,
+        lock_type: DLOCK_RW,
+        lease_time: 0,
+    }
 }
 
 /// A primary on the loopback at `port` (`-1`: any free one) with room for a few locks and
