@@ -357,7 +357,8 @@ impl<'r> Server<'r> {
                 s.preempted[s.preempted_len] = c.lock;
                 s.preempted_len += 1;
             }
-            if note.released {
+            // A lapse is also a release; listed once, its waiters are retried once.
+            if note.released && !note.lapsed {
                 released[released_len] = c.lock;
                 released_len += 1;
             }
