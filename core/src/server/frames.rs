@@ -133,7 +133,11 @@ impl<'r> Server<'r> {
                 | ControlRequest::ClientReinit { .. }
                 | ControlRequest::ClientJoin { .. }
         );
-        if !is_init && !version_spoken(self.versions(), header.version) {
+        // A frame of a version before the message existed cannot carry it (a version-5
+        // `ReclaimDones`) — refused as a version this server does not speak.
+        let too_old = matches!(frame.body, ControlRequest::ReclaimDones(_))
+            && header.version < crate::proto::PROTO_VERSION_RECLAIM_DONES;
+        if too_old || !is_init && !version_spoken(self.versions(), header.version) {
             self.stats.bump(Counter::ControlRequests);
             let status = self.refuse(Status::ProtoVersionNegotiationFail);
             let empty = ControlResponse::Empty;
@@ -155,13 +159,6 @@ impl<'r> Server<'r> {
             return Ok((written, None));
         }
         if let ControlRequest::ReclaimDones(dones) = frame.body {
-            if header.version < crate::proto::PROTO_VERSION_RECLAIM_DONES {
-                // A version-5 frame cannot carry a message version 6 brought.
-                self.stats.bump(Counter::ControlRequests);
-                let status = self.refuse(Status::ProtoVersionNegotiationFail);
-                let empty = ControlResponse::Empty;
-                return Ok((encode_control_response(&reply(status), &empty, out)?, None));
-            }
             // Its reply borrows a buffer of up to 255 statuses: written there, not returned.
             let written = self.reclaim_dones_frame(&header, &dones, out, now_ms)?;
             return Ok((written, None));
