@@ -11,7 +11,7 @@
 //! until its lease ends or it re-registers, and it is the first evicted when the table is full
 //! (the reference's eviction rule).
 
-use super::{Counter, Server, client_tag, past};
+use super::{Counter, Server, client_tag};
 use crate::ids::{ClientId, LockId, LockKind, Mode, Peer, Session, Ticket};
 use crate::manager::GrantState;
 use crate::manager::retain::{AtDeparture, Departure, at_departure};
@@ -230,7 +230,7 @@ impl<'r> Server<'r> {
             {
                 continue;
             }
-            if past(now_ms, c.last_seen_ms.saturating_add(c.lease_ms as u64)) {
+            if c.lease_over(now_ms) {
                 if c.client_state() == ClientState::Recovering && self.recovering > 0 {
                     // It will not finish recovery: stop waiting for it (the reference waits
                     // forever).
@@ -361,8 +361,7 @@ impl<'r> Server<'r> {
     pub(super) fn evictable(&self, slot: u32, now_ms: u64) -> bool {
         let c = &self.t.clients[slot as usize];
         c.client_state() == ClientState::Abnormal
-            && (self.t.lock_holds.next_in_row(slot, 0).is_none()
-                || past(now_ms, c.last_seen_ms.saturating_add(c.lease_ms as u64)))
+            && (self.t.lock_holds.next_in_row(slot, 0).is_none() || c.lease_over(now_ms))
     }
 
     /// A random id no registered client has, or `None` if every candidate drawn collides.

@@ -239,6 +239,13 @@ impl ClientEntry {
         }
     }
 
+    /// Whether the client's lease ran out before `now_ms` (seen last at `last_seen_ms`;
+    /// strictly past, as the reference compares).
+    #[inline]
+    pub const fn lease_over(&self, now_ms: u64) -> bool {
+        now_ms > self.last_seen_ms.saturating_add(self.lease_ms as u64)
+    }
+
     /// Resumes this live registration for its client, back at protocol `version` (a
     /// `client_reinit`, or a cluster join of a session registered here): seen now, and no
     /// longer abnormal, since it is talking to us again.
