@@ -351,6 +351,15 @@ impl<'r> Server<'r> {
         true
     }
 
+    /// The recovery gauges `dlock stat` shows: partitions recovering, and the clients they
+    /// await.
+    fn recovery_gauges(&mut self, recovering: u64, awaited: Awaited) {
+        self.stats.0[Counter::PartitionsRecovering as usize] = recovering;
+        self.stats.0[Counter::ReclaimAwaited as usize] = awaited.sum;
+        self.stats.0[Counter::ReclaimAwaitedMax as usize] = awaited.max;
+        self.stats.0[Counter::ReclaimUntracked as usize] = awaited.untracked;
+    }
+
     /// Advances recovering partitions to serving and frees the slots of lost partitions whose
     /// grants are over. Runs at every `tick` and after a map is applied.
     pub fn cluster_tick(&mut self, now_ms: u64) {
@@ -358,10 +367,7 @@ impl<'r> Server<'r> {
             return;
         };
         if c.pending == 0 {
-            self.stats.0[Counter::PartitionsRecovering as usize] = 0;
-            self.stats.0[Counter::ReclaimAwaited as usize] = 0;
-            self.stats.0[Counter::ReclaimAwaitedMax as usize] = 0;
-            self.stats.0[Counter::ReclaimUntracked as usize] = 0;
+            self.recovery_gauges(0, Awaited::default());
             return;
         }
         let mut recovering = 0;
@@ -398,10 +404,10 @@ impl<'r> Server<'r> {
             }
         }
         c.pending = pending;
-        self.stats.0[Counter::PartitionsRecovering as usize] = recovering;
-        self.stats.0[Counter::ReclaimAwaited as usize] = awaited.sum;
-        self.stats.0[Counter::ReclaimAwaitedMax as usize] = awaited.max;
-        self.stats.0[Counter::ReclaimUntracked as usize] = awaited.untracked;
+        self.recovery_gauges(recovering, awaited);
+        let Some(c) = self.cluster.as_mut() else {
+            return;
+        };
         if c.expected_len > 0 && c.side.parts.iter().all(|s| s.serving || !s.owned) {
             // No partition recovers: the tracked ids can go.
             c.side.reclaims.fill(0);

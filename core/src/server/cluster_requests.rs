@@ -124,10 +124,10 @@ impl<'r> Server<'r> {
         let slot = self.client_slot(raw).ok_or(Status::ClientNotInit);
         let slot = slot.map_err(|s| self.refuse(s))?;
         self.t.clients[slot as usize].last_seen_ms = now_ms;
-        if self.cluster.is_none() {
+        let Some(c) = self.cluster.as_ref() else {
             return Err(self.refuse(Status::Einval));
-        }
-        Ok(self.cluster.as_ref().and_then(|c| c.tracked_index(raw)))
+        };
+        Ok(c.tracked_index(raw))
     }
 
     /// Counts a client's word that it re-claimed `partition` at `epoch`, if the partition
