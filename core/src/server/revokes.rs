@@ -246,8 +246,7 @@ impl Server<'_> {
                 others_waiting: false,
             };
             if self.judge_holders(&req, lock, now_ms).lapsed {
-                let raw = LockId::new(lock, meta.generation()).raw();
-                self.wake_waiters(raw, now_ms);
+                self.wake_slot_waiters(lock, now_ms);
             }
         }
     }
