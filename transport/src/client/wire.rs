@@ -217,8 +217,6 @@ impl TcpData {
     }
 }
 
-/// Reads one data message off `s` into `partial` (which may hold its start already), keeping
-/// what arrived there if the deadline cuts in; returns its length once whole.
 /// One read that does not wait, whatever the socket's mode. A plaintext socket takes it as one
 /// `recv(MSG_DONTWAIT)`: a cached lock's every local acquisition looks at its connection for
 /// revokes this way, and toggling the socket non-blocking around a read cost three system calls
@@ -226,20 +224,7 @@ impl TcpData {
 /// read through rustls with the socket non-blocking for that read.
 fn read_now(s: &mut Wire, buf: &mut [u8]) -> io::Result<usize> {
     match s {
-        Wire::Plain(tcp) => {
-            use std::os::fd::AsRawFd;
-            // SAFETY: `buf` is writable for `buf.len()` bytes for the whole call, and the
-            // descriptor is `tcp`'s own, open while `tcp` is borrowed here.
-            let n = unsafe {
-                libc::recv(
-                    tcp.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            usize::try_from(n).map_err(|_| io::Error::last_os_error())
-        }
+        Wire::Plain(tcp) => recv_dontwait(tcp, buf),
         #[cfg(feature = "tls")]
         Wire::Tls(_) => {
             s.socket().set_nonblocking(true)?;
@@ -250,6 +235,26 @@ fn read_now(s: &mut Wire, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
+/// One `recv(MSG_DONTWAIT)` off `sock`: what is there, without waiting and without changing
+/// the socket's mode (which a reader blocked on it in another call could observe).
+pub(crate) fn recv_dontwait(sock: &std::net::TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the whole call (it is borrowed
+    // mutably), which is all recv(2) writes; the descriptor is `sock`'s own, open while `sock`
+    // is borrowed here.
+    let n = unsafe {
+        libc::recv(
+            sock.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// Reads one data message off `s` into `partial` (which may hold its start already), keeping
+/// what arrived there if the deadline cuts in; returns its length once whole.
 fn recv_tcp(
     s: &mut Wire,
     partial: &mut Vec<u8>,

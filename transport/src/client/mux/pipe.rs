@@ -4,7 +4,6 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -87,22 +86,7 @@ impl TcpPipe {
         if wait != Wait::Look {
             return (&self.sock).read(buf);
         }
-        // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the whole call (it is
-        // borrowed mutably), which is all recv(2) writes; the descriptor is the live socket
-        // `self.sock` owns. MSG_DONTWAIT makes this one call non-blocking without changing the
-        // socket's mode, which a reader blocked in another call could observe.
-        let n = unsafe {
-            libc::recv(
-                self.sock.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(n as usize)
+        crate::client::wire::recv_dontwait(&self.sock, buf)
     }
 
     /// Makes a blocking read return by `deadline` (within [`TIMEOUT_SLACK`]), setting the
