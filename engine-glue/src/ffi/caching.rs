@@ -12,7 +12,7 @@ use dlock_core::manager::cache::{Acquire, OnRevoke, Release, Reply, ServerOp};
 use dlock_core::proto::{Event, LockFlags};
 use dlock_core::table::EVENT_RING_LEN;
 use dlock_core::{LockId, LockKind, Mode, Status};
-use dlock_transport::client::cached::{Notices, drive_op, warn_overdue};
+use dlock_transport::client::cached::{Notices, drive_op, send_op, warn_overdue};
 use dlock_transport::client::{Client, Grant};
 
 use super::types::{DLOCK_REVOKE_ALL, LOCK_EXCLUSIVE, LOCK_SHARED, dlock_revoke};
@@ -319,15 +319,7 @@ impl Caching {
         let Ok(done) = drive_op(
             &mut cx,
             op,
-            |(client, _), op| {
-                let sent = match op {
-                    ServerOp::Downgrade => client.downgrade(id),
-                    ServerOp::GiveBack(_) | ServerOp::Acquire(_) => client.unlock(id),
-                };
-                let status = sent.map_or_else(Status::from, |_| Status::Success);
-                let token = client.local_lock(id).map_or(0, |l| l.token.0);
-                Ok::<_, Infallible>((status, token))
-            },
+            |(client, _), op| Ok::<_, Infallible>(send_op(client, id, op)),
             |(_, c)| &mut c.rec,
         );
         let (_, c) = cx;

@@ -72,7 +72,7 @@ use dlock_core::proto::Event;
 use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
 
 use dlock_transport::client::Connection;
-use dlock_transport::client::cached::{drive_op, warn_overdue};
+use dlock_transport::client::cached::{drive_op, send_op, warn_overdue};
 
 use super::{Held, RowGroup, RowGroupLocks, is_fatal};
 
@@ -252,16 +252,9 @@ impl<C: Connection> RowGroupLocks<C> {
         let done = drive_op(
             &mut cx,
             op,
-            |(w, _), op| {
-                let sent = match op {
-                    ServerOp::Downgrade => w.client.downgrade(id),
-                    ServerOp::GiveBack(_) | ServerOp::Acquire(_) => w.client.unlock(id),
-                };
-                let status = sent.map_or_else(|e| e.status(), |_| Status::Success);
-                if is_fatal(status) {
-                    return Err(w.check(status));
-                }
-                Ok((status, w.client.local_lock(id).map_or(0, |l| l.token.0)))
+            |(w, _), op| match send_op(&mut w.client, id, op) {
+                (status, _) if is_fatal(status) => Err(w.check(status)),
+                answered => Ok(answered),
             },
             |(_, rec)| rec,
         )?;

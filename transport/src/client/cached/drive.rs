@@ -8,6 +8,23 @@ use dlock_core::Status;
 use dlock_core::manager::CachedLock;
 use dlock_core::manager::cache::{Reply, ServerOp};
 
+/// Sends `op` of lock `id`'s record the way the reference-shaped calls carry it — a
+/// downgrade, else an unlock (a give-back, or an acquisition's undo) — and returns the status
+/// answered and the fencing token of the lock's grant after it, as [`drive_op`]'s `send`
+/// does. The C ABI's cached locks and the row-group cache send their records' ops with it.
+pub fn send_op<C: crate::client::Connection>(
+    client: &mut crate::client::Client<C>,
+    id: dlock_core::LockId,
+    op: ServerOp,
+) -> (Status, u64) {
+    let sent = match op {
+        ServerOp::Downgrade => client.downgrade(id),
+        ServerOp::GiveBack(_) | ServerOp::Acquire(_) => client.unlock(id),
+    };
+    let status = sent.map_or_else(|e| e.status(), |_| Status::Success);
+    (status, client.local_lock(id).map_or(0, |l| l.token.0))
+}
+
 /// How often an op is sent in one go — a give-back after the downgrade a stronger revoke
 /// followed, or one the server did not answer — before it is left owed for the next look.
 pub const SENDS_MAX: u32 = 3;

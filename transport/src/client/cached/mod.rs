@@ -68,7 +68,7 @@ use dlock_core::proto::Event;
 use dlock_core::table::EVENT_RING_LEN;
 use dlock_core::{FencingToken, LockId, LockKind, Mode, Status};
 
-pub use drive::{Driven, SENDS_MAX, SENDS_TOTAL_MAX, drive_op};
+pub use drive::{Driven, SENDS_MAX, SENDS_TOTAL_MAX, drive_op, send_op};
 pub use guard::{CachedReadGuard, CachedWriteGuard};
 pub use notices::{NOTICES_MAX, Notices};
 pub use wait::{WAIT_SLICE, wait_sliced};
@@ -370,13 +370,20 @@ impl<C: Connection> State<C> {
         let mut events = std::mem::take(&mut self.events);
         let read = self.client.poll_events(|e| events.push(e));
         let mut moved = false;
-        for e in events.drain(..) {
-            moved |= self.note(e);
+        if !events.is_empty() {
+            let now = self.client.now_ms();
+            for e in events.drain(..) {
+                moved |= self.note(e, now);
+            }
         }
         self.events = events;
         read?;
         // Only the locks that owe a message or wait for their users: the look is proportional
-        // to what changed, not to every lock the handle has.
+        // to what changed, not to every lock the handle has — and a local hit with nothing
+        // watched reads no clock.
+        if self.watch.is_empty() {
+            return Ok(moved);
+        }
         let (lease_ms, now) = (duration_ms(self.client.lease()), self.client.now_ms());
         let mut watch = std::mem::take(&mut self.watch);
         let mut owed = Vec::new();
@@ -410,9 +417,9 @@ impl<C: Connection> State<C> {
     }
 
     /// Acts on one event (a revoke for a lock not held, or for an earlier grant than the one
-    /// held, is ignored by the record); whether a lock was given back or downgraded.
-    fn note(&mut self, e: Event) -> bool {
-        let now = self.client.now_ms();
+    /// held, is ignored by the record), read at `now`; whether a lock was given back or
+    /// downgraded.
+    fn note(&mut self, e: Event, now: u64) -> bool {
         match e {
             Event::Revoke {
                 lock,
