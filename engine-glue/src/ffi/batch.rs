@@ -80,8 +80,6 @@ unsafe fn batch(
     let mut ids = [None; BATCH_MAX];
     let mut out = [Err(Status::Einval); BATCH_MAX];
     let mut k = 0;
-    // The cache's ids from before a renumbering name other locks now (`caches` below).
-    slot.cache.follow_renumbering(&mut slot.client);
     for i in 0..n {
         match checked[i] {
             // A cached grant's local users are counted by the single calls only.

@@ -101,8 +101,6 @@ pub extern "C" fn lock_cache_enable(client_id: c_int, lock_id: c_int, enable: c_
             _ => return Status::Einval.code(),
         };
         with_client(client_id, Refusals::DATA, |slot| {
-            // Ids from before a renumbering go first, so this one's entry stays.
-            slot.cache.follow_renumbering(&mut slot.client);
             let set = self::lock_id(lock_id).and_then(|id| {
                 let (client, cache) = (&mut slot.client, &mut slot.cache);
                 let l = client.local_lock(id).ok_or(Status::LockNotGet)?;

@@ -195,6 +195,11 @@ pub(super) fn with_client(
     let Some(slot) = guard.as_mut() else {
         return refuse.unknown;
     };
+    // The cache's ids from before a failover that renumbered locks name other locks now: every
+    // call starts from ids the cache has followed (one comparison when nothing changed), so no
+    // entry point can forget to. A failover within the call is followed where the cache reads
+    // its events.
+    slot.cache.follow_renumbering(&mut slot.client);
     let c = f(slot);
     count(&mut slot.stats, c);
     c

@@ -362,8 +362,6 @@ pub unsafe extern "C" fn lock_request_async(client_id: c_int, req: *const lock_r
             Err(s) => return s.code(),
         };
         with_client(client_id, Refusals::DATA, |slot| {
-            // The cache's ids from before a renumbering name other locks now.
-            slot.cache.follow_renumbering(&mut slot.client);
             let started = lock_id(r.lock_id).and_then(|id| {
                 if slot.cache.caches(id) {
                     // A cached grant's local users are counted by the single calls only.
