@@ -327,7 +327,9 @@ impl<D: Dial> ClusterLink<D> {
         // within `OWED_WAIT`, not the command's deadline: a debt refused at another server
         // (one still applying its map) must not hold every command until its deadline; what
         // is refused again is paid at the next retry pause or heartbeat.
-        self.pay_dones(deadline.min(Instant::now() + OWED_WAIT));
+        if self.owes_dones() {
+            self.pay_dones(deadline.min(Instant::now() + OWED_WAIT));
+        }
         let r = self.routes.get(lock).ok_or_else(|| garbage("no route"))?;
         let Some(server_lock) = r.server_lock else {
             let held =
