@@ -277,7 +277,7 @@ impl Channel {
     }
 
     /// Busy-polls until a send slot is free; returns it.
-    fn wait_send_slot(&mut self, deadline: Instant) -> Result<usize, RdmaError> {
+    pub(crate) fn wait_send_slot(&mut self, deadline: Instant) -> Result<usize, RdmaError> {
         loop {
             self.check_connected()?;
             if let Some(slot) = self.send_busy.iter().position(|busy| !busy) {
@@ -291,52 +291,29 @@ impl Channel {
         }
     }
 
-    /// Lets `fill` write a message of at most [`MESSAGE_MAX`] bytes into a free send slot and
-    /// SENDs it, with `imm` as its immediate value if given. With `with_request`, `fill` also
-    /// sees the oldest received message, whose slot is reposted as soon as `fill` returns
-    /// (whether or not the send then succeeds), so a failed reply never costs a receive slot.
-    /// An empty message goes only where the caller means one: without a request (a credit
-    /// return), or answering an empty one (its acknowledgement); a request answered with
-    /// nothing is refused, because the peer would take the empty message for the channel's own.
+    /// Lets `fill` write a message of at most [`MESSAGE_MAX`] bytes into a free send slot,
+    /// waiting until `deadline` for one, and SENDs it with `imm` as its immediate value if
+    /// given: a client's request, or (empty) its credit return. A server answers what it
+    /// received with [`Self::try_respond`].
     pub(crate) fn send_with<F>(
         &mut self,
         deadline: Instant,
-        with_request: bool,
         imm: Option<u32>,
         fill: F,
     ) -> Result<(), RdmaError>
     where
-        F: FnOnce(Option<&[u8]>, &mut [u8]) -> usize,
+        F: FnOnce(&mut [u8]) -> usize,
     {
         let send = self.wait_send_slot(deadline)?;
-        let request = if with_request {
-            self.ready.pop_front()
-        } else {
-            None
-        };
-        let base = self.buf.base().as_ptr();
-        // SAFETY: `request` was popped from `ready`, so its receive completed and we own it
-        // until the repost below, after the last use of `req`; its length came from the
-        // completion and is at most the posted `MESSAGE_MAX`. Receive and send slots are
-        // disjoint ranges of `buf`.
-        let req = request.map(|(slot, len)| unsafe {
-            std::slice::from_raw_parts(base.add(slot * SLOT_BYTES), len)
-        });
         // SAFETY: send slot `send` is not busy, so no posted work request names it; it lies in
-        // `buf` after every receive slot, disjoint from `req`.
+        // `buf` after every receive slot, and nothing else refers to it during this borrow.
         let out = unsafe {
-            std::slice::from_raw_parts_mut(base.add(self.send_offset(send)), MESSAGE_MAX)
+            std::slice::from_raw_parts_mut(
+                self.buf.base().as_ptr().add(self.send_offset(send)),
+                MESSAGE_MAX,
+            )
         };
-        let answers_request = req.is_some_and(|req| !req.is_empty());
-        let len = fill(req, out);
-        if let Some((slot, _)) = request {
-            self.repost(slot)?;
-        }
-        if len == 0 && answers_request {
-            return Err(RdmaError::InvalidArgument(
-                "a request was answered with nothing",
-            ));
-        }
+        let len = fill(out);
         self.post_send_slot(send, len, imm)
     }
 

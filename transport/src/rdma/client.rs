@@ -41,36 +41,20 @@ pub enum Received {
     Event(usize),
 }
 
-/// What a message from the server is (module doc), before [`Received`] gives it a length.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Reply,
-    Event,
-    /// The empty acknowledgement of a credit return.
-    CreditAck,
-}
-
 impl Received {
     /// What the `len`-byte message `msg` is; `None` for the channel's own credit
-    /// acknowledgement, which answers a credit return and is never handed on.
+    /// acknowledgement (the one empty message), which answers a credit return and is never
+    /// handed on.
     pub fn of(msg: &[u8]) -> Option<Received> {
-        match kind(msg) {
-            Kind::Reply => Some(Received::Reply(msg.len())),
-            Kind::Event => Some(Received::Event(msg.len())),
-            Kind::CreditAck => None,
+        if msg.is_empty() {
+            return None;
         }
-    }
-}
-
-fn kind(msg: &[u8]) -> Kind {
-    if msg.is_empty() {
-        return Kind::CreditAck;
-    }
-    match peek_data_response_header(msg) {
-        Ok((header, _)) if is_event_message(&header) => Kind::Event,
-        // A reply that does not parse is still the answer to the oldest message: the client's
-        // decoder says what is wrong with it.
-        _ => Kind::Reply,
+        Some(match peek_data_response_header(msg) {
+            Ok((header, _)) if is_event_message(&header) => Received::Event(msg.len()),
+            // A reply that does not parse is still the answer to the oldest message: the
+            // client's decoder says what is wrong with it.
+            _ => Received::Reply(msg.len()),
+        })
     }
 }
 
@@ -178,11 +162,10 @@ impl RdmaClient {
     /// then awaits a reply.
     fn send(&mut self, msg: &[u8]) -> Result<(), RdmaError> {
         let told = self.events_taken;
-        self.channel
-            .send_with(self.deadline(), false, Some(told), |_, out| {
-                out[..msg.len()].copy_from_slice(msg);
-                msg.len()
-            })?;
+        self.channel.send_with(self.deadline(), Some(told), |out| {
+            out[..msg.len()].copy_from_slice(msg);
+            msg.len()
+        })?;
         self.events_told = told;
         self.inflight += 1;
         Ok(())

@@ -213,8 +213,8 @@ impl ServerConnection {
     }
 
     /// Waits until `deadline` for one request; if one came, `handler` gets it and a response
-    /// buffer of [`super::MESSAGE_MAX`] bytes and returns the response length (1..=`MESSAGE_MAX`),
-    /// which is sent back. Returns whether a request was served.
+    /// buffer of [`super::MESSAGE_MAX`] bytes and returns the response length, which is sent
+    /// back (0: nothing, as for [`Self::try_serve`]). Returns whether a request was served.
     pub fn serve<F>(&mut self, deadline: Instant, handler: F) -> Result<bool, RdmaError>
     where
         F: FnOnce(&[u8], &mut [u8]) -> usize,
@@ -223,15 +223,11 @@ impl ServerConnection {
             return Ok(false);
         }
         // Waiting for a send slot gets the full operation timeout even when the request came
-        // at the very end of `deadline`: the request is already taken.
-        let send_deadline = Instant::now() + self.op_timeout;
+        // at the very end of `deadline`: the request is already taken. With a message waiting
+        // and a send slot free, `try_serve` answers it (a credit return too, in one place).
         self.channel
-            .send_with(send_deadline, true, None, |req, out| match req {
-                // A credit return is answered with an empty message, as in `try_serve`.
-                Some([]) | None => 0,
-                Some(req) => handler(req, out),
-            })?;
-        Ok(true)
+            .wait_send_slot(Instant::now() + self.op_timeout)?;
+        self.try_serve(handler)
     }
 
     /// The poll loop's serve: never waits. Drains the completion queue once; if a request is
@@ -261,21 +257,28 @@ impl ServerConnection {
         self.channel.check_connected()?;
         // A credit return or a request carrying one may have come meanwhile.
         self.channel.drain()?;
+        Ok(self.event_room_as_drained())
+    }
+
+    /// [`Self::event_room`] as of the last drain of the completion queue. A drain can only add
+    /// credit and free send slots, so `Ready` there stays true until the next send.
+    fn event_room_as_drained(&mut self) -> EventRoom {
         if !self.events.has_room(self.channel.peer_imm()) {
             self.events.blocked = true;
-            return Ok(EventRoom::NoCredit);
+            return EventRoom::NoCredit;
         }
-        Ok(if self.channel.has_free_send_slot() {
+        if self.channel.has_free_send_slot() {
             EventRoom::Ready
         } else {
             EventRoom::Busy
-        })
+        }
     }
 
-    /// SENDs event message `msg` if [`Self::event_room`] would say `Ready`; `Ok(false)` (and
-    /// nothing sent) otherwise.
+    /// SENDs event message `msg` if [`Self::event_room`] said `Ready` since the last send;
+    /// `Ok(false)` (and nothing sent) otherwise. It does not drain the completion queue again:
+    /// `event_room` just did, for this message.
     pub fn send_event(&mut self, msg: &[u8]) -> Result<bool, RdmaError> {
-        if self.event_room()? != EventRoom::Ready {
+        if self.event_room_as_drained() != EventRoom::Ready {
             return Ok(false);
         }
         let sent = self.channel.try_send(msg)?;
