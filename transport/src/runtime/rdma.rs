@@ -31,16 +31,23 @@
 //! # Events
 //!
 //! A client whose registration attached a queue pair gets its events (revokes of its cached
-//! grants) on it, as event messages (`dlock_core::server::route::event_path` decides; the data
-//! thread's `deliver_events` encodes, `events.rs` sends). A message goes only while the client
-//! has a receive slot for it — the credit rule of `rdma/client.rs` — and never ahead of a
-//! parked request's reply that is still deferred for want of a send slot (decided first, it
-//! goes first). Events with no room stay in the client's event ring, and go when the client
-//! returns credit (with the next message it sends) or a send slot frees. A revoke may reach
-//! the client before the reply granting what it revokes (`manager::cache` keeps it for that
-//! grant), and — unlike on a stream, where a client's events go ahead of its every reply — a
-//! reply may overtake an event that waits for credit (`docs/lock-manager.md` says what that
-//! leaves open).
+//! grants) on it, as event messages (`dlock_core::server::route::event_path` decides;
+//! `events.rs` encodes and sends). A message goes only while the client has a receive slot for
+//! it — the credit rule of `rdma/client.rs` — and never ahead of a parked request's reply that
+//! is still deferred for want of a send slot (decided first, it goes first). Events with no
+//! room stay in the client's event ring, and go when the client returns credit (with the next
+//! message it sends, or an empty credit return) or a send slot frees. A revoke may reach the
+//! client before the reply granting what it revokes (`manager::cache` keeps it for that grant).
+//!
+//! As on a stream (`events.rs`), a client's waiting events go ahead of the reply to each
+//! request of it served: before a request is taken off the queue pair, the events go
+//! (`Peers::events_ahead`), and while they cannot — no credit, no send slot — the request and
+//! those behind it wait on the queue pair, in their receive slots. That wait ends: the credit
+//! comes back in the immediate data of the client's next SEND, read when it completes (before
+//! it is taken), and a client waiting for the replies takes the events and returns their
+//! credit in an empty SEND that needs no reply slot (`rdma/credit.rs` argues the budgets). The
+//! events also go at the end of every turn that wrote some (`Data::deliver_events`), for a
+//! client that sends nothing.
 //!
 //! # Cost
 //!
@@ -52,10 +59,11 @@ use std::fmt;
 
 use crossbeam_queue::ArrayQueue;
 use dlock_core::Status;
+use dlock_core::proto::{EventHeader, PROTO_VERSION};
 use dlock_core::server::{Dispatched, Routing, Server, Source};
 use dlock_core::table::Part;
 
-use super::events::{Room, Sink};
+use super::events::{EventsOut, Room, Sink};
 use super::{ServerConfig, Shared};
 use crate::rdma::{
     AttachRecord, ENDPOINT_LEN, EventRoom, MESSAGE_MAX, MESSAGES_INFLIGHT_MAX, RDMA_ATTACH_LEN,
@@ -358,12 +366,14 @@ impl<'s> Peers<'s> {
     }
 
     /// Installs new queue pairs and serves each attached one: up to [`MESSAGES_INFLIGHT_MAX`]
-    /// requests each (all a client may have outstanding), through the core's dispatch (which
-    /// routes a parked request's reply back here). Returns how much work was done.
+    /// requests each (all a client may have outstanding), each after its client's waiting
+    /// events (`events`), through the core's dispatch (which routes a parked request's reply
+    /// back here). Returns how much work was done.
     pub(super) fn serve(
         &mut self,
         server: &mut Server<'_>,
         routing: &mut Routing<'_>,
+        events: &mut EventsOut,
         now: u64,
     ) -> usize {
         let Some(side) = self.side else { return 0 };
@@ -378,7 +388,10 @@ impl<'s> Peers<'s> {
         let mut k = 0;
         while k < self.active.len() {
             let slot = self.active[k];
-            match self.serve_peer(server, routing, slot, now) {
+            match self.serve_peer(server, routing, events, slot, now) {
+                // Unless sending its events let go of it: then `retire` moved another slot to
+                // position `k`.
+                Ok(n) if self.active.get(k) != Some(&slot) => work += n,
                 Ok(n) => {
                     work += n;
                     k += 1;
@@ -401,6 +414,7 @@ impl<'s> Peers<'s> {
         &mut self,
         server: &mut Server<'_>,
         routing: &mut Routing<'_>,
+        events: &mut EventsOut,
         slot: u32,
         now: u64,
     ) -> Result<usize, Why> {
@@ -426,6 +440,18 @@ impl<'s> Peers<'s> {
         };
         let mut served = 0;
         while served < MESSAGES_INFLIGHT_MAX {
+            let waiting = match self.slots[slot as usize].as_mut() {
+                Some(peer) => peer.conn.has_request().map_err(Why::Failed)?,
+                None => false,
+            };
+            // Its client's events first (module doc); the request waits on the queue pair
+            // until they have gone.
+            if !waiting || !self.events_ahead(server, events, slot) {
+                break;
+            }
+            let Some(peer) = self.slots[slot as usize].as_mut() else {
+                break;
+            };
             let mut refused = false;
             let took = peer
                 .conn
@@ -451,6 +477,25 @@ impl<'s> Peers<'s> {
             }
         }
         Ok(served)
+    }
+
+    /// Sends the events the client in `slot` has waiting to its queue pair, ahead of the reply
+    /// to the request about to be served (as `tcp/events.rs` does on a stream); false while
+    /// they have not all gone (for want of credit or a send slot: the request waits).
+    fn events_ahead(&mut self, server: &Server<'_>, events: &mut EventsOut, slot: u32) -> bool {
+        if !events.waiting(server, slot) {
+            return true;
+        }
+        // A pair its client's current registration did not attach gets none of its events.
+        let Some(client) = self.current_client(server, slot) else {
+            return true;
+        };
+        let header = EventHeader {
+            version: PROTO_VERSION,
+            client,
+        };
+        let mut sink = QueuePairEvents { peers: self, slot };
+        events.send(server, slot, &header, &mut sink).done
     }
 
     /// Sends a parked request's reply to the client in `slot`, if that client still has a
