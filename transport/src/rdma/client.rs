@@ -206,16 +206,19 @@ impl RdmaClient {
     }
 
     /// Busy-polls for the next reply until the operation timeout; event messages that come
-    /// first are dropped (a caller that wants them polls with [`Self::poll`]).
+    /// first are dropped (a caller that wants them polls with [`Self::poll`]). Every look is a
+    /// [`Self::poll`], which returns credit when it is due even if nothing came: the server may
+    /// be holding the reply behind events that wait for it (`credit.rs`).
     pub fn wait(&mut self, out: &mut [u8]) -> Result<usize, RdmaError> {
         let deadline = self.deadline();
         loop {
-            if !self.channel.wait_message(deadline)? {
-                return Err(RdmaError::Timeout { op: "IBV_WC_RECV" });
-            }
             if let Some(Received::Reply(len)) = self.poll(out)? {
                 return Ok(len);
             }
+            if Instant::now() >= deadline {
+                return Err(RdmaError::Timeout { op: "IBV_WC_RECV" });
+            }
+            std::hint::spin_loop();
         }
     }
 
