@@ -295,6 +295,11 @@ pub(super) struct Peers<'s> {
     /// A peer was installed, or one kept from its events by want of credit returned some: the
     /// event rings must be looked at again.
     events_unblocked: bool,
+    /// `(slot, client)` of pairs that failed where the core could not be told (sending events
+    /// or a parked reply): their parked requests are forgotten at the next [`Self::serve`],
+    /// before a new pair of the slot is installed. At most one per slot between two serves (a
+    /// slot gets a pair again only there): allocated for every slot.
+    lost: Vec<(u32, u32)>,
 }
 
 impl<'s> Peers<'s> {
@@ -305,6 +310,7 @@ impl<'s> Peers<'s> {
             active: Vec::with_capacity(slots),
             position: vec![0; slots],
             events_unblocked: false,
+            lost: Vec::with_capacity(slots),
         }
     }
 
@@ -333,7 +339,7 @@ impl<'s> Peers<'s> {
         match peer.conn.event_room() {
             Ok(room) => room,
             Err(e) => {
-                self.retire(slot, Why::Failed(e));
+                self.fail(slot, e);
                 EventRoom::NoCredit
             }
         }
@@ -348,7 +354,7 @@ impl<'s> Peers<'s> {
         match peer.conn.send_event(msg) {
             Ok(sent) => sent,
             Err(e) => {
-                self.retire(slot, Why::Failed(e));
+                self.fail(slot, e);
                 false
             }
         }
@@ -377,6 +383,7 @@ impl<'s> Peers<'s> {
         now: u64,
     ) -> usize {
         let Some(side) = self.side else { return 0 };
+        self.forget_lost(server, routing, now);
         let mut work = 0;
         while work < INSTALL_BATCH {
             let Some(peer) = side.attached.pop() else {
@@ -389,9 +396,12 @@ impl<'s> Peers<'s> {
         while k < self.active.len() {
             let slot = self.active[k];
             match self.serve_peer(server, routing, events, slot, now) {
-                // Unless sending its events let go of it: then `retire` moved another slot to
+                // Unless sending its events failed it: then `retire` moved another slot to
                 // position `k`.
-                Ok(n) if self.active.get(k) != Some(&slot) => work += n,
+                Ok(n) if self.active.get(k) != Some(&slot) => {
+                    work += n;
+                    self.forget_lost(server, routing, now);
+                }
                 Ok(n) => {
                     work += n;
                     k += 1;
@@ -526,7 +536,7 @@ impl<'s> Peers<'s> {
                 peer.deferred[..reply.len()].copy_from_slice(reply);
                 peer.deferred_len = reply.len();
             }
-            Err(e) => self.retire(slot, Why::Failed(e)),
+            Err(e) => self.fail(slot, e),
         }
     }
 
@@ -591,6 +601,24 @@ impl<'s> Peers<'s> {
     ) {
         if let Some(peer) = self.slots[slot as usize].as_ref() {
             server.queue_pair_lost(routing, slot, peer.client, now);
+        }
+    }
+
+    /// The pair in `slot` failed where the core cannot be told at once: it is let go now, and
+    /// its parked request forgotten at the next [`Self::forget_lost`]. Retired without that, a
+    /// failed pair left its parked request waiting for a grant nobody would read, and the reply
+    /// routed to the client's next pair, which takes replies in the order of its own requests.
+    fn fail(&mut self, slot: u32, e: RdmaError) {
+        if let Some(peer) = self.slots[slot as usize].as_ref() {
+            self.lost.push((slot, peer.client));
+        }
+        self.retire(slot, Why::Failed(e));
+    }
+
+    /// Tells the core of the pairs [`Self::fail`] let go (`Server::queue_pair_lost`).
+    fn forget_lost(&mut self, server: &mut Server<'_>, routing: &mut Routing<'_>, now: u64) {
+        for (slot, client) in self.lost.drain(..) {
+            server.queue_pair_lost(routing, slot, client, now);
         }
     }
 
