@@ -59,39 +59,20 @@ use std::fmt;
 
 use crossbeam_queue::ArrayQueue;
 use dlock_core::Status;
-use dlock_core::proto::{EventHeader, PROTO_VERSION};
 use dlock_core::server::{Dispatched, Routing, Server, Source};
 use dlock_core::table::Part;
 
-use super::events::{EventsOut, Room, Sink};
+use super::events::EventsOut;
 use super::{ServerConfig, Shared};
+
+mod events;
+
+pub(super) use self::events::QueuePairEvents;
 use crate::rdma::{
-    AttachRecord, ENDPOINT_LEN, EventRoom, MESSAGE_MAX, MESSAGES_INFLIGHT_MAX, RDMA_ATTACH_LEN,
+    AttachRecord, ENDPOINT_LEN, MESSAGE_MAX, MESSAGES_INFLIGHT_MAX, RDMA_ATTACH_LEN,
     RDMA_ATTACH_MAGIC, RdmaError, RdmaServer, ServerConnection,
 };
 use crate::region::Region;
-
-/// Client slot `slot`'s event messages on its way to its queue pair (`events.rs`): they go
-/// while the client has a receive slot free for them, and not while a parked request's reply
-/// waits for a send slot.
-pub(super) struct QueuePairEvents<'p, 's> {
-    pub(super) peers: &'p mut Peers<'s>,
-    pub(super) slot: u32,
-}
-
-impl Sink for QueuePairEvents<'_, '_> {
-    fn room(&mut self) -> Room {
-        match self.peers.event_room(self.slot) {
-            EventRoom::Ready => Room::Ready,
-            EventRoom::Busy => Room::Retry,
-            EventRoom::NoCredit => Room::Wait,
-        }
-    }
-
-    fn send(&mut self, msg: &[u8]) -> bool {
-        self.peers.send_event(self.slot, msg)
-    }
-}
 
 /// Connected queue pairs the data thread installs per turn (attaches are rare; this only bounds
 /// a turn).
@@ -326,40 +307,6 @@ impl<'s> Peers<'s> {
         (server.client_session(peer.client) == Some((slot, peer.session))).then_some(peer.client)
     }
 
-    /// Whether an event message may go to the queue pair in `slot` now (module doc): `Busy`
-    /// while a parked request's reply waits for a send slot, so the reply goes first. A pair
-    /// that fails is let go, and its events stay in the ring.
-    pub(super) fn event_room(&mut self, slot: u32) -> EventRoom {
-        let Some(peer) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
-            return EventRoom::NoCredit;
-        };
-        if peer.deferred_len > 0 {
-            return EventRoom::Busy;
-        }
-        match peer.conn.event_room() {
-            Ok(room) => room,
-            Err(e) => {
-                self.fail(slot, e);
-                EventRoom::NoCredit
-            }
-        }
-    }
-
-    /// SENDs event message `msg` to the queue pair in `slot` after [`Self::event_room`] said
-    /// `Ready`; false if it did not go (the caller counts the events lost, as for a stream).
-    pub(super) fn send_event(&mut self, slot: u32, msg: &[u8]) -> bool {
-        let Some(peer) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
-            return false;
-        };
-        match peer.conn.send_event(msg) {
-            Ok(sent) => sent,
-            Err(e) => {
-                self.fail(slot, e);
-                false
-            }
-        }
-    }
-
     /// Whether any queue pair is attached: then the data thread must not park, because a
     /// client's SEND cannot wake it.
     pub(super) fn attached(&self) -> bool {
@@ -487,25 +434,6 @@ impl<'s> Peers<'s> {
             }
         }
         Ok(served)
-    }
-
-    /// Sends the events the client in `slot` has waiting to its queue pair, ahead of the reply
-    /// to the request about to be served (as `tcp/events.rs` does on a stream); false while
-    /// they have not all gone (for want of credit or a send slot: the request waits).
-    fn events_ahead(&mut self, server: &Server<'_>, events: &mut EventsOut, slot: u32) -> bool {
-        if !events.waiting(server, slot) {
-            return true;
-        }
-        // A pair its client's current registration did not attach gets none of its events.
-        let Some(client) = self.current_client(server, slot) else {
-            return true;
-        };
-        let header = EventHeader {
-            version: PROTO_VERSION,
-            client,
-        };
-        let mut sink = QueuePairEvents { peers: self, slot };
-        events.send(server, slot, &header, &mut sink).done
     }
 
     /// Sends a parked request's reply to the client in `slot`, if that client still has a
