@@ -193,39 +193,34 @@ pub unsafe extern "C" fn lock(
         // SAFETY: `single` checked `result` is not NULL; 16 writable bytes (caller's contract).
         unsafe {
             on_lock(client_id, r.lock_id, result, |s, id| {
-                // With caching enabled on any lock, a wait on an RW lock goes in slices
-                // (`cached.rs`), cached or not: this client's own parked grants must be given
-                // back meanwhile.
-                let rw = s
-                    .client
-                    .local_lock(id)
-                    .is_some_and(|l| l.kind == LockKind::Rw);
-                let sliced = rw && s.cache.any();
-                if sliced {
-                    // A revoke ends the slice at once (`WAKE_ON_REVOKE`): the loop reads it and
-                    // asks again. Local, and left set: it only matters while this client caches
-                    // a lock, since revokes only ever go to cached grants.
-                    s.client
-                        .set_wake_on_revoke(id, true)
-                        .map_err(Status::from)?;
-                }
-                let ask = |c: &mut Client, cache: &mut Caching| {
+                // The wait on the server in slices (`cached.rs`), reading revokes between them:
+                // this client's own parked grants must be given back meanwhile. A revoke ends
+                // the slice at once (`WAKE_ON_REVOKE`): the loop reads it and asks again.
+                // Local, and left set: it only matters while this client caches a lock, since
+                // revokes only ever go to cached grants.
+                let sliced = |c: &mut Client, cache: &mut Caching| {
+                    c.set_wake_on_revoke(id, true).map_err(Status::from)?;
                     lock_sliced(c, cache, REQUEST_TIMEOUT, |c, slice| {
                         c.lock(id, mode, ms, slice).map_err(Status::from)
                     })
                 };
-                if let Some(g) = s.cache.acquire(&mut s.client, id, mode, ask) {
+                // A cached lock first: a hit is answered from its parked grant, with nothing
+                // else looked at or set; a miss asks the server in slices.
+                if let Some(g) = s.cache.acquire(&mut s.client, id, mode, sliced) {
                     return g;
                 }
-                if !sliced {
-                    return s
-                        .client
-                        .lock(id, mode, ms, REQUEST_TIMEOUT)
-                        .map_err(Status::from);
+                // With caching enabled on any lock, a wait on an RW lock goes in slices too,
+                // cached or not.
+                let rw = s
+                    .client
+                    .local_lock(id)
+                    .is_some_and(|l| l.kind == LockKind::Rw);
+                if rw && s.cache.any() {
+                    return sliced(&mut s.client, &mut s.cache);
                 }
-                lock_sliced(&mut s.client, &mut s.cache, REQUEST_TIMEOUT, |c, slice| {
-                    c.lock(id, mode, ms, slice).map_err(Status::from)
-                })
+                s.client
+                    .lock(id, mode, ms, REQUEST_TIMEOUT)
+                    .map_err(Status::from)
             })
         }
     })

@@ -22,16 +22,19 @@
 //! touches that memory again; dropping it destroys the queue pair (flushing everything) before
 //! the buffer is unmapped.
 //!
-//! A server connection posts [`MESSAGES_INFLIGHT_MAX`] receive slots, one per request a client
-//! may have outstanding; a client posts [`EVENT_MESSAGES_INFLIGHT_MAX`] more, for the event
-//! messages the server may send it unasked (`mod.rs` argues the number).
+//! A server connection posts a receive slot per request a client may have outstanding and one
+//! for a credit return; a client posts one per reply, one per event message the server may send
+//! it unasked, and one for the acknowledgement of its credit return (`credit.rs` counts them).
 //!
 //! # Empty messages and immediate data
 //!
 //! No `dlock-core` message is empty, so a zero-length SEND is the channel's own: a client's
-//! credit return, and the server's acknowledgement of it (`client.rs`, `server.rs`). The
-//! immediate value of the last SEND received with one is kept ([`Channel::peer_imm`]): a client
-//! puts there how many event messages it has taken.
+//! credit return, and the server's acknowledgement of it. They are handled here and nowhere
+//! else ([`Empties`]): an empty message is never queued with the others, its receive slot is
+//! reposted as soon as its completion is polled, and an acknowledgement owed goes as soon as a
+//! send slot is free, so neither waits behind requests a server holds (`credit.rs` says why
+//! that matters). The immediate value of the last SEND received with one is kept
+//! ([`Channel::peer_imm`]): a client puts there how many event messages it has taken.
 //!
 //! # Completion queue depth
 //!
@@ -44,8 +47,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ibverbs::ibv_wc;
 
-#[cfg(doc)]
-use super::EVENT_MESSAGES_INFLIGHT_MAX;
+use super::credit::{Empties, EmptyMeans};
 use super::endpoint::{Endpoint, ObjectTable};
 use super::post::{SendOp, Sge};
 use super::registered::{OwnedBuffer, RdmaDevice};
@@ -93,7 +95,10 @@ pub(crate) struct Channel {
     /// Receive slots posted at the handshake (and reposted as taken).
     recv_slots: usize,
     /// Received messages not yet taken, `(slot, len)` in arrival order; at most `recv_slots`.
+    /// Never an empty one (the channel's own: [`Self::empties`]).
     ready: VecDeque<(usize, usize)>,
+    /// The empty messages owed and awaited (module doc).
+    empties: Empties,
     /// The immediate value of the last SEND that came with one (0 before any).
     peer_imm: u32,
     /// Send slots whose SEND has not completed yet.
@@ -105,8 +110,13 @@ pub(crate) struct Channel {
 
 impl Channel {
     /// A queue pair in RESET with `recv_slots` (1..=[`RECV_SLOTS_MAX`]) receive slots and
-    /// [`MESSAGES_INFLIGHT_MAX`] send slots, its buffers registered.
-    pub(crate) fn new(device: &RdmaDevice, recv_slots: usize) -> Result<Self, RdmaError> {
+    /// [`MESSAGES_INFLIGHT_MAX`] send slots, its buffers registered; an empty message it
+    /// receives `means` what its side takes it for.
+    pub(crate) fn new(
+        device: &RdmaDevice,
+        recv_slots: usize,
+        means: EmptyMeans,
+    ) -> Result<Self, RdmaError> {
         if !(1..=RECV_SLOTS_MAX).contains(&recv_slots) {
             return Err(RdmaError::InvalidArgument("receive slots out of range"));
         }
@@ -129,6 +139,7 @@ impl Channel {
             state: State::Prepared,
             recv_slots,
             ready: VecDeque::with_capacity(recv_slots),
+            empties: Empties::new(means),
             peer_imm: 0,
             send_busy: [false; SLOTS],
             pending: None,
@@ -209,7 +220,8 @@ impl Channel {
         unsafe { self.qp.post_recv(wr_id(KIND_RECV, slot as u64), sge) }
     }
 
-    /// Polls the completion queue once and records what completed.
+    /// Polls the completion queue once and records what completed; then sends the
+    /// acknowledgements owed that free send slots allow.
     pub(crate) fn drain(&mut self) -> Result<(), RdmaError> {
         let mut wcs = [ibv_wc::default(); CQ_ENTRIES_MAX];
         let n = self
@@ -240,7 +252,13 @@ impl Channel {
                     if let Some(imm) = wc.imm_data() {
                         self.peer_imm = u32::from_be(imm);
                     }
-                    self.ready.push_back((index as usize, wc.len()));
+                    if wc.len() == 0 {
+                        // The channel's own (module doc): its slot goes back at once.
+                        self.empties.received();
+                        self.repost(index as usize)?;
+                    } else {
+                        self.ready.push_back((index as usize, wc.len()));
+                    }
                 }
                 KIND_SEND => self.send_busy[index as usize] = false,
                 // A completion for an older sequence number would belong to an abandoned
@@ -251,7 +269,35 @@ impl Channel {
                 _ => debug_assert!(false, "unexpected wr_id {:#x}", wc.wr_id()),
             }
         }
-        first_error.map_or(Ok(()), Err)
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        self.send_owed()
+    }
+
+    /// Sends the acknowledgements owed while a send slot is free; the rest go at a later
+    /// drain (send slots free themselves as SENDs complete).
+    fn send_owed(&mut self) -> Result<(), RdmaError> {
+        while let Some(send) = self.send_busy.iter().position(|busy| !busy)
+            && self.empties.take_owed()
+        {
+            self.post_send_slot(send, 0, None)?;
+        }
+        Ok(())
+    }
+
+    /// SENDs an empty credit return with `imm` (the event messages taken), waiting until
+    /// `deadline` for a send slot; it is then awaited until acknowledged
+    /// ([`Self::credit_returns_inflight`]).
+    pub(crate) fn return_credit(&mut self, deadline: Instant, imm: u32) -> Result<(), RdmaError> {
+        self.send_with(deadline, Some(imm), |_| 0)?;
+        self.empties.returned();
+        Ok(())
+    }
+
+    /// Credit returns sent and not yet acknowledged.
+    pub(crate) fn credit_returns_inflight(&self) -> usize {
+        self.empties.returning()
     }
 
     /// Whether a received message is waiting (after draining the CQ once).
@@ -277,7 +323,7 @@ impl Channel {
     }
 
     /// Busy-polls until a send slot is free; returns it.
-    fn wait_send_slot(&mut self, deadline: Instant) -> Result<usize, RdmaError> {
+    pub(crate) fn wait_send_slot(&mut self, deadline: Instant) -> Result<usize, RdmaError> {
         loop {
             self.check_connected()?;
             if let Some(slot) = self.send_busy.iter().position(|busy| !busy) {
@@ -291,52 +337,29 @@ impl Channel {
         }
     }
 
-    /// Lets `fill` write a message of at most [`MESSAGE_MAX`] bytes into a free send slot and
-    /// SENDs it, with `imm` as its immediate value if given. With `with_request`, `fill` also
-    /// sees the oldest received message, whose slot is reposted as soon as `fill` returns
-    /// (whether or not the send then succeeds), so a failed reply never costs a receive slot.
-    /// An empty message goes only where the caller means one: without a request (a credit
-    /// return), or answering an empty one (its acknowledgement); a request answered with
-    /// nothing is refused, because the peer would take the empty message for the channel's own.
+    /// Lets `fill` write a message of at most [`MESSAGE_MAX`] bytes into a free send slot,
+    /// waiting until `deadline` for one, and SENDs it with `imm` as its immediate value if
+    /// given: a client's request, or (empty) its credit return ([`Self::return_credit`]). A
+    /// server answers what it received with [`Self::try_respond`].
     pub(crate) fn send_with<F>(
         &mut self,
         deadline: Instant,
-        with_request: bool,
         imm: Option<u32>,
         fill: F,
     ) -> Result<(), RdmaError>
     where
-        F: FnOnce(Option<&[u8]>, &mut [u8]) -> usize,
+        F: FnOnce(&mut [u8]) -> usize,
     {
         let send = self.wait_send_slot(deadline)?;
-        let request = if with_request {
-            self.ready.pop_front()
-        } else {
-            None
-        };
-        let base = self.buf.base().as_ptr();
-        // SAFETY: `request` was popped from `ready`, so its receive completed and we own it
-        // until the repost below, after the last use of `req`; its length came from the
-        // completion and is at most the posted `MESSAGE_MAX`. Receive and send slots are
-        // disjoint ranges of `buf`.
-        let req = request.map(|(slot, len)| unsafe {
-            std::slice::from_raw_parts(base.add(slot * SLOT_BYTES), len)
-        });
         // SAFETY: send slot `send` is not busy, so no posted work request names it; it lies in
-        // `buf` after every receive slot, disjoint from `req`.
+        // `buf` after every receive slot, and nothing else refers to it during this borrow.
         let out = unsafe {
-            std::slice::from_raw_parts_mut(base.add(self.send_offset(send)), MESSAGE_MAX)
+            std::slice::from_raw_parts_mut(
+                self.buf.base().as_ptr().add(self.send_offset(send)),
+                MESSAGE_MAX,
+            )
         };
-        let answers_request = req.is_some_and(|req| !req.is_empty());
-        let len = fill(req, out);
-        if let Some((slot, _)) = request {
-            self.repost(slot)?;
-        }
-        if len == 0 && answers_request {
-            return Err(RdmaError::InvalidArgument(
-                "a request was answered with nothing",
-            ));
-        }
+        let len = fill(out);
         self.post_send_slot(send, len, imm)
     }
 
@@ -382,8 +405,7 @@ impl Channel {
 
     /// The poll loop's way to answer: never waits. If a request has arrived *and* a send slot is
     /// free, `fill` gets the request and the send slot and returns the reply's length, or 0 for
-    /// "no reply now" (a parked request); the receive slot is reposted either way. An empty
-    /// message (a credit return) is answered with an empty one, without `fill`. Returns
+    /// "no reply now" (a parked request); the receive slot is reposted either way. Returns
     /// whether a message was taken; one that finds every send slot busy stays queued for the
     /// next call, so nothing is lost and nothing blocks.
     pub(crate) fn try_respond<F>(&mut self, fill: F) -> Result<bool, RdmaError>
@@ -409,10 +431,9 @@ impl Channel {
         let out = unsafe {
             std::slice::from_raw_parts_mut(base.add(self.send_offset(send)), MESSAGE_MAX)
         };
-        let credit_return = req.is_empty();
-        let n = if credit_return { 0 } else { fill(req, out) };
+        let n = fill(req, out);
         self.repost(slot)?;
-        if n > 0 || credit_return {
+        if n > 0 {
             self.post_send_slot(send, n, None)?;
         }
         Ok(true)

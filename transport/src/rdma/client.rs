@@ -10,27 +10,31 @@
 //! many messages awaiting one) and [`EVENT_MESSAGES_INFLIGHT_MAX`] for events (the server sends
 //! no more than that many beyond what the client has told it it took). The client tells it in
 //! the immediate data of every SEND: the number of event messages it has taken (wrapping), each
-//! one's slot reposted as it was taken. A client that sends nothing would leave the server
-//! without credit once it has taken that many; it then SENDs an empty message (a credit return,
-//! which counts as a message awaiting a reply), and the server answers it with an empty one.
+//! one's slot reposted as it was taken. A client that has taken that many without telling
+//! SENDs an empty credit return at once — not a message awaiting a reply, so it goes with every
+//! reply slot in flight — which the server acknowledges with an empty message into a slot of
+//! its own (`credit.rs` argues the budgets, and why the return must not wait for a reply slot:
+//! the server holds a client's requests while its events wait for credit).
 //!
 //! Telling the kinds apart is the one thing this module reads in what it carries: an event
-//! message has [`FLAG_EVENT`](dlock_core::proto::FLAG_EVENT) in its data header, as on a TCP data connection; an empty message
-//! is the acknowledgement of a credit return; anything else is a reply ([`Received::of`]).
+//! message has [`FLAG_EVENT`](dlock_core::proto::FLAG_EVENT) in its data header, as on a TCP
+//! data connection; anything else is a reply ([`Received::of`]). The empty messages are the
+//! channel's own and never come this far.
 
 use dlock_core::proto::{is_event_message, peek_data_response_header};
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
+#[cfg(doc)]
+use super::EVENT_MESSAGES_INFLIGHT_MAX;
 use super::channel::Channel;
+use super::credit::{CLIENT_RECV_SLOTS, EmptyMeans, credit_return_due};
 use super::endpoint::{Endpoint, ObjectTable};
 use super::post::SendOp;
 use super::registered::RdmaDevice;
 use super::verbs::RemoteAccess;
-use super::{
-    CELL_BYTES, EVENT_MESSAGES_INFLIGHT_MAX, MESSAGES_INFLIGHT_MAX, RdmaConfig, RdmaError,
-};
+use super::{CELL_BYTES, MESSAGES_INFLIGHT_MAX, RdmaConfig, RdmaError};
 
 /// What [`RdmaClient::poll`] took: the message's length, and what it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,36 +45,16 @@ pub enum Received {
     Event(usize),
 }
 
-/// What a message from the server is (module doc), before [`Received`] gives it a length.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Reply,
-    Event,
-    /// The empty acknowledgement of a credit return.
-    CreditAck,
-}
-
 impl Received {
-    /// What the `len`-byte message `msg` is; `None` for the channel's own credit
-    /// acknowledgement, which answers a credit return and is never handed on.
-    pub fn of(msg: &[u8]) -> Option<Received> {
-        match kind(msg) {
-            Kind::Reply => Some(Received::Reply(msg.len())),
-            Kind::Event => Some(Received::Event(msg.len())),
-            Kind::CreditAck => None,
+    /// What message `msg` is, as the queue pair handed it over (never empty: the empty
+    /// messages are the channel's own).
+    pub fn of(msg: &[u8]) -> Received {
+        match peek_data_response_header(msg) {
+            Ok((header, _)) if is_event_message(&header) => Received::Event(msg.len()),
+            // A reply that does not parse is still the answer to the oldest message: the
+            // client's decoder says what is wrong with it.
+            _ => Received::Reply(msg.len()),
         }
-    }
-}
-
-fn kind(msg: &[u8]) -> Kind {
-    if msg.is_empty() {
-        return Kind::CreditAck;
-    }
-    match peek_data_response_header(msg) {
-        Ok((header, _)) if is_event_message(&header) => Kind::Event,
-        // A reply that does not parse is still the answer to the oldest message: the client's
-        // decoder says what is wrong with it.
-        _ => Kind::Reply,
     }
 }
 
@@ -89,7 +73,7 @@ pub struct RdmaClient {
     op_timeout: Duration,
     /// The server's object cells, from its endpoint.
     objects: Option<ObjectTable>,
-    /// Messages sent (credit returns included) whose replies have not been taken.
+    /// Messages sent whose replies have not been taken (credit returns are not among them).
     inflight: usize,
     /// Event messages taken, wrapping: what every SEND tells the server.
     events_taken: u32,
@@ -121,8 +105,9 @@ impl RdmaClient {
     /// can share it).
     pub fn connect_on(device: &RdmaDevice, op_timeout: Duration) -> Result<Self, RdmaError> {
         Ok(Self {
-            // Replies and events each have their own receive slots (module doc).
-            channel: Channel::new(device, MESSAGES_INFLIGHT_MAX + EVENT_MESSAGES_INFLIGHT_MAX)?,
+            // Replies, events and credit acknowledgements each have their own receive slots
+            // (module doc).
+            channel: Channel::new(device, CLIENT_RECV_SLOTS, EmptyMeans::Acknowledgement)?,
             device: device.clone(),
             op_timeout,
             objects: None,
@@ -174,15 +159,13 @@ impl RdmaClient {
         self.send(msg)
     }
 
-    /// SENDs `msg` (empty: a credit return) with the event count as its immediate value; it
-    /// then awaits a reply.
+    /// SENDs `msg` with the event count as its immediate value; it then awaits a reply.
     fn send(&mut self, msg: &[u8]) -> Result<(), RdmaError> {
         let told = self.events_taken;
-        self.channel
-            .send_with(self.deadline(), false, Some(told), |_, out| {
-                out[..msg.len()].copy_from_slice(msg);
-                msg.len()
-            })?;
+        self.channel.send_with(self.deadline(), Some(told), |out| {
+            out[..msg.len()].copy_from_slice(msg);
+            msg.len()
+        })?;
         self.events_told = told;
         self.inflight += 1;
         Ok(())
@@ -192,52 +175,50 @@ impl RdmaClient {
     /// `out` (at least [`super::MESSAGE_MAX`] bytes), reposts its receive slot and says what it
     /// is and how long. Never blocks (but returns credits, which may wait for a send slot).
     pub fn poll(&mut self, out: &mut [u8]) -> Result<Option<Received>, RdmaError> {
-        let got = loop {
-            if !self.channel.poll_message()? {
-                break None;
-            }
+        let got = if self.channel.poll_message()? {
             let len = self.channel.take_message(out)?;
-            match Received::of(&out[..len]) {
-                Some(Received::Event(len)) => {
-                    self.events_taken = self.events_taken.wrapping_add(1);
-                    break Some(Received::Event(len));
-                }
-                Some(reply) => {
-                    // A reply to a message given up on still answers it, hence saturating.
-                    self.inflight = self.inflight.saturating_sub(1);
-                    break Some(reply);
-                }
-                // The acknowledgement of a credit return: its slot is free again.
-                None => self.inflight = self.inflight.saturating_sub(1),
+            let got = Received::of(&out[..len]);
+            match got {
+                Received::Event(_) => self.events_taken = self.events_taken.wrapping_add(1),
+                // A reply to a message given up on still answers it, hence saturating.
+                Received::Reply(_) => self.inflight = self.inflight.saturating_sub(1),
             }
+            Some(got)
+        } else {
+            None
         };
+        // Also when nothing came: the drain may have taken the acknowledgement that lets the
+        // next credit return go.
         self.return_credits()?;
         Ok(got)
     }
 
-    /// Sends a credit return when the server may have run out of credit: it has sent every
-    /// event message it may beyond what it was told, and this client took them all. Without a
-    /// free reply slot the messages in flight will carry the count instead, or the next poll
-    /// after their replies sends it.
+    /// Sends a credit return when the server may have run out of credit and none is on its way
+    /// ([`credit_return_due`]), whatever the replies awaited: the server may be holding them
+    /// behind the events this credit lets go (`credit.rs`).
     fn return_credits(&mut self) -> Result<(), RdmaError> {
-        let untold = self.events_taken.wrapping_sub(self.events_told) as usize;
-        if untold >= EVENT_MESSAGES_INFLIGHT_MAX && self.inflight < MESSAGES_INFLIGHT_MAX {
-            self.send(&[])?;
+        let (taken, told) = (self.events_taken, self.events_told);
+        if credit_return_due(taken, told, self.channel.credit_returns_inflight()) {
+            self.channel.return_credit(self.deadline(), taken)?;
+            self.events_told = taken;
         }
         Ok(())
     }
 
     /// Busy-polls for the next reply until the operation timeout; event messages that come
-    /// first are dropped (a caller that wants them polls with [`Self::poll`]).
+    /// first are dropped (a caller that wants them polls with [`Self::poll`]). Every look is a
+    /// [`Self::poll`], which returns credit when it is due even if nothing came: the server may
+    /// be holding the reply behind events that wait for it (`credit.rs`).
     pub fn wait(&mut self, out: &mut [u8]) -> Result<usize, RdmaError> {
         let deadline = self.deadline();
         loop {
-            if !self.channel.wait_message(deadline)? {
-                return Err(RdmaError::Timeout { op: "IBV_WC_RECV" });
-            }
             if let Some(Received::Reply(len)) = self.poll(out)? {
                 return Ok(len);
             }
+            if Instant::now() >= deadline {
+                return Err(RdmaError::Timeout { op: "IBV_WC_RECV" });
+            }
+            std::hint::spin_loop();
         }
     }
 
@@ -306,20 +287,19 @@ mod tests {
     use dlock_core::proto::{Event, EventHeader, PROTO_VERSION, encode_event_message};
 
     #[test]
-    fn an_event_message_is_told_from_a_reply_and_an_empty_message_is_a_credit_ack() {
+    fn an_event_message_is_told_from_a_reply() {
         let mut buf = [0u8; super::super::MESSAGE_MAX];
         let header = EventHeader {
             version: PROTO_VERSION,
             client: 7,
         };
         let n = encode_event_message(&header, &[Event::Overflow], &mut buf).unwrap();
-        assert_eq!(Received::of(&buf[..n]), Some(Received::Event(n)));
+        assert_eq!(Received::of(&buf[..n]), Received::Event(n));
         // The same header with the reply flags of a plain data response is a reply.
         buf[12..16].copy_from_slice(&0u32.to_le_bytes());
-        assert_eq!(Received::of(&buf[..n]), Some(Received::Reply(n)));
+        assert_eq!(Received::of(&buf[..n]), Received::Reply(n));
         // Bytes no header starts with still answer the oldest message; the decoder says why
         // they are bad.
-        assert_eq!(Received::of(b"garbage"), Some(Received::Reply(7)));
-        assert_eq!(Received::of(&[]), None);
+        assert_eq!(Received::of(b"garbage"), Received::Reply(7));
     }
 }

@@ -32,8 +32,12 @@ pub const ENDPOINT_LEN: usize = 56;
 /// First word of an endpoint record: next in the reference's magic series (control
 /// `0xedf7c94a`, data `0xedf7c94b`).
 pub const ENDPOINT_MAGIC: u32 = 0xedf7_c94c;
-/// Layout version of the record.
-pub const ENDPOINT_VERSION: u8 = 1;
+/// Version of the record, and of the protocol on the queue pair it connects. 2: a credit
+/// return has receive slots of its own and the server holds a client's requests behind its
+/// events (`credit.rs`); a peer of version 1 counts neither, and could wait for ever on one of
+/// 2, so the records refuse each other and the client uses TCP (as against a server without
+/// RDMA).
+pub const ENDPOINT_VERSION: u8 = 2;
 
 const FLAG_GID: u8 = 1 << 0;
 const FLAG_OBJECTS: u8 = 1 << 1;
@@ -224,7 +228,7 @@ mod tests {
     fn layout_is_fixed_little_endian() {
         let b = server().to_bytes();
         assert_eq!(&b[0..4], &[0x4c, 0xc9, 0xf7, 0xed]);
-        assert_eq!((b[4], b[5], b[6], b[7]), (1, 0b11, 5, 0));
+        assert_eq!((b[4], b[5], b[6], b[7]), (2, 0b11, 5, 0));
         assert_eq!(&b[8..10], &[0x34, 0x12]);
         assert_eq!(&b[12..16], &[0xef, 0xcd, 0xab, 0x00]);
         assert_eq!(&b[16..20], &[0x56, 0x34, 0x12, 0x00]);
@@ -258,7 +262,9 @@ mod tests {
         type Patch = fn(&mut [u8; ENDPOINT_LEN]);
         let patches: &[(&str, Patch)] = &[
             ("magic", |b| b[0] ^= 1),
-            ("version", |b| b[4] = 2),
+            ("version", |b| b[4] = 3),
+            // A peer of the credit protocol before credit returns had slots of their own.
+            ("version 1", |b| b[4] = 1),
             ("flags", |b| b[5] |= 0x80),
             ("reserved 7", |b| b[7] = 1),
             ("reserved 10", |b| b[11] = 1),

@@ -17,7 +17,8 @@
 //! - Event messages the server sends unasked ([`ServerConnection::event_room`],
 //!   [`ServerConnection::send_event`]; [`Received::Event`] on the client) and their receive
 //!   budget: [`EVENT_MESSAGES_INFLIGHT_MAX`] receive slots of the client's, whose use the
-//!   client reports in the immediate data of its SENDs (credits; `client.rs`).
+//!   client reports in the immediate data of its SENDs, or in an empty credit return with a
+//!   budget of its own, [`CREDIT_RETURNS_INFLIGHT_MAX`] (credits; `client.rs`, `credit.rs`).
 //!
 //! # How it is wired
 //!
@@ -38,9 +39,10 @@
 //! The machine this was built on has no RDMA device and no RDMA in its kernel, so only the build,
 //! [`probe`] answering `NoDevice`, the fallback of server and client to TCP, the record parsing
 //! and the refusals (forged session, malformed or short records, server without RDMA) ran, and
-//! of the event path what needs no device: telling an event message from a reply and a credit
-//! acknowledgement ([`Received`]), the client filing events beside replies (`client/rdma.rs`),
-//! the credit arithmetic ([`EventRoom`]), and the server's choice of a client's event path
+//! of the event path what needs no device: telling an event message from a reply
+//! ([`Received`]), the client filing events beside replies (`client/rdma.rs`), the credit
+//! bookkeeping and the slot budgets it keeps (`credit.rs`), and the server's choice of a
+//! client's event path
 //! (`dlock_core::server::route::event_path`). Every path through a real queue pair — requests,
 //! replies, one-sided objects, and revokes as event messages with their credits — is covered
 //! by `#[ignore]`d tests in `transport/tests/rdma.rs` (and `tests/rdma/events.rs`) that need
@@ -83,6 +85,7 @@
 mod attach;
 mod channel;
 mod client;
+mod credit;
 mod endpoint;
 mod post;
 mod registered;
@@ -98,6 +101,7 @@ use dlock_core::table::EVENT_RING_LEN;
 
 pub use attach::{AttachRecord, RDMA_ATTACH_LEN, RDMA_ATTACH_MAGIC, RDMA_ATTACH_REPLY_LEN};
 pub use client::{RdmaClient, Received};
+pub use credit::CREDIT_RETURNS_INFLIGHT_MAX;
 pub use endpoint::{ENDPOINT_LEN, Endpoint, ObjectTable};
 pub use registered::{RdmaDevice, RegisteredRegion};
 pub use server::{EventRoom, RdmaServer, ServerConnection};
@@ -125,14 +129,13 @@ pub const MESSAGES_INFLIGHT_MAX: usize = 4;
 /// carries up to [`EVENTS_MAX`] (62) of them; two messages hold all of that. More slots would
 /// only move events the ring already buffers into the client's memory; fewer would split a full
 /// ring over a credit round trip. Credits (module doc of `client.rs`) come back with every
-/// message the client sends, and in an empty SEND of their own when a client that sends
-/// nothing has taken this many.
+/// message the client sends, and in an empty SEND of their own when it has taken this many
+/// without telling.
 pub const EVENT_MESSAGES_INFLIGHT_MAX: usize = (EVENT_RING_LEN + 1).div_ceil(EVENTS_MAX);
 
 static_assertions::const_assert_eq!(EVENT_MESSAGES_INFLIGHT_MAX, 2);
-static_assertions::const_assert!(
-    MESSAGES_INFLIGHT_MAX + EVENT_MESSAGES_INFLIGHT_MAX <= channel::RECV_SLOTS_MAX
-);
+static_assertions::const_assert!(credit::CLIENT_RECV_SLOTS <= channel::RECV_SLOTS_MAX);
+static_assertions::const_assert!(credit::SERVER_RECV_SLOTS <= channel::RECV_SLOTS_MAX);
 
 /// Bytes in one object cell (an `AtomicU64`); RDMA atomics act on exactly 8 aligned bytes.
 pub const CELL_BYTES: usize = 8;

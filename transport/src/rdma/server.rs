@@ -7,12 +7,11 @@ use std::time::{Duration, Instant};
 use dlock_core::table::Part;
 
 use super::channel::Channel;
+use super::credit::{EmptyMeans, EventCredit, SERVER_RECV_SLOTS};
 use super::endpoint::{Endpoint, ObjectTable};
 use super::registered::{RdmaDevice, RegisteredRegion};
 use super::verbs::RemoteAccess;
-use super::{
-    CELL_BYTES, EVENT_MESSAGES_INFLIGHT_MAX, MESSAGES_INFLIGHT_MAX, RdmaConfig, RdmaError,
-};
+use super::{CELL_BYTES, RdmaConfig, RdmaError};
 
 /// A server's RDMA side: the opened device and the registration of its object cells.
 ///
@@ -141,8 +140,9 @@ impl RdmaServer {
     /// [`ServerConnection::handshake`].
     pub fn accept(&self) -> Result<ServerConnection, RdmaError> {
         Ok(ServerConnection {
-            // One receive slot per message a client may have awaiting a reply.
-            channel: Channel::new(&self.device, MESSAGES_INFLIGHT_MAX)?,
+            // One receive slot per message a client may have awaiting a reply, and one for its
+            // credit return (`credit.rs`).
+            channel: Channel::new(&self.device, SERVER_RECV_SLOTS, EmptyMeans::CreditReturn)?,
             objects: self.object_table(),
             op_timeout: self.op_timeout,
             events: EventCredit::default(),
@@ -174,24 +174,6 @@ pub enum EventRoom {
     NoCredit,
 }
 
-/// The server's count of a client's event slots (`client.rs` has the protocol).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct EventCredit {
-    /// Event messages sent, wrapping.
-    sent: u32,
-    /// `event_room` said `NoCredit` since credit last came back.
-    blocked: bool,
-}
-
-impl EventCredit {
-    /// Whether one more event message fits the client's slots, given `told`: the count of event
-    /// messages the client last said it took. A count from a broken client that claims more
-    /// than was sent wraps to a huge distance and blocks its own events, nobody else's.
-    fn has_room(&self, told: u32) -> bool {
-        (self.sent.wrapping_sub(told) as usize) < EVENT_MESSAGES_INFLIGHT_MAX
-    }
-}
-
 impl fmt::Debug for ServerConnection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ServerConnection")
@@ -213,8 +195,8 @@ impl ServerConnection {
     }
 
     /// Waits until `deadline` for one request; if one came, `handler` gets it and a response
-    /// buffer of [`super::MESSAGE_MAX`] bytes and returns the response length (1..=`MESSAGE_MAX`),
-    /// which is sent back. Returns whether a request was served.
+    /// buffer of [`super::MESSAGE_MAX`] bytes and returns the response length, which is sent
+    /// back (0: nothing, as for [`Self::try_serve`]). Returns whether a request was served.
     pub fn serve<F>(&mut self, deadline: Instant, handler: F) -> Result<bool, RdmaError>
     where
         F: FnOnce(&[u8], &mut [u8]) -> usize,
@@ -223,15 +205,18 @@ impl ServerConnection {
             return Ok(false);
         }
         // Waiting for a send slot gets the full operation timeout even when the request came
-        // at the very end of `deadline`: the request is already taken.
-        let send_deadline = Instant::now() + self.op_timeout;
+        // at the very end of `deadline`: the request is already taken. With a message waiting
+        // and a send slot free, `try_serve` answers it (a credit return too, in one place).
         self.channel
-            .send_with(send_deadline, true, None, |req, out| match req {
-                // A credit return is answered with an empty message, as in `try_serve`.
-                Some([]) | None => 0,
-                Some(req) => handler(req, out),
-            })?;
-        Ok(true)
+            .wait_send_slot(Instant::now() + self.op_timeout)?;
+        self.try_serve(handler)
+    }
+
+    /// Whether a request waits to be served (after draining the completion queue once if
+    /// none did); never waits. The poll loop asks before it serves one, to send the client's
+    /// waiting events first (`runtime/rdma.rs`).
+    pub fn has_request(&mut self) -> Result<bool, RdmaError> {
+        self.channel.poll_message()
     }
 
     /// The poll loop's serve: never waits. Drains the completion queue once; if a request is
@@ -261,21 +246,28 @@ impl ServerConnection {
         self.channel.check_connected()?;
         // A credit return or a request carrying one may have come meanwhile.
         self.channel.drain()?;
+        Ok(self.event_room_as_drained())
+    }
+
+    /// [`Self::event_room`] as of the last drain of the completion queue. A drain can only add
+    /// credit and free send slots, so `Ready` there stays true until the next send.
+    fn event_room_as_drained(&mut self) -> EventRoom {
         if !self.events.has_room(self.channel.peer_imm()) {
             self.events.blocked = true;
-            return Ok(EventRoom::NoCredit);
+            return EventRoom::NoCredit;
         }
-        Ok(if self.channel.has_free_send_slot() {
+        if self.channel.has_free_send_slot() {
             EventRoom::Ready
         } else {
             EventRoom::Busy
-        })
+        }
     }
 
-    /// SENDs event message `msg` if [`Self::event_room`] would say `Ready`; `Ok(false)` (and
-    /// nothing sent) otherwise.
+    /// SENDs event message `msg` if [`Self::event_room`] said `Ready` since the last send;
+    /// `Ok(false)` (and nothing sent) otherwise. It does not drain the completion queue again:
+    /// `event_room` just did, for this message.
     pub fn send_event(&mut self, msg: &[u8]) -> Result<bool, RdmaError> {
-        if self.event_room()? != EventRoom::Ready {
+        if self.event_room_as_drained() != EventRoom::Ready {
             return Ok(false);
         }
         let sent = self.channel.try_send(msg)?;
@@ -325,28 +317,5 @@ mod tests {
             );
         }
         assert!(object_range(std::ptr::null_mut(), len, part(0, 8)).is_err());
-    }
-
-    #[test]
-    fn event_credit_allows_the_client_s_event_slots_and_no_more() {
-        let mut c = EventCredit::default();
-        for _ in 0..EVENT_MESSAGES_INFLIGHT_MAX {
-            assert!(c.has_room(0));
-            c.sent += 1;
-        }
-        assert!(
-            !c.has_room(0),
-            "a slot the client has not freed was counted free"
-        );
-        assert!(c.has_room(1), "one message taken frees one slot");
-        // The counts wrap: 2^32 messages later the same rule holds.
-        let c = EventCredit {
-            sent: 0,
-            blocked: false,
-        };
-        assert!(c.has_room(u32::MAX));
-        assert!(!c.has_room(u32::MAX - 1));
-        // A client claiming more than it was sent blocks only itself.
-        assert!(!c.has_room(5));
     }
 }

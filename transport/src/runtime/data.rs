@@ -336,7 +336,8 @@ impl Data<'_> {
     /// queue pair.
     #[cfg(feature = "rdma")]
     fn serve_rdma(&mut self, server: &mut Server<'_>, now: u64) -> usize {
-        self.rdma.serve(server, &mut self.routing, now)
+        self.rdma
+            .serve(server, &mut self.routing, &mut self.events, now)
     }
 
     /// Sends the replies of decided parked requests where their requests came from.

@@ -22,10 +22,10 @@
 //! client that sends nothing hears of them; a connection whose window is full then takes them
 //! at a later turn, and still ahead of the next reply to that client.
 //!
-//! A queue pair keeps its own credit rule (`runtime/rdma.rs`): there an event message waits for
-//! a receive slot the client has freed, while replies have slots of their own, so a reply can
-//! overtake an event that waits for credit (`docs/lock-manager.md` says what that leaves
-//! open).
+//! A queue pair keeps the same order (`runtime/rdma.rs`): a request waits on it until its
+//! client's events have gone. There an event message also waits for credit — a receive slot
+//! the client has freed (`rdma/credit.rs`) — and the request with it, until the client returns
+//! the credit, which it does without waiting for a reply.
 
 use dlock_core::proto::{DATA_MESSAGE_MAX, EVENTS_MAX, Event, EventHeader, encode_event_message};
 use dlock_core::server::Server;

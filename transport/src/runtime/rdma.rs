@@ -31,16 +31,23 @@
 //! # Events
 //!
 //! A client whose registration attached a queue pair gets its events (revokes of its cached
-//! grants) on it, as event messages (`dlock_core::server::route::event_path` decides; the data
-//! thread's `deliver_events` encodes, `events.rs` sends). A message goes only while the client
-//! has a receive slot for it — the credit rule of `rdma/client.rs` — and never ahead of a
-//! parked request's reply that is still deferred for want of a send slot (decided first, it
-//! goes first). Events with no room stay in the client's event ring, and go when the client
-//! returns credit (with the next message it sends) or a send slot frees. A revoke may reach
-//! the client before the reply granting what it revokes (`manager::cache` keeps it for that
-//! grant), and — unlike on a stream, where a client's events go ahead of its every reply — a
-//! reply may overtake an event that waits for credit (`docs/lock-manager.md` says what that
-//! leaves open).
+//! grants) on it, as event messages (`dlock_core::server::route::event_path` decides;
+//! `events.rs` encodes and sends). A message goes only while the client has a receive slot for
+//! it — the credit rule of `rdma/client.rs` — and never ahead of a parked request's reply that
+//! is still deferred for want of a send slot (decided first, it goes first). Events with no
+//! room stay in the client's event ring, and go when the client returns credit (with the next
+//! message it sends, or an empty credit return) or a send slot frees. A revoke may reach the
+//! client before the reply granting what it revokes (`manager::cache` keeps it for that grant).
+//!
+//! As on a stream (`events.rs`), a client's waiting events go ahead of the reply to each
+//! request of it served: before a request is taken off the queue pair, the events go
+//! (`Peers::events_ahead`), and while they cannot — no credit, no send slot — the request and
+//! those behind it wait on the queue pair, in their receive slots. That wait ends: the credit
+//! comes back in the immediate data of the client's next SEND, read when it completes (before
+//! it is taken), and a client waiting for the replies takes the events and returns their
+//! credit in an empty SEND that needs no reply slot (`rdma/credit.rs` argues the budgets). The
+//! events also go at the end of every turn that wrote some (`Data::deliver_events`), for a
+//! client that sends nothing.
 //!
 //! # Cost
 //!
@@ -55,35 +62,17 @@ use dlock_core::Status;
 use dlock_core::server::{Dispatched, Routing, Server, Source};
 use dlock_core::table::Part;
 
-use super::events::{Room, Sink};
+use super::events::EventsOut;
 use super::{ServerConfig, Shared};
+
+mod events;
+
+pub(super) use self::events::QueuePairEvents;
 use crate::rdma::{
-    AttachRecord, ENDPOINT_LEN, EventRoom, MESSAGE_MAX, MESSAGES_INFLIGHT_MAX, RDMA_ATTACH_LEN,
+    AttachRecord, ENDPOINT_LEN, MESSAGE_MAX, MESSAGES_INFLIGHT_MAX, RDMA_ATTACH_LEN,
     RDMA_ATTACH_MAGIC, RdmaError, RdmaServer, ServerConnection,
 };
 use crate::region::Region;
-
-/// Client slot `slot`'s event messages on its way to its queue pair (`events.rs`): they go
-/// while the client has a receive slot free for them, and not while a parked request's reply
-/// waits for a send slot.
-pub(super) struct QueuePairEvents<'p, 's> {
-    pub(super) peers: &'p mut Peers<'s>,
-    pub(super) slot: u32,
-}
-
-impl Sink for QueuePairEvents<'_, '_> {
-    fn room(&mut self) -> Room {
-        match self.peers.event_room(self.slot) {
-            EventRoom::Ready => Room::Ready,
-            EventRoom::Busy => Room::Retry,
-            EventRoom::NoCredit => Room::Wait,
-        }
-    }
-
-    fn send(&mut self, msg: &[u8]) -> bool {
-        self.peers.send_event(self.slot, msg)
-    }
-}
 
 /// Connected queue pairs the data thread installs per turn (attaches are rare; this only bounds
 /// a turn).
@@ -287,6 +276,11 @@ pub(super) struct Peers<'s> {
     /// A peer was installed, or one kept from its events by want of credit returned some: the
     /// event rings must be looked at again.
     events_unblocked: bool,
+    /// `(slot, client)` of pairs that failed where the core could not be told (sending events
+    /// or a parked reply): their parked requests are forgotten at the next [`Self::serve`],
+    /// before a new pair of the slot is installed. At most one per slot between two serves (a
+    /// slot gets a pair again only there): allocated for every slot.
+    lost: Vec<(u32, u32)>,
 }
 
 impl<'s> Peers<'s> {
@@ -297,6 +291,7 @@ impl<'s> Peers<'s> {
             active: Vec::with_capacity(slots),
             position: vec![0; slots],
             events_unblocked: false,
+            lost: Vec::with_capacity(slots),
         }
     }
 
@@ -312,40 +307,6 @@ impl<'s> Peers<'s> {
         (server.client_session(peer.client) == Some((slot, peer.session))).then_some(peer.client)
     }
 
-    /// Whether an event message may go to the queue pair in `slot` now (module doc): `Busy`
-    /// while a parked request's reply waits for a send slot, so the reply goes first. A pair
-    /// that fails is let go, and its events stay in the ring.
-    pub(super) fn event_room(&mut self, slot: u32) -> EventRoom {
-        let Some(peer) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
-            return EventRoom::NoCredit;
-        };
-        if peer.deferred_len > 0 {
-            return EventRoom::Busy;
-        }
-        match peer.conn.event_room() {
-            Ok(room) => room,
-            Err(e) => {
-                self.retire(slot, Why::Failed(e));
-                EventRoom::NoCredit
-            }
-        }
-    }
-
-    /// SENDs event message `msg` to the queue pair in `slot` after [`Self::event_room`] said
-    /// `Ready`; false if it did not go (the caller counts the events lost, as for a stream).
-    pub(super) fn send_event(&mut self, slot: u32, msg: &[u8]) -> bool {
-        let Some(peer) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
-            return false;
-        };
-        match peer.conn.send_event(msg) {
-            Ok(sent) => sent,
-            Err(e) => {
-                self.retire(slot, Why::Failed(e));
-                false
-            }
-        }
-    }
-
     /// Whether any queue pair is attached: then the data thread must not park, because a
     /// client's SEND cannot wake it.
     pub(super) fn attached(&self) -> bool {
@@ -358,15 +319,18 @@ impl<'s> Peers<'s> {
     }
 
     /// Installs new queue pairs and serves each attached one: up to [`MESSAGES_INFLIGHT_MAX`]
-    /// requests each (all a client may have outstanding), through the core's dispatch (which
-    /// routes a parked request's reply back here). Returns how much work was done.
+    /// requests each (all a client may have outstanding), each after its client's waiting
+    /// events (`events`), through the core's dispatch (which routes a parked request's reply
+    /// back here). Returns how much work was done.
     pub(super) fn serve(
         &mut self,
         server: &mut Server<'_>,
         routing: &mut Routing<'_>,
+        events: &mut EventsOut,
         now: u64,
     ) -> usize {
         let Some(side) = self.side else { return 0 };
+        self.forget_lost(server, routing, now);
         let mut work = 0;
         while work < INSTALL_BATCH {
             let Some(peer) = side.attached.pop() else {
@@ -378,7 +342,13 @@ impl<'s> Peers<'s> {
         let mut k = 0;
         while k < self.active.len() {
             let slot = self.active[k];
-            match self.serve_peer(server, routing, slot, now) {
+            match self.serve_peer(server, routing, events, slot, now) {
+                // Unless sending its events failed it: then `retire` moved another slot to
+                // position `k`.
+                Ok(n) if self.active.get(k) != Some(&slot) => {
+                    work += n;
+                    self.forget_lost(server, routing, now);
+                }
                 Ok(n) => {
                     work += n;
                     k += 1;
@@ -401,6 +371,7 @@ impl<'s> Peers<'s> {
         &mut self,
         server: &mut Server<'_>,
         routing: &mut Routing<'_>,
+        events: &mut EventsOut,
         slot: u32,
         now: u64,
     ) -> Result<usize, Why> {
@@ -426,6 +397,18 @@ impl<'s> Peers<'s> {
         };
         let mut served = 0;
         while served < MESSAGES_INFLIGHT_MAX {
+            let waiting = match self.slots[slot as usize].as_mut() {
+                Some(peer) => peer.conn.has_request().map_err(Why::Failed)?,
+                None => false,
+            };
+            // Its client's events first (module doc); the request waits on the queue pair
+            // until they have gone.
+            if !waiting || !self.events_ahead(server, events, slot) {
+                break;
+            }
+            let Some(peer) = self.slots[slot as usize].as_mut() else {
+                break;
+            };
             let mut refused = false;
             let took = peer
                 .conn
@@ -481,7 +464,7 @@ impl<'s> Peers<'s> {
                 peer.deferred[..reply.len()].copy_from_slice(reply);
                 peer.deferred_len = reply.len();
             }
-            Err(e) => self.retire(slot, Why::Failed(e)),
+            Err(e) => self.fail(slot, e),
         }
     }
 
@@ -546,6 +529,24 @@ impl<'s> Peers<'s> {
     ) {
         if let Some(peer) = self.slots[slot as usize].as_ref() {
             server.queue_pair_lost(routing, slot, peer.client, now);
+        }
+    }
+
+    /// The pair in `slot` failed where the core cannot be told at once: it is let go now, and
+    /// its parked request forgotten at the next [`Self::forget_lost`]. Retired without that, a
+    /// failed pair left its parked request waiting for a grant nobody would read, and the reply
+    /// routed to the client's next pair, which takes replies in the order of its own requests.
+    fn fail(&mut self, slot: u32, e: RdmaError) {
+        if let Some(peer) = self.slots[slot as usize].as_ref() {
+            self.lost.push((slot, peer.client));
+        }
+        self.retire(slot, Why::Failed(e));
+    }
+
+    /// Tells the core of the pairs [`Self::fail`] let go (`Server::queue_pair_lost`).
+    fn forget_lost(&mut self, server: &mut Server<'_>, routing: &mut Routing<'_>, now: u64) {
+        for (slot, client) in self.lost.drain(..) {
+            server.queue_pair_lost(routing, slot, client, now);
         }
     }
 

@@ -183,6 +183,19 @@ impl DataConn {
         self.unwritten += 1;
     }
 
+    /// Puts `reply` (a parked request's, decided outside the connection's turn) at the end of
+    /// the write buffer, in the room kept for it ([`write_buf`]); false if there was none (a
+    /// bug, logged: the reply is dropped rather than the buffer overrun).
+    fn put_reply(&mut self, reply: &[u8]) -> bool {
+        if !self.make_reply_room() {
+            tracing::error!(client = self.client, "no room for a parked request's reply");
+            return false;
+        }
+        self.wbuf[self.wend..self.wend + reply.len()].copy_from_slice(reply);
+        self.reply_written(reply.len());
+        true
+    }
+
     /// Grows the write buffer to hold what `members` members may have answered at once.
     fn fit_members(&mut self, members: usize) {
         let want = write_buf(members);
@@ -403,51 +416,50 @@ impl<'s> DataConns<'s> {
     /// Puts the reply of a parked request of connection (`conn`, `generation`) in its write
     /// buffer, to go out this turn; false if that connection is gone.
     pub(super) fn deliver(&mut self, conn: u32, generation: u32, reply: &[u8]) -> bool {
-        let Some(c) = self
-            .conns
-            .get_mut(conn as usize)
-            .and_then(Option::as_mut)
-            .filter(|c| c.generation == generation)
-        else {
-            return false;
-        };
-        if !c.make_reply_room() {
-            tracing::error!(client = c.client, "no room for a parked request's reply");
-            return false;
-        }
-        c.wbuf[c.wend..c.wend + reply.len()].copy_from_slice(reply);
-        c.wend += reply.len();
-        c.unwritten += 1;
-        if !c.queued {
-            c.queued = true;
-            self.ready.push(conn);
-        }
-        true
+        self.write_to(conn, generation, |c| c.put_reply(reply))
+            .unwrap_or(false)
     }
 
     /// Hands `send` the write buffer of connection (`conn`, `generation`) to put event messages
-    /// in (a closed window is waited out: `Room::Retry`), and queues the connection to write
-    /// them; `None` if that connection is gone.
+    /// in (a closed window is waited out: `Room::Retry`), to go out this turn; `None` if that
+    /// connection is gone.
     pub(super) fn with_events(
         &mut self,
         conn: u32,
         generation: u32,
         send: impl FnOnce(&mut ConnEvents<'_>) -> Sent,
     ) -> Option<Sent> {
+        self.write_to(conn, generation, |c| {
+            send(&mut ConnEvents {
+                c,
+                closed: Room::Retry,
+            })
+        })
+    }
+
+    /// The one way into a connection's write buffer from outside its turn (a parked request's
+    /// reply, events at the end of a turn): lets `write` put messages in the write buffer of
+    /// connection (`conn`, `generation`), and queues the connection to write them this turn if
+    /// it put any; `None` if that connection is gone.
+    fn write_to<R>(
+        &mut self,
+        conn: u32,
+        generation: u32,
+        write: impl FnOnce(&mut DataConn) -> R,
+    ) -> Option<R> {
         let c = self
             .conns
             .get_mut(conn as usize)
             .and_then(Option::as_mut)
             .filter(|c| c.generation == generation)?;
-        let sent = send(&mut ConnEvents {
-            c,
-            closed: Room::Retry,
-        });
-        if sent.messages > 0 && !c.queued {
+        // Every message put in the buffer counts there (`DataConn::reply_written`).
+        let unwritten = c.unwritten;
+        let written = write(c);
+        if c.unwritten != unwritten && !c.queued {
             c.queued = true;
             self.ready.push(conn);
         }
-        Some(sent)
+        Some(written)
     }
 
     /// Every tick: members whose client is no longer registered (in its slot) leave their

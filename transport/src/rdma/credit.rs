@@ -1,0 +1,260 @@
+//! The bookkeeping of event credit, with no verbs in it: how many event messages the server may
+//! still send a client, when the client returns credit, and what a channel does with the empty
+//! messages that carry credit back and acknowledge it. Pure records, tested without a device;
+//! `channel.rs`, `client.rs` and `server.rs` apply them to a queue pair.
+//!
+//! # Why a credit return has a receive slot of its own
+//!
+//! The server keeps a client's events ahead of the reply to every request of it that it reads,
+//! as on a stream (`runtime/events.rs`; the client's trust bound counts on it): a request whose
+//! client has events waiting is not taken off the queue pair until they have gone
+//! (`runtime/rdma.rs`). An event message needs credit — a receive slot the client has freed and
+//! said so — so while the client's credit is used up its requests wait for it. The credit comes
+//! back in the immediate data of the client's next SEND, and the server reads it when that SEND
+//! completes, before it takes the message; so any SEND returns it, a waiting request or an
+//! empty credit return.
+//!
+//! A client waiting for its replies takes the event messages ahead of them, and then returns
+//! the credit they used with an empty SEND. That SEND may not wait for a reply slot: with every
+//! request in flight waiting behind the events, no reply would ever free one. So a credit return
+//! is not a message awaiting a reply. It has a budget of its own, [`CREDIT_RETURNS_INFLIGHT_MAX`]
+//! (one): the server posts a receive slot for it besides one per request, reposts it the moment
+//! the return completes (never queued behind requests), and acknowledges it with an empty SEND
+//! into a receive slot the client keeps for that; the client sends no second return before the
+//! first is acknowledged ([`credit_return_due`]). Counting every message that can be on its way
+//! to a side, none finds its receive queue empty (which would stall the sender in RNR retries):
+//!
+//! | to      | what may be on the way                                   | receive slots posted |
+//! |---------|----------------------------------------------------------|----------------------|
+//! | server  | a request per reply slot, one credit return              | 4 + 1                |
+//! | client  | a reply per request, 2 event messages, one acknowledgement | 4 + 2 + 1          |
+//!
+//! and nothing waits for anything that waits for it: events wait for a credit return, which
+//! waits only for the acknowledgement of the previous one, which the server sends whenever a
+//! send slot is free (send slots free themselves as SENDs complete, whatever the peer does).
+
+use super::{EVENT_MESSAGES_INFLIGHT_MAX, MESSAGES_INFLIGHT_MAX};
+
+/// Credit returns a client may have sent and not yet seen acknowledged (module doc).
+pub const CREDIT_RETURNS_INFLIGHT_MAX: usize = 1;
+
+/// Receive slots a server connection posts: one per request a client may have awaiting a reply,
+/// and one per credit return on its way.
+pub(crate) const SERVER_RECV_SLOTS: usize = MESSAGES_INFLIGHT_MAX + CREDIT_RETURNS_INFLIGHT_MAX;
+
+/// Receive slots a client posts: one per reply it may await, one per event message the server
+/// may send beyond what it was told, and one per acknowledgement of a credit return.
+pub(crate) const CLIENT_RECV_SLOTS: usize =
+    MESSAGES_INFLIGHT_MAX + EVENT_MESSAGES_INFLIGHT_MAX + CREDIT_RETURNS_INFLIGHT_MAX;
+
+/// The server's count of a client's event slots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct EventCredit {
+    /// Event messages sent, wrapping.
+    pub(crate) sent: u32,
+    /// `event_room` said `NoCredit` since credit last came back.
+    pub(crate) blocked: bool,
+}
+
+impl EventCredit {
+    /// Whether one more event message fits the client's slots, given `told`: the count of event
+    /// messages the client last said it took. A count from a broken client that claims more
+    /// than was sent wraps to a huge distance and blocks its own events, nobody else's.
+    pub(crate) fn has_room(&self, told: u32) -> bool {
+        (self.sent.wrapping_sub(told) as usize) < EVENT_MESSAGES_INFLIGHT_MAX
+    }
+}
+
+/// Whether a client that has taken `taken` event messages (wrapping), told the server `told`
+/// with its last SEND, and has `returning` credit returns unacknowledged, sends a credit return
+/// now: when the server may have run out of credit (it has sent every event message it may
+/// beyond `told`, and the client took them all) and none is on its way. It does not ask for a
+/// free reply slot (module doc: that wait could be for ever).
+#[must_use]
+pub(crate) fn credit_return_due(taken: u32, told: u32, returning: usize) -> bool {
+    taken.wrapping_sub(told) as usize >= EVENT_MESSAGES_INFLIGHT_MAX
+        && returning < CREDIT_RETURNS_INFLIGHT_MAX
+}
+
+/// What an empty message (the channel's own: no `dlock-core` message is empty) means to the
+/// side that receives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EmptyMeans {
+    /// A client's credit return, to acknowledge (the server's channels).
+    CreditReturn,
+    /// The acknowledgement of a credit return of ours (a client's channel).
+    Acknowledgement,
+}
+
+/// A channel's empty messages: the ones it owes (acknowledgements) and the ones it awaits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Empties {
+    means: EmptyMeans,
+    /// Credit returns received and not yet acknowledged (a server's).
+    owed: usize,
+    /// Credit returns sent and not yet acknowledged (a client's).
+    returning: usize,
+}
+
+impl Empties {
+    pub(crate) const fn new(means: EmptyMeans) -> Empties {
+        Empties {
+            means,
+            owed: 0,
+            returning: 0,
+        }
+    }
+
+    /// An empty message came (its receive slot is reposted at once, whatever it means).
+    pub(crate) fn received(&mut self) {
+        match self.means {
+            EmptyMeans::CreditReturn => self.owed += 1,
+            // An acknowledgement of nothing (a broken server) frees nothing.
+            EmptyMeans::Acknowledgement => self.returning = self.returning.saturating_sub(1),
+        }
+    }
+
+    /// An acknowledgement to send, if one is owed; it is then counted sent.
+    #[must_use]
+    pub(crate) fn take_owed(&mut self) -> bool {
+        let owed = self.owed > 0;
+        self.owed -= usize::from(owed);
+        owed
+    }
+
+    /// A credit return was sent.
+    pub(crate) fn returned(&mut self) {
+        self.returning += 1;
+    }
+
+    /// Credit returns sent and not yet acknowledged.
+    pub(crate) fn returning(&self) -> usize {
+        self.returning
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_credit_allows_the_client_s_event_slots_and_no_more() {
+        let mut c = EventCredit::default();
+        for _ in 0..EVENT_MESSAGES_INFLIGHT_MAX {
+            assert!(c.has_room(0));
+            c.sent += 1;
+        }
+        assert!(
+            !c.has_room(0),
+            "a slot the client has not freed was counted free"
+        );
+        assert!(c.has_room(1), "one message taken frees one slot");
+        // The counts wrap: 2^32 messages later the same rule holds.
+        let c = EventCredit {
+            sent: 0,
+            blocked: false,
+        };
+        assert!(c.has_room(u32::MAX));
+        assert!(!c.has_room(u32::MAX - 1));
+        // A client claiming more than it was sent blocks only itself.
+        assert!(!c.has_room(5));
+    }
+
+    #[test]
+    fn a_credit_return_is_due_when_the_server_may_be_out_of_credit_and_none_is_on_its_way() {
+        let max = EVENT_MESSAGES_INFLIGHT_MAX as u32;
+        assert!(
+            !credit_return_due(max - 1, 0, 0),
+            "the server has credit left"
+        );
+        assert!(credit_return_due(max, 0, 0));
+        assert!(credit_return_due(max + 3, 0, 0));
+        assert!(!credit_return_due(max, max, 0), "told already");
+        assert!(
+            !credit_return_due(max, 0, CREDIT_RETURNS_INFLIGHT_MAX),
+            "a second return before the first was acknowledged"
+        );
+        // The counts wrap.
+        assert!(credit_return_due(max - 1, u32::MAX, 0));
+    }
+
+    #[test]
+    fn a_server_owes_one_acknowledgement_per_credit_return_and_a_client_awaits_one_per_return() {
+        let mut server = Empties::new(EmptyMeans::CreditReturn);
+        assert!(!server.take_owed());
+        server.received();
+        server.received();
+        assert!(server.take_owed());
+        assert!(server.take_owed());
+        assert!(!server.take_owed(), "acknowledged a return twice");
+        let mut client = Empties::new(EmptyMeans::Acknowledgement);
+        client.returned();
+        assert_eq!(client.returning(), 1);
+        client.received();
+        assert_eq!(client.returning(), 0);
+        client.received();
+        assert_eq!(client.returning(), 0, "an acknowledgement of nothing");
+        assert!(!client.take_owed(), "a client acknowledges nothing");
+    }
+
+    /// The one exchange that could wait for ever (module doc), played on the records with the
+    /// receive slots counted: a client with every request in flight, the server holding them
+    /// behind event messages it has no credit for. The credit return must go without a reply
+    /// slot, land in a receive slot of the server's, and let the events and then the replies go.
+    #[test]
+    fn a_client_with_every_request_held_behind_its_events_returns_credit_and_is_answered() {
+        let mut server_credit = EventCredit::default();
+        let mut server = Empties::new(EmptyMeans::CreditReturn);
+        let mut client = Empties::new(EmptyMeans::Acknowledgement);
+        let (mut taken, mut told) = (0u32, 0u32);
+        // Messages that have arrived at each side and are not taken yet.
+        let mut at_server = 0;
+        let mut at_client = 0;
+        // The server sends the event messages its credit allows; the client sends a request per
+        // reply slot, each telling the count of event messages taken so far (none).
+        while server_credit.has_room(told) {
+            server_credit.sent += 1;
+            at_client += 1;
+        }
+        for _ in 0..MESSAGES_INFLIGHT_MAX {
+            at_server += 1;
+            told = taken;
+        }
+        assert!(at_server <= SERVER_RECV_SLOTS && at_client <= CLIENT_RECV_SLOTS);
+        // The server holds the requests: events wait for credit. The client, waiting for its
+        // replies, takes the event messages ahead of them.
+        assert!(!server_credit.has_room(told));
+        taken += at_client as u32;
+        at_client = 0;
+        assert!(
+            credit_return_due(taken, told, client.returning()),
+            "no credit return with every reply slot in flight: the requests wait for ever"
+        );
+        told = taken;
+        client.returned();
+        at_server += 1;
+        assert!(
+            at_server <= SERVER_RECV_SLOTS,
+            "the credit return found no slot"
+        );
+        // Its completion carries the count; the server reposts its slot and owes an answer.
+        at_server -= 1;
+        server.received();
+        assert!(server_credit.has_room(told), "the events may go now");
+        assert!(server.take_owed());
+        at_client += 1;
+        // The events still waiting go, then the held requests are answered.
+        while server_credit.has_room(told) {
+            server_credit.sent += 1;
+            at_client += 1;
+        }
+        at_server -= MESSAGES_INFLIGHT_MAX;
+        at_client += MESSAGES_INFLIGHT_MAX;
+        assert_eq!(at_server, 0);
+        assert!(at_client <= CLIENT_RECV_SLOTS, "a message found no slot");
+        // The acknowledgement lets the client return the next credit.
+        client.received();
+        taken += EVENT_MESSAGES_INFLIGHT_MAX as u32;
+        assert!(credit_return_due(taken, told, client.returning()));
+    }
+}
