@@ -253,7 +253,7 @@ pub struct FakeDial(pub Fake);
 impl Dial for FakeDial {
     type Conn = FakeConn;
 
-    fn dial(&mut self, address: &[u8]) -> io::Result<FakeConn> {
+    fn dial(&mut self, address: &[u8], _deadline: Instant) -> io::Result<FakeConn> {
         let text = std::str::from_utf8(address).unwrap();
         let server: u32 = text.strip_prefix("fake:").unwrap().parse().unwrap();
         if self.0.state().servers.get(&server).is_none_or(|s| s.dead) {
