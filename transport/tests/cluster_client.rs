@@ -3,6 +3,8 @@
 //! deadline, batches split per server and taken in the global order, re-claims after an owner
 //! change with the old owner's proofs, and the bad days (garbage maps, a server that vanishes).
 
+// The fake's knobs are shared with `cluster_refusals.rs`; each uses some.
+#[allow(dead_code)]
 mod cluster_fake;
 // Only the server half of the shared helpers is used here.
 #[allow(dead_code)]

@@ -79,8 +79,8 @@ struct Server {
     not_ready: u32,
     /// Answer `PartitionMoved` to every request for a partition, whatever the map says.
     always_moved: bool,
-    /// Claims of these names are answered `Fail`.
-    refuse_claims: HashSet<Vec<u8>>,
+    /// Claims of these names are answered with the status beside them.
+    refuse_claims: HashMap<Vec<u8>, Status>,
     /// The next `BatchUpdateLocks` is taken but its reply lost (the connection fails).
     lose_claim_reply: bool,
     /// Every request fails as if the server were gone.
@@ -232,8 +232,17 @@ impl FakeServerKnobs<'_> {
     pub fn always_moved(&mut self, on: bool) {
         self.0.always_moved = on;
     }
+    /// Claims of `name` are answered `Fail` (the grant is gone).
     pub fn refuse_claim(&mut self, name: &[u8]) {
-        self.0.refuse_claims.insert(name.to_vec());
+        self.refuse_claim_with(name, Status::Fail);
+    }
+    /// Claims of `name` are answered `status`.
+    pub fn refuse_claim_with(&mut self, name: &[u8], status: Status) {
+        self.0.refuse_claims.insert(name.to_vec(), status);
+    }
+    /// Claims are taken again, whatever was refused before.
+    pub fn take_claims(&mut self) {
+        self.0.refuse_claims.clear();
     }
     pub fn lose_claim_reply(&mut self) {
         self.0.lose_claim_reply = true;
@@ -570,12 +579,12 @@ impl State {
                         token: c.token,
                         proof: c.proof,
                     }));
-                    if self.servers[&server].refuse_claims.contains(c.name) {
-                        self.holders.remove(c.name);
-                        entries.push(BatchEntry {
-                            id: 0,
-                            status: Status::Fail,
-                        });
+                    if let Some(&status) = self.servers[&server].refuse_claims.get(c.name) {
+                        // Refused for good, the grant goes; a passing refusal keeps it.
+                        if !matches!(status, Status::NotReady | Status::PartitionMoved) {
+                            self.holders.remove(c.name);
+                        }
+                        entries.push(BatchEntry { id: 0, status });
                         continue;
                     }
                     let id = self.lock_id(server, c.kind, c.name);

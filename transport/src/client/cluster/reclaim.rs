@@ -3,12 +3,26 @@
 //! alone otherwise — in batches of at most 31 (`BatchUpdateLocks`), then says
 //! `ReclaimDone(partition, epoch)` (`CLUSTER-SPEC` §5).
 //!
-//! | answer to a claim          | the link's record                                        |
-//! |----------------------------|----------------------------------------------------------|
-//! | `Success`                  | filed under the new owner's id, epoch and incarnation    |
-//! | `Fail`, `ServerNoResource` | the grant is gone (or has no room there): forgotten; the reference taken again at next use |
-//! | any other status           | kept as it was (claimed again at the next use or refresh) |
-//! | no answer (a lost reply)   | kept as it was                                           |
+//! | answer to a claim               | the link's record                                   |
+//! |---------------------------------|-----------------------------------------------------|
+//! | `Success`                       | filed under the new owner's id, epoch and incarnation |
+//! | `NotReady`, `PartitionMoved` (transient) | kept as it was, claimed again after a backoff |
+//! | any other status (permanent: `Fail`, `ServerNoResource`, `Einval`, …) | the grant is gone (or cannot be restored there): forgotten; the reference taken again at next use |
+//! | no answer (a lost reply), or the batch refused whole | kept as it was, claimed again after a backoff |
+//!
+//! A refusal is transient when it names a passing state of the new owner, not of the claim:
+//! `NotReady` (it has not persisted the client yet, or the partition waits for its takeover),
+//! `PartitionMoved` (it has not applied the map the client learned, or it is fenced). Every
+//! other status speaks of the claim itself (`Fail`: the grant is gone; `ServerNoResource`: no
+//! room for it while the owner recovers, which frees no slot; `Einval`: a name, hold or proof
+//! it will never accept), which the client would send unchanged and see refused the same way:
+//! kept, it was sent again at every heartbeat and its partition's `ReclaimDone` never said, so
+//! the partition held every other client in `NotReady` until its grace deadline, when the claim
+//! is refused `Fail` all the same. Forgetting a grant the owner did not take is always safe;
+//! believing in it is not. What is kept for a transient refusal is claimed again at the next
+//! heartbeat or retry once its backoff is over: [`BACKOFF_MIN`], doubling to [`BACKOFF_MAX`] at
+//! each refusal in a row, so an owner that stays unready is not sent the same batch every few
+//! milliseconds by every client that retries a call.
 //!
 //! A client that was silent past the old owner's lease claims nothing but its references: the
 //! old owner may have freed its grants before it died (the lease-lapse rule of
@@ -31,7 +45,7 @@
 //! refused once waited for the lock's next use, and a `ReclaimDone` refused until the deadline
 //! was never sent again.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -50,6 +64,17 @@ const CLAIMS_MAX: usize = dlock_core::config::BATCH_MAX;
 /// How long a heartbeat, or a command on its way to its server, may spend paying what the
 /// client owes new owners ([`Owed`]).
 pub(super) const OWED_WAIT: Duration = Duration::from_millis(250);
+/// The wait before a partition's claims, refused for a passing reason, are sent again.
+const BACKOFF_MIN: Duration = Duration::from_millis(20);
+/// The longest such wait: short beside the grace deadline (the longest grant lease, 30 s by
+/// default) that a partition waits for a client that does not say `ReclaimDone`.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Whether a claim refused with `status` may be taken later as it is (module doc).
+#[must_use]
+fn refusal_is_transient(status: Status) -> bool {
+    matches!(status, Status::NotReady | Status::PartitionMoved)
+}
 
 impl<D: Dial> ClusterLink<D> {
     /// Refreshes the map (from `first`, then the others) and, if it changed, re-claims every
@@ -256,9 +281,13 @@ impl<D: Dial> ClusterLink<D> {
     /// dropped by the server with its references). Nothing to do (two empty sets) in steady
     /// state.
     pub(super) fn pay_owed(&mut self, deadline: Instant) {
-        let deadline = deadline.min(Instant::now() + OWED_WAIT);
-        let partitions: Vec<u16> = self.owed.reclaims.iter().copied().collect();
-        for p in partitions {
+        let now = Instant::now();
+        let deadline = deadline.min(now + OWED_WAIT);
+        let due: Vec<u16> = (self.owed.reclaims.iter())
+            .filter(|(_, b)| b.due <= now)
+            .map(|(&p, _)| p)
+            .collect();
+        for p in due {
             self.rehome_partition(p, deadline);
         }
         self.pay_dones(deadline);
@@ -317,11 +346,9 @@ impl<D: Dial> ClusterLink<D> {
             Ok(true) => {
                 self.owed.reclaims.remove(&p);
             }
-            Ok(false) => {
-                self.owed.reclaims.insert(p);
-            }
+            Ok(false) => self.owed.back_off(p),
             Err(e) => {
-                self.owed.reclaims.insert(p);
+                self.owed.back_off(p);
                 tracing::warn!(partition = p, %server, error = %e, "dlock: re-claims not done; kept for the next try");
             }
         }
@@ -436,24 +463,24 @@ impl<D: Dial> ClusterLink<D> {
             };
             let server_lock = match entry.status {
                 Status::Success => Some(entry.id),
-                // `Fail`: the new owner says the grant is gone. `ServerNoResource`: its lock
-                // table is full, and stays so while it recovers (it takes nothing but
-                // re-claims, which free no slot), so the claim would be refused again at every
-                // heartbeat and retry, and the `ReclaimDone` that waits for it never said: the
-                // partition held until its grace deadline, when the claim is refused for good.
-                // Either way: forget the grant, keep the name (taken again at the next use),
-                // as the standalone recovery drops every claim not taken.
-                Status::Fail | Status::ServerNoResource => {
-                    if entry.status == Status::ServerNoResource {
-                        tracing::warn!(lock = ?r.name, "dlock: the new owner has no room for a re-claimed lock; its grant is lost");
+                // Refused for a passing reason: kept, claimed again after a backoff.
+                s if refusal_is_transient(s) => {
+                    tracing::debug!(lock = ?r.name, status = ?s, "dlock: a claim was not taken yet; kept");
+                    all = false;
+                    continue;
+                }
+                // Refused for good (module doc): forget the grant, keep the name (taken again
+                // at the next use), as the standalone recovery drops every claim not taken.
+                // `ServerNoResource`: the new owner's lock table is full, and stays so while
+                // it recovers (it takes nothing but re-claims, which free no slot).
+                refused => {
+                    if refused == Status::Fail {
+                        tracing::debug!(lock = ?r.name, "dlock: the new owner says a re-claimed grant is gone");
+                    } else {
+                        tracing::warn!(lock = ?r.name, status = ?refused, "dlock: the new owner refused a re-claimed grant for good; it is lost");
                     }
                     r.record = LocalLock::new(r.record.id, r.record.kind);
                     None
-                }
-                other => {
-                    tracing::debug!(lock = ?r.name, status = ?other, "dlock: a claim was not taken; kept");
-                    all = false;
-                    continue;
                 }
             };
             r.server = new.server;
@@ -477,10 +504,31 @@ struct Owned {
 /// before each retry of a refused request.
 #[derive(Debug, Default)]
 pub(super) struct Owed {
-    /// Partitions with routes whose re-claim was not answered for good (or whose
-    /// `ReclaimDone` was not taken after it): re-claimed again.
-    reclaims: BTreeSet<u16>,
+    /// Partitions with routes whose re-claim was not answered for good: re-claimed again once
+    /// their backoff is over.
+    reclaims: BTreeMap<u16, Backoff>,
     /// Partitions in which the client knows no lock, and the owner and epoch that awaits its
     /// `ReclaimDone` there.
     dones: BTreeMap<u16, (ServerId, u32)>,
+}
+
+impl Owed {
+    /// Partition `p`'s claims were refused for a passing reason (or not answered): claimed
+    /// again after [`BACKOFF_MIN`], or after twice the last wait if they were refused before
+    /// (at most [`BACKOFF_MAX`]).
+    fn back_off(&mut self, p: u16) {
+        let wait = self
+            .reclaims
+            .get(&p)
+            .map_or(BACKOFF_MIN, |b| (b.wait * 2).min(BACKOFF_MAX));
+        let due = Instant::now() + wait;
+        self.reclaims.insert(p, Backoff { due, wait });
+    }
+}
+
+/// When a partition's kept claims are sent again, and the wait that led there.
+#[derive(Clone, Copy, Debug)]
+struct Backoff {
+    due: Instant,
+    wait: Duration,
 }
