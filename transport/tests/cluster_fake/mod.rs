@@ -83,6 +83,9 @@ struct Server {
     refuse_claims: HashMap<Vec<u8>, Status>,
     /// The next `BatchUpdateLocks` is taken but its reply lost (the connection fails).
     lose_claim_reply: bool,
+    /// `ReclaimDone`s (protocol 5) to take before one whose reply is lost (the connection
+    /// fails); `None`: none is lost.
+    lose_done_reply_after: Option<u32>,
     /// Every request fails as if the server were gone.
     dead: bool,
     /// Answer `GetMap` with bytes that do not decode.
@@ -246,6 +249,10 @@ impl FakeServerKnobs<'_> {
     }
     pub fn lose_claim_reply(&mut self) {
         self.0.lose_claim_reply = true;
+    }
+    /// The `ReclaimDone` (protocol 5) after the next `taken` is taken but its reply lost.
+    pub fn lose_done_reply_after(&mut self, taken: u32) {
+        self.0.lose_done_reply_after = Some(taken);
     }
     pub fn dead(&mut self, on: bool) {
         self.0.dead = on;
@@ -608,6 +615,15 @@ impl State {
                     partition,
                     epoch,
                 });
+                let s = self.servers.get_mut(&server).unwrap();
+                match s.lose_done_reply_after {
+                    Some(0) => {
+                        s.lose_done_reply_after = None;
+                        return Err(gone());
+                    }
+                    Some(n) => s.lose_done_reply_after = Some(n - 1),
+                    None => {}
+                }
                 (Status::Success, EMPTY)
             }
             ControlRequest::ReclaimDones(dones)

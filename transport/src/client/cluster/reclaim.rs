@@ -152,105 +152,132 @@ impl<D: Dial> ClusterLink<D> {
             map.owner(p)
                 .is_some_and(|o| o.server == Some(server) && o.epoch == epoch)
         });
-        let mut by_server: BTreeMap<ServerId, Vec<PartitionEpoch>> = BTreeMap::new();
-        for (&partition, &(server, epoch)) in &self.owed.dones {
-            by_server
-                .entry(server)
-                .or_default()
-                .push(PartitionEpoch { partition, epoch });
-        }
-        for (server, dones) in by_server {
-            let version = self.member(server, deadline).map(|m| m.version);
-            let settled = version.and_then(|v| {
-                let batched = v >= PROTO_VERSION_RECLAIM_DONES;
-                self.say_dones(server, &dones, batched, deadline)
-            });
-            match settled {
-                Ok(settled) => {
-                    for p in settled {
-                        self.owed.dones.remove(&p);
-                    }
-                }
-                Err(e) => {
-                    tracing::debug!(%server, error = %e, "dlock: ReclaimDone not sent");
-                }
+        // One server at a time, in their order: the next is the least one owed above the last.
+        let mut last = None;
+        while let Some(server) = self.owed.next_server_after(last) {
+            last = Some(server);
+            if let Err(e) = self.say_dones(server, deadline) {
+                tracing::debug!(%server, error = %e, "dlock: ReclaimDone not sent");
             }
         }
     }
 
-    /// Says `dones` to `server`: in `ReclaimDones` messages where it speaks protocol 6
-    /// (`batched`), one `ReclaimDone` each to a server of protocol 5; those answered `NotReady`
-    /// or `PartitionMoved` are sent again after a pause while `deadline` lasts. The client can
+    /// Says every word owed to `server`: in `ReclaimDones` messages where it speaks protocol 6,
+    /// one `ReclaimDone` each to a server of protocol 5; those answered `NotReady` or
+    /// `PartitionMoved` are sent again after a pause while `deadline` lasts. The client can
     /// learn a map (from one server) before the new owner applied it, which then refuses the
     /// word as naming a future epoch; a word dropped there is never sent again, and the new
-    /// owner waits for it until its grace deadline. The partitions settled: taken, or refused
-    /// for good (another status: the server will never take it); those still refused as the
+    /// owner waits for it until its grace deadline. A word is forgotten as soon as it is
+    /// settled — taken, or refused for good (another status: the server will never take it) —
+    /// so an error later in the exchange loses none of that; those still refused as the
     /// deadline came stay owed ([`Owed`]).
-    fn say_dones(
+    fn say_dones(&mut self, server: ServerId, deadline: Instant) -> io::Result<()> {
+        // The link's one reply buffer for these words, taken for the exchange and put back
+        // whatever its outcome (a control reply needs room for the largest frame).
+        let mut reply = std::mem::take(&mut self.owed.reply);
+        reply.resize(CONTROL_FRAME_MAX, 0);
+        let said = self.say_dones_into(server, &mut reply, deadline);
+        self.owed.reply = reply;
+        said
+    }
+
+    /// [`Self::say_dones`], with `reply` to read the answers into.
+    fn say_dones_into(
         &mut self,
         server: ServerId,
-        dones: &[PartitionEpoch],
-        batched: bool,
+        reply: &mut [u8],
         deadline: Instant,
-    ) -> io::Result<Vec<u16>> {
-        let mut reply = vec![0u8; CONTROL_FRAME_MAX];
+    ) -> io::Result<()> {
+        let batched = self.member(server, deadline)?.version >= PROTO_VERSION_RECLAIM_DONES;
         let per_message = if batched { RECLAIM_DONES_MAX } else { 1 };
-        let mut left = dones.to_vec();
-        let mut settled = Vec::new();
+        let mut chunk = [PartitionEpoch {
+            partition: 0,
+            epoch: 0,
+        }; RECLAIM_DONES_MAX];
         let mut pause = super::control::PAUSE_MIN;
         loop {
-            let mut again = Vec::new();
-            for chunk in left.chunks(per_message) {
-                let statuses = if batched {
-                    self.send_dones(server, chunk, &mut reply, deadline)?
-                } else {
-                    vec![self.send_done(server, chunk[0], &mut reply, deadline)?]
+            let mut refused = false;
+            let mut from = 0;
+            loop {
+                let n = self.owed.dones_to(server, from, &mut chunk[..per_message]);
+                let Some(last) = chunk[..n].last() else {
+                    break;
                 };
-                for (d, status) in chunk.iter().zip(statuses) {
-                    match status {
-                        Status::NotReady | Status::PartitionMoved => again.push(*d),
-                        Status::Success => settled.push(d.partition),
-                        other => {
-                            tracing::debug!(partition = d.partition, status = ?other, "dlock: ReclaimDone not taken");
-                            settled.push(d.partition);
-                        }
-                    }
-                }
+                // Below PARTITIONS_MAX (4,096): the next partition is a `u16` too.
+                from = last.partition + 1;
+                refused |= self.say_chunk(server, &chunk[..n], batched, reply, deadline)?;
             }
-            if again.is_empty() || Instant::now() >= deadline {
-                return Ok(settled);
+            if !refused || Instant::now() >= deadline {
+                return Ok(());
             }
-            left = again;
             pause = self.pause(pause, deadline);
         }
     }
 
+    /// Says `chunk` to `server` in one message and forgets each word settled; whether any was
+    /// refused for a passing reason (`NotReady`, `PartitionMoved`: it stays owed).
+    fn say_chunk(
+        &mut self,
+        server: ServerId,
+        chunk: &[PartitionEpoch],
+        batched: bool,
+        reply: &mut [u8],
+        deadline: Instant,
+    ) -> io::Result<bool> {
+        let mut statuses = [Status::Success; RECLAIM_DONES_MAX];
+        let statuses = if batched {
+            self.send_dones(server, chunk, reply, &mut statuses, deadline)?
+        } else {
+            statuses[0] = self.send_done(server, chunk[0], reply, deadline)?;
+            &statuses[..1]
+        };
+        let mut refused = false;
+        for (d, &status) in chunk.iter().zip(statuses) {
+            match status {
+                Status::NotReady | Status::PartitionMoved => refused = true,
+                Status::Success => {
+                    self.owed.dones.remove(&d.partition);
+                }
+                other => {
+                    tracing::debug!(partition = d.partition, status = ?other, "dlock: ReclaimDone not taken");
+                    self.owed.dones.remove(&d.partition);
+                }
+            }
+        }
+        Ok(refused)
+    }
+
     /// One `ReclaimDones` message of `chunk` to `server`; the status of each partition (all
-    /// the message's status where it was refused whole).
-    fn send_dones(
+    /// the message's status where it was refused whole), written into `statuses`.
+    fn send_dones<'s>(
         &mut self,
         server: ServerId,
         chunk: &[PartitionEpoch],
         reply: &mut [u8],
+        statuses: &'s mut [Status; RECLAIM_DONES_MAX],
         deadline: Instant,
-    ) -> io::Result<Vec<Status>> {
+    ) -> io::Result<&'s [Status]> {
         let body = ControlRequest::ReclaimDones(Batch::from_slice(chunk));
         let m = self.control_with(server, body, reply, deadline)?;
         let frame = decode_control_response(&reply[..m])
             .map_err(|_| garbage("a ReclaimDones reply is malformed"))?;
+        let statuses = &mut statuses[..chunk.len()];
         match (frame.header.status(), frame.body) {
             (Some(Status::Success), ControlResponse::PartitionStatuses(s))
                 if s.len() == chunk.len()
                     && s.iter().zip(chunk).all(|(s, d)| s.partition == d.partition) =>
             {
-                Ok(s.iter().map(|s| s.status).collect())
+                for (out, s) in statuses.iter_mut().zip(s.iter()) {
+                    *out = s.status;
+                }
             }
             (Some(Status::Success), _) => {
-                Err(garbage("a ReclaimDones reply answers other partitions"))
+                return Err(garbage("a ReclaimDones reply answers other partitions"));
             }
             // Refused whole: every partition as if refused alone.
-            (status, _) => Ok(vec![status.unwrap_or(Status::BadResponse); chunk.len()]),
+            (status, _) => statuses.fill(status.unwrap_or(Status::BadResponse)),
         }
+        Ok(statuses)
     }
 
     /// One `ReclaimDone` of `done` to `server` (protocol 5); its status (`BadResponse` for a
@@ -502,7 +529,7 @@ struct Owned {
 
 /// What the client owes new owners after a move (module doc), paid at each heartbeat and
 /// before each retry of a refused request.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(super) struct Owed {
     /// Partitions with routes whose re-claim was not answered for good: re-claimed again once
     /// their backoff is over.
@@ -510,9 +537,38 @@ pub(super) struct Owed {
     /// Partitions in which the client knows no lock, and the owner and epoch that awaits its
     /// `ReclaimDone` there.
     dones: BTreeMap<u16, (ServerId, u32)>,
+    /// The buffer the answers to `ReclaimDone`s are read into: allocated at the first, kept.
+    reply: Vec<u8>,
+}
+
+impl std::fmt::Debug for Owed {
+    /// What is owed; not the reply buffer's bytes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Owed")
+            .field("reclaims", &self.reclaims)
+            .field("dones", &self.dones)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Owed {
+    /// The least server owed a `ReclaimDone` above `last` (any, for `None`).
+    fn next_server_after(&self, last: Option<ServerId>) -> Option<ServerId> {
+        (self.dones.values())
+            .map(|&(server, _)| server)
+            .filter(|&server| last.is_none_or(|l| server > l))
+            .min()
+    }
+
+    /// Fills `out` with the words owed to `server` from partition `from` on, in partition
+    /// order; how many.
+    fn dones_to(&self, server: ServerId, from: u16, out: &mut [PartitionEpoch]) -> usize {
+        let owed = (self.dones.range(from..))
+            .filter(|(_, (s, _))| *s == server)
+            .map(|(&partition, &(_, epoch))| PartitionEpoch { partition, epoch });
+        out.iter_mut().zip(owed).map(|(o, d)| *o = d).count()
+    }
+
     /// Partition `p`'s claims were refused for a passing reason (or not answered): claimed
     /// again after [`BACKOFF_MIN`], or after twice the last wait if they were refused before
     /// (at most [`BACKOFF_MAX`]).
