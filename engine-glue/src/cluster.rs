@@ -131,11 +131,14 @@ impl EngineDial {
 impl Dial for EngineDial {
     type Conn = Link;
 
-    fn dial(&mut self, address: &[u8]) -> io::Result<Link> {
+    fn dial(&mut self, address: &[u8], deadline: Instant) -> io::Result<Link> {
         if address == self.local_address.as_slice() {
-            Link::connect(&self.local)
+            Link::connect_within(
+                &self.local,
+                deadline.saturating_duration_since(Instant::now()),
+            )
         } else {
-            self.peers.dial(address)
+            self.peers.dial(address, deadline)
         }
     }
 }

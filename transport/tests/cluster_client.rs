@@ -3,6 +3,8 @@
 //! deadline, batches split per server and taken in the global order, re-claims after an owner
 //! change with the old owner's proofs, and the bad days (garbage maps, a server that vanishes).
 
+// The fake's knobs are shared with `cluster_refusals.rs`; each uses some.
+#[allow(dead_code)]
 mod cluster_fake;
 // Only the server half of the shared helpers is used here.
 #[allow(dead_code)]
@@ -560,6 +562,48 @@ fn a_server_of_protocol_6_is_told_every_partition_reclaimed_in_one_message() {
     let (batches, each) = dones_after_a_move(&fake);
     assert!(each > 1, "several partitions moved to server 1");
     assert_eq!(batches, [each], "one ReclaimDones for them all");
+}
+
+/// A `ReclaimDone` taken is forgotten at once: when a later one's exchange fails (here its
+/// reply is lost), the next heartbeat says that one again and not the ones before it. Before,
+/// what one server had taken was returned only when every word to it went through, and an
+/// error on the way dropped it: every word taken was said again.
+#[test]
+fn a_reclaim_done_taken_before_an_exchange_failed_is_not_said_again() {
+    let fake = Fake::new(&[1, 2]);
+    let mut c = connect(&fake);
+    let name = fake.name_on(2, "held");
+    let id = c.get_lock(LockKind::Atomic, &name).unwrap();
+    let grant = c.trylock(id, Mode::Exclusive, LEASE_MS).unwrap();
+    assert_eq!(grant.status, Status::Success);
+    // Server 1 (protocol 5: one `ReclaimDone` per message) loses the second one's reply.
+    fake.with_server(1, |s| s.lose_done_reply_after(1));
+    fake.with_server(2, |s| s.dead(true));
+    fake.members(&[1]);
+    for _ in 0..3 {
+        let _ = c.heartbeat();
+    }
+    let said: Vec<u16> = fake
+        .seen()
+        .iter()
+        .filter_map(|s| match s {
+            Seen::ReclaimDone {
+                server: 1,
+                partition,
+                ..
+            } => Some(*partition),
+            _ => None,
+        })
+        .collect();
+    let mut partitions = said.clone();
+    partitions.sort_unstable();
+    partitions.dedup();
+    assert!(partitions.len() > 1, "several partitions moved to server 1");
+    assert_eq!(
+        said.len(),
+        partitions.len() + 1,
+        "only the word whose reply was lost is said twice: {said:?}"
+    );
 }
 
 #[test]

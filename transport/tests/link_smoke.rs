@@ -225,3 +225,72 @@ fn requests_left_in_the_lanes_do_not_run_after_a_reinit() {
     assert_eq!(one_round_trip(&mut link, &req), (2, Status::Success));
     server.stop();
 }
+
+/// A server that takes connections and never says a word: the kernel's backlog completes each
+/// TCP handshake, nothing is read or answered. A data attach to it can only time out.
+fn silent_server() -> (std::net::TcpListener, std::net::SocketAddr) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    (listener, addr)
+}
+
+/// A server that answers every data attach with success (without checking it) and then says
+/// nothing more, so a second client's join over the shared connection goes unanswered.
+fn mute_after_attach() -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut hello = [0u8; dlock_core::proto::ATTACH_LEN];
+                if s.read_exact(&mut hello).is_ok() && s.write_all(&[0; 4]).is_ok() {
+                    // Reads to the end, answering nothing, until the client lets go.
+                    let _ = std::io::copy(&mut s, &mut std::io::sink());
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The 5 s the links waited on an attach and a join whatever their caller's timeout was. A
+/// link given a tenth of a second that has not given up well before this is not obeying it.
+const OLD_FIXED_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[test]
+fn a_data_attach_to_a_silent_server_gives_up_at_the_links_timeout() {
+    let (_listener, addr) = silent_server();
+    let timeout = Duration::from_millis(100);
+    let mut link = Link::connect_within(&Endpoint::Tcp(addr), timeout).unwrap();
+    let start = Instant::now();
+    let attached = link.attach(1, 0, dlock_core::Session::NONE);
+    assert!(attached.is_err(), "a silent server accepted nothing");
+    assert!(
+        start.elapsed() < OLD_FIXED_TIMEOUT / 2,
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn a_join_left_unanswered_gives_up_at_the_links_timeout() {
+    let addr = mute_after_attach();
+    let endpoint = Endpoint::Tcp(addr);
+    let mux = dlock_transport::client::Mux::new(&endpoint).unwrap();
+    let timeout = Duration::from_millis(100);
+    // Both links open their control connections before the shared one is open, so the
+    // second joins it (a join command over the shared connection) instead of registering
+    // over it.
+    let mut first = Link::connect_shared(&endpoint, mux.clone(), timeout).unwrap();
+    let mut second = Link::connect_shared(&endpoint, mux.clone(), timeout).unwrap();
+    first.attach(1, 0, dlock_core::Session::NONE).unwrap();
+    let start = Instant::now();
+    let joined = second.attach(2, 0, dlock_core::Session::NONE);
+    assert_eq!(joined.unwrap_err().kind(), std::io::ErrorKind::TimedOut);
+    assert!(
+        start.elapsed() < OLD_FIXED_TIMEOUT / 2,
+        "{:?}",
+        start.elapsed()
+    );
+}

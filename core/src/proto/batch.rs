@@ -49,6 +49,7 @@
 //! Lock ids (`BatchReleaseLock`): `u32` each. Results (batch responses): `u32 id | u16 status |
 //! u16 reserved`. Counters (`Stats` response): `u64` each, at most [`COUNTERS_MAX`].
 
+use super::cluster::{RECLAIM_DONE_LEN, decode_reclaim_done, encode_reclaim_done};
 use super::value::{put_value_entry, read_value_entry};
 use super::{
     BATCH_HEADER_LEN, COUNTERS_MAX, DecodeError, EncodeError, check_zero, get_array, get_u8,
@@ -410,8 +411,9 @@ impl<'a> Entry<'a> for BatchEntry {
     }
 }
 
-/// One partition of a `ReclaimDones` request: what a `ReclaimDone` says, 8 bytes
-/// (`0 u16 partition | 2 u16 reserved | 4 u32 epoch`, `ReclaimDone`'s body).
+/// One partition of a `ReclaimDones` request: what a `ReclaimDone` says, in its body's 8 bytes
+/// (`0 u16 partition | 2 u16 reserved | 4 u32 epoch`), encoded and decoded by the same two
+/// functions as that body (`cluster.rs`), so the two cannot drift apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PartitionEpoch {
     /// The partition.
@@ -423,21 +425,20 @@ pub struct PartitionEpoch {
 impl<'a> Entry<'a> for PartitionEpoch {
     const COUNT_MIN: usize = 1;
     const COUNT_MAX: usize = RECLAIM_DONES_MAX;
-    const FIXED_LEN: Option<usize> = Some(8);
+    const FIXED_LEN: Option<usize> = Some(RECLAIM_DONE_LEN);
 
     fn decode(bytes: &'a [u8]) -> Parsed<'a, Self> {
-        let partition = get_u16(bytes, 0)?;
-        check_zero(bytes, 2, 2)?;
-        let epoch = get_u32(bytes, 4)?;
-        let rest = bytes.get(8..).ok_or(DecodeError::Truncated)?;
+        if bytes.len() < RECLAIM_DONE_LEN {
+            return Err(DecodeError::Truncated);
+        }
+        let (body, rest) = bytes.split_at(RECLAIM_DONE_LEN);
+        let (partition, epoch) = decode_reclaim_done(body)?;
         Ok((PartitionEpoch { partition, epoch }, rest))
     }
 
     fn encode(&self, out: &mut [u8], off: usize) -> Result<usize, EncodeError> {
-        put_u16(out, off, self.partition)?;
-        put_zero(out, off + 2, 2)?;
-        put_u32(out, off + 4, self.epoch)?;
-        Ok(off + 8)
+        let body = out.get_mut(off..).ok_or(EncodeError::BufferTooSmall)?;
+        Ok(off + encode_reclaim_done(self.partition, self.epoch, body)?)
     }
 }
 

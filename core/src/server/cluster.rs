@@ -22,9 +22,12 @@
 //!
 //! A partition taken over (`Expired`) or moved (`Moved`) recovers until its grace deadline, or
 //! until every client id the old owner had persisted (the runtime hands the lists to
-//! [`Server::apply_map`]) has said `ReclaimDone` for it. The ids are tracked in a table of
-//! [`RECLAIM_CLIENTS_MAX`] entries with one bit per (partition, entry); a takeover whose lists
-//! do not fit waits for the grace deadline (safe, only slower). A server grants nothing to a
+//! [`Server::apply_map`]) has said `ReclaimDone` for it. The ids are tracked in a table of one
+//! entry per client slot of this server (`Config::clients_max`, sized by
+//! [`ClusterSide::expected_len`]) with one bit per (partition, entry): an old owner configured
+//! as this server is fits whole, however many clients it had. A takeover whose lists do not
+//! fit (old owners with more clients between them than this server has slots) waits for the
+//! grace deadline for the owners that did not fit (safe, only slower). A server grants nothing to a
 //! client whose id it has not persisted yet ([`Server::client_persisted`]), so the list a
 //! successor reads covers every client that can hold a grant here.
 
@@ -37,14 +40,9 @@ use crate::cluster::{
 use crate::status::Status;
 use crate::table::{ClientEntry, SlotState};
 
-/// Client ids of old owners a server tracks for an early end of recovery (per server, across
-/// all partitions recovering at once).
-pub const RECLAIM_CLIENTS_MAX: usize = 1_024;
 /// Reservation requests queued for the membership before the data thread stops asking (it asks
 /// again at the next fetch-and-add that wants one).
 pub const RESERVE_QUEUE_MAX: usize = 64;
-/// Words of the reclaim grid: one bit per (partition, tracked client).
-pub const RECLAIM_GRID_WORDS: usize = PARTITIONS_MAX as usize * RECLAIM_CLIENTS_MAX / 64;
 
 /// One partition as this server sees it (module doc).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,7 +69,8 @@ pub struct PartState {
 }
 
 /// The memory a cluster server keeps its cluster state in, handed in by the runtime (the core
-/// allocates nothing): about 1.4 MiB at the limits.
+/// allocates nothing): about 1.4 MiB for the default 1,000 clients, of which the reclaim grid
+/// is 512 KiB; the grid takes 512 bytes per client slot (32 MiB at the 65,536-client limit).
 #[derive(Debug)]
 pub struct ClusterSide<'c> {
     /// The applied map.
@@ -80,10 +79,30 @@ pub struct ClusterSide<'c> {
     pub encoded: &'c mut [u8],
     /// One per partition: [`PARTITIONS_MAX`] entries.
     pub parts: &'c mut [PartState],
-    /// Tracked client ids of old owners: [`RECLAIM_CLIENTS_MAX`] entries.
+    /// Tracked client ids of old owners: [`ClusterSide::expected_len`] entries.
     pub expected: &'c mut [u32],
-    /// [`RECLAIM_GRID_WORDS`] words.
+    /// One bit per (partition, tracked client): [`ClusterSide::reclaims_len`] words.
     pub reclaims: &'c mut [u64],
+}
+
+impl ClusterSide<'_> {
+    /// Entries of [`ClusterSide::expected`] for a server with `clients_max` client slots: one
+    /// per slot. A client re-claims at the new owner over a registration there (its join), so
+    /// an old owner with as many clients as this server has slots is tracked whole.
+    pub const fn expected_len(clients_max: u32) -> usize {
+        clients_max as usize
+    }
+
+    /// Words of [`ClusterSide::reclaims`] for a server with `clients_max` client slots: each
+    /// partition's bits are a whole number of words, which a takeover clears as one run.
+    pub const fn reclaims_len(clients_max: u32) -> usize {
+        PARTITIONS_MAX as usize * reclaim_row_words(clients_max)
+    }
+}
+
+/// Words of one partition's row of the reclaim grid: a bit per tracked client, rounded up.
+pub(super) const fn reclaim_row_words(clients_max: u32) -> usize {
+    ClusterSide::expected_len(clients_max).div_ceil(64)
 }
 
 /// What a cluster server is configured with.
@@ -136,6 +155,10 @@ pub(super) struct ClusterCore<'c> {
     /// Until when (exclusive, server tick) this server may grant; 0: not at all.
     pub(super) authority_until_ms: u64,
     pub(super) expected_len: usize,
+    /// Entries of `side.expected` in use at most ([`ClusterSide::expected_len`]).
+    pub(super) tracked_max: usize,
+    /// Words of one partition's row of `side.reclaims`.
+    pub(super) row_words: usize,
     /// Reservations asked for since the last `cluster_work`: the object and the mark the
     /// asking fetch-and-add needs (`Reserve::wants`).
     pub(super) reserve_queue: [(u32, u64); RESERVE_QUEUE_MAX],
@@ -199,8 +222,9 @@ impl<'r> Server<'r> {
     /// memory of `side` is formatted here.
     pub fn enable_cluster(&mut self, side: ClusterSide<'r>, settings: ClusterSettings) {
         assert!(side.parts.len() >= usize::from(PARTITIONS_MAX));
-        assert!(side.expected.len() >= RECLAIM_CLIENTS_MAX);
-        assert!(side.reclaims.len() >= RECLAIM_GRID_WORDS);
+        let clients_max = self.config().clients_max;
+        assert!(side.expected.len() >= ClusterSide::expected_len(clients_max));
+        assert!(side.reclaims.len() >= ClusterSide::reclaims_len(clients_max));
         assert!(side.encoded.len() >= crate::cluster::MAP_ENCODED_MAX);
         side.parts.fill(PartState::default());
         side.reclaims.fill(0);
@@ -213,6 +237,8 @@ impl<'r> Server<'r> {
             encoded_len: 0,
             authority_until_ms: 0,
             expected_len: 0,
+            tracked_max: ClusterSide::expected_len(clients_max),
+            row_words: reclaim_row_words(clients_max),
             reserve_queue: [(0, 0); RESERVE_QUEUE_MAX],
             reserve_len: 0,
             pending: 0,

@@ -1,8 +1,9 @@
 //! Who a partition's new owner waits for (`cluster.rs`'s module doc): the client ids of each
-//! old owner, tracked in a table of [`RECLAIM_CLIENTS_MAX`] entries with one bit per
+//! old owner, tracked in a table of one entry per client slot of this server
+//! ([`ClusterSide::expected_len`](super::ClusterSide::expected_len)) with one bit per
 //! (partition, entry), and the gauges an operator watches a recovery by.
 
-use super::cluster::{ClusterCore, RECLAIM_CLIENTS_MAX};
+use super::cluster::ClusterCore;
 use crate::cluster::{Map, PARTITIONS_MAX, ServerId};
 
 /// What the recovering partitions await, for the gauges an operator watches a recovery by
@@ -33,73 +34,86 @@ impl ClusterCore<'_> {
             .position(|&c| c == client)
     }
 
-    pub(super) fn grid_bit(p: u16, i: usize) -> (usize, u64) {
-        let bit = usize::from(p) * RECLAIM_CLIENTS_MAX + i;
-        (bit / 64, 1u64 << (bit % 64))
+    /// The word of the reclaim grid and the bit in it for tracked entry `i` in partition `p`.
+    pub(super) fn grid_bit(&self, p: u16, i: usize) -> (usize, u64) {
+        let (row, bit) = (usize::from(p) * self.row_words, i);
+        (row + bit / 64, 1u64 << (bit % 64))
     }
 
-    /// Tracks `clients` (one old owner's persisted ids) in the expected table, writing each
-    /// one's index into `indices`; `None` if they do not fit (its partitions then wait for
-    /// their grace end). Once per old owner per map, not per partition: the lookups are linear.
-    fn track<'i>(&mut self, clients: &[u32], indices: &'i mut [u16]) -> Option<&'i [u16]> {
-        let indices = indices.get_mut(..clients.len())?;
-        for (&c, slot) in clients.iter().zip(indices.iter_mut()) {
-            let i = match self.tracked_index(c) {
-                Some(i) => i,
-                None if self.expected_len < RECLAIM_CLIENTS_MAX => {
-                    self.side.expected[self.expected_len] = c;
-                    self.expected_len += 1;
-                    self.expected_len - 1
-                }
-                None => return None,
-            };
-            *slot = i as u16;
-        }
-        Some(indices)
+    /// Whether `clients` (one old owner's persisted ids) fit in the expected table beside the
+    /// ids tracked already. Once per old owner per map, not per partition: the lookups are
+    /// linear.
+    fn fits(&self, clients: &[u32]) -> bool {
+        let new = clients
+            .iter()
+            .filter(|&&c| self.tracked_index(c).is_none())
+            .count();
+        self.expected_len + new <= self.tracked_max
     }
 
-    /// Marks the tracked clients at `indices` as awaited in partition `p`.
-    fn await_in(&mut self, p: u16, indices: &[u16]) {
-        let mut awaiting = 0;
-        for &i in indices {
-            let (w, m) = Self::grid_bit(p, usize::from(i));
-            if self.side.reclaims[w] & m == 0 {
-                self.side.reclaims[w] |= m;
-                awaiting += 1;
-            }
-        }
-        self.side.parts[usize::from(p)].awaiting = awaiting;
+    /// `client`'s entry in the expected table, added if it is new (the caller checked that it
+    /// [`fits`](Self::fits)).
+    fn track(&mut self, client: u32) -> usize {
+        self.tracked_index(client).unwrap_or_else(|| {
+            self.side.expected[self.expected_len] = client;
+            self.expected_len += 1;
+            self.expected_len - 1
+        })
     }
 
     /// Forgets partition `p`'s tracked clients: its bits are one run of words.
     pub(super) fn untrack(&mut self, p: u16) {
-        const WORDS: usize = RECLAIM_CLIENTS_MAX / 64;
-        let start = usize::from(p) * WORDS;
-        self.side.reclaims[start..start + WORDS].fill(0);
+        let start = usize::from(p) * self.row_words;
+        self.side.reclaims[start..start + self.row_words].fill(0);
     }
 
-    /// For every old owner in `old_clients`, tracks its ids and marks them awaited in each
-    /// partition of `taken` it owned under the map still applied (the one being replaced).
+    /// For every old owner in `old_clients` whose ids fit, tracks them and marks them awaited
+    /// in each partition of `taken` it owned under the map still applied (the one being
+    /// replaced); an owner's partitions await nobody else. The partitions of an owner whose
+    /// ids do not fit keep awaiting their grace end (`PartState::awaiting` stays `u32::MAX`).
     pub(super) fn track_takeovers(
         &mut self,
         taken: &[u64; PARTITIONS_MAX as usize / 64],
         old_clients: &[(ServerId, u64, &[u32])],
     ) {
-        let mut indices = [0u16; RECLAIM_CLIENTS_MAX];
         for &(server, incarnation, ids) in old_clients {
-            let Some(idx) = self.track(ids, &mut indices) else {
+            if !self.fits(ids) {
                 continue;
-            };
+            }
             let was_theirs = |m: &Map, p: u16| {
                 m.owner(p).is_some_and(|o| o.server == Some(server))
                     && m.server(server)
                         .is_some_and(|e| e.incarnation() == incarnation)
             };
+            let mut theirs = [0u64; PARTITIONS_MAX as usize / 64];
             for p in 0..self.side.map.partitions().get() {
                 if taken[usize::from(p) / 64] & 1 << (p % 64) != 0 && was_theirs(self.side.map, p) {
-                    self.await_in(p, idx);
+                    theirs[usize::from(p) / 64] |= 1 << (p % 64);
+                    self.side.parts[usize::from(p)].awaiting = 0;
                 }
             }
+            for &c in ids {
+                let i = self.track(c);
+                for (w, &word) in theirs.iter().enumerate() {
+                    let mut bits = word;
+                    while bits != 0 {
+                        // Below PARTITIONS_MAX (4,096): the word's index times 64 plus a bit.
+                        let p = (w * 64) as u16 + bits.trailing_zeros() as u16;
+                        bits &= bits - 1;
+                        self.await_in(p, i);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Marks tracked entry `i` as awaited in partition `p` (once, however often its id is
+    /// listed).
+    fn await_in(&mut self, p: u16, i: usize) {
+        let (w, m) = self.grid_bit(p, i);
+        if self.side.reclaims[w] & m == 0 {
+            self.side.reclaims[w] |= m;
+            self.side.parts[usize::from(p)].awaiting += 1;
         }
     }
 }

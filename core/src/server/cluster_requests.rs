@@ -2,7 +2,7 @@
 //! protocol 6's `ReclaimDones`), on the state
 //! of `cluster.rs`.
 
-use super::cluster::{ClusterCore, verdict_status};
+use super::cluster::verdict_status;
 use super::{Counter, FrameError, Rejoin, Server};
 use crate::cluster::{Class, Verdict};
 use crate::ids::{ClientId, Peer};
@@ -153,7 +153,7 @@ impl<'r> Server<'r> {
             }
         }
         if let Some(i) = tracked {
-            let (w, m) = ClusterCore::grid_bit(partition, i);
+            let (w, m) = c.grid_bit(partition, i);
             let s = &mut c.side.parts[usize::from(partition)];
             if c.side.reclaims[w] & m != 0 && s.awaiting != u32::MAX {
                 c.side.reclaims[w] &= !m;

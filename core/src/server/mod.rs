@@ -51,10 +51,7 @@ use crate::ids::{ClientId, FencingToken, SessionKey, SessionMac};
 use crate::status::Status;
 use crate::table::{ClientState, Tables};
 pub use clients::Rejoin;
-pub use cluster::{
-    ClusterSettings, ClusterSide, ClusterWork, PartState, RECLAIM_CLIENTS_MAX, RECLAIM_GRID_WORDS,
-    RESERVE_QUEUE_MAX,
-};
+pub use cluster::{ClusterSettings, ClusterSide, ClusterWork, PartState, RESERVE_QUEUE_MAX};
 pub use control::{ControlAdmission, ControlConn};
 pub use dispatch::{Dispatched, Source, Streamed};
 pub use embedded::MessageValues;

@@ -17,7 +17,9 @@ use dlock_core::Session;
 use dlock_core::proto::{CONTROL_HEADER_LEN, MsgType, control_frame_len, peek_control_header};
 use dlock_core::table::layout::MAILBOX_LANES;
 
-use super::wire::{ClientTls, TcpData, Wire, attach_tcp, server_speaks_tls};
+use super::wire::{
+    CONNECT_TIMEOUT, ClientTls, TcpData, Wire, attach_tcp, server_speaks_tls, time_left,
+};
 use crate::region::Region;
 #[cfg(feature = "server")]
 use crate::runtime::{ServerHandle, Shared};
@@ -126,15 +128,16 @@ enum Control {
 }
 
 impl Control {
-    /// A control connection of its own to `endpoint`.
-    fn open(endpoint: &Endpoint) -> io::Result<Control> {
+    /// A control connection of its own to `endpoint`, opened by `deadline` (a Unix socket's
+    /// connect does not wait: the server's backlog takes it or refuses it).
+    fn open(endpoint: &Endpoint, deadline: Instant) -> io::Result<Control> {
         Ok(match (endpoint, endpoint.remote()) {
             #[cfg(feature = "server")]
             (Endpoint::Embedded(e), _) => Control::Unix(UnixStream::connect(&e.unix_socket)?),
             (Endpoint::Local { unix_socket, .. }, _) => {
                 Control::Unix(UnixStream::connect(unix_socket)?)
             }
-            (_, Some((addr, tls))) => Control::Tcp(Wire::open(addr, tls)?),
+            (_, Some((addr, tls))) => Control::Tcp(Wire::open(addr, tls, deadline)?),
             (_, None) => unreachable!("every endpoint is local or remote"),
         })
     }
@@ -232,51 +235,55 @@ pub struct Link {
     awake: Duration,
     /// The shared data connection to attach through, if the client was given one.
     mux: Option<super::Mux>,
+    /// How long opening a connection may take: the control connection, the data path's
+    /// attach (or join) after a registration, and both again at a reconnect.
+    connect_timeout: Duration,
     /// Over shared memory: what was read of the slot's event ring.
     ring: super::events::RingReader,
 }
 
-fn deadline_left(deadline: Option<Instant>) -> io::Result<Option<Duration>> {
-    match deadline {
-        None => Ok(None),
-        Some(d) => match d.checked_duration_since(Instant::now()) {
-            Some(left) if !left.is_zero() => Ok(Some(left)),
-            _ => Err(io::ErrorKind::TimedOut.into()),
-        },
-    }
-}
-
 impl Link {
-    /// Opens the control connection.
+    /// Opens the control connection, giving each connection it opens 5 s (the reference's
+    /// request timeout; [`Link::connect_within`] takes another).
     pub fn connect(endpoint: &Endpoint) -> io::Result<Link> {
-        Ok(Link {
+        Link::connect_within(endpoint, CONNECT_TIMEOUT)
+    }
+
+    /// Opens the control connection, giving it and every connection the link opens later (its
+    /// data path's, a reconnect's) at most `timeout`: a client configured with a short timeout
+    /// does not wait longer than that on a dead address.
+    pub fn connect_within(endpoint: &Endpoint, timeout: Duration) -> io::Result<Link> {
+        let control = Control::open(endpoint, Instant::now() + timeout)?;
+        Ok(Link::over(endpoint, control, timeout))
+    }
+
+    /// A link over `control`, not attached yet.
+    fn over(endpoint: &Endpoint, control: Control, connect_timeout: Duration) -> Link {
+        Link {
             endpoint: endpoint.clone(),
-            control: Control::open(endpoint)?,
+            control,
             data: Data::None,
             seq: 0,
             awake: Duration::ZERO,
             mux: None,
+            connect_timeout,
             ring: super::events::RingReader::default(),
-        })
+        }
     }
 
     /// A link whose data path will be `mux`'s shared connection, and whose control frames go
     /// over it too when one is open (to the same server); otherwise it opens its control
-    /// connection as [`Link::connect`] does, and will open the shared connection when it
-    /// attaches.
-    pub fn connect_shared(endpoint: &Endpoint, mux: super::Mux) -> io::Result<Link> {
+    /// connection as [`Link::connect_within`] does (with `timeout`), and will open the shared
+    /// connection, or join it, within `timeout` when it attaches.
+    pub fn connect_shared(
+        endpoint: &Endpoint,
+        mux: super::Mux,
+        timeout: Duration,
+    ) -> io::Result<Link> {
         let same_server = endpoint.remote().map(|(addr, _)| addr) == Some(mux.addr());
         let mut link = match mux.open_connection().filter(|_| same_server) {
-            Some(conn) => Link {
-                endpoint: endpoint.clone(),
-                control: Control::Mux(conn),
-                data: Data::None,
-                seq: 0,
-                awake: Duration::ZERO,
-                mux: None,
-                ring: super::events::RingReader::default(),
-            },
-            None => Link::connect(endpoint)?,
+            Some(conn) => Link::over(endpoint, Control::Mux(conn), timeout),
+            None => Link::connect_within(endpoint, timeout)?,
         };
         link.mux = Some(mux);
         Ok(link)
@@ -285,9 +292,10 @@ impl Link {
     /// Opens fresh connections to the same server, keeping the settings (`client_reinit`): over
     /// a shared connection, whichever is open now.
     pub fn reconnect(&mut self) -> io::Result<()> {
+        let timeout = self.connect_timeout;
         let mut fresh = match &self.mux {
-            Some(mux) => Link::connect_shared(&self.endpoint, mux.clone())?,
-            None => Link::connect(&self.endpoint)?,
+            Some(mux) => Link::connect_shared(&self.endpoint, mux.clone(), timeout)?,
+            None => Link::connect_within(&self.endpoint, timeout)?,
         };
         fresh.awake = self.awake;
         *self = fresh;
@@ -307,7 +315,7 @@ impl Link {
         reply: &mut [u8],
         deadline: Option<Instant>,
     ) -> io::Result<usize> {
-        let left = deadline_left(deadline)?;
+        let left = deadline.map(time_left).transpose()?;
         let s: &mut dyn ReadWrite = match &mut self.control {
             Control::Mux(conn) => match conn.control(req, reply, deadline) {
                 // The server closes a shared connection left with no member (its clients'
@@ -317,7 +325,9 @@ impl Link {
                 // it again is safe: had it run before the connection went, the registration it
                 // made went with the connection and lapses with its lease.
                 Err(_) if conn.is_closed() && registers(req) => {
-                    self.control = Control::open(&self.endpoint)?;
+                    let by = Instant::now() + self.connect_timeout;
+                    let by = deadline.map_or(by, |d| d.min(by));
+                    self.control = Control::open(&self.endpoint, by)?;
                     return self.control(req, reply, deadline);
                 }
                 done => return done,
@@ -349,8 +359,10 @@ impl Link {
     }
 
     /// Binds the data path after registration: the mailbox `slot`, or a TCP data connection
-    /// proven with `session`.
+    /// proven with `session` (opened, or the shared one joined, within the link's connect
+    /// timeout).
     pub fn attach(&mut self, client: u32, slot: u32, session: Session) -> io::Result<()> {
+        let by = Instant::now() + self.connect_timeout;
         // The old path goes first: a re-registration may join the same shared connection.
         self.data = Data::None;
         // A new registration's ring starts empty (the server clears a slot's ring with it).
@@ -365,7 +377,7 @@ impl Link {
             self.data = Data::Mux(match &self.control {
                 // Registered over it: the registration made the client a member there.
                 Control::Mux(conn) => conn.port(client),
-                _ => mux.attach(client, session)?,
+                _ => mux.attach(client, session, by)?,
             });
             return Ok(());
         }
@@ -380,17 +392,21 @@ impl Link {
                 slot,
             },
             Endpoint::Tcp(addr) => {
-                Data::Tcp(TcpData::new(attach_tcp(*addr, None, client, session)?))
+                Data::Tcp(TcpData::new(attach_tcp(*addr, None, client, session, by)?))
             }
             #[cfg(feature = "tls")]
-            Endpoint::Tls { addr, tls } => {
-                Data::Tcp(TcpData::new(attach_tcp(*addr, Some(tls), client, session)?))
-            }
+            Endpoint::Tls { addr, tls } => Data::Tcp(TcpData::new(attach_tcp(
+                *addr,
+                Some(tls),
+                client,
+                session,
+                by,
+            )?)),
             #[cfg(feature = "rdma")]
             Endpoint::Rdma { addr, rdma } => {
-                match super::rdma::attach(*addr, rdma, client, session)? {
+                match super::rdma::attach(*addr, rdma, client, session, by)? {
                     Some(qp) => Data::Rdma(super::rdma::RdmaData::new(qp)),
-                    None => Data::Tcp(TcpData::new(attach_tcp(*addr, None, client, session)?)),
+                    None => Data::Tcp(TcpData::new(attach_tcp(*addr, None, client, session, by)?)),
                 }
             }
         };

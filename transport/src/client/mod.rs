@@ -248,8 +248,8 @@ impl Client<Link> {
     /// ```
     pub fn connect(cfg: ClientConfig) -> Result<Client, Error> {
         let link = match &cfg.mux {
-            Some(mux) => Link::connect_shared(&cfg.endpoint, mux.clone()),
-            None => Link::connect(&cfg.endpoint),
+            Some(mux) => Link::connect_shared(&cfg.endpoint, mux.clone(), cfg.timeout),
+            None => Link::connect_within(&cfg.endpoint, cfg.timeout),
         };
         let mut link = link.map_err(|e| Op::Connect.io_as(Status::NotReady, e))?;
         link.set_wait_awake(cfg.wait_awake);

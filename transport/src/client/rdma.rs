@@ -17,28 +17,28 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam_utils::Backoff;
 use dlock_core::proto::{CommandResult, Event, ObjectOp};
 use dlock_core::{Session, Status};
 
 use super::events::EventQueue;
+use super::wire::time_left;
 use crate::rdma::{
     AttachRecord, ENDPOINT_LEN, Endpoint as QpEndpoint, MESSAGE_MAX, RdmaClient, RdmaConfig,
     RdmaError, Received,
 };
 
-/// How long the attach exchange may take on the TCP side (as for a TCP data attach).
-const ATTACH_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Opens `cfg`'s device, trades endpoints with the server at `addr` and connects the queue pair.
+/// Opens `cfg`'s device, trades endpoints with the server at `addr` (the TCP side by
+/// `deadline`, as for a TCP data attach) and connects the queue pair.
 /// `Ok(None)`: RDMA is not to be had (logged); use TCP. `Err`: the server refused the session.
 pub(super) fn attach(
     addr: SocketAddr,
     cfg: &RdmaConfig,
     client: u32,
     session: Session,
+    deadline: Instant,
 ) -> io::Result<Option<RdmaClient>> {
     let mut qp = match RdmaClient::connect(cfg) {
         Ok(qp) => qp,
@@ -51,7 +51,7 @@ pub(super) fn attach(
             return Ok(None);
         }
     };
-    let server = match exchange(addr, client, session, qp.endpoint()) {
+    let server = match exchange(addr, client, session, qp.endpoint(), deadline) {
         Ok(Some(server)) => server,
         Ok(None) => return Ok(None),
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Err(e),
@@ -79,10 +79,11 @@ fn exchange(
     client: u32,
     session: Session,
     endpoint: QpEndpoint,
+    deadline: Instant,
 ) -> io::Result<Option<QpEndpoint>> {
-    let mut s = TcpStream::connect(addr)?;
+    let mut s = TcpStream::connect_timeout(&addr, time_left(deadline)?)?;
     s.set_nodelay(true)?;
-    s.set_read_timeout(Some(ATTACH_TIMEOUT))?;
+    s.set_read_timeout(Some(time_left(deadline)?))?;
     let record = AttachRecord {
         client,
         session,

@@ -26,8 +26,9 @@ pub(crate) type ClientTls = crate::tls::ClientTls;
 #[derive(Clone, Debug)]
 pub(crate) enum ClientTls {}
 
-/// How long opening a TCP connection (and its TLS handshake) may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long opening a TCP connection (its TLS handshake and its attach included) may take when
+/// the caller configured no timeout of its own (the reference's 5 s, as `REQUEST_TIMEOUT`).
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A TCP connection to the server, in plaintext or under TLS.
 #[derive(Debug)]
@@ -38,16 +39,20 @@ pub(crate) enum Wire {
 }
 
 impl Wire {
-    /// Connects to `addr` (and completes the TLS handshake, server's verdict included, within
-    /// [`CONNECT_TIMEOUT`]).
-    pub(super) fn open(addr: SocketAddr, tls: Option<&ClientTls>) -> io::Result<Wire> {
-        let s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
+    /// Connects to `addr` (and completes the TLS handshake, server's verdict included) by
+    /// `deadline`; `TimedOut` once it has passed.
+    pub(super) fn open(
+        addr: SocketAddr,
+        tls: Option<&ClientTls>,
+        deadline: Instant,
+    ) -> io::Result<Wire> {
+        let s = TcpStream::connect_timeout(&addr, time_left(deadline)?)?;
         s.set_nodelay(true)?;
         match tls {
             None => Ok(Wire::Plain(s)),
             #[cfg(feature = "tls")]
             Some(tls) => {
-                s.set_read_timeout(Some(CONNECT_TIMEOUT))?;
+                s.set_read_timeout(Some(time_left(deadline)?))?;
                 Ok(Wire::Tls(Box::new(tls.connect(s)?)))
             }
             #[cfg(not(feature = "tls"))]
@@ -104,14 +109,25 @@ pub(super) fn server_speaks_tls() -> io::Error {
     )
 }
 
-/// Opens a TCP data connection to `addr` and binds it to `client` with its session secret.
+/// What is left until `deadline`: `TimedOut` once none is (a zero timeout means "none" to the
+/// socket calls, which would then wait forever or refuse it).
+pub(crate) fn time_left(deadline: Instant) -> io::Result<Duration> {
+    match deadline.checked_duration_since(Instant::now()) {
+        Some(left) if !left.is_zero() => Ok(left),
+        _ => Err(io::ErrorKind::TimedOut.into()),
+    }
+}
+
+/// Opens a TCP data connection to `addr` and binds it to `client` with its session secret, the
+/// server's verdict read by `deadline`.
 pub(crate) fn attach_tcp(
     addr: SocketAddr,
     tls: Option<&ClientTls>,
     client: u32,
     session: Session,
+    deadline: Instant,
 ) -> io::Result<Wire> {
-    let mut s = Wire::open(addr, tls)?;
+    let mut s = Wire::open(addr, tls, deadline)?;
     let hello = Attach {
         magic: ATTACH_MAGIC,
         client,
@@ -119,7 +135,7 @@ pub(crate) fn attach_tcp(
     };
     s.write_all(&hello.encode())?;
     let mut status = [0u8; 4];
-    s.socket().set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.socket().set_read_timeout(Some(time_left(deadline)?))?;
     s.read_exact(&mut status)?;
     if u32::from_le_bytes(status) != 0 {
         return Err(io::Error::new(

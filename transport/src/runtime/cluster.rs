@@ -23,9 +23,7 @@ use std::time::{Duration, Instant};
 use crossbeam_queue::ArrayQueue;
 use dlock_core::cluster::{Handover, Map, ServerId};
 use dlock_core::config::NAME_LEN_MAX;
-use dlock_core::server::{
-    ClusterSide, ClusterWork, Counter, PartState, RECLAIM_CLIENTS_MAX, RECLAIM_GRID_WORDS, Server,
-};
+use dlock_core::server::{ClusterSide, ClusterWork, Counter, PartState, Server};
 
 use super::Shared;
 use super::membership::{Membership, Reply};
@@ -131,13 +129,15 @@ pub(crate) struct ClusterMemory {
 }
 
 impl ClusterMemory {
-    pub(crate) fn new() -> ClusterMemory {
+    /// The memory for a server with `clients_max` client slots (its reclaim table is sized by
+    /// them: `ClusterSide::expected_len`).
+    pub(crate) fn new(clients_max: u32) -> ClusterMemory {
         ClusterMemory {
             map: Box::new(Map::new(dlock_core::cluster::Partitions::DEFAULT)),
             encoded: vec![0; dlock_core::cluster::MAP_ENCODED_MAX],
             parts: vec![PartState::default(); usize::from(dlock_core::cluster::PARTITIONS_MAX)],
-            expected: vec![0; RECLAIM_CLIENTS_MAX],
-            reclaims: vec![0; RECLAIM_GRID_WORDS],
+            expected: vec![0; ClusterSide::expected_len(clients_max)],
+            reclaims: vec![0; ClusterSide::reclaims_len(clients_max)],
         }
     }
 

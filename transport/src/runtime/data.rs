@@ -70,7 +70,7 @@ pub(super) fn run(
     let mut cluster_memory = shared
         .cluster
         .as_ref()
-        .map(|_| super::cluster::ClusterMemory::new());
+        .map(|_| super::cluster::ClusterMemory::new(cfg.core.clients_max));
     let mut server = Server::new(tables, &cfg.core, super::os_entropy);
     if let Some(key) = &cfg.session_key {
         server.set_session_key(key.clone(), super::hmac_sha256);

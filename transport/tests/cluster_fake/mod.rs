@@ -79,10 +79,13 @@ struct Server {
     not_ready: u32,
     /// Answer `PartitionMoved` to every request for a partition, whatever the map says.
     always_moved: bool,
-    /// Claims of these names are answered `Fail`.
-    refuse_claims: HashSet<Vec<u8>>,
+    /// Claims of these names are answered with the status beside them.
+    refuse_claims: HashMap<Vec<u8>, Status>,
     /// The next `BatchUpdateLocks` is taken but its reply lost (the connection fails).
     lose_claim_reply: bool,
+    /// `ReclaimDone`s (protocol 5) to take before one whose reply is lost (the connection
+    /// fails); `None`: none is lost.
+    lose_done_reply_after: Option<u32>,
     /// Every request fails as if the server were gone.
     dead: bool,
     /// Answer `GetMap` with bytes that do not decode.
@@ -232,11 +235,24 @@ impl FakeServerKnobs<'_> {
     pub fn always_moved(&mut self, on: bool) {
         self.0.always_moved = on;
     }
+    /// Claims of `name` are answered `Fail` (the grant is gone).
     pub fn refuse_claim(&mut self, name: &[u8]) {
-        self.0.refuse_claims.insert(name.to_vec());
+        self.refuse_claim_with(name, Status::Fail);
+    }
+    /// Claims of `name` are answered `status`.
+    pub fn refuse_claim_with(&mut self, name: &[u8], status: Status) {
+        self.0.refuse_claims.insert(name.to_vec(), status);
+    }
+    /// Claims are taken again, whatever was refused before.
+    pub fn take_claims(&mut self) {
+        self.0.refuse_claims.clear();
     }
     pub fn lose_claim_reply(&mut self) {
         self.0.lose_claim_reply = true;
+    }
+    /// The `ReclaimDone` (protocol 5) after the next `taken` is taken but its reply lost.
+    pub fn lose_done_reply_after(&mut self, taken: u32) {
+        self.0.lose_done_reply_after = Some(taken);
     }
     pub fn dead(&mut self, on: bool) {
         self.0.dead = on;
@@ -253,7 +269,7 @@ pub struct FakeDial(pub Fake);
 impl Dial for FakeDial {
     type Conn = FakeConn;
 
-    fn dial(&mut self, address: &[u8]) -> io::Result<FakeConn> {
+    fn dial(&mut self, address: &[u8], _deadline: Instant) -> io::Result<FakeConn> {
         let text = std::str::from_utf8(address).unwrap();
         let server: u32 = text.strip_prefix("fake:").unwrap().parse().unwrap();
         if self.0.state().servers.get(&server).is_none_or(|s| s.dead) {
@@ -570,12 +586,12 @@ impl State {
                         token: c.token,
                         proof: c.proof,
                     }));
-                    if self.servers[&server].refuse_claims.contains(c.name) {
-                        self.holders.remove(c.name);
-                        entries.push(BatchEntry {
-                            id: 0,
-                            status: Status::Fail,
-                        });
+                    if let Some(&status) = self.servers[&server].refuse_claims.get(c.name) {
+                        // Refused for good, the grant goes; a passing refusal keeps it.
+                        if !matches!(status, Status::NotReady | Status::PartitionMoved) {
+                            self.holders.remove(c.name);
+                        }
+                        entries.push(BatchEntry { id: 0, status });
                         continue;
                     }
                     let id = self.lock_id(server, c.kind, c.name);
@@ -599,6 +615,15 @@ impl State {
                     partition,
                     epoch,
                 });
+                let s = self.servers.get_mut(&server).unwrap();
+                match s.lose_done_reply_after {
+                    Some(0) => {
+                        s.lose_done_reply_after = None;
+                        return Err(gone());
+                    }
+                    Some(n) => s.lose_done_reply_after = Some(n - 1),
+                    None => {}
+                }
                 (Status::Success, EMPTY)
             }
             ControlRequest::ReclaimDones(dones)

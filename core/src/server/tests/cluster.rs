@@ -52,15 +52,24 @@ fn first_map() -> Box<Map> {
 
 /// A keyed cluster server `me` (memory leaked, as `TestServer`'s region is).
 fn member(me: u32) -> TestServer {
-    let mut s = TestServer::keyed(&small());
+    member_of(me, &small())
+}
+
+/// [`member`] with tables of `cfg` (its reclaim table sized by `cfg.clients_max`).
+fn member_of(me: u32, cfg: &Config) -> TestServer {
+    let mut s = TestServer::keyed(cfg);
     let side = ClusterSide {
         map: Box::leak(Box::new(Map::new(Partitions::new(P).unwrap()))),
         encoded: Box::leak(vec![0u8; crate::cluster::MAP_ENCODED_MAX].into_boxed_slice()),
         parts: Box::leak(
             vec![PartState::default(); usize::from(PARTITIONS_MAX)].into_boxed_slice(),
         ),
-        expected: Box::leak(vec![0u32; RECLAIM_CLIENTS_MAX].into_boxed_slice()),
-        reclaims: Box::leak(vec![0u64; RECLAIM_GRID_WORDS].into_boxed_slice()),
+        expected: Box::leak(
+            vec![0u32; ClusterSide::expected_len(cfg.clients_max)].into_boxed_slice(),
+        ),
+        reclaims: Box::leak(
+            vec![0u64; ClusterSide::reclaims_len(cfg.clients_max)].into_boxed_slice(),
+        ),
     };
     let settings = ClusterSettings {
         me: sid(me),

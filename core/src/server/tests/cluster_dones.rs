@@ -203,12 +203,50 @@ fn the_awaited_clients_of_recovering_partitions_are_counted() {
         "nothing recovers, nothing awaited"
     );
 
-    // An old owner with more clients than the table tracks: the same, and said so.
-    let many: Vec<u32> = (0..=RECLAIM_CLIENTS_MAX as u32)
-        .map(|i| 1 << 23 | i)
-        .collect();
+    // An old owner with more clients than this server has slots: the same, and said so.
+    let slots = small().clients_max;
+    let many: Vec<u32> = (0..=slots).map(|i| 1 << 23 | i).collect();
     let mut s4 = member(2);
     s4.apply_map(&m1, 22, &[], 0);
     s4.apply_map(&m2, 22, &[(sid(1), 11, &many)], 1_000);
-    assert_eq!(gauges(&s4), [0, 0, n, 0], "past {RECLAIM_CLIENTS_MAX} ids");
+    assert_eq!(gauges(&s4), [0, 0, n, 0], "past {slots} ids");
+}
+
+/// The table of awaited clients is sized by the server's own client table: an old owner with
+/// as many clients as that (here more than the 1,024 a fixed table once held) is tracked
+/// whole, and its partitions may serve before their grace end; one more is not.
+#[test]
+fn the_awaited_clients_table_follows_the_configured_client_table() {
+    let cfg = Config {
+        clients_max: 1_500,
+        ..small()
+    };
+    let m1 = first_map();
+    let m2 = next(&m1, &[(2, 22, false)]);
+    let n = m2
+        .owned_by(sid(2))
+        .filter(|&p| m1.owner(p).unwrap().server == Some(sid(1)))
+        .count() as u64;
+    let gauges = |s: &TestServer| {
+        let st = s.stats();
+        [
+            st.get(Counter::ReclaimAwaited),
+            st.get(Counter::ReclaimAwaitedMax),
+            st.get(Counter::ReclaimUntracked),
+        ]
+    };
+    let ids = |count: u32| -> Vec<u32> { (0..count).map(|i| 1 << 23 | i).collect() };
+
+    let full = ids(cfg.clients_max);
+    let mut s = member_of(2, &cfg);
+    s.apply_map(&m1, 22, &[], 0);
+    s.apply_map(&m2, 22, &[(sid(1), 11, &full)], 1_000);
+    let k = u64::from(cfg.clients_max);
+    assert_eq!(gauges(&s), [k * n, k, 0], "{k} clients tracked");
+
+    let past = ids(cfg.clients_max + 1);
+    let mut s = member_of(2, &cfg);
+    s.apply_map(&m1, 22, &[], 0);
+    s.apply_map(&m2, 22, &[(sid(1), 11, &past)], 1_000);
+    assert_eq!(gauges(&s), [0, 0, n], "one past the client table");
 }

@@ -7,9 +7,7 @@ use std::collections::BTreeSet;
 
 use dlock_core::Config;
 use dlock_core::cluster::{MAP_ENCODED_MAX, Map, PARTITIONS_MAX, Partitions, ServerId};
-use dlock_core::server::{
-    ClusterSettings, ClusterSide, PartState, RECLAIM_CLIENTS_MAX, RECLAIM_GRID_WORDS, Server,
-};
+use dlock_core::server::{ClusterSettings, ClusterSide, PartState, Server};
 use dlock_transport::Region;
 
 use super::agent::Agent;
@@ -63,8 +61,8 @@ impl Host {
             map: Box::new(Map::new(partitions)),
             encoded: vec![0; MAP_ENCODED_MAX],
             parts: vec![PartState::default(); usize::from(PARTITIONS_MAX)],
-            expected: vec![0; RECLAIM_CLIENTS_MAX],
-            reclaims: vec![0; RECLAIM_GRID_WORDS],
+            expected: vec![0; ClusterSide::expected_len(cfg.clients_max)],
+            reclaims: vec![0; ClusterSide::reclaims_len(cfg.clients_max)],
         };
         Host {
             id,

@@ -10,7 +10,9 @@ use std::fmt::Debug;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
+use crate::client::wire::time_left;
 use crate::client::{Connection, Endpoint, Link, Mux};
 
 /// Opens a [`Connection`] to the server at an address.
@@ -18,8 +20,10 @@ pub trait Dial: Debug {
     /// The connection it opens.
     type Conn: Connection;
 
-    /// A new connection to the server at `address` (the map's bytes, `host:port`).
-    fn dial(&mut self, address: &[u8]) -> io::Result<Self::Conn>;
+    /// A new connection to the server at `address` (the map's bytes, `host:port`), opened by
+    /// `deadline`, the caller's (the exchange it is for may not take longer); a connection
+    /// that opens others later (its data path) gives them as long as it was given.
+    fn dial(&mut self, address: &[u8], deadline: Instant) -> io::Result<Self::Conn>;
 }
 
 /// Dials real servers over TCP, or TLS when given a configuration, with one [`Mux`] per server
@@ -59,7 +63,7 @@ impl NetDial {
 impl Dial for NetDial {
     type Conn = Link;
 
-    fn dial(&mut self, address: &[u8]) -> io::Result<Link> {
+    fn dial(&mut self, address: &[u8], deadline: Instant) -> io::Result<Link> {
         let addr = resolve(address)?;
         let endpoint = self.endpoint(addr)?;
         let mux = {
@@ -73,7 +77,7 @@ impl Dial for NetDial {
                 }
             }
         };
-        Link::connect_shared(&endpoint, mux)
+        Link::connect_shared(&endpoint, mux, time_left(deadline)?)
     }
 }
 

@@ -65,7 +65,7 @@ impl<D: Dial> ClusterLink<D> {
             .collect();
         for (id, incarnation, address) in servers {
             let sent = Instant::now();
-            let attempt = self.cfg.dial.dial(&address).and_then(|mut conn| {
+            let attempt = self.cfg.dial.dial(&address, deadline).and_then(|mut conn| {
                 let m = conn.control(init, reply, Some(deadline))?;
                 Ok((conn, m))
             });
@@ -164,7 +164,10 @@ impl<D: Dial> ClusterLink<D> {
         let me = self
             .identity
             .ok_or_else(|| garbage("a server was needed before the client registered"))?;
-        let mut conn = self.cfg.dial.dial(address)?;
+        // A silent server is not waited on past the link's patience, to open a connection as
+        // to answer (the caller looks at the map again).
+        let until = self.patient(deadline);
+        let mut conn = self.cfg.dial.dial(address, until)?;
         // The oldest version a cluster server speaks: a server of protocol 5 (before
         // `ReclaimDones`) is joined too, and told its `ReclaimDone`s one at a time.
         let body = ControlRequest::ClientJoin {
@@ -175,9 +178,6 @@ impl<D: Dial> ClusterLink<D> {
         let sent = Instant::now();
         let mut reply = vec![0u8; CONTROL_FRAME_MAX];
         let message_id = self.next_message_id();
-        // A live server answers a join at once; a silent one is not waited on past the link's
-        // patience (the caller looks at the map again).
-        let until = self.patient(deadline);
         let m = exchange(
             &mut conn,
             (message_id, PROTO_VERSION),
@@ -331,14 +331,14 @@ impl<D: Dial> ClusterLink<D> {
                     m.broken |= got.is_err();
                     got
                 }
-                _ => {
-                    match self.map.server(server).map(|e| e.address().to_vec()) {
-                        Some(address) => self.cfg.dial.dial(&address).and_then(|mut c| {
+                _ => match self.map.server(server).map(|e| e.address().to_vec()) {
+                    Some(address) => {
+                        self.cfg.dial.dial(&address, deadline).and_then(|mut c| {
                             fetch::fetch_map(&mut c, 0, deadline, &mut message_id)
-                        }),
-                        None => continue,
+                        })
                     }
-                }
+                    None => continue,
+                },
             };
             match got {
                 Ok(map) if map.partitions() != self.map.partitions() => {
@@ -363,7 +363,7 @@ impl<D: Dial> ClusterLink<D> {
             if let Ok(map) = self
                 .cfg
                 .dial
-                .dial(&seed)
+                .dial(&seed, deadline)
                 .and_then(|mut c| fetch::fetch_map(&mut c, 0, deadline, &mut message_id))
                 && map.partitions() == self.map.partitions()
                 && map.version() > self.map.version()

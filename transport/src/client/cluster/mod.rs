@@ -226,7 +226,7 @@ impl<D: Dial> ClusterLink<D> {
         for seed in cfg.seeds.clone() {
             let fetched = cfg
                 .dial
-                .dial(&seed)
+                .dial(&seed, deadline)
                 .and_then(|mut conn| fetch::fetch_map(&mut conn, 0, deadline, &mut message_id));
             match fetched {
                 Ok(map) => {

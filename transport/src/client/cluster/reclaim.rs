@@ -3,12 +3,26 @@
 //! alone otherwise — in batches of at most 31 (`BatchUpdateLocks`), then says
 //! `ReclaimDone(partition, epoch)` (`CLUSTER-SPEC` §5).
 //!
-//! | answer to a claim          | the link's record                                        |
-//! |----------------------------|----------------------------------------------------------|
-//! | `Success`                  | filed under the new owner's id, epoch and incarnation    |
-//! | `Fail`, `ServerNoResource` | the grant is gone (or has no room there): forgotten; the reference taken again at next use |
-//! | any other status           | kept as it was (claimed again at the next use or refresh) |
-//! | no answer (a lost reply)   | kept as it was                                           |
+//! | answer to a claim               | the link's record                                   |
+//! |---------------------------------|-----------------------------------------------------|
+//! | `Success`                       | filed under the new owner's id, epoch and incarnation |
+//! | `NotReady`, `PartitionMoved` (transient) | kept as it was, claimed again after a backoff |
+//! | any other status (permanent: `Fail`, `ServerNoResource`, `Einval`, …) | the grant is gone (or cannot be restored there): forgotten; the reference taken again at next use |
+//! | no answer (a lost reply), or the batch refused whole | kept as it was, claimed again after a backoff |
+//!
+//! A refusal is transient when it names a passing state of the new owner, not of the claim:
+//! `NotReady` (it has not persisted the client yet, or the partition waits for its takeover),
+//! `PartitionMoved` (it has not applied the map the client learned, or it is fenced). Every
+//! other status speaks of the claim itself (`Fail`: the grant is gone; `ServerNoResource`: no
+//! room for it while the owner recovers, which frees no slot; `Einval`: a name, hold or proof
+//! it will never accept), which the client would send unchanged and see refused the same way:
+//! kept, it was sent again at every heartbeat and its partition's `ReclaimDone` never said, so
+//! the partition held every other client in `NotReady` until its grace deadline, when the claim
+//! is refused `Fail` all the same. Forgetting a grant the owner did not take is always safe;
+//! believing in it is not. What is kept for a transient refusal is claimed again at the next
+//! heartbeat or retry once its backoff is over: [`BACKOFF_MIN`], doubling to [`BACKOFF_MAX`] at
+//! each refusal in a row, so an owner that stays unready is not sent the same batch every few
+//! milliseconds by every client that retries a call.
 //!
 //! A client that was silent past the old owner's lease claims nothing but its references: the
 //! old owner may have freed its grants before it died (the lease-lapse rule of
@@ -31,7 +45,7 @@
 //! refused once waited for the lock's next use, and a `ReclaimDone` refused until the deadline
 //! was never sent again.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -50,6 +64,17 @@ const CLAIMS_MAX: usize = dlock_core::config::BATCH_MAX;
 /// How long a heartbeat, or a command on its way to its server, may spend paying what the
 /// client owes new owners ([`Owed`]).
 pub(super) const OWED_WAIT: Duration = Duration::from_millis(250);
+/// The wait before a partition's claims, refused for a passing reason, are sent again.
+const BACKOFF_MIN: Duration = Duration::from_millis(20);
+/// The longest such wait: short beside the grace deadline (the longest grant lease, 30 s by
+/// default) that a partition waits for a client that does not say `ReclaimDone`.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Whether a claim refused with `status` may be taken later as it is (module doc).
+#[must_use]
+fn refusal_is_transient(status: Status) -> bool {
+    matches!(status, Status::NotReady | Status::PartitionMoved)
+}
 
 impl<D: Dial> ClusterLink<D> {
     /// Refreshes the map (from `first`, then the others) and, if it changed, re-claims every
@@ -127,105 +152,132 @@ impl<D: Dial> ClusterLink<D> {
             map.owner(p)
                 .is_some_and(|o| o.server == Some(server) && o.epoch == epoch)
         });
-        let mut by_server: BTreeMap<ServerId, Vec<PartitionEpoch>> = BTreeMap::new();
-        for (&partition, &(server, epoch)) in &self.owed.dones {
-            by_server
-                .entry(server)
-                .or_default()
-                .push(PartitionEpoch { partition, epoch });
-        }
-        for (server, dones) in by_server {
-            let version = self.member(server, deadline).map(|m| m.version);
-            let settled = version.and_then(|v| {
-                let batched = v >= PROTO_VERSION_RECLAIM_DONES;
-                self.say_dones(server, &dones, batched, deadline)
-            });
-            match settled {
-                Ok(settled) => {
-                    for p in settled {
-                        self.owed.dones.remove(&p);
-                    }
-                }
-                Err(e) => {
-                    tracing::debug!(%server, error = %e, "dlock: ReclaimDone not sent");
-                }
+        // One server at a time, in their order: the next is the least one owed above the last.
+        let mut last = None;
+        while let Some(server) = self.owed.next_server_after(last) {
+            last = Some(server);
+            if let Err(e) = self.say_dones(server, deadline) {
+                tracing::debug!(%server, error = %e, "dlock: ReclaimDone not sent");
             }
         }
     }
 
-    /// Says `dones` to `server`: in `ReclaimDones` messages where it speaks protocol 6
-    /// (`batched`), one `ReclaimDone` each to a server of protocol 5; those answered `NotReady`
-    /// or `PartitionMoved` are sent again after a pause while `deadline` lasts. The client can
+    /// Says every word owed to `server`: in `ReclaimDones` messages where it speaks protocol 6,
+    /// one `ReclaimDone` each to a server of protocol 5; those answered `NotReady` or
+    /// `PartitionMoved` are sent again after a pause while `deadline` lasts. The client can
     /// learn a map (from one server) before the new owner applied it, which then refuses the
     /// word as naming a future epoch; a word dropped there is never sent again, and the new
-    /// owner waits for it until its grace deadline. The partitions settled: taken, or refused
-    /// for good (another status: the server will never take it); those still refused as the
+    /// owner waits for it until its grace deadline. A word is forgotten as soon as it is
+    /// settled — taken, or refused for good (another status: the server will never take it) —
+    /// so an error later in the exchange loses none of that; those still refused as the
     /// deadline came stay owed ([`Owed`]).
-    fn say_dones(
+    fn say_dones(&mut self, server: ServerId, deadline: Instant) -> io::Result<()> {
+        // The link's one reply buffer for these words, taken for the exchange and put back
+        // whatever its outcome (a control reply needs room for the largest frame).
+        let mut reply = std::mem::take(&mut self.owed.reply);
+        reply.resize(CONTROL_FRAME_MAX, 0);
+        let said = self.say_dones_into(server, &mut reply, deadline);
+        self.owed.reply = reply;
+        said
+    }
+
+    /// [`Self::say_dones`], with `reply` to read the answers into.
+    fn say_dones_into(
         &mut self,
         server: ServerId,
-        dones: &[PartitionEpoch],
-        batched: bool,
+        reply: &mut [u8],
         deadline: Instant,
-    ) -> io::Result<Vec<u16>> {
-        let mut reply = vec![0u8; CONTROL_FRAME_MAX];
+    ) -> io::Result<()> {
+        let batched = self.member(server, deadline)?.version >= PROTO_VERSION_RECLAIM_DONES;
         let per_message = if batched { RECLAIM_DONES_MAX } else { 1 };
-        let mut left = dones.to_vec();
-        let mut settled = Vec::new();
+        let mut chunk = [PartitionEpoch {
+            partition: 0,
+            epoch: 0,
+        }; RECLAIM_DONES_MAX];
         let mut pause = super::control::PAUSE_MIN;
         loop {
-            let mut again = Vec::new();
-            for chunk in left.chunks(per_message) {
-                let statuses = if batched {
-                    self.send_dones(server, chunk, &mut reply, deadline)?
-                } else {
-                    vec![self.send_done(server, chunk[0], &mut reply, deadline)?]
+            let mut refused = false;
+            let mut from = 0;
+            loop {
+                let n = self.owed.dones_to(server, from, &mut chunk[..per_message]);
+                let Some(last) = chunk[..n].last() else {
+                    break;
                 };
-                for (d, status) in chunk.iter().zip(statuses) {
-                    match status {
-                        Status::NotReady | Status::PartitionMoved => again.push(*d),
-                        Status::Success => settled.push(d.partition),
-                        other => {
-                            tracing::debug!(partition = d.partition, status = ?other, "dlock: ReclaimDone not taken");
-                            settled.push(d.partition);
-                        }
-                    }
-                }
+                // Below PARTITIONS_MAX (4,096): the next partition is a `u16` too.
+                from = last.partition + 1;
+                refused |= self.say_chunk(server, &chunk[..n], batched, reply, deadline)?;
             }
-            if again.is_empty() || Instant::now() >= deadline {
-                return Ok(settled);
+            if !refused || Instant::now() >= deadline {
+                return Ok(());
             }
-            left = again;
             pause = self.pause(pause, deadline);
         }
     }
 
+    /// Says `chunk` to `server` in one message and forgets each word settled; whether any was
+    /// refused for a passing reason (`NotReady`, `PartitionMoved`: it stays owed).
+    fn say_chunk(
+        &mut self,
+        server: ServerId,
+        chunk: &[PartitionEpoch],
+        batched: bool,
+        reply: &mut [u8],
+        deadline: Instant,
+    ) -> io::Result<bool> {
+        let mut statuses = [Status::Success; RECLAIM_DONES_MAX];
+        let statuses = if batched {
+            self.send_dones(server, chunk, reply, &mut statuses, deadline)?
+        } else {
+            statuses[0] = self.send_done(server, chunk[0], reply, deadline)?;
+            &statuses[..1]
+        };
+        let mut refused = false;
+        for (d, &status) in chunk.iter().zip(statuses) {
+            match status {
+                Status::NotReady | Status::PartitionMoved => refused = true,
+                Status::Success => {
+                    self.owed.dones.remove(&d.partition);
+                }
+                other => {
+                    tracing::debug!(partition = d.partition, status = ?other, "dlock: ReclaimDone not taken");
+                    self.owed.dones.remove(&d.partition);
+                }
+            }
+        }
+        Ok(refused)
+    }
+
     /// One `ReclaimDones` message of `chunk` to `server`; the status of each partition (all
-    /// the message's status where it was refused whole).
-    fn send_dones(
+    /// the message's status where it was refused whole), written into `statuses`.
+    fn send_dones<'s>(
         &mut self,
         server: ServerId,
         chunk: &[PartitionEpoch],
         reply: &mut [u8],
+        statuses: &'s mut [Status; RECLAIM_DONES_MAX],
         deadline: Instant,
-    ) -> io::Result<Vec<Status>> {
+    ) -> io::Result<&'s [Status]> {
         let body = ControlRequest::ReclaimDones(Batch::from_slice(chunk));
         let m = self.control_with(server, body, reply, deadline)?;
         let frame = decode_control_response(&reply[..m])
             .map_err(|_| garbage("a ReclaimDones reply is malformed"))?;
+        let statuses = &mut statuses[..chunk.len()];
         match (frame.header.status(), frame.body) {
             (Some(Status::Success), ControlResponse::PartitionStatuses(s))
                 if s.len() == chunk.len()
                     && s.iter().zip(chunk).all(|(s, d)| s.partition == d.partition) =>
             {
-                Ok(s.iter().map(|s| s.status).collect())
+                for (out, s) in statuses.iter_mut().zip(s.iter()) {
+                    *out = s.status;
+                }
             }
             (Some(Status::Success), _) => {
-                Err(garbage("a ReclaimDones reply answers other partitions"))
+                return Err(garbage("a ReclaimDones reply answers other partitions"));
             }
             // Refused whole: every partition as if refused alone.
-            (status, _) => Ok(vec![status.unwrap_or(Status::BadResponse); chunk.len()]),
+            (status, _) => statuses.fill(status.unwrap_or(Status::BadResponse)),
         }
+        Ok(statuses)
     }
 
     /// One `ReclaimDone` of `done` to `server` (protocol 5); its status (`BadResponse` for a
@@ -256,9 +308,13 @@ impl<D: Dial> ClusterLink<D> {
     /// dropped by the server with its references). Nothing to do (two empty sets) in steady
     /// state.
     pub(super) fn pay_owed(&mut self, deadline: Instant) {
-        let deadline = deadline.min(Instant::now() + OWED_WAIT);
-        let partitions: Vec<u16> = self.owed.reclaims.iter().copied().collect();
-        for p in partitions {
+        let now = Instant::now();
+        let deadline = deadline.min(now + OWED_WAIT);
+        let due: Vec<u16> = (self.owed.reclaims.iter())
+            .filter(|(_, b)| b.due <= now)
+            .map(|(&p, _)| p)
+            .collect();
+        for p in due {
             self.rehome_partition(p, deadline);
         }
         self.pay_dones(deadline);
@@ -317,11 +373,9 @@ impl<D: Dial> ClusterLink<D> {
             Ok(true) => {
                 self.owed.reclaims.remove(&p);
             }
-            Ok(false) => {
-                self.owed.reclaims.insert(p);
-            }
+            Ok(false) => self.owed.back_off(p),
             Err(e) => {
-                self.owed.reclaims.insert(p);
+                self.owed.back_off(p);
                 tracing::warn!(partition = p, %server, error = %e, "dlock: re-claims not done; kept for the next try");
             }
         }
@@ -436,24 +490,24 @@ impl<D: Dial> ClusterLink<D> {
             };
             let server_lock = match entry.status {
                 Status::Success => Some(entry.id),
-                // `Fail`: the new owner says the grant is gone. `ServerNoResource`: its lock
-                // table is full, and stays so while it recovers (it takes nothing but
-                // re-claims, which free no slot), so the claim would be refused again at every
-                // heartbeat and retry, and the `ReclaimDone` that waits for it never said: the
-                // partition held until its grace deadline, when the claim is refused for good.
-                // Either way: forget the grant, keep the name (taken again at the next use),
-                // as the standalone recovery drops every claim not taken.
-                Status::Fail | Status::ServerNoResource => {
-                    if entry.status == Status::ServerNoResource {
-                        tracing::warn!(lock = ?r.name, "dlock: the new owner has no room for a re-claimed lock; its grant is lost");
+                // Refused for a passing reason: kept, claimed again after a backoff.
+                s if refusal_is_transient(s) => {
+                    tracing::debug!(lock = ?r.name, status = ?s, "dlock: a claim was not taken yet; kept");
+                    all = false;
+                    continue;
+                }
+                // Refused for good (module doc): forget the grant, keep the name (taken again
+                // at the next use), as the standalone recovery drops every claim not taken.
+                // `ServerNoResource`: the new owner's lock table is full, and stays so while
+                // it recovers (it takes nothing but re-claims, which free no slot).
+                refused => {
+                    if refused == Status::Fail {
+                        tracing::debug!(lock = ?r.name, "dlock: the new owner says a re-claimed grant is gone");
+                    } else {
+                        tracing::warn!(lock = ?r.name, status = ?refused, "dlock: the new owner refused a re-claimed grant for good; it is lost");
                     }
                     r.record = LocalLock::new(r.record.id, r.record.kind);
                     None
-                }
-                other => {
-                    tracing::debug!(lock = ?r.name, status = ?other, "dlock: a claim was not taken; kept");
-                    all = false;
-                    continue;
                 }
             };
             r.server = new.server;
@@ -475,12 +529,62 @@ struct Owned {
 
 /// What the client owes new owners after a move (module doc), paid at each heartbeat and
 /// before each retry of a refused request.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(super) struct Owed {
-    /// Partitions with routes whose re-claim was not answered for good (or whose
-    /// `ReclaimDone` was not taken after it): re-claimed again.
-    reclaims: BTreeSet<u16>,
+    /// Partitions with routes whose re-claim was not answered for good: re-claimed again once
+    /// their backoff is over.
+    reclaims: BTreeMap<u16, Backoff>,
     /// Partitions in which the client knows no lock, and the owner and epoch that awaits its
     /// `ReclaimDone` there.
     dones: BTreeMap<u16, (ServerId, u32)>,
+    /// The buffer the answers to `ReclaimDone`s are read into: allocated at the first, kept.
+    reply: Vec<u8>,
+}
+
+impl std::fmt::Debug for Owed {
+    /// What is owed; not the reply buffer's bytes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Owed")
+            .field("reclaims", &self.reclaims)
+            .field("dones", &self.dones)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Owed {
+    /// The least server owed a `ReclaimDone` above `last` (any, for `None`).
+    fn next_server_after(&self, last: Option<ServerId>) -> Option<ServerId> {
+        (self.dones.values())
+            .map(|&(server, _)| server)
+            .filter(|&server| last.is_none_or(|l| server > l))
+            .min()
+    }
+
+    /// Fills `out` with the words owed to `server` from partition `from` on, in partition
+    /// order; how many.
+    fn dones_to(&self, server: ServerId, from: u16, out: &mut [PartitionEpoch]) -> usize {
+        let owed = (self.dones.range(from..))
+            .filter(|(_, (s, _))| *s == server)
+            .map(|(&partition, &(_, epoch))| PartitionEpoch { partition, epoch });
+        out.iter_mut().zip(owed).map(|(o, d)| *o = d).count()
+    }
+
+    /// Partition `p`'s claims were refused for a passing reason (or not answered): claimed
+    /// again after [`BACKOFF_MIN`], or after twice the last wait if they were refused before
+    /// (at most [`BACKOFF_MAX`]).
+    fn back_off(&mut self, p: u16) {
+        let wait = self
+            .reclaims
+            .get(&p)
+            .map_or(BACKOFF_MIN, |b| (b.wait * 2).min(BACKOFF_MAX));
+        let due = Instant::now() + wait;
+        self.reclaims.insert(p, Backoff { due, wait });
+    }
+}
+
+/// When a partition's kept claims are sent again, and the wait that led there.
+#[derive(Clone, Copy, Debug)]
+struct Backoff {
+    due: Instant,
+    wait: Duration,
 }

@@ -34,6 +34,17 @@ pub(super) struct Route {
     pub record: LocalLock,
 }
 
+impl Route {
+    /// Forgets what the record holds (a grant, a ticket), keeping the reference; whether it
+    /// held something.
+    fn lose_grant(&mut self) -> bool {
+        let bare = LocalLock::new(self.record.id, self.record.kind);
+        let held = self.record != bare;
+        self.record = bare;
+        held
+    }
+}
+
 /// The routes by cluster id.
 #[derive(Debug, Default)]
 pub(super) struct Routes {
@@ -118,13 +129,8 @@ impl Routes {
     /// with it. How many records held something.
     pub fn lose_grants_at(&mut self, server: ServerId, incarnation: u64) -> usize {
         let mut lost = 0;
-        for r in self.by_id.values_mut() {
-            if (r.server, r.incarnation) == (server, incarnation)
-                && r.record != LocalLock::new(r.record.id, r.record.kind)
-            {
-                r.record = LocalLock::new(r.record.id, r.record.kind);
-                lost += 1;
-            }
+        for r in self.filed_at(server, incarnation) {
+            lost += usize::from(r.lose_grant());
         }
         lost
     }
@@ -133,13 +139,18 @@ impl Routes {
     /// the server said it does not know the client. Their references are got again by name
     /// at their next use. How many records held something.
     pub fn forget_at(&mut self, server: ServerId, incarnation: u64) -> usize {
-        let lost = self.lose_grants_at(server, incarnation);
-        for r in self.by_id.values_mut() {
-            if (r.server, r.incarnation) == (server, incarnation) {
-                r.server_lock = None;
-            }
+        let mut lost = 0;
+        for r in self.filed_at(server, incarnation) {
+            lost += usize::from(r.lose_grant());
+            r.server_lock = None;
         }
         lost
+    }
+
+    /// The records filed under `server` at `incarnation`: one pass over the table.
+    fn filed_at(&mut self, server: ServerId, incarnation: u64) -> impl Iterator<Item = &mut Route> {
+        (self.by_id.values_mut())
+            .filter(move |r| (r.server, r.incarnation) == (server, incarnation))
     }
 
     pub fn clear(&mut self) {

@@ -70,9 +70,6 @@ use sched::Bell;
 /// Plaintext the reader holds at once: many replies per read when many clients are busy.
 const READ_BUF: usize = 64 * DATA_RESPONSE_WITH_VALUES_MAX;
 
-/// How long a join may wait for its answer.
-const JOIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// A data connection to one server, shared by the clients configured with it
 /// ([`super::ClientConfig::with_mux`]). Cheap to clone; every clone shares the connection.
 ///
@@ -164,25 +161,36 @@ impl Mux {
             .map(MuxConn)
     }
 
-    /// Binds registered `client` to the shared connection: joins the open one, or opens one
-    /// with this client's attach.
-    pub(crate) fn attach(&self, client: u32, session: Session) -> io::Result<MuxPort> {
+    /// Binds registered `client` to the shared connection by `deadline`: joins the open one,
+    /// or opens one with this client's attach.
+    pub(crate) fn attach(
+        &self,
+        client: u32,
+        session: Session,
+        deadline: Instant,
+    ) -> io::Result<MuxPort> {
         let mut current = lock(&self.shared.current);
         if let Some(conn) = current.upgrade()
             && !conn.hub.is_closed()
         {
             drop(current);
-            return join(conn, client, session);
+            return join(conn, client, session, deadline);
         }
-        let wire = attach_tcp(self.shared.addr, self.shared.tls.as_ref(), client, session)?;
+        let tls = self.shared.tls.as_ref();
+        let wire = attach_tcp(self.shared.addr, tls, client, session, deadline)?;
         let conn = Conn::start(TcpPipe::new(wire)?)?;
         *current = std::sync::Arc::downgrade(&conn);
         Ok(MuxPort::new(conn, client))
     }
 }
 
-/// Joins `client` to `conn` and waits for the server's answer.
-fn join(conn: std::sync::Arc<Conn>, client: u32, session: Session) -> io::Result<MuxPort> {
+/// Joins `client` to `conn` and waits for the server's answer until `deadline`.
+fn join(
+    conn: std::sync::Arc<Conn>,
+    client: u32,
+    session: Session,
+    deadline: Instant,
+) -> io::Result<MuxPort> {
     let port = MuxPort::new(conn, client);
     let header = DataHeader {
         version: PROTO_VERSION,
@@ -197,7 +205,7 @@ fn join(conn: std::sync::Arc<Conn>, client: u32, session: Session) -> io::Result
     port.send(1, &req[..n])?;
     let mut reply = [0u8; DATA_RESPONSE_WITH_VALUES_MAX];
     let len = port
-        .recv(1, &mut reply, Some(Instant::now() + JOIN_TIMEOUT))?
+        .recv(1, &mut reply, Some(deadline))?
         .ok_or(io::ErrorKind::TimedOut)?;
     let status = decode_data_response(&reply[..len])
         .ok()
