@@ -28,6 +28,7 @@
 //! | `value_ppm`         | that share of lock records asks for the lock's value block with every grant, and half their exclusive unlocks write one |
 //! | `event_loss_ppm`    | that share of event messages finds no room on its connection: the client reads an overflow in its place and re-checks everything it caches (gives back every cached grant) |
 //! | `retain_ppm`        | that share of acquisitions asks to be retained on the holder's death (`RETAIN`); a recoverer lists the dead clients' retained locks and calls `recovery_done`, and other clients now and then try to, which must be refused |
+//! | `downgrade_ppm`     | (the real-client simulator) that share of a reference-shaped process's actions on an RW lock its record holds exclusively downgrades it in place (`Client::downgrade`) |
 //!
 //! A plan is drawn from its own generator ([`FaultPlan::draw`]), so a seed's plan does not
 //! depend on what else the simulator draws; the toggles are drawn after the faults, so a seed's
@@ -166,6 +167,9 @@ pub struct FaultPlan {
     pub stream_break_ppm: u32,
     /// The server's contention window (ms; 0: off).
     pub contention_window_ms: u32,
+    /// A reference-shaped process of the real-client simulator downgrades an RW lock its
+    /// record holds exclusively, instead of the action it drew (per such action).
+    pub downgrade_ppm: u32,
 }
 
 /// What becomes of a reply the server is about to send.
@@ -228,8 +232,9 @@ impl FaultPlan {
             retain_ppm: maybe(&mut rng, 50_000, 1_000_000),
             event_loss_ppm: maybe(&mut rng, 5_000, 300_000),
             stream_break_ppm: maybe(&mut rng, 20, 3_000),
-            // Drawn last, so every earlier draw of a seed is what it was before it existed.
+            // Drawn last, so every earlier draw of a seed is what it was before they existed.
             contention_window_ms: maybe(&mut rng, 1, 200),
+            downgrade_ppm: maybe(&mut rng, 50_000, 500_000),
         }
     }
 

@@ -90,6 +90,12 @@ pub struct Oracle {
     /// Checks made (grants, claims and object results compared against the model, and table
     /// checks).
     pub checks: u64,
+    /// Downgrades the server answered with success (a simulator that cannot see its clients'
+    /// records counts them here).
+    pub downgrades: u64,
+    /// Value blocks written by exclusive unlocks and downgrades the server answered with
+    /// success.
+    pub values_written: u64,
     /// Prints every lock result (`DLOCK_SIM_TRACE=1`), to read a replayed failure.
     pub trace: bool,
 }
@@ -475,6 +481,7 @@ impl Oracle {
             }
             LockOp::UnlockExclusive | LockOp::UnlockShared => {
                 if c.op == LockOp::UnlockExclusive {
+                    self.values_written += u64::from(written.is_some());
                     self.values.released(name, written);
                 }
                 self.holders[name].retain(|h| h.client != client);
@@ -482,6 +489,8 @@ impl Oracle {
             // The exclusive holder stays, as a reader (RW grants never lapse; a revoke
             // outstanding still may, which a later grant would show).
             LockOp::Downgrade => {
+                self.downgrades += 1;
+                self.values_written += u64::from(written.is_some());
                 self.values.released(name, written);
                 let (lapses, retain) = self.holders[name]
                     .iter()

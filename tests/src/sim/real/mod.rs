@@ -21,6 +21,12 @@
 //! answered, deaf spells that leave revokes to lapse. The server's revokes travel as event
 //! messages on the data channel, in order with the replies, as on a TCP data connection.
 //!
+//! The lock manager's other drives are toggles of the seed ([`swarm`](super::swarm)), each
+//! drawn apart from the run's generator so that a seed without it runs as it did before it
+//! existed: reference-shaped processes downgrade RW locks their records hold exclusively
+//! (`downgrade_ppm`; cached processes downgrade when a revoke wants shared). The oracle learns
+//! downgrades from the server's answers.
+//!
 //! After every step the oracle checks the server's answers and its tables, and what the
 //! clients *believe* from their own records, or a native process from its live guards
 //! ([`beliefs`](super::oracle::beliefs)).
@@ -151,6 +157,7 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<Report, Failure> {
             .collect(),
         ops: 0,
         native_guards: 0,
+        downgrades: Rng::new(seed ^ 0xd0_a4ad_e000),
         crashes: 0,
         reinits: 0,
     };
@@ -173,13 +180,17 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<Report, Failure> {
         }
     }
     let w = world.borrow();
+    let mut faults = w.faults;
+    // The server's answers count what no process can see of another's records.
+    faults.downgrades = w.oracle.downgrades;
+    faults.values_written = w.oracle.values_written;
     Ok(Report {
         seed,
         ops: sim.ops,
         steps: step,
-        checks: w.oracle.checks + w.oracle.beliefs.checks,
+        checks: w.oracle.checks + w.oracle.beliefs.checks + w.oracle.values.checks,
         clients: n_procs,
-        faults: w.faults,
+        faults,
         guards: sim.native_guards,
     })
 }

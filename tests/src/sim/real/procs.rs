@@ -17,6 +17,9 @@ use super::native::Native;
 use crate::sim::Rng;
 use crate::sim::oracle::beliefs::Belief;
 
+/// The roll of a downgrade ([`Sim::operate`]; the application's own rolls start at 2).
+const DOWNGRADE: u64 = 1;
+
 /// Every client's lease (ms).
 pub(super) const CLIENT_LEASE_MS: u64 = 400;
 
@@ -47,6 +50,11 @@ pub(super) struct Proc<'r> {
     /// client's record says (an unlock whose reply was lost leaves the record holding, and a
     /// trylock would be answered from it as a re-entry).
     pub releasing: HashSet<usize>,
+    /// Locks (by name) the application asked to downgrade and was not told it had, with the
+    /// token of the grant it asked for: it writes no more under that grant, whatever its
+    /// record says (a lost reply leaves the record exclusive while the server may already
+    /// have let readers in).
+    pub downgrading: HashMap<usize, u64>,
     pub object: Option<ObjectId>,
     /// Down (crashed) or stopped (paused) until this sim time.
     pub down_until: u64,
@@ -68,6 +76,7 @@ impl Proc<'_> {
             unfenced: HashSet::new(),
             ids: HashMap::new(),
             releasing: HashSet::new(),
+            downgrading: HashMap::new(),
             object: None,
             down_until: 0,
             paused_until: 0,
@@ -130,6 +139,10 @@ impl Proc<'_> {
             if self.releasing.contains(&name) {
                 continue;
             }
+            let mode = match self.downgrading.get(&name) {
+                Some(&t) if t == l.token.0 => Mode::Shared,
+                _ => mode,
+            };
             out.push((
                 name,
                 Belief {
@@ -163,6 +176,9 @@ pub(super) struct Sim<'r> {
     pub ops: u64,
     /// Guards (and sets) the native processes took.
     pub native_guards: u64,
+    /// Decides, apart from `rng`, which actions on a lock held exclusively downgrade it
+    /// (the plan's `downgrade_ppm`), so a seed without them runs as it did before.
+    pub downgrades: Rng,
     pub crashes: u64,
     pub reinits: u64,
 }
@@ -223,6 +239,7 @@ impl<'r> Sim<'r> {
         let conn = SimConn::new(Rc::clone(&self.world), p, Rc::clone(&proc.heard));
         proc.ids.clear();
         proc.releasing.clear();
+        proc.downgrading.clear();
         proc.object = None;
         match Client::over(conn, Self::config()) {
             Ok(c) => {
@@ -312,6 +329,11 @@ impl<'r> Sim<'r> {
                 Err(_) => return self.after_error(p, now),
             },
         };
+        let roll = if self.downgrades_now(p, id) {
+            DOWNGRADE
+        } else {
+            roll
+        };
         self.ops += 1;
         let outcome = self.operate(p, k, id, roll, mode, expire);
         match outcome {
@@ -335,6 +357,17 @@ impl<'r> Sim<'r> {
         let proc = &mut self.procs[p];
         let c = proc.client.as_mut().expect("a live client");
         match roll {
+            DOWNGRADE => {
+                let token = c.local_lock(id).map(|l| l.token.0);
+                let r = c.downgrade(id).map(drop).map_err(Status::from);
+                // Told it has: the record must say so (`DowngradeStaysExclusive` is the bug).
+                match (r, token) {
+                    (Ok(()), _) => proc.downgrading.remove(&k),
+                    (Err(_), Some(t)) => proc.downgrading.insert(k, t),
+                    (Err(_), None) => None,
+                };
+                r
+            }
             2..=35 => c.trylock(id, mode, expire).map(drop).map_err(Status::from),
             36..=60 => {
                 // The application stops using the lock now, whatever the answer; a record that
@@ -400,6 +433,20 @@ impl<'r> Sim<'r> {
                 Ok(())
             }
         }
+    }
+
+    /// Whether process `p`'s action on lock `id` is a downgrade instead (the plan's
+    /// `downgrade_ppm`): its record holds the RW lock exclusively, and it is not releasing it.
+    fn downgrades_now(&mut self, p: usize, id: LockId) -> bool {
+        let ppm = self.world.borrow().plan.downgrade_ppm;
+        let proc = &self.procs[p];
+        let Some(c) = proc.client.as_ref() else {
+            return false;
+        };
+        let exclusive = c.local_lock(id).is_some_and(|l| {
+            l.kind == LockKind::Rw && l.state.held_mode() == Some(Mode::Exclusive)
+        });
+        ppm > 0 && exclusive && self.downgrades.chance(ppm)
     }
 
     /// A batch of trylocks, per item or all-or-nothing.
