@@ -92,7 +92,7 @@ fn the_oracle_catches_clients_told_they_hold_a_lock_they_were_refused() {
 /// under a seed, the test says so and a campaign (`DLOCK_SIM_MUTATION`) finds a new one. A
 /// seed is best drawn with the toggles its bug does not need turned off, so that a drive
 /// added later leaves it as it was (the four re-drawn when the downgrades came have
-/// `downgrade_ppm` off).
+/// `downgrade_ppm` and `value_ppm` off).
 ///
 /// | mutation | what the seed sees |
 /// |---|---|
@@ -102,6 +102,7 @@ fn the_oracle_catches_clients_told_they_hold_a_lock_they_were_refused() {
 /// | `FairClaimExpired` | an expired fair grant restored and extended, believed under a token older than its successor's (the fencing rule) |
 /// | `TrustNoBound` | a cached-locks process hands out a guard of its cached grant locally with no data request answered within the revoke timeout (the cached-grant rules) |
 /// | `DowngradeStaysExclusive` | a process told its downgrade succeeded still believes it holds the lock exclusively beside the reader the server let in (mutual exclusion) |
+/// | `DeadWriterKeepsValue` | an exclusive holder gone without writing the value block, and the next grant reads it valid (the oracle's value-block rule) |
 /// | `CacheUsesRevoked` | a cached-locks process hands out a local reader of a grant whose exclusive revoke it has read (the cached-grant rules) |
 /// | `StreamKeepsParked` | a data connection closed under a parked request while its control connection lived on: the parked reply has no route (`check_routing`) |
 /// | `OverflowDropped` | an event message lost for want of room is read as an overflow, which the client drops: it hands out a local reader of a grant the overflow revoked (the cached-grant rules) |
@@ -119,6 +120,7 @@ const REGRESSIONS: &[(Mutation, u64, u64)] = &[
         0x9b86_609f_7c74_6c69,
         2_000,
     ),
+    (Mutation::DeadWriterKeepsValue, 0x5f17_6d2c_7ddf_743f, 2_000),
 ];
 
 #[test]

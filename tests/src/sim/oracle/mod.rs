@@ -305,6 +305,11 @@ impl Oracle {
                     }
                     self.name_lock(entry.id, name, true);
                     let mode = claimed_mode(claim.held);
+                    if mode.is_some()
+                        && let Some(offered) = &claim.value
+                    {
+                        self.values.reclaim(name, offered);
+                    }
                     self.claim_accepted(now, client, name, claim.kind, mode, claim.remaining_ms)?;
                 }
             }

@@ -10,15 +10,20 @@
 //! while — it keeps its guards and its lease (heartbeats) but neither polls nor takes, so the
 //! revokes that come meanwhile lie unread and its grants lapse at the revoke timeout.
 //!
+//! With `value_ppm`, some handles ask for value blocks and half their write guards set one,
+//! which the handle writes when it gives the grant back or downgrades it.
+//!
 //! What such a process believes is what its live guards say, within the rules of a cached
 //! grant ([`Cached::beliefs`]); a guard handed out with no message must also keep the rules
-//! the real client relies on ([`Cached::check_local`]).
+//! the real client relies on ([`Cached::check_local`]) and read the block its grant came with
+//! or a local writer of that grant set since ([`Cached::check_value`]).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
 use dlock_core::manager::conflicts;
+use dlock_core::manager::value::ValueRead;
 use dlock_core::{LockKind, Mode, Status};
 use dlock_transport::client::{
     CachedLocks, CachedReadGuard, CachedRwLock, CachedWriteGuard, Client, Error, ErrorKind,
@@ -43,6 +48,14 @@ impl Guard<'_> {
             Guard::Write(g) => g.token().0,
         }
     }
+
+    /// The value block the guard reads.
+    fn value(&self) -> Option<ValueRead> {
+        match self {
+            Guard::Read(g) => g.value(),
+            Guard::Write(g) => g.value(),
+        }
+    }
 }
 
 /// A process running cached locks.
@@ -51,13 +64,17 @@ pub(super) struct Cached<'r> {
     /// Its link, cut when it crashes (a crash sends nothing).
     link: LinkId,
     watch: Rc<RefCell<Watch>>,
-    /// Per lock name, its handle and its id's raw value (RW names only).
-    handles: Vec<Option<(CachedRwLock<SimConn<'r>>, u32)>>,
+    /// Per lock name, its handle, its id's raw value, and whether it asks for value blocks
+    /// (RW names only).
+    handles: Vec<Option<(CachedRwLock<SimConn<'r>>, u32, bool)>>,
     /// Live guards, each with the lock (name, mode) and the lock id's raw value.
     held: Vec<(Guard<'r>, Held, u32)>,
     /// Per grant the server gave (lock id's raw value, token), how many of the connection's
     /// revokes the client had read when it came: an overflow read later revokes it.
     grants: HashMap<(u32, u64), usize>,
+    /// Per grant (lock id's raw value, token), the value block its guards read: as the
+    /// server's grant returned it (which the oracle checks), or as a local writer set it since.
+    values: HashMap<(u32, u64), Option<ValueRead>>,
     /// Deaf (module doc) until this sim time.
     deaf_until: u64,
 }
@@ -85,6 +102,7 @@ impl<'r> Cached<'r> {
             handles: (0..names).map(|_| None).collect(),
             held: Vec::new(),
             grants: HashMap::new(),
+            values: HashMap::new(),
             deaf_until: 0,
         })
     }
@@ -160,6 +178,18 @@ impl<'r> Cached<'r> {
             ));
         }
         Ok(())
+    }
+
+    /// A guard of grant `token` on lock id `raw` handed out with no message reads `read`: the
+    /// block the grant came with, or the one a local writer of the same grant set since.
+    fn check_value(&self, raw: u32, token: u64, read: Option<ValueRead>) -> Result<(), String> {
+        match self.values.get(&(raw, token)) {
+            Some(&want) if want != read => Err(format!(
+                "a cached guard (token {token:#x}) handed out locally reads the value block \
+                 {read:?}, while its grant's is {want:?}"
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Gone without a word: its link is cut first, so its guards' drops send nothing.
@@ -260,14 +290,24 @@ impl<'r> Sim<'r> {
         let k = rw[self.rng.index(rw.len())];
         let write = self.rng.below(2) == 0;
         let name = self.names[k].0.clone();
+        let values = self.procs[p]
+            .cached
+            .as_ref()
+            .expect("a cached process")
+            .handles[k]
+            .is_none()
+            && self.asks_values();
         let c = self.procs[p].cached.as_mut().expect("a cached process");
         if c.handles[k].is_none() {
             let h = c.locks.rw(name.as_bytes())?;
             let raw = h.id().expect("referenced by rw").raw();
-            c.handles[k] = Some((h, raw));
+            if values {
+                h.set_value_blocks(true)?;
+            }
+            c.handles[k] = Some((h, raw, values));
         }
-        let (h, raw) = c.handles[k].as_ref().expect("made above");
-        let raw = *raw;
+        let (h, raw, values) = c.handles[k].as_ref().expect("made above");
+        let (raw, values) = (*raw, *values);
         let hits = c.locks.local_hits();
         let (guard, mode, token) = if write {
             let g = h.try_write()?;
@@ -281,12 +321,27 @@ impl<'r> Sim<'r> {
         if c.locks.local_hits() == hits {
             let read = c.watch.borrow().read;
             c.grants.entry((raw, token)).or_insert(read);
+            c.values.insert((raw, token), guard.value());
         } else {
-            let verdict = c.check_local(now, raw, mode, token);
+            let verdict = c
+                .check_local(now, raw, mode, token)
+                .and_then(|()| c.check_value(raw, token, guard.value()));
             let mut w = self.world.borrow_mut();
             w.faults.local_acquires += 1;
             if let Err(e) = verdict {
                 w.fail_with(format!("process {p}: {e}"));
+            }
+        }
+        let mut guard = guard;
+        if let Guard::Write(g) = &mut guard
+            && values
+            && self.values.below(2) == 0
+        {
+            // Written to the server when the exclusive turn ends (a give-back or downgrade).
+            let block = self.value_block();
+            let c = self.procs[p].cached.as_mut().expect("a cached process");
+            if g.set_value(&block).is_ok() {
+                c.values.insert((raw, token), g.value());
             }
         }
         // (The token is read off the guard when it is believed.)

@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::time::Duration;
 
+use dlock_core::proto::LockFlags;
 use dlock_core::{LockId, LockKind, Mode, ObjectId, Status};
 use dlock_transport::client::{AsyncOp, Client, ClientConfig, Endpoint, LocalLock};
 
@@ -179,6 +180,9 @@ pub(super) struct Sim<'r> {
     /// Decides, apart from `rng`, which actions on a lock held exclusively downgrade it
     /// (the plan's `downgrade_ppm`), so a seed without them runs as it did before.
     pub downgrades: Rng,
+    /// Decides, apart from `rng`, which locks ask for value blocks and which exclusive
+    /// releases write one (the plan's `value_ppm`), and draws the blocks.
+    pub values: Rng,
     pub crashes: u64,
     pub reinits: u64,
 }
@@ -317,6 +321,7 @@ impl<'r> Sim<'r> {
         } else {
             self.rng.range(2, 99)
         };
+        let values = !self.procs[p].ids.contains_key(&k) && self.asks_values();
         let proc = &mut self.procs[p];
         let c = proc.client.as_mut().expect("checked above");
         let id = match proc.ids.get(&k) {
@@ -324,6 +329,10 @@ impl<'r> Sim<'r> {
             None => match c.get_lock(kind, name.as_bytes()) {
                 Ok(id) => {
                     proc.ids.insert(k, id);
+                    if values {
+                        // Local: every grant of the lock returns its block from now on.
+                        let _ = c.set_value_blocks(id, true);
+                    }
                     id
                 }
                 Err(_) => return self.after_error(p, now),
@@ -335,6 +344,9 @@ impl<'r> Sim<'r> {
             roll
         };
         self.ops += 1;
+        if matches!(roll, DOWNGRADE | 36..=60) {
+            self.stage_value(p, id);
+        }
         let outcome = self.operate(p, k, id, roll, mode, expire);
         match outcome {
             Err(Status::BadResponse | Status::NotReady | Status::ClientNotInit) => {
@@ -447,6 +459,39 @@ impl<'r> Sim<'r> {
             l.kind == LockKind::Rw && l.state.held_mode() == Some(Mode::Exclusive)
         });
         ppm > 0 && exclusive && self.downgrades.chance(ppm)
+    }
+
+    /// Whether a lock asks for its value block (the plan's `value_ppm`, per lock record).
+    pub(super) fn asks_values(&mut self) -> bool {
+        let ppm = self.world.borrow().plan.value_ppm;
+        ppm > 0 && self.values.chance(ppm)
+    }
+
+    /// A fresh value block: 16 random bytes (zero-padded to the block's size by the client),
+    /// so that every write can be told from every other.
+    pub(super) fn value_block(&mut self) -> [u8; 16] {
+        let mut b = [0; 16];
+        b[..8].copy_from_slice(&self.values.next_u64().to_le_bytes());
+        b[8..].copy_from_slice(&self.values.next_u64().to_le_bytes());
+        b
+    }
+
+    /// Half the time, process `p` stages a value block for the unlock or downgrade it is about
+    /// to send on lock `id`, if its record holds the lock exclusively and asks for blocks: the
+    /// exclusive turn's end writes it.
+    fn stage_value(&mut self, p: usize, id: LockId) {
+        let Some(c) = self.procs[p].client.as_ref() else {
+            return;
+        };
+        let writer = c.local_lock(id).is_some_and(|l| {
+            l.ask.contains(LockFlags::VALUE_BLOCK) && l.state.held_mode() == Some(Mode::Exclusive)
+        });
+        if !writer || self.values.below(2) == 0 {
+            return;
+        }
+        let block = self.value_block();
+        let c = self.procs[p].client.as_mut().expect("checked above");
+        let _ = c.stage_value(id, &block);
     }
 
     /// A batch of trylocks, per item or all-or-nothing.
