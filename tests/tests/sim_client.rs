@@ -92,7 +92,7 @@ fn the_oracle_catches_clients_told_they_hold_a_lock_they_were_refused() {
 /// under a seed, the test says so and a campaign (`DLOCK_SIM_MUTATION`) finds a new one. A
 /// seed is best drawn with the toggles its bug does not need turned off, so that a drive
 /// added later leaves it as it was (the four re-drawn when the downgrades came have
-/// `downgrade_ppm` and `value_ppm` off).
+/// `downgrade_ppm`, `value_ppm` and `reconnect_ppm` off).
 ///
 /// | mutation | what the seed sees |
 /// |---|---|
@@ -103,6 +103,7 @@ fn the_oracle_catches_clients_told_they_hold_a_lock_they_were_refused() {
 /// | `TrustNoBound` | a cached-locks process hands out a guard of its cached grant locally with no data request answered within the revoke timeout (the cached-grant rules) |
 /// | `DowngradeStaysExclusive` | a process told its downgrade succeeded still believes it holds the lock exclusively beside the reader the server let in (mutual exclusion) |
 /// | `DeadWriterKeepsValue` | an exclusive holder gone without writing the value block, and the next grant reads it valid (the oracle's value-block rule) |
+/// | `ReconnectKeepsTrust` | a cached-locks process reconnected and hands out a guard of a grant it held when its connection broke (the cached-grant rules: rule 2 of `manager::trust`) |
 /// | `CacheUsesRevoked` | a cached-locks process hands out a local reader of a grant whose exclusive revoke it has read (the cached-grant rules) |
 /// | `StreamKeepsParked` | a data connection closed under a parked request while its control connection lived on: the parked reply has no route (`check_routing`) |
 /// | `OverflowDropped` | an event message lost for want of room is read as an overflow, which the client drops: it hands out a local reader of a grant the overflow revoked (the cached-grant rules) |
@@ -121,6 +122,7 @@ const REGRESSIONS: &[(Mutation, u64, u64)] = &[
         2_000,
     ),
     (Mutation::DeadWriterKeepsValue, 0x5f17_6d2c_7ddf_743f, 2_000),
+    (Mutation::ReconnectKeepsTrust, 0x39bd_da58_fbbe_e87e, 2_000),
 ];
 
 #[test]

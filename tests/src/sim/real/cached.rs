@@ -11,12 +11,17 @@
 //! revokes that come meanwhile lie unread and its grants lapse at the revoke timeout.
 //!
 //! With `value_ppm`, some handles ask for value blocks and half their write guards set one,
-//! which the handle writes when it gives the grant back or downgrades it.
+//! which the handle writes when it gives the grant back or downgrades it; with
+//! `reconnect_ppm`, a process whose connection broke registers again over a new one
+//! ([`Sim::cached_reconnect`]) instead of starting over, keeping its guards.
 //!
 //! What such a process believes is what its live guards say, within the rules of a cached
 //! grant ([`Cached::beliefs`]); a guard handed out with no message must also keep the rules
 //! the real client relies on ([`Cached::check_local`]) and read the block its grant came with
-//! or a local writer of that grant set since ([`Cached::check_value`]).
+//! or a local writer of that grant set since ([`Cached::check_value`]). A broken connection
+//! revokes every grant held when it broke (`manager::trust`, rule 2: `SimConn::reconnect`
+//! files it as an overflow would be), and a guard from before a failover stands on nothing
+//! (rule 3).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -67,8 +72,9 @@ pub(super) struct Cached<'r> {
     /// Per lock name, its handle, its id's raw value, and whether it asks for value blocks
     /// (RW names only).
     handles: Vec<Option<(CachedRwLock<SimConn<'r>>, u32, bool)>>,
-    /// Live guards, each with the lock (name, mode) and the lock id's raw value.
-    held: Vec<(Guard<'r>, Held, u32)>,
+    /// Live guards, each with the lock (name, mode), the lock id's raw value, and the server
+    /// incarnation it was taken from.
+    held: Vec<(Guard<'r>, Held, u32, u32)>,
     /// Per grant the server gave (lock id's raw value, token), how many of the connection's
     /// revokes the client had read when it came: an overflow read later revokes it.
     grants: HashMap<(u32, u64), usize>,
@@ -135,18 +141,20 @@ impl<'r> Cached<'r> {
         floor + REVOKE_TIMEOUT_MS
     }
 
-    /// What its live guards say at `now` (module doc), each under the token its guard reads.
-    pub(super) fn beliefs(&self, now: u64) -> Vec<Held> {
+    /// What its live guards say at `now`, while the server is incarnation `incarnation`
+    /// (module doc), each under the token its guard reads. A guard from an earlier server
+    /// stands on nothing: a failover re-claims no cached grant (`manager::trust`, rule 3).
+    pub(super) fn beliefs(&self, now: u64, incarnation: u32) -> Vec<Held> {
         let watch = self.watch.borrow();
         self.held
             .iter()
-            .map(|(g, h, _)| Held {
+            .filter(|(g, _, raw, from)| {
+                *from == incarnation && now < self.sure_until(&watch, *raw, g.token())
+            })
+            .map(|(g, h, _, _)| Held {
                 token: g.token(),
                 ..*h
             })
-            .zip(&self.held)
-            .filter(|(h, (_, _, raw))| now < self.sure_until(&watch, *raw, h.token))
-            .map(|(h, _)| h)
             .collect()
     }
 
@@ -271,14 +279,43 @@ impl<'r> Sim<'r> {
         };
         match outcome {
             Err(e) if gone(&e) => {
-                if let Some(c) = self.procs[p].cached.take() {
-                    c.crash(&self.world);
+                let ppm = self.world.borrow().plan.reconnect_ppm;
+                if !(ppm > 0 && self.reconnects.chance(ppm) && self.cached_reconnect(p)) {
+                    if let Some(c) = self.procs[p].cached.take() {
+                        c.crash(&self.world);
+                    }
+                    self.procs[p].down_until = now;
                 }
-                self.procs[p].down_until = now;
                 Ok(())
             }
             Err(_) | Ok(()) => Ok(()),
         }
+    }
+
+    /// Cached process `p`, whose connection or registration broke, reconnects as an engine
+    /// would: it registers again over a new connection (`Client::reinit`, which counts every
+    /// cached grant as revoked: `manager::trust`, rule 2) and, from a recovering server,
+    /// re-claims what it holds (no cached grant: rule 3) and says it is done. False when the
+    /// server no longer knows it: it starts over instead.
+    fn cached_reconnect(&mut self, p: usize) -> bool {
+        self.reinits += 1;
+        let incarnation = self.world.borrow().incarnation;
+        let c = self.procs[p].cached.as_ref().expect("a cached process");
+        let r = c.locks.with_client(|c| match c.reinit() {
+            Ok(true) => Ok(c.update_all_locks().and_then(|()| c.reinit_done()).is_ok()),
+            Ok(false) => Ok(true),
+            Err(e) => Err(e),
+        });
+        let Ok(resynced) = r else {
+            return false;
+        };
+        self.world.borrow_mut().faults.cache_reconnects += 1;
+        let proc = &mut self.procs[p];
+        proc.registered = incarnation;
+        if resynced {
+            proc.synced = incarnation;
+        }
+        true
     }
 
     /// Takes a guard of a random RW lock without waiting; a local one is checked against the
@@ -351,8 +388,9 @@ impl<'r> Sim<'r> {
             token: 0,
             until: None,
         };
+        let incarnation = self.world.borrow().incarnation;
         let c = self.procs[p].cached.as_mut().expect("a cached process");
-        c.held.push((guard, held, raw));
+        c.held.push((guard, held, raw, incarnation));
         self.native_guards += 1;
         Ok(())
     }

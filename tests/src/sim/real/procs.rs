@@ -118,7 +118,7 @@ impl Proc<'_> {
                 fenced: true,
             };
             return c
-                .beliefs(now)
+                .beliefs(now, incarnation)
                 .into_iter()
                 .map(|h| (h.k, belief(h.mode, h.token)))
                 .collect();
@@ -183,6 +183,9 @@ pub(super) struct Sim<'r> {
     /// Decides, apart from `rng`, which locks ask for value blocks and which exclusive
     /// releases write one (the plan's `value_ppm`), and draws the blocks.
     pub values: Rng,
+    /// Decides, apart from `rng`, which cached processes reconnect after their connection
+    /// broke (the plan's `reconnect_ppm`).
+    pub reconnects: Rng,
     pub crashes: u64,
     pub reinits: u64,
 }
