@@ -327,13 +327,9 @@ impl<'r> Sim<'r> {
         let k = rw[self.rng.index(rw.len())];
         let write = self.rng.below(2) == 0;
         let name = self.names[k].0.clone();
-        let values = self.procs[p]
-            .cached
-            .as_ref()
-            .expect("a cached process")
-            .handles[k]
-            .is_none()
-            && self.asks_values();
+        let c = self.procs[p].cached.as_mut().expect("a cached process");
+        let fresh = c.handles[k].is_none();
+        let values = fresh && self.asks_values();
         let c = self.procs[p].cached.as_mut().expect("a cached process");
         if c.handles[k].is_none() {
             let h = c.locks.rw(name.as_bytes())?;

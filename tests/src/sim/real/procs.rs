@@ -341,7 +341,7 @@ impl<'r> Sim<'r> {
                 Err(_) => return self.after_error(p, now),
             },
         };
-        let roll = if self.downgrades_now(p, id) {
+        let roll = if self.downgrades_now(p, k, id) {
             DOWNGRADE
         } else {
             roll
@@ -450,9 +450,10 @@ impl<'r> Sim<'r> {
         }
     }
 
-    /// Whether process `p`'s action on lock `id` is a downgrade instead (the plan's
-    /// `downgrade_ppm`): its record holds the RW lock exclusively, and it is not releasing it.
-    fn downgrades_now(&mut self, p: usize, id: LockId) -> bool {
+    /// Whether process `p`'s action on lock `k` (id `id`) is a downgrade instead (the plan's
+    /// `downgrade_ppm`): its record holds the RW lock exclusively, and the application has not
+    /// asked to release it (which it only ever unlocks again).
+    fn downgrades_now(&mut self, p: usize, k: usize, id: LockId) -> bool {
         let ppm = self.world.borrow().plan.downgrade_ppm;
         let proc = &self.procs[p];
         let Some(c) = proc.client.as_ref() else {
@@ -461,7 +462,7 @@ impl<'r> Sim<'r> {
         let exclusive = c.local_lock(id).is_some_and(|l| {
             l.kind == LockKind::Rw && l.state.held_mode() == Some(Mode::Exclusive)
         });
-        ppm > 0 && exclusive && self.downgrades.chance(ppm)
+        ppm > 0 && exclusive && !proc.releasing.contains(&k) && self.downgrades.chance(ppm)
     }
 
     /// Whether a lock asks for its value block (the plan's `value_ppm`, per lock record).
