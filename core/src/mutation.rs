@@ -27,6 +27,8 @@
 //! | `DowngradeStaysExclusive` | `client/mod.rs`, `LocalLock::apply` | a record whose downgrade succeeded still says it holds the lock exclusively |
 //! | `StreamKeepsParked` | `server/route.rs`, `Route::leave_stream` | a closed stream's parked request keeps its route and is not cancelled (`stream_closed` alone: a data connection lost while the control connection lives) |
 //! | `OverflowDropped`  | `dlock-transport`, `Client::poll_events` (`client/events.rs`) | an overflow the connection reports (events lost) is not passed on: the client goes on using grants whose revokes it lost |
+//! | `DeadWriterKeepsValue` | `server/clients.rs`, `release_grant` | an exclusive holder gone without an unlock (death, deinit) leaves the lock's value block valid (the Linux DLM rule of `manager/value.rs` dropped) |
+//! | `ReconnectKeepsTrust` | `dlock-transport`, `Client::reinit` (`client/control.rs`) | a client that opened its connections again goes on trusting the cached grants it held (`manager/trust.rs`, rule 2 dropped): it hands them out locally although revokes on the old connection may be lost |
 //!
 //! The model clients of `dlock-tests` mirror the transport client's registration protocol, so
 //! their copy of a client rule reads the same switch.
@@ -63,11 +65,15 @@ pub enum Mutation {
     OverflowDropped = 8,
     /// `Route::leave_stream`: the route over a closed stream is kept, its request not cancelled.
     StreamKeepsParked = 9,
+    /// `release_grant`: an exclusive grant given up for its gone holder keeps the block valid.
+    DeadWriterKeepsValue = 10,
+    /// `Client::reinit`: the trust in cached grants survives the broken connection.
+    ReconnectKeepsTrust = 11,
 }
 
 impl Mutation {
     /// Every mutation point.
-    pub const ALL: [Mutation; 10] = [
+    pub const ALL: [Mutation; 12] = [
         Mutation::MergeClaimOwner,
         Mutation::ClientLeaseLapse,
         Mutation::FairClaimServing,
@@ -78,6 +84,8 @@ impl Mutation {
         Mutation::DowngradeStaysExclusive,
         Mutation::OverflowDropped,
         Mutation::StreamKeepsParked,
+        Mutation::DeadWriterKeepsValue,
+        Mutation::ReconnectKeepsTrust,
     ];
 
     /// The mutation's name, as [`Mutation::from_name`] reads it.
@@ -93,6 +101,8 @@ impl Mutation {
             Mutation::DowngradeStaysExclusive => "DowngradeStaysExclusive",
             Mutation::OverflowDropped => "OverflowDropped",
             Mutation::StreamKeepsParked => "StreamKeepsParked",
+            Mutation::DeadWriterKeepsValue => "DeadWriterKeepsValue",
+            Mutation::ReconnectKeepsTrust => "ReconnectKeepsTrust",
         }
     }
 

@@ -498,6 +498,7 @@ impl<'r> Server<'r> {
         let kind = crate::table::SlotState(self.t.lock_meta[lock as usize].state).kind();
         if granted == Some(Mode::Exclusive)
             && super::locks::exclusive_owner(kind, &self.t.lock_cells[lock as usize]) == me.get()
+            && !crate::mutated!(DeadWriterKeepsValue)
         {
             // Gone without an unlock that could have written it (death or deinit): the
             // block may no longer describe what the holder left behind.

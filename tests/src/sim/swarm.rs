@@ -28,6 +28,8 @@
 //! | `value_ppm`         | that share of lock records asks for the lock's value block with every grant, and half their exclusive unlocks write one |
 //! | `event_loss_ppm`    | that share of event messages finds no room on its connection: the client reads an overflow in its place and re-checks everything it caches (gives back every cached grant) |
 //! | `retain_ppm`        | that share of acquisitions asks to be retained on the holder's death (`RETAIN`); a recoverer lists the dead clients' retained locks and calls `recovery_done`, and other clients now and then try to, which must be refused |
+//! | `downgrade_ppm`     | (the real-client simulator) that share of a reference-shaped process's actions on an RW lock its record holds exclusively downgrades it in place (`Client::downgrade`) |
+//! | `reconnect_ppm`     | (the real-client simulator) the chance that a `CachedLocks` process whose connection broke reconnects and registers again (`Client::reinit`) instead of starting over: its cached grants then count as revoked (`manager::trust`, rule 2) |
 //!
 //! A plan is drawn from its own generator ([`FaultPlan::draw`]), so a seed's plan does not
 //! depend on what else the simulator draws; the toggles are drawn after the faults, so a seed's
@@ -73,6 +75,9 @@ pub struct Faults {
     pub values_written: u64,
     /// Spells in which a cached-locks process of the real-client simulator read no revoke.
     pub cache_deaf_spells: u64,
+    /// Cached-locks processes of the real-client simulator that reconnected and registered
+    /// again after their connection broke.
+    pub cache_reconnects: u64,
     /// Dead clients whose retained locks a recoverer released.
     pub recoveries_done: u64,
     /// `recovery_done` calls from clients without the role (all refused).
@@ -112,6 +117,7 @@ impl Faults {
             (&mut self.local_acquires, o.local_acquires),
             (&mut self.values_written, o.values_written),
             (&mut self.cache_deaf_spells, o.cache_deaf_spells),
+            (&mut self.cache_reconnects, o.cache_reconnects),
             (&mut self.recoveries_done, o.recoveries_done),
             (&mut self.recoveries_refused, o.recoveries_refused),
         ];
@@ -166,6 +172,12 @@ pub struct FaultPlan {
     pub stream_break_ppm: u32,
     /// The server's contention window (ms; 0: off).
     pub contention_window_ms: u32,
+    /// A reference-shaped process of the real-client simulator downgrades an RW lock its
+    /// record holds exclusively, instead of the action it drew (per such action).
+    pub downgrade_ppm: u32,
+    /// A cached-locks process of the real-client simulator whose connection broke reconnects
+    /// (per break) instead of starting over.
+    pub reconnect_ppm: u32,
 }
 
 /// What becomes of a reply the server is about to send.
@@ -228,8 +240,10 @@ impl FaultPlan {
             retain_ppm: maybe(&mut rng, 50_000, 1_000_000),
             event_loss_ppm: maybe(&mut rng, 5_000, 300_000),
             stream_break_ppm: maybe(&mut rng, 20, 3_000),
-            // Drawn last, so every earlier draw of a seed is what it was before it existed.
+            // Drawn last, so every earlier draw of a seed is what it was before they existed.
             contention_window_ms: maybe(&mut rng, 1, 200),
+            downgrade_ppm: maybe(&mut rng, 50_000, 500_000),
+            reconnect_ppm: maybe(&mut rng, 200_000, 1_000_000),
         }
     }
 

@@ -68,8 +68,11 @@ impl<C: Connection> Client<C> {
             .reconnect()
             .map_err(|e| op.io_as(Status::NotReady, e))?;
         // Revokes on the old connections are lost: every cached grant counts as revoked, and
-        // the next `poll_events` says so (`dlock_core::manager::trust`, rule 2).
-        self.trust.broken();
+        // the next `poll_events` says so (`dlock_core::manager::trust`, rule 2;
+        // `ReconnectKeepsTrust` puts back a client that forgets it, for the simulator's seed).
+        if !dlock_core::mutated!(ReconnectKeepsTrust) {
+            self.trust.broken();
+        }
         self.pending = None;
         self.pipeline.clear();
         for e in self.locks.iter_mut() {

@@ -90,6 +90,12 @@ pub struct Oracle {
     /// Checks made (grants, claims and object results compared against the model, and table
     /// checks).
     pub checks: u64,
+    /// Downgrades the server answered with success (a simulator that cannot see its clients'
+    /// records counts them here).
+    pub downgrades: u64,
+    /// Value blocks written by exclusive unlocks and downgrades the server answered with
+    /// success.
+    pub values_written: u64,
     /// Prints every lock result (`DLOCK_SIM_TRACE=1`), to read a replayed failure.
     pub trace: bool,
 }
@@ -299,6 +305,11 @@ impl Oracle {
                     }
                     self.name_lock(entry.id, name, true);
                     let mode = claimed_mode(claim.held);
+                    if mode.is_some()
+                        && let Some(offered) = &claim.value
+                    {
+                        self.values.reclaim(name, offered);
+                    }
                     self.claim_accepted(now, client, name, claim.kind, mode, claim.remaining_ms)?;
                 }
             }
@@ -475,6 +486,7 @@ impl Oracle {
             }
             LockOp::UnlockExclusive | LockOp::UnlockShared => {
                 if c.op == LockOp::UnlockExclusive {
+                    self.values_written += u64::from(written.is_some());
                     self.values.released(name, written);
                 }
                 self.holders[name].retain(|h| h.client != client);
@@ -482,6 +494,8 @@ impl Oracle {
             // The exclusive holder stays, as a reader (RW grants never lapse; a revoke
             // outstanding still may, which a later grant would show).
             LockOp::Downgrade => {
+                self.downgrades += 1;
+                self.values_written += u64::from(written.is_some());
                 self.values.released(name, written);
                 let (lapses, retain) = self.holders[name]
                     .iter()

@@ -1,6 +1,7 @@
 //! The oracle's rule for lock value blocks: a block read with a grant after a valid release is
 //! the block last written, and one read after an exclusive holder was lost without writing it
-//! (death, deinit) or after a failover (the simulated clients' claims supply none) is invalid.
+//! (death, deinit) or after a failover is invalid, unless a re-claim offered a valid one (the
+//! real client's claims carry the block their grant came with; the model clients' supply none).
 //!
 //! The model follows each lock name's block from what crosses the wire:
 //!
@@ -8,6 +9,7 @@
 //! |--------------------------------------------------------------|-----------------------|
 //! | the name gets a lock id it did not have (created anew)        | unknown              |
 //! | a recovering server restores the name from a claim            | invalid              |
+//! | it accepts a grant's claim offering a valid block, newer than any taken so far (or the first) | that block, valid (`LockValue::reclaim`) |
 //! | an exclusive unlock or downgrade carrying a block succeeds    | that block, valid    |
 //! | an exclusive holder removed while its grant runs              | invalid              |
 //! | one removed, or taken over, whose grant the model saw run out | unknown (the server invalidates only a holder still in the word) |
@@ -16,7 +18,7 @@
 //! "Unknown" checks nothing and learns from the next read; it is where the model cannot tell
 //! what the server knows (an expired holder's word, a lapse the server ran lazily).
 
-use dlock_core::manager::value::{ValueBlock, ValueRead};
+use dlock_core::manager::value::{ValueBlock, ValueRead, seq_after};
 
 /// What the model knows of one lock name's value block.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -35,6 +37,9 @@ pub enum Block {
 pub struct Values {
     blocks: Vec<Block>,
     ids: Vec<u32>,
+    /// The write count of the block a recovering server took from a claim, per name, while
+    /// it is the model's block: a later claim's block replaces it only if newer.
+    reclaimed: Vec<Option<u32>>,
     /// Blocks read and compared.
     pub checks: u64,
 }
@@ -45,6 +50,7 @@ impl Values {
         Values {
             blocks: vec![Block::Unknown; names],
             ids: vec![0; names],
+            reclaimed: vec![None; names],
             checks: 0,
         }
     }
@@ -59,6 +65,7 @@ impl Values {
     pub fn named(&mut self, name: usize, raw: u32, claimed: bool) {
         if self.ids[name] != raw {
             self.ids[name] = raw;
+            self.reclaimed[name] = None;
             self.blocks[name] = match claimed {
                 true => Block::Invalid,
                 false => Block::Unknown,
@@ -66,10 +73,27 @@ impl Values {
         }
     }
 
+    /// A recovering server accepted a claim of a grant of `name` offering `offered`: it takes
+    /// a valid block if its own is invalid or the offer is newer.
+    pub fn reclaim(&mut self, name: usize, offered: &ValueRead) {
+        let take = offered.valid
+            && match (self.blocks[name], self.reclaimed[name]) {
+                (Block::Invalid, _) => true,
+                (_, Some(seq)) => seq_after(offered.seq, seq),
+                // Known or unknown apart from a claim: the server's seq is not the model's.
+                (_, None) => false,
+            };
+        if take {
+            self.blocks[name] = Block::Known(offered.block);
+            self.reclaimed[name] = Some(offered.seq);
+        }
+    }
+
     /// An exclusive release of `name` succeeded, writing `written` if any.
     pub fn released(&mut self, name: usize, written: Option<ValueBlock>) {
         if let Some(b) = written {
             self.blocks[name] = Block::Known(b);
+            self.reclaimed[name] = None;
         }
     }
 
@@ -80,6 +104,7 @@ impl Values {
             true => Block::Invalid,
             false => Block::Unknown,
         };
+        self.reclaimed[name] = None;
     }
 
     /// A grant of `name` to `client` at `now` read `read`: checked, then taken as the block.
@@ -113,6 +138,8 @@ impl Values {
             true => Block::Known(read.block),
             false => Block::Invalid,
         };
+        // A grant ends the recovery the claims were part of: no claim comes after it.
+        self.reclaimed[name] = None;
         Ok(())
     }
 }

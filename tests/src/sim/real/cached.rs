@@ -10,15 +10,25 @@
 //! while — it keeps its guards and its lease (heartbeats) but neither polls nor takes, so the
 //! revokes that come meanwhile lie unread and its grants lapse at the revoke timeout.
 //!
+//! With `value_ppm`, some handles ask for value blocks and half their write guards set one,
+//! which the handle writes when it gives the grant back or downgrades it; with
+//! `reconnect_ppm`, a process whose connection broke registers again over a new one
+//! ([`Sim::cached_reconnect`]) instead of starting over, keeping its guards.
+//!
 //! What such a process believes is what its live guards say, within the rules of a cached
 //! grant ([`Cached::beliefs`]); a guard handed out with no message must also keep the rules
-//! the real client relies on ([`Cached::check_local`]).
+//! the real client relies on ([`Cached::check_local`]) and read the block its grant came with
+//! or a local writer of that grant set since ([`Cached::check_value`]). A broken connection
+//! revokes every grant held when it broke (`manager::trust`, rule 2: `SimConn::reconnect`
+//! files it as an overflow would be), and a guard from before a failover stands on nothing
+//! (rule 3).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
 use dlock_core::manager::conflicts;
+use dlock_core::manager::value::ValueRead;
 use dlock_core::{LockKind, Mode, Status};
 use dlock_transport::client::{
     CachedLocks, CachedReadGuard, CachedRwLock, CachedWriteGuard, Client, Error, ErrorKind,
@@ -43,6 +53,14 @@ impl Guard<'_> {
             Guard::Write(g) => g.token().0,
         }
     }
+
+    /// The value block the guard reads.
+    fn value(&self) -> Option<ValueRead> {
+        match self {
+            Guard::Read(g) => g.value(),
+            Guard::Write(g) => g.value(),
+        }
+    }
 }
 
 /// A process running cached locks.
@@ -51,13 +69,18 @@ pub(super) struct Cached<'r> {
     /// Its link, cut when it crashes (a crash sends nothing).
     link: LinkId,
     watch: Rc<RefCell<Watch>>,
-    /// Per lock name, its handle and its id's raw value (RW names only).
-    handles: Vec<Option<(CachedRwLock<SimConn<'r>>, u32)>>,
-    /// Live guards, each with the lock (name, mode) and the lock id's raw value.
-    held: Vec<(Guard<'r>, Held, u32)>,
+    /// Per lock name, its handle, its id's raw value, and whether it asks for value blocks
+    /// (RW names only).
+    handles: Vec<Option<(CachedRwLock<SimConn<'r>>, u32, bool)>>,
+    /// Live guards, each with the lock (name, mode), the lock id's raw value, and the server
+    /// incarnation it was taken from.
+    held: Vec<(Guard<'r>, Held, u32, u32)>,
     /// Per grant the server gave (lock id's raw value, token), how many of the connection's
     /// revokes the client had read when it came: an overflow read later revokes it.
     grants: HashMap<(u32, u64), usize>,
+    /// Per grant (lock id's raw value, token), the value block its guards read: as the
+    /// server's grant returned it (which the oracle checks), or as a local writer set it since.
+    values: HashMap<(u32, u64), Option<ValueRead>>,
     /// Deaf (module doc) until this sim time.
     deaf_until: u64,
 }
@@ -85,6 +108,7 @@ impl<'r> Cached<'r> {
             handles: (0..names).map(|_| None).collect(),
             held: Vec::new(),
             grants: HashMap::new(),
+            values: HashMap::new(),
             deaf_until: 0,
         })
     }
@@ -117,18 +141,20 @@ impl<'r> Cached<'r> {
         floor + REVOKE_TIMEOUT_MS
     }
 
-    /// What its live guards say at `now` (module doc), each under the token its guard reads.
-    pub(super) fn beliefs(&self, now: u64) -> Vec<Held> {
+    /// What its live guards say at `now`, while the server is incarnation `incarnation`
+    /// (module doc), each under the token its guard reads. A guard from an earlier server
+    /// stands on nothing: a failover re-claims no cached grant (`manager::trust`, rule 3).
+    pub(super) fn beliefs(&self, now: u64, incarnation: u32) -> Vec<Held> {
         let watch = self.watch.borrow();
         self.held
             .iter()
-            .map(|(g, h, _)| Held {
+            .filter(|(g, _, raw, from)| {
+                *from == incarnation && now < self.sure_until(&watch, *raw, g.token())
+            })
+            .map(|(g, h, _, _)| Held {
                 token: g.token(),
                 ..*h
             })
-            .zip(&self.held)
-            .filter(|(h, (_, _, raw))| now < self.sure_until(&watch, *raw, h.token))
-            .map(|(h, _)| h)
             .collect()
     }
 
@@ -160,6 +186,18 @@ impl<'r> Cached<'r> {
             ));
         }
         Ok(())
+    }
+
+    /// A guard of grant `token` on lock id `raw` handed out with no message reads `read`: the
+    /// block the grant came with, or the one a local writer of the same grant set since.
+    fn check_value(&self, raw: u32, token: u64, read: Option<ValueRead>) -> Result<(), String> {
+        match self.values.get(&(raw, token)) {
+            Some(&want) if want != read => Err(format!(
+                "a cached guard (token {token:#x}) handed out locally reads the value block \
+                 {read:?}, while its grant's is {want:?}"
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Gone without a word: its link is cut first, so its guards' drops send nothing.
@@ -241,14 +279,43 @@ impl<'r> Sim<'r> {
         };
         match outcome {
             Err(e) if gone(&e) => {
-                if let Some(c) = self.procs[p].cached.take() {
-                    c.crash(&self.world);
+                let ppm = self.world.borrow().plan.reconnect_ppm;
+                if !(ppm > 0 && self.reconnects.chance(ppm) && self.cached_reconnect(p)) {
+                    if let Some(c) = self.procs[p].cached.take() {
+                        c.crash(&self.world);
+                    }
+                    self.procs[p].down_until = now;
                 }
-                self.procs[p].down_until = now;
                 Ok(())
             }
             Err(_) | Ok(()) => Ok(()),
         }
+    }
+
+    /// Cached process `p`, whose connection or registration broke, reconnects as an engine
+    /// would: it registers again over a new connection (`Client::reinit`, which counts every
+    /// cached grant as revoked: `manager::trust`, rule 2) and, from a recovering server,
+    /// re-claims what it holds (no cached grant: rule 3) and says it is done. False when the
+    /// server no longer knows it: it starts over instead.
+    fn cached_reconnect(&mut self, p: usize) -> bool {
+        self.reinits += 1;
+        let incarnation = self.world.borrow().incarnation;
+        let c = self.procs[p].cached.as_ref().expect("a cached process");
+        let r = c.locks.with_client(|c| match c.reinit() {
+            Ok(true) => Ok(c.update_all_locks().and_then(|()| c.reinit_done()).is_ok()),
+            Ok(false) => Ok(true),
+            Err(e) => Err(e),
+        });
+        let Ok(resynced) = r else {
+            return false;
+        };
+        self.world.borrow_mut().faults.cache_reconnects += 1;
+        let proc = &mut self.procs[p];
+        proc.registered = incarnation;
+        if resynced {
+            proc.synced = incarnation;
+        }
+        true
     }
 
     /// Takes a guard of a random RW lock without waiting; a local one is checked against the
@@ -261,13 +328,19 @@ impl<'r> Sim<'r> {
         let write = self.rng.below(2) == 0;
         let name = self.names[k].0.clone();
         let c = self.procs[p].cached.as_mut().expect("a cached process");
+        let fresh = c.handles[k].is_none();
+        let values = fresh && self.asks_values();
+        let c = self.procs[p].cached.as_mut().expect("a cached process");
         if c.handles[k].is_none() {
             let h = c.locks.rw(name.as_bytes())?;
             let raw = h.id().expect("referenced by rw").raw();
-            c.handles[k] = Some((h, raw));
+            if values {
+                h.set_value_blocks(true)?;
+            }
+            c.handles[k] = Some((h, raw, values));
         }
-        let (h, raw) = c.handles[k].as_ref().expect("made above");
-        let raw = *raw;
+        let (h, raw, values) = c.handles[k].as_ref().expect("made above");
+        let (raw, values) = (*raw, *values);
         let hits = c.locks.local_hits();
         let (guard, mode, token) = if write {
             let g = h.try_write()?;
@@ -281,12 +354,27 @@ impl<'r> Sim<'r> {
         if c.locks.local_hits() == hits {
             let read = c.watch.borrow().read;
             c.grants.entry((raw, token)).or_insert(read);
+            c.values.insert((raw, token), guard.value());
         } else {
-            let verdict = c.check_local(now, raw, mode, token);
+            let verdict = c
+                .check_local(now, raw, mode, token)
+                .and_then(|()| c.check_value(raw, token, guard.value()));
             let mut w = self.world.borrow_mut();
             w.faults.local_acquires += 1;
             if let Err(e) = verdict {
                 w.fail_with(format!("process {p}: {e}"));
+            }
+        }
+        let mut guard = guard;
+        if let Guard::Write(g) = &mut guard
+            && values
+            && self.values.below(2) == 0
+        {
+            // Written to the server when the exclusive turn ends (a give-back or downgrade).
+            let block = self.value_block();
+            let c = self.procs[p].cached.as_mut().expect("a cached process");
+            if g.set_value(&block).is_ok() {
+                c.values.insert((raw, token), g.value());
             }
         }
         // (The token is read off the guard when it is believed.)
@@ -296,8 +384,9 @@ impl<'r> Sim<'r> {
             token: 0,
             until: None,
         };
+        let incarnation = self.world.borrow().incarnation;
         let c = self.procs[p].cached.as_mut().expect("a cached process");
-        c.held.push((guard, held, raw));
+        c.held.push((guard, held, raw, incarnation));
         self.native_guards += 1;
         Ok(())
     }

@@ -253,6 +253,19 @@ fn grant_refused_trylocks(reply: &mut [u8]) {
 
 impl Connection for SimConn<'_> {
     fn reconnect(&mut self) -> io::Result<()> {
+        // Revokes in flight on the old link are lost: every grant held now counts as revoked
+        // (`manager::trust`, rule 2), as at an overflow standing where they would have been.
+        // They were sent after the last request answered was read, so they lapse no earlier
+        // than the anchor and the timeout.
+        let mut watch = self.watch.borrow_mut();
+        let floor = watch.anchor;
+        watch.revokes.push(SeenRevoke {
+            lock: EVERY_LOCK,
+            fence: u64::MAX,
+            wanted: Mode::Exclusive,
+            floor,
+        });
+        drop(watch);
         let mut w = self.world.borrow_mut();
         // The client closes what it had; the server sees it close.
         w.net.break_link(self.link);

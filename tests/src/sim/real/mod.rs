@@ -21,6 +21,17 @@
 //! answered, deaf spells that leave revokes to lapse. The server's revokes travel as event
 //! messages on the data channel, in order with the replies, as on a TCP data connection.
 //!
+//! The lock manager's other drives are toggles of the seed ([`swarm`](super::swarm)), each
+//! drawn apart from the run's generator so that a seed without it runs as it did before it
+//! existed: reference-shaped processes downgrade RW locks their records hold exclusively
+//! (`downgrade_ppm`; cached processes downgrade when a revoke wants shared); lock records and
+//! cached handles ask for value blocks (`value_ppm`): exclusive unlocks and downgrades write
+//! one half the time, and cached writers set one for their give-back; and a cached process
+//! whose connection broke reconnects (`reconnect_ppm`, `Client::reinit`) instead of starting
+//! over.
+//! The oracle learns downgrades and blocks from the server's answers and checks every block a
+//! grant returns ([`values`](super::oracle::values)).
+//!
 //! After every step the oracle checks the server's answers and its tables, and what the
 //! clients *believe* from their own records, or a native process from its live guards
 //! ([`beliefs`](super::oracle::beliefs)).
@@ -151,6 +162,9 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<Report, Failure> {
             .collect(),
         ops: 0,
         native_guards: 0,
+        downgrades: Rng::new(seed ^ 0xd0_a4ad_e000),
+        values: Rng::new(seed ^ 0x7a1_0eb1_0c00),
+        reconnects: Rng::new(seed ^ 0x4ec0_44ec_7000),
         crashes: 0,
         reinits: 0,
     };
@@ -173,13 +187,17 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<Report, Failure> {
         }
     }
     let w = world.borrow();
+    let mut faults = w.faults;
+    // The server's answers count what no process can see of another's records.
+    faults.downgrades = w.oracle.downgrades;
+    faults.values_written = w.oracle.values_written;
     Ok(Report {
         seed,
         ops: sim.ops,
         steps: step,
-        checks: w.oracle.checks + w.oracle.beliefs.checks,
+        checks: w.oracle.checks + w.oracle.beliefs.checks + w.oracle.values.checks,
         clients: n_procs,
-        faults: w.faults,
+        faults,
         guards: sim.native_guards,
     })
 }

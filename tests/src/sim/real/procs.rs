@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::time::Duration;
 
+use dlock_core::proto::LockFlags;
 use dlock_core::{LockId, LockKind, Mode, ObjectId, Status};
 use dlock_transport::client::{AsyncOp, Client, ClientConfig, Endpoint, LocalLock};
 
@@ -16,6 +17,9 @@ use super::conn::{Shared, SimConn};
 use super::native::Native;
 use crate::sim::Rng;
 use crate::sim::oracle::beliefs::Belief;
+
+/// The roll of a downgrade ([`Sim::operate`]; the application's own rolls start at 2).
+const DOWNGRADE: u64 = 1;
 
 /// Every client's lease (ms).
 pub(super) const CLIENT_LEASE_MS: u64 = 400;
@@ -47,6 +51,11 @@ pub(super) struct Proc<'r> {
     /// client's record says (an unlock whose reply was lost leaves the record holding, and a
     /// trylock would be answered from it as a re-entry).
     pub releasing: HashSet<usize>,
+    /// Locks (by name) the application asked to downgrade and was not told it had, with the
+    /// token of the grant it asked for: it writes no more under that grant, whatever its
+    /// record says (a lost reply leaves the record exclusive while the server may already
+    /// have let readers in).
+    pub downgrading: HashMap<usize, u64>,
     pub object: Option<ObjectId>,
     /// Down (crashed) or stopped (paused) until this sim time.
     pub down_until: u64,
@@ -68,6 +77,7 @@ impl Proc<'_> {
             unfenced: HashSet::new(),
             ids: HashMap::new(),
             releasing: HashSet::new(),
+            downgrading: HashMap::new(),
             object: None,
             down_until: 0,
             paused_until: 0,
@@ -108,7 +118,7 @@ impl Proc<'_> {
                 fenced: true,
             };
             return c
-                .beliefs(now)
+                .beliefs(now, incarnation)
                 .into_iter()
                 .map(|h| (h.k, belief(h.mode, h.token)))
                 .collect();
@@ -130,6 +140,10 @@ impl Proc<'_> {
             if self.releasing.contains(&name) {
                 continue;
             }
+            let mode = match self.downgrading.get(&name) {
+                Some(&t) if t == l.token.0 => Mode::Shared,
+                _ => mode,
+            };
             out.push((
                 name,
                 Belief {
@@ -163,6 +177,15 @@ pub(super) struct Sim<'r> {
     pub ops: u64,
     /// Guards (and sets) the native processes took.
     pub native_guards: u64,
+    /// Decides, apart from `rng`, which actions on a lock held exclusively downgrade it
+    /// (the plan's `downgrade_ppm`), so a seed without them runs as it did before.
+    pub downgrades: Rng,
+    /// Decides, apart from `rng`, which locks ask for value blocks and which exclusive
+    /// releases write one (the plan's `value_ppm`), and draws the blocks.
+    pub values: Rng,
+    /// Decides, apart from `rng`, which cached processes reconnect after their connection
+    /// broke (the plan's `reconnect_ppm`).
+    pub reconnects: Rng,
     pub crashes: u64,
     pub reinits: u64,
 }
@@ -223,6 +246,7 @@ impl<'r> Sim<'r> {
         let conn = SimConn::new(Rc::clone(&self.world), p, Rc::clone(&proc.heard));
         proc.ids.clear();
         proc.releasing.clear();
+        proc.downgrading.clear();
         proc.object = None;
         match Client::over(conn, Self::config()) {
             Ok(c) => {
@@ -300,6 +324,7 @@ impl<'r> Sim<'r> {
         } else {
             self.rng.range(2, 99)
         };
+        let values = !self.procs[p].ids.contains_key(&k) && self.asks_values();
         let proc = &mut self.procs[p];
         let c = proc.client.as_mut().expect("checked above");
         let id = match proc.ids.get(&k) {
@@ -307,12 +332,24 @@ impl<'r> Sim<'r> {
             None => match c.get_lock(kind, name.as_bytes()) {
                 Ok(id) => {
                     proc.ids.insert(k, id);
+                    if values {
+                        // Local: every grant of the lock returns its block from now on.
+                        let _ = c.set_value_blocks(id, true);
+                    }
                     id
                 }
                 Err(_) => return self.after_error(p, now),
             },
         };
+        let roll = if self.downgrades_now(p, k, id) {
+            DOWNGRADE
+        } else {
+            roll
+        };
         self.ops += 1;
+        if matches!(roll, DOWNGRADE | 36..=60) {
+            self.stage_value(p, id);
+        }
         let outcome = self.operate(p, k, id, roll, mode, expire);
         match outcome {
             Err(Status::BadResponse | Status::NotReady | Status::ClientNotInit) => {
@@ -335,6 +372,17 @@ impl<'r> Sim<'r> {
         let proc = &mut self.procs[p];
         let c = proc.client.as_mut().expect("a live client");
         match roll {
+            DOWNGRADE => {
+                let token = c.local_lock(id).map(|l| l.token.0);
+                let r = c.downgrade(id).map(drop).map_err(Status::from);
+                // Told it has: the record must say so (`DowngradeStaysExclusive` is the bug).
+                match (r, token) {
+                    (Ok(()), _) => proc.downgrading.remove(&k),
+                    (Err(_), Some(t)) => proc.downgrading.insert(k, t),
+                    (Err(_), None) => None,
+                };
+                r
+            }
             2..=35 => c.trylock(id, mode, expire).map(drop).map_err(Status::from),
             36..=60 => {
                 // The application stops using the lock now, whatever the answer; a record that
@@ -400,6 +448,54 @@ impl<'r> Sim<'r> {
                 Ok(())
             }
         }
+    }
+
+    /// Whether process `p`'s action on lock `k` (id `id`) is a downgrade instead (the plan's
+    /// `downgrade_ppm`): its record holds the RW lock exclusively, and the application has not
+    /// asked to release it (which it only ever unlocks again).
+    fn downgrades_now(&mut self, p: usize, k: usize, id: LockId) -> bool {
+        let ppm = self.world.borrow().plan.downgrade_ppm;
+        let proc = &self.procs[p];
+        let Some(c) = proc.client.as_ref() else {
+            return false;
+        };
+        let exclusive = c.local_lock(id).is_some_and(|l| {
+            l.kind == LockKind::Rw && l.state.held_mode() == Some(Mode::Exclusive)
+        });
+        ppm > 0 && exclusive && !proc.releasing.contains(&k) && self.downgrades.chance(ppm)
+    }
+
+    /// Whether a lock asks for its value block (the plan's `value_ppm`, per lock record).
+    pub(super) fn asks_values(&mut self) -> bool {
+        let ppm = self.world.borrow().plan.value_ppm;
+        ppm > 0 && self.values.chance(ppm)
+    }
+
+    /// A fresh value block: 16 random bytes (zero-padded to the block's size by the client),
+    /// so that every write can be told from every other.
+    pub(super) fn value_block(&mut self) -> [u8; 16] {
+        let mut b = [0; 16];
+        b[..8].copy_from_slice(&self.values.next_u64().to_le_bytes());
+        b[8..].copy_from_slice(&self.values.next_u64().to_le_bytes());
+        b
+    }
+
+    /// Half the time, process `p` stages a value block for the unlock or downgrade it is about
+    /// to send on lock `id`, if its record holds the lock exclusively and asks for blocks: the
+    /// exclusive turn's end writes it.
+    fn stage_value(&mut self, p: usize, id: LockId) {
+        let Some(c) = self.procs[p].client.as_ref() else {
+            return;
+        };
+        let writer = c.local_lock(id).is_some_and(|l| {
+            l.ask.contains(LockFlags::VALUE_BLOCK) && l.state.held_mode() == Some(Mode::Exclusive)
+        });
+        if !writer || self.values.below(2) == 0 {
+            return;
+        }
+        let block = self.value_block();
+        let c = self.procs[p].client.as_mut().expect("checked above");
+        let _ = c.stage_value(id, &block);
     }
 
     /// A batch of trylocks, per item or all-or-nothing.
