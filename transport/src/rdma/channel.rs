@@ -30,10 +30,11 @@
 //!
 //! No `dlock-core` message is empty, so a zero-length SEND is the channel's own: a client's
 //! credit return, and the server's acknowledgement of it. They are handled here and nowhere
-//! else ([`Empties`]): an empty message is never queued with the others, its receive slot is
-//! reposted as soon as its completion is polled, and an acknowledgement owed goes as soon as a
-//! send slot is free, so neither waits behind requests a server holds (`credit.rs` says why
-//! that matters). The immediate value of the last SEND received with one is kept
+//! else ([`Empties`]): an empty message is never queued with the others, and its receive slot
+//! is reposted as soon as its completion is polled; an acknowledgement owed goes at the next
+//! [`Channel::drain`] that finds a send slot free (every drain tries: send slots free
+//! themselves as SENDs complete). So neither waits behind requests a server holds (`credit.rs`
+//! says why that matters). The immediate value of the last SEND received with one is kept
 //! ([`Channel::peer_imm`]): a client puts there how many event messages it has taken.
 //!
 //! # Completion queue depth
@@ -286,13 +287,19 @@ impl Channel {
         Ok(())
     }
 
-    /// SENDs an empty credit return with `imm` (the event messages taken), waiting until
-    /// `deadline` for a send slot; it is then awaited until acknowledged
-    /// ([`Self::credit_returns_inflight`]).
-    pub(crate) fn return_credit(&mut self, deadline: Instant, imm: u32) -> Result<(), RdmaError> {
-        self.send_with(deadline, Some(imm), |_| 0)?;
+    /// SENDs an empty credit return with `imm` (the event messages taken) if a send slot is
+    /// free now (after draining the completion queue once if none was); it is then awaited
+    /// until acknowledged ([`Self::credit_returns_inflight`]). `Ok(false)`, and nothing sent,
+    /// when every send slot is busy: the caller tries again at its next poll (send slots free
+    /// themselves as SENDs complete), so the poll that asks never waits.
+    pub(crate) fn try_return_credit(&mut self, imm: u32) -> Result<bool, RdmaError> {
+        self.check_connected()?;
+        let Some(send) = self.free_send_slot()? else {
+            return Ok(false);
+        };
+        self.post_send_slot(send, 0, Some(imm))?;
         self.empties.returned();
-        Ok(())
+        Ok(true)
     }
 
     /// Credit returns sent and not yet acknowledged.
@@ -339,8 +346,9 @@ impl Channel {
 
     /// Lets `fill` write a message of at most [`MESSAGE_MAX`] bytes into a free send slot,
     /// waiting until `deadline` for one, and SENDs it with `imm` as its immediate value if
-    /// given: a client's request, or (empty) its credit return ([`Self::return_credit`]). A
-    /// server answers what it received with [`Self::try_respond`].
+    /// given: a client's request. A client's credit return goes with
+    /// [`Self::try_return_credit`], and a server answers what it received with
+    /// [`Self::try_respond`].
     pub(crate) fn send_with<F>(
         &mut self,
         deadline: Instant,
@@ -464,8 +472,13 @@ impl Channel {
         Ok(true)
     }
 
-    /// Copies the oldest received message into `out`, reposts its slot, and returns its length.
-    pub(crate) fn take_message(&mut self, out: &mut [u8]) -> Result<usize, RdmaError> {
+    /// Copies the oldest received message into `out`, reposts its slot, and returns its length
+    /// with the outcome of the repost: an error there (the channel is then poisoned) comes
+    /// after the message was taken, and must not lose it.
+    pub(crate) fn take_message(
+        &mut self,
+        out: &mut [u8],
+    ) -> Result<(usize, Result<(), RdmaError>), RdmaError> {
         let &(slot, len) = self
             .ready
             .front()
@@ -482,8 +495,7 @@ impl Channel {
             std::slice::from_raw_parts(self.buf.base().as_ptr().add(slot * SLOT_BYTES), len)
         };
         out[..len].copy_from_slice(msg);
-        self.repost(slot)?;
-        Ok(len)
+        Ok((len, self.repost(slot)))
     }
 
     /// Gives receive slot `slot` back to the device.
