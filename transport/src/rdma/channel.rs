@@ -48,15 +48,15 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ibverbs::ibv_wc;
 
-use super::credit::{Empties, EmptyMeans};
+use super::credit::{Empties, EmptyMeans, SEND_SLOTS, SendSlots};
 use super::endpoint::{Endpoint, ObjectTable};
 use super::post::{SendOp, Sge};
 use super::registered::{OwnedBuffer, RdmaDevice};
 use super::verbs::{Cq, Qp, RemoteAccess};
-use super::{CELL_BYTES, MESSAGE_MAX, MESSAGES_INFLIGHT_MAX, RdmaError, SLOT_BYTES};
+use super::{CELL_BYTES, MESSAGE_MAX, RdmaError, SLOT_BYTES};
 
 /// Send slots: one per message in flight.
-const SLOTS: usize = MESSAGES_INFLIGHT_MAX;
+const SLOTS: usize = SEND_SLOTS;
 /// Send queue: a SEND per send slot + the one READ or atomic a client has outstanding.
 const SEND_WR_MAX: usize = SLOTS + 1;
 /// The most receive slots a channel posts (a client's), which bounds the completion queue.
@@ -103,7 +103,7 @@ pub(crate) struct Channel {
     /// The immediate value of the last SEND that came with one (0 before any).
     peer_imm: u32,
     /// Send slots whose SEND has not completed yet.
-    send_busy: [bool; SLOTS],
+    send_busy: SendSlots,
     /// The pending one-sided operation: its sequence number and opcode name.
     pending: Option<(u64, &'static str)>,
     seq: u64,
@@ -111,8 +111,8 @@ pub(crate) struct Channel {
 
 impl Channel {
     /// A queue pair in RESET with `recv_slots` (1..=[`RECV_SLOTS_MAX`]) receive slots and
-    /// [`MESSAGES_INFLIGHT_MAX`] send slots, its buffers registered; an empty message it
-    /// receives `means` what its side takes it for.
+    /// [`SLOTS`] send slots, its buffers registered; an empty message it receives `means` what
+    /// its side takes it for.
     pub(crate) fn new(
         device: &RdmaDevice,
         recv_slots: usize,
@@ -142,7 +142,7 @@ impl Channel {
             ready: VecDeque::with_capacity(recv_slots),
             empties: Empties::new(means),
             peer_imm: 0,
-            send_busy: [false; SLOTS],
+            send_busy: SendSlots::default(),
             pending: None,
             seq: 0,
         })
@@ -261,7 +261,7 @@ impl Channel {
                         self.ready.push_back((index as usize, wc.len()));
                     }
                 }
-                KIND_SEND => self.send_busy[index as usize] = false,
+                KIND_SEND => self.send_busy.completed(index as usize),
                 // A completion for an older sequence number would belong to an abandoned
                 // operation, but abandoning poisons the channel, so only the pending one comes.
                 KIND_ONE_SIDED if self.pending.is_some_and(|(seq, _)| seq == index) => {
@@ -279,7 +279,7 @@ impl Channel {
     /// Sends the acknowledgements owed while a send slot is free; the rest go at a later
     /// drain (send slots free themselves as SENDs complete).
     fn send_owed(&mut self) -> Result<(), RdmaError> {
-        while let Some(send) = self.send_busy.iter().position(|busy| !busy)
+        while let Some(send) = self.send_busy.free()
             && self.empties.take_owed()
         {
             self.post_send_slot(send, 0, None)?;
@@ -333,7 +333,7 @@ impl Channel {
     pub(crate) fn wait_send_slot(&mut self, deadline: Instant) -> Result<usize, RdmaError> {
         loop {
             self.check_connected()?;
-            if let Some(slot) = self.send_busy.iter().position(|busy| !busy) {
+            if let Some(slot) = self.send_busy.free() {
                 return Ok(slot);
             }
             self.drain()?;
@@ -374,16 +374,16 @@ impl Channel {
     /// A send slot no posted work request names, without waiting: drains the completion queue
     /// once if every slot is busy. `None` when all are still busy.
     fn free_send_slot(&mut self) -> Result<Option<usize>, RdmaError> {
-        if let Some(slot) = self.send_busy.iter().position(|busy| !busy) {
+        if let Some(slot) = self.send_busy.free() {
             return Ok(Some(slot));
         }
         self.drain()?;
-        Ok(self.send_busy.iter().position(|busy| !busy))
+        Ok(self.send_busy.free())
     }
 
     /// Whether a send slot is free, as of the last drain of the completion queue.
     pub(crate) fn has_free_send_slot(&self) -> bool {
-        self.send_busy.contains(&false)
+        self.send_busy.free().is_some()
     }
 
     /// SENDs the first `len` bytes (0 for the channel's own empty message) of send slot
@@ -407,7 +407,7 @@ impl Channel {
                 .post_send(wr_id(KIND_SEND, send as u64), sge, SendOp::Send { imm })
                 .inspect_err(|_| self.state = State::Poisoned)?;
         }
-        self.send_busy[send] = true;
+        self.send_busy.posted(send);
         Ok(())
     }
 

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 #[cfg(doc)]
 use super::EVENT_MESSAGES_INFLIGHT_MAX;
 use super::channel::Channel;
-use super::credit::{CLIENT_RECV_SLOTS, EmptyMeans, credit_return_due};
+use super::credit::{CLIENT_RECV_SLOTS, ClientCredit, EmptyMeans};
 use super::endpoint::{Endpoint, ObjectTable};
 use super::post::SendOp;
 use super::registered::RdmaDevice;
@@ -104,10 +104,8 @@ pub struct RdmaClient {
     objects: Option<ObjectTable>,
     /// Messages sent whose replies have not been taken (credit returns are not among them).
     inflight: usize,
-    /// Event messages taken, wrapping: what every SEND tells the server.
-    events_taken: u32,
-    /// What the last SEND told the server.
-    events_told: u32,
+    /// The event messages taken, and what the last SEND told the server of them.
+    credit: ClientCredit,
     /// An error that came after a poll took its message: the next poll's answer.
     late: Late,
 }
@@ -119,8 +117,7 @@ impl fmt::Debug for RdmaClient {
             .field("endpoint", &self.channel.endpoint(None))
             .field("objects", &self.objects)
             .field("inflight", &self.inflight)
-            .field("events_taken", &self.events_taken)
-            .field("events_told", &self.events_told)
+            .field("credit", &self.credit)
             .field("late", &self.late)
             .finish()
     }
@@ -144,8 +141,7 @@ impl RdmaClient {
             op_timeout,
             objects: None,
             inflight: 0,
-            events_taken: 0,
-            events_told: 0,
+            credit: ClientCredit::default(),
             late: Late::default(),
         })
     }
@@ -194,12 +190,12 @@ impl RdmaClient {
 
     /// SENDs `msg` with the event count as its immediate value; it then awaits a reply.
     fn send(&mut self, msg: &[u8]) -> Result<(), RdmaError> {
-        let told = self.events_taken;
+        let told = self.credit.taken();
         self.channel.send_with(self.deadline(), Some(told), |out| {
             out[..msg.len()].copy_from_slice(msg);
             msg.len()
         })?;
-        self.events_told = told;
+        self.credit.told(told);
         self.inflight += 1;
         Ok(())
     }
@@ -218,7 +214,7 @@ impl RdmaClient {
             after = reposted;
             let got = Received::of(&out[..len]);
             match got {
-                Received::Event(_) => self.events_taken = self.events_taken.wrapping_add(1),
+                Received::Event(_) => self.credit.took_event(),
                 // A reply to a message given up on still answers it, hence saturating.
                 Received::Reply(_) => self.inflight = self.inflight.saturating_sub(1),
             }
@@ -235,15 +231,17 @@ impl RdmaClient {
     }
 
     /// Sends a credit return when the server may have run out of credit and none is on its way
-    /// ([`credit_return_due`]), whatever the replies awaited: the server may be holding them
+    /// ([`ClientCredit::return_due`]), whatever the replies awaited: the server may be holding them
     /// behind the events this credit lets go (`credit.rs`). Only into a send slot free now: one
     /// that finds none stays due, as nothing was told.
     fn return_credits(&mut self) -> Result<(), RdmaError> {
-        let (taken, told) = (self.events_taken, self.events_told);
-        if credit_return_due(taken, told, self.channel.credit_returns_inflight())
+        let taken = self.credit.taken();
+        if self
+            .credit
+            .return_due(self.channel.credit_returns_inflight())
             && self.channel.try_return_credit(taken)?
         {
-            self.events_told = taken;
+            self.credit.told(taken);
         }
         Ok(())
     }
