@@ -11,10 +11,11 @@
 //! no more than that many beyond what the client has told it it took). The client tells it in
 //! the immediate data of every SEND: the number of event messages it has taken (wrapping), each
 //! one's slot reposted as it was taken. A client that has taken that many without telling
-//! SENDs an empty credit return at once — not a message awaiting a reply, so it goes with every
-//! reply slot in flight — which the server acknowledges with an empty message into a slot of
-//! its own (`credit.rs` argues the budgets, and why the return must not wait for a reply slot:
-//! the server holds a client's requests while its events wait for credit).
+//! SENDs an empty credit return as soon as a send slot is free — not a message awaiting a reply,
+//! so it goes with every reply slot in flight — which the server acknowledges with an empty
+//! message into a slot of its own (`credit.rs` argues the budgets, and why the return must not
+//! wait for a reply slot: the server holds a client's requests while its events wait for
+//! credit).
 //!
 //! Telling the kinds apart is the one thing this module reads in what it carries: an event
 //! message has [`FLAG_EVENT`](dlock_core::proto::FLAG_EVENT) in its data header, as on a TCP
