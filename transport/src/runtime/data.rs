@@ -172,11 +172,11 @@ impl Data<'_> {
     /// A queue pair that fails while its events are sent is forgotten by the core here, before
     /// the replies are taken (`Peers::forget_lost`): its client's parked request may have been
     /// granted this turn, and only while its waiter still holds the grant can the core release
-    /// it (`Server::queue_pair_lost`). Taken first, the reply found the pair gone and was
-    /// dropped, and the lock stayed granted to a client that never heard of it until its lease
-    /// ran out. A release may decide other parked requests and write events (revokes for the
-    /// waiters it retried), which go before those replies too; each round retires a failed
-    /// pair, so the rounds end.
+    /// it (`Server::queue_pair_lost`). Were the replies taken first, its reply would find the
+    /// pair gone and be dropped, and the lock stay granted to a client that never heard of it
+    /// until the grant expired or the client's registration ended. A release may decide other
+    /// parked requests and write events (revokes for the waiters it retried), which go before
+    /// those replies too; each round retires a failed pair, so the rounds end.
     fn events_before_replies(&mut self, server: &mut Server<'_>, now: u64) -> usize {
         let mut work = 0;
         loop {

@@ -26,9 +26,9 @@
 //! connection is: the request parked over it is cancelled (a grant decided for it and not yet
 //! handed to the pair is released), a reply already handed to the pair is lost with it as one
 //! in a closed connection's write buffer is, and the client itself lives on until its control
-//! connection closes or its lease runs out. Who a pair speaks for and
-//! where a parked reply goes are the core's rules (`Server::dispatch` with
-//! `Source::QueuePair`, `dlock_core::server::route`); this file moves the bytes.
+//! connection closes or its lease runs out. Who a pair speaks for and where a parked reply goes
+//! are the core's rules (`Server::dispatch` with `Source::QueuePair`,
+//! `dlock_core::server::route`); this file moves the bytes.
 //!
 //! # Events
 //!
