@@ -311,13 +311,13 @@ mod wired {
 
     use dlock_core::proto::{
         CONTROL_FRAME_MAX, ControlHeader, ControlRequest, ControlRequestFrame, ControlResponse,
-        PROTO_VERSION, decode_control_response, encode_control_request,
+        MsgType, PROTO_VERSION, decode_control_response, encode_control_request,
     };
     use dlock_core::{Config, LockKind, Mode, Status};
     use dlock_transport::client::link::{Endpoint as Where, Link};
     use dlock_transport::client::{Client, ClientConfig, Endpoint, Transport};
     use dlock_transport::rdma::{
-        AttachRecord, Endpoint as QpEndpoint, RDMA_ATTACH_LEN, RdmaConfig,
+        AttachRecord, Endpoint as QpEndpoint, RDMA_ATTACH_LEN, RdmaClient, RdmaConfig,
     };
     use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
 
@@ -384,7 +384,7 @@ mod wired {
         let mut link = Link::connect(&Where::Tcp(addr)).unwrap();
         let header = ControlHeader {
             version: PROTO_VERSION,
-            msg: dlock_core::proto::MsgType::ClientInit,
+            msg: MsgType::ClientInit,
             message_id: 1,
             word: 0,
         };
@@ -392,15 +392,64 @@ mod wired {
             min_version: PROTO_VERSION,
             lease_ms: 0,
         };
+        let (client, session) = control(&mut link, header, body, |body| match body {
+            ControlResponse::Init(init) => (init.client, init.session),
+            other => panic!("not an init reply: {other:?}"),
+        });
+        (link, client, session)
+    }
+
+    /// Sends one control request over `link`; what `read` makes of its reply's body.
+    fn control<R>(
+        link: &mut Link,
+        header: ControlHeader,
+        body: ControlRequest<'_>,
+        read: impl FnOnce(ControlResponse<'_>) -> R,
+    ) -> R {
         let mut req = vec![0; CONTROL_FRAME_MAX];
         let n = encode_control_request(&ControlRequestFrame { header, body }, &mut req).unwrap();
         let mut reply = vec![0; CONTROL_FRAME_MAX];
         let deadline = Some(Instant::now() + Duration::from_secs(5));
         let m = link.control(&req[..n], &mut reply, deadline).unwrap();
-        let ControlResponse::Init(init) = decode_control_response(&reply[..m]).unwrap().body else {
-            panic!("not an init reply");
+        read(decode_control_response(&reply[..m]).unwrap().body)
+    }
+
+    /// The raw id of the lock `name` of kind `kind`, got by `client` over its control `link`.
+    pub(super) fn get_lock(link: &mut Link, client: u32, kind: LockKind, name: &[u8]) -> u32 {
+        let header = ControlHeader {
+            version: PROTO_VERSION,
+            msg: MsgType::GetLock,
+            message_id: 2,
+            word: client,
         };
-        (link, init.client, init.session)
+        control(
+            link,
+            header,
+            ControlRequest::GetLock { kind, name },
+            |body| match body {
+                ControlResponse::Lock { lock } => lock,
+                other => panic!("GetLock answered {other:?}"),
+            },
+        )
+    }
+
+    /// A client registered over a raw control link (kept open: it carries the registration)
+    /// with a queue pair of its own attached, and no [`Client`] around it, so that a test can
+    /// have several requests in flight: the link, the client id and the queue pair.
+    pub(super) fn raw_rdma_client(s: &ServerHandle, cfg: &RdmaConfig) -> (Link, u32, RdmaClient) {
+        let addr = s.tcp_addr().unwrap();
+        let (link, client, session) = register(addr);
+        let mut qp = RdmaClient::connect(cfg).unwrap();
+        let record = AttachRecord {
+            client,
+            session,
+            endpoint: qp.endpoint(),
+        };
+        let got = raw_attach(addr, &record.to_bytes(), false);
+        assert_eq!(status_of(&got), Status::Success as u32, "attach: {got:?}");
+        let server = QpEndpoint::from_bytes(&got[4..]).unwrap();
+        qp.handshake(&server).unwrap();
+        (link, client, qp)
     }
 
     fn status_of(reply: &[u8]) -> u32 {

@@ -92,8 +92,14 @@ fn exchange(
     s.write_all(&record.to_bytes())?;
     let mut status = [0u8; 4];
     if let Err(e) = s.read_exact(&mut status) {
-        // A server built without RDMA closes on the unknown magic.
-        tracing::warn!(%addr, error = %e, "server does not speak RDMA; using TCP for data messages");
+        // A server built without RDMA closes on the unknown magic, and one of another RDMA
+        // endpoint version on a record it cannot read (`rdma/endpoint.rs`).
+        tracing::warn!(
+            %addr,
+            error = %e,
+            "server does not speak RDMA, or speaks another RDMA endpoint version; using TCP for \
+             data messages"
+        );
         return Ok(None);
     }
     let code = u32::from_le_bytes(status);

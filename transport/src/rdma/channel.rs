@@ -30,10 +30,11 @@
 //!
 //! No `dlock-core` message is empty, so a zero-length SEND is the channel's own: a client's
 //! credit return, and the server's acknowledgement of it. They are handled here and nowhere
-//! else ([`Empties`]): an empty message is never queued with the others, its receive slot is
-//! reposted as soon as its completion is polled, and an acknowledgement owed goes as soon as a
-//! send slot is free, so neither waits behind requests a server holds (`credit.rs` says why
-//! that matters). The immediate value of the last SEND received with one is kept
+//! else ([`Empties`]): an empty message is never queued with the others, and its receive slot
+//! is reposted as soon as its completion is polled; an acknowledgement owed goes at the next
+//! [`Channel::drain`] that finds a send slot free (every drain tries: send slots free
+//! themselves as SENDs complete). So neither waits behind requests a server holds (`credit.rs`
+//! says why that matters). The immediate value of the last SEND received with one is kept
 //! ([`Channel::peer_imm`]): a client puts there how many event messages it has taken.
 //!
 //! # Completion queue depth
@@ -47,15 +48,15 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ibverbs::ibv_wc;
 
-use super::credit::{Empties, EmptyMeans};
+use super::credit::{Empties, EmptyMeans, SEND_SLOTS, SendSlots};
 use super::endpoint::{Endpoint, ObjectTable};
 use super::post::{SendOp, Sge};
 use super::registered::{OwnedBuffer, RdmaDevice};
 use super::verbs::{Cq, Qp, RemoteAccess};
-use super::{CELL_BYTES, MESSAGE_MAX, MESSAGES_INFLIGHT_MAX, RdmaError, SLOT_BYTES};
+use super::{CELL_BYTES, MESSAGE_MAX, RdmaError, SLOT_BYTES};
 
 /// Send slots: one per message in flight.
-const SLOTS: usize = MESSAGES_INFLIGHT_MAX;
+const SLOTS: usize = SEND_SLOTS;
 /// Send queue: a SEND per send slot + the one READ or atomic a client has outstanding.
 const SEND_WR_MAX: usize = SLOTS + 1;
 /// The most receive slots a channel posts (a client's), which bounds the completion queue.
@@ -102,7 +103,7 @@ pub(crate) struct Channel {
     /// The immediate value of the last SEND that came with one (0 before any).
     peer_imm: u32,
     /// Send slots whose SEND has not completed yet.
-    send_busy: [bool; SLOTS],
+    send_busy: SendSlots,
     /// The pending one-sided operation: its sequence number and opcode name.
     pending: Option<(u64, &'static str)>,
     seq: u64,
@@ -110,8 +111,8 @@ pub(crate) struct Channel {
 
 impl Channel {
     /// A queue pair in RESET with `recv_slots` (1..=[`RECV_SLOTS_MAX`]) receive slots and
-    /// [`MESSAGES_INFLIGHT_MAX`] send slots, its buffers registered; an empty message it
-    /// receives `means` what its side takes it for.
+    /// [`SLOTS`] send slots, its buffers registered; an empty message it receives `means` what
+    /// its side takes it for.
     pub(crate) fn new(
         device: &RdmaDevice,
         recv_slots: usize,
@@ -141,7 +142,7 @@ impl Channel {
             ready: VecDeque::with_capacity(recv_slots),
             empties: Empties::new(means),
             peer_imm: 0,
-            send_busy: [false; SLOTS],
+            send_busy: SendSlots::default(),
             pending: None,
             seq: 0,
         })
@@ -260,7 +261,7 @@ impl Channel {
                         self.ready.push_back((index as usize, wc.len()));
                     }
                 }
-                KIND_SEND => self.send_busy[index as usize] = false,
+                KIND_SEND => self.send_busy.completed(index as usize),
                 // A completion for an older sequence number would belong to an abandoned
                 // operation, but abandoning poisons the channel, so only the pending one comes.
                 KIND_ONE_SIDED if self.pending.is_some_and(|(seq, _)| seq == index) => {
@@ -278,7 +279,7 @@ impl Channel {
     /// Sends the acknowledgements owed while a send slot is free; the rest go at a later
     /// drain (send slots free themselves as SENDs complete).
     fn send_owed(&mut self) -> Result<(), RdmaError> {
-        while let Some(send) = self.send_busy.iter().position(|busy| !busy)
+        while let Some(send) = self.send_busy.free()
             && self.empties.take_owed()
         {
             self.post_send_slot(send, 0, None)?;
@@ -286,13 +287,19 @@ impl Channel {
         Ok(())
     }
 
-    /// SENDs an empty credit return with `imm` (the event messages taken), waiting until
-    /// `deadline` for a send slot; it is then awaited until acknowledged
-    /// ([`Self::credit_returns_inflight`]).
-    pub(crate) fn return_credit(&mut self, deadline: Instant, imm: u32) -> Result<(), RdmaError> {
-        self.send_with(deadline, Some(imm), |_| 0)?;
+    /// SENDs an empty credit return with `imm` (the event messages taken) if a send slot is
+    /// free now (after draining the completion queue once if none was); it is then awaited
+    /// until acknowledged ([`Self::credit_returns_inflight`]). `Ok(false)`, and nothing sent,
+    /// when every send slot is busy: the caller tries again at its next poll (send slots free
+    /// themselves as SENDs complete), so the poll that asks never waits.
+    pub(crate) fn try_return_credit(&mut self, imm: u32) -> Result<bool, RdmaError> {
+        self.check_connected()?;
+        let Some(send) = self.free_send_slot()? else {
+            return Ok(false);
+        };
+        self.post_send_slot(send, 0, Some(imm))?;
         self.empties.returned();
-        Ok(())
+        Ok(true)
     }
 
     /// Credit returns sent and not yet acknowledged.
@@ -326,7 +333,7 @@ impl Channel {
     pub(crate) fn wait_send_slot(&mut self, deadline: Instant) -> Result<usize, RdmaError> {
         loop {
             self.check_connected()?;
-            if let Some(slot) = self.send_busy.iter().position(|busy| !busy) {
+            if let Some(slot) = self.send_busy.free() {
                 return Ok(slot);
             }
             self.drain()?;
@@ -339,8 +346,9 @@ impl Channel {
 
     /// Lets `fill` write a message of at most [`MESSAGE_MAX`] bytes into a free send slot,
     /// waiting until `deadline` for one, and SENDs it with `imm` as its immediate value if
-    /// given: a client's request, or (empty) its credit return ([`Self::return_credit`]). A
-    /// server answers what it received with [`Self::try_respond`].
+    /// given: a client's request. A client's credit return goes with
+    /// [`Self::try_return_credit`], and a server answers what it received with
+    /// [`Self::try_respond`].
     pub(crate) fn send_with<F>(
         &mut self,
         deadline: Instant,
@@ -366,16 +374,16 @@ impl Channel {
     /// A send slot no posted work request names, without waiting: drains the completion queue
     /// once if every slot is busy. `None` when all are still busy.
     fn free_send_slot(&mut self) -> Result<Option<usize>, RdmaError> {
-        if let Some(slot) = self.send_busy.iter().position(|busy| !busy) {
+        if let Some(slot) = self.send_busy.free() {
             return Ok(Some(slot));
         }
         self.drain()?;
-        Ok(self.send_busy.iter().position(|busy| !busy))
+        Ok(self.send_busy.free())
     }
 
     /// Whether a send slot is free, as of the last drain of the completion queue.
     pub(crate) fn has_free_send_slot(&self) -> bool {
-        self.send_busy.contains(&false)
+        self.send_busy.free().is_some()
     }
 
     /// SENDs the first `len` bytes (0 for the channel's own empty message) of send slot
@@ -399,7 +407,7 @@ impl Channel {
                 .post_send(wr_id(KIND_SEND, send as u64), sge, SendOp::Send { imm })
                 .inspect_err(|_| self.state = State::Poisoned)?;
         }
-        self.send_busy[send] = true;
+        self.send_busy.posted(send);
         Ok(())
     }
 
@@ -464,8 +472,13 @@ impl Channel {
         Ok(true)
     }
 
-    /// Copies the oldest received message into `out`, reposts its slot, and returns its length.
-    pub(crate) fn take_message(&mut self, out: &mut [u8]) -> Result<usize, RdmaError> {
+    /// Copies the oldest received message into `out`, reposts its slot, and returns its length
+    /// with the outcome of the repost: an error there (the channel is then poisoned) comes
+    /// after the message was taken, and must not lose it.
+    pub(crate) fn take_message(
+        &mut self,
+        out: &mut [u8],
+    ) -> Result<(usize, Result<(), RdmaError>), RdmaError> {
         let &(slot, len) = self
             .ready
             .front()
@@ -482,8 +495,7 @@ impl Channel {
             std::slice::from_raw_parts(self.buf.base().as_ptr().add(slot * SLOT_BYTES), len)
         };
         out[..len].copy_from_slice(msg);
-        self.repost(slot)?;
-        Ok(len)
+        Ok((len, self.repost(slot)))
     }
 
     /// Gives receive slot `slot` back to the device.

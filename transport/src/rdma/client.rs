@@ -11,10 +11,11 @@
 //! no more than that many beyond what the client has told it it took). The client tells it in
 //! the immediate data of every SEND: the number of event messages it has taken (wrapping), each
 //! one's slot reposted as it was taken. A client that has taken that many without telling
-//! SENDs an empty credit return at once — not a message awaiting a reply, so it goes with every
-//! reply slot in flight — which the server acknowledges with an empty message into a slot of
-//! its own (`credit.rs` argues the budgets, and why the return must not wait for a reply slot:
-//! the server holds a client's requests while its events wait for credit).
+//! SENDs an empty credit return as soon as a send slot is free — not a message awaiting a reply,
+//! so it goes with every reply slot in flight — which the server acknowledges with an empty
+//! message into a slot of its own (`credit.rs` argues the budgets, and why the return must not
+//! wait for a reply slot: the server holds a client's requests while its events wait for
+//! credit).
 //!
 //! Telling the kinds apart is the one thing this module reads in what it carries: an event
 //! message has [`FLAG_EVENT`](dlock_core::proto::FLAG_EVENT) in its data header, as on a TCP
@@ -29,7 +30,7 @@ use std::time::{Duration, Instant};
 #[cfg(doc)]
 use super::EVENT_MESSAGES_INFLIGHT_MAX;
 use super::channel::Channel;
-use super::credit::{CLIENT_RECV_SLOTS, EmptyMeans, credit_return_due};
+use super::credit::{CLIENT_RECV_SLOTS, ClientCredit, EmptyMeans};
 use super::endpoint::{Endpoint, ObjectTable};
 use super::post::SendOp;
 use super::registered::RdmaDevice;
@@ -58,6 +59,35 @@ impl Received {
     }
 }
 
+/// An error that came after [`RdmaClient::poll`] took a message off the queue pair: the message
+/// is the caller's now, so the error is kept for the next call rather than returned in its
+/// place (a reply returned as an error would be lost, and its request never answered).
+#[derive(Debug, Default)]
+struct Late(Option<RdmaError>);
+
+impl Late {
+    /// The error the last poll kept, as this poll's answer.
+    fn take(&mut self) -> Result<(), RdmaError> {
+        self.0.take().map_or(Ok(()), Err)
+    }
+
+    /// What a poll that took `got` answers, when `after` is how the rest of it went.
+    fn settle(
+        &mut self,
+        got: Option<Received>,
+        after: Result<(), RdmaError>,
+    ) -> Result<Option<Received>, RdmaError> {
+        match after {
+            Ok(()) => Ok(got),
+            Err(e) if got.is_some() => {
+                self.0 = Some(e);
+                Ok(got)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
 /// A client queue pair with its own registered buffers.
 ///
 /// Made by [`RdmaClient::connect`] (queue pair in RESET), connected by exchanging
@@ -75,10 +105,10 @@ pub struct RdmaClient {
     objects: Option<ObjectTable>,
     /// Messages sent whose replies have not been taken (credit returns are not among them).
     inflight: usize,
-    /// Event messages taken, wrapping: what every SEND tells the server.
-    events_taken: u32,
-    /// What the last SEND told the server.
-    events_told: u32,
+    /// The event messages taken, and what the last SEND told the server of them.
+    credit: ClientCredit,
+    /// An error that came after a poll took its message: the next poll's answer.
+    late: Late,
 }
 
 impl fmt::Debug for RdmaClient {
@@ -88,8 +118,8 @@ impl fmt::Debug for RdmaClient {
             .field("endpoint", &self.channel.endpoint(None))
             .field("objects", &self.objects)
             .field("inflight", &self.inflight)
-            .field("events_taken", &self.events_taken)
-            .field("events_told", &self.events_told)
+            .field("credit", &self.credit)
+            .field("late", &self.late)
             .finish()
     }
 }
@@ -112,8 +142,8 @@ impl RdmaClient {
             op_timeout,
             objects: None,
             inflight: 0,
-            events_taken: 0,
-            events_told: 0,
+            credit: ClientCredit::default(),
+            late: Late::default(),
         })
     }
 
@@ -161,25 +191,31 @@ impl RdmaClient {
 
     /// SENDs `msg` with the event count as its immediate value; it then awaits a reply.
     fn send(&mut self, msg: &[u8]) -> Result<(), RdmaError> {
-        let told = self.events_taken;
+        let told = self.credit.taken();
         self.channel.send_with(self.deadline(), Some(told), |out| {
             out[..msg.len()].copy_from_slice(msg);
             msg.len()
         })?;
-        self.events_told = told;
+        self.credit.told(told);
         self.inflight += 1;
         Ok(())
     }
 
     /// Takes the next message if one has arrived — a reply or an event message — copies it into
     /// `out` (at least [`super::MESSAGE_MAX`] bytes), reposts its receive slot and says what it
-    /// is and how long. Never blocks (but returns credits, which may wait for a send slot).
+    /// is and how long. Never blocks: a credit return that is due goes if a send slot is free
+    /// now, and otherwise stays due for the next poll (send slots free themselves as SENDs
+    /// complete). An error that comes after the message was taken (reposting its slot,
+    /// returning credit) is this poll's message and the next poll's error, so no reply is lost.
     pub fn poll(&mut self, out: &mut [u8]) -> Result<Option<Received>, RdmaError> {
+        self.late.take()?;
+        let mut after = Ok(());
         let got = if self.channel.poll_message()? {
-            let len = self.channel.take_message(out)?;
+            let (len, reposted) = self.channel.take_message(out)?;
+            after = reposted;
             let got = Received::of(&out[..len]);
             match got {
-                Received::Event(_) => self.events_taken = self.events_taken.wrapping_add(1),
+                Received::Event(_) => self.credit.took_event(),
                 // A reply to a message given up on still answers it, hence saturating.
                 Received::Reply(_) => self.inflight = self.inflight.saturating_sub(1),
             }
@@ -188,27 +224,34 @@ impl RdmaClient {
             None
         };
         // Also when nothing came: the drain may have taken the acknowledgement that lets the
-        // next credit return go.
-        self.return_credits()?;
-        Ok(got)
+        // next credit return go, or freed the send slot a due one waited for.
+        if after.is_ok() {
+            after = self.return_credits();
+        }
+        self.late.settle(got, after)
     }
 
     /// Sends a credit return when the server may have run out of credit and none is on its way
-    /// ([`credit_return_due`]), whatever the replies awaited: the server may be holding them
-    /// behind the events this credit lets go (`credit.rs`).
+    /// ([`ClientCredit::return_due`]), whatever the replies awaited: the server may be holding them
+    /// behind the events this credit lets go (`credit.rs`). Only into a send slot free now: one
+    /// that finds none stays due, as nothing was told.
     fn return_credits(&mut self) -> Result<(), RdmaError> {
-        let (taken, told) = (self.events_taken, self.events_told);
-        if credit_return_due(taken, told, self.channel.credit_returns_inflight()) {
-            self.channel.return_credit(self.deadline(), taken)?;
-            self.events_told = taken;
+        let taken = self.credit.taken();
+        if self
+            .credit
+            .return_due(self.channel.credit_returns_inflight())
+            && self.channel.try_return_credit(taken)?
+        {
+            self.credit.told(taken);
         }
         Ok(())
     }
 
     /// Busy-polls for the next reply until the operation timeout; event messages that come
     /// first are dropped (a caller that wants them polls with [`Self::poll`]). Every look is a
-    /// [`Self::poll`], which returns credit when it is due even if nothing came: the server may
-    /// be holding the reply behind events that wait for it (`credit.rs`).
+    /// [`Self::poll`], which returns credit when it is due (and a send slot is free) even if
+    /// nothing came: the server may be holding the reply behind events that wait for it
+    /// (`credit.rs`).
     pub fn wait(&mut self, out: &mut [u8]) -> Result<usize, RdmaError> {
         let deadline = self.deadline();
         loop {
@@ -301,5 +344,29 @@ mod tests {
         // Bytes no header starts with still answer the oldest message; the decoder says why
         // they are bad.
         assert_eq!(Received::of(b"garbage"), Received::Reply(7));
+    }
+
+    /// A poll that took a reply and then failed to return credit (a post error, say) hands
+    /// over the reply and keeps the error for the next poll: returned in its place, the reply
+    /// was lost and the request it answers never answered.
+    #[test]
+    fn an_error_after_a_message_was_taken_waits_for_the_next_poll() {
+        let mut late = Late::default();
+        let failed = RdmaError::Poisoned;
+        assert_eq!(
+            late.settle(Some(Received::Reply(9)), Err(failed.clone())),
+            Ok(Some(Received::Reply(9))),
+            "the reply was lost to the error"
+        );
+        assert_eq!(late.take(), Err(failed.clone()), "the error was lost");
+        assert_eq!(late.take(), Ok(()), "the error was told twice");
+        // With nothing taken, the error is this poll's answer.
+        assert_eq!(late.settle(None, Err(failed.clone())), Err(failed));
+        assert_eq!(late.take(), Ok(()));
+        assert_eq!(
+            late.settle(Some(Received::Event(3)), Ok(())),
+            Ok(Some(Received::Event(3)))
+        );
+        assert_eq!(late.take(), Ok(()));
     }
 }

@@ -1,7 +1,8 @@
 //! The bookkeeping of event credit, with no verbs in it: how many event messages the server may
-//! still send a client, when the client returns credit, and what a channel does with the empty
-//! messages that carry credit back and acknowledge it. Pure records, tested without a device;
-//! `channel.rs`, `client.rs` and `server.rs` apply them to a queue pair.
+//! still send a client, when the client returns credit, what a channel does with the empty
+//! messages that carry credit back and acknowledge it, and which of its send slots are free.
+//! Pure records, tested without a device; `channel.rs`, `client.rs` and `server.rs` apply them
+//! to a queue pair.
 //!
 //! # Why a credit return has a receive slot of its own
 //!
@@ -30,10 +31,16 @@
 //! | client  | a reply per request, 2 event messages, one acknowledgement | 4 + 2 + 1          |
 //!
 //! and nothing waits for anything that waits for it: events wait for a credit return, which
-//! waits only for the acknowledgement of the previous one, which the server sends whenever a
-//! send slot is free (send slots free themselves as SENDs complete, whatever the peer does).
+//! waits only for the acknowledgement of the previous one and for a free send slot of the
+//! client's; the server sends the acknowledgement whenever a send slot of its own is free.
+//! Send slots free themselves as SENDs complete, whatever the peer does: a SEND completes
+//! when it lands in a posted receive slot, not when the peer takes the message. Neither side
+//! waits for a send slot in a poll: what finds none stays due, and the next poll tries again.
 
 use super::{EVENT_MESSAGES_INFLIGHT_MAX, MESSAGES_INFLIGHT_MAX};
+
+/// Send slots a channel has: one per message in flight.
+pub(crate) const SEND_SLOTS: usize = MESSAGES_INFLIGHT_MAX;
 
 /// Credit returns a client may have sent and not yet seen acknowledged (module doc).
 pub const CREDIT_RETURNS_INFLIGHT_MAX: usize = 1;
@@ -74,6 +81,60 @@ impl EventCredit {
 pub(crate) fn credit_return_due(taken: u32, told: u32, returning: usize) -> bool {
     taken.wrapping_sub(told) as usize >= EVENT_MESSAGES_INFLIGHT_MAX
         && returning < CREDIT_RETURNS_INFLIGHT_MAX
+}
+
+/// A client's count of the event messages it has taken and told the server of.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ClientCredit {
+    /// Event messages taken, wrapping: what every SEND tells the server.
+    taken: u32,
+    /// What the last SEND told the server.
+    told: u32,
+}
+
+impl ClientCredit {
+    /// An event message was taken (and its receive slot reposted).
+    pub(crate) fn took_event(&mut self) {
+        self.taken = self.taken.wrapping_add(1);
+    }
+
+    /// What a SEND tells the server in its immediate value: the event messages taken.
+    pub(crate) fn taken(&self) -> u32 {
+        self.taken
+    }
+
+    /// A SEND went that told the server `told` ([`Self::taken`] when it was filled).
+    pub(crate) fn told(&mut self, told: u32) {
+        self.told = told;
+    }
+
+    /// Whether a credit return is due, with `returning` unacknowledged ([`credit_return_due`]).
+    #[must_use]
+    pub(crate) fn return_due(&self, returning: usize) -> bool {
+        credit_return_due(self.taken, self.told, returning)
+    }
+}
+
+/// Which of a channel's send slots a posted SEND still names: one is busy from its post until
+/// its completion is polled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SendSlots([bool; SEND_SLOTS]);
+
+impl SendSlots {
+    /// A send slot no posted SEND names, if there is one.
+    pub(crate) fn free(&self) -> Option<usize> {
+        self.0.iter().position(|busy| !busy)
+    }
+
+    /// A SEND from slot `slot` was posted.
+    pub(crate) fn posted(&mut self, slot: usize) {
+        self.0[slot] = true;
+    }
+
+    /// The SEND from slot `slot` completed.
+    pub(crate) fn completed(&mut self, slot: usize) {
+        self.0[slot] = false;
+    }
 }
 
 /// What an empty message (the channel's own: no `dlock-core` message is empty) means to the
@@ -197,64 +258,135 @@ mod tests {
         assert!(!client.take_owed(), "a client acknowledges nothing");
     }
 
-    /// The one exchange that could wait for ever (module doc), played on the records with the
-    /// receive slots counted: a client with every request in flight, the server holding them
-    /// behind event messages it has no credit for. The credit return must go without a reply
-    /// slot, land in a receive slot of the server's, and let the events and then the replies go.
+    /// Posts a SEND from a free slot of `sends`; the slot, busy until [`SendSlots::completed`].
+    fn post(sends: &mut SendSlots, what: &str) -> usize {
+        let slot = sends
+            .free()
+            .unwrap_or_else(|| panic!("{what} found no send slot"));
+        sends.posted(slot);
+        slot
+    }
+
+    #[test]
+    fn a_send_slot_is_busy_from_its_post_to_its_completion() {
+        let mut sends = SendSlots::default();
+        let posted: Vec<usize> = (0..SEND_SLOTS)
+            .map(|_| post(&mut sends, "a send"))
+            .collect();
+        assert_eq!(
+            posted,
+            (0..SEND_SLOTS).collect::<Vec<_>>(),
+            "a slot was used twice"
+        );
+        assert_eq!(sends.free(), None);
+        sends.completed(2);
+        assert_eq!(sends.free(), Some(2));
+    }
+
+    /// The one exchange that could wait for ever (module doc), played on the records the
+    /// channels keep — the server's credit, both sides' empty messages and send slots, the
+    /// client's count of events taken and told — with each side's posted receive slots
+    /// counted: a client with every request in flight, the server holding them behind event
+    /// messages it has no credit for. The credit return must go without a reply slot, find a
+    /// send slot of the client's and a receive slot of the server's, and let the events and
+    /// then the replies go.
+    ///
+    /// The messages that have landed in a side's receive slots and are not taken yet are
+    /// counted by hand (`at_server`, `at_client`): which slots are posted is the device's to
+    /// know, and the channel's own record of them (`Channel::ready`) lives with its queue
+    /// pair, which needs a device to be made.
     #[test]
     fn a_client_with_every_request_held_behind_its_events_returns_credit_and_is_answered() {
         let mut server_credit = EventCredit::default();
-        let mut server = Empties::new(EmptyMeans::CreditReturn);
-        let mut client = Empties::new(EmptyMeans::Acknowledgement);
-        let (mut taken, mut told) = (0u32, 0u32);
-        // Messages that have arrived at each side and are not taken yet.
-        let mut at_server = 0;
-        let mut at_client = 0;
-        // The server sends the event messages its credit allows; the client sends a request per
-        // reply slot, each telling the count of event messages taken so far (none).
-        while server_credit.has_room(told) {
+        let mut server_empties = Empties::new(EmptyMeans::CreditReturn);
+        let mut server_sends = SendSlots::default();
+        let mut client = ClientCredit::default();
+        let mut client_empties = Empties::new(EmptyMeans::Acknowledgement);
+        let mut client_sends = SendSlots::default();
+        // The immediate value of the last SEND the server received (`Channel::peer_imm`).
+        let mut peer_imm = 0u32;
+        let (mut at_server, mut at_client) = (0usize, 0usize);
+        // The server sends the event messages its credit allows; each SEND completes as it
+        // lands in a receive slot of the client's.
+        while server_credit.has_room(peer_imm) {
+            let slot = post(&mut server_sends, "an event message");
             server_credit.sent += 1;
             at_client += 1;
+            server_sends.completed(slot);
         }
-        for _ in 0..MESSAGES_INFLIGHT_MAX {
-            at_server += 1;
-            told = taken;
-        }
+        // The client sends a request per reply slot, each telling the event messages it took
+        // (none yet); every send slot is then busy until the requests land.
+        let requests: Vec<usize> = (0..MESSAGES_INFLIGHT_MAX)
+            .map(|_| {
+                let slot = post(&mut client_sends, "a request");
+                client.told(client.taken());
+                peer_imm = client.taken();
+                at_server += 1;
+                slot
+            })
+            .collect();
+        assert_eq!(client_sends.free(), None);
         assert!(at_server <= SERVER_RECV_SLOTS && at_client <= CLIENT_RECV_SLOTS);
-        // The server holds the requests: events wait for credit. The client, waiting for its
-        // replies, takes the event messages ahead of them.
-        assert!(!server_credit.has_room(told));
-        taken += at_client as u32;
+        // They land in the server's receive slots, so their SENDs complete although the server
+        // holds them: its events wait for credit.
+        for slot in requests {
+            client_sends.completed(slot);
+        }
+        assert!(!server_credit.has_room(peer_imm));
+        // The client, waiting for its replies, takes the event messages ahead of them.
+        for _ in 0..at_client {
+            client.took_event();
+        }
         at_client = 0;
         assert!(
-            credit_return_due(taken, told, client.returning()),
+            client.return_due(client_empties.returning()),
             "no credit return with every reply slot in flight: the requests wait for ever"
         );
-        told = taken;
-        client.returned();
+        let slot = post(&mut client_sends, "the credit return");
+        let told = client.taken();
+        client.told(told);
+        client_empties.returned();
         at_server += 1;
         assert!(
             at_server <= SERVER_RECV_SLOTS,
-            "the credit return found no slot"
+            "the credit return found no receive slot"
         );
-        // Its completion carries the count; the server reposts its slot and owes an answer.
+        assert!(
+            !client.return_due(client_empties.returning()),
+            "a second return before the first was acknowledged"
+        );
+        // Its completion carries the count; the server's drain reposts its slot, owes an
+        // acknowledgement and sends it from a free send slot.
+        client_sends.completed(slot);
+        peer_imm = told;
         at_server -= 1;
-        server.received();
-        assert!(server_credit.has_room(told), "the events may go now");
-        assert!(server.take_owed());
+        server_empties.received();
+        assert!(server_credit.has_room(peer_imm), "the events may go now");
+        let slot = post(&mut server_sends, "the acknowledgement");
+        assert!(server_empties.take_owed());
         at_client += 1;
+        server_sends.completed(slot);
         // The events still waiting go, then the held requests are answered.
-        while server_credit.has_room(told) {
+        while server_credit.has_room(peer_imm) {
+            let slot = post(&mut server_sends, "an event message");
             server_credit.sent += 1;
             at_client += 1;
+            server_sends.completed(slot);
         }
-        at_server -= MESSAGES_INFLIGHT_MAX;
-        at_client += MESSAGES_INFLIGHT_MAX;
+        for _ in 0..MESSAGES_INFLIGHT_MAX {
+            let slot = post(&mut server_sends, "a reply");
+            at_server -= 1;
+            at_client += 1;
+            server_sends.completed(slot);
+        }
         assert_eq!(at_server, 0);
         assert!(at_client <= CLIENT_RECV_SLOTS, "a message found no slot");
-        // The acknowledgement lets the client return the next credit.
-        client.received();
-        taken += EVENT_MESSAGES_INFLIGHT_MAX as u32;
-        assert!(credit_return_due(taken, told, client.returning()));
+        // The acknowledgement (the channel's own, taken at a drain) and the event messages let
+        // the client return the next credit.
+        client_empties.received();
+        for _ in 0..EVENT_MESSAGES_INFLIGHT_MAX {
+            client.took_event();
+        }
+        assert!(client.return_due(client_empties.returning()));
     }
 }

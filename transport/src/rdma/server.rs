@@ -205,8 +205,9 @@ impl ServerConnection {
             return Ok(false);
         }
         // Waiting for a send slot gets the full operation timeout even when the request came
-        // at the very end of `deadline`: the request is already taken. With a message waiting
-        // and a send slot free, `try_serve` answers it (a credit return too, in one place).
+        // at the very end of `deadline`: the request is already taken. With a request waiting
+        // and a send slot free, `try_serve` answers it (a credit return never comes this far:
+        // the channel's drain reposts its slot and owes its acknowledgement).
         self.channel
             .wait_send_slot(Instant::now() + self.op_timeout)?;
         self.try_serve(handler)

@@ -148,12 +148,7 @@ impl Data<'_> {
             self.events.again |= self.rdma.take_events_unblocked();
         }
         server.poll_waiters(now);
-        // Events before the parked requests' replies, as before every reply (`events.rs`): a
-        // revoke that ended a parked wait (`WAKE_ON_REVOKE`) is then read by the client that
-        // wakes with the reply, not left for after its next wait.
-        if server.take_events_pending() || self.events.again {
-            work += self.deliver_events(server);
-        }
+        work += self.events_before_replies(server, now);
         if server.replies_ready() > 0 {
             self.deliver_replies(server);
             work += 1;
@@ -167,6 +162,44 @@ impl Data<'_> {
         }
         self.close_gone_clients(server);
         work
+    }
+
+    /// Sends the waiting events before the parked requests' replies go, as before every reply
+    /// (`events.rs`): a revoke that ended a parked wait (`WAKE_ON_REVOKE`) is then read by the
+    /// client that wakes with the reply, not left for after its next wait. Returns how many
+    /// event messages went.
+    ///
+    /// A queue pair that fails while its events are sent is forgotten by the core here, before
+    /// the replies are taken (`Peers::forget_lost`): its client's parked request may have been
+    /// granted this turn, and only while its waiter still holds the grant can the core release
+    /// it (`Server::queue_pair_lost`). Were the replies taken first, its reply would find the
+    /// pair gone and be dropped, and the lock stay granted to a client that never heard of it
+    /// until the grant expired or the client's registration ended. A release may decide other
+    /// parked requests and write events (revokes for the waiters it retried), which go before
+    /// those replies too; each round retires a failed pair, so the rounds end.
+    fn events_before_replies(&mut self, server: &mut Server<'_>, now: u64) -> usize {
+        let mut work = 0;
+        loop {
+            if server.take_events_pending() || self.events.again {
+                work += self.deliver_events(server);
+            }
+            if !self.forget_lost_queue_pairs(server, now) {
+                return work;
+            }
+        }
+    }
+
+    /// Tells the core of the queue pairs that failed while their events went
+    /// (`Peers::forget_lost`); true if there were any.
+    #[cfg(feature = "rdma")]
+    fn forget_lost_queue_pairs(&mut self, server: &mut Server<'_>, now: u64) -> bool {
+        self.rdma.forget_lost(server, &mut self.routing, now)
+    }
+
+    /// Without the `rdma` feature no queue pair fails.
+    #[cfg(not(feature = "rdma"))]
+    fn forget_lost_queue_pairs(&mut self, _: &mut Server<'_>, _: u64) -> bool {
+        false
     }
 
     /// After a turn that found `work`: on, or the idle strategy's next step, parked for at most

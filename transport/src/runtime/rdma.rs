@@ -23,10 +23,12 @@
 //! the client's pair is gone or unreachable), when it sends a message that does not parse or
 //! that speaks for another client, or when its client is no longer registered with that session
 //! (deinit, or declared dead after its lease). Losing a queue pair is what losing a TCP data
-//! connection is: the parked reply it was waiting for is dropped, and the client itself lives
-//! on until its control connection closes or its lease runs out. Who a pair speaks for and
-//! where a parked reply goes are the core's rules (`Server::dispatch` with
-//! `Source::QueuePair`, `dlock_core::server::route`); this file moves the bytes.
+//! connection is: the request parked over it is cancelled (a grant decided for it and not yet
+//! handed to the pair is released), a reply already handed to the pair is lost with it as one
+//! in a closed connection's write buffer is, and the client itself lives on until its control
+//! connection closes or its lease runs out. Who a pair speaks for and where a parked reply goes
+//! are the core's rules (`Server::dispatch` with `Source::QueuePair`,
+//! `dlock_core::server::route`); this file moves the bytes.
 //!
 //! # Events
 //!
@@ -438,7 +440,8 @@ impl<'s> Peers<'s> {
 
     /// Sends a parked request's reply to the client in `slot`, if that client still has a
     /// queue pair here (a parked reply whose pair was lost or replaced is dropped, as one whose
-    /// TCP data connection closed).
+    /// TCP data connection closed; the core cancelled its request when the pair went, so no
+    /// grant is in it). A send that fails loses the reply with the pair ([`Self::fail`]).
     pub(super) fn deliver(&mut self, slot: u32, client: u32, reply: &[u8]) {
         let Some(peer) = self
             .slots
@@ -533,9 +536,18 @@ impl<'s> Peers<'s> {
     }
 
     /// The pair in `slot` failed where the core cannot be told at once: it is let go now, and
-    /// its parked request forgotten at the next [`Self::forget_lost`]. Retired without that, a
-    /// failed pair left its parked request waiting for a grant nobody would read, and the reply
-    /// routed to the client's next pair, which takes replies in the order of its own requests.
+    /// its parked request forgotten at the next [`Self::forget_lost`] — after the turn's
+    /// events, before its replies (`Data::turn`), so a grant decided this turn is released.
+    /// Retired without that, a failed pair left its parked request waiting for a grant nobody
+    /// would read, and the reply routed to the client's next pair, which takes replies in the
+    /// order of its own requests.
+    ///
+    /// A reply the core has already handed over — failing in [`Self::deliver`], or deferred
+    /// and failing in [`Self::serve`] — is lost with the pair, and a grant in it with it, as a
+    /// reply in the write buffer of a TCP data connection that breaks is: its waiter is gone,
+    /// so there is nothing left to cancel. The client, which never learns of the grant, holds
+    /// the lock until the grant expires or its registration ends (a `Try` of it is answered
+    /// `AlreadyLocked` meanwhile, `client/locks.rs`).
     fn fail(&mut self, slot: u32, e: RdmaError) {
         if let Some(peer) = self.slots[slot as usize].as_ref() {
             self.lost.push((slot, peer.client));
@@ -543,11 +555,22 @@ impl<'s> Peers<'s> {
         self.retire(slot, Why::Failed(e));
     }
 
-    /// Tells the core of the pairs [`Self::fail`] let go (`Server::queue_pair_lost`).
-    fn forget_lost(&mut self, server: &mut Server<'_>, routing: &mut Routing<'_>, now: u64) {
+    /// Tells the core of the pairs [`Self::fail`] let go (`Server::queue_pair_lost`); true if
+    /// there were any. Called where a pair may have failed outside [`Self::serve`]'s own
+    /// handling: at its start, after a pair its events retired, and after the turn's events
+    /// went (`Data::turn`), before the parked requests' replies are taken, so that a grant
+    /// decided for a pair that has just failed is still the waiter's and is released.
+    pub(super) fn forget_lost(
+        &mut self,
+        server: &mut Server<'_>,
+        routing: &mut Routing<'_>,
+        now: u64,
+    ) -> bool {
+        let any = !self.lost.is_empty();
         for (slot, client) in self.lost.drain(..) {
             server.queue_pair_lost(routing, slot, client, now);
         }
+        any
     }
 
     /// Takes the peer out of `slot` and hands it to the control thread to destroy.
