@@ -291,8 +291,49 @@ fn a_revoke_ends_a_wait_that_asked_for_it_so_the_holder_can_give_back() {
 /// plain, and the handle, told by the revoke that follows the grant, gives the lock back after
 /// its guard instead of keeping it (`manager::contention`): a later conflict finds the lock free
 /// and sends no revoke.
+/// The plain client's view of protocol 8: a cacheable acquisition on a contended lock is
+/// granted with `plain` set, and no revoke notice follows it.
 #[test]
-fn a_cacheable_grant_on_a_contended_lock_is_given_back_after_its_guard() {
+fn a_plain_clients_grant_on_a_contended_lock_says_it_is_plain() {
+    let mut cfg = ServerConfig::new(dlock_core::Config {
+        timing: dlock_core::manager::Timing {
+            contention_window_ms: 600_000,
+            ..dlock_core::manager::Timing::DEFAULT
+        },
+        ..common::small()
+    });
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
+    let s = ServerHandle::start(cfg).expect("server starts");
+    for (n, e) in endpoints(&s).into_iter().enumerate() {
+        let name = format!("plain-{n}");
+        let mut a = Client::connect(ClientConfig::new(e.clone())).unwrap();
+        let id = a.get_lock(LockKind::Rw, name.as_bytes()).unwrap();
+        a.set_cacheable(id, true).unwrap();
+        let g = a.trylock(id, Mode::Exclusive, 60_000).unwrap();
+        assert!(!g.plain, "{n}: not contended yet: cached");
+        let b = waiter(&e, &name, Mode::Exclusive);
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut revoked = false;
+        while !revoked && Instant::now() < until {
+            a.poll_events(|e| revoked |= matches!(e, Event::Revoke { .. }))
+                .unwrap();
+        }
+        assert!(revoked, "{n}");
+        assert_eq!(a.unlock(id).unwrap(), Status::Success);
+        assert_eq!(b.join().unwrap(), Status::Success, "{n}");
+        let g = a.trylock(id, Mode::Exclusive, 60_000).unwrap();
+        assert!(g.plain, "{n}: granted plain, and the grant says so");
+        // Give a notice time to come, were one sent.
+        std::thread::sleep(Duration::from_millis(20));
+        let mut events = Vec::new();
+        a.poll_events(|e| events.push(e)).unwrap();
+        assert_eq!(events, vec![], "{n}: no notice");
+        assert_eq!(a.unlock(id).unwrap(), Status::Success);
+    }
+}
+
+#[test]
+fn a_cacheable_grant_on_a_contended_lock_is_granted_plain_and_unlocked_with_its_guard() {
     let mut cfg = ServerConfig::new(dlock_core::Config {
         timing: dlock_core::manager::Timing {
             // Long against the test: the lock stays contended throughout.
@@ -313,18 +354,21 @@ fn a_cacheable_grant_on_a_contended_lock_is_given_back_after_its_guard() {
         let _ = next_revoke(&a);
         assert_eq!(b.join().unwrap(), Status::Success, "{n}");
         assert_eq!(counter(&s, "revokes_sent"), n as u64 + 1, "{n}");
-        // a asks again: granted (plain on the server), then told to give it back.
+        // a asks again: granted plain, which the grant's result says (protocol 8), so the
+        // guard's drop is the plain unlock, and no notice comes.
         let again = page.try_write().unwrap();
+        assert_eq!(page.held(), Some(Mode::Exclusive), "{n}");
         drop(again);
         assert_eq!(
-            next_revoke(&a),
-            Revoked::Lock {
-                lock: page.id().unwrap(),
-                wanted: Mode::Exclusive
-            },
-            "{n}: the notice"
+            page.held(),
+            None,
+            "{n}: given back with the guard, not kept"
         );
-        assert_eq!(page.held(), None, "{n}: given back, not kept");
+        assert_eq!(
+            a.revokes().try_recv().expect("poll"),
+            None,
+            "{n}: no notice"
+        );
         // A conflict now finds the lock free: granted with no revoke sent.
         assert_eq!(
             waiter(&e, &name, Mode::Exclusive).join().unwrap(),

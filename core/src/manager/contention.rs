@@ -1,5 +1,5 @@
 //! Contention-aware grants: a lock that had to be asked back recently is granted *plain* even
-//! to a request that asks for a cached grant, and the holder is told so at once.
+//! to a request that asks for a cached grant, and the holder is told so in the grant's reply.
 //!
 //! A cached grant pays when its holder reuses it locally before anyone else wants it; on a lock
 //! other clients keep asking for, it is asked back before it pays, and every such revoke costs a
@@ -27,14 +27,23 @@
 //! A `Contended` grant is recorded plain on the server: it is never revoked and never lapses by
 //! the revoke timeout, it ends by the holder's unlock or its lease like any plain grant, and a
 //! conflicting request waits for it as for any plain holder. The holder asked for a cached
-//! grant and will keep it as one, so the server also sends it a revoke for the grant at once
-//! (wanting exclusive, so a shared holder gives back rather than keeps, and naming the grant's
-//! own fencing token, so the client keeps it even when it overtakes the grant's reply). Every
-//! cached client already answers a revoke by giving the lock back when its last local user is
-//! done: the give-back is the unlock a plain user would have sent, and no client needs to read
-//! anything new. (A bit in the grant's reply would save the event, but the reply's 32 bytes
-//! have no spare bit, so it would need a new trailer, and a client too old to read it would keep
-//! a plain grant as cached, which nobody would then ever ask back.)
+//! grant and must learn that it is not one, or it would keep a grant nobody ever asks back:
+//!
+//! | the holder registered at            | it is told                                                        |
+//! |-------------------------------------|-------------------------------------------------------------------|
+//! | protocol 8 or newer (`PROTO_VERSION_PLAIN_GRANTS`) | in the grant's own result: [`CommandResult::plain`](crate::proto::CommandResult::plain), the top bit of the echoed op byte (`proto::data`'s layout) |
+//! | older                               | by a revoke for the grant sent at once                            |
+//!
+//! A protocol-8 client records the grant plain (`CachedLock::granted_plain`): no new local user,
+//! and its last local release is the plain unlock — in a row-group transaction, one more key
+//! in the transaction's batch unlock. No event is written, sent or read for it, and its users
+//! are never warned of as overdue, since a plain grant never lapses by the revoke timeout. An
+//! older client gets the revoke it has always answered: it wants exclusive, so a shared holder
+//! gives back rather than keeps, and names the grant's own fencing token, so the client keeps
+//! it even when it overtakes the grant's reply. The reply's 32 bytes had no spare bit for the
+//! mark: every op code is below 16, so the echoed op byte's top bit is free, and only a client
+//! that negotiated 8 is sent it, which is a client that masks it off. A grant an
+//! all-or-nothing unit undoes is answered `Eagain`, unmarked.
 //!
 //! Only a revoke caused by a conflict stamps the lock's time: the notice of a contended grant
 //! does not. So a contended lock turns cacheable again one window after the last conflict a
@@ -55,8 +64,9 @@ pub enum GrantAs {
     Plain,
     /// Cached: the holder keeps it after its users and gives it back when revoked.
     Cached,
-    /// Asked for caching on a contended lock: recorded plain, and the holder is sent a revoke for
-    /// it at once, so it gives the lock back when its users are done.
+    /// Asked for caching on a contended lock: recorded plain, and the holder told so (in the
+    /// grant's result at protocol 8, by a revoke sent at once before), so it gives the lock back
+    /// when its users are done.
     Contended,
 }
 

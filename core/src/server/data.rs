@@ -36,7 +36,7 @@ use crate::manager::value::ValueRead;
 use crate::manager::{GrantState, LockValue, ValueBlock};
 use crate::proto::{
     Command, CommandResult, FLAG_ALL_OR_NOTHING, LockCommand, LockFlags, LockOp, ObjectCommand,
-    ObjectOp, PROTO_VERSION,
+    ObjectOp, PROTO_VERSION, PROTO_VERSION_PLAIN_GRANTS,
 };
 use crate::status::Status;
 use crate::table::{LockCell, SlotState};
@@ -85,11 +85,7 @@ struct Scratch {
 
 #[inline]
 const fn result(status: Status) -> CommandResult {
-    CommandResult {
-        status,
-        word: 0,
-        aux: 0,
-    }
+    CommandResult::status(status)
 }
 
 /// Whether a command of an all-or-nothing message ended holding what it asked for.
@@ -168,6 +164,7 @@ impl<'r> Server<'r> {
                 dst.status = r.status;
                 dst.aux = r.aux;
                 dst.word = r.word;
+                dst.plain = r.plain;
             },
             now_ms,
         )
@@ -454,6 +451,7 @@ impl<'r> Server<'r> {
                 status: self.refuse(Status::LockRetained),
                 word: cell.word,
                 aux: 0,
+                plain: false,
             };
             return (refused, Note::default());
         }
@@ -486,6 +484,7 @@ impl<'r> Server<'r> {
                 .with_ms(t.shared)
                 .into_bits();
         }
+        let mut plain = false;
         let mut note = Note {
             released: revoked.lapsed,
             lapsed: revoked.lapsed,
@@ -508,7 +507,12 @@ impl<'r> Server<'r> {
                 if revoked.cached {
                     self.note_cached_grant(lock, revoked.wanted, now_ms);
                 } else if revoked.contended {
-                    self.send_contended_notice(slot, lock);
+                    // Protocol 8 reads it in the result; an older client is sent the revoke
+                    // notice it has always answered (`manager::contention`).
+                    match self.t.clients[slot as usize].version >= PROTO_VERSION_PLAIN_GRANTS {
+                        true => plain = true,
+                        false => self.send_contended_notice(slot, lock),
+                    }
                 }
                 self.stats.bump(Counter::Grants);
                 if preempted {
@@ -557,7 +561,13 @@ impl<'r> Server<'r> {
             }
         };
         let status = self.refuse(step.status);
-        (CommandResult { status, word, aux }, note)
+        let r = CommandResult {
+            status,
+            word,
+            aux,
+            plain,
+        };
+        (r, note)
     }
 
     /// After a fair-lock timeout preemption by client `slot`, no other client holds a grant on
@@ -625,6 +635,7 @@ impl<'r> Server<'r> {
             status,
             word: 0,
             aux,
+            plain: false,
         }
     }
 
@@ -651,6 +662,7 @@ impl<'r> Server<'r> {
                     status,
                     word: 0,
                     aux: value,
+                    plain: false,
                 };
             }
             ObjectOp::Snapshot => Some(value),
@@ -666,6 +678,7 @@ impl<'r> Server<'r> {
             status: Status::Success,
             word: 0,
             aux: value,
+            plain: false,
         }
     }
 

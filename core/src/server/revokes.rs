@@ -36,13 +36,15 @@
 //! of their own; a dlock client reads its events on the thread that called it.
 //!
 //! A lock a conflict revoked within the contention window (`manager::contention`) grants a
-//! request that asks for a cached grant *plain*, and sends its holder a revoke for that grant at
-//! once (`send_contended_notice`): the holder gives it back when its users are done,
+//! request that asks for a cached grant *plain*, and tells its holder: in the grant's result
+//! (`CommandResult::plain`) at protocol 8, else by a revoke for that grant sent at once
+//! (`send_contended_notice`): the holder gives it back when its users are done,
 //! which is the unlock a plain user sends. Such a holder may be parked on another lock before it
 //! read the notice (a stream delivers events after the turn's replies), and then nothing would
 //! wake it: a conflicting request that finds a plain holder on a contended lock ends that
 //! holder's parked wait if it asked for [`LockFlags::WAKE_ON_REVOKE`], as a revoke would. A
-//! holder that owed nothing pays one more wait; a plain `lock()` is never cut.
+//! holder that owed nothing pays one more wait; a plain `lock()` is never cut. A holder of
+//! protocol 8 read its grant's mark with the grant, and is not woken.
 //!
 //! On a lock with no cached holder that is not contended the scan is skipped, and a cacheable
 //! request is cached when nobody else is parked on it. A scan that finds no cached holder left
@@ -54,7 +56,7 @@ use crate::ids::{ClientId, LockId, Mode};
 use crate::manager::contention::{contended, grant_as};
 use crate::manager::revoke::{Holder, HolderAction, Request, Verdict, judge};
 use crate::manager::{Answer, GrantAs, GrantState};
-use crate::proto::{Event, LockCommand, LockFlags};
+use crate::proto::{Event, LockCommand, LockFlags, PROTO_VERSION_PLAIN_GRANTS};
 use crate::table::{ClientState, LockManagerCell, SlotState, WaiterState};
 
 /// What the revoke decision left for the word step.
@@ -63,8 +65,8 @@ pub(super) struct Revoked {
     /// A grant the word makes may be recorded as cached.
     pub(super) cached: bool,
     /// The request asked for a cached grant on a contended lock (`manager::contention`): a
-    /// grant the word makes is recorded plain, and its holder is sent a revoke for it at once
-    /// (`send_contended_notice`).
+    /// grant the word makes is recorded plain, and its holder told: `CommandResult::plain` at
+    /// protocol 8, else a revoke for it at once (`send_contended_notice`).
     pub(super) contended: bool,
     /// Someone wants the lock already (`Verdict::wanted`): a cached grant's minimum hold
     /// ends in a retry of the parked requests, which revokes it.
@@ -187,8 +189,11 @@ impl Server<'_> {
                 }
                 // A plain holder of a contended lock may hold a contended grant whose notice it
                 // has not read, being parked on another lock: it is woken as a revoke would
-                // wake it (module doc).
-                HolderAction::Blocks if contended => self.cut_wait_on_revoke(other, now_ms),
+                // wake it (module doc). One of protocol 8 read it in the grant's result and
+                // has nothing to read.
+                HolderAction::Blocks if contended && entry.version < PROTO_VERSION_PLAIN_GRANTS => {
+                    self.cut_wait_on_revoke(other, now_ms)
+                }
                 _ => cached_left |= state.is_cached(),
             }
         }
@@ -293,7 +298,8 @@ impl Server<'_> {
         self.next_timer_ms = self.next_timer_ms.min(now);
     }
 
-    /// Tells client slot `slot`, just granted lock slot `lock` plain on a contended lock though
+    /// Tells client slot `slot` (registered before protocol 8, which reads it in the grant's
+    /// result instead), just granted lock slot `lock` plain on a contended lock though
     /// it asked for a cached grant, to give it back when its users are done: a revoke wanting
     /// exclusive (a shared holder gives back rather than keeps) that names the grant's own fence
     /// (kept by the client even when it overtakes the grant's reply). The grant is not marked

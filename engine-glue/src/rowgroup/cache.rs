@@ -62,6 +62,11 @@
 //! cached as a probe, and grants taken from the cache stay cached, so caching resumes
 //! once grants pay again.
 //!
+//! A key the server granted plain though it was asked for cached (protocol 8: the lock is
+//! contended, `dlock_core::manager::contention`, and the grant's result says so) is never
+//! cached: its transaction's end unlocks it in the same batch as the keys it does not keep,
+//! exactly as without caching, and no revoke notice is read for it.
+//!
 //! The engine's loop calls `keep_leases` between transactions anyway, so an idle worker answers
 //! its revokes within a quarter lease; one that does not answer loses the grant at the server's
 //! revoke timeout (the lease by default), which the server then counts (`revokes_lapsed`).
@@ -381,6 +386,7 @@ impl<C: Connection> RowGroupLocks<C> {
             rec: c.rec,
             owed: None,
             warned: false,
+            plain: false,
         });
         if c.reuses + 1 == Demotion::REUSES_THAT_PAY {
             self.payback = self.payback.paid();
@@ -430,8 +436,9 @@ impl<C: Connection> RowGroupLocks<C> {
     }
 
     /// Ends the use of the open transaction's keys from `from` on: into the cache, except
-    /// those a revoke asked back meanwhile or the policy lets go (or that are not cached),
-    /// which are left in `held[from..]`, their give-backs in flight, for the caller to unlock.
+    /// those a revoke asked back meanwhile, the server granted plain (protocol 8), or the
+    /// policy lets go (or that are not cached), which are left in `held[from..]`, their
+    /// give-backs in flight, for the caller to unlock (in its batch).
     pub(super) fn cache_from(&mut self, from: usize) -> Result<(), Status> {
         let mut keep = from;
         for i in from..self.held.len() {
@@ -460,7 +467,9 @@ impl<C: Connection> RowGroupLocks<C> {
                 (h.mode, op) = (Mode::Shared, None);
             }
             let asked_back = matches!(op, Some(ServerOp::GiveBack(_)));
-            if asked_back || !self.caches(h.key) || !self.keeps(h.key, h.reuses) {
+            // A grant made plain goes back as the plain unlock it is, before the policy counts
+            // a use it never had (`keeps`).
+            if asked_back || h.plain || !self.caches(h.key) || !self.keeps(h.key, h.reuses) {
                 if !asked_back {
                     // The policy's give-back: the record puts it in flight.
                     let _ = h.rec.give_back();

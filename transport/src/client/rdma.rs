@@ -262,6 +262,7 @@ pub(super) fn object_op(
                     status: Status::ObjectCasFailed,
                     word: 0,
                     aux: found,
+                    plain: false,
                 }
             }
         }),

@@ -645,6 +645,7 @@ impl State {
                     status,
                     word: 0,
                     aux,
+                    plain: false,
                 },
                 proof,
             ));
@@ -659,6 +660,7 @@ impl State {
                         status: Status::Eagain,
                         word: 0,
                         aux: 0,
+                        plain: false,
                     };
                     *proof = false;
                 }

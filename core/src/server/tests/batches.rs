@@ -12,7 +12,8 @@ fn oversized_or_empty_message_is_refused_whole() {
         CommandResult {
             status: Status::Success,
             word: 0,
-            aux: 0
+            aux: 0,
+            plain: false,
         };
         32
     ];
@@ -83,6 +84,7 @@ fn a_join_reaching_the_state_machine_is_refused() {
         status: Status::Success,
         word: 0,
         aux: 0,
+        plain: false,
     }; 2];
     let take = lock(LockKind::Atomic, LockOp::TryExclusive, l, 1_000);
     s.execute_message(a.get(), FLAG_ALL_OR_NOTHING, &[take, join], &mut r, 0)
