@@ -522,6 +522,8 @@ impl<'r> Server<'r> {
                 token.0
             }
             Effect::Queued(t) => {
+                // A fair request queued behind holders in its way: a conflict.
+                self.note_conflict(lock, now_ms);
                 let ticket = GrantState::ticketed(c.op.mode());
                 self.t.lock_holds.set(slot, lock, ticket.bits());
                 t.exclusive as u64 | (t.shared as u64) << 16
@@ -556,6 +558,10 @@ impl<'r> Server<'r> {
             Effect::None => {
                 if step.ticket_void {
                     self.t.lock_holds.set(slot, lock, GrantState::None.bits());
+                } else if c.op.acquires() && matches!(step.status, Status::Fail | Status::Eagain) {
+                    // Refused (or still queued) for a holder in a conflicting mode, plain or
+                    // cached: whether it now waits or gives up, the lock is fought over.
+                    self.note_conflict(lock, now_ms);
                 }
                 0
             }

@@ -89,8 +89,7 @@ impl Server<'_> {
     ) -> Revoked {
         let cacheable = c.flags.contains(LockFlags::CACHEABLE);
         let m = self.t.lock_manager[lock as usize];
-        let revoked = match m.cached == 0 && !contended(&self.cfg.timing, m.revoke_sent_ms, now_ms)
-        {
+        let revoked = match m.cached == 0 && !contended(&self.cfg.timing, m.contended_ms, now_ms) {
             true => Revoked {
                 cached: cacheable,
                 wanted: cacheable && self.others_parked(slot, lock),
@@ -106,8 +105,8 @@ impl Server<'_> {
     /// that has just sent one is the conflict that makes the lock contended.
     #[inline]
     fn contention_aware(&self, lock: u32, revoked: Revoked, now_ms: u64) -> Revoked {
-        let sent = self.t.lock_manager[lock as usize].revoke_sent_ms;
-        match grant_as(&self.cfg.timing, revoked.cached, sent, now_ms) {
+        let conflict = self.t.lock_manager[lock as usize].contended_ms;
+        match grant_as(&self.cfg.timing, revoked.cached, conflict, now_ms) {
             GrantAs::Contended => Revoked {
                 cached: false,
                 wanted: false,
@@ -143,7 +142,7 @@ impl Server<'_> {
     fn judge_holders(&mut self, req: &Request, lock: u32, now_ms: u64) -> Revoked {
         let timing = self.cfg.timing;
         let cell: LockManagerCell = self.t.lock_manager[lock as usize];
-        let contended = contended(&timing, cell.revoke_sent_ms, now_ms);
+        let contended = contended(&timing, cell.contended_ms, now_ms);
         let (mut verdict, mut lapsed, mut cached_left) = (Verdict::NONE, false, false);
         // A revoke sent now lapses at `now + timeout`: a parked request is retried then.
         let mut lapses_ms = u64::MAX;
@@ -273,7 +272,9 @@ impl Server<'_> {
             // A full ring counts the overflow in the ring itself, where its reader sees it.
             let _ = ring.push(&event);
         }
-        self.t.lock_manager[lock as usize].revoke_sent_ms = now;
+        let m = &mut self.t.lock_manager[lock as usize];
+        // A conflict with a cached grant: the lock is contended from now (`note_conflict`).
+        (m.revoke_sent_ms, m.contended_ms) = (now, now);
         self.events_pending = true;
         self.stats.bump(Counter::RevokesSent);
         self.cut_wait_on_revoke(other, now);
@@ -303,8 +304,8 @@ impl Server<'_> {
     /// it asked for a cached grant, to give it back when its users are done: a revoke wanting
     /// exclusive (a shared holder gives back rather than keeps) that names the grant's own fence
     /// (kept by the client even when it overtakes the grant's reply). The grant is not marked
-    /// revoking and the lock's `revoke_sent_ms` is not stamped: a plain grant has nothing to
-    /// lapse, and only conflicts make a lock contended (`manager::contention`). A full ring
+    /// revoking and the lock's times are not stamped: a plain grant has nothing to lapse, and
+    /// only conflicts make a lock contended (`manager::contention`). A full ring
     /// counts an overflow, after which the client gives back every idle cached lock: the notice
     /// is coarser, not lost. A grant an all-or-nothing unit undoes afterwards leaves its notice
     /// behind, which the client ignores: it holds nothing, or a later grant with a larger token.
@@ -319,6 +320,18 @@ impl Server<'_> {
             let _ = ring.push(&event);
         }
         self.events_pending = true;
+    }
+
+    /// Notes that an acquisition found lock slot `lock` held in a conflicting mode at `now_ms`
+    /// (refused, or left waiting): the lock is contended from now (`manager::contention`), so a
+    /// lock fought over by plain holders stays plain while the fight goes on instead of turning
+    /// cacheable once per window and paying a revoke. Nothing with the rule off (window 0):
+    /// the cell stays untouched, as before the rule.
+    #[inline]
+    pub(super) fn note_conflict(&mut self, lock: u32, now_ms: u64) {
+        if self.cfg.timing.contention_window_ms != 0 {
+            self.t.lock_manager[lock as usize].contended_ms = now_ms;
+        }
     }
 
     /// Records that a cached grant on lock slot `lock` was made at `now_ms`. When the lock is

@@ -378,3 +378,102 @@ fn a_plain_holder_of_protocol_8_parked_elsewhere_is_not_woken_by_a_conflict() {
     assert_eq!(s.replies(), vec![], "nobody's wait is cut");
     assert_eq!(s.stats().get(Counter::WaitTimeouts), 0);
 }
+
+/// Lock `id`'s manager cell.
+fn manager_cell(s: &TestServer, id: LockId) -> crate::table::LockManagerCell {
+    s.t.lock_manager[id.index() as usize]
+}
+
+#[test]
+fn a_conflict_between_plain_holders_makes_the_lock_contended() {
+    for window in [WINDOW_MS as u32, 0] {
+        let mut s = TestServer::new(&config(window));
+        let (p, q) = (s.client(0), s.client(0));
+        let lp = s.get_lock(p.get(), LockKind::Rw, b"fought", 0).unwrap();
+        let lq = s.get_lock(q.get(), LockKind::Rw, b"fought", 0).unwrap();
+        assert_eq!(s.run(p, cmd(EX, lp, PLAIN), 100).status, Status::Success);
+        // q is refused for p's plain grant: a conflict, with no revoke.
+        assert_eq!(s.run(q, cmd(SH, lq, PLAIN), 101).status, Status::Fail);
+        assert_eq!(s.stats().get(Counter::RevokesSent), 0);
+        assert_eq!(
+            s.run(p, cmd(UNLOCK, lp, PLAIN), 102).status,
+            Status::Success
+        );
+        // Asked for caching right after: plain while the window runs, cached with the rule off.
+        assert_eq!(s.run(q, cmd(EX, lq, CACHE), 103).status, Status::Success);
+        let (stamped, held) = match window {
+            0 => (0, GrantState::ExclusiveCached),
+            _ => (101, GrantState::Exclusive),
+        };
+        assert_eq!(manager_cell(&s, lq).contended_ms, stamped, "{window}");
+        assert_eq!(hold(&s, q, lq), held, "{window}");
+    }
+}
+
+#[test]
+fn a_parked_request_stamps_the_conflict_too() {
+    let mut s = TestServer::new(&config(WINDOW_MS as u32));
+    let (p, q) = (s.client(0), s.client(0));
+    let lp = s.get_lock(p.get(), LockKind::Rw, b"fought", 0).unwrap();
+    let lq = s.get_lock(q.get(), LockKind::Rw, b"fought", 0).unwrap();
+    assert_eq!(s.run(p, cmd(EX, lp, PLAIN), 100).status, Status::Success);
+    let wait = Command::Lock(LockCommand {
+        wait_ms: 5_000,
+        ..match cmd(EX, lq, PLAIN) {
+            Command::Lock(c) => c,
+            _ => unreachable!(),
+        }
+    });
+    assert_eq!(s.wait_for(q, wait, 105), None);
+    assert_eq!(manager_cell(&s, lq).contended_ms, 105);
+}
+
+#[test]
+fn a_fight_that_goes_on_keeps_the_lock_plain_past_the_first_window() {
+    let (mut s, a, b, la, lb) = contended_at_10(WINDOW_MS as u32);
+    assert_eq!(s.run(b, cmd(EX, lb, CACHE), 12).status, Status::Success);
+    assert_eq!(
+        hold(&s, b, lb),
+        GrantState::Exclusive,
+        "contended by the revoke at 10"
+    );
+    // a's conflict with b's plain grant at 25 goes on fighting: no revoke, a new stamp.
+    assert_eq!(s.run(a, cmd(EX, la, CACHE), 25).status, Status::Fail);
+    assert_eq!(s.run(b, cmd(UNLOCK, lb, PLAIN), 26).status, Status::Success);
+    // One window after the revoke, the fight at 25 keeps it plain...
+    assert_eq!(
+        s.run(a, cmd(EX, la, CACHE), 10 + WINDOW_MS).status,
+        Status::Success
+    );
+    assert_eq!(hold(&s, a, la), GrantState::Exclusive, "still fought over");
+    assert_eq!(s.run(a, cmd(UNLOCK, la, PLAIN), 31).status, Status::Success);
+    // ...and one window after the last conflict it is cached again.
+    assert_eq!(
+        s.run(a, cmd(EX, la, CACHE), 25 + WINDOW_MS).status,
+        Status::Success
+    );
+    assert_eq!(hold(&s, a, la), GrantState::ExclusiveCached);
+    assert_eq!(
+        s.stats().get(Counter::RevokesSent),
+        1,
+        "only the first conflict's"
+    );
+}
+
+#[test]
+fn later_conflicts_do_not_push_back_an_outstanding_revokes_lapse() {
+    let mut s = TestServer::new(&config(WINDOW_MS as u32));
+    let (a, b) = (s.client(0), s.client(0));
+    let la = s.get_lock(a.get(), LockKind::Rw, b"row-group", 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Rw, b"row-group", 0).unwrap();
+    assert_eq!(s.run(a, cmd(EX, la, CACHE), 1).status, Status::Success);
+    assert_eq!(s.run(b, cmd(EX, lb, PLAIN), 10).status, Status::Fail);
+    assert_eq!(s.run(b, cmd(EX, lb, PLAIN), 15).status, Status::Fail);
+    let m = manager_cell(&s, lb);
+    assert_eq!((m.revoke_sent_ms, m.contended_ms), (10, 15));
+    assert_eq!(
+        s.stats().get(Counter::RevokesSent),
+        1,
+        "one outstanding per holder"
+    );
+}
