@@ -377,3 +377,46 @@ fn a_cacheable_grant_on_a_contended_lock_is_granted_plain_and_unlocked_with_its_
         assert_eq!(counter(&s, "revokes_sent"), n as u64 + 1, "{n}: no revoke");
     }
 }
+
+/// `Client::events_may_wait`, which lets a client holding nothing cached skip its look at the
+/// events: only while the trust bound holds (over TCP, the revoke timeout after the last
+/// answered request; a shared-memory ring is always trusted) and no broken channel owes its
+/// report.
+#[test]
+fn events_may_wait_only_while_the_trust_bound_holds_and_no_break_is_owed() {
+    let mut cfg = ServerConfig::new(common::small());
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
+    let s = ServerHandle::start(cfg).expect("server starts");
+    let timeout = Duration::from_millis(100);
+    for (n, e) in endpoints(&s).into_iter().enumerate() {
+        let stream = matches!(e, Endpoint::Tcp(_));
+        let mut cfg = ClientConfig::new(e);
+        cfg.revoke_timeout = timeout;
+        let mut c = Client::connect(cfg).unwrap();
+        let id = c
+            .get_lock(LockKind::Rw, format!("quiet-{n}").as_bytes())
+            .unwrap();
+        assert_eq!(
+            c.events_may_wait(),
+            !stream,
+            "{n}: no answer yet over a stream"
+        );
+        let _ = c.trylock(id, Mode::Exclusive, 60_000).unwrap();
+        assert!(c.events_may_wait(), "{n}: just answered");
+        std::thread::sleep(timeout + Duration::from_millis(20));
+        assert_eq!(
+            c.events_may_wait(),
+            !stream,
+            "{n}: past the bound over a stream"
+        );
+        assert_eq!(c.unlock(id).unwrap(), Status::Success);
+        assert!(c.events_may_wait(), "{n}: answered again");
+        // A new data channel owes its report until the events are looked at.
+        c.reinit().unwrap();
+        assert!(!c.events_may_wait(), "{n}: a break is owed");
+        c.poll_events(|_| {}).unwrap();
+        let _ = c.trylock(id, Mode::Exclusive, 60_000).unwrap();
+        assert!(c.events_may_wait(), "{n}: reported, and answered since");
+        assert_eq!(c.unlock(id).unwrap(), Status::Success);
+    }
+}

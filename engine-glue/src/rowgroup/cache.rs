@@ -124,7 +124,7 @@ impl<C: Connection> RowGroupLocks<C> {
     /// the client is gone.
     pub fn poll_revokes(&mut self) -> Result<usize, Status> {
         self.health()?;
-        if !self.cfg.cached {
+        if !self.cfg.cached || self.caches_nothing() && self.client.events_may_wait() {
             return Ok(0);
         }
         let mut events = std::mem::take(&mut self.events);
@@ -149,6 +149,18 @@ impl<C: Connection> RowGroupLocks<C> {
         self.send_owed()?;
         self.warn_overdue();
         Ok(back)
+    }
+
+    /// Whether the server holds no cached grant for this worker, and nothing is owed: no key in
+    /// the cache, and every key of the open transaction plain (granted plain on a contended
+    /// lock, or of a name not asked for cached). Then no revoke is for anything it holds, and a
+    /// look at the events may wait while the client's trust bound holds
+    /// ([`Client::events_may_wait`](dlock_transport::client::Client::events_may_wait)): an
+    /// acquisition pays no event poll — over TCP a system call — on top of an uncached one's.
+    fn caches_nothing(&self) -> bool {
+        self.cache.is_empty()
+            && self.owed.is_empty()
+            && self.held.iter().all(|h| h.plain || !self.caches(h.key))
     }
 
     /// One event, read at `now`; how many cached keys it gave back.
