@@ -274,7 +274,7 @@ impl Server<'_> {
         }
         let m = &mut self.t.lock_manager[lock as usize];
         // A conflict with a cached grant: the lock is contended from now (`note_conflict`).
-        (m.revoke_sent_ms, m.contended_ms) = (now, now);
+        (m.revoke_sent_ms, m.contended_ms) = (now, conflict_stamp(now));
         self.events_pending = true;
         self.stats.bump(Counter::RevokesSent);
         self.cut_wait_on_revoke(other, now);
@@ -330,7 +330,7 @@ impl Server<'_> {
     #[inline]
     pub(super) fn note_conflict(&mut self, lock: u32, now_ms: u64) {
         if self.cfg.timing.contention_window_ms != 0 {
-            self.t.lock_manager[lock as usize].contended_ms = now_ms;
+            self.t.lock_manager[lock as usize].contended_ms = conflict_stamp(now_ms);
         }
     }
 
@@ -363,6 +363,14 @@ impl Server<'_> {
     pub fn event_ring(&self, slot: u32) -> Option<crate::table::EventRing<'_>> {
         self.t.event_rings.ring(slot)
     }
+}
+
+/// The conflict time stamped at tick `now_ms`: never 0, which the cell reads as "no conflict"
+/// — a conflict in a server's first millisecond (its clock starts at 0) still makes the lock
+/// contended, for one millisecond longer, which is the safe side (never cached early).
+#[inline]
+const fn conflict_stamp(now_ms: u64) -> u64 {
+    if now_ms == 0 { 1 } else { now_ms }
 }
 
 /// A lock manager cell's `deferred_revoke` for a request by client `slot` wanting `mode`.

@@ -477,3 +477,21 @@ fn later_conflicts_do_not_push_back_an_outstanding_revokes_lapse() {
         "one outstanding per holder"
     );
 }
+
+#[test]
+fn a_conflict_in_the_servers_first_millisecond_still_makes_the_lock_contended() {
+    // The server's clock starts at 0, which the cell reads as "no conflict".
+    for revoked in [false, true] {
+        let mut s = TestServer::new(&config(WINDOW_MS as u32));
+        let (p, q) = (s.client(0), s.client(0));
+        let lp = s.get_lock(p.get(), LockKind::Rw, b"early", 0).unwrap();
+        let lq = s.get_lock(q.get(), LockKind::Rw, b"early", 0).unwrap();
+        let flags = if revoked { CACHE } else { PLAIN };
+        assert_eq!(s.run(p, cmd(EX, lp, flags), 0).status, Status::Success);
+        assert_eq!(s.run(q, cmd(EX, lq, PLAIN), 0).status, Status::Fail);
+        assert_eq!(manager_cell(&s, lq).contended_ms, 1, "{revoked}");
+        assert_eq!(s.run(p, cmd(UNLOCK, lp, PLAIN), 0).status, Status::Success);
+        assert_eq!(s.run(q, cmd(EX, lq, CACHE), 0).status, Status::Success);
+        assert_eq!(hold(&s, q, lq), GrantState::Exclusive, "{revoked}: plain");
+    }
+}
