@@ -17,7 +17,8 @@
 //!
 //! Run: `cargo bench -p dlock-benches --bench engine` (`-- quick` for a short run,
 //! `-- min-hold=N` for a server minimum hold of N ms instead of the default,
-//! `-- contention-window=N` for contention-aware grants with a window of N ms, off by default).
+//! `-- contention-window=N` for contention-aware grants with a window of N ms instead of the
+//! default 1,000, 0 turning them off).
 //! `-- profile=on` or `profile=off` runs the no-affinity workload alone, once, for a profiler.
 //! Each "on" line gives its ratio to the "off" line above it, and the load average is printed
 //! before and after the workloads. A custom harness: the quantities are throughputs of several

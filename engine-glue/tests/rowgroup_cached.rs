@@ -27,6 +27,23 @@ fn server() -> EmbeddedServer {
     .expect("server starts")
 }
 
+/// [`server`] with contention-aware grants off: for the worker's own demotion policy, which
+/// the server's rule (the default window) would pre-empt by granting a key plain for a second
+/// after each conflict.
+fn server_without_contention() -> EmbeddedServer {
+    EmbeddedServer::start(EmbeddedServer::config(Config {
+        locks_max: 1_024,
+        clients_max: 16,
+        objects_max: 4,
+        timing: Timing {
+            contention_window_ms: 0,
+            ..Timing::DEFAULT
+        },
+        ..Config::default()
+    }))
+    .expect("server starts")
+}
+
 fn worker(s: &EmbeddedServer, cached: bool) -> RowGroupLocks {
     let cfg = RowGroupConfig::DEFAULT.with_cached(cached);
     RowGroupLocks::new(s.client().expect("client"), cfg).expect("valid config")
@@ -291,7 +308,7 @@ fn give_back_when_asked(w: &mut RowGroupLocks) {
 #[test]
 fn a_key_revoked_before_it_was_reused_is_let_go_for_its_next_uses_then_cached_again() {
     // `manager::Demotion`: the first such revoke demotes the key for its next 4 uses.
-    let s = server();
+    let s = server_without_contention();
     let mut w = worker(&s, true);
     // One grant that paid first, so that one wasted revoke does not also suspend caching for
     // the whole worker (`manager::Payback`, the next test).
@@ -342,7 +359,7 @@ fn a_worker_whose_grants_are_asked_back_before_they_pay_lets_fresh_grants_go_but
 
 #[test]
 fn a_key_revoked_after_it_was_reused_twice_stays_cached() {
-    let s = server();
+    let s = server_without_contention();
     let mut w = worker(&s, true);
     let key = RowGroup::new(6, 6);
     for _ in 0..3 {

@@ -240,7 +240,7 @@ fn a_block_a_local_writer_sets_is_read_locally_and_reaches_the_next_holder() {
 
 #[test]
 fn a_revoke_ends_a_wait_that_asked_for_it_so_the_holder_can_give_back() {
-    let s = common::server(true);
+    let s = common::revoke_server(true);
     for e in endpoints(&s) {
         let at = format!("{e:?}");
         let mut a = Client::connect(ClientConfig::new(e.clone())).unwrap();
@@ -325,9 +325,16 @@ fn a_plain_clients_grant_on_a_contended_lock_says_it_is_plain() {
         assert!(g.plain, "{n}: granted plain, and the grant says so");
         // Give a notice time to come, were one sent.
         std::thread::sleep(Duration::from_millis(20));
-        let mut events = Vec::new();
-        a.poll_events(|e| events.push(e)).unwrap();
-        assert_eq!(events, vec![], "{n}: no notice");
+        // No revoke for this grant (one for the earlier, cached grant may still be on its way,
+        // and names that grant's older token).
+        let mut notices = Vec::new();
+        a.poll_events(|e| {
+            if matches!(e, Event::Revoke { fence, .. } if fence >= g.token.0) {
+                notices.push(e);
+            }
+        })
+        .unwrap();
+        assert_eq!(notices, vec![], "{n}: no notice");
         assert_eq!(a.unlock(id).unwrap(), Status::Success);
     }
 }
