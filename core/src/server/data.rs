@@ -507,6 +507,7 @@ impl<'r> Server<'r> {
                 if revoked.cached {
                     self.note_cached_grant(lock, revoked.wanted, now_ms);
                 } else if revoked.contended {
+                    self.stats.bump(Counter::ContendedGrants);
                     // Protocol 8 reads it in the result; an older client is sent the revoke
                     // notice it has always answered (`manager::contention`).
                     match self.t.clients[slot as usize].version >= PROTO_VERSION_PLAIN_GRANTS {

@@ -495,3 +495,31 @@ fn a_conflict_in_the_servers_first_millisecond_still_makes_the_lock_contended() 
         assert_eq!(hold(&s, q, lq), GrantState::Exclusive, "{revoked}: plain");
     }
 }
+
+#[test]
+fn every_grant_made_plain_is_counted_whatever_the_clients_protocol() {
+    for version in [PROTO_VERSION_PLAIN_GRANTS - 1, PROTO_VERSION_PLAIN_GRANTS] {
+        let (mut s, _, b, _, lb) = contended_at_10_with(WINDOW_MS as u32, version);
+        assert_eq!(s.stats().get(Counter::ContendedGrants), 0, "{version}");
+        // A plain request is no contended grant; a cacheable one is, each time.
+        assert_eq!(s.run(b, cmd(SH, lb, PLAIN), 12).status, Status::Success);
+        assert_eq!(
+            s.run(b, cmd(LockOp::UnlockShared, lb, PLAIN), 12).status,
+            Status::Success
+        );
+        for now in [13, 14] {
+            assert_eq!(s.run(b, cmd(EX, lb, CACHE), now).status, Status::Success);
+            assert_eq!(
+                s.run(b, cmd(UNLOCK, lb, PLAIN), now).status,
+                Status::Success
+            );
+        }
+        assert_eq!(s.stats().get(Counter::ContendedGrants), 2, "{version}");
+        // Cached once the window is over: not counted.
+        assert_eq!(
+            s.run(b, cmd(EX, lb, CACHE), 10 + WINDOW_MS).status,
+            Status::Success
+        );
+        assert_eq!(s.stats().get(Counter::ContendedGrants), 2, "{version}");
+    }
+}
