@@ -6,7 +6,9 @@
 //! every lock is contended). Each run reports transactions per second (per transport too) and
 //! the server's data messages per transaction (lock, unlock, give-back and downgrade messages:
 //! nothing else is sent), the revokes it sent and the waits it parked (each slice of a sliced
-//! wait counts) per transaction. Off and on runs alternate,
+//! wait counts) per transaction, and each client thread's own CPU time per transaction it tried
+//! (µs, `RUSAGE_THREAD`, per transport: robust to a shared machine where a rate is not). Off
+//! and on runs alternate,
 //! three of each, and the median is printed: the machine this runs on is shared and noisy.
 //!
 //! Beside it, in the same run, the revoke round trip — a conflicting request, the cached holder
@@ -15,7 +17,9 @@
 //!
 //! Run: `cargo bench -p dlock-benches --bench engine` (`-- quick` for a short run,
 //! `-- min-hold=N` for a server minimum hold of N ms instead of the default,
-//! `-- contention-window=N` for contention-aware grants with a window of N ms, off by default).
+//! `-- contention-window=N` for contention-aware grants with a window of N ms instead of the
+//! default 1,000, 0 turning them off).
+//! `-- profile=on` or `profile=off` runs the no-affinity workload alone, once, for a profiler.
 //! Each "on" line gives its ratio to the "off" line above it, and the load average is printed
 //! before and after the workloads. A custom harness: the quantities are throughputs of several
 //! threads and latencies of a two-client exchange, which a per-iteration harness does not
@@ -26,7 +30,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock_benches::quantiles;
+use dlock_benches::{cpu_s, quantiles};
 use dlock_core::manager::Timing;
 use dlock_core::proto::Event;
 use dlock_core::{Config, LockKind, Mode, Status};
@@ -98,7 +102,9 @@ fn counters(s: &EmbeddedServer) -> [u64; 3] {
     [get("data_messages"), get("revokes_sent"), get("waits")]
 }
 
-/// One engine client's loop until `deadline`: committed and aborted transactions.
+/// One engine client's loop until `deadline`: committed and aborted transactions, and the CPU
+/// seconds its thread spent in the loop (user + system, `RUSAGE_THREAD`): unlike a rate, the
+/// client's own cost per transaction does not move with what the machine's other users do.
 fn engine_client(
     s: &EmbeddedServer,
     t: Transport,
@@ -107,7 +113,7 @@ fn engine_client(
     cached: bool,
     affinity: bool,
     deadline: Instant,
-) -> (u64, u64) {
+) -> (u64, u64, f64) {
     let cfg = RowGroupConfig::DEFAULT.with_cached(cached);
     let mut locks = RowGroupLocks::new(client(s, t), cfg).expect("row-group locks");
     let own = GROUPS / workers as u64;
@@ -117,6 +123,7 @@ fn engine_client(
     }
     let mut rng = Rng(0x9E37_79B9 ^ ((w as u64 + 1) * 0x1234_5678_9ABC));
     let (mut committed, mut aborted) = (0, 0);
+    let cpu0 = cpu_s(libc::RUSAGE_THREAD);
     while Instant::now() < deadline {
         let mut keys = [(RowGroup::new(0, 0), Mode::Shared); 5];
         for (i, k) in keys.iter_mut().enumerate() {
@@ -142,18 +149,19 @@ fn engine_client(
             Err(e) => panic!("acquire: {e}"),
         }
     }
-    (committed, aborted)
+    (committed, aborted, cpu_s(libc::RUSAGE_THREAD) - cpu0)
 }
 
 /// One workload run: (transactions/s over TCP, over shared memory, all; messages/transaction;
-/// aborted share; revokes/transaction; parked waits/transaction).
-fn workload(timing: Timing, cached: bool, affinity: bool, secs: f64) -> [f64; 7] {
+/// aborted share; revokes/transaction; parked waits/transaction; client CPU µs/transaction over
+/// TCP, over shared memory).
+fn workload(timing: Timing, cached: bool, affinity: bool, secs: f64) -> [f64; 9] {
     let s = server(timing);
     let workers = TCP_CLIENTS + 1;
     let before = counters(&s);
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
-    let results: Vec<(Transport, (u64, u64))> = thread::scope(|scope| {
+    let results: Vec<(Transport, (u64, u64, f64))> = thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
                 let t = if w < TCP_CLIENTS {
@@ -180,7 +188,7 @@ fn workload(timing: Timing, cached: bool, affinity: bool, secs: f64) -> [f64; 7]
         results
             .iter()
             .filter(|(t, _)| f(*t))
-            .map(|(_, (c, _))| c)
+            .map(|(_, (c, _, _))| c)
             .sum()
     };
     let (tcp, shm, all) = (
@@ -188,8 +196,16 @@ fn workload(timing: Timing, cached: bool, affinity: bool, secs: f64) -> [f64; 7]
         sum(&|t| t == Transport::Shm),
         sum(&|_| true),
     );
-    let aborted: u64 = results.iter().map(|(_, (_, a))| a).sum();
+    let aborted: u64 = results.iter().map(|(_, (_, a, _))| a).sum();
     let done = (all + aborted).max(1) as f64;
+    // Client CPU per transaction tried (committed or aborted: an abort costs the client too).
+    let cpu_us = |t: Transport| {
+        let (mut cpu, mut tried) = (0.0, 0);
+        for (_, (c, a, s)) in results.iter().filter(|(x, _)| *x == t) {
+            (cpu, tried) = (cpu + s, tried + c + a);
+        }
+        cpu * 1e6 / tried.max(1) as f64
+    };
     [
         tcp as f64 / elapsed,
         shm as f64 / elapsed,
@@ -198,6 +214,8 @@ fn workload(timing: Timing, cached: bool, affinity: bool, secs: f64) -> [f64; 7]
         aborted as f64 / done,
         revokes as f64 / done,
         waits as f64 / done,
+        cpu_us(Transport::Tcp),
+        cpu_us(Transport::Shm),
     ]
 }
 
@@ -288,6 +306,19 @@ fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".to_string())
 }
 
+/// `profile=on|off`: the no-affinity workload alone, caching on or off, run once, so that a
+/// profiler attached to the whole process (`perf record`) sees one path and not both mixed.
+fn profile(timing: Timing, cached: bool, secs: f64) {
+    let [tcp, shm, all, msgs, _, revokes, waits, cpu_tcp, cpu_shm] =
+        workload(timing, cached, false, secs * 3.0);
+    println!(
+        "no affinity, caching {}: tx/s {all:.0} (TCP {tcp:.0}, shm {shm:.0}), msgs/tx {msgs:.2}, \
+         revokes/tx {revokes:.3}, waits/tx {waits:.3}, client CPU µs/tx TCP {cpu_tcp:.1} shm \
+         {cpu_shm:.1}",
+        if cached { "on" } else { "off" },
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "quick");
@@ -303,6 +334,9 @@ fn main() {
         ..d
     };
     let (secs, rounds) = if quick { (1.0, 50) } else { (3.0, 300) };
+    if let Some(caching) = args.iter().find_map(|a| a.strip_prefix("profile=")) {
+        return profile(timing, caching == "on", secs);
+    }
     println!(
         "engine workload: {TCP_CLIENTS} clients over TCP + 1 over shared memory, 5 row groups \
          per transaction (3 read, 2 written, all or nothing, wait {} ms), {} keys, \
@@ -315,7 +349,7 @@ fn main() {
         load_average(),
     );
     println!(
-        "{:<12} {:<9} {:>10} {:>10} {:>10} {:>9} {:>10} {:>8} {:>8} {:>7}",
+        "{:<12} {:<9} {:>10} {:>10} {:>10} {:>9} {:>10} {:>8} {:>8} {:>7} {:>8} {:>8}",
         "affinity",
         "caching",
         "tx/s all",
@@ -325,7 +359,9 @@ fn main() {
         "revokes/tx",
         "waits/tx",
         "aborted",
-        "on/off"
+        "on/off",
+        "cpu TCP",
+        "cpu shm"
     );
     for affinity in [true, false] {
         // Off and on alternate, `REPEATS` runs each, and each line is the run with the median
@@ -340,7 +376,17 @@ fn main() {
         for cached in [false, true] {
             let r = &mut runs[usize::from(cached)];
             r.sort_by(|a, b| a[2].total_cmp(&b[2]));
-            let [tcp, shm, all, msgs, aborted, revokes, waits] = r[r.len() / 2];
+            let [
+                tcp,
+                shm,
+                all,
+                msgs,
+                aborted,
+                revokes,
+                waits,
+                cpu_tcp,
+                cpu_shm,
+            ] = r[r.len() / 2];
             let ratio = match cached {
                 false => {
                     off_all = all;
@@ -349,7 +395,7 @@ fn main() {
                 true => format!("{:.2}", all / off_all.max(f64::MIN_POSITIVE)),
             };
             println!(
-                "{:<12} {:<9} {all:>10.0} {tcp:>10.0} {shm:>10.0} {msgs:>9.2} {revokes:>10.3} {waits:>8.3} {:>7.1}% {ratio:>7}",
+                "{:<12} {:<9} {all:>10.0} {tcp:>10.0} {shm:>10.0} {msgs:>9.2} {revokes:>10.3} {waits:>8.3} {:>7.1}% {ratio:>7} {cpu_tcp:>8.1} {cpu_shm:>8.1}",
                 if affinity { "90 % own" } else { "none" },
                 if cached { "on" } else { "off" },
                 aborted * 100.0,

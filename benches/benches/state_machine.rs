@@ -23,6 +23,7 @@ const BLANK: CommandResult = CommandResult {
     status: Status::Success,
     word: 0,
     aux: 0,
+    plain: false,
 };
 const NOW_MS: u64 = 1_000;
 

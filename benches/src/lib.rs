@@ -115,3 +115,16 @@ pub fn quantiles(samples: &mut [u64]) -> (f64, f64) {
     let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize] as f64 / 1e3;
     (at(0.5), at(0.99))
 }
+
+/// The CPU seconds (user + system) that getrusage(2)'s `who` (`RUSAGE_SELF`, `RUSAGE_THREAD`)
+/// has used so far.
+pub fn cpu_s(who: libc::c_int) -> f64 {
+    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct, which getrusage(2)
+    // overwrites; the pointer is to this frame's local, alive for the whole call.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid, writable `rusage` pointer (above); an unknown `who` is refused with
+    // EINVAL and leaves it zero.
+    unsafe { libc::getrusage(who, &mut r) };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    s(r.ru_utime) + s(r.ru_stime)
+}

@@ -51,7 +51,7 @@
 //!     partition_epoch: 0, // a standalone server's (a cluster's names the partition's epoch)
 //!     flags: LockFlags::NONE, // no lock-manager options (cached, retained, value block)
 //! });
-//! let mut result = [CommandResult { status: Status::Fail, word: 0, aux: 0 }];
+//! let mut result = [CommandResult { status: Status::Fail, word: 0, aux: 0, plain: false }];
 //! server.execute_message(client.get(), 0, &[take], &mut result, now_ms).unwrap();
 //! assert_eq!(result[0].status, Status::Success);
 //! // `aux` carries the grant's fencing token.

@@ -16,13 +16,13 @@ mod failover;
 #[test]
 fn a_give_back_that_could_not_be_sent_is_sent_again_at_the_next_call() {
     let (mut c1, mut c2, mut id1, mut id2) = (0, 0, 0, 0);
-    let name = b"orders/rg-9";
-    let desc = lock_desc {
+    let desc_of = |name: &'static [u8]| lock_desc {
         p_desc: name.as_ptr().cast(),
         len: name.len() as u32,
         lock_type: DLOCK_RW,
         lease_time: 0,
     };
+    let desc = desc_of(b"orders/rg-9");
     let mut st = lock_state::from_word(0);
     let req = |lock_id| lock_request {
         lock_id,
@@ -69,7 +69,13 @@ fn a_give_back_that_could_not_be_sent_is_sent_again_at_the_next_call() {
         assert_eq!(ops::unlock(c2, id2, (&raw mut st).cast()), 0);
 
         // release_lock's give-back of a parked grant: its failure is the answer, and it is
-        // sent again at the next call.
+        // sent again at the next call. On a lock nobody fought over yet: the first one is
+        // contended now (the server's default contention window), so a grant of it would be
+        // plain, and its unlock would give it back at once.
+        let desc = desc_of(b"orders/rg-10");
+        assert_eq!(locks::get_lock(c1, &desc, &mut id1), 0);
+        assert_eq!(locks::get_lock(c2, &desc, &mut id2), 0);
+        assert_eq!(cached::lock_cache_enable(c1, id1, 1), 0);
         assert_eq!(ops::trylock(c1, &req(id1), (&raw mut st).cast()), 0);
         assert_eq!(ops::unlock(c1, id1, (&raw mut st).cast()), 0, "parked");
         assert_eq!(client::drop_data_path(c1), 0);

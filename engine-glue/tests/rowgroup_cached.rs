@@ -27,6 +27,23 @@ fn server() -> EmbeddedServer {
     .expect("server starts")
 }
 
+/// [`server`] with contention-aware grants off: for the worker's own demotion policy, which
+/// the server's rule (the default window) would pre-empt by granting a key plain for a second
+/// after each conflict.
+fn server_without_contention() -> EmbeddedServer {
+    EmbeddedServer::start(EmbeddedServer::config(Config {
+        locks_max: 1_024,
+        clients_max: 16,
+        objects_max: 4,
+        timing: Timing {
+            contention_window_ms: 0,
+            ..Timing::DEFAULT
+        },
+        ..Config::default()
+    }))
+    .expect("server starts")
+}
+
 fn worker(s: &EmbeddedServer, cached: bool) -> RowGroupLocks {
     let cfg = RowGroupConfig::DEFAULT.with_cached(cached);
     RowGroupLocks::new(s.client().expect("client"), cfg).expect("valid config")
@@ -291,7 +308,7 @@ fn give_back_when_asked(w: &mut RowGroupLocks) {
 #[test]
 fn a_key_revoked_before_it_was_reused_is_let_go_for_its_next_uses_then_cached_again() {
     // `manager::Demotion`: the first such revoke demotes the key for its next 4 uses.
-    let s = server();
+    let s = server_without_contention();
     let mut w = worker(&s, true);
     // One grant that paid first, so that one wasted revoke does not also suspend caching for
     // the whole worker (`manager::Payback`, the next test).
@@ -342,7 +359,7 @@ fn a_worker_whose_grants_are_asked_back_before_they_pay_lets_fresh_grants_go_but
 
 #[test]
 fn a_key_revoked_after_it_was_reused_twice_stays_cached() {
-    let s = server();
+    let s = server_without_contention();
     let mut w = worker(&s, true);
     let key = RowGroup::new(6, 6);
     for _ in 0..3 {
@@ -455,4 +472,47 @@ fn over_tcp_a_key_cached_past_the_revoke_timeout_is_asked_for_again() {
     );
     assert_eq!(w.cached_grants(), 1, "the new grant is cached");
     s.stop();
+}
+
+#[test]
+fn a_key_granted_plain_on_a_contended_lock_is_unlocked_in_the_commits_batch() {
+    let s = EmbeddedServer::start(EmbeddedServer::config(Config {
+        locks_max: 1_024,
+        clients_max: 16,
+        objects_max: 4,
+        timing: Timing {
+            // Long against the test: the lock stays contended throughout.
+            contention_window_ms: 600_000,
+            ..Timing::DEFAULT
+        },
+        ..Config::default()
+    }))
+    .expect("server starts");
+    let (key, fresh) = (RowGroup::new(5, 5), RowGroup::new(5, 6));
+    // w caches the key, a rival's conflict revokes it: the lock is contended from now on.
+    let mut w = worker(&s, true);
+    take_once(&mut w, key);
+    let other = rival(&s, key);
+    give_back_when_asked(&mut w);
+    assert_eq!(other.join().unwrap(), Ok(()));
+    let revokes = revokes_sent(&s);
+    // A fresh worker (no demotion of its own) takes it with an uncontended key.
+    let mut v = worker(&s, true);
+    let before = data_messages(&s);
+    let mut txn = v.begin();
+    let keys = [(key, Mode::Exclusive), (fresh, Mode::Exclusive)];
+    txn.acquire(&keys, AcquireOptions::NO_WAIT).unwrap();
+    txn.commit().unwrap();
+    // The contended key was granted plain and unlocked with the commit, in one message; the
+    // other stays cached.
+    assert_eq!(v.cached_grants(), 1, "only the uncontended key is kept");
+    assert_eq!(
+        data_messages(&s) - before,
+        2,
+        "the acquisition and the batch unlock"
+    );
+    assert_eq!(v.poll_revokes(), Ok(0), "no notice to read");
+    // Free now: a rival gets it with no revoke sent.
+    assert_eq!(rival(&s, key).join().unwrap(), Ok(()));
+    assert_eq!(revokes_sent(&s), revokes);
 }

@@ -63,6 +63,7 @@ pub const BLANK: CommandResult = CommandResult {
     status: Status::Success,
     word: 0,
     aux: 0,
+    plain: false,
 };
 
 /// Executes one command for `client` and returns its result; the server's tables must still

@@ -31,7 +31,7 @@ const REGRESSIONS: &[(Mutation, u64, u64)] = &[
     (Mutation::ClientLeaseLapse, 0xdbde_dc41_db3e_31d7, 73_000),
     (Mutation::FairClaimServing, 0xc106_e16c_8324_31e8, 21_000),
     (Mutation::FairClaimExpired, 0xdc0b_b31f_6e66_31d8, 71_000),
-    (Mutation::LapseWakesWaiters, 0x0299_2721_7dfa_31f0, 21_000),
+    (Mutation::LapseWakesWaiters, 0xd10c_0001_0000, 8_000),
     (
         Mutation::DowngradeStaysExclusive,
         0x0294_d9e1_85b4_31d8,

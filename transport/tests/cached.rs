@@ -240,7 +240,7 @@ fn a_block_a_local_writer_sets_is_read_locally_and_reaches_the_next_holder() {
 
 #[test]
 fn a_revoke_ends_a_wait_that_asked_for_it_so_the_holder_can_give_back() {
-    let s = common::server(true);
+    let s = common::revoke_server(true);
     for e in endpoints(&s) {
         let at = format!("{e:?}");
         let mut a = Client::connect(ClientConfig::new(e.clone())).unwrap();
@@ -291,8 +291,56 @@ fn a_revoke_ends_a_wait_that_asked_for_it_so_the_holder_can_give_back() {
 /// plain, and the handle, told by the revoke that follows the grant, gives the lock back after
 /// its guard instead of keeping it (`manager::contention`): a later conflict finds the lock free
 /// and sends no revoke.
+/// The plain client's view of protocol 8: a cacheable acquisition on a contended lock is
+/// granted with `plain` set, and no revoke notice follows it.
 #[test]
-fn a_cacheable_grant_on_a_contended_lock_is_given_back_after_its_guard() {
+fn a_plain_clients_grant_on_a_contended_lock_says_it_is_plain() {
+    let mut cfg = ServerConfig::new(dlock_core::Config {
+        timing: dlock_core::manager::Timing {
+            contention_window_ms: 600_000,
+            ..dlock_core::manager::Timing::DEFAULT
+        },
+        ..common::small()
+    });
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
+    let s = ServerHandle::start(cfg).expect("server starts");
+    for (n, e) in endpoints(&s).into_iter().enumerate() {
+        let name = format!("plain-{n}");
+        let mut a = Client::connect(ClientConfig::new(e.clone())).unwrap();
+        let id = a.get_lock(LockKind::Rw, name.as_bytes()).unwrap();
+        a.set_cacheable(id, true).unwrap();
+        let g = a.trylock(id, Mode::Exclusive, 60_000).unwrap();
+        assert!(!g.plain, "{n}: not contended yet: cached");
+        let b = waiter(&e, &name, Mode::Exclusive);
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut revoked = false;
+        while !revoked && Instant::now() < until {
+            a.poll_events(|e| revoked |= matches!(e, Event::Revoke { .. }))
+                .unwrap();
+        }
+        assert!(revoked, "{n}");
+        assert_eq!(a.unlock(id).unwrap(), Status::Success);
+        assert_eq!(b.join().unwrap(), Status::Success, "{n}");
+        let g = a.trylock(id, Mode::Exclusive, 60_000).unwrap();
+        assert!(g.plain, "{n}: granted plain, and the grant says so");
+        // Give a notice time to come, were one sent.
+        std::thread::sleep(Duration::from_millis(20));
+        // No revoke for this grant (one for the earlier, cached grant may still be on its way,
+        // and names that grant's older token).
+        let mut notices = Vec::new();
+        a.poll_events(|e| {
+            if matches!(e, Event::Revoke { fence, .. } if fence >= g.token.0) {
+                notices.push(e);
+            }
+        })
+        .unwrap();
+        assert_eq!(notices, vec![], "{n}: no notice");
+        assert_eq!(a.unlock(id).unwrap(), Status::Success);
+    }
+}
+
+#[test]
+fn a_cacheable_grant_on_a_contended_lock_is_granted_plain_and_unlocked_with_its_guard() {
     let mut cfg = ServerConfig::new(dlock_core::Config {
         timing: dlock_core::manager::Timing {
             // Long against the test: the lock stays contended throughout.
@@ -313,23 +361,69 @@ fn a_cacheable_grant_on_a_contended_lock_is_given_back_after_its_guard() {
         let _ = next_revoke(&a);
         assert_eq!(b.join().unwrap(), Status::Success, "{n}");
         assert_eq!(counter(&s, "revokes_sent"), n as u64 + 1, "{n}");
-        // a asks again: granted (plain on the server), then told to give it back.
+        // a asks again: granted plain, which the grant's result says (protocol 8), so the
+        // guard's drop is the plain unlock, and no notice comes.
         let again = page.try_write().unwrap();
+        assert_eq!(page.held(), Some(Mode::Exclusive), "{n}");
         drop(again);
         assert_eq!(
-            next_revoke(&a),
-            Revoked::Lock {
-                lock: page.id().unwrap(),
-                wanted: Mode::Exclusive
-            },
-            "{n}: the notice"
+            page.held(),
+            None,
+            "{n}: given back with the guard, not kept"
         );
-        assert_eq!(page.held(), None, "{n}: given back, not kept");
+        assert_eq!(
+            a.revokes().try_recv().expect("poll"),
+            None,
+            "{n}: no notice"
+        );
         // A conflict now finds the lock free: granted with no revoke sent.
         assert_eq!(
             waiter(&e, &name, Mode::Exclusive).join().unwrap(),
             Status::Success
         );
         assert_eq!(counter(&s, "revokes_sent"), n as u64 + 1, "{n}: no revoke");
+    }
+}
+
+/// `Client::events_may_wait`, which lets a client holding nothing cached skip its look at the
+/// events: only while the trust bound holds (over TCP, the revoke timeout after the last
+/// answered request; a shared-memory ring is always trusted) and no broken channel owes its
+/// report.
+#[test]
+fn events_may_wait_only_while_the_trust_bound_holds_and_no_break_is_owed() {
+    let mut cfg = ServerConfig::new(common::small());
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
+    let s = ServerHandle::start(cfg).expect("server starts");
+    let timeout = Duration::from_millis(100);
+    for (n, e) in endpoints(&s).into_iter().enumerate() {
+        let stream = matches!(e, Endpoint::Tcp(_));
+        let mut cfg = ClientConfig::new(e);
+        cfg.revoke_timeout = timeout;
+        let mut c = Client::connect(cfg).unwrap();
+        let id = c
+            .get_lock(LockKind::Rw, format!("quiet-{n}").as_bytes())
+            .unwrap();
+        assert_eq!(
+            c.events_may_wait(),
+            !stream,
+            "{n}: no answer yet over a stream"
+        );
+        let _ = c.trylock(id, Mode::Exclusive, 60_000).unwrap();
+        assert!(c.events_may_wait(), "{n}: just answered");
+        std::thread::sleep(timeout + Duration::from_millis(20));
+        assert_eq!(
+            c.events_may_wait(),
+            !stream,
+            "{n}: past the bound over a stream"
+        );
+        assert_eq!(c.unlock(id).unwrap(), Status::Success);
+        assert!(c.events_may_wait(), "{n}: answered again");
+        // A new data channel owes its report until the events are looked at.
+        c.reinit().unwrap();
+        assert!(!c.events_may_wait(), "{n}: a break is owed");
+        c.poll_events(|_| {}).unwrap();
+        let _ = c.trylock(id, Mode::Exclusive, 60_000).unwrap();
+        assert!(c.events_may_wait(), "{n}: reported, and answered since");
+        assert_eq!(c.unlock(id).unwrap(), Status::Success);
     }
 }

@@ -181,7 +181,7 @@ fn a_revoke_written_before_a_request_was_read_goes_out_ahead_of_its_reply() {
 /// yet (which would keep the other client waiting until the revoke lapsed).
 #[test]
 fn a_cached_handle_gives_back_a_grant_whose_revoke_came_before_it() {
-    let s = common::server(true);
+    let s = common::revoke_server(true);
     let (w, z) = (raw_client(&s, &[b"page"]), raw_client(&s, &[b"page"]));
     let mut data = shared_connection(&s, &w, &z);
     let e = Endpoint::Tcp(s.tcp_addr().unwrap());

@@ -150,6 +150,7 @@ fn a_late_tcp_reply_does_not_put_later_exchanges_out_of_step() {
                         status: dlock_core::Status::Success,
                         word: 0,
                         aux: 0,
+                        plain: false,
                     },
                     &mut out,
                 )

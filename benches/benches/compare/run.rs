@@ -202,18 +202,7 @@ pub fn process_cpu_s() -> f64 {
     cpu_s(libc::RUSAGE_SELF)
 }
 
-/// The CPU seconds (user + system) that getrusage(2)'s `who` (`RUSAGE_SELF`, `RUSAGE_THREAD`)
-/// has used so far.
-pub fn cpu_s(who: libc::c_int) -> f64 {
-    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct, which getrusage(2)
-    // overwrites; the pointer is to this frame's local, alive for the whole call.
-    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid, writable `rusage` pointer (above); an unknown `who` is refused with
-    // EINVAL and leaves it zero.
-    unsafe { libc::getrusage(who, &mut r) };
-    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    s(r.ru_utime) + s(r.ru_stime)
-}
+pub use dlock_benches::cpu_s;
 
 /// Runs `clients` workers made by `make(client, shared)` for `duration` against `server`.
 pub fn measure<'s, F>(

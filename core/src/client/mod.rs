@@ -264,6 +264,10 @@ pub struct LocalLock {
     pub value: Option<ValueRead>,
     /// The value block staged for the unlock that releases the current exclusive grant.
     pub write: Option<ValueBlock>,
+    /// The current grant was asked for as cached (`ask` has `CACHEABLE`) and made plain by the
+    /// server (protocol 8, [`CommandResult::plain`]: a contended lock): a cached client gives it
+    /// back with its last local release, the plain unlock.
+    pub plain: bool,
 }
 
 impl LocalLock {
@@ -287,6 +291,7 @@ impl LocalLock {
             ask: LockFlags::NONE,
             value: None,
             write: None,
+            plain: false,
         }
     }
 
@@ -604,6 +609,7 @@ impl LocalLock {
         self.proof = GrantProof::NONE;
         self.value = None;
         self.write = None;
+        self.plain = false;
     }
 
     #[inline]
@@ -612,6 +618,7 @@ impl LocalLock {
         self.refs = 1;
         self.word = reply.word;
         self.token = FencingToken(reply.aux);
+        self.plain = reply.plain;
         self.granted_at_ms = now_ms;
         self.expire_ms = expire_ms;
         if self.kind == LockKind::Fair {

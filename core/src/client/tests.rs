@@ -51,7 +51,18 @@ fn round(l: &mut LocalLock, d: Decision, r: (Status, u128, u64), now_ms: u64) ->
         panic!("{d:?} is not a request")
     };
     let (status, word, aux) = r;
-    l.apply(&sent, &CommandResult { status, word, aux }, P, None, now_ms)
+    l.apply(
+        &sent,
+        &CommandResult {
+            status,
+            word,
+            aux,
+            plain: false,
+        },
+        P,
+        None,
+        now_ms,
+    )
 }
 
 /// What the table expects: send this op, send it as a relock, or answer locally.
@@ -276,6 +287,7 @@ fn only_an_exclusive_rw_grant_downgrades_and_keeps_its_count_token_and_block() {
         status: Success,
         word: 9,
         aux: 4,
+        plain: false,
     };
     assert_eq!(l.apply(&sent, &reply, P, None, 5), Success);
     assert_eq!(shape(&l), (SharedLocked, 2, NO_T, 4));
@@ -472,6 +484,7 @@ fn a_grant_keeps_the_block_its_reply_carried_until_it_ends() {
         status: Success,
         word: 0,
         aux: 9,
+        plain: false,
     };
     assert_eq!(l.apply(&sent, &ok, P, Some(read), 10), Success);
     assert_eq!(l.value, Some(read));
@@ -527,6 +540,7 @@ fn only_an_exclusive_grant_stages_a_block_and_its_releasing_unlock_carries_it() 
         status: Fail,
         word: 0,
         aux: 0,
+        plain: false,
     };
     assert_eq!(lost.apply(&sent, &fail, P, None, 1), Fail);
     assert_eq!(lost.write, None);

@@ -245,6 +245,22 @@ impl CachedLock {
         self.revoke.is_some() && now_ms >= self.revoked_at_ms.saturating_add(timeout_ms as u64)
     }
 
+    /// The grant [`Self::on_reply`] just recorded (`Granted`) was made plain by the server
+    /// (protocol 8's [`CommandResult::plain`](crate::proto::CommandResult::plain): the lock is
+    /// contended, `manager::contention`). The record treats it as a grant revoked for exclusive
+    /// at once — no new local user, and the last `release` sends the give-back, which is the
+    /// plain unlock — as the revoke notice an older server sends instead would; but a plain
+    /// grant never lapses, so its users are never overdue ([`Self::revoke_overdue`]). Nothing
+    /// held: nothing to do.
+    #[inline]
+    pub fn granted_plain(&mut self) {
+        if self.held.is_none() {
+            return;
+        }
+        (self.revoke, self.revoke_fence) = (Some(Mode::Exclusive), self.token);
+        self.revoked_at_ms = u64::MAX;
+    }
+
     /// A local user wants the lock in `mode` (module doc: the first table).
     #[inline]
     pub fn acquire(&mut self, mode: Mode) -> Acquire {

@@ -32,6 +32,41 @@ fn a_compatible_local_acquisition_and_release_send_nothing() {
 }
 
 #[test]
+fn a_grant_made_plain_goes_back_with_its_last_release_and_is_never_overdue() {
+    for (asked, users) in [(EX, 1), (SH, 2)] {
+        let mut l = CachedLock::new(LockKind::Rw);
+        assert_eq!(l.acquire(asked), Acquire::Send(ServerOp::Acquire(asked)));
+        assert_eq!(l.on_reply(Status::Success, 9), Reply::Granted);
+        l.granted_plain();
+        // No new local user: it asks again once the grant is back.
+        assert_eq!(l.acquire(asked), Acquire::Wait, "{asked:?}");
+        assert!(
+            !l.revoke_overdue(u64::MAX - 1, 1),
+            "a plain grant never lapses"
+        );
+        if users == 2 {
+            // A second reader that came before the mark (taken locally, shared covers it).
+            l.readers += 1;
+            assert_eq!(l.release(SH), Release::Keep, "a reader remains");
+        }
+        assert_eq!(
+            l.release(asked),
+            Release::Send(ServerOp::GiveBack(asked)),
+            "{asked:?}: the plain unlock"
+        );
+        assert_eq!(l.on_reply(Status::Success, 0), Reply::Settled);
+        assert_eq!(l.held(), None);
+        assert_eq!(l.revoke(), None, "the next grant starts clean");
+    }
+    // Nothing held (the acquisition was refused): nothing to mark.
+    let mut l = CachedLock::new(LockKind::Rw);
+    let _ = l.acquire(EX);
+    let _ = l.on_reply(Status::Fail, 0);
+    l.granted_plain();
+    assert_eq!(l.revoke(), None);
+}
+
+#[test]
 fn an_incompatible_acquisition_goes_to_the_server_or_waits() {
     let mut idle = cached(LockKind::Rw, None, 0, false);
     assert_eq!(idle.acquire(EX), Acquire::Send(ServerOp::Acquire(EX)));

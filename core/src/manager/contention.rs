@@ -1,5 +1,5 @@
-//! Contention-aware grants: a lock that had to be asked back recently is granted *plain* even
-//! to a request that asks for a cached grant, and the holder is told so at once.
+//! Contention-aware grants: a lock fought over recently is granted *plain* even to a request
+//! that asks for a cached grant, and the holder is told so in the grant's reply.
 //!
 //! A cached grant pays when its holder reuses it locally before anyone else wants it; on a lock
 //! other clients keep asking for, it is asked back before it pays, and every such revoke costs a
@@ -10,40 +10,61 @@
 //! all) until the period ends; GFS2 demotes a glock as soon as its minimum hold is over when
 //! another node is waiting; the VMS and Linux DLMs deliver a blocking AST to a new holder at
 //! once when a conflicting request is already queued. dlock takes Lustre's rule with one
-//! timestamp the server keeps already: a lock is *contended* while its latest revoke — one sent
-//! because a request conflicted with a cached grant — is younger than
-//! [`Timing::contention_window_ms`].
+//! timestamp per lock: a lock is *contended* while its latest conflict — a request that found
+//! it held in a conflicting mode, by a cached holder (which it revoked) or a plain one (which
+//! refused it or kept it waiting) — is younger than [`Timing::contention_window_ms`].
 //!
 //! # The grant ([`grant_as`])
 //!
-//! | asked `CACHEABLE` | window | the lock's latest revoke         | grant                          |
+//! | asked `CACHEABLE` | window | the lock's latest conflict       | grant                          |
 //! |-------------------|--------|----------------------------------|--------------------------------|
 //! | no                | —      | —                                | `Plain`                        |
 //! | yes               | 0      | —                                | `Cached` (the rule is off)     |
 //! | yes               | `w`    | never (0)                        | `Cached`                       |
-//! | yes               | `w`    | `now < sent + w` (or `now < sent`) | `Contended`                  |
+//! | yes               | `w`    | `now < at + w` (or `now < at`)   | `Contended`                    |
 //! | yes               | `w`    | otherwise                        | `Cached`                       |
+//!
+//! # The stamp (the server's `note_conflict` and `send_revoke`)
+//!
+//! | a request for mode `m` finds the lock held          | stamps the lock's conflict time |
+//! |-----------------------------------------------------|---------------------------------|
+//! | by a cached holder in a mode conflicting with `m`, which it revokes | yes             |
+//! | in a conflicting mode, and is refused (`Fail`) or left waiting (parked, or a fair ticket queued, `Eagain`) | yes |
+//! | and is granted (no conflict), or is refused for another reason (a retained lock, a void ticket, a wrong kind) | no |
+//! | the window is 0                                     | no (the rule is off)            |
 //!
 //! A `Contended` grant is recorded plain on the server: it is never revoked and never lapses by
 //! the revoke timeout, it ends by the holder's unlock or its lease like any plain grant, and a
 //! conflicting request waits for it as for any plain holder. The holder asked for a cached
-//! grant and will keep it as one, so the server also sends it a revoke for the grant at once
-//! (wanting exclusive, so a shared holder gives back rather than keeps, and naming the grant's
-//! own fencing token, so the client keeps it even when it overtakes the grant's reply). Every
-//! cached client already answers a revoke by giving the lock back when its last local user is
-//! done: the give-back is the unlock a plain user would have sent, and no client needs to read
-//! anything new. (A bit in the grant's reply would save the event, but the reply's 32 bytes
-//! have no spare bit, so it would need a new trailer, and a client too old to read it would keep
-//! a plain grant as cached, which nobody would then ever ask back.)
+//! grant and must learn that it is not one, or it would keep a grant nobody ever asks back:
 //!
-//! Only a revoke caused by a conflict stamps the lock's time: the notice of a contended grant
-//! does not. So a contended lock turns cacheable again one window after the last conflict a
-//! cached grant met, and a lock that keeps being fought over pays at most one revoke per window
-//! — the cached grant made when the window ended, which the next conflict asks back and which
-//! starts the next window. A clock behind the stamp reads as "just revoked": a lock is never
-//! cached early. The stamp lives in the lock's manager cell (`LockManagerCell::revoke_sent_ms`,
-//! which also times the revoke's lapse, and which a lock's creation clears): the rule costs no
-//! memory.
+//! | the holder registered at            | it is told                                                        |
+//! |-------------------------------------|-------------------------------------------------------------------|
+//! | protocol 8 or newer (`PROTO_VERSION_PLAIN_GRANTS`) | in the grant's own result: [`CommandResult::plain`](crate::proto::CommandResult::plain), the top bit of the echoed op byte (`proto::data`'s layout) |
+//! | older                               | by a revoke for the grant sent at once                            |
+//!
+//! A protocol-8 client records the grant plain (`CachedLock::granted_plain`): no new local user,
+//! and its last local release is the plain unlock — in a row-group transaction, one more key
+//! in the transaction's batch unlock. No event is written, sent or read for it, and its users
+//! are never warned of as overdue, since a plain grant never lapses by the revoke timeout. An
+//! older client gets the revoke it has always answered: it wants exclusive, so a shared holder
+//! gives back rather than keeps, and names the grant's own fencing token, so the client keeps
+//! it even when it overtakes the grant's reply. The reply's 32 bytes had no spare bit for the
+//! mark: every op code is below 16, so the echoed op byte's top bit is free, and only a client
+//! that negotiated 8 is sent it, which is a client that masks it off. A grant an
+//! all-or-nothing unit undoes is answered `Eagain`, unmarked.
+//!
+//! Only a conflict stamps the lock's time: a contended grant and its unlock do not. So a
+//! contended lock turns cacheable again one window after its last conflict, and a lock that
+//! keeps being fought over — by plain holders as well as cached ones — stays plain for as long
+//! as the fight goes on: no cached grant is made for the next conflict to revoke, and nobody
+//! waits out a minimum hold on it. (When only a revoke stamped it, a lock fought over by its
+//! plain holders turned cacheable once per window and paid a revoke, and the minimum hold's
+//! wait, each time.) A clock behind the stamp reads as "just fought over": a lock is never
+//! cached early. The stamp lives in the lock's manager cell (`LockManagerCell::contended_ms`,
+//! which a lock's creation clears), apart from `revoke_sent_ms`, which times an outstanding
+//! revoke's lapse: a fight that goes on must not push that lapse back. It costs 8 bytes per
+//! lock (400 KB at the default 51,200 locks; `LAYOUT_VERSION` 7).
 
 use super::revoke::Timing;
 
@@ -55,8 +76,9 @@ pub enum GrantAs {
     Plain,
     /// Cached: the holder keeps it after its users and gives it back when revoked.
     Cached,
-    /// Asked for caching on a contended lock: recorded plain, and the holder is sent a revoke for
-    /// it at once, so it gives the lock back when its users are done.
+    /// Asked for caching on a contended lock: recorded plain, and the holder told so (in the
+    /// grant's result at protocol 8, by a revoke sent at once before), so it gives the lock back
+    /// when its users are done.
     Contended,
 }
 
@@ -68,32 +90,27 @@ impl GrantAs {
     }
 }
 
-/// Whether a lock whose latest conflict revoke went out at `revoke_sent_ms` (0: never) is
-/// contended at `now_ms` (module doc).
+/// Whether a lock whose latest conflict was at `conflict_ms` (0: never) is contended at
+/// `now_ms` (module doc).
 #[inline]
 #[must_use]
-pub const fn contended(timing: &Timing, revoke_sent_ms: u64, now_ms: u64) -> bool {
-    if timing.contention_window_ms == 0 || revoke_sent_ms == 0 {
+pub const fn contended(timing: &Timing, conflict_ms: u64, now_ms: u64) -> bool {
+    if timing.contention_window_ms == 0 || conflict_ms == 0 {
         return false;
     }
-    // `now < sent` (a clock behind the stamp) subtracts to 0: still inside the window.
-    now_ms.saturating_sub(revoke_sent_ms) < timing.contention_window_ms as u64
+    // `now < at` (a clock behind the stamp) subtracts to 0: still inside the window.
+    now_ms.saturating_sub(conflict_ms) < timing.contention_window_ms as u64
 }
 
 /// How a grant for a request that asked for a cached grant (`cacheable`) and that the revoke
-/// decision allows to be cached is recorded, on a lock whose latest conflict revoke went out at
-/// `revoke_sent_ms` (module doc: the table).
+/// decision allows to be cached is recorded, on a lock whose latest conflict was at
+/// `conflict_ms` (module doc: the table).
 #[inline]
-pub const fn grant_as(
-    timing: &Timing,
-    cacheable: bool,
-    revoke_sent_ms: u64,
-    now_ms: u64,
-) -> GrantAs {
+pub const fn grant_as(timing: &Timing, cacheable: bool, conflict_ms: u64, now_ms: u64) -> GrantAs {
     if !cacheable {
         return GrantAs::Plain;
     }
-    match contended(timing, revoke_sent_ms, now_ms) {
+    match contended(timing, conflict_ms, now_ms) {
         true => GrantAs::Contended,
         false => GrantAs::Cached,
     }
@@ -121,8 +138,8 @@ mod tests {
     }
 
     #[test]
-    fn a_lock_revoked_inside_the_window_is_granted_contended() {
-        // Sent at 100, window 20: contended for 100..120.
+    fn a_lock_fought_over_inside_the_window_is_granted_contended() {
+        // A conflict at 100, window 20: contended for 100..120.
         for now in [100, 101, 119] {
             assert_eq!(
                 grant_as(&WINDOW, true, 100, now),
@@ -135,8 +152,8 @@ mod tests {
     }
 
     #[test]
-    fn a_lock_never_revoked_is_cached() {
-        // Zero is the cell's "no revoke": a server whose clock starts at 0 caches from the start.
+    fn a_lock_never_fought_over_is_cached() {
+        // Zero is the cell's "no conflict": a server whose clock starts at 0 caches from the start.
         for now in [0, 1, 19] {
             assert_eq!(grant_as(&WINDOW, true, 0, now), GrantAs::Cached, "{now}");
         }
@@ -150,7 +167,7 @@ mod tests {
     }
 
     #[test]
-    fn a_clock_behind_the_revoke_reads_as_just_revoked() {
+    fn a_clock_behind_the_conflict_reads_as_just_fought_over() {
         assert_eq!(grant_as(&WINDOW, true, 100, 50), GrantAs::Contended);
     }
 

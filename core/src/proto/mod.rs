@@ -64,10 +64,10 @@ pub use control::{
 pub use data::{
     Command, CommandResult, DataFrame, DataHeader, DataRequest, DataResponse, DataResult,
     JOIN_KIND, JoinCommand, LockCommand, LockOp, OBJECT_KIND, ObjectCommand, ObjectOp,
-    begin_data_response, decode_data_request, decode_data_request_into, decode_data_response,
-    encode_data_request, encode_data_response, finish_data_proofs, peek_data_frame,
-    peek_data_header, peek_data_response_header, put_command_result, put_data_proof,
-    put_data_result,
+    RESULT_PLAIN_GRANT, begin_data_response, decode_data_request, decode_data_request_into,
+    decode_data_response, encode_data_request, encode_data_response, finish_data_proofs,
+    peek_data_frame, peek_data_header, peek_data_response_header, put_command_result,
+    put_data_proof, put_data_result,
 };
 pub use event::{
     EVENT_LEN, EVENTS_MAX, Event, EventHeader, EventMessage, FLAG_EVENT, decode_event,
@@ -109,8 +109,15 @@ pub const DATA_MAGIC: u32 = 0xedf7_c94b;
 /// changed, so a client sends it only to a server whose registration or join named 6, and
 /// the per-partition `ReclaimDone` to an older one. 7: the registration's reply carries the
 /// server's revoke timeout ([`InitReply::revoke_timeout_ms`], in what was a reserved word that
-/// older clients require zero, so a server sends it only to a client that negotiated 7).
-pub const PROTO_VERSION: u8 = 7;
+/// older clients require zero, so a server sends it only to a client that negotiated 7). 8: a
+/// grant made plain to a request that asked for a cached one says so in its own result (the top
+/// bit of the echoed op byte, [`RESULT_PLAIN_GRANT`]) instead of the revoke notice an older
+/// client is still sent (`manager::contention`).
+pub const PROTO_VERSION: u8 = 8;
+/// The first version whose results mark a grant made plain to a `CACHEABLE` request
+/// ([`RESULT_PLAIN_GRANT`]): a server marks them only for a client registered at this version or
+/// newer, and sends an older one the revoke notice it has always read.
+pub const PROTO_VERSION_PLAIN_GRANTS: u8 = 8;
 /// The first version whose registration reply carries the server's revoke timeout.
 pub const PROTO_VERSION_REVOKE_TIMEOUT: u8 = 7;
 /// The oldest protocol version this build still speaks (`DLOCK_MIN_PROTO_VERSION`): a version

@@ -331,6 +331,7 @@ fn encode_data_reply(req_bytes: &[u8]) -> Vec<u8> {
             status: Status::ALL[i % Status::ALL.len()],
             word: u128::MAX - i as u128,
             aux: 0xA000 + i as u64,
+            plain: false,
         })
         .collect();
     let mut buf = vec![0u8; DATA_MESSAGE_MAX];

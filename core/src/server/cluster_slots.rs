@@ -66,6 +66,7 @@ impl<'r> Server<'r> {
             status,
             word: 0,
             aux,
+            plain: false,
         };
         if let Some((status, aux)) = self.command_verdict(partition, epoch, Class::Ordinary, now_ms)
         {
@@ -119,6 +120,7 @@ impl<'r> Server<'r> {
                     status: Status::PartitionMoved,
                     word: 0,
                     aux: version,
+                    plain: false,
                 };
                 self.finish_waiter(w, r, now_ms);
             }

@@ -36,7 +36,7 @@ use crate::manager::value::ValueRead;
 use crate::manager::{GrantState, LockValue, ValueBlock};
 use crate::proto::{
     Command, CommandResult, FLAG_ALL_OR_NOTHING, LockCommand, LockFlags, LockOp, ObjectCommand,
-    ObjectOp, PROTO_VERSION,
+    ObjectOp, PROTO_VERSION, PROTO_VERSION_PLAIN_GRANTS,
 };
 use crate::status::Status;
 use crate::table::{LockCell, SlotState};
@@ -85,11 +85,7 @@ struct Scratch {
 
 #[inline]
 const fn result(status: Status) -> CommandResult {
-    CommandResult {
-        status,
-        word: 0,
-        aux: 0,
-    }
+    CommandResult::status(status)
 }
 
 /// Whether a command of an all-or-nothing message ended holding what it asked for.
@@ -168,6 +164,7 @@ impl<'r> Server<'r> {
                 dst.status = r.status;
                 dst.aux = r.aux;
                 dst.word = r.word;
+                dst.plain = r.plain;
             },
             now_ms,
         )
@@ -454,6 +451,7 @@ impl<'r> Server<'r> {
                 status: self.refuse(Status::LockRetained),
                 word: cell.word,
                 aux: 0,
+                plain: false,
             };
             return (refused, Note::default());
         }
@@ -486,6 +484,7 @@ impl<'r> Server<'r> {
                 .with_ms(t.shared)
                 .into_bits();
         }
+        let mut plain = false;
         let mut note = Note {
             released: revoked.lapsed,
             lapsed: revoked.lapsed,
@@ -508,7 +507,13 @@ impl<'r> Server<'r> {
                 if revoked.cached {
                     self.note_cached_grant(lock, revoked.wanted, now_ms);
                 } else if revoked.contended {
-                    self.send_contended_notice(slot, lock);
+                    self.stats.bump(Counter::ContendedGrants);
+                    // Protocol 8 reads it in the result; an older client is sent the revoke
+                    // notice it has always answered (`manager::contention`).
+                    match self.t.clients[slot as usize].version >= PROTO_VERSION_PLAIN_GRANTS {
+                        true => plain = true,
+                        false => self.send_contended_notice(slot, lock),
+                    }
                 }
                 self.stats.bump(Counter::Grants);
                 if preempted {
@@ -518,6 +523,8 @@ impl<'r> Server<'r> {
                 token.0
             }
             Effect::Queued(t) => {
+                // A fair request queued behind holders in its way: a conflict.
+                self.note_conflict(lock, now_ms);
                 let ticket = GrantState::ticketed(c.op.mode());
                 self.t.lock_holds.set(slot, lock, ticket.bits());
                 t.exclusive as u64 | (t.shared as u64) << 16
@@ -552,12 +559,22 @@ impl<'r> Server<'r> {
             Effect::None => {
                 if step.ticket_void {
                     self.t.lock_holds.set(slot, lock, GrantState::None.bits());
+                } else if c.op.acquires() && matches!(step.status, Status::Fail | Status::Eagain) {
+                    // Refused (or still queued) for a holder in a conflicting mode, plain or
+                    // cached: whether it now waits or gives up, the lock is fought over.
+                    self.note_conflict(lock, now_ms);
                 }
                 0
             }
         };
         let status = self.refuse(step.status);
-        (CommandResult { status, word, aux }, note)
+        let r = CommandResult {
+            status,
+            word,
+            aux,
+            plain,
+        };
+        (r, note)
     }
 
     /// After a fair-lock timeout preemption by client `slot`, no other client holds a grant on
@@ -625,6 +642,7 @@ impl<'r> Server<'r> {
             status,
             word: 0,
             aux,
+            plain: false,
         }
     }
 
@@ -651,6 +669,7 @@ impl<'r> Server<'r> {
                     status,
                     word: 0,
                     aux: value,
+                    plain: false,
                 };
             }
             ObjectOp::Snapshot => Some(value),
@@ -666,6 +685,7 @@ impl<'r> Server<'r> {
             status: Status::Success,
             word: 0,
             aux: value,
+            plain: false,
         }
     }
 

@@ -498,6 +498,7 @@ impl<'r> Server<'r> {
                     status,
                     word: 0,
                     aux: 0,
+                    plain: false,
                 };
                 reply.reply(i, &refused, &GrantProof::NONE, None)
             });
@@ -566,6 +567,7 @@ pub(super) fn answer(
         status,
         word: 0,
         aux: 0,
+        plain: false,
     };
     for i in 0..msg.len() {
         put_data_result(msg, i, &answer, out)?;

@@ -36,13 +36,15 @@
 //! of their own; a dlock client reads its events on the thread that called it.
 //!
 //! A lock a conflict revoked within the contention window (`manager::contention`) grants a
-//! request that asks for a cached grant *plain*, and sends its holder a revoke for that grant at
-//! once (`send_contended_notice`): the holder gives it back when its users are done,
+//! request that asks for a cached grant *plain*, and tells its holder: in the grant's result
+//! (`CommandResult::plain`) at protocol 8, else by a revoke for that grant sent at once
+//! (`send_contended_notice`): the holder gives it back when its users are done,
 //! which is the unlock a plain user sends. Such a holder may be parked on another lock before it
 //! read the notice (a stream delivers events after the turn's replies), and then nothing would
 //! wake it: a conflicting request that finds a plain holder on a contended lock ends that
 //! holder's parked wait if it asked for [`LockFlags::WAKE_ON_REVOKE`], as a revoke would. A
-//! holder that owed nothing pays one more wait; a plain `lock()` is never cut.
+//! holder that owed nothing pays one more wait; a plain `lock()` is never cut. A holder of
+//! protocol 8 read its grant's mark with the grant, and is not woken.
 //!
 //! On a lock with no cached holder that is not contended the scan is skipped, and a cacheable
 //! request is cached when nobody else is parked on it. A scan that finds no cached holder left
@@ -54,7 +56,7 @@ use crate::ids::{ClientId, LockId, Mode};
 use crate::manager::contention::{contended, grant_as};
 use crate::manager::revoke::{Holder, HolderAction, Request, Verdict, judge};
 use crate::manager::{Answer, GrantAs, GrantState};
-use crate::proto::{Event, LockCommand, LockFlags};
+use crate::proto::{Event, LockCommand, LockFlags, PROTO_VERSION_PLAIN_GRANTS};
 use crate::table::{ClientState, LockManagerCell, SlotState, WaiterState};
 
 /// What the revoke decision left for the word step.
@@ -63,8 +65,8 @@ pub(super) struct Revoked {
     /// A grant the word makes may be recorded as cached.
     pub(super) cached: bool,
     /// The request asked for a cached grant on a contended lock (`manager::contention`): a
-    /// grant the word makes is recorded plain, and its holder is sent a revoke for it at once
-    /// (`send_contended_notice`).
+    /// grant the word makes is recorded plain, and its holder told: `CommandResult::plain` at
+    /// protocol 8, else a revoke for it at once (`send_contended_notice`).
     pub(super) contended: bool,
     /// Someone wants the lock already (`Verdict::wanted`): a cached grant's minimum hold
     /// ends in a retry of the parked requests, which revokes it.
@@ -87,8 +89,7 @@ impl Server<'_> {
     ) -> Revoked {
         let cacheable = c.flags.contains(LockFlags::CACHEABLE);
         let m = self.t.lock_manager[lock as usize];
-        let revoked = match m.cached == 0 && !contended(&self.cfg.timing, m.revoke_sent_ms, now_ms)
-        {
+        let revoked = match m.cached == 0 && !contended(&self.cfg.timing, m.contended_ms, now_ms) {
             true => Revoked {
                 cached: cacheable,
                 wanted: cacheable && self.others_parked(slot, lock),
@@ -104,8 +105,8 @@ impl Server<'_> {
     /// that has just sent one is the conflict that makes the lock contended.
     #[inline]
     fn contention_aware(&self, lock: u32, revoked: Revoked, now_ms: u64) -> Revoked {
-        let sent = self.t.lock_manager[lock as usize].revoke_sent_ms;
-        match grant_as(&self.cfg.timing, revoked.cached, sent, now_ms) {
+        let conflict = self.t.lock_manager[lock as usize].contended_ms;
+        match grant_as(&self.cfg.timing, revoked.cached, conflict, now_ms) {
             GrantAs::Contended => Revoked {
                 cached: false,
                 wanted: false,
@@ -141,7 +142,7 @@ impl Server<'_> {
     fn judge_holders(&mut self, req: &Request, lock: u32, now_ms: u64) -> Revoked {
         let timing = self.cfg.timing;
         let cell: LockManagerCell = self.t.lock_manager[lock as usize];
-        let contended = contended(&timing, cell.revoke_sent_ms, now_ms);
+        let contended = contended(&timing, cell.contended_ms, now_ms);
         let (mut verdict, mut lapsed, mut cached_left) = (Verdict::NONE, false, false);
         // A revoke sent now lapses at `now + timeout`: a parked request is retried then.
         let mut lapses_ms = u64::MAX;
@@ -187,8 +188,11 @@ impl Server<'_> {
                 }
                 // A plain holder of a contended lock may hold a contended grant whose notice it
                 // has not read, being parked on another lock: it is woken as a revoke would
-                // wake it (module doc).
-                HolderAction::Blocks if contended => self.cut_wait_on_revoke(other, now_ms),
+                // wake it (module doc). One of protocol 8 read it in the grant's result and
+                // has nothing to read.
+                HolderAction::Blocks if contended && entry.version < PROTO_VERSION_PLAIN_GRANTS => {
+                    self.cut_wait_on_revoke(other, now_ms)
+                }
                 _ => cached_left |= state.is_cached(),
             }
         }
@@ -268,7 +272,9 @@ impl Server<'_> {
             // A full ring counts the overflow in the ring itself, where its reader sees it.
             let _ = ring.push(&event);
         }
-        self.t.lock_manager[lock as usize].revoke_sent_ms = now;
+        let m = &mut self.t.lock_manager[lock as usize];
+        // A conflict with a cached grant: the lock is contended from now (`note_conflict`).
+        (m.revoke_sent_ms, m.contended_ms) = (now, conflict_stamp(now));
         self.events_pending = true;
         self.stats.bump(Counter::RevokesSent);
         self.cut_wait_on_revoke(other, now);
@@ -293,12 +299,13 @@ impl Server<'_> {
         self.next_timer_ms = self.next_timer_ms.min(now);
     }
 
-    /// Tells client slot `slot`, just granted lock slot `lock` plain on a contended lock though
+    /// Tells client slot `slot` (registered before protocol 8, which reads it in the grant's
+    /// result instead), just granted lock slot `lock` plain on a contended lock though
     /// it asked for a cached grant, to give it back when its users are done: a revoke wanting
     /// exclusive (a shared holder gives back rather than keeps) that names the grant's own fence
     /// (kept by the client even when it overtakes the grant's reply). The grant is not marked
-    /// revoking and the lock's `revoke_sent_ms` is not stamped: a plain grant has nothing to
-    /// lapse, and only conflicts make a lock contended (`manager::contention`). A full ring
+    /// revoking and the lock's times are not stamped: a plain grant has nothing to lapse, and
+    /// only conflicts make a lock contended (`manager::contention`). A full ring
     /// counts an overflow, after which the client gives back every idle cached lock: the notice
     /// is coarser, not lost. A grant an all-or-nothing unit undoes afterwards leaves its notice
     /// behind, which the client ignores: it holds nothing, or a later grant with a larger token.
@@ -313,6 +320,18 @@ impl Server<'_> {
             let _ = ring.push(&event);
         }
         self.events_pending = true;
+    }
+
+    /// Notes that an acquisition found lock slot `lock` held in a conflicting mode at `now_ms`
+    /// (refused, or left waiting): the lock is contended from now (`manager::contention`), so a
+    /// lock fought over by plain holders stays plain while the fight goes on instead of turning
+    /// cacheable once per window and paying a revoke. Nothing with the rule off (window 0):
+    /// the cell stays untouched, as before the rule.
+    #[inline]
+    pub(super) fn note_conflict(&mut self, lock: u32, now_ms: u64) {
+        if self.cfg.timing.contention_window_ms != 0 {
+            self.t.lock_manager[lock as usize].contended_ms = conflict_stamp(now_ms);
+        }
     }
 
     /// Records that a cached grant on lock slot `lock` was made at `now_ms`. When the lock is
@@ -344,6 +363,14 @@ impl Server<'_> {
     pub fn event_ring(&self, slot: u32) -> Option<crate::table::EventRing<'_>> {
         self.t.event_rings.ring(slot)
     }
+}
+
+/// The conflict time stamped at tick `now_ms`: never 0, which the cell reads as "no conflict"
+/// — a conflict in a server's first millisecond (its clock starts at 0) still makes the lock
+/// contended, for one millisecond longer, which is the safe side (never cached early).
+#[inline]
+const fn conflict_stamp(now_ms: u64) -> u64 {
+    if now_ms == 0 { 1 } else { now_ms }
 }
 
 /// A lock manager cell's `deferred_revoke` for a request by client `slot` wanting `mode`.

@@ -166,6 +166,10 @@ pub enum Counter {
     /// `ReclaimDone` and `ReclaimDones` messages taken (one each, whatever the partitions it
     /// names).
     ReclaimDoneMessages,
+    /// Grants made plain to requests that asked for a cached one, because the lock was fought
+    /// over within the contention window (`manager::contention`): each is told so in its
+    /// result (protocol 8) or by a revoke notice (older clients).
+    ContendedGrants,
 }
 
 impl Counter {
@@ -218,7 +222,7 @@ impl Counter {
     }
 
     /// Number of counters.
-    pub const COUNT: usize = Counter::ReclaimDoneMessages as usize + 1;
+    pub const COUNT: usize = Counter::ContendedGrants as usize + 1;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT] = [
@@ -290,6 +294,7 @@ impl Counter {
         Counter::ReclaimAwaitedMax,
         Counter::ReclaimUntracked,
         Counter::ReclaimDoneMessages,
+        Counter::ContendedGrants,
     ];
 
     /// A stable snake-case name for printing.
@@ -363,6 +368,7 @@ impl Counter {
             Counter::ReclaimAwaitedMax => "reclaim_awaited_max",
             Counter::ReclaimUntracked => "reclaim_untracked",
             Counter::ReclaimDoneMessages => "reclaim_done_messages",
+            Counter::ContendedGrants => "contended_grants",
         }
     }
 }

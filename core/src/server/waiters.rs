@@ -96,6 +96,10 @@ impl WaitReply {
 /// flags use the low four bits).
 const WAITER_LOCK_FLAGS_SHIFT: u32 = 24;
 
+/// In [`Waiter::flags`], below the lock flags: the parked request's grant was made plain
+/// ([`CommandResult::plain`]), which its late reply says. The waiter keeps its size.
+const WAITER_PLAIN_GRANT: u32 = 1 << 23;
+
 /// The lock flags a parked request was sent with (a zeroed or corrupted byte reads as none).
 #[inline]
 pub(super) fn waiter_lock_flags(flags: u32) -> LockFlags {
@@ -146,6 +150,7 @@ impl<'r> Server<'r> {
                 status: self.refuse(s),
                 word: 0,
                 aux: 0,
+                plain: false,
             };
             reply.reply(0, &refused, &GrantProof::NONE, None);
             return Disposition::Replied;
@@ -244,6 +249,7 @@ impl<'r> Server<'r> {
                 status,
                 word: 0,
                 aux,
+                plain: false,
             };
             self.finish_waiter(w, r, now_ms);
             return true;
@@ -311,6 +317,7 @@ impl<'r> Server<'r> {
                 status,
                 word: r.word,
                 aux: 0,
+                plain: false,
             }
         } else {
             r
@@ -348,6 +355,9 @@ impl<'r> Server<'r> {
         waiter.status = r.status as u16;
         waiter.word = r.word;
         waiter.aux = r.aux;
+        if r.plain {
+            waiter.flags |= WAITER_PLAIN_GRANT;
+        }
         self.waiting -= 1;
         self.ready += 1;
     }
@@ -468,6 +478,7 @@ impl<'r> Server<'r> {
                 status,
                 word: waiter.word,
                 aux: waiter.aux,
+                plain: waiter.flags & WAITER_PLAIN_GRANT != 0,
             };
             // A parked request is alone in its message, never all-or-nothing.
             let proof = self.proof_of(waiter.client, &command, &result, false);
@@ -482,7 +493,7 @@ impl<'r> Server<'r> {
                     count: 1,
                     message_id: waiter.message_id,
                     client: waiter.client,
-                    flags: waiter.flags & !(0xFF << WAITER_LOCK_FLAGS_SHIFT),
+                    flags: waiter.flags & !(0xFF << WAITER_LOCK_FLAGS_SHIFT | WAITER_PLAIN_GRANT),
                 },
                 command,
                 result,

@@ -319,6 +319,7 @@ impl Tables<'_> {
         for m in self.lock_manager.iter() {
             d.word(m.cached_since_ms);
             d.word(m.revoke_sent_ms);
+            d.word(m.contended_ms);
             d.word(m.retry_at_ms);
             d.word(m.cached as u64 | (m.deferred_revoke as u64) << 32);
         }

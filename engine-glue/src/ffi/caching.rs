@@ -370,18 +370,23 @@ impl Caching {
                 Acquire::Local => return Some(held_grant(client, id).ok_or(Status::LockNotGet)),
                 Acquire::Send(ServerOp::Acquire(_)) => {
                     let got = ask(client, self);
-                    let (status, token) = match got {
+                    let (status, token, plain) = match got {
                         // Granted only if the client's record now holds it in `mode`: a
                         // trylock with no lease (`expire_time` 0) is the reference's "read the
                         // cache", answered `Success` by the record with nothing sent, and the
                         // record must not take it for a grant the server gave.
-                        Ok(g) if holds(client, id, mode) => (g.status, g.token.0),
-                        Ok(_) => (Status::LockNotGet, 0),
-                        Err(s) => (s, 0),
+                        Ok(g) if holds(client, id, mode) => (g.status, g.token.0, g.plain),
+                        Ok(_) => (Status::LockNotGet, 0, false),
+                        Err(s) => (s, 0, false),
                     };
                     let c = self.locks.get_mut(&id)?;
                     if let Reply::Granted = c.rec.on_reply(status, token) {
                         c.let_go = false;
+                        // Made plain by the server (a contended lock): its unlock is the
+                        // give-back, as after a revoke.
+                        if plain {
+                            c.rec.granted_plain();
+                        }
                     }
                     return Some(got);
                 }
@@ -501,6 +506,7 @@ fn held_grant(client: &Client, id: LockId) -> Option<Grant> {
         token: l.token,
         word: l.word,
         value: l.value,
+        plain: l.plain,
     })
 }
 
@@ -512,5 +518,6 @@ fn recorded(client: &Client, id: LockId) -> Grant {
         token: l.map_or(dlock_core::FencingToken(0), |l| l.token),
         word: l.map_or(0, |l| l.word),
         value: None,
+        plain: false,
     }
 }

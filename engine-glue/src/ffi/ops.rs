@@ -251,6 +251,7 @@ pub unsafe extern "C" fn unlock(client_id: c_int, lock_id: c_int, result: *mut c
                 token,
                 word,
                 value: None,
+                plain: false,
             })
         };
         // SAFETY: `result` is not NULL (checked above); 16 writable bytes (caller's contract).
@@ -288,6 +289,7 @@ pub unsafe extern "C" fn lock_downgrade(
                 token: l.token,
                 word: l.word,
                 value: l.value,
+                plain: l.plain,
             })
         };
         // SAFETY: `result` is not NULL (checked above); 16 writable bytes (caller's contract).

@@ -388,5 +388,6 @@ fn held(w: &Want, g: &Grant) -> Held {
         rec: super::cache::granted(w.mode, g.token.0),
         owed: None,
         warned: false,
+        plain: g.plain,
     }
 }

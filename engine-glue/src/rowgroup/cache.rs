@@ -62,6 +62,11 @@
 //! cached as a probe, and grants taken from the cache stay cached, so caching resumes
 //! once grants pay again.
 //!
+//! A key the server granted plain though it was asked for cached (protocol 8: the lock is
+//! contended, `dlock_core::manager::contention`, and the grant's result says so) is never
+//! cached: its transaction's end unlocks it in the same batch as the keys it does not keep,
+//! exactly as without caching, and no revoke notice is read for it.
+//!
 //! The engine's loop calls `keep_leases` between transactions anyway, so an idle worker answers
 //! its revokes within a quarter lease; one that does not answer loses the grant at the server's
 //! revoke timeout (the lease by default), which the server then counts (`revokes_lapsed`).
@@ -119,7 +124,7 @@ impl<C: Connection> RowGroupLocks<C> {
     /// the client is gone.
     pub fn poll_revokes(&mut self) -> Result<usize, Status> {
         self.health()?;
-        if !self.cfg.cached {
+        if !self.cfg.cached || self.caches_nothing() && self.client.events_may_wait() {
             return Ok(0);
         }
         let mut events = std::mem::take(&mut self.events);
@@ -144,6 +149,18 @@ impl<C: Connection> RowGroupLocks<C> {
         self.send_owed()?;
         self.warn_overdue();
         Ok(back)
+    }
+
+    /// Whether the server holds no cached grant for this worker, and nothing is owed: no key in
+    /// the cache, and every key of the open transaction plain (granted plain on a contended
+    /// lock, or of a name not asked for cached). Then no revoke is for anything it holds, and a
+    /// look at the events may wait while the client's trust bound holds
+    /// ([`Client::events_may_wait`](dlock_transport::client::Client::events_may_wait)): an
+    /// acquisition pays no event poll — over TCP a system call — on top of an uncached one's.
+    fn caches_nothing(&self) -> bool {
+        self.cache.is_empty()
+            && self.owed.is_empty()
+            && self.held.iter().all(|h| h.plain || !self.caches(h.key))
     }
 
     /// One event, read at `now`; how many cached keys it gave back.
@@ -381,6 +398,7 @@ impl<C: Connection> RowGroupLocks<C> {
             rec: c.rec,
             owed: None,
             warned: false,
+            plain: false,
         });
         if c.reuses + 1 == Demotion::REUSES_THAT_PAY {
             self.payback = self.payback.paid();
@@ -430,8 +448,9 @@ impl<C: Connection> RowGroupLocks<C> {
     }
 
     /// Ends the use of the open transaction's keys from `from` on: into the cache, except
-    /// those a revoke asked back meanwhile or the policy lets go (or that are not cached),
-    /// which are left in `held[from..]`, their give-backs in flight, for the caller to unlock.
+    /// those a revoke asked back meanwhile, the server granted plain (protocol 8), or the
+    /// policy lets go (or that are not cached), which are left in `held[from..]`, their
+    /// give-backs in flight, for the caller to unlock (in its batch).
     pub(super) fn cache_from(&mut self, from: usize) -> Result<(), Status> {
         let mut keep = from;
         for i in from..self.held.len() {
@@ -460,7 +479,9 @@ impl<C: Connection> RowGroupLocks<C> {
                 (h.mode, op) = (Mode::Shared, None);
             }
             let asked_back = matches!(op, Some(ServerOp::GiveBack(_)));
-            if asked_back || !self.caches(h.key) || !self.keeps(h.key, h.reuses) {
+            // A grant made plain goes back as the plain unlock it is, before the policy counts
+            // a use it never had (`keeps`).
+            if asked_back || h.plain || !self.caches(h.key) || !self.keeps(h.key, h.reuses) {
                 if !asked_back {
                     // The policy's give-back: the record puts it in flight.
                     let _ = h.rec.give_back();

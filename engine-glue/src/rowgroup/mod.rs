@@ -237,6 +237,9 @@ struct Held {
     owed: Option<dlock_core::manager::cache::ServerOp>,
     /// Its transaction outlived a revoke by the lease: warned once.
     warned: bool,
+    /// Asked for cached, granted plain (a contended lock, protocol 8): never cached, its
+    /// unlock rides the transaction's batch unlock (`cache.rs`).
+    plain: bool,
 }
 
 /// One worker's row-group locks: owns its client, one transaction open at a time. The client

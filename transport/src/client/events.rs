@@ -66,6 +66,19 @@ impl<C: Connection> Client<C> {
             .map_err(|e| Op::PollEvents.io(e))
     }
 
+    /// Whether a caller that holds no cached grant may leave its look at the events
+    /// ([`Client::poll_events`]) for later: the data channel did not break since the last look
+    /// and the trust bound has not passed (`dlock_core::manager::trust`), so the look owes no
+    /// [`Event::Overflow`] report, and any revoke still unread is for a grant given back since,
+    /// which the look would ignore. A stream's unread events wait in its queue (a full one
+    /// is reported as an overflow when they are read, which is only coarser); a shared-memory
+    /// client's, in its ring. Reads the clock only over a stream (a ring is always trusted).
+    pub fn events_may_wait(&self) -> bool {
+        let in_place = self.link.events_in_place();
+        let now = if in_place { 0 } else { self.now_ms() };
+        self.trust.trusted(now, self.revoke_timeout_ms(), in_place)
+    }
+
     /// How long a cached grant is trusted past the last answered data request
     /// (`dlock_core::manager::trust`): what the server said at registration (protocol 7), or
     /// [`ClientConfig::revoke_timeout`](super::ClientConfig::revoke_timeout) when that is set —

@@ -29,6 +29,10 @@ pub struct Grant {
     /// `valid` is false when an exclusive holder was lost without writing it (its node died,
     /// its lease ran out) or after a server failover no re-claim restored it.
     pub value: Option<ValueRead>,
+    /// Asked for as cached ([`Client::set_cacheable`]) but granted plain: the server found the
+    /// lock contended (protocol 8, `dlock_core::manager::contention`). A cached client gives it
+    /// back with its last local release. A re-entry reports the grant it re-enters.
+    pub plain: bool,
 }
 
 /// A record's answer as the API reports it: a grant (`Done` is the reference's internal
@@ -52,6 +56,7 @@ pub(super) fn grant(status: Status, local: &LocalLock) -> Result<Grant, Status> 
             token: local.token,
             word: local.word,
             value: local.value,
+            plain: local.plain,
         }),
         s => Err(s),
     }

@@ -552,6 +552,7 @@ impl Inbox {
                 status: Status::Success,
                 word: 0,
                 aux: 0,
+                plain: false,
             }; BATCH],
             proofs: [[0; PROOF_LEN]; BATCH],
             values: [None; BATCH],

@@ -170,6 +170,7 @@ fn one_sided(c: &crate::sync::AtomicU64, kind: ObjectOp, a: u64, b: u64) -> Comm
                 status: Status::ObjectCasFailed,
                 word: 0,
                 aux: v,
+                plain: false,
             },
         },
         ObjectOp::Snapshot => ok(c.load(Ordering::Acquire)),
@@ -182,6 +183,7 @@ pub(super) const fn ok(aux: u64) -> CommandResult {
         status: Status::Success,
         word: 0,
         aux,
+        plain: false,
     }
 }
 

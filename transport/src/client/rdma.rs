@@ -269,6 +269,7 @@ pub(super) fn object_op(
                     status: Status::ObjectCasFailed,
                     word: 0,
                     aux: found,
+                    plain: false,
                 }
             }
         }),

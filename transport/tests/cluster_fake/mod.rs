@@ -670,6 +670,7 @@ impl State {
                     status,
                     word: 0,
                     aux,
+                    plain: false,
                 },
                 proof,
             ));
@@ -684,6 +685,7 @@ impl State {
                         status: Status::Eagain,
                         word: 0,
                         aux: 0,
+                        plain: false,
                     };
                     *proof = false;
                 }

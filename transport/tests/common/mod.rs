@@ -31,6 +31,25 @@ pub fn server(tcp: bool) -> ServerHandle {
     ServerHandle::start(cfg).expect("server starts")
 }
 
+/// [`server`] with contention-aware grants off (`Timing::contention_window_ms` 0): for tests
+/// of the revoke itself, which fight over one lock again and again and need every conflict to
+/// find a cached grant there, where the default window would grant the lock plain after the
+/// first. (Not every test binary that includes this module uses it.)
+#[allow(dead_code)]
+pub fn revoke_server(tcp: bool) -> ServerHandle {
+    let mut cfg = ServerConfig::new(Config {
+        timing: dlock_core::manager::Timing {
+            contention_window_ms: 0,
+            ..dlock_core::manager::Timing::DEFAULT
+        },
+        ..small()
+    });
+    if tcp {
+        cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
+    }
+    ServerHandle::start(cfg).expect("server starts")
+}
+
 /// A registered client of the server at `e`. (Not every test binary that includes this module
 /// uses it.)
 #[allow(dead_code)]

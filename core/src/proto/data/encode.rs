@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// The bits a result adds to its echoed op byte: [`RESULT_PLAIN_GRANT`] for a grant made plain
+/// (whose server decided the client reads it: protocol 8).
+#[inline(always)]
+fn plain_bit(result: &CommandResult) -> u8 {
+    match result.plain {
+        true => RESULT_PLAIN_GRANT,
+        false => 0,
+    }
+}
+
 /// Writes the header for `count` commands and returns the message length.
 #[inline]
 fn put_message_header(
@@ -133,7 +143,7 @@ pub fn put_command_result(
     // the 32 bytes first and copying them whole reloads freshly stored halves as one vector, a
     // store-forwarding stall.
     c[0] = command.kind_code();
-    c[1] = command.op_code();
+    c[1] = command.op_code() | plain_bit(result);
     c[2..4].copy_from_slice(&(result.status as u16).to_le_bytes());
     c[4..8].copy_from_slice(&command.id().to_le_bytes());
     c[8..24].copy_from_slice(&result.word.to_le_bytes());
@@ -154,7 +164,7 @@ pub fn put_data_result(
     let (kind, op, id) = kind_op_id(raw);
     let c = command_slot(out, i)?;
     put_u8(c, 0, kind)?;
-    put_u8(c, 1, op)?;
+    put_u8(c, 1, op | plain_bit(result))?;
     put_u16(c, 2, result.status as u16)?;
     put_u32(c, 4, id)?;
     put_u128(c, 8, result.word)?;

@@ -33,7 +33,16 @@
 //! | response | any    | `8 u128 word \| 24 u64 aux`                                   |
 //!
 //! Reserved bytes must be zero. A response echoes the request's header and each command's
-//! kind, op and id, so the client can match every result to what it asked. Byte 24 of a lock
+//! kind, op and id, so the client can match every result to what it asked. At protocol 8 the
+//! echoed op byte of a response may carry [`RESULT_PLAIN_GRANT`] (its top bit; every op code is
+//! below 16): the command asked for a cached grant (`CACHEABLE`) and was granted, but the
+//! server recorded the grant plain because the lock is contended (`manager::contention`), so
+//! the holder's last local release must be the plain unlock. The decoder masks the bit off the
+//! op and reports it as [`CommandResult::plain`]. The 32-byte result has no other spare bit
+//! (status, word and aux are all meaning), and the op byte is the one the client matches
+//! against what it sent anyway; a server sets it only for a client registered at
+//! [`PROTO_VERSION_PLAIN_GRANTS`](super::PROTO_VERSION_PLAIN_GRANTS) or newer, which is the
+//! client that masks it off. Byte 24 of a lock
 //! request is its [`LockFlags`] (`lock_flags.rs`: which flags each op may carry); zero is what
 //! every earlier client wrote there, and means what it always meant.
 //!
@@ -79,6 +88,10 @@ use crate::status::Status;
 
 mod encode;
 pub use encode::*;
+
+/// The top bit of a response's echoed op byte (protocol 8): the grant was asked for as cached
+/// and made plain (module doc; [`CommandResult::plain`]).
+pub const RESULT_PLAIN_GRANT: u8 = 0x80;
 
 /// The command kind byte of an object command (lock kinds are 0..=2).
 pub const OBJECT_KIND: u8 = 3;
@@ -336,6 +349,24 @@ pub struct CommandResult {
     /// otherwise zero. Objects: the value before the operation (FAA, CAS) or the value read
     /// (Snapshot); a failed CAS reports the value it found.
     pub aux: u64,
+    /// Locks, protocol 8: a `CACHEABLE` acquisition was granted, but recorded plain on the
+    /// server (a contended lock, `manager::contention`): the holder gives it back with its
+    /// last local release, as a plain unlock. On the wire, [`RESULT_PLAIN_GRANT`] in the
+    /// echoed op byte. Always false otherwise.
+    pub plain: bool,
+}
+
+impl CommandResult {
+    /// A result with `status` and nothing else (no word, no aux, not a plain grant).
+    #[inline]
+    pub const fn status(status: Status) -> Self {
+        CommandResult {
+            status,
+            word: 0,
+            aux: 0,
+            plain: false,
+        }
+    }
 }
 
 /// One entry of a data response.
@@ -343,7 +374,8 @@ pub struct CommandResult {
 pub struct DataResult {
     /// The kind byte echoed from the request (validated: 0..=4).
     pub kind: u8,
-    /// The op byte echoed from the request (validated for the kind).
+    /// The op byte echoed from the request (validated for the kind), without
+    /// [`RESULT_PLAIN_GRANT`], which is in `result.plain`.
     pub op: u8,
     /// The lock or object id echoed from the request.
     pub id: u32,
@@ -802,7 +834,13 @@ fn read_command(c: &RawCommand) -> Command {
 
 #[inline]
 fn parse_result(c: &RawCommand) -> Result<DataResult, DecodeError> {
-    let (kind, op, id) = kind_op_id(c);
+    let (kind, raw_op, id) = kind_op_id(c);
+    // Only a lock's grant may be marked plain; on anything else the bit is a bad op.
+    let plain = kind < OBJECT_KIND && raw_op & RESULT_PLAIN_GRANT != 0;
+    let op = match plain {
+        true => raw_op & !RESULT_PLAIN_GRANT,
+        false => raw_op,
+    };
     if kind == JOIN_KIND {
         // A join result echoes a join, whose op and id are zero.
         if op != 0 {
@@ -826,6 +864,7 @@ fn parse_result(c: &RawCommand) -> Result<DataResult, DecodeError> {
             status,
             word: get_u128(c, 8)?,
             aux: get_u64(c, 24)?,
+            plain,
         },
     })
 }

@@ -297,7 +297,7 @@ fn a_cluster_server_speaks_versions_5_to_7_and_a_standalone_one_still_4() {
         negotiate(SERVER_VERSIONS, CLUSTER_VERSIONS),
         Ok(PROTO_VERSION)
     );
-    assert_eq!(PROTO_VERSION, 7);
+    assert_eq!(PROTO_VERSION, 8);
     // A new client joining a version-5 server (one built before `ReclaimDones`) agrees on 5,
     // and so says its `ReclaimDone`s one partition at a time there.
     let v5_server = VersionRange { min: 5, max: 5 };
@@ -306,7 +306,7 @@ fn a_cluster_server_speaks_versions_5_to_7_and_a_standalone_one_still_4() {
         max: PROTO_VERSION,
     };
     assert_eq!(negotiate(new_client, v5_server), Ok(5));
-    assert_eq!(negotiate(new_client, CLUSTER_VERSIONS), Ok(7));
+    assert_eq!(negotiate(new_client, CLUSTER_VERSIONS), Ok(8));
 }
 
 /// A `ReclaimDones` body: `count`, its reserved bytes, then the entries' bytes as given.

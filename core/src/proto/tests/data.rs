@@ -41,6 +41,7 @@ fn a_data_response_echoes_the_request_and_round_trips() {
             status: Status::ALL[i % Status::ALL.len()],
             word: u128::MAX - i as u128,
             aux: 0xA000 + i as u64,
+            plain: false,
         };
         assert_eq!(r.result, expected);
         assert_eq!(resp.result(i), r);
@@ -55,6 +56,7 @@ fn a_response_needs_one_result_per_command() {
         status: Status::Success,
         word: 0,
         aux: 0,
+        plain: false,
     };
     let mut buf = [0u8; DATA_MESSAGE_MAX];
     for n in [0, 1, 3] {
@@ -219,6 +221,7 @@ fn data_encoders_report_a_buffer_too_small() {
             status: Status::Success,
             word: 0,
             aux: 0,
+            plain: false,
         };
         commands.len()
     ];
@@ -285,6 +288,7 @@ fn a_proof_trailer_follows_the_results_and_only_in_responses() {
         status: Status::Success,
         word: 5,
         aux: 6,
+        plain: false,
     };
     for i in 0..3 {
         put_data_result(&req, i, &ok, &mut out).unwrap();
@@ -330,4 +334,51 @@ fn a_proof_trailer_follows_the_results_and_only_in_responses() {
         put_data_proof(&mut out[..cmd(3) + 10], 3, 0, &mac, true),
         Err(EncodeError::BufferTooSmall)
     );
+}
+
+#[test]
+fn a_plain_grant_rides_the_top_bit_of_a_lock_results_echoed_op() {
+    let commands = every_command();
+    let object = commands.len() - 1;
+    let req_bytes = encode_data(&data_header(0), &commands);
+    let req = decode_data_request(&req_bytes).unwrap();
+    let plain = |i: usize| matches!(commands[i], Command::Lock(_));
+    let results: Vec<_> = (0..commands.len())
+        .map(|i| CommandResult {
+            plain: plain(i),
+            ..CommandResult::status(Status::Success)
+        })
+        .collect();
+    let mut out = vec![0; req_bytes.len()];
+    encode_data_response(&req, &results, &mut out).unwrap();
+    // The streaming encoder writes the same bytes.
+    let mut streamed = vec![0; req_bytes.len()];
+    begin_data_response(&req, &mut streamed).unwrap();
+    for (i, (c, r)) in commands.iter().zip(&results).enumerate() {
+        put_command_result(&mut streamed, i, c, r).unwrap();
+    }
+    assert_eq!(streamed, out);
+    let resp = decode_data_response(&out).unwrap();
+    for (i, c) in commands.iter().enumerate() {
+        let marked = out[cmd(i) + 1] & RESULT_PLAIN_GRANT != 0;
+        assert_eq!(marked, plain(i), "command {i}");
+        // The decoder masks it off the op and reports it beside the result.
+        let r = resp.result(i);
+        assert_eq!(
+            (r.op, r.result.plain),
+            (c.op_code(), plain(i)),
+            "command {i}"
+        );
+    }
+    // Only a lock's result may carry it; in a request it is an unknown op.
+    let mut bad = out.clone();
+    bad[cmd(object) + 1] |= RESULT_PLAIN_GRANT;
+    assert_eq!(decode_data_response(&bad), Err(DecodeError::BadOp));
+    let mut bad = req_bytes.clone();
+    bad[cmd(0) + 1] |= RESULT_PLAIN_GRANT;
+    assert_eq!(decode_data_request(&bad), Err(DecodeError::BadOp));
+    // Masked, the op must still be a known one.
+    let mut bad = out.clone();
+    bad[cmd(0) + 1] = RESULT_PLAIN_GRANT | 9;
+    assert_eq!(decode_data_response(&bad), Err(DecodeError::BadOp));
 }

@@ -85,6 +85,7 @@ fn assert_results_written_alike(req: &DataRequest<'_>, commands: &[Command]) {
             status: Status::ALL[i % Status::ALL.len()],
             word: u128::MAX / 3 + i as u128,
             aux: 0xA5A5_0000 + i as u64,
+            plain: false,
         };
         put_data_result(req, i, &r, &mut by_bytes).expect("in range");
         put_command_result(&mut by_command, i, c, &r).expect("in range");

@@ -54,6 +54,7 @@ fn run(s: &mut Server<'_>, c: ClientId, command: Command, now: u64) -> CommandRe
         status: Status::Fail,
         word: 0,
         aux: 0,
+        plain: false,
     }];
     s.execute_message(c.get(), 0, &[command], &mut r, now)
         .expect("one command");

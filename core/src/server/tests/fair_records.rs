@@ -103,6 +103,7 @@ fn a_waiting_retry_with_a_passed_ticket_queues_again_instead_of_failing() {
         status: Status::Success,
         word: 0,
         aux: 0,
+        plain: false,
     }];
     let parked = s
         .execute_message(b.get(), 0, &[Command::Lock(req.command())], &mut r, now)

@@ -187,6 +187,7 @@ impl TestServer {
             status: Status::Success,
             word: 0,
             aux: 0,
+            plain: false,
         }];
         match self
             .execute_message(client.get(), 0, &[cmd], &mut r, now)
@@ -261,6 +262,7 @@ pub(crate) fn run(s: &mut TestServer, client: ClientId, cmd: Command, now: u64) 
         status: Status::Success,
         word: 0,
         aux: 0,
+        plain: false,
     }; 1];
     s.execute_message(client.get(), 0, &[cmd], &mut r, now)
         .unwrap();
@@ -278,7 +280,8 @@ fn run_all(
         CommandResult {
             status: Status::Success,
             word: 0,
-            aux: 0
+            aux: 0,
+            plain: false,
         };
         cmds.len()
     ];

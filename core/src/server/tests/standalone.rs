@@ -107,6 +107,7 @@ fn a_partition_epoch_other_than_0_is_refused_whole_as_malformed() {
             status: Status::Success,
             word: 0,
             aux: 0,
+            plain: false,
         }; 2];
         assert_eq!(
             s.execute_message(me.get(), 0, cmds, &mut results, 2),

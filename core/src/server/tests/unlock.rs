@@ -62,6 +62,7 @@ fn run_with(
         status: Status::Success,
         word: 0,
         aux: 0,
+        plain: false,
     }];
     s.execute_message(client.get(), 0, &[cmd], &mut r, 1)
         .unwrap();

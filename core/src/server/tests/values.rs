@@ -268,6 +268,7 @@ fn the_in_process_entry_writes_and_returns_blocks_like_the_bytes_path() {
         status: Status::Einval,
         word: 0,
         aux: 0,
+        plain: false,
     };
     let run =
         |s: &mut TestServer, who: ClientId, cmd: LockCommand, block: Option<ValueBlock>, now| {

@@ -172,6 +172,7 @@ pub fn execute(srv: &mut Server<'_>, raw: u32, cmd: Command, now: u64) -> Comman
         status: Status::Einval,
         word: 0,
         aux: 0,
+        plain: false,
     }];
     match srv.execute_message(raw, 0, &[cmd], &mut results, now) {
         Ok(_) => results[0],
@@ -179,6 +180,7 @@ pub fn execute(srv: &mut Server<'_>, raw: u32, cmd: Command, now: u64) -> Comman
             status: s,
             word: 0,
             aux: 0,
+            plain: false,
         },
     }
 }

@@ -111,9 +111,11 @@ impl World<'_> {
                     };
                     let _ = l.local.apply(&req, &r, proof, rep.value(k), at);
                     if cacheable && r.status == Status::Success && req.command().op.acquires() {
-                        // A fresh cached grant, in use by the user that asked.
+                        // A fresh cached grant, in use by the user that asked; or, made plain
+                        // by the server on a contended lock (protocol 8's mark in the result),
+                        // a plain grant, whose user's release is the unlock.
                         l.cache = Cache {
-                            cached: true,
+                            cached: !r.plain,
                             ..Cache::default()
                         };
                     }

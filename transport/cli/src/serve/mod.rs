@@ -96,9 +96,8 @@ pub(crate) struct ServeArgs {
     /// at the end of its lease, in milliseconds (default 0: the holder's lease).
     #[arg(long)]
     revoke_timeout_ms: Option<u32>,
-    /// Cached grants: how long after a conflict revoked one of its cached grants a lock is
-    /// granted plain to requests that ask for caching, in milliseconds (default 0: off; a
-    /// workload whose locks are fought over might take 100).
+    /// Cached grants: how long after a conflict on it a lock is granted plain to requests that
+    /// ask for caching, in milliseconds (default 1000; 0 turns contention-aware grants off).
     #[arg(long)]
     contention_window_ms: Option<u32>,
     /// umo_atomic64 objects.

@@ -488,6 +488,11 @@ impl<C: Connection> State<C> {
             Reply::Lost => {
                 tracing::warn!(lock = ?id, "dlock: a cached lock's readers lost its grant");
             }
+            // Made plain by the server (a contended lock): the last guard's drop unlocks it.
+            Reply::Granted if self.client.local_lock(id).is_some_and(|l| l.plain) => {
+                let e = self.entries.get_mut(&id).expect("checked");
+                e.cache.granted_plain();
+            }
             Reply::Send(owed) => {
                 let e = self.entries.get_mut(&id).expect("checked");
                 (e.owed, e.failed) = (Some(owed), done.status);

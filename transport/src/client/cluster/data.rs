@@ -97,6 +97,7 @@ pub(super) fn result(status: Status) -> CommandResult {
         status,
         word: 0,
         aux: 0,
+        plain: false,
     }
 }
 

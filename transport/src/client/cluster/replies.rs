@@ -205,6 +205,7 @@ impl<D: Dial> ClusterLink<D> {
             status: Status::PartitionMoved,
             word: 0,
             aux: self.map.version(),
+            plain: false,
         };
         for &i in &part.idx {
             flight.results[i] = Some((moved, [0; PROOF_LEN]));
@@ -328,6 +329,7 @@ impl<D: Dial> ClusterLink<D> {
             status: Status::Eagain,
             word: 0,
             aux: 0,
+            plain: false,
         };
         for i in flight
             .taken
