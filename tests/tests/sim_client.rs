@@ -115,13 +115,13 @@ const REGRESSIONS: &[(Mutation, u64, u64)] = &[
     (Mutation::TrustNoBound, 0x82d9_f0af_33cb_97a0, 4_000),
     (Mutation::CacheUsesRevoked, 0x01ad_d91a_a0c6_31d8, 1_000),
     (Mutation::OverflowDropped, 0x0388_9142_d6c0_31e4, 2_000),
-    (Mutation::StreamKeepsParked, 0xd2b2_5c4b_3ba1_3c56, 3_000),
+    (Mutation::StreamKeepsParked, 0x19d4_6508_08f2_31d6, 5_000),
     (
         Mutation::DowngradeStaysExclusive,
         0x9b86_609f_7c74_6c69,
         2_000,
     ),
-    (Mutation::DeadWriterKeepsValue, 0x5f17_6d2c_7ddf_743f, 2_000),
+    (Mutation::DeadWriterKeepsValue, 0x19d7_cbc3_d826_31da, 11_000),
     (Mutation::ReconnectKeepsTrust, 0x39bd_da58_fbbe_e87e, 2_000),
 ];
 
