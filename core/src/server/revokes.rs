@@ -46,8 +46,11 @@
 //! holder that owed nothing pays one more wait; a plain `lock()` is never cut. A holder of
 //! protocol 8 read its grant's mark with the grant, and is not woken.
 //!
-//! On a lock with no cached holder that is not contended the scan is skipped, and a cacheable
-//! request is cached when nobody else is parked on it. A scan that finds no cached holder left
+//! On a lock with no cached holder the scan is skipped unless the lock is contended and a client
+//! below protocol 8 is registered (the server counts them, `Server::old_clients`), the one case
+//! where it still has a holder to wake: so acquiring a fought-over lock costs no pass over the
+//! client table. Then a cacheable request is cached when nobody else is parked on it, or
+//! granted plain with a mark or notice if the lock is contended. A scan that finds no cached holder left
 //! clears the lock's mark. A flood of cacheable requests holds no more than the holds grid
 //! holds: a cached grant is a grant, in the same tables, under the same per-client waiter slot.
 
@@ -89,7 +92,10 @@ impl Server<'_> {
     ) -> Revoked {
         let cacheable = c.flags.contains(LockFlags::CACHEABLE);
         let m = self.t.lock_manager[lock as usize];
-        let revoked = match m.cached == 0 && !contended(&self.cfg.timing, m.contended_ms, now_ms) {
+        // With nobody caching the lock, the scan can only wake a plain holder below protocol 8
+        // on a contended lock (module doc): without such clients registered it has no work.
+        let wakes = self.old_clients != 0 && contended(&self.cfg.timing, m.contended_ms, now_ms);
+        let revoked = match m.cached == 0 && !wakes {
             true => Revoked {
                 cached: cacheable,
                 wanted: cacheable && self.others_parked(slot, lock),

@@ -10,9 +10,9 @@ use crate::proto::{Event, LockFlags, PROTO_VERSION_PLAIN_GRANTS, decode_data_res
 
 const LEASE: u32 = 60_000;
 /// The window these tests run with.
-const WINDOW_MS: u64 = 20;
+pub(super) const WINDOW_MS: u64 = 20;
 
-fn config(window_ms: u32) -> Config {
+pub(super) fn config(window_ms: u32) -> Config {
     Config {
         timing: Timing {
             contention_window_ms: window_ms,
@@ -22,7 +22,7 @@ fn config(window_ms: u32) -> Config {
     }
 }
 
-fn cmd(op: LockOp, id: LockId, flags: LockFlags) -> Command {
+pub(super) fn cmd(op: LockOp, id: LockId, flags: LockFlags) -> Command {
     Command::Lock(LockCommand {
         kind: LockKind::Rw,
         op,
@@ -40,12 +40,12 @@ const CACHE: LockFlags = LockFlags::CACHEABLE;
 const PLAIN: LockFlags = LockFlags::NONE;
 
 /// What client `c` holds on `id`.
-fn hold(s: &TestServer, c: ClientId, id: LockId) -> GrantState {
+pub(super) fn hold(s: &TestServer, c: ClientId, id: LockId) -> GrantState {
     s.recorded_hold(s.client_slot_of(c.get()).unwrap(), id.index())
 }
 
 /// Every event waiting in client `c`'s ring.
-fn events(s: &TestServer, c: ClientId) -> Vec<Event> {
+pub(super) fn events(s: &TestServer, c: ClientId) -> Vec<Event> {
     s.check_invariants().unwrap();
     let ring = s.event_ring(s.client_slot_of(c.get()).unwrap()).unwrap();
     core::iter::from_fn(|| ring.pop()).collect()
