@@ -506,10 +506,16 @@ impl<'r> Server<'r> {
                 self.t.lock_holds.set(slot, lock, granted.bits());
                 if revoked.cached {
                     self.note_cached_grant(lock, revoked.wanted, now_ms);
-                } else if revoked.contended {
-                    self.stats.bump(Counter::ContendedGrants);
-                    // Protocol 8 reads it in the result; an older client is sent the revoke
-                    // notice it has always answered (`manager::contention`).
+                } else if c.flags.contains(LockFlags::CACHEABLE) {
+                    // Asked cached, granted plain: on a contended lock, or over a holder the
+                    // revoke decision saw in the way whose grant the word then took over
+                    // (expired) or preempted (a fair timeout). The client counts an unmarked
+                    // grant as cached, and nothing would ever revoke it: protocol 8 reads the
+                    // mark in the result; an older client is sent the revoke notice it has
+                    // always answered (`manager::contention`).
+                    if revoked.contended {
+                        self.stats.bump(Counter::ContendedGrants);
+                    }
                     match self.t.clients[slot as usize].version >= PROTO_VERSION_PLAIN_GRANTS {
                         true => plain = true,
                         false => self.send_contended_notice(slot, lock),

@@ -1,11 +1,13 @@
 //! The server's count of clients registered below protocol 8 (`Server::old_clients`), which lets
 //! an acquisition of a contended lock nobody caches skip the holders' scan (`revokes.rs`): the
 //! count through every way an entry is made, resumed and freed, and the one thing the scan
-//! still does there — waking a plain holder below protocol 8 parked on another lock.
+//! still does there — waking a plain holder below protocol 8 parked on another lock; and a
+//! cacheable request granted plain over a holder the scan saw in its way, which is marked (or
+//! told) as one granted plain on a contended lock is.
 
 use super::contention::{WINDOW_MS, cmd, config, events};
 use super::*;
-use crate::proto::{LockFlags, PROTO_VERSION_PLAIN_GRANTS};
+use crate::proto::{Event, LockFlags, PROTO_VERSION_PLAIN_GRANTS};
 
 const OLD: u8 = PROTO_VERSION_PLAIN_GRANTS - 1;
 const NEW: u8 = PROTO_VERSION_PLAIN_GRANTS;
@@ -120,4 +122,61 @@ fn only_a_plain_holder_below_protocol_8_is_woken_whoever_else_is_registered() {
     assert!(holder_woken(OLD, OLD));
     assert!(!holder_woken(NEW, OLD));
     assert!(!holder_woken(NEW, NEW));
+}
+
+/// A cacheable request by a client at `version` that takes over `kind` lock's overdue plain
+/// grant of an old client (an atomic lock's expired one, a fair lock's preempted one) after a
+/// conflict made the lock contended, with the old client's registration making the revoke
+/// decision scan, where the holder is in its way: the grant's result, and the revoke notice a
+/// client below protocol 8 is sent for it.
+fn overdue_taken_over(kind: LockKind, version: u8) -> (CommandResult, Vec<Event>, Vec<Event>) {
+    let mut s = TestServer::new(&config(1_000));
+    let a = s.client_init(OLD, 0, 0).unwrap();
+    let b = s.client_init(version, 0, 0).unwrap();
+    let la = s.get_lock(a.get(), kind, b"x", 0).unwrap();
+    let lb = s.get_lock(b.get(), kind, b"x", 0).unwrap();
+    assert_eq!(s.run(a, lock(kind, EX, la, 100), 0).status, Status::Success);
+    let ask = |op, ticket| {
+        Command::Lock(LockCommand {
+            ticket,
+            flags: LockFlags::CACHEABLE,
+            ..match lock(kind, op, lb, 100) {
+                Command::Lock(c) => c,
+                _ => unreachable!(),
+            }
+        })
+    };
+    let first = s.run(b, ask(EX, Ticket::default()), 50);
+    assert_ne!(first.status, Status::Success, "a conflict");
+    let got = match kind {
+        LockKind::Fair => {
+            let ticket = Ticket {
+                exclusive: first.aux as u16,
+                shared: (first.aux >> 16) as u16,
+            };
+            s.run(b, ask(LockOp::TicketExclusive, ticket), 101)
+        }
+        _ => s.run(b, ask(EX, Ticket::default()), 101),
+    };
+    assert_eq!(got.status, Status::Success, "{kind:?}: taken over");
+    let held = s.recorded_hold(s.client_slot_of(b.get()).unwrap(), lb.index());
+    assert!(!held.is_cached(), "{kind:?}: recorded plain");
+    let notice = Event::Revoke {
+        lock: lb,
+        wanted: crate::Mode::Exclusive,
+        fence: got.aux,
+    };
+    (got, events(&s, b), vec![notice])
+}
+
+#[test]
+fn a_cacheable_request_granted_plain_over_an_overdue_holder_is_marked_or_told() {
+    for kind in [LockKind::Atomic, LockKind::Fair] {
+        let (got, told, _) = overdue_taken_over(kind, NEW);
+        assert!(got.plain, "{kind:?}: protocol 8 reads the mark");
+        assert_eq!(told, vec![], "{kind:?}");
+        let (got, told, notice) = overdue_taken_over(kind, OLD);
+        assert!(!got.plain, "{kind:?}");
+        assert_eq!(told, notice, "{kind:?}: an older client is sent a notice");
+    }
 }
