@@ -565,9 +565,10 @@ impl<'r> Server<'r> {
             Effect::None => {
                 if step.ticket_void {
                     self.t.lock_holds.set(slot, lock, GrantState::None.bits());
-                } else if c.op.acquires() && matches!(step.status, Status::Fail | Status::Eagain) {
-                    // Refused (or still queued) for a holder in a conflicting mode, plain or
-                    // cached: whether it now waits or gives up, the lock is fought over.
+                } else if c.op.acquires() && step.status == Status::Fail {
+                    // Refused for a holder in a conflicting mode, plain or cached: whether it
+                    // now waits or gives up, the lock is fought over. (A fair request still
+                    // queued is `Effect::Queued`, stamped there.)
                     self.note_conflict(lock, now_ms);
                 }
                 0
