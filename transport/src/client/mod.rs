@@ -548,12 +548,7 @@ impl Inbox {
     fn new() -> Inbox {
         Inbox {
             buf: [0; DATA_RESPONSE_WITH_VALUES_MAX],
-            results: [CommandResult {
-                status: Status::Success,
-                word: 0,
-                aux: 0,
-                plain: false,
-            }; BATCH],
+            results: [CommandResult::status(Status::Success); BATCH],
             proofs: [[0; PROOF_LEN]; BATCH],
             values: [None; BATCH],
         }
