@@ -282,9 +282,9 @@ impl Server<'_> {
             // A full ring counts the overflow in the ring itself, where its reader sees it.
             let _ = ring.push(&event);
         }
-        let m = &mut self.t.lock_manager[lock as usize];
-        // A conflict with a cached grant: the lock is contended from now (`note_conflict`).
-        (m.revoke_sent_ms, m.contended_ms) = (now, conflict_stamp(now));
+        self.t.lock_manager[lock as usize].revoke_sent_ms = now;
+        // A conflict with a cached grant: the lock is contended from now.
+        self.note_conflict(lock, now);
         self.events_pending = true;
         self.stats.bump(Counter::RevokesSent);
         self.cut_wait_on_revoke(other, now);

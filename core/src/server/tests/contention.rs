@@ -175,6 +175,8 @@ fn a_parked_request_granted_on_a_contended_lock_is_granted_plain_and_told() {
 #[test]
 fn a_window_of_zero_keeps_every_cacheable_grant_cached() {
     let (mut s, _, b, _, lb) = contended_at_10(0);
+    // The revoke at 10 left the cell untouched: with the rule off nothing stamps it.
+    assert_eq!(manager_cell(&s, lb).contended_ms, 0);
     assert_eq!(s.run(b, cmd(EX, lb, CACHE), 12).status, Status::Success);
     assert_eq!(hold(&s, b, lb), GrantState::ExclusiveCached);
     assert_eq!(events(&s, b), vec![]);
