@@ -57,7 +57,6 @@ mod guard;
 mod notices;
 mod wait;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -75,7 +74,7 @@ pub use wait::{WAIT_SLICE, wait_sliced};
 
 use super::error::{Error, ErrorKind, Op};
 use super::link::Link;
-use super::{Client, ClientConfig, Connection};
+use super::{Client, ClientConfig, Connection, IdMap};
 
 /// What the engine is told through [`Revokes::try_recv`]: flush what a lock protects, it is
 /// being given back (now, or when its last guard drops).
@@ -116,8 +115,11 @@ struct Shared<C: Connection> {
 
 struct State<C: Connection> {
     client: Client<C>,
-    /// Per lock, under the id the client's record has now (revokes name it).
-    entries: HashMap<LockId, Entry>,
+    /// Per lock, under the id the client's record has now (revokes name it). Hashed by the
+    /// client's fixed id hasher, not a randomly keyed one: an overflow gives the idle locks back
+    /// and a renumbering rebuilds the watch list in the map's order, which is then the same on
+    /// every run with the same ids, so the real-client simulator replays a seed exactly.
+    entries: IdMap<LockId, Entry>,
     /// Per handle ([`CachedRwLock::key`]): its lock's name and the id it has now. A failover
     /// renumbers locks ([`Client::renumberings`]); the ids follow by name (`follow_renumbering`).
     handles: Vec<Handle>,
@@ -199,7 +201,7 @@ impl<C: Connection> CachedLocks<C> {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
                     client,
-                    entries: HashMap::new(),
+                    entries: IdMap::default(),
                     handles: Vec::new(),
                     renumberings: 0,
                     notices: Notices::new(Revoked::All),
