@@ -39,24 +39,26 @@
 //! request that asks for a cached grant *plain*, and tells its holder: in the grant's result
 //! (`CommandResult::plain`) at protocol 8, else by a revoke for that grant sent at once
 //! (`send_contended_notice`): the holder gives it back when its users are done,
-//! which is the unlock a plain user sends. Any other plain grant to a request that asked for a
-//! cached one is marked or told the same way: one the word made over a holder the verdict saw in
-//! the way, because the word took its grant over (an atomic lock's expired one) or preempted it
-//! (a fair lock's timeout) — the client counts an unmarked grant as cached, and no revoke would
-//! ever ask it back. Such a holder may be parked on another lock before it
+//! which is the unlock a plain user sends. Such a holder may be parked on another lock before it
 //! read the notice (a stream delivers events after the turn's replies), and then nothing would
 //! wake it: a conflicting request that finds a plain holder on a contended lock ends that
 //! holder's parked wait if it asked for [`LockFlags::WAKE_ON_REVOKE`], as a revoke would. A
 //! holder that owed nothing pays one more wait; a plain `lock()` is never cut. A holder of
 //! protocol 8 read its grant's mark with the grant, and is not woken.
 //!
-//! On a lock with no cached holder the scan is skipped unless the lock is contended and a client
-//! below protocol 8 is registered (the server counts them, `Server::old_clients`), the one case
-//! where it still has a holder to wake: so acquiring a fought-over lock costs no pass over the
-//! client table. Then a cacheable request is cached when nobody else is parked on it, or
-//! granted plain with a mark or notice if the lock is contended. A scan that finds no cached holder left
-//! clears the lock's mark. A flood of cacheable requests holds no more than the holds grid
-//! holds: a cached grant is a grant, in the same tables, under the same per-client waiter slot.
+//! Any other plain grant to a request that asked for a cached one is marked or told the same
+//! way: one the word made over a holder the verdict saw in the way, because the word took that
+//! holder's grant over (an atomic lock's expired one) or preempted it (a fair lock's timeout).
+//! The client counts an unmarked grant as cached, and no revoke would ever ask it back.
+//!
+//! On a lock with no cached holder the scan is skipped unless the lock is contended and a
+//! client below protocol 8 is registered (the server counts them, `Server::old_clients`): that
+//! is the one case where the scan still has work, a holder to wake, so acquiring a fought-over
+//! lock costs no pass over the client table. Then a cacheable request is cached when nobody
+//! else is parked on it, or granted plain with a mark or notice if the lock is contended. A
+//! scan that finds no cached holder left clears the lock's mark. A flood of cacheable requests
+//! holds no more than the holds grid holds: a cached grant is a grant, in the same tables,
+//! under the same per-client waiter slot.
 
 use super::{Counter, Server};
 use crate::ids::{ClientId, LockId, Mode};
@@ -311,7 +313,8 @@ impl Server<'_> {
 
     /// Tells client slot `slot` (registered before protocol 8, which reads it in the grant's
     /// result instead), just granted lock slot `lock` plain though it asked for a cached grant
-    /// (on a contended lock, or over a holder in its way the word took over or preempted), to give it back when its users are done: a revoke wanting
+    /// (on a contended lock, or over a holder in its way the word took over or preempted), to
+    /// give it back when its users are done: a revoke wanting
     /// exclusive (a shared holder gives back rather than keeps) that names the grant's own fence
     /// (kept by the client even when it overtakes the grant's reply). The grant is not marked
     /// revoking and the lock's times are not stamped: a plain grant has nothing to lapse, and
