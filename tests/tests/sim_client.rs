@@ -121,7 +121,11 @@ const REGRESSIONS: &[(Mutation, u64, u64)] = &[
         0x9b86_609f_7c74_6c69,
         2_000,
     ),
-    (Mutation::DeadWriterKeepsValue, 0x19d7_cbc3_d826_31da, 11_000),
+    (
+        Mutation::DeadWriterKeepsValue,
+        0x19d7_cbc3_d826_31da,
+        11_000,
+    ),
     (Mutation::ReconnectKeepsTrust, 0x39bd_da58_fbbe_e87e, 2_000),
 ];
 

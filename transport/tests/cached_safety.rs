@@ -1,7 +1,8 @@
 //! The three client rules that keep a cached grant from being used after the server handed it
 //! on (`dlock_core::manager::trust`; the model simulator's oracle checks the same rules): a
 //! cached grant is trusted only within the revoke timeout of the last answered data request,
-//! a broken connection counts every cached grant revoked, and a failover re-claims none.
+//! a broken connection counts every cached grant revoked, and a failover re-claims none (a grant
+//! asked cached but marked plain is no cached grant, and is re-claimed).
 
 mod common;
 
@@ -144,6 +145,57 @@ fn a_failover_re_claims_no_cached_grant_and_the_cache_asks_the_replacement() {
         locks.with_client(|c| c.unlock(plain)).map_err(Status::from),
         Ok(Status::Success)
     );
+    second.stop();
+}
+
+/// A grant asked for cached but marked plain (protocol 8, a contended lock) never lapses by
+/// the revoke timeout, so a failover re-claims it as it re-claims any plain grant: forgetting
+/// it would lose a grant the client holds safely.
+#[test]
+fn a_failover_re_claims_a_grant_asked_cached_but_granted_plain() {
+    let mut cfg = ServerConfig::new(dlock_core::Config {
+        timing: dlock_core::manager::Timing {
+            contention_window_ms: 600_000,
+            ..dlock_core::manager::Timing::DEFAULT
+        },
+        ..common::small()
+    });
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
+    let first = ServerHandle::start(cfg).expect("server starts");
+    let addr = first.tcp_addr().unwrap();
+    let e = Endpoint::Tcp(addr);
+    // p's plain grant refuses a's request: a conflict, which makes the lock contended.
+    let mut p = common::client(&e);
+    let pid = p.get_lock(LockKind::Rw, b"fought").unwrap();
+    assert_eq!(
+        p.trylock(pid, Mode::Exclusive, 60_000).unwrap().status,
+        Status::Success
+    );
+    let mut a = common::client(&e);
+    let id = a.get_lock(LockKind::Rw, b"fought").unwrap();
+    a.set_cacheable(id, true).unwrap();
+    let refused = a.trylock(id, Mode::Exclusive, 60_000).map(|g| g.status);
+    assert_eq!(refused.map_err(Status::from), Err(Status::Fail));
+    p.deinit().unwrap();
+    let g = a.trylock(id, Mode::Exclusive, 60_000).unwrap();
+    assert_eq!((g.status, g.plain), (Status::Success, true));
+    first.stop();
+
+    let mut cfg = ServerConfig::new(dlock_core::Config {
+        recovery_clients: 1,
+        epoch: 2,
+        ..common::small()
+    });
+    cfg.tcp = Some(TcpConfig::new(addr));
+    cfg.insecure_recovery = true;
+    let second = ServerHandle::start(cfg).unwrap();
+    assert_eq!(a.reinit().map_err(Status::from), Ok(true));
+    a.update_all_locks().unwrap();
+    a.reinit_done().unwrap();
+    let states: Vec<Option<Mode>> = a.locks().map(|(_, l)| l.state.held_mode()).collect();
+    assert_eq!(states, vec![Some(Mode::Exclusive)], "re-claimed");
+    let id = a.get_lock(LockKind::Rw, b"fought").unwrap();
+    assert_eq!(a.unlock(id).map_err(Status::from), Ok(Status::Success));
     second.stop();
 }
 

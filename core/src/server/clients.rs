@@ -15,6 +15,7 @@ use super::{Counter, Server, client_tag};
 use crate::ids::{ClientId, LockId, LockKind, Mode, Peer, Session, Ticket};
 use crate::manager::GrantState;
 use crate::manager::retain::{AtDeparture, Departure, at_departure};
+use crate::proto::PROTO_VERSION_PLAIN_GRANTS;
 use crate::status::Status;
 use crate::table::{ClientEntry, ClientState};
 use crate::word::{atomic, fair, rw};
@@ -111,9 +112,8 @@ impl<'r> Server<'r> {
                 self.stats.bump(Counter::SessionsRefused);
                 return Err(self.refuse(Status::Einval));
             }
-            let c = &mut self.t.clients[slot as usize];
-            c.resume(back.version, now_ms);
-            c.flags |= ClientEntry::REINITING;
+            self.resume_client(slot, back.version, now_ms);
+            self.t.clients[slot as usize].flags |= ClientEntry::REINITING;
             return Ok(id);
         }
         self.recovery_clock(now_ms);
@@ -326,6 +326,7 @@ impl<'r> Server<'r> {
             peer: peer.tag(),
             ..ClientEntry::default()
         };
+        self.old_clients += u32::from(counts_as_old(&self.t.clients[slot as usize]));
         self.t.client_index.insert(client_tag(id), slot);
         self.stats.bump(Counter::ClientsRegistered);
         Ok(slot)
@@ -433,9 +434,20 @@ impl<'r> Server<'r> {
         self.free_client_slot(slot);
     }
 
+    /// Resumes client slot `slot`'s live registration at protocol `version`
+    /// ([`ClientEntry::resume`]), keeping the count of clients below protocol 8 true: a
+    /// client may come back at another version than it registered with.
+    pub(super) fn resume_client(&mut self, slot: u32, version: u8, now_ms: u64) {
+        let c = &mut self.t.clients[slot as usize];
+        let was_old = counts_as_old(c);
+        c.resume(version, now_ms);
+        self.old_clients = self.old_clients - u32::from(was_old) + u32::from(counts_as_old(c));
+    }
+
     /// Frees client slot `slot` for its next client: an empty entry and an empty event ring
     /// (events for the last client mean nothing to the next).
     pub(super) fn free_client_slot(&mut self, slot: u32) {
+        self.old_clients -= u32::from(counts_as_old(&self.t.clients[slot as usize]));
         self.t.clients[slot as usize] = ClientEntry::default();
         if let Some(ring) = self.t.event_rings.ring(slot) {
             ring.clear();
@@ -556,4 +568,12 @@ impl<'r> Server<'r> {
             self.drop_lock_ref(slot, id);
         }
     }
+}
+
+/// Whether client entry `c` counts in [`Server`]'s `old_clients`: a registration (of any
+/// state but free) below protocol 8, which reads a contended grant's notice from its event
+/// ring and so may need waking from a parked wait to read it (`revokes.rs`).
+#[inline]
+pub(super) fn counts_as_old(c: &ClientEntry) -> bool {
+    c.client_state() != ClientState::Free && c.version < PROTO_VERSION_PLAIN_GRANTS
 }

@@ -53,11 +53,10 @@ impl<'r> Server<'r> {
             return Err(self.refuse(Status::Einval));
         }
         if let Some(slot) = self.client_slot(back.raw) {
-            let c = &mut self.t.clients[slot as usize];
-            if !c.session.matches(back.session) {
+            if !self.t.clients[slot as usize].session.matches(back.session) {
                 return Err(self.refuse(Status::ServerNoResource));
             }
-            c.resume(back.version, now_ms);
+            self.resume_client(slot, back.version, now_ms);
             return Ok(id);
         }
         let slot = self.register(

@@ -83,11 +83,6 @@ struct Scratch {
     preempted_len: usize,
 }
 
-#[inline]
-const fn result(status: Status) -> CommandResult {
-    CommandResult::status(status)
-}
-
 /// Whether a command of an all-or-nothing message ended holding what it asked for.
 #[inline]
 fn holds_what_it_asked(r: &CommandResult) -> bool {
@@ -213,7 +208,12 @@ impl<'r> Server<'r> {
             Ok(slot) => slot,
             Err(s) => {
                 for i in 0..n {
-                    reply.reply(i, &result(self.refuse(s)), &GrantProof::NONE, None);
+                    reply.reply(
+                        i,
+                        &CommandResult::status(self.refuse(s)),
+                        &GrantProof::NONE,
+                        None,
+                    );
                 }
                 return Ok(Disposition::Replied);
             }
@@ -233,7 +233,7 @@ impl<'r> Server<'r> {
             return Ok(self.execute_waiting(slot, me, &c, meta, reply, now_ms));
         }
         if all_or_nothing {
-            let mut results = [result(Status::Success); BATCH_MAX];
+            let mut results = [CommandResult::status(Status::Success); BATCH_MAX];
             let commands = (&command, &block);
             self.execute_all_or_nothing(slot, me, n, commands, &mut results[..n], now_ms);
             for (i, r) in results[..n].iter().enumerate() {
@@ -265,7 +265,7 @@ impl<'r> Server<'r> {
                 Command::Lock(LockCommand { wait_ms: 1.., .. }) | Command::Join(_) => {
                     reply.reply(
                         i,
-                        &result(self.refuse(Status::Einval)),
+                        &CommandResult::status(self.refuse(Status::Einval)),
                         &GrantProof::NONE,
                         None,
                     );
@@ -329,7 +329,7 @@ impl<'r> Server<'r> {
                 continue;
             };
             if c.wait_ms != 0 {
-                *r = result(self.refuse(Status::Einval));
+                *r = CommandResult::status(self.refuse(Status::Einval));
                 continue;
             }
             if let Some(refused) = self.cluster_refusal(slot, &Command::Lock(c), now_ms) {
@@ -397,7 +397,7 @@ impl<'r> Server<'r> {
         s.preempted_len = 0;
         for r in results {
             if holds_what_it_asked(r) {
-                *r = result(Status::Eagain);
+                *r = CommandResult::status(Status::Eagain);
             }
         }
     }
@@ -437,11 +437,14 @@ impl<'r> Server<'r> {
     ) -> (CommandResult, Note) {
         let (id, state) = match self.referenced_lock_state(slot, c.lock) {
             Ok(found) => found,
-            Err(s) => return (result(self.refuse(s)), Note::default()),
+            Err(s) => return (CommandResult::status(self.refuse(s)), Note::default()),
         };
         let lock = id.index();
         if state.kind() != c.kind {
-            return (result(self.refuse(Status::Einval)), Note::default());
+            return (
+                CommandResult::status(self.refuse(Status::Einval)),
+                Note::default(),
+            );
         }
         let cell = self.t.lock_cells[lock as usize];
         if c.op.acquires() && self.retained_blocks(lock, c.kind, c.op.mode()) {
@@ -506,10 +509,16 @@ impl<'r> Server<'r> {
                 self.t.lock_holds.set(slot, lock, granted.bits());
                 if revoked.cached {
                     self.note_cached_grant(lock, revoked.wanted, now_ms);
-                } else if revoked.contended {
-                    self.stats.bump(Counter::ContendedGrants);
-                    // Protocol 8 reads it in the result; an older client is sent the revoke
-                    // notice it has always answered (`manager::contention`).
+                } else if c.flags.contains(LockFlags::CACHEABLE) {
+                    // Asked cached, granted plain: on a contended lock, or over a holder the
+                    // revoke decision saw in the way whose grant the word then took over
+                    // (expired) or preempted (a fair timeout). The client counts an unmarked
+                    // grant as cached, and nothing would ever revoke it: protocol 8 reads the
+                    // mark in the result; an older client is sent the revoke notice it has
+                    // always answered (`manager::contention`).
+                    if revoked.contended {
+                        self.stats.bump(Counter::ContendedGrants);
+                    }
                     match self.t.clients[slot as usize].version >= PROTO_VERSION_PLAIN_GRANTS {
                         true => plain = true,
                         false => self.send_contended_notice(slot, lock),
@@ -559,9 +568,10 @@ impl<'r> Server<'r> {
             Effect::None => {
                 if step.ticket_void {
                     self.t.lock_holds.set(slot, lock, GrantState::None.bits());
-                } else if c.op.acquires() && matches!(step.status, Status::Fail | Status::Eagain) {
-                    // Refused (or still queued) for a holder in a conflicting mode, plain or
-                    // cached: whether it now waits or gives up, the lock is fought over.
+                } else if c.op.acquires() && step.status == Status::Fail {
+                    // Refused for a holder in a conflicting mode, plain or cached: whether it
+                    // now waits or gives up, the lock is fought over. (A fair request still
+                    // queued is `Effect::Queued`, stamped there.)
                     self.note_conflict(lock, now_ms);
                 }
                 0
@@ -618,7 +628,7 @@ impl<'r> Server<'r> {
     /// One object command: FAA, CAS or snapshot on a cell the client has a reference to.
     fn object_command(&mut self, slot: u32, o: &ObjectCommand) -> CommandResult {
         let Some(index) = self.referenced_object(slot, o.object) else {
-            return result(self.refuse(Status::ObjectNotGet));
+            return CommandResult::status(self.refuse(Status::ObjectNotGet));
         };
         let cell = &self.t.object_cells[index as usize];
         // Orderings: a cell is a self-contained counter, and single-location read-modify-writes
@@ -675,10 +685,10 @@ impl<'r> Server<'r> {
             ObjectOp::Snapshot => Some(value),
         };
         let Some(to) = to else {
-            return result(self.refuse(Status::Einval));
+            return CommandResult::status(self.refuse(Status::Einval));
         };
         if to != value && !self.counter_gate(index, o.object, value, to) {
-            return result(self.refuse(Status::NotReady));
+            return CommandResult::status(self.refuse(Status::NotReady));
         }
         self.t.object_cells[index as usize].store(to, Ordering::Release);
         CommandResult {

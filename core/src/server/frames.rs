@@ -494,13 +494,7 @@ impl<'r> Server<'r> {
         } else {
             let status = self.refuse(Status::ProtoVersionNegotiationFail);
             (0..n).for_each(|i| {
-                let refused = CommandResult {
-                    status,
-                    word: 0,
-                    aux: 0,
-                    plain: false,
-                };
-                reply.reply(i, &refused, &GrantProof::NONE, None)
+                reply.reply(i, &CommandResult::status(status), &GrantProof::NONE, None)
             });
         }
         if reply.proofs {
@@ -563,12 +557,7 @@ pub(super) fn answer(
     status: Status,
 ) -> Result<usize, FrameError> {
     let len = begin_data_response(msg, out)?;
-    let answer = CommandResult {
-        status,
-        word: 0,
-        aux: 0,
-        plain: false,
-    };
+    let answer = CommandResult::status(status);
     for i in 0..msg.len() {
         put_data_result(msg, i, &answer, out)?;
     }

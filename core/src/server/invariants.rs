@@ -222,6 +222,16 @@ impl Server<'_> {
                 return Err(Violation::ClientEntry { slot });
             }
         }
+        let counted = t.clients[..hw as usize]
+            .iter()
+            .filter(|c| super::clients::counts_as_old(c))
+            .count() as u32;
+        if counted != self.old_clients {
+            return Err(Violation::OldClients {
+                recorded: self.old_clients,
+                counted,
+            });
+        }
         let clients = &*t.clients;
         check_index(
             &t.client_index,

@@ -89,6 +89,12 @@ pub struct Server<'r> {
     /// Dead clients' slots keeping retained grants (`ClientState::Retaining`): while zero, no
     /// acquisition looks for a retained grant in its way (`retained.rs`).
     retaining: u32,
+    /// Client entries (of any state but free) registered below protocol 8
+    /// (`PROTO_VERSION_PLAIN_GRANTS`), which read a contended grant's notice from their event
+    /// ring rather than from its result: while zero, an acquisition of a contended lock
+    /// nobody caches skips the holders' scan (`revokes.rs`), whose only work there is to wake
+    /// such a holder.
+    old_clients: u32,
     /// A revoke was written into an event ring since the transport last asked
     /// ([`Server::take_events_pending`]).
     events_pending: bool,
@@ -170,6 +176,7 @@ impl<'r> Server<'r> {
             cfg: *cfg,
             recovering: cfg.recovery_clients,
             retaining: 0,
+            old_clients: 0,
             events_pending: false,
             progress: RecoveryProgress {
                 expected: cfg.recovery_clients,

@@ -46,10 +46,19 @@
 //! holder that owed nothing pays one more wait; a plain `lock()` is never cut. A holder of
 //! protocol 8 read its grant's mark with the grant, and is not woken.
 //!
-//! On a lock with no cached holder that is not contended the scan is skipped, and a cacheable
-//! request is cached when nobody else is parked on it. A scan that finds no cached holder left
-//! clears the lock's mark. A flood of cacheable requests holds no more than the holds grid
-//! holds: a cached grant is a grant, in the same tables, under the same per-client waiter slot.
+//! Any other plain grant to a request that asked for a cached one is marked or told the same
+//! way: one the word made over a holder the verdict saw in the way, because the word took that
+//! holder's grant over (an atomic lock's expired one) or preempted it (a fair lock's timeout).
+//! The client counts an unmarked grant as cached, and no revoke would ever ask it back.
+//!
+//! On a lock with no cached holder the scan is skipped unless the lock is contended and a
+//! client below protocol 8 is registered (the server counts them, `Server::old_clients`): that
+//! is the one case where the scan still has work, a holder to wake, so acquiring a fought-over
+//! lock costs no pass over the client table. Then a cacheable request is cached when nobody
+//! else is parked on it, or granted plain with a mark or notice if the lock is contended. A
+//! scan that finds no cached holder left clears the lock's mark. A flood of cacheable requests
+//! holds no more than the holds grid holds: a cached grant is a grant, in the same tables,
+//! under the same per-client waiter slot.
 
 use super::{Counter, Server};
 use crate::ids::{ClientId, LockId, Mode};
@@ -89,7 +98,10 @@ impl Server<'_> {
     ) -> Revoked {
         let cacheable = c.flags.contains(LockFlags::CACHEABLE);
         let m = self.t.lock_manager[lock as usize];
-        let revoked = match m.cached == 0 && !contended(&self.cfg.timing, m.contended_ms, now_ms) {
+        // With nobody caching the lock, the scan can only wake a plain holder below protocol 8
+        // on a contended lock (module doc): without such clients registered it has no work.
+        let wakes = self.old_clients != 0 && contended(&self.cfg.timing, m.contended_ms, now_ms);
+        let revoked = match m.cached == 0 && !wakes {
             true => Revoked {
                 cached: cacheable,
                 wanted: cacheable && self.others_parked(slot, lock),
@@ -272,9 +284,9 @@ impl Server<'_> {
             // A full ring counts the overflow in the ring itself, where its reader sees it.
             let _ = ring.push(&event);
         }
-        let m = &mut self.t.lock_manager[lock as usize];
-        // A conflict with a cached grant: the lock is contended from now (`note_conflict`).
-        (m.revoke_sent_ms, m.contended_ms) = (now, conflict_stamp(now));
+        self.t.lock_manager[lock as usize].revoke_sent_ms = now;
+        // A conflict with a cached grant: the lock is contended from now.
+        self.note_conflict(lock, now);
         self.events_pending = true;
         self.stats.bump(Counter::RevokesSent);
         self.cut_wait_on_revoke(other, now);
@@ -300,8 +312,9 @@ impl Server<'_> {
     }
 
     /// Tells client slot `slot` (registered before protocol 8, which reads it in the grant's
-    /// result instead), just granted lock slot `lock` plain on a contended lock though
-    /// it asked for a cached grant, to give it back when its users are done: a revoke wanting
+    /// result instead), just granted lock slot `lock` plain though it asked for a cached grant
+    /// (on a contended lock, or over a holder in its way the word took over or preempted), to
+    /// give it back when its users are done: a revoke wanting
     /// exclusive (a shared holder gives back rather than keeps) that names the grant's own fence
     /// (kept by the client even when it overtakes the grant's reply). The grant is not marked
     /// revoking and the lock's times are not stamped: a plain grant has nothing to lapse, and

@@ -146,12 +146,7 @@ impl<'r> Server<'r> {
             None
         };
         if let Some(s) = status {
-            let refused = CommandResult {
-                status: self.refuse(s),
-                word: 0,
-                aux: 0,
-                plain: false,
-            };
+            let refused = CommandResult::status(self.refuse(s));
             reply.reply(0, &refused, &GrantProof::NONE, None);
             return Disposition::Replied;
         }
@@ -246,10 +241,8 @@ impl<'r> Server<'r> {
             // Not granted by a server that does not serve the partition now (fenced, moved,
             // recovering): the client refreshes its map and asks again.
             let r = CommandResult {
-                status,
-                word: 0,
                 aux,
-                plain: false,
+                ..CommandResult::status(status)
             };
             self.finish_waiter(w, r, now_ms);
             return true;

@@ -358,7 +358,7 @@ pub struct LockManagerCell {
     /// When a request last found the lock held in a conflicting mode (a revoke sent, or an
     /// acquisition refused or left waiting): the contention window runs from it
     /// (`manager::contention`). Apart from `revoke_sent_ms` so that conflicts that go on do not
-    /// push back an outstanding revoke's lapse.
+    /// push back an outstanding revoke's lapse. Left 0 while the rule is off (a window of 0).
     pub contended_ms: u64,
     /// When the holders' situation next changes by itself (a hold ends, a revoke lapses): a
     /// parked request's retry time. 0: nothing due.

@@ -101,8 +101,12 @@ impl<C: Connection> Client<C> {
                 // A cached grant counts as revoked (its revokes may have been lost with the
                 // connection), and a revoked grant may have lapsed on the old server and been
                 // granted to another since: it is not re-claimed either (`manager::trust`,
-                // rule 3). Its holder's cache hears of it as an overflow and asks again.
-                let cached = e.local.ask.contains(LockFlags::CACHEABLE);
+                // rule 3). Its holder's cache hears of it as an overflow and asks again. A grant
+                // the server marked plain (`LocalLock::plain`) never lapses by the revoke
+                // timeout, so rule 3 does not apply: it is re-claimed as any plain grant is, and
+                // its give-back, pending since it was granted, goes out as before (so a re-claim
+                // the new server answers cached is still given back).
+                let cached = e.local.ask.contains(LockFlags::CACHEABLE) && !e.local.plain;
                 if lost || cached {
                     e.local = forgotten(&e.local);
                 }

@@ -130,7 +130,8 @@ const BATCH: usize = dlock_core::config::BATCH_MAX;
 /// A hasher for the client's own id maps: lock and object ids are distinct small integers the
 /// server chose, so SipHash's protection against chosen keys buys nothing here and costs a
 /// fifth of a batch's client-side time. A multiply spreads the id over the high bits the table
-/// uses for its tags.
+/// uses for its tags. Unkeyed, it also iterates a map in the same order on every run, which the
+/// real-client simulator's replays rely on (`cached::State::entries`).
 #[derive(Clone, Copy, Debug, Default)]
 struct IdHasher(u64);
 
@@ -548,12 +549,7 @@ impl Inbox {
     fn new() -> Inbox {
         Inbox {
             buf: [0; DATA_RESPONSE_WITH_VALUES_MAX],
-            results: [CommandResult {
-                status: Status::Success,
-                word: 0,
-                aux: 0,
-                plain: false,
-            }; BATCH],
+            results: [CommandResult::status(Status::Success); BATCH],
             proofs: [[0; PROOF_LEN]; BATCH],
             values: [None; BATCH],
         }

@@ -89,6 +89,9 @@ pub enum Violation {
     Object { object: u32 },
     /// A remote peer holds more client entries than its cap.
     PeerCap { peer: u32, held: u32 },
+    /// The count of client entries registered below protocol 8 (which the revoke decision
+    /// reads to skip its scan) is not the number the client table holds.
+    OldClients { recorded: u32, counted: u32 },
 }
 
 impl fmt::Display for Violation {
@@ -189,6 +192,10 @@ impl fmt::Display for Violation {
             Violation::PeerCap { peer, held } => {
                 write!(f, "peer {peer:#x} holds {held} clients, above its cap")
             }
+            Violation::OldClients { recorded, counted } => write!(
+                f,
+                "{recorded} clients below protocol 8 recorded, {counted} in the table"
+            ),
         }
     }
 }

@@ -10,9 +10,9 @@ use crate::proto::{Event, LockFlags, PROTO_VERSION_PLAIN_GRANTS, decode_data_res
 
 const LEASE: u32 = 60_000;
 /// The window these tests run with.
-const WINDOW_MS: u64 = 20;
+pub(super) const WINDOW_MS: u64 = 20;
 
-fn config(window_ms: u32) -> Config {
+pub(super) fn config(window_ms: u32) -> Config {
     Config {
         timing: Timing {
             contention_window_ms: window_ms,
@@ -22,7 +22,7 @@ fn config(window_ms: u32) -> Config {
     }
 }
 
-fn cmd(op: LockOp, id: LockId, flags: LockFlags) -> Command {
+pub(super) fn cmd(op: LockOp, id: LockId, flags: LockFlags) -> Command {
     Command::Lock(LockCommand {
         kind: LockKind::Rw,
         op,
@@ -40,12 +40,12 @@ const CACHE: LockFlags = LockFlags::CACHEABLE;
 const PLAIN: LockFlags = LockFlags::NONE;
 
 /// What client `c` holds on `id`.
-fn hold(s: &TestServer, c: ClientId, id: LockId) -> GrantState {
+pub(super) fn hold(s: &TestServer, c: ClientId, id: LockId) -> GrantState {
     s.recorded_hold(s.client_slot_of(c.get()).unwrap(), id.index())
 }
 
 /// Every event waiting in client `c`'s ring.
-fn events(s: &TestServer, c: ClientId) -> Vec<Event> {
+pub(super) fn events(s: &TestServer, c: ClientId) -> Vec<Event> {
     s.check_invariants().unwrap();
     let ring = s.event_ring(s.client_slot_of(c.get()).unwrap()).unwrap();
     core::iter::from_fn(|| ring.pop()).collect()
@@ -175,6 +175,8 @@ fn a_parked_request_granted_on_a_contended_lock_is_granted_plain_and_told() {
 #[test]
 fn a_window_of_zero_keeps_every_cacheable_grant_cached() {
     let (mut s, _, b, _, lb) = contended_at_10(0);
+    // The revoke at 10 left the cell untouched: with the rule off nothing stamps it.
+    assert_eq!(manager_cell(&s, lb).contended_ms, 0);
     assert_eq!(s.run(b, cmd(EX, lb, CACHE), 12).status, Status::Success);
     assert_eq!(hold(&s, b, lb), GrantState::ExclusiveCached);
     assert_eq!(events(&s, b), vec![]);

@@ -25,6 +25,7 @@
 mod batches;
 mod cluster;
 mod contention;
+mod contention_clients;
 mod dispatch;
 mod fair;
 mod fair_records;

@@ -57,7 +57,6 @@ mod guard;
 mod notices;
 mod wait;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -75,7 +74,7 @@ pub use wait::{WAIT_SLICE, wait_sliced};
 
 use super::error::{Error, ErrorKind, Op};
 use super::link::Link;
-use super::{Client, ClientConfig, Connection};
+use super::{Client, ClientConfig, Connection, IdMap};
 
 /// What the engine is told through [`Revokes::try_recv`]: flush what a lock protects, it is
 /// being given back (now, or when its last guard drops).
@@ -116,8 +115,11 @@ struct Shared<C: Connection> {
 
 struct State<C: Connection> {
     client: Client<C>,
-    /// Per lock, under the id the client's record has now (revokes name it).
-    entries: HashMap<LockId, Entry>,
+    /// Per lock, under the id the client's record has now (revokes name it). Hashed by the
+    /// client's fixed id hasher, not a randomly keyed one: an overflow gives the idle locks back
+    /// and a renumbering rebuilds the watch list in the map's order, which is then the same on
+    /// every run with the same ids, so the real-client simulator replays a seed exactly.
+    entries: IdMap<LockId, Entry>,
     /// Per handle ([`CachedRwLock::key`]): its lock's name and the id it has now. A failover
     /// renumbers locks ([`Client::renumberings`]); the ids follow by name (`follow_renumbering`).
     handles: Vec<Handle>,
@@ -199,7 +201,7 @@ impl<C: Connection> CachedLocks<C> {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
                     client,
-                    entries: HashMap::new(),
+                    entries: IdMap::default(),
                     handles: Vec::new(),
                     renumberings: 0,
                     notices: Notices::new(Revoked::All),
@@ -472,13 +474,14 @@ impl<C: Connection> State<C> {
     /// is owed ([`drive_op`]: up to [`SENDS_MAX`] times; then at the next look). The record's
     /// answer, and the error of a refused acquisition or of the send that left an op owed.
     fn drive(&mut self, id: LockId, op: ServerOp, wait: Duration) -> (Reply, Option<Error>) {
-        let mut err = None;
+        // Whether the last send was a grant the server made plain: it goes with the reply.
+        let (mut err, mut plain) = (None, false);
         let Ok(done) = drive_op(
             self,
             op,
             |st, op| {
-                let (status, e) = st.send(id, op, wait);
-                err = e;
+                let (status, p, e) = st.send(id, op, wait);
+                (err, plain) = (e, p);
                 let token = st.entries.get(&id).expect("a handle's entry").token.0;
                 Ok::<_, std::convert::Infallible>((status, token))
             },
@@ -489,7 +492,7 @@ impl<C: Connection> State<C> {
                 tracing::warn!(lock = ?id, "dlock: a cached lock's readers lost its grant");
             }
             // Made plain by the server (a contended lock): the last guard's drop unlocks it.
-            Reply::Granted if self.client.local_lock(id).is_some_and(|l| l.plain) => {
+            Reply::Granted if plain => {
                 let e = self.entries.get_mut(&id).expect("checked");
                 e.cache.granted_plain();
             }
@@ -505,9 +508,9 @@ impl<C: Connection> State<C> {
         (done.reply, err)
     }
 
-    /// One message for `id`: the status the server answered, and the error when it is not a
-    /// success.
-    fn send(&mut self, id: LockId, op: ServerOp, wait: Duration) -> (Status, Option<Error>) {
+    /// One message for `id`: the status the server answered, whether it granted the lock plain
+    /// (`Grant::plain`), and the error when it is not a success.
+    fn send(&mut self, id: LockId, op: ServerOp, wait: Duration) -> (Status, bool, Option<Error>) {
         let e = *self.entries.get(&id).expect("a handle's entry");
         let done = match op {
             ServerOp::Acquire(mode) => {
@@ -520,7 +523,7 @@ impl<C: Connection> State<C> {
                 got.map(|g| {
                     let e = self.entries.get_mut(&id).expect("checked");
                     (e.token, e.value, e.staged) = (g.token, g.value, None);
-                    Status::Success
+                    (Status::Success, g.plain)
                 })
             }
             ServerOp::GiveBack(_) | ServerOp::Downgrade => {
@@ -538,12 +541,12 @@ impl<C: Connection> State<C> {
                 if done.is_ok() {
                     self.entries.get_mut(&id).expect("checked").staged = None;
                 }
-                done.map(|_| Status::Success)
+                done.map(|_| (Status::Success, false))
             }
         };
         match done {
-            Ok(s) => (s, None),
-            Err(err) => (err.status(), Some(err)),
+            Ok((s, plain)) => (s, plain, None),
+            Err(err) => (err.status(), false, Some(err)),
         }
     }
 }

@@ -92,15 +92,6 @@ pub(super) fn unrun(status: Status) -> bool {
     refused_by_check(status) || super::members::forgets_client(status)
 }
 
-pub(super) fn result(status: Status) -> CommandResult {
-    CommandResult {
-        status,
-        word: 0,
-        aux: 0,
-        plain: false,
-    }
-}
-
 impl<D: Dial> ClusterLink<D> {
     /// Takes the client's message `req` and sends it on; its ticket.
     pub(super) fn start_flight(&mut self, req: &[u8]) -> io::Result<u64> {
@@ -136,13 +127,17 @@ impl<D: Dial> ClusterLink<D> {
                         flight.shadow[i] = decide(&mut r.record, l);
                         routed.push(i);
                     }
-                    None => flight.results[i] = Some((result(Status::Einval), [0; PROOF_LEN])),
+                    None => {
+                        flight.results[i] =
+                            Some((CommandResult::status(Status::Einval), [0; PROOF_LEN]))
+                    }
                 },
                 // Objects are routed at send time (`objects.rs`); no record follows them.
                 Command::Object(_) => routed.push(i),
                 // A join is a transport's own, never the client's.
                 Command::Join(_) => {
-                    flight.results[i] = Some((result(Status::Einval), [0; PROOF_LEN]));
+                    flight.results[i] =
+                        Some((CommandResult::status(Status::Einval), [0; PROOF_LEN]));
                 }
             }
         }
@@ -206,7 +201,7 @@ impl<D: Dial> ClusterLink<D> {
             let (server, command) = match self.addressed_reachable(flight.commands[i], deadline)? {
                 Addressed::To(server, command) => (server, command),
                 Addressed::Answer(status) => {
-                    flight.results[i] = Some((result(status), [0; PROOF_LEN]));
+                    flight.results[i] = Some((CommandResult::status(status), [0; PROOF_LEN]));
                     continue;
                 }
             };

@@ -17,7 +17,7 @@ use dlock_core::proto::{
 use dlock_core::{GrantProof, Status};
 
 use super::control::PAUSE_MIN;
-use super::data::{Flight, decide, result, unrun};
+use super::data::{Flight, decide, unrun};
 use super::members::{forgets_client, renews_lease};
 use super::{ClusterLink, Dial, garbage};
 use crate::client::{Connection, Decision, LocalLock};
@@ -202,10 +202,8 @@ impl<D: Dial> ClusterLink<D> {
             m.broken = true;
         }
         let moved = CommandResult {
-            status: Status::PartitionMoved,
-            word: 0,
             aux: self.map.version(),
-            plain: false,
+            ..CommandResult::status(Status::PartitionMoved)
         };
         for &i in &part.idx {
             flight.results[i] = Some((moved, [0; PROOF_LEN]));
@@ -284,7 +282,8 @@ impl<D: Dial> ClusterLink<D> {
                 }
                 _ => {
                     flight.shadow[i] = None;
-                    flight.results[i] = Some((result(Status::LockNotGet), [0; PROOF_LEN]));
+                    flight.results[i] =
+                        Some((CommandResult::status(Status::LockNotGet), [0; PROOF_LEN]));
                 }
             }
         }
@@ -325,12 +324,7 @@ impl<D: Dial> ClusterLink<D> {
         }
         // The run failed, and the server undid it; undo the runs before it.
         self.release(flight, deadline);
-        let undone = CommandResult {
-            status: Status::Eagain,
-            word: 0,
-            aux: 0,
-            plain: false,
-        };
+        let undone = CommandResult::status(Status::Eagain);
         for i in flight
             .taken
             .drain(..)
@@ -433,8 +427,8 @@ impl<D: Dial> ClusterLink<D> {
         let n = flight.commands.len();
         let mut first = true;
         for (i, c) in flight.commands.iter().enumerate() {
-            let (res, mac) =
-                flight.results[i].unwrap_or((result(Status::BadResponse), [0; PROOF_LEN]));
+            let (res, mac) = flight.results[i]
+                .unwrap_or((CommandResult::status(Status::BadResponse), [0; PROOF_LEN]));
             put_command_result(reply, i, c, &res).map_err(bad)?;
             if mac != [0; PROOF_LEN] {
                 put_data_proof(reply, n, i, &mac, first).map_err(bad)?;
