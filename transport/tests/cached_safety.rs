@@ -108,14 +108,7 @@ fn a_failover_re_claims_no_cached_grant_and_the_cache_asks_the_replacement() {
     assert_eq!(grant.status, Status::Success);
     first.stop();
 
-    let mut cfg = ServerConfig::new(dlock_core::Config {
-        recovery_clients: 1,
-        epoch: 2,
-        ..common::small()
-    });
-    cfg.tcp = Some(TcpConfig::new(addr));
-    cfg.insecure_recovery = true;
-    let second = ServerHandle::start(cfg).unwrap();
+    let second = common::replacement(addr, 1);
     locks.with_client(|c: &mut Client| {
         assert_eq!(c.reinit().map_err(Status::from), Ok(true));
         c.update_all_locks().unwrap();
@@ -181,14 +174,7 @@ fn a_failover_re_claims_a_grant_asked_cached_but_granted_plain() {
     assert_eq!((g.status, g.plain), (Status::Success, true));
     first.stop();
 
-    let mut cfg = ServerConfig::new(dlock_core::Config {
-        recovery_clients: 1,
-        epoch: 2,
-        ..common::small()
-    });
-    cfg.tcp = Some(TcpConfig::new(addr));
-    cfg.insecure_recovery = true;
-    let second = ServerHandle::start(cfg).unwrap();
+    let second = common::replacement(addr, 1);
     assert_eq!(a.reinit().map_err(Status::from), Ok(true));
     a.update_all_locks().unwrap();
     a.reinit_done().unwrap();
@@ -253,14 +239,7 @@ fn a_cached_handle_follows_its_lock_to_the_id_a_failover_gave_it() {
     first.stop();
     drop(gone);
 
-    let mut cfg = ServerConfig::new(dlock_core::Config {
-        recovery_clients: 1,
-        epoch: 2,
-        ..common::small()
-    });
-    cfg.tcp = Some(TcpConfig::new(addr));
-    cfg.insecure_recovery = true;
-    let second = ServerHandle::start(cfg).unwrap();
+    let second = common::replacement(addr, 1);
     let now = locks.with_client(|c: &mut Client| {
         assert_eq!(c.reinit().map_err(Status::from), Ok(true));
         c.update_all_locks().unwrap();
@@ -302,15 +281,14 @@ fn a_guard_from_before_a_forgetting_failover_leaves_the_new_grants_users_alone()
     let old = page.try_write().unwrap();
     first.stop();
 
-    let mut cfg = ServerConfig::new(dlock_core::Config {
-        recovery_clients: 1,
-        epoch: 2,
-        locks_max: 1,
-        ..common::small()
-    });
-    cfg.tcp = Some(TcpConfig::new(addr));
-    cfg.insecure_recovery = true;
-    let second = ServerHandle::start(cfg).unwrap();
+    let second = common::replacement_of(
+        addr,
+        dlock_core::Config {
+            recovery_clients: 1,
+            locks_max: 1,
+            ..common::small()
+        },
+    );
     locks.with_client(|c: &mut Client| {
         assert_eq!(c.reinit().map_err(Status::from), Ok(true));
         c.update_all_locks().unwrap();
@@ -384,14 +362,7 @@ fn a_renumbering_replaces_the_unread_notices_with_one_for_every_lock() {
     drop(other);
     first.stop();
 
-    let mut cfg = ServerConfig::new(dlock_core::Config {
-        recovery_clients: 1,
-        epoch: 2,
-        ..common::small()
-    });
-    cfg.tcp = Some(TcpConfig::new(addr));
-    cfg.insecure_recovery = true;
-    let second = ServerHandle::start(cfg).unwrap();
+    let second = common::replacement(addr, 1);
     locks.with_client(|c: &mut Client| {
         assert_eq!(c.reinit().map_err(Status::from), Ok(true));
         c.update_all_locks().unwrap();

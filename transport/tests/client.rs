@@ -109,14 +109,7 @@ fn a_client_re_claims_its_locks_on_a_replacement_server() {
         .collect();
     first.stop();
 
-    let mut cfg = dlock_transport::runtime::ServerConfig::new(dlock_core::Config {
-        recovery_clients: 1,
-        epoch: 2,
-        ..common::small()
-    });
-    cfg.tcp = Some(dlock_transport::runtime::TcpConfig::new(addr));
-    cfg.insecure_recovery = true;
-    let second = ServerHandle::start(cfg).expect("replacement starts");
+    let second = common::replacement(addr, 1);
     assert_eq!(
         c.reinit().map_err(Status::from),
         Ok(true),
@@ -785,14 +778,7 @@ fn a_client_silent_past_its_lease_claims_nothing_on_a_replacement_server() {
     first.stop();
     std::thread::sleep(Duration::from_millis(400));
 
-    let mut cfg = dlock_transport::runtime::ServerConfig::new(dlock_core::Config {
-        recovery_clients: 1,
-        epoch: 2,
-        ..common::small()
-    });
-    cfg.tcp = Some(dlock_transport::runtime::TcpConfig::new(addr));
-    cfg.insecure_recovery = true;
-    let _second = ServerHandle::start(cfg).expect("replacement starts");
+    let _second = common::replacement(addr, 1);
     assert_eq!(c.reinit().map_err(Status::from), Ok(true));
     c.update_all_locks().unwrap();
     c.reinit_done().unwrap();

@@ -14,7 +14,6 @@ use common::{client, server};
 use dlock_core::proto::{CONTROL_MAGIC, MsgType, control_frame_len, peek_control_header};
 use dlock_core::{LockKind, Mode, Status};
 use dlock_transport::client::Endpoint;
-use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
 
 /// Where [`proxy`] breaks the `cut_at`-th claim batch.
 #[derive(Clone, Copy, PartialEq)]
@@ -112,14 +111,7 @@ fn a_failed_second_claim_batch_keeps_every_record() {
     assert_eq!(c.locks().count(), 32);
     first.stop();
 
-    let mut cfg = ServerConfig::new(dlock_core::Config {
-        recovery_clients: 2,
-        epoch: 2,
-        ..common::small()
-    });
-    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
-    cfg.insecure_recovery = true;
-    let second = ServerHandle::start(cfg).unwrap();
+    let second = common::replacement("127.0.0.1:0".parse().unwrap(), 2);
     *target.lock().unwrap() = second.tcp_addr().unwrap();
 
     assert_eq!(other.reinit().map_err(Status::from), Ok(true));
@@ -181,14 +173,7 @@ fn a_refused_deinit_keeps_the_client_until_the_server_serves() {
     let _ = a.trylock(x, Mode::Exclusive, 60_000).unwrap();
     first.stop();
 
-    let mut cfg = ServerConfig::new(dlock_core::Config {
-        recovery_clients: 2,
-        epoch: 2,
-        ..common::small()
-    });
-    cfg.tcp = Some(TcpConfig::new(addr));
-    cfg.insecure_recovery = true;
-    let second = ServerHandle::start(cfg).unwrap();
+    let second = common::replacement(addr, 2);
     assert_eq!(a.reinit().map_err(Status::from), Ok(true));
     a.update_all_locks().unwrap();
     a.reinit_done().unwrap();
@@ -287,14 +272,7 @@ fn a_claim_batch_whose_reply_was_lost_is_answered_after_the_recovery_ended() {
     let mut other = client(&e);
     first.stop();
 
-    let mut cfg = ServerConfig::new(dlock_core::Config {
-        recovery_clients: 1,
-        epoch: 2,
-        ..common::small()
-    });
-    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
-    cfg.insecure_recovery = true;
-    let second = ServerHandle::start(cfg).unwrap();
+    let second = common::replacement("127.0.0.1:0".parse().unwrap(), 1);
     *target.lock().unwrap() = second.tcp_addr().unwrap();
     assert_eq!(c.reinit().map_err(Status::from), Ok(true));
     assert!(
@@ -373,14 +351,7 @@ fn a_client_resuming_with_the_server_it_reclaimed_from_keeps_its_locks() {
     let _ = c.trylock(x, Mode::Exclusive, 60_000).unwrap();
     first.stop();
 
-    let mut cfg = ServerConfig::new(dlock_core::Config {
-        recovery_clients: 2,
-        epoch: 2,
-        ..common::small()
-    });
-    cfg.tcp = Some(TcpConfig::new(addr));
-    cfg.insecure_recovery = true;
-    let second = ServerHandle::start(cfg).unwrap();
+    let second = common::replacement(addr, 2);
     assert_eq!(c.reinit().map_err(Status::from), Ok(true));
     c.update_all_locks().unwrap();
     c.reinit_done().unwrap();

@@ -310,14 +310,7 @@ fn after_a_failover_blocks_come_back_only_from_reclaiming_holders() {
     let _ = a.trylock(blind, Mode::Exclusive, 60_000).unwrap();
     first.stop();
 
-    let mut cfg = ServerConfig::new(Config {
-        recovery_clients: 2,
-        epoch: 2,
-        ..common::small()
-    });
-    cfg.tcp = Some(TcpConfig::new(addr));
-    cfg.insecure_recovery = true;
-    let second = ServerHandle::start(cfg).unwrap();
+    let second = common::replacement(addr, 2);
     for c in [&mut a, &mut b] {
         assert_eq!(c.reinit().map_err(Status::from), Ok(true));
         c.update_all_locks().unwrap();

@@ -50,6 +50,30 @@ pub fn revoke_server(tcp: bool) -> ServerHandle {
     ServerHandle::start(cfg).expect("server starts")
 }
 
+/// A failover's replacement server: listening on `addr` (the failed server's, or a fresh
+/// port), with `small()` tables, epoch 2, in recovery until `recovery_clients` clients have
+/// re-claimed, and without a session key (`insecure_recovery`: a test's clients re-claim
+/// unproved). (Not every test binary that includes this module uses it.)
+#[allow(dead_code)]
+pub fn replacement(addr: std::net::SocketAddr, recovery_clients: u32) -> ServerHandle {
+    replacement_of(
+        addr,
+        Config {
+            recovery_clients,
+            ..small()
+        },
+    )
+}
+
+/// [`replacement`] with other tables than `small()` (`core`'s; its epoch is set to 2).
+#[allow(dead_code)]
+pub fn replacement_of(addr: std::net::SocketAddr, core: Config) -> ServerHandle {
+    let mut cfg = ServerConfig::new(Config { epoch: 2, ..core });
+    cfg.tcp = Some(TcpConfig::new(addr));
+    cfg.insecure_recovery = true;
+    ServerHandle::start(cfg).expect("replacement starts")
+}
+
 /// A registered client of the server at `e`. (Not every test binary that includes this module
 /// uses it.)
 #[allow(dead_code)]
