@@ -287,23 +287,11 @@ fn a_revoke_ends_a_wait_that_asked_for_it_so_the_holder_can_give_back() {
     }
 }
 
-/// A cacheable request on a lock a conflict revoked within the contention window is granted
-/// plain, and the handle, told by the revoke that follows the grant, gives the lock back after
-/// its guard instead of keeping it (`manager::contention`): a later conflict finds the lock free
-/// and sends no revoke.
 /// The plain client's view of protocol 8: a cacheable acquisition on a contended lock is
 /// granted with `plain` set, and no revoke notice follows it.
 #[test]
 fn a_plain_clients_grant_on_a_contended_lock_says_it_is_plain() {
-    let mut cfg = ServerConfig::new(dlock_core::Config {
-        timing: dlock_core::manager::Timing {
-            contention_window_ms: 600_000,
-            ..dlock_core::manager::Timing::DEFAULT
-        },
-        ..common::small()
-    });
-    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
-    let s = ServerHandle::start(cfg).expect("server starts");
+    let s = common::contended_server();
     for (n, e) in endpoints(&s).into_iter().enumerate() {
         let name = format!("plain-{n}");
         let mut a = Client::connect(ClientConfig::new(e.clone())).unwrap();
@@ -339,18 +327,13 @@ fn a_plain_clients_grant_on_a_contended_lock_says_it_is_plain() {
     }
 }
 
+/// A cacheable request on a lock a conflict revoked within the contention window is granted
+/// plain, and the handle, told by the revoke that follows the grant, gives the lock back after
+/// its guard instead of keeping it (`manager::contention`): a later conflict finds the lock free
+/// and sends no revoke.
 #[test]
 fn a_cacheable_grant_on_a_contended_lock_is_granted_plain_and_unlocked_with_its_guard() {
-    let mut cfg = ServerConfig::new(dlock_core::Config {
-        timing: dlock_core::manager::Timing {
-            // Long against the test: the lock stays contended throughout.
-            contention_window_ms: 600_000,
-            ..dlock_core::manager::Timing::DEFAULT
-        },
-        ..common::small()
-    });
-    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
-    let s = ServerHandle::start(cfg).expect("server starts");
+    let s = common::contended_server();
     for (n, e) in endpoints(&s).into_iter().enumerate() {
         let name = format!("fought-{n}");
         let a = CachedLocks::connect(ClientConfig::new(e.clone())).unwrap();

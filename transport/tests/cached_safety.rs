@@ -146,15 +146,7 @@ fn a_failover_re_claims_no_cached_grant_and_the_cache_asks_the_replacement() {
 /// it would lose a grant the client holds safely.
 #[test]
 fn a_failover_re_claims_a_grant_asked_cached_but_granted_plain() {
-    let mut cfg = ServerConfig::new(dlock_core::Config {
-        timing: dlock_core::manager::Timing {
-            contention_window_ms: 600_000,
-            ..dlock_core::manager::Timing::DEFAULT
-        },
-        ..common::small()
-    });
-    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
-    let first = ServerHandle::start(cfg).expect("server starts");
+    let first = common::contended_server();
     let addr = first.tcp_addr().unwrap();
     let e = Endpoint::Tcp(addr);
     // p's plain grant refuses a's request: a conflict, which makes the lock contended.

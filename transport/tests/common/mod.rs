@@ -37,9 +37,23 @@ pub fn server(tcp: bool) -> ServerHandle {
 /// first. (Not every test binary that includes this module uses it.)
 #[allow(dead_code)]
 pub fn revoke_server(tcp: bool) -> ServerHandle {
+    window_server(tcp, 0)
+}
+
+/// [`server`], listening on TCP too, with a contention window long against any test (ten
+/// minutes): a lock a conflict made contended stays so throughout, and every cacheable request
+/// on it is granted plain. (Not every test binary that includes this module uses it.)
+#[allow(dead_code)]
+pub fn contended_server() -> ServerHandle {
+    window_server(true, 600_000)
+}
+
+/// [`server`] with contention window `window_ms` (`Timing::contention_window_ms`).
+#[allow(dead_code)]
+fn window_server(tcp: bool, window_ms: u32) -> ServerHandle {
     let mut cfg = ServerConfig::new(Config {
         timing: dlock_core::manager::Timing {
-            contention_window_ms: 0,
+            contention_window_ms: window_ms,
             ..dlock_core::manager::Timing::DEFAULT
         },
         ..small()

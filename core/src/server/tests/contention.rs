@@ -51,22 +51,37 @@ pub(super) fn events(s: &TestServer, c: ClientId) -> Vec<Event> {
     core::iter::from_fn(|| ring.pop()).collect()
 }
 
+/// `cmd`, a lock command, made to wait up to `wait_ms` for its grant.
+pub(super) fn waiting(cmd: Command, wait_ms: u32) -> Command {
+    match cmd {
+        Command::Lock(c) => Command::Lock(LockCommand { wait_ms, ..c }),
+        _ => unreachable!(),
+    }
+}
+
+/// A server, two clients `a` and `b` of it, and `a`'s and `b`'s handles of one RW lock.
+type TwoClients = (TestServer, ClientId, ClientId, LockId, LockId);
+
+/// A server with contention window `window_ms`, two clients registered on it at protocol
+/// `version`, and each one's handle of the RW lock `name`.
+fn two_clients(window_ms: u32, version: u8, name: &[u8]) -> TwoClients {
+    let mut s = TestServer::new(&config(window_ms));
+    let a = s.client_init(version, 0, 0).unwrap();
+    let b = s.client_init(version, 0, 0).unwrap();
+    let la = s.get_lock(a.get(), LockKind::Rw, name, 0).unwrap();
+    let lb = s.get_lock(b.get(), LockKind::Rw, name, 0).unwrap();
+    (s, a, b, la, lb)
+}
+
 /// Two clients of one RW lock, and the lock made contended at tick 10: a caches it, b's
 /// conflicting trylock revokes it (at 10), a gives it back (at 11).
-fn contended_at_10(window_ms: u32) -> (TestServer, ClientId, ClientId, LockId, LockId) {
+fn contended_at_10(window_ms: u32) -> TwoClients {
     contended_at_10_with(window_ms, 2)
 }
 
 /// [`contended_at_10`] with both clients registered at protocol `version`.
-fn contended_at_10_with(
-    window_ms: u32,
-    version: u8,
-) -> (TestServer, ClientId, ClientId, LockId, LockId) {
-    let mut s = TestServer::new(&config(window_ms));
-    let a = s.client_init(version, 0, 0).unwrap();
-    let b = s.client_init(version, 0, 0).unwrap();
-    let la = s.get_lock(a.get(), LockKind::Rw, b"row-group", 0).unwrap();
-    let lb = s.get_lock(b.get(), LockKind::Rw, b"row-group", 0).unwrap();
+fn contended_at_10_with(window_ms: u32, version: u8) -> TwoClients {
+    let (mut s, a, b, la, lb) = two_clients(window_ms, version, b"row-group");
     assert_eq!(s.run(a, cmd(EX, la, CACHE), 1).status, Status::Success);
     assert_eq!(hold(&s, a, la), GrantState::ExclusiveCached);
     assert_eq!(s.run(b, cmd(EX, lb, CACHE), 10).status, Status::Fail);
@@ -74,6 +89,20 @@ fn contended_at_10_with(
     assert_eq!(s.run(a, cmd(UNLOCK, la, PLAIN), 11).status, Status::Success);
     assert_eq!(s.stats().get(Counter::RevokesSent), 1);
     (s, a, b, la, lb)
+}
+
+/// Two clients at protocol `version` of one RW lock: a caches it (at 1), b's caching request,
+/// parked at 10, revokes that grant, which makes the lock contended, and a's give-back (at 11)
+/// grants it. The server, b, b's handle, and the replies to b's wait.
+fn parked_on_a_revoke(version: u8) -> (TestServer, ClientId, LockId, Vec<WaitReply>) {
+    let (mut s, a, b, la, lb) = two_clients(WINDOW_MS as u32, version, b"row-group");
+    assert_eq!(s.run(a, cmd(EX, la, CACHE), 1).status, Status::Success);
+    let wait = waiting(cmd(EX, lb, CACHE), 5_000);
+    assert_eq!(s.wait_for(b, wait, 10), None);
+    assert_eq!(events(&s, a).len(), 1, "the conflict's revoke");
+    assert_eq!(s.run(a, cmd(UNLOCK, la, PLAIN), 11).status, Status::Success);
+    let got = s.replies();
+    (s, b, lb, got)
 }
 
 #[test]
@@ -145,23 +174,8 @@ fn the_notice_of_a_contended_grant_does_not_extend_the_window() {
 
 #[test]
 fn a_parked_request_granted_on_a_contended_lock_is_granted_plain_and_told() {
-    let mut s = TestServer::new(&config(WINDOW_MS as u32));
-    let (a, b) = (s.client(0), s.client(0));
-    let la = s.get_lock(a.get(), LockKind::Rw, b"row-group", 0).unwrap();
-    let lb = s.get_lock(b.get(), LockKind::Rw, b"row-group", 0).unwrap();
-    assert_eq!(s.run(a, cmd(EX, la, CACHE), 1).status, Status::Success);
     // b waits, caching: its request revokes a's grant, which makes the lock contended.
-    let wait = Command::Lock(LockCommand {
-        wait_ms: 5_000,
-        ..match cmd(EX, lb, CACHE) {
-            Command::Lock(c) => c,
-            _ => unreachable!(),
-        }
-    });
-    assert_eq!(s.wait_for(b, wait, 10), None);
-    assert_eq!(events(&s, a).len(), 1);
-    assert_eq!(s.run(a, cmd(UNLOCK, la, PLAIN), 11).status, Status::Success);
-    let got = s.replies();
+    let (s, b, lb, got) = parked_on_a_revoke(2);
     assert_eq!((got.len(), got[0].result.status), (1, Status::Success));
     assert_eq!(hold(&s, b, lb), GrantState::Exclusive, "plain");
     let notice = Event::Revoke {
@@ -205,15 +219,7 @@ fn a_conflict_wakes_a_plain_holder_of_a_contended_lock_parked_elsewhere_if_it_as
             true => LockFlags::WAKE_ON_REVOKE,
             false => PLAIN,
         };
-        let park = |id: LockId, flags| {
-            Command::Lock(LockCommand {
-                wait_ms: 50_000,
-                ..match cmd(EX, id, flags) {
-                    Command::Lock(c) => c,
-                    _ => unreachable!(),
-                }
-            })
-        };
+        let park = |id, flags| waiting(cmd(EX, id, flags), 50_000);
         assert_eq!(s.wait_for(b, park(yb, wake), 13), None);
         // a wants x: no revoke goes to b (its grant is plain), but its wait ends if it asked.
         assert_eq!(s.wait_for(a, park(la, CACHE), 14), None);
@@ -289,23 +295,7 @@ fn a_cached_grant_is_not_marked_plain() {
 #[test]
 fn a_parked_request_of_protocol_8_granted_plain_says_so_in_its_late_reply() {
     for version in [PROTO_VERSION_PLAIN_GRANTS - 1, PROTO_VERSION_PLAIN_GRANTS] {
-        let mut s = TestServer::new(&config(WINDOW_MS as u32));
-        let a = s.client_init(version, 0, 0).unwrap();
-        let b = s.client_init(version, 0, 0).unwrap();
-        let la = s.get_lock(a.get(), LockKind::Rw, b"row-group", 0).unwrap();
-        let lb = s.get_lock(b.get(), LockKind::Rw, b"row-group", 0).unwrap();
-        assert_eq!(s.run(a, cmd(EX, la, CACHE), 1).status, Status::Success);
-        let wait = Command::Lock(LockCommand {
-            wait_ms: 5_000,
-            ..match cmd(EX, lb, CACHE) {
-                Command::Lock(c) => c,
-                _ => unreachable!(),
-            }
-        });
-        assert_eq!(s.wait_for(b, wait, 10), None);
-        assert_eq!(events(&s, a).len(), 1);
-        assert_eq!(s.run(a, cmd(UNLOCK, la, PLAIN), 11).status, Status::Success);
-        let got = s.replies();
+        let (s, b, _, got) = parked_on_a_revoke(version);
         assert_eq!(got.len(), 1);
         let marked = version >= PROTO_VERSION_PLAIN_GRANTS;
         assert_eq!(got[0].result.plain, marked, "{version}");
@@ -364,15 +354,7 @@ fn a_plain_holder_of_protocol_8_parked_elsewhere_is_not_woken_by_a_conflict() {
     let yc = s.get_lock(c.get(), LockKind::Rw, b"other", 0).unwrap();
     let yb = s.get_lock(b.get(), LockKind::Rw, b"other", 0).unwrap();
     assert_eq!(s.run(c, cmd(EX, yc, PLAIN), 12).status, Status::Success);
-    let park = |id: LockId, flags| {
-        Command::Lock(LockCommand {
-            wait_ms: 50_000,
-            ..match cmd(EX, id, flags) {
-                Command::Lock(c) => c,
-                _ => unreachable!(),
-            }
-        })
-    };
+    let park = |id, flags| waiting(cmd(EX, id, flags), 50_000);
     assert_eq!(s.wait_for(b, park(yb, LockFlags::WAKE_ON_REVOKE), 13), None);
     // a wants x: b has nothing to read, so its wait goes on.
     assert_eq!(s.wait_for(a, park(la, CACHE), 14), None);
@@ -389,10 +371,7 @@ fn manager_cell(s: &TestServer, id: LockId) -> crate::table::LockManagerCell {
 #[test]
 fn a_conflict_between_plain_holders_makes_the_lock_contended() {
     for window in [WINDOW_MS as u32, 0] {
-        let mut s = TestServer::new(&config(window));
-        let (p, q) = (s.client(0), s.client(0));
-        let lp = s.get_lock(p.get(), LockKind::Rw, b"fought", 0).unwrap();
-        let lq = s.get_lock(q.get(), LockKind::Rw, b"fought", 0).unwrap();
+        let (mut s, p, q, lp, lq) = two_clients(window, 2, b"fought");
         assert_eq!(s.run(p, cmd(EX, lp, PLAIN), 100).status, Status::Success);
         // q is refused for p's plain grant: a conflict, with no revoke.
         assert_eq!(s.run(q, cmd(SH, lq, PLAIN), 101).status, Status::Fail);
@@ -414,19 +393,9 @@ fn a_conflict_between_plain_holders_makes_the_lock_contended() {
 
 #[test]
 fn a_parked_request_stamps_the_conflict_too() {
-    let mut s = TestServer::new(&config(WINDOW_MS as u32));
-    let (p, q) = (s.client(0), s.client(0));
-    let lp = s.get_lock(p.get(), LockKind::Rw, b"fought", 0).unwrap();
-    let lq = s.get_lock(q.get(), LockKind::Rw, b"fought", 0).unwrap();
+    let (mut s, p, q, lp, lq) = two_clients(WINDOW_MS as u32, 2, b"fought");
     assert_eq!(s.run(p, cmd(EX, lp, PLAIN), 100).status, Status::Success);
-    let wait = Command::Lock(LockCommand {
-        wait_ms: 5_000,
-        ..match cmd(EX, lq, PLAIN) {
-            Command::Lock(c) => c,
-            _ => unreachable!(),
-        }
-    });
-    assert_eq!(s.wait_for(q, wait, 105), None);
+    assert_eq!(s.wait_for(q, waiting(cmd(EX, lq, PLAIN), 5_000), 105), None);
     assert_eq!(manager_cell(&s, lq).contended_ms, 105);
 }
 
@@ -464,10 +433,7 @@ fn a_fight_that_goes_on_keeps_the_lock_plain_past_the_first_window() {
 
 #[test]
 fn later_conflicts_do_not_push_back_an_outstanding_revokes_lapse() {
-    let mut s = TestServer::new(&config(WINDOW_MS as u32));
-    let (a, b) = (s.client(0), s.client(0));
-    let la = s.get_lock(a.get(), LockKind::Rw, b"row-group", 0).unwrap();
-    let lb = s.get_lock(b.get(), LockKind::Rw, b"row-group", 0).unwrap();
+    let (mut s, a, b, la, lb) = two_clients(WINDOW_MS as u32, 2, b"row-group");
     assert_eq!(s.run(a, cmd(EX, la, CACHE), 1).status, Status::Success);
     assert_eq!(s.run(b, cmd(EX, lb, PLAIN), 10).status, Status::Fail);
     assert_eq!(s.run(b, cmd(EX, lb, PLAIN), 15).status, Status::Fail);
@@ -484,10 +450,7 @@ fn later_conflicts_do_not_push_back_an_outstanding_revokes_lapse() {
 fn a_conflict_in_the_servers_first_millisecond_still_makes_the_lock_contended() {
     // The server's clock starts at 0, which the cell reads as "no conflict".
     for revoked in [false, true] {
-        let mut s = TestServer::new(&config(WINDOW_MS as u32));
-        let (p, q) = (s.client(0), s.client(0));
-        let lp = s.get_lock(p.get(), LockKind::Rw, b"early", 0).unwrap();
-        let lq = s.get_lock(q.get(), LockKind::Rw, b"early", 0).unwrap();
+        let (mut s, p, q, lp, lq) = two_clients(WINDOW_MS as u32, 2, b"early");
         let flags = if revoked { CACHE } else { PLAIN };
         assert_eq!(s.run(p, cmd(EX, lp, flags), 0).status, Status::Success);
         assert_eq!(s.run(q, cmd(EX, lq, PLAIN), 0).status, Status::Fail);

@@ -5,7 +5,7 @@
 //! cacheable request granted plain over a holder the scan saw in its way, which is marked (or
 //! told) as one granted plain on a contended lock is.
 
-use super::contention::{WINDOW_MS, cmd, config, events};
+use super::contention::{WINDOW_MS, cmd, config, events, waiting};
 use super::*;
 use crate::proto::{Event, LockFlags, PROTO_VERSION_PLAIN_GRANTS};
 
@@ -92,15 +92,7 @@ fn holder_woken(holder: u8, bystander: u8) -> bool {
         s.run(c, cmd(EX, yc, LockFlags::NONE), 5).status,
         Status::Success
     );
-    let park = |id: LockId, flags| {
-        Command::Lock(LockCommand {
-            wait_ms: 50_000,
-            ..match cmd(EX, id, flags) {
-                Command::Lock(c) => c,
-                _ => unreachable!(),
-            }
-        })
-    };
+    let park = |id, flags| waiting(cmd(EX, id, flags), 50_000);
     assert_eq!(s.wait_for(b, park(yb, LockFlags::WAKE_ON_REVOKE), 6), None);
     assert_eq!(s.wait_for(a, park(la, LockFlags::NONE), 7), None);
     s.poll_waiters(7);
