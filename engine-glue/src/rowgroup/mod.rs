@@ -70,8 +70,8 @@
 
 mod acquire;
 mod cache;
+mod keymap;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -80,6 +80,7 @@ use dlock_core::manager::{CachedLock, Demotion, Payback};
 use dlock_core::{ClientId, Config, FencingToken, LockId, Mode, Status};
 use dlock_transport::client::link::Link;
 use dlock_transport::client::{Client, Connection};
+use keymap::KeyMap;
 
 /// A row group of a table: the unit a transaction locks. Keys order by `(table, group)`, the
 /// global acquisition order.
@@ -249,7 +250,7 @@ pub struct RowGroupLocks<C: Connection = Link> {
     client: Client<C>,
     cfg: RowGroupConfig,
     /// Names resolved on the server (each is a lock reference this client holds).
-    names: HashMap<RowGroup, LockId>,
+    names: KeyMap<RowGroup, LockId>,
     /// The open transaction's keys, sorted by key between calls.
     held: Vec<Held>,
     /// The open transaction's keys found lost, with their stale tokens.
@@ -262,9 +263,9 @@ pub struct RowGroupLocks<C: Connection = Link> {
     /// The current call's keys, sorted; kept to reuse its allocation.
     todo: Vec<acquire::Want>,
     /// Grants kept after their transaction ended (`cache.rs`), by key.
-    cache: HashMap<RowGroup, cache::Cached>,
+    cache: KeyMap<RowGroup, cache::Cached>,
     /// The key of each resolved name's lock id, to find a revoked lock's key in one look.
-    ids: HashMap<LockId, RowGroup>,
+    ids: KeyMap<LockId, RowGroup>,
     /// Cached keys with a give-back or downgrade the server did not answer (`cache.rs`).
     owed: Vec<RowGroup>,
     /// A revoke reached a key of the open transaction: its users may outlive it, so each look
@@ -278,7 +279,7 @@ pub struct RowGroupLocks<C: Connection = Link> {
     cache_filter: Option<CacheFilter>,
     /// Keys whose cached grants were revoked before they were reused twice, let go plain for their
     /// next few uses (`manager::Demotion`; a key is dropped once it is cached again).
-    contended: HashMap<RowGroup, Demotion>,
+    contended: KeyMap<RowGroup, Demotion>,
     /// What this worker's cached grants did lately: when most were asked back before they
     /// paid, fresh grants are let go plain (`manager::Payback`).
     payback: Payback,
@@ -312,21 +313,21 @@ impl<C: Connection> RowGroupLocks<C> {
         Ok(RowGroupLocks {
             client,
             cfg,
-            names: HashMap::with_capacity(cfg.names_max),
+            names: KeyMap::with_capacity_and_hasher(cfg.names_max, Default::default()),
             held: Vec::new(),
             lost: Vec::new(),
             dead: None,
             renewed_at: Instant::now(),
             on_lost: None,
             todo: Vec::new(),
-            cache: HashMap::new(),
-            ids: HashMap::with_capacity(cfg.names_max),
+            cache: KeyMap::default(),
+            ids: KeyMap::with_capacity_and_hasher(cfg.names_max, Default::default()),
             owed: Vec::new(),
             held_revoked: false,
             events: Vec::with_capacity(dlock_core::table::EVENT_RING_LEN + 1),
             cache_hits: 0,
             cache_filter: None,
-            contended: HashMap::new(),
+            contended: KeyMap::default(),
             payback: Payback::NEW,
         })
     }
