@@ -381,13 +381,15 @@ impl<'s> DataConns<'s> {
             .fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Serves every queued connection once; returns how many were served.
+    /// Serves every queued connection once, each at a time `clock` reads after its turn comes
+    /// (so a request is never run at a time before it arrived: `data::fresh`); returns how
+    /// many were served.
     pub(super) fn serve(
         &mut self,
         server: &mut Server<'_>,
         routing: &mut Routing<'_>,
         events: &mut EventsAhead<'_>,
-        now: u64,
+        clock: impl Fn() -> u64,
     ) -> usize {
         // Those with more to do after their turn (the read buffer filled, the window reopened)
         // go to the back, for the next turn.
@@ -399,6 +401,7 @@ impl<'s> DataConns<'s> {
                 continue;
             };
             c.queued = false;
+            let now = clock();
             let outcome = self.serve_one(&mut c, i as u32, (server, routing), events, now);
             let again = outcome == Outcome::Open && c.has_work();
             c.queued = again;
