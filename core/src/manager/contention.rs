@@ -71,8 +71,8 @@
 //! The minimum hold ([`Timing::min_hold_ms`]) protects a node's first use of a lock nobody
 //! else wants. A lock fought over has shown it is wanted, and the window's end still gives it
 //! one cached grant (the next conflict revokes it and the lock turns plain again): with a hold,
-//! that conflict waited out the hold, which at 5 ms cost the no-affinity workload up to a
-//! quarter of its uncached rate. So a cached grant made less than two windows after the lock's
+//! that conflict waited out the hold, which at 5 ms cost the no-affinity workload up to 27 % of
+//! its uncached rate. So a cached grant made less than two windows after the lock's
 //! latest conflict — the grant the end of a window gave to a lock still fought over — is
 //! revoked at once; the hold protects only a grant on a lock that stayed quiet a whole window
 //! longer. GFS2 gets the same effect with an adaptive per-glock hold that shrinks when the glock

@@ -104,7 +104,7 @@ impl Timing {
     /// locks not fought over in the two contention windows before ([`super::contention`]), so
     /// that the one cached grant a window's end gives a lock still fought over does not make its
     /// next conflict wait out the hold (at 5 ms that wait cost the no-affinity engine bench up to
-    /// a quarter of its uncached rate, `docs/lock-manager.md`).
+    /// 27 % of its uncached rate, 0.73–0.98 of it, `docs/lock-manager.md`).
     ///
     /// A contention window of 1,000 ms. A window must be long against the interval between
     /// conflicts on a lock fought over (each window that ends before the next conflict gives
