@@ -14,7 +14,7 @@
 //! |-------------|-------------------------------------------------------------------------------|
 //! | `grant.rs`  | [`GrantState`]: what a client holds on a lock, 4 bits in the holds grid        |
 //! | `revoke.rs` | who is revoked when a request conflicts, the minimum hold and the revoke timeout |
-//! | `contention.rs` | [`GrantAs`]: a lock asked back recently is granted plain, and its holder told at once |
+//! | `contention.rs` | [`GrantAs`]: a lock asked back recently is granted plain, and its holder told at once; a grant on a lock fought over just before has no minimum hold |
 //! | `retain.rs` | what a death keeps, what a retaining client's slot is, `recovery_done`         |
 //! | `value.rs`  | [`ValueBlock`] and the per-lock [`LockValue`] with its write/invalidate rules  |
 //! | `cache.rs`  | [`CachedLock`]: the client's side of one cached grant                         |

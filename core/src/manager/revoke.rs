@@ -14,8 +14,10 @@
 //!
 //! # One holder ([`judge`])
 //!
-//! With `granted` the holder's grant time, `sent` the time its outstanding revoke went out and
-//! `timeout` the revoke timeout ([`Timing::revoke_timeout_ms`], or the holder's lease):
+//! With `granted` the holder's grant time, `hold` its minimum hold ([`Timing::min_hold_ms`],
+//! or none on a lock fought over just before the grant: [`super::contention::hold_ms`]), `sent`
+//! the time its outstanding revoke went out and `timeout` the revoke timeout
+//! ([`Timing::revoke_timeout_ms`], or the holder's lease):
 //!
 //! | holder                                   | conflicts | when                         | action            |
 //! |------------------------------------------|-----------|------------------------------|-------------------|
@@ -23,7 +25,7 @@
 //! | a grant                                  | no        | —                            | `Compatible`      |
 //! | a grant of a dead (retaining) client     | yes       | —                            | `Retained`        |
 //! | plain or retain-only (not cached)        | yes       | —                            | `Blocks`          |
-//! | cached, no revoke outstanding            | yes       | `now < granted + min_hold`   | `RevokeAt(granted + min_hold)` |
+//! | cached, no revoke outstanding            | yes       | `now < granted + hold`       | `RevokeAt(granted + hold)` |
 //! | cached, no revoke outstanding            | yes       | otherwise                    | `Revoke(wanted)`  |
 //! | revoke outstanding                       | yes       | `now < sent + timeout`       | `AwaitGiveBack(sent + timeout)` |
 //! | revoke outstanding                       | yes       | otherwise                    | `Lapse`           |
@@ -66,6 +68,9 @@ use crate::status::Status;
 pub struct Timing {
     /// How long a cached grant is kept before it may be revoked, counted from its grant (0, the
     /// default: revoked at once, the holder giving it back after its users; [`Timing::DEFAULT`]).
+    /// A grant made less than two contention windows after a conflict on its lock has none: the
+    /// hold protects a first use of a lock nobody else wants, and a lock just fought over has
+    /// shown it is wanted ([`super::contention::hold_ms`]).
     pub min_hold_ms: u32,
     /// How long a holder has to answer a revoke before its grant lapses; 0: the holder's
     /// client lease (the integration spec's default).
@@ -95,7 +100,11 @@ impl Timing {
     /// thousands of transactions a second, with keys in other workers' ranges, cached row groups
     /// ran at half the uncached rate (`docs/lock-manager.md`, "Measured"). A positive
     /// `min_hold_ms` remains for engines whose use of a lock outlasts the user that asked for it
-    /// (warming a page cache under it, say), the glock's case in GFS2.
+    /// (warming a page cache under it, say), the glock's case in GFS2; it holds only grants on
+    /// locks not fought over in the two contention windows before ([`super::contention`]), so
+    /// that the one cached grant a window's end gives a lock still fought over does not make its
+    /// next conflict wait out the hold (at 5 ms that wait cost the no-affinity engine bench up to
+    /// 27 % of its uncached rate, 0.73–0.98 of it, `docs/lock-manager.md`).
     ///
     /// A contention window of 1,000 ms. A window must be long against the interval between
     /// conflicts on a lock fought over (each window that ends before the next conflict gives
@@ -167,9 +176,14 @@ pub struct Holder {
     pub state: GrantState,
     /// Its client is dead and retains its grants until `recovery_done`.
     pub dead: bool,
-    /// When its grant began. A later time is safe (it only delays the revoke), so the server
-    /// may pass the lock's latest cached grant for every holder.
+    /// When its grant began. A later time is safe (it only delays the revoke, or waives the
+    /// hold for a conflict between the two grants: [`super::contention`]), so the server may
+    /// pass the lock's latest cached grant for every holder.
     pub granted_ms: u64,
+    /// When a request last found the lock held in a conflicting mode (0: never): a grant made
+    /// less than two contention windows after it has no minimum hold
+    /// ([`super::contention::hold_ms`]).
+    pub contended_ms: u64,
     /// When its outstanding revoke went out (read only if one is). A later time is safe (it
     /// only delays the lapse), so the server may pass the lock's latest revoke.
     pub revoke_sent_ms: u64,
@@ -231,7 +245,8 @@ pub fn judge(req: &Request, h: &Holder, timing: &Timing, now_ms: u64) -> HolderA
         };
     }
     // A clock behind the grant reads as "just granted": the hold is not cut short.
-    let due_ms = h.granted_ms.saturating_add(u64::from(timing.min_hold_ms));
+    let hold = super::contention::hold_ms(timing, h.contended_ms, h.granted_ms);
+    let due_ms = h.granted_ms.saturating_add(u64::from(hold));
     if now_ms < due_ms {
         return HolderAction::RevokeAt { due_ms };
     }

@@ -31,6 +31,7 @@ fn holder(slot: u32, state: GrantState) -> Holder {
         state,
         dead: false,
         granted_ms: 100,
+        contended_ms: 0,
         revoke_sent_ms: 200,
         lease_ms: LEASE_MS,
     }
@@ -163,6 +164,43 @@ fn no_revoke_before_the_minimum_hold() {
     assert_eq!(
         judge(&r, &late, &TIMING, u64::MAX - 1),
         HolderAction::RevokeAt { due_ms: u64::MAX }
+    );
+}
+
+#[test]
+fn a_grant_on_a_lock_just_fought_over_is_revoked_inside_its_hold() {
+    // Window 20, hold 10: a conflict at 70 turned the lock plain until 90, and the cached grant
+    // at 100 that the window's end gave it is revoked at once by the next conflict.
+    let timing = Timing {
+        contention_window_ms: 20,
+        ..TIMING
+    };
+    let r = req(LockKind::Rw, EX, true);
+    let fought = Holder {
+        contended_ms: 70,
+        ..holder(1, SharedCached)
+    };
+    assert_eq!(
+        judge(&r, &fought, &timing, 101),
+        HolderAction::Revoke { wanted: EX }
+    );
+    // Fought over two windows before the grant, never, or only since (the request the hold
+    // parked): the hold stands.
+    for contended_ms in [60, 0, 101] {
+        let h = Holder {
+            contended_ms,
+            ..fought
+        };
+        assert_eq!(
+            judge(&r, &h, &timing, 101),
+            HolderAction::RevokeAt { due_ms: 110 },
+            "{contended_ms}"
+        );
+    }
+    // With the contention rule off the hold stands whatever the stamp.
+    assert_eq!(
+        judge(&r, &fought, &TIMING, 101),
+        HolderAction::RevokeAt { due_ms: 110 }
     );
 }
 
@@ -383,6 +421,7 @@ fn any_holder() -> impl Strategy<Value = Holder> {
                 state: GrantState::ALL[state],
                 dead,
                 granted_ms,
+                contended_ms: 0,
                 revoke_sent_ms,
                 lease_ms,
             },

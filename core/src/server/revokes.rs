@@ -8,7 +8,7 @@
 //! | holder's action   | what the server does here                                                   |
 //! |-------------------|-----------------------------------------------------------------------------|
 //! | `Revoke`          | marks the grant revoking (`with_revoke_sent`: at most one outstanding per holder and lock), writes a revoke into the holder's event ring, stamps the lock's `revoke_sent_ms`, and cuts the holder's parked wait short if it asked (below) |
-//! | `RevokeAt(due)`   | nothing now; `due` becomes the lock's `retry_at_ms`, so a parked request is retried when the minimum hold ends (and sends the revoke then); a request that does not wait leaves the revoke due there (`deferred_revoke`), and the server's timer sends it ([`Server::poll_waiters`]) |
+//! | `RevokeAt(due)`   | nothing now; `due` becomes the lock's `retry_at_ms`, so a parked request is retried when the minimum hold ends (and sends the revoke then; a grant made less than two contention windows after the lock's `contended_ms` has none, `manager::contention::hold_ms`, and is revoked at once); a request that does not wait leaves the revoke due there (`deferred_revoke`), and the server's timer sends it ([`Server::poll_waiters`]) |
 //! | `AwaitGiveBack`   | nothing now; the lapse time becomes the lock's `retry_at_ms`                 |
 //! | `Lapse`           | releases the grant as an expired lease would (`release_grant`, which invalidates an exclusive holder's value block; the command's caller retries the lock's waiters after it, never inside it) |
 //! | `Blocks`, on a contended lock | cuts the holder's parked wait short if it asked, as a revoke would (below) |
@@ -62,7 +62,7 @@
 
 use super::{Counter, Server};
 use crate::ids::{ClientId, LockId, Mode};
-use crate::manager::contention::{contended, grant_as};
+use crate::manager::contention::{contended, grant_as, hold_ms};
 use crate::manager::revoke::{Holder, HolderAction, Request, Verdict, judge};
 use crate::manager::{Answer, GrantAs, GrantState};
 use crate::proto::{Event, LockCommand, LockFlags, PROTO_VERSION_PLAIN_GRANTS};
@@ -171,6 +171,7 @@ impl Server<'_> {
                 state,
                 dead: entry.client_state() == ClientState::Retaining,
                 granted_ms: cell.cached_since_ms,
+                contended_ms: cell.contended_ms,
                 revoke_sent_ms: cell.revoke_sent_ms,
                 lease_ms: entry.lease_ms,
             };
@@ -348,12 +349,14 @@ impl Server<'_> {
     }
 
     /// Records that a cached grant on lock slot `lock` was made at `now_ms`. When the lock is
-    /// `wanted` already, the parked requests are retried when the grant's minimum hold ends:
-    /// their revoke decision then asks for it back.
+    /// `wanted` already, the parked requests are retried when the grant's minimum hold ends
+    /// (at once on a lock fought over just before, `manager::contention::hold_ms`): their
+    /// revoke decision then asks for it back.
     #[inline]
     pub(super) fn note_cached_grant(&mut self, lock: u32, wanted: bool, now_ms: u64) {
-        let hold_end = now_ms.saturating_add(u64::from(self.cfg.timing.min_hold_ms));
         let m = &mut self.t.lock_manager[lock as usize];
+        let hold = hold_ms(&self.cfg.timing, m.contended_ms, now_ms);
+        let hold_end = now_ms.saturating_add(u64::from(hold));
         m.cached = 1;
         m.cached_since_ms = now_ms;
         if wanted && (m.retry_at_ms == 0 || hold_end < m.retry_at_ms) {

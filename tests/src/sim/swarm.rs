@@ -23,7 +23,7 @@
 //! |---------------------|--------------------------------------------------------------------------|
 //! | `cache_ppm`         | that share of acquisitions asks for a cached grant (`CACHEABLE`): released locally, re-acquired locally, given back (or downgraded) on a revoke; in the real-client simulator, that share of the reference-shaped process slots runs the transport's `CachedLocks` |
 //! | `revoke_ignore_ppm` | that share of revokes is ignored, so the holder's grant lapses at the revoke timeout; in the real-client simulator, the chance (per draw) that a `CachedLocks` process goes deaf for half a lease to three leases: it keeps its guards and heartbeats but reads no revoke |
-//! | `min_hold_ms`       | the server's minimum hold (`Timing::min_hold_ms`): revokes wait for its end |
+//! | `min_hold_ms`       | the server's minimum hold (`Timing::min_hold_ms`): revokes wait for its end, except of a grant made less than two contention windows after a conflict on its lock |
 //! | `contention_window_ms` | the server's contention window (`Timing::contention_window_ms`): a cacheable request on a lock fought over within it (any conflicting request, refused, left waiting or revoking) is granted plain, which its result says (protocol 8) |
 //! | `value_ppm`         | that share of lock records asks for the lock's value block with every grant, and half their exclusive unlocks write one |
 //! | `event_loss_ppm`    | that share of event messages finds no room on its connection: the client reads an overflow in its place and re-checks everything it caches (gives back every cached grant) |

@@ -26,6 +26,7 @@ mod batches;
 mod cluster;
 mod contention;
 mod contention_clients;
+mod contention_hold;
 mod dispatch;
 mod fair;
 mod fair_records;

@@ -90,6 +90,7 @@ pub(crate) struct ServeArgs {
     /// Cached grants: how long one is kept before a conflicting request may revoke it, in
     /// milliseconds (default 0: revoked at once; the holder gives it back after its local
     /// users, so it always gets its use). For engines whose use outlasts the user that asked.
+    /// A grant on a lock fought over in the two contention windows before it has none.
     #[arg(long)]
     min_hold_ms: Option<u32>,
     /// Cached grants: how long a holder has to give a revoked lock back before it loses it as

@@ -1,0 +1,120 @@
+//! The minimum hold of a cached grant on a lock fought over (`manager::contention::hold_ms`):
+//! the one cached grant a contention window's end gives a lock still fought over is revoked by
+//! the next conflict at once, while a grant on a lock quiet for longer keeps its hold.
+
+use super::contention::{WINDOW_MS, cmd, config, events, hold, waiting};
+use super::*;
+use crate::Mode;
+use crate::manager::GrantState;
+use crate::proto::{Event, LockFlags, PROTO_VERSION_PLAIN_GRANTS};
+
+const EX: LockOp = LockOp::TryExclusive;
+const SH: LockOp = LockOp::TryShared;
+const UNLOCK: LockOp = LockOp::UnlockExclusive;
+const CACHE: LockFlags = LockFlags::CACHEABLE;
+const PLAIN: LockFlags = LockFlags::NONE;
+/// The minimum hold these tests run with (the default is none).
+const HOLD_MS: u64 = 5;
+
+/// Three clients, each with its handle of one RW lock.
+type Clients = [(ClientId, LockId); 3];
+
+/// A server with a 5-ms minimum hold and the tests' contention window, and three clients of it
+/// at protocol 8 with their handles of one RW lock.
+fn three_clients() -> (TestServer, Clients) {
+    let mut cfg = config(WINDOW_MS as u32);
+    cfg.timing.min_hold_ms = HOLD_MS as u32;
+    let mut s = TestServer::new(&cfg);
+    let clients = [0; 3].map(|_| {
+        let c = s.client_init(PROTO_VERSION_PLAIN_GRANTS, 0, 0).unwrap();
+        (
+            c,
+            s.get_lock(c.get(), LockKind::Rw, b"row-group", 0).unwrap(),
+        )
+    });
+    (s, clients)
+}
+
+/// [`three_clients`], and their lock fought over at 10: a caches it at 1, b's trylock at 10
+/// (the hold over) revokes it, which makes the lock contended until 30, and a gives it back
+/// at 11.
+fn fought_over_at_10() -> (TestServer, Clients) {
+    let (mut s, clients) = three_clients();
+    let [(a, la), (b, lb), _] = clients;
+    assert_eq!(s.run(a, cmd(EX, la, CACHE), 1).status, Status::Success);
+    assert_eq!(s.run(b, cmd(EX, lb, CACHE), 10).status, Status::Fail);
+    assert_eq!(events(&s, a).len(), 1, "the conflict's revoke");
+    assert_eq!(s.run(a, cmd(UNLOCK, la, PLAIN), 11).status, Status::Success);
+    (s, clients)
+}
+
+#[test]
+fn a_cached_grant_within_two_windows_of_a_conflict_is_revoked_inside_the_hold() {
+    // Granted at the window's end and up to two windows after the conflict at 10.
+    for granted in [10 + WINDOW_MS, 10 + 2 * WINDOW_MS - 1] {
+        let (mut s, [(a, la), (b, lb), _]) = fought_over_at_10();
+        let got = s.run(b, cmd(EX, lb, CACHE), granted);
+        assert_eq!(hold(&s, b, lb), GrantState::ExclusiveCached, "{granted}");
+        // The next conflict, one tick later, revokes it now instead of failing until the hold ends.
+        assert_eq!(
+            s.run(a, cmd(EX, la, CACHE), granted + 1).status,
+            Status::Fail
+        );
+        let revoke = Event::Revoke {
+            lock: lb,
+            wanted: Mode::Exclusive,
+            fence: got.aux,
+        };
+        assert_eq!(events(&s, b), vec![revoke], "{granted}");
+        assert_eq!(s.stats().get(Counter::RevokesSent), 2, "{granted}");
+    }
+}
+
+#[test]
+fn a_cached_grant_on_a_lock_quiet_for_two_windows_keeps_its_hold() {
+    let (mut s, [(a, la), (b, lb), _]) = fought_over_at_10();
+    let granted = 10 + 2 * WINDOW_MS;
+    assert_eq!(
+        s.run(b, cmd(EX, lb, CACHE), granted).status,
+        Status::Success
+    );
+    assert_eq!(hold(&s, b, lb), GrantState::ExclusiveCached);
+    // A conflict inside the hold fails and sends nothing; its retry after the hold revokes.
+    assert_eq!(
+        s.run(a, cmd(EX, la, CACHE), granted + 1).status,
+        Status::Fail
+    );
+    assert_eq!(events(&s, b), vec![]);
+    // Its own stamp (at granted + 1, after the grant) does not waive the hold it met.
+    let retry = granted + HOLD_MS - 1;
+    assert_eq!(s.run(a, cmd(EX, la, CACHE), retry).status, Status::Fail);
+    assert_eq!(events(&s, b), vec![]);
+    assert_eq!(
+        s.run(a, cmd(EX, la, CACHE), granted + HOLD_MS).status,
+        Status::Fail
+    );
+    assert_eq!(events(&s, b).len(), 1, "revoked when the hold ends");
+}
+
+#[test]
+fn a_waiter_is_retried_at_once_for_a_cached_grant_without_a_hold() {
+    // a caches shared at 1; b's exclusive wait at 10 revokes it and parks (stamping 10).
+    let (mut s, [(a, la), (b, lb), (c, lc)]) = three_clients();
+    assert_eq!(s.run(a, cmd(SH, la, CACHE), 1).status, Status::Success);
+    assert_eq!(s.wait_for(b, waiting(cmd(EX, lb, PLAIN), 50_000), 10), None);
+    assert_eq!(events(&s, a).len(), 1, "the conflict's revoke");
+    // After the window c is granted shared, cached, beside a's revoked grant, with b parked:
+    // the lock is wanted, and b's retry revokes c's grant at once, not when a hold ends.
+    let granted = 10 + WINDOW_MS;
+    let got = s.run(c, cmd(SH, lc, CACHE), granted);
+    assert_eq!(got.status, Status::Success);
+    assert_eq!(hold(&s, c, lc), GrantState::SharedCached);
+    s.poll_waiters(granted);
+    let revoke = Event::Revoke {
+        lock: lc,
+        wanted: Mode::Exclusive,
+        fence: got.aux,
+    };
+    assert_eq!(events(&s, c), vec![revoke]);
+    assert_eq!(s.replies(), vec![], "b waits for both give-backs");
+}
