@@ -98,8 +98,8 @@ mod tests {
     use dlock_core::manager::cache::{Acquire, OnRevoke};
     use dlock_core::{LockKind, Mode};
 
-    /// An exclusive grant with one reader, revoked for exclusive after shared: downgrade now.
-    fn reading() -> (CachedLock, ServerOp) {
+    /// An idle cached exclusive grant under token 7.
+    fn idle_exclusive() -> CachedLock {
         let mut l = CachedLock::new(LockKind::Rw);
         assert_eq!(
             l.acquire(Mode::Exclusive),
@@ -110,6 +110,12 @@ mod tests {
             l.release(Mode::Exclusive),
             dlock_core::manager::cache::Release::Keep
         ));
+        l
+    }
+
+    /// An idle exclusive grant revoked for exclusive: it goes back now.
+    fn reading() -> (CachedLock, ServerOp) {
+        let mut l = idle_exclusive();
         let OnRevoke::Send(op) = l.on_revoke(Mode::Exclusive, 7, 0) else {
             panic!("an idle grant goes back at once");
         };
@@ -161,16 +167,7 @@ mod tests {
     /// downgrade's `Success` (which the C ABI then reported as a trylock granted).
     #[test]
     fn an_answered_send_after_failed_ones_does_not_leave_the_next_op_owed_as_a_success() {
-        let mut l = CachedLock::new(LockKind::Rw);
-        assert_eq!(
-            l.acquire(Mode::Exclusive),
-            Acquire::Send(ServerOp::Acquire(Mode::Exclusive))
-        );
-        assert_eq!(l.on_reply(Status::Success, 7), Reply::Granted);
-        assert!(matches!(
-            l.release(Mode::Exclusive),
-            dlock_core::manager::cache::Release::Keep
-        ));
+        let mut l = idle_exclusive();
         let OnRevoke::Send(op) = l.on_revoke(Mode::Shared, 7, 0) else {
             panic!("an idle exclusive grant wanted shared is downgraded at once");
         };
