@@ -15,7 +15,7 @@ mod failover;
 
 #[test]
 fn a_give_back_that_could_not_be_sent_is_sent_again_at_the_next_call() {
-    let (mut c1, mut c2, mut id1, mut id2) = (0, 0, 0, 0);
+    let (mut c1, mut c2) = (0, 0);
     let desc_of = |name: &'static [u8]| lock_desc {
         p_desc: name.as_ptr().cast(),
         len: name.len() as u32,
@@ -29,20 +29,31 @@ fn a_give_back_that_could_not_be_sent_is_sent_again_at_the_next_call() {
         lock_op: LOCK_EXCLUSIVE,
         expire_time: 60,
     };
+    // c1 and c2 open the lock `desc`; c1 caches it, takes it and parks it, and loses its data
+    // connection, so a give-back cannot be sent.
+    let parked_then_cut = |c1, c2, desc: &lock_desc| {
+        let (mut id1, mut id2) = (0, 0);
+        let mut st = lock_state::from_word(0);
+        // SAFETY: pointers to live locals of the right types; `desc`'s name outlives the calls.
+        unsafe {
+            assert_eq!(locks::get_lock(c1, desc, &mut id1), 0);
+            assert_eq!(locks::get_lock(c2, desc, &mut id2), 0);
+            assert_eq!(cached::lock_cache_enable(c1, id1, 1), 0);
+            assert_eq!(ops::trylock(c1, &req(id1), (&raw mut st).cast()), 0);
+            assert_eq!(ops::unlock(c1, id1, (&raw mut st).cast()), 0, "parked");
+            assert_eq!(client::drop_data_path(c1), 0);
+        }
+        (id1, id2)
+    };
     let (mut out, mut n) = ([dlock_revoke::default(); 8], 0);
     // SAFETY: pointers to live locals of the right types; the strings outlive the calls.
     unsafe {
         let (s, _) = failover::first_server();
         assert_eq!(client::client_init(&mut c1, failover::LOOPBACK.as_ptr()), 0);
         assert_eq!(client::client_init(&mut c2, failover::LOOPBACK.as_ptr()), 0);
-        assert_eq!(locks::get_lock(c1, &desc, &mut id1), 0);
-        assert_eq!(locks::get_lock(c2, &desc, &mut id2), 0);
-        assert_eq!(cached::lock_cache_enable(c1, id1, 1), 0);
-        assert_eq!(ops::trylock(c1, &req(id1), (&raw mut st).cast()), 0);
-        assert_eq!(ops::unlock(c1, id1, (&raw mut st).cast()), 0, "parked");
+        let (id1, id2) = parked_then_cut(c1, c2, &desc);
 
         // The give-back's unlock cannot be sent: the data connection is gone.
-        assert_eq!(client::drop_data_path(c1), 0);
         assert_eq!(
             cached::lock_cache_release(c1, id1),
             Status::BadResponse.code(),
@@ -73,12 +84,7 @@ fn a_give_back_that_could_not_be_sent_is_sent_again_at_the_next_call() {
         // contended now (the server's default contention window), so a grant of it would be
         // plain, and its unlock would give it back at once.
         let desc = desc_of(b"orders/rg-10");
-        assert_eq!(locks::get_lock(c1, &desc, &mut id1), 0);
-        assert_eq!(locks::get_lock(c2, &desc, &mut id2), 0);
-        assert_eq!(cached::lock_cache_enable(c1, id1, 1), 0);
-        assert_eq!(ops::trylock(c1, &req(id1), (&raw mut st).cast()), 0);
-        assert_eq!(ops::unlock(c1, id1, (&raw mut st).cast()), 0, "parked");
-        assert_eq!(client::drop_data_path(c1), 0);
+        let (id1, id2) = parked_then_cut(c1, c2, &desc);
         assert_eq!(
             locks::release_lock(c1, id1),
             Status::BadResponse.code(),
