@@ -297,10 +297,7 @@ impl<C: Connection> RowGroupLocks<C> {
             return;
         };
         tracing::warn!(lock = ?id, "dlock: a row-group key's grant was lost while a transaction read under it");
-        self.lost.push((key, token));
-        if let Some(f) = self.on_lost.as_mut() {
-            f(key, token);
-        }
+        self.report_lost(key, token);
     }
 
     /// Sends again what the server did not answer (cached keys; a transaction's own go with

@@ -420,13 +420,20 @@ impl<C: Connection> RowGroupLocks<C> {
         // Cached grants went with the registration; no transaction held them.
         self.cache.clear();
         self.owed.clear();
-        for h in self.held.drain(..) {
-            self.lost.push((h.key, h.token));
-            if let Some(f) = self.on_lost.as_mut() {
-                f(h.key, h.token);
-            }
+        let mut held = std::mem::take(&mut self.held);
+        for h in held.drain(..) {
+            self.report_lost(h.key, h.token);
         }
+        self.held = held;
         s
+    }
+
+    /// Files key `key`'s grant (token `token`) as lost and tells the engine's callback.
+    fn report_lost(&mut self, key: RowGroup, token: FencingToken) {
+        self.lost.push((key, token));
+        if let Some(f) = self.on_lost.as_mut() {
+            f(key, token);
+        }
     }
 
     /// A status from the client: fatal ones end the registration. Returns `s`.
