@@ -63,10 +63,8 @@ impl<'r> Server<'r> {
             Command::Join(_) => return None,
         };
         let refused = |status, aux| CommandResult {
-            status,
-            word: 0,
             aux,
-            plain: false,
+            ..CommandResult::status(status)
         };
         if let Some((status, aux)) = self.command_verdict(partition, epoch, Class::Ordinary, now_ms)
         {
@@ -117,10 +115,8 @@ impl<'r> Server<'r> {
             };
             if in_mask(moved, self.lock_partition(id.index())) {
                 let r = CommandResult {
-                    status: Status::PartitionMoved,
-                    word: 0,
                     aux: version,
-                    plain: false,
+                    ..CommandResult::status(Status::PartitionMoved)
                 };
                 self.finish_waiter(w, r, now_ms);
             }

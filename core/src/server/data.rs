@@ -451,10 +451,8 @@ impl<'r> Server<'r> {
             // Before the word, which would let an expired retained grant be taken over
             // (`retained.rs`).
             let refused = CommandResult {
-                status: self.refuse(Status::LockRetained),
                 word: cell.word,
-                aux: 0,
-                plain: false,
+                ..CommandResult::status(self.refuse(Status::LockRetained))
             };
             return (refused, Note::default());
         }
@@ -649,10 +647,8 @@ impl<'r> Server<'r> {
             ObjectOp::Snapshot => (Status::Success, cell.load(Ordering::Acquire)),
         };
         CommandResult {
-            status,
-            word: 0,
             aux,
-            plain: false,
+            ..CommandResult::status(status)
         }
     }
 
@@ -676,10 +672,8 @@ impl<'r> Server<'r> {
             ObjectOp::Cas => {
                 let status = self.refuse(Status::ObjectCasFailed);
                 return CommandResult {
-                    status,
-                    word: 0,
                     aux: value,
-                    plain: false,
+                    ..CommandResult::status(status)
                 };
             }
             ObjectOp::Snapshot => Some(value),
@@ -692,10 +686,8 @@ impl<'r> Server<'r> {
         }
         self.t.object_cells[index as usize].store(to, Ordering::Release);
         CommandResult {
-            status: Status::Success,
-            word: 0,
             aux: value,
-            plain: false,
+            ..CommandResult::status(Status::Success)
         }
     }
 

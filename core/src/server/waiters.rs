@@ -307,10 +307,8 @@ impl<'r> Server<'r> {
                 Status::Etimeout
             };
             CommandResult {
-                status,
                 word: r.word,
-                aux: 0,
-                plain: false,
+                ..CommandResult::status(status)
             }
         } else {
             r

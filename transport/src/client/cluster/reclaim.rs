@@ -234,7 +234,7 @@ impl<D: Dial> ClusterLink<D> {
         let mut refused = false;
         for (d, &status) in chunk.iter().zip(statuses) {
             match status {
-                Status::NotReady | Status::PartitionMoved => refused = true,
+                s if refusal_is_transient(s) => refused = true,
                 Status::Success => {
                     self.owed.dones.remove(&d.partition);
                 }
