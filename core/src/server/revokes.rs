@@ -74,8 +74,10 @@ pub(super) struct Revoked {
     /// A grant the word makes may be recorded as cached.
     pub(super) cached: bool,
     /// The request asked for a cached grant on a contended lock (`manager::contention`): a
-    /// grant the word makes is recorded plain, and its holder told: `CommandResult::plain` at
-    /// protocol 8, else a revoke for it at once (`send_contended_notice`).
+    /// grant the word makes counts as a contended grant (`Counter::ContendedGrants`). Whether
+    /// the holder is told its grant is plain does not read it: every cacheable request not
+    /// recorded cached is (`CommandResult::plain` at protocol 8, else a revoke for it at once,
+    /// `send_contended_notice`), an atomic takeover or a fair preemption too.
     pub(super) contended: bool,
     /// Someone wants the lock already (`Verdict::wanted`): a cached grant's minimum hold
     /// ends in a retry of the parked requests, which revokes it.
