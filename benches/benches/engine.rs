@@ -3,13 +3,20 @@
 //! read, two written, all or nothing), with row-group caching off and on, once with 90 % of each
 //! client's keys in a range of its own (the affinity a partitioned engine has; only that range is
 //! cached) and once with no affinity (every key drawn from the whole table, every key cached, so
-//! every lock is contended). Each run reports transactions per second (per transport too) and
-//! the server's data messages per transaction (lock, unlock, give-back and downgrade messages:
-//! nothing else is sent), the revokes it sent and the waits it parked (each slice of a sliced
-//! wait counts) per transaction, and each client thread's own CPU time per transaction it tried
-//! (µs, `RUSAGE_THREAD`, per transport: robust to a shared machine where a rate is not). Off
-//! and on runs alternate,
-//! three of each, and the median is printed: the machine this runs on is shared and noisy.
+//! every lock is contended). Each run starts a fresh server, whose keys all start never fought
+//! over, so the same clients first run a warm-up (1 s, 0.5 s with `quick`) before the counters
+//! and the clock start: the figures are the steady state's, and the cold start is printed
+//! beside them rather than mixed in (`warm tx/s`, and `warm holds`, the warm-up's requests that
+//! met a minimum hold: with one, every key's first cached grant keeps it, since no conflict
+//! on the key has shown it is wanted yet, `manager::contention::hold_ms`). Each run reports
+//! transactions per second (per transport too) and the server's data messages per transaction
+//! (lock, unlock, give-back and downgrade messages: nothing else is sent), the revokes it sent,
+//! the waits it parked (each slice of a sliced wait counts) and the requests that met a
+//! conflicting cached grant inside its minimum hold (`holds/tx`, the server's
+//! `min_hold_conflicts`) per transaction, and each client thread's own CPU time per
+//! transaction it tried (µs, `RUSAGE_THREAD`, per transport: robust to a shared machine where
+//! a rate is not; so are the counts). Off and on runs alternate, three of each, and the median
+//! is printed: the machine this runs on is shared and noisy.
 //!
 //! Beside it, in the same run, the revoke round trip — a conflicting request, the cached holder
 //! told by an event, its give-back, the grant to the waiter — against a plain hand-off — the
@@ -26,7 +33,7 @@
 //! measure.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::{Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -90,8 +97,9 @@ fn client(s: &EmbeddedServer, t: Transport) -> Client {
     Client::connect(ClientConfig::new(endpoint)).expect("connect")
 }
 
-/// The server's data messages, revokes sent, and waits parked so far.
-fn counters(s: &EmbeddedServer) -> [u64; 3] {
+/// The server's data messages, revokes sent, waits parked, and requests that met a minimum
+/// hold (`min_hold_conflicts`) so far.
+fn counters(s: &EmbeddedServer) -> [u64; 4] {
     let stats = read_server_stats(&s.endpoint(), Duration::from_secs(5)).expect("stats");
     let get = |name| {
         stats
@@ -99,69 +107,128 @@ fn counters(s: &EmbeddedServer) -> [u64; 3] {
             .find(|(n, _)| *n == name)
             .map_or(0, |&(_, v)| v)
     };
-    [get("data_messages"), get("revokes_sent"), get("waits")]
+    [
+        get("data_messages"),
+        get("revokes_sent"),
+        get("waits"),
+        get("min_hold_conflicts"),
+    ]
 }
 
-/// One engine client's loop until `deadline`: committed and aborted transactions, and the CPU
-/// seconds its thread spent in the loop (user + system, `RUSAGE_THREAD`): unlike a rate, the
+/// What one engine client did in one phase of a run: committed and aborted transactions, and
+/// the CPU seconds its thread spent (user + system, `RUSAGE_THREAD`): unlike a rate, the
 /// client's own cost per transaction does not move with what the machine's other users do.
-fn engine_client(
-    s: &EmbeddedServer,
-    t: Transport,
+type Phase = (u64, u64, f64);
+
+/// One engine client: its row-group locks and its key generator.
+struct EngineClient {
+    locks: RowGroupLocks,
+    rng: Rng,
     w: usize,
-    workers: usize,
-    cached: bool,
+    own: u64,
     affinity: bool,
-    deadline: Instant,
-) -> (u64, u64, f64) {
-    let cfg = RowGroupConfig::DEFAULT.with_cached(cached);
-    let mut locks = RowGroupLocks::new(client(s, t), cfg).expect("row-group locks");
-    let own = GROUPS / workers as u64;
-    let range = w as u64 * own..(w as u64 + 1) * own;
-    if affinity {
-        locks.set_cache_filter(move |k| range.contains(&k.group));
-    }
-    let mut rng = Rng(0x9E37_79B9 ^ ((w as u64 + 1) * 0x1234_5678_9ABC));
-    let (mut committed, mut aborted) = (0, 0);
-    let cpu0 = cpu_s(libc::RUSAGE_THREAD);
-    while Instant::now() < deadline {
-        let mut keys = [(RowGroup::new(0, 0), Mode::Shared); 5];
-        for (i, k) in keys.iter_mut().enumerate() {
-            let group = if affinity && !rng.next().is_multiple_of(10) {
-                w as u64 * own + rng.next() % own
-            } else {
-                rng.next() % GROUPS
-            };
-            let key = RowGroup::new(rng.next() as u32 % TABLES, group);
-            *k = (key, if i < 3 { Mode::Shared } else { Mode::Exclusive });
-        }
-        locks.keep_leases(Instant::now()).expect("leases");
-        let mut txn = locks.begin();
-        match txn.acquire(&keys, AcquireOptions::wait(WAIT).all_or_nothing()) {
-            Ok(()) => {
-                txn.commit().expect("commit");
-                committed += 1;
-            }
-            Err(Status::Etimeout | Status::Fail | Status::Einval) => {
-                txn.abort().expect("abort");
-                aborted += 1;
-            }
-            Err(e) => panic!("acquire: {e}"),
-        }
-    }
-    (committed, aborted, cpu_s(libc::RUSAGE_THREAD) - cpu0)
 }
 
-/// One workload run: (transactions/s over TCP, over shared memory, all; messages/transaction;
-/// aborted share; revokes/transaction; parked waits/transaction; client CPU µs/transaction over
-/// TCP, over shared memory).
-fn workload(timing: Timing, cached: bool, affinity: bool, secs: f64) -> [f64; 9] {
+impl EngineClient {
+    fn new(
+        s: &EmbeddedServer,
+        t: Transport,
+        w: usize,
+        workers: usize,
+        cached: bool,
+        affinity: bool,
+    ) -> Self {
+        let cfg = RowGroupConfig::DEFAULT.with_cached(cached);
+        let mut locks = RowGroupLocks::new(client(s, t), cfg).expect("row-group locks");
+        let own = GROUPS / workers as u64;
+        let range = w as u64 * own..(w as u64 + 1) * own;
+        if affinity {
+            locks.set_cache_filter(move |k| range.contains(&k.group));
+        }
+        let rng = Rng(0x9E37_79B9 ^ ((w as u64 + 1) * 0x1234_5678_9ABC));
+        EngineClient {
+            locks,
+            rng,
+            w,
+            own,
+            affinity,
+        }
+    }
+
+    /// Runs transactions until `deadline`.
+    fn run(&mut self, deadline: Instant) -> Phase {
+        let (w, own, affinity) = (self.w as u64, self.own, self.affinity);
+        let (mut committed, mut aborted) = (0, 0);
+        let cpu0 = cpu_s(libc::RUSAGE_THREAD);
+        while Instant::now() < deadline {
+            let mut keys = [(RowGroup::new(0, 0), Mode::Shared); 5];
+            for (i, k) in keys.iter_mut().enumerate() {
+                let group = if affinity && !self.rng.next().is_multiple_of(10) {
+                    w * own + self.rng.next() % own
+                } else {
+                    self.rng.next() % GROUPS
+                };
+                let key = RowGroup::new(self.rng.next() as u32 % TABLES, group);
+                *k = (key, if i < 3 { Mode::Shared } else { Mode::Exclusive });
+            }
+            self.locks.keep_leases(Instant::now()).expect("leases");
+            let mut txn = self.locks.begin();
+            match txn.acquire(&keys, AcquireOptions::wait(WAIT).all_or_nothing()) {
+                Ok(()) => {
+                    txn.commit().expect("commit");
+                    committed += 1;
+                }
+                Err(Status::Etimeout | Status::Fail | Status::Einval) => {
+                    txn.abort().expect("abort");
+                    aborted += 1;
+                }
+                Err(e) => panic!("acquire: {e}"),
+            }
+        }
+        (committed, aborted, cpu_s(libc::RUSAGE_THREAD) - cpu0)
+    }
+}
+
+/// One workload run's figures, in steady state (after the warm-up) unless named cold.
+#[derive(Clone, Copy)]
+struct Run {
+    /// Committed transactions per second over TCP, over shared memory, and all.
+    tcp: f64,
+    shm: f64,
+    all: f64,
+    /// Per transaction tried: data messages, revokes sent, waits parked, and requests that met
+    /// a minimum hold.
+    msgs: f64,
+    revokes: f64,
+    waits: f64,
+    holds: f64,
+    /// Requests that met a minimum hold (a count: one in a whole run is below what `holds`
+    /// prints).
+    hold_count: u64,
+    /// The share of transactions aborted.
+    aborted: f64,
+    /// Client CPU µs per transaction tried, over TCP and over shared memory.
+    cpu_tcp: f64,
+    cpu_shm: f64,
+    /// The warm-up: committed transactions per second (all), and the requests that met a
+    /// minimum hold (a count).
+    cold_all: f64,
+    cold_holds: u64,
+}
+
+/// One workload run on a fresh server: the same clients first run for `warm_secs` (the cold
+/// start: every key starts never fought over), then stop together while the counters are
+/// read, then run for `secs`, whose figures are the steady state.
+fn workload(timing: Timing, cached: bool, affinity: bool, warm_secs: f64, secs: f64) -> Run {
     let s = server(timing);
     let workers = TCP_CLIENTS + 1;
-    let before = counters(&s);
-    let deadline = Instant::now() + Duration::from_secs_f64(secs);
-    let start = Instant::now();
-    let results: Vec<(Transport, (u64, u64, f64))> = thread::scope(|scope| {
+    let at_start = counters(&s);
+    // Every client and this thread meet twice between the phases: once when the warm-up is
+    // over (no transaction in flight), once when the counters have been read.
+    let turn = Barrier::new(workers + 1);
+    let warm_until = Instant::now() + Duration::from_secs_f64(warm_secs);
+    let warm_start = Instant::now();
+    let (results, warmed, start, warm_elapsed) = thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
                 let t = if w < TCP_CLIENTS {
@@ -169,54 +236,64 @@ fn workload(timing: Timing, cached: bool, affinity: bool, secs: f64) -> [f64; 9]
                 } else {
                     Transport::Shm
                 };
-                let s = &s;
-                let h = scope
-                    .spawn(move || engine_client(s, t, w, workers, cached, affinity, deadline));
+                let (s, turn) = (&s, &turn);
+                let h = scope.spawn(move || {
+                    let mut c = EngineClient::new(s, t, w, workers, cached, affinity);
+                    let cold = c.run(warm_until);
+                    turn.wait();
+                    turn.wait();
+                    let steady = c.run(Instant::now() + Duration::from_secs_f64(secs));
+                    (cold, steady)
+                });
                 (t, h)
             })
             .collect();
-        handles
+        turn.wait();
+        let warm_elapsed = warm_start.elapsed().as_secs_f64();
+        let warmed = counters(&s);
+        turn.wait();
+        let start = Instant::now();
+        let results: Vec<(Transport, (Phase, Phase))> = handles
             .into_iter()
             .map(|(t, h)| (t, h.join().expect("engine client")))
-            .collect()
+            .collect();
+        (results, warmed, start, warm_elapsed)
     });
     let elapsed = start.elapsed().as_secs_f64();
     let after = counters(&s);
-    let [messages, revokes, waits] = [0, 1, 2].map(|i| after[i] - before[i]);
+    let [messages, revokes, waits, holds] = [0, 1, 2, 3].map(|i| after[i] - warmed[i]);
     s.shutdown();
-    let sum = |f: &dyn Fn(Transport) -> bool| -> u64 {
+    let steady = |t: Transport| {
         results
             .iter()
-            .filter(|(t, _)| f(*t))
-            .map(|(_, (c, _, _))| c)
-            .sum()
+            .filter(move |(x, _)| *x == t)
+            .map(|(_, r)| r.1)
     };
-    let (tcp, shm, all) = (
-        sum(&|t| t == Transport::Tcp),
-        sum(&|t| t == Transport::Shm),
-        sum(&|_| true),
-    );
-    let aborted: u64 = results.iter().map(|(_, (_, a, _))| a).sum();
-    let done = (all + aborted).max(1) as f64;
+    let committed = |t: Transport| steady(t).map(|(c, _, _)| c).sum::<u64>();
+    let (tcp, shm) = (committed(Transport::Tcp), committed(Transport::Shm));
+    let aborted: u64 = results.iter().map(|(_, r)| r.1.1).sum();
+    let done = (tcp + shm + aborted).max(1) as f64;
     // Client CPU per transaction tried (committed or aborted: an abort costs the client too).
     let cpu_us = |t: Transport| {
-        let (mut cpu, mut tried) = (0.0, 0);
-        for (_, (c, a, s)) in results.iter().filter(|(x, _)| *x == t) {
-            (cpu, tried) = (cpu + s, tried + c + a);
-        }
+        let (cpu, tried) = steady(t).fold((0.0, 0), |(cpu, n), (c, a, s)| (cpu + s, n + c + a));
         cpu * 1e6 / tried.max(1) as f64
     };
-    [
-        tcp as f64 / elapsed,
-        shm as f64 / elapsed,
-        all as f64 / elapsed,
-        messages as f64 / done,
-        aborted as f64 / done,
-        revokes as f64 / done,
-        waits as f64 / done,
-        cpu_us(Transport::Tcp),
-        cpu_us(Transport::Shm),
-    ]
+    let cold_committed: u64 = results.iter().map(|(_, r)| r.0.0).sum();
+    Run {
+        tcp: tcp as f64 / elapsed,
+        shm: shm as f64 / elapsed,
+        all: (tcp + shm) as f64 / elapsed,
+        msgs: messages as f64 / done,
+        revokes: revokes as f64 / done,
+        waits: waits as f64 / done,
+        holds: holds as f64 / done,
+        hold_count: holds,
+        aborted: aborted as f64 / done,
+        cpu_tcp: cpu_us(Transport::Tcp),
+        cpu_shm: cpu_us(Transport::Shm),
+        cold_all: cold_committed as f64 / warm_elapsed,
+        cold_holds: warmed[3] - at_start[3],
+    }
 }
 
 /// Spins on `c`'s events until a revoke arrives.
@@ -311,14 +388,25 @@ fn load_average() -> String {
 
 /// `profile=on|off`: the no-affinity workload alone, caching on or off, run once, so that a
 /// profiler attached to the whole process (`perf record`) sees one path and not both mixed.
-fn profile(timing: Timing, cached: bool, secs: f64) {
-    let [tcp, shm, all, msgs, _, revokes, waits, cpu_tcp, cpu_shm] =
-        workload(timing, cached, false, secs * 3.0);
+fn profile(timing: Timing, cached: bool, warm_secs: f64, secs: f64) {
+    let r = workload(timing, cached, false, warm_secs, secs * 3.0);
     println!(
-        "no affinity, caching {}: tx/s {all:.0} (TCP {tcp:.0}, shm {shm:.0}), msgs/tx {msgs:.2}, \
-         revokes/tx {revokes:.3}, waits/tx {waits:.3}, client CPU µs/tx TCP {cpu_tcp:.1} shm \
-         {cpu_shm:.1}",
+        "no affinity, caching {}: tx/s {:.0} (TCP {:.0}, shm {:.0}), msgs/tx {:.2}, revokes/tx \
+         {:.3}, waits/tx {:.3}, hold-waits/tx {:.4} ({}), client CPU µs/tx TCP {:.1} shm {:.1}; \
+         warm-up tx/s {:.0}, hold-waits {}",
         if cached { "on" } else { "off" },
+        r.all,
+        r.tcp,
+        r.shm,
+        r.msgs,
+        r.revokes,
+        r.waits,
+        r.holds,
+        r.hold_count,
+        r.cpu_tcp,
+        r.cpu_shm,
+        r.cold_all,
+        r.cold_holds,
     );
 }
 
@@ -336,15 +424,19 @@ fn main() {
         contention_window_ms: ms("contention-window=").unwrap_or(d.contention_window_ms),
         ..d
     };
-    let (secs, rounds) = if quick { (1.0, 50) } else { (3.0, 300) };
+    let (warm_secs, secs, rounds) = if quick {
+        (0.5, 1.0, 50)
+    } else {
+        (1.0, 3.0, 300)
+    };
     if let Some(caching) = args.iter().find_map(|a| a.strip_prefix("profile=")) {
-        return profile(timing, caching == "on", secs);
+        return profile(timing, caching == "on", warm_secs, secs);
     }
     println!(
         "engine workload: {TCP_CLIENTS} clients over TCP + 1 over shared memory, 5 row groups \
          per transaction (3 read, 2 written, all or nothing, wait {} ms), {} keys, \
-         min hold {} ms, contention window {} ms, median of {REPEATS} runs of {secs} s, off and \
-         on alternating; load average {}",
+         min hold {} ms, contention window {} ms, median of {REPEATS} runs of {secs} s after a \
+         {warm_secs}-s warm-up, off and on alternating; load average {}",
         WAIT.as_millis(),
         u64::from(TABLES) * GROUPS,
         timing.min_hold_ms,
@@ -352,7 +444,7 @@ fn main() {
         load_average(),
     );
     println!(
-        "{:<12} {:<9} {:>10} {:>10} {:>10} {:>9} {:>10} {:>8} {:>8} {:>7} {:>8} {:>8}",
+        "{:<12} {:<9} {:>10} {:>10} {:>10} {:>9} {:>10} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10}",
         "affinity",
         "caching",
         "tx/s all",
@@ -364,7 +456,11 @@ fn main() {
         "aborted",
         "on/off",
         "cpu TCP",
-        "cpu shm"
+        "cpu shm",
+        "holds/tx",
+        "holds",
+        "warm tx/s",
+        "warm holds"
     );
     for affinity in [true, false] {
         // Off and on alternate, `REPEATS` runs each, and each line is the run with the median
@@ -372,36 +468,39 @@ fn main() {
         let mut runs = [Vec::new(), Vec::new()];
         for _ in 0..REPEATS {
             for cached in [false, true] {
-                runs[usize::from(cached)].push(workload(timing, cached, affinity, secs));
+                let run = workload(timing, cached, affinity, warm_secs, secs);
+                runs[usize::from(cached)].push(run);
             }
         }
         let mut off_all = 0.0;
         for cached in [false, true] {
             let r = &mut runs[usize::from(cached)];
-            r.sort_by(|a, b| a[2].total_cmp(&b[2]));
-            let [
-                tcp,
-                shm,
-                all,
-                msgs,
-                aborted,
-                revokes,
-                waits,
-                cpu_tcp,
-                cpu_shm,
-            ] = r[r.len() / 2];
+            r.sort_by(|a, b| a.all.total_cmp(&b.all));
+            let r = r[r.len() / 2];
             let ratio = match cached {
                 false => {
-                    off_all = all;
+                    off_all = r.all;
                     String::new()
                 }
-                true => format!("{:.2}", all / off_all.max(f64::MIN_POSITIVE)),
+                true => format!("{:.2}", r.all / f64::max(off_all, f64::MIN_POSITIVE)),
             };
             println!(
-                "{:<12} {:<9} {all:>10.0} {tcp:>10.0} {shm:>10.0} {msgs:>9.2} {revokes:>10.3} {waits:>8.3} {:>7.1}% {ratio:>7} {cpu_tcp:>8.1} {cpu_shm:>8.1}",
+                "{:<12} {:<9} {:>10.0} {:>10.0} {:>10.0} {:>9.2} {:>10.3} {:>8.3} {:>7.1}% {ratio:>7} {:>8.1} {:>8.1} {:>8.4} {:>9} {:>10.0} {:>10}",
                 if affinity { "90 % own" } else { "none" },
                 if cached { "on" } else { "off" },
-                aborted * 100.0,
+                r.all,
+                r.tcp,
+                r.shm,
+                r.msgs,
+                r.revokes,
+                r.waits,
+                r.aborted * 100.0,
+                r.cpu_tcp,
+                r.cpu_shm,
+                r.holds,
+                r.hold_count,
+                r.cold_all,
+                r.cold_holds,
             );
         }
     }

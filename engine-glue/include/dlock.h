@@ -176,7 +176,8 @@ typedef enum debug_stats_code {
     DEBUG_STATS_RECLAIM_UNTRACKED = 66,        /* cluster: recovering partitions that wait for their grace end (gauge) */
     DEBUG_STATS_RECLAIM_DONE_MESSAGES = 67,    /* cluster: ReclaimDone and ReclaimDones messages taken */
     DEBUG_STATS_CONTENDED_GRANTS = 68,         /* grants made plain to cacheable requests on contended locks */
-    DEBUG_STATS_MAX = 69
+    DEBUG_STATS_MIN_HOLD_CONFLICTS = 69,       /* acquisitions that met a cached grant inside its minimum hold */
+    DEBUG_STATS_MAX = 70
 } debug_stats_code_t;
 
 /* ---------------------------------------------------------------------------------------- */

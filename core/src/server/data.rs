@@ -73,6 +73,10 @@ pub(super) struct Note {
     /// A holder's grant lapsed before the word step: released for good, even if an
     /// all-or-nothing message undoes the command itself.
     pub(super) lapsed: bool,
+    /// The acquisition met a conflicting cached grant inside its minimum hold (`revokes.rs`):
+    /// the caller counts it in `Counter::MinHoldConflicts`, once per request (a parked
+    /// request's retries only if its earlier attempts did not meet one, `waiters.rs`).
+    pub(super) met_hold: bool,
 }
 
 /// Per-message scratch: undo records and fair locks whose other holders were preempted.
@@ -272,6 +276,7 @@ impl<'r> Server<'r> {
                 }
                 Command::Lock(c) => {
                     let (r, note) = self.lock_command(slot, me, &c, block(i).as_ref(), now_ms);
+                    self.count_min_hold(note);
                     if note.fair_preempted {
                         self.forget_preempted_holders(c.lock, slot);
                     }
@@ -346,6 +351,7 @@ impl<'r> Server<'r> {
             let written = block(i);
             let (out, note) =
                 self.lock_command_with(slot, me, &c, written.as_ref(), now_ms, record);
+            self.count_min_hold(note);
             if note.lapsed {
                 lapsed[lapsed_len] = c.lock;
                 lapsed_len += 1;
@@ -489,6 +495,7 @@ impl<'r> Server<'r> {
         let mut note = Note {
             released: revoked.lapsed,
             lapsed: revoked.lapsed,
+            met_hold: revoked.held,
             ..Note::default()
         };
         let aux = match step.effect {

@@ -8,7 +8,7 @@
 //! | holder's action   | what the server does here                                                   |
 //! |-------------------|-----------------------------------------------------------------------------|
 //! | `Revoke`          | marks the grant revoking (`with_revoke_sent`: at most one outstanding per holder and lock), writes a revoke into the holder's event ring, stamps the lock's `revoke_sent_ms`, and cuts the holder's parked wait short if it asked (below) |
-//! | `RevokeAt(due)`   | nothing now; `due` becomes the lock's `retry_at_ms`, so a parked request is retried when the minimum hold ends (and sends the revoke then; a grant made less than two contention windows after the lock's `contended_ms` has none, `manager::contention::hold_ms`, and is revoked at once); a request that does not wait leaves the revoke due there (`deferred_revoke`), and the server's timer sends it ([`Server::poll_waiters`]) |
+//! | `RevokeAt(due)`   | nothing now; `due` becomes the lock's `retry_at_ms`, so a parked request is retried when the minimum hold ends (and sends the revoke then; a grant made less than two contention windows after the lock's `contended_ms` has none, `manager::contention::hold_ms`, and is revoked at once); a request that does not wait leaves the revoke due there (`deferred_revoke`), and the server's timer sends it ([`Server::poll_waiters`]); the request is counted in `min_hold_conflicts` (once per request, not per retry or timer pass) |
 //! | `AwaitGiveBack`   | nothing now; the lapse time becomes the lock's `retry_at_ms`                 |
 //! | `Lapse`           | releases the grant as an expired lease would (`release_grant`, which invalidates an exclusive holder's value block; the command's caller retries the lock's waiters after it, never inside it) |
 //! | `Blocks`, on a contended lock | cuts the holder's parked wait short if it asked, as a revoke would (below) |
@@ -84,6 +84,10 @@ pub(super) struct Revoked {
     pub(super) wanted: bool,
     /// A holder's grant lapsed and was released: the lock's waiters may now get it.
     pub(super) lapsed: bool,
+    /// A conflicting cached holder is still inside its minimum hold (`RevokeAt`): the request
+    /// is refused or parked until the hold ends (`Counter::MinHoldConflicts`, which the
+    /// callers count once per request: `Server::count_min_hold`).
+    pub(super) held: bool,
 }
 
 impl Server<'_> {
@@ -158,6 +162,7 @@ impl Server<'_> {
         let cell: LockManagerCell = self.t.lock_manager[lock as usize];
         let contended = contended(&timing, cell.contended_ms, now_ms);
         let (mut verdict, mut lapsed, mut cached_left) = (Verdict::NONE, false, false);
+        let mut held = false;
         // A revoke sent now lapses at `now + timeout`: a parked request is retried then.
         let mut lapses_ms = u64::MAX;
         // The earliest minimum hold that ends before a holder may be revoked.
@@ -200,6 +205,7 @@ impl Server<'_> {
                 HolderAction::RevokeAt { due_ms: at } => {
                     due_ms = due_ms.min(at);
                     cached_left = true;
+                    held = true;
                 }
                 // A plain holder of a contended lock may hold a contended grant whose notice it
                 // has not read, being parked on another lock: it is woken as a revoke would
@@ -232,6 +238,7 @@ impl Server<'_> {
             wanted: cached && verdict.wanted(req),
             contended: false,
             lapsed,
+            held,
         }
     }
 
@@ -365,6 +372,16 @@ impl Server<'_> {
             m.retry_at_ms = hold_end;
             // The waiters' timer looks again no later than that.
             self.next_timer_ms = self.next_timer_ms.min(hold_end);
+        }
+    }
+
+    /// Counts a request's first attempt that met a conflicting cached grant inside its
+    /// minimum hold (`Counter::MinHoldConflicts`). A parked request's retries are counted by
+    /// `retry_waiter` instead, only if none of its attempts before met one.
+    #[inline]
+    pub(super) fn count_min_hold(&mut self, note: super::data::Note) {
+        if note.met_hold {
+            self.stats.bump(Counter::MinHoldConflicts);
         }
     }
 

@@ -170,6 +170,14 @@ pub enum Counter {
     /// over within the contention window (`manager::contention`): each is told so in its
     /// result (protocol 8) or by a revoke notice (older clients).
     ContendedGrants,
+    /// Acquisitions that found a conflicting cached grant still inside its minimum hold
+    /// (`manager::revoke`'s `RevokeAt`), so were refused or parked until the hold ends rather
+    /// than revoking it: one per request that met a hold, however many holders it met and
+    /// whether it was parked or refused — a parked request is counted at the first of its
+    /// attempts that met one, not again at its later retries, and the timer that sends the
+    /// revokes a refused request left due counts nothing. Each retry a client sends itself
+    /// is a request of its own. With a minimum hold of 0 it stays 0.
+    MinHoldConflicts,
 }
 
 impl Counter {
@@ -222,7 +230,7 @@ impl Counter {
     }
 
     /// Number of counters.
-    pub const COUNT: usize = Counter::ContendedGrants as usize + 1;
+    pub const COUNT: usize = Counter::MinHoldConflicts as usize + 1;
 
     /// Every counter, in index order.
     pub const ALL: [Counter; Self::COUNT] = [
@@ -295,6 +303,7 @@ impl Counter {
         Counter::ReclaimUntracked,
         Counter::ReclaimDoneMessages,
         Counter::ContendedGrants,
+        Counter::MinHoldConflicts,
     ];
 
     /// A stable snake-case name for printing.
@@ -369,6 +378,7 @@ impl Counter {
             Counter::ReclaimUntracked => "reclaim_untracked",
             Counter::ReclaimDoneMessages => "reclaim_done_messages",
             Counter::ContendedGrants => "contended_grants",
+            Counter::MinHoldConflicts => "min_hold_conflicts",
         }
     }
 }

@@ -100,6 +100,11 @@ const WAITER_LOCK_FLAGS_SHIFT: u32 = 24;
 /// ([`CommandResult::plain`]), which its late reply says. The waiter keeps its size.
 const WAITER_PLAIN_GRANT: u32 = 1 << 23;
 
+/// In [`Waiter::flags`], below [`WAITER_PLAIN_GRANT`]: an attempt of the parked request met a
+/// cached grant inside its minimum hold and was counted (`Counter::MinHoldConflicts`), so its
+/// later retries are not counted again.
+const WAITER_MET_HOLD: u32 = 1 << 22;
+
 /// The lock flags a parked request was sent with (a zeroed or corrupted byte reads as none).
 #[inline]
 pub(super) fn waiter_lock_flags(flags: u32) -> LockFlags {
@@ -157,6 +162,7 @@ impl<'r> Server<'r> {
             None => *c,
         };
         let (r, note) = self.lock_command(slot, me, &tried, None, now_ms);
+        self.count_min_hold(note);
         if note.fair_preempted {
             self.forget_preempted_holders(c.lock, slot);
         }
@@ -188,7 +194,9 @@ impl<'r> Server<'r> {
             client: me.get(),
             // The header's flags use the low bits; the command's lock flags ride in the top
             // byte, for the late grant and its value trailer.
-            flags: meta.flags | u32::from(c.flags.bits()) << WAITER_LOCK_FLAGS_SHIFT,
+            flags: meta.flags
+                | u32::from(c.flags.bits()) << WAITER_LOCK_FLAGS_SHIFT
+                | if note.met_hold { WAITER_MET_HOLD } else { 0 },
             message_id: meta.message_id,
             tx: ticket.exclusive,
             ts: ticket.shared,
@@ -266,6 +274,11 @@ impl<'r> Server<'r> {
             flags: waiter_lock_flags(waiter.flags),
         };
         let (r, note) = self.lock_command(w, me, &c, None, now_ms);
+        if note.met_hold && waiter.flags & WAITER_MET_HOLD == 0 {
+            // The first of its attempts that met a minimum hold: counted once.
+            self.stats.bump(Counter::MinHoldConflicts);
+            self.t.waiters[w as usize].flags |= WAITER_MET_HOLD;
+        }
         if note.fair_preempted {
             self.forget_preempted_holders(c.lock, w);
         }
@@ -484,7 +497,8 @@ impl<'r> Server<'r> {
                     count: 1,
                     message_id: waiter.message_id,
                     client: waiter.client,
-                    flags: waiter.flags & !(0xFF << WAITER_LOCK_FLAGS_SHIFT | WAITER_PLAIN_GRANT),
+                    flags: waiter.flags
+                        & !(0xFF << WAITER_LOCK_FLAGS_SHIFT | WAITER_PLAIN_GRANT | WAITER_MET_HOLD),
                 },
                 command,
                 result,

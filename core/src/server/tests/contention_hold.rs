@@ -67,6 +67,11 @@ fn a_cached_grant_within_two_windows_of_a_conflict_is_revoked_inside_the_hold() 
         };
         assert_eq!(events(&s, b), vec![revoke], "{granted}");
         assert_eq!(s.stats().get(Counter::RevokesSent), 2, "{granted}");
+        assert_eq!(
+            s.stats().get(Counter::MinHoldConflicts),
+            0,
+            "no hold was met"
+        );
     }
 }
 
@@ -117,4 +122,50 @@ fn a_waiter_is_retried_at_once_for_a_cached_grant_without_a_hold() {
     };
     assert_eq!(events(&s, c), vec![revoke]);
     assert_eq!(s.replies(), vec![], "b waits for both give-backs");
+}
+
+#[test]
+fn each_request_that_meets_a_minimum_hold_is_counted_once() {
+    // A lock never fought over: a's cached grant at 1 keeps its hold until 6.
+    let (mut s, [(a, la), (b, lb), _]) = three_clients();
+    assert_eq!(s.run(a, cmd(EX, la, CACHE), 1).status, Status::Success);
+    let met = |s: &TestServer| s.stats().get(Counter::MinHoldConflicts);
+    // Two trylocks inside the hold, refused: two requests that met it (a client's own retry
+    // is a request of its own).
+    assert_eq!(s.run(b, cmd(EX, lb, CACHE), 2).status, Status::Fail);
+    assert_eq!(met(&s), 1);
+    assert_eq!(s.run(b, cmd(EX, lb, CACHE), 3).status, Status::Fail);
+    assert_eq!(met(&s), 2);
+    // The timer sends the revoke the trylocks left due, and counts nothing.
+    s.poll_waiters(1 + HOLD_MS);
+    assert_eq!(events(&s, a).len(), 1, "the deferred revoke");
+    assert_eq!(met(&s), 2);
+    // A request after the hold waits for the give-back, not for a hold.
+    assert_eq!(
+        s.run(b, cmd(EX, lb, CACHE), 2 + HOLD_MS).status,
+        Status::Fail
+    );
+    assert_eq!(met(&s), 2);
+}
+
+#[test]
+fn a_parked_request_that_meets_a_minimum_hold_again_at_its_retries_is_counted_once() {
+    // a and c cache shared at 1 and 2: both holds run until 7 (the lock's latest grant).
+    let (mut s, [(a, la), (b, lb), (c, lc)]) = three_clients();
+    assert_eq!(s.run(a, cmd(SH, la, CACHE), 1).status, Status::Success);
+    assert_eq!(s.run(c, cmd(SH, lc, CACHE), 2).status, Status::Success);
+    assert_eq!(hold(&s, c, lc), GrantState::SharedCached);
+    let met = |s: &TestServer| s.stats().get(Counter::MinHoldConflicts);
+    // b's exclusive wait meets both holds: one request, counted once.
+    assert_eq!(s.wait_for(b, waiting(cmd(EX, lb, PLAIN), 50_000), 3), None);
+    assert_eq!(met(&s), 1);
+    // c's unlock retries b, which meets a's hold again: not counted again.
+    let unlock = cmd(LockOp::UnlockShared, lc, PLAIN);
+    assert_eq!(s.run(c, unlock, 4).status, Status::Success);
+    assert_eq!(s.replies(), vec![], "b still waits");
+    assert_eq!(met(&s), 1);
+    // The hold's end retries b, which revokes a's grant: no hold met.
+    s.poll_waiters(2 + HOLD_MS);
+    assert_eq!(events(&s, a).len(), 1, "revoked when the hold ends");
+    assert_eq!(met(&s), 1);
 }
