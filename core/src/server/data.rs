@@ -34,7 +34,7 @@ use crate::manager::value::ValueRead;
 use crate::manager::{GrantState, LockValue, ValueBlock};
 use crate::proto::{
     Command, CommandResult, FLAG_ALL_OR_NOTHING, LockCommand, LockFlags, LockOp, ObjectCommand,
-    ObjectOp, PROTO_VERSION, PROTO_VERSION_PLAIN_GRANTS,
+    ObjectOp, PROTO_VERSION,
 };
 use crate::status::Status;
 use crate::table::SlotState;
@@ -375,10 +375,7 @@ impl<'r> Server<'r> {
                     if revoked.contended {
                         self.stats.bump(Counter::ContendedGrants);
                     }
-                    match self.t.clients[slot as usize].version >= PROTO_VERSION_PLAIN_GRANTS {
-                        true => plain = true,
-                        false => self.send_contended_notice(slot, lock),
-                    }
+                    plain = self.tell_plain_grant(slot, lock);
                 }
                 self.stats.bump(Counter::Grants);
                 if preempted {
