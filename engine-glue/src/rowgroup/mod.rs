@@ -76,6 +76,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use dlock_core::config::BATCH_MAX;
+use dlock_core::manager::cache::ServerOp;
 use dlock_core::manager::{CachedLock, Demotion, Payback};
 use dlock_core::{ClientId, Config, FencingToken, LockId, Mode, Status};
 use dlock_transport::client::link::Link;
@@ -235,12 +236,13 @@ struct Held {
     rec: CachedLock,
     /// A downgrade a revoke asked for during the transaction that the server did not answer:
     /// sent again at its end.
-    owed: Option<dlock_core::manager::cache::ServerOp>,
+    owed: Option<ServerOp>,
     /// Its transaction outlived a revoke by the lease: warned once.
     warned: bool,
-    /// Asked for cached, granted plain (a contended lock, protocol 8): never cached, its
-    /// unlock rides the transaction's batch unlock (`cache.rs`).
-    plain: bool,
+    /// Never cached, decided when it was taken: granted plain though asked for cached (a
+    /// contended lock, protocol 8), or of a key caching does not keep (`caches`). Its unlock
+    /// rides the transaction's batch unlock (`cache.rs`).
+    never_cached: bool,
 }
 
 /// One worker's row-group locks: owns its client, one transaction open at a time. The client
@@ -262,17 +264,19 @@ pub struct RowGroupLocks<C: Connection = Link> {
     on_lost: Option<OnLost>,
     /// The current call's keys, sorted; kept to reuse its allocation.
     todo: Vec<acquire::Want>,
+    /// The current call's held readers that become writers, with their records after (`plan`);
+    /// kept to reuse its allocation.
+    writers: Vec<(usize, CachedLock)>,
     /// Grants kept after their transaction ended (`cache.rs`), by key.
     cache: KeyMap<RowGroup, cache::Cached>,
     /// The key of each resolved name's lock id, to find a revoked lock's key in one look.
     ids: KeyMap<LockId, RowGroup>,
     /// Cached keys with a give-back or downgrade the server did not answer (`cache.rs`).
     owed: Vec<RowGroup>,
-    /// A revoke reached a key of the open transaction: its users may outlive it, so each look
-    /// checks for an overdue one (`cache.rs`).
-    held_revoked: bool,
     /// Events read off the connection (kept for its capacity).
     events: Vec<dlock_core::proto::Event>,
+    /// The give-backs an overflow asks of cached keys (kept for its capacity, `cache.rs`).
+    overflowed: Vec<(RowGroup, ServerOp)>,
     /// Keys taken from the cache, with no message.
     cache_hits: u64,
     /// Which keys are cached (`None`: every key).
@@ -320,11 +324,12 @@ impl<C: Connection> RowGroupLocks<C> {
             renewed_at: Instant::now(),
             on_lost: None,
             todo: Vec::new(),
+            writers: Vec::new(),
             cache: KeyMap::default(),
             ids: KeyMap::with_capacity_and_hasher(cfg.names_max, Default::default()),
             owed: Vec::new(),
-            held_revoked: false,
             events: Vec::with_capacity(dlock_core::table::EVENT_RING_LEN + 1),
+            overflowed: Vec::new(),
             cache_hits: 0,
             cache_filter: None,
             contended: KeyMap::default(),
