@@ -288,13 +288,14 @@ impl Channel {
     }
 
     /// SENDs an empty credit return with `imm` (the event messages taken) if a send slot is
-    /// free now (after draining the completion queue once if none was); it is then awaited
-    /// until acknowledged ([`Self::credit_returns_inflight`]). `Ok(false)`, and nothing sent,
-    /// when every send slot is busy: the caller tries again at its next poll (send slots free
-    /// themselves as SENDs complete), so the poll that asks never waits.
+    /// free as of the last drain; it is then awaited until acknowledged
+    /// ([`Self::credit_returns_inflight`]). `Ok(false)`, and nothing sent, when every send slot
+    /// is busy: the caller tries again at its next poll (send slots free themselves as SENDs
+    /// complete), so the poll that asks never waits. Only the client's poll calls it, right
+    /// after [`Self::poll_message`] checked the connection and drained the completion queue
+    /// (unless a message was already waiting): neither is done again here, on the spin path.
     pub(crate) fn try_return_credit(&mut self, imm: u32) -> Result<bool, RdmaError> {
-        self.check_connected()?;
-        let Some(send) = self.free_send_slot()? else {
+        let Some(send) = self.send_busy.free() else {
             return Ok(false);
         };
         self.post_send_slot(send, 0, Some(imm))?;
