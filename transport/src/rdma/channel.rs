@@ -427,6 +427,25 @@ impl Channel {
         let Some(send) = self.free_send_slot()? else {
             return Ok(false);
         };
+        self.respond_from(send, fill)
+    }
+
+    /// [`Self::try_respond`] to a message already waiting, given until `deadline` for a send
+    /// slot: a server's blocking serve, which waited for the message itself.
+    pub(crate) fn respond<F>(&mut self, deadline: Instant, fill: F) -> Result<bool, RdmaError>
+    where
+        F: FnOnce(&[u8], &mut [u8]) -> usize,
+    {
+        let send = self.wait_send_slot(deadline)?;
+        self.respond_from(send, fill)
+    }
+
+    /// Answers the oldest received message from send slot `send`, which the caller just found
+    /// free (no posted work request names it): the two above, each with the slot it found.
+    fn respond_from<F>(&mut self, send: usize, fill: F) -> Result<bool, RdmaError>
+    where
+        F: FnOnce(&[u8], &mut [u8]) -> usize,
+    {
         let Some((slot, len)) = self.ready.pop_front() else {
             return Ok(false);
         };
