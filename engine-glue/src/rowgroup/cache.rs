@@ -153,8 +153,9 @@ impl<C: Connection> RowGroupLocks<C> {
 
     /// Whether the server holds no cached grant for this worker, and nothing is owed: no key in
     /// the cache, and every key of the open transaction never cached (granted plain on a
-    /// contended lock, or of a key caching does not keep: `Held::never_cached`). Then no revoke is for anything it holds, and a
-    /// look at the events may wait while the client's trust bound holds
+    /// contended lock, or of a key caching does not keep: `Held::never_cached`). Then no
+    /// revoke is for anything it holds, and a look at the events may wait while the client's
+    /// trust bound holds
     /// ([`Client::events_may_wait`](dlock_transport::client::Client::events_may_wait)): an
     /// acquisition pays no event poll — over TCP a system call — on top of an uncached one's.
     fn caches_nothing(&self) -> bool {

@@ -22,8 +22,9 @@
 //! (one): the server posts a receive slot for it besides one per request, reposts it the moment
 //! the return completes (never queued behind requests), and acknowledges it with an empty SEND
 //! into a receive slot the client keeps for that; the client sends no second return before the
-//! first is acknowledged ([`ClientCredit::return_due`]). Counting every message that can be on its way
-//! to a side, none finds its receive queue empty (which would stall the sender in RNR retries):
+//! first is acknowledged ([`ClientCredit::return_due`]). Counting every message that can be on
+//! its way to a side, none finds its receive queue empty (which would stall the sender in RNR
+//! retries):
 //!
 //! | to      | what may be on the way                                   | receive slots posted |
 //! |---------|----------------------------------------------------------|----------------------|
