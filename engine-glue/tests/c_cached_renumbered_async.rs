@@ -16,11 +16,7 @@ fn an_async_call_drops_the_caches_ids_from_before_a_renumbering() {
     // SAFETY: the only C-ABI calls of this binary; `st` outlives the calls.
     unsafe {
         renumbered::after_a_renumbering(|c1, plain_id| {
-            let req = lock_request {
-                lock_id: plain_id,
-                lock_op: LOCK_EXCLUSIVE,
-                expire_time: 60,
-            };
+            let req = renumbered::failover::exclusive(plain_id);
             assert_eq!(
                 ops::lock_request_async(c1, &req),
                 0,

@@ -14,11 +14,7 @@ fn a_batch_drops_the_caches_ids_from_before_a_renumbering() {
     // SAFETY: the only C-ABI calls of this binary; the arrays outlive the calls.
     unsafe {
         renumbered::after_a_renumbering(|c1, plain_id| {
-            let req = lock_request {
-                lock_id: plain_id,
-                lock_op: LOCK_EXCLUSIVE,
-                expire_time: 60,
-            };
+            let req = renumbered::failover::exclusive(plain_id);
             let mut res = [lock_op_res {
                 state: lock_state::from_word(0),
                 op_ret: -1,

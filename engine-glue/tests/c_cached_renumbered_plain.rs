@@ -13,7 +13,7 @@ use dlock_engine_glue::ffi::{cached, client, locks, ops, server};
 
 #[path = "common/failover.rs"]
 mod failover;
-use failover::{rw_desc, server_cfg};
+use failover::{exclusive as req, rw_desc, server_cfg};
 
 /// The replacement's client lease, and so the revoke timeout of a grant it revokes: short, so
 /// that the test outlives it, and long beside c1's heartbeats every few milliseconds.
@@ -23,21 +23,12 @@ const LEASE_MS: u32 = 1_000;
 fn a_lock_taken_before_caching_is_enabled_again_is_not_revoked() {
     let mut second = 0;
     let (mut c1, mut c2) = (0, 0);
-    let (mut id, mut theirs) = (0, 0);
+    let mut theirs = 0;
     let mut st = lock_state::from_word(0);
-    let req = |lock_id| lock_request {
-        lock_id,
-        lock_op: LOCK_EXCLUSIVE,
-        expire_time: 60,
-    };
     // SAFETY: pointers to live locals of the right types; the strings outlive the calls.
     unsafe {
-        let (first, port) = failover::first_server();
-        assert_eq!(client::client_init(&mut c1, failover::LOOPBACK.as_ptr()), 0);
-        assert_eq!(locks::get_lock(c1, &rw_desc(b"cached"), &mut id), 0);
-        assert_eq!(cached::lock_cache_enable(c1, id, 1), 0);
-        assert_eq!(ops::trylock(c1, &req(id), (&raw mut st).cast()), 0);
-        assert_eq!(ops::unlock(c1, id, (&raw mut st).cast()), 0, "parked");
+        let (first, port) = failover::first_server_and_client(&mut c1);
+        let mut id = failover::park_cached(c1, b"cached");
 
         assert_eq!(server::server_stop(first), 0);
         let cfg = server_cfg {
@@ -69,21 +60,13 @@ fn a_lock_taken_before_caching_is_enabled_again_is_not_revoked() {
                 "two holders: the server took back a grant it was never told was plain"
             );
             assert_eq!(client::client_heartbeat(c1, 1), 0);
-            let mut notices = [dlock_revoke::default(); 4];
-            let mut n = 0;
-            assert_eq!(
-                cached::client_revokes_poll(c1, notices.as_mut_ptr(), 4, &mut n),
-                0
-            );
+            failover::poll_notices(c1);
             std::thread::sleep(Duration::from_millis(20));
         }
         assert_eq!(ops::unlock(c1, id, (&raw mut st).cast()), 0);
         assert_eq!(ops::trylock(c2, &req(theirs), (&raw mut st).cast()), 0);
         assert_eq!(ops::unlock(c2, theirs, (&raw mut st).cast()), 0);
         assert_eq!(client::client_deinit(c2), 0);
-        assert_eq!(client::client_deinit(c1), 0);
-        client::dclient_lib_deinit();
-        assert_eq!(server::server_stop(second), 0);
-        server::dserver_lib_deinit();
+        failover::close(c1, second);
     }
 }

@@ -235,6 +235,50 @@ fn a_transaction_that_writes_a_key_it_read_under_a_cached_exclusive_grant_keeps_
     );
 }
 
+/// A call refused for an upgrade changes nothing it asked for, not even a key it would have
+/// taken over as writer before the refused one: the reader of a cached exclusive grant stays a
+/// reader, so a revoke wanting shared still downgrades the grant under it.
+#[test]
+fn a_call_refused_for_an_upgrade_leaves_a_reader_of_a_cached_exclusive_grant_a_reader() {
+    let s = server();
+    let mut w = worker(&s, true);
+    let (read, shared) = (RowGroup::new(5, 7), RowGroup::new(5, 8));
+    take_once(&mut w, read);
+    let mut txn = w.begin();
+    let both = |mode| [(read, mode), (shared, mode)];
+    txn.acquire(&both(Mode::Shared), AcquireOptions::NO_WAIT)
+        .unwrap();
+    assert_eq!(
+        (txn.mode(read), txn.mode(shared)),
+        (Some(Mode::Exclusive), Some(Mode::Shared)),
+        "read from the cached grant, and a fresh shared grant"
+    );
+    assert_eq!(
+        txn.acquire(&both(Mode::Exclusive), AcquireOptions::NO_WAIT),
+        Err(Status::Einval),
+        "an upgrade of the key held shared"
+    );
+    let mut r = worker(&s, false);
+    let reader = thread::spawn(move || {
+        let mut txn = r.begin();
+        txn.acquire(&[(read, Mode::Shared)], AcquireOptions::wait(WAIT))?;
+        txn.commit()
+    });
+    let until = Instant::now() + WAIT;
+    while revokes_sent(&s) == 0 && Instant::now() < until {
+        thread::sleep(Duration::from_millis(1));
+    }
+    txn.keep_leases(Instant::now() + Duration::from_secs(3_600))
+        .unwrap();
+    assert_eq!(
+        txn.mode(read),
+        Some(Mode::Shared),
+        "downgraded in place: the refused call made no writer of the reader"
+    );
+    assert_eq!(reader.join().unwrap(), Ok(()));
+    txn.commit().unwrap();
+}
+
 #[test]
 fn a_grant_lost_under_a_reading_transaction_is_reported_and_not_cached() {
     let s = EmbeddedServer::start(EmbeddedServer::config(Config {

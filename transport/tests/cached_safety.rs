@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use dlock_core::proto::LockFlags;
 use dlock_core::{LockKind, Mode, Status};
-use dlock_transport::client::{CachedLocks, Client, ClientConfig, Endpoint, Revoked};
+use dlock_transport::client::{CachedLocks, CachedRwLock, Client, ClientConfig, Endpoint, Revoked};
 use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
 
 /// The revoke timeout the clients are told; the server keeps its default (the lease, 60 s
@@ -33,13 +33,37 @@ fn cached(s: &ServerHandle, tcp: bool) -> CachedLocks {
     CachedLocks::connect(cfg).expect("registers")
 }
 
+/// A caching handle of `s` ([`cached`]) whose lock `name` was written once and is parked in
+/// its cache.
+fn parked(s: &ServerHandle, tcp: bool, name: impl AsRef<[u8]>) -> (CachedLocks, CachedRwLock) {
+    let locks = cached(s, tcp);
+    let page = locks.rw(name).unwrap();
+    drop(page.try_write().unwrap());
+    (locks, page)
+}
+
+/// Client `c` re-syncs with the replacement of its failed server: registered again (the
+/// replacement never knew it), its locks re-claimed, its recovery done.
+fn resync(c: &mut Client) {
+    assert_eq!(c.reinit().map_err(Status::from), Ok(true));
+    c.update_all_locks().unwrap();
+    c.reinit_done().unwrap();
+}
+
+/// A client of the server at `addr` over TCP that asks for lock "cached" exclusive, with what
+/// it was answered.
+fn rival(addr: std::net::SocketAddr) -> (Client, Result<Status, Status>) {
+    let mut other = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
+    let theirs = other.get_lock(LockKind::Rw, b"cached").unwrap();
+    let answer = other.trylock(theirs, Mode::Exclusive, 60_000);
+    (other, answer.map(|g| g.status).map_err(|e| e.status()))
+}
+
 #[test]
 fn over_tcp_a_grant_idle_past_the_revoke_timeout_is_asked_for_again_not_taken_locally() {
     let s = common::server(true);
     for tcp in [true, false] {
-        let locks = cached(&s, tcp);
-        let page = locks.rw(format!("page-{tcp}")).unwrap();
-        drop(page.try_write().unwrap());
+        let (locks, page) = parked(&s, tcp, format!("page-{tcp}"));
         drop(page.try_write().unwrap());
         assert_eq!(
             locks.local_hits(),
@@ -74,9 +98,7 @@ fn over_tcp_a_grant_idle_past_the_revoke_timeout_is_asked_for_again_not_taken_lo
 fn a_reconnected_client_counts_every_cached_grant_revoked() {
     let s = common::server(true);
     for tcp in [true, false] {
-        let locks = cached(&s, tcp);
-        let page = locks.rw(format!("row-{tcp}")).unwrap();
-        drop(page.try_write().unwrap());
+        let (locks, page) = parked(&s, tcp, format!("row-{tcp}"));
         // The server still knows the client: it resumes, with new connections.
         assert_eq!(
             locks.with_client(|c| c.reinit()).map_err(Status::from),
@@ -98,9 +120,7 @@ fn a_reconnected_client_counts_every_cached_grant_revoked() {
 fn a_failover_re_claims_no_cached_grant_and_the_cache_asks_the_replacement() {
     let first = common::server(true);
     let addr = first.tcp_addr().unwrap();
-    let locks = cached(&first, true);
-    let page = locks.rw("cached").unwrap();
-    drop(page.try_write().unwrap());
+    let (locks, page) = parked(&first, true, "cached");
     let grant = locks.with_client(|c| {
         let id = c.get_lock(LockKind::Rw, b"plain").unwrap();
         c.trylock(id, Mode::Exclusive, 60_000).unwrap()
@@ -110,9 +130,7 @@ fn a_failover_re_claims_no_cached_grant_and_the_cache_asks_the_replacement() {
 
     let second = common::replacement(addr, 1);
     locks.with_client(|c: &mut Client| {
-        assert_eq!(c.reinit().map_err(Status::from), Ok(true));
-        c.update_all_locks().unwrap();
-        c.reinit_done().unwrap();
+        resync(c);
         let states: Vec<(Option<Mode>, bool)> = c
             .locks()
             .map(|(_, l)| (l.state.held_mode(), l.ask.contains(LockFlags::CACHEABLE)))
@@ -167,9 +185,7 @@ fn a_failover_re_claims_a_grant_asked_cached_but_granted_plain() {
     first.stop();
 
     let second = common::replacement(addr, 1);
-    assert_eq!(a.reinit().map_err(Status::from), Ok(true));
-    a.update_all_locks().unwrap();
-    a.reinit_done().unwrap();
+    resync(&mut a);
     let states: Vec<Option<Mode>> = a.locks().map(|(_, l)| l.state.held_mode()).collect();
     assert_eq!(states, vec![Some(Mode::Exclusive)], "re-claimed");
     let id = a.get_lock(LockKind::Rw, b"fought").unwrap();
@@ -223,9 +239,7 @@ fn a_cached_handle_follows_its_lock_to_the_id_a_failover_gave_it() {
     // A client that will not come back takes the first lock slot.
     let mut gone = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
     let _ = gone.get_lock(LockKind::Rw, b"gone").unwrap();
-    let locks = cached(&first, true);
-    let page = locks.rw("cached").unwrap();
-    drop(page.try_write().unwrap());
+    let (locks, page) = parked(&first, true, "cached");
     let plain = locks.with_client(|c| c.get_lock(LockKind::Rw, b"plain").unwrap());
     let before = page.id().unwrap();
     first.stop();
@@ -233,24 +247,15 @@ fn a_cached_handle_follows_its_lock_to_the_id_a_failover_gave_it() {
 
     let second = common::replacement(addr, 1);
     let now = locks.with_client(|c: &mut Client| {
-        assert_eq!(c.reinit().map_err(Status::from), Ok(true));
-        c.update_all_locks().unwrap();
-        c.reinit_done().unwrap();
+        resync(c);
         c.get_lock(LockKind::Rw, b"cached").unwrap()
     });
     assert_ne!(now, before, "the replacement numbered the lock afresh");
     assert_eq!(page.id(), Some(now), "the handle names its lock's new id");
     let g = page.try_write().unwrap();
     // Held on the replacement: another client is refused it, and may take "plain".
-    let mut other = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
-    let theirs = other.get_lock(LockKind::Rw, b"cached").unwrap();
-    assert_eq!(
-        other
-            .trylock(theirs, Mode::Exclusive, 60_000)
-            .map_err(|e| e.status()),
-        Err(Status::Fail),
-        "the guard holds its own lock"
-    );
+    let (_other, answer) = rival(addr);
+    assert_eq!(answer, Err(Status::Fail), "the guard holds its own lock");
     let _ = plain;
     drop(g);
     second.stop();
@@ -282,9 +287,7 @@ fn a_guard_from_before_a_forgetting_failover_leaves_the_new_grants_users_alone()
         },
     );
     locks.with_client(|c: &mut Client| {
-        assert_eq!(c.reinit().map_err(Status::from), Ok(true));
-        c.update_all_locks().unwrap();
-        c.reinit_done().unwrap();
+        resync(c);
         assert_eq!(c.lock_id(LockKind::Rw, b"cached"), None, "claim refused");
         let filler = c.lock_id(LockKind::Rw, b"filler").expect("claimed");
         c.release_lock(filler).unwrap();
@@ -338,12 +341,9 @@ fn a_guard_waiting_for_an_owed_give_back_is_told_its_failure() {
 fn a_renumbering_replaces_the_unread_notices_with_one_for_every_lock() {
     let first = common::server(true);
     let addr = first.tcp_addr().unwrap();
-    let locks = cached(&first, true);
-    let page = locks.rw("cached").unwrap();
-    drop(page.try_write().unwrap());
-    let mut other = Client::connect(ClientConfig::new(Endpoint::Tcp(addr))).unwrap();
-    let theirs = other.get_lock(LockKind::Rw, b"cached").unwrap();
-    assert!(other.trylock(theirs, Mode::Exclusive, 60_000).is_err());
+    let (locks, page) = parked(&first, true, "cached");
+    let (other, answer) = rival(addr);
+    assert!(answer.is_err());
     // Another handle's guards look at the connection: the revoke is acted on and its notice
     // queued, unread.
     let spare = locks.rw("spare").unwrap();
@@ -355,11 +355,7 @@ fn a_renumbering_replaces_the_unread_notices_with_one_for_every_lock() {
     first.stop();
 
     let second = common::replacement(addr, 1);
-    locks.with_client(|c: &mut Client| {
-        assert_eq!(c.reinit().map_err(Status::from), Ok(true));
-        c.update_all_locks().unwrap();
-        c.reinit_done().unwrap();
-    });
+    locks.with_client(resync);
     let revokes = locks.revokes();
     assert_eq!(revokes.try_recv().unwrap(), Some(Revoked::All));
     assert_eq!(revokes.try_recv().unwrap(), None, "no notice by an old id");

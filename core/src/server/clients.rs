@@ -15,7 +15,6 @@ use super::{Counter, Server, client_tag};
 use crate::ids::{ClientId, LockId, LockKind, Mode, Peer, Session, Ticket};
 use crate::manager::GrantState;
 use crate::manager::retain::{AtDeparture, Departure, at_departure};
-use crate::proto::PROTO_VERSION_PLAIN_GRANTS;
 use crate::status::Status;
 use crate::table::{ClientEntry, ClientState};
 use crate::word::{atomic, fair, rw};
@@ -575,5 +574,5 @@ impl<'r> Server<'r> {
 /// ring and so may need waking from a parked wait to read it (`revokes.rs`).
 #[inline]
 pub(super) fn counts_as_old(c: &ClientEntry) -> bool {
-    c.client_state() != ClientState::Free && c.version < PROTO_VERSION_PLAIN_GRANTS
+    c.client_state() != ClientState::Free && !c.reads_plain_grants()
 }

@@ -23,8 +23,8 @@
 //! A partition taken over (`Expired`) or moved (`Moved`) recovers until its grace deadline, or
 //! until every client id the old owner had persisted (the runtime hands the lists to
 //! [`Server::apply_map`]) has said `ReclaimDone` for it. The ids are tracked in a table of one
-//! entry per client slot of this server (`Config::clients_max`, sized by
-//! [`ClusterSide::expected_len`]) with one bit per (partition, entry): an old owner configured
+//! entry per client slot of this server (`Config::clients_max`: [`ClusterSide::expected`])
+//! with one bit per (partition, entry): an old owner configured
 //! as this server is fits whole, however many clients it had. A takeover whose lists do not
 //! fit (old owners with more clients between them than this server has slots) waits for the
 //! grace deadline for the owners that did not fit (safe, only slower). A server grants nothing to a
@@ -79,20 +79,16 @@ pub struct ClusterSide<'c> {
     pub encoded: &'c mut [u8],
     /// One per partition: [`PARTITIONS_MAX`] entries.
     pub parts: &'c mut [PartState],
-    /// Tracked client ids of old owners: [`ClusterSide::expected_len`] entries.
+    /// Tracked client ids of old owners: one entry per client slot (`Config::clients_max`; a
+    /// longer slice is cut to that). A client re-claims at the new owner over a registration
+    /// there (its join), so an old owner with as many clients as this server has slots is
+    /// tracked whole.
     pub expected: &'c mut [u32],
     /// One bit per (partition, tracked client): [`ClusterSide::reclaims_len`] words.
     pub reclaims: &'c mut [u64],
 }
 
 impl ClusterSide<'_> {
-    /// Entries of [`ClusterSide::expected`] for a server with `clients_max` client slots: one
-    /// per slot. A client re-claims at the new owner over a registration there (its join), so
-    /// an old owner with as many clients as this server has slots is tracked whole.
-    pub const fn expected_len(clients_max: u32) -> usize {
-        clients_max as usize
-    }
-
     /// Words of [`ClusterSide::reclaims`] for a server with `clients_max` client slots: each
     /// partition's bits are a whole number of words, which a takeover clears as one run.
     pub const fn reclaims_len(clients_max: u32) -> usize {
@@ -102,7 +98,7 @@ impl ClusterSide<'_> {
 
 /// Words of one partition's row of the reclaim grid: a bit per tracked client, rounded up.
 pub(super) const fn reclaim_row_words(clients_max: u32) -> usize {
-    ClusterSide::expected_len(clients_max).div_ceil(64)
+    (clients_max as usize).div_ceil(64)
 }
 
 /// What a cluster server is configured with.
@@ -154,9 +150,8 @@ pub(super) struct ClusterCore<'c> {
     pub(super) encoded_len: usize,
     /// Until when (exclusive, server tick) this server may grant; 0: not at all.
     pub(super) authority_until_ms: u64,
+    /// Entries of `side.expected` in use (its length is the most there may be).
     pub(super) expected_len: usize,
-    /// Entries of `side.expected` in use at most ([`ClusterSide::expected_len`]).
-    pub(super) tracked_max: usize,
     /// Words of one partition's row of `side.reclaims`.
     pub(super) row_words: usize,
     /// Reservations asked for since the last `cluster_work`: the object and the mark the
@@ -220,14 +215,17 @@ impl<'r> Server<'r> {
     /// Makes this a cluster server: from now on every command is checked against the map
     /// (none applied yet: everything is `PartitionMoved` until [`Server::apply_map`]). The
     /// memory of `side` is formatted here.
-    pub fn enable_cluster(&mut self, side: ClusterSide<'r>, settings: ClusterSettings) {
+    pub fn enable_cluster(&mut self, mut side: ClusterSide<'r>, settings: ClusterSettings) {
         assert!(side.parts.len() >= usize::from(PARTITIONS_MAX));
         let clients_max = self.config().clients_max;
-        assert!(side.expected.len() >= ClusterSide::expected_len(clients_max));
+        assert!(side.expected.len() >= clients_max as usize);
         assert!(side.reclaims.len() >= ClusterSide::reclaims_len(clients_max));
         assert!(side.encoded.len() >= crate::cluster::MAP_ENCODED_MAX);
         side.parts.fill(PartState::default());
         side.reclaims.fill(0);
+        // One entry per client slot: the table's length is then the most it tracks (`fits`).
+        let expected = core::mem::take(&mut side.expected);
+        side.expected = &mut expected[..clients_max as usize];
         self.cluster = Some(ClusterCore {
             side,
             me: settings.me,
@@ -237,7 +235,6 @@ impl<'r> Server<'r> {
             encoded_len: 0,
             authority_until_ms: 0,
             expected_len: 0,
-            tracked_max: ClusterSide::expected_len(clients_max),
             row_words: reclaim_row_words(clients_max),
             reserve_queue: [(0, 0); RESERVE_QUEUE_MAX],
             reserve_len: 0,

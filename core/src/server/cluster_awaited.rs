@@ -1,6 +1,6 @@
 //! Who a partition's new owner waits for (`cluster.rs`'s module doc): the client ids of each
 //! old owner, tracked in a table of one entry per client slot of this server
-//! ([`ClusterSide::expected_len`](super::ClusterSide::expected_len)) with one bit per
+//! ([`ClusterSide::expected`](super::ClusterSide::expected)) with one bit per
 //! (partition, entry), and the gauges an operator watches a recovery by.
 
 use super::cluster::ClusterCore;
@@ -48,7 +48,7 @@ impl ClusterCore<'_> {
             .iter()
             .filter(|&&c| self.tracked_index(c).is_none())
             .count();
-        self.expected_len + new <= self.tracked_max
+        self.expected_len + new <= self.side.expected.len()
     }
 
     /// `client`'s entry in the expected table, added if it is new (the caller checked that it

@@ -20,6 +20,7 @@
 //! names, references and the client table only in the control modules — so the runtime can put
 //! the two halves on two threads without changing any semantics.
 
+mod all_or_nothing;
 mod clients;
 mod cluster;
 mod cluster_awaited;

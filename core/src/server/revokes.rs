@@ -38,7 +38,7 @@
 //! A lock a conflict revoked within the contention window (`manager::contention`) grants a
 //! request that asks for a cached grant *plain*, and tells its holder: in the grant's result
 //! (`CommandResult::plain`) at protocol 8, else by a revoke for that grant sent at once
-//! (`send_contended_notice`): the holder gives it back when its users are done,
+//! (`tell_plain_grant`): the holder gives it back when its users are done,
 //! which is the unlock a plain user sends. Such a holder may be parked on another lock before it
 //! read the notice (a stream delivers events after the turn's replies), and then nothing would
 //! wake it: a conflicting request that finds a plain holder on a contended lock ends that
@@ -65,7 +65,7 @@ use crate::ids::{ClientId, LockId, Mode};
 use crate::manager::contention::{contended, grant_as, hold_ms};
 use crate::manager::revoke::{Holder, HolderAction, Request, Verdict, judge};
 use crate::manager::{Answer, GrantAs, GrantState};
-use crate::proto::{Event, LockCommand, LockFlags, PROTO_VERSION_PLAIN_GRANTS};
+use crate::proto::{Event, LockCommand, LockFlags};
 use crate::table::{ClientState, LockManagerCell, SlotState, WaiterState};
 
 /// What the revoke decision left for the word step.
@@ -77,7 +77,7 @@ pub(super) struct Revoked {
     /// grant the word makes counts as a contended grant (`Counter::ContendedGrants`). Whether
     /// the holder is told its grant is plain does not read it: every cacheable request not
     /// recorded cached is (`CommandResult::plain` at protocol 8, else a revoke for it at once,
-    /// `send_contended_notice`), an atomic takeover or a fair preemption too.
+    /// `tell_plain_grant`), an atomic takeover or a fair preemption too.
     pub(super) contended: bool,
     /// Someone wants the lock already (`Verdict::wanted`): a cached grant's minimum hold
     /// ends in a retry of the parked requests, which revokes it.
@@ -211,7 +211,7 @@ impl Server<'_> {
                 // has not read, being parked on another lock: it is woken as a revoke would
                 // wake it (module doc). One of protocol 8 read it in the grant's result and
                 // has nothing to read.
-                HolderAction::Blocks if contended && entry.version < PROTO_VERSION_PLAIN_GRANTS => {
+                HolderAction::Blocks if contended && !entry.reads_plain_grants() => {
                     self.cut_wait_on_revoke(other, now_ms)
                 }
                 _ => cached_left |= state.is_cached(),
@@ -294,9 +294,11 @@ impl Server<'_> {
             // A full ring counts the overflow in the ring itself, where its reader sees it.
             let _ = ring.push(&event);
         }
-        self.t.lock_manager[lock as usize].revoke_sent_ms = now;
+        let window_ms = self.cfg.timing.contention_window_ms;
+        let m = &mut self.t.lock_manager[lock as usize];
+        m.revoke_sent_ms = now;
         // A conflict with a cached grant: the lock is contended from now.
-        self.note_conflict(lock, now);
+        stamp_conflict(m, window_ms, now);
         self.events_pending = true;
         self.stats.bump(Counter::RevokesSent);
         self.cut_wait_on_revoke(other, now);
@@ -321,10 +323,11 @@ impl Server<'_> {
         self.next_timer_ms = self.next_timer_ms.min(now);
     }
 
-    /// Tells client slot `slot` (registered before protocol 8, which reads it in the grant's
-    /// result instead), just granted lock slot `lock` plain though it asked for a cached grant
-    /// (on a contended lock, or over a holder in its way the word took over or preempted), to
-    /// give it back when its users are done: a revoke wanting
+    /// Tells client slot `slot`, just granted lock slot `lock` plain though it asked for a
+    /// cached grant (on a contended lock, or over a holder in its way the word took over or
+    /// preempted), to give it back when its users are done. `true`: the client reads that in
+    /// the grant's own result (protocol 8, `ClientEntry::reads_plain_grants`), which the
+    /// caller marks. `false`: an older client, sent the notice at once: a revoke wanting
     /// exclusive (a shared holder gives back rather than keeps) that names the grant's own fence
     /// (kept by the client even when it overtakes the grant's reply). The grant is not marked
     /// revoking and the lock's times are not stamped: a plain grant has nothing to lapse, and
@@ -332,7 +335,11 @@ impl Server<'_> {
     /// counts an overflow, after which the client gives back every idle cached lock: the notice
     /// is coarser, not lost. A grant an all-or-nothing unit undoes afterwards leaves its notice
     /// behind, which the client ignores: it holds nothing, or a later grant with a larger token.
-    pub(super) fn send_contended_notice(&mut self, slot: u32, lock: u32) {
+    #[must_use]
+    pub(super) fn tell_plain_grant(&mut self, slot: u32, lock: u32) -> bool {
+        if self.t.clients[slot as usize].reads_plain_grants() {
+            return true;
+        }
         let generation = SlotState(self.t.lock_meta[lock as usize].state).generation();
         let event = Event::Revoke {
             lock: LockId::new(lock, generation),
@@ -343,6 +350,7 @@ impl Server<'_> {
             let _ = ring.push(&event);
         }
         self.events_pending = true;
+        false
     }
 
     /// Notes that an acquisition found lock slot `lock` held in a conflicting mode at `now_ms`
@@ -352,9 +360,8 @@ impl Server<'_> {
     /// the cell stays untouched, as before the rule.
     #[inline]
     pub(super) fn note_conflict(&mut self, lock: u32, now_ms: u64) {
-        if self.cfg.timing.contention_window_ms != 0 {
-            self.t.lock_manager[lock as usize].contended_ms = conflict_stamp(now_ms);
-        }
+        let window_ms = self.cfg.timing.contention_window_ms;
+        stamp_conflict(&mut self.t.lock_manager[lock as usize], window_ms, now_ms);
     }
 
     /// Records that a cached grant on lock slot `lock` was made at `now_ms`. When the lock is
@@ -406,6 +413,15 @@ impl Server<'_> {
 #[inline]
 const fn conflict_stamp(now_ms: u64) -> u64 {
     if now_ms == 0 { 1 } else { now_ms }
+}
+
+/// Stamps lock manager cell `m` contended at `now_ms` ([`Server::note_conflict`]), on a
+/// server whose contention window is `window_ms`: nothing at 0, the rule off.
+#[inline]
+fn stamp_conflict(m: &mut LockManagerCell, window_ms: u32, now_ms: u64) {
+    if window_ms != 0 {
+        m.contended_ms = conflict_stamp(now_ms);
+    }
 }
 
 /// A lock manager cell's `deferred_revoke` for a request by client `slot` wanting `mode`.

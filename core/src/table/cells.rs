@@ -10,6 +10,7 @@ use static_assertions::const_assert_eq;
 
 use crate::config::NAME_LEN_MAX;
 use crate::ids::{GENERATION_MAX, LockKind, Session};
+use crate::proto::PROTO_VERSION_PLAIN_GRANTS;
 
 /// Types for which every byte pattern is a valid value and that have no padding bytes whose
 /// reads would matter: integers, arrays of them, and `repr(C)` structs of those.
@@ -244,6 +245,14 @@ impl ClientEntry {
     #[inline]
     pub const fn lease_over(&self, now_ms: u64) -> bool {
         now_ms > self.last_seen_ms.saturating_add(self.lease_ms as u64)
+    }
+
+    /// Whether the client reads a plain grant's mark in the grant's own result
+    /// (`CommandResult::plain`, protocol 8 on): an older one is told by a revoke notice in its
+    /// event ring instead (`manager::contention`).
+    #[inline]
+    pub const fn reads_plain_grants(&self) -> bool {
+        self.version >= PROTO_VERSION_PLAIN_GRANTS
     }
 
     /// Resumes this live registration for its client, back at protocol `version` (a

@@ -33,13 +33,6 @@ impl Want {
     }
 }
 
-/// `plan`'s two passes over the keys already held: refuse before changing any.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Pass {
-    Check,
-    Write,
-}
-
 /// Sorts a key's requests exclusive first, so merging keeps the stronger mode.
 fn strength(m: Mode) -> u8 {
     match m {
@@ -93,29 +86,36 @@ impl<C: Connection> RowGroupLocks<C> {
         self.todo
             .sort_unstable_by_key(|w| (w.key, strength(w.mode)));
         self.todo.dedup_by_key(|w| w.key);
-        for pass in [Pass::Check, Pass::Write] {
-            for w in &self.todo {
-                let Ok(i) = self.find(w.key) else { continue };
-                let h = &mut self.held[i];
-                if w.mode != Mode::Exclusive || h.rec.users().1 {
-                    continue;
-                }
-                if h.mode == Mode::Shared {
-                    return Err(Status::Einval);
-                }
-                // A reader of an exclusive grant (taken from the cache for a read).
-                let mut rec = h.rec;
-                if rec.reader_to_writer() != Acquire::Local {
-                    return Err(Status::Einval);
-                }
-                if pass == Pass::Write {
-                    h.rec = rec;
-                }
+        // One pass: the keys not held yet stay in `todo` (moved to its front), the writers
+        // held readers become are noted, and written only once no key refused (the call then
+        // changes nothing).
+        self.writers.clear();
+        let mut kept = 0;
+        for at in 0..self.todo.len() {
+            let w = self.todo[at];
+            let Ok(i) = self.find(w.key) else {
+                self.todo[kept] = w;
+                kept += 1;
+                continue;
+            };
+            let h = &self.held[i];
+            if w.mode != Mode::Exclusive || h.rec.users().1 {
+                continue;
             }
+            if h.mode == Mode::Shared {
+                return Err(Status::Einval);
+            }
+            // A reader of an exclusive grant (taken from the cache for a read).
+            let mut rec = h.rec;
+            if rec.reader_to_writer() != Acquire::Local {
+                return Err(Status::Einval);
+            }
+            self.writers.push((i, rec));
         }
-        let held = &self.held;
-        self.todo
-            .retain(|w| held.binary_search_by_key(&w.key, |h| h.key).is_err());
+        self.todo.truncate(kept);
+        for &(i, rec) in &self.writers {
+            self.held[i].rec = rec;
+        }
         Ok(())
     }
 
@@ -257,7 +257,8 @@ impl<C: Connection> RowGroupLocks<C> {
                 // caches sends the same revoke and is only followed by the wait, one message
                 // more per contended key (a free key is granted by either in one message).
                 let g = self.wait_for(want, Status::Fail, floor, deadline, opts)?;
-                self.held.push(held(&want, &g));
+                let caches = self.caches(want.key);
+                self.held.push(held(&want, &g, caches));
                 i += 1;
                 continue;
             }
@@ -271,7 +272,8 @@ impl<C: Connection> RowGroupLocks<C> {
             let granted = out[..n].iter().take_while(|r| r.is_ok()).count();
             for (w, r) in self.todo[i..i + granted].iter().zip(&out) {
                 if let Ok(g) = r {
-                    self.held.push(held(w, g));
+                    let caches = self.caches(w.key);
+                    self.held.push(held(w, g, caches));
                 }
             }
             if granted == n {
@@ -288,7 +290,8 @@ impl<C: Connection> RowGroupLocks<C> {
             self.give_back(&requests[granted + 1..n], &out[granted + 1..n])?;
             let want = self.todo[i + granted];
             let g = self.wait_for(want, refused, floor, deadline, opts)?;
-            self.held.push(held(&want, &g));
+            let caches = self.caches(want.key);
+            self.held.push(held(&want, &g, caches));
             i += granted + 1;
         }
         Ok(())
@@ -378,7 +381,8 @@ impl<C: Connection> RowGroupLocks<C> {
     }
 }
 
-fn held(w: &Want, g: &Grant) -> Held {
+/// The record of `w`'s grant `g`, of a key caching does not keep when `!caches`.
+fn held(w: &Want, g: &Grant, caches: bool) -> Held {
     Held {
         key: w.key,
         id: w.id(),
@@ -388,6 +392,6 @@ fn held(w: &Want, g: &Grant) -> Held {
         rec: super::cache::granted(w.mode, g.token.0),
         owed: None,
         warned: false,
-        plain: g.plain,
+        never_cached: g.plain || !caches,
     }
 }

@@ -152,15 +152,14 @@ impl<C: Connection> RowGroupLocks<C> {
     }
 
     /// Whether the server holds no cached grant for this worker, and nothing is owed: no key in
-    /// the cache, and every key of the open transaction plain (granted plain on a contended
-    /// lock, or of a name not asked for cached). Then no revoke is for anything it holds, and a
-    /// look at the events may wait while the client's trust bound holds
+    /// the cache, and every key of the open transaction never cached (granted plain on a
+    /// contended lock, or of a key caching does not keep: `Held::never_cached`). Then no
+    /// revoke is for anything it holds, and a look at the events may wait while the client's
+    /// trust bound holds
     /// ([`Client::events_may_wait`](dlock_transport::client::Client::events_may_wait)): an
     /// acquisition pays no event poll — over TCP a system call — on top of an uncached one's.
     fn caches_nothing(&self) -> bool {
-        self.cache.is_empty()
-            && self.owed.is_empty()
-            && self.held.iter().all(|h| h.plain || !self.caches(h.key))
+        self.cache.is_empty() && self.owed.is_empty() && self.held.iter().all(|h| h.never_cached)
     }
 
     /// One event, read at `now`; how many cached keys it gave back.
@@ -180,7 +179,6 @@ impl<C: Connection> RowGroupLocks<C> {
                     let first = h.rec.revoke().is_none();
                     let act = h.rec.on_revoke(wanted, fence, now);
                     let reuses = h.reuses;
-                    self.held_revoked |= act != OnRevoke::Ignore;
                     if act != OnRevoke::Ignore && first {
                         self.demote(key, reuses);
                     }
@@ -209,19 +207,18 @@ impl<C: Connection> RowGroupLocks<C> {
                     now,
                     |_, _| {},
                 );
-                self.held_revoked |= !self.held.is_empty();
-                let mut sends = Vec::new();
+                let mut sends = std::mem::take(&mut self.overflowed);
                 let cached = self.cache.iter_mut().map(|(&key, c)| (key, &mut c.rec));
                 on_overflow(cached, now, |key, act| {
                     if let OnRevoke::Send(op) = act {
                         sends.push((key, op));
                     }
                 });
-                let mut back = 0;
-                for (key, op) in sends {
-                    back += usize::from(self.drive_cached(key, op)?);
-                }
-                Ok(back)
+                let back = sends.drain(..).try_fold(0, |n, (key, op)| {
+                    Ok(n + usize::from(self.drive_cached(key, op)?))
+                });
+                self.overflowed = sends;
+                back
             }
         }
     }
@@ -314,12 +311,14 @@ impl<C: Connection> RowGroupLocks<C> {
     /// Warns of revokes the open transaction outlived by the lease (as `CachedLocks`): the
     /// server has let those keys go.
     fn warn_overdue(&mut self) {
-        // Only once a revoke reached a key of the open transaction (`held_revoked`, cleared
-        // once none is held): every look passes here, and most find nothing to warn of.
-        if self.held.is_empty() {
-            self.held_revoked = false;
-        }
-        if !self.held_revoked {
+        // Only when a key of the open transaction has a revoke, or was warned about one (its
+        // mark is cleared below): every look passes here, and most find nothing to warn of,
+        // with no clock read.
+        if !self
+            .held
+            .iter()
+            .any(|h| h.warned || h.rec.revoke().is_some())
+        {
             return;
         }
         let (now, lease_ms) = (self.client.now_ms(), self.lease_ms().max(1));
@@ -395,7 +394,8 @@ impl<C: Connection> RowGroupLocks<C> {
             rec: c.rec,
             owed: None,
             warned: false,
-            plain: false,
+            // Decided now, as for a key the server grants.
+            never_cached: !self.caches(key),
         });
         if c.reuses + 1 == Demotion::REUSES_THAT_PAY {
             self.payback = self.payback.paid();
@@ -478,7 +478,7 @@ impl<C: Connection> RowGroupLocks<C> {
             let asked_back = matches!(op, Some(ServerOp::GiveBack(_)));
             // A grant made plain goes back as the plain unlock it is, before the policy counts
             // a use it never had (`keeps`).
-            if asked_back || h.plain || !self.caches(h.key) || !self.keeps(h.key, h.reuses) {
+            if asked_back || h.never_cached || !self.keeps(h.key, h.reuses) {
                 if !asked_back {
                     // The policy's give-back: the record puts it in flight.
                     let _ = h.rec.give_back();

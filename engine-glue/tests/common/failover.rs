@@ -1,14 +1,16 @@
 //! The configurations the C-ABI failover tests share (`c_recovery.rs`, `c_cached_failover.rs`:
 //! each its own binary, since the server and client registries are process-wide): a small
 //! plaintext server on the loopback that can stand in for a failed one, and a client of it.
-//! Tests that open differently (`c_cached_giveback.rs`, `c_cached_renumbered.rs`) take only the
-//! configurations, so the opening goes unused in their binaries.
+//! Tests that open differently (`c_cached_giveback.rs`, `c_cached_renumbered_plain.rs`) take
+//! only what they need, so the rest goes unused in their binaries. The steps the renumbering
+//! tests repeat are here too: an exclusive request, a cached grant parked, the notices read,
+//! the closing.
 #![allow(dead_code)]
 
-use std::ffi::{CStr, c_int};
+use std::ffi::{CStr, c_int, c_uint};
 
 use dlock_engine_glue::ffi::types::*;
-use dlock_engine_glue::ffi::{client, server};
+use dlock_engine_glue::ffi::{cached, client, locks, ops, server};
 
 /// The loopback address every server here listens on, for `client_init`.
 pub const LOOPBACK: &CStr = c"127.0.0.1";
@@ -68,6 +70,60 @@ pub unsafe fn fail_over(first: c_int, port: c_int, c: c_int) -> c_int {
         assert_eq!(client::client_reinit_done(c), 0);
     }
     second
+}
+
+/// The closing of a failover test: client `c` deregistered, the client library shut down,
+/// server `second` stopped and the server library shut down: once, at the end of the test.
+pub fn close(c: c_int, second: c_int) {
+    assert_eq!(client::client_deinit(c), 0);
+    client::dclient_lib_deinit();
+    assert_eq!(server::server_stop(second), 0);
+    server::dserver_lib_deinit();
+}
+
+/// An exclusive request for lock `lock_id`, for 60 s.
+pub fn exclusive(lock_id: c_int) -> lock_request {
+    lock_request {
+        lock_id,
+        lock_op: LOCK_EXCLUSIVE,
+        expire_time: 60,
+    }
+}
+
+/// Client `c` takes RW lock `name` with caching on and ends its use, so that the grant stays
+/// parked in the cache: the lock's id.
+///
+/// # Safety
+///
+/// With `c` registered with a running server.
+pub unsafe fn park_cached(c: c_int, name: &'static [u8]) -> c_int {
+    let (mut id, mut st) = (0, lock_state::from_word(0));
+    // SAFETY: the caller's contract; pointers to live locals of the right types.
+    unsafe {
+        assert_eq!(locks::get_lock(c, &rw_desc(name), &mut id), 0);
+        assert_eq!(cached::lock_cache_enable(c, id, 1), 0);
+        assert_eq!(ops::trylock(c, &exclusive(id), (&raw mut st).cast()), 0);
+        assert_eq!(ops::unlock(c, id, (&raw mut st).cast()), 0, "parked");
+    }
+    id
+}
+
+/// The revoke notices waiting for client `c` (room for 4), and how many were written.
+///
+/// # Safety
+///
+/// With `c` registered.
+pub unsafe fn poll_notices(c: c_int) -> ([dlock_revoke; 4], c_uint) {
+    let mut notices = [dlock_revoke::default(); 4];
+    let mut n = 0;
+    // SAFETY: the caller's contract; the array and the count are live locals.
+    unsafe {
+        assert_eq!(
+            cached::client_revokes_poll(c, notices.as_mut_ptr(), 4, &mut n),
+            0
+        );
+    }
+    (notices, n)
 }
 
 /// An RW lock named `name`, with the server's lease.

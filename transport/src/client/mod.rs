@@ -72,6 +72,7 @@ mod control;
 pub mod error;
 mod events;
 mod futures;
+mod id_map;
 pub mod link;
 /// The client's record of one lock and its decisions: I/O-free, in `dlock-core`.
 pub use dlock_core::client as local;
@@ -88,7 +89,6 @@ mod retained;
 mod table;
 mod wire;
 
-use std::collections::HashMap;
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -111,6 +111,7 @@ use error::Op;
 pub use error::{Error, ErrorKind};
 use futures::Pending;
 pub use futures::{AsyncOp, LockFuture};
+pub use id_map::{IdHasher, IdMap};
 use link::Link;
 pub use link::{Endpoint, Transport};
 pub use local::{Decision, LocalLock, LocalState, Request};
@@ -126,32 +127,6 @@ pub use retained::{RetainedLock, list_retained, recovery_done};
 use table::LockTable;
 
 const BATCH: usize = dlock_core::config::BATCH_MAX;
-
-/// A hasher for the client's own id maps: lock and object ids are distinct small integers the
-/// server chose, so SipHash's protection against chosen keys buys nothing here and costs a
-/// fifth of a batch's client-side time. A multiply spreads the id over the high bits the table
-/// uses for its tags. Unkeyed, it also iterates a map in the same order on every run, which the
-/// real-client simulator's replays rely on (`cached::State::entries`).
-#[derive(Clone, Copy, Debug, Default)]
-struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_u32(&mut self, v: u32) {
-        self.0 = (self.0 ^ v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type IdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
 
 /// One registered client instance, over a [`Link`] (shared memory, TCP, RDMA) unless given
 /// another [`Connection`].

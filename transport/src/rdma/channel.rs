@@ -288,13 +288,14 @@ impl Channel {
     }
 
     /// SENDs an empty credit return with `imm` (the event messages taken) if a send slot is
-    /// free now (after draining the completion queue once if none was); it is then awaited
-    /// until acknowledged ([`Self::credit_returns_inflight`]). `Ok(false)`, and nothing sent,
-    /// when every send slot is busy: the caller tries again at its next poll (send slots free
-    /// themselves as SENDs complete), so the poll that asks never waits.
+    /// free as of the last drain; it is then awaited until acknowledged
+    /// ([`Self::credit_returns_inflight`]). `Ok(false)`, and nothing sent, when every send slot
+    /// is busy: the caller tries again at its next poll (send slots free themselves as SENDs
+    /// complete), so the poll that asks never waits. Only the client's poll calls it, right
+    /// after [`Self::poll_message`] checked the connection and drained the completion queue
+    /// (unless a message was already waiting): neither is done again here, on the spin path.
     pub(crate) fn try_return_credit(&mut self, imm: u32) -> Result<bool, RdmaError> {
-        self.check_connected()?;
-        let Some(send) = self.free_send_slot()? else {
+        let Some(send) = self.send_busy.free() else {
             return Ok(false);
         };
         self.post_send_slot(send, 0, Some(imm))?;
@@ -426,6 +427,25 @@ impl Channel {
         let Some(send) = self.free_send_slot()? else {
             return Ok(false);
         };
+        self.respond_from(send, fill)
+    }
+
+    /// [`Self::try_respond`] to a message already waiting, given until `deadline` for a send
+    /// slot: a server's blocking serve, which waited for the message itself.
+    pub(crate) fn respond<F>(&mut self, deadline: Instant, fill: F) -> Result<bool, RdmaError>
+    where
+        F: FnOnce(&[u8], &mut [u8]) -> usize,
+    {
+        let send = self.wait_send_slot(deadline)?;
+        self.respond_from(send, fill)
+    }
+
+    /// Answers the oldest received message from send slot `send`, which the caller just found
+    /// free (no posted work request names it): the two above, each with the slot it found.
+    fn respond_from<F>(&mut self, send: usize, fill: F) -> Result<bool, RdmaError>
+    where
+        F: FnOnce(&[u8], &mut [u8]) -> usize,
+    {
         let Some((slot, len)) = self.ready.pop_front() else {
             return Ok(false);
         };

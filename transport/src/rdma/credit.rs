@@ -22,8 +22,9 @@
 //! (one): the server posts a receive slot for it besides one per request, reposts it the moment
 //! the return completes (never queued behind requests), and acknowledges it with an empty SEND
 //! into a receive slot the client keeps for that; the client sends no second return before the
-//! first is acknowledged ([`credit_return_due`]). Counting every message that can be on its way
-//! to a side, none finds its receive queue empty (which would stall the sender in RNR retries):
+//! first is acknowledged ([`ClientCredit::return_due`]). Counting every message that can be on
+//! its way to a side, none finds its receive queue empty (which would stall the sender in RNR
+//! retries):
 //!
 //! | to      | what may be on the way                                   | receive slots posted |
 //! |---------|----------------------------------------------------------|----------------------|
@@ -72,17 +73,6 @@ impl EventCredit {
     }
 }
 
-/// Whether a client that has taken `taken` event messages (wrapping), told the server `told`
-/// with its last SEND, and has `returning` credit returns unacknowledged, sends a credit return
-/// now: when the server may have run out of credit (it has sent every event message it may
-/// beyond `told`, and the client took them all) and none is on its way. It does not ask for a
-/// free reply slot (module doc: that wait could be for ever).
-#[must_use]
-pub(crate) fn credit_return_due(taken: u32, told: u32, returning: usize) -> bool {
-    taken.wrapping_sub(told) as usize >= EVENT_MESSAGES_INFLIGHT_MAX
-        && returning < CREDIT_RETURNS_INFLIGHT_MAX
-}
-
 /// A client's count of the event messages it has taken and told the server of.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ClientCredit {
@@ -108,10 +98,14 @@ impl ClientCredit {
         self.told = told;
     }
 
-    /// Whether a credit return is due, with `returning` unacknowledged ([`credit_return_due`]).
+    /// Whether the client, with `returning` credit returns unacknowledged, sends a credit
+    /// return now: when the server may have run out of credit (it has sent every event message
+    /// it may beyond what the last SEND told, and the client took them all) and none is on its
+    /// way. It does not ask for a free reply slot (module doc: that wait could be for ever).
     #[must_use]
     pub(crate) fn return_due(&self, returning: usize) -> bool {
-        credit_return_due(self.taken, self.told, returning)
+        self.taken.wrapping_sub(self.told) as usize >= EVENT_MESSAGES_INFLIGHT_MAX
+            && returning < CREDIT_RETURNS_INFLIGHT_MAX
     }
 }
 
@@ -224,19 +218,17 @@ mod tests {
     #[test]
     fn a_credit_return_is_due_when_the_server_may_be_out_of_credit_and_none_is_on_its_way() {
         let max = EVENT_MESSAGES_INFLIGHT_MAX as u32;
+        let due = |taken, told, returning| ClientCredit { taken, told }.return_due(returning);
+        assert!(!due(max - 1, 0, 0), "the server has credit left");
+        assert!(due(max, 0, 0));
+        assert!(due(max + 3, 0, 0));
+        assert!(!due(max, max, 0), "told already");
         assert!(
-            !credit_return_due(max - 1, 0, 0),
-            "the server has credit left"
-        );
-        assert!(credit_return_due(max, 0, 0));
-        assert!(credit_return_due(max + 3, 0, 0));
-        assert!(!credit_return_due(max, max, 0), "told already");
-        assert!(
-            !credit_return_due(max, 0, CREDIT_RETURNS_INFLIGHT_MAX),
+            !due(max, 0, CREDIT_RETURNS_INFLIGHT_MAX),
             "a second return before the first was acknowledged"
         );
         // The counts wrap.
-        assert!(credit_return_due(max - 1, u32::MAX, 0));
+        assert!(due(max - 1, u32::MAX, 0));
     }
 
     #[test]

@@ -205,12 +205,11 @@ impl ServerConnection {
             return Ok(false);
         }
         // Waiting for a send slot gets the full operation timeout even when the request came
-        // at the very end of `deadline`: the request is already taken. With a request waiting
-        // and a send slot free, `try_serve` answers it (a credit return never comes this far:
-        // the channel's drain reposts its slot and owes its acknowledgement).
+        // at the very end of `deadline`: the request is already taken. The slot found answers
+        // it (a credit return never comes this far: the channel's drain reposts its slot and
+        // owes its acknowledgement).
         self.channel
-            .wait_send_slot(Instant::now() + self.op_timeout)?;
-        self.try_serve(handler)
+            .respond(Instant::now() + self.op_timeout, handler)
     }
 
     /// Whether a request waits to be served (after draining the completion queue once if

@@ -129,14 +129,14 @@ pub(crate) struct ClusterMemory {
 }
 
 impl ClusterMemory {
-    /// The memory for a server with `clients_max` client slots (its reclaim table is sized by
-    /// them: `ClusterSide::expected_len`).
+    /// The memory for a server with `clients_max` client slots (its expected and reclaim tables
+    /// are sized by them: `ClusterSide::expected`).
     pub(crate) fn new(clients_max: u32) -> ClusterMemory {
         ClusterMemory {
             map: Box::new(Map::new(dlock_core::cluster::Partitions::DEFAULT)),
             encoded: vec![0; dlock_core::cluster::MAP_ENCODED_MAX],
             parts: vec![PartState::default(); usize::from(dlock_core::cluster::PARTITIONS_MAX)],
-            expected: vec![0; ClusterSide::expected_len(clients_max)],
+            expected: vec![0; clients_max as usize],
             reclaims: vec![0; ClusterSide::reclaims_len(clients_max)],
         }
     }

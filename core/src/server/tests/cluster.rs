@@ -64,9 +64,7 @@ fn member_of(me: u32, cfg: &Config) -> TestServer {
         parts: Box::leak(
             vec![PartState::default(); usize::from(PARTITIONS_MAX)].into_boxed_slice(),
         ),
-        expected: Box::leak(
-            vec![0u32; ClusterSide::expected_len(cfg.clients_max)].into_boxed_slice(),
-        ),
+        expected: Box::leak(vec![0u32; cfg.clients_max as usize].into_boxed_slice()),
         reclaims: Box::leak(
             vec![0u64; ClusterSide::reclaims_len(cfg.clients_max)].into_boxed_slice(),
         ),

@@ -61,7 +61,7 @@ impl Host {
             map: Box::new(Map::new(partitions)),
             encoded: vec![0; MAP_ENCODED_MAX],
             parts: vec![PartState::default(); usize::from(PARTITIONS_MAX)],
-            expected: vec![0; ClusterSide::expected_len(cfg.clients_max)],
+            expected: vec![0; cfg.clients_max as usize],
             reclaims: vec![0; ClusterSide::reclaims_len(cfg.clients_max)],
         };
         Host {

@@ -152,17 +152,21 @@ impl<D: Dial> ClusterLink<D> {
             map.owner(p)
                 .is_some_and(|o| o.server == Some(server) && o.epoch == epoch)
         });
-        // One server at a time, in their order: the next is the least one owed above the last.
-        let mut last = None;
-        while let Some(server) = self.owed.next_server_after(last) {
-            last = Some(server);
-            if let Err(e) = self.say_dones(server, deadline) {
+        // One pass over the map: the words owed, by server, then partition (a cold path, so a
+        // list of its own). A word owed while these are said waits for the next payment.
+        let mut owed: Vec<(ServerId, PartitionEpoch)> = (self.owed.dones.iter())
+            .map(|(&partition, &(server, epoch))| (server, PartitionEpoch { partition, epoch }))
+            .collect();
+        owed.sort_unstable_by_key(|&(server, d)| (server, d.partition));
+        for words in owed.chunk_by(|a, b| a.0 == b.0) {
+            let server = words[0].0;
+            if let Err(e) = self.say_dones(server, words, deadline) {
                 tracing::debug!(%server, error = %e, "dlock: ReclaimDone not sent");
             }
         }
     }
 
-    /// Says every word owed to `server`: in `ReclaimDones` messages where it speaks protocol 6,
+    /// Says `words`, owed to `server`: in `ReclaimDones` messages where it speaks protocol 6,
     /// one `ReclaimDone` each to a server of protocol 5; those answered `NotReady` or
     /// `PartitionMoved` are sent again after a pause while `deadline` lasts. The client can
     /// learn a map (from one server) before the new owner applied it, which then refuses the
@@ -171,12 +175,17 @@ impl<D: Dial> ClusterLink<D> {
     /// settled — taken, or refused for good (another status: the server will never take it) —
     /// so an error later in the exchange loses none of that; those still refused as the
     /// deadline came stay owed ([`Owed`]).
-    fn say_dones(&mut self, server: ServerId, deadline: Instant) -> io::Result<()> {
+    fn say_dones(
+        &mut self,
+        server: ServerId,
+        words: &[(ServerId, PartitionEpoch)],
+        deadline: Instant,
+    ) -> io::Result<()> {
         // The link's one reply buffer for these words, taken for the exchange and put back
         // whatever its outcome (a control reply needs room for the largest frame).
         let mut reply = std::mem::take(&mut self.owed.reply);
         reply.resize(CONTROL_FRAME_MAX, 0);
-        let said = self.say_dones_into(server, &mut reply, deadline);
+        let said = self.say_dones_into(server, words, &mut reply, deadline);
         self.owed.reply = reply;
         said
     }
@@ -185,6 +194,7 @@ impl<D: Dial> ClusterLink<D> {
     fn say_dones_into(
         &mut self,
         server: ServerId,
+        words: &[(ServerId, PartitionEpoch)],
         reply: &mut [u8],
         deadline: Instant,
     ) -> io::Result<()> {
@@ -197,14 +207,20 @@ impl<D: Dial> ClusterLink<D> {
         let mut pause = super::control::PAUSE_MIN;
         loop {
             let mut refused = false;
-            let mut from = 0;
-            loop {
-                let n = self.owed.dones_to(server, from, &mut chunk[..per_message]);
-                let Some(last) = chunk[..n].last() else {
-                    break;
-                };
-                // Below PARTITIONS_MAX (4,096): the next partition is a `u16` too.
-                from = last.partition + 1;
+            let mut n = 0;
+            // The words still owed: each settled one was forgotten (`say_chunk`).
+            for &(_, d) in words {
+                if self.owed.dones.get(&d.partition) != Some(&(server, d.epoch)) {
+                    continue;
+                }
+                chunk[n] = d;
+                n += 1;
+                if n == per_message {
+                    refused |= self.say_chunk(server, &chunk[..n], batched, reply, deadline)?;
+                    n = 0;
+                }
+            }
+            if n > 0 {
                 refused |= self.say_chunk(server, &chunk[..n], batched, reply, deadline)?;
             }
             if !refused || Instant::now() >= deadline {
@@ -552,23 +568,6 @@ impl std::fmt::Debug for Owed {
 }
 
 impl Owed {
-    /// The least server owed a `ReclaimDone` above `last` (any, for `None`).
-    fn next_server_after(&self, last: Option<ServerId>) -> Option<ServerId> {
-        (self.dones.values())
-            .map(|&(server, _)| server)
-            .filter(|&server| last.is_none_or(|l| server > l))
-            .min()
-    }
-
-    /// Fills `out` with the words owed to `server` from partition `from` on, in partition
-    /// order; how many.
-    fn dones_to(&self, server: ServerId, from: u16, out: &mut [PartitionEpoch]) -> usize {
-        let owed = (self.dones.range(from..))
-            .filter(|(_, (s, _))| *s == server)
-            .map(|(&partition, &(_, epoch))| PartitionEpoch { partition, epoch });
-        out.iter_mut().zip(owed).map(|(o, d)| *o = d).count()
-    }
-
     /// Partition `p`'s claims were refused for a passing reason (or not answered): claimed
     /// again after [`BACKOFF_MIN`], or after twice the last wait if they were refused before
     /// (at most [`BACKOFF_MAX`]).
