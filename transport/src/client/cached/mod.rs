@@ -8,7 +8,8 @@
 //! out locally (no message). When another client asks for a conflicting mode, the server sends
 //! this one a revoke (once its minimum hold is over); the handle reads it whenever it looks at
 //! its connection — every call that takes a guard, and [`Revokes::try_recv`], the channel the
-//! engine polls — and acts on it itself.
+//! engine polls — and acts on it itself. While it holds no grant on the server and owes no
+//! give-back, the look waits as long as the client's trust bound allows (`State::pump`).
 //!
 //! The rules are `dlock_core::manager::cache`'s [`CachedLock`], one record per lock, which
 //! this module drives (its module doc has the tables; the simulators can reach it there). In
