@@ -410,3 +410,77 @@ fn events_may_wait_only_while_the_trust_bound_holds_and_no_break_is_owed() {
         assert_eq!(c.unlock(id).unwrap(), Status::Success);
     }
 }
+
+/// An engine turns its write guard shared in place (`CachedWriteGuard::downgrade`): the server
+/// downgrades the grant and writes the block the writer set, as an exclusive give-back does;
+/// the lock stays cached shared (a second reader is local), and another client reads it at
+/// once, with that block, and without a revoke.
+#[test]
+fn a_downgraded_write_guard_writes_its_block_and_the_lock_stays_cached_shared() {
+    let s = common::revoke_server(true);
+    for (n, e) in endpoints(&s).into_iter().enumerate() {
+        let name = format!("downgraded-{n}");
+        let a = CachedLocks::connect(ClientConfig::new(e.clone())).unwrap();
+        let page = a.rw(&name).unwrap();
+        page.set_value_blocks(true).unwrap();
+        let mut w = page.try_write().unwrap();
+        w.set_value(b"lsn 7").unwrap();
+        let token = w.token();
+        let r = w.downgrade().unwrap();
+        assert_eq!(page.held(), Some(Mode::Shared), "{n}: cached, shared");
+        let read = r.value().expect("asked for");
+        assert_eq!(
+            (r.token(), &read.block.0[..5]),
+            (token, &b"lsn 7"[..]),
+            "{n}"
+        );
+        let hits = a.local_hits();
+        drop(page.try_read().unwrap());
+        assert_eq!(a.local_hits(), hits + 1, "{n}: a second reader is local");
+        assert!(
+            page.try_write().is_err(),
+            "{n}: no writer under a shared grant in use"
+        );
+
+        let revokes = counter(&s, "revokes_sent");
+        let mut b = Client::connect(ClientConfig::new(e.clone())).unwrap();
+        let theirs = b.get_lock(LockKind::Rw, name.as_bytes()).unwrap();
+        b.set_value_blocks(theirs, true).unwrap();
+        let g = b.trylock(theirs, Mode::Shared, 60_000).unwrap();
+        let got = g.value.expect("asked for");
+        assert!(got.valid, "{n}");
+        assert_eq!(&got.block.0[..5], b"lsn 7", "{n}: written by the downgrade");
+        assert_eq!(counter(&s, "revokes_sent"), revokes, "{n}: no revoke");
+        drop(r);
+        assert_eq!(page.held(), Some(Mode::Shared), "{n}: kept after the guard");
+        assert_eq!(b.unlock(theirs).unwrap(), Status::Success);
+    }
+}
+
+/// A writer that outlives its grant's revoke timeout (it kept the guard while another client
+/// waited) is told so by its downgrade: `Fail`, the use ended, and the lock no longer held —
+/// the work done under the guard was not protected since the server let the grant go.
+#[test]
+fn a_downgrade_of_a_grant_the_server_let_go_fails_and_ends_the_use() {
+    let mut cfg = ServerConfig::new(common::small());
+    cfg.core.timing.revoke_timeout_ms = 100;
+    cfg.core.timing.contention_window_ms = 0;
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
+    let s = ServerHandle::start(cfg).expect("server starts");
+    for (n, e) in endpoints(&s).into_iter().enumerate() {
+        let name = format!("outlived-{n}");
+        let a = CachedLocks::connect(ClientConfig::new(e.clone())).unwrap();
+        let page = a.rw(&name).unwrap();
+        let w = page.try_write().unwrap();
+        // The waiter is granted once the revoke lapses, and lets the lock go again.
+        assert_eq!(
+            waiter(&e, &name, Mode::Exclusive).join().unwrap(),
+            Status::Success,
+            "{n}"
+        );
+        let err = w.downgrade().expect_err("the grant is gone");
+        assert_eq!(err.status(), Status::Fail, "{n}");
+        assert_eq!(page.held(), None, "{n}: nothing held");
+        drop(page.try_write().expect("asked for again"));
+    }
+}

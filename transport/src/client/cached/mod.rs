@@ -580,8 +580,12 @@ impl<C: Connection> State<C> {
                 })
             }
             ServerOp::GiveBack(_) | ServerOp::Downgrade => {
-                // A local writer's block goes with the end of the exclusive turn.
+                // A local writer's block goes with the end of the exclusive turn (the
+                // mutation puts back a downgrade that leaves it behind).
+                let dropped =
+                    op == ServerOp::Downgrade && dlock_core::mutated!(DowngradeDropsBlock);
                 if e.cache.held() == Some(Mode::Exclusive)
+                    && !dropped
                     && let Some(block) = e.staged
                     && let Err(err) = self.client.stage_value(id, &block.0)
                 {
