@@ -484,3 +484,62 @@ fn a_downgrade_of_a_grant_the_server_let_go_fails_and_ends_the_use() {
         drop(page.try_write().expect("asked for again"));
     }
 }
+
+/// A client pinned at protocol 7 (`ClientConfig::version_max`, as during a rolling upgrade)
+/// against this server: its cacheable request on a contended lock is granted plain with no
+/// mark in the result (the server's path below `PROTO_VERSION_PLAIN_GRANTS`), the revoke notice
+/// an older client has always read follows the grant, and the handle gives the lock back with
+/// its guard instead of keeping it — a later conflict finds it free and sends no revoke.
+#[test]
+fn a_protocol_7_client_is_told_a_plain_grant_by_a_notice_and_gives_the_lock_back() {
+    let s = common::contended_server();
+    for (n, e) in endpoints(&s).into_iter().enumerate() {
+        let name = format!("pinned-{n}");
+        let a = CachedLocks::connect(ClientConfig::new(e.clone()).with_version_max(7)).unwrap();
+        assert_eq!(a.with_client(|c| c.version()), 7, "{n}: pinned");
+        let page = a.rw(&name).unwrap();
+        drop(page.try_write().unwrap());
+        // b's conflict revokes a's cached grant: the lock is contended from now on.
+        let b = waiter(&e, &name, Mode::Exclusive);
+        let _ = next_revoke(&a);
+        assert_eq!(b.join().unwrap(), Status::Success, "{n}");
+        let (revokes, contended) = (counter(&s, "revokes_sent"), counter(&s, "contended_grants"));
+        // a asks again: granted plain, and not told so by the result.
+        let again = page.try_write().unwrap();
+        assert_eq!(counter(&s, "contended_grants"), contended + 1, "{n}");
+        let id = page.id().unwrap();
+        let marked = a.with_client(|c| c.local_lock(id).map(|l| l.plain));
+        assert_eq!(marked, Some(false), "{n}: no mark below protocol 8");
+        // The notice comes, for this grant, while the guard is held.
+        assert_eq!(
+            next_revoke(&a),
+            Revoked::Lock {
+                lock: id,
+                wanted: Mode::Exclusive
+            },
+            "{n}"
+        );
+        assert_eq!(page.held(), Some(Mode::Exclusive), "{n}: in use");
+        drop(again);
+        assert_eq!(page.held(), None, "{n}: given back with the guard");
+        assert_eq!(
+            waiter(&e, &name, Mode::Exclusive).join().unwrap(),
+            Status::Success
+        );
+        assert_eq!(counter(&s, "revokes_sent"), revokes, "{n}: no revoke");
+    }
+}
+
+/// The version cap: the default registers at the newest version both speak, and a cap below
+/// what the client can still register with (6) is refused before anything is sent.
+#[test]
+fn a_client_registers_at_its_version_cap_and_refuses_one_below_6() {
+    let s = common::server(false);
+    let e = Endpoint::embedded(&s);
+    let c = Client::connect(ClientConfig::new(e.clone())).unwrap();
+    assert_eq!(c.version(), dlock_core::proto::PROTO_VERSION);
+    let c = Client::connect(ClientConfig::new(e.clone()).with_version_max(6)).unwrap();
+    assert_eq!(c.version(), 6);
+    let refused = Client::connect(ClientConfig::new(e).with_version_max(5)).map(drop);
+    assert_eq!(refused.map_err(|e| e.status()), Err(Status::Einval));
+}
