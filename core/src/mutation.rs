@@ -29,6 +29,7 @@
 //! | `OverflowDropped`  | `dlock-transport`, `Client::poll_events` (`client/events.rs`) | an overflow the connection reports (events lost) is not passed on: the client goes on using grants whose revokes it lost |
 //! | `DeadWriterKeepsValue` | `server/clients.rs`, `release_grant` | an exclusive holder gone without an unlock (death, deinit) leaves the lock's value block valid (the Linux DLM rule of `manager/value.rs` dropped) |
 //! | `ReconnectKeepsTrust` | `dlock-transport`, `Client::reinit` (`client/control.rs`) | a client that opened its connections again goes on trusting the cached grants it held (`manager/trust.rs`, rule 2 dropped): it hands them out locally although revokes on the old connection may be lost |
+//! | `DowngradeDropsBlock` | `dlock-transport`, `CachedLocks`' `State::send` (`client/cached/mod.rs`) | a cached lock's downgrade is sent without the value block its writer set: the server keeps the block from before, while the writer's readers read the new one |
 //!
 //! The model clients of `dlock-tests` mirror the transport client's registration protocol, so
 //! their copy of a client rule reads the same switch.
@@ -69,11 +70,13 @@ pub enum Mutation {
     DeadWriterKeepsValue = 10,
     /// `Client::reinit`: the trust in cached grants survives the broken connection.
     ReconnectKeepsTrust = 11,
+    /// `CachedLocks`' `State::send`: a downgrade writes no block.
+    DowngradeDropsBlock = 12,
 }
 
 impl Mutation {
     /// Every mutation point.
-    pub const ALL: [Mutation; 12] = [
+    pub const ALL: [Mutation; 13] = [
         Mutation::MergeClaimOwner,
         Mutation::ClientLeaseLapse,
         Mutation::FairClaimServing,
@@ -86,6 +89,7 @@ impl Mutation {
         Mutation::StreamKeepsParked,
         Mutation::DeadWriterKeepsValue,
         Mutation::ReconnectKeepsTrust,
+        Mutation::DowngradeDropsBlock,
     ];
 
     /// The mutation's name, as [`Mutation::from_name`] reads it.
@@ -103,6 +107,7 @@ impl Mutation {
             Mutation::StreamKeepsParked => "StreamKeepsParked",
             Mutation::DeadWriterKeepsValue => "DeadWriterKeepsValue",
             Mutation::ReconnectKeepsTrust => "ReconnectKeepsTrust",
+            Mutation::DowngradeDropsBlock => "DowngradeDropsBlock",
         }
     }
 

@@ -560,7 +560,9 @@ int recovery_done(int client_id, int dead_client_id, unsigned int *released);
  * any unlock. A give-back that does not reach the server is sent again at the client's next
  * call (the call that failed returns why), never dropped. Each
  * revoke acted on is reported to the engine, by its callback or its poll, so it can hurry the
- * users in the way. A client that never calls in does not see its revokes and loses the grant
+ * users in the way. While none of the client's cache-enabled locks is held or owes a give-back,
+ * a call leaves the look at its revokes for later (within the client's trust bound: nothing a
+ * revoke could be for is held), so over TCP it costs no extra system call. A client that never calls in does not see its revokes and loses the grant
  * at the server's revoke timeout (its lease by default). lock() on an RW lock of a client that
  * caches waits on the server in 20 ms slices and reads its revokes between them.
  *

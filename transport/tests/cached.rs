@@ -410,3 +410,136 @@ fn events_may_wait_only_while_the_trust_bound_holds_and_no_break_is_owed() {
         assert_eq!(c.unlock(id).unwrap(), Status::Success);
     }
 }
+
+/// An engine turns its write guard shared in place (`CachedWriteGuard::downgrade`): the server
+/// downgrades the grant and writes the block the writer set, as an exclusive give-back does;
+/// the lock stays cached shared (a second reader is local), and another client reads it at
+/// once, with that block, and without a revoke.
+#[test]
+fn a_downgraded_write_guard_writes_its_block_and_the_lock_stays_cached_shared() {
+    let s = common::revoke_server(true);
+    for (n, e) in endpoints(&s).into_iter().enumerate() {
+        let name = format!("downgraded-{n}");
+        let a = CachedLocks::connect(ClientConfig::new(e.clone())).unwrap();
+        let page = a.rw(&name).unwrap();
+        page.set_value_blocks(true).unwrap();
+        let mut w = page.try_write().unwrap();
+        w.set_value(b"lsn 7").unwrap();
+        let token = w.token();
+        let r = w.downgrade().unwrap();
+        assert_eq!(page.held(), Some(Mode::Shared), "{n}: cached, shared");
+        let read = r.value().expect("asked for");
+        assert_eq!(
+            (r.token(), &read.block.0[..5]),
+            (token, &b"lsn 7"[..]),
+            "{n}"
+        );
+        let hits = a.local_hits();
+        drop(page.try_read().unwrap());
+        assert_eq!(a.local_hits(), hits + 1, "{n}: a second reader is local");
+        assert!(
+            page.try_write().is_err(),
+            "{n}: no writer under a shared grant in use"
+        );
+
+        let revokes = counter(&s, "revokes_sent");
+        let mut b = Client::connect(ClientConfig::new(e.clone())).unwrap();
+        let theirs = b.get_lock(LockKind::Rw, name.as_bytes()).unwrap();
+        b.set_value_blocks(theirs, true).unwrap();
+        let g = b.trylock(theirs, Mode::Shared, 60_000).unwrap();
+        let got = g.value.expect("asked for");
+        assert!(got.valid, "{n}");
+        assert_eq!(&got.block.0[..5], b"lsn 7", "{n}: written by the downgrade");
+        assert_eq!(counter(&s, "revokes_sent"), revokes, "{n}: no revoke");
+        drop(r);
+        assert_eq!(page.held(), Some(Mode::Shared), "{n}: kept after the guard");
+        assert_eq!(b.unlock(theirs).unwrap(), Status::Success);
+    }
+}
+
+/// A writer that outlives its grant's revoke timeout (it kept the guard while another client
+/// waited) is told so by its downgrade: `Fail`, the use ended, and the lock no longer held —
+/// the work done under the guard was not protected since the server let the grant go.
+#[test]
+fn a_downgrade_of_a_grant_the_server_let_go_fails_and_ends_the_use() {
+    let mut cfg = ServerConfig::new(common::small());
+    cfg.core.timing.revoke_timeout_ms = 100;
+    cfg.core.timing.contention_window_ms = 0;
+    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
+    let s = ServerHandle::start(cfg).expect("server starts");
+    for (n, e) in endpoints(&s).into_iter().enumerate() {
+        let name = format!("outlived-{n}");
+        let a = CachedLocks::connect(ClientConfig::new(e.clone())).unwrap();
+        let page = a.rw(&name).unwrap();
+        let w = page.try_write().unwrap();
+        // The waiter is granted once the revoke lapses, and lets the lock go again.
+        assert_eq!(
+            waiter(&e, &name, Mode::Exclusive).join().unwrap(),
+            Status::Success,
+            "{n}"
+        );
+        let err = w.downgrade().expect_err("the grant is gone");
+        assert_eq!(err.status(), Status::Fail, "{n}");
+        assert_eq!(page.held(), None, "{n}: nothing held");
+        drop(page.try_write().expect("asked for again"));
+    }
+}
+
+/// A client pinned at protocol 7 (`ClientConfig::version_max`, as during a rolling upgrade)
+/// against this server: its cacheable request on a contended lock is granted plain with no
+/// mark in the result (the server's path below `PROTO_VERSION_PLAIN_GRANTS`), the revoke notice
+/// an older client has always read follows the grant, and the handle gives the lock back with
+/// its guard instead of keeping it — a later conflict finds it free and sends no revoke.
+#[test]
+fn a_protocol_7_client_is_told_a_plain_grant_by_a_notice_and_gives_the_lock_back() {
+    let s = common::contended_server();
+    for (n, e) in endpoints(&s).into_iter().enumerate() {
+        let name = format!("pinned-{n}");
+        let a = CachedLocks::connect(ClientConfig::new(e.clone()).with_version_max(7)).unwrap();
+        assert_eq!(a.with_client(|c| c.version()), 7, "{n}: pinned");
+        let page = a.rw(&name).unwrap();
+        drop(page.try_write().unwrap());
+        // b's conflict revokes a's cached grant: the lock is contended from now on.
+        let b = waiter(&e, &name, Mode::Exclusive);
+        let _ = next_revoke(&a);
+        assert_eq!(b.join().unwrap(), Status::Success, "{n}");
+        let (revokes, contended) = (counter(&s, "revokes_sent"), counter(&s, "contended_grants"));
+        // a asks again: granted plain, and not told so by the result.
+        let again = page.try_write().unwrap();
+        assert_eq!(counter(&s, "contended_grants"), contended + 1, "{n}");
+        let id = page.id().unwrap();
+        let marked = a.with_client(|c| c.local_lock(id).map(|l| l.plain));
+        assert_eq!(marked, Some(false), "{n}: no mark below protocol 8");
+        // The notice comes, for this grant, while the guard is held.
+        assert_eq!(
+            next_revoke(&a),
+            Revoked::Lock {
+                lock: id,
+                wanted: Mode::Exclusive
+            },
+            "{n}"
+        );
+        assert_eq!(page.held(), Some(Mode::Exclusive), "{n}: in use");
+        drop(again);
+        assert_eq!(page.held(), None, "{n}: given back with the guard");
+        assert_eq!(
+            waiter(&e, &name, Mode::Exclusive).join().unwrap(),
+            Status::Success
+        );
+        assert_eq!(counter(&s, "revokes_sent"), revokes, "{n}: no revoke");
+    }
+}
+
+/// The version cap: the default registers at the newest version both speak, and a cap below
+/// what the client can still register with (6) is refused before anything is sent.
+#[test]
+fn a_client_registers_at_its_version_cap_and_refuses_one_below_6() {
+    let s = common::server(false);
+    let e = Endpoint::embedded(&s);
+    let c = Client::connect(ClientConfig::new(e.clone())).unwrap();
+    assert_eq!(c.version(), dlock_core::proto::PROTO_VERSION);
+    let c = Client::connect(ClientConfig::new(e.clone()).with_version_max(6)).unwrap();
+    assert_eq!(c.version(), 6);
+    let refused = Client::connect(ClientConfig::new(e).with_version_max(5)).map(drop);
+    assert_eq!(refused.map_err(|e| e.status()), Err(Status::Einval));
+}

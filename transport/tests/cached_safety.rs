@@ -361,3 +361,72 @@ fn a_renumbering_replaces_the_unread_notices_with_one_for_every_lock() {
     assert_eq!(revokes.try_recv().unwrap(), None, "no notice by an old id");
     second.stop();
 }
+
+/// A handle that holds no grant on the server leaves its look at the events for later while
+/// its trust bound holds (`Client::events_may_wait`; over TCP a look is a `recv`), and looks at
+/// every call again once it caches a grant, so a revoke of that grant still comes and is acted
+/// on. Before, every guard looked, on an uncached lock too.
+#[test]
+fn a_handle_caching_nothing_does_not_look_at_its_events_until_it_caches() {
+    let s = common::revoke_server(true);
+    for tcp in [true, false] {
+        let e = match tcp {
+            true => Endpoint::Tcp(s.tcp_addr().expect("tcp")),
+            false => Endpoint::embedded(&s),
+        };
+        let (client, gate) = gated_client(&e, Duration::from_secs(60));
+        let locks = CachedLocks::new(client);
+        let (page, row) = (
+            locks.rw(format!("page-{tcp}")).unwrap(),
+            locks.rw(format!("row-{tcp}")).unwrap(),
+        );
+        // The page is cached, then revoked by a writer elsewhere and given back at a look.
+        drop(page.try_write().unwrap());
+        let writer = writer_elsewhere(&s, format!("page-{tcp}"));
+        while locks.revokes().try_recv().unwrap().is_none() {
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(writer.join().unwrap(), Status::Success, "tcp {tcp}");
+        assert_eq!(page.held(), None, "tcp {tcp}: given back");
+
+        let looks = gate.event_looks();
+        let g = row.try_write().unwrap();
+        assert_eq!(
+            gate.event_looks(),
+            looks,
+            "tcp {tcp}: nothing cached, no look"
+        );
+        drop(g);
+        assert_eq!(locks.revokes().try_recv().unwrap(), None);
+        assert_eq!(
+            gate.event_looks(),
+            looks + 1,
+            "tcp {tcp}: the row is cached: a look"
+        );
+        // The row's revoke still comes, and the row goes back.
+        let writer = writer_elsewhere(&s, format!("row-{tcp}"));
+        while locks.revokes().try_recv().unwrap().is_none() {
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(writer.join().unwrap(), Status::Success, "tcp {tcp}");
+        assert_eq!(row.held(), None, "tcp {tcp}: given back");
+    }
+    s.stop();
+}
+
+/// A client of `s` that takes RW lock `name` exclusively (waiting for it) and lets it go: its
+/// status.
+fn writer_elsewhere(s: &ServerHandle, name: String) -> thread::JoinHandle<Status> {
+    let mut b = Client::connect(ClientConfig::new(Endpoint::embedded(s))).expect("registers");
+    thread::spawn(move || {
+        let id = b.get_lock(LockKind::Rw, name.as_bytes()).unwrap();
+        let got = b.lock(id, Mode::Exclusive, 60_000, Duration::from_secs(30));
+        match got {
+            Ok(g) => {
+                assert_eq!(b.unlock(id).unwrap(), Status::Success);
+                g.status
+            }
+            Err(e) => e.status(),
+        }
+    })
+}

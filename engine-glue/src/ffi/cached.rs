@@ -18,7 +18,9 @@
 //!   `client_revokes_poll` of the client: a parked grant is given back at once (or downgraded,
 //!   when only shared is wanted); a grant in use is given back (or downgraded) by the `unlock`
 //!   that ends its use. Either way the engine is told ([`dlock_revoke`]), through its callback
-//!   or its poll.
+//!   or its poll. While none of the client's cache-enabled locks is held or owes a give-back,
+//!   the look waits as long as the client's trust bound allows (nothing a revoke could be for
+//!   is held, and nothing parked is used meanwhile): a call then pays no `recv` over TCP.
 //!
 //! Every one of these decisions is `dlock_core::manager::CachedLock`'s, one record per lock,
 //! as for the Rust API's `CachedLocks`: this module only sends what the record asks for and
@@ -251,4 +253,18 @@ pub unsafe extern "C" fn client_revokes_poll(
         unsafe { write_at(count, 0, n as c_uint) };
         Status::Success.code()
     })
+}
+
+/// How many times the library has looked at the events of client `client_id` (read its event
+/// ring, or over TCP `recv`ed): a call on a lock with nothing parked or owed leaves the look
+/// for later while the client's trust bound holds (`Caching::pump`). For tests (a Rust
+/// function, not part of the C API). `None` for an unknown client.
+#[doc(hidden)]
+pub fn event_looks(client_id: c_int) -> Option<u64> {
+    let mut looks = None;
+    with_client(client_id, Refusals::DATA, |slot| {
+        looks = Some(slot.cache.looks);
+        Status::Success.code()
+    });
+    looks
 }

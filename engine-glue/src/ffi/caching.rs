@@ -39,6 +39,10 @@ pub(super) struct Cached {
     warned: bool,
     /// In `Caching::watch` (a flag, not a search of the list: an overflow watches every lock).
     watched: bool,
+    /// Counted in `Caching::engaged`: the record holds a grant (or gives one back) on the
+    /// server, or a give-back is owed. Set by `Caching::settle` after every exchange with the
+    /// server, the only place where a record comes to hold something or stops holding it.
+    engaged: bool,
 }
 
 impl Cached {
@@ -50,7 +54,13 @@ impl Cached {
             let_go: false,
             warned: false,
             watched: false,
+            engaged: false,
         }
+    }
+
+    /// Whether the server may send a revoke this lock must hear (`Cached::engaged`).
+    fn engages(&self) -> bool {
+        self.rec.held().is_some() || self.rec.giving_back() || self.owed.is_some()
     }
 
     /// Parked: held on the server with no use.
@@ -82,6 +92,11 @@ pub(super) struct Caching {
     scratch: Vec<(LockId, Option<ServerOp>)>,
     /// The client's `renumberings` when `locks` was last known to name the client's ids.
     renumberings: u64,
+    /// The locks that are `Cached::engaged`: while there are none and nothing is watched, a
+    /// look at the events may wait as long as the client's trust bound holds (`pump`).
+    engaged: usize,
+    /// Looks at the events so far (`event_looks`, for tests).
+    pub(super) looks: u64,
 }
 
 impl Caching {
@@ -95,6 +110,8 @@ impl Caching {
             events: Vec::with_capacity(EVENT_RING_LEN + 1),
             scratch: Vec::with_capacity(EVENT_RING_LEN),
             renumberings: 0,
+            engaged: 0,
+            looks: 0,
         }
     }
 
@@ -134,6 +151,7 @@ impl Caching {
         if !self.locks.is_empty() {
             self.locks.clear();
             self.watch.clear();
+            self.engaged = 0;
             // The notices the engine has not taken name ids from before.
             self.notices.renumbered();
         }
@@ -168,8 +186,26 @@ impl Caching {
 
     /// Forgets `id` (its reference was released).
     pub(super) fn forget(&mut self, id: LockId) {
-        self.locks.remove(&id);
+        if self.locks.remove(&id).is_some_and(|c| c.engaged) {
+            self.engaged -= 1;
+        }
         self.watch.retain(|&w| w != id);
+    }
+
+    /// Counts `id` in `Caching::engaged` if it engages now, after an exchange with the server.
+    fn settle(&mut self, id: LockId) {
+        let Some(c) = self.locks.get_mut(&id) else {
+            return;
+        };
+        let now = c.engages();
+        if now != c.engaged {
+            c.engaged = now;
+            if now {
+                self.engaged += 1;
+            } else {
+                self.engaged -= 1;
+            }
+        }
     }
 
     /// Enables caching of `id`'s grants (`lock_cache_enable`), with room made now for what
@@ -193,11 +229,22 @@ impl Caching {
 
     /// Reads the revokes the server sent and acts on them (module doc), then sends again what
     /// is owed.
+    ///
+    /// While no lock holds anything on the server or owes a give-back, and nothing is watched,
+    /// the look is left for later when `Client::events_may_wait` allows it (the row-group
+    /// cache's rule, and `CachedLocks`'): no revoke is for anything held, any unread one is for
+    /// a grant given back since (which the look would ignore), and no lost connection owes its
+    /// report, so nothing parked is used while the look waits. Over TCP a call on a lock not
+    /// parked then pays no `recv` on top of its request; the first grant held makes every call
+    /// look again.
     pub(super) fn pump(&mut self, client: &mut Client) {
         self.follow_renumbering(client);
-        if self.locks.is_empty() {
+        if self.locks.is_empty()
+            || self.engaged == 0 && self.watch.is_empty() && client.events_may_wait()
+        {
             return;
         }
+        self.looks += 1;
         let mut events = std::mem::take(&mut self.events);
         if let Err(e) = client.poll_events(|e| events.push(e)) {
             tracing::debug!(error = %e, "dlock: reading a C client's revokes");
@@ -312,6 +359,13 @@ impl Caching {
         id: LockId,
         op: ServerOp,
     ) -> Result<(), Status> {
+        let done = self.exchange(client, id, op);
+        self.settle(id);
+        done
+    }
+
+    /// `Caching::drive`'s exchange, before the lock is counted again.
+    fn exchange(&mut self, client: &mut Client, id: LockId, op: ServerOp) -> Result<(), Status> {
         let Some(c) = self.locks.get_mut(&id) else {
             return Ok(());
         };
@@ -388,6 +442,7 @@ impl Caching {
                             c.rec.granted_plain();
                         }
                     }
+                    self.settle(id);
                     return Some(got);
                 }
                 // No upgrade in place: the parked shared grant goes back, then the request is

@@ -28,7 +28,7 @@
 //! | `value_ppm`         | that share of lock records asks for the lock's value block with every grant, and half their exclusive unlocks write one |
 //! | `event_loss_ppm`    | that share of event messages finds no room on its connection: the client reads an overflow in its place and re-checks everything it caches (gives back every cached grant) |
 //! | `retain_ppm`        | that share of acquisitions asks to be retained on the holder's death (`RETAIN`); a recoverer lists the dead clients' retained locks and calls `recovery_done`, and other clients now and then try to, which must be refused |
-//! | `downgrade_ppm`     | (the real-client simulator) that share of a reference-shaped process's actions on an RW lock its record holds exclusively downgrades it in place (`Client::downgrade`) |
+//! | `downgrade_ppm`     | (the real-client simulator) that share of a reference-shaped process's actions on an RW lock its record holds exclusively downgrades it in place (`Client::downgrade`), and that share of a `CachedLocks` process's write guards it lets go downgrades instead (`CachedWriteGuard::downgrade`) |
 //! | `reconnect_ppm`     | (the real-client simulator) the chance that a `CachedLocks` process whose connection broke reconnects and registers again (`Client::reinit`) instead of starting over: its cached grants then count as revoked (`manager::trust`, rule 2) |
 //!
 //! A plan is drawn from its own generator ([`FaultPlan::draw`]), so a seed's plan does not
@@ -78,6 +78,8 @@ pub struct Faults {
     /// Cached-locks processes of the real-client simulator that reconnected and registered
     /// again after their connection broke.
     pub cache_reconnects: u64,
+    /// Write guards a cached-locks process of the real-client simulator downgraded in place.
+    pub cache_downgrades: u64,
     /// Dead clients whose retained locks a recoverer released.
     pub recoveries_done: u64,
     /// `recovery_done` calls from clients without the role (all refused).
@@ -118,6 +120,7 @@ impl Faults {
             (&mut self.values_written, o.values_written),
             (&mut self.cache_deaf_spells, o.cache_deaf_spells),
             (&mut self.cache_reconnects, o.cache_reconnects),
+            (&mut self.cache_downgrades, o.cache_downgrades),
             (&mut self.recoveries_done, o.recoveries_done),
             (&mut self.recoveries_refused, o.recoveries_refused),
         ];

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use dlock_core::proto::PROTO_VERSION;
+
 use super::{Endpoint, Mux};
 
 /// How long a synchronous request may take before the client gives up (the reference's 5 s).
@@ -37,6 +39,16 @@ pub struct ClientConfig {
     /// assumes — so set it to the server's value when an older server's is shorter than the
     /// lease.
     pub revoke_timeout: Duration,
+    /// The newest protocol version the client registers with (default: the newest it speaks,
+    /// [`PROTO_VERSION`]; a larger value means the same). An engine pins the wire version with
+    /// it during a rolling upgrade: every node of the old release and the new keeps talking
+    /// the old one until the last old node is gone, so that what a lock's holders are told
+    /// does not depend on which release each runs — at 7, for instance, a cacheable request
+    /// granted plain on a contended lock is told so by a revoke notice after the grant, as by a
+    /// release before protocol 8, instead of by the grant's result. It bounds the versions a
+    /// standalone server negotiates (the client still asks for at least 6); below 6 the client
+    /// refuses to register (`Einval`). A cluster client registers at its own versions.
+    pub version_max: u8,
 }
 
 impl ClientConfig {
@@ -49,6 +61,7 @@ impl ClientConfig {
             wait_awake: Duration::ZERO,
             mux: None,
             revoke_timeout: Duration::ZERO,
+            version_max: PROTO_VERSION,
         }
     }
 
@@ -80,6 +93,12 @@ impl ClientConfig {
     /// [`ClientConfig::revoke_timeout`]).
     pub fn with_revoke_timeout(mut self, timeout: Duration) -> Self {
         self.revoke_timeout = timeout;
+        self
+    }
+
+    /// Registers at protocol version `max` at most (see [`ClientConfig::version_max`]).
+    pub fn with_version_max(mut self, max: u8) -> Self {
+        self.version_max = max;
         self
     }
 

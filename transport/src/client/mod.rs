@@ -252,12 +252,18 @@ impl<C: Connection> Client<C> {
     /// Registers a new client instance over `link`, a connection of the caller's own (a test's
     /// or a simulator's; [`Client::connect`] opens a [`Link`]). `cfg`'s endpoint is not used.
     pub fn over(link: C, cfg: ClientConfig) -> Result<Client<C>, Error> {
+        // The registration's header names the newest version the client speaks (the body the
+        // oldest): the configured cap, if lower (`ClientConfig::version_max`).
+        let version = cfg.version_max.min(PROTO_VERSION);
+        if version < SERVER_VERSION_MIN {
+            return Err(Op::Connect.err(Status::Einval));
+        }
         let start = link.now();
         let mut c = Client {
             link,
             id: ClientId::new(1).expect("1 is a valid id"),
             session: Session::NONE,
-            version: PROTO_VERSION,
+            version,
             recovering: false,
             reclaim: false,
             epoch: 0,
@@ -292,6 +298,12 @@ impl<C: Connection> Client<C> {
     /// This instance's id.
     pub fn id(&self) -> ClientId {
         self.id
+    }
+
+    /// The protocol version the server and this client agreed on at the last
+    /// (re)registration: the newest both speak, at most [`ClientConfig::version_max`].
+    pub fn version(&self) -> u8 {
+        self.version
     }
 
     /// The lease the server granted at the last (re)registration: what this client asked for,

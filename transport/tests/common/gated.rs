@@ -2,7 +2,8 @@
 //! while the gate is closed the client sees no reply, and every wait for one is counted. A
 //! test proves with it that a call did not wait for a reply (the count stays zero), or holds a
 //! caller inside a network wait for as long as it likes; it can also make sends fail, as over a
-//! connection that was lost. Each test file uses a different subset, hence the allow.
+//! connection that was lost. The link's events pass through, and every look at them is counted
+//! (a test proves with it that a call did not look: over TCP each look is a `recv`). Each test file uses a different subset, hence the allow.
 #![allow(dead_code)]
 
 use std::io;
@@ -12,6 +13,7 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use dlock_core::Session;
+use dlock_core::proto::Event;
 use dlock_transport::client::link::Link;
 use dlock_transport::client::{Client, ClientConfig, Connection, Endpoint};
 
@@ -26,6 +28,8 @@ pub struct Gate {
     waiting: AtomicBool,
     /// Data messages fail to send (the connection looks lost) while set.
     failing: AtomicBool,
+    /// Looks at the events the server sent unasked.
+    event_looks: AtomicUsize,
 }
 
 impl Gate {
@@ -45,6 +49,11 @@ impl Gate {
 
     fn is_closed(&self) -> bool {
         *self.closed.lock().unwrap()
+    }
+
+    /// How many times the client looked at its events.
+    pub fn event_looks(&self) -> usize {
+        self.event_looks.load(Ordering::SeqCst)
     }
 
     /// How many times a caller waited for a reply while the gate was closed.
@@ -162,5 +171,14 @@ impl Connection for Gated {
             return Ok(None);
         }
         self.inner.poll_recv_data(ticket, reply, waker)
+    }
+
+    fn poll_events(&mut self, sink: &mut dyn FnMut(Event)) -> io::Result<()> {
+        self.gate.event_looks.fetch_add(1, Ordering::SeqCst);
+        Connection::poll_events(&mut self.inner, sink)
+    }
+
+    fn events_in_place(&self) -> bool {
+        Connection::events_in_place(&self.inner)
     }
 }

@@ -89,6 +89,11 @@ impl Values {
         }
     }
 
+    /// What the model knows of `name`'s block now.
+    pub fn block(&self, name: usize) -> Block {
+        self.blocks[name]
+    }
+
     /// An exclusive release of `name` succeeded, writing `written` if any.
     pub fn released(&mut self, name: usize, written: Option<ValueBlock>) {
         if let Some(b) = written {

@@ -12,6 +12,10 @@
 //!
 //! With `value_ppm`, some handles ask for value blocks and half their write guards set one,
 //! which the handle writes when it gives the grant back or downgrades it; with
+//! `downgrade_ppm`, a write guard let go is now and then downgraded in place instead
+//! ([`Sim::cached_downgrade`]): its user reads on, the handle's record must hold the lock
+//! shared, and the server's block must be the one the guard reads (the one its writer set,
+//! or the grant's); with
 //! `reconnect_ppm`, a process whose connection broke registers again over a new one
 //! ([`Sim::cached_reconnect`]) instead of starting over, keeping its guards.
 //!
@@ -38,6 +42,7 @@ use super::conn::{EVERY_LOCK, SeenRevoke, Shared, SimConn, Watch};
 use super::native::Held;
 use super::procs::{CLIENT_LEASE_MS, Sim};
 use crate::sim::net::LinkId;
+use crate::sim::oracle::values::Block;
 
 /// A guard the process holds.
 enum Guard<'r> {
@@ -236,13 +241,22 @@ impl<'r> Sim<'r> {
             match self.rng.range(0, 100) {
                 0..=39 => self.cached_take(p, now),
                 40..=64 => {
-                    // Released locally: kept cached, or given back if a revoke waits for it.
+                    // Released locally: kept cached, or given back if a revoke waits for it;
+                    // or a writer downgrades and reads on.
                     let n = self.cached(p).held.len();
-                    if n > 0 {
+                    if n == 0 {
+                        Ok(())
+                    } else {
                         let i = self.rng.index(n);
-                        drop(self.cached(p).held.swap_remove(i));
+                        let write = matches!(self.cached(p).held[i].0, Guard::Write(_));
+                        let ppm = self.world.borrow().plan.downgrade_ppm;
+                        if write && ppm > 0 && self.cached_downgrades.chance(ppm) {
+                            self.cached_downgrade(p, i)
+                        } else {
+                            drop(self.cached(p).held.swap_remove(i));
+                            Ok(())
+                        }
                     }
-                    Ok(())
                 }
                 65..=79 => {
                     // The engine's loop: every notice, each given back by the handle itself.
@@ -316,6 +330,50 @@ impl<'r> Sim<'r> {
             proc.synced = incarnation;
         }
         true
+    }
+
+    /// Cached process `p` downgrades its `i`th guard, a write guard, in place
+    /// (`CachedWriteGuard::downgrade`): told it has, its handle's record must hold the lock
+    /// shared, and the server's block (the oracle's model of it) must be the one the guard reads
+    /// — the block its writer set, which the downgrade writes, or the grant's. The guard reads
+    /// on; an error ends its use.
+    fn cached_downgrade(&mut self, p: usize, i: usize) -> Result<(), Error> {
+        let (guard, held, raw, from) = self.cached(p).held.swap_remove(i);
+        let Guard::Write(w) = guard else {
+            unreachable!("a write guard is downgraded");
+        };
+        let r = w.downgrade()?;
+        let mut world = self.world.borrow_mut();
+        world.faults.cache_downgrades += 1;
+        let c = self.procs[p].cached.as_mut().expect("a cached process");
+        let record = c.handles[held.k].as_ref().and_then(|(h, _, _)| h.held());
+        let model = world.oracle.values.block(held.k);
+        let verdict = match (r.value(), model) {
+            _ if record == Some(Mode::Exclusive) => Err(format!(
+                "a cached write guard of lock {} (token {:#x}) was told its downgrade succeeded, \
+                 and its handle still holds the lock exclusively",
+                held.k,
+                r.token().0
+            )),
+            (Some(v), Block::Known(b)) if from == world.incarnation && v.valid && v.block != b => {
+                Err(format!(
+                    "a cached write guard of lock {} downgraded reading the value block {:?}, \
+                     while the server's is {b:?}",
+                    held.k,
+                    &v.block.as_bytes()[..8]
+                ))
+            }
+            _ => Ok(()),
+        };
+        if let Err(e) = verdict {
+            world.fail_with(format!("process {p}: {e}"));
+        }
+        let held = Held {
+            mode: Mode::Shared,
+            ..held
+        };
+        c.held.push((Guard::Read(r), held, raw, from));
+        Ok(())
     }
 
     /// Takes a guard of a random RW lock without waiting; a local one is checked against the

@@ -24,7 +24,8 @@
 //! The lock manager's other drives are toggles of the seed ([`swarm`](super::swarm)), each
 //! drawn apart from the run's generator so that a seed without it runs as it did before it
 //! existed: reference-shaped processes downgrade RW locks their records hold exclusively
-//! (`downgrade_ppm`; cached processes downgrade when a revoke wants shared); lock records and
+//! (`downgrade_ppm`; cached processes downgrade when a revoke wants shared, and by the same
+//! toggle downgrade a write guard in place instead of dropping it); lock records and
 //! cached handles ask for value blocks (`value_ppm`): exclusive unlocks and downgrades write
 //! one half the time, and cached writers set one for their give-back; and a cached process
 //! whose connection broke reconnects (`reconnect_ppm`, `Client::reinit`) instead of starting
@@ -169,6 +170,7 @@ fn run_with(seed: u64, ops: u64, sabotage: bool) -> Result<Report, Failure> {
         downgrades: Rng::new(seed ^ 0xd0_a4ad_e000),
         values: Rng::new(seed ^ 0x7a1_0eb1_0c00),
         reconnects: Rng::new(seed ^ 0x4ec0_44ec_7000),
+        cached_downgrades: Rng::new(seed ^ 0xcac4_d0a4_ad00),
         crashes: 0,
         reinits: 0,
     };

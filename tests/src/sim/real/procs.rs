@@ -186,6 +186,10 @@ pub(super) struct Sim<'r> {
     /// Decides, apart from `rng`, which cached processes reconnect after their connection
     /// broke (the plan's `reconnect_ppm`).
     pub reconnects: Rng,
+    /// Decides, apart from `rng` and `downgrades`, which write guards a cached process drops
+    /// downgrade instead (the plan's `downgrade_ppm`), so that a seed's reference-shaped
+    /// processes downgrade as they did before.
+    pub cached_downgrades: Rng,
     pub crashes: u64,
     pub reinits: u64,
 }

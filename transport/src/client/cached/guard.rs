@@ -1,6 +1,10 @@
 //! The guards of cached RW locks: dropping one releases it locally (no message); the last guard
-//! of a revoked lock gives the lock back to the server as it drops.
+//! of a revoked lock gives the lock back to the server as it drops. A write guard may turn the
+//! grant shared in place ([`CachedWriteGuard::downgrade`]).
 
+use std::time::Duration;
+
+use dlock_core::manager::cache::Reply;
 use dlock_core::manager::value::{ValueBlock, ValueRead};
 use dlock_core::{FencingToken, LockId, Mode, Status};
 
@@ -104,5 +108,46 @@ impl<C: Connection> CachedWriteGuard<C> {
         };
         (e.value, e.staged, self.0.value) = (Some(read), Some(block), Some(read));
         Ok(())
+    }
+
+    /// Turns the exclusive grant shared in place, of the engine's own accord (a revoke that
+    /// wants shared does the same when the writer is done): the server downgrades the grant,
+    /// writing the block set with [`CachedWriteGuard::set_value`] as an exclusive give-back
+    /// writes it; the lock stays cached, shared; and this guard's user reads on under the
+    /// returned guard, with other local readers, while other clients may take the lock shared.
+    ///
+    /// On an error the use has ended, as if the guard had been dropped: `LockNotGet` when a
+    /// failover forgot the lock since the guard was taken; `Fail` when the server no longer
+    /// held the grant (a revoke it lapsed, or the lease: the work done under the guard was not
+    /// protected); a connection's failure, the downgrade then owed and sent again at the next
+    /// look, the grant exclusive until it goes.
+    pub fn downgrade(self) -> Result<CachedReadGuard<C>, Error> {
+        // Dropped after the state below (declared first): an error ends this user's use.
+        let mut held = self.0;
+        let locks = held.locks.clone();
+        let mut st = locks.state();
+        // Revokes first, as at every call: one may already want the lock back.
+        st.pump()?;
+        let id = st
+            .current_of(held.key, held.generation)
+            .ok_or_else(|| Op::Downgrade.err(Status::LockNotGet))?;
+        let e = st.entries.get_mut(&id).expect("a handle's entry");
+        let op = e
+            .cache
+            .downgrade()
+            .ok_or_else(|| Op::Downgrade.err(Status::Einval))?;
+        // The record counts this user as a reader from here on, whatever the server answers.
+        held.mode = Mode::Shared;
+        let done = match st.drive(id, op, Duration::ZERO) {
+            (Reply::Lost, _) => Err(Op::Downgrade.err(Status::Fail)),
+            (Reply::Send(_), err) => Err(err.unwrap_or_else(|| Op::Downgrade.err(Status::Fail))),
+            _ => Ok(()),
+        };
+        // Local readers waiting for the writer may go on under the shared grant.
+        if st.waiters > 0 {
+            locks.shared.changed.notify_all();
+        }
+        drop(st);
+        done.map(|()| CachedReadGuard(held))
     }
 }

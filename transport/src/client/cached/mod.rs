@@ -8,7 +8,8 @@
 //! out locally (no message). When another client asks for a conflicting mode, the server sends
 //! this one a revoke (once its minimum hold is over); the handle reads it whenever it looks at
 //! its connection — every call that takes a guard, and [`Revokes::try_recv`], the channel the
-//! engine polls — and acts on it itself.
+//! engine polls — and acts on it itself. While it holds no grant on the server and owes no
+//! give-back, the look waits as long as the client's trust bound allows (`State::pump`).
 //!
 //! The rules are `dlock_core::manager::cache`'s [`CachedLock`], one record per lock, which
 //! this module drives (its module doc has the tables; the simulators can reach it there). In
@@ -137,6 +138,9 @@ struct State<C: Connection> {
     /// Threads waiting on [`Shared::changed`]: a dropped guard wakes them only if there are
     /// any, since a notify with no waiter is still a system call (std's futex condvar).
     waiters: u32,
+    /// The entries that are [`Entry::engaged`]. While there are none and nothing is watched,
+    /// a look at the events may wait as long as the client's trust bound holds (`pump`).
+    engaged: usize,
 }
 
 /// One lock's cached grant: the core's record, and what the guards read.
@@ -157,6 +161,10 @@ struct Entry {
     warned: bool,
     /// In [`State::watch`] (a flag, not a search of the list: an overflow watches every lock).
     watched: bool,
+    /// Counted in [`State::engaged`]: the record holds a grant (or gives one back) on the
+    /// server, or a give-back is owed. Set by [`State::settle`] after every exchange with the
+    /// server, the only place where a record comes to hold something or stops holding it.
+    engaged: bool,
 }
 
 impl Entry {
@@ -170,7 +178,13 @@ impl Entry {
             failed: Status::Success,
             warned: false,
             watched: false,
+            engaged: false,
         }
+    }
+
+    /// Whether the server may send a revoke this entry must hear ([`Entry::engaged`]).
+    fn engages(&self) -> bool {
+        self.cache.held().is_some() || self.cache.giving_back() || self.owed.is_some()
     }
 }
 
@@ -209,6 +223,7 @@ impl<C: Connection> CachedLocks<C> {
                     events: Vec::with_capacity(EVENT_RING_LEN + 1),
                     local_hits: 0,
                     waiters: 0,
+                    engaged: 0,
                 }),
                 changed: Condvar::new(),
             }),
@@ -328,13 +343,16 @@ impl<C: Connection> State<C> {
             }
         }
         // The watch list named the old ids: it is rebuilt from the entries that still owe a
-        // message or wait for their users (a renumbering is rare; the scan is fine there).
+        // message or wait for their users (a renumbering is rare; the scan is fine there), and
+        // the count of engaged entries from those kept (a forgotten handle's went with it).
         self.watch.clear();
+        self.engaged = 0;
         for (&id, e) in &mut self.entries {
             e.watched = e.owed.is_some() || e.cache.revoke().is_some();
             if e.watched {
                 self.watch.push(id);
             }
+            self.engaged += usize::from(e.engaged);
         }
     }
 
@@ -366,9 +384,20 @@ impl<C: Connection> State<C> {
 
     /// Reads the events the server sent and acts on them (module doc), and sends what is
     /// owed still. Returns whether a lock was given back or downgraded.
+    ///
+    /// While no entry holds anything on the server or owes a give-back, and nothing is watched,
+    /// the look is left for later when [`Client::events_may_wait`] allows it (the row-group
+    /// cache's rule, `dlock_engine_glue::rowgroup`): no revoke is for anything held, any unread
+    /// one is for a grant given back since (which the look would ignore), and no lost
+    /// connection owes its report, so nothing cached is used while the look waits. Over TCP a
+    /// guard on an uncached lock then pays no `recv` on top of its request; the first grant
+    /// held makes every call look again.
     fn pump(&mut self) -> Result<bool, Error> {
         // Events name the ids the server has now.
         self.follow_renumbering();
+        if self.engaged == 0 && self.watch.is_empty() && self.client.events_may_wait() {
+            return Ok(false);
+        }
         let mut events = std::mem::take(&mut self.events);
         let read = self.client.poll_events(|e| events.push(e));
         let mut moved = false;
@@ -474,6 +503,30 @@ impl<C: Connection> State<C> {
     /// is owed ([`drive_op`]: up to [`SENDS_MAX`] times; then at the next look). The record's
     /// answer, and the error of a refused acquisition or of the send that left an op owed.
     fn drive(&mut self, id: LockId, op: ServerOp, wait: Duration) -> (Reply, Option<Error>) {
+        let done = self.exchange(id, op, wait);
+        self.settle(id);
+        done
+    }
+
+    /// Counts `id`'s entry in [`State::engaged`] if it [engages](Entry::engaged) now, after an
+    /// exchange with the server.
+    fn settle(&mut self, id: LockId) {
+        let Some(e) = self.entries.get_mut(&id) else {
+            return;
+        };
+        let now = e.engages();
+        if now != e.engaged {
+            e.engaged = now;
+            if now {
+                self.engaged += 1;
+            } else {
+                self.engaged -= 1;
+            }
+        }
+    }
+
+    /// [`State::drive`]'s exchange, before the entry is counted again.
+    fn exchange(&mut self, id: LockId, op: ServerOp, wait: Duration) -> (Reply, Option<Error>) {
         // Whether the last send was a grant the server made plain: it goes with the reply.
         let (mut err, mut plain) = (None, false);
         let Ok(done) = drive_op(
@@ -527,8 +580,12 @@ impl<C: Connection> State<C> {
                 })
             }
             ServerOp::GiveBack(_) | ServerOp::Downgrade => {
-                // A local writer's block goes with the end of the exclusive turn.
+                // A local writer's block goes with the end of the exclusive turn (the
+                // mutation puts back a downgrade that leaves it behind).
+                let dropped =
+                    op == ServerOp::Downgrade && dlock_core::mutated!(DowngradeDropsBlock);
                 if e.cache.held() == Some(Mode::Exclusive)
+                    && !dropped
                     && let Some(block) = e.staged
                     && let Err(err) = self.client.stage_value(id, &block.0)
                 {
