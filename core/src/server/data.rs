@@ -34,7 +34,7 @@ use crate::manager::value::ValueRead;
 use crate::manager::{GrantState, LockValue, ValueBlock};
 use crate::proto::{
     Command, CommandResult, FLAG_ALL_OR_NOTHING, LockCommand, LockFlags, LockOp, ObjectCommand,
-    ObjectOp, PROTO_VERSION,
+    ObjectOp, PROTO_VERSION, REQUEST_FLAGS_KNOWN,
 };
 use crate::status::Status;
 use crate::table::SlotState;
@@ -91,7 +91,9 @@ impl<'r> Server<'r> {
     /// `results[..commands.len()]`. A message from an unknown client or during recovery gets the
     /// same status for every command. `Err(Einval)` (and nothing executed) for an empty message,
     /// more than 31 commands, a command naming a partition epoch other than 0 (a standalone
-    /// server owns nothing at any other: `proto::LockCommand::partition_epoch`), or a `results`
+    /// server owns nothing at any other: `proto::LockCommand::partition_epoch`), `flags` with a
+    /// bit beyond the request flags (`proto::REQUEST_FLAGS_KNOWN`, as the wire decoder refuses
+    /// them: the server keeps its own marks in a parked request's other bits), or a `results`
     /// slice too short. A waiting trylock that could not be granted at once is parked:
     /// `Deferred`, and its reply comes from [`Self::take_replies`].
     pub fn execute_message(
@@ -102,7 +104,9 @@ impl<'r> Server<'r> {
         results: &mut [CommandResult],
         now_ms: u64,
     ) -> Result<Disposition, Status> {
-        if results.len() < commands.len() || (!self.is_cluster() && names_partition_epoch(commands))
+        if results.len() < commands.len()
+            || flags & !REQUEST_FLAGS_KNOWN != 0
+            || (!self.is_cluster() && names_partition_epoch(commands))
         {
             return Err(self.refuse(Status::Einval));
         }
@@ -352,7 +356,9 @@ impl<'r> Server<'r> {
         let mut note = Note {
             released: revoked.lapsed,
             lapsed: revoked.lapsed,
-            met_hold: revoked.held,
+            // The word may grant all the same, taking over an expired grant or preempting a
+            // timed-out fair one the decision judged inside its hold: not a request that met it.
+            met_hold: revoked.held && !matches!(step.effect, Effect::Granted { .. }),
             ..Note::default()
         };
         let aux = match step.effect {

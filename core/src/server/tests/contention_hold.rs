@@ -169,3 +169,31 @@ fn a_parked_request_that_meets_a_minimum_hold_again_at_its_retries_is_counted_on
     assert_eq!(events(&s, a).len(), 1, "revoked when the hold ends");
     assert_eq!(met(&s), 1);
 }
+
+#[test]
+fn a_request_granted_over_an_expired_grant_inside_its_hold_is_not_counted() {
+    // a caches an atomic lock at 1 with a 2-ms lease, so its hold (until 6) outlives it: b's
+    // exclusive trylock at 4 is judged inside the hold, but the word takes the expired grant
+    // over and grants b — a request granted, not one that met the hold.
+    let mut cfg = config(WINDOW_MS as u32);
+    cfg.timing.min_hold_ms = HOLD_MS as u32;
+    let mut s = TestServer::new(&cfg);
+    let [(a, la), (b, lb)] = [0; 2].map(|_| {
+        let c = s.client_init(PROTO_VERSION_PLAIN_GRANTS, 0, 0).unwrap();
+        (c, s.get_lock(c.get(), LockKind::Atomic, b"xid", 0).unwrap())
+    });
+    let atomic = |lock: LockId, flags| {
+        Command::Lock(LockCommand {
+            kind: LockKind::Atomic,
+            op: EX,
+            lock: lock.raw(),
+            expire_ms: 2,
+            flags,
+            ..LockCommand::NONE
+        })
+    };
+    assert_eq!(s.run(a, atomic(la, CACHE), 1).status, Status::Success);
+    assert_eq!(hold(&s, a, la), GrantState::ExclusiveCached);
+    assert_eq!(s.run(b, atomic(lb, PLAIN), 4).status, Status::Success);
+    assert_eq!(s.stats().get(Counter::MinHoldConflicts), 0);
+}
