@@ -13,7 +13,7 @@ use super::data::names_partition_epoch;
 use super::waiters::{Disposition, MessageMeta};
 use crate::ids::GrantProof;
 use crate::manager::value::{ValueBlock, ValueRead};
-use crate::proto::{Command, CommandResult, PROTO_VERSION};
+use crate::proto::{Command, CommandResult, PROTO_VERSION, REQUEST_FLAGS_KNOWN};
 use crate::status::Status;
 
 /// The value trailers of one in-process message.
@@ -36,7 +36,7 @@ fn writes(c: &Command) -> bool {
 impl<'r> Server<'r> {
     /// [`Self::execute_message`] with lock value blocks (module doc). `Err(Einval)`, nothing
     /// executed, also when `values.blocks` does not give a block exactly to the commands that
-    /// write one or `values.read` is shorter than `commands`. A parked request's value comes
+    /// write one or `values.read` is shorter than `commands` (and for unknown `flags`, as there). A parked request's value comes
     /// with its late reply ([`super::WaitReply::value`]).
     pub fn execute_message_with_values(
         &mut self,
@@ -59,6 +59,7 @@ impl<'r> Server<'r> {
             }
         };
         if results.len() < commands.len()
+            || flags & !REQUEST_FLAGS_KNOWN != 0
             || read.len() < commands.len()
             || !blocks_fit
             || names_partition_epoch(commands)

@@ -30,6 +30,26 @@ fn oversized_or_empty_message_is_refused_whole() {
 }
 
 #[test]
+fn a_message_with_a_flag_beyond_the_request_flags_is_refused_whole() {
+    // Bits above the request flags are the server's own marks on a parked request (a hold met,
+    // a plain grant); an embedder's message must not set them, as a wire message cannot.
+    let mut s = TestServer::new(&small());
+    let a = s.client(0);
+    let l = s.get_lock(a.get(), LockKind::Rw, b"x", 0).unwrap();
+    let cmds = [lock(LockKind::Rw, LockOp::TryShared, l, 0)];
+    let mut r = [CommandResult::status(Status::Success)];
+    let before = s.tables().digest();
+    for flags in [crate::proto::FLAG_PROOFS, 1 << 4, 1 << 22, 1 << 23] {
+        assert_eq!(
+            s.execute_message(a.get(), flags, &cmds, &mut r, 0),
+            Err(Status::Einval),
+            "{flags:#x}"
+        );
+    }
+    assert_eq!(s.tables().digest(), before);
+}
+
+#[test]
 fn all_or_nothing_batch_leaves_nothing_held_when_one_key_fails() {
     // The contention rule off: the refusal on k3 would stamp that lock contended (a conflict
     // is not undone with the unit), and the digest below compares every table.
