@@ -32,6 +32,7 @@
 //! threads and latencies of a two-client exchange, which a per-iteration harness does not
 //! measure.
 
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Barrier, mpsc};
 use std::thread;
@@ -238,10 +239,16 @@ fn workload(timing: Timing, cached: bool, affinity: bool, warm_secs: f64, secs: 
                 };
                 let (s, turn) = (&s, &turn);
                 let h = scope.spawn(move || {
-                    let mut c = EngineClient::new(s, t, w, workers, cached, affinity);
-                    let cold = c.run(warm_until);
+                    // A client that panics in the warm-up still meets the others at both turns
+                    // (or they would wait there for ever), then passes its panic on to the join.
+                    let warmed = panic::catch_unwind(AssertUnwindSafe(|| {
+                        let mut c = EngineClient::new(s, t, w, workers, cached, affinity);
+                        let cold = c.run(warm_until);
+                        (c, cold)
+                    }));
                     turn.wait();
                     turn.wait();
+                    let (mut c, cold) = warmed.unwrap_or_else(|p| panic::resume_unwind(p));
                     let steady = c.run(Instant::now() + Duration::from_secs_f64(secs));
                     (cold, steady)
                 });
@@ -250,8 +257,9 @@ fn workload(timing: Timing, cached: bool, affinity: bool, warm_secs: f64, secs: 
             .collect();
         turn.wait();
         let warm_elapsed = warm_start.elapsed().as_secs_f64();
-        let warmed = counters(&s);
+        let warmed = panic::catch_unwind(AssertUnwindSafe(|| counters(&s)));
         turn.wait();
+        let warmed = warmed.unwrap_or_else(|p| panic::resume_unwind(p));
         let start = Instant::now();
         let results: Vec<(Transport, (Phase, Phase))> = handles
             .into_iter()
