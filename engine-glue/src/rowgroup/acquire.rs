@@ -9,7 +9,7 @@ use dlock_core::{LockId, LockKind, Mode, Status};
 use dlock_transport::client::cached::wait_sliced;
 use dlock_transport::client::{Connection, Grant};
 
-use super::{AcquireOptions, Held, RowGroup, RowGroupLocks};
+use super::{AcquireOptions, Held, Name, RowGroup, RowGroupLocks};
 
 /// Fills unused slots of fixed request arrays; never sent.
 pub(super) const NO_LOCK: LockId = LockId::new(0, 1);
@@ -25,6 +25,11 @@ pub(super) struct Want {
     mode: Mode,
     /// Filled by `resolve`.
     id: Option<LockId>,
+    /// Asked for as cacheable (its name's flag, set by `resolve`): what the server is asked
+    /// for this key in this call.
+    cacheable: bool,
+    /// The cache filter keeps the key (`caches`, asked by `resolve`).
+    keep: bool,
 }
 
 impl Want {
@@ -82,6 +87,8 @@ impl<C: Connection> RowGroupLocks<C> {
             key,
             mode,
             id: None,
+            cacheable: false,
+            keep: false,
         }));
         self.todo
             .sort_unstable_by_key(|w| (w.key, strength(w.mode)));
@@ -135,8 +142,11 @@ impl<C: Connection> RowGroupLocks<C> {
         let mut k = 0;
         for i in 0..self.todo.len() {
             let key = self.todo[i].key;
-            if let Some(&id) = self.names.get(&key) {
-                self.todo[i].id = Some(id);
+            let keep = self.caches(key);
+            self.todo[i].keep = keep;
+            if let Some(&name) = self.names.get(&key) {
+                self.todo[i].cacheable = self.ask_cacheable(key, name, keep)?;
+                self.todo[i].id = Some(name.id);
                 continue;
             }
             (at[k], names[k]) = (i, key.lock_name());
@@ -168,8 +178,10 @@ impl<C: Connection> RowGroupLocks<C> {
             .map_err(|e| self.check(e.status()))?;
         for (&i, r) in at.iter().zip(got) {
             let id = r.map_err(|s| self.check(s))?;
-            if self.caches(self.todo[i].key) {
-                // Local: every acquisition of the name asks for a cacheable grant from now on.
+            let cacheable = self.todo[i].keep;
+            if cacheable {
+                // Local: every acquisition of the name asks for a cacheable grant until
+                // `ask_cacheable` says otherwise.
                 self.client
                     .set_cacheable(id, true)
                     .map_err(|e| self.check(e.status()))?;
@@ -182,11 +194,35 @@ impl<C: Connection> RowGroupLocks<C> {
                     .set_wake_on_revoke(id, true)
                     .map_err(|e| self.check(e.status()))?;
             }
-            self.names.insert(self.todo[i].key, id);
+            self.names.insert(self.todo[i].key, Name { id, cacheable });
             self.ids.insert(id, self.todo[i].key);
             self.todo[i].id = Some(id);
+            self.todo[i].cacheable = cacheable;
         }
         Ok(())
+    }
+
+    /// Whether this call asks for resolved `key` (its `name`) as cacheable: as the filter now
+    /// says (`keep`), the name flagged again when that changed (local, no message), except
+    /// while the worker caches a grant of it — one asked for cacheable, which the client's
+    /// flag must keep describing (its overflow reports, failover re-claims) until it goes back;
+    /// the call then takes it from the cache, or, given back meanwhile, asks cacheable once
+    /// more, and its end gives back a grant the filter does not keep (`Held::kept`).
+    fn ask_cacheable(&mut self, key: RowGroup, name: Name, keep: bool) -> Result<bool, Status> {
+        if name.cacheable == keep || self.cache.contains_key(&key) {
+            return Ok(name.cacheable);
+        }
+        self.client
+            .set_cacheable(name.id, keep)
+            .map_err(|e| self.check(e.status()))?;
+        self.names.insert(
+            key,
+            Name {
+                cacheable: keep,
+                ..name
+            },
+        );
+        Ok(keep)
     }
 
     /// Releases the server references of the names neither held nor wanted by this call.
@@ -200,7 +236,7 @@ impl<C: Connection> RowGroupLocks<C> {
                     && !self.cache.contains_key(&key)
                     && self.todo.binary_search_by_key(&key, |w| w.key).is_err()
             })
-            .map(|(&key, &id)| (key, id))
+            .map(|(&key, name)| (key, name.id))
             .collect();
         let mut ids = [NO_LOCK; BATCH_MAX];
         for chunk in idle.chunks(BATCH_MAX) {
@@ -238,7 +274,8 @@ impl<C: Connection> RowGroupLocks<C> {
         let mut i = 0;
         while i < self.todo.len() {
             // A key the cache covers is taken here, in its place in the order (no message).
-            if self.cfg.cached && self.take_cached(self.todo[i].key, self.todo[i].mode) {
+            let w = self.todo[i];
+            if self.cfg.cached && self.take_cached(w.key, w.mode, w.keep) {
                 i += 1;
                 continue;
             }
@@ -257,8 +294,7 @@ impl<C: Connection> RowGroupLocks<C> {
                 // caches sends the same revoke and is only followed by the wait, one message
                 // more per contended key (a free key is granted by either in one message).
                 let g = self.wait_for(want, Status::Fail, floor, deadline, opts)?;
-                let caches = self.caches(want.key);
-                self.held.push(held(&want, &g, caches));
+                self.held.push(held(&want, &g));
                 i += 1;
                 continue;
             }
@@ -272,8 +308,7 @@ impl<C: Connection> RowGroupLocks<C> {
             let granted = out[..n].iter().take_while(|r| r.is_ok()).count();
             for (w, r) in self.todo[i..i + granted].iter().zip(&out) {
                 if let Ok(g) = r {
-                    let caches = self.caches(w.key);
-                    self.held.push(held(w, g, caches));
+                    self.held.push(held(w, g));
                 }
             }
             if granted == n {
@@ -290,8 +325,7 @@ impl<C: Connection> RowGroupLocks<C> {
             self.give_back(&requests[granted + 1..n], &out[granted + 1..n])?;
             let want = self.todo[i + granted];
             let g = self.wait_for(want, refused, floor, deadline, opts)?;
-            let caches = self.caches(want.key);
-            self.held.push(held(&want, &g, caches));
+            self.held.push(held(&want, &g));
             i += granted + 1;
         }
         Ok(())
@@ -381,8 +415,9 @@ impl<C: Connection> RowGroupLocks<C> {
     }
 }
 
-/// The record of `w`'s grant `g`, of a key caching does not keep when `!caches`.
-fn held(w: &Want, g: &Grant, caches: bool) -> Held {
+/// The record of `w`'s grant `g`: never cached when it was asked for plain or granted plain,
+/// whatever the filter says now.
+fn held(w: &Want, g: &Grant) -> Held {
     Held {
         key: w.key,
         id: w.id(),
@@ -392,6 +427,7 @@ fn held(w: &Want, g: &Grant, caches: bool) -> Held {
         rec: super::cache::granted(w.mode, g.token.0),
         owed: None,
         warned: false,
-        never_cached: g.plain || !caches,
+        never_cached: g.plain || !w.cacheable,
+        kept: w.keep,
     }
 }

@@ -67,6 +67,13 @@
 //! cached: its transaction's end unlocks it in the same batch as the keys it does not keep,
 //! exactly as without caching, and no revoke notice is read for it.
 //!
+//! Whether a grant is cached follows what the server was asked for it, never the filter's
+//! answer after ([`RowGroupLocks::set_cache_filter`]): the filter is asked at each acquisition,
+//! and a key's name asks for cacheable grants, or stops, before the request goes out (not
+//! while a grant of it is cached). A key asked for plain is unlocked at its transaction's end
+//! even if the filter keeps it by then; a cached grant the filter no longer keeps has its
+//! revokes read until its transaction's end gives it back.
+//!
 //! The engine's loop calls `keep_leases` between transactions anyway, so an idle worker answers
 //! its revokes within a quarter lease; one that does not answer loses the grant at the server's
 //! revoke timeout (the lease by default), which the server then counts (`revokes_lapsed`).
@@ -152,8 +159,9 @@ impl<C: Connection> RowGroupLocks<C> {
     }
 
     /// Whether the server holds no cached grant for this worker, and nothing is owed: no key in
-    /// the cache, and every key of the open transaction never cached (granted plain on a
-    /// contended lock, or of a key caching does not keep: `Held::never_cached`). Then no
+    /// the cache, and every key of the open transaction never cached (asked for plain, or
+    /// granted plain on a contended lock: `Held::never_cached`, what the server was asked,
+    /// not what the filter says now). Then no
     /// revoke is for anything it holds, and a look at the events may wait while the client's
     /// trust bound holds
     /// ([`Client::events_may_wait`](dlock_transport::client::Client::events_may_wait)): an
@@ -368,8 +376,9 @@ impl<C: Connection> RowGroupLocks<C> {
     }
 
     /// Whether `key` in `mode` is covered by a cached grant: if so it moves to the open
-    /// transaction (no message) and `true`.
-    pub(super) fn take_cached(&mut self, key: RowGroup, mode: Mode) -> bool {
+    /// transaction (no message) and `true`; its end keeps it cached only if the filter still
+    /// does (`keep`).
+    pub(super) fn take_cached(&mut self, key: RowGroup, mode: Mode, keep: bool) -> bool {
         let Some(c) = self.cache.get_mut(&key) else {
             return false;
         };
@@ -394,8 +403,10 @@ impl<C: Connection> RowGroupLocks<C> {
             rec: c.rec,
             owed: None,
             warned: false,
-            // Decided now, as for a key the server grants.
-            never_cached: !self.caches(key),
+            // Asked for cacheable and granted so (only such grants are cached): the server may
+            // revoke it whatever the filter says now, so its revokes are read.
+            never_cached: false,
+            kept: keep,
         });
         if c.reuses + 1 == Demotion::REUSES_THAT_PAY {
             self.payback = self.payback.paid();
@@ -445,9 +456,10 @@ impl<C: Connection> RowGroupLocks<C> {
     }
 
     /// Ends the use of the open transaction's keys from `from` on: into the cache, except
-    /// those a revoke asked back meanwhile, the server granted plain (protocol 8), or the
-    /// policy lets go (or that are not cached), which are left in `held[from..]`, their
-    /// give-backs in flight, for the caller to unlock (in its batch).
+    /// those a revoke asked back meanwhile, never cached (asked for plain, or granted plain:
+    /// protocol 8), the filter did not keep when they were taken, or the policy lets go, which
+    /// are left in `held[from..]`, their give-backs in flight, for the caller to unlock (in
+    /// its batch).
     pub(super) fn cache_from(&mut self, from: usize) -> Result<(), Status> {
         let mut keep = from;
         for i in from..self.held.len() {
@@ -478,7 +490,7 @@ impl<C: Connection> RowGroupLocks<C> {
             let asked_back = matches!(op, Some(ServerOp::GiveBack(_)));
             // A grant made plain goes back as the plain unlock it is, before the policy counts
             // a use it never had (`keeps`).
-            if asked_back || h.never_cached || !self.keeps(h.key, h.reuses) {
+            if asked_back || h.never_cached || !h.kept || !self.keeps(h.key, h.reuses) {
                 if !asked_back {
                     // The policy's give-back: the record puts it in flight.
                     let _ = h.rec.give_back();

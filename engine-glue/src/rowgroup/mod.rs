@@ -241,10 +241,26 @@ struct Held {
     owed: Option<ServerOp>,
     /// Its transaction outlived a revoke by the lease: warned once.
     warned: bool,
-    /// Never cached, decided when it was taken: granted plain though asked for cached (a
-    /// contended lock, protocol 8), or of a key caching does not keep (`caches`). Its unlock
-    /// rides the transaction's batch unlock (`cache.rs`).
+    /// Never cached, decided when it was taken from what the server was asked: asked for
+    /// plain (its name was not cacheable then, `Name::cacheable`), or granted plain though
+    /// asked for cached (a contended lock, protocol 8). The server never revokes it, so no
+    /// revoke need be read for it (`caches_nothing`); its unlock rides the transaction's batch
+    /// unlock (`cache.rs`).
     never_cached: bool,
+    /// The cache filter kept the key when it was taken (`caches`): a grant it no longer keeps
+    /// goes back at the transaction's end, though the server may revoke it until then.
+    kept: bool,
+}
+
+/// A name resolved on the server.
+#[derive(Clone, Copy, Debug)]
+struct Name {
+    id: LockId,
+    /// Its acquisitions ask for cacheable grants (`Client::set_cacheable`): what the filter
+    /// said at the last acquisition that could change it (`acquire.rs`, `ask_cacheable`).
+    /// What the server was asked, not the filter's answer now, says whether a grant of it is
+    /// cached.
+    cacheable: bool,
 }
 
 /// One worker's row-group locks: owns its client, one transaction open at a time. The client
@@ -254,7 +270,7 @@ pub struct RowGroupLocks<C: Connection = Link> {
     client: Client<C>,
     cfg: RowGroupConfig,
     /// Names resolved on the server (each is a lock reference this client holds).
-    names: KeyMap<RowGroup, LockId>,
+    names: KeyMap<RowGroup, Name>,
     /// The open transaction's keys, sorted by key between calls.
     held: Vec<Held>,
     /// The open transaction's keys found lost, with their stale tokens.
@@ -349,11 +365,26 @@ impl<C: Connection> RowGroupLocks<C> {
     /// gives back at once the keys of others, which their owners would soon revoke (each
     /// bounce of a key between two workers costs a revoke and its give-back; keys revoked
     /// before they were reused are demoted anyway, `cache.rs`).
+    ///
+    /// `f` may be replaced between transactions, and may read state that changes (ranges that
+    /// move when the engine rebalances): it is asked again at every acquisition of a key, and
+    /// the key's name is asked for as cacheable, or not, accordingly before the request goes
+    /// out. Whether a grant is cached then follows what the server was asked for it, recorded
+    /// per name, never the filter's answer after: a key asked for plain is unlocked at its
+    /// transaction's end even if the filter now keeps it (the server would never revoke it,
+    /// and other workers would wait for it as long as this one kept it), and a cached grant the
+    /// filter no longer keeps is still read revokes for until its transaction's end gives it
+    /// back. This beats fixing the answer per name and re-flagging the resolved names here: a
+    /// filter reading moving ranges is followed with no call, and no name is re-flagged while
+    /// a grant of it is cached (the client reads the flag as what the grant it holds is, for
+    /// its overflow reports and failover re-claims): a name keeps asking for cacheable grants
+    /// until its cached grant has gone back.
     pub fn set_cache_filter(&mut self, f: impl Fn(RowGroup) -> bool + Send + 'static) {
         self.cache_filter = Some(Box::new(f));
     }
 
-    /// Whether caching keeps `key` between transactions (unless it is demoted, `cache.rs`).
+    /// Whether caching keeps `key` between transactions (unless it is demoted, `cache.rs`):
+    /// the filter's answer now, asked once per key per acquisition (`acquire.rs`, `resolve`).
     fn caches(&self, key: RowGroup) -> bool {
         self.cfg.cached && self.cache_filter.as_ref().is_none_or(|f| f(key))
     }
