@@ -12,68 +12,27 @@ use std::time::{Duration, Instant};
 use dlock_engine_glue::EmbeddedServer;
 use dlock_engine_glue::dlock_core::manager::Timing;
 use dlock_engine_glue::dlock_core::{Config, Mode, Status};
-use dlock_engine_glue::dlock_transport::client::read_server_stats;
 use dlock_engine_glue::rowgroup::{AcquireOptions, RowGroup, RowGroupConfig, RowGroupLocks};
 
-const WAIT: Duration = Duration::from_secs(10);
-
-fn server() -> EmbeddedServer {
-    EmbeddedServer::start(EmbeddedServer::config(Config {
-        locks_max: 1_024,
-        clients_max: 16,
-        objects_max: 4,
-        ..Config::default()
-    }))
-    .expect("server starts")
-}
+#[path = "common/rowgroup.rs"]
+mod rowgroup;
+use rowgroup::{
+    WAIT, counter, data_messages, revokes_sent, server, server_with, take_once, worker,
+};
 
 /// [`server`] with contention-aware grants off: for the worker's own demotion policy, which
 /// the server's rule (the default window) would pre-empt by granting a key plain for a second
 /// after each conflict.
 fn server_without_contention() -> EmbeddedServer {
-    EmbeddedServer::start(EmbeddedServer::config(Config {
-        locks_max: 1_024,
-        clients_max: 16,
-        objects_max: 4,
-        timing: Timing {
-            contention_window_ms: 0,
-            ..Timing::DEFAULT
-        },
-        ..Config::default()
-    }))
-    .expect("server starts")
-}
-
-fn worker(s: &EmbeddedServer, cached: bool) -> RowGroupLocks {
-    let cfg = RowGroupConfig::DEFAULT.with_cached(cached);
-    RowGroupLocks::new(s.client().expect("client"), cfg).expect("valid config")
-}
-
-fn counter(s: &EmbeddedServer, name: &str) -> u64 {
-    let stats = read_server_stats(&s.endpoint(), Duration::from_secs(5)).unwrap();
-    stats
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|&(_, v)| v)
-        .expect("counted")
-}
-
-fn data_messages(s: &EmbeddedServer) -> u64 {
-    counter(s, "data_messages")
-}
-
-fn revokes_sent(s: &EmbeddedServer) -> u64 {
-    counter(s, "revokes_sent")
+    server_with(Timing {
+        contention_window_ms: 0,
+        ..Timing::DEFAULT
+    })
 }
 
 /// A thread of a new (uncached) worker taking `key` exclusively, waiting up to 10 s.
 fn rival(s: &EmbeddedServer, key: RowGroup) -> thread::JoinHandle<Result<(), Status>> {
-    let mut w = worker(s, false);
-    thread::spawn(move || {
-        let mut txn = w.begin();
-        txn.acquire(&[(key, Mode::Exclusive)], AcquireOptions::wait(WAIT))?;
-        txn.commit()
-    })
+    rowgroup::rival(s, key, Mode::Exclusive)
 }
 
 #[test]
@@ -328,14 +287,6 @@ fn a_grant_lost_under_a_reading_transaction_is_reported_and_not_cached() {
         .unwrap();
     txn.commit().unwrap();
     assert_eq!(w.cache_hits(), 3, "asked of the server again");
-}
-
-/// One transaction of `w` taking `key` exclusively (no wait) and committing.
-fn take_once(w: &mut RowGroupLocks, key: RowGroup) {
-    let mut txn = w.begin();
-    txn.acquire(&[(key, Mode::Exclusive)], AcquireOptions::NO_WAIT)
-        .unwrap();
-    txn.commit().unwrap();
 }
 
 /// Waits until `w` has given back a revoked cached key.

@@ -11,53 +11,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use dlock_engine_glue::EmbeddedServer;
-use dlock_engine_glue::dlock_core::{Config, Mode, Status};
-use dlock_engine_glue::dlock_transport::client::read_server_stats;
-use dlock_engine_glue::rowgroup::{AcquireOptions, RowGroup, RowGroupConfig, RowGroupLocks};
+use dlock_engine_glue::dlock_core::Mode;
+use dlock_engine_glue::rowgroup::{AcquireOptions, RowGroup};
 
-const WAIT: Duration = Duration::from_secs(10);
-
-fn server() -> EmbeddedServer {
-    EmbeddedServer::start(EmbeddedServer::config(Config {
-        locks_max: 1_024,
-        clients_max: 16,
-        objects_max: 4,
-        ..Config::default()
-    }))
-    .expect("server starts")
-}
-
-fn worker(s: &EmbeddedServer, cached: bool) -> RowGroupLocks {
-    let cfg = RowGroupConfig::DEFAULT.with_cached(cached);
-    RowGroupLocks::new(s.client().expect("client"), cfg).expect("valid config")
-}
-
-fn revokes_sent(s: &EmbeddedServer) -> u64 {
-    let stats = read_server_stats(&s.endpoint(), Duration::from_secs(5)).unwrap();
-    stats
-        .iter()
-        .find(|(n, _)| *n == "revokes_sent")
-        .map(|&(_, v)| v)
-        .expect("counted")
-}
-
-/// A thread of a new (uncached) worker taking `key` in `mode`, waiting up to 10 s.
-fn rival(s: &EmbeddedServer, key: RowGroup, mode: Mode) -> thread::JoinHandle<Result<(), Status>> {
-    let mut w = worker(s, false);
-    thread::spawn(move || {
-        let mut txn = w.begin();
-        txn.acquire(&[(key, mode)], AcquireOptions::wait(WAIT))?;
-        txn.commit()
-    })
-}
-
-/// One transaction of `w` taking `key` exclusively (no wait) and committing.
-fn take_once(w: &mut RowGroupLocks, key: RowGroup) {
-    let mut txn = w.begin();
-    txn.acquire(&[(key, Mode::Exclusive)], AcquireOptions::NO_WAIT)
-        .unwrap();
-    txn.commit().unwrap();
-}
+#[path = "common/rowgroup.rs"]
+mod rowgroup;
+use rowgroup::{WAIT, revokes_sent, rival, server, take_once, worker};
 
 /// Waits until the server has sent `past` revokes and more.
 fn revoke_sent_after(s: &EmbeddedServer, past: u64) {
