@@ -29,7 +29,7 @@
 //! | `OverflowDropped`  | `dlock-transport`, `Client::poll_events` (`client/events.rs`) | an overflow the connection reports (events lost) is not passed on: the client goes on using grants whose revokes it lost |
 //! | `DeadWriterKeepsValue` | `server/clients.rs`, `release_grant` | an exclusive holder gone without an unlock (death, deinit) leaves the lock's value block valid (the Linux DLM rule of `manager/value.rs` dropped) |
 //! | `ReconnectKeepsTrust` | `dlock-transport`, `Client::reinit` (`client/control.rs`) | a client that opened its connections again goes on trusting the cached grants it held (`manager/trust.rs`, rule 2 dropped): it hands them out locally although revokes on the old connection may be lost |
-//! | `DowngradeDropsBlock` | `dlock-transport`, `CachedLocks`' `State::send` (`client/cached/mod.rs`) | a cached lock's downgrade is sent without the value block its writer set: the server keeps the block from before, while the writer's readers read the new one |
+//! | `DowngradeDropsBlock` | `dlock-transport`, `CachedLocks`' `State::send` (`client/cached/exchange.rs`) | a cached lock's downgrade is sent without the value block its writer set: the server keeps the block from before, while the writer's readers read the new one |
 //!
 //! The model clients of `dlock-tests` mirror the transport client's registration protocol, so
 //! their copy of a client rule reads the same switch.

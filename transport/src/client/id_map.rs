@@ -12,7 +12,7 @@ const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
 /// chose, so SipHash's protection against chosen keys buys nothing here and costs a fifth of a
 /// batch's client-side time. A multiply spreads the id over the high bits the table uses for
 /// its tags. Unkeyed, it also iterates a map in the same order on every run, which the
-/// real-client simulator's replays rely on (`cached::State::entries`).
+/// real-client simulator's replays rely on (`cached::state::State::entries`).
 ///
 /// Each integer a key writes is folded in with one multiply; a 64-bit one rotates what came
 /// before it first, so that a key of two fields (a row group's table and group) does not

@@ -152,11 +152,14 @@ impl<D: Dial> ClusterLink<D> {
             map.owner(p)
                 .is_some_and(|o| o.server == Some(server) && o.epoch == epoch)
         });
-        // One pass over the map: the words owed, by server, then partition (a cold path, so a
-        // list of its own). A word owed while these are said waits for the next payment.
-        let mut owed: Vec<(ServerId, PartitionEpoch)> = (self.owed.dones.iter())
-            .map(|(&partition, &(server, epoch))| (server, PartitionEpoch { partition, epoch }))
-            .collect();
+        // The words owed, by server, then partition, in the link's list of them ([`Owed::words`]):
+        // every data command's route pays while a word is owed, so not a list of its own per
+        // payment. A word owed while these are said waits for the next payment.
+        let mut owed = std::mem::take(&mut self.owed.words);
+        owed.clear();
+        for (&partition, &(server, epoch)) in &self.owed.dones {
+            owed.push((server, PartitionEpoch { partition, epoch }));
+        }
         owed.sort_unstable_by_key(|&(server, d)| (server, d.partition));
         for words in owed.chunk_by(|a, b| a.0 == b.0) {
             let server = words[0].0;
@@ -164,6 +167,7 @@ impl<D: Dial> ClusterLink<D> {
                 tracing::debug!(%server, error = %e, "dlock: ReclaimDone not sent");
             }
         }
+        self.owed.words = owed;
     }
 
     /// Says `words`, owed to `server`: in `ReclaimDones` messages where it speaks protocol 6,
@@ -553,12 +557,16 @@ pub(super) struct Owed {
     /// Partitions in which the client knows no lock, and the owner and epoch that awaits its
     /// `ReclaimDone` there.
     dones: BTreeMap<u16, (ServerId, u32)>,
+    /// The words [`ClusterLink::pay_dones`] says, sorted by server: taken for each payment and
+    /// put back after it, as [`Owed::reply`] is, so that a payment allocates only while the list
+    /// grows to the most words owed at once.
+    words: Vec<(ServerId, PartitionEpoch)>,
     /// The buffer the answers to `ReclaimDone`s are read into: allocated at the first, kept.
     reply: Vec<u8>,
 }
 
 impl std::fmt::Debug for Owed {
-    /// What is owed; not the reply buffer's bytes.
+    /// What is owed; not the buffers the payments reuse.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Owed")
             .field("reclaims", &self.reclaims)
