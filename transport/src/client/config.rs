@@ -47,7 +47,9 @@ pub struct ClientConfig {
     /// granted plain on a contended lock is told so by a revoke notice after the grant, as by a
     /// release before protocol 8, instead of by the grant's result. It bounds the versions a
     /// standalone server negotiates (the client still asks for at least 6); below 6 the client
-    /// refuses to register (`Einval`). A cluster client registers at its own versions.
+    /// refuses to register (`Einval`). A cluster client registers at its own versions: its
+    /// link asks every server of the cluster for the newest it speaks, whatever the cap, so
+    /// that every server tells it the same.
     ///
     /// What a cap gives up. Below 8: a plain grant made to a cacheable request on a contended
     /// lock is not marked in its result; the server writes the client a revoke notice for it
