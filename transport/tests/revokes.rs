@@ -2,7 +2,8 @@
 //! its own TCP connection, a TCP connection shared through a `Mux`: a conflicting request
 //! makes the server send the cached holder a revoke, the holder gives the lock back and the
 //! waiter is granted; the minimum hold is respected; an ignored revoke loses the grant at the
-//! revoke timeout; revokes beyond what a client can hold come out as an overflow.
+//! revoke timeout (at the lease for a client below protocol 7, which was told no timeout);
+//! revokes beyond what a client can hold come out as an overflow.
 
 mod common;
 
@@ -165,6 +166,48 @@ fn an_ignored_revoke_loses_the_grant_at_the_revoke_timeout() {
         let refused = a.unlock(id).unwrap_err();
         assert_eq!(refused.status(), Status::Fail, "{path:?}");
     }
+}
+
+/// A client capped at protocol 6 (`ClientConfig::version_max` during a rolling upgrade, or a
+/// node of an older release) is told no revoke timeout and trusts its cached grant for its
+/// lease. Its ignored revoke lapses at that lease, not at the server's shorter revoke timeout:
+/// had a revoke been delayed on the wire past the timeout, the grant given to another then
+/// would still be handed out by the client — two writers. The holder stays alive meanwhile,
+/// so the grant goes by the lapse, not by its lease running out.
+#[test]
+fn an_ignored_revoke_of_a_client_below_protocol_7_lapses_at_its_lease() {
+    let s = server(Timing {
+        min_hold_ms: 0,
+        revoke_timeout_ms: 100,
+        contention_window_ms: 0,
+    });
+    let tcp = Endpoint::Tcp(s.tcp_addr().expect("tcp"));
+    let lease = Duration::from_millis(1_500);
+    let cfg = ClientConfig::new(tcp).with_version_max(6).with_lease(lease);
+    let mut a = Client::connect(cfg).expect("registers");
+    assert_eq!((a.version(), a.lease()), (6, lease));
+    assert_eq!(
+        a.revoke_timeout(),
+        lease,
+        "told no revoke timeout: the lease"
+    );
+    let (id, _) = cached_writer(&mut a, b"old-release");
+    let asked = Instant::now();
+    let b = waiter(&s, Path::Tcp, "old-release".to_owned());
+    while !b.is_finished() {
+        a.heartbeat().expect("alive");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(b.join().unwrap(), Status::Success);
+    // (Less a few milliseconds: the server's clock counts whole ones.)
+    let lapse = lease - Duration::from_millis(5);
+    assert!(
+        asked.elapsed() >= lapse,
+        "given to another inside the lease"
+    );
+    // Lapsed, not expired: a is still registered, and its unlock is refused.
+    a.heartbeat().expect("still registered");
+    assert_eq!(a.unlock(id).unwrap_err().status(), Status::Fail);
 }
 
 #[test]

@@ -17,7 +17,9 @@
 //! With `granted` the holder's grant time, `hold` its minimum hold ([`Timing::min_hold_ms`],
 //! or none on a lock fought over just before the grant: [`super::contention::hold_ms`]), `sent`
 //! the time its outstanding revoke went out and `timeout` the revoke timeout
-//! ([`Timing::revoke_timeout_ms`], or the holder's lease):
+//! ([`Timing::revoke_timeout_for`]: [`Timing::revoke_timeout_ms`], or the holder's lease — always
+//! the lease for a holder registered below [`PROTO_VERSION_REVOKE_TIMEOUT`], which was never told
+//! a shorter one):
 //!
 //! | holder                                   | conflicts | when                         | action            |
 //! |------------------------------------------|-----------|------------------------------|-------------------|
@@ -61,6 +63,7 @@
 use super::conflicts;
 use super::grant::GrantState;
 use crate::ids::{LockKind, Mode};
+use crate::proto::PROTO_VERSION_REVOKE_TIMEOUT;
 use crate::status::Status;
 
 /// The manager's timing settings (the integration adds them to `Config`).
@@ -126,18 +129,28 @@ impl Timing {
         contention_window_ms: 1_000,
     };
 
-    /// The revoke timeout of a holder whose client lease is `lease_ms`: the configured one,
-    /// or that lease when none is (0) or the configured one is longer. The one rule for
-    /// everyone who counts it (the revoke decision, the server sending a revoke, the timeout
-    /// told at registration, and the simulators' clients and oracle).
+    /// The revoke timeout of a holder whose client lease is `lease_ms` and which registered at
+    /// protocol `version`: the configured one, or that lease when none is (0), the configured
+    /// one is longer, or the client registered below [`PROTO_VERSION_REVOKE_TIMEOUT`]. The one
+    /// rule for everyone who counts it (the revoke decision, the server sending a revoke, the
+    /// timeout told at registration, and the simulators' clients and oracle).
     ///
     /// Never longer than the lease: a client trusts a cached grant for the revoke timeout after
     /// its last answered request, and the server may free a client's grants a lease after it
     /// last heard from it (an abnormal client evicted, a silent one expired). A longer timeout
     /// would let the client trust a grant the server had already given to another.
+    ///
+    /// Never shorter than what the client was told: a client registered below protocol 7 is
+    /// told no revoke timeout (the word is reserved and zero for it) and trusts a cached grant
+    /// for its lease, so its revokes lapse at the lease whatever the server is configured
+    /// with. Lapsing them at a shorter configured timeout let a revoke delayed on the wire
+    /// past that timeout find the grant handed to another while the client, still inside its
+    /// lease, handed it out locally: two writers (an engine pinned at 6 during a rolling
+    /// upgrade, or a node of the older release).
     #[inline]
-    pub const fn revoke_timeout_for(&self, lease_ms: u32) -> u32 {
+    pub const fn revoke_timeout_for(&self, lease_ms: u32, version: u8) -> u32 {
         match self.revoke_timeout_ms {
+            _ if version < PROTO_VERSION_REVOKE_TIMEOUT => lease_ms,
             t if t == 0 || t > lease_ms => lease_ms,
             t => t,
         }
@@ -189,6 +202,10 @@ pub struct Holder {
     pub revoke_sent_ms: u64,
     /// Its client's lease, the revoke timeout when [`Timing::revoke_timeout_ms`] is 0.
     pub lease_ms: u32,
+    /// The protocol version its client registered at: below
+    /// [`PROTO_VERSION_REVOKE_TIMEOUT`] its revoke timeout is its lease
+    /// ([`Timing::revoke_timeout_for`]).
+    pub version: u8,
 }
 
 /// What to do about one holder ([`judge`]; module doc: the table).
@@ -236,7 +253,7 @@ pub fn judge(req: &Request, h: &Holder, timing: &Timing, now_ms: u64) -> HolderA
         return HolderAction::Blocks;
     }
     if h.state.revoke_outstanding() {
-        let timeout = timing.revoke_timeout_for(h.lease_ms);
+        let timeout = timing.revoke_timeout_for(h.lease_ms, h.version);
         let lapses_ms = h.revoke_sent_ms.saturating_add(u64::from(timeout));
         return if now_ms < lapses_ms {
             HolderAction::AwaitGiveBack { lapses_ms }

@@ -2,6 +2,7 @@
 //! tables, the named rules one by one, and random holder sets against an independent oracle.
 
 use super::*;
+use crate::proto::{PROTO_VERSION, PROTO_VERSION_MIN};
 use GrantState::*;
 use Mode::{Exclusive as EX, Shared as SH};
 use proptest::prelude::*;
@@ -34,6 +35,7 @@ fn holder(slot: u32, state: GrantState) -> Holder {
         contended_ms: 0,
         revoke_sent_ms: 200,
         lease_ms: LEASE_MS,
+        version: PROTO_VERSION,
     }
 }
 
@@ -424,6 +426,7 @@ fn any_holder() -> impl Strategy<Value = Holder> {
                 contended_ms: 0,
                 revoke_sent_ms,
                 lease_ms,
+                version: PROTO_VERSION,
             },
         )
 }
@@ -478,11 +481,50 @@ fn the_revoke_timeout_is_the_configured_one_but_never_longer_than_the_lease() {
         revoke_timeout_ms,
         ..Timing::DEFAULT
     };
-    assert_eq!(t(0).revoke_timeout_for(1_000), 1_000, "none configured");
-    assert_eq!(t(500).revoke_timeout_for(1_000), 500);
+    let v = PROTO_VERSION_REVOKE_TIMEOUT;
+    assert_eq!(t(0).revoke_timeout_for(1_000, v), 1_000, "none configured");
+    assert_eq!(t(500).revoke_timeout_for(1_000, v), 500);
     assert_eq!(
-        t(5_000).revoke_timeout_for(1_000),
+        t(5_000).revoke_timeout_for(1_000, v),
         1_000,
         "a client trusts its cached grant no longer than the server keeps its grants"
     );
+    assert_eq!(
+        t(500).revoke_timeout_for(1_000, v - 1),
+        1_000,
+        "a client told no revoke timeout trusts its cached grant for its lease"
+    );
+}
+
+/// A holder registered below protocol 7 was told no revoke timeout and trusts its cached grant
+/// for its lease: a revoke it has not answered lapses at the lease, not at the shorter timeout
+/// the server is configured with, which still holds for a holder of protocol 7 or later.
+#[test]
+fn a_holder_told_no_revoke_timeout_lapses_at_its_lease() {
+    let timing = Timing {
+        revoke_timeout_ms: 100,
+        ..TIMING
+    };
+    let r = req(LockKind::Rw, EX, true);
+    let at = |version, now_ms| {
+        let h = Holder {
+            version,
+            ..holder(1, ExclusiveRevoking)
+        };
+        judge(&r, &h, &timing, now_ms)
+    };
+    // The revoke went out at 200 (`holder`): 300 with the timeout, 1,200 with the lease.
+    for version in [PROTO_VERSION_REVOKE_TIMEOUT, PROTO_VERSION] {
+        assert_eq!(
+            at(version, 299),
+            HolderAction::AwaitGiveBack { lapses_ms: 300 }
+        );
+        assert_eq!(at(version, 300), HolderAction::Lapse, "protocol {version}");
+    }
+    for version in [PROTO_VERSION_MIN, PROTO_VERSION_REVOKE_TIMEOUT - 1] {
+        let waits = HolderAction::AwaitGiveBack { lapses_ms: 1_200 };
+        assert_eq!(at(version, 300), waits, "protocol {version}: told nothing");
+        assert_eq!(at(version, 1_199), waits);
+        assert_eq!(at(version, 1_200), HolderAction::Lapse);
+    }
 }

@@ -350,9 +350,9 @@ impl<'r> Server<'r> {
             objects_max: self.cfg.objects_max,
             slot,
             session,
-            // An older client requires the word zero.
+            // An older client requires the word zero, and its revokes lapse at its lease.
             revoke_timeout_ms: match version >= PROTO_VERSION_REVOKE_TIMEOUT {
-                true => self.cfg.timing.revoke_timeout_for(lease_ms),
+                true => self.cfg.timing.revoke_timeout_for(lease_ms, version),
                 false => 0,
             },
         })

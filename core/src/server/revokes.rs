@@ -181,13 +181,14 @@ impl Server<'_> {
                 contended_ms: cell.contended_ms,
                 revoke_sent_ms: cell.revoke_sent_ms,
                 lease_ms: entry.lease_ms,
+                version: entry.version,
             };
             let action = judge(req, &h, &timing, now_ms);
             verdict = verdict.with(&h, action);
             match action {
                 HolderAction::Revoke { wanted } => {
                     self.send_revoke(other, lock, state, wanted, now_ms);
-                    let timeout = timing.revoke_timeout_for(entry.lease_ms);
+                    let timeout = timing.revoke_timeout_for(entry.lease_ms, entry.version);
                     lapses_ms = lapses_ms.min(now_ms.saturating_add(u64::from(timeout)));
                     cached_left = true;
                 }

@@ -190,8 +190,8 @@ impl<'s> Endpoint<'s> {
             }
             self.overflows_told.insert(slot, overflows);
             let entry = &srv.tables().clients[slot as usize];
-            let (client, lease_ms) = (entry.id, entry.lease_ms);
-            let timeout = timing.revoke_timeout_for(lease_ms);
+            let timeout = timing.revoke_timeout_for(entry.lease_ms, entry.version);
+            let client = entry.id;
             let outbox = self.outbox.entry(slot).or_default();
             if overflows != told {
                 outbox.push((client, Event::Overflow));

@@ -47,7 +47,18 @@ pub struct ClientConfig {
     /// granted plain on a contended lock is told so by a revoke notice after the grant, as by a
     /// release before protocol 8, instead of by the grant's result. It bounds the versions a
     /// standalone server negotiates (the client still asks for at least 6); below 6 the client
-    /// refuses to register (`Einval`). A cluster client registers at its own versions.
+    /// refuses to register (`Einval`). A cluster client registers at its own versions: its
+    /// link asks every server of the cluster for the newest it speaks, whatever the cap, so
+    /// that every server tells it the same.
+    ///
+    /// What a cap gives up. Below 8: a plain grant made to a cacheable request on a contended
+    /// lock is not marked in its result; the server writes the client a revoke notice for it
+    /// instead, one more event to read before the handle knows to give the lock back with its
+    /// guard. Below 7: the server's revoke timeout is not told at registration, so the client
+    /// trusts a cached grant for its lease (or [`ClientConfig::revoke_timeout`] when set), and
+    /// the server, to match what it told, lets an ignored revoke of this client lapse only at
+    /// the client's lease rather than at its own shorter revoke timeout: another client's
+    /// request may wait up to that lease for a holder that stopped answering.
     pub version_max: u8,
 }
 

@@ -5,7 +5,7 @@
 use super::*;
 use crate::Mode;
 use crate::manager::GrantState;
-use crate::proto::{Event, LockFlags};
+use crate::proto::{Event, LockFlags, PROTO_VERSION, PROTO_VERSION_REVOKE_TIMEOUT};
 
 /// Long enough that no atomic grant expires during a test.
 const LEASE: u32 = 60_000;
@@ -239,9 +239,21 @@ fn a_trylock_inside_the_minimum_hold_fails_and_its_revoke_goes_out_when_the_hold
     }
 }
 
+/// A holder's ignored revoke lapses at the server's revoke timeout, or at its lease (1,000 ms,
+/// `small`) when none is configured or the holder registered below protocol 7: such a client
+/// was told no revoke timeout, trusts its cached grant for its lease, and would still use it
+/// past a shorter timeout while the server gave it to another.
 #[test]
 fn an_ignored_revoke_lapses_at_the_revoke_timeout_like_an_expired_lease() {
-    for (timeout, lapse_at) in [(0, 1_010), (300, 310)] {
+    let told = PROTO_VERSION_REVOKE_TIMEOUT;
+    let cases = [
+        (PROTO_VERSION, 0, 1_010),
+        (PROTO_VERSION, 300, 310),
+        (told, 300, 310),
+        (told - 1, 300, 1_010),
+        (told - 1, 0, 1_010),
+    ];
+    for (version, timeout, lapse_at) in cases {
         let cfg = Config {
             timing: crate::manager::Timing {
                 min_hold_ms: 5,
@@ -252,7 +264,9 @@ fn an_ignored_revoke_lapses_at_the_revoke_timeout_like_an_expired_lease() {
         };
         let (kind, ex) = (LockKind::Rw, LockOp::TryExclusive);
         let mut s = TestServer::new(&cfg);
-        let (a, b, la, lb) = pair(&mut s, kind);
+        let (a, b) = (s.client_init(version, 0, 0).unwrap(), s.client(0));
+        let la = s.get_lock(a.get(), kind, b"row-group", 0).unwrap();
+        let lb = s.get_lock(b.get(), kind, b"row-group", 0).unwrap();
         assert_eq!(s.run(a, cached(kind, ex, la), 0).status, Status::Success);
         assert_eq!(
             s.wait_for(b, cmd(kind, ex, lb, 5_000, LockFlags::NONE), 10),
@@ -261,14 +275,11 @@ fn an_ignored_revoke_lapses_at_the_revoke_timeout_like_an_expired_lease() {
         // a stays alive (heartbeats) but never gives the lock back.
         let _ = s.heartbeat(a.get(), lapse_at - 5);
         s.poll_waiters(lapse_at - 1);
-        assert_eq!(
-            s.replies_ready(),
-            0,
-            "timeout {timeout}: not before it lapses"
-        );
+        let case = format!("protocol {version}, timeout {timeout}");
+        assert_eq!(s.replies_ready(), 0, "{case}: not before it lapses");
         s.poll_waiters(lapse_at);
         let got = s.replies();
-        assert_eq!(got[0].result.status, Status::Success, "timeout {timeout}");
+        assert_eq!(got[0].result.status, Status::Success, "{case}");
         // a lost it: its unlock fails, and the value block it might have changed is invalid.
         assert_eq!(hold(&s, a, la), GrantState::None);
         assert_eq!(
@@ -497,7 +508,9 @@ fn a_grant_lapsed_inside_an_undone_all_or_nothing_message_stays_released() {
     };
     let (kind, ex) = (LockKind::Rw, LockOp::TryExclusive);
     let mut s = TestServer::new(&cfg);
-    let (a, b, la, lb) = pair(&mut s, kind);
+    let (a, b) = (s.client_init(PROTO_VERSION, 0, 0).unwrap(), s.client(0));
+    let la = s.get_lock(a.get(), kind, b"row-group", 0).unwrap();
+    let lb = s.get_lock(b.get(), kind, b"row-group", 0).unwrap();
     let c = s.client(0);
     let other_b = s.get_lock(b.get(), kind, b"other", 0).unwrap();
     let other_c = s.get_lock(c.get(), kind, b"other", 0).unwrap();

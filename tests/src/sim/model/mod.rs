@@ -29,6 +29,7 @@ mod workload;
 use std::collections::HashMap;
 
 use dlock_core::manager::retain::Role;
+use dlock_core::proto::PROTO_VERSION;
 use dlock_core::server::{Server, ServerState, SlotRouting};
 use dlock_core::table::ClientState;
 use dlock_core::{Config, LockKind};
@@ -494,7 +495,8 @@ impl<'s> World<'s> {
                 // A cached grant may have been revoked with the revoke still on its way, and
                 // lapse unknown to the client: it is sure of it only within the revoke timeout
                 // of the last data request answered (`SimClient::data_anchor`).
-                let timeout = u64::from(timing.revoke_timeout_for(c.lease_ms));
+                // The model's clients register at the newest version (`workload.rs`).
+                let timeout = u64::from(timing.revoke_timeout_for(c.lease_ms, PROTO_VERSION));
                 let unrevoked = !l.cache.cached || now < c.data_anchor + timeout;
                 (c.trusts_lease(now) && now <= l.grant_until() && unrevoked).then_some(Belief {
                     holder: i,

@@ -42,9 +42,9 @@ pub(super) fn renews_lease(status: Status) -> bool {
 impl<D: Dial> ClusterLink<D> {
     /// Registers with the first server of the map that answers the client's `ClientInit`
     /// (its header `h`, `min_version` and `lease_ms`, as [`route_control`] decoded them: at
-    /// the cluster's oldest version, [`at_cluster_min`]) and binds its data path. The reply
-    /// goes back to the client unchanged: id, session and lease are that server's, and the
-    /// same for all.
+    /// the link's own versions, [`at_cluster_min`]) and binds its data path. The reply
+    /// goes back to the client unchanged: id, session, lease and version are that server's,
+    /// and the same for all.
     ///
     /// [`route_control`]: ClusterLink::route_control
     pub(super) fn register(
@@ -387,17 +387,25 @@ impl<D: Dial> ClusterLink<D> {
     }
 }
 
-/// The client's `ClientInit` (header `h`), asking for the oldest version a cluster server
-/// speaks at least (`PROTO_VERSION_CLUSTER_MIN`) rather than the client's own minimum: the
-/// registration's server may be of protocol 5, before `ReclaimDones`, which the link then
-/// does without.
+/// The client's `ClientInit` (header `h`) at the link's own versions, the ones its joins ask
+/// for ([`ClusterLink::member`]): up to [`PROTO_VERSION`], whatever the header names (a
+/// `ClientConfig::version_max` the client was given), and down to the oldest version a
+/// cluster server speaks (`PROTO_VERSION_CLUSTER_MIN`) rather than the client's own minimum:
+/// the registration's server may be of protocol 5, before `ReclaimDones`, which the link then
+/// does without. Registering at the cap and joining the other servers at the link's own
+/// versions had what a holder is told depend on which server registered it; a cluster client
+/// registers at its own versions everywhere, as `version_max` says.
 fn at_cluster_min(h: ControlHeader, min_version: u8, lease_ms: u32) -> io::Result<Vec<u8>> {
     let body = ControlRequest::ClientInit {
         min_version: min_version.min(PROTO_VERSION_CLUSTER_MIN),
         lease_ms,
     };
     let mut out = vec![0u8; CONTROL_FRAME_MAX];
-    let frame = ControlRequestFrame { header: h, body };
+    let header = ControlHeader {
+        version: PROTO_VERSION,
+        ..h
+    };
+    let frame = ControlRequestFrame { header, body };
     let n = encode_control_request(&frame, &mut out).map_err(|_| {
         io::Error::new(io::ErrorKind::InvalidInput, "a registration did not encode")
     })?;
