@@ -107,6 +107,8 @@ impl<D: Dial> ClusterLink<D> {
     /// partition in `NotReady` until the grace deadline (the longest grant lease, 30 s by
     /// default), after every failover and every planned move.
     fn done_without_records(&mut self, before: &dlock_core::cluster::Map, deadline: Instant) {
+        // The partitions with routes, sorted: one pass over the routes, not one per partition.
+        let with_routes = self.routes.partitions();
         for p in 0..self.map.partitions().get() {
             let (old, new) = match (before.owner(p), self.map.owner(p)) {
                 (Some(old), Some(new)) => (*old, *new),
@@ -120,7 +122,7 @@ impl<D: Dial> ClusterLink<D> {
                     != self.map.server(new_server).map(|e| e.incarnation());
             if !moved
                 || !self.members.contains_key(&old_server)
-                || !self.routes.in_partition(p).is_empty()
+                || with_routes.binary_search(&p).is_ok()
             {
                 continue;
             }
@@ -361,17 +363,29 @@ impl<D: Dial> ClusterLink<D> {
     /// Brings the routes of partition `p` to the map's owner of it: a new epoch of the same
     /// owner is only noted; a new owner gets the partition's re-claims. Failures are logged
     /// and leave the routes as they were, to be re-claimed at the next use.
+    ///
+    /// Every data command's route comes here first, so a partition whose routes were all found
+    /// at its owner in this very map, and that owes no re-claim, is passed over at one look
+    /// ([`Owed::homed`]): the pass reads every route of the client, which made each lock and
+    /// unlock of a client holding N locks cost a sort of N and two allocations.
     pub(super) fn rehome_partition(&mut self, p: u16, deadline: Instant) {
+        let version = self.map.version();
+        if self.owed.homed(p, version) {
+            return;
+        }
         let owner = self.map.owner(p).copied().unwrap_or_default();
         let Some(server) = owner.server else {
             return;
         };
         let incarnation = self.map.server(server).map_or(0, |e| e.incarnation());
-        let ids = self.routes.in_partition(p);
-        let mut stale = Vec::new();
-        for &id in &ids {
+        // The partition's routes, then those of them to re-claim, in the link's one list of
+        // them ([`Owed::pass`]), taken for the pass and put back after it.
+        let mut stale = std::mem::take(&mut self.owed.pass);
+        self.owed.passes += 1;
+        self.routes.in_partition(p, &mut stale);
+        stale.retain(|&id| {
             let Some(r) = self.routes.get_mut(id) else {
-                continue;
+                return false;
             };
             // The same server and registration is the same ownership only at the same epoch,
             // or at a later one the owner got by renewing its own (`Renewal`). A partition that
@@ -381,23 +395,23 @@ impl<D: Dial> ClusterLink<D> {
                 && (r.epoch == owner.epoch || owner.handover == Handover::Renewal);
             if same {
                 r.epoch = owner.epoch;
-            } else {
-                stale.push(id);
             }
-        }
-        if stale.is_empty() {
+            !same
+        });
+        let settled = stale.is_empty()
+            || match self.reclaim(p, server, incarnation, owner.epoch, &stale, deadline) {
+                Ok(settled) => settled,
+                Err(e) => {
+                    tracing::warn!(partition = p, %server, error = %e, "dlock: re-claims not done; kept for the next try");
+                    false
+                }
+            };
+        self.owed.pass = stale;
+        if settled {
             self.owed.reclaims.remove(&p);
-            return;
-        }
-        match self.reclaim(p, server, incarnation, owner.epoch, &stale, deadline) {
-            Ok(true) => {
-                self.owed.reclaims.remove(&p);
-            }
-            Ok(false) => self.owed.back_off(p),
-            Err(e) => {
-                self.owed.back_off(p);
-                tracing::warn!(partition = p, %server, error = %e, "dlock: re-claims not done; kept for the next try");
-            }
+            self.owed.home(p, version, self.map.partitions().get());
+        } else {
+            self.owed.back_off(p);
         }
     }
 
@@ -563,6 +577,15 @@ pub(super) struct Owed {
     words: Vec<(ServerId, PartitionEpoch)>,
     /// The buffer the answers to `ReclaimDone`s are read into: allocated at the first, kept.
     reply: Vec<u8>,
+    /// By partition, the map version at which its routes were last all found at its owner
+    /// (or filed there by their re-claims): sized by the map's partition count at the first
+    /// pass that settles one, then kept (a map of another count is never followed).
+    homed: Vec<Option<u64>>,
+    /// The routes a re-claim pass looks at, then those it re-claims
+    /// ([`ClusterLink::rehome_partition`]): taken for each pass and put back after it.
+    pass: Vec<u32>,
+    /// How many passes looked through a partition's routes ([`ClusterLink::rehome_passes`]).
+    passes: u64,
 }
 
 impl std::fmt::Debug for Owed {
@@ -571,11 +594,38 @@ impl std::fmt::Debug for Owed {
         f.debug_struct("Owed")
             .field("reclaims", &self.reclaims)
             .field("dones", &self.dones)
+            .field("homed", &self.homed)
             .finish_non_exhaustive()
     }
 }
 
 impl Owed {
+    /// How many passes looked through a partition's routes for ones to re-claim.
+    pub(super) fn passes(&self) -> u64 {
+        self.passes
+    }
+
+    /// Whether partition `p` needs no re-claim pass in the map of `version`: a pass found (or
+    /// made) all its routes at the owner this map names, and owes none since. Nothing else
+    /// can take a route of `p` from that owner while the map stays at `version`: the map is
+    /// only ever replaced by a newer one (`refresh`), and a route is otherwise filed only at
+    /// the owner, incarnation and epoch the map at hand names (a new reference, `GetLock`; a
+    /// reference taken again, `resolve_again`). A re-claim owed ([`Owed::reclaims`], refused
+    /// or unanswered) keeps the partition to a pass at every use, as before this look.
+    fn homed(&self, p: u16, version: u64) -> bool {
+        self.homed.get(usize::from(p)) == Some(&Some(version)) && !self.reclaims.contains_key(&p)
+    }
+
+    /// Partition `p`'s routes are all at its owner in the map of `version`, one of
+    /// `partitions`.
+    fn home(&mut self, p: u16, version: u64, partitions: u16) {
+        let at = usize::from(p);
+        if self.homed.len() <= at {
+            self.homed.resize(usize::from(partitions).max(at + 1), None);
+        }
+        self.homed[at] = Some(version);
+    }
+
     /// Partition `p`'s claims were refused for a passing reason (or not answered): claimed
     /// again after [`BACKOFF_MIN`], or after twice the last wait if they were refused before
     /// (at most [`BACKOFF_MAX`]).
