@@ -34,6 +34,7 @@
 //! | `data.rs`    | data messages split per server, epochs stamped, batches ordered        |
 //! | `replies.rs` | their replies gathered, refused commands retried, failed runs undone   |
 //! | `reclaim.rs` | after a partition moved: re-claims with proofs, then `ReclaimDone`     |
+//! | `reclaim/dones.rs` | the `ReclaimDone`s owed, said in one message per server          |
 //!
 //! # Identity and leases
 //!
