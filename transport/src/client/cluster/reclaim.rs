@@ -45,6 +45,8 @@
 //! refused once waited for the lock's next use, and a `ReclaimDone` refused until the deadline
 //! was never sent again.
 
+mod dones;
+
 use std::collections::BTreeMap;
 use std::io;
 use std::time::{Duration, Instant};
@@ -53,7 +55,7 @@ use dlock_core::Status;
 use dlock_core::cluster::{Handover, ServerId};
 use dlock_core::proto::{
     Batch, BatchEntry, CONTROL_FRAME_MAX, ControlRequest, ControlResponse, LockClaim,
-    PROTO_VERSION_RECLAIM_DONES, PartitionEpoch, RECLAIM_DONES_MAX, decode_control_response,
+    PartitionEpoch, decode_control_response,
 };
 
 use super::{ClusterLink, Dial, garbage};
@@ -107,6 +109,8 @@ impl<D: Dial> ClusterLink<D> {
     /// partition in `NotReady` until the grace deadline (the longest grant lease, 30 s by
     /// default), after every failover and every planned move.
     fn done_without_records(&mut self, before: &dlock_core::cluster::Map, deadline: Instant) {
+        // The partitions with routes, sorted: one pass over the routes, not one per partition.
+        let with_routes = self.routes.partitions();
         for p in 0..self.map.partitions().get() {
             let (old, new) = match (before.owner(p), self.map.owner(p)) {
                 (Some(old), Some(new)) => (*old, *new),
@@ -120,204 +124,13 @@ impl<D: Dial> ClusterLink<D> {
                     != self.map.server(new_server).map(|e| e.incarnation());
             if !moved
                 || !self.members.contains_key(&old_server)
-                || !self.routes.in_partition(p).is_empty()
+                || with_routes.binary_search(&p).is_ok()
             {
                 continue;
             }
             self.owed.dones.insert(p, (new_server, new.epoch));
         }
         self.pay_dones(deadline);
-    }
-
-    /// Whether a `ReclaimDone` is owed anywhere: one look, which every data command's route
-    /// makes before it reads the clock to pay.
-    pub(super) fn owes_dones(&self) -> bool {
-        !self.owed.dones.is_empty()
-    }
-
-    /// Says the `ReclaimDone`s still owed ([`Owed`]), all those owed to one server in one
-    /// `ReclaimDones` message where the server's registration or join named protocol 6, one
-    /// `ReclaimDone` per partition to an older server; each taken is forgotten, and so is one
-    /// owed to an owner the map no longer names for its partition (a word for an earlier
-    /// owner or epoch would only be refused). After a failover a client owes a word for every
-    /// partition that moved from a server it knew, with or without locks in it: 85 each over
-    /// three servers with 256 partitions, so a new owner with 1,000 such clients took 85,000
-    /// messages where 1,000 do.
-    pub(super) fn pay_dones(&mut self, deadline: Instant) {
-        if self.owed.dones.is_empty() {
-            return;
-        }
-        let map = &self.map;
-        self.owed.dones.retain(|&p, &mut (server, epoch)| {
-            map.owner(p)
-                .is_some_and(|o| o.server == Some(server) && o.epoch == epoch)
-        });
-        // The words owed, by server, then partition, in the link's list of them ([`Owed::words`]):
-        // every data command's route pays while a word is owed, so not a list of its own per
-        // payment. A word owed while these are said waits for the next payment.
-        let mut owed = std::mem::take(&mut self.owed.words);
-        owed.clear();
-        for (&partition, &(server, epoch)) in &self.owed.dones {
-            owed.push((server, PartitionEpoch { partition, epoch }));
-        }
-        owed.sort_unstable_by_key(|&(server, d)| (server, d.partition));
-        for words in owed.chunk_by(|a, b| a.0 == b.0) {
-            let server = words[0].0;
-            if let Err(e) = self.say_dones(server, words, deadline) {
-                tracing::debug!(%server, error = %e, "dlock: ReclaimDone not sent");
-            }
-        }
-        self.owed.words = owed;
-    }
-
-    /// Says `words`, owed to `server`: in `ReclaimDones` messages where it speaks protocol 6,
-    /// one `ReclaimDone` each to a server of protocol 5; those answered `NotReady` or
-    /// `PartitionMoved` are sent again after a pause while `deadline` lasts. The client can
-    /// learn a map (from one server) before the new owner applied it, which then refuses the
-    /// word as naming a future epoch; a word dropped there is never sent again, and the new
-    /// owner waits for it until its grace deadline. A word is forgotten as soon as it is
-    /// settled — taken, or refused for good (another status: the server will never take it) —
-    /// so an error later in the exchange loses none of that; those still refused as the
-    /// deadline came stay owed ([`Owed`]).
-    fn say_dones(
-        &mut self,
-        server: ServerId,
-        words: &[(ServerId, PartitionEpoch)],
-        deadline: Instant,
-    ) -> io::Result<()> {
-        // The link's one reply buffer for these words, taken for the exchange and put back
-        // whatever its outcome (a control reply needs room for the largest frame).
-        let mut reply = std::mem::take(&mut self.owed.reply);
-        reply.resize(CONTROL_FRAME_MAX, 0);
-        let said = self.say_dones_into(server, words, &mut reply, deadline);
-        self.owed.reply = reply;
-        said
-    }
-
-    /// [`Self::say_dones`], with `reply` to read the answers into.
-    fn say_dones_into(
-        &mut self,
-        server: ServerId,
-        words: &[(ServerId, PartitionEpoch)],
-        reply: &mut [u8],
-        deadline: Instant,
-    ) -> io::Result<()> {
-        let batched = self.member(server, deadline)?.version >= PROTO_VERSION_RECLAIM_DONES;
-        let per_message = if batched { RECLAIM_DONES_MAX } else { 1 };
-        let mut chunk = [PartitionEpoch {
-            partition: 0,
-            epoch: 0,
-        }; RECLAIM_DONES_MAX];
-        let mut pause = super::control::PAUSE_MIN;
-        loop {
-            let mut refused = false;
-            let mut n = 0;
-            // The words still owed: each settled one was forgotten (`say_chunk`).
-            for &(_, d) in words {
-                if self.owed.dones.get(&d.partition) != Some(&(server, d.epoch)) {
-                    continue;
-                }
-                chunk[n] = d;
-                n += 1;
-                if n == per_message {
-                    refused |= self.say_chunk(server, &chunk[..n], batched, reply, deadline)?;
-                    n = 0;
-                }
-            }
-            if n > 0 {
-                refused |= self.say_chunk(server, &chunk[..n], batched, reply, deadline)?;
-            }
-            if !refused || Instant::now() >= deadline {
-                return Ok(());
-            }
-            pause = self.pause(pause, deadline);
-        }
-    }
-
-    /// Says `chunk` to `server` in one message and forgets each word settled; whether any was
-    /// refused for a passing reason (`NotReady`, `PartitionMoved`: it stays owed).
-    fn say_chunk(
-        &mut self,
-        server: ServerId,
-        chunk: &[PartitionEpoch],
-        batched: bool,
-        reply: &mut [u8],
-        deadline: Instant,
-    ) -> io::Result<bool> {
-        let mut statuses = [Status::Success; RECLAIM_DONES_MAX];
-        let statuses = if batched {
-            self.send_dones(server, chunk, reply, &mut statuses, deadline)?
-        } else {
-            statuses[0] = self.send_done(server, chunk[0], reply, deadline)?;
-            &statuses[..1]
-        };
-        let mut refused = false;
-        for (d, &status) in chunk.iter().zip(statuses) {
-            match status {
-                s if refusal_is_transient(s) => refused = true,
-                Status::Success => {
-                    self.owed.dones.remove(&d.partition);
-                }
-                other => {
-                    tracing::debug!(partition = d.partition, status = ?other, "dlock: ReclaimDone not taken");
-                    self.owed.dones.remove(&d.partition);
-                }
-            }
-        }
-        Ok(refused)
-    }
-
-    /// One `ReclaimDones` message of `chunk` to `server`; the status of each partition (all
-    /// the message's status where it was refused whole), written into `statuses`.
-    fn send_dones<'s>(
-        &mut self,
-        server: ServerId,
-        chunk: &[PartitionEpoch],
-        reply: &mut [u8],
-        statuses: &'s mut [Status; RECLAIM_DONES_MAX],
-        deadline: Instant,
-    ) -> io::Result<&'s [Status]> {
-        let body = ControlRequest::ReclaimDones(Batch::from_slice(chunk));
-        let m = self.control_with(server, body, reply, deadline)?;
-        let frame = decode_control_response(&reply[..m])
-            .map_err(|_| garbage("a ReclaimDones reply is malformed"))?;
-        let statuses = &mut statuses[..chunk.len()];
-        match (frame.header.status(), frame.body) {
-            (Some(Status::Success), ControlResponse::PartitionStatuses(s))
-                if s.len() == chunk.len()
-                    && s.iter().zip(chunk).all(|(s, d)| s.partition == d.partition) =>
-            {
-                for (out, s) in statuses.iter_mut().zip(s.iter()) {
-                    *out = s.status;
-                }
-            }
-            (Some(Status::Success), _) => {
-                return Err(garbage("a ReclaimDones reply answers other partitions"));
-            }
-            // Refused whole: every partition as if refused alone.
-            (status, _) => statuses.fill(status.unwrap_or(Status::BadResponse)),
-        }
-        Ok(statuses)
-    }
-
-    /// One `ReclaimDone` of `done` to `server` (protocol 5); its status (`BadResponse` for a
-    /// reply that does not decode).
-    fn send_done(
-        &mut self,
-        server: ServerId,
-        done: PartitionEpoch,
-        reply: &mut [u8],
-        deadline: Instant,
-    ) -> io::Result<Status> {
-        let body = ControlRequest::ReclaimDone {
-            partition: done.partition,
-            epoch: done.epoch,
-        };
-        let m = self.control_with(server, body, reply, deadline)?;
-        Ok(decode_control_response(&reply[..m])
-            .ok()
-            .and_then(|f| f.header.status())
-            .unwrap_or(Status::BadResponse))
     }
 
     /// Pays what the client still owes new owners ([`Owed`]): the re-claims of partitions not
@@ -361,17 +174,29 @@ impl<D: Dial> ClusterLink<D> {
     /// Brings the routes of partition `p` to the map's owner of it: a new epoch of the same
     /// owner is only noted; a new owner gets the partition's re-claims. Failures are logged
     /// and leave the routes as they were, to be re-claimed at the next use.
+    ///
+    /// Every data command's route comes here first, so a partition whose routes were all found
+    /// at its owner in this very map, and that owes no re-claim, is passed over at one look
+    /// ([`Owed::homed`]): the pass reads every route of the client, which made each lock and
+    /// unlock of a client holding N locks cost a sort of N and two allocations.
     pub(super) fn rehome_partition(&mut self, p: u16, deadline: Instant) {
+        let version = self.map.version();
+        if self.owed.homed(p, version) {
+            return;
+        }
         let owner = self.map.owner(p).copied().unwrap_or_default();
         let Some(server) = owner.server else {
             return;
         };
         let incarnation = self.map.server(server).map_or(0, |e| e.incarnation());
-        let ids = self.routes.in_partition(p);
-        let mut stale = Vec::new();
-        for &id in &ids {
+        // The partition's routes, then those of them to re-claim, in the link's one list of
+        // them ([`Owed::pass`]), taken for the pass and put back after it.
+        let mut stale = std::mem::take(&mut self.owed.pass);
+        self.owed.passes += 1;
+        self.routes.in_partition(p, &mut stale);
+        stale.retain(|&id| {
             let Some(r) = self.routes.get_mut(id) else {
-                continue;
+                return false;
             };
             // The same server and registration is the same ownership only at the same epoch,
             // or at a later one the owner got by renewing its own (`Renewal`). A partition that
@@ -381,23 +206,23 @@ impl<D: Dial> ClusterLink<D> {
                 && (r.epoch == owner.epoch || owner.handover == Handover::Renewal);
             if same {
                 r.epoch = owner.epoch;
-            } else {
-                stale.push(id);
             }
-        }
-        if stale.is_empty() {
+            !same
+        });
+        let settled = stale.is_empty()
+            || match self.reclaim(p, server, incarnation, owner.epoch, &stale, deadline) {
+                Ok(settled) => settled,
+                Err(e) => {
+                    tracing::warn!(partition = p, %server, error = %e, "dlock: re-claims not done; kept for the next try");
+                    false
+                }
+            };
+        self.owed.pass = stale;
+        if settled {
             self.owed.reclaims.remove(&p);
-            return;
-        }
-        match self.reclaim(p, server, incarnation, owner.epoch, &stale, deadline) {
-            Ok(true) => {
-                self.owed.reclaims.remove(&p);
-            }
-            Ok(false) => self.owed.back_off(p),
-            Err(e) => {
-                self.owed.back_off(p);
-                tracing::warn!(partition = p, %server, error = %e, "dlock: re-claims not done; kept for the next try");
-            }
+            self.owed.home(p, version, self.map.partitions().get());
+        } else {
+            self.owed.back_off(p);
         }
     }
 
@@ -563,6 +388,15 @@ pub(super) struct Owed {
     words: Vec<(ServerId, PartitionEpoch)>,
     /// The buffer the answers to `ReclaimDone`s are read into: allocated at the first, kept.
     reply: Vec<u8>,
+    /// By partition, the map version at which its routes were last all found at its owner
+    /// (or filed there by their re-claims): sized by the map's partition count at the first
+    /// pass that settles one, then kept (a map of another count is never followed).
+    homed: Vec<Option<u64>>,
+    /// The routes a re-claim pass looks at, then those it re-claims
+    /// ([`ClusterLink::rehome_partition`]): taken for each pass and put back after it.
+    pass: Vec<u32>,
+    /// How many passes looked through a partition's routes ([`ClusterLink::rehome_passes`]).
+    passes: u64,
 }
 
 impl std::fmt::Debug for Owed {
@@ -571,11 +405,38 @@ impl std::fmt::Debug for Owed {
         f.debug_struct("Owed")
             .field("reclaims", &self.reclaims)
             .field("dones", &self.dones)
+            .field("homed", &self.homed)
             .finish_non_exhaustive()
     }
 }
 
 impl Owed {
+    /// How many passes looked through a partition's routes for ones to re-claim.
+    pub(super) fn passes(&self) -> u64 {
+        self.passes
+    }
+
+    /// Whether partition `p` needs no re-claim pass in the map of `version`: a pass found (or
+    /// made) all its routes at the owner this map names, and owes none since. Nothing else
+    /// can take a route of `p` from that owner while the map stays at `version`: the map is
+    /// only ever replaced by a newer one (`refresh`), and a route is otherwise filed only at
+    /// the owner, incarnation and epoch the map at hand names (a new reference, `GetLock`; a
+    /// reference taken again, `resolve_again`). A re-claim owed ([`Owed::reclaims`], refused
+    /// or unanswered) keeps the partition to a pass at every use, as before this look.
+    fn homed(&self, p: u16, version: u64) -> bool {
+        self.homed.get(usize::from(p)) == Some(&Some(version)) && !self.reclaims.contains_key(&p)
+    }
+
+    /// Partition `p`'s routes are all at its owner in the map of `version`, one of
+    /// `partitions`.
+    fn home(&mut self, p: u16, version: u64, partitions: u16) {
+        let at = usize::from(p);
+        if self.homed.len() <= at {
+            self.homed.resize(usize::from(partitions).max(at + 1), None);
+        }
+        self.homed[at] = Some(version);
+    }
+
     /// Partition `p`'s claims were refused for a passing reason (or not answered): claimed
     /// again after [`BACKOFF_MIN`], or after twice the last wait if they were refused before
     /// (at most [`BACKOFF_MAX`]).
