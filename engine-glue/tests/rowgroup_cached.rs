@@ -17,7 +17,8 @@ use dlock_engine_glue::rowgroup::{AcquireOptions, RowGroup, RowGroupConfig, RowG
 #[path = "common/rowgroup.rs"]
 mod rowgroup;
 use rowgroup::{
-    WAIT, counter, data_messages, revokes_sent, server, server_with, take_once, worker,
+    WAIT, counter, data_messages, give_back_when_asked, revokes_sent, server, server_with,
+    take_once, worker,
 };
 
 /// [`server`] with contention-aware grants off: for the worker's own demotion policy, which
@@ -78,13 +79,7 @@ fn another_worker_gets_a_cached_key_once_the_holder_looks_at_its_revokes() {
         .unwrap();
     txn.commit().unwrap();
     let other = rival(&s, key);
-    let until = Instant::now() + WAIT;
-    let mut back = 0;
-    while back == 0 && Instant::now() < until {
-        back = w.poll_revokes().unwrap();
-        thread::sleep(Duration::from_millis(1));
-    }
-    assert_eq!(back, 1, "given back when asked");
+    give_back_when_asked(&mut w);
     assert_eq!(other.join().unwrap(), Ok(()));
     assert_eq!(w.cached_grants(), 0);
 }
@@ -287,17 +282,6 @@ fn a_grant_lost_under_a_reading_transaction_is_reported_and_not_cached() {
         .unwrap();
     txn.commit().unwrap();
     assert_eq!(w.cache_hits(), 3, "asked of the server again");
-}
-
-/// Waits until `w` has given back a revoked cached key.
-fn give_back_when_asked(w: &mut RowGroupLocks) {
-    let until = Instant::now() + WAIT;
-    let mut back = 0;
-    while back == 0 && Instant::now() < until {
-        back = w.poll_revokes().unwrap();
-        thread::sleep(Duration::from_millis(1));
-    }
-    assert_eq!(back, 1, "given back when asked");
 }
 
 #[test]

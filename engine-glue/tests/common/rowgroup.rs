@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dlock_engine_glue::EmbeddedServer;
 use dlock_engine_glue::dlock_core::manager::Timing;
@@ -77,4 +77,15 @@ pub fn take_once(w: &mut RowGroupLocks, key: RowGroup) {
     txn.acquire(&[(key, Mode::Exclusive)], AcquireOptions::NO_WAIT)
         .unwrap();
     txn.commit().unwrap();
+}
+
+/// Waits until `w` has given back a revoked cached key (it looks at its revokes every ms).
+pub fn give_back_when_asked(w: &mut RowGroupLocks) {
+    let until = Instant::now() + WAIT;
+    let mut back = 0;
+    while back == 0 && Instant::now() < until {
+        back = w.poll_revokes().unwrap();
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(back, 1, "given back when asked");
 }
