@@ -30,13 +30,28 @@ pub fn server_with_locks(
     timing: Timing,
     locks_max: u32,
 ) -> (ServerHandle, StaticMembership) {
+    server_with_config(
+        cluster,
+        n,
+        timing,
+        Config {
+            locks_max,
+            clients_max: 16,
+            objects_max: 64,
+            ..Config::default()
+        },
+    )
+}
+
+/// [`server`] with the core configuration `core`.
+pub fn server_with_config(
+    cluster: &StaticCluster,
+    n: u32,
+    timing: Timing,
+    core: Config,
+) -> (ServerHandle, StaticMembership) {
     let membership = cluster.member(sid(n), u64::from(n) * 10, timing);
-    let mut cfg = ServerConfig::new(Config {
-        locks_max,
-        clients_max: 16,
-        objects_max: 64,
-        ..Config::default()
-    });
+    let mut cfg = ServerConfig::new(core);
     cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().unwrap()));
     cfg.session_key = Some(
         SessionKey::new(std::array::from_fn(|i| {
