@@ -84,7 +84,7 @@ impl<C: Connection> Client<C> {
     /// [`ClientConfig::revoke_timeout`](super::ClientConfig::revoke_timeout) when that is set —
     /// the shorter of the two when both are — else the lease, which is the server's default;
     /// never longer than any server a routing link joined since lapses them
-    /// ([`Connection::joined_revoke_timeout_ms`](super::Connection::joined_revoke_timeout_ms)).
+    /// ([`Connection::joined_revoke_timeout_ms`]).
     pub fn revoke_timeout(&self) -> Duration {
         Duration::from_millis(self.revoke_timeout_ms().into())
     }
