@@ -10,7 +10,6 @@
 //! took, and the client is told `Eagain` for those, as a server tells it for the commands of an
 //! all-or-nothing message it undid.
 
-use std::collections::VecDeque;
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -37,6 +36,12 @@ pub(super) const DEPTH: usize = 4;
 const FLIGHTS_MAX: usize = 64;
 
 /// One of the client's data messages on its way through the cluster.
+///
+/// Its lists are kept from one message to the next (`ClusterLink::spare`: a flight answered is
+/// put back, and the next message takes it), as are its parts' (`spent`): a data command on
+/// its way allocates nothing once the lists have their sizes (issue 19; `tests/tests/
+/// zero_alloc_cluster.rs`). Before, each message built its flight and its parts from fresh
+/// lists and copied the client's message: a dozen allocations and more per command.
 #[derive(Debug)]
 pub(super) struct Flight {
     /// The client's message, as it sent it (cluster ids), to echo in the reply.
@@ -54,12 +59,97 @@ pub(super) struct Flight {
     pub sent_to: Vec<Option<ServerId>>,
     /// Messages sent and not answered yet.
     pub parts: Vec<Part>,
-    /// All-or-nothing: the run being answered, the runs still to send (in global order), and
-    /// the commands earlier runs took.
+    /// Parts answered, kept for their lists.
+    pub spent: Vec<Part>,
+    /// All-or-nothing: the run being answered; the routed commands in the global order
+    /// (`order`), cut into runs ending at `ends`, of which `runs_sent` went out; and the
+    /// commands earlier runs took.
     pub current: Vec<usize>,
-    pub runs: VecDeque<Vec<usize>>,
+    pub order: Vec<usize>,
+    pub ends: Vec<usize>,
+    pub runs_sent: usize,
     pub taken: Vec<usize>,
+    /// The commands to send (the routed ones, or the refused ones), a list kept for reuse.
+    pub scratch: Vec<usize>,
     pub pause: Duration,
+}
+
+impl Flight {
+    /// A flight without lists yet.
+    pub fn empty() -> Flight {
+        Flight {
+            request: Vec::new(),
+            header: DataHeader {
+                version: 0,
+                count: 0,
+                message_id: 0,
+                client: 0,
+                flags: 0,
+            },
+            commands: Vec::new(),
+            all_or_nothing: false,
+            results: Vec::new(),
+            shadow: Vec::new(),
+            epochs: Vec::new(),
+            sent_to: Vec::new(),
+            parts: Vec::new(),
+            spent: Vec::new(),
+            current: Vec::new(),
+            order: Vec::new(),
+            ends: Vec::new(),
+            runs_sent: 0,
+            taken: Vec::new(),
+            scratch: Vec::new(),
+            pause: PAUSE_MIN,
+        }
+    }
+
+    /// Empties the flight for a message with `header` and `commands`, keeping its lists.
+    pub fn reset(&mut self, header: DataHeader, commands: impl Iterator<Item = Command>) {
+        self.request.clear();
+        self.header = header;
+        self.all_or_nothing = header.flags & FLAG_ALL_OR_NOTHING != 0;
+        self.commands.clear();
+        self.commands.extend(commands);
+        let n = self.commands.len();
+        self.results.clear();
+        self.results.resize(n, None);
+        self.shadow.clear();
+        self.shadow.resize(n, None);
+        self.epochs.clear();
+        self.epochs.resize(n, 0);
+        self.sent_to.clear();
+        self.sent_to.resize(n, None);
+        self.spent.append(&mut self.parts);
+        self.current.clear();
+        self.order.clear();
+        self.ends.clear();
+        self.runs_sent = 0;
+        self.taken.clear();
+        self.scratch.clear();
+        self.pause = PAUSE_MIN;
+    }
+
+    /// All-or-nothing: puts the next run in `current`; false when every run went out.
+    pub fn next_run(&mut self) -> bool {
+        let Some(&end) = self.ends.get(self.runs_sent) else {
+            return false;
+        };
+        let start = self.runs_left_from();
+        self.current.clear();
+        self.current.extend_from_slice(&self.order[start..end]);
+        self.runs_sent += 1;
+        true
+    }
+
+    /// All-or-nothing: where the runs not sent yet begin in `order`.
+    pub fn runs_left_from(&self) -> usize {
+        self.runs_sent
+            .checked_sub(1)
+            .and_then(|k| self.ends.get(k))
+            .copied()
+            .unwrap_or(0)
+    }
 }
 
 /// One message to one server.
@@ -68,9 +158,10 @@ pub(super) struct Part {
     pub server: ServerId,
     pub ticket: u64,
     pub message_id: u16,
-    /// The flight's commands it carries, in order, and the server ids they were sent with.
+    /// The flight's commands it carries, in order, and those commands as they were sent (the
+    /// server's ids, the epochs).
     pub idx: Vec<usize>,
-    pub ids: Vec<u32>,
+    pub commands: Vec<Command>,
     pub sent: Instant,
 }
 
@@ -101,25 +192,10 @@ impl<D: Dial> ClusterLink<D> {
                 "the client sent a malformed message",
             )
         })?;
-        let header = decoded.header();
-        let commands: Vec<Command> = decoded.commands().collect();
-        let n = commands.len();
-        let mut flight = Flight {
-            request: req.to_vec(),
-            header,
-            all_or_nothing: header.flags & FLAG_ALL_OR_NOTHING != 0,
-            results: vec![None; n],
-            shadow: vec![None; n],
-            epochs: vec![0; n],
-            sent_to: vec![None; n],
-            parts: Vec::new(),
-            current: Vec::new(),
-            runs: VecDeque::new(),
-            taken: Vec::new(),
-            pause: PAUSE_MIN,
-            commands,
-        };
-        let mut routed = Vec::new();
+        let mut flight = self.spare.pop().unwrap_or_else(Flight::empty);
+        flight.reset(decoded.header(), decoded.commands());
+        flight.request.extend_from_slice(req);
+        let mut routed = std::mem::take(&mut flight.scratch);
         for (i, c) in flight.commands.iter().enumerate() {
             match c {
                 Command::Lock(l) => match self.routes.get_mut(l.lock) {
@@ -143,14 +219,16 @@ impl<D: Dial> ClusterLink<D> {
         }
         let deadline = Instant::now() + self.cfg.timeout;
         if flight.all_or_nothing {
-            flight.runs = self.runs(&routed, &flight.commands);
-            if let Some(run) = flight.runs.pop_front() {
-                self.send_set(&mut flight, run.clone(), deadline)?;
+            self.runs(&mut flight, &routed);
+            if flight.next_run() {
+                let run = std::mem::take(&mut flight.current);
+                self.send_set(&mut flight, &run, deadline)?;
                 flight.current = run;
             }
         } else {
-            self.send_set(&mut flight, routed, deadline)?;
+            self.send_set(&mut flight, &routed, deadline)?;
         }
+        flight.scratch = routed;
         while self.flights.len() >= FLIGHTS_MAX {
             let oldest = *self.flights.keys().min().expect("not empty");
             self.flights.remove(&oldest);
@@ -160,32 +238,40 @@ impl<D: Dial> ClusterLink<D> {
         Ok(self.next_ticket)
     }
 
-    /// The commands `idx` of an all-or-nothing message in the global order (partition, then
-    /// name), cut into runs of consecutive commands whose partitions one server owns.
-    fn runs(&self, idx: &[usize], commands: &[Command]) -> VecDeque<Vec<usize>> {
+    /// Puts the commands `idx` of an all-or-nothing message in the global order (partition,
+    /// then name) in `flight.order`, cut into runs of consecutive commands whose partitions one
+    /// server owns (`flight.ends`). Sorted by the names where the routes keep them, in place:
+    /// the sort copied every name before.
+    fn runs(&self, flight: &mut Flight, idx: &[usize]) {
         // Only lock commands come in all-or-nothing messages (the client sends objects one by
         // one); anything else sorts last, in its own run.
-        let key = |i: &usize| match commands[*i] {
+        let commands = &flight.commands;
+        let key = |i: usize| match commands[i] {
             Command::Lock(c) => self
                 .routes
                 .get(c.lock)
-                .map_or((u16::MAX, Vec::new()), |r| (r.partition, r.name.clone())),
-            _ => (u16::MAX, Vec::new()),
+                .map_or((u16::MAX, &[][..]), |r| (r.partition, r.name.as_slice())),
+            _ => (u16::MAX, &[][..]),
         };
-        let mut order = idx.to_vec();
-        order.sort_by_cached_key(key);
-        let mut runs: VecDeque<Vec<usize>> = VecDeque::new();
+        let order = &mut flight.order;
+        order.clear();
+        order.extend_from_slice(idx);
+        // Ties (none between two routed locks) in the message's order, as a stable sort has
+        // them; an unstable sort, because a stable one allocates beyond 20 commands.
+        order.sort_unstable_by(|&a, &b| (key(a), a).cmp(&(key(b), b)));
+        flight.ends.clear();
         let mut last = None;
-        for i in order {
-            let p = key(&i).0;
-            let owner = self.map.owner(p).and_then(|o| o.server);
-            match runs.back_mut() {
-                Some(run) if last == Some(owner) => run.push(i),
-                _ => runs.push_back(vec![i]),
+        for (k, &i) in order.iter().enumerate() {
+            let owner = self.map.owner(key(i).0).and_then(|o| o.server);
+            if k > 0 && last != Some(owner) {
+                flight.ends.push(k);
             }
             last = Some(owner);
         }
-        runs
+        if !order.is_empty() {
+            flight.ends.push(order.len());
+        }
+        flight.runs_sent = 0;
     }
 
     /// Sends the commands `idx` of `flight`, one message per server, each lock addressed by
@@ -193,11 +279,12 @@ impl<D: Dial> ClusterLink<D> {
     pub(super) fn send_set(
         &mut self,
         flight: &mut Flight,
-        idx: Vec<usize>,
+        idx: &[usize],
         deadline: Instant,
     ) -> io::Result<()> {
-        let mut by_server: Vec<(ServerId, Vec<usize>, Vec<Command>)> = Vec::new();
-        for i in idx {
+        // The parts of this sending, one per server, from `first` on.
+        let first = flight.parts.len();
+        for &i in idx {
             let (server, command) = match self.addressed_reachable(flight.commands[i], deadline)? {
                 Addressed::To(server, command) => (server, command),
                 Addressed::Answer(status) => {
@@ -207,41 +294,68 @@ impl<D: Dial> ClusterLink<D> {
             };
             flight.epochs[i] = command.partition_epoch();
             flight.sent_to[i] = Some(server);
-            match by_server.iter_mut().find(|(s, ..)| *s == server) {
-                Some((_, is, cs)) => {
-                    is.push(i);
-                    cs.push(command);
+            let k = match flight.parts[first..]
+                .iter()
+                .position(|p| p.server == server)
+            {
+                Some(k) => first + k,
+                None => {
+                    let mut part = flight.spent.pop().unwrap_or_else(|| Part {
+                        server,
+                        ticket: 0,
+                        message_id: 0,
+                        idx: Vec::new(),
+                        commands: Vec::new(),
+                        sent: Instant::now(),
+                    });
+                    part.server = server;
+                    part.idx.clear();
+                    part.commands.clear();
+                    flight.parts.push(part);
+                    flight.parts.len() - 1
                 }
-                None => by_server.push((server, vec![i], vec![command])),
-            }
+            };
+            flight.parts[k].idx.push(i);
+            flight.parts[k].commands.push(command);
         }
         let flags = flight.header.flags & FLAG_ALL_OR_NOTHING;
-        for (server, idx, commands) in by_server {
-            let message_id = self.next_message_id();
-            let header = DataHeader {
-                message_id,
-                flags,
-                ..flight.header
-            };
-            let mut buf = [0u8; dlock_core::proto::DATA_MESSAGE_MAX];
-            let n = encode_data_request(&header, &commands, &mut buf).map_err(|_| {
-                io::Error::new(io::ErrorKind::InvalidInput, "a message did not encode")
-            })?;
-            let member = self.member(server, deadline)?;
-            let sent = Instant::now();
-            let ticket = member
-                .conn
-                .send_data(&buf[..n])
-                .inspect_err(|_| member.broken = true)?;
-            flight.parts.push(Part {
-                server,
-                ticket,
-                message_id,
-                ids: commands.iter().map(|c| c.id()).collect(),
-                idx,
-                sent,
-            });
+        for k in first..flight.parts.len() {
+            let sent = self.send_part(flight, k, flags, deadline);
+            if sent.is_err() {
+                // Parts not sent are not awaited.
+                let unsent = flight.parts.drain(k..);
+                flight.spent.extend(unsent);
+                return sent;
+            }
         }
+        Ok(())
+    }
+
+    /// Sends part `k` of `flight` to its server, its message's flags `flags`.
+    fn send_part(
+        &mut self,
+        flight: &mut Flight,
+        k: usize,
+        flags: u32,
+        deadline: Instant,
+    ) -> io::Result<()> {
+        let message_id = self.next_message_id();
+        let header = DataHeader {
+            message_id,
+            flags,
+            ..flight.header
+        };
+        let part = &mut flight.parts[k];
+        let mut buf = [0u8; dlock_core::proto::DATA_MESSAGE_MAX];
+        let n = encode_data_request(&header, &part.commands, &mut buf)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a message did not encode"))?;
+        let member = self.member(part.server, deadline)?;
+        part.sent = Instant::now();
+        part.ticket = member
+            .conn
+            .send_data(&buf[..n])
+            .inspect_err(|_| member.broken = true)?;
+        part.message_id = message_id;
         Ok(())
     }
 

@@ -117,12 +117,14 @@ impl<D: Dial> ClusterLink<D> {
             .map
             .server(server)
             .ok_or_else(|| garbage("the cluster map names an owner it has no address for"))?;
-        let (incarnation, address) = (entry.incarnation(), entry.address().to_vec());
+        let incarnation = entry.incarnation();
         let fresh = self
             .members
             .get(&server)
             .is_some_and(|m| m.registered && !m.broken && m.incarnation == incarnation);
         if !fresh {
+            // The address is copied only to join: `join` needs the link, which holds the map.
+            let address = entry.address().to_vec();
             self.lose_lapsed_grants(server, incarnation);
             let joined = self.join(&address, incarnation, deadline)?;
             self.members.insert(server, joined);

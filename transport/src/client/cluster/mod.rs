@@ -207,6 +207,8 @@ pub struct ClusterLink<D: Dial = NetDial> {
     routes: Routes,
     objects: ObjectRoutes,
     flights: HashMap<u64, Flight>,
+    /// Flights answered, kept for their lists (`data.rs`): the next message takes one.
+    spare: Vec<Flight>,
     next_ticket: u64,
     message_id: u16,
     start: Instant,
@@ -243,6 +245,7 @@ impl<D: Dial> ClusterLink<D> {
                         routes: Routes::default(),
                         objects: ObjectRoutes::default(),
                         flights: HashMap::new(),
+                        spare: Vec::new(),
                         next_ticket: 0,
                         message_id,
                         start: Instant::now(),

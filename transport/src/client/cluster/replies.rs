@@ -3,7 +3,6 @@
 //! all-or-nothing message moved on or undone, the link's records updated, and one reply
 //! written for the client's message (`data.rs` sends).
 
-use std::collections::VecDeque;
 use std::io;
 use std::task::Waker;
 use std::time::Instant;
@@ -16,7 +15,6 @@ use dlock_core::proto::{
 };
 use dlock_core::{GrantProof, Status};
 
-use super::control::PAUSE_MIN;
 use super::data::{Flight, decide, unrun};
 use super::members::{forgets_client, renews_lease};
 use super::{ClusterLink, Dial, garbage};
@@ -68,7 +66,9 @@ impl<D: Dial> ClusterLink<D> {
                 self.retry_refused(&mut flight, retry_by)?
             };
             if !more {
-                return self.finish(&flight, reply).map(Some);
+                let len = self.finish(&flight, reply);
+                self.keep(flight);
+                return len.map(Some);
             }
         }
     }
@@ -81,7 +81,7 @@ impl<D: Dial> ClusterLink<D> {
     /// owner — its connections open, nothing answered — held the call until its deadline,
     /// and the next call with it, however soon the cluster gave its partitions to others.
     pub(super) fn gather(&mut self, flight: &mut Flight, wait: Wait<'_>) -> io::Result<bool> {
-        let mut buf = vec![0u8; DATA_RESPONSE_MAX];
+        let mut buf = [0u8; DATA_RESPONSE_MAX];
         let patience = self.patience();
         while let Some(part) = flight.parts.first() {
             let member = self
@@ -135,7 +135,8 @@ impl<D: Dial> ClusterLink<D> {
             let mut forgotten = Vec::new();
             for (j, &i) in part.idx.iter().enumerate() {
                 let got = r.result(j);
-                if got.id != part.ids[j]
+                let sent = part.commands[j].id();
+                if got.id != sent
                     || got.kind != flight.commands[i].kind_code()
                     || got.op != flight.commands[i].op_code()
                 {
@@ -146,7 +147,7 @@ impl<D: Dial> ClusterLink<D> {
                 if got.result.status == Status::LockNotGet
                     && let Command::Lock(c) = flight.commands[i]
                 {
-                    forgotten.push((c.lock, part.ids[j]));
+                    forgotten.push((c.lock, sent));
                 }
                 flight.results[i] = Some((got.result, r.proof_mac(j)));
             }
@@ -154,7 +155,8 @@ impl<D: Dial> ClusterLink<D> {
                 member.heard = member.heard.max(Some(part.sent));
             }
             let server = part.server;
-            flight.parts.remove(0);
+            let done = flight.parts.remove(0);
+            flight.spent.push(done);
             if forgot && current {
                 self.forget_registration(server);
             }
@@ -208,6 +210,7 @@ impl<D: Dial> ClusterLink<D> {
         for &i in &part.idx {
             flight.results[i] = Some((moved, [0; PROOF_LEN]));
         }
+        flight.spent.push(part);
     }
 
     /// `server` answered `LockNotGet` for its lock `server_lock`, the reference of cluster
@@ -234,25 +237,30 @@ impl<D: Dial> ClusterLink<D> {
     /// check, or a server that forgot the client), while `deadline` lasts; false when the
     /// flight is answered.
     fn retry_refused(&mut self, flight: &mut Flight, deadline: Instant) -> io::Result<bool> {
-        let refused: Vec<usize> = (0..flight.commands.len())
-            .filter(|&i| flight.results[i].is_some_and(|(r, _)| unrun(r.status)))
-            .collect();
-        let refused = if Instant::now() < deadline {
-            self.after_forgotten(flight, refused)
+        let mut refused = std::mem::take(&mut flight.scratch);
+        refused.clear();
+        refused.extend(
+            (0..flight.commands.len())
+                .filter(|&i| flight.results[i].is_some_and(|(r, _)| unrun(r.status))),
+        );
+        if Instant::now() < deadline {
+            self.after_forgotten(flight, &mut refused);
         } else {
-            Vec::new()
-        };
+            refused.clear();
+        }
         if refused.is_empty() {
             for i in 0..flight.commands.len() {
                 self.apply(flight, i);
             }
+            flight.scratch = refused;
             return Ok(false);
         }
         self.wait_for_owner(flight, &refused, deadline);
         for &i in &refused {
             flight.results[i] = None;
         }
-        self.send_set(flight, refused, deadline)?;
+        self.send_set(flight, &refused, deadline)?;
+        flight.scratch = refused;
         Ok(true)
     }
 
@@ -262,76 +270,75 @@ impl<D: Dial> ClusterLink<D> {
     /// again from its record and sent again (its reference got again by name, at a server
     /// joined again); anything else (an unlock, an extend, a downgrade) was about a grant the
     /// server freed, and is answered `LockNotGet` here, as a server answers a command naming
-    /// a reference it forgot. The commands to send again.
-    fn after_forgotten(&mut self, flight: &mut Flight, refused: Vec<usize>) -> Vec<usize> {
-        let mut again = Vec::with_capacity(refused.len());
-        for i in refused {
-            let forgot = flight.results[i].is_some_and(|(r, _)| forgets_client(r.status));
-            let lock = match flight.commands[i] {
-                Command::Lock(l) if forgot => l,
-                _ => {
-                    again.push(i);
-                    continue;
-                }
-            };
-            let route = self.routes.get_mut(lock.lock);
-            match route {
-                Some(r) if lock.op.acquires() => {
-                    flight.shadow[i] = decide(&mut r.record, &lock);
-                    again.push(i);
-                }
-                _ => {
-                    flight.shadow[i] = None;
-                    flight.results[i] =
-                        Some((CommandResult::status(Status::LockNotGet), [0; PROOF_LEN]));
-                }
+    /// a reference it forgot. Keeps in `refused` the commands to send again, in place.
+    fn after_forgotten(&mut self, flight: &mut Flight, refused: &mut Vec<usize>) {
+        refused.retain(|&i| self.sent_again(flight, i));
+    }
+
+    /// [`Self::after_forgotten`] for command `i`: whether it is sent again.
+    fn sent_again(&mut self, flight: &mut Flight, i: usize) -> bool {
+        let forgot = flight.results[i].is_some_and(|(r, _)| forgets_client(r.status));
+        let lock = match flight.commands[i] {
+            Command::Lock(l) if forgot => l,
+            _ => return true,
+        };
+        match self.routes.get_mut(lock.lock) {
+            Some(r) if lock.op.acquires() => {
+                flight.shadow[i] = decide(&mut r.record, &lock);
+                true
+            }
+            _ => {
+                flight.shadow[i] = None;
+                flight.results[i] =
+                    Some((CommandResult::status(Status::LockNotGet), [0; PROOF_LEN]));
+                false
             }
         }
-        again
     }
 
     /// All-or-nothing: after the current run's reply, sends it again (refused by a check),
     /// the next run (it succeeded), or gives back what earlier runs took (it failed). False
     /// when the flight is answered.
     fn next_run(&mut self, flight: &mut Flight, deadline: Instant) -> io::Result<bool> {
-        let run = std::mem::take(&mut flight.current);
-        let status = |i: &usize| flight.results[*i].map_or(Status::Einval, |(r, _)| r.status);
-        if run.iter().all(|i| status(i) == Status::Success) {
-            for &i in &run {
-                self.apply(flight, i);
+        let status = |f: &Flight, i: usize| f.results[i].map_or(Status::Einval, |(r, _)| r.status);
+        let run = &flight.current;
+        if run.iter().all(|&i| status(flight, i) == Status::Success) {
+            for k in 0..flight.current.len() {
+                self.apply(flight, flight.current[k]);
             }
-            flight.taken.extend(run);
-            return match flight.runs.pop_front() {
-                Some(next) => {
-                    self.send_set(flight, next.clone(), deadline)?;
-                    flight.current = next;
-                    Ok(true)
-                }
-                None => Ok(false),
-            };
+            flight.taken.extend_from_slice(&flight.current);
+            if !flight.next_run() {
+                return Ok(false);
+            }
+            let next = std::mem::take(&mut flight.current);
+            self.send_set(flight, &next, deadline)?;
+            flight.current = next;
+            return Ok(true);
         }
-        let checked = run.iter().any(|i| unrun(status(i)));
-        let granted = run.iter().any(|i| status(i) == Status::Success);
+        let checked = run.iter().any(|&i| unrun(status(flight, i)));
+        let granted = run.iter().any(|&i| status(flight, i) == Status::Success);
         if checked && !granted && Instant::now() < deadline {
-            let run = self.after_forgotten(flight, run);
+            let mut run = std::mem::take(&mut flight.current);
+            self.after_forgotten(flight, &mut run);
             self.wait_for_owner(flight, &run, deadline);
             for &i in &run {
                 flight.results[i] = None;
             }
-            self.send_set(flight, run.clone(), deadline)?;
+            self.send_set(flight, &run, deadline)?;
             flight.current = run;
             return Ok(true);
         }
         // The run failed, and the server undid it; undo the runs before it.
         self.release(flight, deadline);
-        let undone = CommandResult::status(Status::Eagain);
-        for i in flight
-            .taken
-            .drain(..)
-            .chain(flight.runs.drain(..).flatten())
-        {
-            flight.results[i] = Some((undone, [0; PROOF_LEN]));
+        let undone = Some((CommandResult::status(Status::Eagain), [0; PROOF_LEN]));
+        for &i in &flight.taken {
+            flight.results[i] = undone;
         }
+        for &i in &flight.order[flight.runs_left_from()..] {
+            flight.results[i] = undone;
+        }
+        flight.taken.clear();
+        flight.runs_sent = flight.ends.len();
         Ok(false)
     }
 
@@ -367,24 +374,14 @@ impl<D: Dial> ClusterLink<D> {
             flags: 0,
             ..flight.header
         };
-        let mut undo = Flight {
-            request: Vec::new(),
-            header,
-            all_or_nothing: false,
-            results: vec![None; commands.len()],
-            shadow: unlocks.into_iter().map(Some).collect(),
-            epochs: vec![0; commands.len()],
-            sent_to: vec![None; commands.len()],
-            parts: Vec::new(),
-            current: Vec::new(),
-            runs: VecDeque::new(),
-            taken: Vec::new(),
-            pause: PAUSE_MIN,
-            commands,
-        };
+        let mut undo = Flight::empty();
+        undo.reset(header, commands.into_iter());
+        for (shadow, req) in undo.shadow.iter_mut().zip(unlocks) {
+            *shadow = Some(req);
+        }
         let all: Vec<usize> = (0..undo.commands.len()).collect();
         let done = self
-            .send_set(&mut undo, all, deadline)
+            .send_set(&mut undo, &all, deadline)
             .and_then(|()| self.gather(&mut undo, Wait::Until(deadline)));
         match done {
             Ok(true) => {
@@ -398,6 +395,14 @@ impl<D: Dial> ClusterLink<D> {
             Err(e) => {
                 tracing::warn!(error = %e, "dlock: an all-or-nothing batch could not be undone; its grants last until their leases end")
             }
+        }
+    }
+
+    /// Keeps the lists of `flight`, answered, for a message to come (a flight is made anew
+    /// only while more are out at once than ever before, up to the client's depth).
+    fn keep(&mut self, flight: Flight) {
+        if self.spare.len() < super::data::DEPTH {
+            self.spare.push(flight);
         }
     }
 
