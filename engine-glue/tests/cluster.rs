@@ -166,6 +166,12 @@ fn two_engine_nodes_share_one_xid_counter_and_exclude_each_other_on_row_groups()
         RowGroupLocks::new(a.cluster_client().unwrap(), RowGroupConfig::DEFAULT).unwrap();
     let mut on_b =
         RowGroupLocks::new(b.cluster_client().unwrap(), RowGroupConfig::DEFAULT).unwrap();
+    // A cluster client reads no revokes, so it caches nothing: asked to, it says so.
+    let cached = RowGroupConfig::DEFAULT.with_cached(true);
+    assert_eq!(
+        RowGroupLocks::new(a.cluster_client().unwrap(), cached).err(),
+        Some(Status::Einval)
+    );
     for owner in [1, 2] {
         let key = row_group_of(&a, owner);
         let mut first = on_a.begin();

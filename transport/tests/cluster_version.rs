@@ -13,7 +13,7 @@ use std::time::Duration;
 use dlock_core::cluster::{Map, Partitions, Timing};
 use dlock_core::manager::Timing as ManagerTiming;
 use dlock_core::proto::PROTO_VERSION;
-use dlock_core::{Config, LockKind};
+use dlock_core::{Config, LockKind, Status};
 use dlock_transport::client::cluster::{ClusterConfig as LinkConfig, ClusterLink};
 use dlock_transport::client::{Client, ClientConfig, Endpoint};
 use dlock_transport::runtime::ServerHandle;
@@ -101,4 +101,30 @@ fn a_cluster_client_trusts_a_cached_grant_no_longer_than_the_quickest_server_it_
             .unwrap();
     }
     assert_eq!(c.revoke_timeout(), Duration::from_millis(200));
+}
+
+#[test]
+fn a_cluster_client_is_refused_cached_grants_it_could_not_be_asked_back() {
+    // The routing link reads no revokes: a cached grant would be kept after its server lapsed
+    // it and granted another.
+    let cluster = StaticCluster::new();
+    let (_s, _m, a) = server_lapsing_at(&cluster, 1, 0);
+    cluster.set_map(map_after(
+        &Map::new(Partitions::new(16).unwrap()),
+        &[(1, a)],
+    ));
+    let mut c = client(a, &ClientConfig::new(Endpoint::Tcp(a)));
+    assert!(!c.carries_events());
+    let id = c.get_lock(LockKind::Rw, b"row-group").unwrap();
+    assert_eq!(
+        c.set_cacheable(id, true).map_err(|e| e.status()),
+        Err(Status::Einval)
+    );
+    c.set_cacheable(id, false).unwrap();
+    // A standalone client of the same server carries them.
+    assert!(
+        Client::connect(ClientConfig::new(Endpoint::Tcp(a)))
+            .unwrap()
+            .carries_events()
+    );
 }

@@ -326,10 +326,17 @@ impl<C: Connection> fmt::Debug for RowGroupLocks<C> {
 
 impl<C: Connection> RowGroupLocks<C> {
     /// Row-group locks over `client`, whose lease counts as renewed now (it just registered).
-    /// `Einval` for a client registered with no lease (none is ever granted less than 100 ms).
+    /// `Einval` for a client registered with no lease (none is ever granted less than 100 ms),
+    /// and for caching over a client whose connection carries no revokes (a cluster client:
+    /// `Client::carries_events`).
     pub fn new(client: Client<C>, cfg: RowGroupConfig) -> Result<Self, Status> {
         cfg.validate()?;
         if client.lease() < Duration::from_millis(Config::CLIENT_LEASE_MIN_MS.into()) {
+            return Err(Status::Einval);
+        }
+        // A cache needs the server's revokes (`Client::set_cacheable`): a cluster's routing
+        // link carries none.
+        if cfg.cached && !client.carries_events() {
             return Err(Status::Einval);
         }
         Ok(RowGroupLocks {

@@ -82,6 +82,15 @@ pub trait Connection: Debug {
         Ok(())
     }
 
+    /// Whether the server's unasked events — revokes above all — reach the client through
+    /// [`Connection::poll_events`]. A client may hold cached grants only over a connection
+    /// that does: one whose revokes it never read would keep a grant the server lapsed and
+    /// gave another ([`Client::set_cacheable`](super::Client::set_cacheable) refuses). By
+    /// default none are carried, as `poll_events` hands none.
+    fn carries_events(&self) -> bool {
+        false
+    }
+
     /// Whether events are read where the server writes them (a shared-memory client's event
     /// ring in the region) rather than carried on a channel: then a revoke is seen at the
     /// client's next look, however long ago its last request was answered, and the trust
@@ -172,6 +181,10 @@ impl Connection for Link {
 
     fn poll_events(&mut self, sink: &mut dyn FnMut(dlock_core::proto::Event)) -> io::Result<()> {
         Link::poll_events(self, sink)
+    }
+
+    fn carries_events(&self) -> bool {
+        true
     }
 
     fn events_in_place(&self) -> bool {

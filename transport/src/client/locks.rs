@@ -145,9 +145,21 @@ impl<C: Connection> Client<C> {
     /// ([`Client::poll_events`]) when another client wants a conflicting mode, instead of
     /// only waiting for the unlock. The holder promises to give it back (unlock, or downgrade
     /// for a reader) when asked; one that does not loses it after the server's revoke timeout,
-    /// as at the end of its lease. Local only; `LockNotGet` for a lock not got.
+    /// as at the end of its lease. Local only; `LockNotGet` for a lock not got, `Einval`
+    /// (turning it on) over a connection that carries no revokes
+    /// ([`Connection::carries_events`]: a cluster's routing link), where a cached grant would
+    /// be kept after the server lapsed it and gave it to another.
     pub fn set_cacheable(&mut self, id: LockId, on: bool) -> Result<(), Error> {
+        if on && !self.link.carries_events() {
+            return Err(Op::SetCacheable.err(Status::Einval));
+        }
         self.set_ask(Op::SetCacheable, id, LockFlags::CACHEABLE, on)
+    }
+
+    /// Whether this client's connection carries the server's revokes, so that it may hold
+    /// cached grants ([`Client::set_cacheable`]).
+    pub fn carries_events(&self) -> bool {
+        self.link.carries_events()
     }
 
     /// Asks for every wait on `id` from now on (a [`Client::lock`] or any waiting acquisition)

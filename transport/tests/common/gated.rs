@@ -178,6 +178,10 @@ impl Connection for Gated {
         Connection::poll_events(&mut self.inner, sink)
     }
 
+    fn carries_events(&self) -> bool {
+        Connection::carries_events(&self.inner)
+    }
+
     fn events_in_place(&self) -> bool {
         Connection::events_in_place(&self.inner)
     }

@@ -379,6 +379,10 @@ impl Connection for SimConn<'_> {
         }
     }
 
+    fn carries_events(&self) -> bool {
+        true
+    }
+
     fn poll_events(&mut self, sink: &mut dyn FnMut(Event)) -> io::Result<()> {
         self.collect()?;
         let mut watch = self.watch.borrow_mut();
