@@ -285,7 +285,16 @@ impl<D: Dial> ClusterLink<D> {
         // The parts of this sending, one per server, from `first` on.
         let first = flight.parts.len();
         for &i in idx {
-            let (server, command) = match self.addressed_reachable(flight.commands[i], deadline)? {
+            let addressed = match self.addressed_reachable(flight.commands[i], deadline) {
+                Ok(a) => a,
+                Err(e) => {
+                    // Nothing of this sending went out: none of its parts is awaited.
+                    let unsent = flight.parts.drain(first..);
+                    flight.spent.extend(unsent);
+                    return Err(e);
+                }
+            };
+            let (server, command) = match addressed {
                 Addressed::To(server, command) => (server, command),
                 Addressed::Answer(status) => {
                     flight.results[i] = Some((CommandResult::status(status), [0; PROOF_LEN]));
