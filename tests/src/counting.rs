@@ -71,3 +71,27 @@ pub fn allocations() -> u64 {
 pub fn thread_allocations() -> u64 {
     THREAD_ALLOCATIONS.with(Cell::get)
 }
+
+/// A waker that unparks the thread it was made on: made once, before a counted window, so that
+/// polling a future inside it allocates nothing of its own.
+#[derive(Debug)]
+pub struct Unpark(pub std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Polls `f` on this thread with `waker` (made once, outside the counted window), parking
+/// between wake-ups: an asynchronous path's allocations are then the path's own.
+pub fn block_on<F: std::future::Future>(waker: &std::task::Waker, f: F) -> F::Output {
+    let mut cx = std::task::Context::from_waker(waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        match f.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(v) => return v,
+            std::task::Poll::Pending => std::thread::park(),
+        }
+    }
+}

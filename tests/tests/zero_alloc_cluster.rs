@@ -11,16 +11,14 @@
 //! connection's reader thread, allocate as they like. This file holds one test, so nothing else
 //! runs on its thread.
 
-use std::future::Future;
-use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
-use std::thread::{self, Thread};
+use std::task::Waker;
+use std::thread;
 use std::time::Duration;
 
 use dlock_core::cluster::{Map, Member, Partitions, ServerId, Timing, assign};
 use dlock_core::{Config, LockId, LockKind, Mode, ObjectId, SessionKey, Status};
-use dlock_tests::counting::{Counting, thread_allocations};
+use dlock_tests::counting::{Counting, Unpark, block_on, thread_allocations};
 use dlock_transport::client::cluster::{ClusterConfig as LinkConfig, ClusterLink, NetDial};
 use dlock_transport::client::{AsyncOp, Client, Grant};
 use dlock_transport::runtime::membership::StaticCluster;
@@ -96,28 +94,6 @@ fn locks(c: &mut Client<ClusterLink>, prefix: &str, n: usize) -> Vec<LockId> {
                 .unwrap()
         })
         .collect()
-}
-
-/// Wakes a parked thread.
-struct Unpark(Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Polls `f` on this thread with `waker` (made once, before the count), parking between
-/// wake-ups: the link's `Wait::Poll`, a flight left in the link between polls.
-fn block_on<F: Future>(waker: &Waker, f: F) -> F::Output {
-    let mut cx = Context::from_waker(waker);
-    let mut f = pin!(f);
-    loop {
-        match f.as_mut().poll(&mut cx) {
-            Poll::Ready(v) => return v,
-            Poll::Pending => thread::park(),
-        }
-    }
 }
 
 /// The steady state's commands, each checked.

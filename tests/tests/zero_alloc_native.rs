@@ -12,15 +12,13 @@
 //! `zero_alloc_runtime.rs` does. It fails as it should: a `Vec::<u8>::with_capacity(1)` in
 //! `Locks::let_go` (a guard's drop) makes it report them (checked by doing that).
 
-use std::future::Future;
-use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
-use std::thread::{self, Thread};
+use std::task::Waker;
+use std::thread;
 use std::time::Duration;
 
 use dlock_core::Config;
-use dlock_tests::counting::{Counting, allocations};
+use dlock_tests::counting::{Counting, Unpark, allocations, block_on};
 use dlock_transport::client::{
     AtomicLock, ClientConfig, Endpoint, FairLock, LockOptions, Locks, RwLock,
 };
@@ -29,28 +27,6 @@ use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
 // The counting allocator the zero-allocation tests share (`dlock_tests::counting`).
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-/// Wakes a parked thread.
-struct Unpark(Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Polls `f` on this thread with `waker` (made once, outside the window), parking between
-/// wake-ups.
-fn block_on<F: Future>(waker: &Waker, f: F) -> F::Output {
-    let mut cx = Context::from_waker(waker);
-    let mut f = pin!(f);
-    loop {
-        match f.as_mut().poll(&mut cx) {
-            Poll::Ready(v) => return v,
-            Poll::Pending => thread::park(),
-        }
-    }
-}
 
 /// One handle's workload.
 struct Work {
