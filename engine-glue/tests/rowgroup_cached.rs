@@ -17,8 +17,8 @@ use dlock_engine_glue::rowgroup::{AcquireOptions, RowGroup, RowGroupConfig, RowG
 #[path = "common/rowgroup.rs"]
 mod rowgroup;
 use rowgroup::{
-    WAIT, counter, data_messages, give_back_when_asked, revokes_sent, server, server_with,
-    take_once, worker,
+    WAIT, counter, data_messages, give_back_when_asked, revoke_sent_after, revokes_sent, server,
+    server_with, take_once, worker,
 };
 
 /// [`server`] with contention-aware grants off: for the worker's own demotion policy, which
@@ -94,10 +94,7 @@ fn a_key_revoked_while_a_transaction_holds_it_goes_back_at_its_end() {
         .unwrap();
     let other = rival(&s, key);
     // The transaction goes on; its lease upkeep reads the revoke, which must wait for it.
-    let until = Instant::now() + WAIT;
-    while revokes_sent(&s) == 0 && Instant::now() < until {
-        thread::sleep(Duration::from_millis(1));
-    }
+    revoke_sent_after(&s, 0);
     txn.keep_leases(Instant::now() + Duration::from_secs(3_600))
         .unwrap();
     assert!(!other.is_finished(), "the rival waits for the transaction");
@@ -124,16 +121,8 @@ fn a_transaction_reading_under_a_cached_exclusive_grant_downgrades_it_for_a_read
         Some(Mode::Exclusive),
         "read from the cached grant"
     );
-    let mut r = worker(&s, false);
-    let reader = thread::spawn(move || {
-        let mut txn = r.begin();
-        txn.acquire(&[(key, Mode::Shared)], AcquireOptions::wait(WAIT))?;
-        txn.commit()
-    });
-    let until = Instant::now() + WAIT;
-    while revokes_sent(&s) == 0 && Instant::now() < until {
-        thread::sleep(Duration::from_millis(1));
-    }
+    let reader = rowgroup::rival(&s, key, Mode::Shared);
+    revoke_sent_after(&s, 0);
     txn.keep_leases(Instant::now() + Duration::from_secs(3_600))
         .unwrap();
     assert_eq!(txn.mode(key), Some(Mode::Shared), "downgraded in place");
@@ -165,10 +154,7 @@ fn a_transaction_that_writes_a_key_it_read_under_a_cached_exclusive_grant_keeps_
         rt.commit()
     };
     assert_eq!(read(&mut r), Err(Status::Fail));
-    let until = Instant::now() + WAIT;
-    while revokes_sent(&s) == 0 && Instant::now() < until {
-        thread::sleep(Duration::from_millis(1));
-    }
+    revoke_sent_after(&s, 0);
     txn.keep_leases(Instant::now() + Duration::from_secs(3_600))
         .unwrap();
     assert_eq!(
@@ -212,16 +198,8 @@ fn a_call_refused_for_an_upgrade_leaves_a_reader_of_a_cached_exclusive_grant_a_r
         Err(Status::Einval),
         "an upgrade of the key held shared"
     );
-    let mut r = worker(&s, false);
-    let reader = thread::spawn(move || {
-        let mut txn = r.begin();
-        txn.acquire(&[(read, Mode::Shared)], AcquireOptions::wait(WAIT))?;
-        txn.commit()
-    });
-    let until = Instant::now() + WAIT;
-    while revokes_sent(&s) == 0 && Instant::now() < until {
-        thread::sleep(Duration::from_millis(1));
-    }
+    let reader = rowgroup::rival(&s, read, Mode::Shared);
+    revoke_sent_after(&s, 0);
     txn.keep_leases(Instant::now() + Duration::from_secs(3_600))
         .unwrap();
     assert_eq!(
@@ -260,12 +238,7 @@ fn a_grant_lost_under_a_reading_transaction_is_reported_and_not_cached() {
         .unwrap();
     // A reader elsewhere waits; the transaction does not look at its revokes until the server
     // has let its grant go (the revoke timeout) and granted the reader.
-    let mut r = worker(&s, false);
-    let reader = thread::spawn(move || {
-        let mut rt = r.begin();
-        rt.acquire(&[(key, Mode::Shared)], AcquireOptions::wait(WAIT))?;
-        rt.commit()
-    });
+    let reader = rowgroup::rival(&s, key, Mode::Shared);
     assert_eq!(reader.join().unwrap(), Ok(()));
     // The downgrade the revoke asks for is refused: the grant is gone.
     txn.keep_leases(Instant::now() + Duration::from_secs(3_600))

@@ -7,24 +7,16 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock_engine_glue::EmbeddedServer;
 use dlock_engine_glue::dlock_core::Mode;
 use dlock_engine_glue::rowgroup::{AcquireOptions, RowGroup};
 
 #[path = "common/rowgroup.rs"]
 mod rowgroup;
-use rowgroup::{WAIT, give_back_when_asked, revokes_sent, rival, server, take_once, worker};
-
-/// Waits until the server has sent `past` revokes and more.
-fn revoke_sent_after(s: &EmbeddedServer, past: u64) {
-    let until = Instant::now() + WAIT;
-    while revokes_sent(s) == past && Instant::now() < until {
-        thread::sleep(Duration::from_millis(1));
-    }
-}
+use rowgroup::{
+    give_back_when_asked, revoke_sent_after, revokes_sent, rival, server, take_once, worker,
+};
 
 /// Before the fix the name stayed plain (flagged once, when resolved) while the grant was kept
 /// as cached: the server never revoked it, and the rival waited as long as the worker kept it.

@@ -89,3 +89,11 @@ pub fn give_back_when_asked(w: &mut RowGroupLocks) {
     }
     assert_eq!(back, 1, "given back when asked");
 }
+
+/// Waits until the server has sent more than `past` revokes.
+pub fn revoke_sent_after(s: &EmbeddedServer, past: u64) {
+    let until = Instant::now() + WAIT;
+    while revokes_sent(s) == past && Instant::now() < until {
+        thread::sleep(Duration::from_millis(1));
+    }
+}
