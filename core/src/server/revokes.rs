@@ -162,7 +162,6 @@ impl Server<'_> {
         let cell: LockManagerCell = self.t.lock_manager[lock as usize];
         let contended = contended(&timing, cell.contended_ms, now_ms);
         let (mut verdict, mut lapsed, mut cached_left) = (Verdict::NONE, false, false);
-        let mut held = false;
         // A revoke sent now lapses at `now + timeout`: a parked request is retried then.
         let mut lapses_ms = u64::MAX;
         // The earliest minimum hold that ends before a holder may be revoked.
@@ -206,7 +205,6 @@ impl Server<'_> {
                 HolderAction::RevokeAt { due_ms: at } => {
                     due_ms = due_ms.min(at);
                     cached_left = true;
-                    held = true;
                 }
                 // A plain holder of a contended lock may hold a contended grant whose notice it
                 // has not read, being parked on another lock: it is woken as a revoke would
@@ -239,7 +237,8 @@ impl Server<'_> {
             wanted: cached && verdict.wanted(req),
             contended: false,
             lapsed,
-            held,
+            // A holder still inside its minimum hold is the only one that leaves a revoke due.
+            held: due_ms != u64::MAX,
         }
     }
 
@@ -295,11 +294,9 @@ impl Server<'_> {
             // A full ring counts the overflow in the ring itself, where its reader sees it.
             let _ = ring.push(&event);
         }
-        let window_ms = self.cfg.timing.contention_window_ms;
-        let m = &mut self.t.lock_manager[lock as usize];
-        m.revoke_sent_ms = now;
+        self.t.lock_manager[lock as usize].revoke_sent_ms = now;
         // A conflict with a cached grant: the lock is contended from now.
-        stamp_conflict(m, window_ms, now);
+        self.note_conflict(lock, now);
         self.events_pending = true;
         self.stats.bump(Counter::RevokesSent);
         self.cut_wait_on_revoke(other, now);
@@ -358,11 +355,15 @@ impl Server<'_> {
     /// (refused, or left waiting): the lock is contended from now (`manager::contention`), so a
     /// lock fought over by plain holders stays plain while the fight goes on instead of turning
     /// cacheable once per window and paying a revoke. Nothing with the rule off (window 0):
-    /// the cell stays untouched, as before the rule.
+    /// the cell stays untouched, as before the rule. The stamp is never 0, which the cell
+    /// reads as "no conflict": a conflict in a server's first millisecond (its clock starts at
+    /// 0) makes the lock contended for one millisecond longer, the safe side (never cached
+    /// early).
     #[inline]
     pub(super) fn note_conflict(&mut self, lock: u32, now_ms: u64) {
-        let window_ms = self.cfg.timing.contention_window_ms;
-        stamp_conflict(&mut self.t.lock_manager[lock as usize], window_ms, now_ms);
+        if self.cfg.timing.contention_window_ms != 0 {
+            self.t.lock_manager[lock as usize].contended_ms = now_ms.max(1);
+        }
     }
 
     /// Records that a cached grant on lock slot `lock` was made at `now_ms`. When the lock is
@@ -405,23 +406,6 @@ impl Server<'_> {
     #[inline]
     pub fn event_ring(&self, slot: u32) -> Option<crate::table::EventRing<'_>> {
         self.t.event_rings.ring(slot)
-    }
-}
-
-/// The conflict time stamped at tick `now_ms`: never 0, which the cell reads as "no conflict"
-/// — a conflict in a server's first millisecond (its clock starts at 0) still makes the lock
-/// contended, for one millisecond longer, which is the safe side (never cached early).
-#[inline]
-const fn conflict_stamp(now_ms: u64) -> u64 {
-    if now_ms == 0 { 1 } else { now_ms }
-}
-
-/// Stamps lock manager cell `m` contended at `now_ms` ([`Server::note_conflict`]), on a
-/// server whose contention window is `window_ms`: nothing at 0, the rule off.
-#[inline]
-fn stamp_conflict(m: &mut LockManagerCell, window_ms: u32, now_ms: u64) {
-    if window_ms != 0 {
-        m.contended_ms = conflict_stamp(now_ms);
     }
 }
 
