@@ -105,7 +105,7 @@ impl<'r> Server<'r> {
             let written = block(i);
             let (out, note) =
                 self.lock_command_with(slot, me, &c, written.as_ref(), now_ms, record);
-            self.count_min_hold(note);
+            self.count_min_hold(note, false);
             if note.lapsed {
                 lapsed[lapsed_len] = c.lock;
                 lapsed_len += 1;

@@ -243,7 +243,7 @@ impl<'r> Server<'r> {
                 }
                 Command::Lock(c) => {
                     let (r, note) = self.lock_command(slot, me, &c, block(i).as_ref(), now_ms);
-                    self.count_min_hold(note);
+                    self.count_min_hold(note, false);
                     if note.fair_preempted {
                         self.forget_preempted_holders(c.lock, slot);
                     }

@@ -384,14 +384,16 @@ impl Server<'_> {
         }
     }
 
-    /// Counts a request's first attempt that met a conflicting cached grant inside its
-    /// minimum hold (`Counter::MinHoldConflicts`). A parked request's retries are counted by
-    /// `retry_waiter` instead, only if none of its attempts before met one.
+    /// Counts a request's attempt that met a conflicting cached grant inside its minimum hold
+    /// (`Counter::MinHoldConflicts`), unless an earlier attempt of the same request met one
+    /// (`met_before`: a parked request's `WAITER_MET_HOLD`): once per request. Whether the
+    /// request has met one now, for the parked request's flag.
     #[inline]
-    pub(super) fn count_min_hold(&mut self, note: super::data::Note) {
-        if note.met_hold {
+    pub(super) fn count_min_hold(&mut self, note: super::data::Note, met_before: bool) -> bool {
+        if note.met_hold && !met_before {
             self.stats.bump(Counter::MinHoldConflicts);
         }
+        note.met_hold || met_before
     }
 
     /// Whether a revoke was written into some client's event ring since the last call: the

@@ -162,7 +162,7 @@ impl<'r> Server<'r> {
             None => *c,
         };
         let (r, note) = self.lock_command(slot, me, &tried, None, now_ms);
-        self.count_min_hold(note);
+        let met_hold = self.count_min_hold(note, false);
         if note.fair_preempted {
             self.forget_preempted_holders(c.lock, slot);
         }
@@ -196,7 +196,7 @@ impl<'r> Server<'r> {
             // byte, for the late grant and its value trailer.
             flags: meta.flags
                 | u32::from(c.flags.bits()) << WAITER_LOCK_FLAGS_SHIFT
-                | if note.met_hold { WAITER_MET_HOLD } else { 0 },
+                | if met_hold { WAITER_MET_HOLD } else { 0 },
             message_id: meta.message_id,
             tx: ticket.exclusive,
             ts: ticket.shared,
@@ -274,9 +274,7 @@ impl<'r> Server<'r> {
             flags: waiter_lock_flags(waiter.flags),
         };
         let (r, note) = self.lock_command(w, me, &c, None, now_ms);
-        if note.met_hold && waiter.flags & WAITER_MET_HOLD == 0 {
-            // The first of its attempts that met a minimum hold: counted once.
-            self.stats.bump(Counter::MinHoldConflicts);
+        if self.count_min_hold(note, waiter.flags & WAITER_MET_HOLD != 0) {
             self.t.waiters[w as usize].flags |= WAITER_MET_HOLD;
         }
         if note.fair_preempted {
