@@ -222,10 +222,13 @@ impl<'r> Server<'r> {
         assert!(side.reclaims.len() >= ClusterSide::reclaims_len(clients_max));
         assert!(side.encoded.len() >= crate::cluster::MAP_ENCODED_MAX);
         side.parts.fill(PartState::default());
-        side.reclaims.fill(0);
-        // One entry per client slot: the table's length is then the most it tracks (`fits`).
+        // One entry per client slot: the table's length is then the most it tracks (`fits`);
+        // the re-claim grid is cut to those entries' rows, so clearing it clears no more.
         let expected = core::mem::take(&mut side.expected);
         side.expected = &mut expected[..clients_max as usize];
+        let reclaims = core::mem::take(&mut side.reclaims);
+        side.reclaims = &mut reclaims[..ClusterSide::reclaims_len(clients_max)];
+        side.reclaims.fill(0);
         self.cluster = Some(ClusterCore {
             side,
             me: settings.me,
