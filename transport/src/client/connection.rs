@@ -99,17 +99,6 @@ pub trait Connection: Debug {
         false
     }
 
-    /// The shortest time, in ms, that a server this connection joined after the registration
-    /// lets one of the client's revokes go unanswered before it lapses the grant: what it told
-    /// the join (protocol 7), or its lease where it told none. `None` when every server the
-    /// client uses answered its registration (the registration reply says it). A routing
-    /// link's servers may differ (another release during a rolling upgrade, another
-    /// `--revoke-timeout-ms`), and the client trusts a cached grant no longer than any of them
-    /// keeps it (`Client::revoke_timeout`).
-    fn joined_revoke_timeout_ms(&self) -> Option<u32> {
-        None
-    }
-
     /// The object cells, when the client may change them one-sided (shared memory).
     fn object_cells(&self) -> Option<&[AtomicU64]> {
         None

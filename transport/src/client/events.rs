@@ -82,26 +82,19 @@ impl<C: Connection> Client<C> {
     /// How long a cached grant is trusted past the last answered data request
     /// (`dlock_core::manager::trust`): what the server said at registration (protocol 7), or
     /// [`ClientConfig::revoke_timeout`](super::ClientConfig::revoke_timeout) when that is set —
-    /// the shorter of the two when both are — else the lease, which is the server's default;
-    /// never longer than any server a routing link joined since lapses them
-    /// ([`Connection::joined_revoke_timeout_ms`]).
+    /// the shorter of the two when both are — else the lease, which is the server's default.
+    /// (A routing link holds no cached grants: [`Connection::carries_events`].)
     pub fn revoke_timeout(&self) -> Duration {
         Duration::from_millis(self.revoke_timeout_ms().into())
     }
 
     fn revoke_timeout_ms(&self) -> u32 {
         let configured = duration_to_ms(self.cfg.revoke_timeout);
-        let registered = match (configured, self.revoke_timeout_told_ms) {
+        match (configured, self.revoke_timeout_told_ms) {
             (0, 0) => duration_to_ms(self.lease),
             (0, told) => told,
             (mine, 0) => mine,
             (mine, told) => mine.min(told),
-        };
-        // A routing link's other servers may lapse revokes sooner than the one that answered
-        // the registration.
-        match self.link.joined_revoke_timeout_ms() {
-            Some(joined) => registered.min(joined),
-            None => registered,
         }
     }
 }

@@ -193,14 +193,6 @@ impl<D: Dial> ClusterLink<D> {
         match (frame.header.status(), frame.body) {
             (Some(Status::Success), ControlResponse::Init(r)) if r.client == me.id => {
                 conn.attach(r.client, r.slot, r.session)?;
-                // This server lapses the client's revokes at what it told (a server below
-                // protocol 7 tells 0 and lapses them at the lease): the client must not trust
-                // a cached grant longer (`Connection::joined_revoke_timeout_ms`).
-                let lapse = match r.revoke_timeout_ms {
-                    0 => r.lease_ms,
-                    told => told,
-                };
-                self.joined_revoke_timeout_ms = self.joined_revoke_timeout_ms.min(lapse);
                 Ok(Member {
                     conn,
                     incarnation,

@@ -215,10 +215,6 @@ pub struct ClusterLink<D: Dial = NetDial> {
     /// Re-claims and `ReclaimDone`s the client still owes new owners (`reclaim.rs`), paid at
     /// each heartbeat and before each retry of a refused request, until they are taken.
     owed: reclaim::Owed,
-    /// The shortest revoke lapse any joined server applies to this client (its told revoke
-    /// timeout, or its lease where it told none); `u32::MAX` before the first join. Never
-    /// raised: a server that left may still have lapsed nothing yet.
-    joined_revoke_timeout_ms: u32,
 }
 
 impl<D: Dial> ClusterLink<D> {
@@ -250,7 +246,6 @@ impl<D: Dial> ClusterLink<D> {
                         message_id,
                         start: Instant::now(),
                         owed: reclaim::Owed::default(),
-                        joined_revoke_timeout_ms: u32::MAX,
                     });
                 }
                 Err(e) => {
@@ -333,10 +328,6 @@ impl<D: Dial> Connection for ClusterLink<D> {
     ) -> io::Result<usize> {
         let deadline = deadline.unwrap_or_else(|| Instant::now() + self.cfg.timeout);
         self.route_control(req, reply, deadline)
-    }
-
-    fn joined_revoke_timeout_ms(&self) -> Option<u32> {
-        (self.joined_revoke_timeout_ms != u32::MAX).then_some(self.joined_revoke_timeout_ms)
     }
 
     /// The registration's first server was bound when it answered (`members.rs`); every other
