@@ -86,7 +86,7 @@ use dlock_core::cluster::{Map, ServerId};
 pub use dial::{Dial, NetDial};
 
 use super::error::Op;
-use super::{Client, ClientConfig, Connection, Endpoint, Error, Locks, REQUEST_TIMEOUT};
+use super::{Client, ClientConfig, Connection, Endpoint, Error, IdMap, Locks, REQUEST_TIMEOUT};
 use data::Flight;
 use objects::ObjectRoutes;
 use replies::Wait;
@@ -206,7 +206,7 @@ pub struct ClusterLink<D: Dial = NetDial> {
     identity: Option<Identity>,
     routes: Routes,
     objects: ObjectRoutes,
-    flights: HashMap<u64, Flight>,
+    flights: IdMap<u64, Flight>,
     /// Flights answered, kept for their lists (`data.rs`): the next message takes one.
     spare: Vec<Flight>,
     next_ticket: u64,
@@ -240,7 +240,7 @@ impl<D: Dial> ClusterLink<D> {
                         identity: None,
                         routes: Routes::default(),
                         objects: ObjectRoutes::default(),
-                        flights: HashMap::new(),
+                        flights: IdMap::default(),
                         spare: Vec::new(),
                         next_ticket: 0,
                         message_id,

@@ -8,7 +8,6 @@
 //! repeat; any other object's value is lost with its owner, and the new owner answers the
 //! get with the status it has for a name it does not know (the caller re-creates it).
 
-use std::collections::HashMap;
 use std::io;
 use std::time::Instant;
 
@@ -21,6 +20,7 @@ use dlock_core::{ObjectId, Status};
 
 use super::control::{answer, rewrite_id};
 use super::{ClusterLink, Dial, garbage};
+use crate::client::IdMap;
 
 /// One object the client created or got.
 #[derive(Clone, Debug)]
@@ -40,7 +40,7 @@ pub(super) struct ObjectRoute {
 /// The object routes by cluster object id.
 #[derive(Debug, Default)]
 pub(super) struct ObjectRoutes {
-    by_id: HashMap<u32, ObjectRoute>,
+    by_id: IdMap<u32, ObjectRoute>,
     next: u32,
 }
 

@@ -15,7 +15,7 @@ use dlock_core::cluster::ServerId;
 use dlock_core::ids::{GENERATION_MAX, SLOT_INDEX_LIMIT};
 use dlock_core::{LockId, LockKind};
 
-use crate::client::LocalLock;
+use crate::client::{IdMap, LocalLock};
 
 /// One lock the client holds a reference to.
 #[derive(Clone, Debug)]
@@ -48,7 +48,7 @@ impl Route {
 /// The routes by cluster id.
 #[derive(Debug, Default)]
 pub(super) struct Routes {
-    by_id: HashMap<u32, Route>,
+    by_id: IdMap<u32, Route>,
     /// The cluster id of each (kind, name) the client referenced, so a second `GetLock` of a
     /// name gets the id it has (as a server answers the same client).
     by_name: HashMap<(LockKind, Vec<u8>), u32>,
