@@ -31,13 +31,15 @@ const TIMING: Timing = Timing {
 /// A cluster client of the server at `addr`, registered with `cfg` over its link (retried
 /// while the server has not applied its first map).
 fn client(addr: SocketAddr, cfg: &ClientConfig) -> Client<ClusterLink> {
-    loop {
+    let mut client = None;
+    common::cluster::wait_until(Duration::from_secs(30), "the map served", || {
         let link = LinkConfig::new([addr.to_string()]).with_timeout(Duration::from_secs(2));
-        match ClusterLink::connect(link).and_then(|l| Client::over(l, cfg.clone())) {
-            Ok(c) => return c,
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
+        client = ClusterLink::connect(link)
+            .and_then(|l| Client::over(l, cfg.clone()))
+            .ok();
+        client.is_some()
+    });
+    client.expect("registered")
 }
 
 #[test]
