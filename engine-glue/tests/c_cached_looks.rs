@@ -8,20 +8,12 @@ use std::time::{Duration, Instant};
 
 use dlock_engine_glue::dlock_core::Status;
 use dlock_engine_glue::ffi::types::*;
-use dlock_engine_glue::ffi::{cached, client, locks, ops, server};
+use dlock_engine_glue::ffi::{cached, client, locks, ops};
 
 #[path = "common/failover.rs"]
 mod failover;
 
 const FAIL: i32 = Status::Fail.code();
-
-fn req(lock_id: c_int) -> lock_request {
-    lock_request {
-        lock_id,
-        lock_op: LOCK_EXCLUSIVE,
-        expire_time: 60,
-    }
-}
 
 /// c2 asks for the lock c1 parks (refused: the server revokes c1's grant), c1 polls until the
 /// revoke came and the grant went back, and c2 then takes the lock and lets it go.
@@ -31,21 +23,23 @@ fn req(lock_id: c_int) -> lock_request {
 /// `c1` and `c2` are live clients, `id1` and `id2` their references to one lock.
 unsafe fn revoked(c1: c_int, id1: c_int, c2: c_int, id2: c_int) {
     let mut st = lock_state::from_word(0);
-    let (mut out, mut n) = ([dlock_revoke::default(); 8], 0);
     // SAFETY: the caller's contract; pointers to live locals of the right types.
     unsafe {
-        assert_eq!(ops::trylock(c2, &req(id2), (&raw mut st).cast()), FAIL);
+        assert_eq!(
+            ops::trylock(c2, &failover::exclusive(id2), (&raw mut st).cast()),
+            FAIL
+        );
         let until = Instant::now() + Duration::from_secs(10);
-        while n == 0 {
+        let (out, _) = loop {
+            let (out, n) = failover::poll_notices(c1);
+            if n > 0 {
+                break (out, n);
+            }
             assert!(Instant::now() < until, "no revoke came");
-            assert_eq!(
-                cached::client_revokes_poll(c1, out.as_mut_ptr(), 8, &mut n),
-                0
-            );
-        }
+        };
         assert_eq!((out[0].lock_id, out[0].wanted_op), (id1, LOCK_EXCLUSIVE));
         assert_eq!(
-            ops::trylock(c2, &req(id2), (&raw mut st).cast()),
+            ops::trylock(c2, &failover::exclusive(id2), (&raw mut st).cast()),
             0,
             "given back"
         );
@@ -57,32 +51,26 @@ unsafe fn revoked(c1: c_int, id1: c_int, c2: c_int, id2: c_int) {
 fn a_client_with_nothing_parked_does_not_look_at_its_events_until_it_parks() {
     let (mut c1, mut c2) = (0, 0);
     let (page, row) = (b"orders/rg-1", b"orders/rg-2");
-    let desc_of = |name: &'static [u8]| lock_desc {
-        p_desc: name.as_ptr().cast(),
-        len: name.len() as u32,
-        lock_type: DLOCK_RW,
-        lease_time: 0,
-    };
     let mut st = lock_state::from_word(0);
-    let ([mut page1, mut page2], [mut row1, mut row2]) = ([0; 2], [0; 2]);
+    let (mut page2, [mut row1, mut row2]) = (0, [0; 2]);
     // SAFETY: pointers to live locals of the right types; the strings outlive the calls.
     unsafe {
         let (s, _) = failover::first_server();
         assert_eq!(client::client_init(&mut c1, failover::LOOPBACK.as_ptr()), 0);
         assert_eq!(client::client_init(&mut c2, failover::LOOPBACK.as_ptr()), 0);
-        assert_eq!(locks::get_lock(c1, &desc_of(page), &mut page1), 0);
-        assert_eq!(locks::get_lock(c2, &desc_of(page), &mut page2), 0);
-        assert_eq!(locks::get_lock(c1, &desc_of(row), &mut row1), 0);
-        assert_eq!(locks::get_lock(c2, &desc_of(row), &mut row2), 0);
-        assert_eq!(cached::lock_cache_enable(c1, page1, 1), 0);
-        assert_eq!(cached::lock_cache_enable(c1, row1, 1), 0);
         // The page is parked, then revoked and given back: c1 holds nothing.
-        assert_eq!(ops::trylock(c1, &req(page1), (&raw mut st).cast()), 0);
-        assert_eq!(ops::unlock(c1, page1, (&raw mut st).cast()), 0, "parked");
+        let page1 = failover::park_cached(c1, page);
+        assert_eq!(locks::get_lock(c2, &failover::rw_desc(page), &mut page2), 0);
+        assert_eq!(locks::get_lock(c1, &failover::rw_desc(row), &mut row1), 0);
+        assert_eq!(locks::get_lock(c2, &failover::rw_desc(row), &mut row2), 0);
+        assert_eq!(cached::lock_cache_enable(c1, row1, 1), 0);
         revoked(c1, page1, c2, page2);
 
         let looks = cached::event_looks(c1).expect("a client");
-        assert_eq!(ops::trylock(c1, &req(row1), (&raw mut st).cast()), 0);
+        assert_eq!(
+            ops::trylock(c1, &failover::exclusive(row1), (&raw mut st).cast()),
+            0
+        );
         assert_eq!(
             cached::event_looks(c1),
             Some(looks),
@@ -95,9 +83,6 @@ fn a_client_with_nothing_parked_does_not_look_at_its_events_until_it_parks() {
         revoked(c1, row1, c2, row2);
 
         assert_eq!(client::client_deinit(c2), 0);
-        assert_eq!(client::client_deinit(c1), 0);
-        client::dclient_lib_deinit();
-        assert_eq!(server::server_stop(s), 0);
-        server::dserver_lib_deinit();
+        failover::close(c1, s);
     }
 }
