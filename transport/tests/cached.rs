@@ -8,12 +8,13 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use dlock_core::manager::Timing;
 use dlock_core::proto::Event;
 use dlock_core::{LockKind, Mode, Status};
 use dlock_transport::client::{
     CachedLocks, Client, ClientConfig, Endpoint, ErrorKind, Revoked, read_server_stats,
 };
-use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
+use dlock_transport::runtime::ServerHandle;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -374,9 +375,7 @@ fn a_cacheable_grant_on_a_contended_lock_is_granted_plain_and_unlocked_with_its_
 /// report.
 #[test]
 fn events_may_wait_only_while_the_trust_bound_holds_and_no_break_is_owed() {
-    let mut cfg = ServerConfig::new(common::small());
-    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
-    let s = ServerHandle::start(cfg).expect("server starts");
+    let s = common::server(true);
     let timeout = Duration::from_millis(100);
     for (n, e) in endpoints(&s).into_iter().enumerate() {
         let stream = matches!(e, Endpoint::Tcp(_));
@@ -462,11 +461,13 @@ fn a_downgraded_write_guard_writes_its_block_and_the_lock_stays_cached_shared() 
 /// the work done under the guard was not protected since the server let the grant go.
 #[test]
 fn a_downgrade_of_a_grant_the_server_let_go_fails_and_ends_the_use() {
-    let mut cfg = ServerConfig::new(common::small());
-    cfg.core.timing.revoke_timeout_ms = 100;
-    cfg.core.timing.contention_window_ms = 0;
-    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
-    let s = ServerHandle::start(cfg).expect("server starts");
+    let s = common::timed_server(
+        true,
+        Timing {
+            revoke_timeout_ms: 100,
+            ..common::window(0)
+        },
+    );
     for (n, e) in endpoints(&s).into_iter().enumerate() {
         let name = format!("outlived-{n}");
         let a = CachedLocks::connect(ClientConfig::new(e.clone())).unwrap();

@@ -11,10 +11,11 @@ use common::gated::gated_client;
 use std::thread;
 use std::time::Duration;
 
+use dlock_core::manager::Timing;
 use dlock_core::proto::LockFlags;
 use dlock_core::{LockKind, Mode, Status};
 use dlock_transport::client::{CachedLocks, CachedRwLock, Client, ClientConfig, Endpoint, Revoked};
-use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
+use dlock_transport::runtime::ServerHandle;
 
 /// The revoke timeout the clients are told; the server keeps its default (the lease, 60 s
 /// here), so a client that waits this long trusts less than it could, never more.
@@ -199,10 +200,13 @@ fn a_failover_re_claims_a_grant_asked_cached_but_granted_plain() {
 /// the server could have lapsed it and handed it on.
 #[test]
 fn a_client_trusts_a_cached_grant_for_the_revoke_timeout_its_server_said() {
-    let mut cfg = ServerConfig::new(common::small());
-    cfg.core.timing.revoke_timeout_ms = REVOKE_TIMEOUT.as_millis() as u32;
-    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
-    let s = ServerHandle::start(cfg).expect("server starts");
+    let s = common::timed_server(
+        true,
+        Timing {
+            revoke_timeout_ms: REVOKE_TIMEOUT.as_millis() as u32,
+            ..Timing::DEFAULT
+        },
+    );
     let e = Endpoint::Tcp(s.tcp_addr().expect("tcp"));
     let locks =
         CachedLocks::connect(ClientConfig::new(e).with_lease(Duration::from_secs(60))).unwrap();

@@ -11,20 +11,11 @@ use std::time::{Duration, Instant};
 
 use dlock_core::manager::Timing;
 use dlock_core::proto::Event;
-use dlock_core::{Config, LockId, LockKind, Mode, Status};
+use dlock_core::{LockId, LockKind, Mode, Status};
 use dlock_transport::client::{Client, ClientConfig, Endpoint, Mux};
-use dlock_transport::runtime::{ServerConfig, ServerHandle, TcpConfig};
+use dlock_transport::runtime::ServerHandle;
 
 const LONG: u32 = 60_000;
-
-fn server(timing: Timing) -> ServerHandle {
-    let mut cfg = ServerConfig::new(Config {
-        timing,
-        ..common::small()
-    });
-    cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
-    ServerHandle::start(cfg).expect("server starts")
-}
 
 /// The three ways a client reaches the server's data path.
 #[derive(Clone, Copy, Debug)]
@@ -109,11 +100,14 @@ fn a_conflicting_request_revokes_the_cached_holder_which_gives_back_to_the_waite
 #[test]
 fn the_revoke_waits_for_the_end_of_the_minimum_hold() {
     let hold = Duration::from_millis(300);
-    let s = server(Timing {
-        min_hold_ms: hold.as_millis() as u32,
-        revoke_timeout_ms: 0,
-        contention_window_ms: 0,
-    });
+    let s = common::timed_server(
+        true,
+        Timing {
+            min_hold_ms: hold.as_millis() as u32,
+            revoke_timeout_ms: 0,
+            contention_window_ms: 0,
+        },
+    );
     for path in PATHS {
         let mut a = client(&s, path);
         let granted = Instant::now();
@@ -138,11 +132,14 @@ fn the_revoke_waits_for_the_end_of_the_minimum_hold() {
 #[test]
 fn an_ignored_revoke_loses_the_grant_at_the_revoke_timeout() {
     let timeout = Duration::from_millis(200);
-    let s = server(Timing {
-        min_hold_ms: 0,
-        revoke_timeout_ms: timeout.as_millis() as u32,
-        contention_window_ms: 0,
-    });
+    let s = common::timed_server(
+        true,
+        Timing {
+            min_hold_ms: 0,
+            revoke_timeout_ms: timeout.as_millis() as u32,
+            contention_window_ms: 0,
+        },
+    );
     for path in PATHS {
         let mut a = client(&s, path);
         let name = format!("stuck-{path:?}");
@@ -176,11 +173,14 @@ fn an_ignored_revoke_loses_the_grant_at_the_revoke_timeout() {
 /// so the grant goes by the lapse, not by its lease running out.
 #[test]
 fn an_ignored_revoke_of_a_client_below_protocol_7_lapses_at_its_lease() {
-    let s = server(Timing {
-        min_hold_ms: 0,
-        revoke_timeout_ms: 100,
-        contention_window_ms: 0,
-    });
+    let s = common::timed_server(
+        true,
+        Timing {
+            min_hold_ms: 0,
+            revoke_timeout_ms: 100,
+            contention_window_ms: 0,
+        },
+    );
     let tcp = Endpoint::Tcp(s.tcp_addr().expect("tcp"));
     let lease = Duration::from_millis(1_500);
     let cfg = ClientConfig::new(tcp).with_version_max(6).with_lease(lease);
@@ -212,11 +212,14 @@ fn an_ignored_revoke_of_a_client_below_protocol_7_lapses_at_its_lease() {
 
 #[test]
 fn revokes_beyond_what_the_client_holds_come_out_as_an_overflow() {
-    let s = server(Timing {
-        min_hold_ms: 0,
-        revoke_timeout_ms: 0,
-        contention_window_ms: 0,
-    });
+    let s = common::timed_server(
+        true,
+        Timing {
+            min_hold_ms: 0,
+            revoke_timeout_ms: 0,
+            contention_window_ms: 0,
+        },
+    );
     let n = dlock_core::table::EVENT_RING_LEN + 6;
     for path in PATHS {
         let (mut a, mut b) = (client(&s, path), client(&s, path));

@@ -37,7 +37,7 @@ pub fn server(tcp: bool) -> ServerHandle {
 /// first. (Not every test binary that includes this module uses it.)
 #[allow(dead_code)]
 pub fn revoke_server(tcp: bool) -> ServerHandle {
-    window_server(tcp, 0)
+    timed_server(tcp, window(0))
 }
 
 /// [`server`], listening on TCP too, with a contention window long against any test (ten
@@ -45,19 +45,22 @@ pub fn revoke_server(tcp: bool) -> ServerHandle {
 /// on it is granted plain. (Not every test binary that includes this module uses it.)
 #[allow(dead_code)]
 pub fn contended_server() -> ServerHandle {
-    window_server(true, 600_000)
+    timed_server(true, window(600_000))
 }
 
-/// [`server`] with contention window `window_ms` (`Timing::contention_window_ms`).
+/// The default timing with contention window `window_ms` (`Timing::contention_window_ms`).
 #[allow(dead_code)]
-fn window_server(tcp: bool, window_ms: u32) -> ServerHandle {
-    let mut cfg = ServerConfig::new(Config {
-        timing: dlock_core::manager::Timing {
-            contention_window_ms: window_ms,
-            ..dlock_core::manager::Timing::DEFAULT
-        },
-        ..small()
-    });
+pub fn window(window_ms: u32) -> dlock_core::manager::Timing {
+    dlock_core::manager::Timing {
+        contention_window_ms: window_ms,
+        ..dlock_core::manager::Timing::DEFAULT
+    }
+}
+
+/// [`server`] with the lock manager's `timing`.
+#[allow(dead_code)]
+pub fn timed_server(tcp: bool, timing: dlock_core::manager::Timing) -> ServerHandle {
+    let mut cfg = ServerConfig::new(Config { timing, ..small() });
     if tcp {
         cfg.tcp = Some(TcpConfig::new("127.0.0.1:0".parse().expect("address")));
     }
