@@ -43,14 +43,15 @@ impl<C: Connection> State<C> {
 
     /// [`State::drive`]'s exchange, before the entry is counted again.
     fn exchange(&mut self, id: LockId, op: ServerOp, wait: Duration) -> (Reply, Option<Error>) {
-        // Whether the last send was a grant the server made plain: it goes with the reply.
-        let (mut err, mut plain) = (None, false);
+        // Whether the last send was a grant the server made plain: it goes with the reply;
+        // and which operation it was, to name in an error.
+        let (mut err, mut plain, mut last) = (None, false, op);
         let Ok(done) = drive_op(
             self,
             op,
             |st, op| {
                 let (status, p, e) = st.send(id, op, wait);
-                (err, plain) = (e, p);
+                (err, plain, last) = (e, p, op);
                 let token = st.entries.get(&id).expect("a handle's entry").token.0;
                 Ok::<_, std::convert::Infallible>((status, token))
             },
@@ -69,7 +70,11 @@ impl<C: Connection> State<C> {
                 let e = self.entries.get_mut(&id).expect("checked");
                 (e.owed, e.failed) = (Some(owed), done.status);
                 self.watch(id);
-                let err = err.unwrap_or_else(|| Op::Unlock.err(done.status));
+                let named = match last {
+                    ServerOp::Downgrade => Op::Downgrade,
+                    ServerOp::Acquire(_) | ServerOp::GiveBack(_) => Op::Unlock,
+                };
+                let err = err.unwrap_or_else(|| named.err(done.status));
                 return (Reply::Send(owed), Some(err));
             }
             _ => {}
